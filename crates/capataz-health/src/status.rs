@@ -1,0 +1,162 @@
+//! Parsing what a backend answered into an [`Outcome`].
+//!
+//! The engine only ever looks at the status line of an answer, so this module is the one place
+//! that decides what a well-formed status line is. The grammar is RFC 9112's status line with the
+//! version and code fixed in width: `HTTP/` DIGIT `.` DIGIT, one space, exactly three digits, then
+//! optionally one space and a reason phrase (possibly empty). The code is read from its own field
+//! only, and a code outside 100-599 is not a status code at all (RFC 9110 section 15).
+
+use std::fmt;
+
+/// What one exchange with a backend came to, as far as health is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// A well-formed status line; the code is always within 100-599.
+    Status(u16),
+    /// No answer before the deadline.
+    Timeout,
+    /// The connection was refused.
+    Refused,
+    /// The connection was reset (or closed) before a status line arrived.
+    Reset,
+    /// Bytes arrived, but they were not a status line.
+    Malformed,
+}
+
+impl Outcome {
+    /// Reads the textual form used by `capataz replay` and probe logs: `TIMEOUT`, `REFUSED`,
+    /// `RESET`, or a status line as received. Anything that is none of these is [`Outcome::Malformed`].
+    pub fn parse(answer: &[u8]) -> Outcome {
+        match answer {
+            b"TIMEOUT" => Outcome::Timeout,
+            b"REFUSED" => Outcome::Refused,
+            b"RESET" => Outcome::Reset,
+            line => match parse_status_line(line) {
+                Some(code) => Outcome::Status(code),
+                None => Outcome::Malformed,
+            },
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Status(code) => write!(f, "HTTP {code}"),
+            Outcome::Timeout => f.write_str("TIMEOUT"),
+            Outcome::Refused => f.write_str("REFUSED"),
+            Outcome::Reset => f.write_str("RESET"),
+            Outcome::Malformed => f.write_str("malformed status line"),
+        }
+    }
+}
+
+/// Parses one status line (without its line ending) and returns its code.
+///
+/// Returns `None` for anything that is not exactly `HTTP/` DIGIT `.` DIGIT SP 3DIGIT, optionally
+/// followed by SP and a reason phrase, or whose code lies outside 100-599. The reason phrase may
+/// be empty and may hold any of RFC 9112's reason-phrase bytes (tab, space, visible ASCII and
+/// obs-text); other control bytes make the line malformed. Never panics, whatever the bytes.
+pub fn parse_status_line(line: &[u8]) -> Option<u16> {
+    let (head, rest) = line.split_at_checked(12)?;
+    let [b'H', b'T', b'T', b'P', b'/', major, b'.', minor, b' ', d0, d1, d2] = *head else {
+        return None;
+    };
+    if !(major.is_ascii_digit()
+        && minor.is_ascii_digit()
+        && d0.is_ascii_digit()
+        && d1.is_ascii_digit()
+        && d2.is_ascii_digit())
+    {
+        return None;
+    }
+    let code = u16::from(d0 - b'0') * 100 + u16::from(d1 - b'0') * 10 + u16::from(d2 - b'0');
+    if !(100..=599).contains(&code) {
+        return None;
+    }
+    match rest {
+        [] => Some(code),
+        [b' ', reason @ ..] if reason.iter().all(|&b| is_reason_byte(b)) => Some(code),
+        _ => None,
+    }
+}
+
+fn is_reason_byte(b: u8) -> bool {
+    b == b'\t' || (b >= b' ' && b != 0x7f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(line: &str, expected: Option<u16>) {
+        assert_eq!(
+            parse_status_line(line.as_bytes()),
+            expected,
+            "line {line:?}"
+        );
+    }
+
+    #[test]
+    fn well_formed_lines() {
+        check("HTTP/1.1 200 OK", Some(200));
+        check("HTTP/1.0 301 Moved Permanently", Some(301));
+        check("HTTP/1.1 200", Some(200));
+        check("HTTP/1.1 200 ", Some(200));
+        check("HTTP/1.1 503 Backend 200 ms slow", Some(503));
+        check("HTTP/9.9 100 Continue", Some(100));
+        check("HTTP/1.1 599 x", Some(599));
+        check("HTTP/1.1 200 OK\twith tab", Some(200));
+        check("HTTP/1.1 200 caf\u{e9}", Some(200));
+        check("HTTP/1.1 404 Not Found", Some(404));
+    }
+
+    #[test]
+    fn malformed_lines() {
+        for line in [
+            "HTTP/2 200",
+            "HTTP/1.1 2000 OK",
+            "HTTP/1.1 20 OK",
+            "HTTP/1.1 200OK",
+            "http/1.1 200 OK",
+            "garbage",
+            "",
+            "HTTP/1.1",
+            "HTTP/1.1 ",
+            "HTTP/1.1  200 OK",
+            "HTTP/1.1 099 Low",
+            "HTTP/1.1 000",
+            "HTTP/1.1 600 High",
+            "HTTP/1.1 999 x",
+            "HTTP/1.1 2x0 OK",
+            "HTTP/11 200 OK",
+            "HTTP/1.12 200 OK",
+            "HTTP/a.1 200 OK",
+            "HTTP/1,1 200 OK",
+            " HTTP/1.1 200 OK",
+            "HTTP/1.1\t200 OK",
+            "HTTPS/1.1 200 OK",
+            "HTTP/1.1 200 OK\r",
+            "HTTP/1.1 200 O\x00K",
+        ] {
+            check(line, None);
+        }
+    }
+
+    #[test]
+    fn answers() {
+        assert_eq!(Outcome::parse(b"TIMEOUT"), Outcome::Timeout);
+        assert_eq!(Outcome::parse(b"REFUSED"), Outcome::Refused);
+        assert_eq!(Outcome::parse(b"RESET"), Outcome::Reset);
+        assert_eq!(Outcome::parse(b"timeout"), Outcome::Malformed);
+        assert_eq!(Outcome::parse(b"HTTP/1.1 204"), Outcome::Status(204));
+        assert_eq!(Outcome::parse(b"HTTP/1.1 20 OK"), Outcome::Malformed);
+    }
+
+    #[test]
+    fn display() {
+        assert_eq!(Outcome::Status(503).to_string(), "HTTP 503");
+        assert_eq!(Outcome::Timeout.to_string(), "TIMEOUT");
+        assert_eq!(Outcome::Malformed.to_string(), "malformed status line");
+    }
+}
