@@ -45,7 +45,10 @@ impl Hasher for FxHasher {
     }
 
     fn finish(&self) -> u64 {
-        self.0
+        // The multiply leaves the low bits depending on the input's low bytes only (names that
+        // share a prefix would share buckets); fold the high bits down.
+        let hash = self.0;
+        (hash ^ (hash >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9) ^ (hash >> 32)
     }
 }
 
