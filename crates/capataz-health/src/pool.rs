@@ -585,11 +585,22 @@ impl Pool {
                         })
                     }
                     Ejection::Probation { .. } if may_eject => {
+                        let streak = passive.error_streak;
                         let ejection = eject(passive, policy, now);
                         self.ejected += 1;
-                        ejection.map(|ejection| Reason::ProbationFailed {
-                            last: outcome,
-                            ejection,
+                        Some(match ejection {
+                            Some(ejection) => Reason::ProbationFailed {
+                                last: outcome,
+                                ejection,
+                            },
+                            // Probation without a policy (`set_settings` dropped it, or
+                            // `push_health` brought the backend from a pool that had one): the
+                            // ejection lasts until the next good response, and is reported.
+                            None => Reason::TrafficErrors {
+                                streak,
+                                last: outcome,
+                                ejection: None,
+                            },
                         })
                     }
                     _ => None,

@@ -9,8 +9,14 @@ use std::io::{self, Write};
 
 fn main() -> io::Result<()> {
     let mut args = std::env::args().skip(1);
-    let lines: u64 = args.next().map_or(Ok(10_000_000), |a| a.parse()).expect("LINES is a number");
-    let backends: u64 = args.next().map_or(Ok(1_000), |a| a.parse()).expect("BACKENDS is a number");
+    let lines: u64 = args
+        .next()
+        .map_or(Ok(10_000_000), |a| a.parse())
+        .expect("LINES is a number");
+    let backends: u64 = args
+        .next()
+        .map_or(Ok(1_000), |a| a.parse())
+        .expect("BACKENDS is a number");
     let mut out = io::BufWriter::with_capacity(1 << 20, io::stdout().lock());
     write!(out, "POOL")?;
     for b in 0..backends {
@@ -20,7 +26,9 @@ fn main() -> io::Result<()> {
     // A fixed linear congruential generator: the same script every run.
     let mut state: u64 = 0x2545_f491_4f6c_dd1d;
     let mut next = || {
-        state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
         state >> 33
     };
     const PROBE_ANSWERS: [&str; 8] = [
@@ -45,7 +53,15 @@ fn main() -> io::Result<()> {
     ];
     for i in 1..lines {
         if i % 100_000 == 0 {
-            writeln!(out, "{}", if i % 200_000 == 0 { "HEALTHY" } else { "STATUS" })?;
+            writeln!(
+                out,
+                "{}",
+                if i % 200_000 == 0 {
+                    "HEALTHY"
+                } else {
+                    "STATUS"
+                }
+            )?;
             continue;
         }
         let r = next();
