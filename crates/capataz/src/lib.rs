@@ -1,7 +1,17 @@
 //! capataz: a load balancer that keeps its pool honest with active and passive health checks.
 //!
 //! The health decisions live in the pure `capataz-health` crate; this crate does the IO around
-//! them: the command line, the `replay` driver, and (in later modules) the proxy, the prober and
-//! the configuration.
+//! them: configuration, probes, the proxy, logging, the demo and the `replay` driver.
 
+pub mod balance;
+pub mod body;
+pub mod config;
+pub mod demo;
+pub mod health;
+pub mod logging;
+pub mod prober;
+pub mod proxy;
 pub mod replay;
+pub mod server;
+pub mod sim;
+pub mod upstream;

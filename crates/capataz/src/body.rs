@@ -1,0 +1,165 @@
+//! The bodies that flow through the proxy, both ways, streamed frame by frame.
+//!
+//! `RespBody` also carries the lease on the backend: the in-flight count is released and the
+//! keep-alive connection handed back when the response has been read to its end, and the
+//! connection is dropped instead if the client went away before that.
+
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::client::conn::http1::SendRequest;
+
+use crate::health::BackendRt;
+
+/// A request body on its way to a backend.
+#[derive(Debug)]
+pub enum ReqBody {
+    /// The client's body, streamed.
+    Incoming(Incoming),
+    /// No body (a retry of a bodiless request).
+    Empty,
+}
+
+impl Body for ReqBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            ReqBody::Incoming(body) => Pin::new(body).poll_frame(cx),
+            ReqBody::Empty => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ReqBody::Incoming(body) => body.is_end_stream(),
+            ReqBody::Empty => true,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ReqBody::Incoming(body) => body.size_hint(),
+            ReqBody::Empty => SizeHint::with_exact(0),
+        }
+    }
+}
+
+/// Holds a backend's in-flight slot and, once the response is complete, its connection.
+pub(crate) struct Lease {
+    backend: Arc<BackendRt>,
+    sender: Option<SendRequest<ReqBody>>,
+    complete: bool,
+}
+
+impl Lease {
+    /// Takes an in-flight slot on `backend`.
+    pub(crate) fn new(backend: Arc<BackendRt>) -> Lease {
+        backend.in_flight.fetch_add(1, Ordering::Relaxed);
+        Lease {
+            backend,
+            sender: None,
+            complete: false,
+        }
+    }
+
+    pub(crate) fn backend(&self) -> &Arc<BackendRt> {
+        &self.backend
+    }
+
+    pub(crate) fn set_sender(&mut self, sender: SendRequest<ReqBody>) {
+        self.sender = Some(sender);
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.backend.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if self.complete {
+            if let Some(sender) = self.sender.take() {
+                self.backend.upstream.release(sender);
+            }
+        }
+    }
+}
+
+/// A response body on its way to a client.
+pub enum RespBody {
+    /// A backend's body, with the lease it holds.
+    Upstream(Incoming, Option<Box<LeaseSlot>>),
+    /// A body capataz wrote itself (an error page).
+    Full(Option<Bytes>),
+}
+
+/// The lease a backend response carries (boxed to keep `RespBody` small).
+pub struct LeaseSlot(pub(crate) Lease);
+
+impl RespBody {
+    /// A short plain-text body.
+    pub fn text(text: impl Into<Bytes>) -> RespBody {
+        RespBody::Full(Some(text.into()))
+    }
+
+    pub(crate) fn upstream(body: Incoming, mut lease: Lease) -> RespBody {
+        if body.is_end_stream() {
+            // Nothing to stream: the connection is ready again now.
+            lease.complete = true;
+            drop(lease);
+            return RespBody::Upstream(body, None);
+        }
+        RespBody::Upstream(body, Some(Box::new(LeaseSlot(lease))))
+    }
+}
+
+impl Body for RespBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            RespBody::Upstream(body, lease) => {
+                let polled = Pin::new(body).poll_frame(cx);
+                match &polled {
+                    Poll::Ready(None) => {
+                        if let Some(mut slot) = lease.take() {
+                            slot.0.complete = true;
+                        }
+                    }
+                    Poll::Ready(Some(Err(_))) => {
+                        // A broken response: the connection is not reused.
+                        lease.take();
+                    }
+                    _ => {}
+                }
+                polled
+            }
+            RespBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            RespBody::Upstream(body, _) => body.is_end_stream(),
+            RespBody::Full(bytes) => bytes.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            RespBody::Upstream(body, _) => body.size_hint(),
+            RespBody::Full(Some(bytes)) => SizeHint::with_exact(bytes.len() as u64),
+            RespBody::Full(None) => SizeHint::with_exact(0),
+        }
+    }
+}

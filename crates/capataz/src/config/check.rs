@@ -1,0 +1,108 @@
+//! Foot-guns: settings that are valid but probably not what the operator wants.
+//!
+//! Validation rejects what cannot work; `check` points at what works badly, such as a health
+//! check that flaps on one lost probe. Warnings never stop the balancer. The defaults raise none.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::{CheckKind, Config};
+
+/// How long a dead backend may keep receiving traffic, judged by `fall x interval`, before a
+/// warning says so.
+const SLOW_DETECTION: Duration = Duration::from_secs(60);
+
+/// One suspicious setting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Warning {
+    /// The dotted key path, e.g. `pools.web.active.rise`.
+    pub key: String,
+    /// The 1-based line, when known. [`check`] works on the validated config, which keeps no
+    /// lines, so it leaves this `None`.
+    pub line: Option<usize>,
+    /// What is risky and what to do.
+    pub message: String,
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(line) = self.line {
+            write!(f, "line {line}: ")?;
+        }
+        write!(f, "{}: {}", self.key, self.message)
+    }
+}
+
+/// Returns a warning for each foot-gun in `config`, in pool order; none for the defaults.
+pub fn check(config: &Config) -> Vec<Warning> {
+    let mut warnings = Vec::new();
+    let mut warn = |key: String, message: String| {
+        warnings.push(Warning {
+            key,
+            line: None,
+            message,
+        })
+    };
+    for pool in &config.pools {
+        let at = format!("pools.{}", pool.name);
+        let active = &pool.active;
+        if active.kind == CheckKind::None {
+            if !pool.passive.enabled {
+                warn(
+                    at.clone(),
+                    "no health checking at all: active.kind is \"none\" and passive checks are \
+                     disabled, so a dead backend keeps receiving traffic (enable one of them)"
+                        .into(),
+                );
+            }
+            // The other active settings do nothing without probes.
+            continue;
+        }
+        if active.rise.get() == 1 {
+            warn(
+                format!("{at}.active.rise"),
+                "rise = 1 brings a backend back on one lucky probe, so a flapping backend keeps \
+                 flapping in and out of the pool (use 2 or more)"
+                    .into(),
+            );
+        }
+        if active.fall.get() == 1 {
+            warn(
+                format!("{at}.active.fall"),
+                "fall = 1 takes a healthy backend out on one lost probe, so the pool flaps \
+                 (use 2 or more)"
+                    .into(),
+            );
+        }
+        if active.timeout >= active.interval {
+            warn(
+                format!("{at}.active.timeout"),
+                format!(
+                    "the probe timeout ({:?}) is not shorter than the interval ({:?}), so a \
+                     hung backend stretches every probe cycle (make the timeout shorter)",
+                    active.timeout, active.interval
+                ),
+            );
+        }
+        let detection = active.interval.saturating_mul(active.fall.get());
+        if detection > SLOW_DETECTION {
+            warn(
+                format!("{at}.active.fall"),
+                format!(
+                    "fall {} x interval {:?} = {:?}: a dead backend keeps receiving traffic that \
+                     long before probes take it out (keep it within {:?}: lower fall or interval)",
+                    active.fall, active.interval, detection, SLOW_DETECTION
+                ),
+            );
+        }
+        if active.jitter == 0.0 {
+            warn(
+                format!("{at}.active.jitter"),
+                "jitter 0 sends the probes of all backends in lockstep, in bursts \
+                 (use e.g. \"10%\")"
+                    .into(),
+            );
+        }
+    }
+    warnings
+}

@@ -1,0 +1,219 @@
+//! The balancer's configuration: validated, typed, and complete.
+//!
+//! A TOML file is read in two stages: `parse` deserializes it into raw structures that remember
+//! where each key was written, then validates them into the types below. Nothing downstream
+//! sees a raw value, and a config that fails validation never starts anything: the error names
+//! the file, the line and the key. Every key and its default is documented in `docs/config.md`.
+
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use capataz_health::{State, StatusSet};
+
+mod check;
+mod parse;
+
+pub use check::{check, Warning};
+pub use parse::{load, parse_str, ConfigError};
+
+/// A whole, validated configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// Where the text came from (a path, or a name such as `<demo>`), for messages.
+    pub source: String,
+    /// Logging.
+    pub log: LogConfig,
+    /// The admin listener, if enabled (used by the operating surface).
+    pub admin: Option<AdminConfig>,
+    /// The client-facing listeners, at least one.
+    pub listeners: Vec<ListenerConfig>,
+    /// The pools, at least one; routes refer to them by index.
+    pub pools: Vec<PoolConfig>,
+}
+
+/// Log format and level.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogConfig {
+    /// Text (default) or JSON lines.
+    pub format: LogFormat,
+    /// A `tracing` filter directive such as `info` or `capataz=debug` (default `info`).
+    pub level: String,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The admin listener.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdminConfig {
+    /// Where it listens (default 127.0.0.1:9901).
+    pub address: SocketAddr,
+    /// Bearer token every request must carry, if set.
+    pub token: Option<String>,
+}
+
+/// One client-facing listener.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ListenerConfig {
+    /// Its name, for logs.
+    pub name: String,
+    /// The address it binds.
+    pub address: SocketAddr,
+    /// Routes, tried in order; the first match wins.
+    pub routes: Vec<RouteConfig>,
+    /// How long a client keep-alive connection may sit idle (default 60 s).
+    pub idle_timeout: Duration,
+    /// How long a client may take to send its request headers (default 10 s).
+    pub header_read_timeout: Duration,
+    /// The largest request head accepted, in bytes (default 16 KiB); larger gets 431.
+    pub max_header_bytes: usize,
+}
+
+/// A route: a match on Host and/or path prefix, and the pool that serves it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteConfig {
+    /// The Host to match, lowercase and without a port; `None` matches any host.
+    pub host: Option<String>,
+    /// The path prefix to match (default `/`, everything).
+    pub path_prefix: String,
+    /// The index of the pool in [`Config::pools`].
+    pub pool: usize,
+}
+
+/// One pool of backends and how it is balanced and checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolConfig {
+    /// The pool's name (its key under `[pools]`).
+    pub name: String,
+    /// The backends, at least one, with unique names.
+    pub backends: Vec<BackendConfig>,
+    /// How a backend is picked.
+    pub algorithm: Algorithm,
+    /// Active checks.
+    pub active: ActiveCheckConfig,
+    /// Passive checks.
+    pub passive: PassiveCheckConfig,
+    /// What happens when no backend is UP.
+    pub when_all_down: AllDownPolicy,
+    /// Retries.
+    pub retries: RetryConfig,
+    /// Timeouts towards the backends.
+    pub timeouts: UpstreamTimeouts,
+}
+
+/// One backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendConfig {
+    /// Its name, unique within the pool.
+    pub name: String,
+    /// `host:port` as written.
+    pub address: String,
+    /// The address it resolved to when the config was loaded.
+    pub socket_addr: SocketAddr,
+    /// Relative weight, 1-1000 (default 1).
+    pub weight: u32,
+}
+
+/// How a pool picks a backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algorithm {
+    /// Smooth weighted round robin (default).
+    RoundRobin,
+    /// Least outstanding requests between two random choices, weighted.
+    LeastRequest,
+}
+
+/// What an active check does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckKind {
+    /// `GET <path>` over a fresh connection; only the status line is read (default).
+    Http,
+    /// A TCP connect within the timeout passes.
+    Tcp,
+    /// No active checks: the active side stays UP.
+    None,
+}
+
+/// Active checks of one pool.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ActiveCheckConfig {
+    /// The kind of probe.
+    pub kind: CheckKind,
+    /// The path probed (default `/healthz`).
+    pub path: String,
+    /// The Host header sent; the backend's address when `None`.
+    pub host: Option<String>,
+    /// The statuses that pass (default 200-399).
+    pub expect: StatusSet,
+    /// Time between the end of one probe and the start of the next (default 2 s).
+    pub interval: Duration,
+    /// Deadline for connect and status line together (default 1 s).
+    pub timeout: Duration,
+    /// Consecutive passes that bring a DOWN backend UP (default 2).
+    pub rise: NonZeroU32,
+    /// Consecutive failures that take an UP backend DOWN (default 3).
+    pub fall: NonZeroU32,
+    /// Each interval is drawn uniformly within +-`jitter` of itself, as a fraction 0.0-0.5
+    /// (default 0.1, i.e. 10 %).
+    pub jitter: f64,
+    /// Active state of the pool's backends when the balancer starts (default UP).
+    pub initial: State,
+}
+
+/// Passive checks of one pool.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PassiveCheckConfig {
+    /// Whether relayed traffic is judged at all (default true).
+    pub enabled: bool,
+    /// Consecutive traffic errors that eject a backend (default 3).
+    pub consecutive_errors: NonZeroU32,
+    /// Whether a 503 counts as an error (default true).
+    pub count_503: bool,
+    /// The first ejection's length; the n-th lasts n times this (default 30 s).
+    pub ejection_time: Duration,
+    /// The longest an ejection lasts (default 300 s).
+    pub max_ejection_time: Duration,
+    /// The most of the pool, in percent, held ejected at once (default 50; at least one backend).
+    pub max_ejected_percent: u8,
+}
+
+/// What a pool does when none of its backends is UP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllDownPolicy {
+    /// Spread traffic over all the pool's backends, relying on retries (default).
+    FailOpen,
+    /// Answer 503 with this Retry-After.
+    Reject {
+        /// The Retry-After sent (default 5 s).
+        retry_after: Duration,
+    },
+}
+
+/// Retries of one pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryConfig {
+    /// Retries per request, each to a different backend (default 1; 0 disables).
+    pub attempts: u32,
+    /// Retries may add at most this share of extra requests, in percent (default 20).
+    pub budget_percent: u8,
+    /// Retries always allowed in a burst, whatever the budget (default 10).
+    pub min_budget: u32,
+}
+
+/// Timeouts towards the backends of one pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UpstreamTimeouts {
+    /// Connecting to a backend (default 1 s).
+    pub connect: Duration,
+    /// From sending a request to receiving its response headers (default 15 s).
+    pub response_header: Duration,
+    /// How long an idle pooled keep-alive connection to a backend is kept (default 30 s).
+    pub idle: Duration,
+}

@@ -1,0 +1,134 @@
+//! Reading a TOML file into a [`Config`]: deserialize, then validate.
+//!
+//! Stage one (`raw`) deserializes into private `Raw*` structures that reject unknown keys and
+//! keep the byte span of every value that still needs checking (`toml::Spanned`). Stage two
+//! (`validate`) checks each value, fills in the defaults and builds the typed config. The first
+//! problem found, in either stage, becomes a [`ConfigError`] that names the file, the line, the
+//! dotted key and what to do about it.
+
+mod locate;
+mod raw;
+mod validate;
+mod values;
+
+use std::path::Path;
+
+use super::Config;
+use locate::{key_at, line_of};
+use raw::RawConfig;
+use validate::Validator;
+
+/// Why a configuration could not be loaded. The `Display` form is one line for the user, such as
+/// `config.toml:14: pools.web.active.interval: "2x" is not a duration (use e.g. "500ms", "2s",
+/// "1m")`.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{file}: cannot read the configuration: {error} (check the path and its permissions)")]
+    Io {
+        /// The path, as given.
+        file: String,
+        /// What the operating system said.
+        #[source]
+        error: std::io::Error,
+    },
+    /// The text is not valid TOML, or does not fit the layout (an unknown key, a wrong type).
+    #[error("{file}{}: {}{message}", line_part(*.line), key_part(.key))]
+    Parse {
+        /// Where the text came from.
+        file: String,
+        /// The 1-based line, when the parser knew it.
+        line: Option<usize>,
+        /// The dotted key path around the problem, best effort; empty when unknown.
+        key: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// The text parsed but a value is invalid, or a required key is missing.
+    #[error("{file}{}: {}{message}", line_part(*.line), key_part(.key))]
+    Invalid {
+        /// Where the text came from.
+        file: String,
+        /// The 1-based line of the value (or of its table), when there is one.
+        line: Option<usize>,
+        /// The dotted key path, e.g. `pools.web.active.interval` or `listeners[0].routes[1].pool`.
+        key: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
+}
+
+impl ConfigError {
+    /// The 1-based line the error points at, if any.
+    pub fn line(&self) -> Option<usize> {
+        match self {
+            ConfigError::Io { .. } => None,
+            ConfigError::Parse { line, .. } | ConfigError::Invalid { line, .. } => *line,
+        }
+    }
+
+    /// The dotted key path the error is about; empty for IO errors and unplaced syntax errors.
+    pub fn key(&self) -> &str {
+        match self {
+            ConfigError::Io { .. } => "",
+            ConfigError::Parse { key, .. } | ConfigError::Invalid { key, .. } => key,
+        }
+    }
+}
+
+fn line_part(line: Option<usize>) -> String {
+    line.map(|line| format!(":{line}")).unwrap_or_default()
+}
+
+fn key_part(key: &str) -> String {
+    if key.is_empty() {
+        String::new()
+    } else {
+        format!("{key}: ")
+    }
+}
+
+/// Reads and validates the configuration file at `path`.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Io {
+        file: file.clone(),
+        error,
+    })?;
+    parse_str(&text, &file)
+}
+
+/// Parses and validates a configuration held in memory; `source` names it in messages and
+/// becomes [`Config::source`].
+pub fn parse_str(text: &str, source: &str) -> Result<Config, ConfigError> {
+    let raw: RawConfig = toml::from_str(text).map_err(|error| {
+        let span = error.span();
+        ConfigError::Parse {
+            file: source.to_owned(),
+            line: span.as_ref().map(|span| line_of(text, span.start)),
+            key: span
+                .map(|span| key_at(text, span.start))
+                .unwrap_or_default(),
+            message: parse_message(error.message()),
+        }
+    })?;
+    Validator { file: source, text }.config(raw)
+}
+
+/// The toml message on one line, with a hint for the common cases.
+fn parse_message(message: &str) -> String {
+    let message = message
+        .trim()
+        .replace('\n', "; ")
+        .replace("expected i64", "expected an integer");
+    let hint = if message.starts_with("unknown field") {
+        "check the spelling; docs/config.md lists every key"
+    } else if message.starts_with("unknown variant") {
+        "use one of the values listed"
+    } else if message.starts_with("invalid type") || message.starts_with("invalid value") {
+        "docs/config.md gives each key's type"
+    } else {
+        "this is not valid TOML here"
+    };
+    format!("{message} ({hint})")
+}

@@ -1,0 +1,161 @@
+//! Stage one: the file as written, for serde.
+//!
+//! Every key is optional here (required keys are checked in stage two, which can point at the
+//! table that lacks one), unknown keys are rejected, and each value that still needs checking
+//! keeps its byte span. Tables are never wrapped in `Spanned`: toml 0.8 cannot give a span to a
+//! table that is only implied by a dotted key (`active.rise = 2`) and fails to deserialize it.
+//! Array elements (listeners, routes, backends) always have one, so they are spanned.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use toml::{Spanned, Value};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    #[serde(default)]
+    pub(super) log: RawLog,
+    pub(super) admin: Option<RawAdmin>,
+    #[serde(default)]
+    pub(super) listeners: Vec<Spanned<RawListener>>,
+    #[serde(default)]
+    pub(super) pools: BTreeMap<Spanned<String>, RawPool>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLog {
+    pub(super) format: Option<RawLogFormat>,
+    pub(super) level: Option<Spanned<String>>,
+}
+
+#[derive(Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawLogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAdmin {
+    pub(super) address: Option<Spanned<String>>,
+    pub(super) token: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawListener {
+    pub(super) name: Option<Spanned<String>>,
+    pub(super) address: Option<Spanned<String>>,
+    pub(super) idle_timeout: Option<Spanned<Value>>,
+    pub(super) header_read_timeout: Option<Spanned<Value>>,
+    pub(super) max_header_bytes: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub(super) routes: Vec<Spanned<RawRoute>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRoute {
+    pub(super) host: Option<Spanned<String>>,
+    pub(super) path_prefix: Option<Spanned<String>>,
+    pub(super) pool: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPool {
+    pub(super) backends: Option<Vec<Spanned<RawBackend>>>,
+    pub(super) algorithm: Option<RawAlgorithm>,
+    pub(super) when_all_down: Option<RawAllDown>,
+    pub(super) retry_after: Option<Spanned<Value>>,
+    #[serde(default)]
+    pub(super) active: RawActive,
+    #[serde(default)]
+    pub(super) passive: RawPassive,
+    #[serde(default)]
+    pub(super) retries: RawRetries,
+    #[serde(default)]
+    pub(super) timeouts: RawTimeouts,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBackend {
+    pub(super) name: Option<Spanned<String>>,
+    pub(super) address: Option<Spanned<String>>,
+    pub(super) weight: Option<Spanned<i64>>,
+}
+
+#[derive(Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawAlgorithm {
+    RoundRobin,
+    LeastRequest,
+}
+
+#[derive(Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawAllDown {
+    FailOpen,
+    Reject,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawActive {
+    pub(super) kind: Option<RawCheckKind>,
+    pub(super) path: Option<Spanned<String>>,
+    pub(super) host: Option<Spanned<String>>,
+    pub(super) expect: Option<Spanned<String>>,
+    pub(super) interval: Option<Spanned<Value>>,
+    pub(super) timeout: Option<Spanned<Value>>,
+    pub(super) rise: Option<Spanned<i64>>,
+    pub(super) fall: Option<Spanned<i64>>,
+    pub(super) jitter: Option<Spanned<Value>>,
+    pub(super) initial: Option<RawInitial>,
+}
+
+#[derive(Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawCheckKind {
+    Http,
+    Tcp,
+    None,
+}
+
+#[derive(Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawInitial {
+    Up,
+    Down,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPassive {
+    pub(super) enabled: Option<bool>,
+    pub(super) consecutive_errors: Option<Spanned<i64>>,
+    pub(super) count_503: Option<bool>,
+    pub(super) ejection_time: Option<Spanned<Value>>,
+    pub(super) max_ejection_time: Option<Spanned<Value>>,
+    pub(super) max_ejected_percent: Option<Spanned<i64>>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRetries {
+    pub(super) attempts: Option<Spanned<i64>>,
+    pub(super) budget_percent: Option<Spanned<i64>>,
+    pub(super) min_budget: Option<Spanned<i64>>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTimeouts {
+    pub(super) connect: Option<Spanned<Value>>,
+    pub(super) response_header: Option<Spanned<Value>>,
+    pub(super) idle: Option<Spanned<Value>>,
+}

@@ -1,0 +1,244 @@
+//! `capataz demo`: the whole mission on one machine, with no files.
+//!
+//! Four in-process backends on loopback, each showing one thing health checking must get right,
+//! and a real balancer in front of them built from an embedded config:
+//!
+//! - `steady` always answers 200.
+//! - `flaky` fails its `/healthz` now and then, never three times in a row: hysteresis keeps it.
+//! - `crashy` crashes and comes back on a cycle: active checks take it out after `fall` failed
+//!   probes and readmit it after `rise` passes.
+//! - `liar` says 200 on `/healthz` while real requests get 500s: only passive checks catch it
+//!   (seed 001), and it keeps coming back on probation and being ejected again, for longer.
+//!
+//! A light traffic generator gives the passive side something to see, and prints a summary of
+//! where requests went every ten seconds.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::sync::broadcast;
+
+use crate::config::{self, ConfigError};
+use crate::server::{Balancer, StartError};
+use crate::sim::{Mode, SimBackend};
+
+/// How the demo runs.
+#[derive(Clone, Debug)]
+pub struct DemoOptions {
+    /// The balancer's listener (default 127.0.0.1:8080).
+    pub listen: SocketAddr,
+    /// Requests per second the built-in client sends (0 for none; default 5).
+    pub rate: u32,
+    /// Stop after this long (run until Ctrl-C when `None`).
+    pub duration: Option<Duration>,
+}
+
+/// Why the demo could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// A demo backend could not start.
+    #[error("cannot start demo backend {name}: {source}")]
+    Backend {
+        /// The backend.
+        name: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The embedded config did not validate (a bug).
+    #[error("embedded demo config: {0}")]
+    Config(#[from] ConfigError),
+    /// The balancer could not start (e.g. port 8080 in use: try `--listen 127.0.0.1:8081`).
+    #[error("{0} (pick another address with --listen)")]
+    Start(#[from] StartError),
+}
+
+/// The embedded config; `{listen}` and `{steady}` ... `{liar}` are filled in at start.
+const DEMO_CONFIG: &str = r#"
+[log]
+format = "text"
+level = "info"
+
+[[listeners]]
+name = "demo"
+address = "{listen}"
+
+[pools.demo]
+algorithm = "round_robin"
+when_all_down = "fail_open"
+backends = [
+    { name = "steady", address = "{steady}" },
+    { name = "flaky", address = "{flaky}" },
+    { name = "crashy", address = "{crashy}" },
+    { name = "liar", address = "{liar}" },
+]
+
+[pools.demo.active]
+kind = "http"
+path = "/healthz"
+interval = "1s"
+timeout = "500ms"
+rise = 2
+fall = 3
+jitter = "10%"
+
+[pools.demo.passive]
+consecutive_errors = 3
+ejection_time = "10s"
+max_ejection_time = "60s"
+max_ejected_percent = 50
+
+[pools.demo.retries]
+attempts = 1
+
+[pools.demo.timeouts]
+connect = "500ms"
+response_header = "5s"
+"#;
+
+/// The demo's config text for the given addresses.
+pub fn demo_config_text(listen: SocketAddr, backends: &[(&str, SocketAddr)]) -> String {
+    let mut text = DEMO_CONFIG.replace("{listen}", &listen.to_string());
+    for (name, addr) in backends {
+        text = text.replace(&format!("{{{name}}}"), &addr.to_string());
+    }
+    text
+}
+
+/// Runs the demo until Ctrl-C (or `options.duration`).
+pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
+    let any: SocketAddr = ([127, 0, 0, 1], 0).into();
+    let mut backends = Vec::new();
+    for name in ["steady", "flaky", "crashy", "liar"] {
+        let backend = SimBackend::start(name, any)
+            .await
+            .map_err(|source| DemoError::Backend { name, source })?;
+        backends.push((name, backend));
+    }
+    let [(_, _steady), (_, flaky), _, (_, liar)] = &backends[..] else {
+        unreachable!("four backends were started above");
+    };
+    // flaky: isolated failures and pairs, never three in a row.
+    flaky.set_health_pattern(vec![
+        Mode::Status(200),
+        Mode::Status(503),
+        Mode::Status(200),
+        Mode::Status(200),
+        Mode::Status(503),
+        Mode::Status(503),
+        Mode::Status(200),
+        Mode::Status(200),
+        Mode::Status(200),
+        Mode::Status(200),
+    ]);
+    liar.set_health(Mode::Status(200));
+    liar.set_traffic(Mode::Status(500));
+    let addrs: Vec<(&str, SocketAddr)> = backends.iter().map(|(n, b)| (*n, b.addr())).collect();
+    let text = demo_config_text(options.listen, &addrs);
+    let config = config::parse_str(&text, "<demo>")?;
+    let (events, _) = broadcast::channel(1024);
+    let balancer = Balancer::start(&config, events).await?;
+    let listen = balancer.local_addrs()[0];
+    println!(
+        "capataz demo: balancer on http://{listen}/ in front of four backends:\n\
+         \x20 steady  always fine\n\
+         \x20 flaky   /healthz fails now and then, never 3 in a row: hysteresis keeps it in\n\
+         \x20 crashy  crashes for 8 s every 20 s: active checks take it out and bring it back\n\
+         \x20 liar    /healthz says 200, real requests get 500: only passive checks catch it\n\
+         probes every 1 s (rise 2, fall 3); 3 traffic errors in a row eject for 10 s x n.\n\
+         Every state change is logged below. Try: curl http://{listen}/   (Ctrl-C to stop)\n"
+    );
+    let crash_cycle = tokio::spawn(crash_cycle(backends.remove(2).1));
+    let traffic = (options.rate > 0).then(|| tokio::spawn(traffic(listen, options.rate)));
+    match options.duration {
+        Some(duration) => tokio::time::sleep(duration).await,
+        None => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+    crash_cycle.abort();
+    if let Some(traffic) = traffic {
+        traffic.abort();
+    }
+    balancer.shutdown(Duration::from_secs(2)).await;
+    drop(backends);
+    Ok(())
+}
+
+async fn crash_cycle(crashy: SimBackend) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        tracing::info!("demo: crashy crashes (listener closed, connections reset)");
+        crashy.crash();
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        tracing::info!("demo: crashy restarts");
+        if let Err(error) = crashy.restart().await {
+            tracing::warn!(%error, "demo: crashy could not restart; trying again next cycle");
+        }
+    }
+}
+
+/// Sends `rate` GET requests per second over one keep-alive connection (reconnecting when it
+/// breaks) and prints every ten seconds where they went.
+async fn traffic(listen: SocketAddr, rate: u32) {
+    let period = Duration::from_secs(1) / rate.max(1);
+    let mut tick = tokio::time::interval(period);
+    let mut report = tokio::time::interval(Duration::from_secs(10));
+    report.tick().await;
+    let mut sender: Option<http1::SendRequest<Empty<Bytes>>> = None;
+    let mut tally: BTreeMap<String, u64> = BTreeMap::new();
+    loop {
+        tokio::select! {
+            _ = report.tick() => {
+                let summary: Vec<String> = tally.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                tracing::info!("demo traffic, last 10 s: {}", if summary.is_empty() { "none".into() } else { summary.join(", ") });
+                tally.clear();
+            }
+            _ = tick.tick() => {
+                let label = match one_request(listen, &mut sender).await {
+                    Some((status, backend)) if status < 500 => backend.unwrap_or_else(|| format!("HTTP {status}")),
+                    Some((status, backend)) => format!("HTTP {status} from {}", backend.unwrap_or_else(|| "capataz".into())),
+                    None => "connection errors".into(),
+                };
+                *tally.entry(label).or_default() += 1;
+            }
+        }
+    }
+}
+
+async fn one_request(
+    listen: SocketAddr,
+    sender: &mut Option<http1::SendRequest<Empty<Bytes>>>,
+) -> Option<(u16, Option<String>)> {
+    if sender.as_ref().is_none_or(|s| s.is_closed()) {
+        let stream = tokio::net::TcpStream::connect(listen).await.ok()?;
+        let (s, conn) = http1::handshake(TokioIo::new(stream)).await.ok()?;
+        tokio::spawn(conn);
+        *sender = Some(s);
+    }
+    let s = sender.as_mut()?;
+    s.ready().await.ok()?;
+    let request = http::Request::get("/")
+        .header(http::header::HOST, listen.to_string())
+        .body(Empty::new())
+        .ok()?;
+    let response = match s.send_request(request).await {
+        Ok(response) => response,
+        Err(_) => {
+            *sender = None;
+            return None;
+        }
+    };
+    let status = response.status().as_u16();
+    let backend = response
+        .headers()
+        .get("x-backend")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let _ = response.into_body().collect().await;
+    Some((status, backend))
+}

@@ -1,0 +1,507 @@
+//! The request path: route, pick a backend from the pool's snapshot, forward, retry, relay.
+//!
+//! Every response and every failure to get one is fed to the pool's passive side. Retries go
+//! to a backend not yet tried: always when no connection could be made (nothing was sent), and
+//! for bodiless idempotent requests also after a reset, a timeout before the response headers,
+//! or a 502/503/504, within the pool's retry budget.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use capataz_health::Outcome;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use hyper::body::{Body as _, Incoming};
+use hyper_util::rt::TokioIo;
+
+use crate::body::{Lease, ReqBody, RespBody};
+use crate::config::{AllDownPolicy, RouteConfig};
+use crate::health::PoolRt;
+
+/// The most backends one request may try (first attempt plus retries).
+const MAX_TRIES: usize = 11;
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
+/// One route, resolved to its pool.
+#[derive(Debug)]
+struct Route {
+    host: Option<String>,
+    path_prefix: String,
+    pool: Arc<PoolRt>,
+}
+
+/// The request handler of one listener.
+#[derive(Debug)]
+pub struct Proxy {
+    routes: Vec<Route>,
+    max_header_bytes: usize,
+}
+
+/// Why a request could not be served by any backend.
+#[derive(Clone, Copy, Debug)]
+enum Failure {
+    /// A connect failed, a connection broke, or the answer was not HTTP: 502.
+    BadGateway(Outcome),
+    /// A backend did not answer in time: 504.
+    Timeout,
+}
+
+impl Proxy {
+    /// A handler over `routes`, whose `pool` indexes refer to `pools`.
+    pub fn new(routes: &[RouteConfig], pools: &[Arc<PoolRt>], max_header_bytes: usize) -> Proxy {
+        Proxy {
+            routes: routes
+                .iter()
+                .map(|r| Route {
+                    host: r.host.clone(),
+                    path_prefix: r.path_prefix.clone(),
+                    pool: pools[r.pool].clone(),
+                })
+                .collect(),
+            max_header_bytes,
+        }
+    }
+
+    fn route(&self, req: &Request<Incoming>) -> Option<&Arc<PoolRt>> {
+        let host = req
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .or_else(|| req.uri().host())
+            .map(strip_port);
+        let path = req.uri().path();
+        self.routes
+            .iter()
+            .find(|route| {
+                let host_ok = match (&route.host, host) {
+                    (None, _) => true,
+                    (Some(want), Some(got)) => want.eq_ignore_ascii_case(got),
+                    (Some(_), None) => false,
+                };
+                host_ok && path.starts_with(route.path_prefix.as_str())
+            })
+            .map(|route| &route.pool)
+    }
+
+    /// Serves one client request.
+    pub async fn handle(
+        self: Arc<Self>,
+        mut req: Request<Incoming>,
+        client: SocketAddr,
+    ) -> Result<Response<RespBody>, Infallible> {
+        if self.max_header_bytes < MIN_HYPER_BUFFER && head_size(&req) > self.max_header_bytes {
+            return Ok(error_page(
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "request header fields too large",
+            ));
+        }
+        let Some(pool) = self.route(&req).cloned() else {
+            return Ok(error_page(
+                StatusCode::NOT_FOUND,
+                "no route matches this host and path",
+            ));
+        };
+        pool.budget.on_request();
+        let upgrade = wants_upgrade(req.headers());
+        let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+        let (mut parts, body) = req.into_parts();
+        prepare_request_headers(&mut parts.headers, client, upgrade);
+        let uri = origin_form(&parts.uri);
+        let bodiless = body.is_end_stream();
+        let replayable = bodiless && !upgrade && is_idempotent(&parts.method);
+        let mut retries_left = pool.config.retries.attempts;
+        // Keep what a resend needs only when a resend may happen.
+        let template = (replayable && retries_left > 0)
+            .then(|| (parts.method.clone(), uri.clone(), parts.headers.clone()));
+        let mut pending = Some(build_request(
+            parts.method,
+            uri,
+            parts.headers,
+            ReqBody::Incoming(body),
+        ));
+        let mut tried: Vec<usize> = Vec::new();
+        let mut failure = None;
+        loop {
+            let snapshot = pool.snapshot();
+            let picked = snapshot.pick(pool.config.algorithm, &pool.cursor, &tried, |b| {
+                pool.backends[b].in_flight.load(Ordering::Relaxed)
+            });
+            let all_down = snapshot.all_down;
+            drop(snapshot);
+            let Some(index) = picked else {
+                return Ok(match failure {
+                    Some(failure) => failure_page(failure),
+                    None => reject_page(&pool, all_down),
+                });
+            };
+            tried.push(index);
+            let request = match pending.take() {
+                Some(request) => request,
+                None => match &template {
+                    Some((method, uri, headers)) => {
+                        build_request(method.clone(), uri.clone(), headers.clone(), ReqBody::Empty)
+                    }
+                    // Unreachable: without a template no retry is attempted once sent.
+                    None => return Ok(failure_page(failure.unwrap_or(Failure::Timeout))),
+                },
+            };
+            let backend = pool.backends[index].clone();
+            let lease = Lease::new(backend);
+            match forward(&pool, index, request, lease).await {
+                Forwarded::Response(mut response, status) => {
+                    let retry_status = matches!(status, 502..=504);
+                    if retry_status
+                        && replayable
+                        && retries_left > 0
+                        && tried.len() < MAX_TRIES
+                        && pool.budget.try_spend()
+                    {
+                        retries_left -= 1;
+                        failure = Some(Failure::BadGateway(Outcome::Status(status)));
+                        continue;
+                    }
+                    if status == 101 {
+                        if let Some(client_upgrade) = client_upgrade {
+                            tunnel(client_upgrade, hyper::upgrade::on(&mut response));
+                        }
+                    } else {
+                        strip_hop_by_hop(response.headers_mut(), false);
+                    }
+                    return Ok(response);
+                }
+                Forwarded::NotSent(request, why) => {
+                    failure = Some(why);
+                    pending = Some(request);
+                    if retries_left > 0 && tried.len() < MAX_TRIES && pool.budget.try_spend() {
+                        retries_left -= 1;
+                        continue;
+                    }
+                    return Ok(failure_page(why));
+                }
+                Forwarded::Failed(why) => {
+                    failure = Some(why);
+                    if replayable
+                        && retries_left > 0
+                        && tried.len() < MAX_TRIES
+                        && pool.budget.try_spend()
+                    {
+                        retries_left -= 1;
+                        continue;
+                    }
+                    return Ok(failure_page(why));
+                }
+            }
+        }
+    }
+}
+
+/// What became of one attempt.
+enum Forwarded {
+    /// The backend answered (status code given).
+    Response(Response<RespBody>, u16),
+    /// Nothing reached the backend; the request comes back intact.
+    NotSent(Request<ReqBody>, Failure),
+    /// The request was sent (at least in part) and no usable answer came.
+    Failed(Failure),
+}
+
+/// One attempt on one backend, with its outcome fed to the passive side.
+async fn forward(
+    pool: &PoolRt,
+    index: usize,
+    request: Request<ReqBody>,
+    mut lease: Lease,
+) -> Forwarded {
+    let backend = lease.backend().clone();
+    let mut request = request;
+    // A pooled connection the backend closed meanwhile is no fault of the backend: one fresh
+    // connection is tried before anything is judged.
+    let mut fresh_only = false;
+    loop {
+        let conn = if fresh_only {
+            backend.upstream.connect().await
+        } else {
+            backend.upstream.acquire().await
+        };
+        let mut conn = match conn {
+            Ok(conn) => conn,
+            Err(outcome) => {
+                pool.observe(index, outcome);
+                let why = match outcome {
+                    Outcome::Timeout => Failure::Timeout,
+                    other => Failure::BadGateway(other),
+                };
+                return Forwarded::NotSent(request, why);
+            }
+        };
+        if conn.sender.ready().await.is_err() {
+            if conn.reused && !fresh_only {
+                fresh_only = true;
+                continue;
+            }
+            pool.observe(index, Outcome::Reset);
+            return Forwarded::NotSent(request, Failure::BadGateway(Outcome::Reset));
+        }
+        let timeout = pool.config.timeouts.response_header;
+        let sent = tokio::time::timeout(timeout, conn.sender.try_send_request(request)).await;
+        match sent {
+            Err(_) => {
+                pool.observe(index, Outcome::Timeout);
+                return Forwarded::Failed(Failure::Timeout);
+            }
+            Ok(Err(mut error)) => match error.take_message() {
+                Some(unsent) if conn.reused && !fresh_only => {
+                    request = unsent;
+                    fresh_only = true;
+                }
+                Some(unsent) => {
+                    pool.observe(index, Outcome::Reset);
+                    return Forwarded::NotSent(unsent, Failure::BadGateway(Outcome::Reset));
+                }
+                None => {
+                    let outcome = if error.error().is_parse() {
+                        Outcome::Malformed
+                    } else {
+                        Outcome::Reset
+                    };
+                    pool.observe(index, outcome);
+                    return Forwarded::Failed(Failure::BadGateway(outcome));
+                }
+            },
+            Ok(Ok(response)) => {
+                let status = response.status().as_u16();
+                pool.observe(index, Outcome::Status(status));
+                let (parts, body) = response.into_parts();
+                lease.set_sender(conn.sender);
+                let body = RespBody::upstream(body, lease);
+                return Forwarded::Response(Response::from_parts(parts, body), status);
+            }
+        }
+    }
+}
+
+fn build_request(method: Method, uri: Uri, headers: HeaderMap, body: ReqBody) -> Request<ReqBody> {
+    let mut request = Request::new(body);
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    *request.version_mut() = Version::HTTP_11;
+    *request.headers_mut() = headers;
+    request
+}
+
+/// hyper's smallest read buffer; heads larger than the limit but within it are checked here.
+const MIN_HYPER_BUFFER: usize = 8192;
+
+fn head_size(req: &Request<Incoming>) -> usize {
+    let line = req.method().as_str().len() + req.uri().to_string().len() + 12;
+    line + req
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum::<usize>()
+}
+
+fn strip_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        // [v6]:port
+        return host.split_once(']').map_or(host, |(h, _)| &h[1..]);
+    }
+    host.rsplit_once(':').map_or(host, |(h, _)| h)
+}
+
+fn origin_form(uri: &Uri) -> Uri {
+    match uri.path_and_query() {
+        Some(_) if uri.scheme().is_none() && uri.authority().is_none() => uri.clone(),
+        Some(pq) => Uri::from(pq.clone()),
+        None => Uri::from_static("/"),
+    }
+}
+
+fn is_idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+fn wants_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && connection_tokens(headers).any(|t| t.eq_ignore_ascii_case("upgrade"))
+}
+
+fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}
+
+/// Removes the hop-by-hop headers of RFC 9110 section 7.6.1 (and any the Connection header
+/// names). For an upgrade, `Connection: upgrade` and `Upgrade` are kept.
+fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+    if headers.contains_key(header::CONNECTION) {
+        let named: Vec<HeaderName> = connection_tokens(headers)
+            .filter(|t| !(keep_upgrade && t.eq_ignore_ascii_case("upgrade")))
+            .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
+            .collect();
+        for name in named {
+            headers.remove(name);
+        }
+        headers.remove(header::CONNECTION);
+    }
+    headers.remove(&KEEP_ALIVE);
+    headers.remove(&PROXY_CONNECTION);
+    headers.remove(header::TE);
+    headers.remove(header::TRAILER);
+    headers.remove(header::TRANSFER_ENCODING);
+    if keep_upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    } else {
+        headers.remove(header::UPGRADE);
+    }
+}
+
+fn prepare_request_headers(headers: &mut HeaderMap, client: SocketAddr, upgrade: bool) {
+    strip_hop_by_hop(headers, upgrade);
+    let ip = client.ip().to_string();
+    let forwarded = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        Some(before) => HeaderValue::try_from(format!("{before}, {ip}")),
+        None => HeaderValue::try_from(ip),
+    };
+    if let Ok(forwarded) = forwarded {
+        headers.insert(X_FORWARDED_FOR.clone(), forwarded);
+    }
+    headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
+}
+
+fn tunnel(client: hyper::upgrade::OnUpgrade, backend: hyper::upgrade::OnUpgrade) {
+    tokio::spawn(async move {
+        let (Ok(client), Ok(backend)) = tokio::join!(client, backend) else {
+            return;
+        };
+        let mut client = TokioIo::new(client);
+        let mut backend = TokioIo::new(backend);
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut backend).await;
+    });
+}
+
+fn error_page(status: StatusCode, text: &str) -> Response<RespBody> {
+    let mut response = Response::new(RespBody::text(format!(
+        "{} {}: {text}\n",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or("")
+    )));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+fn failure_page(failure: Failure) -> Response<RespBody> {
+    match failure {
+        Failure::Timeout => error_page(
+            StatusCode::GATEWAY_TIMEOUT,
+            "the backend did not answer in time",
+        ),
+        Failure::BadGateway(outcome) => error_page(
+            StatusCode::BAD_GATEWAY,
+            &format!("the backend failed ({outcome})"),
+        ),
+    }
+}
+
+fn reject_page(pool: &PoolRt, all_down: bool) -> Response<RespBody> {
+    let retry_after = match pool.config.when_all_down {
+        AllDownPolicy::Reject { retry_after } => retry_after.as_secs().max(1),
+        AllDownPolicy::FailOpen => 1,
+    };
+    let text = if all_down {
+        format!("pool {} has no healthy backend", pool.name)
+    } else {
+        format!("pool {} has no backend left to try", pool.name)
+    };
+    let mut response = error_page(StatusCode::SERVICE_UNAVAILABLE, &text);
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_go() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret"),
+        );
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        h.insert(header::HOST, HeaderValue::from_static("example.com"));
+        h.insert("x-keep", HeaderValue::from_static("yes"));
+        strip_hop_by_hop(&mut h, false);
+        let mut names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        names.sort();
+        assert_eq!(names, ["host", "x-keep"]);
+    }
+
+    #[test]
+    fn upgrade_headers_stay_for_upgrades() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        assert!(wants_upgrade(&h));
+        strip_hop_by_hop(&mut h, true);
+        assert_eq!(h.get(header::CONNECTION).unwrap(), "upgrade");
+        assert_eq!(h.get(header::UPGRADE).unwrap(), "websocket");
+    }
+
+    #[test]
+    fn forwarded_headers() {
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
+        h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+        prepare_request_headers(&mut h, "127.0.0.2:5000".parse().unwrap(), false);
+        assert_eq!(h.get("x-forwarded-for").unwrap(), "10.0.0.1, 127.0.0.2");
+        assert_eq!(h.get("x-forwarded-proto").unwrap(), "http");
+    }
+
+    #[test]
+    fn hosts_and_uris() {
+        assert_eq!(strip_port("example.com:8080"), "example.com");
+        assert_eq!(strip_port("example.com"), "example.com");
+        assert_eq!(strip_port("[::1]:80"), "::1");
+        let abs: Uri = "http://example.com/a?b=1".parse().unwrap();
+        assert_eq!(origin_form(&abs), "/a?b=1");
+        let rel: Uri = "/x".parse().unwrap();
+        assert_eq!(origin_form(&rel), "/x");
+    }
+
+    #[test]
+    fn idempotent_methods() {
+        assert!(is_idempotent(&Method::GET));
+        assert!(is_idempotent(&Method::PUT));
+        assert!(!is_idempotent(&Method::POST));
+        assert!(!is_idempotent(&Method::PATCH));
+    }
+}

@@ -1,0 +1,537 @@
+//! End-to-end tests of the balancer on loopback: real sockets, in-process backends whose
+//! behaviour each test scripts, short probe intervals, and waits on events or counts with
+//! generous deadlines (never fixed sleeps).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use capataz::config;
+use capataz::health::Event;
+use capataz::server::Balancer;
+use capataz::sim::{Mode, SimBackend};
+use capataz_health::{Ejection, Reason, State};
+use http_body_util::{BodyExt, Empty};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::sync::broadcast;
+
+const DEADLINE: Duration = Duration::from_secs(20);
+
+fn any() -> SocketAddr {
+    ([127, 0, 0, 1], 0).into()
+}
+
+async fn backends(names: &[&str]) -> Vec<SimBackend> {
+    let mut out = Vec::new();
+    for name in names {
+        out.push(SimBackend::start(name, any()).await.expect("start backend"));
+    }
+    out
+}
+
+/// A config with one listener on a free port and one pool `web` over `backends` (with
+/// `weights`, 1 when empty), plus `extra` TOML lines appended to the pool's tables.
+fn config_text(backends: &[SimBackend], weights: &[u32], pool_extra: &str) -> String {
+    let list: Vec<String> = backends
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            format!(
+                "{{ name = \"{}\", address = \"{}\", weight = {} }}",
+                b.name(),
+                b.addr(),
+                weights.get(i).copied().unwrap_or(1)
+            )
+        })
+        .collect();
+    format!(
+        r#"
+[[listeners]]
+address = "127.0.0.1:0"
+
+[pools.web]
+backends = [{}]
+{pool_extra}
+"#,
+        list.join(", ")
+    )
+}
+
+const FAST_CHECKS: &str = r#"
+[pools.web.active]
+interval = "30ms"
+timeout = "100ms"
+jitter = "10%"
+rise = 2
+fall = 3
+"#;
+
+async fn start(text: &str) -> (Balancer, broadcast::Receiver<Event>) {
+    let config = config::parse_str(text, "<test>").expect("valid test config");
+    let (events, rx) = broadcast::channel(4096);
+    let balancer = Balancer::start(&config, events)
+        .await
+        .expect("balancer starts");
+    (balancer, rx)
+}
+
+/// A keep-alive HTTP/1.1 client for one address.
+struct Client {
+    addr: SocketAddr,
+    sender: Option<http1::SendRequest<Empty<Bytes>>>,
+}
+
+struct Answer {
+    status: u16,
+    backend: Option<String>,
+    headers: http::HeaderMap,
+}
+
+impl Client {
+    fn new(addr: SocketAddr) -> Client {
+        Client { addr, sender: None }
+    }
+
+    async fn get(&mut self, path: &str) -> Answer {
+        self.request(
+            http::Request::get(path)
+                .header("host", "app.test")
+                .body(Empty::new())
+                .unwrap(),
+        )
+        .await
+    }
+
+    async fn request(&mut self, request: http::Request<Empty<Bytes>>) -> Answer {
+        for _ in 0..2 {
+            if self.sender.as_ref().is_none_or(|s| s.is_closed()) {
+                let stream = tokio::net::TcpStream::connect(self.addr)
+                    .await
+                    .expect("connect");
+                let (sender, conn) = http1::handshake(TokioIo::new(stream))
+                    .await
+                    .expect("handshake");
+                tokio::spawn(conn);
+                self.sender = Some(sender);
+            }
+            let sender = self.sender.as_mut().unwrap();
+            if sender.ready().await.is_err() {
+                self.sender = None;
+                continue;
+            }
+            let mut req = http::Request::new(Empty::new());
+            *req.method_mut() = request.method().clone();
+            *req.uri_mut() = request.uri().clone();
+            *req.headers_mut() = request.headers().clone();
+            match tokio::time::timeout(DEADLINE, sender.send_request(req)).await {
+                Ok(Ok(response)) => {
+                    let status = response.status().as_u16();
+                    let headers = response.headers().clone();
+                    let backend = headers
+                        .get("x-backend")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned);
+                    let _ = response.into_body().collect().await;
+                    return Answer {
+                        status,
+                        backend,
+                        headers,
+                    };
+                }
+                Ok(Err(_)) => {
+                    self.sender = None;
+                    continue;
+                }
+                Err(_) => panic!("no answer within {DEADLINE:?}"),
+            }
+        }
+        panic!("the balancer closed two connections in a row");
+    }
+}
+
+/// Waits for the first event matching `want`, failing after the deadline.
+async fn wait_for(
+    rx: &mut broadcast::Receiver<Event>,
+    what: &str,
+    want: impl Fn(&Event) -> bool,
+) -> Event {
+    let end = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        match tokio::time::timeout_at(end, rx.recv()).await {
+            Ok(Ok(event)) if want(&event) => return event,
+            Ok(Ok(_)) => continue,
+            Ok(Err(broadcast::error::RecvError::Lagged(_))) => continue,
+            Ok(Err(e)) => panic!("event stream ended while waiting for {what}: {e}"),
+            Err(_) => panic!("no {what} within {DEADLINE:?}"),
+        }
+    }
+}
+
+fn transition_of<'a>(
+    event: &'a Event,
+    backend: &str,
+    to: State,
+) -> Option<&'a capataz_health::Transition> {
+    match event {
+        Event::Transition {
+            backend: b,
+            transition,
+            ..
+        } if &**b == backend && transition.to == to => Some(transition),
+        _ => None,
+    }
+}
+
+fn count_transitions(rx: &mut broadcast::Receiver<Event>) -> usize {
+    let mut n = 0;
+    while let Ok(event) = rx.try_recv() {
+        if matches!(event, Event::Transition { .. }) {
+            n += 1;
+        }
+    }
+    n
+}
+
+#[tokio::test]
+async fn traffic_follows_weights_and_only_reaches_up_backends() {
+    let b = backends(&["a", "b", "c"]).await;
+    let (balancer, mut rx) = start(&config_text(&b, &[1, 2, 3], FAST_CHECKS)).await;
+    let mut client = Client::new(balancer.local_addrs()[0]);
+    let mut counts: HashMap<String, u32> = HashMap::new();
+    for _ in 0..600 {
+        let answer = client.get("/").await;
+        assert_eq!(answer.status, 200);
+        *counts.entry(answer.backend.unwrap()).or_default() += 1;
+    }
+    assert_eq!((counts["a"], counts["b"], counts["c"]), (100, 200, 300));
+
+    b[2].set_health(Mode::Status(503));
+    let event = wait_for(&mut rx, "c DOWN", |e| {
+        transition_of(e, "c", State::Down).is_some()
+    })
+    .await;
+    let t = *transition_of(&event, "c", State::Down).unwrap();
+    assert!(matches!(
+        t.reason,
+        Reason::ProbesFailed {
+            streak: 3,
+            last: capataz_health::Outcome::Status(503)
+        }
+    ));
+    let hits_before = b[2].traffic_hits();
+    for _ in 0..90 {
+        let answer = client.get("/").await;
+        assert_eq!(answer.status, 200);
+        assert_ne!(
+            answer.backend.as_deref(),
+            Some("c"),
+            "a DOWN backend got traffic"
+        );
+    }
+    assert_eq!(b[2].traffic_hits(), hits_before);
+}
+
+#[tokio::test]
+async fn down_after_fall_failed_probes_and_up_after_rise_passes() {
+    let b = backends(&["a", "b"]).await;
+    let (balancer, mut rx) = start(&config_text(&b, &[], FAST_CHECKS)).await;
+    b[0].set_health(Mode::Hang);
+    let event = wait_for(&mut rx, "a DOWN", |e| {
+        transition_of(e, "a", State::Down).is_some()
+    })
+    .await;
+    let t = *transition_of(&event, "a", State::Down).unwrap();
+    assert_eq!(
+        t.reason,
+        Reason::ProbesFailed {
+            streak: 3,
+            last: capataz_health::Outcome::Timeout
+        }
+    );
+    assert_eq!(
+        t.reason.to_string(),
+        "3 consecutive failed probes, last: TIMEOUT"
+    );
+    b[0].set_health(Mode::Status(200));
+    let event = wait_for(&mut rx, "a UP", |e| {
+        transition_of(e, "a", State::Up).is_some()
+    })
+    .await;
+    let t = *transition_of(&event, "a", State::Up).unwrap();
+    assert!(
+        matches!(t.reason, Reason::ProbesPassed { streak: 2, .. }),
+        "{:?}",
+        t.reason
+    );
+    let pool = balancer.pool("web").unwrap();
+    assert_eq!(pool.verdict(0), State::Up);
+}
+
+#[tokio::test]
+async fn crashed_backend_is_refused_then_readmitted_after_restart() {
+    let b = backends(&["a", "b"]).await;
+    let (_balancer, mut rx) = start(&config_text(&b, &[], FAST_CHECKS)).await;
+    b[1].crash();
+    let event = wait_for(&mut rx, "b DOWN", |e| {
+        transition_of(e, "b", State::Down).is_some()
+    })
+    .await;
+    let t = *transition_of(&event, "b", State::Down).unwrap();
+    assert!(matches!(t.reason, Reason::ProbesFailed { streak: 3, .. }));
+    b[1].restart().await.unwrap();
+    wait_for(&mut rx, "b UP", |e| {
+        transition_of(e, "b", State::Up).is_some()
+    })
+    .await;
+}
+
+const PASSIVE: &str = r#"
+[pools.web.active]
+interval = "30ms"
+timeout = "100ms"
+
+[pools.web.passive]
+consecutive_errors = 3
+ejection_time = "300ms"
+max_ejection_time = "2s"
+max_ejected_percent = 50
+
+[pools.web.retries]
+attempts = 0
+"#;
+
+#[tokio::test]
+async fn passive_checks_eject_a_backend_whose_probes_pass_and_readmit_it_on_probation() {
+    let b = backends(&["good", "liar"]).await;
+    b[1].set_traffic(Mode::Status(500));
+    let (balancer, mut rx) = start(&config_text(&b, &[], PASSIVE)).await;
+    let mut client = Client::new(balancer.local_addrs()[0]);
+    // Round robin alternates, so the liar's third 500 comes with the sixth request.
+    let mut errors = 0;
+    while errors < 3 {
+        let answer = client.get("/").await;
+        if answer.status == 500 {
+            errors += 1;
+        }
+    }
+    let event = wait_for(&mut rx, "liar ejected", |e| {
+        transition_of(e, "liar", State::Down).is_some()
+    })
+    .await;
+    let t = *transition_of(&event, "liar", State::Down).unwrap();
+    match t.reason {
+        Reason::TrafficErrors {
+            streak: 3,
+            last,
+            ejection: Some(ejection),
+        } => {
+            assert_eq!(last, capataz_health::Outcome::Status(500));
+            assert_eq!(ejection.nth, 1);
+            assert_eq!(ejection.duration, Duration::from_millis(300));
+        }
+        other => panic!("unexpected reason {other:?}"),
+    }
+    // While ejected, no traffic reaches it.
+    let hits = b[1].traffic_hits();
+    for _ in 0..20 {
+        assert_eq!(client.get("/").await.backend.as_deref(), Some("good"));
+    }
+    assert_eq!(b[1].traffic_hits(), hits);
+    // After the ejection time it is back on probation.
+    let event = wait_for(&mut rx, "liar on probation", |e| {
+        transition_of(e, "liar", State::Up).is_some()
+    })
+    .await;
+    assert!(matches!(
+        transition_of(&event, "liar", State::Up).unwrap().reason,
+        Reason::EjectionExpired { nth: 1, .. }
+    ));
+    // Healed: the first good response readmits it for good.
+    b[1].set_traffic(Mode::Status(200));
+    let end = tokio::time::Instant::now() + DEADLINE;
+    while b[1].traffic_hits() == hits {
+        assert!(
+            tokio::time::Instant::now() < end,
+            "the backend on probation got no traffic"
+        );
+        assert_eq!(client.get("/").await.status, 200);
+    }
+    let pool = balancer.pool("web").unwrap();
+    assert_eq!(pool.health()[1].passive.ejection, Ejection::None);
+    assert_eq!(pool.verdict(1), State::Up);
+}
+
+#[tokio::test]
+async fn an_error_on_probation_ejects_again_for_longer() {
+    let b = backends(&["good", "liar"]).await;
+    b[1].set_traffic(Mode::Status(502));
+    let (balancer, mut rx) = start(&config_text(&b, &[], PASSIVE)).await;
+    let mut client = Client::new(balancer.local_addrs()[0]);
+    let mut second = None;
+    let end = tokio::time::Instant::now() + DEADLINE;
+    while second.is_none() && tokio::time::Instant::now() < end {
+        client.get("/").await;
+        while let Ok(event) = rx.try_recv() {
+            if let Some(t) = transition_of(&event, "liar", State::Down) {
+                if let Reason::ProbationFailed { ejection, .. } = t.reason {
+                    second = Some(ejection);
+                }
+            }
+        }
+        tokio::task::yield_now().await;
+    }
+    let ejection = second.expect("a second ejection after a failed probation");
+    assert_eq!(ejection.nth, 2);
+    assert_eq!(ejection.duration, Duration::from_millis(600));
+}
+
+#[tokio::test]
+async fn client_errors_never_eject() {
+    let b = backends(&["a", "b"]).await;
+    b[0].set_traffic(Mode::Status(404));
+    b[1].set_traffic(Mode::Status(403));
+    let (balancer, mut rx) = start(&config_text(&b, &[], PASSIVE)).await;
+    let mut client = Client::new(balancer.local_addrs()[0]);
+    for _ in 0..60 {
+        let status = client.get("/missing").await.status;
+        assert!(status == 404 || status == 403);
+    }
+    assert_eq!(count_transitions(&mut rx), 0);
+    let pool = balancer.pool("web").unwrap();
+    assert!(pool.health().iter().all(|h| h.passive.error_streak == 0));
+}
+
+#[tokio::test]
+async fn a_backend_killed_under_steady_traffic_costs_clients_no_errors() {
+    let b = backends(&["a", "b", "c"]).await;
+    let (balancer, mut rx) = start(&config_text(&b, &[], FAST_CHECKS)).await;
+    let addr = balancer.local_addrs()[0];
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(tokio::spawn(async move {
+            let mut client = Client::new(addr);
+            let mut failures = Vec::new();
+            for _ in 0..150 {
+                let answer = client.get("/").await;
+                if answer.status != 200 {
+                    failures.push(answer.status);
+                }
+            }
+            failures
+        }));
+    }
+    assert!(b[1].wait_traffic_hits(50, DEADLINE).await);
+    b[1].crash();
+    let mut failures = Vec::new();
+    for c in clients {
+        failures.extend(c.await.unwrap());
+    }
+    assert!(failures.is_empty(), "clients saw errors: {failures:?}");
+    wait_for(&mut rx, "b DOWN", |e| {
+        transition_of(e, "b", State::Down).is_some()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn all_down_fails_open_by_default_and_says_so() {
+    let b = backends(&["a", "b"]).await;
+    let (balancer, mut rx) = start(&config_text(&b, &[], FAST_CHECKS)).await;
+    for backend in &b {
+        backend.set_health(Mode::Status(500));
+    }
+    wait_for(&mut rx, "all down", |e| matches!(e, Event::AllDown { .. })).await;
+    let mut client = Client::new(balancer.local_addrs()[0]);
+    let mut seen = HashMap::<String, u32>::new();
+    for _ in 0..10 {
+        let answer = client.get("/").await;
+        assert_eq!(answer.status, 200, "fail-open still serves");
+        *seen.entry(answer.backend.unwrap()).or_default() += 1;
+    }
+    assert_eq!(seen.len(), 2, "fail-open spreads over every backend");
+    b[0].set_health(Mode::Status(200));
+    wait_for(&mut rx, "recovered", |e| {
+        matches!(e, Event::Recovered { .. })
+    })
+    .await;
+    for _ in 0..10 {
+        assert_eq!(client.get("/").await.backend.as_deref(), Some("a"));
+    }
+}
+
+#[tokio::test]
+async fn all_down_with_reject_answers_503_with_retry_after() {
+    let b = backends(&["a"]).await;
+    let extra = format!("when_all_down = \"reject\"\nretry_after = \"7s\"\n{FAST_CHECKS}");
+    let (balancer, mut rx) = start(&config_text(&b, &[], &extra)).await;
+    b[0].set_health(Mode::Status(503));
+    wait_for(&mut rx, "all down", |e| matches!(e, Event::AllDown { .. })).await;
+    let mut client = Client::new(balancer.local_addrs()[0]);
+    let answer = client.get("/").await;
+    assert_eq!(answer.status, 503);
+    assert_eq!(answer.headers.get("retry-after").unwrap(), "7");
+    assert_eq!(answer.backend, None);
+}
+
+#[tokio::test]
+async fn passive_checks_never_eject_more_than_their_share() {
+    let b = backends(&["a", "b", "c", "d"]).await;
+    for backend in &b {
+        backend.set_traffic(Mode::Status(500));
+    }
+    let (balancer, mut rx) = start(&config_text(&b, &[], PASSIVE)).await;
+    let mut client = Client::new(balancer.local_addrs()[0]);
+    for _ in 0..40 {
+        client.get("/").await;
+    }
+    let pool = balancer.pool("web").unwrap();
+    let ejected = pool
+        .health()
+        .iter()
+        .filter(|h| h.passive.is_ejected())
+        .count();
+    assert_eq!(ejected, 2, "50 % of 4 backends");
+    assert_eq!(count_transitions(&mut rx), 2);
+}
+
+#[tokio::test]
+async fn proxy_headers_and_error_statuses() {
+    let b = backends(&["a"]).await;
+    let extra = r#"
+[pools.web.active]
+kind = "none"
+
+[pools.web.passive]
+enabled = false
+
+[pools.web.timeouts]
+response_header = "200ms"
+"#;
+    let (balancer, _rx) = start(&config_text(&b, &[], extra)).await;
+    let mut client = Client::new(balancer.local_addrs()[0]);
+    let request = http::Request::get("/x")
+        .header("host", "app.test")
+        .header("x-forwarded-for", "192.0.2.1")
+        .header("connection", "x-hop")
+        .header("x-hop", "secret")
+        .body(Empty::new())
+        .unwrap();
+    let answer = client.request(request).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.headers.get("x-seen-host").unwrap(), "app.test");
+    assert_eq!(
+        answer.headers.get("x-seen-xff").unwrap(),
+        "192.0.2.1, 127.0.0.1"
+    );
+    assert_eq!(answer.headers.get("x-seen-proto").unwrap(), "http");
+
+    b[0].set_traffic(Mode::Hang);
+    assert_eq!(client.get("/").await.status, 504);
+    b[0].set_traffic(Mode::Garbage);
+    assert_eq!(client.get("/").await.status, 502);
+    b[0].set_traffic(Mode::Status(200));
+    b[0].crash();
+    assert_eq!(client.get("/").await.status, 502);
+}
