@@ -129,9 +129,11 @@ impl Body for RespBody {
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
             RespBody::Upstream(body, lease) => {
-                let polled = Pin::new(body).poll_frame(cx);
+                let polled = Pin::new(&mut *body).poll_frame(cx);
                 match &polled {
-                    Poll::Ready(None) => {
+                    // hyper stops polling once a sized body has delivered its last byte, so the
+                    // end is detected after each frame, not only at `None`.
+                    Poll::Ready(None) | Poll::Ready(Some(Ok(_))) if body.is_end_stream() => {
                         if let Some(mut slot) = lease.take() {
                             slot.0.complete = true;
                         }

@@ -97,15 +97,22 @@ fn init_logging(format: LogFormat, level: &str) {
     capataz::logging::init(format, level);
 }
 
+/// The async runtime: one worker per core by default; `CAPATAZ_WORKER_THREADS=N` sets the
+/// count, and 1 gives a single-threaded runtime (no work stealing, cheapest per request).
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = std::env::var("CAPATAZ_WORKER_THREADS")
+    let threads = std::env::var("CAPATAZ_WORKER_THREADS")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
-        .filter(|&n| n > 0)
-    {
-        builder.worker_threads(n);
-    }
+        .filter(|&n| n > 0);
+    let mut builder = match threads {
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        Some(n) => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(n);
+            builder
+        }
+        None => tokio::runtime::Builder::new_multi_thread(),
+    };
     builder
         .enable_all()
         .build()
