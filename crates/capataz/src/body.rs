@@ -54,7 +54,7 @@ impl Body for ReqBody {
 }
 
 /// Holds a backend's in-flight slot and, once the response is complete, its connection.
-pub(crate) struct Lease {
+pub struct Lease {
     backend: Arc<BackendRt>,
     sender: Option<SendRequest<ReqBody>>,
     complete: bool,
@@ -94,13 +94,10 @@ impl Drop for Lease {
 /// A response body on its way to a client.
 pub enum RespBody {
     /// A backend's body, with the lease it holds.
-    Upstream(Incoming, Option<Box<LeaseSlot>>),
+    Upstream(Incoming, Option<Lease>),
     /// A body capataz wrote itself (an error page).
     Full(Option<Bytes>),
 }
-
-/// The lease a backend response carries (boxed to keep `RespBody` small).
-pub struct LeaseSlot(pub(crate) Lease);
 
 impl RespBody {
     /// A short plain-text body.
@@ -115,7 +112,7 @@ impl RespBody {
             drop(lease);
             return RespBody::Upstream(body, None);
         }
-        RespBody::Upstream(body, Some(Box::new(LeaseSlot(lease))))
+        RespBody::Upstream(body, Some(lease))
     }
 }
 
@@ -134,8 +131,8 @@ impl Body for RespBody {
                     // hyper stops polling once a sized body has delivered its last byte, so the
                     // end is detected after each frame, not only at `None`.
                     Poll::Ready(None) | Poll::Ready(Some(Ok(_))) if body.is_end_stream() => {
-                        if let Some(mut slot) = lease.take() {
-                            slot.0.complete = true;
+                        if let Some(mut lease) = lease.take() {
+                            lease.complete = true;
                         }
                     }
                     Poll::Ready(Some(Err(_))) => {

@@ -28,6 +28,30 @@ static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-prot
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
+/// The backends one request has tried, without a heap allocation.
+#[derive(Default)]
+struct Tried {
+    backends: [usize; MAX_TRIES],
+    len: usize,
+}
+
+impl Tried {
+    fn push(&mut self, backend: usize) {
+        if self.len < MAX_TRIES {
+            self.backends[self.len] = backend;
+            self.len += 1;
+        }
+    }
+
+    fn has_room(&self) -> bool {
+        self.len < MAX_TRIES
+    }
+
+    fn as_slice(&self) -> &[usize] {
+        &self.backends[..self.len]
+    }
+}
+
 /// One route, resolved to its pool.
 #[derive(Debug)]
 struct Route {
@@ -93,7 +117,7 @@ impl Proxy {
     pub async fn handle(
         self: Arc<Self>,
         mut req: Request<Incoming>,
-        client: SocketAddr,
+        client: Arc<ClientInfo>,
     ) -> Result<Response<RespBody>, Infallible> {
         if self.max_header_bytes < MIN_HYPER_BUFFER && head_size(&req) > self.max_header_bytes {
             return Ok(error_page(
@@ -111,7 +135,7 @@ impl Proxy {
         let upgrade = wants_upgrade(req.headers());
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
-        prepare_request_headers(&mut parts.headers, client, upgrade);
+        prepare_request_headers(&mut parts.headers, &client, upgrade);
         let uri = origin_form(&parts.uri);
         let bodiless = body.is_end_stream();
         let replayable = bodiless && !upgrade && is_idempotent(&parts.method);
@@ -125,13 +149,14 @@ impl Proxy {
             parts.headers,
             ReqBody::Incoming(body),
         ));
-        let mut tried: Vec<usize> = Vec::new();
+        let mut tried = Tried::default();
         let mut failure = None;
         loop {
             let snapshot = pool.snapshot();
-            let picked = snapshot.pick(pool.config.algorithm, &pool.cursor, &tried, |b| {
-                pool.backends[b].in_flight.load(Ordering::Relaxed)
-            });
+            let picked =
+                snapshot.pick(pool.config.algorithm, &pool.cursor, tried.as_slice(), |b| {
+                    pool.backends[b].in_flight.load(Ordering::Relaxed)
+                });
             let all_down = snapshot.all_down;
             drop(snapshot);
             let Some(index) = picked else {
@@ -159,7 +184,8 @@ impl Proxy {
                     if retry_status
                         && replayable
                         && retries_left > 0
-                        && tried.len() < MAX_TRIES
+                        && tried.has_room()
+                        && untried_left(&pool, tried.as_slice())
                         && pool.budget.try_spend()
                     {
                         retries_left -= 1;
@@ -178,7 +204,7 @@ impl Proxy {
                 Forwarded::NotSent(request, why) => {
                     failure = Some(why);
                     pending = Some(request);
-                    if retries_left > 0 && tried.len() < MAX_TRIES && pool.budget.try_spend() {
+                    if retries_left > 0 && tried.has_room() && pool.budget.try_spend() {
                         retries_left -= 1;
                         continue;
                     }
@@ -186,10 +212,7 @@ impl Proxy {
                 }
                 Forwarded::Failed(why) => {
                     failure = Some(why);
-                    if replayable
-                        && retries_left > 0
-                        && tried.len() < MAX_TRIES
-                        && pool.budget.try_spend()
+                    if replayable && retries_left > 0 && tried.has_room() && pool.budget.try_spend()
                     {
                         retries_left -= 1;
                         continue;
@@ -323,6 +346,13 @@ fn origin_form(uri: &Uri) -> Uri {
     }
 }
 
+/// Whether an eligible backend has not been tried yet. Checked before retrying an answer, so
+/// when no backend is left the last one's own answer (a 503 with its `Retry-After`, say)
+/// reaches the client instead of a 502 of ours, and no retry budget is spent for nothing.
+fn untried_left(pool: &PoolRt, tried: &[usize]) -> bool {
+    pool.snapshot().eligible.iter().any(|b| !tried.contains(b))
+}
+
 fn is_idempotent(method: &Method) -> bool {
     matches!(
         *method,
@@ -370,14 +400,31 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     }
 }
 
-fn prepare_request_headers(headers: &mut HeaderMap, client: SocketAddr, upgrade: bool) {
+/// What the proxy knows of a client connection, computed once per connection.
+#[derive(Debug)]
+pub struct ClientInfo {
+    /// The peer address.
+    pub addr: SocketAddr,
+    ip: HeaderValue,
+}
+
+impl ClientInfo {
+    /// The info for a client at `addr`.
+    pub fn new(addr: SocketAddr) -> ClientInfo {
+        let ip = HeaderValue::try_from(addr.ip().to_string())
+            // An IP address is always a valid header value.
+            .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
+        ClientInfo { addr, ip }
+    }
+}
+
+fn prepare_request_headers(headers: &mut HeaderMap, client: &ClientInfo, upgrade: bool) {
     strip_hop_by_hop(headers, upgrade);
-    let ip = client.ip().to_string();
     let forwarded = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-        Some(before) => HeaderValue::try_from(format!("{before}, {ip}")),
-        None => HeaderValue::try_from(ip),
+        Some(before) => HeaderValue::try_from(format!("{before}, {}", client.addr.ip())).ok(),
+        None => Some(client.ip.clone()),
     };
-    if let Ok(forwarded) = forwarded {
+    if let Some(forwarded) = forwarded {
         headers.insert(X_FORWARDED_FOR.clone(), forwarded);
     }
     headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
@@ -481,7 +528,8 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
         h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
-        prepare_request_headers(&mut h, "127.0.0.2:5000".parse().unwrap(), false);
+        let client = ClientInfo::new("127.0.0.2:5000".parse().unwrap());
+        prepare_request_headers(&mut h, &client, false);
         assert_eq!(h.get("x-forwarded-for").unwrap(), "10.0.0.1, 127.0.0.2");
         assert_eq!(h.get("x-forwarded-proto").unwrap(), "http");
     }

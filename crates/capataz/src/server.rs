@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Config, ListenerConfig};
 use crate::health::{Event, PoolRt};
-use crate::proxy::Proxy;
+use crate::proxy::{ClientInfo, Proxy};
 
 /// A running balancer. Dropping it stops everything it started.
 #[derive(Debug)]
@@ -248,12 +248,14 @@ async fn serve_connection(
         last_ms: AtomicU64::new(0),
     });
     let service_activity = activity.clone();
+    let client = Arc::new(ClientInfo::new(peer));
     let service = service_fn(move |req| {
         let proxy = proxy.clone();
         let activity = service_activity.clone();
+        let client = client.clone();
         activity.active.fetch_add(1, Ordering::Relaxed);
         async move {
-            let response = proxy.handle(req, peer).await;
+            let response = proxy.handle(req, client).await;
             activity.touch();
             activity.active.fetch_sub(1, Ordering::Relaxed);
             response

@@ -43,6 +43,14 @@ pub fn check(config: &Config) -> Vec<Warning> {
             message,
         })
     };
+    if config.admin.is_some() {
+        warn(
+            "admin".into(),
+            "the admin listener is not served by this version yet: [admin] is validated so the \
+             config keeps working when it lands, but nothing listens on its address"
+                .into(),
+        );
+    }
     for pool in &config.pools {
         let at = format!("pools.{}", pool.name);
         let active = &pool.active;
