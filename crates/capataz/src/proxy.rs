@@ -93,11 +93,16 @@ impl Proxy {
     }
 
     fn route(&self, req: &Request<Incoming>) -> Option<&Arc<PoolRt>> {
+        // An absolute-form target names the host itself, and then Host is ignored
+        // (RFC 9112 section 3.2.2).
         let host = req
-            .headers()
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .or_else(|| req.uri().host())
+            .uri()
+            .host()
+            .or_else(|| {
+                req.headers()
+                    .get(header::HOST)
+                    .and_then(|h| h.to_str().ok())
+            })
             .map(strip_port);
         let path = req.uri().path();
         self.routes
@@ -181,14 +186,7 @@ impl Proxy {
             match forward(&pool, index, request, lease).await {
                 Forwarded::Response(mut response, status) => {
                     let retry_status = matches!(status, 502..=504);
-                    if retry_status
-                        && replayable
-                        && retries_left > 0
-                        && tried.has_room()
-                        && untried_left(&pool, tried.as_slice())
-                        && pool.budget.try_spend()
-                    {
-                        retries_left -= 1;
+                    if retry_status && replayable && may_retry(&pool, &mut retries_left, &tried) {
                         failure = Some(Failure::BadGateway(Outcome::Status(status)));
                         continue;
                     }
@@ -204,17 +202,14 @@ impl Proxy {
                 Forwarded::NotSent(request, why) => {
                     failure = Some(why);
                     pending = Some(request);
-                    if retries_left > 0 && tried.has_room() && pool.budget.try_spend() {
-                        retries_left -= 1;
+                    if may_retry(&pool, &mut retries_left, &tried) {
                         continue;
                     }
                     return Ok(failure_page(why));
                 }
                 Forwarded::Failed(why) => {
                     failure = Some(why);
-                    if replayable && retries_left > 0 && tried.has_room() && pool.budget.try_spend()
-                    {
-                        retries_left -= 1;
+                    if replayable && may_retry(&pool, &mut retries_left, &tried) {
                         continue;
                     }
                     return Ok(failure_page(why));
@@ -351,6 +346,19 @@ fn origin_form(uri: &Uri) -> Uri {
 /// reaches the client instead of a 502 of ours, and no retry budget is spent for nothing.
 fn untried_left(pool: &PoolRt, tried: &[usize]) -> bool {
     pool.snapshot().eligible.iter().any(|b| !tried.contains(b))
+}
+
+/// Whether one more attempt may be made: a retry is left for this request, a backend is left
+/// to try, and the pool's budget pays for it (spending one token and one retry if so).
+fn may_retry(pool: &PoolRt, retries_left: &mut u32, tried: &Tried) -> bool {
+    let ok = *retries_left > 0
+        && tried.has_room()
+        && untried_left(pool, tried.as_slice())
+        && pool.budget.try_spend();
+    if ok {
+        *retries_left -= 1;
+    }
+    ok
 }
 
 fn is_idempotent(method: &Method) -> bool {

@@ -1,0 +1,869 @@
+//! End-to-end tests of the proxy's edges on loopback: upgrades, retries and their budget,
+//! HTTP/1.0 and keep-alive, oversized heads, streamed bodies both ways, routing, and the
+//! least-request algorithm.
+//!
+//! Besides the scriptable [`SimBackend`], some tests use tiny raw backends written here (a
+//! WebSocket-style echo, a body counter, a streamer) because they need to see or produce bytes
+//! a `SimBackend` does not. Waits are on answers and counts with generous deadlines, never on
+//! fixed sleeps.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use capataz::config;
+use capataz::health::Event;
+use capataz::server::Balancer;
+use capataz::sim::{Mode, SimBackend};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+
+const DEADLINE: Duration = Duration::from_secs(20);
+
+/// No probes and a passive side that never ejects within a test: only the proxy is exercised.
+const QUIET: &str = r#"
+[pools.web.active]
+kind = "none"
+
+[pools.web.passive]
+consecutive_errors = 1000
+"#;
+
+fn any() -> SocketAddr {
+    ([127, 0, 0, 1], 0).into()
+}
+
+async fn backends(names: &[&str]) -> Vec<SimBackend> {
+    let mut out = Vec::new();
+    for name in names {
+        out.push(SimBackend::start(name, any()).await.expect("start backend"));
+    }
+    out
+}
+
+fn sims(backends: &[SimBackend]) -> Vec<(String, SocketAddr)> {
+    backends
+        .iter()
+        .map(|b| (b.name().to_owned(), b.addr()))
+        .collect()
+}
+
+/// A config with one listener on a free port (with `listener_extra` keys) and one pool `web`
+/// over `backends` (weight 1 each), plus `pool_extra` TOML appended after the pool's table.
+fn config_text(
+    backends: &[(String, SocketAddr)],
+    listener_extra: &str,
+    pool_extra: &str,
+) -> String {
+    let list: Vec<String> = backends
+        .iter()
+        .map(|(name, addr)| format!("{{ name = \"{name}\", address = \"{addr}\" }}"))
+        .collect();
+    format!(
+        r#"
+[[listeners]]
+address = "127.0.0.1:0"
+{listener_extra}
+
+[pools.web]
+backends = [{}]
+{pool_extra}
+"#,
+        list.join(", ")
+    )
+}
+
+async fn start(text: &str) -> (Balancer, broadcast::Receiver<Event>) {
+    let config = config::parse_str(text, "<test>").expect("valid test config");
+    let (events, rx) = broadcast::channel(4096);
+    let balancer = Balancer::start(&config, events)
+        .await
+        .expect("balancer starts");
+    (balancer, rx)
+}
+
+/// A keep-alive HTTP/1.1 client for one address; it reconnects only when told it may.
+struct Client {
+    addr: SocketAddr,
+    sender: Option<http1::SendRequest<Full<Bytes>>>,
+    connects: usize,
+}
+
+struct Answer {
+    status: u16,
+    backend: Option<String>,
+    body: Bytes,
+}
+
+impl Client {
+    fn new(addr: SocketAddr) -> Client {
+        Client {
+            addr,
+            sender: None,
+            connects: 0,
+        }
+    }
+
+    async fn get(&mut self, path: &str) -> Answer {
+        self.send("GET", path, "app.test", Bytes::new()).await
+    }
+
+    async fn send(&mut self, method: &str, path: &str, host: &str, body: Bytes) -> Answer {
+        let request = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", host)
+            .body(Full::new(body))
+            .unwrap();
+        if self.sender.as_ref().is_none_or(|s| s.is_closed()) {
+            let stream = TcpStream::connect(self.addr).await.expect("connect");
+            let (sender, conn) = http1::handshake(TokioIo::new(stream))
+                .await
+                .expect("handshake");
+            tokio::spawn(conn);
+            self.sender = Some(sender);
+            self.connects += 1;
+        }
+        // Set just above.
+        let sender = self.sender.as_mut().unwrap();
+        sender.ready().await.expect("connection ready");
+        let response = tokio::time::timeout(DEADLINE, sender.send_request(request))
+            .await
+            .unwrap_or_else(|_| panic!("no answer within {DEADLINE:?}"))
+            .expect("an answer");
+        let status = response.status().as_u16();
+        let backend = response
+            .headers()
+            .get("x-backend")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let body = tokio::time::timeout(DEADLINE, response.into_body().collect())
+            .await
+            .expect("body within the deadline")
+            .expect("a whole body")
+            .to_bytes();
+        Answer {
+            status,
+            backend,
+            body,
+        }
+    }
+}
+
+// ---- Raw backends and raw clients -------------------------------------------------------------
+
+/// A hand-written backend: an accept loop running `serve` on each connection, and a count of
+/// the requests `serve` reports. Dropping it stops accepting.
+struct RawBackend {
+    addr: SocketAddr,
+    hits: Arc<AtomicU64>,
+    accept: JoinHandle<()>,
+}
+
+impl RawBackend {
+    async fn start<F, Fut>(serve: F) -> RawBackend
+    where
+        F: Fn(TcpStream, Arc<AtomicU64>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let listener = TcpListener::bind(any()).await.expect("bind raw backend");
+        let addr = listener.local_addr().expect("local addr");
+        let hits = Arc::new(AtomicU64::new(0));
+        let counter = hits.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(serve(stream, counter.clone()));
+            }
+        });
+        RawBackend { addr, hits, accept }
+    }
+
+    fn hits(&self) -> u64 {
+        self.hits.load(Ordering::SeqCst)
+    }
+
+    fn entry(&self, name: &str) -> (String, SocketAddr) {
+        (name.to_owned(), self.addr)
+    }
+}
+
+impl Drop for RawBackend {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Reads until `buf` holds a whole head; returns it (without the blank line) and leaves what
+/// follows in `buf`. `None` at the end of the stream or on an error.
+async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<String> {
+    loop {
+        if let Some(end) = find(buf, b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            buf.drain(..end + 4);
+            return Some(head);
+        }
+        fill(stream, buf).await.ok().filter(|&n| n > 0)?;
+    }
+}
+
+async fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    let mut chunk = vec![0u8; 64 * 1024];
+    let n = stream.read(&mut chunk).await?;
+    buf.extend_from_slice(&chunk[..n]);
+    Ok(n)
+}
+
+/// The value of the first header named `name` (case-insensitive) in `head`.
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.split("\r\n").skip(1).find_map(|line| {
+        let (n, v) = line.split_once(':')?;
+        n.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+fn has_token(head: &str, name: &str, token: &str) -> bool {
+    header(head, name).is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+}
+
+async fn read_exact_buf(stream: &mut TcpStream, buf: &mut Vec<u8>, n: usize) -> Option<Vec<u8>> {
+    while buf.len() < n {
+        fill(stream, buf).await.ok().filter(|&r| r > 0)?;
+    }
+    Some(buf.drain(..n).collect())
+}
+
+async fn read_line(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<String> {
+    loop {
+        if let Some(end) = find(buf, b"\r\n") {
+            let line = String::from_utf8_lossy(&buf[..end]).into_owned();
+            buf.drain(..end + 2);
+            return Some(line);
+        }
+        fill(stream, buf).await.ok().filter(|&r| r > 0)?;
+    }
+}
+
+/// Reads the body `head` announces (sized, chunked, or none).
+async fn read_body(stream: &mut TcpStream, buf: &mut Vec<u8>, head: &str) -> Option<Vec<u8>> {
+    if has_token(head, "transfer-encoding", "chunked") {
+        let mut body = Vec::new();
+        loop {
+            let line = read_line(stream, buf).await?;
+            let size = usize::from_str_radix(line.split(';').next()?.trim(), 16).ok()?;
+            if size == 0 {
+                while !read_line(stream, buf).await?.is_empty() {}
+                return Some(body);
+            }
+            body.extend(read_exact_buf(stream, buf, size).await?);
+            if !read_line(stream, buf).await?.is_empty() {
+                return None;
+            }
+        }
+    }
+    let length = header(head, "content-length").map_or(Some(0), |v| v.parse().ok())?;
+    read_exact_buf(stream, buf, length).await
+}
+
+/// FNV-1a, to compare large bodies in a short answer.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// A deterministic, non-repeating-looking body of `len` bytes.
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i % 251) as u8 ^ (i / 251 % 256) as u8)
+        .collect()
+}
+
+/// A keep-alive backend that reads each request's body and answers `<length> <fnv>`.
+async fn counting_backend() -> RawBackend {
+    RawBackend::start(|mut stream, hits| async move {
+        let mut buf = Vec::new();
+        while let Some(head) = read_head(&mut stream, &mut buf).await {
+            let Some(body) = read_body(&mut stream, &mut buf, &head).await else {
+                return;
+            };
+            hits.fetch_add(1, Ordering::SeqCst);
+            let text = format!("{} {:x}", body.len(), fnv(&body));
+            let response = format!(
+                "HTTP/1.1 200 OK\r\nX-Backend: counter\r\nContent-Length: {}\r\n\r\n{text}",
+                text.len()
+            );
+            if stream.write_all(response.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await
+}
+
+/// Sends raw `request` bytes on a fresh connection and reads until the peer closes (or
+/// resets). Returns what was read; panics if the peer neither answers nor closes in time.
+async fn raw_roundtrip(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    // The peer may close before reading everything; what it answered still counts.
+    let _ = stream.write_all(request).await;
+    let mut out = Vec::new();
+    let read = async {
+        let mut chunk = [0u8; 16384];
+        loop {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => out.extend_from_slice(&chunk[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(DEADLINE, read)
+        .await
+        .expect("the balancer closed the connection in time");
+    out
+}
+
+fn status_of(response: &[u8]) -> Option<u16> {
+    let text = std::str::from_utf8(response.get(..12)?).ok()?;
+    let rest = text.strip_prefix("HTTP/1.")?;
+    rest.get(2..5)?.parse().ok()
+}
+
+// ---- 1. Upgrades -----------------------------------------------------------------------------
+
+#[tokio::test]
+async fn websocket_upgrade_passes_through_and_echoes_both_ways() {
+    // Plain requests get `200 plain` (keep-alive); an upgrade request gets a 101 and an echo.
+    let echo = RawBackend::start(|mut stream, hits| async move {
+        let mut buf = Vec::new();
+        loop {
+            let Some(head) = read_head(&mut stream, &mut buf).await else {
+                return;
+            };
+            hits.fetch_add(1, Ordering::SeqCst);
+            let upgrade = has_token(&head, "connection", "upgrade")
+                && header(&head, "upgrade").is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+            if upgrade {
+                break;
+            }
+            let plain = b"HTTP/1.1 200 OK\r\nX-Backend: echo\r\nContent-Length: 5\r\n\r\nplain";
+            if stream.write_all(plain).await.is_err() {
+                return;
+            }
+        }
+        let switch = b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
+        if stream.write_all(switch).await.is_err() {
+            return;
+        }
+        if !buf.is_empty() && stream.write_all(&buf).await.is_err() {
+            return;
+        }
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = stream.read(&mut chunk).await {
+            if n == 0 || stream.write_all(&chunk[..n]).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    let (balancer, _rx) = start(&config_text(&[echo.entry("echo")], "", QUIET)).await;
+    let mut client = TcpStream::connect(balancer.local_addrs()[0])
+        .await
+        .expect("connect");
+    client
+        .write_all(
+            b"GET /chat HTTP/1.1\r\nHost: app.test\r\nConnection: Upgrade\r\n\
+              Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let head = tokio::time::timeout(DEADLINE, read_head(&mut client, &mut buf))
+        .await
+        .expect("a 101 in time")
+        .expect("a response head");
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(has_token(&head, "connection", "upgrade"), "{head}");
+    assert_eq!(header(&head, "upgrade"), Some("websocket"), "{head}");
+    assert!(buf.is_empty(), "no bytes may follow a 101 head unasked");
+
+    for message in [&b"hello"[..], b"\x81\x05frame", &[0u8; 3000][..]] {
+        client.write_all(message).await.unwrap();
+        let echoed = tokio::time::timeout(
+            DEADLINE,
+            read_exact_buf(&mut client, &mut buf, message.len()),
+        )
+        .await
+        .expect("echo in time")
+        .expect("echoed bytes");
+        assert_eq!(echoed, message);
+    }
+    assert_eq!(echo.hits(), 1);
+    // The upgraded upstream connection is the tunnel's alone: a plain request meanwhile gets a
+    // connection of its own.
+    let mut plain = Client::new(balancer.local_addrs()[0]);
+    let answer = plain.get("/plain").await;
+    assert_eq!((answer.status, &answer.body[..]), (200, &b"plain"[..]));
+    assert_eq!(echo.hits(), 2);
+    client.write_all(b"still there").await.unwrap();
+    let echoed = tokio::time::timeout(DEADLINE, read_exact_buf(&mut client, &mut buf, 11))
+        .await
+        .expect("echo in time")
+        .expect("echoed bytes");
+    assert_eq!(echoed, b"still there");
+    // The tunnel is closed from the client side: the backend sees the end and closes too.
+    client.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(DEADLINE, client.read_to_end(&mut rest))
+        .await
+        .expect("the tunnel closes after the client's FIN")
+        .expect("a clean close");
+    assert!(rest.is_empty());
+}
+
+// ---- 2-4. Retries ----------------------------------------------------------------------------
+
+#[tokio::test]
+async fn get_is_retried_past_a_503_but_a_post_with_a_body_is_not() {
+    let b = backends(&["bad", "good"]).await;
+    b[0].set_traffic(Mode::Status(503));
+    let (balancer, mut rx) = start(&config_text(&sims(&b), "", QUIET)).await;
+    let mut client = Client::new(balancer.local_addrs()[0]);
+
+    // Round robin over [bad, good]: the first pick of a fresh pool is `bad`.
+    let post = client
+        .send(
+            "POST",
+            "/orders",
+            "app.test",
+            Bytes::from_static(b"{\"n\":1}"),
+        )
+        .await;
+    assert_eq!(post.status, 503, "a POST with a body is never replayed");
+    assert_eq!(post.backend.as_deref(), Some("bad"));
+    assert_eq!((b[0].traffic_hits(), b[1].traffic_hits()), (1, 0));
+
+    // Picks go good (cursor 1), then bad -> retried to good (cursors 2, 3).
+    let first = client.get("/").await;
+    assert_eq!(first.backend.as_deref(), Some("good"));
+    let retried = client.get("/").await;
+    assert_eq!(retried.status, 200);
+    assert_eq!(retried.backend.as_deref(), Some("good"));
+    assert_eq!((b[0].traffic_hits(), b[1].traffic_hits()), (2, 2));
+
+    // Every GET succeeds while one backend in two answers 503 (within the default budget).
+    for _ in 0..5 {
+        let answer = client.get("/").await;
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.backend.as_deref(), Some("good"));
+    }
+    assert_eq!((b[0].traffic_hits(), b[1].traffic_hits()), (7, 7));
+    // The high `consecutive_errors` kept it in: no verdict changed.
+    while let Ok(event) = rx.try_recv() {
+        assert!(!matches!(event, Event::Transition { .. }), "{event:?}");
+    }
+}
+
+#[tokio::test]
+async fn post_to_a_refusing_backend_is_retried_with_its_body_intact() {
+    let dead = SimBackend::start("dead", any()).await.unwrap();
+    dead.crash();
+    let counter = counting_backend().await;
+    let pool = [("dead".to_owned(), dead.addr()), counter.entry("counter")];
+    let (balancer, _rx) = start(&config_text(&pool, "", QUIET)).await;
+    let mut client = Client::new(balancer.local_addrs()[0]);
+    let body = pattern(100_000);
+    // The fresh pool's first pick is `dead`: the connect is refused, nothing was sent, so even
+    // a POST goes to the next backend.
+    let answer = client
+        .send("POST", "/upload", "app.test", Bytes::from(body.clone()))
+        .await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.backend.as_deref(), Some("counter"));
+    assert_eq!(
+        answer.body,
+        format!("{} {:x}", body.len(), fnv(&body)).as_bytes()
+    );
+    assert_eq!(counter.hits(), 1);
+    assert_eq!(dead.traffic_hits(), 0);
+}
+
+#[tokio::test]
+async fn retry_budget_stops_retries_once_the_saved_retries_are_spent() {
+    let b = backends(&["bad", "good"]).await;
+    b[0].set_traffic(Mode::Status(503));
+    let extra = r#"
+[pools.web.active]
+kind = "none"
+
+[pools.web.passive]
+enabled = false
+
+[pools.web.retries]
+attempts = 1
+budget_percent = 0
+min_budget = 2
+"#;
+    let (balancer, _rx) = start(&config_text(&sims(&b), "", extra)).await;
+    let mut client = Client::new(balancer.local_addrs()[0]);
+    // Round robin cursor: request 1 bad(0) -> retry good(1); request 2 bad(2) -> retry good(3);
+    // the budget is now empty, so from there on bad and good simply alternate.
+    let statuses: Vec<u16> = {
+        let mut out = Vec::new();
+        for _ in 0..8 {
+            out.push(client.get("/").await.status);
+        }
+        out
+    };
+    assert_eq!(statuses, [200, 200, 503, 200, 503, 200, 503, 200]);
+    assert_eq!(b[0].traffic_hits(), 5, "2 retried + 3 not retried");
+    assert_eq!(b[1].traffic_hits(), 5, "2 retries + 3 direct");
+}
+
+#[tokio::test]
+async fn zero_retry_attempts_turn_a_refused_connect_into_502() {
+    let b = backends(&["dead", "good"]).await;
+    b[0].crash();
+    let extra = format!("{QUIET}\n[pools.web.retries]\nattempts = 0\n");
+    let (balancer, _rx) = start(&config_text(&sims(&b), "", &extra)).await;
+    let mut client = Client::new(balancer.local_addrs()[0]);
+    let answers: Vec<u16> = {
+        let mut out = Vec::new();
+        for _ in 0..4 {
+            out.push(client.get("/").await.status);
+        }
+        out
+    };
+    assert_eq!(answers, [502, 200, 502, 200]);
+    assert_eq!(b[1].traffic_hits(), 2);
+}
+
+/// Regression: with no backend left to retry on, a retryable 503 used to be replaced by a 502 of
+/// capataz's own ("the backend failed (HTTP 503)"), losing the backend's answer.
+#[tokio::test]
+async fn a_503_with_no_backend_left_to_retry_reaches_the_client_as_is() {
+    let b = backends(&["only"]).await;
+    b[0].set_traffic(Mode::Status(503));
+    let (balancer, _rx) = start(&config_text(&sims(&b), "", QUIET)).await;
+    let mut client = Client::new(balancer.local_addrs()[0]);
+    let answer = client.get("/").await;
+    assert_eq!(answer.status, 503);
+    assert_eq!(answer.backend.as_deref(), Some("only"));
+    assert_eq!(answer.body, "only\n");
+    assert_eq!(b[0].traffic_hits(), 1);
+
+    // Every backend answers 503 and retries could go on: the last answer is relayed.
+    let b = backends(&["x", "y"]).await;
+    for backend in &b {
+        backend.set_traffic(Mode::Status(503));
+    }
+    let extra = format!("{QUIET}\n[pools.web.retries]\nattempts = 5\n");
+    let (balancer, _rx) = start(&config_text(&sims(&b), "", &extra)).await;
+    let mut client = Client::new(balancer.local_addrs()[0]);
+    let answer = client.get("/").await;
+    assert_eq!(answer.status, 503);
+    assert_eq!(answer.backend.as_deref(), Some("y"), "tried x, then y");
+    assert_eq!((b[0].traffic_hits(), b[1].traffic_hits()), (1, 1));
+}
+
+// ---- 5. HTTP/1.0, Connection: close, keep-alive ---------------------------------------------
+
+#[tokio::test]
+async fn http10_without_host_gets_an_answer_and_the_connection_closes() {
+    let b = backends(&["a"]).await;
+    let (balancer, _rx) = start(&config_text(&sims(&b), "", QUIET)).await;
+    let response = raw_roundtrip(balancer.local_addrs()[0], b"GET /old HTTP/1.0\r\n\r\n").await;
+    assert_eq!(
+        status_of(&response),
+        Some(200),
+        "{}",
+        String::from_utf8_lossy(&response)
+    );
+    assert!(
+        response.ends_with(b"\r\n\r\na\n"),
+        "the whole body, then close"
+    );
+    assert_eq!(b[0].traffic_hits(), 1);
+}
+
+#[tokio::test]
+async fn connection_close_from_the_client_closes_after_the_response() {
+    let b = backends(&["a"]).await;
+    let (balancer, _rx) = start(&config_text(&sims(&b), "", QUIET)).await;
+    let response = raw_roundtrip(
+        balancer.local_addrs()[0],
+        b"GET / HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let text = String::from_utf8_lossy(&response);
+    assert_eq!(status_of(&response), Some(200), "{text}");
+    assert!(response.ends_with(b"\r\n\r\na\n"), "{text}");
+}
+
+#[tokio::test]
+async fn keep_alive_serves_a_hundred_requests_on_one_connection() {
+    let b = backends(&["a", "b"]).await;
+    let (balancer, _rx) = start(&config_text(&sims(&b), "", QUIET)).await;
+    let mut client = Client::new(balancer.local_addrs()[0]);
+    for i in 0..100 {
+        // Every tenth is a HEAD: its Content-Length announces a body that never comes, and the
+        // connection must stay in step.
+        let method = if i % 10 == 9 { "HEAD" } else { "GET" };
+        let answer = client
+            .send(method, &format!("/item/{i}"), "app.test", Bytes::new())
+            .await;
+        assert_eq!(answer.status, 200);
+        let expected: &[u8] = match (method, answer.backend.as_deref()) {
+            ("HEAD", _) => b"",
+            (_, Some("a")) => b"a\n",
+            _ => b"b\n",
+        };
+        assert_eq!(&answer.body[..], expected);
+    }
+    assert_eq!(
+        client.connects, 1,
+        "one TCP connection carried every request"
+    );
+    assert_eq!(balancer.open_connections(), 1);
+    assert_eq!(b[0].traffic_hits() + b[1].traffic_hits(), 100);
+}
+
+// ---- 6. Oversized heads ----------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_head_over_max_header_bytes_is_refused_with_431() {
+    let b = backends(&["a"]).await;
+    // Above hyper's smallest buffer: hyper itself refuses the head.
+    let (balancer, _rx) = start(&config_text(&sims(&b), "max_header_bytes = 8192", QUIET)).await;
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: app.test\r\nX-Big: {}\r\n\r\n",
+        "x".repeat(20 * 1024)
+    );
+    let response = raw_roundtrip(balancer.local_addrs()[0], big.as_bytes()).await;
+    // The connection is closed either way; an answer, if the client got to read it before the
+    // reset of its unread bytes, is a 431.
+    if !response.is_empty() {
+        assert_eq!(
+            status_of(&response),
+            Some(431),
+            "{}",
+            String::from_utf8_lossy(&response)
+        );
+    }
+    assert_eq!(b[0].traffic_hits(), 0);
+
+    // Below it: capataz measures the head itself.
+    let (balancer, _rx) = start(&config_text(&sims(&b), "max_header_bytes = 1024", QUIET)).await;
+    let mut client = Client::new(balancer.local_addrs()[0]);
+    let request = http::Request::get("/")
+        .header("host", "app.test")
+        .header("x-big", "y".repeat(4000))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let sender = {
+        client.get("/").await;
+        client.sender.as_mut().unwrap()
+    };
+    let response = sender.send_request(request).await.expect("an answer");
+    assert_eq!(response.status(), 431);
+    assert_eq!(b[0].traffic_hits(), 1, "only the small request reached it");
+}
+
+// ---- 7. Streaming ----------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_5mb_chunked_response_streams_through_intact() {
+    const LEN: usize = 5 * 1024 * 1024;
+    let streamer = RawBackend::start(|mut stream, hits| async move {
+        let mut buf = Vec::new();
+        while let Some(head) = read_head(&mut stream, &mut buf).await {
+            if read_body(&mut stream, &mut buf, &head).await.is_none() {
+                return;
+            }
+            hits.fetch_add(1, Ordering::SeqCst);
+            let body = pattern(LEN);
+            let mut out = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+            // Uneven chunk sizes, so no frame boundary lines up with another.
+            let sizes = [65_536, 1, 4_095, 32_768, 7, 100_000];
+            let mut at = 0;
+            for size in sizes.iter().cycle() {
+                if at == LEN {
+                    break;
+                }
+                let end = (at + size).min(LEN);
+                out.extend_from_slice(format!("{:x}\r\n", end - at).as_bytes());
+                out.extend_from_slice(&body[at..end]);
+                out.extend_from_slice(b"\r\n");
+                at = end;
+                if out.len() > 256 * 1024 {
+                    if stream.write_all(&out).await.is_err() {
+                        return;
+                    }
+                    out.clear();
+                }
+            }
+            out.extend_from_slice(b"0\r\n\r\n");
+            if stream.write_all(&out).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    let (balancer, _rx) = start(&config_text(&[streamer.entry("s")], "", QUIET)).await;
+    let mut client = Client::new(balancer.local_addrs()[0]);
+    let answer = client.get("/big").await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.body.len(), LEN);
+    assert!(answer.body == pattern(LEN), "the body arrived altered");
+    // The upstream connection went back to the pool: a second download works the same.
+    let again = client.get("/big").await;
+    assert_eq!(again.body.len(), LEN);
+    assert_eq!(streamer.hits(), 2);
+}
+
+#[tokio::test]
+async fn a_2mb_chunked_request_body_reaches_the_backend_intact() {
+    let counter = counting_backend().await;
+    let (balancer, _rx) = start(&config_text(&[counter.entry("counter")], "", QUIET)).await;
+    let body = pattern(2 * 1024 * 1024);
+    let mut request =
+        b"POST /upload HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            .to_vec();
+    for chunk in body.chunks(50_000) {
+        request.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        request.extend_from_slice(chunk);
+        request.extend_from_slice(b"\r\n");
+    }
+    request.extend_from_slice(b"0\r\n\r\n");
+    let addr = balancer.local_addrs()[0];
+    let response = raw_roundtrip(addr, &request).await;
+    let text = String::from_utf8_lossy(&response);
+    assert_eq!(status_of(&response), Some(200), "{text}");
+    let expected = format!("{} {:x}", body.len(), fnv(&body));
+    assert!(text.ends_with(&expected), "{text}");
+    assert_eq!(counter.hits(), 1);
+}
+
+#[tokio::test]
+async fn expect_100_continue_gets_the_interim_answer_then_the_body_goes_through() {
+    let counter = counting_backend().await;
+    let (balancer, _rx) = start(&config_text(&[counter.entry("counter")], "", QUIET)).await;
+    let mut client = TcpStream::connect(balancer.local_addrs()[0])
+        .await
+        .expect("connect");
+    client
+        .write_all(
+            b"POST /u HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\n\
+              Expect: 100-continue\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    // Like curl, the client holds its body back until told to go on.
+    let mut buf = Vec::new();
+    let interim = tokio::time::timeout(DEADLINE, read_head(&mut client, &mut buf))
+        .await
+        .expect("an interim answer in time")
+        .expect("a head");
+    assert!(interim.starts_with("HTTP/1.1 100"), "{interim}");
+    client.write_all(b"hello").await.unwrap();
+    let head = tokio::time::timeout(DEADLINE, read_head(&mut client, &mut buf))
+        .await
+        .expect("a final answer in time")
+        .expect("a head");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let body = read_body(&mut client, &mut buf, &head).await.expect("body");
+    assert_eq!(body, format!("5 {:x}", fnv(b"hello")).as_bytes());
+}
+
+// ---- 8. Routing ------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn routes_match_host_then_path_prefix_first_match_wins_else_404() {
+    let api = SimBackend::start("api1", any()).await.unwrap();
+    let stat = SimBackend::start("static1", any()).await.unwrap();
+    let text = format!(
+        r#"
+[[listeners]]
+address = "127.0.0.1:0"
+
+  [[listeners.routes]]
+  host = "api.test"
+  pool = "api"
+
+  [[listeners.routes]]
+  path_prefix = "/static"
+  pool = "static"
+
+[pools.api]
+backends = [{{ name = "api1", address = "{}" }}]
+[pools.api.active]
+kind = "none"
+
+[pools.static]
+backends = [{{ name = "static1", address = "{}" }}]
+[pools.static.active]
+kind = "none"
+"#,
+        api.addr(),
+        stat.addr()
+    );
+    let (balancer, _rx) = start(&text).await;
+    let mut client = Client::new(balancer.local_addrs()[0]);
+    let cases: [(&str, &str, u16, Option<&str>); 7] = [
+        ("api.test", "/v1/users", 200, Some("api1")),
+        // Both routes match; the first one listed wins.
+        ("api.test", "/static/app.js", 200, Some("api1")),
+        // Host is compared without case and port.
+        ("API.Test:8080", "/x", 200, Some("api1")),
+        ("www.test", "/static/app.js", 200, Some("static1")),
+        ("www.test", "/static", 200, Some("static1")),
+        ("www.test", "/other", 404, None),
+        ("www.test", "/", 404, None),
+    ];
+    for (host, path, status, backend) in cases {
+        let answer = client.send("GET", path, host, Bytes::new()).await;
+        assert_eq!(answer.status, status, "{host} {path}");
+        assert_eq!(answer.backend.as_deref(), backend, "{host} {path}");
+    }
+    assert_eq!(api.traffic_hits(), 3);
+    assert_eq!(stat.traffic_hits(), 2);
+}
+
+// ---- 9. Least request ------------------------------------------------------------------------
+
+#[tokio::test]
+async fn least_request_sends_most_traffic_to_the_fast_backend() {
+    let b = backends(&["slow", "fast"]).await;
+    b[0].set_traffic(Mode::Delay(Duration::from_millis(100), 200));
+    let extra = format!("algorithm = \"least_request\"\n{QUIET}");
+    let (balancer, _rx) = start(&config_text(&sims(&b), "", &extra)).await;
+    let addr = balancer.local_addrs()[0];
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        tasks.push(tokio::spawn(async move {
+            let mut client = Client::new(addr);
+            for _ in 0..50 {
+                assert_eq!(client.get("/").await.status, 200);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("client task");
+    }
+    let (slow, fast) = (b[0].traffic_hits(), b[1].traffic_hits());
+    assert_eq!(slow + fast, 400);
+    // Round robin would give each 200.
+    assert!(slow * 5 < slow + fast, "slow {slow}, fast {fast}");
+}
