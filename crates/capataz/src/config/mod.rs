@@ -30,6 +30,69 @@ pub struct Config {
     pub listeners: Vec<ListenerConfig>,
     /// The pools, at least one; routes refer to them by index.
     pub pools: Vec<PoolConfig>,
+    /// Alert hooks for health events.
+    pub alerts: AlertsConfig,
+    /// Process-wide settings.
+    pub server: ServerConfig,
+}
+
+/// Process-wide settings (`[server]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// On SIGTERM/SIGINT, how long in-flight requests may take to finish (default 30 s).
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            shutdown_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Alert hooks (`[alerts]`): every health event is offered to each hook.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AlertsConfig {
+    /// At most one alert per backend per window; flips inside it are counted, not sent
+    /// (default: none, every event alerts).
+    pub debounce: Option<Duration>,
+    /// Webhooks (`[[alerts.webhooks]]`).
+    pub webhooks: Vec<WebhookConfig>,
+    /// Commands (`[[alerts.commands]]`).
+    pub commands: Vec<CommandConfig>,
+}
+
+/// A webhook: each event is POSTed as JSON.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WebhookConfig {
+    /// `http://host:port/path` (plain HTTP; required).
+    pub url: String,
+    /// The resolved address of the URL's host and port.
+    pub socket_addr: SocketAddr,
+    /// The URL's host (with port), sent as Host.
+    pub host: String,
+    /// The URL's path and query.
+    pub path: String,
+    /// Deadline for one delivery attempt (default 2 s).
+    pub timeout: Duration,
+    /// Attempts after the first failed one (default 3).
+    pub retries: u32,
+    /// Wait before the first retry, doubling each time (default 500 ms).
+    pub backoff: Duration,
+    /// Events waiting for delivery at most; more are dropped and counted (default 1024).
+    pub queue: usize,
+}
+
+/// A command run for each event, with the event in `CAPATAZ_*` environment variables.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommandConfig {
+    /// Program and arguments (required, at least the program).
+    pub argv: Vec<String>,
+    /// The command is killed after this long (default 10 s).
+    pub timeout: Duration,
+    /// Events waiting at most; more are dropped and counted (default 256).
+    pub queue: usize,
 }
 
 /// Log format and level.
@@ -57,6 +120,8 @@ pub struct AdminConfig {
     pub address: SocketAddr,
     /// Bearer token every request must carry, if set.
     pub token: Option<String>,
+    /// Whether read-only endpoints (GET) are open without the token (default false).
+    pub open_read_only: bool,
 }
 
 /// One client-facing listener.
@@ -106,6 +171,11 @@ pub struct PoolConfig {
     pub retries: RetryConfig,
     /// Timeouts towards the backends.
     pub timeouts: UpstreamTimeouts,
+    /// Ramp a (re)joining backend's weight up linearly over this long (default: off).
+    pub slow_start: Option<Duration>,
+    /// Whether backends added by a reload start DOWN until they pass `rise` probes
+    /// (readiness gating; default true).
+    pub gate_new_backends: bool,
 }
 
 /// One backend.

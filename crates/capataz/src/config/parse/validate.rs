@@ -82,6 +82,8 @@ impl Validator<'_> {
             admin,
             listeners,
             pools,
+            alerts: super::super::AlertsConfig::default(),
+            server: super::super::ServerConfig::default(),
         })
     }
 
@@ -132,7 +134,11 @@ impl Validator<'_> {
                 Some(token.into_inner())
             }
         };
-        Ok(AdminConfig { address, token })
+        Ok(AdminConfig {
+            address,
+            token,
+            open_read_only: false,
+        })
     }
 
     fn socket_addr(&self, value: &Spanned<String>, key: &str) -> Result<SocketAddr, ConfigError> {
@@ -375,6 +381,8 @@ impl Validator<'_> {
             backends,
             algorithm,
             when_all_down,
+            slow_start: None,
+            gate_new_backends: true,
         })
     }
 
