@@ -15,3 +15,8 @@ pub mod replay;
 pub mod server;
 pub mod sim;
 pub mod upstream;
+pub mod alerts;
+pub mod events;
+pub mod timefmt;
+pub mod admin;
+pub mod status;

@@ -7,10 +7,13 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -20,21 +23,50 @@ use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, ListenerConfig};
-use crate::health::{Event, PoolRt};
+use crate::health::{Clock, Event, PoolRt};
 use crate::proxy::{ClientInfo, Proxy};
 
 /// A running balancer. Dropping it stops everything it started.
 #[derive(Debug)]
 pub struct Balancer {
-    pools: Vec<Arc<PoolRt>>,
-    addrs: Vec<SocketAddr>,
-    events: broadcast::Sender<Event>,
-    tasks: Vec<JoinHandle<()>>,
-    shutdown: watch::Sender<bool>,
-    connections: Arc<AtomicUsize>,
+    shared: Arc<Shared>,
+    admin_addr: Option<SocketAddr>,
+    admin_task: Option<JoinHandle<()>>,
 }
 
-/// Why a balancer could not start.
+/// What the listeners, the admin API and reloads share.
+#[derive(Debug)]
+pub struct Shared {
+    config: Mutex<Arc<Config>>,
+    config_path: Option<PathBuf>,
+    pools: ArcSwap<Vec<Arc<PoolRt>>>,
+    pool_tasks: Mutex<Vec<JoinHandle<()>>>,
+    listeners: Mutex<Vec<ListenerRt>>,
+    events: broadcast::Sender<Event>,
+    clock: Clock,
+    shutdown: watch::Sender<bool>,
+    connections: Arc<AtomicUsize>,
+    reload_lock: tokio::sync::Mutex<()>,
+}
+
+/// One client-facing listener at run time.
+#[derive(Debug)]
+struct ListenerRt {
+    address: SocketAddr,
+    local: SocketAddr,
+    state: Arc<ArcSwap<ListenerState>>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+/// What a listener's connections read per request: its settings and its routes.
+#[derive(Debug)]
+struct ListenerState {
+    config: ListenerConfig,
+    proxy: Arc<Proxy>,
+}
+
+/// Why a balancer could not start, or a reload was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// A listener could not bind its address.
@@ -47,6 +79,27 @@ pub enum StartError {
         /// The OS error.
         source: io::Error,
     },
+    /// The new configuration is invalid.
+    #[error("{0}")]
+    Config(#[from] crate::config::ConfigError),
+    /// A reload needs a file, and the balancer was started from text.
+    #[error("this balancer was not started from a file, so there is nothing to reload")]
+    NoFile,
+}
+
+/// What a reload changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReloadSummary {
+    /// Backends that kept their health state.
+    pub kept: usize,
+    /// Backends added (gated until they pass `rise` probes, where configured).
+    pub added: usize,
+    /// Backends removed (drained: they finish their in-flight requests).
+    pub removed: usize,
+    /// Listeners started and stopped.
+    pub listeners_added: usize,
+    /// Listeners stopped.
+    pub listeners_removed: usize,
 }
 
 impl Balancer {
@@ -56,71 +109,167 @@ impl Balancer {
         config: &Config,
         events: broadcast::Sender<Event>,
     ) -> Result<Balancer, StartError> {
-        let mut listeners = Vec::with_capacity(config.listeners.len());
+        Balancer::start_with_path(config, events, None).await
+    }
+
+    /// Like [`Balancer::start`], remembering `path` so SIGHUP and `POST /reload` re-read it.
+    pub async fn start_with_path(
+        config: &Config,
+        events: broadcast::Sender<Event>,
+        path: Option<PathBuf>,
+    ) -> Result<Balancer, StartError> {
+        // Bind everything first, so a config that cannot start leaves nothing running.
+        let mut sockets = Vec::with_capacity(config.listeners.len());
         for listener in &config.listeners {
-            let bound = bind(listener.address).map_err(|source| StartError::Bind {
-                name: listener.name.clone(),
-                address: listener.address,
-                source,
-            })?;
-            listeners.push(bound);
+            sockets.push(bind_listener(listener)?);
         }
-        let origin = Instant::now();
+        let admin_socket = match &config.admin {
+            Some(admin) => Some(bind(admin.address).map_err(|source| StartError::Bind {
+                name: "admin".into(),
+                address: admin.address,
+                source,
+            })?),
+            None => None,
+        };
+        let clock = Clock::start();
         let pools: Vec<Arc<PoolRt>> = config
             .pools
             .iter()
-            .map(|pool| Arc::new(PoolRt::new(pool.clone(), events.clone(), origin)))
+            .map(|pool| Arc::new(PoolRt::new(pool.clone(), events.clone(), clock, None, false)))
             .collect();
-        let mut tasks = Vec::new();
+        let mut pool_tasks = Vec::new();
         for pool in &pools {
-            tasks.extend(pool.spawn_tasks());
+            pool_tasks.extend(pool.spawn_tasks());
         }
         let (shutdown, _) = watch::channel(false);
-        let connections = Arc::new(AtomicUsize::new(0));
-        let mut addrs = Vec::new();
-        for (listener, socket) in config.listeners.iter().zip(listeners) {
-            addrs.push(socket.local_addr().unwrap_or(listener.address));
-            let proxy = Arc::new(Proxy::new(
-                &listener.routes,
-                &pools,
-                listener.max_header_bytes,
-            ));
-            tracing::info!(
-                listener = %listener.name,
-                address = %addrs.last().copied().unwrap_or(listener.address),
-                "listening"
-            );
-            tasks.push(tokio::spawn(accept_loop(
-                socket,
-                proxy,
-                listener.clone(),
-                shutdown.subscribe(),
-                connections.clone(),
-            )));
-        }
-        Ok(Balancer {
-            pools,
-            addrs,
+        let shared = Arc::new(Shared {
+            config: Mutex::new(Arc::new(config.clone())),
+            config_path: path,
+            pools: ArcSwap::from_pointee(pools),
+            pool_tasks: Mutex::new(pool_tasks),
+            listeners: Mutex::new(Vec::new()),
             events,
-            tasks,
+            clock,
             shutdown,
-            connections,
+            connections: Arc::new(AtomicUsize::new(0)),
+            reload_lock: tokio::sync::Mutex::new(()),
+        });
+        let pools = shared.pools.load_full();
+        let mut listeners = Vec::new();
+        for (listener, socket) in config.listeners.iter().zip(sockets) {
+            listeners.push(shared.spawn_listener(listener, socket, &pools));
+        }
+        *lock(&shared.listeners) = listeners;
+        let (admin_addr, admin_task) = match admin_socket {
+            Some(socket) => {
+                let addr = socket.local_addr().ok();
+                let task = tokio::spawn(crate::admin::serve(socket, shared.clone()));
+                tracing::info!(address = ?addr, "admin API listening");
+                (addr, Some(task))
+            }
+            None => (None, None),
+        };
+        Ok(Balancer {
+            shared,
+            admin_addr,
+            admin_task,
         })
     }
 
     /// The addresses the listeners bound, in configuration order (useful with port 0).
-    pub fn local_addrs(&self) -> &[SocketAddr] {
-        &self.addrs
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        lock(&self.shared.listeners).iter().map(|l| l.local).collect()
+    }
+
+    /// The admin API's address, if it runs.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
+    }
+
+    /// What the admin API and reloads share.
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 
     /// The pools, in configuration order.
-    pub fn pools(&self) -> &[Arc<PoolRt>] {
-        &self.pools
+    pub fn pools(&self) -> Arc<Vec<Arc<PoolRt>>> {
+        self.shared.pools()
     }
 
     /// The pool named `name`.
-    pub fn pool(&self, name: &str) -> Option<&Arc<PoolRt>> {
-        self.pools.iter().find(|p| &*p.name == name)
+    pub fn pool(&self, name: &str) -> Option<Arc<PoolRt>> {
+        self.shared.pool(name)
+    }
+
+    /// A new receiver of health events.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.shared.events.subscribe()
+    }
+
+    /// Client connections currently open.
+    pub fn open_connections(&self) -> usize {
+        self.shared.connections.load(Ordering::Relaxed)
+    }
+
+    /// Applies a new configuration; see [`Shared::reload`].
+    pub async fn reload(&self, config: &Config) -> Result<ReloadSummary, StartError> {
+        self.shared.reload(config).await
+    }
+
+    /// Stops accepting, lets open connections finish their requests for up to `deadline`, then
+    /// stops everything.
+    pub async fn shutdown(self, deadline: Duration) {
+        let _ = self.shared.shutdown.send(true);
+        for listener in lock(&self.shared.listeners).iter() {
+            let _ = listener.stop.send(true);
+        }
+        let end = tokio::time::Instant::now() + deadline;
+        while self.shared.connections.load(Ordering::Relaxed) > 0
+            && tokio::time::Instant::now() < end
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let left = self.shared.connections.load(Ordering::Relaxed);
+        if left > 0 {
+            tracing::warn!(
+                connections = left,
+                "shutdown deadline reached with connections still open; closing them"
+            );
+        }
+        // Drop runs the rest.
+    }
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        let _ = self.shared.shutdown.send(true);
+        for listener in lock(&self.shared.listeners).drain(..) {
+            let _ = listener.stop.send(true);
+            listener.task.abort();
+        }
+        for task in lock(&self.shared.pool_tasks).drain(..) {
+            task.abort();
+        }
+        if let Some(task) = self.admin_task.take() {
+            task.abort();
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every holder leaves the value whole (plain pushes and swaps), so poison is harmless.
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    /// The pools, in configuration order.
+    pub fn pools(&self) -> Arc<Vec<Arc<PoolRt>>> {
+        self.pools.load_full()
+    }
+
+    /// The pool named `name`.
+    pub fn pool(&self, name: &str) -> Option<Arc<PoolRt>> {
+        self.pools.load().iter().find(|p| &*p.name == name).cloned()
     }
 
     /// A new receiver of health events.
@@ -128,32 +277,166 @@ impl Balancer {
         self.events.subscribe()
     }
 
-    /// Client connections currently open.
-    pub fn open_connections(&self) -> usize {
-        self.connections.load(Ordering::Relaxed)
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<Config> {
+        lock(&self.config).clone()
     }
 
-    /// Stops accepting, lets open connections finish their requests for up to `deadline`, then
-    /// stops everything.
-    pub async fn shutdown(mut self, deadline: Duration) {
-        let _ = self.shutdown.send(true);
-        let end = tokio::time::Instant::now() + deadline;
-        while self.connections.load(Ordering::Relaxed) > 0 && tokio::time::Instant::now() < end {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+    /// The runtime clock.
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
+    /// A receiver that turns true when the balancer shuts down.
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
+    /// Re-reads the file the balancer was started from and applies it.
+    pub async fn reload_from_file(&self) -> Result<ReloadSummary, StartError> {
+        let path = self.config_path.as_ref().ok_or(StartError::NoFile)?;
+        let config = crate::config::load(path)?;
+        self.reload(&config).await
+    }
+
+    /// Applies a new, validated configuration without dropping a connection: new listeners are
+    /// bound first (a failure changes nothing), then every pool is rebuilt. A backend with the
+    /// same pool, name and address keeps its health state, streaks and records; a new one
+    /// starts DOWN until it passes `rise` probes where the pool gates new backends; a removed
+    /// one gets no new requests and is dropped once its in-flight requests finish. Changing the
+    /// admin address needs a restart.
+    pub async fn reload(&self, config: &Config) -> Result<ReloadSummary, StartError> {
+        let _serial = self.reload_lock.lock().await;
+        let old_config = self.config();
+        let mut listeners = std::mem::take(&mut *lock(&self.listeners));
+        // Bind the listeners that are new, before changing anything.
+        let mut fresh = Vec::new();
+        for listener in &config.listeners {
+            if !listeners.iter().any(|l| l.address == listener.address) {
+                match bind_listener(listener) {
+                    Ok(socket) => fresh.push((listener.clone(), socket)),
+                    Err(error) => {
+                        *lock(&self.listeners) = listeners;
+                        return Err(error);
+                    }
+                }
+            }
         }
-        for task in self.tasks.drain(..) {
+        let old_pools = self.pools.load_full();
+        let mut summary = ReloadSummary::default();
+        let new_pools: Vec<Arc<PoolRt>> = config
+            .pools
+            .iter()
+            .map(|pool| {
+                let previous = old_pools.iter().find(|p| *p.name == *pool.name);
+                for backend in &pool.backends {
+                    let kept = previous.is_some_and(|p| {
+                        p.backends
+                            .iter()
+                            .any(|b| *b.name == *backend.name && b.address == backend.address)
+                    });
+                    if kept {
+                        summary.kept += 1;
+                    } else {
+                        summary.added += 1;
+                    }
+                }
+                Arc::new(PoolRt::new(
+                    pool.clone(),
+                    self.events.clone(),
+                    self.clock,
+                    previous.map(|p| &**p),
+                    pool.gate_new_backends,
+                ))
+            })
+            .collect();
+        let total_old: usize = old_pools.iter().map(|p| p.backends.len()).sum();
+        summary.removed = total_old.saturating_sub(summary.kept);
+        let mut tasks = Vec::new();
+        for pool in &new_pools {
+            tasks.extend(pool.spawn_tasks());
+        }
+        self.pools.store(Arc::new(new_pools));
+        let old_tasks = std::mem::replace(&mut *lock(&self.pool_tasks), tasks);
+        for task in old_tasks {
             task.abort();
+        }
+        let pools = self.pools.load_full();
+        // Keep, update or stop the existing listeners.
+        let mut kept_listeners = Vec::new();
+        for listener in listeners.drain(..) {
+            match config.listeners.iter().find(|l| l.address == listener.address) {
+                Some(new) => {
+                    listener.state.store(Arc::new(ListenerState {
+                        config: new.clone(),
+                        proxy: Arc::new(Proxy::new(&new.routes, &pools, new.max_header_bytes)),
+                    }));
+                    kept_listeners.push(listener);
+                }
+                None => {
+                    let _ = listener.stop.send(true);
+                    summary.listeners_removed += 1;
+                }
+            }
+        }
+        for (listener, socket) in fresh {
+            kept_listeners.push(self.spawn_listener(&listener, socket, &pools));
+            summary.listeners_added += 1;
+        }
+        *lock(&self.listeners) = kept_listeners;
+        if old_config.admin.as_ref().map(|a| a.address) != config.admin.as_ref().map(|a| a.address)
+        {
+            tracing::warn!("the admin address changed in the new config; it takes effect at the next restart");
+        }
+        *lock(&self.config) = Arc::new(config.clone());
+        tracing::info!(
+            kept = summary.kept,
+            added = summary.added,
+            removed = summary.removed,
+            "configuration reloaded: {} backends kept their health, {} added, {} removed",
+            summary.kept,
+            summary.added,
+            summary.removed
+        );
+        Ok(summary)
+    }
+
+    fn spawn_listener(
+        &self,
+        listener: &ListenerConfig,
+        socket: TcpListener,
+        pools: &[Arc<PoolRt>],
+    ) -> ListenerRt {
+        let local = socket.local_addr().unwrap_or(listener.address);
+        let state = Arc::new(ArcSwap::from_pointee(ListenerState {
+            config: listener.clone(),
+            proxy: Arc::new(Proxy::new(&listener.routes, pools, listener.max_header_bytes)),
+        }));
+        let (stop, stop_rx) = watch::channel(false);
+        tracing::info!(listener = %listener.name, address = %local, "listening");
+        let task = tokio::spawn(accept_loop(
+            socket,
+            state.clone(),
+            stop_rx,
+            self.shutdown.subscribe(),
+            self.connections.clone(),
+        ));
+        ListenerRt {
+            address: listener.address,
+            local,
+            state,
+            stop,
+            task,
         }
     }
 }
 
-impl Drop for Balancer {
-    fn drop(&mut self) {
-        let _ = self.shutdown.send(true);
-        for task in &self.tasks {
-            task.abort();
-        }
-    }
+fn bind_listener(listener: &ListenerConfig) -> Result<TcpListener, StartError> {
+    bind(listener.address).map_err(|source| StartError::Bind {
+        name: listener.name.clone(),
+        address: listener.address,
+        source,
+    })
 }
 
 fn bind(address: SocketAddr) -> io::Result<TcpListener> {
@@ -168,44 +451,32 @@ fn bind(address: SocketAddr) -> io::Result<TcpListener> {
 
 async fn accept_loop(
     socket: TcpListener,
-    proxy: Arc<Proxy>,
-    listener: ListenerConfig,
-    mut shutdown: watch::Receiver<bool>,
+    state: Arc<ArcSwap<ListenerState>>,
+    mut stop: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
     connections: Arc<AtomicUsize>,
 ) {
     loop {
         let accepted = tokio::select! {
             accepted = socket.accept() => accepted,
-            _ = shutdown.changed() => return,
+            _ = stop.changed() => return,
         };
         let (stream, peer) = match accepted {
             Ok(pair) => pair,
             Err(error) => {
                 // Out of descriptors and the like: back off briefly instead of spinning.
-                tracing::warn!(listener = %listener.name, %error, "accept failed");
+                tracing::warn!(%error, "accept failed");
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
         let _ = stream.set_nodelay(true);
-        let proxy = proxy.clone();
+        let state = state.clone();
         let shutdown = shutdown.clone();
         let connections = connections.clone();
-        let idle_timeout = listener.idle_timeout;
-        let header_read_timeout = listener.header_read_timeout;
-        let max_buf = listener.max_header_bytes.max(8192);
         connections.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
-            serve_connection(
-                stream,
-                peer,
-                proxy,
-                idle_timeout,
-                header_read_timeout,
-                max_buf,
-                shutdown,
-            )
-            .await;
+            serve_connection(stream, peer, state, shutdown).await;
             connections.fetch_sub(1, Ordering::Relaxed);
         });
     }
@@ -236,12 +507,17 @@ impl Activity {
 async fn serve_connection(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
-    proxy: Arc<Proxy>,
-    idle_timeout: Duration,
-    header_read_timeout: Duration,
-    max_buf: usize,
+    state: Arc<ArcSwap<ListenerState>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let (idle_timeout, header_read_timeout, max_buf) = {
+        let current = state.load();
+        (
+            current.config.idle_timeout,
+            current.config.header_read_timeout,
+            current.config.max_header_bytes.max(8192),
+        )
+    };
     let activity = Arc::new(Activity {
         origin: Instant::now(),
         active: AtomicUsize::new(0),
@@ -250,7 +526,8 @@ async fn serve_connection(
     let service_activity = activity.clone();
     let client = Arc::new(ClientInfo::new(peer));
     let service = service_fn(move |req| {
-        let proxy = proxy.clone();
+        // The routes in force now: a reload applies to the next request on every connection.
+        let proxy = state.load().proxy.clone();
         let activity = service_activity.clone();
         let client = client.clone();
         activity.active.fetch_add(1, Ordering::Relaxed);

@@ -74,9 +74,11 @@ fn documented_example_round_trips() {
     assert_eq!(config.source, "config.toml");
     assert_eq!(config.log.format, LogFormat::Json);
     assert_eq!(config.log.level, "info,capataz=debug");
+    assert_eq!(config.server.shutdown_timeout, Duration::from_secs(20));
     let admin = config.admin.as_ref().unwrap();
     assert_eq!(admin.address, addr("127.0.0.1:9901"));
     assert_eq!(admin.token.as_deref(), Some("change-me"));
+    assert!(admin.open_read_only);
 
     // Pools are sorted by name; routes hold indexes.
     let names: Vec<_> = config.pools.iter().map(|p| p.name.as_str()).collect();
@@ -151,6 +153,8 @@ fn documented_example_round_trips() {
     assert_eq!(web.timeouts.connect, Duration::from_millis(500));
     assert_eq!(web.timeouts.response_header, Duration::from_secs(15));
     assert_eq!(web.timeouts.idle, Duration::from_secs(30));
+    assert_eq!(web.slow_start, Some(Duration::from_secs(30)));
+    assert!(!web.gate_new_backends);
 
     assert_eq!(api.algorithm, Algorithm::LeastRequest);
     assert_eq!(
@@ -170,10 +174,35 @@ fn documented_example_round_trips() {
     assert_eq!(api.retries.attempts, 2);
     assert_eq!(api.retries.budget_percent, 10);
     assert_eq!(api.retries.min_budget, 5);
+    assert_eq!(api.slow_start, None);
+    assert!(api.gate_new_backends);
 
-    // The only warning is that the admin listener is not served yet.
-    let keys: Vec<String> = check(&config).into_iter().map(|w| w.key).collect();
-    assert_eq!(keys, ["admin"], "the example raises no foot-gun warnings");
+    let alerts = &config.alerts;
+    assert_eq!(alerts.debounce, Some(Duration::from_secs(60)));
+    assert_eq!(alerts.webhooks.len(), 1);
+    let hook = &alerts.webhooks[0];
+    assert_eq!(hook.url, "http://127.0.0.1:9000/hook?source=capataz");
+    assert_eq!(hook.socket_addr, addr("127.0.0.1:9000"));
+    assert_eq!(hook.host, "127.0.0.1:9000");
+    assert_eq!(hook.path, "/hook?source=capataz");
+    assert_eq!(hook.timeout, Duration::from_secs(3));
+    assert_eq!(hook.retries, 5);
+    assert_eq!(hook.backoff, Duration::from_secs(1));
+    assert_eq!(hook.queue, 512);
+    assert_eq!(alerts.commands.len(), 1);
+    let command = &alerts.commands[0];
+    assert_eq!(
+        command.argv,
+        ["/usr/local/bin/page-oncall", "--severity", "high"]
+    );
+    assert_eq!(command.timeout, Duration::from_secs(5));
+    assert_eq!(command.queue, 64);
+
+    let warnings = check(&config);
+    assert!(
+        warnings.is_empty(),
+        "the example raises no warnings: {warnings:?}"
+    );
 }
 
 #[test]
@@ -182,6 +211,9 @@ fn defaults() {
     assert_eq!(config.log.format, LogFormat::Text);
     assert_eq!(config.log.level, "info");
     assert_eq!(config.admin, None);
+    assert_eq!(config.server.shutdown_timeout, Duration::from_secs(30));
+    assert_eq!(config.alerts.debounce, None);
+    assert!(config.alerts.webhooks.is_empty() && config.alerts.commands.is_empty());
     let listener = &config.listeners[0];
     assert_eq!(listener.name, "listener-0");
     assert_eq!(listener.idle_timeout, Duration::from_secs(60));
@@ -225,12 +257,30 @@ fn defaults() {
     assert_eq!(pool.timeouts.connect, Duration::from_secs(1));
     assert_eq!(pool.timeouts.response_header, Duration::from_secs(15));
     assert_eq!(pool.timeouts.idle, Duration::from_secs(30));
+    assert_eq!(pool.slow_start, None);
+    assert!(pool.gate_new_backends);
 
     // An empty [admin] table enables the admin listener with its defaults.
     let config = parse(&format!("[admin]\n{MINIMAL}"));
     let admin = config.admin.unwrap();
     assert_eq!(admin.address, addr("127.0.0.1:9901"));
     assert_eq!(admin.token, None);
+    assert!(!admin.open_read_only);
+    // A hook with only its required key.
+    let config = parse(&with_pool(
+        "[[alerts.webhooks]]\nurl = \"http://127.0.0.1:9000\"\n\
+         [[alerts.commands]]\ncommand = [\"page\"]",
+    ));
+    let hook = &config.alerts.webhooks[0];
+    assert_eq!(hook.path, "/");
+    assert_eq!(hook.timeout, Duration::from_secs(2));
+    assert_eq!(hook.retries, 3);
+    assert_eq!(hook.backoff, Duration::from_millis(500));
+    assert_eq!(hook.queue, 1024);
+    let command = &config.alerts.commands[0];
+    assert_eq!(command.argv, ["page"]);
+    assert_eq!(command.timeout, Duration::from_secs(10));
+    assert_eq!(command.queue, 256);
     // reject's Retry-After defaults to 5 s.
     let config = parse(&with_pool("when_all_down = \"reject\""));
     assert_eq!(
@@ -273,6 +323,53 @@ active.kind = "none"
     assert_eq!(config.pools[1].active.jitter, 0.25);
     assert_eq!(config.pools[0].active.jitter, 0.0);
     assert_eq!(config.pools[0].active.kind, CheckKind::None);
+}
+
+#[test]
+fn webhook_urls_are_taken_apart() {
+    let hook = |url: &str| {
+        let config = parse(&with_pool(&format!("[[alerts.webhooks]]\nurl = {url:?}")));
+        let hook = config.alerts.webhooks[0].clone();
+        (hook.host, hook.socket_addr, hook.path)
+    };
+    // The port defaults to 80; Host is the authority as written.
+    assert_eq!(
+        hook("http://127.0.0.1/alerts"),
+        ("127.0.0.1".into(), addr("127.0.0.1:80"), "/alerts".into())
+    );
+    assert_eq!(
+        hook("http://[::1]:9000?x=1#top"),
+        ("[::1]:9000".into(), addr("[::1]:9000"), "/?x=1".into())
+    );
+    let (host, socket_addr, path) = hook("http://localhost:9000/a/b");
+    assert_eq!((host.as_str(), path.as_str()), ("localhost:9000", "/a/b"));
+    assert!(socket_addr.ip().is_loopback() && socket_addr.port() == 9000);
+}
+
+#[test]
+fn admin_token_rule() {
+    let admin = |table: &str| {
+        parse(&format!("[admin]\n{table}\n{MINIMAL}"))
+            .admin
+            .unwrap()
+    };
+    // Loopback needs no token; any other address does.
+    assert_eq!(admin("address = \"[::1]:9901\"").token, None);
+    let open = admin("address = \"0.0.0.0:9901\"\ntoken = \"s3cret\"\nopen_read_only = true");
+    assert_eq!(open.address, addr("0.0.0.0:9901"));
+    assert!(open.open_read_only);
+    let error = check_err(
+        &format!("[admin]\naddress = \"0.0.0.0:9901\"\n{MINIMAL}"),
+        Some(2),
+        "admin.address",
+    );
+    assert!(
+        error.to_string().contains(
+            "a non-loopback admin address needs admin.token (anyone who can reach it could \
+             take backends down"
+        ),
+        "{error}"
+    );
 }
 
 #[test]
@@ -537,6 +634,225 @@ fn errors_name_the_line_and_key() {
             "admin.address",
         ),
         (
+            "non-loopback admin address without a token",
+            &format!("[admin]\naddress = \"10.0.0.5:9901\"\nopen_read_only = true\n{MINIMAL}"),
+            Some(2),
+            "admin.address",
+        ),
+        (
+            "unspecified IPv6 admin address without a token",
+            &format!("[admin]\naddress = \"[::]:9901\"\n{MINIMAL}"),
+            Some(2),
+            "admin.address",
+        ),
+        (
+            "open_read_only not a boolean",
+            &format!("[admin]\nopen_read_only = \"yes\"\n{MINIMAL}"),
+            Some(2),
+            "admin.open_read_only",
+        ),
+        (
+            "zero shutdown_timeout",
+            &format!("[server]\nshutdown_timeout = \"0s\"\n{MINIMAL}"),
+            Some(2),
+            "server.shutdown_timeout",
+        ),
+        (
+            "unknown server key",
+            &format!("[server]\ngrace = \"5s\"\n{MINIMAL}"),
+            Some(2),
+            "server.grace",
+        ),
+        (
+            "slow_start without a unit",
+            &with_pool("slow_start = 30"),
+            Some(7),
+            "pools.web.slow_start",
+        ),
+        (
+            "zero slow_start",
+            &with_pool("slow_start = \"0ms\""),
+            Some(7),
+            "pools.web.slow_start",
+        ),
+        (
+            "gate_new_backends not a boolean",
+            &with_pool("gate_new_backends = 1"),
+            Some(7),
+            "pools.web.gate_new_backends",
+        ),
+        (
+            "bad debounce",
+            &with_pool("[alerts]\ndebounce = \"soon\""),
+            Some(8),
+            "alerts.debounce",
+        ),
+        (
+            "unknown alerts key",
+            &with_pool("[alerts]\nwebhook = \"http://127.0.0.1:9000\""),
+            Some(8),
+            "alerts.webhook",
+        ),
+        (
+            "webhook without url",
+            &with_pool("[[alerts.webhooks]]\ntimeout = \"1s\""),
+            Some(7),
+            "alerts.webhooks[0].url",
+        ),
+        (
+            "https webhook",
+            &with_pool("[[alerts.webhooks]]\nurl = \"https://hooks.example.com/x\""),
+            Some(8),
+            "alerts.webhooks[0].url",
+        ),
+        (
+            "webhook url without a scheme",
+            &with_pool("[[alerts.webhooks]]\nurl = \"127.0.0.1:9000/hook\""),
+            Some(8),
+            "alerts.webhooks[0].url",
+        ),
+        (
+            "webhook url without a host",
+            &with_pool("[[alerts.webhooks]]\nurl = \"http:///hook\""),
+            Some(8),
+            "alerts.webhooks[0].url",
+        ),
+        (
+            "webhook port 0",
+            &with_pool("[[alerts.webhooks]]\nurl = \"http://127.0.0.1:0/hook\""),
+            Some(8),
+            "alerts.webhooks[0].url",
+        ),
+        (
+            "webhook url with credentials",
+            &with_pool("[[alerts.webhooks]]\nurl = \"http://a:b@127.0.0.1:9000/hook\""),
+            Some(8),
+            "alerts.webhooks[0].url",
+        ),
+        (
+            "webhook url with a space",
+            &with_pool("[[alerts.webhooks]]\nurl = \"http://127.0.0.1:9000/a b\""),
+            Some(8),
+            "alerts.webhooks[0].url",
+        ),
+        (
+            "webhook host that does not resolve",
+            &with_pool("[[alerts.webhooks]]\nurl = \"http://hooks.invalid/x\""),
+            Some(8),
+            "alerts.webhooks[0].url",
+        ),
+        (
+            "second webhook's url",
+            &with_pool(
+                "[[alerts.webhooks]]\nurl = \"http://127.0.0.1:9000\"\n\
+                 [[alerts.webhooks]]\nurl = \"ftp://127.0.0.1\"",
+            ),
+            Some(10),
+            "alerts.webhooks[1].url",
+        ),
+        (
+            "webhook zero timeout",
+            &with_pool("[[alerts.webhooks]]\nurl = \"http://127.0.0.1:9000\"\ntimeout = \"0s\""),
+            Some(9),
+            "alerts.webhooks[0].timeout",
+        ),
+        (
+            "webhook retries 11",
+            &with_pool("[[alerts.webhooks]]\nurl = \"http://127.0.0.1:9000\"\nretries = 11"),
+            Some(9),
+            "alerts.webhooks[0].retries",
+        ),
+        (
+            "webhook negative retries",
+            &with_pool("[[alerts.webhooks]]\nurl = \"http://127.0.0.1:9000\"\nretries = -1"),
+            Some(9),
+            "alerts.webhooks[0].retries",
+        ),
+        (
+            "webhook bad backoff",
+            &with_pool("[[alerts.webhooks]]\nurl = \"http://127.0.0.1:9000\"\nbackoff = 500"),
+            Some(9),
+            "alerts.webhooks[0].backoff",
+        ),
+        (
+            "webhook queue 0",
+            &with_pool("[[alerts.webhooks]]\nurl = \"http://127.0.0.1:9000\"\nqueue = 0"),
+            Some(9),
+            "alerts.webhooks[0].queue",
+        ),
+        (
+            "webhook queue 100001",
+            &with_pool("[[alerts.webhooks]]\nurl = \"http://127.0.0.1:9000\"\nqueue = 100001"),
+            Some(9),
+            "alerts.webhooks[0].queue",
+        ),
+        (
+            "unknown webhook key",
+            &with_pool("[[alerts.webhooks]]\nurl = \"http://127.0.0.1:9000\"\nmethod = \"PUT\""),
+            Some(9),
+            "alerts.webhooks[0].method",
+        ),
+        (
+            "command hook without command",
+            &with_pool("[[alerts.commands]]\ntimeout = \"1s\""),
+            Some(7),
+            "alerts.commands[0].command",
+        ),
+        (
+            "command as a shell line",
+            &with_pool("[[alerts.commands]]\ncommand = \"page-oncall --severity high\""),
+            Some(8),
+            "alerts.commands[0].command",
+        ),
+        (
+            "empty command",
+            &with_pool("[[alerts.commands]]\ncommand = []"),
+            Some(8),
+            "alerts.commands[0].command",
+        ),
+        (
+            "empty program",
+            &with_pool("[[alerts.commands]]\ncommand = [\"\", \"x\"]"),
+            Some(8),
+            "alerts.commands[0].command",
+        ),
+        (
+            "command argument not a string",
+            &with_pool("[[alerts.commands]]\ncommand = [\"page\", 3]"),
+            Some(8),
+            "alerts.commands[0].command",
+        ),
+        (
+            "command not an array",
+            &with_pool("[[alerts.commands]]\ncommand = 3"),
+            Some(8),
+            "alerts.commands[0].command",
+        ),
+        (
+            "command with a NUL",
+            &with_pool("[[alerts.commands]]\ncommand = [\"page\", \"a\\u0000b\"]"),
+            Some(8),
+            "alerts.commands[0].command",
+        ),
+        (
+            "command zero timeout",
+            &with_pool("[[alerts.commands]]\ncommand = [\"page\"]\ntimeout = \"0s\""),
+            Some(9),
+            "alerts.commands[0].timeout",
+        ),
+        (
+            "command queue 0",
+            &with_pool("[[alerts.commands]]\ncommand = [\"page\"]\nqueue = 0"),
+            Some(9),
+            "alerts.commands[0].queue",
+        ),
+        (
+            "unknown command key",
+            &with_pool("[[alerts.commands]]\ncommand = [\"page\"]\nshell = true"),
+            Some(9),
+            "alerts.commands[0].shell",
+        ),
+        (
             "bad log level",
             &format!("[log]\nlevel = \"capataz=loud\"\n{MINIMAL}"),
             Some(2),
@@ -586,6 +902,21 @@ fn error_messages_say_what_to_do() {
         error.to_string(),
         r#"config.toml:4: listeners[0].routes[0].pool: "api" is not a pool (use one of "web", or add [pools.api])"#
     );
+    let error = check_err(
+        &with_pool("[[alerts.webhooks]]\nurl = \"https://hooks.example.com/x\""),
+        Some(8),
+        "url",
+    );
+    assert_eq!(
+        error.to_string(),
+        r#"config.toml:8: alerts.webhooks[0].url: "https://hooks.example.com/x" uses https, which webhooks do not support: they speak plain HTTP (use an http:// URL, e.g. of a local relay that adds TLS)"#
+    );
+    let error = check_err(
+        &with_pool("[[alerts.commands]]\ncommand = \"page-oncall --severity high\""),
+        Some(8),
+        "command",
+    );
+    assert!(error.to_string().contains("run without a shell"), "{error}");
 }
 
 #[test]
@@ -657,6 +988,18 @@ fn warnings_for_foot_guns() {
             &[],
         ),
         ("[pools.web.passive]\nenabled = false", &[]),
+        // An [admin] table alone no longer warns (the admin API is served).
+        ("[admin]", &[]),
+        ("[admin]\nopen_read_only = true", &["admin.open_read_only"]),
+        ("[admin]\ntoken = \"t\"\nopen_read_only = true", &[]),
+        (
+            "[[alerts.webhooks]]\nurl = \"http://127.0.0.1:9000\"\ntimeout = \"30s\"",
+            &["alerts.webhooks[0].timeout"],
+        ),
+        (
+            "[[alerts.webhooks]]\nurl = \"http://127.0.0.1:9000\"\ntimeout = \"29s\"",
+            &[],
+        ),
     ];
     for (extra, expected) in cases {
         assert_eq!(warnings_for(extra), *expected, "{extra}");

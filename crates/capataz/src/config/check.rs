@@ -12,6 +12,9 @@ use super::{CheckKind, Config};
 /// warning says so.
 const SLOW_DETECTION: Duration = Duration::from_secs(60);
 
+/// A webhook attempt allowed this long or longer holds up every alert queued behind it.
+const SLOW_WEBHOOK: Duration = Duration::from_secs(30);
+
 /// One suspicious setting.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Warning {
@@ -33,7 +36,8 @@ impl fmt::Display for Warning {
     }
 }
 
-/// Returns a warning for each foot-gun in `config`, in pool order; none for the defaults.
+/// Returns a warning for each foot-gun in `config`: the admin listener, then the pools in
+/// order, then the alert hooks; none for the defaults.
 pub fn check(config: &Config) -> Vec<Warning> {
     let mut warnings = Vec::new();
     let mut warn = |key: String, message: String| {
@@ -43,13 +47,16 @@ pub fn check(config: &Config) -> Vec<Warning> {
             message,
         })
     };
-    if config.admin.is_some() {
-        warn(
-            "admin".into(),
-            "the admin listener is not served by this version yet: [admin] is validated so the \
-             config keeps working when it lands, but nothing listens on its address"
-                .into(),
-        );
+    if let Some(admin) = &config.admin {
+        if admin.open_read_only && admin.token.is_none() {
+            warn(
+                "admin.open_read_only".into(),
+                "open_read_only does nothing without a token: every endpoint, the ones that \
+                 change backends included, is open to anyone who reaches the admin address \
+                 (set admin.token)"
+                    .into(),
+            );
+        }
     }
     for pool in &config.pools {
         let at = format!("pools.{}", pool.name);
@@ -109,6 +116,19 @@ pub fn check(config: &Config) -> Vec<Warning> {
                 "jitter 0 sends the probes of all backends in lockstep, in bursts \
                  (use e.g. \"10%\")"
                     .into(),
+            );
+        }
+    }
+    for (index, webhook) in config.alerts.webhooks.iter().enumerate() {
+        if webhook.timeout >= SLOW_WEBHOOK {
+            warn(
+                format!("alerts.webhooks[{index}].timeout"),
+                format!(
+                    "a timeout of {:?} lets one hung endpoint hold every alert queued behind it \
+                     that long per attempt, so alerts arrive late or are dropped when the queue \
+                     fills (keep it under {:?}; the default is 2s)",
+                    webhook.timeout, SLOW_WEBHOOK
+                ),
             );
         }
     }

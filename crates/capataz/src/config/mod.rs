@@ -17,6 +17,13 @@ mod parse;
 pub use check::{check, Warning};
 pub use parse::{load, parse_str, ConfigError};
 
+/// Parses a duration written as in the config (`500ms`, `2s`, `1.5m`, `1h`), for the command
+/// line and the admin API.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    parse::parse_duration(text)
+        .ok_or_else(|| format!("{text:?} is not a duration (use e.g. \"500ms\", \"30s\", \"5m\")"))
+}
+
 /// A whole, validated configuration.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {

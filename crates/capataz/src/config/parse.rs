@@ -11,6 +11,8 @@ mod raw;
 mod validate;
 mod values;
 
+pub(crate) use values::parse_duration;
+
 use std::path::Path;
 
 use super::Config;

@@ -4,7 +4,8 @@
 //! table that lacks one), unknown keys are rejected, and each value that still needs checking
 //! keeps its byte span. Tables are never wrapped in `Spanned`: toml 0.8 cannot give a span to a
 //! table that is only implied by a dotted key (`active.rise = 2`) and fails to deserialize it.
-//! Array elements (listeners, routes, backends) always have one, so they are spanned.
+//! Array elements (listeners, routes, backends, alert hooks) always have one, so they are
+//! spanned.
 
 use std::collections::BTreeMap;
 
@@ -21,6 +22,16 @@ pub(super) struct RawConfig {
     pub(super) listeners: Vec<Spanned<RawListener>>,
     #[serde(default)]
     pub(super) pools: BTreeMap<Spanned<String>, RawPool>,
+    #[serde(default)]
+    pub(super) alerts: RawAlerts,
+    #[serde(default)]
+    pub(super) server: RawServer,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawServer {
+    pub(super) shutdown_timeout: Option<Spanned<Value>>,
 }
 
 #[derive(Default, Deserialize)]
@@ -42,6 +53,7 @@ pub(super) enum RawLogFormat {
 pub(super) struct RawAdmin {
     pub(super) address: Option<Spanned<String>>,
     pub(super) token: Option<Spanned<String>>,
+    pub(super) open_read_only: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -79,6 +91,8 @@ pub(super) struct RawPool {
     pub(super) retries: RawRetries,
     #[serde(default)]
     pub(super) timeouts: RawTimeouts,
+    pub(super) slow_start: Option<Spanned<Value>>,
+    pub(super) gate_new_backends: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -158,4 +172,34 @@ pub(super) struct RawTimeouts {
     pub(super) connect: Option<Spanned<Value>>,
     pub(super) response_header: Option<Spanned<Value>>,
     pub(super) idle: Option<Spanned<Value>>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAlerts {
+    pub(super) debounce: Option<Spanned<Value>>,
+    #[serde(default)]
+    pub(super) webhooks: Vec<Spanned<RawWebhook>>,
+    #[serde(default)]
+    pub(super) commands: Vec<Spanned<RawCommand>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWebhook {
+    pub(super) url: Option<Spanned<String>>,
+    pub(super) timeout: Option<Spanned<Value>>,
+    pub(super) retries: Option<Spanned<i64>>,
+    pub(super) backoff: Option<Spanned<Value>>,
+    pub(super) queue: Option<Spanned<i64>>,
+}
+
+/// `command` stays a [`Value`] so that a plain string (a shell line) gets a message that says
+/// to write an array, rather than serde's "expected a sequence".
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCommand {
+    pub(super) command: Option<Spanned<Value>>,
+    pub(super) timeout: Option<Spanned<Value>>,
+    pub(super) queue: Option<Spanned<i64>>,
 }

@@ -4,6 +4,8 @@
 //! dotted key path (built here, so it is exact) and what to do. Each key's default is written
 //! once, at the call that reads it, and in docs/config.md.
 
+mod alerts;
+
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::num::NonZeroU32;
@@ -16,14 +18,15 @@ use toml::{Spanned, Value};
 use super::locate::line_of;
 use super::raw::{
     RawActive, RawAdmin, RawAlgorithm, RawAllDown, RawBackend, RawCheckKind, RawConfig, RawInitial,
-    RawListener, RawLog, RawLogFormat, RawPassive, RawPool, RawRetries, RawRoute, RawTimeouts,
+    RawListener, RawLog, RawLogFormat, RawPassive, RawPool, RawRetries, RawRoute, RawServer,
+    RawTimeouts,
 };
 use super::values::{parse_duration, parse_percent};
 use super::ConfigError;
 use crate::config::{
     ActiveCheckConfig, AdminConfig, Algorithm, AllDownPolicy, BackendConfig, CheckKind, Config,
     ListenerConfig, LogConfig, LogFormat, PassiveCheckConfig, PoolConfig, RetryConfig, RouteConfig,
-    UpstreamTimeouts,
+    ServerConfig, UpstreamTimeouts,
 };
 
 const DURATION_EXAMPLES: &str = r#"e.g. "500ms", "2s", "1m""#;
@@ -49,6 +52,7 @@ impl Validator<'_> {
 
     pub(super) fn config(&self, raw: RawConfig) -> Result<Config, ConfigError> {
         let log = self.log(raw.log)?;
+        let server = self.server(raw.server)?;
         let admin = raw.admin.map(|admin| self.admin(admin)).transpose()?;
         if raw.pools.is_empty() {
             return Err(self.error(
@@ -76,14 +80,15 @@ impl Validator<'_> {
         for (index, listener) in raw.listeners.into_iter().enumerate() {
             listeners.push(self.listener(index, listener, &pools, &mut bound)?);
         }
+        let alerts = self.alerts(raw.alerts)?;
         Ok(Config {
             source: self.file.to_owned(),
             log,
             admin,
             listeners,
             pools,
-            alerts: super::super::AlertsConfig::default(),
-            server: super::super::ServerConfig::default(),
+            alerts,
+            server,
         })
     }
 
@@ -112,10 +117,20 @@ impl Validator<'_> {
         Ok(LogConfig { format, level })
     }
 
+    fn server(&self, raw: RawServer) -> Result<ServerConfig, ConfigError> {
+        Ok(ServerConfig {
+            shutdown_timeout: self.duration(
+                &raw.shutdown_timeout,
+                "server.shutdown_timeout",
+                Duration::from_secs(30),
+            )?,
+        })
+    }
+
     fn admin(&self, raw: RawAdmin) -> Result<AdminConfig, ConfigError> {
-        let address = match raw.address {
+        let address = match &raw.address {
             None => SocketAddr::from(([127, 0, 0, 1], 9901)),
-            Some(address) => self.socket_addr(&address, "admin.address")?,
+            Some(address) => self.socket_addr(address, "admin.address")?,
         };
         let token = match raw.token {
             None => None,
@@ -134,10 +149,26 @@ impl Validator<'_> {
                 Some(token.into_inner())
             }
         };
+        // The admin API can drain and disable backends: beyond this host it needs a token.
+        // (The default address is loopback, so only a written address can fail here.)
+        if let (Some(written), None) = (&raw.address, &token) {
+            if !address.ip().to_canonical().is_loopback() {
+                return Err(self.error(
+                    Some(written.span()),
+                    "admin.address",
+                    format!(
+                        "{:?}: a non-loopback admin address needs admin.token (anyone who can \
+                         reach it could take backends down; set admin.token, or listen on \
+                         \"127.0.0.1:9901\")",
+                        written.get_ref()
+                    ),
+                ));
+            }
+        }
         Ok(AdminConfig {
             address,
             token,
-            open_read_only: false,
+            open_read_only: raw.open_read_only.unwrap_or(false),
         })
     }
 
@@ -381,8 +412,8 @@ impl Validator<'_> {
             backends,
             algorithm,
             when_all_down,
-            slow_start: None,
-            gate_new_backends: true,
+            slow_start: self.optional_duration(&raw.slow_start, &format!("{at}.slow_start"))?,
+            gate_new_backends: raw.gate_new_backends.unwrap_or(true),
         })
     }
 
@@ -651,8 +682,17 @@ impl Validator<'_> {
         key: &str,
         default: Duration,
     ) -> Result<Duration, ConfigError> {
+        Ok(self.optional_duration(value, key)?.unwrap_or(default))
+    }
+
+    /// A duration above zero, or `None` when the key is absent (the feature is off).
+    fn optional_duration(
+        &self,
+        value: &Option<Spanned<Value>>,
+        key: &str,
+    ) -> Result<Option<Duration>, ConfigError> {
         let Some(value) = value else {
-            return Ok(default);
+            return Ok(None);
         };
         let Value::String(text) = value.get_ref() else {
             return Err(self.error(
@@ -675,7 +715,7 @@ impl Validator<'_> {
                 key,
                 format!("{text:?} is zero (use a duration above zero, {DURATION_EXAMPLES})"),
             )),
-            Some(duration) => Ok(duration),
+            Some(duration) => Ok(Some(duration)),
         }
     }
 

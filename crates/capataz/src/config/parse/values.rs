@@ -1,10 +1,11 @@
-//! The value syntaxes of the config that TOML does not have: durations and percentages.
+//! The value syntaxes of the config that TOML does not have: durations, percentages and
+//! webhook URLs.
 
 use std::time::Duration;
 
 /// Parses `500ms`, `2s`, `1.5s`, `1m`, `1h`: digits, an optional fraction, then a unit.
 /// Returns `None` for anything else, including an overflow; zero is returned as such.
-pub(super) fn parse_duration(text: &str) -> Option<Duration> {
+pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
     const NANOS_PER_SEC: u128 = 1_000_000_000;
     let number_end = text
         .find(|c: char| !c.is_ascii_digit() && c != '.')
@@ -51,6 +52,89 @@ pub(super) fn parse_percent(text: &str) -> Option<f64> {
     number.parse::<f64>().ok().map(|n| n / 100.0)
 }
 
+/// A plain-HTTP URL taken apart: `http://authority/path?query`.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct HttpUrl<'a> {
+    /// The authority as written (`host`, `host:port`, `[v6]:port`): the Host header.
+    pub(super) authority: &'a str,
+    /// The host and port with the default port 80 filled in, ready to resolve.
+    pub(super) host_port: String,
+    /// The path and query, `/` when the URL has no path; a fragment is dropped (it is never
+    /// sent).
+    pub(super) path: String,
+}
+
+/// Takes apart an `http://` URL. The error is the rest of a sentence about the URL, saying what
+/// is wrong and what to do, e.g. `uses https, which ...`.
+pub(super) fn parse_http_url(text: &str) -> Result<HttpUrl<'_>, &'static str> {
+    if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("contains a space or control character (percent-encode it, e.g. %20)");
+    }
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return Err(r#"is not an http:// URL (use e.g. "http://127.0.0.1:9000/hook")"#);
+    };
+    if scheme.eq_ignore_ascii_case("https") {
+        return Err(
+            "uses https, which webhooks do not support: they speak plain HTTP \
+                    (use an http:// URL, e.g. of a local relay that adds TLS)",
+        );
+    }
+    if !scheme.eq_ignore_ascii_case("http") {
+        return Err(r#"is not an http:// URL (use e.g. "http://127.0.0.1:9000/hook")"#);
+    }
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    if authority.contains('@') {
+        return Err("carries credentials, which are not supported \
+                    (leave out user:password@; put a secret in the path or query instead)");
+    }
+    let (host, port) = if authority.starts_with('[') {
+        let Some(close) = authority.find(']') else {
+            return Err(r#"has an unclosed IPv6 address (write it as "http://[::1]:9000/hook")"#);
+        };
+        let (host, after) = authority.split_at(close + 1);
+        match after.strip_prefix(':') {
+            Some(port) => (host, Some(port)),
+            None if after.is_empty() => (host, None),
+            None => return Err("has text after its IPv6 address (use [address]:port)"),
+        }
+    } else {
+        match authority.rsplit_once(':') {
+            Some((host, _)) if host.contains(':') => {
+                return Err(
+                    r#"has an IPv6 address without brackets (write it as "http://[::1]:9000/hook")"#,
+                )
+            }
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    if host.is_empty() || host == "[]" {
+        return Err(r#"has no host (use e.g. "http://127.0.0.1:9000/hook")"#);
+    }
+    let port = match port {
+        None => 80,
+        // `parse` alone would accept a sign ("+80").
+        Some(port) if port.bytes().all(|b| b.is_ascii_digit()) => match port.parse::<u16>() {
+            Ok(port) if port != 0 => port,
+            _ => return Err("has a bad port (use 1-65535, or leave it out for 80)"),
+        },
+        Some(_) => return Err("has a bad port (use 1-65535, or leave it out for 80)"),
+    };
+    let path = path.split_once('#').map_or(path, |(before, _)| before);
+    let path = if path.starts_with('/') {
+        path.to_owned()
+    } else {
+        // Empty, or only a query.
+        format!("/{path}")
+    };
+    Ok(HttpUrl {
+        authority,
+        host_port: format!("{host}:{port}"),
+        path,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,6 +173,56 @@ mod tests {
             ("18446744073709551616s", None),
         ] {
             assert_eq!(parse_duration(text), expected, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn http_urls() {
+        let ok = |text: &str| {
+            let url = parse_http_url(text).unwrap_or_else(|why| panic!("{text:?} {why}"));
+            (url.authority.to_owned(), url.host_port, url.path)
+        };
+        let parts = |a: &str, h: &str, p: &str| (a.to_owned(), h.to_owned(), p.to_owned());
+        assert_eq!(
+            ok("http://127.0.0.1:9000/hook"),
+            parts("127.0.0.1:9000", "127.0.0.1:9000", "/hook")
+        );
+        assert_eq!(
+            ok("http://hooks.internal"),
+            parts("hooks.internal", "hooks.internal:80", "/")
+        );
+        assert_eq!(
+            ok("HTTP://h:8080?a=1&b=2#frag"),
+            parts("h:8080", "h:8080", "/?a=1&b=2")
+        );
+        assert_eq!(
+            ok("http://[::1]:9000/a/b?c#d"),
+            parts("[::1]:9000", "[::1]:9000", "/a/b?c")
+        );
+        assert_eq!(ok("http://[::1]"), parts("[::1]", "[::1]:80", "/"));
+        for (bad, why) in [
+            ("https://h/hook", "uses https"),
+            ("HTTPS://h/hook", "uses https"),
+            ("ftp://h/hook", "is not an http:// URL"),
+            ("127.0.0.1:9000/hook", "is not an http:// URL"),
+            ("http:///hook", "has no host"),
+            ("http://:9000/hook", "has no host"),
+            ("http://[]:9000", "has no host"),
+            ("http://u:p@h/hook", "carries credentials"),
+            ("http://h:0/hook", "has a bad port"),
+            ("http://h:/hook", "has a bad port"),
+            ("http://h:+80/hook", "has a bad port"),
+            ("http://h:65536/hook", "has a bad port"),
+            ("http://::1:9000/hook", "without brackets"),
+            ("http://[::1/hook", "unclosed"),
+            ("http://[::1]x/hook", "after its IPv6"),
+            ("http://h/a hook", "contains a space"),
+            ("http://h/a\r\nX: y", "contains a space"),
+        ] {
+            match parse_http_url(bad) {
+                Ok(url) => panic!("{bad:?} parsed as {url:?}"),
+                Err(error) => assert!(error.contains(why), "{bad:?}: {error}"),
+            }
         }
     }
 

@@ -1,0 +1,294 @@
+//! The admin API: a separate listener that answers "which backends are in or out, why, and
+//! when do they come back", streams events, and lets an operator act on a backend by hand or
+//! reload the configuration.
+//!
+//! Endpoints (JSON unless said):
+//! - `GET /` the live dashboard (one self-contained HTML page);
+//! - `GET /status`, `GET /status/<pool>/<backend>` state, streaks, history and the explain
+//!   sentence;
+//! - `GET /events` a Server-Sent Events stream of health events;
+//! - `GET /metrics` Prometheus text;
+//! - `POST /backends/<pool>/<backend>/{drain,down,up,clear}[?ttl=30s]` manual overrides;
+//! - `POST /reload` re-read and apply the config file.
+//!
+//! With a token configured every request needs `Authorization: Bearer <token>` (401 otherwise),
+//! except `GET` requests when `open_read_only` is set. Without a token the listener only runs on
+//! a loopback address (the config loader refuses anything else, and so does `serve`).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, Method, Request, Response, StatusCode};
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use hyper::body::{Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::broadcast;
+
+use crate::events::OverrideKind;
+use crate::server::Shared;
+
+type Body = BoxBody<Bytes, Infallible>;
+
+const DASHBOARD: &str = include_str!("admin/dashboard.html");
+
+/// Serves the admin API on `socket` until the balancer shuts down.
+pub async fn serve(socket: TcpListener, shared: Arc<Shared>) {
+    let mut shutdown = shared.shutdown_signal();
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = socket.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(error) => {
+                    tracing::warn!(%error, "admin accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.changed() => return,
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let shared = shared.clone();
+                async move { Ok::<_, Infallible>(handle(shared, req).await) }
+            });
+            let _ = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+fn full(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
+    let mut response = Response::new(Full::new(body.into()).boxed());
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-store"));
+    response
+}
+
+fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
+    let mut text = serde_json::to_string_pretty(value).unwrap_or_else(|_| "{}".into());
+    text.push('\n');
+    full(status, "application/json", text)
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response<Body> {
+    json_response(status, &json!({ "error": message.into() }))
+}
+
+fn authorized(shared: &Shared, req: &Request<Incoming>) -> bool {
+    let config = shared.config();
+    let Some(admin) = &config.admin else {
+        return true;
+    };
+    let Some(token) = &admin.token else {
+        return true;
+    };
+    if admin.open_read_only && req.method() == Method::GET {
+        return true;
+    }
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    presented.is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes()))
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+    if !authorized(&shared, &req) {
+        let mut response = error(
+            StatusCode::UNAUTHORIZED,
+            "this admin API needs `Authorization: Bearer <token>` (admin.token in the config)",
+        );
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer realm=\"capataz\""),
+        );
+        return response;
+    }
+    let path = req.uri().path().to_owned();
+    let segments: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    match (req.method().clone(), segments.as_slice()) {
+        (Method::GET, []) => full(StatusCode::OK, "text/html; charset=utf-8", DASHBOARD),
+        (Method::GET, ["status"]) => {
+            let pools: Vec<Value> = shared.pools().iter().map(|p| crate::status::pool_json(p)).collect();
+            json_response(
+                StatusCode::OK,
+                &json!({
+                    "time": crate::timefmt::rfc3339(std::time::SystemTime::now()),
+                    "pools": pools,
+                }),
+            )
+        }
+        (Method::GET, ["status", pool, backend]) => backend_status(&shared, pool, backend),
+        (Method::GET, ["events"]) => events(&shared),
+        (Method::POST, ["backends", pool, backend, action]) => {
+            override_backend(&shared, pool, backend, action, req.uri().query())
+        }
+        (Method::POST, ["reload"]) => match shared.reload_from_file().await {
+            Ok(summary) => json_response(
+                StatusCode::OK,
+                &json!({
+                    "reloaded": true,
+                    "kept": summary.kept,
+                    "added": summary.added,
+                    "removed": summary.removed,
+                    "listeners_added": summary.listeners_added,
+                    "listeners_removed": summary.listeners_removed,
+                }),
+            ),
+            Err(e) => {
+                tracing::error!("reload refused, the running configuration stays: {e}");
+                error(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    format!("reload refused, the running configuration stays: {e}"),
+                )
+            }
+        },
+        (_, ["status", ..] | ["events"] | ["metrics"] | []) => {
+            error(StatusCode::METHOD_NOT_ALLOWED, "use GET")
+        }
+        (_, ["backends", ..] | ["reload"]) => error(StatusCode::METHOD_NOT_ALLOWED, "use POST"),
+        _ => error(
+            StatusCode::NOT_FOUND,
+            format!("no such endpoint: {path} (see GET /, /status, /events, /metrics)"),
+        ),
+    }
+}
+
+fn backend_status(shared: &Shared, pool: &str, backend: &str) -> Response<Body> {
+    let Some(pool_rt) = shared.pool(pool) else {
+        return error(StatusCode::NOT_FOUND, format!("no pool named {pool:?}"));
+    };
+    let Some(index) = pool_rt.index_of(backend) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            format!("pool {pool} has no backend named {backend:?}"),
+        );
+    };
+    let views = pool_rt.views();
+    json_response(StatusCode::OK, &crate::status::backend_json(&pool_rt, &views[index]))
+}
+
+/// Parses a TTL such as `30s`, `5m`, `500ms`.
+fn parse_ttl(query: Option<&str>) -> Result<Option<Duration>, String> {
+    let Some(query) = query else {
+        return Ok(None);
+    };
+    for pair in query.split('&') {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if key == "ttl" {
+            return crate::config::parse_duration(value)
+                .map(Some)
+                .map_err(|e| format!("ttl: {e}"));
+        }
+    }
+    Ok(None)
+}
+
+fn override_backend(
+    shared: &Shared,
+    pool: &str,
+    backend: &str,
+    action: &str,
+    query: Option<&str>,
+) -> Response<Body> {
+    let kind = match action {
+        "drain" => Some(OverrideKind::Drain),
+        "down" => Some(OverrideKind::Down),
+        "up" => Some(OverrideKind::Up),
+        "clear" => None,
+        other => {
+            return error(
+                StatusCode::NOT_FOUND,
+                format!("unknown action {other:?}: use drain, down, up or clear"),
+            )
+        }
+    };
+    let ttl = match parse_ttl(query) {
+        Ok(ttl) => ttl,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    let Some(pool_rt) = shared.pool(pool) else {
+        return error(StatusCode::NOT_FOUND, format!("no pool named {pool:?}"));
+    };
+    match pool_rt.set_override(backend, kind, ttl) {
+        Ok(state) => json_response(
+            StatusCode::OK,
+            &json!({ "pool": pool, "backend": backend, "state": state,
+                     "override": kind.map(|k| k.as_str()), "ttl_ms": ttl.map(|t| t.as_millis() as u64) }),
+        ),
+        Err(e) => error(StatusCode::NOT_FOUND, e.to_string()),
+    }
+}
+
+/// `GET /events`: each health event as one SSE message (`event: <type>`, `data: <json>`), and
+/// a comment every 15 s to keep proxies from closing the stream.
+fn events(shared: &Shared) -> Response<Body> {
+    let mut rx = shared.subscribe();
+    let mut shutdown = shared.shutdown_signal();
+    let (tx, body_rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(64);
+    tokio::spawn(async move {
+        let hello = Bytes::from_static(b": capataz events\n\n");
+        if tx.send(Ok(Frame::data(hello))).await.is_err() {
+            return;
+        }
+        loop {
+            let message = tokio::select! {
+                received = rx.recv() => match received {
+                    Ok(event) => format!("event: {}\ndata: {}\n\n", event.kind(), event.to_json()),
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        format!("event: lagged\ndata: {{\"missed\": {n}}}\n\n")
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+                _ = tokio::time::sleep(Duration::from_secs(15)) => ": keep-alive\n\n".to_string(),
+                _ = shutdown.changed() => return,
+            };
+            if tx.send(Ok(Frame::data(Bytes::from(message)))).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut response = Response::new(BodyExt::boxed(SseBody(body_rx)));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/event-stream"),
+    );
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-store"));
+    response
+}
+
+/// The SSE body: frames as the event task sends them, ending when it stops.
+struct SseBody(tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, Infallible>>);
+
+impl hyper::body::Body for SseBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0.poll_recv(cx)
+    }
+}

@@ -1,0 +1,221 @@
+//! The health events the runtime publishes, and their JSON form (the `/events` stream, webhooks
+//! and alert commands all use it).
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use capataz_health::{Side, Transition};
+use serde_json::json;
+
+use crate::config::AllDownPolicy;
+use crate::timefmt;
+
+/// A manual override of a backend's health.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OverrideKind {
+    /// No new requests; in-flight ones finish.
+    Drain,
+    /// Out of rotation whatever health says.
+    Down,
+    /// In rotation whatever health says.
+    Up,
+}
+
+impl OverrideKind {
+    /// `drain`, `down` or `up`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OverrideKind::Drain => "drain",
+            OverrideKind::Down => "down",
+            OverrideKind::Up => "up",
+        }
+    }
+
+    /// The effective state it puts a backend in: `DRAINING`, `FORCED_DOWN`, `FORCED_UP`.
+    pub fn state(self) -> &'static str {
+        match self {
+            OverrideKind::Drain => "DRAINING",
+            OverrideKind::Down => "FORCED_DOWN",
+            OverrideKind::Up => "FORCED_UP",
+        }
+    }
+}
+
+/// What the health runtime reports, in the order it happened.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// A backend's verdict changed.
+    Transition {
+        /// The pool.
+        pool: Arc<str>,
+        /// The backend.
+        backend: Arc<str>,
+        /// The engine's event: from, to, reason, time since start.
+        transition: Transition,
+        /// Wall-clock time.
+        time: SystemTime,
+    },
+    /// The pool has no eligible backend any more; its all-down policy applies.
+    AllDown {
+        /// The pool.
+        pool: Arc<str>,
+        /// What the pool does now.
+        policy: AllDownPolicy,
+        /// Wall-clock time.
+        time: SystemTime,
+    },
+    /// The pool has an eligible backend again.
+    Recovered {
+        /// The pool.
+        pool: Arc<str>,
+        /// Wall-clock time.
+        time: SystemTime,
+    },
+    /// An operator set, cleared, or let lapse a manual override.
+    Override {
+        /// The pool.
+        pool: Arc<str>,
+        /// The backend.
+        backend: Arc<str>,
+        /// The override now in force (`None` once cleared or lapsed).
+        kind: Option<OverrideKind>,
+        /// The effective state before (`UP`, `DOWN`, `DRAINING`, ...).
+        from: &'static str,
+        /// The effective state after.
+        to: &'static str,
+        /// Why, as a sentence.
+        reason: String,
+        /// Wall-clock time.
+        time: SystemTime,
+    },
+}
+
+impl Event {
+    /// The pool the event is about.
+    pub fn pool(&self) -> &str {
+        match self {
+            Event::Transition { pool, .. }
+            | Event::AllDown { pool, .. }
+            | Event::Recovered { pool, .. }
+            | Event::Override { pool, .. } => pool,
+        }
+    }
+
+    /// The backend the event is about, if it is about one.
+    pub fn backend(&self) -> Option<&str> {
+        match self {
+            Event::Transition { backend, .. } | Event::Override { backend, .. } => Some(backend),
+            Event::AllDown { .. } | Event::Recovered { .. } => None,
+        }
+    }
+
+    /// The event's type: `transition`, `all_down`, `recovered` or `override`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::Transition { .. } => "transition",
+            Event::AllDown { .. } => "all_down",
+            Event::Recovered { .. } => "recovered",
+            Event::Override { .. } => "override",
+        }
+    }
+
+    /// When it happened.
+    pub fn time(&self) -> SystemTime {
+        match self {
+            Event::Transition { time, .. }
+            | Event::AllDown { time, .. }
+            | Event::Recovered { time, .. }
+            | Event::Override { time, .. } => *time,
+        }
+    }
+
+    /// `(from, to, reason)` where the event has them.
+    pub fn change(&self) -> Option<(&str, &str, String)> {
+        match self {
+            Event::Transition { transition, .. } => Some((
+                transition.from.as_str(),
+                transition.to.as_str(),
+                transition.reason.to_string(),
+            )),
+            Event::Override {
+                from, to, reason, ..
+            } => Some((from, to, reason.clone())),
+            Event::AllDown { .. } | Event::Recovered { .. } => None,
+        }
+    }
+
+    /// The readable sentence of the event, as logged.
+    pub fn sentence(&self) -> String {
+        match self {
+            Event::Transition {
+                pool,
+                backend,
+                transition,
+                ..
+            } => format!("pool={pool} backend={backend} {transition}"),
+            Event::AllDown { pool, policy, .. } => match policy {
+                AllDownPolicy::FailOpen => format!(
+                    "pool={pool} has no UP backend: failing open, spreading traffic over its backends"
+                ),
+                AllDownPolicy::Reject { .. } => {
+                    format!("pool={pool} has no UP backend: rejecting requests with 503")
+                }
+            },
+            Event::Recovered { pool, .. } => {
+                format!("pool={pool} has an UP backend again; normal balancing resumes")
+            }
+            Event::Override {
+                pool,
+                backend,
+                from,
+                to,
+                reason,
+                ..
+            } => format!("pool={pool} backend={backend} {from} -> {to}: {reason}"),
+        }
+    }
+
+    /// The event as one JSON object: `type`, `pool`, `backend`, `from`, `to`, `side`, `reason`,
+    /// `time` (RFC 3339, UTC), `sentence`, and per type `policy`, `override`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut value = json!({
+            "type": self.kind(),
+            "pool": self.pool(),
+            "time": timefmt::rfc3339(self.time()),
+            "sentence": self.sentence(),
+        });
+        let object = value.as_object_mut().expect("a json! object literal is an object");
+        if let Some(backend) = self.backend() {
+            object.insert("backend".into(), backend.into());
+        }
+        if let Some((from, to, reason)) = self.change() {
+            object.insert("from".into(), from.into());
+            object.insert("to".into(), to.into());
+            object.insert("reason".into(), reason.into());
+        }
+        match self {
+            Event::Transition { transition, .. } => {
+                let side = match transition.reason.side() {
+                    Side::Active => "active",
+                    Side::Passive => "passive",
+                };
+                object.insert("side".into(), side.into());
+            }
+            Event::AllDown { policy, .. } => {
+                let policy = match policy {
+                    AllDownPolicy::FailOpen => "fail_open",
+                    AllDownPolicy::Reject { .. } => "reject",
+                };
+                object.insert("policy".into(), policy.into());
+            }
+            Event::Override { kind, .. } => {
+                object.insert(
+                    "override".into(),
+                    kind.map_or(serde_json::Value::Null, |k| k.as_str().into()),
+                );
+            }
+            Event::Recovered { .. } => {}
+        }
+        value
+    }
+}

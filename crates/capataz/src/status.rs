@@ -1,0 +1,283 @@
+//! What the admin API says about pools and backends: the `/status` JSON and the one sentence
+//! that explains why a backend is in or out and when that changes.
+
+use std::time::Duration;
+
+use capataz_health::pool::human_duration;
+use capataz_health::{Ejection, Reason, State, TrafficRule};
+use serde_json::{json, Value};
+
+use crate::config::{AllDownPolicy, CheckKind};
+use crate::events::OverrideKind;
+use crate::health::{BackendView, PoolRt};
+use crate::timefmt::{clock, rfc3339};
+
+fn ordinal(n: u32) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (1, 11) | (2, 12) | (3, 13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1_000_000.0).round() / 1000.0
+}
+
+/// One sentence: the backend's state, since when, why, and what brings it back (or out).
+pub fn explain(pool: &PoolRt, view: &BackendView) -> String {
+    let config = &pool.config;
+    let clock_of = |t: Duration| clock(pool.clock().wall(t));
+    let health = &view.health;
+    let active = &health.active;
+    let passive = &health.passive;
+    let rise = config.active.rise.get();
+    let fall = config.active.fall.get();
+    let limit = config.passive.consecutive_errors.get();
+    let next_probe = view
+        .backend
+        .next_probe()
+        .filter(|_| config.active.kind != CheckKind::None)
+        .map(|due| {
+            format!(
+                ", next probe in {}",
+                human_duration(due.saturating_sub(view.now))
+            )
+        })
+        .unwrap_or_default();
+    if let Some(o) = view.info.override_ {
+        let until = match o.until {
+            Some(until) => format!("until {}", clock_of(until)),
+            None => "until cleared".into(),
+        };
+        let health_says = format!(
+            "health checks say {} ({})",
+            health.verdict(),
+            short_health(pool, view)
+        );
+        return match o.kind {
+            OverrideKind::Drain => format!(
+                "DRAINING since {} (manual, {until}): no new requests, {} in flight; {health_says}",
+                clock(o.since),
+                view.backend.in_flight.load(std::sync::atomic::Ordering::Relaxed)
+            ),
+            OverrideKind::Down => format!(
+                "FORCED DOWN since {} (manual, {until}); {health_says}",
+                clock(o.since)
+            ),
+            OverrideKind::Up => format!(
+                "FORCED UP since {} (manual, {until}): gets traffic whatever health says; {health_says}",
+                clock(o.since)
+            ),
+        };
+    }
+    let since = clock(view.info.since);
+    if let Ejection::Ejected { until, nth, since: ejected_at } = passive.ejection {
+        let cause = match view.info.last_transition {
+            Some((_, t)) if t.to == State::Down => match t.reason {
+                Reason::TrafficErrors { streak, last, .. } => {
+                    format!("{streak} consecutive traffic errors (last: {last})")
+                }
+                Reason::ProbationFailed { last, .. } => {
+                    format!("a traffic error on probation (last: {last})")
+                }
+                other => other.to_string(),
+            },
+            _ => format!("{limit} consecutive traffic errors"),
+        };
+        let active_note = if active.state == State::Down {
+            format!(
+                "; probes also fail: needs {rise} passing probes in a row (has {}){next_probe}",
+                active.pass_streak
+            )
+        } else {
+            String::new()
+        };
+        return match until {
+            Some(until) => format!(
+                "ejected until {} ({} ejection, {}): {cause}{active_note}",
+                clock_of(until),
+                ordinal(nth),
+                human_duration(until.saturating_sub(ejected_at))
+            ),
+            None => format!(
+                "ejected since {since}: {cause}; one good response readmits it{active_note}"
+            ),
+        };
+    }
+    if active.state == State::Down {
+        let cause = match view.info.last_transition {
+            Some((_, t)) if t.to == State::Down && matches!(t.reason, Reason::ProbesFailed { .. }) => {
+                match t.reason {
+                    Reason::ProbesFailed { streak, last } => {
+                        format!("{streak} consecutive failed probes (last: {last})")
+                    }
+                    _ => unreachable!("matched ProbesFailed above"),
+                }
+            }
+            _ if view.info.last_transition.is_none() => {
+                "not yet proven healthy (new backends start DOWN)".to_string()
+            }
+            _ => format!("{} consecutive failed probes", active.fail_streak),
+        };
+        return format!(
+            "DOWN since {since}: {cause}; needs {rise} passing probes in a row (has {}){next_probe}",
+            active.pass_streak
+        );
+    }
+    let probation = match passive.ejection {
+        Ejection::Probation { since } => format!(
+            " on probation since {}: one good response readmits it, one traffic error ejects it again for {}",
+            clock_of(since),
+            human_duration(
+                config
+                    .passive
+                    .ejection_time
+                    .saturating_mul(passive.times_ejected.saturating_add(1))
+                    .min(config.passive.max_ejection_time)
+            )
+        ),
+        _ => String::new(),
+    };
+    let ramp = if view.effective_weight_tenths < view.backend.weight.saturating_mul(10) {
+        format!(
+            "; slow start: weight {:.1} of {}",
+            f64::from(view.effective_weight_tenths) / 10.0,
+            view.backend.weight
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "UP since {since}{probation}; failed probes in a row: {} of {fall}, traffic errors in a row: {} of {limit}{ramp}{next_probe}",
+        active.fail_streak, passive.error_streak
+    )
+}
+
+fn short_health(pool: &PoolRt, view: &BackendView) -> String {
+    let h = &view.health;
+    format!(
+        "active {} {}/{} fails, {}/{} passes; passive {}/{} errors",
+        h.active.state,
+        h.active.fail_streak,
+        pool.config.active.fall,
+        h.active.pass_streak,
+        pool.config.active.rise,
+        h.passive.error_streak,
+        pool.config.passive.consecutive_errors
+    )
+}
+
+/// The JSON of one backend (with its explain sentence).
+pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
+    let clock = pool.clock();
+    let wall = |t: Duration| rfc3339(clock.wall(t));
+    let health = &view.health;
+    let ejection = match health.passive.ejection {
+        Ejection::None => json!({ "state": "none" }),
+        Ejection::Ejected { since, until, nth } => json!({
+            "state": "ejected",
+            "since": wall(since),
+            "until": until.map(wall),
+            "nth": nth,
+            "duration_ms": until.map(|u| u.saturating_sub(since).as_millis() as u64),
+        }),
+        Ejection::Probation { since } => json!({ "state": "probation", "since": wall(since) }),
+    };
+    let last_probe = view.info.probes.back().map(|p| {
+        json!({
+            "outcome": p.outcome.to_string(),
+            "result": p.result.as_str(),
+            "latency_ms": ms(p.latency),
+            "at": rfc3339(p.at),
+        })
+    });
+    let probes: Vec<Value> = view
+        .info
+        .probes
+        .iter()
+        .map(|p| json!({ "outcome": p.outcome.to_string(), "result": p.result.as_str(), "at": rfc3339(p.at) }))
+        .collect();
+    let rule = TrafficRule {
+        count_503: pool.config.passive.count_503,
+    };
+    let traffic: Vec<Value> = view
+        .backend
+        .traffic
+        .recent()
+        .into_iter()
+        .map(|o| json!({ "outcome": o.to_string(), "result": rule.judge(o).as_str() }))
+        .collect();
+    let last_transition = view.info.last_transition.map(|(at, t)| {
+        json!({
+            "at": rfc3339(at),
+            "from": t.from.as_str(),
+            "to": t.to.as_str(),
+            "side": crate::health::reason_side(&t.reason),
+            "reason": t.reason.to_string(),
+        })
+    });
+    let override_ = view.info.override_.map(|o| {
+        json!({
+            "kind": o.kind.as_str(),
+            "since": rfc3339(o.since),
+            "until": o.until.map(wall),
+        })
+    });
+    let next_probe_in_ms = view
+        .backend
+        .next_probe()
+        .filter(|_| pool.config.active.kind != CheckKind::None)
+        .map(|due| due.saturating_sub(view.now).as_millis() as u64);
+    json!({
+        "pool": &*pool.name,
+        "name": &*view.backend.name,
+        "address": view.backend.address,
+        "verdict": health.verdict().as_str(),
+        "state": view.state(),
+        "eligible": view.eligible,
+        "since": rfc3339(view.info.since),
+        "active": {
+            "kind": match pool.config.active.kind { CheckKind::Http => "http", CheckKind::Tcp => "tcp", CheckKind::None => "none" },
+            "state": health.active.state.as_str(),
+            "fail_streak": health.active.fail_streak,
+            "pass_streak": health.active.pass_streak,
+            "rise": pool.config.active.rise.get(),
+            "fall": pool.config.active.fall.get(),
+            "last_probe": last_probe,
+            "next_probe_in_ms": next_probe_in_ms,
+        },
+        "passive": {
+            "enabled": pool.config.passive.enabled,
+            "error_streak": health.passive.error_streak,
+            "consecutive_errors": pool.config.passive.consecutive_errors.get(),
+            "ejection": ejection,
+            "times_ejected": health.passive.times_ejected,
+        },
+        "history": { "probes": probes, "traffic": traffic },
+        "last_transition": last_transition,
+        "in_flight": view.backend.in_flight.load(std::sync::atomic::Ordering::Relaxed),
+        "weight": view.backend.weight,
+        "effective_weight": f64::from(view.effective_weight_tenths) / 10.0,
+        "override": override_,
+        "explain": explain(pool, view),
+    })
+}
+
+/// The JSON of one pool and all its backends.
+pub fn pool_json(pool: &PoolRt) -> Value {
+    let views = pool.views();
+    let snapshot = pool.snapshot();
+    let healthy = views.iter().filter(|v| v.eligible).count();
+    json!({
+        "name": &*pool.name,
+        "healthy": healthy,
+        "backends_total": views.len(),
+        "all_down": snapshot.all_down,
+        "when_all_down": match pool.config.when_all_down { AllDownPolicy::FailOpen => "fail_open", AllDownPolicy::Reject { .. } => "reject" },
+        "backends": views.iter().map(|v| backend_json(pool, v)).collect::<Vec<_>>(),
+    })
+}
