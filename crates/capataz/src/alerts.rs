@@ -299,7 +299,7 @@ impl Debouncer {
 fn state(event: &Event) -> &'static str {
     match event {
         Event::Transition { transition, .. } => transition.to.as_str(),
-        Event::Override { to, .. } => *to,
+        Event::Override { to, .. } => to,
         Event::AllDown { .. } | Event::Recovered { .. } => event.kind(),
     }
 }
@@ -658,7 +658,11 @@ mod tests {
                 out.push(text);
             }
         }
-        let expected: Vec<&str> = expected.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+        let expected: Vec<&str> = expected
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
         assert_eq!(out, expected, "script:\n{script}");
     }
 
@@ -804,7 +808,10 @@ mod tests {
         assert_eq!(env["CAPATAZ_BACKEND"], "b1");
         assert_eq!(env["CAPATAZ_FROM"], "UP");
         assert_eq!(env["CAPATAZ_TO"], "DOWN");
-        assert_eq!(env["CAPATAZ_REASON"], "3 consecutive failed probes, last: TIMEOUT");
+        assert_eq!(
+            env["CAPATAZ_REASON"],
+            "3 consecutive failed probes, last: TIMEOUT"
+        );
         assert_eq!(env["CAPATAZ_TIME"], "1970-01-01T00:00:01.500Z");
         assert_eq!(env["CAPATAZ_SUPPRESSED"], "2");
         let json: serde_json::Value = serde_json::from_str(&env["CAPATAZ_JSON"]).unwrap();

@@ -32,6 +32,8 @@ use crate::sim::{Mode, SimBackend};
 pub struct DemoOptions {
     /// The balancer's listener (default 127.0.0.1:8080).
     pub listen: SocketAddr,
+    /// The admin API and dashboard (default 127.0.0.1:9901).
+    pub admin: SocketAddr,
     /// Requests per second the built-in client sends (0 for none; default 5).
     pub rate: u32,
     /// Stop after this long (run until Ctrl-C when `None`).
@@ -62,6 +64,9 @@ const DEMO_CONFIG: &str = r#"
 [log]
 format = "text"
 level = "info"
+
+[admin]
+address = "{admin}"
 
 [[listeners]]
 name = "demo"
@@ -101,8 +106,14 @@ response_header = "5s"
 "#;
 
 /// The demo's config text for the given addresses.
-pub fn demo_config_text(listen: SocketAddr, backends: &[(&str, SocketAddr)]) -> String {
-    let mut text = DEMO_CONFIG.replace("{listen}", &listen.to_string());
+pub fn demo_config_text(
+    listen: SocketAddr,
+    admin: SocketAddr,
+    backends: &[(&str, SocketAddr)],
+) -> String {
+    let mut text = DEMO_CONFIG
+        .replace("{listen}", &listen.to_string())
+        .replace("{admin}", &admin.to_string());
     for (name, addr) in backends {
         text = text.replace(&format!("{{{name}}}"), &addr.to_string());
     }
@@ -138,11 +149,14 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     liar.set_health(Mode::Status(200));
     liar.set_traffic(Mode::Status(500));
     let addrs: Vec<(&str, SocketAddr)> = backends.iter().map(|(n, b)| (*n, b.addr())).collect();
-    let text = demo_config_text(options.listen, &addrs);
+    let text = demo_config_text(options.listen, options.admin, &addrs);
     let config = config::parse_str(&text, "<demo>")?;
     let (events, _) = broadcast::channel(1024);
     let balancer = Balancer::start(&config, events).await?;
     let listen = balancer.local_addrs()[0];
+    let admin = balancer
+        .admin_addr()
+        .map_or_else(|| "-".to_string(), |a| a.to_string());
     println!(
         "capataz demo: balancer on http://{listen}/ in front of four backends:\n\
          \x20 steady  always fine\n\
@@ -150,7 +164,8 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
          \x20 crashy  crashes for 8 s every 20 s: active checks take it out and bring it back\n\
          \x20 liar    /healthz says 200, real requests get 500: only passive checks catch it\n\
          probes every 1 s (rise 2, fall 3); 3 traffic errors in a row eject for 10 s x n.\n\
-         Every state change is logged below. Try: curl http://{listen}/   (Ctrl-C to stop)\n"
+         Every state change is logged below. Try: curl http://{listen}/   (Ctrl-C to stop)\n\
+         Dashboard: http://{admin}/   status: capataz status --admin {admin}\n"
     );
     let crash_cycle = tokio::spawn(crash_cycle(backends.remove(2).1));
     let traffic = (options.rate > 0).then(|| tokio::spawn(traffic(listen, options.rate)));

@@ -20,3 +20,4 @@ pub mod events;
 pub mod timefmt;
 pub mod admin;
 pub mod status;
+pub mod ctl;

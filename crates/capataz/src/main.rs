@@ -26,6 +26,9 @@ enum Command {
         /// Where the balancer listens.
         #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
         listen: SocketAddr,
+        /// Where the admin API and live dashboard listen.
+        #[arg(long, default_value = "127.0.0.1:9901", value_name = "ADDR")]
+        admin: SocketAddr,
         /// Requests per second the built-in client sends so passive checks have traffic to
         /// judge (0 for none).
         #[arg(long, default_value = "5", value_name = "N")]
@@ -45,6 +48,26 @@ enum Command {
         /// Log format (overrides the config's `log.format`).
         #[arg(long, value_enum)]
         log_format: Option<Format>,
+    },
+    /// Show every pool and backend: state, weights, last probe, and why (from the admin API).
+    Status {
+        /// The admin API's address.
+        #[arg(long, default_value = "127.0.0.1:9901", value_name = "ADDR")]
+        admin: SocketAddr,
+        /// Bearer token, if the admin API needs one (or CAPATAZ_ADMIN_TOKEN).
+        #[arg(long, env = "CAPATAZ_ADMIN_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
+    /// Act on a running balancer through its admin API: drain, force down or up, clear, reload.
+    Ctl {
+        #[command(subcommand)]
+        action: CtlAction,
+        /// The admin API's address.
+        #[arg(long, global = true, default_value = "127.0.0.1:9901", value_name = "ADDR")]
+        admin: SocketAddr,
+        /// Bearer token, if the admin API needs one (or CAPATAZ_ADMIN_TOKEN).
+        #[arg(long, global = true, env = "CAPATAZ_ADMIN_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
     /// Validate a configuration and warn about known foot-guns.
     ///
@@ -73,6 +96,70 @@ enum Command {
         #[arg(long)]
         explain: bool,
     },
+}
+
+/// What `capataz ctl` does.
+#[derive(Subcommand, Debug)]
+enum CtlAction {
+    /// No new requests to the backend; in-flight ones finish.
+    Drain {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Take the backend out whatever its health says.
+    Down {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Put the backend in whatever its health says.
+    Up {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Remove a manual override: health checks decide again.
+    Clear {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Re-read the configuration file and apply it (like SIGHUP).
+    Reload,
+}
+
+/// The backend a `ctl` action is for.
+#[derive(clap::Args, Debug)]
+struct Target {
+    /// The pool.
+    pool: String,
+    /// The backend.
+    backend: String,
+    /// The override lapses after this long (e.g. 30s, 10m).
+    #[arg(long)]
+    ttl: Option<String>,
+}
+
+/// Runs until SIGTERM or Ctrl-C; SIGHUP reloads the configuration file meanwhile.
+async fn serve_until_stopped(balancer: &capataz::server::Balancer) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let (Ok(mut term), Ok(mut hup)) =
+            (signal(SignalKind::terminate()), signal(SignalKind::hangup()))
+        {
+            loop {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => return,
+                    _ = term.recv() => return,
+                    _ = hup.recv() => {
+                        tracing::info!("SIGHUP: reloading the configuration");
+                        if let Err(e) = balancer.shared().reload_from_file().await {
+                            tracing::error!("reload refused, the running configuration stays: {e}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 /// A log format on the command line.
@@ -119,21 +206,6 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-async fn wait_for_stop() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            return;
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -149,6 +221,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Demo {
             listen,
+            admin,
             rate,
             duration,
             log_format,
@@ -156,14 +229,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             init_logging(log_format.into(), "info");
             let options = capataz::demo::DemoOptions {
                 listen,
+                admin,
                 rate,
                 duration: duration.map(Duration::from_secs),
             };
             runtime()?.block_on(capataz::demo::run(options))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run { config, log_format } => {
-            let config = match config::load(&config) {
+        Command::Run { config: path, log_format } => {
+            let config = match config::load(&path) {
                 Ok(config) => config,
                 Err(error) => {
                     eprintln!("capataz: invalid configuration: {error}");
@@ -176,12 +250,57 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             );
             runtime()?.block_on(async {
                 let (events, _) = tokio::sync::broadcast::channel(1024);
-                let balancer = capataz::server::Balancer::start(&config, events).await?;
-                wait_for_stop().await;
-                tracing::info!("stopping: no new connections; finishing requests in flight");
-                balancer.shutdown(Duration::from_secs(10)).await;
+                let balancer =
+                    capataz::server::Balancer::start_with_path(&config, events, Some(path)).await?;
+                serve_until_stopped(&balancer).await;
+                let deadline = balancer.shared().config().server.shutdown_timeout;
+                tracing::info!(
+                    "stopping: no new connections; finishing requests in flight (up to {})",
+                    capataz_health::pool::human_duration(deadline)
+                );
+                balancer.shutdown(deadline).await;
                 anyhow::Ok(())
             })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Status { admin, token } => {
+            let status = runtime()?.block_on(capataz::ctl::request(
+                admin,
+                http::Method::GET,
+                "/status",
+                token.as_deref(),
+            ))?;
+            print!("{}", capataz::ctl::render_status(&status));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Ctl {
+            action,
+            admin,
+            token,
+        } => {
+            let path = match &action {
+                CtlAction::Reload => "/reload".to_string(),
+                CtlAction::Drain { target } | CtlAction::Down { target } | CtlAction::Up { target } | CtlAction::Clear { target } => {
+                    let verb = match action {
+                        CtlAction::Drain { .. } => "drain",
+                        CtlAction::Down { .. } => "down",
+                        CtlAction::Up { .. } => "up",
+                        _ => "clear",
+                    };
+                    let ttl = match &target.ttl {
+                        Some(ttl) => format!("?ttl={ttl}"),
+                        None => String::new(),
+                    };
+                    format!("/backends/{}/{}/{verb}{ttl}", target.pool, target.backend)
+                }
+            };
+            let answer = runtime()?.block_on(capataz::ctl::request(
+                admin,
+                http::Method::POST,
+                &path,
+                token.as_deref(),
+            ))?;
+            println!("{}", serde_json::to_string_pretty(&answer).unwrap_or_default());
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { file } => {

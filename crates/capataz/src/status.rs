@@ -160,11 +160,11 @@ pub fn explain(pool: &PoolRt, view: &BackendView) -> String {
 fn short_health(pool: &PoolRt, view: &BackendView) -> String {
     let h = &view.health;
     format!(
-        "active {} {}/{} fails, {}/{} passes; passive {}/{} errors",
+        "active {}, {} of {} failed probes and {} of {} passing probes in a row; {} of {} traffic errors in a row",
         h.active.state,
         h.active.fail_streak,
         pool.config.active.fall,
-        h.active.pass_streak,
+        h.active.pass_streak.min(pool.config.active.rise.get()),
         pool.config.active.rise,
         h.passive.error_streak,
         pool.config.passive.consecutive_errors
