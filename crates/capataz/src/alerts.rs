@@ -141,6 +141,7 @@ impl AlertStats {
 }
 
 /// The running alert hooks. Dropping this value stops them.
+#[derive(Debug)]
 pub struct Alerts {
     stats: Arc<AlertStats>,
     tasks: Vec<JoinHandle<()>>,

@@ -22,6 +22,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
+use crate::alerts::{AlertStats, Alerts};
 use crate::config::{Config, ListenerConfig};
 use crate::health::{Clock, Event, PoolRt};
 use crate::proxy::{ClientInfo, Proxy};
@@ -47,6 +48,7 @@ pub struct Shared {
     shutdown: watch::Sender<bool>,
     connections: Arc<AtomicUsize>,
     reload_lock: tokio::sync::Mutex<()>,
+    alerts: Mutex<Option<Alerts>>,
 }
 
 /// One client-facing listener at run time.
@@ -153,7 +155,9 @@ impl Balancer {
             shutdown,
             connections: Arc::new(AtomicUsize::new(0)),
             reload_lock: tokio::sync::Mutex::new(()),
+            alerts: Mutex::new(None),
         });
+        shared.restart_alerts(config);
         let pools = shared.pools.load_full();
         let mut listeners = Vec::new();
         for (listener, socket) in config.listeners.iter().zip(sockets) {
@@ -277,6 +281,19 @@ impl Shared {
         self.events.subscribe()
     }
 
+    /// The alert hooks' delivery counters (`None` when no hook is configured).
+    pub fn alert_stats(&self) -> Option<Arc<AlertStats>> {
+        lock(&self.alerts).as_ref().map(Alerts::stats)
+    }
+
+    /// Starts the alert hooks of `config`, replacing (and stopping) the running ones.
+    fn restart_alerts(&self, config: &Config) {
+        let alerts = &config.alerts;
+        let hooks = !alerts.webhooks.is_empty() || !alerts.commands.is_empty();
+        let next = hooks.then(|| Alerts::start(alerts, self.events.subscribe()));
+        *lock(&self.alerts) = next;
+    }
+
     /// The configuration in force.
     pub fn config(&self) -> Arc<Config> {
         lock(&self.config).clone()
@@ -387,6 +404,9 @@ impl Shared {
         if old_config.admin.as_ref().map(|a| a.address) != config.admin.as_ref().map(|a| a.address)
         {
             tracing::warn!("the admin address changed in the new config; it takes effect at the next restart");
+        }
+        if old_config.alerts != config.alerts {
+            self.restart_alerts(config);
         }
         *lock(&self.config) = Arc::new(config.clone());
         tracing::info!(
