@@ -40,6 +40,11 @@ const DASHBOARD: &str = include_str!("admin/dashboard.html");
 /// Serves the admin API on `socket` until the balancer shuts down.
 pub async fn serve(socket: TcpListener, shared: Arc<Shared>) {
     let mut shutdown = shared.shutdown_signal();
+    // `changed` only sees a shutdown sent after the subscription, and this task may first run
+    // after the balancer was told to stop.
+    if *shutdown.borrow() {
+        return;
+    }
     loop {
         let (stream, _) = tokio::select! {
             accepted = socket.accept() => match accepted {
@@ -139,6 +144,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         }
         (Method::GET, ["status", pool, backend]) => backend_status(&shared, pool, backend),
         (Method::GET, ["events"]) => events(&shared),
+        (Method::GET, ["metrics"]) => metrics(&shared),
         (Method::POST, ["backends", pool, backend, action]) => {
             override_backend(&shared, pool, backend, action, req.uri().query())
         }
@@ -236,6 +242,15 @@ fn override_backend(
                      "override": kind.map(|k| k.as_str()), "ttl_ms": ttl.map(|t| t.as_millis() as u64) }),
         ),
         Err(e) => error(StatusCode::NOT_FOUND, e.to_string()),
+    }
+}
+
+/// `GET /metrics`: the counters and the live gauges, as OpenMetrics text.
+fn metrics(shared: &Shared) -> Response<Body> {
+    let alerts = shared.alert_stats();
+    match crate::metrics::render(&shared.pools(), alerts.as_deref()) {
+        Ok(text) => full(StatusCode::OK, crate::metrics::CONTENT_TYPE, text),
+        Err(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "metrics encoding failed"),
     }
 }
 

@@ -221,13 +221,27 @@ impl Balancer {
     }
 
     /// Stops accepting, lets open connections finish their requests for up to `deadline`, then
-    /// stops everything.
-    pub async fn shutdown(self, deadline: Duration) {
+    /// stops everything. Once it returns, the listening sockets are closed: a new connection is
+    /// refused.
+    pub async fn shutdown(mut self, deadline: Duration) {
         let _ = self.shared.shutdown.send(true);
-        for listener in lock(&self.shared.listeners).iter() {
+        let end = tokio::time::Instant::now() + deadline;
+        // Wait for the accept loops to end, which drops their sockets. Aborting them in `Drop`
+        // is not enough: until a worker drops the aborted task, the kernel keeps queueing new
+        // connections on the socket, to reset them later.
+        let listeners = std::mem::take(&mut *lock(&self.shared.listeners));
+        for listener in &listeners {
             let _ = listener.stop.send(true);
         }
-        let end = tokio::time::Instant::now() + deadline;
+        let accept_loops = listeners
+            .into_iter()
+            .map(|l| l.task)
+            .chain(self.admin_task.take());
+        for mut task in accept_loops {
+            if tokio::time::timeout_at(end, &mut task).await.is_err() {
+                task.abort();
+            }
+        }
         while self.shared.connections.load(Ordering::Relaxed) > 0
             && tokio::time::Instant::now() < end
         {
