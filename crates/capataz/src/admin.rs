@@ -74,12 +74,14 @@ pub async fn serve(socket: TcpListener, shared: Arc<Shared>) {
 fn full(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
     let mut response = Response::new(Full::new(body.into()).boxed());
     *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
-    response
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-store"));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
     response
 }
 
@@ -129,11 +131,19 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         return response;
     }
     let path = req.uri().path().to_owned();
-    let segments: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    let segments: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
     match (req.method().clone(), segments.as_slice()) {
         (Method::GET, []) => full(StatusCode::OK, "text/html; charset=utf-8", DASHBOARD),
         (Method::GET, ["status"]) => {
-            let pools: Vec<Value> = shared.pools().iter().map(|p| crate::status::pool_json(p)).collect();
+            let pools: Vec<Value> = shared
+                .pools()
+                .iter()
+                .map(|p| crate::status::pool_json(p))
+                .collect();
             json_response(
                 StatusCode::OK,
                 &json!({
@@ -190,7 +200,10 @@ fn backend_status(shared: &Shared, pool: &str, backend: &str) -> Response<Body> 
         );
     };
     let views = pool_rt.views();
-    json_response(StatusCode::OK, &crate::status::backend_json(&pool_rt, &views[index]))
+    json_response(
+        StatusCode::OK,
+        &crate::status::backend_json(&pool_rt, &views[index]),
+    )
 }
 
 /// Parses a TTL such as `30s`, `5m`, `500ms`.
@@ -277,7 +290,11 @@ fn events(shared: &Shared) -> Response<Body> {
                 _ = tokio::time::sleep(Duration::from_secs(15)) => ": keep-alive\n\n".to_string(),
                 _ = shutdown.changed() => return,
             };
-            if tx.send(Ok(Frame::data(Bytes::from(message)))).await.is_err() {
+            if tx
+                .send(Ok(Frame::data(Bytes::from(message))))
+                .await
+                .is_err()
+            {
                 return;
             }
         }
@@ -287,9 +304,10 @@ fn events(shared: &Shared) -> Response<Body> {
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("text/event-stream"),
     );
-    response
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-store"));
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
     response
 }
 

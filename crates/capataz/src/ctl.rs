@@ -81,8 +81,8 @@ pub async fn request(
         .await
         .map_err(|e| http(e.to_string()))?
         .to_bytes();
-    let value: Value = serde_json::from_slice(&body)
-        .map_err(|e| http(format!("answer is not JSON ({e})")))?;
+    let value: Value =
+        serde_json::from_slice(&body).map_err(|e| http(format!("answer is not JSON ({e})")))?;
     if status >= 400 {
         let message = value["error"].as_str().unwrap_or("no message").to_owned();
         return Err(CtlError::Refused { status, message });

@@ -184,7 +184,9 @@ impl Event {
             "time": timefmt::rfc3339(self.time()),
             "sentence": self.sentence(),
         });
-        let object = value.as_object_mut().expect("a json! object literal is an object");
+        let object = value
+            .as_object_mut()
+            .expect("a json! object literal is an object");
         if let Some(backend) = self.backend() {
             object.insert("backend".into(), backend.into());
         }

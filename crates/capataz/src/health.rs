@@ -27,6 +27,7 @@ use crate::balance::Snapshot;
 use crate::config::{AllDownPolicy, CheckKind, PoolConfig};
 pub use crate::events::{Event, OverrideKind};
 use crate::logging;
+use crate::metrics::{BackendMetrics, PoolMetrics};
 use crate::prober;
 use crate::upstream::Upstream;
 
@@ -120,6 +121,8 @@ pub struct BackendRt {
     pub in_flight: AtomicUsize,
     /// Recent traffic outcomes.
     pub traffic: TrafficRing,
+    /// Its metric handles.
+    pub(crate) metrics: BackendMetrics,
     /// Whether the passive side needs every traffic outcome (an error streak, an ejection or a
     /// probation is under way); when false, good responses need not reach the engine.
     watched: AtomicBool,
@@ -348,6 +351,8 @@ pub struct PoolRt {
     pub config: PoolConfig,
     /// Its backends, in configuration order (the engine's indexes).
     pub backends: Vec<Arc<BackendRt>>,
+    /// Its metric handles.
+    pub(crate) metrics: PoolMetrics,
     inner: Mutex<Inner>,
     snapshot: ArcSwap<Snapshot>,
     pub(crate) cursor: AtomicUsize,
@@ -382,15 +387,26 @@ impl PoolRt {
                 p.backends
                     .iter()
                     .position(|old| *old.name == *b.name && old.address == b.address)
-                    .map(|i| (inner.engine.backend(i).to_owned(), inner.info[i].clone(), &p.backends[i]))
+                    .map(|i| {
+                        (
+                            inner.engine.backend(i).to_owned(),
+                            inner.info[i].clone(),
+                            &p.backends[i],
+                        )
+                    })
             });
             let rt = BackendRt {
                 name: b.name.as_str().into(),
                 address: b.address.clone(),
                 weight: b.weight,
-                upstream: Upstream::new(b.socket_addr, config.timeouts.connect, config.timeouts.idle),
+                upstream: Upstream::new(
+                    b.socket_addr,
+                    config.timeouts.connect,
+                    config.timeouts.idle,
+                ),
                 in_flight: AtomicUsize::new(0),
                 traffic: TrafficRing::default(),
+                metrics: BackendMetrics::new(&config.name, &b.name),
                 watched: AtomicBool::new(false),
                 next_probe_ms: AtomicU64::new(u64::MAX),
                 ramp_since_ms: AtomicU64::new(u64::MAX),
@@ -398,7 +414,8 @@ impl PoolRt {
             match kept {
                 Some((health, record, old)) => {
                     engine.push_health(health);
-                    rt.watched.store(old.watched.load(Ordering::Relaxed), Ordering::Relaxed);
+                    rt.watched
+                        .store(old.watched.load(Ordering::Relaxed), Ordering::Relaxed);
                     rt.ramp_since_ms
                         .store(old.ramp_since_ms.load(Ordering::Relaxed), Ordering::Relaxed);
                     for outcome in old.traffic.recent() {
@@ -415,7 +432,8 @@ impl PoolRt {
                     engine.push(initial);
                     if previous.is_some() && initial == State::Up {
                         // Added by a reload straight into rotation: it still warms up.
-                        rt.ramp_since_ms.store(now.as_millis() as u64, Ordering::Relaxed);
+                        rt.ramp_since_ms
+                            .store(now.as_millis() as u64, Ordering::Relaxed);
                     }
                     info.push(BackendInfo::new(wall));
                 }
@@ -425,6 +443,7 @@ impl PoolRt {
         drop(previous);
         let pool = PoolRt {
             name: config.name.as_str().into(),
+            metrics: PoolMetrics::new(&config.name),
             budget: RetryBudget::new(config.retries.budget_percent, config.retries.min_budget),
             traffic_rule: settings.traffic_rule,
             snapshot: ArcSwap::from_pointee(Snapshot::new(Vec::new(), Vec::new(), false)),
@@ -512,6 +531,7 @@ impl PoolRt {
         let mut inner = self.lock();
         let active_before = inner.engine.backend(backend).active.state;
         let (result, transition) = inner.engine.probe(backend, outcome, now);
+        self.backends[backend].metrics.probe(result, latency);
         let probes = &mut inner.info[backend].probes;
         if probes.len() == HISTORY {
             probes.pop_front();
@@ -542,7 +562,12 @@ impl PoolRt {
         }
     }
 
-    fn log_hidden_active_change(&self, backend: usize, active: capataz_health::pool::Active, outcome: Outcome) {
+    fn log_hidden_active_change(
+        &self,
+        backend: usize,
+        active: capataz_health::pool::Active,
+        outcome: Outcome,
+    ) {
         // The verdict did not move (passive checks hold the backend out), but an operator
         // still wants to know what the probes concluded.
         let name = &self.backends[backend].name;
@@ -557,7 +582,11 @@ impl PoolRt {
             name,
             active.state,
             streak,
-            if active.state == State::Up { "passing" } else { "failed" },
+            if active.state == State::Up {
+                "passing"
+            } else {
+                "failed"
+            },
             outcome
         );
         logging::emit(
@@ -610,7 +639,9 @@ impl PoolRt {
         let mut transitions = Vec::new();
         inner.engine.tick(now, &mut transitions);
         for t in &transitions {
-            self.backends[t.backend].watched.store(true, Ordering::Relaxed);
+            self.backends[t.backend]
+                .watched
+                .store(true, Ordering::Relaxed);
         }
         if !transitions.is_empty() {
             self.publish(&mut inner, &transitions, now);
@@ -739,6 +770,8 @@ impl PoolRt {
         let all_down = snapshot.all_down;
         self.snapshot.store(Arc::new(snapshot));
         for transition in transitions {
+            let metrics = &self.backends[transition.backend].metrics;
+            metrics.transition(transition);
             self.emit(Event::Transition {
                 pool: self.name.clone(),
                 backend: self.backends[transition.backend].name.clone(),
@@ -823,7 +856,8 @@ impl PoolRt {
                     if pool.backends.iter().any(|b| b.is_ramping()) {
                         let now = pool.clock.now();
                         let inner = pool.lock();
-                        pool.snapshot.store(Arc::new(pool.build_snapshot(&inner, now)));
+                        pool.snapshot
+                            .store(Arc::new(pool.build_snapshot(&inner, now)));
                     }
                 }
             }));
@@ -847,7 +881,12 @@ impl PoolRt {
             .info
             .iter()
             .filter_map(|i| i.override_.and_then(|o| o.until));
-        inner.engine.next_expiry().into_iter().chain(overrides).min()
+        inner
+            .engine
+            .next_expiry()
+            .into_iter()
+            .chain(overrides)
+            .min()
     }
 
     async fn expiry_loop(&self) {
@@ -877,7 +916,8 @@ async fn probe_loop(pool: Arc<PoolRt>, backend: usize) {
     let mut wait = prober::first_delay(active.interval, &mut rng);
     loop {
         let due = pool.clock.now() + wait;
-        rt.next_probe_ms.store(due.as_millis() as u64, Ordering::Relaxed);
+        rt.next_probe_ms
+            .store(due.as_millis() as u64, Ordering::Relaxed);
         tokio::time::sleep(wait).await;
         let started = Instant::now();
         let outcome = prober::probe_once(

@@ -3,21 +3,22 @@
 //! The health decisions live in the pure `capataz-health` crate; this crate does the IO around
 //! them: configuration, probes, the proxy, logging, the demo and the `replay` driver.
 
+pub mod admin;
+pub mod alerts;
 pub mod balance;
 pub mod body;
 pub mod config;
+pub mod ctl;
 pub mod demo;
+pub mod events;
 pub mod health;
 pub mod logging;
+pub mod metrics;
 pub mod prober;
 pub mod proxy;
 pub mod replay;
 pub mod server;
 pub mod sim;
-pub mod upstream;
-pub mod alerts;
-pub mod events;
-pub mod timefmt;
-pub mod admin;
 pub mod status;
-pub mod ctl;
+pub mod timefmt;
+pub mod upstream;

@@ -63,10 +63,20 @@ enum Command {
         #[command(subcommand)]
         action: CtlAction,
         /// The admin API's address.
-        #[arg(long, global = true, default_value = "127.0.0.1:9901", value_name = "ADDR")]
+        #[arg(
+            long,
+            global = true,
+            default_value = "127.0.0.1:9901",
+            value_name = "ADDR"
+        )]
         admin: SocketAddr,
         /// Bearer token, if the admin API needs one (or CAPATAZ_ADMIN_TOKEN).
-        #[arg(long, global = true, env = "CAPATAZ_ADMIN_TOKEN", hide_env_values = true)]
+        #[arg(
+            long,
+            global = true,
+            env = "CAPATAZ_ADMIN_TOKEN",
+            hide_env_values = true
+        )]
         token: Option<String>,
     },
     /// Validate a configuration and warn about known foot-guns.
@@ -142,9 +152,10 @@ async fn serve_until_stopped(balancer: &capataz::server::Balancer) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        if let (Ok(mut term), Ok(mut hup)) =
-            (signal(SignalKind::terminate()), signal(SignalKind::hangup()))
-        {
+        if let (Ok(mut term), Ok(mut hup)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) {
             loop {
                 tokio::select! {
                     _ = tokio::signal::ctrl_c() => return,
@@ -236,7 +247,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             runtime()?.block_on(capataz::demo::run(options))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run { config: path, log_format } => {
+        Command::Run {
+            config: path,
+            log_format,
+        } => {
             let config = match config::load(&path) {
                 Ok(config) => config,
                 Err(error) => {
@@ -280,7 +294,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => {
             let path = match &action {
                 CtlAction::Reload => "/reload".to_string(),
-                CtlAction::Drain { target } | CtlAction::Down { target } | CtlAction::Up { target } | CtlAction::Clear { target } => {
+                CtlAction::Drain { target }
+                | CtlAction::Down { target }
+                | CtlAction::Up { target }
+                | CtlAction::Clear { target } => {
                     let verb = match action {
                         CtlAction::Drain { .. } => "drain",
                         CtlAction::Down { .. } => "down",
@@ -300,7 +317,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 &path,
                 token.as_deref(),
             ))?;
-            println!("{}", serde_json::to_string_pretty(&answer).unwrap_or_default());
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&answer).unwrap_or_default()
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { file } => {

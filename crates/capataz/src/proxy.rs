@@ -9,6 +9,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
 use capataz_health::Outcome;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -167,7 +168,10 @@ impl Proxy {
             let Some(index) = picked else {
                 return Ok(match failure {
                     Some(failure) => failure_page(failure),
-                    None => reject_page(&pool, all_down),
+                    None => {
+                        pool.metrics.reject();
+                        reject_page(&pool, all_down)
+                    }
                 });
             };
             tried.push(index);
@@ -251,6 +255,7 @@ async fn forward(
             Ok(conn) => conn,
             Err(outcome) => {
                 pool.observe(index, outcome);
+                backend.metrics.unanswered();
                 let why = match outcome {
                     Outcome::Timeout => Failure::Timeout,
                     other => Failure::BadGateway(other),
@@ -264,13 +269,16 @@ async fn forward(
                 continue;
             }
             pool.observe(index, Outcome::Reset);
+            backend.metrics.unanswered();
             return Forwarded::NotSent(request, Failure::BadGateway(Outcome::Reset));
         }
         let timeout = pool.config.timeouts.response_header;
+        let sent_at = Instant::now();
         let sent = tokio::time::timeout(timeout, conn.sender.try_send_request(request)).await;
         match sent {
             Err(_) => {
                 pool.observe(index, Outcome::Timeout);
+                backend.metrics.unanswered();
                 return Forwarded::Failed(Failure::Timeout);
             }
             Ok(Err(mut error)) => match error.take_message() {
@@ -280,6 +288,7 @@ async fn forward(
                 }
                 Some(unsent) => {
                     pool.observe(index, Outcome::Reset);
+                    backend.metrics.unanswered();
                     return Forwarded::NotSent(unsent, Failure::BadGateway(Outcome::Reset));
                 }
                 None => {
@@ -289,11 +298,13 @@ async fn forward(
                         Outcome::Reset
                     };
                     pool.observe(index, outcome);
+                    backend.metrics.unanswered();
                     return Forwarded::Failed(Failure::BadGateway(outcome));
                 }
             },
             Ok(Ok(response)) => {
                 let status = response.status().as_u16();
+                backend.metrics.answered(status, sent_at.elapsed());
                 pool.observe(index, Outcome::Status(status));
                 let (parts, body) = response.into_parts();
                 lease.set_sender(conn.sender);
@@ -357,6 +368,7 @@ fn may_retry(pool: &PoolRt, retries_left: &mut u32, tried: &Tried) -> bool {
         && pool.budget.try_spend();
     if ok {
         *retries_left -= 1;
+        pool.metrics.retry();
     }
     ok
 }

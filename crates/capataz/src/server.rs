@@ -137,7 +137,15 @@ impl Balancer {
         let pools: Vec<Arc<PoolRt>> = config
             .pools
             .iter()
-            .map(|pool| Arc::new(PoolRt::new(pool.clone(), events.clone(), clock, None, false)))
+            .map(|pool| {
+                Arc::new(PoolRt::new(
+                    pool.clone(),
+                    events.clone(),
+                    clock,
+                    None,
+                    false,
+                ))
+            })
             .collect();
         let mut pool_tasks = Vec::new();
         for pool in &pools {
@@ -182,7 +190,10 @@ impl Balancer {
 
     /// The addresses the listeners bound, in configuration order (useful with port 0).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
-        lock(&self.shared.listeners).iter().map(|l| l.local).collect()
+        lock(&self.shared.listeners)
+            .iter()
+            .map(|l| l.local)
+            .collect()
     }
 
     /// The admin API's address, if it runs.
@@ -396,7 +407,11 @@ impl Shared {
         // Keep, update or stop the existing listeners.
         let mut kept_listeners = Vec::new();
         for listener in listeners.drain(..) {
-            match config.listeners.iter().find(|l| l.address == listener.address) {
+            match config
+                .listeners
+                .iter()
+                .find(|l| l.address == listener.address)
+            {
                 Some(new) => {
                     listener.state.store(Arc::new(ListenerState {
                         config: new.clone(),
@@ -417,7 +432,9 @@ impl Shared {
         *lock(&self.listeners) = kept_listeners;
         if old_config.admin.as_ref().map(|a| a.address) != config.admin.as_ref().map(|a| a.address)
         {
-            tracing::warn!("the admin address changed in the new config; it takes effect at the next restart");
+            tracing::warn!(
+                "the admin address changed in the new config; it takes effect at the next restart"
+            );
         }
         if old_config.alerts != config.alerts {
             self.restart_alerts(config);
@@ -444,7 +461,11 @@ impl Shared {
         let local = socket.local_addr().unwrap_or(listener.address);
         let state = Arc::new(ArcSwap::from_pointee(ListenerState {
             config: listener.clone(),
-            proxy: Arc::new(Proxy::new(&listener.routes, pools, listener.max_header_bytes)),
+            proxy: Arc::new(Proxy::new(
+                &listener.routes,
+                pools,
+                listener.max_header_bytes,
+            )),
         }));
         let (stop, stop_rx) = watch::channel(false);
         tracing::info!(listener = %listener.name, address = %local, "listening");

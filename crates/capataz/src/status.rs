@@ -75,7 +75,12 @@ pub fn explain(pool: &PoolRt, view: &BackendView) -> String {
         };
     }
     let since = clock(view.info.since);
-    if let Ejection::Ejected { until, nth, since: ejected_at } = passive.ejection {
+    if let Ejection::Ejected {
+        until,
+        nth,
+        since: ejected_at,
+    } = passive.ejection
+    {
         let cause = match view.info.last_transition {
             Some((_, t)) if t.to == State::Down => match t.reason {
                 Reason::TrafficErrors { streak, last, .. } => {
@@ -110,7 +115,9 @@ pub fn explain(pool: &PoolRt, view: &BackendView) -> String {
     }
     if active.state == State::Down {
         let cause = match view.info.last_transition {
-            Some((_, t)) if t.to == State::Down && matches!(t.reason, Reason::ProbesFailed { .. }) => {
+            Some((_, t))
+                if t.to == State::Down && matches!(t.reason, Reason::ProbesFailed { .. }) =>
+            {
                 match t.reason {
                     Reason::ProbesFailed { streak, last } => {
                         format!("{streak} consecutive failed probes (last: {last})")

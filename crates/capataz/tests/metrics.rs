@@ -1,0 +1,506 @@
+//! End-to-end tests of `GET /metrics` on loopback: a balancer with an admin listener, in-process
+//! backends, and scrapes checked line by line as one valid exposition.
+//!
+//! Metrics are process-wide and the tests of this binary run in parallel, so every test uses a
+//! pool name of its own and only reads series labelled with it.
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use capataz::config;
+use capataz::health::Event;
+use capataz::server::Balancer;
+use capataz::sim::{Mode, SimBackend};
+use capataz_health::State;
+use http_body_util::{BodyExt, Empty};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::sync::broadcast;
+
+const DEADLINE: Duration = Duration::from_secs(20);
+
+async fn backends(names: &[&str]) -> Vec<SimBackend> {
+    let mut out = Vec::new();
+    for name in names {
+        let any: SocketAddr = ([127, 0, 0, 1], 0).into();
+        out.push(SimBackend::start(name, any).await.expect("start backend"));
+    }
+    out
+}
+
+/// A config with an admin listener, one client listener, and one pool `pool` over `backends`,
+/// plus `extra` TOML appended (tables of the pool, or `[alerts]`).
+fn config_text(pool: &str, backends: &[SimBackend], extra: &str) -> String {
+    let list: Vec<String> = backends
+        .iter()
+        .map(|b| format!("{{ name = \"{}\", address = \"{}\" }}", b.name(), b.addr()))
+        .collect();
+    format!(
+        r#"
+[admin]
+address = "127.0.0.1:0"
+
+[[listeners]]
+address = "127.0.0.1:0"
+
+[pools.{pool}]
+backends = [{}]
+{extra}
+"#,
+        list.join(", ")
+    )
+}
+
+async fn start(text: &str) -> (Balancer, broadcast::Receiver<Event>) {
+    let config = config::parse_str(text, "<test>").expect("valid test config");
+    let (events, rx) = broadcast::channel(4096);
+    let balancer = Balancer::start(&config, events)
+        .await
+        .expect("balancer starts");
+    (balancer, rx)
+}
+
+/// One HTTP/1.1 exchange on a fresh connection: status, `Content-Type` and body.
+async fn exchange(addr: SocketAddr, method: &str, path: &str) -> (u16, String, String) {
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (mut sender, conn) = http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    tokio::spawn(conn);
+    let request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "app.test")
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let response = tokio::time::timeout(DEADLINE, sender.send_request(request))
+        .await
+        .expect("an answer within the deadline")
+        .expect("a response");
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("a body")
+        .to_bytes();
+    (
+        status,
+        content_type,
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
+
+/// Waits for the first event matching `want`, failing after the deadline.
+async fn wait_for(rx: &mut broadcast::Receiver<Event>, what: &str, want: impl Fn(&Event) -> bool) {
+    let end = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        match tokio::time::timeout_at(end, rx.recv()).await {
+            Ok(Ok(event)) if want(&event) => return,
+            Ok(Ok(_)) | Ok(Err(broadcast::error::RecvError::Lagged(_))) => continue,
+            Ok(Err(e)) => panic!("event stream ended while waiting for {what}: {e}"),
+            Err(_) => panic!("no {what} within {DEADLINE:?}"),
+        }
+    }
+}
+
+fn went(event: &Event, backend: &str, to: State) -> bool {
+    matches!(event, Event::Transition { backend: b, transition, .. }
+        if &**b == backend && transition.to == to)
+}
+
+/// One sample line.
+#[derive(Debug)]
+struct Sample {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+/// A scrape, parsed.
+struct Scrape(Vec<Sample>);
+
+impl Scrape {
+    /// The value of the one series named `name` whose labels include `labels`.
+    fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let found: Vec<&Sample> = self.matching(name, labels).collect();
+        assert_eq!(
+            found.len(),
+            1,
+            "want one {name} {labels:?}, found {found:?}"
+        );
+        found[0].value
+    }
+
+    /// The sum over the series named `name` whose labels include `labels`.
+    fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.matching(name, labels).map(|s| s.value).sum()
+    }
+
+    fn matching<'a>(
+        &'a self,
+        name: &'a str,
+        labels: &'a [(&'a str, &'a str)],
+    ) -> impl Iterator<Item = &'a Sample> {
+        self.0.iter().filter(move |s| {
+            s.name == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+        })
+    }
+}
+
+fn is_metric_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+}
+
+/// Parses `{k="v",...}` (the braces included) with the exposition's escapes.
+fn parse_labels(text: &str, line: &str) -> BTreeMap<String, String> {
+    let inner = text
+        .strip_prefix('{')
+        .and_then(|t| t.strip_suffix('}'))
+        .unwrap_or_else(|| panic!("labels not in braces: {line}"));
+    let mut labels = BTreeMap::new();
+    let mut rest = inner;
+    while !rest.is_empty() {
+        let (key, after) = rest
+            .split_once("=\"")
+            .unwrap_or_else(|| panic!("a label without =\": {line}"));
+        assert!(is_metric_name(key), "bad label name {key:?}: {line}");
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let end = loop {
+            match chars.next() {
+                Some((_, '\\')) => match chars.next() {
+                    Some((_, 'n')) => value.push('\n'),
+                    Some((_, c @ ('\\' | '"'))) => value.push(c),
+                    other => panic!("bad escape {other:?}: {line}"),
+                },
+                Some((i, '"')) => break i,
+                Some((_, c)) => value.push(c),
+                None => panic!("an unterminated label value: {line}"),
+            }
+        };
+        assert!(
+            labels.insert(key.to_owned(), value).is_none(),
+            "label {key} twice: {line}"
+        );
+        rest = &after[end + 1..];
+        rest = rest.strip_prefix(',').unwrap_or(rest);
+    }
+    labels
+}
+
+/// Parses and checks a whole exposition: every line a descriptor or `name{labels} value`,
+/// every sample under its family's `# TYPE`, no family twice, and one `# EOF`, last.
+fn parse(text: &str) -> Scrape {
+    assert!(text.ends_with("# EOF\n"), "no final # EOF:\n{text}");
+    assert_eq!(text.matches("# EOF").count(), 1, "more than one # EOF");
+    let mut families = HashSet::new();
+    let mut family: Option<(String, String)> = None;
+    let mut samples = Vec::new();
+    for line in text.lines() {
+        if line == "# EOF" {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# ") {
+            let mut parts = rest.splitn(3, ' ');
+            let (kind, name, what) = (parts.next(), parts.next(), parts.next());
+            let name = name.unwrap_or_else(|| panic!("a descriptor without a name: {line}"));
+            assert!(is_metric_name(name), "bad family name: {line}");
+            match kind {
+                Some("TYPE") => {
+                    let what = what.unwrap_or_default();
+                    assert!(
+                        ["counter", "gauge", "histogram"].contains(&what),
+                        "unexpected type: {line}"
+                    );
+                    assert!(families.insert(name.to_owned()), "family twice: {line}");
+                    family = Some((name.to_owned(), what.to_owned()));
+                }
+                Some("HELP") => assert!(what.is_some_and(|h| !h.is_empty()), "empty help: {line}"),
+                Some("UNIT") => assert_eq!(what, Some("seconds"), "{line}"),
+                _ => panic!("unknown descriptor: {line}"),
+            }
+            continue;
+        }
+        let (series, value) = line
+            .rsplit_once(' ')
+            .unwrap_or_else(|| panic!("a sample without a value: {line}"));
+        let value: f64 = value
+            .parse()
+            .unwrap_or_else(|_| panic!("a value that is not a number: {line}"));
+        let (name, labels) = match series.find('{') {
+            Some(at) => (&series[..at], parse_labels(&series[at..], line)),
+            None => (series, BTreeMap::new()),
+        };
+        assert!(is_metric_name(name), "bad sample name: {line}");
+        let (family, kind) = family
+            .as_ref()
+            .unwrap_or_else(|| panic!("a sample before any # TYPE: {line}"));
+        let suffixes: &[&str] = match kind.as_str() {
+            "counter" => &["_total", "_created"],
+            "histogram" => &["_bucket", "_count", "_sum", "_created"],
+            _ => &[""],
+        };
+        assert!(
+            suffixes
+                .iter()
+                .any(|s| name.strip_suffix(s) == Some(family.as_str())),
+            "sample {name} outside its family {family}: {line}"
+        );
+        samples.push(Sample {
+            name: name.to_owned(),
+            labels,
+            value,
+        });
+    }
+    Scrape(samples)
+}
+
+async fn scrape(balancer: &Balancer) -> Scrape {
+    let admin = balancer.admin_addr().expect("the admin listener runs");
+    let (status, content_type, body) = exchange(admin, "GET", "/metrics").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        content_type.starts_with("application/openmetrics-text"),
+        "{content_type}"
+    );
+    parse(&body)
+}
+
+#[tokio::test]
+async fn scrape_counts_requests_and_probes_and_shows_a_down_backend() {
+    const POOL: &str = "metrics_probes";
+    let b = backends(&["a", "b"]).await;
+    let checks = format!(
+        "[pools.{POOL}.active]\ninterval = \"30ms\"\ntimeout = \"100ms\"\nrise = 2\nfall = 3\n"
+    );
+    let (balancer, mut rx) = start(&config_text(POOL, &b, &checks)).await;
+    let proxy = balancer.local_addrs()[0];
+    const SENT: usize = 20;
+    for _ in 0..SENT {
+        assert_eq!(exchange(proxy, "GET", "/").await.0, 200);
+    }
+    b[1].set_health(Mode::Status(503));
+    wait_for(&mut rx, "b DOWN", |e| went(e, "b", State::Down)).await;
+
+    let m = scrape(&balancer).await;
+    let pool = ("pool", POOL);
+    let ok = m.sum("capataz_requests_total", &[pool, ("class", "2xx")]);
+    assert!(ok >= SENT as f64, "2xx requests {ok} < {SENT}");
+    for class in ["1xx", "3xx", "4xx", "5xx", "error"] {
+        assert_eq!(
+            m.sum("capataz_requests_total", &[pool, ("class", class)]),
+            0.0
+        );
+    }
+    let timed = m.sum("capataz_upstream_response_seconds_count", &[pool]);
+    assert_eq!(timed, ok, "every answer is timed");
+    assert_eq!(
+        m.value(
+            "capataz_upstream_response_seconds_bucket",
+            &[pool, ("backend", "a"), ("le", "+Inf")]
+        ),
+        m.value(
+            "capataz_upstream_response_seconds_count",
+            &[pool, ("backend", "a")]
+        ),
+    );
+
+    assert_eq!(
+        m.value("capataz_backend_up", &[pool, ("backend", "a")]),
+        1.0
+    );
+    assert_eq!(
+        m.value("capataz_backend_up", &[pool, ("backend", "b")]),
+        0.0
+    );
+    assert_eq!(m.value("capataz_pool_healthy_backends", &[pool]), 1.0);
+    assert_eq!(m.value("capataz_pool_all_down", &[pool]), 0.0);
+    assert_eq!(
+        m.value("capataz_backend_in_flight", &[pool, ("backend", "a")]),
+        0.0
+    );
+    assert_eq!(
+        m.value(
+            "capataz_backend_effective_weight",
+            &[pool, ("backend", "a")]
+        ),
+        1.0
+    );
+
+    let b_fail = m.value(
+        "capataz_probes_total",
+        &[pool, ("backend", "b"), ("result", "fail")],
+    );
+    assert!(b_fail >= 3.0, "b failed {b_fail} probes, fall is 3");
+    let a_pass = m.value(
+        "capataz_probes_total",
+        &[pool, ("backend", "a"), ("result", "pass")],
+    );
+    assert!(a_pass >= 1.0);
+    assert_eq!(
+        m.sum("capataz_probe_duration_seconds_count", &[pool]),
+        m.sum("capataz_probes_total", &[pool]),
+        "every probe is timed"
+    );
+    assert_eq!(
+        m.value(
+            "capataz_transitions_total",
+            &[pool, ("backend", "b"), ("to", "down")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        m.value(
+            "capataz_transitions_total",
+            &[pool, ("backend", "a"), ("to", "down")]
+        ),
+        0.0
+    );
+    // Probes took b out, not traffic.
+    assert_eq!(
+        m.value("capataz_ejections_total", &[pool, ("backend", "b")]),
+        0.0
+    );
+    assert_eq!(m.sum("capataz_rejected_total", &[pool]), 0.0);
+}
+
+#[tokio::test]
+async fn scrape_counts_errors_retries_ejections_and_rejections() {
+    const POOL: &str = "metrics_passive";
+    let b = backends(&["a", "b"]).await;
+    let extra = format!(
+        "when_all_down = \"reject\"\n\n[pools.{POOL}.active]\nkind = \"none\"\n\n\
+         [pools.{POOL}.passive]\nconsecutive_errors = 2\n"
+    );
+    let (balancer, mut rx) = start(&config_text(POOL, &b, &extra)).await;
+    let proxy = balancer.local_addrs()[0];
+    b[0].crash();
+    // Each request that tries a first is refused there and retried on b.
+    for _ in 0..6 {
+        assert_eq!(exchange(proxy, "GET", "/").await.0, 200);
+    }
+    wait_for(&mut rx, "a ejected", |e| went(e, "a", State::Down)).await;
+
+    let admin = balancer.admin_addr().unwrap();
+    let (status, _, body) = exchange(admin, "POST", &format!("/backends/{POOL}/b/down")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(exchange(proxy, "GET", "/").await.0, 503);
+
+    let m = scrape(&balancer).await;
+    let pool = ("pool", POOL);
+    let a = ("backend", "a");
+    assert_eq!(
+        m.value("capataz_requests_total", &[pool, a, ("class", "error")]),
+        2.0
+    );
+    assert_eq!(m.value("capataz_retries_total", &[pool]), 2.0);
+    assert_eq!(
+        m.value(
+            "capataz_requests_total",
+            &[pool, ("backend", "b"), ("class", "2xx")]
+        ),
+        6.0
+    );
+    assert_eq!(
+        m.value("capataz_upstream_response_seconds_count", &[pool, a]),
+        0.0
+    );
+    assert_eq!(m.value("capataz_ejections_total", &[pool, a]), 1.0);
+    assert_eq!(
+        m.value("capataz_transitions_total", &[pool, a, ("to", "down")]),
+        1.0
+    );
+    // A manual override is not a verdict change.
+    assert_eq!(
+        m.value(
+            "capataz_transitions_total",
+            &[pool, ("backend", "b"), ("to", "down")]
+        ),
+        0.0
+    );
+    assert_eq!(m.value("capataz_rejected_total", &[pool]), 1.0);
+    assert_eq!(m.value("capataz_pool_all_down", &[pool]), 1.0);
+    assert_eq!(m.value("capataz_pool_healthy_backends", &[pool]), 0.0);
+    assert_eq!(
+        m.value("capataz_backend_up", &[pool, ("backend", "b")]),
+        0.0
+    );
+    assert_eq!(
+        m.sum("capataz_probes_total", &[pool]),
+        0.0,
+        "probes are off"
+    );
+}
+
+#[tokio::test]
+async fn scrape_exports_alert_counters_when_hooks_run() {
+    const POOL: &str = "metrics_alerts";
+    let b = backends(&["a", "b"]).await;
+    let extra = format!(
+        "[pools.{POOL}.active]\nkind = \"none\"\n\n[[alerts.commands]]\ncommand = [\"true\"]\n"
+    );
+    let (balancer, _rx) = start(&config_text(POOL, &b, &extra)).await;
+    let m = scrape(&balancer).await;
+    assert_eq!(
+        m.value("capataz_alerts_delivered_total", &[("hook", "command")]),
+        0.0
+    );
+
+    let admin = balancer.admin_addr().unwrap();
+    let (status, _, body) = exchange(admin, "POST", &format!("/backends/{POOL}/a/drain")).await;
+    assert_eq!(status, 200, "{body}");
+    let end = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let m = scrape(&balancer).await;
+        if m.value("capataz_alerts_delivered_total", &[("hook", "command")]) >= 1.0 {
+            for counter in ["failed", "dropped", "suppressed"] {
+                let name = format!("capataz_alerts_{counter}_total");
+                assert_eq!(m.value(&name, &[("hook", "command")]), 0.0, "{name}");
+            }
+            assert_eq!(
+                m.value("capataz_alerts_delivered_total", &[("hook", "webhook")]),
+                0.0
+            );
+            assert_eq!(
+                m.value("capataz_backend_up", &[("pool", POOL), ("backend", "a")]),
+                0.0
+            );
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < end,
+            "no delivered alert within {DEADLINE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn scrape_without_hooks_has_no_alert_families() {
+    const POOL: &str = "metrics_no_alerts";
+    let b = backends(&["a"]).await;
+    let extra = format!("[pools.{POOL}.active]\nkind = \"none\"\n");
+    let (balancer, _rx) = start(&config_text(POOL, &b, &extra)).await;
+    let m = scrape(&balancer).await;
+    assert!(m.0.iter().all(|s| !s.name.starts_with("capataz_alerts_")));
+    assert_eq!(
+        m.value("capataz_backend_up", &[("pool", POOL), ("backend", "a")]),
+        1.0
+    );
+}
