@@ -2,7 +2,10 @@
 //!
 //! `RespBody` also carries the lease on the backend: the in-flight count is released and the
 //! keep-alive connection handed back when the response has been read to its end, and the
-//! connection is dropped instead if the client went away before that.
+//! connection is dropped instead if the client went away before that. The lease also judges
+//! the answer for the passive checks once the body has ended: its status if the body arrived
+//! whole, a reset if it was cut short (the client already has the headers, so no retry can hide
+//! it, and a backend doing this to every response must still be ejected).
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -10,10 +13,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use capataz_health::Outcome;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::SendRequest;
 
-use crate::health::BackendRt;
+use crate::health::{BackendRt, PoolRt};
 
 /// A request body on its way to a backend.
 #[derive(Debug)]
@@ -58,6 +62,11 @@ pub struct Lease {
     backend: Arc<BackendRt>,
     sender: Option<SendRequest<ReqBody>>,
     complete: bool,
+    /// The answer to report to the passive checks when the lease ends: the pool, the backend's
+    /// index in it, and the answer's status.
+    verdict: Option<(Arc<PoolRt>, usize, Outcome)>,
+    /// Whether the body broke before its end.
+    broken: bool,
 }
 
 impl Lease {
@@ -68,6 +77,8 @@ impl Lease {
             backend,
             sender: None,
             complete: false,
+            verdict: None,
+            broken: false,
         }
     }
 
@@ -78,11 +89,20 @@ impl Lease {
     pub(crate) fn set_sender(&mut self, sender: SendRequest<ReqBody>) {
         self.sender = Some(sender);
     }
+
+    /// Reports `answer` for backend `index` of `pool` when the lease ends: as is if the body
+    /// ended whole or the client went away, as [`Outcome::Reset`] if the body broke.
+    pub(crate) fn judge_at_end(&mut self, pool: Arc<PoolRt>, index: usize, answer: Outcome) {
+        self.verdict = Some((pool, index, answer));
+    }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
         self.backend.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if let Some((pool, index, answer)) = self.verdict.take() {
+            pool.observe(index, if self.broken { Outcome::Reset } else { answer });
+        }
         if self.complete {
             if let Some(sender) = self.sender.take() {
                 self.backend.upstream.release(sender);
@@ -136,8 +156,11 @@ impl Body for RespBody {
                         }
                     }
                     Poll::Ready(Some(Err(_))) => {
-                        // A broken response: the connection is not reused.
-                        lease.take();
+                        // A broken response: the connection is not reused, and it counts as a
+                        // reset.
+                        if let Some(mut lease) = lease.take() {
+                            lease.broken = true;
+                        }
                     }
                     _ => {}
                 }

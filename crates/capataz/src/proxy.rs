@@ -233,9 +233,10 @@ enum Forwarded {
     Failed(Failure),
 }
 
-/// One attempt on one backend, with its outcome fed to the passive side.
+/// One attempt on one backend, with its outcome fed to the passive side (an answer's once its
+/// body has ended; see `body::Lease`).
 async fn forward(
-    pool: &PoolRt,
+    pool: &Arc<PoolRt>,
     index: usize,
     request: Request<ReqBody>,
     mut lease: Lease,
@@ -305,8 +306,8 @@ async fn forward(
             Ok(Ok(response)) => {
                 let status = response.status().as_u16();
                 backend.metrics.answered(status, sent_at.elapsed());
-                pool.observe(index, Outcome::Status(status));
                 let (parts, body) = response.into_parts();
+                lease.judge_at_end(pool.clone(), index, Outcome::Status(status));
                 lease.set_sender(conn.sender);
                 let body = RespBody::upstream(body, lease);
                 return Forwarded::Response(Response::from_parts(parts, body), status);
