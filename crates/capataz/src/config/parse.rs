@@ -26,7 +26,7 @@ use validate::Validator;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("{file}: cannot read the configuration: {error} (check the path and its permissions)")]
+    #[error("{}: cannot read the configuration: {error} (check the path and its permissions)", one_line(.file))]
     Io {
         /// The path, as given.
         file: String,
@@ -35,7 +35,7 @@ pub enum ConfigError {
         error: std::io::Error,
     },
     /// The text is not valid TOML, or does not fit the layout (an unknown key, a wrong type).
-    #[error("{file}{}: {}{message}", line_part(*.line), key_part(.key))]
+    #[error("{}{}: {}{}", one_line(.file), line_part(*.line), key_part(.key), one_line(.message))]
     Parse {
         /// Where the text came from.
         file: String,
@@ -47,7 +47,7 @@ pub enum ConfigError {
         message: String,
     },
     /// The text parsed but a value is invalid, or a required key is missing.
-    #[error("{file}{}: {}{message}", line_part(*.line), key_part(.key))]
+    #[error("{}{}: {}{}", one_line(.file), line_part(*.line), key_part(.key), one_line(.message))]
     Invalid {
         /// Where the text came from.
         file: String,
@@ -86,8 +86,25 @@ fn key_part(key: &str) -> String {
     if key.is_empty() {
         String::new()
     } else {
-        format!("{key}: ")
+        format!("{}: ", one_line(key))
     }
+}
+
+/// `text` with its control characters escaped (`\r`, `\u{1b}`), so that a message stays one
+/// line and cannot drive a terminal: keys, names and values from the file reach it verbatim.
+fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains(char::is_control) {
+        return text.into();
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            escaped.extend(c.escape_default());
+        } else {
+            escaped.push(c);
+        }
+    }
+    escaped.into()
 }
 
 /// Reads and validates the configuration file at `path`.
@@ -133,4 +150,29 @@ fn parse_message(message: &str) -> String {
         "this is not valid TOML here"
     };
     format!("{message} ({hint})")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: a control character in the file reached the message verbatim, through the
+    /// key read around a syntax error, the TOML parser's own message, or a validated key path,
+    /// so a carriage return or a newline split the promised one-line message (found by the
+    /// `config` fuzz target).
+    #[test]
+    fn a_control_character_in_the_file_split_the_one_line_error() {
+        for (text, shown) in [
+            ("[\"\r\"", "<t>:1: \\r: invalid basic string"),
+            ("\"a\\rb\" = 1\n", "<t>:1: a\\rb: unknown field `a\\rb`"),
+            (
+                "[[listeners]]\naddress = \"127.0.0.1:8080\"\n[pools.\"a\\nb\"]\n",
+                "<t>:3: pools.a\\nb: \"a\\nb\" is not a pool name",
+            ),
+        ] {
+            let message = parse_str(text, "<t>").unwrap_err().to_string();
+            assert!(message.starts_with(shown), "{text:?} gave {message:?}");
+            assert!(!message.contains(char::is_control), "{message:?}");
+        }
+    }
 }
