@@ -17,6 +17,7 @@
 #   spread         probes per 100 ms bucket over the window: max / average, p99 / average, min /
 #                  average (goal: max below 2x average), plus per-address coverage
 #   memory         VmRSS (and VmHWM, PSS) at the end, with 10,000 backends and no traffic
+#   wake-ups       how often the listener went to sleep and had to be woken, per second
 # Medians over the windows (and rounds); a capataz /metrics scrape afterwards cross-checks the
 # probe count and reports how large that scrape is with 10,000 backends.
 # LISTENER_SPIN=1 makes the listener poll without sleeping (it then uses all of LISTENER_CPU):
@@ -104,6 +105,7 @@ LISTENER=$LAST_PID
 for _ in $(seq 100); do grep -q ready "$RUN_DIR/listener.log" 2>/dev/null && break; alive "$LISTENER" || die "listener failed: $(cat "$RUN_DIR/listener.log")"; sleep 0.1; done
 grep -q ready "$RUN_DIR/listener.log" || die "listener not ready"
 curl -sf --max-time 2 "http://$(addr $(( BACKENDS - 1 ))):$PORT/healthz" >/dev/null || die "listener does not answer"
+vcsw() { awk '/^voluntary_ctxt_switches/{print $2}' "/proc/$1/status"; }   # times it went to sleep
 DUMPS=0
 dump() { # dump: the listener writes its counts since the previous dump to DUMP_PATH
     local path=$RUN_DIR/probes.$DUMPS
@@ -138,7 +140,8 @@ measure() { # measure TARGET ROUND
         return
     fi
     dump                                         # forget the warm-up
-    local w t0 t1 k0 k1 files=() ticks=()
+    local w t0 t1 k0 k1 files=() ticks=() lw0 lw1 lt0 lt1
+    lw0=$(vcsw "$LISTENER"); lt0=$(date +%s.%N)
     for ((w = 0; w < DURATION / WINDOW; w++)); do
         k0=$(proc_ticks "$pid"); t0=$(date +%s.%N)
         sleep "$WINDOW"
@@ -146,6 +149,7 @@ measure() { # measure TARGET ROUND
         dump; files+=("$DUMP_PATH")
         ticks+=("$(( k1 - k0 ))")
     done
+    lw1=$(vcsw "$LISTENER"); lt1=$(date +%s.%N)
     local rss hwm pss
     rss=$(mem_kb "$pid" VmRSS) hwm=$(mem_kb "$pid" VmHWM) pss=$(pss_kb "$pid")
     local extra=""
@@ -165,6 +169,7 @@ measure() { # measure TARGET ROUND
             $1=="be" && $2 ~ /^s[0-9]+$/ { n++; if ($c["status"] ~ /^UP/) up++; chkfail += $c["chkfail"] }
             END { printf "\"servers_up\":%d,\"servers\":%d,\"chkfail\":%d", up, n, chkfail }' "$out/stats.csv")
     fi
+    extra+=",\"listener_wakeups_per_s\":$(calc "($lw1 - $lw0) / ($lt1 - $lt0)")"
     stop_named "$pid"
     python3 "$BENCH_DIR/probe_report.py" run "$tgt" "$r" "$CLK_TCK" "$BACKENDS" \
         "${ticks[*]}" "${files[*]}" "{\"rss_kb\":$rss,\"hwm_kb\":$hwm,\"pss_kb\":$pss,$extra}" >"$out/row.json"

@@ -126,14 +126,16 @@ def table(res_dir):
               f"{m(rs, 'rss_kb'):>8.0f} {m(rs, 'pss_kb'):>8.0f}")
     for r in rows:
         extra = {k: r[k] for k in ("metrics_probes_pass", "metrics_probes_fail", "metrics_scrape_s",
-                                   "metrics_bytes", "uptime_s", "servers_up", "servers", "chkfail") if k in r}
+                                   "metrics_bytes", "uptime_s", "servers_up", "servers", "chkfail",
+                                   "listener_wakeups_per_s") if k in r}
         print(f"# {r['target']} r{r['round']}: {extra}")
     for x in mem:
         print(f"# nginx r{x['round']} (memory only, {rows[0]['backends'] if rows else '?'} upstream servers, no checks): "
               f"RSS {x['rss_kb']} KiB, PSS {x['pss_kb']} KiB (master + 1 worker)")
     print("# us/probe: proxy CPU time / probes that reached the listener; max/avg etc.: probes per 100 ms bucket")
     print("# relative to the average bucket (median over windows; 'worst' = worst window); 10ms max: the same")
-    print("# over 10 ms buckets. RSS/PSS at the end of the run, no client traffic.")
+    print("# over 10 ms buckets. RSS/PSS at the end of the run, no client traffic. listener_wakeups_per_s:")
+    print("# how often the listener slept and was woken (on loopback the prober pays for those wake-ups).")
 
 
 if __name__ == "__main__":
