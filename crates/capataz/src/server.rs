@@ -176,7 +176,9 @@ impl Balancer {
             Some(socket) => {
                 let addr = socket.local_addr().ok();
                 let task = tokio::spawn(crate::admin::serve(socket, shared.clone()));
-                tracing::info!(address = ?addr, "admin API listening");
+                if let Some(addr) = addr {
+                    tracing::info!(address = %addr, "admin API listening");
+                }
                 (addr, Some(task))
             }
             None => (None, None),
