@@ -12,8 +12,10 @@
 //!   to the call (probe reasons from probes, traffic reasons from traffic, expiries from ticks,
 //!   nothing from `set_settings` or a push);
 //! - a probe touches only its backend's active side and follows the streak rule (`fall` failures
-//!   leave it DOWN, `rise` passes leave it UP, and nothing less changes it); traffic touches only
-//!   its backend's passive side;
+//!   leave it DOWN, `rise` passes leave it UP, and nothing less changes it), except that with
+//!   `probes_end_ejection` the probe that brings a DOWN active side UP also turns an ejection
+//!   into probation (and nothing else on the passive side); traffic touches only its backend's
+//!   passive side;
 //! - traffic ejects a backend only while fewer than `max_ejected()` are ejected, and always does
 //!   when the streak reaches `consecutive_errors` below the cap; a timed ejection lasts
 //!   `policy.duration(nth)`, and a tick ends exactly the ejections due by `now`;
@@ -163,7 +165,7 @@ fn play(pool: &mut Pool, now: Duration, op: Op) -> Vec<Transition> {
             let b = backend % pool.len();
             let (result, transition) = pool.probe(b, outcome, now);
             assert_eq!(result, settings.probe_rule.judge(outcome));
-            check_probe(&settings, result, &before[b], pool.backend(b));
+            check_probe(&settings, result, now, &before[b], pool.backend(b));
             check_others_untouched(&before, pool, b);
             transitions.extend(transition);
         }
@@ -279,8 +281,27 @@ fn check_others_untouched(before: &[BackendHealth], pool: &Pool, touched: usize)
 
 /// The streak rule: a result clears the opposite streak; `fall` failures in a row take an UP
 /// side DOWN, `rise` passes in a row bring a DOWN side UP, and nothing else moves it.
-fn check_probe(settings: &Settings, result: ProbeResult, old: &BackendHealth, new: &BackendHealth) {
-    assert_eq!(old.passive, new.passive, "a probe touched the passive side");
+fn check_probe(
+    settings: &Settings,
+    result: ProbeResult,
+    now: Duration,
+    old: &BackendHealth,
+    new: &BackendHealth,
+) {
+    let recovered = old.active.state == State::Down && new.active.state == State::Up;
+    if settings.probes_end_ejection && recovered && old.passive.is_ejected() {
+        let expected = Passive {
+            error_streak: 0,
+            ejection: Ejection::Probation { since: now },
+            ..old.passive
+        };
+        assert_eq!(
+            new.passive, expected,
+            "a recovery ended an ejection wrongly"
+        );
+    } else {
+        assert_eq!(old.passive, new.passive, "a probe touched the passive side");
+    }
     let (old, new) = (old.active, new.active);
     let (rise, fall) = (settings.rise.get(), settings.fall.get());
     match result {
@@ -467,6 +488,23 @@ fn check_reason(
             assert_eq!(last, outcome);
             assert_eq!(streak, new.active.pass_streak);
             assert!(streak >= settings.rise.get());
+            assert!(
+                !(settings.probes_end_ejection && old.passive.is_ejected()),
+                "{t:?}: an ejection outlived a recovery with probes_end_ejection"
+            );
+        }
+        (Op::Probe { outcome, .. }, Reason::ProbesEndedEjection { streak, last, nth }) => {
+            assert!(settings.probes_end_ejection, "{t:?} with the setting off");
+            assert_eq!(last, outcome);
+            assert_eq!(streak, new.active.pass_streak);
+            assert!(streak >= settings.rise.get(), "{t:?}");
+            assert_eq!(old.active.state, State::Down);
+            assert_eq!(t.to, State::Up);
+            let Ejection::Ejected { nth: was, .. } = old.passive.ejection else {
+                panic!("{t:?} from {old:?}");
+            };
+            assert_eq!(nth, was);
+            assert!(matches!(new.passive.ejection, Ejection::Probation { .. }));
         }
         (
             Op::Observe { outcome, .. },
@@ -617,5 +655,6 @@ fn decode_settings(bytes: &mut Bytes<'_>) -> Settings {
         },
         ejection,
         max_ejected_percent,
+        probes_end_ejection: flags & 0b1_0000 != 0,
     }
 }

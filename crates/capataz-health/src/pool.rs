@@ -4,7 +4,10 @@
 //! streak. UP goes DOWN after `fall` consecutive failures, DOWN goes UP after `rise` consecutive
 //! passes. Passive side: a streak of consecutive traffic errors, cleared by one good response;
 //! reaching `consecutive_errors` ejects the backend. The two sides never touch each other's
-//! counters. A backend is UP only if its active side is UP and it is not ejected.
+//! counters, with one opt-in exception: with [`Settings::probes_end_ejection`], the probe that
+//! brings a DOWN active side back UP also ends a passive ejection early, into probation (a
+//! restarted backend need not sit out its whole ejection time). A backend is UP only if its
+//! active side is UP and it is not ejected.
 //!
 //! Ejection comes in two modes. Without an [`EjectionPolicy`] (the replay protocol, seed 001's
 //! exercise) an ejection lasts until the next good response. With one (the balancer, which sends
@@ -85,6 +88,11 @@ pub struct Settings {
     /// (default 100). The cap is `floor(backends x percent / 100)` but at least one backend,
     /// except that 0 disables passive ejection.
     pub max_ejected_percent: u8,
+    /// Whether probes that bring a DOWN active side back UP also end a passive ejection early,
+    /// into probation (default false; Envoy's `successful_active_health_check_uneject_host`).
+    /// Only that edge does it: a backend whose probes pass all along while its traffic fails
+    /// (a "liar") stays ejected, because its active side never went DOWN.
+    pub probes_end_ejection: bool,
 }
 
 const fn nz(n: u32) -> NonZeroU32 {
@@ -105,6 +113,7 @@ impl Default for Settings {
             traffic_rule: TrafficRule::default(),
             ejection: None,
             max_ejected_percent: 100,
+            probes_end_ejection: false,
         }
     }
 }
@@ -256,6 +265,17 @@ pub enum Reason {
         /// How long it lasted.
         duration: Duration,
     },
+    /// The pass streak reached `rise` while the backend was also ejected, and
+    /// [`Settings::probes_end_ejection`] ended the ejection early: the backend is back on
+    /// probation.
+    ProbesEndedEjection {
+        /// The pass streak.
+        streak: u32,
+        /// The last probe outcome.
+        last: Outcome,
+        /// The ejection that ended.
+        nth: u32,
+    },
     /// A traffic error during probation ejected the backend again.
     ProbationFailed {
         /// The error.
@@ -269,7 +289,9 @@ impl Reason {
     /// The side that caused the transition.
     pub fn side(&self) -> Side {
         match self {
-            Reason::ProbesFailed { .. } | Reason::ProbesPassed { .. } => Side::Active,
+            Reason::ProbesFailed { .. }
+            | Reason::ProbesPassed { .. }
+            | Reason::ProbesEndedEjection { .. } => Side::Active,
             _ => Side::Passive,
         }
     }
@@ -279,6 +301,7 @@ impl Reason {
         match *self {
             Reason::ProbesFailed { last, .. }
             | Reason::ProbesPassed { last, .. }
+            | Reason::ProbesEndedEjection { last, .. }
             | Reason::TrafficErrors { last, .. }
             | Reason::TrafficRecovered { last }
             | Reason::ProbationFailed { last, .. } => Some(last),
@@ -334,6 +357,13 @@ impl fmt::Display for Reason {
             Reason::ProbesPassed { streak, last } => {
                 let what = plural(streak, "passing probe", "consecutive passing probes");
                 write!(f, "{streak} {what}, last: {last}")
+            }
+            Reason::ProbesEndedEjection { streak, last, nth } => {
+                let what = plural(streak, "passing probe", "consecutive passing probes");
+                write!(
+                    f,
+                    "{streak} {what} after DOWN, last: {last}; ends ejection #{nth} early, back on probation"
+                )
             }
             Reason::TrafficErrors {
                 streak,
@@ -508,6 +538,7 @@ impl Pool {
     ) -> (ProbeResult, Option<Transition>) {
         let result = self.settings.probe_rule.judge(outcome);
         let (rise, fall) = (self.settings.rise.get(), self.settings.fall.get());
+        let probes_end_ejection = self.settings.probes_end_ejection;
         let health = &mut self.backends[backend];
         let before = health.verdict();
         let active = &mut health.active;
@@ -515,12 +546,26 @@ impl Pool {
             ProbeResult::Pass => {
                 active.pass_streak = active.pass_streak.saturating_add(1);
                 active.fail_streak = 0;
-                if active.state == State::Down && active.pass_streak >= rise {
+                let recovered = active.state == State::Down && active.pass_streak >= rise;
+                if recovered {
                     active.state = State::Up;
                 }
-                Reason::ProbesPassed {
-                    streak: active.pass_streak,
-                    last: outcome,
+                let streak = active.pass_streak;
+                match health.passive.ejection {
+                    Ejection::Ejected { nth, .. } if recovered && probes_end_ejection => {
+                        health.passive.ejection = Ejection::Probation { since: now };
+                        health.passive.error_streak = 0;
+                        self.ejected -= 1;
+                        Reason::ProbesEndedEjection {
+                            streak,
+                            last: outcome,
+                            nth,
+                        }
+                    }
+                    _ => Reason::ProbesPassed {
+                        streak,
+                        last: outcome,
+                    },
                 }
             }
             ProbeResult::Fail => {

@@ -801,3 +801,123 @@ fn probation_error_in_a_pool_without_a_policy_reports_the_ejection() {
     assert_eq!(transition.healthy_after, 1);
     assert_eq!((pool.healthy(), pool.ejected()), (1, 1));
 }
+
+/// `probes_end_ejection`: a crashed backend, ejected by traffic and then DOWN by probes, comes
+/// back on probation as soon as `rise` probes pass, not when its ejection runs out.
+#[test]
+fn recovery_by_probes_ends_an_ejection_early() {
+    let settings = Settings {
+        probes_end_ejection: true,
+        ..timed(30, 300, 100)
+    };
+    let mut pool = Pool::new(settings, 2);
+    let crash = Outcome::Refused;
+    three_errors(&mut pool, 0, s(1)).expect("ejected");
+    // The probes fail too: the active side goes DOWN behind the ejection, silently.
+    for at in 2..=4 {
+        assert_eq!(pool.probe(0, crash, s(at)), (ProbeResult::Fail, None));
+    }
+    assert_eq!(pool.backend(0).active.state, State::Down);
+    // Restarted: the first pass is not enough, the second (rise = 2) ends the ejection.
+    assert_eq!(pool.probe(0, GOOD, s(5)), (ProbeResult::Pass, None));
+    let (_, transition) = pool.probe(0, GOOD, s(6));
+    let transition = transition.expect("readmitted by probes");
+    assert_eq!(
+        transition,
+        Transition {
+            backend: 0,
+            from: State::Down,
+            to: State::Up,
+            reason: Reason::ProbesEndedEjection {
+                streak: 2,
+                last: GOOD,
+                nth: 1,
+            },
+            at: s(6),
+            healthy_after: 2,
+        }
+    );
+    assert_eq!(
+        transition.to_string(),
+        "DOWN -> UP: 2 consecutive passing probes after DOWN, last: HTTP 200; \
+         ends ejection #1 early, back on probation"
+    );
+    assert_eq!(transition.reason.side(), capataz_health::Side::Active);
+    let passive = pool.backend(0).passive;
+    assert_eq!(passive.ejection, Ejection::Probation { since: s(6) });
+    assert_eq!((passive.error_streak, passive.times_ejected), (0, 1));
+    assert_eq!(pool.ejected(), 0);
+    assert_eq!(pool.next_expiry(), None);
+    assert!(tick(&mut pool, s(31)).is_empty(), "the old expiry is gone");
+    // Probation as after any ejection: one error ejects it again, for twice as long.
+    let (_, again) = pool.observe(0, BAD, s(7));
+    assert_eq!(
+        again.map(|t| t.reason),
+        Some(Reason::ProbationFailed {
+            last: BAD,
+            ejection: EjectionInfo {
+                nth: 2,
+                duration: s(60),
+                until: s(67),
+            },
+        })
+    );
+}
+
+/// The liar (probes pass, traffic fails) never had a DOWN active side, so passing probes do not
+/// shorten its ejection, with or without the setting.
+#[test]
+fn passing_probes_do_not_readmit_a_liar() {
+    let settings = Settings {
+        probes_end_ejection: true,
+        ..timed(30, 300, 100)
+    };
+    let mut pool = Pool::new(settings, 2);
+    three_errors(&mut pool, 0, s(1)).expect("ejected");
+    for at in 2..30 {
+        assert_eq!(pool.probe(0, GOOD, s(at)), (ProbeResult::Pass, None));
+    }
+    assert!(pool.backend(0).passive.is_ejected());
+    let expired = tick(&mut pool, s(31));
+    assert_eq!(expired.len(), 1);
+    assert!(matches!(
+        expired[0].reason,
+        Reason::EjectionExpired { nth: 1, .. }
+    ));
+}
+
+/// Without the setting, the sides stay apart: the active side comes back UP behind the
+/// ejection, which runs its full time.
+#[test]
+fn without_the_setting_recovery_leaves_the_ejection_alone() {
+    let mut pool = Pool::new(timed(30, 300, 100), 2);
+    three_errors(&mut pool, 0, s(1)).expect("ejected");
+    for at in 2..=4 {
+        pool.probe(0, Outcome::Refused, s(at));
+    }
+    for at in 5..=8 {
+        assert_eq!(pool.probe(0, GOOD, s(at)), (ProbeResult::Pass, None));
+    }
+    assert_eq!(pool.backend(0).active.state, State::Up);
+    assert!(pool.backend(0).passive.is_ejected());
+    assert_eq!(tick(&mut pool, s(31)).len(), 1);
+}
+
+/// An active recovery on a backend that is not ejected (or already on probation) is an ordinary
+/// `ProbesPassed`, and the passive side is untouched.
+#[test]
+fn recovery_without_an_ejection_is_ordinary() {
+    let settings = Settings {
+        probes_end_ejection: true,
+        initial: State::Down,
+        ..timed(30, 300, 100)
+    };
+    let mut pool = Pool::new(settings, 1);
+    pool.probe(0, GOOD, s(1));
+    let (_, transition) = pool.probe(0, GOOD, s(2));
+    assert!(matches!(
+        transition.map(|t| t.reason),
+        Some(Reason::ProbesPassed { streak: 2, .. })
+    ));
+    assert_eq!(pool.backend(0).passive.ejection, Ejection::None);
+}

@@ -2,7 +2,8 @@
 //!
 //! - No DOWN without `fall` consecutive failed probes, no UP without `rise` consecutive passes.
 //! - The two sides never touch each other: traffic leaves the active side alone, probes the
-//!   passive side.
+//!   passive side, except for the one opt-in edge `probes_end_ejection` allows (the probe that
+//!   brings a DOWN active side UP turns an ejection into probation, and changes nothing else).
 //! - Every verdict change yields exactly one [`Transition`], and nothing else does.
 //! - With timed ejection, the cap is never exceeded and every ejection lasts within `[base, max]`.
 //! - The status-line parser never panics and accepts only well-formed lines.
@@ -94,17 +95,21 @@ fn settings(ejection: BoxedStrategy<Option<EjectionPolicy>>) -> impl Strategy<Va
         any::<bool>(),
         ejection,
         prop_oneof![1 => Just(0u8), 1 => Just(100u8), 3 => 0u8..=100],
+        any::<bool>(),
     )
         .prop_map(
-            |(rise, fall, consecutive_errors, initial, count_503, ejection, percent)| Settings {
-                rise,
-                fall,
-                consecutive_errors,
-                initial,
-                traffic_rule: capataz_health::TrafficRule { count_503 },
-                ejection,
-                max_ejected_percent: percent,
-                ..Settings::default()
+            |(rise, fall, consecutive_errors, initial, count_503, ejection, percent, early)| {
+                Settings {
+                    rise,
+                    fall,
+                    consecutive_errors,
+                    initial,
+                    traffic_rule: capataz_health::TrafficRule { count_503 },
+                    ejection,
+                    max_ejected_percent: percent,
+                    probes_end_ejection: early,
+                    ..Settings::default()
+                }
             },
         )
 }
@@ -254,8 +259,9 @@ proptest! {
         }
     }
 
-    /// (b) Traffic never changes the active side, probes never change the passive side, and
-    /// ticks only ever touch the passive side.
+    /// (b) Traffic never changes the active side, probes never change the passive side (but for
+    /// the one `probes_end_ejection` edge, checked exactly), and ticks only ever touch the
+    /// passive side.
     #[test]
     fn sides_never_touch_each_other(
         (settings, backends, steps) in scenario(any_policy(), false),
@@ -269,7 +275,19 @@ proptest! {
             for (b, (old, new)) in before.iter().zip(pool.backends()).enumerate() {
                 match step.event {
                     Event::Probe(backend, _) => {
-                        prop_assert_eq!(old.passive, new.passive);
+                        let recovered =
+                            old.active.state == State::Down && new.active.state == State::Up;
+                        if pool.settings().probes_end_ejection
+                            && recovered
+                            && old.passive.is_ejected()
+                        {
+                            prop_assert_eq!(new.passive.error_streak, 0);
+                            prop_assert_eq!(new.passive.ejection, Ejection::Probation { since: now });
+                            prop_assert_eq!(new.passive.times_ejected, old.passive.times_ejected);
+                            prop_assert_eq!(new.passive.readmitted_at, old.passive.readmitted_at);
+                        } else {
+                            prop_assert_eq!(old.passive, new.passive);
+                        }
                         if backend != b {
                             prop_assert_eq!(old.active, new.active);
                         }

@@ -231,6 +231,7 @@ pub fn engine_settings(config: &PoolConfig) -> Settings {
         } else {
             0
         },
+        probes_end_ejection: config.passive.probes_end_ejection,
     }
 }
 

@@ -94,8 +94,13 @@ pub fn explain(pool: &PoolRt, view: &BackendView) -> String {
             _ => format!("{limit} consecutive traffic errors"),
         };
         let active_note = if active.state == State::Down {
+            let then = if config.passive.probes_end_ejection && until.is_some() {
+                " to come back UP, which also ends this ejection early"
+            } else {
+                ""
+            };
             format!(
-                "; probes also fail: needs {rise} passing probes in a row (has {}){next_probe}",
+                "; probes also fail: needs {rise} passing probes in a row{then} (has {}){next_probe}",
                 active.pass_streak
             )
         } else {

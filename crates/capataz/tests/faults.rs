@@ -150,6 +150,73 @@ fn reset_in_the_middle_of_a_response_ejects_the_backend() {
     });
 }
 
+/// `probes_end_ejection` (on by default): a backend ejected by its traffic whose probes then fail
+/// too (a crash, say) is back on probation as soon as `rise` probes pass once it is healed, long
+/// before its ejection would run out, and a good answer readmits it for good.
+#[test]
+fn passing_probes_end_an_ejection_after_the_probes_went_down() {
+    run(|| async {
+        let b = sims(&["a", "b", "c"]).await;
+        let knobs = Knobs {
+            ejection: Duration::from_secs(600),
+            ..PASSIVE
+        };
+        let (balancer, pool, mut ledger) = start(&config_text(&pairs(&b), knobs)).await;
+        let traffic = Traffic::start(balancer.local_addrs()[0], pool.clock());
+        assert!(b[1].wait_traffic_hits(20, DEADLINE).await);
+
+        b[1].set_traffic(Mode::Status(500));
+        let down = ledger.transition(1, State::Down, 1).await;
+        assert!(
+            matches!(down.reason, Reason::TrafficErrors { streak: ERRORS, .. }),
+            "{down}"
+        );
+        b[1].set_health(Mode::Status(503));
+        until("active side DOWN behind the ejection", || {
+            pool.health()[1].active.state == State::Down
+        })
+        .await;
+        assert!(pool.health()[1].passive.is_ejected());
+
+        b[1].set_traffic(Mode::Status(200));
+        b[1].set_health(Mode::Status(200));
+        let up = ledger.transition(1, State::Up, 1).await;
+        assert_eq!(
+            up.reason,
+            Reason::ProbesEndedEjection {
+                streak: RISE,
+                last: Outcome::Status(200),
+                nth: 1
+            }
+        );
+        assert!(
+            up.at - down.at < DEADLINE,
+            "{down} at {:?}, {up} at {:?}",
+            down.at,
+            up.at
+        );
+        back_in_rotation(&b[1]).await;
+        until("readmitted for good", || {
+            pool.health()[1].passive.ejection == Ejection::None
+        })
+        .await;
+
+        let records = traffic.finish().await;
+        ledger.check(&pool);
+        assert_eq!(ledger.changes(), [0, 2, 0], "{}", ledger.describe());
+        // The only failures clients saw are the 500s that got it ejected (relayed, as 500s are
+        // never retried): the ones counted, and at most one more per other client in flight.
+        let failed: Vec<&Record> = records.iter().filter(|r| !r.ok()).collect();
+        assert!(
+            failed
+                .iter()
+                .all(|r| r.backend.as_deref() == Some("b") && r.status == Some(500)),
+            "{failed:#?}"
+        );
+        assert!(failed.len() < ERRORS as usize + CLIENTS, "{failed:#?}");
+    });
+}
+
 #[test]
 fn healthz_503_while_traffic_is_fine() {
     run(|| async {
@@ -931,7 +998,10 @@ fn check_rules(t: &Transition) {
         ) => assert!(streak >= ERRORS, "{t}"),
         (State::Down, Reason::ProbationFailed { .. })
         | (State::Up, Reason::EjectionExpired { .. }) => {}
-        (State::Up, Reason::ProbesPassed { streak, .. }) => assert_eq!(streak, RISE, "{t}"),
+        (State::Up, Reason::ProbesPassed { streak, .. })
+        | (State::Up, Reason::ProbesEndedEjection { streak, .. }) => {
+            assert_eq!(streak, RISE, "{t}")
+        }
         _ => panic!("a transition the rules do not allow: {t:?}"),
     }
 }

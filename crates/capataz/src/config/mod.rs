@@ -259,6 +259,9 @@ pub struct PassiveCheckConfig {
     pub max_ejection_time: Duration,
     /// The most of the pool, in percent, held ejected at once (default 50; at least one backend).
     pub max_ejected_percent: u8,
+    /// Whether an ejected backend whose probes bring its active side back from DOWN to UP goes
+    /// on probation at once instead of sitting out the rest of its ejection (default true).
+    pub probes_end_ejection: bool,
 }
 
 /// What a pool does when none of its backends is UP.

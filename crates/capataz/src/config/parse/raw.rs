@@ -156,6 +156,7 @@ pub(super) struct RawPassive {
     pub(super) ejection_time: Option<Spanned<Value>>,
     pub(super) max_ejection_time: Option<Spanned<Value>>,
     pub(super) max_ejected_percent: Option<Spanned<i64>>,
+    pub(super) probes_end_ejection: Option<bool>,
 }
 
 #[derive(Default, Deserialize)]

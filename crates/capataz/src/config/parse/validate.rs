@@ -638,6 +638,7 @@ impl Validator<'_> {
                 50,
                 0..=100,
             )? as u8,
+            probes_end_ejection: raw.probes_end_ejection.unwrap_or(true),
         })
     }
 
