@@ -379,11 +379,17 @@ fn every_backend_crashed_then_one_restarted() {
 
         b[0].restart().await.expect("restart a");
         let up = ledger.transition(0, State::Up, 1).await;
-        // Fail-open traffic may have ejected it; then the ejection's end readmits it.
+        // Its probes bring it back; if traffic ejected it first, those same probes end the
+        // ejection (probes_end_ejection), long before the ejection would have run out.
         assert!(
             matches!(
                 up.reason,
-                Reason::ProbesPassed { streak: RISE, .. } | Reason::EjectionExpired { .. }
+                Reason::ProbesPassed { streak: RISE, .. }
+                    | Reason::ProbesEndedEjection {
+                        streak: RISE,
+                        nth: 1,
+                        ..
+                    }
             ),
             "{up}"
         );
