@@ -398,25 +398,51 @@ fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
 
 /// Removes the hop-by-hop headers of RFC 9110 section 7.6.1 (and any the Connection header
 /// names). For an upgrade, `Connection: upgrade` and `Upgrade` are kept.
+///
+/// This runs twice per proxied request, so it first finds which of those names are present in
+/// one pass over the names (no hashing; a message usually carries none of them, or only
+/// `Connection`) and then removes just those.
 fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
-    if headers.contains_key(header::CONNECTION) {
+    const FIXED: [&HeaderName; 6] = [
+        &header::CONNECTION,
+        &KEEP_ALIVE,
+        &PROXY_CONNECTION,
+        &header::TE,
+        &header::TRAILER,
+        &header::TRANSFER_ENCODING,
+    ];
+    let mut present = [false; FIXED.len()];
+    let mut upgrade = false;
+    for name in headers.keys() {
+        if let Some(i) = FIXED.iter().position(|fixed| *fixed == name) {
+            present[i] = true;
+        } else if name == header::UPGRADE {
+            upgrade = true;
+        }
+    }
+    if present[0] {
+        // Names the Connection header lists go too, except the usual tokens that name no
+        // header of their own or one removed below anyway.
         let named: Vec<HeaderName> = connection_tokens(headers)
-            .filter(|t| !(keep_upgrade && t.eq_ignore_ascii_case("upgrade")))
+            .filter(|t| {
+                !(t.eq_ignore_ascii_case("keep-alive")
+                    || t.eq_ignore_ascii_case("close")
+                    || t.eq_ignore_ascii_case("upgrade"))
+            })
             .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
             .collect();
         for name in named {
             headers.remove(name);
         }
-        headers.remove(header::CONNECTION);
     }
-    headers.remove(&KEEP_ALIVE);
-    headers.remove(&PROXY_CONNECTION);
-    headers.remove(header::TE);
-    headers.remove(header::TRAILER);
-    headers.remove(header::TRANSFER_ENCODING);
+    for (name, present) in FIXED.iter().zip(present) {
+        if present {
+            headers.remove(*name);
+        }
+    }
     if keep_upgrade {
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    } else {
+    } else if upgrade {
         headers.remove(header::UPGRADE);
     }
 }
@@ -531,6 +557,49 @@ mod tests {
         let mut names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
         names.sort();
         assert_eq!(names, ["host", "x-keep"]);
+    }
+
+    #[test]
+    fn every_hop_by_hop_name_goes_in_any_case_and_order() {
+        let listed = ["Keep-Alive", "CLOSE", "x-a", " X-B ", "upgrade", "te"];
+        for keep_upgrade in [false, true] {
+            let mut h = HeaderMap::new();
+            h.append("x-b", HeaderValue::from_static("2"));
+            h.insert(
+                header::CONNECTION,
+                HeaderValue::from_str(&listed.join(",")).unwrap(),
+            );
+            h.append(header::CONNECTION, HeaderValue::from_static("x-c"));
+            for name in [
+                "x-a",
+                "x-c",
+                "proxy-connection",
+                "trailer",
+                "keep-alive",
+                "transfer-encoding",
+                "te",
+            ] {
+                h.append(HeaderName::from_static(name), HeaderValue::from_static("1"));
+            }
+            h.insert(header::UPGRADE, HeaderValue::from_static("h2c"));
+            h.insert("x-keep", HeaderValue::from_static("yes"));
+            strip_hop_by_hop(&mut h, keep_upgrade);
+            let mut names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+            names.sort();
+            if keep_upgrade {
+                assert_eq!(names, ["connection", "upgrade", "x-keep"]);
+                assert_eq!(h.get_all(header::CONNECTION).iter().count(), 1);
+            } else {
+                assert_eq!(names, ["x-keep"]);
+            }
+        }
+        // Nothing to strip: nothing changes.
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("a"));
+        h.insert("x-keep-alive", HeaderValue::from_static("1"));
+        let before = h.clone();
+        strip_hop_by_hop(&mut h, false);
+        assert_eq!(h, before);
     }
 
     #[test]

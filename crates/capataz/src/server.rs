@@ -8,24 +8,21 @@
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::pin::pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
 use crate::alerts::{AlertStats, Alerts};
+use crate::client;
 use crate::config::{Config, ListenerConfig};
 use crate::health::{Clock, Event, PoolRt};
-use crate::proxy::{ClientInfo, Proxy};
+use crate::proxy::Proxy;
 
 /// A running balancer. Dropping it stops everything it started.
 #[derive(Debug)]
@@ -532,98 +529,19 @@ async fn accept_loop(
         let shutdown = shutdown.clone();
         let connections = connections.clone();
         connections.fetch_add(1, Ordering::Relaxed);
+        let limits = {
+            let current = state.load();
+            client::Limits {
+                idle_timeout: current.config.idle_timeout,
+                header_read_timeout: current.config.header_read_timeout,
+                max_buf: current.config.max_header_bytes.max(8192),
+            }
+        };
+        // The routes in force now: a reload applies to the next request on every connection.
+        let proxy = move || state.load().proxy.clone();
         tokio::spawn(async move {
-            serve_connection(stream, peer, state, shutdown).await;
+            client::serve(stream, peer, limits, proxy, shutdown).await;
             connections.fetch_sub(1, Ordering::Relaxed);
         });
-    }
-}
-
-/// Activity on one client connection, for the idle timeout.
-struct Activity {
-    origin: Instant,
-    active: AtomicUsize,
-    last_ms: AtomicU64,
-}
-
-impl Activity {
-    fn touch(&self) {
-        self.last_ms
-            .store(self.origin.elapsed().as_millis() as u64, Ordering::Relaxed);
-    }
-
-    fn idle_for(&self) -> Option<Duration> {
-        if self.active.load(Ordering::Relaxed) > 0 {
-            return None;
-        }
-        let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
-        Some(self.origin.elapsed().saturating_sub(last))
-    }
-}
-
-async fn serve_connection(
-    stream: tokio::net::TcpStream,
-    peer: SocketAddr,
-    state: Arc<ArcSwap<ListenerState>>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let (idle_timeout, header_read_timeout, max_buf) = {
-        let current = state.load();
-        (
-            current.config.idle_timeout,
-            current.config.header_read_timeout,
-            current.config.max_header_bytes.max(8192),
-        )
-    };
-    let activity = Arc::new(Activity {
-        origin: Instant::now(),
-        active: AtomicUsize::new(0),
-        last_ms: AtomicU64::new(0),
-    });
-    let service_activity = activity.clone();
-    let client = Arc::new(ClientInfo::new(peer));
-    let service = service_fn(move |req| {
-        // The routes in force now: a reload applies to the next request on every connection.
-        let proxy = state.load().proxy.clone();
-        let activity = service_activity.clone();
-        let client = client.clone();
-        activity.active.fetch_add(1, Ordering::Relaxed);
-        async move {
-            let response = proxy.handle(req, client).await;
-            activity.touch();
-            activity.active.fetch_sub(1, Ordering::Relaxed);
-            response
-        }
-    });
-    let mut builder = http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(header_read_timeout)
-        .max_buf_size(max_buf)
-        .keep_alive(true);
-    let mut conn = pin!(builder
-        .serve_connection(TokioIo::new(stream), service)
-        .with_upgrades());
-    let check = (idle_timeout / 4).max(Duration::from_millis(20));
-    let mut closing = *shutdown.borrow();
-    if closing {
-        conn.as_mut().graceful_shutdown();
-    }
-    loop {
-        tokio::select! {
-            _ = conn.as_mut() => return,
-            changed = shutdown.changed(), if !closing => {
-                if changed.is_err() || *shutdown.borrow() {
-                    closing = true;
-                    conn.as_mut().graceful_shutdown();
-                }
-            }
-            _ = tokio::time::sleep(check), if !closing => {
-                if activity.idle_for().is_some_and(|idle| idle >= idle_timeout) {
-                    closing = true;
-                    conn.as_mut().graceful_shutdown();
-                }
-            }
-        }
     }
 }

@@ -640,6 +640,71 @@ async fn keep_alive_serves_a_hundred_requests_on_one_connection() {
     assert_eq!(b[0].traffic_hits() + b[1].traffic_hits(), 100);
 }
 
+/// Reads until the balancer closes the connection; returns how long that took and what came.
+async fn until_closed(stream: &mut TcpStream) -> (Duration, Vec<u8>) {
+    let start = tokio::time::Instant::now();
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(DEADLINE, async {
+        while fill(stream, &mut buf).await.is_ok_and(|n| n > 0) {}
+    })
+    .await;
+    assert!(
+        read.is_ok(),
+        "the connection was not closed within {DEADLINE:?}"
+    );
+    (start.elapsed(), buf)
+}
+
+const TIMEOUTS: &str = "header_read_timeout = \"200ms\"\nidle_timeout = \"1500ms\"";
+
+#[tokio::test]
+async fn a_head_that_never_completes_is_closed_after_header_read_timeout() {
+    let b = backends(&["a"]).await;
+    let (balancer, _rx) = start(&config_text(&sims(&b), TIMEOUTS, QUIET)).await;
+    let mut stream = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n")
+        .await
+        .unwrap();
+    let (took, got) = until_closed(&mut stream).await;
+    // Closed by the header timeout (200 ms, checked every 50 ms), well before the idle one.
+    assert!(took >= Duration::from_millis(150), "closed after {took:?}");
+    assert!(took < Duration::from_millis(1400), "closed after {took:?}");
+    assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+    assert_eq!(b[0].traffic_hits(), 0);
+}
+
+#[tokio::test]
+async fn a_quiet_keep_alive_connection_lasts_idle_timeout_not_header_read_timeout() {
+    let b = backends(&["a"]).await;
+    let (balancer, _rx) = start(&config_text(&sims(&b), TIMEOUTS, QUIET)).await;
+    // A connection that never sends a byte is idle from the start.
+    let mut silent = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
+    let silent = tokio::spawn(async move { until_closed(&mut silent).await });
+    let mut stream = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let head = read_head(&mut stream, &mut buf).await.expect("a response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    read_body(&mut stream, &mut buf, &head)
+        .await
+        .expect("its body");
+    // The wait for the next request is idle time (1.5 s), not header time (200 ms).
+    let (took, got) = until_closed(&mut stream).await;
+    assert!(took >= Duration::from_millis(1400), "closed after {took:?}");
+    assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+    let (took, got) = silent.await.unwrap();
+    assert!(
+        took >= Duration::from_millis(1400),
+        "silent: closed after {took:?}"
+    );
+    assert!(got.is_empty());
+    assert_eq!(balancer.open_connections(), 0);
+}
+
 // ---- 6. Oversized heads ----------------------------------------------------------------------
 
 #[tokio::test]
