@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 use crate::alerts::{AlertStats, Alerts};
 use crate::config::{Config, ListenerConfig};
 use crate::health::{Clock, Event, PoolRt};
+use crate::metrics::HistogramScope;
 use crate::proxy::{ClientInfo, Proxy};
 
 /// A running balancer. Dropping it stops everything it started.
@@ -45,6 +46,8 @@ pub struct Shared {
     listeners: Mutex<Vec<ListenerRt>>,
     events: broadcast::Sender<Event>,
     clock: Clock,
+    /// How latency histograms are labelled: read at start, kept across reloads.
+    histograms: HistogramScope,
     shutdown: watch::Sender<bool>,
     connections: Arc<AtomicUsize>,
     reload_lock: tokio::sync::Mutex<()>,
@@ -134,6 +137,7 @@ impl Balancer {
             None => None,
         };
         let clock = Clock::start();
+        let histograms = HistogramScope::of(config);
         let pools: Vec<Arc<PoolRt>> = config
             .pools
             .iter()
@@ -144,6 +148,7 @@ impl Balancer {
                     clock,
                     None,
                     false,
+                    histograms,
                 ))
             })
             .collect();
@@ -160,6 +165,7 @@ impl Balancer {
             listeners: Mutex::new(Vec::new()),
             events,
             clock,
+            histograms,
             shutdown,
             connections: Arc::new(AtomicUsize::new(0)),
             reload_lock: tokio::sync::Mutex::new(()),
@@ -348,7 +354,7 @@ impl Shared {
     /// same pool, name and address keeps its health state, streaks and records; a new one
     /// starts DOWN until it passes `rise` probes where the pool gates new backends; a removed
     /// one gets no new requests and is dropped once its in-flight requests finish. Changing the
-    /// admin address needs a restart.
+    /// admin address or `admin.metrics_backend_histograms` needs a restart.
     pub async fn reload(&self, config: &Config) -> Result<ReloadSummary, StartError> {
         let _serial = self.reload_lock.lock().await;
         let old_config = self.config();
@@ -391,6 +397,7 @@ impl Shared {
                     self.clock,
                     previous.map(|p| &**p),
                     pool.gate_new_backends,
+                    self.histograms,
                 ))
             })
             .collect();
@@ -436,6 +443,15 @@ impl Shared {
         {
             tracing::warn!(
                 "the admin address changed in the new config; it takes effect at the next restart"
+            );
+        }
+        // Switching live would leave the other scope's series in the same families (per-backend
+        // ones would not even go away), so the scope stays until the process restarts.
+        if HistogramScope::of(config) != self.histograms {
+            tracing::warn!(
+                kept = %self.histograms,
+                "admin.metrics_backend_histograms in the new config differs from the one the \
+                 process started with; it takes effect at the next restart"
             );
         }
         if old_config.alerts != config.alerts {
