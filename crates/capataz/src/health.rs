@@ -27,7 +27,7 @@ use crate::balance::Snapshot;
 use crate::config::{AllDownPolicy, CheckKind, PoolConfig};
 pub use crate::events::{Event, OverrideKind};
 use crate::logging;
-use crate::metrics::{BackendMetrics, PoolMetrics};
+use crate::metrics::{BackendMetrics, HistogramScope, PoolMetrics};
 use crate::prober;
 use crate::upstream::Upstream;
 
@@ -368,15 +368,18 @@ impl PoolRt {
     /// A pool for `config`. Backends that `previous` (the same pool before a reload) has with
     /// the same name and address keep their health, streaks and records; other backends start
     /// in the configured initial state, or DOWN when `gate_new` (readiness gating after a
-    /// reload). Events go to `events`.
+    /// reload). Events go to `events`; latency histograms are kept per pool or per backend as
+    /// `histograms` says.
     pub fn new(
         config: PoolConfig,
         events: broadcast::Sender<Event>,
         clock: Clock,
         previous: Option<&PoolRt>,
         gate_new: bool,
+        histograms: HistogramScope,
     ) -> PoolRt {
         let settings = engine_settings(&config);
+        let metrics = PoolMetrics::new(&config.name, histograms);
         let now = clock.now();
         let wall = clock.wall(now);
         let previous = previous.map(|p| (p, p.lock()));
@@ -407,7 +410,7 @@ impl PoolRt {
                 ),
                 in_flight: AtomicUsize::new(0),
                 traffic: TrafficRing::default(),
-                metrics: BackendMetrics::new(&config.name, &b.name),
+                metrics: metrics.backend(&b.name),
                 watched: AtomicBool::new(false),
                 next_probe_ms: AtomicU64::new(u64::MAX),
                 ramp_since_ms: AtomicU64::new(u64::MAX),
@@ -444,7 +447,7 @@ impl PoolRt {
         drop(previous);
         let pool = PoolRt {
             name: config.name.as_str().into(),
-            metrics: PoolMetrics::new(&config.name),
+            metrics,
             budget: RetryBudget::new(config.retries.budget_percent, config.retries.min_budget),
             traffic_rule: settings.traffic_rule,
             snapshot: ArcSwap::from_pointee(Snapshot::new(Vec::new(), Vec::new(), false)),
@@ -500,6 +503,18 @@ impl PoolRt {
     /// The index of the backend named `name`.
     pub fn index_of(&self, name: &str) -> Option<usize> {
         self.backends.iter().position(|b| &*b.name == name)
+    }
+
+    /// Whether each backend may get new requests now (its verdict and any override), in pool
+    /// order: what [`PoolRt::views`] says in `eligible`, without copying every record.
+    pub fn eligibility(&self) -> Vec<bool> {
+        let inner = self.lock();
+        (0..self.backends.len())
+            .map(|i| {
+                let kind = inner.info[i].override_.map(|o| o.kind);
+                eligible(inner.engine.verdict(i), kind)
+            })
+            .collect()
     }
 
     /// A consistent copy of everything known about every backend.

@@ -7,31 +7,47 @@
 //! The families live in one process-wide registry, registered once; a reload rebuilds the
 //! pools, asks for the same label sets and gets the same counters back, so series continue.
 //!
+//! Counters are per backend; latency histograms are per pool, unless
+//! `admin.metrics_backend_histograms` asks for one per backend ([`HistogramScope`]). A
+//! histogram is 18 series, so per backend the two of them were two thirds of a scrape (320,000
+//! of 500,000 series with 10,000 backends); Envoy keeps latency histograms per cluster, and
+//! HAProxy has none per server. Per pool, each backend's handles hold a clone of the pool's
+//! histogram (clones share one `Arc`), so the request path still resolves nothing; the price is
+//! that concurrent requests of one pool take the same histogram lock.
+//!
 //! Everything that describes the present (is a backend eligible, how many requests are in
 //! flight, its weight, is the pool all down) is a gauge read from the live pools at scrape
 //! time, so it costs nothing between scrapes and cannot drift from the state it reports. So
-//! are the alert hooks' counters, which `alerts` keeps as plain atomics.
+//! are the alert hooks' counters, which `alerts` keeps as plain atomics. A scrape reads those
+//! gauges with one short lock per pool and writes them straight out, in pool order, without
+//! building a label map; the exposition goes into one buffer sized from the last one.
 //!
 //! Invariants:
 //! - A scrape is one OpenMetrics text exposition ending in exactly one `# EOF`.
 //! - Names follow Prometheus conventions: `capataz_` prefix, snake case, `_total` on counters,
 //!   seconds as the time unit. Labels are `pool`, `backend`, `class`, `result`, `to`, `hook`.
+//! - A pool's latency histograms are per pool or per backend, never both: the scope is chosen
+//!   when the balancer starts and a reload keeps it, so no sum counts an answer twice.
 //! - Series of a backend removed by a reload keep their last value; its gauges disappear.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use capataz_health::{ProbeResult, Reason, State, Transition};
-use prometheus_client::encoding::{text, EncodeLabelSet};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    text, DescriptorEncoder, EncodeGaugeValue, EncodeLabel, EncodeLabelSet, LabelSetEncoder,
+};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::alerts::AlertStats;
+use crate::config::Config;
 use crate::health::PoolRt;
 
 /// The `Content-Type` of the exposition.
@@ -42,8 +58,8 @@ const BUCKETS: [f64; 15] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
-/// A family of latency histograms, one per pool and backend.
-type Latencies = Family<BackendLabels, Histogram, fn() -> Histogram>;
+/// A family of latency histograms, one per pool or one per backend.
+type Latencies = Family<HistogramLabels, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
     Histogram::new(BUCKETS)
@@ -55,6 +71,44 @@ const CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "error"];
 /// The process-wide families. Pools are rebuilt on reload; their label sets are not.
 static METRICS: OnceLock<Metrics> = OnceLock::new();
 
+/// The length of the last exposition, so the next one is written into a buffer allocated once.
+static LAST_LENGTH: AtomicUsize = AtomicUsize::new(0);
+
+/// A first guess at the exposition's length per backend, before a scrape has measured it: 14
+/// lines of about 65 bytes with per-pool histograms, and room for longer names.
+const GUESS_PER_BACKEND: usize = 1200;
+
+/// Which labels the latency histograms (`capataz_upstream_response_seconds`,
+/// `capataz_probe_duration_seconds`) carry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HistogramScope {
+    /// One histogram per pool (`pool`), whatever the number of backends: the default.
+    #[default]
+    Pool,
+    /// One histogram per backend (`pool`, `backend`), for small deployments
+    /// (`admin.metrics_backend_histograms = true`): 18 series per backend and histogram.
+    Backend,
+}
+
+impl HistogramScope {
+    /// The scope `config` asks for.
+    pub fn of(config: &Config) -> HistogramScope {
+        match &config.admin {
+            Some(admin) if admin.metrics_backend_histograms => HistogramScope::Backend,
+            _ => HistogramScope::Pool,
+        }
+    }
+}
+
+impl fmt::Display for HistogramScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HistogramScope::Pool => "per pool",
+            HistogramScope::Backend => "per backend",
+        })
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PoolLabels {
     pool: String,
@@ -64,6 +118,24 @@ struct PoolLabels {
 struct BackendLabels {
     pool: String,
     backend: String,
+}
+
+/// The labels of a latency histogram: `pool`, and `backend` with [`HistogramScope::Backend`].
+/// (A derived label set would write `backend=""` for `None`, not leave the label out.)
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct HistogramLabels {
+    pool: String,
+    backend: Option<String>,
+}
+
+impl EncodeLabelSet for HistogramLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), fmt::Error> {
+        ("pool", self.pool.as_str()).encode(encoder.encode_label())?;
+        if let Some(backend) = &self.backend {
+            ("backend", backend.as_str()).encode(encoder.encode_label())?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -175,24 +247,67 @@ impl Metrics {
             ejections,
         }
     }
+
+    /// The latency histograms labelled `labels`.
+    fn latency(&self, labels: &HistogramLabels) -> LatencyHistograms {
+        LatencyHistograms {
+            upstream_response: self.upstream_response.get_or_create_owned(labels),
+            probe_duration: self.probe_duration.get_or_create_owned(labels),
+        }
+    }
+}
+
+/// The two latency histograms a backend observes into: its own, or clones of its pool's
+/// (a clone shares the histogram).
+#[derive(Clone, Debug)]
+struct LatencyHistograms {
+    upstream_response: Histogram,
+    probe_duration: Histogram,
 }
 
 /// One pool's metric handles, resolved once when the pool is built.
 #[derive(Debug)]
 pub(crate) struct PoolMetrics {
+    pool: String,
     retries: Counter,
     rejected: Counter,
+    /// With [`HistogramScope::Pool`], the histograms every backend of the pool observes into;
+    /// `None` when each backend has its own.
+    shared: Option<LatencyHistograms>,
 }
 
 impl PoolMetrics {
-    /// The handles of pool `pool`; a pool rebuilt under the same name gets the same counters.
-    pub(crate) fn new(pool: &str) -> PoolMetrics {
+    /// The handles of pool `pool`, with its latency histograms labelled as `scope` says; a pool
+    /// rebuilt under the same name gets the same counters and histograms.
+    pub(crate) fn new(pool: &str, scope: HistogramScope) -> PoolMetrics {
         let metrics = Metrics::global();
         let labels = PoolLabels { pool: pool.into() };
+        let shared = match scope {
+            HistogramScope::Pool => Some(metrics.latency(&HistogramLabels {
+                pool: pool.into(),
+                backend: None,
+            })),
+            HistogramScope::Backend => None,
+        };
         PoolMetrics {
+            pool: pool.into(),
             retries: metrics.retries.get_or_create_owned(&labels),
             rejected: metrics.rejected.get_or_create_owned(&labels),
+            shared,
         }
+    }
+
+    /// The handles of this pool's backend `backend`; a backend rebuilt under the same names
+    /// gets the same counters.
+    pub(crate) fn backend(&self, backend: &str) -> BackendMetrics {
+        let latency = match &self.shared {
+            Some(shared) => shared.clone(),
+            None => Metrics::global().latency(&HistogramLabels {
+                pool: self.pool.clone(),
+                backend: Some(backend.into()),
+            }),
+        };
+        BackendMetrics::new(&self.pool, backend, latency)
     }
 
     /// Counts one retry.
@@ -211,24 +326,17 @@ impl PoolMetrics {
 pub(crate) struct BackendMetrics {
     /// One counter per entry of [`CLASSES`].
     requests: [Counter; 6],
-    upstream_response: Histogram,
     probes_pass: Counter,
     probes_fail: Counter,
-    probe_duration: Histogram,
     to_up: Counter,
     to_down: Counter,
     ejections: Counter,
+    latency: LatencyHistograms,
 }
 
 impl BackendMetrics {
-    /// The handles of backend `backend` of pool `pool`; a backend rebuilt under the same names
-    /// gets the same counters.
-    pub(crate) fn new(pool: &str, backend: &str) -> BackendMetrics {
+    fn new(pool: &str, backend: &str, latency: LatencyHistograms) -> BackendMetrics {
         let metrics = Metrics::global();
-        let labels = BackendLabels {
-            pool: pool.into(),
-            backend: backend.into(),
-        };
         let request = |class| {
             metrics.requests.get_or_create_owned(&RequestLabels {
                 pool: pool.into(),
@@ -252,20 +360,24 @@ impl BackendMetrics {
         };
         BackendMetrics {
             requests: CLASSES.map(request),
-            upstream_response: metrics.upstream_response.get_or_create_owned(&labels),
             probes_pass: probe("pass"),
             probes_fail: probe("fail"),
-            probe_duration: metrics.probe_duration.get_or_create_owned(&labels),
             to_up: transition("up"),
             to_down: transition("down"),
-            ejections: metrics.ejections.get_or_create_owned(&labels),
+            ejections: metrics.ejections.get_or_create_owned(&BackendLabels {
+                pool: pool.into(),
+                backend: backend.into(),
+            }),
+            latency,
         }
     }
 
     /// Counts an attempt the backend answered with `status`, `elapsed` after it was sent.
     pub(crate) fn answered(&self, status: u16, elapsed: Duration) {
         self.requests[class_index(status)].inc();
-        self.upstream_response.observe(elapsed.as_secs_f64());
+        self.latency
+            .upstream_response
+            .observe(elapsed.as_secs_f64());
     }
 
     /// Counts an attempt that got no answer: no connection, a reset, a timeout, or garbage.
@@ -279,7 +391,7 @@ impl BackendMetrics {
             ProbeResult::Pass => self.probes_pass.inc(),
             ProbeResult::Fail => self.probes_fail.inc(),
         };
-        self.probe_duration.observe(latency.as_secs_f64());
+        self.latency.probe_duration.observe(latency.as_secs_f64());
     }
 
     /// Counts one verdict change, and an ejection when passive checks caused it.
@@ -306,80 +418,157 @@ fn class_index(status: u16) -> usize {
     }
 }
 
-/// The metrics as one OpenMetrics text exposition: the counters, then gauges read now from
-/// `pools` (and the alert counters, when hooks run).
+/// The metrics as one OpenMetrics text exposition: the counters and histograms, then gauges
+/// read now from `pools` (and the alert counters, when hooks run).
 pub fn render(pools: &[Arc<PoolRt>], alerts: Option<&AlertStats>) -> Result<String, fmt::Error> {
-    let mut out = String::with_capacity(16 * 1024);
+    let gauges = LiveGauges::read(pools);
+    // The last exposition's length plus an eighth covers backends added since and growing
+    // counter values; before the first one, a guess from the backend count.
+    let last = LAST_LENGTH.load(Ordering::Relaxed);
+    let capacity = if last > 0 {
+        last + last / 8
+    } else {
+        16 * 1024 + gauges.backends.len() * GUESS_PER_BACKEND
+    };
+    let mut out = String::with_capacity(capacity);
     text::encode_registry(&mut out, &Metrics::global().registry)?;
-    text::encode_registry(&mut out, &live_registry(pools, alerts))?;
+    let mut live = Registry::default();
+    live.register_collector(Box::new(gauges));
+    if let Some(stats) = alerts {
+        register_alerts(&mut live, stats);
+    }
+    text::encode_registry(&mut out, &live)?;
     text::encode_eof(&mut out)?;
+    LAST_LENGTH.store(out.len(), Ordering::Relaxed);
     Ok(out)
 }
 
-/// A registry of gauges and alert counters built from the state at this moment.
-fn live_registry(pools: &[Arc<PoolRt>], alerts: Option<&AlertStats>) -> Registry {
-    let up = Family::<BackendLabels, Gauge>::default();
-    let in_flight = Family::<BackendLabels, Gauge>::default();
-    let weight = Family::<BackendLabels, Gauge<f64, AtomicU64>>::default();
-    let healthy = Family::<PoolLabels, Gauge>::default();
-    let all_down = Family::<PoolLabels, Gauge>::default();
-    for pool in pools {
-        let pool_labels = PoolLabels {
-            pool: pool.name.to_string(),
-        };
-        let views = pool.views();
-        for view in &views {
-            let labels = BackendLabels {
-                pool: pool_labels.pool.clone(),
-                backend: view.backend.name.to_string(),
-            };
-            up.get_or_create(&labels).set(i64::from(view.eligible));
-            let flying = view.backend.in_flight.load(Ordering::Relaxed);
-            in_flight
-                .get_or_create(&labels)
-                .set(i64::try_from(flying).unwrap_or(i64::MAX));
-            weight
-                .get_or_create(&labels)
-                .set(f64::from(view.effective_weight_tenths) / 10.0);
+/// The gauges of one scrape, read from the live pools as it starts, in pool order.
+#[derive(Debug)]
+struct LiveGauges {
+    backends: Vec<BackendGauges>,
+    pools: Vec<PoolGauges>,
+}
+
+/// The labels of a backend's gauges; the names are shared with the runtime, not copied.
+#[derive(Debug, EncodeLabelSet)]
+struct LiveBackendLabels {
+    pool: Arc<str>,
+    backend: Arc<str>,
+}
+
+#[derive(Debug, EncodeLabelSet)]
+struct LivePoolLabels {
+    pool: Arc<str>,
+}
+
+#[derive(Debug)]
+struct BackendGauges {
+    labels: LiveBackendLabels,
+    up: bool,
+    in_flight: usize,
+    weight_tenths: u32,
+}
+
+#[derive(Debug)]
+struct PoolGauges {
+    labels: LivePoolLabels,
+    healthy: usize,
+    all_down: bool,
+}
+
+impl LiveGauges {
+    /// Reads every gauge: one lock per pool for eligibility, atomics for the rest.
+    fn read(pools: &[Arc<PoolRt>]) -> LiveGauges {
+        let count = pools.iter().map(|p| p.backends.len()).sum();
+        let mut backends = Vec::with_capacity(count);
+        let mut pool_gauges = Vec::with_capacity(pools.len());
+        for pool in pools {
+            let now = pool.clock().now();
+            let eligible = pool.eligibility();
+            for (backend, up) in pool.backends.iter().zip(&eligible) {
+                backends.push(BackendGauges {
+                    labels: LiveBackendLabels {
+                        pool: pool.name.clone(),
+                        backend: backend.name.clone(),
+                    },
+                    up: *up,
+                    in_flight: backend.in_flight.load(Ordering::Relaxed),
+                    weight_tenths: backend.effective_weight_tenths(pool.config.slow_start, now),
+                });
+            }
+            pool_gauges.push(PoolGauges {
+                labels: LivePoolLabels {
+                    pool: pool.name.clone(),
+                },
+                healthy: eligible.iter().filter(|up| **up).count(),
+                all_down: pool.snapshot().all_down,
+            });
         }
-        let eligible = views.iter().filter(|v| v.eligible).count();
-        healthy
-            .get_or_create(&pool_labels)
-            .set(i64::try_from(eligible).unwrap_or(i64::MAX));
-        all_down
-            .get_or_create(&pool_labels)
-            .set(i64::from(pool.snapshot().all_down));
+        LiveGauges {
+            backends,
+            pools: pool_gauges,
+        }
     }
-    let mut registry = Registry::default();
-    registry.register(
-        "capataz_backend_up",
-        "1 when the backend may get new requests (health and overrides), else 0",
-        up,
-    );
-    registry.register(
-        "capataz_backend_in_flight",
-        "Requests sent to the backend whose response has not been read to the end",
-        in_flight,
-    );
-    registry.register(
-        "capataz_backend_effective_weight",
-        "The backend's weight now (below the configured one during slow start)",
-        weight,
-    );
-    registry.register(
-        "capataz_pool_healthy_backends",
-        "Backends of the pool that may get new requests",
-        healthy,
-    );
-    registry.register(
-        "capataz_pool_all_down",
-        "1 when the pool has no eligible backend and its all-down policy applies, else 0",
-        all_down,
-    );
-    if let Some(stats) = alerts {
-        register_alerts(&mut registry, stats);
+}
+
+impl Collector for LiveGauges {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let backends = &self.backends;
+        encode_gauges(
+            &mut encoder,
+            "capataz_backend_up",
+            "1 when the backend may get new requests (health and overrides), else 0.",
+            backends.iter().map(|b| (&b.labels, i64::from(b.up))),
+        )?;
+        encode_gauges(
+            &mut encoder,
+            "capataz_backend_in_flight",
+            "Requests sent to the backend whose response has not been read to the end.",
+            backends.iter().map(|b| (&b.labels, b.in_flight)),
+        )?;
+        encode_gauges(
+            &mut encoder,
+            "capataz_backend_effective_weight",
+            "The backend's weight now (below the configured one during slow start).",
+            backends
+                .iter()
+                .map(|b| (&b.labels, f64::from(b.weight_tenths) / 10.0)),
+        )?;
+        encode_gauges(
+            &mut encoder,
+            "capataz_pool_healthy_backends",
+            "Backends of the pool that may get new requests.",
+            self.pools.iter().map(|p| (&p.labels, p.healthy)),
+        )?;
+        encode_gauges(
+            &mut encoder,
+            "capataz_pool_all_down",
+            "1 when the pool has no eligible backend and its all-down policy applies, else 0.",
+            self.pools
+                .iter()
+                .map(|p| (&p.labels, i64::from(p.all_down))),
+        )
     }
-    registry
+}
+
+/// Writes one gauge family: its descriptor, then one sample per `(labels, value)`. (`help`
+/// ends with a period, as `Registry::register` would add one.)
+fn encode_gauges<'a, L, V>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: impl Iterator<Item = (&'a L, V)>,
+) -> Result<(), fmt::Error>
+where
+    L: EncodeLabelSet + 'a,
+    V: EncodeGaugeValue,
+{
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, value) in samples {
+        family.encode_family(labels)?.encode_gauge(&value)?;
+    }
+    Ok(())
 }
 
 fn register_alerts(registry: &mut Registry, stats: &AlertStats) {
@@ -453,18 +642,108 @@ mod tests {
         assert!(out.ends_with("# EOF\n"));
     }
 
+    /// The lines of the process-wide families that mention `pool` and start with `name`.
+    fn lines(name: &str, pool: &str) -> Vec<String> {
+        let mut out = String::new();
+        text::encode_registry(&mut out, &Metrics::global().registry).unwrap();
+        let pool = format!("pool=\"{pool}\"");
+        out.lines()
+            .filter(|l| l.starts_with(name) && l.contains(&pool))
+            .map(str::to_owned)
+            .collect()
+    }
+
     #[test]
     fn handles_survive_a_rebuild() {
-        let first = BackendMetrics::new("metrics_unit_pool", "a");
+        let pool = PoolMetrics::new("metrics_unit_pool", HistogramScope::Pool);
+        let first = pool.backend("a");
         first.answered(200, Duration::from_millis(1));
         first.unanswered();
-        let again = BackendMetrics::new("metrics_unit_pool", "a");
+        let again = PoolMetrics::new("metrics_unit_pool", HistogramScope::Pool).backend("a");
         again.answered(204, Duration::from_millis(1));
         assert_eq!(again.requests[1].get(), 2);
         assert_eq!(again.requests[5].get(), 1);
-        let pool = PoolMetrics::new("metrics_unit_pool");
         pool.retry();
         pool.reject();
-        assert_eq!(PoolMetrics::new("metrics_unit_pool").retries.get(), 1);
+        let rebuilt = PoolMetrics::new("metrics_unit_pool", HistogramScope::Pool);
+        assert_eq!(rebuilt.retries.get(), 1);
+        assert_eq!(
+            lines(
+                "capataz_upstream_response_seconds_count",
+                "metrics_unit_pool"
+            ),
+            ["capataz_upstream_response_seconds_count{pool=\"metrics_unit_pool\"} 2"]
+        );
+    }
+
+    #[test]
+    fn pool_histograms_count_every_backend_of_the_pool() {
+        let pool = PoolMetrics::new("metrics_unit_shared", HistogramScope::Pool);
+        let (a, b) = (pool.backend("a"), pool.backend("b"));
+        a.answered(200, Duration::from_micros(300));
+        b.answered(503, Duration::from_millis(20));
+        b.answered(200, Duration::from_millis(20));
+        a.unanswered(); // not timed: no answer came
+        a.probe(ProbeResult::Pass, Duration::from_millis(2));
+        b.probe(ProbeResult::Fail, Duration::from_secs(1));
+        let counts = |name: &str| lines(name, "metrics_unit_shared");
+        assert_eq!(
+            counts("capataz_upstream_response_seconds_count"),
+            ["capataz_upstream_response_seconds_count{pool=\"metrics_unit_shared\"} 3"]
+        );
+        assert_eq!(
+            counts("capataz_probe_duration_seconds_count"),
+            ["capataz_probe_duration_seconds_count{pool=\"metrics_unit_shared\"} 2"]
+        );
+        let buckets = counts("capataz_upstream_response_seconds_bucket");
+        assert_eq!(buckets.len(), BUCKETS.len() + 1, "{buckets:?}");
+        assert!(buckets.contains(
+            &"capataz_upstream_response_seconds_bucket{le=\"0.0005\",pool=\"metrics_unit_shared\"} 1"
+                .to_owned()
+        ));
+        assert!(buckets.contains(
+            &"capataz_upstream_response_seconds_bucket{le=\"0.025\",pool=\"metrics_unit_shared\"} 3"
+                .to_owned()
+        ));
+        // Counters stay per backend.
+        assert_eq!(
+            counts("capataz_requests_total")
+                .iter()
+                .filter(|l| l.contains("backend=\"b\"") && l.ends_with(" 1"))
+                .count(),
+            2,
+            "b: one 2xx, one 5xx"
+        );
+    }
+
+    #[test]
+    fn backend_histograms_carry_the_backend_label() {
+        let pool = PoolMetrics::new("metrics_unit_own", HistogramScope::Backend);
+        let (a, b) = (pool.backend("a"), pool.backend("b"));
+        a.answered(200, Duration::from_millis(1));
+        b.answered(200, Duration::from_millis(1));
+        b.answered(200, Duration::from_millis(1));
+        b.probe(ProbeResult::Pass, Duration::from_millis(1));
+        let mut counts = lines(
+            "capataz_upstream_response_seconds_count",
+            "metrics_unit_own",
+        );
+        counts.sort();
+        assert_eq!(
+            counts,
+            [
+                "capataz_upstream_response_seconds_count{pool=\"metrics_unit_own\",backend=\"a\"} 1",
+                "capataz_upstream_response_seconds_count{pool=\"metrics_unit_own\",backend=\"b\"} 2",
+            ]
+        );
+        let mut probes = lines("capataz_probe_duration_seconds_count", "metrics_unit_own");
+        probes.sort();
+        assert_eq!(
+            probes,
+            [
+                "capataz_probe_duration_seconds_count{pool=\"metrics_unit_own\",backend=\"a\"} 0",
+                "capataz_probe_duration_seconds_count{pool=\"metrics_unit_own\",backend=\"b\"} 1",
+            ]
+        );
     }
 }

@@ -22,6 +22,7 @@ use crate::alerts::{AlertStats, Alerts};
 use crate::client;
 use crate::config::{Config, ListenerConfig};
 use crate::health::{Clock, Event, PoolRt};
+use crate::metrics::HistogramScope;
 use crate::proxy::Proxy;
 
 /// A running balancer. Dropping it stops everything it started.
@@ -42,6 +43,8 @@ pub struct Shared {
     listeners: Mutex<Vec<ListenerRt>>,
     events: broadcast::Sender<Event>,
     clock: Clock,
+    /// How latency histograms are labelled: read at start, kept across reloads.
+    histograms: HistogramScope,
     shutdown: watch::Sender<bool>,
     connections: Arc<AtomicUsize>,
     reload_lock: tokio::sync::Mutex<()>,
@@ -131,6 +134,7 @@ impl Balancer {
             None => None,
         };
         let clock = Clock::start();
+        let histograms = HistogramScope::of(config);
         let pools: Vec<Arc<PoolRt>> = config
             .pools
             .iter()
@@ -141,6 +145,7 @@ impl Balancer {
                     clock,
                     None,
                     false,
+                    histograms,
                 ))
             })
             .collect();
@@ -157,6 +162,7 @@ impl Balancer {
             listeners: Mutex::new(Vec::new()),
             events,
             clock,
+            histograms,
             shutdown,
             connections: Arc::new(AtomicUsize::new(0)),
             reload_lock: tokio::sync::Mutex::new(()),
@@ -345,7 +351,7 @@ impl Shared {
     /// same pool, name and address keeps its health state, streaks and records; a new one
     /// starts DOWN until it passes `rise` probes where the pool gates new backends; a removed
     /// one gets no new requests and is dropped once its in-flight requests finish. Changing the
-    /// admin address needs a restart.
+    /// admin address or `admin.metrics_backend_histograms` needs a restart.
     pub async fn reload(&self, config: &Config) -> Result<ReloadSummary, StartError> {
         let _serial = self.reload_lock.lock().await;
         let old_config = self.config();
@@ -388,6 +394,7 @@ impl Shared {
                     self.clock,
                     previous.map(|p| &**p),
                     pool.gate_new_backends,
+                    self.histograms,
                 ))
             })
             .collect();
@@ -433,6 +440,15 @@ impl Shared {
         {
             tracing::warn!(
                 "the admin address changed in the new config; it takes effect at the next restart"
+            );
+        }
+        // Switching live would leave the other scope's series in the same families (per-backend
+        // ones would not even go away), so the scope stays until the process restarts.
+        if HistogramScope::of(config) != self.histograms {
+            tracing::warn!(
+                kept = %self.histograms,
+                "admin.metrics_backend_histograms in the new config differs from the one the \
+                 process started with; it takes effect at the next restart"
             );
         }
         if old_config.alerts != config.alerts {

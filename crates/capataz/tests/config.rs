@@ -79,6 +79,7 @@ fn documented_example_round_trips() {
     assert_eq!(admin.address, addr("127.0.0.1:9901"));
     assert_eq!(admin.token.as_deref(), Some("change-me"));
     assert!(admin.open_read_only);
+    assert!(!admin.metrics_backend_histograms);
 
     // Pools are sorted by name; routes hold indexes.
     let names: Vec<_> = config.pools.iter().map(|p| p.name.as_str()).collect();
@@ -266,6 +267,7 @@ fn defaults() {
     assert_eq!(admin.address, addr("127.0.0.1:9901"));
     assert_eq!(admin.token, None);
     assert!(!admin.open_read_only);
+    assert!(!admin.metrics_backend_histograms);
     // A hook with only its required key.
     let config = parse(&with_pool(
         "[[alerts.webhooks]]\nurl = \"http://127.0.0.1:9000\"\n\
@@ -344,6 +346,14 @@ fn webhook_urls_are_taken_apart() {
     let (host, socket_addr, path) = hook("http://localhost:9000/a/b");
     assert_eq!((host.as_str(), path.as_str()), ("localhost:9000", "/a/b"));
     assert!(socket_addr.ip().is_loopback() && socket_addr.port() == 9000);
+}
+
+#[test]
+fn metrics_backend_histograms_is_read() {
+    let config = parse(&format!(
+        "[admin]\nmetrics_backend_histograms = true\n{MINIMAL}"
+    ));
+    assert!(config.admin.unwrap().metrics_backend_histograms);
 }
 
 #[test]
@@ -650,6 +660,12 @@ fn errors_name_the_line_and_key() {
             &format!("[admin]\nopen_read_only = \"yes\"\n{MINIMAL}"),
             Some(2),
             "admin.open_read_only",
+        ),
+        (
+            "metrics_backend_histograms not a boolean",
+            &format!("[admin]\nmetrics_backend_histograms = \"on\"\n{MINIMAL}"),
+            Some(2),
+            "admin.metrics_backend_histograms",
         ),
         (
             "zero shutdown_timeout",

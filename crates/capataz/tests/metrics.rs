@@ -30,9 +30,10 @@ async fn backends(names: &[&str]) -> Vec<SimBackend> {
     out
 }
 
-/// A config with an admin listener, one client listener, and one pool `pool` over `backends`,
-/// plus `extra` TOML appended (tables of the pool, or `[alerts]`).
-fn config_text(pool: &str, backends: &[SimBackend], extra: &str) -> String {
+/// A config with an admin listener (with `admin` TOML added to its table), one client
+/// listener, and one pool `pool` over `backends`, plus `extra` TOML appended (tables of the
+/// pool, or `[alerts]`).
+fn config_text(pool: &str, backends: &[SimBackend], admin: &str, extra: &str) -> String {
     let list: Vec<String> = backends
         .iter()
         .map(|b| format!("{{ name = \"{}\", address = \"{}\" }}", b.name(), b.addr()))
@@ -41,6 +42,7 @@ fn config_text(pool: &str, backends: &[SimBackend], extra: &str) -> String {
         r#"
 [admin]
 address = "127.0.0.1:0"
+{admin}
 
 [[listeners]]
 address = "127.0.0.1:0"
@@ -289,7 +291,7 @@ async fn scrape_counts_requests_and_probes_and_shows_a_down_backend() {
     let checks = format!(
         "[pools.{POOL}.active]\ninterval = \"30ms\"\ntimeout = \"100ms\"\nrise = 2\nfall = 3\n"
     );
-    let (balancer, mut rx) = start(&config_text(POOL, &b, &checks)).await;
+    let (balancer, mut rx) = start(&config_text(POOL, &b, "", &checks)).await;
     let proxy = balancer.local_addrs()[0];
     const SENT: usize = 20;
     for _ in 0..SENT {
@@ -308,18 +310,41 @@ async fn scrape_counts_requests_and_probes_and_shows_a_down_backend() {
             0.0
         );
     }
-    let timed = m.sum("capataz_upstream_response_seconds_count", &[pool]);
-    assert_eq!(timed, ok, "every answer is timed");
+    // One latency histogram for the pool, timing the answers of both backends.
+    let ok_a = m.value(
+        "capataz_requests_total",
+        &[pool, ("backend", "a"), ("class", "2xx")],
+    );
+    assert!(
+        ok_a >= 1.0 && ok_a < ok,
+        "round robin used both: a {ok_a} of {ok}"
+    );
+    assert_eq!(
+        m.value("capataz_upstream_response_seconds_count", &[pool]),
+        ok,
+        "every answer of a and b is timed in the pool's histogram"
+    );
     assert_eq!(
         m.value(
             "capataz_upstream_response_seconds_bucket",
-            &[pool, ("backend", "a"), ("le", "+Inf")]
+            &[pool, ("le", "+Inf")]
         ),
-        m.value(
-            "capataz_upstream_response_seconds_count",
-            &[pool, ("backend", "a")]
-        ),
+        ok
     );
+    assert_eq!(
+        m.matching("capataz_upstream_response_seconds_bucket", &[pool])
+            .count(),
+        16,
+        "15 bounds and +Inf, once for the pool"
+    );
+    for histogram in ["upstream_response", "probe_duration"] {
+        let name = format!("capataz_{histogram}_seconds_count");
+        assert!(
+            m.matching(&name, &[pool])
+                .all(|s| !s.labels.contains_key("backend")),
+            "{name} is per pool by default"
+        );
+    }
 
     assert_eq!(
         m.value("capataz_backend_up", &[pool, ("backend", "a")]),
@@ -354,9 +379,9 @@ async fn scrape_counts_requests_and_probes_and_shows_a_down_backend() {
     );
     assert!(a_pass >= 1.0);
     assert_eq!(
-        m.sum("capataz_probe_duration_seconds_count", &[pool]),
+        m.value("capataz_probe_duration_seconds_count", &[pool]),
         m.sum("capataz_probes_total", &[pool]),
-        "every probe is timed"
+        "every probe of a and b is timed in the pool's histogram"
     );
     assert_eq!(
         m.value(
@@ -388,7 +413,7 @@ async fn scrape_counts_errors_retries_ejections_and_rejections() {
         "when_all_down = \"reject\"\n\n[pools.{POOL}.active]\nkind = \"none\"\n\n\
          [pools.{POOL}.passive]\nconsecutive_errors = 2\n"
     );
-    let (balancer, mut rx) = start(&config_text(POOL, &b, &extra)).await;
+    let (balancer, mut rx) = start(&config_text(POOL, &b, "", &extra)).await;
     let proxy = balancer.local_addrs()[0];
     b[0].crash();
     // Each request that tries a first is refused there and retried on b.
@@ -417,9 +442,10 @@ async fn scrape_counts_errors_retries_ejections_and_rejections() {
         ),
         6.0
     );
+    // Only b's answers are timed: a's attempts got none.
     assert_eq!(
-        m.value("capataz_upstream_response_seconds_count", &[pool, a]),
-        0.0
+        m.value("capataz_upstream_response_seconds_count", &[pool]),
+        6.0
     );
     assert_eq!(m.value("capataz_ejections_total", &[pool, a]), 1.0);
     assert_eq!(
@@ -455,7 +481,7 @@ async fn scrape_exports_alert_counters_when_hooks_run() {
     let extra = format!(
         "[pools.{POOL}.active]\nkind = \"none\"\n\n[[alerts.commands]]\ncommand = [\"true\"]\n"
     );
-    let (balancer, _rx) = start(&config_text(POOL, &b, &extra)).await;
+    let (balancer, _rx) = start(&config_text(POOL, &b, "", &extra)).await;
     let m = scrape(&balancer).await;
     assert_eq!(
         m.value("capataz_alerts_delivered_total", &[("hook", "command")]),
@@ -496,11 +522,101 @@ async fn scrape_without_hooks_has_no_alert_families() {
     const POOL: &str = "metrics_no_alerts";
     let b = backends(&["a"]).await;
     let extra = format!("[pools.{POOL}.active]\nkind = \"none\"\n");
-    let (balancer, _rx) = start(&config_text(POOL, &b, &extra)).await;
+    let (balancer, _rx) = start(&config_text(POOL, &b, "", &extra)).await;
     let m = scrape(&balancer).await;
     assert!(m.0.iter().all(|s| !s.name.starts_with("capataz_alerts_")));
     assert_eq!(
         m.value("capataz_backend_up", &[("pool", POOL), ("backend", "a")]),
         1.0
     );
+}
+
+#[tokio::test]
+async fn scrape_with_backend_histograms_labels_each_backend() {
+    const POOL: &str = "metrics_backend_histograms";
+    let b = backends(&["a", "b"]).await;
+    let checks = format!("[pools.{POOL}.active]\ninterval = \"30ms\"\ntimeout = \"100ms\"\n");
+    let text = config_text(POOL, &b, "metrics_backend_histograms = true", &checks);
+    let (balancer, _rx) = start(&text).await;
+    let proxy = balancer.local_addrs()[0];
+    for _ in 0..10 {
+        assert_eq!(exchange(proxy, "GET", "/").await.0, 200);
+    }
+    let pool = ("pool", POOL);
+    // Probes run on their own clock: wait until each backend has had one.
+    let end = tokio::time::Instant::now() + DEADLINE;
+    let m = loop {
+        let m = scrape(&balancer).await;
+        let probed = |backend| {
+            m.value(
+                "capataz_probe_duration_seconds_count",
+                &[pool, ("backend", backend)],
+            ) >= 1.0
+        };
+        if probed("a") && probed("b") {
+            break m;
+        }
+        assert!(
+            tokio::time::Instant::now() < end,
+            "no probe of both backends within {DEADLINE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    for backend in ["a", "b"] {
+        let labels = [pool, ("backend", backend)];
+        let answered = m.value(
+            "capataz_requests_total",
+            &[pool, ("backend", backend), ("class", "2xx")],
+        );
+        assert!(answered >= 1.0, "round robin sent {backend} nothing");
+        assert_eq!(
+            m.value("capataz_upstream_response_seconds_count", &labels),
+            answered,
+            "{backend}'s answers are timed in its own histogram"
+        );
+        assert_eq!(
+            m.matching("capataz_upstream_response_seconds_bucket", &labels)
+                .count(),
+            16
+        );
+    }
+    // No per-pool series beside them: a sum over backends counts each answer once.
+    for histogram in ["upstream_response", "probe_duration"] {
+        for suffix in ["bucket", "count", "sum"] {
+            let name = format!("capataz_{histogram}_seconds_{suffix}");
+            assert!(
+                m.matching(&name, &[pool])
+                    .all(|s| s.labels.contains_key("backend")),
+                "{name} without a backend label"
+            );
+        }
+    }
+    assert_eq!(
+        m.sum("capataz_upstream_response_seconds_count", &[pool]),
+        10.0
+    );
+}
+
+#[tokio::test]
+async fn a_reload_keeps_the_histogram_scope_it_started_with() {
+    const POOL: &str = "metrics_reload_scope";
+    let b = backends(&["a"]).await;
+    let extra = format!("[pools.{POOL}.active]\nkind = \"none\"\n");
+    let (balancer, _rx) = start(&config_text(POOL, &b, "", &extra)).await;
+    let on = config_text(POOL, &b, "metrics_backend_histograms = true", &extra);
+    let on = config::parse_str(&on, "<test>").expect("valid test config");
+    balancer.reload(&on).await.expect("reload");
+    let proxy = balancer.local_addrs()[0];
+    assert_eq!(exchange(proxy, "GET", "/").await.0, 200);
+
+    // The pool's histogram goes on counting; no per-backend one appears beside it.
+    let m = scrape(&balancer).await;
+    let pool = ("pool", POOL);
+    assert_eq!(
+        m.value("capataz_upstream_response_seconds_count", &[pool]),
+        1.0
+    );
+    assert!(m
+        .matching("capataz_upstream_response_seconds_count", &[pool])
+        .all(|s| !s.labels.contains_key("backend")));
 }

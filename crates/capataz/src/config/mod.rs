@@ -129,6 +129,9 @@ pub struct AdminConfig {
     pub token: Option<String>,
     /// Whether read-only endpoints (GET) are open without the token (default false).
     pub open_read_only: bool,
+    /// Whether the latency histograms of `/metrics` are kept per backend rather than per pool
+    /// (default false: per pool). Read at start; a reload does not change it.
+    pub metrics_backend_histograms: bool,
 }
 
 /// One client-facing listener.

@@ -54,6 +54,7 @@ pub(super) struct RawAdmin {
     pub(super) address: Option<Spanned<String>>,
     pub(super) token: Option<Spanned<String>>,
     pub(super) open_read_only: Option<bool>,
+    pub(super) metrics_backend_histograms: Option<bool>,
 }
 
 #[derive(Deserialize)]

@@ -169,6 +169,7 @@ impl Validator<'_> {
             address,
             token,
             open_read_only: raw.open_read_only.unwrap_or(false),
+            metrics_backend_histograms: raw.metrics_backend_histograms.unwrap_or(false),
         })
     }
 
