@@ -413,27 +413,31 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     ];
     let mut present = [false; FIXED.len()];
     let mut upgrade = false;
-    for name in headers.keys() {
+    // Names the Connection header lists go too; the usual tokens name no header of their own,
+    // or one removed below anyway, and are skipped without parsing a name.
+    let mut named: Vec<HeaderName> = Vec::new();
+    for (name, value) in headers.iter() {
         if let Some(i) = FIXED.iter().position(|fixed| *fixed == name) {
             present[i] = true;
+            if i == 0 {
+                let tokens = value.to_str().unwrap_or("").split(',').map(str::trim);
+                named.extend(
+                    tokens
+                        .filter(|t| {
+                            !(t.is_empty()
+                                || t.eq_ignore_ascii_case("keep-alive")
+                                || t.eq_ignore_ascii_case("close")
+                                || t.eq_ignore_ascii_case("upgrade"))
+                        })
+                        .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok()),
+                );
+            }
         } else if name == header::UPGRADE {
             upgrade = true;
         }
     }
-    if present[0] {
-        // Names the Connection header lists go too, except the usual tokens that name no
-        // header of their own or one removed below anyway.
-        let named: Vec<HeaderName> = connection_tokens(headers)
-            .filter(|t| {
-                !(t.eq_ignore_ascii_case("keep-alive")
-                    || t.eq_ignore_ascii_case("close")
-                    || t.eq_ignore_ascii_case("upgrade"))
-            })
-            .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
-            .collect();
-        for name in named {
-            headers.remove(name);
-        }
+    for name in named {
+        headers.remove(name);
     }
     for (name, present) in FIXED.iter().zip(present) {
         if present {
@@ -467,14 +471,22 @@ impl ClientInfo {
 
 fn prepare_request_headers(headers: &mut HeaderMap, client: &ClientInfo, upgrade: bool) {
     strip_hop_by_hop(headers, upgrade);
-    let forwarded = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-        Some(before) => HeaderValue::try_from(format!("{before}, {}", client.addr.ip())).ok(),
-        None => Some(client.ip.clone()),
-    };
-    if let Some(forwarded) = forwarded {
-        headers.insert(X_FORWARDED_FOR.clone(), forwarded);
+    match headers.entry(&X_FORWARDED_FOR) {
+        header::Entry::Vacant(entry) => {
+            entry.insert(client.ip.clone());
+        }
+        header::Entry::Occupied(mut entry) => {
+            let appended = entry
+                .get()
+                .to_str()
+                .ok()
+                .and_then(|before| HeaderValue::try_from(format!("{before}, {}", client.addr.ip())).ok());
+            if let Some(appended) = appended {
+                entry.insert(appended);
+            }
+        }
     }
-    headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
+    headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));
 }
 
 fn tunnel(client: hyper::upgrade::OnUpgrade, backend: hyper::upgrade::OnUpgrade) {
