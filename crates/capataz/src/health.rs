@@ -11,7 +11,7 @@
 //! [`Event`], and so are a pool losing its last eligible backend and getting one back.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -24,6 +24,7 @@ use tokio::sync::{broadcast, Notify};
 use tokio::task::JoinHandle;
 
 use crate::balance::Snapshot;
+use crate::budget::RetryBudget;
 use crate::config::{AllDownPolicy, CheckKind, PoolConfig};
 pub use crate::events::{Event, OverrideKind};
 use crate::logging;
@@ -165,42 +166,6 @@ impl BackendRt {
 
     fn is_ramping(&self) -> bool {
         self.ramp_since_ms.load(Ordering::Relaxed) != u64::MAX
-    }
-}
-
-/// A retry budget: each request earns `budget_percent / 100` of a retry, a retry spends one,
-/// and at most `min_budget` retries are saved up. Counted in thousandths.
-#[derive(Debug)]
-pub(crate) struct RetryBudget {
-    milli: AtomicI64,
-    per_request: i64,
-    cap: i64,
-}
-
-impl RetryBudget {
-    fn new(budget_percent: u8, min_budget: u32) -> RetryBudget {
-        let cap = i64::from(min_budget) * 1000;
-        RetryBudget {
-            milli: AtomicI64::new(cap),
-            per_request: i64::from(budget_percent) * 10,
-            cap,
-        }
-    }
-
-    /// Counts one request towards the budget.
-    pub(crate) fn on_request(&self) {
-        if self.per_request > 0 && self.milli.load(Ordering::Relaxed) < self.cap {
-            self.milli.fetch_add(self.per_request, Ordering::Relaxed);
-        }
-    }
-
-    /// Spends one retry if the budget has one.
-    pub(crate) fn try_spend(&self) -> bool {
-        self.milli
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
-                (t >= 1000).then_some(t - 1000)
-            })
-            .is_ok()
     }
 }
 

@@ -7,6 +7,7 @@ pub mod admin;
 pub mod alerts;
 pub mod balance;
 pub mod body;
+mod budget;
 mod client;
 pub mod config;
 pub mod ctl;

@@ -476,11 +476,9 @@ fn prepare_request_headers(headers: &mut HeaderMap, client: &ClientInfo, upgrade
             entry.insert(client.ip.clone());
         }
         header::Entry::Occupied(mut entry) => {
-            let appended = entry
-                .get()
-                .to_str()
-                .ok()
-                .and_then(|before| HeaderValue::try_from(format!("{before}, {}", client.addr.ip())).ok());
+            let appended = entry.get().to_str().ok().and_then(|before| {
+                HeaderValue::try_from(format!("{before}, {}", client.addr.ip())).ok()
+            });
             if let Some(appended) = appended {
                 entry.insert(appended);
             }

@@ -532,6 +532,53 @@ min_budget = 2
     assert_eq!(b[1].traffic_hits(), 5, "2 retries + 3 direct");
 }
 
+/// Regression: the budget used to save at most `min_budget` (10) retries whatever the traffic,
+/// so a backend dying with more requests than that in flight cost clients 502s. Savings now
+/// follow the traffic (20 % of the last 10 s): 30 requests cut at once are all retried.
+#[tokio::test]
+async fn every_request_in_flight_on_a_backend_that_dies_is_retried_within_the_budget() {
+    let b = backends(&["dies", "good"]).await;
+    let extra = r#"
+[pools.web.active]
+kind = "none"
+
+[pools.web.passive]
+enabled = false
+
+[pools.web.timeouts]
+response_header = "30s"
+"#;
+    let (balancer, _rx) = start(&config_text(&sims(&b), "", extra)).await;
+    let addr = balancer.local_addrs()[0];
+    // Earn the budget: 300 requests at 20 % save 10 + 60 retries.
+    let mut client = Client::new(addr);
+    for _ in 0..300 {
+        assert_eq!(client.get("/").await.status, 200);
+    }
+    // 60 clients at once: round robin leaves 30 of them waiting on `dies`, which then crashes.
+    b[0].set_traffic(Mode::Hang);
+    let hits = b[0].traffic_hits();
+    let clients: Vec<JoinHandle<Answer>> = (0..60)
+        .map(|_| tokio::spawn(async move { Client::new(addr).get("/").await }))
+        .collect();
+    assert!(b[0].wait_traffic_hits(hits + 30, DEADLINE).await);
+    b[0].crash();
+    let mut served_by = std::collections::HashMap::new();
+    for client in clients {
+        let answer = tokio::time::timeout(DEADLINE, client)
+            .await
+            .expect("answered in time")
+            .unwrap();
+        assert_eq!(answer.status, 200, "a client saw {}", answer.status);
+        *served_by.entry(answer.backend).or_insert(0) += 1;
+    }
+    assert_eq!(
+        served_by.get(&Some("good".to_owned())),
+        Some(&60),
+        "{served_by:?}"
+    );
+}
+
 #[tokio::test]
 async fn zero_retry_attempts_turn_a_refused_connect_into_502() {
     let b = backends(&["dead", "good"]).await;
