@@ -11,6 +11,7 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use bytes::Bytes;
 use capataz_health::Outcome;
@@ -60,7 +61,8 @@ impl Body for ReqBody {
 /// Holds a backend's in-flight slot and, once the response is complete, its connection.
 pub struct Lease {
     backend: Arc<BackendRt>,
-    sender: Option<SendRequest<ReqBody>>,
+    /// The connection, and when its response arrived.
+    sender: Option<(SendRequest<ReqBody>, Instant)>,
     complete: bool,
     /// The answer to report to the passive checks when the lease ends: the pool, the backend's
     /// index in it, and the answer's status.
@@ -86,8 +88,8 @@ impl Lease {
         &self.backend
     }
 
-    pub(crate) fn set_sender(&mut self, sender: SendRequest<ReqBody>) {
-        self.sender = Some(sender);
+    pub(crate) fn set_sender(&mut self, sender: SendRequest<ReqBody>, answered_at: Instant) {
+        self.sender = Some((sender, answered_at));
     }
 
     /// Reports `answer` for backend `index` of `pool` when the lease ends: as is if the body
@@ -104,8 +106,8 @@ impl Drop for Lease {
             pool.observe(index, if self.broken { Outcome::Reset } else { answer });
         }
         if self.complete {
-            if let Some(sender) = self.sender.take() {
-                self.backend.upstream.release(sender);
+            if let Some((sender, answered_at)) = self.sender.take() {
+                self.backend.upstream.release(sender, answered_at);
             }
         }
     }

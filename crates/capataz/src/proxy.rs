@@ -65,6 +65,8 @@ struct Route {
 #[derive(Debug)]
 pub struct Proxy {
     routes: Vec<Route>,
+    /// Whether any route names a host (else the request's host is never looked at).
+    any_host: bool,
     max_header_bytes: usize,
 }
 
@@ -89,6 +91,7 @@ impl Proxy {
                     pool: pools[r.pool].clone(),
                 })
                 .collect(),
+            any_host: routes.iter().any(|r| r.host.is_some()),
             max_header_bytes,
         }
     }
@@ -96,15 +99,18 @@ impl Proxy {
     fn route(&self, req: &Request<Incoming>) -> Option<&Arc<PoolRt>> {
         // An absolute-form target names the host itself, and then Host is ignored
         // (RFC 9112 section 3.2.2).
-        let host = req
-            .uri()
-            .host()
-            .or_else(|| {
-                req.headers()
-                    .get(header::HOST)
-                    .and_then(|h| h.to_str().ok())
-            })
-            .map(strip_port);
+        let host = if self.any_host {
+            req.uri()
+                .host()
+                .or_else(|| {
+                    req.headers()
+                        .get(header::HOST)
+                        .and_then(|h| h.to_str().ok())
+                })
+                .map(strip_port)
+        } else {
+            None
+        };
         let path = req.uri().path();
         self.routes
             .iter()
@@ -246,11 +252,14 @@ async fn forward(
     // A pooled connection the backend closed meanwhile is no fault of the backend: one fresh
     // connection is tried before anything is judged.
     let mut fresh_only = false;
+    // One clock reading serves the idle check, the deadline and the latency of a request sent
+    // on a pooled connection; a fresh connection reads the clock again once connected.
+    let started = Instant::now();
     loop {
         let conn = if fresh_only {
             backend.upstream.connect().await
         } else {
-            backend.upstream.acquire().await
+            backend.upstream.acquire(started).await
         };
         let mut conn = match conn {
             Ok(conn) => conn,
@@ -273,9 +282,14 @@ async fn forward(
             backend.metrics.unanswered();
             return Forwarded::NotSent(request, Failure::BadGateway(Outcome::Reset));
         }
-        let timeout = pool.config.timeouts.response_header;
-        let sent_at = Instant::now();
-        let sent = tokio::time::timeout(timeout, conn.sender.try_send_request(request)).await;
+        let sent_at = if conn.reused && !fresh_only {
+            started
+        } else {
+            Instant::now()
+        };
+        let deadline =
+            tokio::time::Instant::from_std(sent_at) + pool.config.timeouts.response_header;
+        let sent = tokio::time::timeout_at(deadline, conn.sender.try_send_request(request)).await;
         match sent {
             Err(_) => {
                 pool.observe(index, Outcome::Timeout);
@@ -305,10 +319,13 @@ async fn forward(
             },
             Ok(Ok(response)) => {
                 let status = response.status().as_u16();
-                backend.metrics.answered(status, sent_at.elapsed());
+                let answered_at = Instant::now();
+                backend
+                    .metrics
+                    .answered(status, answered_at.saturating_duration_since(sent_at));
                 let (parts, body) = response.into_parts();
                 lease.judge_at_end(pool.clone(), index, Outcome::Status(status));
-                lease.set_sender(conn.sender);
+                lease.set_sender(conn.sender, answered_at);
                 let body = RespBody::upstream(body, lease);
                 return Forwarded::Response(Response::from_parts(parts, body), status);
             }

@@ -54,8 +54,9 @@ impl Upstream {
 
     /// An idle connection if one is still open, else a fresh one. A failed connect is returned
     /// as the outcome the traffic rule judges: `Refused` or `Timeout` (nothing was sent).
-    pub(crate) async fn acquire(&self) -> Result<Conn, Outcome> {
-        if let Some(sender) = self.pop_idle() {
+    /// `now` is the caller's reading of the clock, to judge idle time without another.
+    pub(crate) async fn acquire(&self, now: Instant) -> Result<Conn, Outcome> {
+        if let Some(sender) = self.pop_idle(now) {
             return Ok(Conn {
                 sender,
                 reused: true,
@@ -88,24 +89,25 @@ impl Upstream {
         })
     }
 
-    fn pop_idle(&self) -> Option<SendRequest<ReqBody>> {
+    fn pop_idle(&self, now: Instant) -> Option<SendRequest<ReqBody>> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         while let Some((sender, since)) = idle.pop() {
-            if !sender.is_closed() && since.elapsed() < self.idle_timeout {
+            if !sender.is_closed() && now.saturating_duration_since(since) < self.idle_timeout {
                 return Some(sender);
             }
         }
         None
     }
 
-    /// Hands back a connection whose response was read to its end.
-    pub(crate) fn release(&self, sender: SendRequest<ReqBody>) {
+    /// Hands back a connection whose response was read to its end; its idle time counts from
+    /// `since` (when its response arrived: close enough, and no clock read).
+    pub(crate) fn release(&self, sender: SendRequest<ReqBody>, since: Instant) {
         if sender.is_closed() {
             return;
         }
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < MAX_IDLE {
-            idle.push((sender, Instant::now()));
+            idle.push((sender, since));
         }
     }
 
