@@ -889,6 +889,8 @@ impl PoolRt {
 
 /// Probes one backend forever: a first probe at a random phase within the interval, then one
 /// jittered interval after each probe finishes, so probes never pile up or run in lockstep.
+/// Each due time is rounded to the probe slot grid ([`prober::align_to_slot`]), so that probes
+/// of different backends due within a few milliseconds of each other start together.
 async fn probe_loop(pool: Arc<PoolRt>, backend: usize) {
     let active = &pool.config.active;
     let rt = pool.backends[backend].clone();
@@ -896,10 +898,11 @@ async fn probe_loop(pool: Arc<PoolRt>, backend: usize) {
     let mut rng = prober::Rng::from_entropy();
     let mut wait = prober::first_delay(active.interval, &mut rng);
     loop {
-        let due = pool.clock.now() + wait;
+        let now = pool.clock.now();
+        let due = prober::align_to_slot(now + wait, now, active.interval);
         rt.next_probe_ms
             .store(due.as_millis() as u64, Ordering::Relaxed);
-        tokio::time::sleep(wait).await;
+        tokio::time::sleep_until(pool.clock.instant(due).into()).await;
         let started = Instant::now();
         let outcome = prober::probe_once(
             active.kind,
