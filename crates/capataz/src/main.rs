@@ -10,13 +10,6 @@ use anyhow::Context as _;
 use capataz::config::{self, LogFormat};
 use clap::{Parser, Subcommand, ValueEnum};
 
-/// mimalloc instead of glibc's malloc: the request path allocates and frees a few small
-/// objects per request (header maps, futures, channel slots), where glibc spent about a tenth
-/// of capataz's user-space instructions, and glibc's arenas kept fragmented memory after load
-/// (BENCHMARKS.md, "Memory").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// A load balancer that keeps its pool honest with active and passive health checks.
 #[derive(Parser, Debug)]
 #[command(name = "capataz", version, about)]
