@@ -132,11 +132,13 @@ need_tools() {
 }
 
 build_capataz() { # builds the release binary and copies it, so a rebuild by someone else mid-run changes nothing
-    if [[ -z ${CAPATAZ_BIN:-} ]]; then
-        (cd "$ROOT_DIR" && cargo build --release --quiet --bin capataz)
-        cp "$ROOT_DIR/target/release/capataz" "$RUN_DIR/capataz"
-        CAPATAZ_BIN=$RUN_DIR/capataz
+    if [[ -n ${CAPATAZ_BIN:-} ]]; then
+        log "capataz: $CAPATAZ_BIN (given; not built from this tree)"
+        return
     fi
+    (cd "$ROOT_DIR" && cargo build --release --quiet --bin capataz)
+    cp "$ROOT_DIR/target/release/capataz" "$RUN_DIR/capataz"
+    CAPATAZ_BIN=$RUN_DIR/capataz
     log "capataz: $CAPATAZ_BIN ($(cd "$ROOT_DIR" && git rev-parse --short HEAD 2>/dev/null)$(cd "$ROOT_DIR" && git diff --quiet HEAD -- crates 2>/dev/null || echo ', working tree differs from HEAD'))"
 }
 
