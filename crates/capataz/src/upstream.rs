@@ -74,7 +74,11 @@ impl Upstream {
                 Ok(Ok(stream)) => stream,
             };
         let _ = stream.set_nodelay(true);
-        let (sender, connection) = match http1::Builder::new().handshake(TokioIo::new(stream)).await
+        // One `send` per write rather than a `writev` (see `client::serve`).
+        let (sender, connection) = match http1::Builder::new()
+            .writev(false)
+            .handshake(TokioIo::new(stream))
+            .await
         {
             Ok(pair) => pair,
             Err(_) => return Err(Outcome::Reset),

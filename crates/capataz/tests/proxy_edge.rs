@@ -659,6 +659,30 @@ async fn connection_close_from_the_client_closes_after_the_response() {
     assert!(response.ends_with(b"\r\n\r\na\n"), "{text}");
 }
 
+/// A client that sends its request and then shuts down its sending side (a half-close, as
+/// `nc -N` or an HTTP/1.0 client may) still gets the answer, as with HAProxy (whose
+/// `option abortonclose` is off by default): the end of the request is not an abort.
+#[tokio::test]
+async fn a_request_followed_by_a_half_close_still_gets_its_answer() {
+    let b = backends(&["a"]).await;
+    // The backend answers after the client's FIN has surely reached the balancer.
+    b[0].set_traffic(Mode::Delay(Duration::from_millis(300), 200));
+    let (balancer, _rx) = start(&config_text(&sims(&b), "", QUIET)).await;
+    let mut stream = TcpStream::connect(balancer.local_addrs()[0])
+        .await
+        .expect("connect");
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: app.test\r\n\r\n")
+        .await
+        .expect("send the request");
+    stream.shutdown().await.expect("half-close");
+    let (_, response) = until_closed(&mut stream).await;
+    let text = String::from_utf8_lossy(&response);
+    assert_eq!(status_of(&response), Some(200), "{text}");
+    assert!(response.ends_with(b"\r\n\r\na\n"), "{text}");
+    assert_eq!(b[0].traffic_hits(), 1);
+}
+
 #[tokio::test]
 async fn keep_alive_serves_a_hundred_requests_on_one_connection() {
     let b = backends(&["a", "b"]).await;
