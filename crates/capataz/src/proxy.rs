@@ -152,9 +152,9 @@ impl Proxy {
         let bodiless = body.is_end_stream();
         let replayable = bodiless && !upgrade && is_idempotent(&parts.method);
         let mut retries_left = pool.config.retries.attempts;
-        // Keep what a resend needs only when a resend may happen.
-        let template = (replayable && retries_left > 0)
-            .then(|| (parts.method.clone(), uri.clone(), parts.headers.clone()));
+        // Keep what a resend needs only when a resend may happen (to another backend).
+        let template = (replayable && retries_left > 0 && pool.backends.len() > 1)
+            .then(|| Template::new(&parts.method, &uri, &parts.headers));
         let mut pending = Some(build_request(
             parts.method,
             uri,
@@ -184,9 +184,7 @@ impl Proxy {
             let request = match pending.take() {
                 Some(request) => request,
                 None => match &template {
-                    Some((method, uri, headers)) => {
-                        build_request(method.clone(), uri.clone(), headers.clone(), ReqBody::Empty)
-                    }
+                    Some(template) => template.request(),
                     // Unreachable: without a template no retry is attempted once sent.
                     None => return Ok(failure_page(failure.unwrap_or(Failure::Timeout))),
                 },
@@ -333,6 +331,45 @@ async fn forward(
     }
 }
 
+/// What a resend of a bodiless request needs. Nearly every request is answered without one, so
+/// the headers are kept as a plain list: one allocation, where a cloned `HeaderMap` takes two
+/// (its index table and its entries); the map is rebuilt only for a resend.
+struct Template {
+    method: Method,
+    uri: Uri,
+    headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl Template {
+    fn new(method: &Method, uri: &Uri, headers: &HeaderMap) -> Template {
+        let mut list = Vec::with_capacity(headers.len());
+        list.extend(
+            headers
+                .iter()
+                .map(|(name, value)| (name.clone(), value.clone())),
+        );
+        Template {
+            method: method.clone(),
+            uri: uri.clone(),
+            headers: list,
+        }
+    }
+
+    /// A fresh copy of the request, without a body.
+    fn request(&self) -> Request<ReqBody> {
+        let mut headers = HeaderMap::with_capacity(self.headers.len());
+        for (name, value) in &self.headers {
+            headers.append(name.clone(), value.clone());
+        }
+        build_request(
+            self.method.clone(),
+            self.uri.clone(),
+            headers,
+            ReqBody::Empty,
+        )
+    }
+}
+
 fn build_request(method: Method, uri: Uri, headers: HeaderMap, body: ReqBody) -> Request<ReqBody> {
     let mut request = Request::new(body);
     *request.method_mut() = method;
@@ -417,46 +454,40 @@ fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
 /// names). For an upgrade, `Connection: upgrade` and `Upgrade` are kept.
 ///
 /// This runs twice per proxied request, so it first finds which of those names are present in
-/// one pass over the names (no hashing; a message usually carries none of them, or only
-/// `Connection`) and then removes just those.
+/// one pass over the names (no hashing, and for most names only a length compared: a message
+/// usually carries none of them, or only `Connection`) and then removes just those.
 fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
-    const FIXED: [&HeaderName; 6] = [
-        &header::CONNECTION,
-        &KEEP_ALIVE,
-        &PROXY_CONNECTION,
-        &header::TE,
-        &header::TRAILER,
-        &header::TRANSFER_ENCODING,
-    ];
-    let mut present = [false; FIXED.len()];
+    let mut present = [false; FIXED_HOP_BY_HOP.len()];
     let mut upgrade = false;
     // Names the Connection header lists go too; the usual tokens name no header of their own,
     // or one removed below anyway, and are skipped without parsing a name.
     let mut named: Vec<HeaderName> = Vec::new();
     for (name, value) in headers.iter() {
-        if let Some(i) = FIXED.iter().position(|fixed| *fixed == name) {
-            present[i] = true;
-            if i == 0 {
-                let tokens = value.to_str().unwrap_or("").split(',').map(str::trim);
-                named.extend(
-                    tokens
-                        .filter(|t| {
-                            !(t.is_empty()
-                                || t.eq_ignore_ascii_case("keep-alive")
-                                || t.eq_ignore_ascii_case("close")
-                                || t.eq_ignore_ascii_case("upgrade"))
-                        })
-                        .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok()),
-                );
+        match hop_by_hop(name) {
+            None => {}
+            Some(HopByHop::Upgrade) => upgrade = true,
+            Some(HopByHop::Fixed(i)) => {
+                present[i] = true;
+                if i == 0 {
+                    let tokens = value.to_str().unwrap_or("").split(',').map(str::trim);
+                    named.extend(
+                        tokens
+                            .filter(|t| {
+                                !(t.is_empty()
+                                    || t.eq_ignore_ascii_case("keep-alive")
+                                    || t.eq_ignore_ascii_case("close")
+                                    || t.eq_ignore_ascii_case("upgrade"))
+                            })
+                            .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok()),
+                    );
+                }
             }
-        } else if name == header::UPGRADE {
-            upgrade = true;
         }
     }
     for name in named {
         headers.remove(name);
     }
-    for (name, present) in FIXED.iter().zip(present) {
+    for (name, present) in FIXED_HOP_BY_HOP.iter().zip(present) {
         if present {
             headers.remove(*name);
         }
@@ -466,6 +497,41 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     } else if upgrade {
         headers.remove(header::UPGRADE);
     }
+}
+
+/// The hop-by-hop headers always removed (RFC 9110 section 7.6.1, and the legacy
+/// `Keep-Alive` and `Proxy-Connection`); `Connection` first.
+const FIXED_HOP_BY_HOP: [&HeaderName; 6] = [
+    &header::CONNECTION,
+    &KEEP_ALIVE,
+    &PROXY_CONNECTION,
+    &header::TE,
+    &header::TRAILER,
+    &header::TRANSFER_ENCODING,
+];
+
+/// A hop-by-hop header name: one of [`FIXED_HOP_BY_HOP`] (its index), or `Upgrade`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum HopByHop {
+    Fixed(usize),
+    Upgrade,
+}
+
+/// Which hop-by-hop header `name` is, if any. Names are stored lowercase; the length is looked
+/// at first, and most names have a length no hop-by-hop name has.
+fn hop_by_hop(name: &HeaderName) -> Option<HopByHop> {
+    let name = name.as_str();
+    let found = match (name.len(), name) {
+        (10, "connection") => HopByHop::Fixed(0),
+        (10, "keep-alive") => HopByHop::Fixed(1),
+        (16, "proxy-connection") => HopByHop::Fixed(2),
+        (2, "te") => HopByHop::Fixed(3),
+        (7, "trailer") => HopByHop::Fixed(4),
+        (17, "transfer-encoding") => HopByHop::Fixed(5),
+        (7, "upgrade") => HopByHop::Upgrade,
+        _ => return None,
+    };
+    Some(found)
 }
 
 /// What the proxy knows of a client connection, computed once per connection.
@@ -562,6 +628,27 @@ fn reject_page(pool: &PoolRt, all_down: bool) -> Response<RespBody> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_name_lookup_agrees_with_the_fixed_list_and_knows_nothing_else() {
+        for (i, name) in FIXED_HOP_BY_HOP.iter().enumerate() {
+            assert_eq!(hop_by_hop(name), Some(HopByHop::Fixed(i)), "{name}");
+        }
+        assert_eq!(hop_by_hop(&header::UPGRADE), Some(HopByHop::Upgrade));
+        for other in [
+            "host",
+            "x-forwarded-for",
+            "x-forwarded-proto",
+            "content-length",
+            "connectionx",
+            "t",
+            "trailers",
+            "x-connection",
+        ] {
+            let name = HeaderName::from_bytes(other.as_bytes()).unwrap();
+            assert_eq!(hop_by_hop(&name), None, "{other}");
+        }
+    }
 
     #[test]
     fn hop_by_hop_headers_go() {
