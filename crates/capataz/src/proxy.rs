@@ -18,7 +18,7 @@ use hyper::body::{Body as _, Incoming};
 use hyper_util::rt::TokioIo;
 
 use crate::body::{Lease, ReqBody, RespBody};
-use crate::config::{AllDownPolicy, RouteConfig};
+use crate::config::{AllDownPolicy, ListenerConfig};
 use crate::health::PoolRt;
 
 /// The most backends one request may try (first attempt plus retries).
@@ -68,6 +68,8 @@ pub struct Proxy {
     /// Whether any route names a host (else the request's host is never looked at).
     any_host: bool,
     max_header_bytes: usize,
+    /// Whether `X-Forwarded-For` and `X-Forwarded-Proto` are set.
+    forwarded_headers: bool,
 }
 
 /// Why a request could not be served by any backend.
@@ -80,8 +82,9 @@ enum Failure {
 }
 
 impl Proxy {
-    /// A handler over `routes`, whose `pool` indexes refer to `pools`.
-    pub fn new(routes: &[RouteConfig], pools: &[Arc<PoolRt>], max_header_bytes: usize) -> Proxy {
+    /// The handler of `listener`, whose routes' `pool` indexes refer to `pools`.
+    pub fn new(listener: &ListenerConfig, pools: &[Arc<PoolRt>]) -> Proxy {
+        let routes = &listener.routes;
         Proxy {
             routes: routes
                 .iter()
@@ -92,7 +95,8 @@ impl Proxy {
                 })
                 .collect(),
             any_host: routes.iter().any(|r| r.host.is_some()),
-            max_header_bytes,
+            max_header_bytes: listener.max_header_bytes,
+            forwarded_headers: listener.forwarded_headers,
         }
     }
 
@@ -147,7 +151,10 @@ impl Proxy {
         let upgrade = wants_upgrade(req.headers());
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
-        prepare_request_headers(&mut parts.headers, &client, upgrade);
+        strip_hop_by_hop(&mut parts.headers, upgrade);
+        if self.forwarded_headers {
+            add_forwarded_headers(&mut parts.headers, &client);
+        }
         let uri = origin_form(&parts.uri);
         let bodiless = body.is_end_stream();
         let replayable = bodiless && !upgrade && is_idempotent(&parts.method);
@@ -552,8 +559,7 @@ impl ClientInfo {
     }
 }
 
-fn prepare_request_headers(headers: &mut HeaderMap, client: &ClientInfo, upgrade: bool) {
-    strip_hop_by_hop(headers, upgrade);
+fn add_forwarded_headers(headers: &mut HeaderMap, client: &ClientInfo) {
     match headers.entry(&X_FORWARDED_FOR) {
         header::Entry::Vacant(entry) => {
             entry.insert(client.ip.clone());
@@ -733,7 +739,7 @@ mod tests {
         h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
         h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
         let client = ClientInfo::new("127.0.0.2:5000".parse().unwrap());
-        prepare_request_headers(&mut h, &client, false);
+        add_forwarded_headers(&mut h, &client);
         assert_eq!(h.get("x-forwarded-for").unwrap(), "10.0.0.1, 127.0.0.2");
         assert_eq!(h.get("x-forwarded-proto").unwrap(), "http");
     }

@@ -421,7 +421,7 @@ impl Shared {
                 Some(new) => {
                     listener.state.store(Arc::new(ListenerState {
                         config: new.clone(),
-                        proxy: Arc::new(Proxy::new(&new.routes, &pools, new.max_header_bytes)),
+                        proxy: Arc::new(Proxy::new(new, &pools)),
                     }));
                     kept_listeners.push(listener);
                 }
@@ -476,11 +476,7 @@ impl Shared {
         let local = socket.local_addr().unwrap_or(listener.address);
         let state = Arc::new(ArcSwap::from_pointee(ListenerState {
             config: listener.clone(),
-            proxy: Arc::new(Proxy::new(
-                &listener.routes,
-                pools,
-                listener.max_header_bytes,
-            )),
+            proxy: Arc::new(Proxy::new(listener, pools)),
         }));
         let (stop, stop_rx) = watch::channel(false);
         tracing::info!(listener = %listener.name, address = %local, "listening");

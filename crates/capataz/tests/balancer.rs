@@ -535,3 +535,33 @@ response_header = "200ms"
     b[0].crash();
     assert_eq!(client.get("/").await.status, 502);
 }
+
+/// `forwarded_headers = false` (HAProxy without `option forwardfor`, nginx without
+/// `proxy_set_header X-Forwarded-For`): the request's own forwarding headers pass untouched
+/// and none are added.
+#[tokio::test]
+async fn forwarded_headers_can_be_turned_off_per_listener() {
+    let b = backends(&["a"]).await;
+    let text = config_text(&b, &[], "").replacen(
+        "address = \"127.0.0.1:0\"\n",
+        "address = \"127.0.0.1:0\"\nforwarded_headers = false\n",
+        1,
+    );
+    assert!(text.contains("forwarded_headers = false"), "{text}");
+    let (balancer, _rx) = start(&text).await;
+    let mut client = Client::new(balancer.local_addrs()[0]);
+    let request = http::Request::get("/x")
+        .header("host", "app.test")
+        .header("x-forwarded-for", "192.0.2.1")
+        .header("connection", "x-hop")
+        .header("x-hop", "secret")
+        .body(Empty::new())
+        .unwrap();
+    let answer = client.request(request).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.headers.get("x-seen-xff").unwrap(), "192.0.2.1");
+    assert!(answer.headers.get("x-seen-proto").is_none());
+    let plain = client.get("/").await;
+    assert_eq!(plain.status, 200);
+    assert!(plain.headers.get("x-seen-xff").is_none());
+}

@@ -149,6 +149,9 @@ pub struct ListenerConfig {
     pub header_read_timeout: Duration,
     /// The largest request head accepted, in bytes (default 16 KiB); larger gets 431.
     pub max_header_bytes: usize,
+    /// Whether requests get `X-Forwarded-For` (the client's address appended) and
+    /// `X-Forwarded-Proto` on their way to a backend (default true).
+    pub forwarded_headers: bool,
 }
 
 /// A route: a match on Host and/or path prefix, and the pool that serves it.

@@ -65,6 +65,7 @@ pub(super) struct RawListener {
     pub(super) idle_timeout: Option<Spanned<Value>>,
     pub(super) header_read_timeout: Option<Spanned<Value>>,
     pub(super) max_header_bytes: Option<Spanned<i64>>,
+    pub(super) forwarded_headers: Option<bool>,
     #[serde(default)]
     pub(super) routes: Vec<Spanned<RawRoute>>,
 }

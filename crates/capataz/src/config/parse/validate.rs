@@ -264,6 +264,7 @@ impl Validator<'_> {
                 16384,
                 1024..=1_048_576,
             )? as usize,
+            forwarded_headers: raw.forwarded_headers.unwrap_or(true),
         })
     }
 
