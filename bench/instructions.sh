@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# bench/instructions.sh - capataz's user-space instructions per proxied request, counted by
-# callgrind: a deterministic figure for comparing two builds on a noisy machine, where CPU time
-# per request moves +-10 % with the neighbours. (It counts user space only; the kernel's share,
-# about 60 % of capataz's CPU in this benchmark, is not in it.)
+# bench/instructions.sh - user-space instructions per proxied request, capataz's and HAProxy's,
+# counted by callgrind: a deterministic figure for comparing two builds, or capataz with its
+# peer, on a noisy machine where CPU time per request moves +-10 % with the neighbours. (It
+# counts user space only; the kernel's share, about 2/3 of either proxy's CPU in this
+# benchmark, is not in it: compare syscalls with strace -c for that.)
 #
 # Setup as in bench/peers.sh: the shared harness's backend nginx (127.0.0.1:9101/:9102) on
 # OTHER_CPU, capataz with bench/capataz.toml (:9400, one worker thread) under callgrind, wrk -t1
 # with CONNS connections. Counting starts after a 3 s warm-up (callgrind_control -z) and is
 # dumped after DURATION of load; instructions / requests served in that window.
 #
-# Usage: bench/instructions.sh [BIN...]   (default: build and measure this tree)
+# Usage: bench/instructions.sh [BIN...]   (default: build this tree, measure it, then HAProxy;
+#        the word `haproxy` measures HAProxy with the shared harness's haproxy.cfg on :9200)
 #        env: CONNS=50 DURATION=10s OTHER_CPU=1 RUN_DIR=/tmp/bench-instructions SHARED=../shared/bench
-# Needs: valgrind (callgrind, callgrind_control, callgrind_annotate), wrk, nginx, curl, ss.
+# Needs: valgrind (callgrind, callgrind_control, callgrind_annotate), wrk, nginx, curl, ss, and
+# haproxy to measure it.
 set -Eeuo pipefail
 LOG_TAG=instructions
 source "$(dirname "$0")/common.sh"
@@ -24,15 +27,17 @@ mkdir -p "$RUN_DIR/nginx-backend"/{logs,tmp}
 if ! command -v callgrind_control >/dev/null; then
     apt-get update -qq && apt-get install -y -qq valgrind >/dev/null
 fi
-need_tools wrk nginx curl ss valgrind callgrind_control callgrind_annotate
-for p in 9101 9102 9400; do
-    if port_busy "$p"; then die "127.0.0.1:$p already in use (not started by us)"; fi
-done
 bins=("$@")
 if [[ ${#bins[@]} -eq 0 ]]; then
     build_capataz
-    bins=("$CAPATAZ_BIN")
+    bins=("$CAPATAZ_BIN" haproxy)
 fi
+tools=(wrk nginx curl ss valgrind callgrind_control callgrind_annotate)
+if [[ " ${bins[*]} " == *" haproxy "* ]]; then tools+=(haproxy); fi
+need_tools "${tools[@]}"
+for p in 9101 9102 9200 9201 9400; do
+    if port_busy "$p"; then die "127.0.0.1:$p already in use (not started by us)"; fi
+done
 
 cp "$SHARED/backend-nginx.conf" "$RUN_DIR/nginx-backend/nginx.conf"
 start backend "$OTHER_CPU" nginx -p "$RUN_DIR/nginx-backend/" -c "$RUN_DIR/nginx-backend/nginx.conf" -e "$RUN_DIR/nginx-backend/logs/error.log"
@@ -41,13 +46,21 @@ wait_port 9101 "$LAST_PID"; wait_port 9102 "$LAST_PID"
 for bin in "${bins[@]}"; do
     out=$RUN_DIR/$(basename "$bin").cg
     rm -f "$out" "$out".*
-    start capataz "" env CAPATAZ_WORKER_THREADS=1 valgrind --tool=callgrind \
-        --callgrind-out-file="$out" "$bin" run --config "$BENCH_DIR/capataz.toml"
+    if [[ $bin == haproxy ]]; then
+        # The peer, as peers.sh runs it: the shared harness's haproxy.cfg (:9200, one thread).
+        port=9200
+        start haproxy "" valgrind --tool=callgrind --callgrind-out-file="$out" \
+            haproxy -db -f "$SHARED/haproxy.cfg"
+    else
+        port=9400
+        start capataz "" env CAPATAZ_WORKER_THREADS=1 valgrind --tool=callgrind \
+            --callgrind-out-file="$out" "$bin" run --config "$BENCH_DIR/capataz.toml"
+    fi
     pid=$LAST_PID
-    wait_port 9400 "$pid" 60
-    (pin "$OTHER_CPU" wrk -t1 -c"$CONNS" -d3s http://127.0.0.1:9400/ >/dev/null)
+    wait_port "$port" "$pid" 60
+    (pin "$OTHER_CPU" wrk -t1 -c"$CONNS" -d3s "http://127.0.0.1:$port/" >/dev/null)
     callgrind_control -z "$pid" >/dev/null
-    (pin "$OTHER_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" http://127.0.0.1:9400/ >"$out.wrk")
+    (pin "$OTHER_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" "http://127.0.0.1:$port/" >"$out.wrk")
     callgrind_control -d "$pid" >/dev/null
     stop_named "$pid"
     requests=$(awk '/requests in/ {print $1}' "$out.wrk")
