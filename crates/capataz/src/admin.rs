@@ -138,20 +138,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         .collect();
     match (req.method().clone(), segments.as_slice()) {
         (Method::GET, []) => full(StatusCode::OK, "text/html; charset=utf-8", DASHBOARD),
-        (Method::GET, ["status"]) => {
-            let pools: Vec<Value> = shared
-                .pools()
-                .iter()
-                .map(|p| crate::status::pool_json(p))
-                .collect();
-            json_response(
-                StatusCode::OK,
-                &json!({
-                    "time": crate::timefmt::rfc3339(std::time::SystemTime::now()),
-                    "pools": pools,
-                }),
-            )
-        }
+        (Method::GET, ["status"]) => status(&shared).await,
         (Method::GET, ["status", pool, backend]) => backend_status(&shared, pool, backend),
         (Method::GET, ["events"]) => events(&shared),
         (Method::GET, ["metrics"]) => metrics(&shared).await,
@@ -199,10 +186,9 @@ fn backend_status(shared: &Shared, pool: &str, backend: &str) -> Response<Body> 
             format!("pool {pool} has no backend named {backend:?}"),
         );
     };
-    let views = pool_rt.views();
     json_response(
         StatusCode::OK,
-        &crate::status::backend_json(&pool_rt, &views[index]),
+        &crate::status::backend_json(&pool_rt, &pool_rt.view_of(index)),
     )
 }
 
@@ -262,6 +248,29 @@ fn override_backend(
 /// on the blocking pool, not on the runtime's thread: with 10,000 backends that takes tens of
 /// milliseconds, which would otherwise hold up probes and requests (one worker thread is a
 /// supported setup).
+/// `GET /status`: every pool and backend. With thousands of backends the page takes tens of
+/// milliseconds to build, so it is built on tokio's blocking pool, as `/metrics` is, not on a
+/// runtime thread that probes and requests need.
+async fn status(shared: &Shared) -> Response<Body> {
+    let pools = shared.pools();
+    let built = tokio::task::spawn_blocking(move || {
+        let pools: Vec<Value> = pools.iter().map(|p| crate::status::pool_json(p)).collect();
+        serde_json::to_vec_pretty(&json!({
+            "time": crate::timefmt::rfc3339(std::time::SystemTime::now()),
+            "pools": pools,
+        }))
+        .map(|mut body| {
+            body.push(b'\n');
+            body
+        })
+    })
+    .await;
+    match built {
+        Ok(Ok(body)) => full(StatusCode::OK, "application/json", body),
+        Ok(Err(_)) | Err(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "status encoding failed"),
+    }
+}
+
 async fn metrics(shared: &Shared) -> Response<Body> {
     let alerts = shared.alert_stats();
     let pools = shared.pools();

@@ -491,6 +491,14 @@ impl PoolRt {
             .collect()
     }
 
+    /// A consistent copy of everything known about backend `index` (which must exist), without
+    /// copying the others'.
+    pub fn view_of(&self, index: usize) -> BackendView {
+        let now = self.clock.now();
+        let inner = self.lock();
+        self.view(&inner, index, now)
+    }
+
     fn view(&self, inner: &Inner, i: usize, now: Duration) -> BackendView {
         let health = *inner.engine.backend(i);
         let info = inner.info[i].clone();
