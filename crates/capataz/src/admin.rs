@@ -28,7 +28,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, Semaphore};
 
 use crate::events::OverrideKind;
 use crate::server::Shared;
@@ -248,21 +248,28 @@ fn override_backend(
 /// on the blocking pool, not on the runtime's thread: with 10,000 backends that takes tens of
 /// milliseconds, which would otherwise hold up probes and requests (one worker thread is a
 /// supported setup).
-/// `GET /status`: every pool and backend. With thousands of backends the page takes tens of
-/// milliseconds to build, so it is built on tokio's blocking pool, as `/metrics` is, not on a
-/// runtime thread that probes and requests need.
+/// The big pages (`/status`, `/metrics`) being built at once, at most. With thousands of
+/// backends one takes tens to hundreds of milliseconds and megabytes, so they are built on
+/// tokio's blocking pool, not on a runtime thread that probes and requests need; this keeps a
+/// crowd of scrapers from starting hundreds of such builds together. Others wait their turn.
+static PAGE_BUILDS: Semaphore = Semaphore::const_new(2);
+
+/// A turn to build a big page, held by the build itself (so a client that goes away does not
+/// free it early). `None` only if the semaphore were closed, which it never is.
+async fn page_build_turn() -> Option<tokio::sync::SemaphorePermit<'static>> {
+    PAGE_BUILDS.acquire().await.ok()
+}
+
+/// `GET /status`: every pool and backend.
 async fn status(shared: &Shared) -> Response<Body> {
+    let Some(turn) = page_build_turn().await else {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "page builds unavailable");
+    };
     let pools = shared.pools();
     let built = tokio::task::spawn_blocking(move || {
-        let pools: Vec<Value> = pools.iter().map(|p| crate::status::pool_json(p)).collect();
-        serde_json::to_vec_pretty(&json!({
-            "time": crate::timefmt::rfc3339(std::time::SystemTime::now()),
-            "pools": pools,
-        }))
-        .map(|mut body| {
-            body.push(b'\n');
-            body
-        })
+        let _turn = turn;
+        let time = crate::timefmt::rfc3339(std::time::SystemTime::now());
+        crate::status::page(&pools, &time)
     })
     .await;
     match built {
@@ -272,11 +279,16 @@ async fn status(shared: &Shared) -> Response<Body> {
 }
 
 async fn metrics(shared: &Shared) -> Response<Body> {
+    let Some(turn) = page_build_turn().await else {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "page builds unavailable");
+    };
     let alerts = shared.alert_stats();
     let pools = shared.pools();
-    let rendered =
-        tokio::task::spawn_blocking(move || crate::metrics::render(&pools, alerts.as_deref()))
-            .await;
+    let rendered = tokio::task::spawn_blocking(move || {
+        let _turn = turn;
+        crate::metrics::render(&pools, alerts.as_deref())
+    })
+    .await;
     match rendered {
         Ok(Ok(text)) => full(StatusCode::OK, crate::metrics::CONTENT_TYPE, text),
         Ok(Err(_)) | Err(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "metrics encoding failed"),

@@ -1,10 +1,14 @@
 //! What the admin API says about pools and backends: the `/status` JSON and the one sentence
 //! that explains why a backend is in or out and when that changes.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use capataz_health::pool::human_duration;
 use capataz_health::{Ejection, Reason, State, TrafficRule};
+use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde::Serialize;
+use serde_json::ser::PrettyFormatter;
 use serde_json::{json, Value};
 
 use crate::config::{AllDownPolicy, CheckKind};
@@ -279,17 +283,88 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
     })
 }
 
-/// The JSON of one pool and all its backends.
-pub fn pool_json(pool: &PoolRt) -> Value {
-    let views = pool.views();
-    let snapshot = pool.snapshot();
-    let healthy = views.iter().filter(|v| v.eligible).count();
-    json!({
-        "name": &*pool.name,
-        "healthy": healthy,
-        "backends_total": views.len(),
-        "all_down": snapshot.all_down,
-        "when_all_down": match pool.config.when_all_down { AllDownPolicy::FailOpen => "fail_open", AllDownPolicy::Reject { .. } => "reject" },
-        "backends": views.iter().map(|v| backend_json(pool, v)).collect::<Vec<_>>(),
-    })
+/// The whole `GET /status` page, pretty-printed: the time and every pool with all its backends.
+///
+/// It is written backend by backend: each backend's JSON tree is built, written out and
+/// dropped before the next, so building the page costs its text plus one backend's tree.
+/// (With the whole tree built first, 10,000 backends took about 230 MB for a 10 MB page.)
+pub fn page(pools: &[Arc<PoolRt>], time: &str) -> serde_json::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut serializer = serde_json::Serializer::with_formatter(&mut out, PrettyFormatter::new());
+    Page { pools, time }.serialize(&mut serializer)?;
+    out.push(b'\n');
+    Ok(out)
+}
+
+// Keys are written in alphabetical order, as `json!` (a sorted map) writes the backends' own.
+
+struct Page<'a> {
+    pools: &'a [Arc<PoolRt>],
+    time: &'a str,
+}
+
+impl Serialize for Page<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry("pools", &Pools(self.pools))?;
+        map.serialize_entry("time", self.time)?;
+        map.end()
+    }
+}
+
+struct Pools<'a>(&'a [Arc<PoolRt>]);
+
+impl Serialize for Pools<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for pool in self.0 {
+            seq.serialize_element(&PoolPage(pool))?;
+        }
+        seq.end()
+    }
+}
+
+/// One pool and all its backends.
+struct PoolPage<'a>(&'a PoolRt);
+
+impl Serialize for PoolPage<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let pool = self.0;
+        let views = pool.views();
+        let all_down = pool.snapshot().all_down;
+        let healthy = views.iter().filter(|v| v.eligible).count();
+        let when_all_down = match pool.config.when_all_down {
+            AllDownPolicy::FailOpen => "fail_open",
+            AllDownPolicy::Reject { .. } => "reject",
+        };
+        let mut map = serializer.serialize_map(Some(6))?;
+        map.serialize_entry("all_down", &all_down)?;
+        map.serialize_entry(
+            "backends",
+            &Backends {
+                pool,
+                views: &views,
+            },
+        )?;
+        map.serialize_entry("backends_total", &views.len())?;
+        map.serialize_entry("healthy", &healthy)?;
+        map.serialize_entry("name", &*pool.name)?;
+        map.serialize_entry("when_all_down", when_all_down)?;
+        map.end()
+    }
+}
+
+struct Backends<'a> {
+    pool: &'a PoolRt,
+    views: &'a [BackendView],
+}
+
+impl Serialize for Backends<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.views.len()))?;
+        for view in self.views {
+            seq.serialize_element(&backend_json(self.pool, view))?;
+        }
+        seq.end()
+    }
 }
