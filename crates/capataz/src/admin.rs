@@ -31,6 +31,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{broadcast, Semaphore};
 
 use crate::events::OverrideKind;
+use crate::health::PoolRt;
 use crate::server::Shared;
 
 type Body = BoxBody<Bytes, Infallible>;
@@ -244,54 +245,65 @@ fn override_backend(
     }
 }
 
-/// `GET /metrics`: the counters and the live gauges, as OpenMetrics text. The page is encoded
-/// on the blocking pool, not on the runtime's thread: with 10,000 backends that takes tens of
-/// milliseconds, which would otherwise hold up probes and requests (one worker thread is a
-/// supported setup).
-/// The big pages (`/status`, `/metrics`) being built at once, at most. With thousands of
-/// backends one takes tens to hundreds of milliseconds and megabytes, so they are built on
-/// tokio's blocking pool, not on a runtime thread that probes and requests need; this keeps a
-/// crowd of scrapers from starting hundreds of such builds together. Others wait their turn.
+/// Pages (`/status`, `/metrics`) covering at most this many backends in all are built on the
+/// runtime thread: they take well under a millisecond, less than a hand-off to another thread.
+const INLINE_PAGE_BACKENDS: usize = 64;
+
+/// The larger pages being built at once, at most. With thousands of backends one takes tens to
+/// hundreds of milliseconds and megabytes, so it is built on tokio's blocking pool, not on a
+/// runtime thread that probes and requests need (one worker thread is a supported setup); this
+/// keeps a crowd of scrapers from starting hundreds of such builds together. Others wait their
+/// turn.
 static PAGE_BUILDS: Semaphore = Semaphore::const_new(2);
 
-/// A turn to build a big page, held by the build itself (so a client that goes away does not
-/// free it early). `None` only if the semaphore were closed, which it never is.
-async fn page_build_turn() -> Option<tokio::sync::SemaphorePermit<'static>> {
-    PAGE_BUILDS.acquire().await.ok()
+/// Runs `build` for a page about `pools`: inline if the page is small, else on the blocking
+/// pool in one of the [`PAGE_BUILDS`] turns, held by the build itself (so a client that goes
+/// away frees nothing early). `None` if the build could not run (it panicked).
+async fn build_page<T: Send + 'static>(
+    pools: &[Arc<PoolRt>],
+    build: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let backends: usize = pools.iter().map(|pool| pool.backends.len()).sum();
+    if backends <= INLINE_PAGE_BACKENDS {
+        return Some(build());
+    }
+    // The semaphore is never closed, so a turn always comes.
+    let turn = PAGE_BUILDS.acquire().await.ok()?;
+    tokio::task::spawn_blocking(move || {
+        let _turn = turn;
+        build()
+    })
+    .await
+    .ok()
 }
 
-/// `GET /status`: every pool and backend.
+/// `GET /status`: every pool and backend, as JSON.
 async fn status(shared: &Shared) -> Response<Body> {
-    let Some(turn) = page_build_turn().await else {
-        return error(StatusCode::SERVICE_UNAVAILABLE, "page builds unavailable");
-    };
     let pools = shared.pools();
-    let built = tokio::task::spawn_blocking(move || {
-        let _turn = turn;
+    let page = pools.clone();
+    let built = build_page(&pools, move || {
         let time = crate::timefmt::rfc3339(std::time::SystemTime::now());
-        crate::status::page(&pools, &time)
+        crate::status::page(&page, &time)
     })
     .await;
     match built {
-        Ok(Ok(body)) => full(StatusCode::OK, "application/json", body),
-        Ok(Err(_)) | Err(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "status encoding failed"),
+        Some(Ok(body)) => full(StatusCode::OK, "application/json", body),
+        Some(Err(_)) | None => error(StatusCode::INTERNAL_SERVER_ERROR, "status encoding failed"),
     }
 }
 
+/// `GET /metrics`: the counters and the live gauges, as OpenMetrics text.
 async fn metrics(shared: &Shared) -> Response<Body> {
-    let Some(turn) = page_build_turn().await else {
-        return error(StatusCode::SERVICE_UNAVAILABLE, "page builds unavailable");
-    };
     let alerts = shared.alert_stats();
     let pools = shared.pools();
-    let rendered = tokio::task::spawn_blocking(move || {
-        let _turn = turn;
-        crate::metrics::render(&pools, alerts.as_deref())
+    let page = pools.clone();
+    let rendered = build_page(&pools, move || {
+        crate::metrics::render(&page, alerts.as_deref())
     })
     .await;
     match rendered {
-        Ok(Ok(text)) => full(StatusCode::OK, crate::metrics::CONTENT_TYPE, text),
-        Ok(Err(_)) | Err(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "metrics encoding failed"),
+        Some(Ok(text)) => full(StatusCode::OK, crate::metrics::CONTENT_TYPE, text),
+        Some(Err(_)) | None => error(StatusCode::INTERNAL_SERVER_ERROR, "metrics encoding failed"),
     }
 }
 
