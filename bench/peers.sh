@@ -4,7 +4,10 @@
 # Builds capataz in release mode and runs ../shared/bench/peers.sh with capataz as the extra
 # target on 127.0.0.1:9400 (bench/capataz.toml), one worker thread (HAProxy runs one thread).
 # Arguments are passed to the harness; the default is the issue's measurement:
-#   bench/peers.sh                       # = -d 10s -c "1 50" -r 3 -l split
+#   bench/peers.sh                       # = -d 5s -c "1 50" -r 11 -l split
+# Eleven short rounds rather than three long ones: on a shared host a round lands in a quiet
+# or a busy minute, and more pairs average that out. After the harness's table comes a paired
+# view of capataz against HAProxy (median of per-round ratios, rounds won).
 # Needs: apt-get install -y wrk nginx haproxy (the script installs them if apt-get is there).
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +20,38 @@ for cmd in wrk nginx haproxy; do
 done
 cargo build --release --quiet --bin capataz
 args=("$@")
-[[ ${#args[@]} -gt 0 ]] || args=(-d 10s -c "1 50" -r 3 -l split)
+[[ ${#args[@]} -gt 0 ]] || args=(-d 5s -c "1 50" -r 11 -l split)
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 EXTRA_NAME=capataz EXTRA_URL=http://127.0.0.1:9400/ \
 EXTRA_CMD="env CAPATAZ_WORKER_THREADS=1 $PWD/target/release/capataz run --config $PWD/bench/capataz.toml" \
-    bash "$HARNESS" "${args[@]}"
+    bash "$HARNESS" "${args[@]}" 2>&1 | tee "$log"
+[[ ${PIPESTATUS[0]} -eq 0 ]] || exit "${PIPESTATUS[0]}"
+
+# Paired view: capataz against HAProxy round by round (each round runs them back to back), so
+# a round that lands in a busy minute of the host weighs on both. Median of the per-round
+# ratios, and how many rounds capataz won.
+res=$(sed -n 's/.*raw: \(.*\)$/\1/p' "$log" | tail -1)
+if [[ -n $res && -f $res/results.tsv ]]; then
+    echo "# capataz / HAProxy, round by round (median of the per-round ratios; rounds capataz won)"
+    awk -F'\t' '
+        $2 == "haproxy" || $2 == "extra" { v[$1, $3, $2] = $4 " " $8 " " $13; conns[$1]; rounds[$1, $3] }
+        function median(a, n,   i, j, t) {
+            for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+            return (n % 2) ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
+        }
+        END {
+            for (c in conns) {
+                n = 0; wr = 0; wc = 0; wp = 0
+                for (k in rounds) {
+                    split(k, kc, SUBSEP); if (kc[1] != c) continue
+                    if (!((c, kc[2], "haproxy") in v) || !((c, kc[2], "extra") in v)) continue
+                    split(v[c, kc[2], "haproxy"], h, " "); split(v[c, kc[2], "extra"], x, " ")
+                    if (h[1] <= 0 || h[2] <= 0 || h[3] <= 0) continue
+                    n++; r[n] = x[1] / h[1]; p[n] = x[2] / h[2]; u[n] = x[3] / h[3]
+                    wr += (x[1] > h[1]); wp += (x[2] <= h[2]); wc += (x[3] < h[3])
+                }
+                if (n) printf "conns %-4s rounds %2d   req/s %.2fx (more in %d)   p99 %.2fx (lower or equal in %d)   CPU/req %.2fx (less in %d)\n", c, n, median(r, n), wr, median(p, n), wp, median(u, n), wc
+            }
+        }' "$res/results.tsv"
+fi
