@@ -745,6 +745,27 @@ mod tests {
     }
 
     #[test]
+    fn a_resend_carries_the_same_method_target_and_headers() {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("app.test"));
+        h.append("x-tag", HeaderValue::from_static("one"));
+        h.append("x-tag", HeaderValue::from_static("two"));
+        h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        let uri: Uri = "/a?b=1".parse().unwrap();
+        let template = Template::new(&Method::DELETE, &uri, &h);
+        for _ in 0..2 {
+            let resend = template.request();
+            assert_eq!(resend.method(), Method::DELETE);
+            assert_eq!(resend.uri(), &uri);
+            assert_eq!(resend.version(), Version::HTTP_11);
+            assert_eq!(resend.headers(), &h);
+            let tags: Vec<_> = resend.headers().get_all("x-tag").iter().collect();
+            assert_eq!(tags, ["one", "two"]);
+            assert!(resend.body().is_end_stream());
+        }
+    }
+
+    #[test]
     fn hosts_and_uris() {
         assert_eq!(strip_port("example.com:8080"), "example.com");
         assert_eq!(strip_port("example.com"), "example.com");
