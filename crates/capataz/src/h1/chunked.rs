@@ -1,0 +1,313 @@
+//! A chunked body (RFC 9112 section 7.1), decoded as it arrives.
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+
+/// The longest chunk-size line (size and extensions) accepted.
+const MAX_LINE: usize = 4096;
+/// The most bytes of trailer fields accepted.
+const MAX_TRAILERS: usize = 16384;
+
+/// What one step of decoding gave.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Decoded {
+    /// Body bytes.
+    Data(Bytes),
+    /// The buffer holds no complete next piece: read more.
+    NeedMore,
+    /// The body has ended; its trailer fields (often none). Bytes after the body stay in the
+    /// buffer.
+    End(HeaderMap),
+}
+
+/// Why a chunked body is refused (the connection is not used again).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ChunkedError {
+    #[error("invalid chunk size line")]
+    SizeLine,
+    #[error("chunk size too large")]
+    SizeOverflow,
+    #[error("chunk data not followed by CRLF")]
+    MissingCrlf,
+    #[error("chunk size line longer than {MAX_LINE} bytes")]
+    LineTooLong,
+    #[error("invalid trailer field")]
+    Trailer,
+    #[error("trailer fields longer than {MAX_TRAILERS} bytes")]
+    TrailersTooLong,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum State {
+    Size,
+    Data(u64),
+    DataEnd,
+    Trailers,
+    Done,
+}
+
+/// Decodes one chunked body from the front of a read buffer, step by step.
+#[derive(Debug)]
+pub(crate) struct Decoder {
+    state: State,
+    trailer_bytes: usize,
+    trailers: HeaderMap,
+}
+
+impl Default for Decoder {
+    fn default() -> Decoder {
+        Decoder {
+            state: State::Size,
+            trailer_bytes: 0,
+            trailers: HeaderMap::new(),
+        }
+    }
+}
+
+impl Decoder {
+    /// Takes the next piece of the body from the front of `buf`.
+    pub(crate) fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, ChunkedError> {
+        loop {
+            match self.state {
+                State::Size => {
+                    let Some(line) = take_line(buf, MAX_LINE, ChunkedError::LineTooLong)? else {
+                        return Ok(Decoded::NeedMore);
+                    };
+                    let size = chunk_size(&line)?;
+                    self.state = if size == 0 {
+                        State::Trailers
+                    } else {
+                        State::Data(size)
+                    };
+                }
+                State::Data(left) => {
+                    if buf.is_empty() {
+                        return Ok(Decoded::NeedMore);
+                    }
+                    let n = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
+                    let data = buf.split_to(n).freeze();
+                    let left = left - n as u64;
+                    self.state = if left == 0 {
+                        State::DataEnd
+                    } else {
+                        State::Data(left)
+                    };
+                    return Ok(Decoded::Data(data));
+                }
+                State::DataEnd => {
+                    if buf.len() < 2 {
+                        return Ok(Decoded::NeedMore);
+                    }
+                    if &buf[..2] != b"\r\n" {
+                        return Err(ChunkedError::MissingCrlf);
+                    }
+                    buf.advance(2);
+                    self.state = State::Size;
+                }
+                State::Trailers => {
+                    let room = MAX_TRAILERS.saturating_sub(self.trailer_bytes);
+                    let Some(line) = take_line(buf, room, ChunkedError::TrailersTooLong)? else {
+                        return Ok(Decoded::NeedMore);
+                    };
+                    self.trailer_bytes += line.len() + 2;
+                    if line.is_empty() {
+                        self.state = State::Done;
+                        return Ok(Decoded::End(std::mem::take(&mut self.trailers)));
+                    }
+                    let (name, value) = trailer_field(&line)?;
+                    self.trailers.append(name, value);
+                }
+                State::Done => return Ok(Decoded::End(HeaderMap::new())),
+            }
+        }
+    }
+}
+
+/// The next CRLF-terminated line from the front of `buf`, without its CRLF; `None` if no
+/// complete line is there yet. A line (or what has arrived of it) longer than `max` is
+/// `too_long`. A bare LF is not a line end.
+fn take_line(
+    buf: &mut BytesMut,
+    max: usize,
+    too_long: ChunkedError,
+) -> Result<Option<Bytes>, ChunkedError> {
+    let window = &buf[..buf.len().min(max.saturating_add(2))];
+    match window.windows(2).position(|pair| pair == b"\r\n") {
+        Some(end) => {
+            let line = buf.split_to(end).freeze();
+            buf.advance(2);
+            Ok(Some(line))
+        }
+        None if buf.len() >= max.saturating_add(2) => Err(too_long),
+        None => Ok(None),
+    }
+}
+
+/// `chunk-size [ chunk-ext ]`: hex digits, then nothing, or whitespace and `;` extensions
+/// (ignored, but they must be visible ASCII, spaces and tabs).
+fn chunk_size(line: &[u8]) -> Result<u64, ChunkedError> {
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    if digits == 0 {
+        return Err(ChunkedError::SizeLine);
+    }
+    let rest = &line[digits..];
+    let ext_start = rest.iter().position(|b| *b != b' ' && *b != b'\t');
+    if let Some(start) = ext_start {
+        let ext_ok = rest[start] == b';'
+            && rest[start..]
+                .iter()
+                .all(|b| *b == b'\t' || (b' '..=b'~').contains(b));
+        if !ext_ok {
+            return Err(ChunkedError::SizeLine);
+        }
+    }
+    let mut size: u64 = 0;
+    for b in &line[..digits] {
+        let digit = u64::from(char::from(*b).to_digit(16).unwrap_or(0));
+        size = size
+            .checked_mul(16)
+            .and_then(|s| s.checked_add(digit))
+            .ok_or(ChunkedError::SizeOverflow)?;
+    }
+    Ok(size)
+}
+
+fn trailer_field(line: &[u8]) -> Result<(HeaderName, HeaderValue), ChunkedError> {
+    let colon = line
+        .iter()
+        .position(|b| *b == b':')
+        .ok_or(ChunkedError::Trailer)?;
+    let name = HeaderName::from_bytes(&line[..colon]).map_err(|_| ChunkedError::Trailer)?;
+    let value = line[colon + 1..].trim_ascii();
+    let value = HeaderValue::from_bytes(value).map_err(|_| ChunkedError::Trailer)?;
+    Ok((name, value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Feeds `input` in pieces of `step` bytes; returns the body, the trailers and what was
+    /// left in the buffer after the end.
+    fn decode_all(
+        input: &[u8],
+        step: usize,
+    ) -> Result<(Vec<u8>, HeaderMap, Vec<u8>), ChunkedError> {
+        let mut decoder = Decoder::default();
+        let mut buf = BytesMut::new();
+        let mut body = Vec::new();
+        let mut fed = 0;
+        loop {
+            match decoder.decode(&mut buf)? {
+                Decoded::Data(data) => body.extend_from_slice(&data),
+                Decoded::End(trailers) => return Ok((body, trailers, buf.to_vec())),
+                Decoded::NeedMore => {
+                    assert!(fed < input.len(), "ran out of input before the end");
+                    let end = (fed + step).min(input.len());
+                    buf.extend_from_slice(&input[fed..end]);
+                    fed = end;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn chunks_extensions_and_trailers() {
+        let input = b"3\r\nabc\r\nA;name=value; x\r\n0123456789\r\n0\r\nX-Sum: 42\r\nX-Tag:  t \r\n\r\nNEXT";
+        for step in [1, 2, 5, input.len()] {
+            let (body, trailers, rest) = decode_all(input, step).unwrap();
+            assert_eq!(body, b"abc0123456789");
+            assert_eq!(trailers["x-sum"], "42");
+            assert_eq!(trailers["x-tag"], "t");
+            // Bytes after the body stay in the buffer (those that had arrived).
+            assert!(b"NEXT".starts_with(&rest), "{rest:?}");
+            if step == input.len() {
+                assert_eq!(rest, b"NEXT");
+            }
+        }
+    }
+
+    #[test]
+    fn an_empty_body() {
+        let (body, trailers, rest) = decode_all(b"0\r\n\r\n", 1).unwrap();
+        assert!(body.is_empty() && trailers.is_empty() && rest.is_empty());
+    }
+
+    #[test]
+    fn refusals() {
+        let cases: [(&[u8], ChunkedError); 9] = [
+            (b"g\r\n", ChunkedError::SizeLine),
+            (b"\r\n", ChunkedError::SizeLine),
+            (b"3 x\r\nabc\r\n0\r\n\r\n", ChunkedError::SizeLine),
+            (b"-3\r\n", ChunkedError::SizeLine),
+            (b"3\nabc\r\n0\r\n\r\n", ChunkedError::SizeLine),
+            (b"3\r\nabcX\r\n0\r\n\r\n", ChunkedError::MissingCrlf),
+            (b"10000000000000000\r\n", ChunkedError::SizeOverflow),
+            (b"0\r\nno colon\r\n\r\n", ChunkedError::Trailer),
+            (b"0\r\nBad Name: x\r\n\r\n", ChunkedError::Trailer),
+        ];
+        for (input, error) in cases {
+            assert_eq!(
+                decode_all(input, 1).unwrap_err(),
+                error,
+                "{}",
+                String::from_utf8_lossy(input)
+            );
+        }
+        let long_line = format!("1;{}\r\n", "x".repeat(MAX_LINE));
+        assert_eq!(
+            decode_all(long_line.as_bytes(), 64).unwrap_err(),
+            ChunkedError::LineTooLong
+        );
+        let big_trailers = format!("0\r\n{}\r\n", "X-A: b\r\n".repeat(MAX_TRAILERS / 8 + 1));
+        assert_eq!(
+            decode_all(big_trailers.as_bytes(), 100).unwrap_err(),
+            ChunkedError::TrailersTooLong
+        );
+    }
+
+    fn encode(chunks: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for chunk in chunks.iter().filter(|c| !c.is_empty()) {
+            out.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+            out.extend_from_slice(chunk);
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"0\r\n\r\n");
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Whatever the chunking and however the bytes arrive, the body comes out whole and
+        /// nothing after it is taken.
+        #[test]
+        fn any_chunking_any_arrival(
+            chunks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..300), 0..8),
+            step in 1usize..64,
+            after in proptest::collection::vec(any::<u8>(), 0..16),
+        ) {
+            let mut input = encode(&chunks);
+            input.extend_from_slice(&after);
+            let (body, trailers, rest) = decode_all(&input, step).unwrap();
+            prop_assert_eq!(body, chunks.concat());
+            prop_assert!(trailers.is_empty());
+            // Everything fed after the end stays in the buffer (fed in steps, so possibly
+            // only part of `after` had arrived).
+            prop_assert!(after.starts_with(&rest));
+        }
+
+        /// Arbitrary bytes never panic the decoder.
+        #[test]
+        fn arbitrary_input_never_panics(input in proptest::collection::vec(any::<u8>(), 0..512), step in 1usize..32) {
+            let mut decoder = Decoder::default();
+            let mut buf = BytesMut::new();
+            for piece in input.chunks(step) {
+                buf.extend_from_slice(piece);
+                while let Ok(Decoded::Data(_)) = decoder.decode(&mut buf) {}
+            }
+        }
+    }
+}

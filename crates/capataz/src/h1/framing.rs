@@ -1,0 +1,278 @@
+//! How a response's body is delimited (RFC 9112 section 6.3) and whether its connection may
+//! carry another request afterwards.
+
+use http::header::{self, HeaderMap};
+use http::{Method, StatusCode, Version};
+
+use super::head::ResponseHead;
+
+/// How the body of a response ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BodyLength {
+    /// No body at all (a HEAD request, 1xx, 204, 304).
+    Empty,
+    /// Exactly this many bytes (`Content-Length`).
+    Exact(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+    /// Until the backend closes the connection.
+    UntilClose,
+}
+
+/// A response's body length, and whether the connection is reusable once it has been read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Framing {
+    pub(crate) body: BodyLength,
+    pub(crate) reusable: bool,
+}
+
+/// Why a response's framing cannot be trusted: the answer is malformed, and the connection
+/// must not be used again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum FramingError {
+    #[error("invalid Content-Length")]
+    ContentLength,
+    #[error("Transfer-Encoding in an HTTP/1.0 response")]
+    TransferEncodingInHttp10,
+}
+
+/// The framing of the final (non-1xx) response `head` to a `method` request.
+///
+/// - HEAD, 204 and 304 have no body, whatever their fields say (and 1xx, which the caller
+///   handles before this).
+/// - `Transfer-Encoding` wins over `Content-Length`; chunked if chunked is its last coding,
+///   else the body runs until the close. A response carrying both is read by its chunks, and
+///   its connection is not reused: it is how request smuggling starts.
+/// - `Content-Length` must be one number, or a list of the same number repeated.
+/// - Otherwise the body runs until the backend closes.
+///
+/// The connection is reusable if the body has a known end, the response is HTTP/1.1 without
+/// `Connection: close`, or HTTP/1.0 with `Connection: keep-alive`.
+pub(crate) fn response(method: &Method, head: &ResponseHead) -> Result<Framing, FramingError> {
+    let headers = &head.headers;
+    let mut reusable = match head.version {
+        Version::HTTP_11 => !has_token(headers, "close"),
+        _ => has_token(headers, "keep-alive") && !has_token(headers, "close"),
+    };
+    let no_body = *method == Method::HEAD
+        || head.status.is_informational()
+        || head.status == StatusCode::NO_CONTENT
+        || head.status == StatusCode::NOT_MODIFIED;
+    if no_body {
+        return Ok(Framing {
+            body: BodyLength::Empty,
+            reusable,
+        });
+    }
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        if head.version == Version::HTTP_10 {
+            return Err(FramingError::TransferEncodingInHttp10);
+        }
+        if headers.contains_key(header::CONTENT_LENGTH) {
+            reusable = false;
+        }
+        let body = if last_coding_is_chunked(headers) {
+            BodyLength::Chunked
+        } else {
+            reusable = false;
+            BodyLength::UntilClose
+        };
+        return Ok(Framing { body, reusable });
+    }
+    if let Some(length) = content_length(headers)? {
+        return Ok(Framing {
+            body: BodyLength::Exact(length),
+            reusable,
+        });
+    }
+    Ok(Framing {
+        body: BodyLength::UntilClose,
+        reusable: false,
+    })
+}
+
+/// The `Content-Length`, if any: every value (and every comma-separated element) must be the
+/// same decimal number.
+fn content_length(headers: &HeaderMap) -> Result<Option<u64>, FramingError> {
+    let mut length = None;
+    for value in headers.get_all(header::CONTENT_LENGTH) {
+        let text = value.to_str().map_err(|_| FramingError::ContentLength)?;
+        for element in text.split(',') {
+            let element = element.trim();
+            if element.is_empty()
+                || element.len() > 19
+                || !element.bytes().all(|b| b.is_ascii_digit())
+            {
+                return Err(FramingError::ContentLength);
+            }
+            let n: u64 = element.parse().map_err(|_| FramingError::ContentLength)?;
+            match length {
+                Some(previous) if previous != n => return Err(FramingError::ContentLength),
+                _ => length = Some(n),
+            }
+        }
+    }
+    Ok(length)
+}
+
+/// Whether the last transfer coding is `chunked`. A value that is not plain text counts as
+/// not chunked: the body then runs until the close and the connection is not reused.
+fn last_coding_is_chunked(headers: &HeaderMap) -> bool {
+    let mut last = None;
+    for value in headers.get_all(header::TRANSFER_ENCODING) {
+        let Ok(text) = value.to_str() else {
+            return false;
+        };
+        if let Some(coding) = text.split(',').map(str::trim).rfind(|c| !c.is_empty()) {
+            last = Some(coding);
+        }
+    }
+    last.is_some_and(|coding| coding.eq_ignore_ascii_case("chunked"))
+}
+
+fn has_token(headers: &HeaderMap, token: &str) -> bool {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::h1::head;
+
+    fn framing(method: &Method, text: &str) -> Result<Framing, FramingError> {
+        let head = head::parse(text.as_bytes(), 16384, 100).unwrap().unwrap();
+        response(method, &head)
+    }
+
+    fn get(text: &str) -> Result<Framing, FramingError> {
+        framing(&Method::GET, text)
+    }
+
+    const fn ok(body: BodyLength, reusable: bool) -> Result<Framing, FramingError> {
+        Ok(Framing { body, reusable })
+    }
+
+    #[test]
+    fn content_length() {
+        assert_eq!(
+            get("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n"),
+            ok(BodyLength::Exact(3), true)
+        );
+        assert_eq!(
+            get("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"),
+            ok(BodyLength::Exact(0), true)
+        );
+        assert_eq!(
+            get("HTTP/1.1 200 OK\r\nContent-Length: 7, 7\r\nContent-Length: 7\r\n\r\n"),
+            ok(BodyLength::Exact(7), true)
+        );
+        for bad in [
+            "3, 4",
+            "-1",
+            "+3",
+            "0x10",
+            "3 4",
+            "",
+            "99999999999999999999",
+            "3.0",
+        ] {
+            let text = format!("HTTP/1.1 200 OK\r\nContent-Length: {bad}\r\n\r\n");
+            assert_eq!(get(&text), Err(FramingError::ContentLength), "{bad:?}");
+        }
+        assert_eq!(
+            get("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n"),
+            Err(FramingError::ContentLength)
+        );
+    }
+
+    #[test]
+    fn no_body_whatever_the_fields_say() {
+        let text = "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n";
+        assert_eq!(framing(&Method::HEAD, text), ok(BodyLength::Empty, true));
+        for status in ["204 No Content", "304 Not Modified", "100 Continue"] {
+            let text = format!("HTTP/1.1 {status}\r\nContent-Length: 10\r\n\r\n");
+            assert_eq!(get(&text), ok(BodyLength::Empty, true), "{status}");
+        }
+    }
+
+    #[test]
+    fn transfer_encoding_wins_and_both_forbid_reuse() {
+        assert_eq!(
+            get("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            ok(BodyLength::Chunked, true)
+        );
+        assert_eq!(
+            get("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, Chunked\r\n\r\n"),
+            ok(BodyLength::Chunked, true)
+        );
+        assert_eq!(
+            get("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            ok(BodyLength::Chunked, true)
+        );
+        assert_eq!(
+            get("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"),
+            ok(BodyLength::Chunked, false)
+        );
+        assert_eq!(
+            get("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n"),
+            ok(BodyLength::UntilClose, false)
+        );
+        assert_eq!(
+            get("HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            Err(FramingError::TransferEncodingInHttp10)
+        );
+        assert_eq!(
+            get("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked,\r\n\r\n"),
+            ok(BodyLength::Chunked, true)
+        );
+        let mut text =
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: \xffx\r\n\r\n"
+                .to_vec();
+        let head = head::parse(&text, 16384, 100).unwrap().unwrap();
+        assert_eq!(
+            response(&Method::GET, &head),
+            ok(BodyLength::UntilClose, false)
+        );
+        text.clear();
+    }
+
+    #[test]
+    fn until_close_without_length() {
+        assert_eq!(
+            get("HTTP/1.1 200 OK\r\n\r\n"),
+            ok(BodyLength::UntilClose, false)
+        );
+        assert_eq!(
+            get("HTTP/1.0 200 OK\r\n\r\n"),
+            ok(BodyLength::UntilClose, false)
+        );
+    }
+
+    #[test]
+    fn reuse_follows_version_and_connection() {
+        let cases = [
+            ("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n", true),
+            (
+                "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 1\r\n\r\n",
+                false,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nConnection: x-foo, Close\r\nContent-Length: 1\r\n\r\n",
+                false,
+            ),
+            ("HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n", false),
+            (
+                "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 1\r\n\r\n",
+                true,
+            ),
+        ];
+        for (text, reusable) in cases {
+            assert_eq!(get(text), ok(BodyLength::Exact(1), reusable), "{text}");
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! A backend's response head: status line and header fields, parsed from the bytes read so far.
+
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::{StatusCode, Version};
+
+/// A complete response head.
+#[derive(Debug)]
+pub(crate) struct ResponseHead {
+    pub(crate) status: StatusCode,
+    pub(crate) version: Version,
+    pub(crate) headers: HeaderMap,
+    /// How many bytes of the input the head took, its final empty line included.
+    pub(crate) len: usize,
+}
+
+/// Why a response head is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum HeadError {
+    #[error("response head larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("more than {0} header fields")]
+    TooManyHeaders(usize),
+    #[error("malformed response head: {0}")]
+    Malformed(&'static str),
+}
+
+/// Parses a response head from the start of `buf`. `Ok(None)`: not complete yet, read more
+/// (unless `buf` already holds `max_len` bytes, which is an error). Obsolete line folding,
+/// a space before a colon and invalid field values are errors, as is any version but 1.x.
+pub(crate) fn parse(
+    buf: &[u8],
+    max_len: usize,
+    max_headers: usize,
+) -> Result<Option<ResponseHead>, HeadError> {
+    let mut slots = vec![httparse::EMPTY_HEADER; max_headers];
+    let mut response = httparse::Response::new(&mut slots);
+    let window = &buf[..buf.len().min(max_len)];
+    let len = match response.parse(window) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() >= max_len => {
+            return Err(HeadError::TooLarge(max_len))
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders(max_headers)),
+        Err(e) => return Err(HeadError::Malformed(error_text(e))),
+    };
+    let version = match response.version {
+        Some(0) => Version::HTTP_10,
+        Some(1) => Version::HTTP_11,
+        _ => return Err(HeadError::Malformed("HTTP version")),
+    };
+    let status = response
+        .code
+        .and_then(|code| StatusCode::from_u16(code).ok())
+        .ok_or(HeadError::Malformed("status code"))?;
+    let mut headers = HeaderMap::with_capacity(response.headers.len());
+    for field in response.headers.iter() {
+        let name = HeaderName::from_bytes(field.name.as_bytes())
+            .map_err(|_| HeadError::Malformed("header name"))?;
+        let value = HeaderValue::from_bytes(field.value)
+            .map_err(|_| HeadError::Malformed("header value"))?;
+        headers.append(name, value);
+    }
+    Ok(Some(ResponseHead {
+        status,
+        version,
+        headers,
+        len,
+    }))
+}
+
+fn error_text(error: httparse::Error) -> &'static str {
+    match error {
+        httparse::Error::HeaderName => "header name",
+        httparse::Error::HeaderValue => "header value",
+        httparse::Error::NewLine => "line ending",
+        httparse::Error::Status => "status code",
+        httparse::Error::Token => "token",
+        httparse::Error::Version => "HTTP version",
+        httparse::Error::TooManyHeaders => "too many header fields",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAX: usize = 16384;
+
+    #[test]
+    fn a_complete_head_with_its_fields_and_length() {
+        let text = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nX-Tag: a\r\nx-tag: b\r\n\r\nok\n";
+        let head = parse(text, MAX, 100).unwrap().unwrap();
+        assert_eq!(head.status, StatusCode::OK);
+        assert_eq!(head.version, Version::HTTP_11);
+        assert_eq!(head.len, text.len() - 3);
+        assert_eq!(head.headers["content-length"], "3");
+        let tags: Vec<_> = head.headers.get_all("x-tag").iter().collect();
+        assert_eq!(tags, ["a", "b"]);
+    }
+
+    #[test]
+    fn http10_and_an_empty_reason() {
+        let head = parse(b"HTTP/1.0 204 \r\n\r\n", MAX, 100).unwrap().unwrap();
+        assert_eq!(head.version, Version::HTTP_10);
+        assert_eq!(head.status, StatusCode::NO_CONTENT);
+    }
+
+    #[test]
+    fn every_prefix_of_a_head_is_partial() {
+        let text = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n\r\n";
+        for end in 0..text.len() {
+            assert!(parse(&text[..end], MAX, 100).unwrap().is_none(), "{end}");
+        }
+        assert!(parse(text, MAX, 100).unwrap().is_some());
+    }
+
+    #[test]
+    fn limits() {
+        let long = format!("HTTP/1.1 200 OK\r\nX-Big: {}\r\n\r\n", "a".repeat(200));
+        assert_eq!(
+            parse(long.as_bytes(), 100, 100).unwrap_err(),
+            HeadError::TooLarge(100)
+        );
+        // Not complete, but not at the limit either: read more.
+        assert!(parse(&long.as_bytes()[..50], 100, 100).unwrap().is_none());
+        let many = format!("HTTP/1.1 200 OK\r\n{}\r\n", "A: b\r\n".repeat(5));
+        assert_eq!(
+            parse(many.as_bytes(), MAX, 4).unwrap_err(),
+            HeadError::TooManyHeaders(4)
+        );
+    }
+
+    #[test]
+    fn garbage_is_malformed() {
+        for text in [
+            &b"HTTP/2.0 200 OK\r\n\r\n"[..],
+            b"HTTP/1.1 20 OK\r\n\r\n",
+            b"SSH-2.0-OpenSSH_9.2\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nBad Name: x\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nX: a\r\n folded\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nX : a\r\n\r\n",
+        ] {
+            assert!(
+                matches!(parse(text, MAX, 100), Err(HeadError::Malformed(_))),
+                "{}",
+                String::from_utf8_lossy(text)
+            );
+        }
+    }
+}
