@@ -13,12 +13,17 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use bytes::Bytes;
+use std::io;
+
+use bytes::{Bytes, BytesMut};
 use capataz_health::Outcome;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper::client::conn::http1::SendRequest;
+use tokio::net::TcpStream;
 
+use crate::h1::chunked;
+use crate::h1::framing::{BodyLength, Framing};
 use crate::health::{BackendRt, PoolRt};
+use crate::upstream::READ_SIZE;
 
 /// A request body on its way to a backend.
 #[derive(Debug)]
@@ -62,7 +67,7 @@ impl Body for ReqBody {
 pub struct Lease {
     backend: Arc<BackendRt>,
     /// The connection, and when its response arrived.
-    sender: Option<(SendRequest<ReqBody>, Instant)>,
+    sender: Option<(TcpStream, Instant)>,
     complete: bool,
     /// The answer to report to the passive checks when the lease ends: the pool, the backend's
     /// index in it, and the answer's status.
@@ -88,7 +93,7 @@ impl Lease {
         &self.backend
     }
 
-    pub(crate) fn set_sender(&mut self, sender: SendRequest<ReqBody>, answered_at: Instant) {
+    pub(crate) fn set_sender(&mut self, sender: TcpStream, answered_at: Instant) {
         self.sender = Some((sender, answered_at));
     }
 
@@ -114,9 +119,12 @@ impl Drop for Lease {
 }
 
 /// A response body on its way to a client.
+// One per response in flight, moved once: boxing the large variant would cost an allocation
+// per response for nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum RespBody {
     /// A backend's body, with the lease it holds.
-    Upstream(Incoming, Option<Lease>),
+    Upstream(UpstreamBody),
     /// A body capataz wrote itself (an error page).
     Full(Option<Bytes>),
 }
@@ -127,61 +135,213 @@ impl RespBody {
         RespBody::Full(Some(text.into()))
     }
 
-    pub(crate) fn upstream(body: Incoming, mut lease: Lease) -> RespBody {
-        if body.is_end_stream() {
+    /// The body of a backend's answer, read from `stream` (`buf` holds what was read past the
+    /// head) as `framing` says. When it has been read to its end the connection goes back to
+    /// the backend's idle set if it is reusable; `answered_at` is when the head arrived.
+    pub(crate) fn upstream(
+        stream: TcpStream,
+        buf: BytesMut,
+        framing: Framing,
+        mut lease: Lease,
+        answered_at: Instant,
+    ) -> RespBody {
+        let state = match framing.body {
+            BodyLength::Empty | BodyLength::Exact(0) => State::Done,
+            BodyLength::Exact(n) => State::Exact(n),
+            BodyLength::Chunked => State::Chunked(chunked::Decoder::default()),
+            BodyLength::UntilClose => State::UntilClose,
+        };
+        if matches!(state, State::Done) {
             // Nothing to stream: the connection is ready again now.
-            lease.complete = true;
+            if framing.reusable && buf.is_empty() {
+                lease.set_sender(stream, answered_at);
+                lease.complete = true;
+            }
             drop(lease);
-            return RespBody::Upstream(body, None);
+            return RespBody::Full(None);
         }
-        RespBody::Upstream(body, Some(lease))
+        RespBody::Upstream(UpstreamBody {
+            stream: Some(stream),
+            buf,
+            state,
+            reusable: framing.reusable,
+            answered_at,
+            lease: Some(lease),
+            unflushed: false,
+            broke: false,
+        })
+    }
+}
+
+/// How much of a backend's body is left.
+enum State {
+    Exact(u64),
+    Chunked(chunked::Decoder),
+    UntilClose,
+    Done,
+}
+
+/// A backend's response body, read straight from its connection.
+pub struct UpstreamBody {
+    stream: Option<TcpStream>,
+    buf: BytesMut,
+    state: State,
+    reusable: bool,
+    answered_at: Instant,
+    lease: Option<Lease>,
+    /// Whether data went out since the last `Pending`: hyper may still hold it unsent.
+    unflushed: bool,
+    /// The body broke after data that may not have been sent yet; the break is reported on
+    /// the next poll.
+    broke: bool,
+}
+
+impl UpstreamBody {
+    /// The body has ended whole: the lease completes, with the connection if it can be used
+    /// again (nothing unread is left on it).
+    fn finish(&mut self) {
+        self.state = State::Done;
+        if let Some(mut lease) = self.lease.take() {
+            if let Some(stream) = self.stream.take() {
+                if self.reusable && self.buf.is_empty() {
+                    lease.set_sender(stream, self.answered_at);
+                }
+            }
+            lease.complete = true;
+        }
+        self.buf = BytesMut::new();
+    }
+
+    /// The body broke: it counts as a reset, and the connection is dropped.
+    fn break_off(&mut self) -> io::Error {
+        self.state = State::Done;
+        if let Some(mut lease) = self.lease.take() {
+            lease.broken = true;
+        }
+        self.stream = None;
+        io::Error::new(io::ErrorKind::UnexpectedEof, "the backend's body broke off")
+    }
+
+    /// The body broke here. If data went out since the last wait, the break is reported on the
+    /// next poll: hyper sends what it holds when the body waits, so the client gets the head
+    /// and every byte that arrived before it learns of the break.
+    fn broken(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Frame<Bytes>>>> {
+        if self.unflushed {
+            self.broke = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        Poll::Ready(Some(Err(self.break_off())))
+    }
+
+    /// Reads more from the backend into the buffer: `Ready(Ok(0))` at its end of stream.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let Some(stream) = &self.stream else {
+            return Poll::Ready(Ok(0));
+        };
+        loop {
+            if self.buf.capacity() - self.buf.len() < READ_SIZE / 2 {
+                self.buf.reserve(READ_SIZE);
+            }
+            match stream.try_read_buf(&mut self.buf) {
+                Ok(n) => return Poll::Ready(Ok(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::task::ready!(stream.poll_read_ready(cx))?;
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Frame<Bytes>>>> {
+        let polled = self.poll_step(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(_))) => self.unflushed = true,
+            Poll::Pending => self.unflushed = false,
+            _ => {}
+        }
+        polled
+    }
+
+    fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Frame<Bytes>>>> {
+        if self.broke {
+            return Poll::Ready(Some(Err(self.break_off())));
+        }
+        loop {
+            match &mut self.state {
+                State::Done => return Poll::Ready(None),
+                State::Exact(left) => {
+                    if !self.buf.is_empty() {
+                        let n = usize::try_from(*left)
+                            .unwrap_or(usize::MAX)
+                            .min(self.buf.len());
+                        let data = self.buf.split_to(n).freeze();
+                        *left -= n as u64;
+                        if *left == 0 {
+                            self.finish();
+                        }
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                }
+                State::Chunked(decoder) => match decoder.decode(&mut self.buf) {
+                    Ok(chunked::Decoded::Data(data)) => {
+                        return Poll::Ready(Some(Ok(Frame::data(data))))
+                    }
+                    Ok(chunked::Decoded::End(_trailers)) => {
+                        self.finish();
+                        return Poll::Ready(None);
+                    }
+                    Ok(chunked::Decoded::NeedMore) => {}
+                    Err(_) => return self.broken(cx),
+                },
+                State::UntilClose => {
+                    if !self.buf.is_empty() {
+                        let data = self.buf.split().freeze();
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                }
+            }
+            match std::task::ready!(self.poll_fill(cx)) {
+                Ok(0) if matches!(self.state, State::UntilClose) => {
+                    self.reusable = false;
+                    self.finish();
+                    return Poll::Ready(None);
+                }
+                Ok(0) | Err(_) => return self.broken(cx),
+                Ok(_) => {}
+            }
+        }
     }
 }
 
 impl Body for RespBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = io::Error;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         match self.get_mut() {
-            RespBody::Upstream(body, lease) => {
-                let polled = Pin::new(&mut *body).poll_frame(cx);
-                match &polled {
-                    // hyper stops polling once a sized body has delivered its last byte, so the
-                    // end is detected after each frame, not only at `None`.
-                    Poll::Ready(None) | Poll::Ready(Some(Ok(_))) if body.is_end_stream() => {
-                        if let Some(mut lease) = lease.take() {
-                            lease.complete = true;
-                        }
-                    }
-                    Poll::Ready(Some(Err(_))) => {
-                        // A broken response: the connection is not reused, and it counts as a
-                        // reset.
-                        if let Some(mut lease) = lease.take() {
-                            lease.broken = true;
-                        }
-                    }
-                    _ => {}
-                }
-                polled
-            }
+            RespBody::Upstream(body) => body.poll_next(cx),
             RespBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
-            RespBody::Upstream(body, _) => body.is_end_stream(),
+            RespBody::Upstream(body) => matches!(body.state, State::Done),
             RespBody::Full(bytes) => bytes.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            RespBody::Upstream(body, _) => body.size_hint(),
+            RespBody::Upstream(body) => match body.state {
+                State::Exact(n) => SizeHint::with_exact(n),
+                State::Done => SizeHint::with_exact(0),
+                _ => SizeHint::default(),
+            },
             RespBody::Full(Some(bytes)) => SizeHint::with_exact(bytes.len() as u64),
             RespBody::Full(None) => SizeHint::with_exact(0),
         }

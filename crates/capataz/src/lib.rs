@@ -13,7 +13,6 @@ pub mod config;
 pub mod ctl;
 pub mod demo;
 pub mod events;
-#[allow(dead_code)] // Not wired in yet: see the module.
 mod h1;
 pub mod health;
 pub mod logging;

@@ -17,9 +17,14 @@ use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::{Body as _, Incoming};
 use hyper_util::rt::TokioIo;
 
+use bytes::Bytes;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
 use crate::body::{Lease, ReqBody, RespBody};
 use crate::config::{AllDownPolicy, ListenerConfig};
 use crate::health::PoolRt;
+use crate::upstream::{self, ExchangeError};
 
 /// The most backends one request may try (first attempt plus retries).
 const MAX_TRIES: usize = 11;
@@ -205,12 +210,14 @@ impl Proxy {
                         failure = Some(Failure::BadGateway(Outcome::Status(status)));
                         continue;
                     }
-                    if status == 101 {
-                        if let Some(client_upgrade) = client_upgrade {
-                            tunnel(client_upgrade, hyper::upgrade::on(&mut response));
-                        }
-                    } else {
-                        strip_hop_by_hop(response.headers_mut(), false);
+                    strip_hop_by_hop(response.headers_mut(), false);
+                    return Ok(response);
+                }
+                Forwarded::Upgraded(response, stream, early) => {
+                    match client_upgrade {
+                        Some(client_upgrade) => tunnel(client_upgrade, stream, early),
+                        // A 101 nobody asked for: the client gets it, and nothing else.
+                        None => drop(stream),
                     }
                     return Ok(response);
                 }
@@ -238,6 +245,9 @@ impl Proxy {
 enum Forwarded {
     /// The backend answered (status code given).
     Response(Response<RespBody>, u16),
+    /// The backend switched protocols: its answer, its connection and what it sent past the
+    /// answer's head.
+    Upgraded(Response<RespBody>, TcpStream, Bytes),
     /// Nothing reached the backend; the request comes back intact.
     NotSent(Request<ReqBody>, Failure),
     /// The request was sent (at least in part) and no usable answer came.
@@ -266,7 +276,7 @@ async fn forward(
         } else {
             backend.upstream.acquire(started).await
         };
-        let mut conn = match conn {
+        let conn = match conn {
             Ok(conn) => conn,
             Err(outcome) => {
                 pool.observe(index, outcome);
@@ -278,15 +288,6 @@ async fn forward(
                 return Forwarded::NotSent(request, why);
             }
         };
-        if conn.sender.ready().await.is_err() {
-            if conn.reused && !fresh_only {
-                fresh_only = true;
-                continue;
-            }
-            pool.observe(index, Outcome::Reset);
-            backend.metrics.unanswered();
-            return Forwarded::NotSent(request, Failure::BadGateway(Outcome::Reset));
-        }
         let sent_at = if conn.reused && !fresh_only {
             started
         } else {
@@ -294,45 +295,54 @@ async fn forward(
         };
         let deadline =
             tokio::time::Instant::from_std(sent_at) + pool.config.timeouts.response_header;
-        let sent = tokio::time::timeout_at(deadline, conn.sender.try_send_request(request)).await;
+        let reused = conn.reused && !fresh_only;
+        let sent =
+            tokio::time::timeout_at(deadline, upstream::exchange(conn.stream, request)).await;
         match sent {
             Err(_) => {
                 pool.observe(index, Outcome::Timeout);
                 backend.metrics.unanswered();
                 return Forwarded::Failed(Failure::Timeout);
             }
-            Ok(Err(mut error)) => match error.take_message() {
-                Some(unsent) if conn.reused && !fresh_only => {
-                    request = unsent;
-                    fresh_only = true;
-                }
-                Some(unsent) => {
-                    pool.observe(index, Outcome::Reset);
-                    backend.metrics.unanswered();
-                    return Forwarded::NotSent(unsent, Failure::BadGateway(Outcome::Reset));
-                }
-                None => {
-                    let outcome = if error.error().is_parse() {
-                        Outcome::Malformed
-                    } else {
-                        Outcome::Reset
-                    };
-                    pool.observe(index, outcome);
-                    backend.metrics.unanswered();
-                    return Forwarded::Failed(Failure::BadGateway(outcome));
-                }
-            },
-            Ok(Ok(response)) => {
-                let status = response.status().as_u16();
+            Ok(Err(ExchangeError::NotSent(unsent))) if reused => {
+                // A pooled connection the backend closed meanwhile: one fresh try.
+                request = unsent;
+                fresh_only = true;
+            }
+            Ok(Err(ExchangeError::NotSent(unsent))) => {
+                pool.observe(index, Outcome::Reset);
+                backend.metrics.unanswered();
+                return Forwarded::NotSent(unsent, Failure::BadGateway(Outcome::Reset));
+            }
+            Ok(Err(ExchangeError::Failed(outcome))) => {
+                pool.observe(index, outcome);
+                backend.metrics.unanswered();
+                return Forwarded::Failed(Failure::BadGateway(outcome));
+            }
+            Ok(Ok(answer)) => {
+                let status = answer.head.status.as_u16();
                 let answered_at = Instant::now();
                 backend
                     .metrics
                     .answered(status, answered_at.saturating_duration_since(sent_at));
-                let (parts, body) = response.into_parts();
+                let mut response = Response::new(RespBody::Full(None));
+                *response.status_mut() = answer.head.status;
+                *response.headers_mut() = answer.head.headers;
+                if status == 101 {
+                    // The connection becomes the tunnel; the passive side hears of the 101.
+                    pool.observe(index, Outcome::Status(status));
+                    drop(lease);
+                    return Forwarded::Upgraded(response, answer.stream, answer.buf.freeze());
+                }
                 lease.judge_at_end(pool.clone(), index, Outcome::Status(status));
-                lease.set_sender(conn.sender, answered_at);
-                let body = RespBody::upstream(body, lease);
-                return Forwarded::Response(Response::from_parts(parts, body), status);
+                *response.body_mut() = RespBody::upstream(
+                    answer.stream,
+                    answer.buf,
+                    answer.framing,
+                    lease,
+                    answered_at,
+                );
+                return Forwarded::Response(response, status);
             }
         }
     }
@@ -576,13 +586,17 @@ fn add_forwarded_headers(headers: &mut HeaderMap, client: &ClientInfo) {
     headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));
 }
 
-fn tunnel(client: hyper::upgrade::OnUpgrade, backend: hyper::upgrade::OnUpgrade) {
+/// Joins the client's upgraded connection and the backend's, once the 101 has reached the
+/// client; `early` is what the backend sent after its 101 before the tunnel existed.
+fn tunnel(client: hyper::upgrade::OnUpgrade, mut backend: TcpStream, early: Bytes) {
     tokio::spawn(async move {
-        let (Ok(client), Ok(backend)) = tokio::join!(client, backend) else {
+        let Ok(client) = client.await else {
             return;
         };
         let mut client = TokioIo::new(client);
-        let mut backend = TokioIo::new(backend);
+        if !early.is_empty() && client.write_all(&early).await.is_err() {
+            return;
+        }
         let _ = tokio::io::copy_bidirectional(&mut client, &mut backend).await;
     });
 }

@@ -1,10 +1,10 @@
-//! The pieces of an HTTP/1.1 client for backend connections, without IO: parsing a response
-//! head, deciding how its body is delimited (RFC 9112 section 6.3) and whether the connection
-//! can carry another request, decoding a chunked body, and encoding a request head.
+//! capataz's HTTP/1.1 client side, without IO: parsing a backend's response head, deciding how
+//! its body is delimited (RFC 9112 section 6.3) and whether the connection can carry another
+//! request, decoding a chunked body, and encoding a request head. `upstream` does the IO.
 //!
-//! Not wired in yet: backend connections still go through hyper's client. These are the parts
-//! of capataz's own client (no dispatch channel or task per connection, buffers only while a
-//! request is in flight); see BENCHMARKS.md, Memory.
+//! capataz speaks HTTP/1.1 to backends itself rather than through hyper's client: an idle
+//! backend connection then holds only its socket (no dispatch channel, task or buffers), and a
+//! request goes out from the task that received it. See BENCHMARKS.md, Memory.
 
 pub(crate) mod chunked;
 pub(crate) mod framing;
