@@ -29,10 +29,10 @@ use crate::h1::request::{self, RequestBody};
 const MAX_IDLE: usize = 512;
 /// The largest response head accepted from a backend.
 const MAX_HEAD: usize = 65536;
-/// The most header fields accepted in a response head.
-const MAX_HEADERS: usize = 128;
 /// How much is read from a backend at a time.
 pub(crate) const READ_SIZE: usize = 8192;
+/// How much is read for the start of an answer.
+const FIRST_READ: usize = 2048;
 
 /// A connection ready to carry one request.
 pub(crate) struct Conn {
@@ -177,15 +177,11 @@ pub(crate) async fn exchange(
         request.body().is_end_stream(),
         request.body().size_hint().exact(),
     );
-    let target = request
-        .uri()
-        .path_and_query()
-        .map_or("/", |pq| pq.as_str())
-        .to_owned();
+    let target = request.uri().path_and_query().map_or("/", |pq| pq.as_str());
     let mut head_bytes = Vec::with_capacity(256);
     request::encode_head(
         request.method(),
-        &target,
+        target,
         request.headers(),
         body_framing,
         &mut head_bytes,
@@ -286,9 +282,8 @@ async fn read_head(
     buf: &mut BytesMut,
 ) -> Result<ResponseHead, Outcome> {
     loop {
-        match head::parse(buf, MAX_HEAD, MAX_HEADERS) {
+        match head::parse(buf, MAX_HEAD) {
             Ok(Some(head)) => {
-                let _ = buf.split_to(head.len);
                 if head.status.is_informational() && head.status != StatusCode::SWITCHING_PROTOCOLS
                 {
                     continue;
@@ -298,7 +293,13 @@ async fn read_head(
             Ok(None) => {}
             Err(_) => return Err(Outcome::Malformed),
         }
-        buf.reserve(READ_SIZE);
+        // Most answers' heads (and small bodies) fit in a first read of 2 KB; more is asked
+        // for only when the head goes on.
+        buf.reserve(if buf.is_empty() {
+            FIRST_READ
+        } else {
+            READ_SIZE
+        });
         match reader.read_buf(buf).await {
             Ok(0) | Err(_) => return Err(Outcome::Reset),
             Ok(_) => {}

@@ -145,7 +145,8 @@ mod tests {
     use crate::h1::head;
 
     fn framing(method: &Method, text: &str) -> Result<Framing, FramingError> {
-        let head = head::parse(text.as_bytes(), 16384, 100).unwrap().unwrap();
+        let mut buf = bytes::BytesMut::from(text.as_bytes());
+        let head = head::parse(&mut buf, 16384).unwrap().unwrap();
         response(method, &head)
     }
 
@@ -233,7 +234,8 @@ mod tests {
         let mut text =
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: \xffx\r\n\r\n"
                 .to_vec();
-        let head = head::parse(&text, 16384, 100).unwrap().unwrap();
+        let mut buf = bytes::BytesMut::from(&text[..]);
+        let head = head::parse(&mut buf, 16384).unwrap().unwrap();
         assert_eq!(
             response(&Method::GET, &head),
             ok(BodyLength::UntilClose, false)

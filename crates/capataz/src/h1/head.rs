@@ -1,5 +1,6 @@
 //! A backend's response head: status line and header fields, parsed from the bytes read so far.
 
+use bytes::BytesMut;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{StatusCode, Version};
 
@@ -9,8 +10,6 @@ pub(crate) struct ResponseHead {
     pub(crate) status: StatusCode,
     pub(crate) version: Version,
     pub(crate) headers: HeaderMap,
-    /// How many bytes of the input the head took, its final empty line included.
-    pub(crate) len: usize,
 }
 
 /// Why a response head is refused.
@@ -24,15 +23,16 @@ pub(crate) enum HeadError {
     Malformed(&'static str),
 }
 
-/// Parses a response head from the start of `buf`. `Ok(None)`: not complete yet, read more
-/// (unless `buf` already holds `max_len` bytes, which is an error). Obsolete line folding,
-/// a space before a colon and invalid field values are errors, as is any version but 1.x.
-pub(crate) fn parse(
-    buf: &[u8],
-    max_len: usize,
-    max_headers: usize,
-) -> Result<Option<ResponseHead>, HeadError> {
-    let mut slots = vec![httparse::EMPTY_HEADER; max_headers];
+/// The most header fields a response head may have.
+pub(crate) const MAX_HEADERS: usize = 128;
+
+/// Parses a response head from the start of `buf` and, once it is complete, takes it off the
+/// front of `buf`. `Ok(None)`: not complete yet, read more (unless `buf` already holds
+/// `max_len` bytes, which is an error). Obsolete line folding, a space before a colon and
+/// invalid field values are errors, as is any version but 1.x. Field values share the
+/// buffer's memory (no copy).
+pub(crate) fn parse(buf: &mut BytesMut, max_len: usize) -> Result<Option<ResponseHead>, HeadError> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut response = httparse::Response::new(&mut slots);
     let window = &buf[..buf.len().min(max_len)];
     let len = match response.parse(window) {
@@ -41,7 +41,7 @@ pub(crate) fn parse(
             return Err(HeadError::TooLarge(max_len))
         }
         Ok(httparse::Status::Partial) => return Ok(None),
-        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders(max_headers)),
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders(MAX_HEADERS)),
         Err(e) => return Err(HeadError::Malformed(error_text(e))),
     };
     let version = match response.version {
@@ -53,11 +53,20 @@ pub(crate) fn parse(
         .code
         .and_then(|code| StatusCode::from_u16(code).ok())
         .ok_or(HeadError::Malformed("status code"))?;
-    let mut headers = HeaderMap::with_capacity(response.headers.len());
+    // Names are parsed now; values are cut from the head's bytes once they are taken off the
+    // buffer, as ranges into it.
+    let base = buf.as_ptr() as usize;
+    let mut fields: Vec<(HeaderName, usize, usize)> = Vec::with_capacity(response.headers.len());
     for field in response.headers.iter() {
         let name = HeaderName::from_bytes(field.name.as_bytes())
             .map_err(|_| HeadError::Malformed("header name"))?;
-        let value = HeaderValue::from_bytes(field.value)
+        let start = field.value.as_ptr() as usize - base;
+        fields.push((name, start, start + field.value.len()));
+    }
+    let bytes = buf.split_to(len).freeze();
+    let mut headers = HeaderMap::with_capacity(fields.len());
+    for (name, start, end) in fields {
+        let value = HeaderValue::from_maybe_shared(bytes.slice(start..end))
             .map_err(|_| HeadError::Malformed("header value"))?;
         headers.append(name, value);
     }
@@ -65,7 +74,6 @@ pub(crate) fn parse(
         status,
         version,
         headers,
-        len,
     }))
 }
 
@@ -87,13 +95,24 @@ mod tests {
 
     const MAX: usize = 16384;
 
+    fn parse_bytes(text: &[u8], max_len: usize) -> Result<Option<ResponseHead>, HeadError> {
+        let mut buf = BytesMut::from(text);
+        let parsed = parse(&mut buf, max_len);
+        if let Ok(Some(_)) = &parsed {
+            let end = text.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+            assert_eq!(&buf[..], &text[end..], "the head is taken off the buffer");
+        } else {
+            assert_eq!(buf.len(), text.len(), "nothing is taken off");
+        }
+        parsed
+    }
+
     #[test]
     fn a_complete_head_with_its_fields_and_length() {
         let text = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nX-Tag: a\r\nx-tag: b\r\n\r\nok\n";
-        let head = parse(text, MAX, 100).unwrap().unwrap();
+        let head = parse_bytes(text, MAX).unwrap().unwrap();
         assert_eq!(head.status, StatusCode::OK);
         assert_eq!(head.version, Version::HTTP_11);
-        assert_eq!(head.len, text.len() - 3);
         assert_eq!(head.headers["content-length"], "3");
         let tags: Vec<_> = head.headers.get_all("x-tag").iter().collect();
         assert_eq!(tags, ["a", "b"]);
@@ -101,7 +120,7 @@ mod tests {
 
     #[test]
     fn http10_and_an_empty_reason() {
-        let head = parse(b"HTTP/1.0 204 \r\n\r\n", MAX, 100).unwrap().unwrap();
+        let head = parse_bytes(b"HTTP/1.0 204 \r\n\r\n", MAX).unwrap().unwrap();
         assert_eq!(head.version, Version::HTTP_10);
         assert_eq!(head.status, StatusCode::NO_CONTENT);
     }
@@ -110,24 +129,27 @@ mod tests {
     fn every_prefix_of_a_head_is_partial() {
         let text = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n\r\n";
         for end in 0..text.len() {
-            assert!(parse(&text[..end], MAX, 100).unwrap().is_none(), "{end}");
+            assert!(parse_bytes(&text[..end], MAX).unwrap().is_none(), "{end}");
         }
-        assert!(parse(text, MAX, 100).unwrap().is_some());
+        assert!(parse_bytes(text, MAX).unwrap().is_some());
     }
 
     #[test]
     fn limits() {
         let long = format!("HTTP/1.1 200 OK\r\nX-Big: {}\r\n\r\n", "a".repeat(200));
         assert_eq!(
-            parse(long.as_bytes(), 100, 100).unwrap_err(),
+            parse_bytes(long.as_bytes(), 100).unwrap_err(),
             HeadError::TooLarge(100)
         );
         // Not complete, but not at the limit either: read more.
-        assert!(parse(&long.as_bytes()[..50], 100, 100).unwrap().is_none());
-        let many = format!("HTTP/1.1 200 OK\r\n{}\r\n", "A: b\r\n".repeat(5));
+        assert!(parse_bytes(&long.as_bytes()[..50], 100).unwrap().is_none());
+        let many = format!(
+            "HTTP/1.1 200 OK\r\n{}\r\n",
+            "A: b\r\n".repeat(MAX_HEADERS + 1)
+        );
         assert_eq!(
-            parse(many.as_bytes(), MAX, 4).unwrap_err(),
-            HeadError::TooManyHeaders(4)
+            parse_bytes(many.as_bytes(), 65536).unwrap_err(),
+            HeadError::TooManyHeaders(MAX_HEADERS)
         );
     }
 
@@ -142,7 +164,7 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nX : a\r\n\r\n",
         ] {
             assert!(
-                matches!(parse(text, MAX, 100), Err(HeadError::Malformed(_))),
+                matches!(parse_bytes(text, MAX), Err(HeadError::Malformed(_))),
                 "{}",
                 String::from_utf8_lossy(text)
             );
