@@ -255,6 +255,30 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Whatever a backend sends, parsing its head and judging its framing never panics,
+        /// and a head that parses is taken whole off the buffer.
+        #[test]
+        fn arbitrary_answers_never_panic(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+            prefix in proptest::sample::select(vec![
+                &b""[..],
+                b"HTTP/1.1 200 OK\r\n",
+                b"HTTP/1.0 204 No Content\r\nContent-Length: ",
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: ",
+            ]),
+            head_method in proptest::sample::select(vec![Method::GET, Method::HEAD]),
+        ) {
+            let mut input = prefix.to_vec();
+            input.extend_from_slice(&bytes);
+            let mut buf = bytes::BytesMut::from(&input[..]);
+            if let Ok(Some(head)) = head::parse(&mut buf, 16384) {
+                proptest::prop_assert!(buf.len() < input.len());
+                let _ = response(&head_method, &head);
+            }
+        }
+    }
+
     #[test]
     fn reuse_follows_version_and_connection() {
         let cases = [
