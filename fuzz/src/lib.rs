@@ -7,5 +7,6 @@
 
 pub mod config;
 pub mod engine;
+pub mod h1;
 pub mod replay;
 pub mod status;

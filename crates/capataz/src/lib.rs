@@ -13,7 +13,7 @@ pub mod config;
 pub mod ctl;
 pub mod demo;
 pub mod events;
-mod h1;
+pub mod h1;
 pub mod health;
 pub mod logging;
 pub mod metrics;

@@ -10,7 +10,7 @@ const MAX_TRAILERS: usize = 16384;
 
 /// What one step of decoding gave.
 #[derive(Debug, PartialEq)]
-pub(crate) enum Decoded {
+pub enum Decoded {
     /// Body bytes.
     Data(Bytes),
     /// The buffer holds no complete next piece: read more.
@@ -22,17 +22,23 @@ pub(crate) enum Decoded {
 
 /// Why a chunked body is refused (the connection is not used again).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum ChunkedError {
+pub enum ChunkedError {
+    /// The size line is not hex digits and extensions.
     #[error("invalid chunk size line")]
     SizeLine,
+    /// The size does not fit in 64 bits.
     #[error("chunk size too large")]
     SizeOverflow,
+    /// A chunk's data is not followed by CRLF.
     #[error("chunk data not followed by CRLF")]
     MissingCrlf,
+    /// A size line longer than the limit.
     #[error("chunk size line longer than {MAX_LINE} bytes")]
     LineTooLong,
+    /// A trailer field that is not `name: value`.
     #[error("invalid trailer field")]
     Trailer,
+    /// Trailer fields longer than the limit.
     #[error("trailer fields longer than {MAX_TRAILERS} bytes")]
     TrailersTooLong,
 }
@@ -48,7 +54,7 @@ enum State {
 
 /// Decodes one chunked body from the front of a read buffer, step by step.
 #[derive(Debug)]
-pub(crate) struct Decoder {
+pub struct Decoder {
     state: State,
     trailer_bytes: usize,
     trailers: HeaderMap,
@@ -66,7 +72,7 @@ impl Default for Decoder {
 
 impl Decoder {
     /// Takes the next piece of the body from the front of `buf`.
-    pub(crate) fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, ChunkedError> {
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, ChunkedError> {
         loop {
             match self.state {
                 State::Size => {

@@ -8,7 +8,7 @@ use super::head::ResponseHead;
 
 /// How the body of a response ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum BodyLength {
+pub enum BodyLength {
     /// No body at all (a HEAD request, 1xx, 204, 304).
     Empty,
     /// Exactly this many bytes (`Content-Length`).
@@ -21,17 +21,21 @@ pub(crate) enum BodyLength {
 
 /// A response's body length, and whether the connection is reusable once it has been read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Framing {
-    pub(crate) body: BodyLength,
-    pub(crate) reusable: bool,
+pub struct Framing {
+    /// How the body ends.
+    pub body: BodyLength,
+    /// Whether the connection may carry another request once the body has been read.
+    pub reusable: bool,
 }
 
 /// Why a response's framing cannot be trusted: the answer is malformed, and the connection
 /// must not be used again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum FramingError {
+pub enum FramingError {
+    /// `Content-Length` is not one number (or the same number repeated).
     #[error("invalid Content-Length")]
     ContentLength,
+    /// HTTP/1.0 has no transfer codings.
     #[error("Transfer-Encoding in an HTTP/1.0 response")]
     TransferEncodingInHttp10,
 }
@@ -48,7 +52,7 @@ pub(crate) enum FramingError {
 ///
 /// The connection is reusable if the body has a known end, the response is HTTP/1.1 without
 /// `Connection: close`, or HTTP/1.0 with `Connection: keep-alive`.
-pub(crate) fn response(method: &Method, head: &ResponseHead) -> Result<Framing, FramingError> {
+pub fn response(method: &Method, head: &ResponseHead) -> Result<Framing, FramingError> {
     let headers = &head.headers;
     let mut reusable = match head.version {
         Version::HTTP_11 => !has_token(headers, "close"),

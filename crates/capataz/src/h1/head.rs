@@ -6,32 +6,38 @@ use http::{StatusCode, Version};
 
 /// A complete response head.
 #[derive(Debug)]
-pub(crate) struct ResponseHead {
-    pub(crate) status: StatusCode,
-    pub(crate) version: Version,
-    pub(crate) headers: HeaderMap,
+pub struct ResponseHead {
+    /// The status code.
+    pub status: StatusCode,
+    /// HTTP/1.0 or HTTP/1.1.
+    pub version: Version,
+    /// The header fields, in order.
+    pub headers: HeaderMap,
 }
 
 /// Why a response head is refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum HeadError {
+pub enum HeadError {
+    /// No complete head within the limit.
     #[error("response head larger than {0} bytes")]
     TooLarge(usize),
+    /// More header fields than the limit.
     #[error("more than {0} header fields")]
     TooManyHeaders(usize),
+    /// Not a valid HTTP/1.x response head; says which part.
     #[error("malformed response head: {0}")]
     Malformed(&'static str),
 }
 
 /// The most header fields a response head may have.
-pub(crate) const MAX_HEADERS: usize = 128;
+pub const MAX_HEADERS: usize = 128;
 
 /// Parses a response head from the start of `buf` and, once it is complete, takes it off the
 /// front of `buf`. `Ok(None)`: not complete yet, read more (unless `buf` already holds
 /// `max_len` bytes, which is an error). Obsolete line folding, a space before a colon and
 /// invalid field values are errors, as is any version but 1.x. Field values share the
 /// buffer's memory (no copy).
-pub(crate) fn parse(buf: &mut BytesMut, max_len: usize) -> Result<Option<ResponseHead>, HeadError> {
+pub fn parse(buf: &mut BytesMut, max_len: usize) -> Result<Option<ResponseHead>, HeadError> {
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut response = httparse::Response::new(&mut slots);
     let window = &buf[..buf.len().min(max_len)];

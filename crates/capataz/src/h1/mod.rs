@@ -5,8 +5,10 @@
 //! capataz speaks HTTP/1.1 to backends itself rather than through hyper's client: an idle
 //! backend connection then holds only its socket (no dispatch channel, task or buffers), and a
 //! request goes out from the task that received it. See BENCHMARKS.md, Memory.
+//!
+//! Public so that the `h1_response` fuzz target (`fuzz/`) can drive it.
 
-pub(crate) mod chunked;
-pub(crate) mod framing;
-pub(crate) mod head;
-pub(crate) mod request;
+pub mod chunked;
+pub mod framing;
+pub mod head;
+pub mod request;

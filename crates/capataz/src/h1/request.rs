@@ -5,7 +5,7 @@ use http::Method;
 
 /// How the body of a request to a backend is framed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum RequestBody {
+pub enum RequestBody {
     /// No body.
     None,
     /// Exactly this many bytes, with `Content-Length`.
@@ -17,7 +17,7 @@ pub(crate) enum RequestBody {
 impl RequestBody {
     /// The framing for a body that has ended already (`end_stream`) or has this exact length
     /// (`exact`), else chunked.
-    pub(crate) fn of(end_stream: bool, exact: Option<u64>) -> RequestBody {
+    pub fn of(end_stream: bool, exact: Option<u64>) -> RequestBody {
         match (end_stream, exact) {
             (true, _) | (false, Some(0)) => RequestBody::None,
             (false, Some(n)) => RequestBody::Exact(n),
@@ -27,13 +27,13 @@ impl RequestBody {
 }
 
 /// The end of a chunked body, with no trailer fields.
-pub(crate) const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
 
 /// Writes the head of a request to `out`: `method`, the origin-form `target`, HTTP/1.1, every
 /// field of `headers` except `Content-Length` and `Transfer-Encoding` (framing is decided here,
 /// from `body`, never copied from the client), then the framing field. A bodiless POST, PUT or
 /// PATCH says `content-length: 0`, as RFC 9110 section 8.6 asks of a user agent.
-pub(crate) fn encode_head(
+pub fn encode_head(
     method: &Method,
     target: &str,
     headers: &HeaderMap,
@@ -69,7 +69,7 @@ pub(crate) fn encode_head(
 }
 
 /// The line that opens a chunk of `len` bytes (`len` must not be 0: that is the last chunk).
-pub(crate) fn chunk_start(len: usize) -> String {
+pub fn chunk_start(len: usize) -> String {
     format!("{len:x}\r\n")
 }
 
