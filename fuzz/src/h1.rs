@@ -48,9 +48,19 @@ pub fn check(data: &[u8]) {
             assert_eq!((a.status, a.version), (b.status, b.version));
             assert_eq!(a.headers, b.headers);
             // What is left is the same tail of the input.
-            assert!(rest.ends_with(&whole), "the whole-input parse left {whole:?}");
-            assert!(rest[..fed].ends_with(&buf), "the piecewise parse left {buf:?}");
-            assert_eq!(rest.len() - whole.len(), fed - buf.len(), "different head lengths");
+            assert!(
+                rest.ends_with(&whole),
+                "the whole-input parse left {whole:?}"
+            );
+            assert!(
+                rest[..fed].ends_with(&buf),
+                "the piecewise parse left {buf:?}"
+            );
+            assert_eq!(
+                rest.len() - whole.len(),
+                fed - buf.len(),
+                "different head lengths"
+            );
         }
         (Ok(None), Ok(None)) => assert_eq!(whole.len(), rest.len()),
         (Err(_), Err(_)) => {}
@@ -77,7 +87,10 @@ pub fn check(data: &[u8]) {
         let before = buf.len();
         match decoder.decode(&mut buf) {
             Ok(Decoded::Data(data)) => {
-                assert!(!data.is_empty() && data.len() <= before, "data from nothing");
+                assert!(
+                    !data.is_empty() && data.len() <= before,
+                    "data from nothing"
+                );
                 out += data.len();
                 assert!(out <= fed, "more bytes out than in");
             }
