@@ -13,9 +13,14 @@
 //!
 //! With a token configured every request needs `Authorization: Bearer <token>` (401 otherwise),
 //! except `GET` requests when `open_read_only` is set. Without a token the listener only runs on
-//! a loopback address (the config loader refuses anything else, and so does `serve`).
+//! a loopback address (the config loader refuses anything else). A request let in without a
+//! token must also pass the checks against web pages in [`guard`] (its Host, and for writes its
+//! Origin and content type).
+
+mod guard;
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,10 +64,14 @@ pub async fn serve(socket: TcpListener, shared: Arc<Shared>) {
             _ = shutdown.changed() => return,
         };
         let shared = shared.clone();
+        // The address the client reached: a Host naming it is this listener.
+        let Ok(local) = stream.local_addr() else {
+            continue;
+        };
         tokio::spawn(async move {
             let service = service_fn(move |req| {
                 let shared = shared.clone();
-                async move { Ok::<_, Infallible>(handle(shared, req).await) }
+                async move { Ok::<_, Infallible>(handle(shared, local, req).await) }
             });
             let _ = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -96,31 +105,51 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response<Body> {
     json_response(status, &json!({ "error": message.into() }))
 }
 
-fn authorized(shared: &Shared, req: &Request<Incoming>) -> bool {
+/// How a request got in, if it did.
+enum Access {
+    /// It carries the configured token: no web page can have sent it.
+    Token,
+    /// No token was needed (none configured, or an open read): it must pass [`guard::check`].
+    Open,
+    /// A token is needed and missing or wrong.
+    Denied,
+}
+
+fn access(shared: &Shared, req: &Request<Incoming>) -> Access {
     let config = shared.config();
-    let Some(admin) = &config.admin else {
-        return true;
+    let Some(token) = config.admin.as_ref().and_then(|a| a.token.as_ref()) else {
+        return Access::Open;
     };
-    let Some(token) = &admin.token else {
-        return true;
-    };
-    if admin.open_read_only && req.method() == Method::GET {
-        return true;
-    }
     let presented = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    presented.is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes()))
+    if presented.is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes())) {
+        return Access::Token;
+    }
+    let open_read = config.admin.as_ref().is_some_and(|a| a.open_read_only);
+    if open_read && req.method() == Method::GET {
+        Access::Open
+    } else {
+        Access::Denied
+    }
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
-    if !authorized(&shared, &req) {
+async fn handle(shared: Arc<Shared>, local: SocketAddr, req: Request<Incoming>) -> Response<Body> {
+    let access = access(&shared, &req);
+    if let Access::Open = access {
+        let config = shared.config();
+        if let Err(refusal) = guard::check(config.admin.as_ref(), local, req.method(), req.headers())
+        {
+            return error(refusal.status, refusal.message);
+        }
+    }
+    if let Access::Denied = access {
         let mut response = error(
             StatusCode::UNAUTHORIZED,
             "this admin API needs `Authorization: Bearer <token>` (admin.token in the config)",
@@ -363,5 +392,32 @@ impl hyper::body::Body for SseBody {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         self.0.poll_recv(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttls() {
+        assert_eq!(parse_ttl(None), Ok(None));
+        assert_eq!(parse_ttl(Some("ttl=30s")), Ok(Some(Duration::from_secs(30))));
+        assert_eq!(parse_ttl(Some("a=b&ttl=8760h")), Ok(Some(crate::config::MAX_DURATION)));
+        for bad in ["ttl=18446744073709551615s", "ttl=9223372036854775807s", "ttl=8761h", "ttl=x"] {
+            assert!(parse_ttl(Some(bad)).is_err(), "{bad}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Any query: no panic, and a TTL never above the maximum.
+        #[test]
+        fn the_admin_query_parser_never_panics_and_enforces_the_maximum(
+            query in "((ttl|x)=[0-9.]{0,25}(ms|s|m|h)?&?){0,3}|\\PC{0,40}",
+        ) {
+            if let Ok(Some(ttl)) = parse_ttl(Some(&query)) {
+                proptest::prop_assert!(ttl <= crate::config::MAX_DURATION);
+            }
+        }
     }
 }

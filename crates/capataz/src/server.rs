@@ -241,7 +241,13 @@ impl Balancer {
     /// refused.
     pub async fn shutdown(mut self, deadline: Duration) {
         let _ = self.shared.shutdown.send(true);
-        let end = tokio::time::Instant::now() + deadline;
+        // `deadline` is public input (callers other than the config loader, which caps it at a
+        // year): saturate rather than panic on an overflowing clock reading.
+        let now = tokio::time::Instant::now();
+        let end = now
+            .checked_add(deadline)
+            .or_else(|| now.checked_add(crate::config::MAX_DURATION))
+            .unwrap_or(now);
         // Wait for the accept loops to end, which drops their sockets. Aborting them in `Drop`
         // is not enough: until a worker drops the aborted task, the kernel keeps queueing new
         // connections on the socket, to reset them later.

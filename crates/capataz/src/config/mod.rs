@@ -17,11 +17,21 @@ mod parse;
 pub use check::{check, Warning};
 pub use parse::{load, parse_str, ConfigError};
 
+/// The longest duration a config value or an admin TTL may be: one year (`8760h`).
+pub const MAX_DURATION: Duration = parse::MAX_DURATION;
+
 /// Parses a duration written as in the config (`500ms`, `2s`, `1.5m`, `1h`), for the command
-/// line and the admin API.
+/// line and the admin API. Above [`MAX_DURATION`] is an error, never a panic later.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    parse::parse_duration(text)
-        .ok_or_else(|| format!("{text:?} is not a duration (use e.g. \"500ms\", \"30s\", \"5m\")"))
+    let duration = parse::parse_duration(text).ok_or_else(|| {
+        format!("{text:?} is not a duration (use e.g. \"500ms\", \"30s\", \"5m\")")
+    })?;
+    if duration > MAX_DURATION {
+        return Err(format!(
+            "{text:?} is above the maximum of 8760h (one year); use a shorter duration"
+        ));
+    }
+    Ok(duration)
 }
 
 /// A whole, validated configuration.
@@ -129,6 +139,10 @@ pub struct AdminConfig {
     pub token: Option<String>,
     /// Whether read-only endpoints (GET) are open without the token (default false).
     pub open_read_only: bool,
+    /// Extra host names (lowercase, without a port) a request let in without the token may
+    /// name in its `Host` or `Origin`, besides the listener's own address and `localhost`
+    /// (default none).
+    pub allowed_hosts: Vec<String>,
     /// Whether the latency histograms of `/metrics` are kept per backend rather than per pool
     /// (default false: per pool). Read at start; a reload does not change it.
     pub metrics_backend_histograms: bool,

@@ -11,7 +11,7 @@ mod raw;
 mod validate;
 mod values;
 
-pub(crate) use values::parse_duration;
+pub(crate) use values::{parse_duration, MAX_DURATION};
 
 use std::path::Path;
 
@@ -173,6 +173,47 @@ mod tests {
             let message = parse_str(text, "<t>").unwrap_err().to_string();
             assert!(message.starts_with(shown), "{text:?} gave {message:?}");
             assert!(!message.contains(char::is_control), "{message:?}");
+        }
+    }
+
+    /// Regression: a duration of `i64::MAX` seconds was accepted, and adding it to a clock
+    /// reading panicked later (an ejection, a probe interval, a TTL).
+    #[test]
+    fn a_duration_of_i64_max_seconds_was_accepted_and_crashed_later() {
+        let base = "[[listeners]]\naddress = \"127.0.0.1:8080\"\n\
+                    [pools.web]\nbackends = [{ address = \"127.0.0.1:9001\" }]\n";
+        for (key, line) in [
+            ("[pools.web.active]\ninterval", "pools.web.active.interval"),
+            ("[pools.web.passive]\nejection_time", "pools.web.passive.ejection_time"),
+            ("[server]\nshutdown_timeout", "server.shutdown_timeout"),
+        ] {
+            for value in ["9223372036854775807s", "18446744073709551615s", "8761h"] {
+                let text = format!("{base}{key} = \"{value}\"\n");
+                let message = parse_str(&text, "<t>").unwrap_err().to_string();
+                let want = format!("<t>:6: {line}: \"{value}\" is above the maximum of 8760h");
+                assert!(message.starts_with(&want), "{message}");
+            }
+        }
+        let text = format!("{base}[server]\nshutdown_timeout = \"8760h\"\n");
+        assert!(parse_str(&text, "<t>").is_ok(), "the maximum itself is fine");
+    }
+
+    proptest::proptest! {
+        /// The public duration parser never panics and never returns more than the maximum.
+        #[test]
+        fn the_duration_parser_never_panics_and_enforces_the_maximum(
+            text in "[0-9.]{0,30}(ms|s|m|h|x)?",
+        ) {
+            if let Ok(duration) = crate::config::parse_duration(&text) {
+                proptest::prop_assert!(duration <= crate::config::MAX_DURATION);
+            }
+        }
+
+        #[test]
+        fn any_text_through_the_duration_parser_is_fine(text in "\\PC{0,40}") {
+            if let Ok(duration) = crate::config::parse_duration(&text) {
+                proptest::prop_assert!(duration <= crate::config::MAX_DURATION);
+            }
         }
     }
 }

@@ -55,6 +55,7 @@ pub(super) struct RawAdmin {
     pub(super) token: Option<Spanned<String>>,
     pub(super) open_read_only: Option<bool>,
     pub(super) metrics_backend_histograms: Option<bool>,
+    pub(super) allowed_hosts: Option<Vec<Spanned<String>>>,
 }
 
 #[derive(Deserialize)]

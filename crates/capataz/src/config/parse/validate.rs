@@ -21,7 +21,7 @@ use super::raw::{
     RawListener, RawLog, RawLogFormat, RawPassive, RawPool, RawRetries, RawRoute, RawServer,
     RawTimeouts,
 };
-use super::values::{parse_duration, parse_percent};
+use super::values::{parse_duration, parse_percent, MAX_DURATION};
 use super::ConfigError;
 use crate::config::{
     ActiveCheckConfig, AdminConfig, Algorithm, AllDownPolicy, BackendConfig, CheckKind, Config,
@@ -165,10 +165,33 @@ impl Validator<'_> {
                 ));
             }
         }
+        let mut allowed_hosts = Vec::new();
+        for (index, host) in raw.allowed_hosts.unwrap_or_default().into_iter().enumerate() {
+            let text = host.get_ref();
+            let bracketed_v6 = text.starts_with('[')
+                && text.ends_with(']')
+                && text[1..text.len() - 1].parse::<std::net::Ipv6Addr>().is_ok();
+            let name_like = !text.is_empty()
+                && text.len() <= 253
+                && text
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_');
+            if !(bracketed_v6 || name_like) {
+                return Err(self.error(
+                    Some(host.span()),
+                    &format!("admin.allowed_hosts[{index}]"),
+                    format!(
+                        r#"{text:?} is not a host name (write the name alone, without a scheme or port, e.g. "lb1.internal" or "[fd00::5]")"#
+                    ),
+                ));
+            }
+            allowed_hosts.push(text.to_ascii_lowercase());
+        }
         Ok(AdminConfig {
             address,
             token,
             open_read_only: raw.open_read_only.unwrap_or(false),
+            allowed_hosts,
             metrics_backend_histograms: raw.metrics_backend_histograms.unwrap_or(false),
         })
     }
@@ -717,6 +740,14 @@ impl Validator<'_> {
                 Some(value.span()),
                 key,
                 format!("{text:?} is zero (use a duration above zero, {DURATION_EXAMPLES})"),
+            )),
+            Some(duration) if duration > MAX_DURATION => Err(self.error(
+                Some(value.span()),
+                key,
+                format!(
+                    "{text:?} is above the maximum of 8760h (one year) (use a shorter duration, \
+                     {DURATION_EXAMPLES})"
+                ),
             )),
             Some(duration) => Ok(Some(duration)),
         }

@@ -3,6 +3,10 @@
 
 use std::time::Duration;
 
+/// The longest duration the config and the admin API accept: one year (8760 h). Longer values
+/// would mean "never" in practice, and adding them to a clock reading can overflow it.
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// Parses `500ms`, `2s`, `1.5s`, `1m`, `1h`: digits, an optional fraction, then a unit.
 /// Returns `None` for anything else, including an overflow; zero is returned as such.
 pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
