@@ -87,6 +87,9 @@ pub enum StartError {
     /// A reload needs a file, and the balancer was started from text.
     #[error("this balancer was not started from a file, so there is nothing to reload")]
     NoFile,
+    /// Loading the new configuration panicked (a bug): nothing changed.
+    #[error("loading the configuration failed unexpectedly (a bug in capataz; please report it)")]
+    LoadPanicked,
 }
 
 /// What a reload changed.
@@ -345,10 +348,15 @@ impl Shared {
         self.shutdown.subscribe()
     }
 
-    /// Re-reads the file the balancer was started from and applies it.
+    /// Re-reads the file the balancer was started from and applies it. Reading, parsing,
+    /// validating and resolving the file's host names run on tokio's blocking pool: a slow disk,
+    /// a FIFO, a slow resolver or a costly value never holds a runtime thread that requests and
+    /// probes need.
     pub async fn reload_from_file(&self) -> Result<ReloadSummary, StartError> {
-        let path = self.config_path.as_ref().ok_or(StartError::NoFile)?;
-        let config = crate::config::load(path)?;
+        let path = self.config_path.clone().ok_or(StartError::NoFile)?;
+        let config = tokio::task::spawn_blocking(move || crate::config::load(&path))
+            .await
+            .map_err(|_| StartError::LoadPanicked)??;
         self.reload(&config).await
     }
 

@@ -198,6 +198,25 @@ mod tests {
         assert!(parse_str(&text, "<t>").is_ok(), "the maximum itself is fine");
     }
 
+    /// Regression: `tracing-subscriber` compiles field filter values as regexes, in time
+    /// exponential in nesting: this level took seconds to load (24 dots took 518 s), on the
+    /// runtime thread during `POST /reload`.
+    #[test]
+    fn a_log_level_with_a_field_filter_took_seconds_to_load() {
+        let level = format!("[{{=M{}n}}]", ".".repeat(16));
+        let text = format!(
+            "[log]\nlevel = \"{level}\"\n[[listeners]]\naddress = \"127.0.0.1:8080\"\n\
+             [pools.web]\nbackends = [{{ address = \"127.0.0.1:9001\" }}]\n"
+        );
+        let started = std::time::Instant::now();
+        let message = parse_str(&text, "<t>").unwrap_err().to_string();
+        assert!(
+            message.starts_with("<t>:2: log.level: ") && message.contains("span or field filter"),
+            "{message}"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    }
+
     proptest::proptest! {
         /// The public duration parser never panics and never returns more than the maximum.
         #[test]

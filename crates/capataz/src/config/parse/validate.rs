@@ -21,7 +21,7 @@ use super::raw::{
     RawListener, RawLog, RawLogFormat, RawPassive, RawPool, RawRetries, RawRoute, RawServer,
     RawTimeouts,
 };
-use super::values::{parse_duration, parse_percent, MAX_DURATION};
+use super::values::{check_log_level, parse_duration, parse_percent, MAX_DURATION};
 use super::ConfigError;
 use crate::config::{
     ActiveCheckConfig, AdminConfig, Algorithm, AllDownPolicy, BackendConfig, CheckKind, Config,
@@ -102,6 +102,18 @@ impl Validator<'_> {
             Some(level) => {
                 let span = level.span();
                 let level = level.into_inner();
+                // The bounded syntax check comes first: only a filter it accepts is handed to
+                // `EnvFilter`, which then has no regex to compile.
+                if let Err(why) = check_log_level(&level) {
+                    return Err(self.error(
+                        Some(span),
+                        "log.level",
+                        format!(
+                            r#"{:?} {why} (use e.g. "info", "debug" or "info,capataz=debug")"#,
+                            level.chars().take(80).collect::<String>()
+                        ),
+                    ));
+                }
                 if let Err(error) = tracing_subscriber::EnvFilter::try_new(&level) {
                     return Err(self.error(
                         Some(span),

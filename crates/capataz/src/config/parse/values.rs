@@ -1,5 +1,5 @@
-//! The value syntaxes of the config that TOML does not have: durations, percentages and
-//! webhook URLs.
+//! The value syntaxes of the config that TOML does not have: durations, percentages, log
+//! levels and webhook URLs.
 
 use std::time::Duration;
 
@@ -40,6 +40,53 @@ pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
     let secs = u64::try_from(nanos / NANOS_PER_SEC).ok()?;
     // The remainder is below one second, so it fits in u32.
     Some(Duration::new(secs, (nanos % NANOS_PER_SEC) as u32))
+}
+
+/// The longest `log.level` accepted, in bytes.
+pub(super) const MAX_LOG_LEVEL_BYTES: usize = 1024;
+
+/// Checks a `log.level` filter: comma-separated directives, each `LEVEL`, `TARGET` or
+/// `TARGET=LEVEL`, where a target is a module path (letters, digits, `_`, `-`, `::`) and a level
+/// is `off`, `error`, `warn`, `info`, `debug` or `trace`. Span and field filters (`[span{..}]`)
+/// are refused: `tracing-subscriber` compiles their values as regexes, and a crafted one takes
+/// exponential time to parse. The error is the rest of a sentence about the text.
+pub(super) fn check_log_level(text: &str) -> Result<(), String> {
+    if text.len() > MAX_LOG_LEVEL_BYTES {
+        return Err(format!(
+            "is {} bytes long, more than the {MAX_LOG_LEVEL_BYTES} allowed",
+            text.len()
+        ));
+    }
+    let is_level = |word: &str| {
+        ["off", "error", "warn", "info", "debug", "trace"]
+            .iter()
+            .any(|level| word.eq_ignore_ascii_case(level))
+    };
+    let is_target = |word: &str| {
+        !word.is_empty()
+            && word
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b':')
+    };
+    for directive in text.split(',').map(str::trim) {
+        if directive.contains(['[', ']', '{', '}']) {
+            return Err(format!(
+                "has a span or field filter ({directive:?}), which log.level does not accept \
+                 (filter by target and level only; RUST_LOG can still set such filters)"
+            ));
+        }
+        let ok = match directive.split_once('=') {
+            None => directive.is_empty() || is_level(directive) || is_target(directive),
+            Some((target, level)) => is_target(target) && is_level(level),
+        };
+        if !ok {
+            return Err(format!(
+                "has {directive:?}, which is neither a level (off, error, warn, info, debug, \
+                 trace) nor TARGET=LEVEL"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Parses `10%` or `2.5%` into a fraction (0.1, 0.025).
@@ -228,6 +275,38 @@ mod tests {
                 Err(error) => assert!(error.contains(why), "{bad:?}: {error}"),
             }
         }
+    }
+
+    #[test]
+    fn log_levels() {
+        for good in [
+            "info",
+            "DEBUG",
+            "",
+            "info,capataz=debug",
+            "warn, capataz::proxy=trace ,hyper=off",
+            "capataz",
+            "my-crate=info",
+        ] {
+            assert_eq!(check_log_level(good), Ok(()), "{good:?}");
+        }
+        let nested = format!("[{{=M{}n}}]", ".".repeat(16));
+        for (bad, why) in [
+            (nested.as_str(), "span or field filter"),
+            ("[span]=info", "span or field filter"),
+            ("capataz{x}", "span or field filter"),
+            ("capataz=debug=x", "neither a level"),
+            ("capataz=loud", "neither a level"),
+            ("a b", "neither a level"),
+            ("=info", "neither a level"),
+            ("capataz.proxy=info", "neither a level"),
+        ] {
+            match check_log_level(bad) {
+                Ok(()) => panic!("{bad:?} accepted"),
+                Err(error) => assert!(error.contains(why), "{bad:?}: {error}"),
+            }
+        }
+        assert!(check_log_level(&"info,".repeat(300)).is_err());
     }
 
     #[test]
