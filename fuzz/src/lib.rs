@@ -5,6 +5,7 @@
 //! bounded proptest smoke test in `crates/capataz-health/tests/fuzz_smoke.rs` includes the very
 //! same files by path and `cargo test --workspace` runs these checks without cargo-fuzz.
 
+pub mod admin_query;
 pub mod config;
 pub mod engine;
 pub mod h1;

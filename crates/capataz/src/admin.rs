@@ -222,8 +222,10 @@ fn backend_status(shared: &Shared, pool: &str, backend: &str) -> Response<Body> 
     )
 }
 
-/// Parses a TTL such as `30s`, `5m`, `500ms`.
-fn parse_ttl(query: Option<&str>) -> Result<Option<Duration>, String> {
+/// Reads the `ttl` of an override's query string (`?ttl=30s`; other keys are ignored, the first
+/// `ttl` wins): `None` without one, an error above [`crate::config::MAX_DURATION`] or for a
+/// value that is not a duration. Public for the fuzz target.
+pub fn parse_ttl(query: Option<&str>) -> Result<Option<Duration>, String> {
     let Some(query) = query else {
         return Ok(None);
     };

@@ -15,7 +15,7 @@ mod check;
 mod parse;
 
 pub use check::{check, Warning};
-pub use parse::{load, parse_str, ConfigError};
+pub use parse::{load, parse_str, parse_unresolved, ConfigError, Unresolved};
 
 /// The longest duration a config value or an admin TTL may be: one year (`8760h`).
 pub const MAX_DURATION: Duration = parse::MAX_DURATION;
@@ -85,7 +85,8 @@ pub struct AlertsConfig {
 pub struct WebhookConfig {
     /// `http://host:port/path` (plain HTTP; required).
     pub url: String,
-    /// The resolved address of the URL's host and port.
+    /// The resolved address of the URL's host and port (`0.0.0.0:0` in an [`Unresolved`]
+    /// config until it is resolved).
     pub socket_addr: SocketAddr,
     /// The URL's host (with port), sent as Host.
     pub host: String,
@@ -212,7 +213,8 @@ pub struct BackendConfig {
     pub name: String,
     /// `host:port` as written.
     pub address: String,
-    /// The address it resolved to when the config was loaded.
+    /// The address it resolved to when the config was loaded (`0.0.0.0:0` in an
+    /// [`Unresolved`] config until it is resolved).
     pub socket_addr: SocketAddr,
     /// Relative weight, 1-1000 (default 1).
     pub weight: u32,

@@ -8,9 +8,11 @@
 
 mod locate;
 mod raw;
+mod resolve;
 mod validate;
 mod values;
 
+pub use resolve::Unresolved;
 pub(crate) use values::{parse_duration, MAX_DURATION};
 
 use std::path::Path;
@@ -107,7 +109,8 @@ fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
     escaped.into()
 }
 
-/// Reads and validates the configuration file at `path`.
+/// Reads and validates the configuration file at `path`, and resolves its host names. This
+/// blocks (file IO, DNS): call it before the runtime starts or on its blocking pool.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
     let file = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Io {
@@ -117,9 +120,16 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
     parse_str(&text, &file)
 }
 
-/// Parses and validates a configuration held in memory; `source` names it in messages and
-/// becomes [`Config::source`].
+/// Parses and validates a configuration held in memory, and resolves its host names (which
+/// blocks on DNS when there are names; see [`parse_unresolved`]); `source` names it in
+/// messages and becomes [`Config::source`].
 pub fn parse_str(text: &str, source: &str) -> Result<Config, ConfigError> {
+    parse_unresolved(text, source)?.resolve()
+}
+
+/// Parses and validates a configuration, checking the syntax of host names without resolving
+/// them: no IO, safe anywhere. [`Unresolved::resolve`] finishes the job.
+pub fn parse_unresolved(text: &str, source: &str) -> Result<Unresolved, ConfigError> {
     let raw: RawConfig = toml::from_str(text).map_err(|error| {
         let span = error.span();
         ConfigError::Parse {
@@ -131,7 +141,16 @@ pub fn parse_str(text: &str, source: &str) -> Result<Config, ConfigError> {
             message: parse_message(error.message()),
         }
     })?;
-    Validator { file: source, text }.config(raw)
+    let validator = Validator {
+        file: source,
+        text,
+        lookups: Default::default(),
+    };
+    let config = validator.config(raw)?;
+    Ok(Unresolved {
+        config,
+        lookups: validator.lookups.into_inner(),
+    })
 }
 
 /// The toml message on one line, with a hint for the common cases.

@@ -6,8 +6,9 @@
 
 mod alerts;
 
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::num::NonZeroU32;
 use std::ops::{Range, RangeInclusive};
 use std::time::Duration;
@@ -16,6 +17,7 @@ use capataz_health::{State, StatusSet};
 use toml::{Spanned, Value};
 
 use super::locate::line_of;
+use super::resolve::{Lookup, Target};
 use super::raw::{
     RawActive, RawAdmin, RawAlgorithm, RawAllDown, RawBackend, RawCheckKind, RawConfig, RawInitial,
     RawListener, RawLog, RawLogFormat, RawPassive, RawPool, RawRetries, RawRoute, RawServer,
@@ -38,6 +40,8 @@ pub(super) struct Validator<'a> {
     pub(super) file: &'a str,
     /// The whole text, to turn spans into lines.
     pub(super) text: &'a str,
+    /// The host names met so far, for stage three to resolve.
+    pub(super) lookups: RefCell<Vec<Lookup>>,
 }
 
 impl Validator<'_> {
@@ -426,7 +430,7 @@ impl Validator<'_> {
             ));
         }
         let at = format!("pools.{name}");
-        let backends = self.backends(&at, name_span.clone(), raw.backends)?;
+        let backends = self.backends(&name, &at, name_span.clone(), raw.backends)?;
         let algorithm = match raw.algorithm {
             None | Some(RawAlgorithm::RoundRobin) => Algorithm::RoundRobin,
             Some(RawAlgorithm::LeastRequest) => Algorithm::LeastRequest,
@@ -456,6 +460,7 @@ impl Validator<'_> {
 
     fn backends(
         &self,
+        pool: &str,
         at: &str,
         pool_span: Range<usize>,
         raw: Option<Vec<Spanned<RawBackend>>>,
@@ -481,7 +486,12 @@ impl Validator<'_> {
                     r#"every backend needs an address (add address = "host:port")"#.into(),
                 ));
             };
-            let socket_addr = self.resolve(&address, &format!("{at}.address"))?;
+            let socket_addr = self.backend_address(&address, &format!("{at}.address"), || {
+                Target::Backend {
+                    pool: pool.to_owned(),
+                    index,
+                }
+            })?;
             let (name, name_span) = match backend.name {
                 None => (address.get_ref().clone(), address.span()),
                 Some(name) => {
@@ -510,27 +520,51 @@ impl Validator<'_> {
         Ok(backends)
     }
 
-    /// Resolves `host:port` once, now; the first address wins.
-    fn resolve(&self, address: &Spanned<String>, key: &str) -> Result<SocketAddr, ConfigError> {
+    /// Checks a backend's `host:port`. An IP literal is its address; a name is queued for
+    /// stage three (resolution) and gets a placeholder address until then.
+    fn backend_address(
+        &self,
+        address: &Spanned<String>,
+        key: &str,
+        target: impl FnOnce() -> Target,
+    ) -> Result<SocketAddr, ConfigError> {
+        const ADVICE: &str = r#"use host:port, e.g. "127.0.0.1:9001" or "backend.internal:8080""#;
         let text = address.get_ref();
-        let fail = |why: String| {
+        let fail = |why: &str| {
             self.error(
                 Some(address.span()),
                 key,
-                format!(
-                    r#"{text:?} {why} (use host:port, e.g. "127.0.0.1:9001" or "backend.internal:8080")"#
-                ),
+                format!("{text:?} {why} ({ADVICE})"),
             )
         };
-        let resolved = match text.to_socket_addrs() {
-            Ok(mut addrs) => addrs.next(),
-            Err(error) => return Err(fail(format!("does not resolve: {error}"))),
-        };
-        match resolved {
-            None => Err(fail("resolves to no address".into())),
-            Some(addr) if addr.port() == 0 => Err(fail("has port 0".into())),
-            Some(addr) => Ok(addr),
+        if let Ok(literal) = text.parse::<SocketAddr>() {
+            if literal.port() == 0 {
+                return Err(fail("has port 0"));
+            }
+            return Ok(literal);
         }
+        let Some((host, port)) = text.rsplit_once(':') else {
+            return Err(fail("has no port"));
+        };
+        let port_ok = !port.is_empty()
+            && port.bytes().all(|b| b.is_ascii_digit())
+            && port.parse::<u16>().is_ok_and(|p| p != 0);
+        if !port_ok {
+            return Err(fail("has a bad port (use 1-65535)"));
+        }
+        if !is_host_name(host) {
+            return Err(fail("does not start with a host name or an IP address"));
+        }
+        self.lookups.borrow_mut().push(Lookup {
+            target: target(),
+            host_port: text.clone(),
+            file: self.file.to_owned(),
+            line: Some(line_of(self.text, address.span().start)),
+            key: key.to_owned(),
+            subject: format!("{text:?}"),
+            advice: ADVICE,
+        });
+        Ok(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))
     }
 
     fn active(&self, at: &str, raw: RawActive) -> Result<ActiveCheckConfig, ConfigError> {
@@ -812,4 +846,19 @@ impl Validator<'_> {
 /// Non-empty text without whitespace or control characters: fit for a request line or header.
 fn is_token_text(text: &str) -> bool {
     !text.is_empty() && !text.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
+/// A DNS name as a resolver takes it: labels of letters, digits, `-` and `_`, separated by dots
+/// (a trailing dot allowed), 253 bytes at most.
+fn is_host_name(host: &str) -> bool {
+    let host = host.strip_suffix('.').unwrap_or(host);
+    !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
 }

@@ -1,9 +1,10 @@
 //! `[alerts]`: the debounce window, webhooks and commands.
 //!
-//! A webhook's URL is taken apart and its host resolved here, once, like a backend's address, so
-//! the alert path never waits on DNS and a typo stops the config instead of the first alert.
+//! A webhook's URL is taken apart here; its host is resolved once, in stage three, like a
+//! backend's address, so the alert path never waits on DNS and a typo stops the config instead
+//! of the first alert.
 
-use std::net::ToSocketAddrs;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::ops::Range;
 use std::time::Duration;
 
@@ -11,6 +12,8 @@ use toml::{Spanned, Value};
 
 use super::super::raw::{RawAlerts, RawCommand, RawWebhook};
 use super::super::values::parse_http_url;
+use super::super::locate::line_of;
+use super::super::resolve::{Lookup, Target};
 use super::{ConfigError, Validator};
 use crate::config::{AlertsConfig, CommandConfig, WebhookConfig};
 
@@ -24,7 +27,9 @@ impl Validator<'_> {
             .webhooks
             .into_iter()
             .enumerate()
-            .map(|(index, webhook)| self.webhook(&format!("alerts.webhooks[{index}]"), webhook))
+            .map(|(index, webhook)| {
+                self.webhook(index, &format!("alerts.webhooks[{index}]"), webhook)
+            })
             .collect::<Result<_, _>>()?;
         let commands = raw
             .commands
@@ -39,7 +44,12 @@ impl Validator<'_> {
         })
     }
 
-    fn webhook(&self, at: &str, raw: Spanned<RawWebhook>) -> Result<WebhookConfig, ConfigError> {
+    fn webhook(
+        &self,
+        index: usize,
+        at: &str,
+        raw: Spanned<RawWebhook>,
+    ) -> Result<WebhookConfig, ConfigError> {
         let span = raw.span();
         let raw = raw.into_inner();
         let key = format!("{at}.url");
@@ -53,7 +63,7 @@ impl Validator<'_> {
         let text = url.get_ref();
         let parts = parse_http_url(text)
             .map_err(|why| self.error(Some(url.span()), &key, format!("{text:?} {why}")))?;
-        let socket_addr = self.resolve_url_host(&parts.host_port, text, url.span(), &key)?;
+        let socket_addr = self.url_host(index, &parts.host_port, text, url.span(), &key);
         Ok(WebhookConfig {
             host: parts.authority.to_owned(),
             path: parts.path,
@@ -74,30 +84,29 @@ impl Validator<'_> {
         })
     }
 
-    /// Resolves a webhook's `host:port` once, now; the first address wins.
-    fn resolve_url_host(
+    /// A webhook's `host:port`: an IP literal is its address; a name is queued for stage three
+    /// (resolution) and gets a placeholder address until then.
+    fn url_host(
         &self,
+        index: usize,
         host_port: &str,
         url: &str,
         span: Range<usize>,
         key: &str,
-    ) -> Result<std::net::SocketAddr, ConfigError> {
-        let fail = |why: String| {
-            self.error(
-                Some(span.clone()),
-                key,
-                format!(
-                    "{url:?}: {host_port:?} {why} (use a host that resolves, \
-                     e.g. \"http://127.0.0.1:9000/hook\")"
-                ),
-            )
-        };
-        match host_port.to_socket_addrs() {
-            Ok(mut addrs) => addrs
-                .next()
-                .ok_or_else(|| fail("resolves to no address".into())),
-            Err(error) => Err(fail(format!("does not resolve: {error}"))),
+    ) -> SocketAddr {
+        if let Ok(literal) = host_port.parse::<SocketAddr>() {
+            return literal;
         }
+        self.lookups.borrow_mut().push(Lookup {
+            target: Target::Webhook { index },
+            host_port: host_port.to_owned(),
+            file: self.file.to_owned(),
+            line: Some(line_of(self.text, span.start)),
+            key: key.to_owned(),
+            subject: format!("{url:?}: {host_port:?}"),
+            advice: r#"use a host that resolves, e.g. "http://127.0.0.1:9000/hook""#,
+        });
+        SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))
     }
 
     fn command(&self, at: &str, raw: Spanned<RawCommand>) -> Result<CommandConfig, ConfigError> {

@@ -1,0 +1,101 @@
+//! Stage three: the host names of a validated config, looked up.
+//!
+//! Validation only checks that a backend address or a webhook URL is well-formed; an IP literal
+//! becomes its socket address there and then. A name is left as a [`Lookup`] that this stage
+//! resolves with the system resolver, which blocks: it runs where blocking is fine (before the
+//! runtime starts, in `capataz check`, or on tokio's blocking pool during a reload), never on a
+//! runtime thread. A name that does not resolve is a [`ConfigError`] naming the file, line and
+//! key, like any other invalid value.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+
+use super::ConfigError;
+use crate::config::Config;
+
+/// A host name in a validated config that still has to be resolved.
+#[derive(Clone, Debug)]
+pub(super) struct Lookup {
+    /// What gets the address.
+    pub(super) target: Target,
+    /// `host:port`, as the resolver takes it.
+    pub(super) host_port: String,
+    /// Where it was written, for the error.
+    pub(super) file: String,
+    pub(super) line: Option<usize>,
+    pub(super) key: String,
+    /// The start of the error sentence (the value, quoted) and its advice.
+    pub(super) subject: String,
+    pub(super) advice: &'static str,
+}
+
+/// Which address a [`Lookup`] fills in.
+#[derive(Clone, Debug)]
+pub(super) enum Target {
+    /// `pools.<pool>.backends[<index>]`.
+    Backend { pool: String, index: usize },
+    /// `alerts.webhooks[<index>]`.
+    Webhook { index: usize },
+}
+
+/// A validated configuration whose host names are not resolved yet: see [`Unresolved::resolve`].
+#[derive(Clone, Debug)]
+pub struct Unresolved {
+    pub(super) config: Config,
+    pub(super) lookups: Vec<Lookup>,
+}
+
+impl Unresolved {
+    /// The validated config, with `0.0.0.0:0` where a name is still to be resolved.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The `host:port` names still to be resolved, in file order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.lookups.iter().map(|lookup| lookup.host_port.as_str())
+    }
+
+    /// Resolves every name with the system resolver (the first address wins) and returns the
+    /// whole config. This blocks on DNS: call it off the runtime threads. Without names it
+    /// returns at once.
+    pub fn resolve(mut self) -> Result<Config, ConfigError> {
+        for lookup in &self.lookups {
+            let address = resolve_one(lookup)?;
+            let slot = match &lookup.target {
+                Target::Backend { pool, index } => self
+                    .config
+                    .pools
+                    .iter_mut()
+                    .find(|p| p.name == *pool)
+                    .and_then(|p| p.backends.get_mut(*index))
+                    .map(|b| &mut b.socket_addr),
+                Target::Webhook { index } => self
+                    .config
+                    .alerts
+                    .webhooks
+                    .get_mut(*index)
+                    .map(|w| &mut w.socket_addr),
+            };
+            // Validation made each lookup for an element it built, so the slot exists.
+            if let Some(slot) = slot {
+                *slot = address;
+            }
+        }
+        Ok(self.config)
+    }
+}
+
+fn resolve_one(lookup: &Lookup) -> Result<SocketAddr, ConfigError> {
+    let fail = |why: String| ConfigError::Invalid {
+        file: lookup.file.clone(),
+        line: lookup.line,
+        key: lookup.key.clone(),
+        message: format!("{} {why} ({})", lookup.subject, lookup.advice),
+    };
+    match lookup.host_port.to_socket_addrs() {
+        Ok(mut addrs) => addrs
+            .next()
+            .ok_or_else(|| fail("resolves to no address".into())),
+        Err(error) => Err(fail(format!("does not resolve: {error}"))),
+    }
+}
