@@ -144,7 +144,8 @@ async fn handle(shared: Arc<Shared>, local: SocketAddr, req: Request<Incoming>) 
     let access = access(&shared, &req);
     if let Access::Open = access {
         let config = shared.config();
-        if let Err(refusal) = guard::check(config.admin.as_ref(), local, req.method(), req.headers())
+        if let Err(refusal) =
+            guard::check(config.admin.as_ref(), local, req.method(), req.headers())
         {
             return error(refusal.status, refusal.message);
         }
@@ -404,9 +405,20 @@ mod tests {
     #[test]
     fn ttls() {
         assert_eq!(parse_ttl(None), Ok(None));
-        assert_eq!(parse_ttl(Some("ttl=30s")), Ok(Some(Duration::from_secs(30))));
-        assert_eq!(parse_ttl(Some("a=b&ttl=8760h")), Ok(Some(crate::config::MAX_DURATION)));
-        for bad in ["ttl=18446744073709551615s", "ttl=9223372036854775807s", "ttl=8761h", "ttl=x"] {
+        assert_eq!(
+            parse_ttl(Some("ttl=30s")),
+            Ok(Some(Duration::from_secs(30)))
+        );
+        assert_eq!(
+            parse_ttl(Some("a=b&ttl=8760h")),
+            Ok(Some(crate::config::MAX_DURATION))
+        );
+        for bad in [
+            "ttl=18446744073709551615s",
+            "ttl=9223372036854775807s",
+            "ttl=8761h",
+            "ttl=x",
+        ] {
             assert!(parse_ttl(Some(bad)).is_err(), "{bad}");
         }
     }

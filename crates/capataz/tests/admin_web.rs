@@ -17,7 +17,9 @@ const DEADLINE: Duration = Duration::from_secs(20);
 
 /// A backend that answers every request `200 ok`, keep-alive.
 async fn backend() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind backend");
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind backend");
     let addr = listener.local_addr().expect("backend address");
     tokio::spawn(async move {
         while let Ok((mut stream, _)) = listener.accept().await {
@@ -202,14 +204,22 @@ allowed_hosts = ["lb1.internal"]"#,
 async fn an_override_ttl_of_u64_max_seconds_crashed_the_admin_api() {
     let balancer = start("").await;
     let admin = balancer.admin_addr().expect("admin runs");
-    for ttl in ["18446744073709551615s", "9223372036854775807s", "8761h", "99999999999h"] {
+    for ttl in [
+        "18446744073709551615s",
+        "9223372036854775807s",
+        "8761h",
+        "99999999999h",
+    ] {
         let (status, answer) = raw(
             admin,
             &format!("POST /backends/web/b1/down?ttl={ttl} HTTP/1.1\r\nhost: {admin}"),
         )
         .await;
         assert_eq!(status, 400, "{ttl}: {answer}");
-        assert!(answer.contains("maximum") || answer.contains("not a duration"), "{answer}");
+        assert!(
+            answer.contains("maximum") || answer.contains("not a duration"),
+            "{answer}"
+        );
     }
     let (status, answer) = raw(
         admin,

@@ -95,10 +95,9 @@ impl Drop for TempPath {
 #[test]
 fn a_slow_reload_stalled_proxied_traffic() {
     let backend = backend();
-    let path = TempPath(std::env::temp_dir().join(format!(
-        "capataz-reload-fifo-{}.toml",
-        std::process::id()
-    )));
+    let path = TempPath(
+        std::env::temp_dir().join(format!("capataz-reload-fifo-{}.toml", std::process::id())),
+    );
     std::fs::write(&path.0, config_text(backend, "127.0.0.1:0")).expect("write config");
     let config = config::load(&path.0).expect("valid config");
 

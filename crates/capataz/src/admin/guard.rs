@@ -100,7 +100,7 @@ fn host_allowed(authority: &str, local: SocketAddr, extra: &[String]) -> bool {
         return false;
     };
     let host = host.to_ascii_lowercase();
-    if extra.iter().any(|allowed| *allowed == host) {
+    if extra.contains(&host) {
         return true;
     }
     let port_matches = match port {
@@ -248,7 +248,9 @@ mod tests {
             let mut map = headers(&[host]);
             map.insert(header::CONTENT_TYPE, form.parse().expect("a header value"));
             let local = "127.0.0.1:9901".parse().expect("an address");
-            let got = check(None, local, &Method::POST, &map).err().map(|r| r.status);
+            let got = check(None, local, &Method::POST, &map)
+                .err()
+                .map(|r| r.status);
             assert_eq!(got, Some(StatusCode::UNSUPPORTED_MEDIA_TYPE), "{form}");
         }
         assert_eq!(

@@ -203,7 +203,10 @@ mod tests {
                     [pools.web]\nbackends = [{ address = \"127.0.0.1:9001\" }]\n";
         for (key, line) in [
             ("[pools.web.active]\ninterval", "pools.web.active.interval"),
-            ("[pools.web.passive]\nejection_time", "pools.web.passive.ejection_time"),
+            (
+                "[pools.web.passive]\nejection_time",
+                "pools.web.passive.ejection_time",
+            ),
             ("[server]\nshutdown_timeout", "server.shutdown_timeout"),
         ] {
             for value in ["9223372036854775807s", "18446744073709551615s", "8761h"] {
@@ -214,7 +217,10 @@ mod tests {
             }
         }
         let text = format!("{base}[server]\nshutdown_timeout = \"8760h\"\n");
-        assert!(parse_str(&text, "<t>").is_ok(), "the maximum itself is fine");
+        assert!(
+            parse_str(&text, "<t>").is_ok(),
+            "the maximum itself is fine"
+        );
     }
 
     /// Regression: `tracing-subscriber` compiles field filter values as regexes, in time

@@ -2,33 +2,30 @@
 //!
 //! The first problem found is returned as a [`ConfigError::Invalid`] that names the line, the
 //! dotted key path (built here, so it is exact) and what to do. Each key's default is written
-//! once, at the call that reads it, and in docs/config.md.
+//! once, at the call that reads it, and in docs/config.md. Host names are only checked for
+//! syntax here and queued as lookups for stage three (`resolve`): validation does no IO.
+//! `[admin]`, `[pools.*]` and `[alerts]` are validated in the submodules of the same names.
 
+mod admin;
 mod alerts;
+mod pool;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::ops::{Range, RangeInclusive};
 use std::time::Duration;
 
-use capataz_health::{State, StatusSet};
 use toml::{Spanned, Value};
 
 use super::locate::line_of;
-use super::resolve::{Lookup, Target};
-use super::raw::{
-    RawActive, RawAdmin, RawAlgorithm, RawAllDown, RawBackend, RawCheckKind, RawConfig, RawInitial,
-    RawListener, RawLog, RawLogFormat, RawPassive, RawPool, RawRetries, RawRoute, RawServer,
-    RawTimeouts,
-};
-use super::values::{check_log_level, parse_duration, parse_percent, MAX_DURATION};
+use super::raw::{RawConfig, RawListener, RawLog, RawLogFormat, RawRoute, RawServer};
+use super::resolve::Lookup;
+use super::values::{check_log_level, parse_duration, MAX_DURATION};
 use super::ConfigError;
 use crate::config::{
-    ActiveCheckConfig, AdminConfig, Algorithm, AllDownPolicy, BackendConfig, CheckKind, Config,
-    ListenerConfig, LogConfig, LogFormat, PassiveCheckConfig, PoolConfig, RetryConfig, RouteConfig,
-    ServerConfig, UpstreamTimeouts,
+    Config, ListenerConfig, LogConfig, LogFormat, PoolConfig, RouteConfig, ServerConfig,
 };
 
 const DURATION_EXAMPLES: &str = r#"e.g. "500ms", "2s", "1m""#;
@@ -140,75 +137,6 @@ impl Validator<'_> {
                 "server.shutdown_timeout",
                 Duration::from_secs(30),
             )?,
-        })
-    }
-
-    fn admin(&self, raw: RawAdmin) -> Result<AdminConfig, ConfigError> {
-        let address = match &raw.address {
-            None => SocketAddr::from(([127, 0, 0, 1], 9901)),
-            Some(address) => self.socket_addr(address, "admin.address")?,
-        };
-        let token = match raw.token {
-            None => None,
-            Some(token) => {
-                let ok = !token.get_ref().is_empty()
-                    && token.get_ref().bytes().all(|b| b.is_ascii_graphic());
-                if !ok {
-                    return Err(self.error(
-                        Some(token.span()),
-                        "admin.token",
-                        "the token must be non-empty printable ASCII without spaces \
-                         (leave the key out to disable authentication)"
-                            .into(),
-                    ));
-                }
-                Some(token.into_inner())
-            }
-        };
-        // The admin API can drain and disable backends: beyond this host it needs a token.
-        // (The default address is loopback, so only a written address can fail here.)
-        if let (Some(written), None) = (&raw.address, &token) {
-            if !address.ip().to_canonical().is_loopback() {
-                return Err(self.error(
-                    Some(written.span()),
-                    "admin.address",
-                    format!(
-                        "{:?}: a non-loopback admin address needs admin.token (anyone who can \
-                         reach it could take backends down; set admin.token, or listen on \
-                         \"127.0.0.1:9901\")",
-                        written.get_ref()
-                    ),
-                ));
-            }
-        }
-        let mut allowed_hosts = Vec::new();
-        for (index, host) in raw.allowed_hosts.unwrap_or_default().into_iter().enumerate() {
-            let text = host.get_ref();
-            let bracketed_v6 = text.starts_with('[')
-                && text.ends_with(']')
-                && text[1..text.len() - 1].parse::<std::net::Ipv6Addr>().is_ok();
-            let name_like = !text.is_empty()
-                && text.len() <= 253
-                && text
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_');
-            if !(bracketed_v6 || name_like) {
-                return Err(self.error(
-                    Some(host.span()),
-                    &format!("admin.allowed_hosts[{index}]"),
-                    format!(
-                        r#"{text:?} is not a host name (write the name alone, without a scheme or port, e.g. "lb1.internal" or "[fd00::5]")"#
-                    ),
-                ));
-            }
-            allowed_hosts.push(text.to_ascii_lowercase());
-        }
-        Ok(AdminConfig {
-            address,
-            token,
-            open_read_only: raw.open_read_only.unwrap_or(false),
-            allowed_hosts,
-            metrics_backend_histograms: raw.metrics_backend_histograms.unwrap_or(false),
         })
     }
 
@@ -413,340 +341,6 @@ impl Validator<'_> {
         Ok(name.into_inner())
     }
 
-    fn pool(&self, name: Spanned<String>, raw: RawPool) -> Result<PoolConfig, ConfigError> {
-        let name_span = name.span();
-        let name = name.into_inner();
-        let valid_name = !name.is_empty()
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-        if !valid_name {
-            return Err(self.error(
-                Some(name_span),
-                &format!("pools.{name}"),
-                format!(
-                    "{name:?} is not a pool name (use letters, digits, '_', '.' and '-', e.g. [pools.web])"
-                ),
-            ));
-        }
-        let at = format!("pools.{name}");
-        let backends = self.backends(&name, &at, name_span.clone(), raw.backends)?;
-        let algorithm = match raw.algorithm {
-            None | Some(RawAlgorithm::RoundRobin) => Algorithm::RoundRobin,
-            Some(RawAlgorithm::LeastRequest) => Algorithm::LeastRequest,
-        };
-        let retry_after = self.duration(
-            &raw.retry_after,
-            &format!("{at}.retry_after"),
-            Duration::from_secs(5),
-        )?;
-        let when_all_down = match raw.when_all_down {
-            None | Some(RawAllDown::FailOpen) => AllDownPolicy::FailOpen,
-            Some(RawAllDown::Reject) => AllDownPolicy::Reject { retry_after },
-        };
-        Ok(PoolConfig {
-            active: self.active(&format!("{at}.active"), raw.active)?,
-            passive: self.passive(&format!("{at}.passive"), raw.passive)?,
-            retries: self.retries(&format!("{at}.retries"), raw.retries)?,
-            timeouts: self.timeouts(&format!("{at}.timeouts"), raw.timeouts)?,
-            name,
-            backends,
-            algorithm,
-            when_all_down,
-            slow_start: self.optional_duration(&raw.slow_start, &format!("{at}.slow_start"))?,
-            gate_new_backends: raw.gate_new_backends.unwrap_or(true),
-        })
-    }
-
-    fn backends(
-        &self,
-        pool: &str,
-        at: &str,
-        pool_span: Range<usize>,
-        raw: Option<Vec<Spanned<RawBackend>>>,
-    ) -> Result<Vec<BackendConfig>, ConfigError> {
-        let raw = raw.unwrap_or_default();
-        if raw.is_empty() {
-            return Err(self.error(
-                Some(pool_span),
-                &format!("{at}.backends"),
-                r#"a pool needs at least one backend (add backends = [{ address = "127.0.0.1:9001" }])"#
-                    .into(),
-            ));
-        }
-        let mut backends: Vec<BackendConfig> = Vec::with_capacity(raw.len());
-        for (index, backend) in raw.into_iter().enumerate() {
-            let at = format!("{at}.backends[{index}]");
-            let span = backend.span();
-            let backend = backend.into_inner();
-            let Some(address) = backend.address else {
-                return Err(self.error(
-                    Some(span),
-                    &format!("{at}.address"),
-                    r#"every backend needs an address (add address = "host:port")"#.into(),
-                ));
-            };
-            let socket_addr = self.backend_address(&address, &format!("{at}.address"), || {
-                Target::Backend {
-                    pool: pool.to_owned(),
-                    index,
-                }
-            })?;
-            let (name, name_span) = match backend.name {
-                None => (address.get_ref().clone(), address.span()),
-                Some(name) => {
-                    let span = name.span();
-                    (self.name(name, &format!("{at}.name"))?, span)
-                }
-            };
-            if let Some(other) = backends.iter().position(|b| b.name == name) {
-                return Err(self.error(
-                    Some(name_span),
-                    &format!("{at}.name"),
-                    format!(
-                        "{name:?} is already the name of backends[{other}] \
-                         (give each backend a unique name; it defaults to the address)"
-                    ),
-                ));
-            }
-            let weight = self.int(&backend.weight, &format!("{at}.weight"), 1, 1..=1000)? as u32;
-            backends.push(BackendConfig {
-                name,
-                address: address.into_inner(),
-                socket_addr,
-                weight,
-            });
-        }
-        Ok(backends)
-    }
-
-    /// Checks a backend's `host:port`. An IP literal is its address; a name is queued for
-    /// stage three (resolution) and gets a placeholder address until then.
-    fn backend_address(
-        &self,
-        address: &Spanned<String>,
-        key: &str,
-        target: impl FnOnce() -> Target,
-    ) -> Result<SocketAddr, ConfigError> {
-        const ADVICE: &str = r#"use host:port, e.g. "127.0.0.1:9001" or "backend.internal:8080""#;
-        let text = address.get_ref();
-        let fail = |why: &str| {
-            self.error(
-                Some(address.span()),
-                key,
-                format!("{text:?} {why} ({ADVICE})"),
-            )
-        };
-        if let Ok(literal) = text.parse::<SocketAddr>() {
-            if literal.port() == 0 {
-                return Err(fail("has port 0"));
-            }
-            return Ok(literal);
-        }
-        let Some((host, port)) = text.rsplit_once(':') else {
-            return Err(fail("has no port"));
-        };
-        let port_ok = !port.is_empty()
-            && port.bytes().all(|b| b.is_ascii_digit())
-            && port.parse::<u16>().is_ok_and(|p| p != 0);
-        if !port_ok {
-            return Err(fail("has a bad port (use 1-65535)"));
-        }
-        if !is_host_name(host) {
-            return Err(fail("does not start with a host name or an IP address"));
-        }
-        self.lookups.borrow_mut().push(Lookup {
-            target: target(),
-            host_port: text.clone(),
-            file: self.file.to_owned(),
-            line: Some(line_of(self.text, address.span().start)),
-            key: key.to_owned(),
-            subject: format!("{text:?}"),
-            advice: ADVICE,
-        });
-        Ok(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))
-    }
-
-    fn active(&self, at: &str, raw: RawActive) -> Result<ActiveCheckConfig, ConfigError> {
-        let kind = match raw.kind {
-            None | Some(RawCheckKind::Http) => CheckKind::Http,
-            Some(RawCheckKind::Tcp) => CheckKind::Tcp,
-            Some(RawCheckKind::None) => CheckKind::None,
-        };
-        let path = match raw.path {
-            None => "/healthz".to_owned(),
-            Some(path) => {
-                if !path.get_ref().starts_with('/') || !is_token_text(path.get_ref()) {
-                    return Err(self.error(
-                        Some(path.span()),
-                        &format!("{at}.path"),
-                        format!(
-                            r#"{:?} is not a request path (start it with "/" and leave out spaces, e.g. "/healthz")"#,
-                            path.get_ref()
-                        ),
-                    ));
-                }
-                path.into_inner()
-            }
-        };
-        let host = match raw.host {
-            None => None,
-            Some(host) => {
-                if host.get_ref().is_empty() || !is_token_text(host.get_ref()) {
-                    return Err(self.error(
-                        Some(host.span()),
-                        &format!("{at}.host"),
-                        format!(
-                            r#"{:?} is not a Host header value (use e.g. "app.internal", without spaces)"#,
-                            host.get_ref()
-                        ),
-                    ));
-                }
-                Some(host.into_inner())
-            }
-        };
-        let expect = match raw.expect {
-            None => StatusSet::default(),
-            Some(expect) => expect.get_ref().parse::<StatusSet>().map_err(|error| {
-                // The error quotes the offending item; skip it when that is the whole list.
-                let quoted = format!("{:?}", expect.get_ref());
-                let detail = error.to_string();
-                let detail = detail
-                    .strip_prefix(&format!("{quoted}: "))
-                    .unwrap_or(&detail);
-                self.error(
-                    Some(expect.span()),
-                    &format!("{at}.expect"),
-                    format!(r#"{quoted} is not a status list: {detail} (use e.g. "200-299,302")"#),
-                )
-            })?,
-        };
-        Ok(ActiveCheckConfig {
-            kind,
-            path,
-            host,
-            expect,
-            interval: self.duration(
-                &raw.interval,
-                &format!("{at}.interval"),
-                Duration::from_secs(2),
-            )?,
-            timeout: self.duration(
-                &raw.timeout,
-                &format!("{at}.timeout"),
-                Duration::from_secs(1),
-            )?,
-            rise: self.threshold(&raw.rise, &format!("{at}.rise"), 2)?,
-            fall: self.threshold(&raw.fall, &format!("{at}.fall"), 3)?,
-            jitter: self.jitter(&raw.jitter, &format!("{at}.jitter"))?,
-            initial: match raw.initial {
-                None | Some(RawInitial::Up) => State::Up,
-                Some(RawInitial::Down) => State::Down,
-            },
-        })
-    }
-
-    fn jitter(&self, value: &Option<Spanned<Value>>, key: &str) -> Result<f64, ConfigError> {
-        let Some(value) = value else {
-            return Ok(0.1);
-        };
-        let fraction = match value.get_ref() {
-            Value::String(text) => parse_percent(text),
-            Value::Float(f) => Some(*f),
-            Value::Integer(i) => Some(*i as f64),
-            _ => None,
-        };
-        match fraction {
-            Some(f) if (0.0..=0.5).contains(&f) => Ok(f),
-            _ => Err(self.error(
-                Some(value.span()),
-                key,
-                format!(
-                    r#"{} is not a jitter within 0-50 % (use e.g. "10%", or a fraction such as 0.1)"#,
-                    value.get_ref()
-                ),
-            )),
-        }
-    }
-
-    fn passive(&self, at: &str, raw: RawPassive) -> Result<PassiveCheckConfig, ConfigError> {
-        let ejection_key = format!("{at}.ejection_time");
-        let max_key = format!("{at}.max_ejection_time");
-        let ejection_time =
-            self.duration(&raw.ejection_time, &ejection_key, Duration::from_secs(30))?;
-        let max_ejection_time =
-            self.duration(&raw.max_ejection_time, &max_key, Duration::from_secs(300))?;
-        if max_ejection_time < ejection_time {
-            // Point at the key that was written; max_ejection_time when both were.
-            // (The defaults are ordered, so at least one of them was written.)
-            let (span, key) = match (&raw.max_ejection_time, &raw.ejection_time) {
-                (Some(max), _) => (Some(max.span()), &max_key),
-                (None, Some(base)) => (Some(base.span()), &ejection_key),
-                (None, None) => (None, &max_key),
-            };
-            return Err(self.error(
-                span,
-                key,
-                format!(
-                    "max_ejection_time {max_ejection_time:?} is shorter than ejection_time \
-                     {ejection_time:?} (make max_ejection_time at least ejection_time)"
-                ),
-            ));
-        }
-        Ok(PassiveCheckConfig {
-            enabled: raw.enabled.unwrap_or(true),
-            consecutive_errors: self.threshold(
-                &raw.consecutive_errors,
-                &format!("{at}.consecutive_errors"),
-                3,
-            )?,
-            count_503: raw.count_503.unwrap_or(true),
-            ejection_time,
-            max_ejection_time,
-            max_ejected_percent: self.int(
-                &raw.max_ejected_percent,
-                &format!("{at}.max_ejected_percent"),
-                50,
-                0..=100,
-            )? as u8,
-            probes_end_ejection: raw.probes_end_ejection.unwrap_or(true),
-        })
-    }
-
-    fn retries(&self, at: &str, raw: RawRetries) -> Result<RetryConfig, ConfigError> {
-        Ok(RetryConfig {
-            attempts: self.int(&raw.attempts, &format!("{at}.attempts"), 1, 0..=10)? as u32,
-            budget_percent: self.int(
-                &raw.budget_percent,
-                &format!("{at}.budget_percent"),
-                20,
-                0..=100,
-            )? as u8,
-            min_budget: self.int(
-                &raw.min_budget,
-                &format!("{at}.min_budget"),
-                10,
-                0..=U32_MAX,
-            )? as u32,
-        })
-    }
-
-    fn timeouts(&self, at: &str, raw: RawTimeouts) -> Result<UpstreamTimeouts, ConfigError> {
-        Ok(UpstreamTimeouts {
-            connect: self.duration(
-                &raw.connect,
-                &format!("{at}.connect"),
-                Duration::from_secs(1),
-            )?,
-            response_header: self.duration(
-                &raw.response_header,
-                &format!("{at}.response_header"),
-                Duration::from_secs(15),
-            )?,
-            idle: self.duration(&raw.idle, &format!("{at}.idle"), Duration::from_secs(30))?,
-        })
-    }
-
     /// A duration above zero, or `default` when the key is absent.
     fn duration(
         &self,
@@ -846,19 +440,4 @@ impl Validator<'_> {
 /// Non-empty text without whitespace or control characters: fit for a request line or header.
 fn is_token_text(text: &str) -> bool {
     !text.is_empty() && !text.chars().any(|c| c.is_whitespace() || c.is_control())
-}
-
-/// A DNS name as a resolver takes it: labels of letters, digits, `-` and `_`, separated by dots
-/// (a trailing dot allowed), 253 bytes at most.
-fn is_host_name(host: &str) -> bool {
-    let host = host.strip_suffix('.').unwrap_or(host);
-    !host.is_empty()
-        && host.len() <= 253
-        && host.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        })
 }

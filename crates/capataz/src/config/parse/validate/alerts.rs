@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use toml::{Spanned, Value};
 
-use super::super::raw::{RawAlerts, RawCommand, RawWebhook};
-use super::super::values::parse_http_url;
 use super::super::locate::line_of;
+use super::super::raw::{RawAlerts, RawCommand, RawWebhook};
 use super::super::resolve::{Lookup, Target};
+use super::super::values::parse_http_url;
 use super::{ConfigError, Validator};
 use crate::config::{AlertsConfig, CommandConfig, WebhookConfig};
 
