@@ -216,7 +216,7 @@ async fn admin_call(
     let mut request = http::Request::builder()
         .method(method)
         .uri(path)
-        .header("host", "admin.test");
+        .header("host", addr.to_string());
     if let Some(value) = authorization {
         request = request.header("authorization", value);
     }
@@ -799,7 +799,7 @@ async fn the_event_stream_carries_transitions() {
     let (b, r) = two_backends().await;
     let mut stream = TcpStream::connect(r.admin).await.unwrap();
     stream
-        .write_all(b"GET /events HTTP/1.1\r\nHost: admin.test\r\n\r\n")
+        .write_all(format!("GET /events HTTP/1.1\r\nHost: {}\r\n\r\n", r.admin).as_bytes())
         .await
         .unwrap();
     let mut seen = String::new();
