@@ -74,7 +74,7 @@ async fn exchange(addr: SocketAddr, method: &str, path: &str) -> (u16, String, S
     let request = http::Request::builder()
         .method(method)
         .uri(path)
-        .header("host", "app.test")
+        .header("host", addr.to_string())
         .body(Empty::<Bytes>::new())
         .unwrap();
     let response = tokio::time::timeout(DEADLINE, sender.send_request(request))
