@@ -271,7 +271,7 @@ fn override_backend(
         Ok(state) => json_response(
             StatusCode::OK,
             &json!({ "pool": pool, "backend": backend, "state": state,
-                     "override": kind.map(|k| k.as_str()), "ttl_ms": ttl.map(|t| t.as_millis() as u64) }),
+                     "override": kind.map(|k| k.as_str()), "ttl_ms": ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)) }),
         ),
         Err(e) => error(StatusCode::NOT_FOUND, e.to_string()),
     }
