@@ -354,10 +354,12 @@ impl Shared {
     /// probes need.
     pub async fn reload_from_file(&self) -> Result<ReloadSummary, StartError> {
         let path = self.config_path.clone().ok_or(StartError::NoFile)?;
+        // Held across the read too, so that reloads apply in the order their reads started.
+        let _serial = self.reload_lock.lock().await;
         let config = tokio::task::spawn_blocking(move || crate::config::load(&path))
             .await
             .map_err(|_| StartError::LoadPanicked)??;
-        self.reload(&config).await
+        self.apply(&config)
     }
 
     /// Applies a new, validated configuration without dropping a connection: new listeners are
@@ -368,6 +370,11 @@ impl Shared {
     /// admin address or `admin.metrics_backend_histograms` needs a restart.
     pub async fn reload(&self, config: &Config) -> Result<ReloadSummary, StartError> {
         let _serial = self.reload_lock.lock().await;
+        self.apply(config)
+    }
+
+    /// [`Shared::reload`] once the caller holds `reload_lock`.
+    fn apply(&self, config: &Config) -> Result<ReloadSummary, StartError> {
         let old_config = self.config();
         let mut listeners = std::mem::take(&mut *lock(&self.listeners));
         // Bind the listeners that are new, before changing anything.
