@@ -54,8 +54,9 @@ pub enum DemoError {
     /// The embedded config did not validate (a bug).
     #[error("embedded demo config: {0}")]
     Config(#[from] ConfigError),
-    /// The balancer could not start (e.g. port 8080 in use: try `--listen 127.0.0.1:8081`).
-    #[error("{0} (pick another address with --listen)")]
+    /// The balancer could not start (e.g. port 8080 or 9901 in use: try `--listen 127.0.0.1:8081`
+    /// or `--admin 127.0.0.1:9902`).
+    #[error("{0} (pick another address with --listen or --admin)")]
     Start(#[from] StartError),
 }
 

@@ -557,7 +557,17 @@ fn run_with_json_logs_writes_transitions_as_json_objects() {
 fn demo_runs_for_its_duration_and_passive_checks_eject_the_liar() {
     let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let listen = addr.to_string();
-    let mut demo = Running::spawn(&["demo", "--listen", &listen, "--duration", "8"]);
+    // The admin API on an ephemeral port too: the default (127.0.0.1:9901) would collide with a
+    // `capataz demo` running on the same machine.
+    let mut demo = Running::spawn(&[
+        "demo",
+        "--listen",
+        &listen,
+        "--admin",
+        "127.0.0.1:0",
+        "--duration",
+        "8",
+    ]);
     demo.wait_until_serving(addr);
     // The liar answers 500 until it is ejected (and retries usually hide that): ask until a
     // healthy backend answers.
@@ -577,6 +587,10 @@ fn demo_runs_for_its_duration_and_passive_checks_eject_the_liar() {
     assert!(
         stdout.contains(&format!("capataz demo: balancer on http://{addr}/")),
         "{stdout}"
+    );
+    assert!(
+        stdout.contains("Dashboard: http://127.0.0.1:") && !stdout.contains(":9901/"),
+        "the banner names the ephemeral admin address:\n{stdout}"
     );
     for name in ["steady", "flaky", "crashy", "liar"] {
         assert!(
