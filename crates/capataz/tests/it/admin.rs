@@ -22,19 +22,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::broadcast;
 
-use crate::support::balancer::{backends, parse, ConfigText};
+use crate::support::balancer::{backends, parse, ConfigText, FAST_CHECKS};
 use crate::support::client::{exchange, Client};
 use crate::support::events::{is_transition, wait_for};
 use crate::support::DEADLINE;
-
-const FAST_CHECKS: &str = r#"
-[pools.web.active]
-interval = "30ms"
-timeout = "100ms"
-jitter = "10%"
-rise = 2
-fall = 3
-"#;
 
 /// Passive checks that eject after three errors for long enough to look at the ejection.
 const PASSIVE: &str = r#"

@@ -10,7 +10,7 @@ use capataz::health::Event;
 use capataz::sim::{Mode, SimBackend};
 use capataz_health::{Ejection, Reason, State};
 
-use crate::support::balancer::{backends, start, ConfigText};
+use crate::support::balancer::{backends, start, ConfigText, FAST_CHECKS};
 use crate::support::client::Client;
 use crate::support::events::{count_transitions, transition_of, wait_for};
 use crate::support::DEADLINE;
@@ -23,15 +23,6 @@ fn config_text(backends: &[SimBackend], weights: &[u32], pool_extra: &str) -> St
         .extra(pool_extra)
         .build()
 }
-
-const FAST_CHECKS: &str = r#"
-[pools.web.active]
-interval = "30ms"
-timeout = "100ms"
-jitter = "10%"
-rise = 2
-fall = 3
-"#;
 
 #[tokio::test]
 async fn traffic_follows_weights_and_only_reaches_up_backends() {

@@ -10,6 +10,17 @@ use tokio::sync::broadcast;
 
 use super::any;
 
+/// Probes of pool `web` every 30 ms (100 ms timeout, 10 % jitter), rise 2, fall 3: a backend
+/// changes state within a few hundred milliseconds.
+pub const FAST_CHECKS: &str = r#"
+[pools.web.active]
+interval = "30ms"
+timeout = "100ms"
+jitter = "10%"
+rise = 2
+fall = 3
+"#;
+
 /// Scripted backends named `names`, each on an ephemeral port.
 pub async fn backends(names: &[&str]) -> Vec<SimBackend> {
     let mut out = Vec::new();
