@@ -555,19 +555,26 @@ fn run_with_json_logs_writes_transitions_as_json_objects() {
 
 #[test]
 fn demo_runs_for_its_duration_and_passive_checks_eject_the_liar() {
-    let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-    let listen = addr.to_string();
-    // The admin API on an ephemeral port too: the default (127.0.0.1:9901) would collide with a
-    // `capataz demo` running on the same machine.
+    // Both listeners on ephemeral ports, read back from the banner: the defaults (8080, 9901)
+    // would collide with a `capataz demo` running on the same machine.
     let mut demo = Running::spawn(&[
         "demo",
         "--listen",
-        &listen,
+        "127.0.0.1:0",
         "--admin",
         "127.0.0.1:0",
         "--duration",
         "8",
     ]);
+    let banner = demo.stdout.wait_for("the banner", |l| {
+        l.starts_with("capataz demo: balancer on http://")
+    });
+    let addr: SocketAddr = banner["capataz demo: balancer on http://".len()..]
+        .split('/')
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in the banner: {banner}"));
+    assert_ne!(addr.port(), 0, "{banner}");
     demo.wait_until_serving(addr);
     // The liar answers 500 until it is ejected (and retries usually hide that): ask until a
     // healthy backend answers.
@@ -589,8 +596,10 @@ fn demo_runs_for_its_duration_and_passive_checks_eject_the_liar() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("Dashboard: http://127.0.0.1:") && !stdout.contains(":9901/"),
-        "the banner names the ephemeral admin address:\n{stdout}"
+        stdout.contains("Dashboard: http://127.0.0.1:")
+            && !stdout.contains(":9901/")
+            && !stdout.contains("http://127.0.0.1:0/"),
+        "the banner names the bound ephemeral admin address:\n{stdout}"
     );
     for name in ["steady", "flaky", "crashy", "liar"] {
         assert!(
