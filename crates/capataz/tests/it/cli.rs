@@ -208,6 +208,24 @@ impl Running {
     }
 
     /// Waits until `addr` answers an HTTP request, failing early if the child exits.
+    /// The address its listener bound (from its `listening` log line, text or JSON), for a
+    /// config that asks for port 0.
+    fn listening_on(&mut self) -> SocketAddr {
+        const HOST: &str = "127.0.0.1:";
+        let line = self.stderr.wait_for("the listening line", |l| {
+            l.contains("listening") && l.contains("front") && l.contains(HOST)
+        });
+        let port: String = line[line.find(HOST).expect("matched above") + HOST.len()..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        let addr: SocketAddr = format!("{HOST}{port}")
+            .parse()
+            .unwrap_or_else(|_| panic!("no address in {line}"));
+        assert_ne!(addr.port(), 0, "{line}");
+        addr
+    }
+
     fn wait_until_serving(&mut self, addr: SocketAddr) {
         let end = Instant::now() + DEADLINE;
         loop {
@@ -423,12 +441,11 @@ impl RunFixture {
                 SimBackend::start("beta", any).await.expect("start beta"),
             ]
         });
-        let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let text = format!(
             r#"
 [[listeners]]
 name = "front"
-address = "{addr}"
+address = "127.0.0.1:0"
 
 [pools.web]
 backends = [
@@ -453,6 +470,7 @@ fall = 3
         ];
         args.extend_from_slice(extra_args);
         let mut capataz = Running::spawn(&args);
+        let addr = capataz.listening_on();
         capataz.wait_until_serving(addr);
         RunFixture {
             capataz,
