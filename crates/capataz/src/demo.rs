@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -54,8 +55,9 @@ pub enum DemoError {
     /// The embedded config did not validate (a bug).
     #[error("embedded demo config: {0}")]
     Config(#[from] ConfigError),
-    /// The balancer could not start (e.g. port 8080 in use: try `--listen 127.0.0.1:8081`).
-    #[error("{0} (pick another address with --listen)")]
+    /// The balancer could not start (e.g. port 8080 or 9901 in use: try `--listen 127.0.0.1:8081`
+    /// or `--admin 127.0.0.1:9902`).
+    #[error("{0} (pick another address with --listen or --admin)")]
     Start(#[from] StartError),
 }
 
@@ -167,7 +169,7 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
          Every state change is logged below. Try: curl http://{listen}/   (Ctrl-C to stop)\n\
          Dashboard: http://{admin}/   status: capataz status --admin {admin}\n"
     );
-    let crash_cycle = tokio::spawn(crash_cycle(backends.remove(2).1));
+    let crash_cycle = tokio::spawn(crash_cycle(Arc::new(backends.remove(2).1)));
     let traffic = (options.rate > 0).then(|| tokio::spawn(traffic(listen, options.rate)));
     match options.duration {
         Some(duration) => tokio::time::sleep(duration).await,
@@ -184,12 +186,17 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     Ok(())
 }
 
-async fn crash_cycle(crashy: SimBackend) {
+/// How long crashy runs before each crash, and how long it stays down.
+const CRASHY_UP: Duration = Duration::from_secs(12);
+const CRASHY_DOWN: Duration = Duration::from_secs(8);
+
+/// Crashes `crashy` for [`CRASHY_DOWN`] after every [`CRASHY_UP`] of running, forever.
+async fn crash_cycle(crashy: Arc<SimBackend>) {
     loop {
-        tokio::time::sleep(Duration::from_secs(12)).await;
+        tokio::time::sleep(CRASHY_UP).await;
         tracing::info!("demo: crashy crashes (listener closed, connections reset)");
         crashy.crash();
-        tokio::time::sleep(Duration::from_secs(8)).await;
+        tokio::time::sleep(CRASHY_DOWN).await;
         tracing::info!("demo: crashy restarts");
         if let Err(error) = crashy.restart().await {
             tracing::warn!(%error, "demo: crashy could not restart; trying again next cycle");
@@ -256,4 +263,40 @@ async fn one_request(
         .map(str::to_owned);
     let _ = response.into_body().collect().await;
     Some((status, backend))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sleeps until `at` after `start` and says whether crashy is running then.
+    async fn running_at(crashy: &SimBackend, start: tokio::time::Instant, at: u64) -> bool {
+        tokio::time::sleep_until(start + Duration::from_millis(at)).await;
+        crashy.is_running()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn crashy_is_down_for_8_s_of_every_20() {
+        let crashy = Arc::new(
+            SimBackend::start("crashy", SocketAddr::from(([127, 0, 0, 1], 0)))
+                .await
+                .unwrap(),
+        );
+        let start = tokio::time::Instant::now();
+        let cycle = tokio::spawn(crash_cycle(crashy.clone()));
+        for (at, running) in [
+            (11_900, true),
+            (12_100, false),
+            (19_900, false),
+            (20_100, true),
+            (31_900, true),
+            (32_100, false),
+            (40_100, true),
+        ] {
+            assert_eq!(running_at(&crashy, start, at).await, running, "at {at} ms");
+        }
+        cycle.abort();
+        let _ = cycle.await;
+        assert_eq!(Arc::strong_count(&crashy), 1, "the cycle let go of crashy");
+    }
 }

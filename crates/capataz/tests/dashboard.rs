@@ -22,6 +22,11 @@ use capataz::server::Balancer;
 use capataz::sim::{Mode, SimBackend};
 use serde_json::{json, Value};
 
+mod support;
+
+use support::any;
+use support::balancer::{ConfigText, FAST_CHECKS};
+
 /// How long the page gets to show what the balancer knows (it needs well under a second).
 const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -408,40 +413,28 @@ fn dashboard_follows_a_backend_going_down() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let any: SocketAddr = ([127, 0, 0, 1], 0).into();
     let (a, b, hostile) = runtime.block_on(async {
         (
-            SimBackend::start("a", any).await.expect("start backend a"),
-            SimBackend::start("b", any).await.expect("start backend b"),
-            SimBackend::start("h", any).await.expect("start backend h"),
+            SimBackend::start("a", any())
+                .await
+                .expect("start backend a"),
+            SimBackend::start("b", any())
+                .await
+                .expect("start backend b"),
+            SimBackend::start("h", any())
+                .await
+                .expect("start backend h"),
         )
     });
-    let text = format!(
-        r#"
-[admin]
-address = "127.0.0.1:0"
-
-[[listeners]]
-address = "127.0.0.1:0"
-
-[pools.web]
-backends = [
-  {{ name = "a", address = "{}", weight = 1 }},
-  {{ name = "b", address = "{}", weight = 2 }},
-  {{ name = "{HOSTILE_NAME}", address = "{}", weight = 1 }},
-]
-
-[pools.web.active]
-interval = "30ms"
-timeout = "100ms"
-jitter = "10%"
-rise = 2
-fall = 3
-"#,
-        a.addr(),
-        b.addr(),
-        hostile.addr()
-    );
+    let text = ConfigText::new(&[
+        ("a".to_owned(), a.addr()),
+        ("b".to_owned(), b.addr()),
+        (HOSTILE_NAME.to_owned(), hostile.addr()),
+    ])
+    .weights(&[1, 2, 1])
+    .admin("")
+    .extra(FAST_CHECKS)
+    .build();
     let config = config::parse_str(&text, "<dashboard test>").expect("valid test config");
     let (events, _events_rx) = tokio::sync::broadcast::channel(4096);
     let balancer = runtime

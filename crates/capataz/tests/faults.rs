@@ -42,6 +42,11 @@ use tokio::sync::broadcast;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
+mod support;
+
+use support::any;
+use support::balancer::{backends as sims, pairs, ConfigText};
+
 /// How long any wait may take before the scenario fails.
 const DEADLINE: Duration = Duration::from_secs(15);
 /// How often a polled condition is looked at again.
@@ -1175,40 +1180,11 @@ async fn connect(addr: SocketAddr) -> Result<Sender, String> {
 // ---------------------------------------------------------------------------------------------
 // Backends and the balancer.
 
-fn any() -> SocketAddr {
-    ([127, 0, 0, 1], 0).into()
-}
-
-async fn sims(names: &[&str]) -> Vec<SimBackend> {
-    let mut out = Vec::new();
-    for name in names {
-        out.push(SimBackend::start(name, any()).await.expect("start backend"));
-    }
-    out
-}
-
-fn pairs(backends: &[SimBackend]) -> Vec<(String, SocketAddr)> {
-    backends
-        .iter()
-        .map(|b| (b.name().to_owned(), b.addr()))
-        .collect()
-}
-
 /// One listener on a free port and one pool `web` over `backends`, with fast checks.
 fn config_text(backends: &[(String, SocketAddr)], knobs: Knobs) -> String {
-    let list: Vec<String> = backends
-        .iter()
-        .map(|(name, addr)| format!("{{ name = \"{name}\", address = \"{addr}\" }}"))
-        .collect();
     let ms = |d: Duration| format!("{}ms", d.as_millis());
-    format!(
+    let checks = format!(
         r#"
-[[listeners]]
-address = "127.0.0.1:0"
-
-[pools.web]
-backends = [{list}]
-
 [pools.web.active]
 interval = "30ms"
 timeout = "150ms"
@@ -1230,13 +1206,13 @@ min_budget = {min_budget}
 connect = "150ms"
 response_header = "150ms"
 "#,
-        list = list.join(", "),
         ejection = ms(knobs.ejection),
         max_ejection = ms(knobs.ejection * 2),
         percent = knobs.max_ejected_percent,
         attempts = knobs.attempts,
         min_budget = knobs.min_budget,
-    )
+    );
+    ConfigText::new(backends).extra(&checks).build()
 }
 
 async fn start(text: &str) -> (Balancer, Arc<PoolRt>, Ledger) {

@@ -8,115 +8,36 @@ use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::Bytes;
 use capataz::config;
-use capataz::health::Event;
 use capataz::server::Balancer;
 use capataz::sim::{Mode, SimBackend};
 use capataz_health::State;
-use http_body_util::{BodyExt, Empty};
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
-use tokio::sync::broadcast;
 
-const DEADLINE: Duration = Duration::from_secs(20);
+mod support;
 
-async fn backends(names: &[&str]) -> Vec<SimBackend> {
-    let mut out = Vec::new();
-    for name in names {
-        let any: SocketAddr = ([127, 0, 0, 1], 0).into();
-        out.push(SimBackend::start(name, any).await.expect("start backend"));
-    }
-    out
-}
+use support::balancer::{backends, start, ConfigText};
+use support::events::{is_transition as went, wait_for};
+use support::DEADLINE;
 
 /// A config with an admin listener (with `admin` TOML added to its table), one client
 /// listener, and one pool `pool` over `backends`, plus `extra` TOML appended (tables of the
 /// pool, or `[alerts]`).
 fn config_text(pool: &str, backends: &[SimBackend], admin: &str, extra: &str) -> String {
-    let list: Vec<String> = backends
-        .iter()
-        .map(|b| format!("{{ name = \"{}\", address = \"{}\" }}", b.name(), b.addr()))
-        .collect();
-    format!(
-        r#"
-[admin]
-address = "127.0.0.1:0"
-{admin}
-
-[[listeners]]
-address = "127.0.0.1:0"
-
-[pools.{pool}]
-backends = [{}]
-{extra}
-"#,
-        list.join(", ")
-    )
-}
-
-async fn start(text: &str) -> (Balancer, broadcast::Receiver<Event>) {
-    let config = config::parse_str(text, "<test>").expect("valid test config");
-    let (events, rx) = broadcast::channel(4096);
-    let balancer = Balancer::start(&config, events)
-        .await
-        .expect("balancer starts");
-    (balancer, rx)
+    ConfigText::sims(backends)
+        .pool(pool)
+        .admin(admin)
+        .extra(extra)
+        .build()
 }
 
 /// One HTTP/1.1 exchange on a fresh connection: status, `Content-Type` and body.
 async fn exchange(addr: SocketAddr, method: &str, path: &str) -> (u16, String, String) {
-    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let (mut sender, conn) = http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake");
-    tokio::spawn(conn);
-    let request = http::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", addr.to_string())
-        .body(Empty::<Bytes>::new())
-        .unwrap();
-    let response = tokio::time::timeout(DEADLINE, sender.send_request(request))
-        .await
-        .expect("an answer within the deadline")
-        .expect("a response");
-    let status = response.status().as_u16();
-    let content_type = response
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("a body")
-        .to_bytes();
+    let answer = support::client::exchange(addr, method, path, &addr.to_string(), &[]).await;
     (
-        status,
-        content_type,
-        String::from_utf8_lossy(&body).into_owned(),
+        answer.status,
+        answer.content_type().to_owned(),
+        answer.text(),
     )
-}
-
-/// Waits for the first event matching `want`, failing after the deadline.
-async fn wait_for(rx: &mut broadcast::Receiver<Event>, what: &str, want: impl Fn(&Event) -> bool) {
-    let end = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        match tokio::time::timeout_at(end, rx.recv()).await {
-            Ok(Ok(event)) if want(&event) => return,
-            Ok(Ok(_)) | Ok(Err(broadcast::error::RecvError::Lagged(_))) => continue,
-            Ok(Err(e)) => panic!("event stream ended while waiting for {what}: {e}"),
-            Err(_) => panic!("no {what} within {DEADLINE:?}"),
-        }
-    }
-}
-
-fn went(event: &Event, backend: &str, to: State) -> bool {
-    matches!(event, Event::Transition { backend: b, transition, .. }
-        if &**b == backend && transition.to == to)
 }
 
 /// One sample line.

@@ -7,26 +7,24 @@
 //! a `SimBackend` does not. Waits are on answers and counts with generous deadlines, never on
 //! fixed sleeps.
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
-use capataz::config;
 use capataz::health::Event;
-use capataz::server::Balancer;
 use capataz::sim::{Mode, SimBackend};
-use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::broadcast;
+use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
-const DEADLINE: Duration = Duration::from_secs(20);
+use crate::support::balancer::{backends, pairs as sims, start, ConfigText};
+use crate::support::client::{Answer, Client};
+use crate::support::raw::{
+    fill, has_token, header, raw_roundtrip, read_body, read_exact_buf, read_head, status_of,
+    RawBackend,
+};
+use crate::support::{any, DEADLINE};
 
 /// No probes and a passive side that never ejects within a test: only the proxy is exercised.
 const QUIET: &str = r#"
@@ -37,25 +35,6 @@ kind = "none"
 consecutive_errors = 1000
 "#;
 
-fn any() -> SocketAddr {
-    ([127, 0, 0, 1], 0).into()
-}
-
-async fn backends(names: &[&str]) -> Vec<SimBackend> {
-    let mut out = Vec::new();
-    for name in names {
-        out.push(SimBackend::start(name, any()).await.expect("start backend"));
-    }
-    out
-}
-
-fn sims(backends: &[SimBackend]) -> Vec<(String, SocketAddr)> {
-    backends
-        .iter()
-        .map(|b| (b.name().to_owned(), b.addr()))
-        .collect()
-}
-
 /// A config with one listener on a free port (with `listener_extra` keys) and one pool `web`
 /// over `backends` (weight 1 each), plus `pool_extra` TOML appended after the pool's table.
 fn config_text(
@@ -63,219 +42,13 @@ fn config_text(
     listener_extra: &str,
     pool_extra: &str,
 ) -> String {
-    let list: Vec<String> = backends
-        .iter()
-        .map(|(name, addr)| format!("{{ name = \"{name}\", address = \"{addr}\" }}"))
-        .collect();
-    format!(
-        r#"
-[[listeners]]
-address = "127.0.0.1:0"
-{listener_extra}
-
-[pools.web]
-backends = [{}]
-{pool_extra}
-"#,
-        list.join(", ")
-    )
-}
-
-async fn start(text: &str) -> (Balancer, broadcast::Receiver<Event>) {
-    let config = config::parse_str(text, "<test>").expect("valid test config");
-    let (events, rx) = broadcast::channel(4096);
-    let balancer = Balancer::start(&config, events)
-        .await
-        .expect("balancer starts");
-    (balancer, rx)
-}
-
-/// A keep-alive HTTP/1.1 client for one address; it reconnects only when told it may.
-struct Client {
-    addr: SocketAddr,
-    sender: Option<http1::SendRequest<Full<Bytes>>>,
-    connects: usize,
-}
-
-struct Answer {
-    status: u16,
-    backend: Option<String>,
-    body: Bytes,
-}
-
-impl Client {
-    fn new(addr: SocketAddr) -> Client {
-        Client {
-            addr,
-            sender: None,
-            connects: 0,
-        }
-    }
-
-    async fn get(&mut self, path: &str) -> Answer {
-        self.send("GET", path, "app.test", Bytes::new()).await
-    }
-
-    async fn send(&mut self, method: &str, path: &str, host: &str, body: Bytes) -> Answer {
-        let request = http::Request::builder()
-            .method(method)
-            .uri(path)
-            .header("host", host)
-            .body(Full::new(body))
-            .unwrap();
-        if self.sender.as_ref().is_none_or(|s| s.is_closed()) {
-            let stream = TcpStream::connect(self.addr).await.expect("connect");
-            let (sender, conn) = http1::handshake(TokioIo::new(stream))
-                .await
-                .expect("handshake");
-            tokio::spawn(conn);
-            self.sender = Some(sender);
-            self.connects += 1;
-        }
-        // Set just above.
-        let sender = self.sender.as_mut().unwrap();
-        sender.ready().await.expect("connection ready");
-        let response = tokio::time::timeout(DEADLINE, sender.send_request(request))
-            .await
-            .unwrap_or_else(|_| panic!("no answer within {DEADLINE:?}"))
-            .expect("an answer");
-        let status = response.status().as_u16();
-        let backend = response
-            .headers()
-            .get("x-backend")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let body = tokio::time::timeout(DEADLINE, response.into_body().collect())
-            .await
-            .expect("body within the deadline")
-            .expect("a whole body")
-            .to_bytes();
-        Answer {
-            status,
-            backend,
-            body,
-        }
-    }
+    ConfigText::new(backends)
+        .listener(listener_extra)
+        .extra(pool_extra)
+        .build()
 }
 
 // ---- Raw backends and raw clients -------------------------------------------------------------
-
-/// A hand-written backend: an accept loop running `serve` on each connection, and a count of
-/// the requests `serve` reports. Dropping it stops accepting.
-struct RawBackend {
-    addr: SocketAddr,
-    hits: Arc<AtomicU64>,
-    accept: JoinHandle<()>,
-}
-
-impl RawBackend {
-    async fn start<F, Fut>(serve: F) -> RawBackend
-    where
-        F: Fn(TcpStream, Arc<AtomicU64>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
-        let listener = TcpListener::bind(any()).await.expect("bind raw backend");
-        let addr = listener.local_addr().expect("local addr");
-        let hits = Arc::new(AtomicU64::new(0));
-        let counter = hits.clone();
-        let accept = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let _ = stream.set_nodelay(true);
-                tokio::spawn(serve(stream, counter.clone()));
-            }
-        });
-        RawBackend { addr, hits, accept }
-    }
-
-    fn hits(&self) -> u64 {
-        self.hits.load(Ordering::SeqCst)
-    }
-
-    fn entry(&self, name: &str) -> (String, SocketAddr) {
-        (name.to_owned(), self.addr)
-    }
-}
-
-impl Drop for RawBackend {
-    fn drop(&mut self) {
-        self.accept.abort();
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// Reads until `buf` holds a whole head; returns it (without the blank line) and leaves what
-/// follows in `buf`. `None` at the end of the stream or on an error.
-async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<String> {
-    loop {
-        if let Some(end) = find(buf, b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-            buf.drain(..end + 4);
-            return Some(head);
-        }
-        fill(stream, buf).await.ok().filter(|&n| n > 0)?;
-    }
-}
-
-async fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<usize> {
-    let mut chunk = vec![0u8; 64 * 1024];
-    let n = stream.read(&mut chunk).await?;
-    buf.extend_from_slice(&chunk[..n]);
-    Ok(n)
-}
-
-/// The value of the first header named `name` (case-insensitive) in `head`.
-fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
-    head.split("\r\n").skip(1).find_map(|line| {
-        let (n, v) = line.split_once(':')?;
-        n.trim().eq_ignore_ascii_case(name).then(|| v.trim())
-    })
-}
-
-fn has_token(head: &str, name: &str, token: &str) -> bool {
-    header(head, name).is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
-}
-
-async fn read_exact_buf(stream: &mut TcpStream, buf: &mut Vec<u8>, n: usize) -> Option<Vec<u8>> {
-    while buf.len() < n {
-        fill(stream, buf).await.ok().filter(|&r| r > 0)?;
-    }
-    Some(buf.drain(..n).collect())
-}
-
-async fn read_line(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<String> {
-    loop {
-        if let Some(end) = find(buf, b"\r\n") {
-            let line = String::from_utf8_lossy(&buf[..end]).into_owned();
-            buf.drain(..end + 2);
-            return Some(line);
-        }
-        fill(stream, buf).await.ok().filter(|&r| r > 0)?;
-    }
-}
-
-/// Reads the body `head` announces (sized, chunked, or none).
-async fn read_body(stream: &mut TcpStream, buf: &mut Vec<u8>, head: &str) -> Option<Vec<u8>> {
-    if has_token(head, "transfer-encoding", "chunked") {
-        let mut body = Vec::new();
-        loop {
-            let line = read_line(stream, buf).await?;
-            let size = usize::from_str_radix(line.split(';').next()?.trim(), 16).ok()?;
-            if size == 0 {
-                while !read_line(stream, buf).await?.is_empty() {}
-                return Some(body);
-            }
-            body.extend(read_exact_buf(stream, buf, size).await?);
-            if !read_line(stream, buf).await?.is_empty() {
-                return None;
-            }
-        }
-    }
-    let length = header(head, "content-length").map_or(Some(0), |v| v.parse().ok())?;
-    read_exact_buf(stream, buf, length).await
-}
 
 /// FNV-1a, to compare large bodies in a short answer.
 fn fnv(bytes: &[u8]) -> u64 {
@@ -311,34 +84,6 @@ async fn counting_backend() -> RawBackend {
         }
     })
     .await
-}
-
-/// Sends raw `request` bytes on a fresh connection and reads until the peer closes (or
-/// resets). Returns what was read; panics if the peer neither answers nor closes in time.
-async fn raw_roundtrip(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    // The peer may close before reading everything; what it answered still counts.
-    let _ = stream.write_all(request).await;
-    let mut out = Vec::new();
-    let read = async {
-        let mut chunk = [0u8; 16384];
-        loop {
-            match stream.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => out.extend_from_slice(&chunk[..n]),
-            }
-        }
-    };
-    tokio::time::timeout(DEADLINE, read)
-        .await
-        .expect("the balancer closed the connection in time");
-    out
-}
-
-fn status_of(response: &[u8]) -> Option<u16> {
-    let text = std::str::from_utf8(response.get(..12)?).ok()?;
-    let rest = text.strip_prefix("HTTP/1.")?;
-    rest.get(2..5)?.parse().ok()
 }
 
 // ---- 1. Upgrades -----------------------------------------------------------------------------
@@ -413,7 +158,7 @@ async fn websocket_upgrade_passes_through_and_echoes_both_ways() {
     assert_eq!(echo.hits(), 1);
     // The upgraded upstream connection is the tunnel's alone: a plain request meanwhile gets a
     // connection of its own.
-    let mut plain = Client::new(balancer.local_addrs()[0]);
+    let mut plain = Client::strict(balancer.local_addrs()[0]);
     let answer = plain.get("/plain").await;
     assert_eq!((answer.status, &answer.body[..]), (200, &b"plain"[..]));
     assert_eq!(echo.hits(), 2);
@@ -440,7 +185,7 @@ async fn get_is_retried_past_a_503_but_a_post_with_a_body_is_not() {
     let b = backends(&["bad", "good"]).await;
     b[0].set_traffic(Mode::Status(503));
     let (balancer, mut rx) = start(&config_text(&sims(&b), "", QUIET)).await;
-    let mut client = Client::new(balancer.local_addrs()[0]);
+    let mut client = Client::strict(balancer.local_addrs()[0]);
 
     // Round robin over [bad, good]: the first pick of a fresh pool is `bad`.
     let post = client
@@ -483,7 +228,7 @@ async fn post_to_a_refusing_backend_is_retried_with_its_body_intact() {
     let counter = counting_backend().await;
     let pool = [("dead".to_owned(), dead.addr()), counter.entry("counter")];
     let (balancer, _rx) = start(&config_text(&pool, "", QUIET)).await;
-    let mut client = Client::new(balancer.local_addrs()[0]);
+    let mut client = Client::strict(balancer.local_addrs()[0]);
     let body = pattern(100_000);
     // The fresh pool's first pick is `dead`: the connect is refused, nothing was sent, so even
     // a POST goes to the next backend.
@@ -517,7 +262,7 @@ budget_percent = 0
 min_budget = 2
 "#;
     let (balancer, _rx) = start(&config_text(&sims(&b), "", extra)).await;
-    let mut client = Client::new(balancer.local_addrs()[0]);
+    let mut client = Client::strict(balancer.local_addrs()[0]);
     // Round robin cursor: request 1 bad(0) -> retry good(1); request 2 bad(2) -> retry good(3);
     // the budget is now empty, so from there on bad and good simply alternate.
     let statuses: Vec<u16> = {
@@ -551,7 +296,7 @@ response_header = "30s"
     let (balancer, _rx) = start(&config_text(&sims(&b), "", extra)).await;
     let addr = balancer.local_addrs()[0];
     // Earn the budget: 300 requests at 20 % save 10 + 60 retries.
-    let mut client = Client::new(addr);
+    let mut client = Client::strict(addr);
     for _ in 0..300 {
         assert_eq!(client.get("/").await.status, 200);
     }
@@ -559,7 +304,7 @@ response_header = "30s"
     b[0].set_traffic(Mode::Hang);
     let hits = b[0].traffic_hits();
     let clients: Vec<JoinHandle<Answer>> = (0..60)
-        .map(|_| tokio::spawn(async move { Client::new(addr).get("/").await }))
+        .map(|_| tokio::spawn(async move { Client::strict(addr).get("/").await }))
         .collect();
     assert!(b[0].wait_traffic_hits(hits + 30, DEADLINE).await);
     b[0].crash();
@@ -585,7 +330,7 @@ async fn zero_retry_attempts_turn_a_refused_connect_into_502() {
     b[0].crash();
     let extra = format!("{QUIET}\n[pools.web.retries]\nattempts = 0\n");
     let (balancer, _rx) = start(&config_text(&sims(&b), "", &extra)).await;
-    let mut client = Client::new(balancer.local_addrs()[0]);
+    let mut client = Client::strict(balancer.local_addrs()[0]);
     let answers: Vec<u16> = {
         let mut out = Vec::new();
         for _ in 0..4 {
@@ -604,7 +349,7 @@ async fn a_503_with_no_backend_left_to_retry_reaches_the_client_as_is() {
     let b = backends(&["only"]).await;
     b[0].set_traffic(Mode::Status(503));
     let (balancer, _rx) = start(&config_text(&sims(&b), "", QUIET)).await;
-    let mut client = Client::new(balancer.local_addrs()[0]);
+    let mut client = Client::strict(balancer.local_addrs()[0]);
     let answer = client.get("/").await;
     assert_eq!(answer.status, 503);
     assert_eq!(answer.backend.as_deref(), Some("only"));
@@ -618,7 +363,7 @@ async fn a_503_with_no_backend_left_to_retry_reaches_the_client_as_is() {
     }
     let extra = format!("{QUIET}\n[pools.web.retries]\nattempts = 5\n");
     let (balancer, _rx) = start(&config_text(&sims(&b), "", &extra)).await;
-    let mut client = Client::new(balancer.local_addrs()[0]);
+    let mut client = Client::strict(balancer.local_addrs()[0]);
     let answer = client.get("/").await;
     assert_eq!(answer.status, 503);
     assert_eq!(answer.backend.as_deref(), Some("y"), "tried x, then y");
@@ -687,7 +432,7 @@ async fn a_request_followed_by_a_half_close_still_gets_its_answer() {
 async fn keep_alive_serves_a_hundred_requests_on_one_connection() {
     let b = backends(&["a", "b"]).await;
     let (balancer, _rx) = start(&config_text(&sims(&b), "", QUIET)).await;
-    let mut client = Client::new(balancer.local_addrs()[0]);
+    let mut client = Client::strict(balancer.local_addrs()[0]);
     for i in 0..100 {
         // Every tenth is a HEAD: its Content-Length announces a body that never comes, and the
         // connection must stay in step.
@@ -802,18 +547,16 @@ async fn a_head_over_max_header_bytes_is_refused_with_431() {
 
     // Below it: capataz measures the head itself.
     let (balancer, _rx) = start(&config_text(&sims(&b), "max_header_bytes = 1024", QUIET)).await;
-    let mut client = Client::new(balancer.local_addrs()[0]);
+    let mut client = Client::strict(balancer.local_addrs()[0]);
     let request = http::Request::get("/")
         .header("host", "app.test")
         .header("x-big", "y".repeat(4000))
-        .body(Full::new(Bytes::new()))
+        .body(Bytes::new())
         .unwrap();
-    let sender = {
-        client.get("/").await;
-        client.sender.as_mut().unwrap()
-    };
-    let response = sender.send_request(request).await.expect("an answer");
-    assert_eq!(response.status(), 431);
+    client.get("/").await;
+    let response = client.request(request).await;
+    assert_eq!(response.status, 431);
+    assert_eq!(client.connects, 1, "both requests on one connection");
     assert_eq!(b[0].traffic_hits(), 1, "only the small request reached it");
 }
 
@@ -858,7 +601,7 @@ async fn a_5mb_chunked_response_streams_through_intact() {
     })
     .await;
     let (balancer, _rx) = start(&config_text(&[streamer.entry("s")], "", QUIET)).await;
-    let mut client = Client::new(balancer.local_addrs()[0]);
+    let mut client = Client::strict(balancer.local_addrs()[0]);
     let answer = client.get("/big").await;
     assert_eq!(answer.status, 200);
     assert_eq!(answer.body.len(), LEN);
@@ -956,7 +699,7 @@ kind = "none"
         stat.addr()
     );
     let (balancer, _rx) = start(&text).await;
-    let mut client = Client::new(balancer.local_addrs()[0]);
+    let mut client = Client::strict(balancer.local_addrs()[0]);
     let cases: [(&str, &str, u16, Option<&str>); 7] = [
         ("api.test", "/v1/users", 200, Some("api1")),
         // Both routes match; the first one listed wins.
@@ -989,7 +732,7 @@ async fn least_request_sends_most_traffic_to_the_fast_backend() {
     let mut tasks = Vec::new();
     for _ in 0..8 {
         tasks.push(tokio::spawn(async move {
-            let mut client = Client::new(addr);
+            let mut client = Client::strict(addr);
             for _ in 0..50 {
                 assert_eq!(client.get("/").await.status, 200);
             }

@@ -3,195 +3,25 @@
 //! generous deadlines (never fixed sleeps).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use capataz::config;
 use capataz::health::Event;
-use capataz::server::Balancer;
 use capataz::sim::{Mode, SimBackend};
 use capataz_health::{Ejection, Reason, State};
-use http_body_util::{BodyExt, Empty};
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
-use tokio::sync::broadcast;
 
-const DEADLINE: Duration = Duration::from_secs(20);
-
-fn any() -> SocketAddr {
-    ([127, 0, 0, 1], 0).into()
-}
-
-async fn backends(names: &[&str]) -> Vec<SimBackend> {
-    let mut out = Vec::new();
-    for name in names {
-        out.push(SimBackend::start(name, any()).await.expect("start backend"));
-    }
-    out
-}
+use crate::support::balancer::{backends, start, ConfigText, FAST_CHECKS};
+use crate::support::client::Client;
+use crate::support::events::{count_transitions, transition_of, wait_for};
+use crate::support::DEADLINE;
 
 /// A config with one listener on a free port and one pool `web` over `backends` (with
 /// `weights`, 1 when empty), plus `extra` TOML lines appended to the pool's tables.
 fn config_text(backends: &[SimBackend], weights: &[u32], pool_extra: &str) -> String {
-    let list: Vec<String> = backends
-        .iter()
-        .enumerate()
-        .map(|(i, b)| {
-            format!(
-                "{{ name = \"{}\", address = \"{}\", weight = {} }}",
-                b.name(),
-                b.addr(),
-                weights.get(i).copied().unwrap_or(1)
-            )
-        })
-        .collect();
-    format!(
-        r#"
-[[listeners]]
-address = "127.0.0.1:0"
-
-[pools.web]
-backends = [{}]
-{pool_extra}
-"#,
-        list.join(", ")
-    )
-}
-
-const FAST_CHECKS: &str = r#"
-[pools.web.active]
-interval = "30ms"
-timeout = "100ms"
-jitter = "10%"
-rise = 2
-fall = 3
-"#;
-
-async fn start(text: &str) -> (Balancer, broadcast::Receiver<Event>) {
-    let config = config::parse_str(text, "<test>").expect("valid test config");
-    let (events, rx) = broadcast::channel(4096);
-    let balancer = Balancer::start(&config, events)
-        .await
-        .expect("balancer starts");
-    (balancer, rx)
-}
-
-/// A keep-alive HTTP/1.1 client for one address.
-struct Client {
-    addr: SocketAddr,
-    sender: Option<http1::SendRequest<Empty<Bytes>>>,
-}
-
-struct Answer {
-    status: u16,
-    backend: Option<String>,
-    headers: http::HeaderMap,
-}
-
-impl Client {
-    fn new(addr: SocketAddr) -> Client {
-        Client { addr, sender: None }
-    }
-
-    async fn get(&mut self, path: &str) -> Answer {
-        self.request(
-            http::Request::get(path)
-                .header("host", "app.test")
-                .body(Empty::new())
-                .unwrap(),
-        )
-        .await
-    }
-
-    async fn request(&mut self, request: http::Request<Empty<Bytes>>) -> Answer {
-        for _ in 0..2 {
-            if self.sender.as_ref().is_none_or(|s| s.is_closed()) {
-                let stream = tokio::net::TcpStream::connect(self.addr)
-                    .await
-                    .expect("connect");
-                let (sender, conn) = http1::handshake(TokioIo::new(stream))
-                    .await
-                    .expect("handshake");
-                tokio::spawn(conn);
-                self.sender = Some(sender);
-            }
-            let sender = self.sender.as_mut().unwrap();
-            if sender.ready().await.is_err() {
-                self.sender = None;
-                continue;
-            }
-            let mut req = http::Request::new(Empty::new());
-            *req.method_mut() = request.method().clone();
-            *req.uri_mut() = request.uri().clone();
-            *req.headers_mut() = request.headers().clone();
-            match tokio::time::timeout(DEADLINE, sender.send_request(req)).await {
-                Ok(Ok(response)) => {
-                    let status = response.status().as_u16();
-                    let headers = response.headers().clone();
-                    let backend = headers
-                        .get("x-backend")
-                        .and_then(|v| v.to_str().ok())
-                        .map(str::to_owned);
-                    let _ = response.into_body().collect().await;
-                    return Answer {
-                        status,
-                        backend,
-                        headers,
-                    };
-                }
-                Ok(Err(_)) => {
-                    self.sender = None;
-                    continue;
-                }
-                Err(_) => panic!("no answer within {DEADLINE:?}"),
-            }
-        }
-        panic!("the balancer closed two connections in a row");
-    }
-}
-
-/// Waits for the first event matching `want`, failing after the deadline.
-async fn wait_for(
-    rx: &mut broadcast::Receiver<Event>,
-    what: &str,
-    want: impl Fn(&Event) -> bool,
-) -> Event {
-    let end = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        match tokio::time::timeout_at(end, rx.recv()).await {
-            Ok(Ok(event)) if want(&event) => return event,
-            Ok(Ok(_)) => continue,
-            Ok(Err(broadcast::error::RecvError::Lagged(_))) => continue,
-            Ok(Err(e)) => panic!("event stream ended while waiting for {what}: {e}"),
-            Err(_) => panic!("no {what} within {DEADLINE:?}"),
-        }
-    }
-}
-
-fn transition_of<'a>(
-    event: &'a Event,
-    backend: &str,
-    to: State,
-) -> Option<&'a capataz_health::Transition> {
-    match event {
-        Event::Transition {
-            backend: b,
-            transition,
-            ..
-        } if &**b == backend && transition.to == to => Some(transition),
-        _ => None,
-    }
-}
-
-fn count_transitions(rx: &mut broadcast::Receiver<Event>) -> usize {
-    let mut n = 0;
-    while let Ok(event) = rx.try_recv() {
-        if matches!(event, Event::Transition { .. }) {
-            n += 1;
-        }
-    }
-    n
+    ConfigText::sims(backends)
+        .weights(weights)
+        .extra(pool_extra)
+        .build()
 }
 
 #[tokio::test]
@@ -516,7 +346,7 @@ response_header = "200ms"
         .header("x-forwarded-for", "192.0.2.1")
         .header("connection", "x-hop")
         .header("x-hop", "secret")
-        .body(Empty::new())
+        .body(Bytes::new())
         .unwrap();
     let answer = client.request(request).await;
     assert_eq!(answer.status, 200);
@@ -555,7 +385,7 @@ async fn forwarded_headers_can_be_turned_off_per_listener() {
         .header("x-forwarded-for", "192.0.2.1")
         .header("connection", "x-hop")
         .header("x-hop", "secret")
-        .body(Empty::new())
+        .body(Bytes::new())
         .unwrap();
     let answer = client.request(request).await;
     assert_eq!(answer.status, 200);

@@ -208,6 +208,24 @@ impl Running {
     }
 
     /// Waits until `addr` answers an HTTP request, failing early if the child exits.
+    /// The address its listener bound (from its `listening` log line, text or JSON), for a
+    /// config that asks for port 0.
+    fn listening_on(&mut self) -> SocketAddr {
+        const HOST: &str = "127.0.0.1:";
+        let line = self.stderr.wait_for("the listening line", |l| {
+            l.contains("listening") && l.contains("front") && l.contains(HOST)
+        });
+        let port: String = line[line.find(HOST).expect("matched above") + HOST.len()..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        let addr: SocketAddr = format!("{HOST}{port}")
+            .parse()
+            .unwrap_or_else(|_| panic!("no address in {line}"));
+        assert_ne!(addr.port(), 0, "{line}");
+        addr
+    }
+
     fn wait_until_serving(&mut self, addr: SocketAddr) {
         let end = Instant::now() + DEADLINE;
         loop {
@@ -423,12 +441,11 @@ impl RunFixture {
                 SimBackend::start("beta", any).await.expect("start beta"),
             ]
         });
-        let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let text = format!(
             r#"
 [[listeners]]
 name = "front"
-address = "{addr}"
+address = "127.0.0.1:0"
 
 [pools.web]
 backends = [
@@ -453,6 +470,7 @@ fall = 3
         ];
         args.extend_from_slice(extra_args);
         let mut capataz = Running::spawn(&args);
+        let addr = capataz.listening_on();
         capataz.wait_until_serving(addr);
         RunFixture {
             capataz,
@@ -555,9 +573,26 @@ fn run_with_json_logs_writes_transitions_as_json_objects() {
 
 #[test]
 fn demo_runs_for_its_duration_and_passive_checks_eject_the_liar() {
-    let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-    let listen = addr.to_string();
-    let mut demo = Running::spawn(&["demo", "--listen", &listen, "--duration", "8"]);
+    // Both listeners on ephemeral ports, read back from the banner: the defaults (8080, 9901)
+    // would collide with a `capataz demo` running on the same machine.
+    let mut demo = Running::spawn(&[
+        "demo",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+        "--duration",
+        "8",
+    ]);
+    let banner = demo.stdout.wait_for("the banner", |l| {
+        l.starts_with("capataz demo: balancer on http://")
+    });
+    let addr: SocketAddr = banner["capataz demo: balancer on http://".len()..]
+        .split('/')
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in the banner: {banner}"));
+    assert_ne!(addr.port(), 0, "{banner}");
     demo.wait_until_serving(addr);
     // The liar answers 500 until it is ejected (and retries usually hide that): ask until a
     // healthy backend answers.
@@ -577,6 +612,12 @@ fn demo_runs_for_its_duration_and_passive_checks_eject_the_liar() {
     assert!(
         stdout.contains(&format!("capataz demo: balancer on http://{addr}/")),
         "{stdout}"
+    );
+    assert!(
+        stdout.contains("Dashboard: http://127.0.0.1:")
+            && !stdout.contains(":9901/")
+            && !stdout.contains("http://127.0.0.1:0/"),
+        "the banner names the bound ephemeral admin address:\n{stdout}"
     );
     for name in ["steady", "flaky", "crashy", "liar"] {
         assert!(

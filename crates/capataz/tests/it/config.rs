@@ -58,7 +58,7 @@ fn addr(text: &str) -> SocketAddr {
 
 /// The complete example of docs/config.md, which must stay valid.
 fn doc_example() -> String {
-    let doc = include_str!("../../../docs/config.md");
+    let doc = include_str!("../../../../docs/config.md");
     let start = doc
         .find("<!-- example:start -->")
         .expect("docs/config.md marks its example");

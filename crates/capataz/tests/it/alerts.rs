@@ -11,12 +11,14 @@ use capataz::alerts::{AlertStats, Alerts};
 use capataz::config::{AlertsConfig, CommandConfig, WebhookConfig};
 use capataz::events::Event;
 use capataz_health::{Outcome, Reason, State, Transition};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 
-const DEADLINE: Duration = Duration::from_secs(20);
+use crate::support::raw::{header, read_exact_buf, read_head};
+use crate::support::wait::wait_until;
+use crate::support::DEADLINE;
 
 /// A transition of backend `backend` of pool `web` to `to`, after three failed or passed probes.
 fn transition(backend: &str, to: State) -> Event {
@@ -68,15 +70,6 @@ fn webhook(addr: SocketAddr) -> WebhookConfig {
 fn start(config: AlertsConfig) -> (Alerts, broadcast::Sender<Event>) {
     let (events, rx) = broadcast::channel(1024);
     (Alerts::start(&config, rx), events)
-}
-
-/// Waits until `done` holds, checking every few milliseconds, or panics after [`DEADLINE`].
-async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// One request as a receiver saw it.
@@ -138,34 +131,15 @@ impl Drop for Receiver {
 
 async fn read_request(stream: &mut tokio::net::TcpStream) -> Option<Seen> {
     let mut buf = Vec::new();
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i;
-        }
-        let mut chunk = [0; 4096];
-        let n = stream.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8(buf[..head_end].to_vec()).ok()?;
+    let head = read_head(stream, &mut buf).await?;
+    let length: usize = header(&head, "content-length")?.parse().ok()?;
+    let body = read_exact_buf(stream, &mut buf, length).await?;
     let mut lines = head.split("\r\n");
     let request_line = lines.next()?.to_owned();
     let headers: HashMap<String, String> = lines
         .filter_map(|line| line.split_once(':'))
         .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
         .collect();
-    let length: usize = headers.get("content-length")?.parse().ok()?;
-    let mut body = buf[head_end + 4..].to_vec();
-    while body.len() < length {
-        let mut chunk = [0; 4096];
-        let n = stream.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        body.extend_from_slice(&chunk[..n]);
-    }
     Some(Seen {
         request_line,
         headers,

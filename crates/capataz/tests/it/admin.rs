@@ -11,31 +11,21 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
 use capataz::config;
 use capataz::events::OverrideKind;
 use capataz::health::Event;
 use capataz::server::Balancer;
 use capataz::sim::{Mode, SimBackend};
 use capataz_health::{Reason, State};
-use http_body_util::{BodyExt, Empty};
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::broadcast;
 
-const DEADLINE: Duration = Duration::from_secs(20);
-
-const FAST_CHECKS: &str = r#"
-[pools.web.active]
-interval = "30ms"
-timeout = "100ms"
-jitter = "10%"
-rise = 2
-fall = 3
-"#;
+use crate::support::balancer::{backends, parse, ConfigText, FAST_CHECKS};
+use crate::support::client::{exchange, Client};
+use crate::support::events::{is_transition, wait_for};
+use crate::support::DEADLINE;
 
 /// Passive checks that eject after three errors for long enough to look at the ejection.
 const PASSIVE: &str = r#"
@@ -49,53 +39,19 @@ max_ejected_percent = 50
 attempts = 0
 "#;
 
-fn any() -> SocketAddr {
-    ([127, 0, 0, 1], 0).into()
-}
-
-async fn backends(names: &[&str]) -> Vec<SimBackend> {
-    let mut out = Vec::new();
-    for name in names {
-        out.push(SimBackend::start(name, any()).await.expect("start backend"));
-    }
-    out
-}
-
 /// A config: an admin listener on a free loopback port (with the `admin` lines), one client
 /// listener on a free port, and one pool `web` over `backends` (with `weights`, 1 when
 /// missing), followed by `pool_extra`.
 fn config_text(admin: &str, backends: &[&SimBackend], weights: &[u32], pool_extra: &str) -> String {
-    let list: Vec<String> = backends
+    let pairs: Vec<(String, SocketAddr)> = backends
         .iter()
-        .enumerate()
-        .map(|(i, b)| {
-            format!(
-                "{{ name = \"{}\", address = \"{}\", weight = {} }}",
-                b.name(),
-                b.addr(),
-                weights.get(i).copied().unwrap_or(1)
-            )
-        })
+        .map(|b| (b.name().to_owned(), b.addr()))
         .collect();
-    format!(
-        r#"
-[admin]
-address = "127.0.0.1:0"
-{admin}
-
-[[listeners]]
-address = "127.0.0.1:0"
-
-[pools.web]
-backends = [{}]
-{pool_extra}
-"#,
-        list.join(", ")
-    )
-}
-
-fn parse(text: &str) -> config::Config {
-    config::parse_str(text, "<test>").expect("valid test config")
+    ConfigText::new(&pairs)
+        .weights(weights)
+        .admin(admin)
+        .extra(pool_extra)
+        .build()
 }
 
 /// A running balancer, its events, and clients for its admin API and its listener.
@@ -206,121 +162,16 @@ async fn admin_call(
     path: &str,
     authorization: Option<&str>,
 ) -> Reply {
-    let stream = TcpStream::connect(addr)
-        .await
-        .expect("connect to the admin API");
-    let (mut sender, conn) = http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake with the admin API");
-    tokio::spawn(conn);
-    let mut request = http::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", addr.to_string());
-    if let Some(value) = authorization {
-        request = request.header("authorization", value);
-    }
-    let request = request
-        .body(Empty::<Bytes>::new())
-        .expect("a valid request");
-    let response = tokio::time::timeout(DEADLINE, sender.send_request(request))
-        .await
-        .unwrap_or_else(|_| panic!("no admin answer to {method} {path} within {DEADLINE:?}"))
-        .expect("an admin response");
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("the admin body")
-        .to_bytes();
-    let json = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let headers: Vec<(&str, &str)> = authorization
+        .map(|v| ("authorization", v))
+        .into_iter()
+        .collect();
+    let answer = exchange(addr, method, path, &addr.to_string(), &headers).await;
     Reply {
-        status,
-        headers,
-        json,
+        status: answer.status,
+        json: answer.json(),
+        headers: answer.headers,
     }
-}
-
-/// A keep-alive HTTP/1.1 client for the balancer's listener.
-struct Client {
-    addr: SocketAddr,
-    sender: Option<http1::SendRequest<Empty<Bytes>>>,
-}
-
-struct Answer {
-    status: u16,
-    backend: Option<String>,
-}
-
-impl Client {
-    fn new(addr: SocketAddr) -> Client {
-        Client { addr, sender: None }
-    }
-
-    async fn get(&mut self, path: &str) -> Answer {
-        for _ in 0..2 {
-            if self.sender.as_ref().is_none_or(|s| s.is_closed()) {
-                let stream = TcpStream::connect(self.addr).await.expect("connect");
-                let (sender, conn) = http1::handshake(TokioIo::new(stream))
-                    .await
-                    .expect("handshake");
-                tokio::spawn(conn);
-                self.sender = Some(sender);
-            }
-            let sender = self.sender.as_mut().expect("set above");
-            if sender.ready().await.is_err() {
-                self.sender = None;
-                continue;
-            }
-            let request = http::Request::get(path)
-                .header("host", "app.test")
-                .body(Empty::new())
-                .expect("a valid request");
-            match tokio::time::timeout(DEADLINE, sender.send_request(request)).await {
-                Ok(Ok(response)) => {
-                    let status = response.status().as_u16();
-                    let backend = response
-                        .headers()
-                        .get("x-backend")
-                        .and_then(|v| v.to_str().ok())
-                        .map(str::to_owned);
-                    let _ = response.into_body().collect().await;
-                    return Answer { status, backend };
-                }
-                Ok(Err(_)) => {
-                    self.sender = None;
-                    continue;
-                }
-                Err(_) => panic!("no answer within {DEADLINE:?}"),
-            }
-        }
-        panic!("the balancer closed two connections in a row");
-    }
-}
-
-/// Waits for the first event matching `want`, failing after the deadline.
-async fn wait_for(
-    rx: &mut broadcast::Receiver<Event>,
-    what: &str,
-    want: impl Fn(&Event) -> bool,
-) -> Event {
-    let end = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        match tokio::time::timeout_at(end, rx.recv()).await {
-            Ok(Ok(event)) if want(&event) => return event,
-            Ok(Ok(_)) => continue,
-            Ok(Err(broadcast::error::RecvError::Lagged(_))) => continue,
-            Ok(Err(e)) => panic!("event stream ended while waiting for {what}: {e}"),
-            Err(_) => panic!("no {what} within {DEADLINE:?}"),
-        }
-    }
-}
-
-fn is_transition(event: &Event, backend: &str, to: State) -> bool {
-    matches!(event, Event::Transition { backend: b, transition, .. }
-        if &**b == backend && transition.to == to)
 }
 
 /// The override event about `backend`, as `(kind, from, to, reason)`.

@@ -1,0 +1,171 @@
+//! Raw sockets: hand-written backends for what a scripted backend cannot do, and byte-level
+//! reading of HTTP/1.1 heads and bodies.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+use super::{any, DEADLINE};
+
+/// A hand-written backend: an accept loop running `serve` on each connection, and a count of
+/// the requests `serve` reports. Dropping it stops accepting.
+pub struct RawBackend {
+    pub addr: SocketAddr,
+    hits: Arc<AtomicU64>,
+    accept: JoinHandle<()>,
+}
+
+impl RawBackend {
+    /// Listens on an ephemeral port and serves each connection with `serve`.
+    pub async fn start<F, Fut>(serve: F) -> RawBackend
+    where
+        F: Fn(TcpStream, Arc<AtomicU64>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let listener = TcpListener::bind(any()).await.expect("bind raw backend");
+        let addr = listener.local_addr().expect("local addr");
+        let hits = Arc::new(AtomicU64::new(0));
+        let counter = hits.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(serve(stream, counter.clone()));
+            }
+        });
+        RawBackend { addr, hits, accept }
+    }
+
+    /// Requests served so far.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::SeqCst)
+    }
+
+    /// `(name, address)` for a pool's backend list.
+    pub fn entry(&self, name: &str) -> (String, SocketAddr) {
+        (name.to_owned(), self.addr)
+    }
+}
+
+impl Drop for RawBackend {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// Where `needle` first starts in `haystack`.
+pub fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Reads until `buf` holds a whole head; returns it (without the blank line) and leaves what
+/// follows in `buf`. `None` at the end of the stream or on an error.
+pub async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<String> {
+    loop {
+        if let Some(end) = find(buf, b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            buf.drain(..end + 4);
+            return Some(head);
+        }
+        fill(stream, buf).await.ok().filter(|&n| n > 0)?;
+    }
+}
+
+/// One read from `stream` appended to `buf`.
+pub async fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    let mut chunk = vec![0u8; 64 * 1024];
+    let n = stream.read(&mut chunk).await?;
+    buf.extend_from_slice(&chunk[..n]);
+    Ok(n)
+}
+
+/// The value of the first header named `name` (case-insensitive) in `head`.
+pub fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.split("\r\n").skip(1).find_map(|line| {
+        let (n, v) = line.split_once(':')?;
+        n.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+/// Whether header `name` in `head` lists `token` (case-insensitive).
+pub fn has_token(head: &str, name: &str, token: &str) -> bool {
+    header(head, name).is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+}
+
+/// The next `n` bytes (from `buf`, then the stream).
+pub async fn read_exact_buf(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    n: usize,
+) -> Option<Vec<u8>> {
+    while buf.len() < n {
+        fill(stream, buf).await.ok().filter(|&r| r > 0)?;
+    }
+    Some(buf.drain(..n).collect())
+}
+
+/// The next line, without its CRLF.
+pub async fn read_line(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<String> {
+    loop {
+        if let Some(end) = find(buf, b"\r\n") {
+            let line = String::from_utf8_lossy(&buf[..end]).into_owned();
+            buf.drain(..end + 2);
+            return Some(line);
+        }
+        fill(stream, buf).await.ok().filter(|&r| r > 0)?;
+    }
+}
+
+/// Reads the body `head` announces (sized, chunked, or none).
+pub async fn read_body(stream: &mut TcpStream, buf: &mut Vec<u8>, head: &str) -> Option<Vec<u8>> {
+    if has_token(head, "transfer-encoding", "chunked") {
+        let mut body = Vec::new();
+        loop {
+            let line = read_line(stream, buf).await?;
+            let size = usize::from_str_radix(line.split(';').next()?.trim(), 16).ok()?;
+            if size == 0 {
+                while !read_line(stream, buf).await?.is_empty() {}
+                return Some(body);
+            }
+            body.extend(read_exact_buf(stream, buf, size).await?);
+            if !read_line(stream, buf).await?.is_empty() {
+                return None;
+            }
+        }
+    }
+    let length = header(head, "content-length").map_or(Some(0), |v| v.parse().ok())?;
+    read_exact_buf(stream, buf, length).await
+}
+
+/// Sends raw `request` bytes on a fresh connection and reads until the peer closes (or
+/// resets). Returns what was read; panics if the peer neither answers nor closes in time.
+pub async fn raw_roundtrip(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    // The peer may close before reading everything; what it answered still counts.
+    let _ = stream.write_all(request).await;
+    let mut out = Vec::new();
+    let read = async {
+        let mut chunk = [0u8; 16384];
+        loop {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => out.extend_from_slice(&chunk[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(DEADLINE, read)
+        .await
+        .expect("the balancer closed the connection in time");
+    out
+}
+
+/// The status code of a raw response.
+pub fn status_of(response: &[u8]) -> Option<u16> {
+    let text = std::str::from_utf8(response.get(..12)?).ok()?;
+    let rest = text.strip_prefix("HTTP/1.")?;
+    rest.get(2..5)?.parse().ok()
+}
