@@ -20,8 +20,8 @@
 
 use std::time::Duration;
 
-use crate::rules::{ProbeResult, TrafficResult};
 pub use crate::reason::{human_duration, EjectionInfo, Reason, Side, Transition};
+use crate::rules::{ProbeResult, TrafficResult};
 pub use crate::settings::{EjectionPolicy, Settings, State};
 use crate::status::Outcome;
 

@@ -114,7 +114,10 @@ fn gated_backend_gets_no_fail_open_traffic_while_the_others_are_down() {
     let mut before = rotation(State::Up, fail_open(), 2);
     probes(&mut before, 0, BAD, 3, S);
     probes(&mut before, 1, BAD, 3, S);
-    assert_eq!(before.all_down(), Some(AllDown::FailOpen { backends: 2, of: 2 }));
+    assert_eq!(
+        before.all_down(),
+        Some(AllDown::FailOpen { backends: 2, of: 2 })
+    );
 
     let joins = [
         (1, Join::Kept(before.carry(0))),
@@ -204,7 +207,13 @@ fn reject_policy_sends_nothing_and_says_reject() {
     probes(&mut r, 1, BAD, 3, S);
     let events = events(&mut r);
     assert_eq!(kinds(&events), ["down", "down", "reject"]);
-    assert!(matches!(events[2], Event::AllDown { applied: AllDown::Reject, .. }));
+    assert!(matches!(
+        events[2],
+        Event::AllDown {
+            applied: AllDown::Reject,
+            ..
+        }
+    ));
     assert!(r.eligible(S).backends.is_empty());
 }
 
@@ -239,7 +248,12 @@ fn override_ttl_lapses_at_its_time_and_health_decides_again() {
 fn huge_override_ttl_saturates_and_never_lapses() {
     let mut r = rotation(State::Up, fail_open(), 1);
     r.set_override(0, Some(OverrideKind::Drain), Some(Duration::MAX), 5 * S);
-    r.set_override(0, Some(OverrideKind::Drain), Some(Duration::from_secs(u64::MAX)), 5 * S);
+    r.set_override(
+        0,
+        Some(OverrideKind::Drain),
+        Some(Duration::from_secs(u64::MAX)),
+        5 * S,
+    );
     assert_eq!(r.override_of(0).and_then(|o| o.until), Some(Duration::MAX));
     r.handle_timeout(Duration::from_secs(u64::MAX / 2));
     assert_eq!(r.effective(0), Effective::Draining);
@@ -345,7 +359,11 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         (0..4usize, any::<bool>()).prop_map(|(b, ok)| Op::Probe(b, ok)),
         (0..4usize, any::<bool>()).prop_map(|(b, ok)| Op::Traffic(b, ok)),
-        (0..4usize, kind, proptest::option::of(prop_oneof![0..100u64, Just(u64::MAX)]))
+        (
+            0..4usize,
+            kind,
+            proptest::option::of(prop_oneof![0..100u64, Just(u64::MAX)])
+        )
             .prop_map(|(b, k, ttl)| Op::Override(b, k, ttl)),
         (0..60u64).prop_map(Op::Wait),
     ]

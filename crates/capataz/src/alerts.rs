@@ -586,7 +586,6 @@ mod tests {
     use capataz_health::{Outcome, Reason, State, Transition};
 
     use super::*;
-    use crate::config::AllDownPolicy;
 
     fn transition(backend: &str, to: State) -> Event {
         let from = match to {
@@ -631,7 +630,7 @@ mod tests {
                     let event = match what {
                         "down" => Event::AllDown {
                             pool: "web".into(),
-                            policy: AllDownPolicy::FailOpen,
+                            policy: capataz_health::AllDown::Reject,
                             time: SystemTime::UNIX_EPOCH,
                         },
                         _ => Event::Recovered {

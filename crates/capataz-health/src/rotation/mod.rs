@@ -28,8 +28,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 pub use event::{
-    ActiveChange, AllDown, Effective, Event, Override, OverrideCause, OverrideChange,
-    OverrideKind,
+    ActiveChange, AllDown, Effective, Event, Override, OverrideCause, OverrideChange, OverrideKind,
 };
 
 use crate::pool::{BackendHealth, Pool, Settings, State};
@@ -434,7 +433,11 @@ impl Rotation {
                         of: self.len(),
                     };
                 }
-                let overridden = self.members.iter().filter(|m| m.override_.is_some()).count();
+                let overridden = self
+                    .members
+                    .iter()
+                    .filter(|m| m.override_.is_some())
+                    .count();
                 AllDown::NoneToFailOpen {
                     overridden,
                     unproven: self.len() - overridden,

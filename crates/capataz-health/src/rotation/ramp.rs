@@ -88,6 +88,9 @@ mod tests {
         assert_eq!(end(S, huge), Duration::MAX);
         assert!(next_step(S, huge, Duration::MAX) <= Duration::MAX);
         assert_eq!(weight_tenths(u32::MAX, S, huge, 2 * S), 429_496_729);
-        assert_eq!(weight_tenths(u32::MAX, Duration::MAX, S, Duration::MAX), u32::MAX);
+        assert_eq!(
+            weight_tenths(u32::MAX, Duration::MAX, S, Duration::MAX),
+            u32::MAX
+        );
     }
 }
