@@ -13,149 +13,34 @@
 //! with a clean passive record skips the engine with one atomic load (`watched`, the engine's
 //! `needs_traffic` as of its last change).
 
+mod backend;
 mod driver;
 mod publish;
+mod view;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use arc_swap::{ArcSwap, Guard};
 use capataz_health::{
-    BackendHealth, EjectionPolicy, Join, Outcome, Policy, ProbeResult, ProbeRule, Reason, Rotation,
-    Settings, Side, State, TrafficResult, TrafficRule, Transition, WhenAllDown,
+    BackendHealth, EjectionPolicy, Join, Outcome, Policy, ProbeRule, Reason, Rotation, Settings,
+    Side, State, TrafficResult, TrafficRule, Transition, WhenAllDown,
 };
 use tokio::sync::{broadcast, Notify};
-use tokio::time::Instant;
 
 use crate::balance::Snapshot;
 use crate::budget::RetryBudget;
 use crate::config::{AllDownPolicy, CheckKind, PoolConfig};
 pub use crate::events::{Event, OverrideKind};
-use crate::metrics::{BackendMetrics, HistogramScope, PoolMetrics};
+use crate::metrics::{HistogramScope, PoolMetrics};
 use crate::upstream::Upstream;
+pub use backend::{BackendRt, Clock, TrafficRing};
+pub use view::{BackendInfo, BackendView, Override, ProbeRecord};
 
 /// How many recent probe and traffic outcomes are kept per backend.
 pub const HISTORY: usize = 20;
-
-/// The latest wall-clock time the runtime writes (9999-12-31T23:59:59Z): engine times past it
-/// (a saturated TTL) are shown as this.
-const LAST_WALL: Duration = Duration::from_secs(253_402_300_799);
-
-/// How far ahead a timer is set at most; anything later is "never" in practice, and a far
-/// instant could overflow the platform's clock.
-const FAR: Duration = Duration::from_secs(100 * 365 * 86_400);
-
-/// The runtime's clock: time zero of the engines and the wall-clock time it corresponds to.
-/// It reads tokio's clock, so tests may pause and advance it.
-#[derive(Clone, Copy, Debug)]
-pub struct Clock {
-    origin: Instant,
-    wall: SystemTime,
-}
-
-impl Clock {
-    /// A clock starting now.
-    pub fn start() -> Clock {
-        Clock {
-            origin: Instant::now(),
-            wall: SystemTime::now(),
-        }
-    }
-
-    /// Time since the origin: the engines' `now`.
-    pub fn now(&self) -> Duration {
-        Instant::now().saturating_duration_since(self.origin)
-    }
-
-    /// The wall-clock time of engine time `t`, saturating at the year 9999.
-    pub fn wall(&self, t: Duration) -> SystemTime {
-        let last = UNIX_EPOCH + LAST_WALL;
-        self.wall.checked_add(t).map_or(last, |wall| wall.min(last))
-    }
-
-    /// The instant of engine time `t`, at most a century ahead.
-    pub fn instant(&self, t: Duration) -> Instant {
-        let t = t.min(self.now().saturating_add(FAR));
-        // Within a century of now, so the additions cannot fail on any real clock.
-        self.origin
-            .checked_add(t)
-            .or_else(|| self.origin.checked_add(FAR))
-            .unwrap_or(self.origin)
-    }
-}
-
-/// Recent traffic outcomes of one backend, written without a lock by the request path.
-#[derive(Debug, Default)]
-pub struct TrafficRing {
-    next: AtomicUsize,
-    slots: [AtomicU32; HISTORY],
-}
-
-impl TrafficRing {
-    fn push(&self, outcome: Outcome) {
-        let code = match outcome {
-            Outcome::Status(code) => u32::from(code),
-            Outcome::Timeout => 1001,
-            Outcome::Refused => 1002,
-            Outcome::Reset => 1003,
-            Outcome::Malformed => 1004,
-        };
-        let at = self.next.fetch_add(1, Ordering::Relaxed) % HISTORY;
-        self.slots[at].store(code, Ordering::Relaxed);
-    }
-
-    /// The recorded outcomes, oldest first.
-    pub fn recent(&self) -> Vec<Outcome> {
-        let next = self.next.load(Ordering::Relaxed);
-        let count = next.min(HISTORY);
-        (next - count..next)
-            .filter_map(|i| match self.slots[i % HISTORY].load(Ordering::Relaxed) {
-                0 => None,
-                1001 => Some(Outcome::Timeout),
-                1002 => Some(Outcome::Refused),
-                1003 => Some(Outcome::Reset),
-                1004 => Some(Outcome::Malformed),
-                code => u16::try_from(code).ok().map(Outcome::Status),
-            })
-            .collect()
-    }
-}
-
-/// One backend at run time.
-#[derive(Debug)]
-pub struct BackendRt {
-    /// Its name within the pool.
-    pub name: Arc<str>,
-    /// `host:port` as configured.
-    pub address: String,
-    /// Its configured weight.
-    pub weight: u32,
-    /// Its keep-alive connections.
-    pub upstream: Upstream,
-    /// Requests sent to it whose response has not been read to the end.
-    pub in_flight: AtomicUsize,
-    /// Recent traffic outcomes.
-    pub traffic: TrafficRing,
-    /// Its metric handles.
-    pub(crate) metrics: BackendMetrics,
-    /// The engine's `needs_traffic` for it as of the engine's last change: when false, good
-    /// responses need not reach the engine.
-    watched: AtomicBool,
-    /// When the next probe is due, in engine milliseconds (`u64::MAX`: none scheduled).
-    next_probe_ms: AtomicU64,
-}
-
-impl BackendRt {
-    /// When the next probe is due, on the engine clock.
-    pub fn next_probe(&self) -> Option<Duration> {
-        match self.next_probe_ms.load(Ordering::Relaxed) {
-            u64::MAX => None,
-            ms => Some(Duration::from_millis(ms)),
-        }
-    }
-}
 
 /// The engine settings a pool's configuration asks for.
 pub fn engine_settings(config: &PoolConfig) -> Settings {
@@ -199,36 +84,12 @@ pub fn engine_policy(config: &PoolConfig) -> Policy {
     }
 }
 
-/// One probe, as the admin API shows it.
-#[derive(Clone, Copy, Debug)]
-pub struct ProbeRecord {
-    /// What happened.
-    pub outcome: Outcome,
-    /// How the probe rule judged it.
-    pub result: ProbeResult,
-    /// How long it took.
-    pub latency: Duration,
-    /// When it finished.
-    pub at: SystemTime,
-}
-
-/// A manual override in force, as the admin API shows it.
-#[derive(Clone, Copy, Debug)]
-pub struct Override {
-    /// What it does.
-    pub kind: OverrideKind,
-    /// When it was set.
-    pub since: SystemTime,
-    /// When it lapses, on the engine clock (`None`: until cleared).
-    pub until: Option<Duration>,
-}
-
 /// What the runtime remembers of one backend beside its engine state.
 #[derive(Clone, Debug)]
 struct Records {
-    probes: VecDeque<ProbeRecord>,
-    last_transition: Option<(SystemTime, Transition)>,
-    since: SystemTime,
+    pub(super) probes: VecDeque<ProbeRecord>,
+    pub(super) last_transition: Option<(SystemTime, Transition)>,
+    pub(super) since: SystemTime,
 }
 
 impl Records {
@@ -241,52 +102,11 @@ impl Records {
     }
 }
 
-/// The records of one backend and its manual override, as the admin API shows them.
-#[derive(Clone, Debug)]
-pub struct BackendInfo {
-    /// Recent probes, oldest first.
-    pub probes: VecDeque<ProbeRecord>,
-    /// The last verdict change and when it happened.
-    pub last_transition: Option<(SystemTime, Transition)>,
-    /// Since when the current verdict holds (start, or the last transition).
-    pub since: SystemTime,
-    /// The manual override, if any.
-    pub override_: Option<Override>,
-}
-
 /// The engine and the per-backend records, under one lock.
 #[derive(Debug)]
 struct Inner {
     engine: Rotation,
     info: Vec<Records>,
-}
-
-/// A copy of everything known about one backend at one moment, for the admin API.
-#[derive(Clone, Debug)]
-pub struct BackendView {
-    /// The backend.
-    pub backend: Arc<BackendRt>,
-    /// Its engine state.
-    pub health: BackendHealth,
-    /// Its records and override.
-    pub info: BackendInfo,
-    /// Whether new requests may go to it now (its verdict and any override).
-    pub eligible: bool,
-    /// Its effective weight, in tenths of a weight unit.
-    pub effective_weight_tenths: u32,
-    /// Engine time of the copy.
-    pub now: Duration,
-}
-
-impl BackendView {
-    /// The effective state: the override's (`DRAINING`, `FORCED_DOWN`, `FORCED_UP`), else the
-    /// verdict (`UP`, `DOWN`).
-    pub fn state(&self) -> &'static str {
-        match self.info.override_ {
-            Some(o) => o.kind.state(),
-            None => self.health.verdict().as_str(),
-        }
-    }
 }
 
 /// Why an override could not be applied.
@@ -442,61 +262,6 @@ impl PoolRt {
     /// The index of the backend named `name`.
     pub fn index_of(&self, name: &str) -> Option<usize> {
         self.backends.iter().position(|b| &*b.name == name)
-    }
-
-    /// Per backend, in pool order: whether it may get new requests now (its verdict and any
-    /// override, as [`PoolRt::views`] says in `eligible`) and its effective weight in tenths,
-    /// without copying every record.
-    pub fn eligibility(&self) -> Vec<(bool, u32)> {
-        let now = self.clock.now();
-        let inner = self.lock();
-        (0..self.backends.len())
-            .map(|i| {
-                (
-                    inner.engine.in_rotation(i),
-                    inner.engine.weight_tenths(i, now),
-                )
-            })
-            .collect()
-    }
-
-    /// A consistent copy of everything known about every backend.
-    pub fn views(&self) -> Vec<BackendView> {
-        let now = self.clock.now();
-        let inner = self.lock();
-        (0..self.backends.len())
-            .map(|i| self.view(&inner, i, now))
-            .collect()
-    }
-
-    /// A consistent copy of everything known about backend `index` (which must exist), without
-    /// copying the others'.
-    pub fn view_of(&self, index: usize) -> BackendView {
-        let now = self.clock.now();
-        let inner = self.lock();
-        self.view(&inner, index, now)
-    }
-
-    fn view(&self, inner: &Inner, i: usize, now: Duration) -> BackendView {
-        let engine = &inner.engine;
-        let records = &inner.info[i];
-        BackendView {
-            backend: self.backends[i].clone(),
-            health: *engine.pool().backend(i),
-            info: BackendInfo {
-                probes: records.probes.clone(),
-                last_transition: records.last_transition,
-                since: records.since,
-                override_: engine.override_of(i).map(|o| Override {
-                    kind: o.kind,
-                    since: self.clock.wall(o.since),
-                    until: o.until,
-                }),
-            },
-            eligible: engine.in_rotation(i),
-            effective_weight_tenths: engine.weight_tenths(i, now),
-            now,
-        }
     }
 
     /// Feeds one probe outcome to the engine.
