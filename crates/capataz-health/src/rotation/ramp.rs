@@ -90,7 +90,8 @@ mod tests {
         assert_eq!(weight_tenths(u32::MAX, S, huge, 2 * S), 429_496_729);
         assert_eq!(
             weight_tenths(u32::MAX, Duration::MAX, S, Duration::MAX),
-            u32::MAX
+            429_496_729
         );
+        assert_eq!(weight_tenths(u32::MAX, S, S, Duration::MAX), u32::MAX);
     }
 }

@@ -259,6 +259,12 @@ impl PoolRt {
         self.lock().engine.pool().verdict(backend)
     }
 
+    /// What the pool does with no backend in rotation, as the engine applies it now (`None`
+    /// while a backend is in rotation).
+    pub fn all_down(&self) -> Option<capataz_health::AllDown> {
+        self.lock().engine.all_down()
+    }
+
     /// The index of the backend named `name`.
     pub fn index_of(&self, name: &str) -> Option<usize> {
         self.backends.iter().position(|b| &*b.name == name)
