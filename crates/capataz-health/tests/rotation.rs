@@ -432,3 +432,67 @@ proptest! {
         }
     }
 }
+
+/// Plays `script` through the replay protocol and compares everything it prints.
+fn check_replay(settings: Settings, script: &str, expected: &str) {
+    let mut replay = capataz_health::Replay::new(settings);
+    let mut out = Vec::new();
+    for line in script.lines() {
+        replay.run_line(line.trim_start().as_bytes(), &mut out, None);
+    }
+    assert_eq!(String::from_utf8_lossy(&out), expected);
+}
+
+#[test]
+fn replay_drives_time_and_overrides() {
+    check_replay(
+        Settings::default(),
+        "POOL a b
+         OVERRIDE a drain 100
+         STATUS
+         ELIGIBLE
+         OVERRIDE b down
+         ELIGIBLE
+         HEALTHY
+         WAIT 90
+         ELIGIBLE
+         WAIT 10
+         ELIGIBLE
+         OVERRIDE b clear
+         OVERRIDE b up 18446744073709551615
+         OVERRIDE b clear 5
+         OVERRIDE c up
+         WAIT
+         WAIT -1
+         ELIGIBLE now",
+        "OK\nDRAINING\na UP\nb UP\nb\nFORCED_DOWN\nnone\na,b\nOK\nnone\nOK\na\nUP\nFORCED_UP\n\
+         ERR OVERRIDE needs a backend, up|down|drain|clear, and optionally milliseconds\n\
+         ERR OVERRIDE needs a backend, up|down|drain|clear, and optionally milliseconds\n\
+         ERR WAIT needs a number of milliseconds\nERR WAIT needs a number of milliseconds\n\
+         ERR ELIGIBLE takes no arguments\n",
+    );
+}
+
+#[test]
+fn replay_wait_ends_timed_ejections() {
+    let settings = Settings {
+        consecutive_errors: std::num::NonZeroU32::new(1).unwrap(),
+        ejection: Some(EjectionPolicy {
+            base: Duration::from_millis(50),
+            max: Duration::from_millis(500),
+        }),
+        ..Settings::default()
+    };
+    // Without WAIT (as before these commands existed) the ejection never ends; WAIT ends it.
+    check_replay(
+        settings,
+        "POOL a b
+         OBSERVE a RESET
+         HEALTHY
+         WAIT 10
+         HEALTHY
+         WAIT 100
+         HEALTHY",
+        "OK\nERROR\nb\nOK\nb\nOK\na,b\n",
+    );
+}

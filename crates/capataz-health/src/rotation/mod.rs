@@ -107,6 +107,8 @@ pub struct Rotation {
     pool: Pool,
     policy: Policy,
     members: Vec<Member>,
+    /// How many members carry an override.
+    overridden: usize,
     all_down: Option<AllDown>,
     events: VecDeque<Event>,
     now: Duration,
@@ -125,6 +127,7 @@ impl Rotation {
             pool: Pool::new(settings, 0),
             policy,
             members: Vec::new(),
+            overridden: 0,
             all_down: None,
             events: VecDeque::new(),
             now,
@@ -151,6 +154,7 @@ impl Rotation {
                     }
                 }
             };
+            rotation.overridden += usize::from(member.override_.is_some());
             rotation.members.push(member);
         }
         rotation.settle_all_down(now);
@@ -383,6 +387,8 @@ impl Rotation {
         now: Duration,
     ) -> Effective {
         let from = self.effective(backend);
+        let had = self.members[backend].override_.is_some();
+        self.overridden = self.overridden - usize::from(had) + usize::from(kind.is_some());
         self.members[backend].override_ = kind.map(|kind| Override {
             kind,
             since: now,
@@ -402,9 +408,18 @@ impl Rotation {
         to
     }
 
+    /// Whether any backend is in rotation: without overrides, whether any verdict is UP (the
+    /// pool counts them), so a transition costs no walk over the pool.
+    fn any_in_rotation(&self) -> bool {
+        if self.overridden == 0 {
+            return self.pool.healthy() > 0;
+        }
+        (0..self.len()).any(|i| self.in_rotation(i))
+    }
+
     /// Works out whether the pool is all down and what it applies, and reports a change.
     fn settle_all_down(&mut self, now: Duration) {
-        let next = if (0..self.len()).any(|i| self.in_rotation(i)) {
+        let next = if self.any_in_rotation() {
             None
         } else {
             Some(self.applied_all_down())
