@@ -66,8 +66,8 @@ pub enum Reason {
         duration: Duration,
     },
     /// The pass streak reached `rise` while the backend was also ejected, and
-    /// [`Settings::probes_end_ejection`] ended the ejection early: the backend is back on
-    /// probation.
+    /// [`Settings::probes_end_ejection`](crate::Settings::probes_end_ejection) ended the
+    /// ejection early: the backend is back on probation.
     ProbesEndedEjection {
         /// The pass streak.
         streak: u32,

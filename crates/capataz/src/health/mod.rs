@@ -3,8 +3,8 @@
 //!
 //! Every decision is the engine's (`capataz_health::Rotation`: verdicts, overrides with expiry,
 //! slow start, the all-down policy and its fail-open set). This module only feeds it inputs
-//! with the time, and [`publish`] turns what comes out into a new [`Snapshot`], log lines and
-//! broadcast [`Event`]s; [`driver`] runs the probe loops and the one timer.
+//! with the time, and `publish` turns what comes out into a new [`Snapshot`], log lines and
+//! broadcast [`Event`]s; `driver` runs the probe loops and the one timer.
 //!
 //! The engine sits behind a mutex, with the per-backend records the admin API shows (recent
 //! probes, last transition); the mutex is held for a few instructions and never across an
@@ -312,10 +312,12 @@ impl PoolRt {
         }
         let now = self.clock.now();
         let mut inner = self.lock();
+        let was_ejected = inner.engine.pool().backend(backend).passive.is_ejected();
         inner.engine.handle_traffic(backend, outcome, now);
         rt.watched
             .store(inner.engine.needs_traffic(backend), Ordering::Relaxed);
-        let timer = inner.engine.pool().backend(backend).passive.is_ejected();
+        // A new ejection is a new timer.
+        let timer = !was_ejected && inner.engine.pool().backend(backend).passive.is_ejected();
         self.publish(&mut inner, now, false);
         drop(inner);
         if timer {
@@ -333,7 +335,9 @@ impl PoolRt {
             rt.watched
                 .store(inner.engine.needs_traffic(i), Ordering::Relaxed);
         }
-        self.publish(&mut inner, now, true);
+        // Time alone moves slow-start weights.
+        let ramps = self.config.slow_start.is_some();
+        self.publish(&mut inner, now, ramps);
     }
 
     /// Sets (`Some`) or clears (`None`) a manual override on the backend named `backend`, for
