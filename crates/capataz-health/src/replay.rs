@@ -208,7 +208,9 @@ impl Replay {
             }
             _ => return err(out, format_args!("unknown command {:?}", show(command))),
         };
-        self.drain_events(explain);
+        if self.rotation.has_events() {
+            self.drain_events(explain);
+        }
     }
 
     /// Counts the verdict changes the last command caused and explains them.

@@ -199,6 +199,7 @@ impl Rotation {
     }
 
     /// Records a probe outcome for `backend` at `now`. Panics if `backend` is not an index.
+    #[inline(always)]
     pub fn handle_probe(&mut self, backend: usize, outcome: Outcome, now: Duration) -> ProbeResult {
         self.advance(now);
         let active_before = self.pool.backend(backend).active.state;
@@ -226,6 +227,7 @@ impl Rotation {
     }
 
     /// Records a traffic outcome for `backend` at `now`. Panics if `backend` is not an index.
+    #[inline(always)]
     pub fn handle_traffic(
         &mut self,
         backend: usize,
@@ -292,7 +294,14 @@ impl Rotation {
         }
     }
 
+    /// Whether events are waiting for [`Rotation::poll_event`].
+    #[inline]
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// The next event, oldest first.
+    #[inline]
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
