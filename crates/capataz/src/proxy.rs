@@ -1,9 +1,12 @@
 //! The request path: route, pick a backend from the pool's snapshot, forward, retry, relay.
 //!
-//! Every response and every failure to get one is fed to the pool's passive side. Retries go
-//! to a backend not yet tried: always when no connection could be made (nothing was sent), and
-//! for bodiless idempotent requests also after a reset, a timeout before the response headers,
-//! or a 502/503/504, within the pool's retry budget.
+//! Every response, and every failure to get one that was the backend's fault, is fed to the
+//! pool's passive side; each failure is classified once, as an [`AttemptError`], which says
+//! whose fault it was, whether a retry is safe and what the client gets. Retries go to a
+//! backend not yet tried: always when nothing was sent (no connection could be made), and for
+//! bodiless idempotent requests also after a reset, a timeout before the response headers, a
+//! malformed answer, or a 502/503/504, within the pool's retry budget. A failure that is the
+//! client's (its body stalled, was malformed, or it went away) is never retried nor charged.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -23,8 +26,9 @@ use tokio::net::TcpStream;
 
 use crate::body::{Lease, ReqBody, RespBody};
 use crate::config::{AllDownPolicy, ListenerConfig};
+use crate::h1::framing::BodyLength;
 use crate::health::PoolRt;
-use crate::upstream::{self, ExchangeError};
+use crate::upstream::{self, AttemptError, ExchangeError, ExchangeTimeouts};
 
 /// The most backends one request may try (first attempt plus retries).
 const MAX_TRIES: usize = 11;
@@ -75,15 +79,17 @@ pub struct Proxy {
     max_header_bytes: usize,
     /// Whether `X-Forwarded-For` and `X-Forwarded-Proto` are set.
     forwarded_headers: bool,
+    /// The longest wait for the next piece of a client's body.
+    request_body_timeout: std::time::Duration,
 }
 
-/// Why a request could not be served by any backend.
+/// Why the last attempt of a request did not give the client an answer.
 #[derive(Clone, Copy, Debug)]
 enum Failure {
-    /// A connect failed, a connection broke, or the answer was not HTTP: 502.
-    BadGateway(Outcome),
-    /// A backend did not answer in time: 504.
-    Timeout,
+    /// The attempt failed.
+    Attempt(AttemptError),
+    /// The backend answered this retryable status (502-504) and the answer was not relayed.
+    Status(u16),
 }
 
 impl Proxy {
@@ -102,6 +108,7 @@ impl Proxy {
             any_host: routes.iter().any(|r| r.host.is_some()),
             max_header_bytes: listener.max_header_bytes,
             forwarded_headers: listener.forwarded_headers,
+            request_body_timeout: listener.request_body_timeout,
         }
     }
 
@@ -175,6 +182,11 @@ impl Proxy {
         ));
         let mut tried = Tried::default();
         let mut failure = None;
+        let timeouts = ExchangeTimeouts {
+            response_header: pool.config.timeouts.response_header,
+            body_idle: pool.config.timeouts.body_idle,
+            request_body: self.request_body_timeout,
+        };
         loop {
             let snapshot = pool.snapshot();
             let picked =
@@ -198,16 +210,19 @@ impl Proxy {
                 None => match &template {
                     Some(template) => template.request(),
                     // Unreachable: without a template no retry is attempted once sent.
-                    None => return Ok(failure_page(failure.unwrap_or(Failure::Timeout))),
+                    None => {
+                        let why = failure.unwrap_or(Failure::Attempt(AttemptError::HeadTimeout));
+                        return Ok(failure_page(why));
+                    }
                 },
             };
             let backend = pool.backends[index].clone();
             let lease = Lease::new(backend);
-            match forward(&pool, index, request, lease).await {
+            match forward(&pool, index, request, lease, timeouts).await {
                 Forwarded::Response(mut response, status) => {
                     let retry_status = matches!(status, 502..=504);
                     if retry_status && replayable && may_retry(&pool, &mut retries_left, &tried) {
-                        failure = Some(Failure::BadGateway(Outcome::Status(status)));
+                        failure = Some(Failure::Status(status));
                         continue;
                     }
                     strip_hop_by_hop(response.headers_mut(), false);
@@ -222,19 +237,19 @@ impl Proxy {
                     return Ok(response);
                 }
                 Forwarded::NotSent(request, why) => {
-                    failure = Some(why);
+                    failure = Some(Failure::Attempt(why));
                     pending = Some(request);
                     if may_retry(&pool, &mut retries_left, &tried) {
                         continue;
                     }
-                    return Ok(failure_page(why));
+                    return Ok(failure_page(Failure::Attempt(why)));
                 }
                 Forwarded::Failed(why) => {
-                    failure = Some(why);
-                    if replayable && may_retry(&pool, &mut retries_left, &tried) {
+                    failure = Some(Failure::Attempt(why));
+                    if why.retry_safe(replayable) && may_retry(&pool, &mut retries_left, &tried) {
                         continue;
                     }
-                    return Ok(failure_page(why));
+                    return Ok(failure_page(Failure::Attempt(why)));
                 }
             }
         }
@@ -249,9 +264,9 @@ enum Forwarded {
     /// answer's head.
     Upgraded(Response<RespBody>, TcpStream, Bytes),
     /// Nothing reached the backend; the request comes back intact.
-    NotSent(Request<ReqBody>, Failure),
+    NotSent(Request<ReqBody>, AttemptError),
     /// The request was sent (at least in part) and no usable answer came.
-    Failed(Failure),
+    Failed(AttemptError),
 }
 
 /// One attempt on one backend, with its outcome fed to the passive side (an answer's once its
@@ -261,6 +276,7 @@ async fn forward(
     index: usize,
     request: Request<ReqBody>,
     mut lease: Lease,
+    timeouts: ExchangeTimeouts,
 ) -> Forwarded {
     let backend = lease.backend().clone();
     let mut request = request;
@@ -278,48 +294,29 @@ async fn forward(
         };
         let conn = match conn {
             Ok(conn) => conn,
-            Err(outcome) => {
-                pool.observe(index, outcome);
-                backend.metrics.unanswered();
-                let why = match outcome {
-                    Outcome::Timeout => Failure::Timeout,
-                    other => Failure::BadGateway(other),
-                };
-                return Forwarded::NotSent(request, why);
+            Err(error) => {
+                charge(pool, index, error);
+                return Forwarded::NotSent(request, error);
             }
         };
-        let sent_at = if conn.reused && !fresh_only {
-            started
-        } else {
-            Instant::now()
-        };
-        let deadline =
-            tokio::time::Instant::from_std(sent_at) + pool.config.timeouts.response_header;
         let reused = conn.reused && !fresh_only;
-        let sent =
-            tokio::time::timeout_at(deadline, upstream::exchange(conn.stream, request)).await;
-        match sent {
-            Err(_) => {
-                pool.observe(index, Outcome::Timeout);
-                backend.metrics.unanswered();
-                return Forwarded::Failed(Failure::Timeout);
-            }
-            Ok(Err(ExchangeError::NotSent(unsent))) if reused => {
+        let sent_at = if reused { started } else { Instant::now() };
+        match upstream::exchange(conn.stream, request, timeouts, sent_at).await {
+            Err(ExchangeError::NotSent(unsent)) if reused => {
                 // A pooled connection the backend closed meanwhile: one fresh try.
                 request = unsent;
                 fresh_only = true;
             }
-            Ok(Err(ExchangeError::NotSent(unsent))) => {
-                pool.observe(index, Outcome::Reset);
-                backend.metrics.unanswered();
-                return Forwarded::NotSent(unsent, Failure::BadGateway(Outcome::Reset));
+            Err(ExchangeError::NotSent(unsent)) => {
+                let error = AttemptError::Send { sent_any: false };
+                charge(pool, index, error);
+                return Forwarded::NotSent(unsent, error);
             }
-            Ok(Err(ExchangeError::Failed(outcome))) => {
-                pool.observe(index, outcome);
-                backend.metrics.unanswered();
-                return Forwarded::Failed(Failure::BadGateway(outcome));
+            Err(ExchangeError::Failed(error)) => {
+                charge(pool, index, error);
+                return Forwarded::Failed(error);
             }
-            Ok(Ok(answer)) => {
+            Ok(answer) => {
                 let status = answer.head.status.as_u16();
                 let answered_at = Instant::now();
                 backend
@@ -334,6 +331,7 @@ async fn forward(
                     drop(lease);
                     return Forwarded::Upgraded(response, answer.stream, answer.buf.freeze());
                 }
+                frame_relayed(response.headers_mut(), answer.framing.body);
                 lease.judge_at_end(pool.clone(), index, Outcome::Status(status));
                 *response.body_mut() = RespBody::upstream(
                     answer.stream,
@@ -341,10 +339,52 @@ async fn forward(
                     answer.framing,
                     lease,
                     answered_at,
+                    timeouts.body_idle,
                 );
                 return Forwarded::Response(response, status);
             }
         }
+    }
+}
+
+/// Feeds a failed attempt to the passive side if it was the backend's fault; a failure that
+/// was the client's (or capataz's own) is only logged, at debug.
+fn charge(pool: &PoolRt, index: usize, error: AttemptError) {
+    let backend = &pool.backends[index];
+    match error.outcome() {
+        Some(outcome) => {
+            pool.observe(index, outcome);
+            backend.metrics.unanswered();
+        }
+        None => tracing::debug!(
+            pool = %pool.name,
+            backend = %backend.name,
+            fault = ?error.fault(),
+            %error,
+            "attempt failed; nothing charged to the backend"
+        ),
+    }
+}
+
+/// Makes the relayed head's framing fields agree with how capataz reads the body: the
+/// client's framing is hyper's to choose from the body, so a `Content-Length` that did not
+/// delimit the backend's body (one that came with `Transfer-Encoding`, which wins) never
+/// reaches the client, and a length written as a list (`7, 7`) goes as one number.
+fn frame_relayed(headers: &mut HeaderMap, body: BodyLength) {
+    match body {
+        BodyLength::Exact(n) => {
+            let mut values = headers.get_all(header::CONTENT_LENGTH).iter();
+            let plain = values
+                .next()
+                .is_some_and(|v| v.as_bytes().iter().all(u8::is_ascii_digit));
+            if !plain || values.next().is_some() {
+                headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+            }
+        }
+        BodyLength::Chunked | BodyLength::UntilClose => {
+            headers.remove(header::CONTENT_LENGTH);
+        }
+        BodyLength::Empty => {}
     }
 }
 
@@ -617,14 +657,19 @@ fn error_page(status: StatusCode, text: &str) -> Response<RespBody> {
 
 fn failure_page(failure: Failure) -> Response<RespBody> {
     match failure {
-        Failure::Timeout => error_page(
-            StatusCode::GATEWAY_TIMEOUT,
-            "the backend did not answer in time",
-        ),
-        Failure::BadGateway(outcome) => error_page(
+        Failure::Status(status) => error_page(
             StatusCode::BAD_GATEWAY,
-            &format!("the backend failed ({outcome})"),
+            &format!("the backend failed (HTTP {status})"),
         ),
+        Failure::Attempt(error) => {
+            let mut page = error_page(error.status(), &error.to_string());
+            if error.fault() == upstream::Fault::Client {
+                // The rest of the client's body is not read: the connection cannot go on.
+                page.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            page
+        }
     }
 }
 

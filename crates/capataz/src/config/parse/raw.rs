@@ -64,6 +64,7 @@ pub(super) struct RawListener {
     pub(super) address: Option<Spanned<String>>,
     pub(super) idle_timeout: Option<Spanned<Value>>,
     pub(super) header_read_timeout: Option<Spanned<Value>>,
+    pub(super) request_body_timeout: Option<Spanned<Value>>,
     pub(super) max_header_bytes: Option<Spanned<i64>>,
     pub(super) forwarded_headers: Option<bool>,
     #[serde(default)]
@@ -174,6 +175,7 @@ pub(super) struct RawRetries {
 pub(super) struct RawTimeouts {
     pub(super) connect: Option<Spanned<Value>>,
     pub(super) response_header: Option<Spanned<Value>>,
+    pub(super) body_idle: Option<Spanned<Value>>,
     pub(super) idle: Option<Spanned<Value>>,
 }
 

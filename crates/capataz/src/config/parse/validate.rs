@@ -258,6 +258,11 @@ impl Validator<'_> {
                 &format!("{at}.header_read_timeout"),
                 Duration::from_secs(10),
             )?,
+            request_body_timeout: self.duration(
+                &raw.request_body_timeout,
+                &format!("{at}.request_body_timeout"),
+                Duration::from_secs(30),
+            )?,
             max_header_bytes: self.int(
                 &raw.max_header_bytes,
                 &format!("{at}.max_header_bytes"),
@@ -675,6 +680,11 @@ impl Validator<'_> {
                 Duration::from_secs(15),
             )?,
             idle: self.duration(&raw.idle, &format!("{at}.idle"), Duration::from_secs(30))?,
+            body_idle: self.duration(
+                &raw.body_idle,
+                &format!("{at}.body_idle"),
+                Duration::from_secs(60),
+            )?,
         })
     }
 

@@ -1,0 +1,443 @@
+//! The proxied request path under hostile peers on both sides: who is charged for a failed
+//! attempt (the client, the backend), the deadlines of an upload and of a response body,
+//! strict framing of backend answers, Host confusion, and connection reuse that never lets
+//! one client read bytes meant for another.
+//!
+//! Backends and clients here are raw sockets, so each test can send or withhold exactly the
+//! bytes it means to. Waits are on answers, closes and counts with generous deadlines; the
+//! only timing is that of the timeouts under test, set short.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use capataz::config;
+use capataz::server::Balancer;
+use capataz_health::Outcome;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+const DEADLINE: Duration = Duration::from_secs(20);
+
+// ---- Scaffolding ------------------------------------------------------------------------------
+
+/// A balancer with one listener and one pool `web` over `backends`, no probes, and a passive
+/// side that ejects on the first error (so any charge shows); `listener` and `pool` are extra
+/// TOML lines for the listener and for `[pools.web.timeouts]`.
+async fn balancer(
+    backends: &[SocketAddr],
+    listener: &str,
+    timeouts: &str,
+) -> (Balancer, SocketAddr) {
+    balancer_with(backends, listener, timeouts, "").await
+}
+
+async fn balancer_with(
+    backends: &[SocketAddr],
+    listener: &str,
+    timeouts: &str,
+    pool: &str,
+) -> (Balancer, SocketAddr) {
+    let list: Vec<String> = backends
+        .iter()
+        .enumerate()
+        .map(|(i, addr)| format!("{{ name = \"b{i}\", address = \"{addr}\" }}"))
+        .collect();
+    let text = format!(
+        r#"
+[[listeners]]
+address = "127.0.0.1:0"
+{listener}
+
+[pools.web]
+backends = [{}]
+{pool}
+
+[pools.web.active]
+kind = "none"
+
+[pools.web.passive]
+consecutive_errors = 1
+max_ejected_percent = 100
+
+[pools.web.retries]
+attempts = 0
+
+[pools.web.timeouts]
+{timeouts}
+"#,
+        list.join(", ")
+    );
+    let config = config::parse_str(&text, "<test>").expect("valid test config");
+    let (events, _) = tokio::sync::broadcast::channel(1024);
+    let balancer = Balancer::start(&config, events)
+        .await
+        .expect("balancer starts");
+    let addr = balancer.local_addrs()[0];
+    (balancer, addr)
+}
+
+/// What backend `index` of pool `web` has been charged with (every outcome fed to it).
+fn charged(balancer: &Balancer, index: usize) -> Vec<Outcome> {
+    balancer.pool("web").expect("pool web").backends[index]
+        .traffic
+        .recent()
+}
+
+fn errors(balancer: &Balancer, index: usize) -> Vec<Outcome> {
+    charged(balancer, index)
+        .into_iter()
+        .filter(|o| !matches!(o, Outcome::Status(code) if *code < 500))
+        .collect()
+}
+
+/// A raw backend: `serve` runs on each accepted connection.
+struct Backend {
+    addr: SocketAddr,
+    accepted: Arc<AtomicU64>,
+    task: JoinHandle<()>,
+}
+
+impl Backend {
+    async fn start<F, Fut>(serve: F) -> Backend
+    where
+        F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let accepted = Arc::new(AtomicU64::new(0));
+        let count = accepted.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(serve(stream));
+            }
+        });
+        Backend {
+            addr,
+            accepted,
+            task,
+        }
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Reads a head into a string (without the blank line), leaving what follows in `buf`.
+async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<String> {
+    loop {
+        if let Some(end) = find(buf, b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            buf.drain(..end + 4);
+            return Some(head);
+        }
+        let mut chunk = [0u8; 16384];
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.split("\r\n").skip(1).find_map(|line| {
+        let (n, v) = line.split_once(':')?;
+        n.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+/// Reads exactly `n` more bytes past `buf`.
+async fn read_n(stream: &mut TcpStream, buf: &mut Vec<u8>, n: usize) -> Option<Vec<u8>> {
+    while buf.len() < n {
+        let mut chunk = [0u8; 16384];
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(k) => buf.extend_from_slice(&chunk[..k]),
+        }
+    }
+    Some(buf.drain(..n).collect())
+}
+
+/// Reads a request body framed by `head` (Content-Length or chunked), in full.
+async fn read_request_body(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    head: &str,
+) -> Option<Vec<u8>> {
+    if header(head, "transfer-encoding").is_some() {
+        let mut body = Vec::new();
+        loop {
+            let line = loop {
+                if let Some(end) = find(buf, b"\r\n") {
+                    let line = String::from_utf8_lossy(&buf[..end]).into_owned();
+                    buf.drain(..end + 2);
+                    break line;
+                }
+                let mut chunk = [0u8; 16384];
+                match stream.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return None,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            };
+            let size = usize::from_str_radix(line.trim(), 16).ok()?;
+            if size == 0 {
+                read_n(stream, buf, 2).await?;
+                return Some(body);
+            }
+            body.extend(read_n(stream, buf, size + 2).await?[..size].iter());
+        }
+    }
+    let length: usize = header(head, "content-length").map_or(Some(0), |v| v.parse().ok())?;
+    read_n(stream, buf, length).await
+}
+
+/// A keep-alive backend that reads each request whole and answers `200` with its body's
+/// length.
+async fn length_backend() -> Backend {
+    Backend::start(|mut stream| async move {
+        let mut buf = Vec::new();
+        while let Some(head) = read_head(&mut stream, &mut buf).await {
+            let Some(body) = read_request_body(&mut stream, &mut buf, &head).await else {
+                return;
+            };
+            let text = body.len().to_string();
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{text}",
+                text.len()
+            );
+            if stream.write_all(answer.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await
+}
+
+/// A client's view of one answer.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    #[allow(dead_code)] // kept for failure messages
+    head: String,
+    body: Vec<u8>,
+}
+
+/// Reads one answer (head and a Content-Length or chunked body) from `stream`; `None` if the
+/// connection ended before a complete one.
+async fn read_reply(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Reply> {
+    let head = read_head(stream, buf).await?;
+    let status = head.get(9..12)?.parse().ok()?;
+    let body = if header(&head, "transfer-encoding").is_some()
+        || header(&head, "content-length").is_some()
+    {
+        read_request_body(stream, buf, &head).await?
+    } else {
+        Vec::new()
+    };
+    Some(Reply { status, head, body })
+}
+
+/// Sends `request` on a fresh connection and reads one answer.
+async fn roundtrip(addr: SocketAddr, request: &[u8]) -> Option<Reply> {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request).await.expect("send");
+    let mut buf = Vec::new();
+    tokio::time::timeout(DEADLINE, read_reply(&mut stream, &mut buf))
+        .await
+        .expect("an answer or a close within the deadline")
+}
+
+/// Reads until the peer closes; `true` if it did within the deadline.
+async fn closes(stream: &mut TcpStream) -> bool {
+    let read_all = async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(DEADLINE, read_all).await.is_ok()
+}
+
+// ---- 1 and 2: uploads, and whose fault a failed one is -----------------------------------------
+
+#[tokio::test]
+async fn a_slow_but_steady_upload_longer_than_response_header_succeeds() {
+    let backend = length_backend().await;
+    let (balancer, addr) = balancer(
+        &[backend.addr],
+        "request_body_timeout = \"2s\"",
+        "response_header = \"300ms\"",
+    )
+    .await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"POST /up HTTP/1.1\r\nHost: app.test\r\nContent-Length: 100\r\n\r\n")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    for _ in 0..10 {
+        stream.write_all(&[b'x'; 10]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut buf = Vec::new();
+    let reply = read_reply(&mut stream, &mut buf).await.expect("an answer");
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert_eq!(reply.body, b"100");
+    assert_eq!(errors(&balancer, 0), []);
+}
+
+#[tokio::test]
+async fn a_stalled_upload_gets_408_and_charges_the_backend_nothing() {
+    let backend = length_backend().await;
+    let (balancer, addr) = balancer(
+        &[backend.addr],
+        "request_body_timeout = \"300ms\"",
+        "response_header = \"10s\"",
+    )
+    .await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"POST /up HTTP/1.1\r\nHost: app.test\r\nContent-Length: 100\r\n\r\nonly ten b")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let reply = tokio::time::timeout(DEADLINE, read_reply(&mut stream, &mut buf))
+        .await
+        .unwrap()
+        .expect("an answer");
+    assert_eq!(reply.status, 408, "{reply:?}");
+    assert!(
+        closes(&mut stream).await,
+        "the client connection closes after a 408"
+    );
+    assert_eq!(charged(&balancer, 0), []);
+    // The backend connection that carried half a body is not used again.
+    let reply = roundtrip(addr, b"GET / HTTP/1.1\r\nHost: app.test\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(reply.status, 200);
+    assert_eq!(backend.accepted.load(Ordering::SeqCst), 2);
+    assert_eq!(errors(&balancer, 0), []);
+}
+
+#[tokio::test]
+async fn a_malformed_chunked_upload_gets_400_at_once_and_charges_nothing() {
+    let backend = length_backend().await;
+    let (balancer, addr) = balancer(&[backend.addr], "", "response_header = \"10s\"").await;
+    let started = Instant::now();
+    let reply = roundtrip(
+        addr,
+        b"POST /up HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz-not-a-size\r\n",
+    )
+    .await
+    .expect("an answer");
+    assert_eq!(reply.status, 400, "{reply:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(charged(&balancer, 0), []);
+    let reply = roundtrip(addr, b"GET / HTTP/1.1\r\nHost: app.test\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(reply.status, 200);
+    assert_eq!(
+        backend.accepted.load(Ordering::SeqCst),
+        2,
+        "the half-fed connection is not reused"
+    );
+}
+
+#[tokio::test]
+async fn a_client_vanishing_mid_body_charges_the_backend_nothing() {
+    let backend = length_backend().await;
+    let (balancer, addr) = balancer(&[backend.addr], "", "response_header = \"10s\"").await;
+    for _ in 0..3 {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(
+                b"POST /up HTTP/1.1\r\nHost: app.test\r\nContent-Length: 1000\r\n\r\npartial",
+            )
+            .await
+            .unwrap();
+        // Wait until the request has reached the backend, then vanish.
+        let deadline = Instant::now() + DEADLINE;
+        while backend.accepted.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        drop(stream);
+    }
+    // A request after them is served by the same, unejected backend.
+    let reply = roundtrip(addr, b"GET / HTTP/1.1\r\nHost: app.test\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(reply.status, 200);
+    assert_eq!(errors(&balancer, 0), []);
+}
+
+#[tokio::test]
+async fn a_backend_that_stops_reading_the_body_is_charged_a_timeout() {
+    // Reads the head, then nothing: the upload fills the socket buffers and the writes wait.
+    let backend = Backend::start(|mut stream| async move {
+        let mut buf = Vec::new();
+        let _ = read_head(&mut stream, &mut buf).await;
+        tokio::time::sleep(DEADLINE).await;
+    })
+    .await;
+    let (balancer, addr) = balancer(
+        &[backend.addr],
+        "request_body_timeout = \"10s\"",
+        "body_idle = \"300ms\"\nresponse_header = \"10s\"",
+    )
+    .await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let size = 64 << 20;
+    stream
+        .write_all(
+            format!("POST /up HTTP/1.1\r\nHost: app.test\r\nContent-Length: {size}\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let (mut reader, mut writer) = stream.into_split();
+    let upload = tokio::spawn(async move {
+        let piece = vec![b'x'; 65536];
+        for _ in 0..(size / piece.len()) {
+            if writer.write_all(&piece).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(DEADLINE, async {
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut chunk).await {
+            if n == 0 || find(&out, b"\r\n\r\n").is_some() {
+                break;
+            }
+            out.extend_from_slice(&chunk[..n]);
+        }
+    })
+    .await;
+    upload.abort();
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 504"), "{text}");
+    assert_eq!(charged(&balancer, 0), [Outcome::Timeout]);
+}
