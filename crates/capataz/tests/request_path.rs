@@ -229,7 +229,6 @@ async fn length_backend() -> Backend {
 #[derive(Debug)]
 struct Reply {
     status: u16,
-    #[allow(dead_code)] // kept for failure messages
     head: String,
     body: Vec<u8>,
 }
@@ -440,4 +439,189 @@ async fn a_backend_that_stops_reading_the_body_is_charged_a_timeout() {
     let text = String::from_utf8_lossy(&out);
     assert!(text.starts_with("HTTP/1.1 504"), "{text}");
     assert_eq!(charged(&balancer, 0), [Outcome::Timeout]);
+}
+
+// ---- 3: a backend that stalls mid-body; a client slow to read --------------------------------
+
+/// A backend that answers every request on its connection with `answer`, verbatim.
+async fn answering(answer: &'static [u8]) -> Backend {
+    Backend::start(move |mut stream| async move {
+        let mut buf = Vec::new();
+        while let Some(head) = read_head(&mut stream, &mut buf).await {
+            if read_request_body(&mut stream, &mut buf, &head)
+                .await
+                .is_none()
+                || stream.write_all(answer).await.is_err()
+            {
+                return;
+            }
+        }
+    })
+    .await
+}
+
+const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: app.test\r\n\r\n";
+
+#[tokio::test]
+async fn a_backend_stalling_mid_body_is_charged_a_timeout_and_the_client_is_freed() {
+    let backend = Backend::start(|mut stream| async move {
+        let mut buf = Vec::new();
+        let _ = read_head(&mut stream, &mut buf).await;
+        let _ = stream
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nten bytes.")
+            .await;
+        tokio::time::sleep(DEADLINE * 2).await;
+    })
+    .await;
+    let (balancer, addr) = balancer(&[backend.addr], "", "body_idle = \"300ms\"").await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(GET).await.unwrap();
+    let mut buf = Vec::new();
+    let head = read_head(&mut stream, &mut buf).await.expect("the head");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(closes(&mut stream).await, "the client connection is closed");
+    assert_eq!(charged(&balancer, 0), [Outcome::Timeout]);
+    let pool = balancer.pool("web").unwrap();
+    assert_eq!(
+        pool.backends[0].in_flight.load(Ordering::SeqCst),
+        0,
+        "the lease is freed"
+    );
+}
+
+#[tokio::test]
+async fn a_client_slow_to_read_never_charges_the_backend_a_body_timeout() {
+    const SIZE: usize = 32 << 20;
+    let backend = Backend::start(|mut stream| async move {
+        let mut buf = Vec::new();
+        while read_head(&mut stream, &mut buf).await.is_some() {
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {SIZE}\r\n\r\n");
+            let _ = stream.write_all(head.as_bytes()).await;
+            let piece = vec![b'x'; 1 << 20];
+            for _ in 0..SIZE >> 20 {
+                if stream.write_all(&piece).await.is_err() {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    let (balancer, addr) = balancer(&[backend.addr], "", "body_idle = \"300ms\"").await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(GET).await.unwrap();
+    let mut buf = Vec::new();
+    let head = read_head(&mut stream, &mut buf).await.expect("the head");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut got = buf.len();
+    let mut chunk = vec![0u8; 1 << 16];
+    // Three pauses longer than body_idle while the proxy has data it cannot send.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let until = got + (1 << 20);
+        while got < until {
+            let n = stream.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "the body ended early at {got}");
+            got += n;
+        }
+    }
+    while got < SIZE {
+        let n = tokio::time::timeout(DEADLINE, stream.read(&mut chunk))
+            .await
+            .expect("the rest of the body")
+            .unwrap();
+        assert!(n > 0, "the body ended early at {got}");
+        got += n;
+    }
+    assert_eq!(got, SIZE);
+    // The answer is judged when its body has ended; the next request's answer follows it.
+    stream.write_all(GET).await.unwrap();
+    let head = tokio::time::timeout(DEADLINE, read_head(&mut stream, &mut buf))
+        .await
+        .unwrap();
+    assert!(head.is_some());
+    assert_eq!(errors(&balancer, 0), []);
+}
+
+// ---- 4, 5, 6: what a backend answer must be --------------------------------------------------
+
+#[tokio::test]
+async fn a_status_code_outside_100_599_is_a_malformed_answer() {
+    let backend = answering(b"HTTP/1.1 600 Beyond\r\nContent-Length: 2\r\n\r\nok").await;
+    let (balancer, addr) = balancer(&[backend.addr], "", "").await;
+    let reply = roundtrip(addr, GET).await.expect("an answer");
+    assert_eq!(reply.status, 502, "{reply:?}");
+    assert_eq!(charged(&balancer, 0), [Outcome::Malformed]);
+}
+
+#[tokio::test]
+async fn an_unasked_101_is_a_malformed_answer_and_is_not_relayed() {
+    let backend = answering(
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: raw\r\nConnection: upgrade\r\n\r\nRAW BYTES",
+    )
+    .await;
+    let (balancer, addr) = balancer(&[backend.addr], "", "").await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(GET).await.unwrap();
+    let mut buf = Vec::new();
+    let reply = read_reply(&mut stream, &mut buf).await.expect("an answer");
+    assert_eq!(reply.status, 502, "{reply:?}");
+    assert_eq!(charged(&balancer, 0), [Outcome::Malformed]);
+    stream.write_all(GET).await.unwrap();
+    let next = read_reply(&mut stream, &mut buf)
+        .await
+        .expect("a second answer");
+    assert_eq!(next.status, 502);
+    assert!(!String::from_utf8_lossy(&next.body).contains("RAW"));
+}
+
+#[tokio::test]
+async fn content_length_beside_chunked_never_truncates_the_body() {
+    for length in ["3", "40", "5"] {
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {length}\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+        );
+        let backend = answering(Box::leak(answer.into_bytes().into_boxed_slice())).await;
+        let (balancer, addr) = balancer(&[backend.addr], "", "").await;
+        for _ in 0..2 {
+            let reply = roundtrip(addr, GET)
+                .await
+                .expect("an answer, not a bare close");
+            assert_eq!(reply.status, 200, "{length}: {reply:?}");
+            assert_eq!(reply.body, b"hello", "{length}: {reply:?}");
+        }
+        assert_eq!(
+            backend.accepted.load(Ordering::SeqCst),
+            2,
+            "{length}: a connection whose answer had both is not reused"
+        );
+        assert_eq!(errors(&balancer, 0), []);
+    }
+}
+
+#[tokio::test]
+async fn answers_with_untrustworthy_framing_get_502() {
+    for answer in [
+        &b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd"[..],
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3, 4\r\n\r\nabcd",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\nxyz",
+        b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n",
+    ] {
+        let backend = answering(answer).await;
+        let (balancer, addr) = balancer(&[backend.addr], "", "").await;
+        let reply = roundtrip(addr, GET).await.expect("an answer");
+        let text = String::from_utf8_lossy(answer);
+        assert_eq!(reply.status, 502, "{text}: {reply:?}");
+        assert_eq!(charged(&balancer, 0), [Outcome::Malformed], "{text}");
+    }
+    // A length repeated as a list is one length, and goes to the client as one number.
+    let backend = answering(b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nok").await;
+    let (_balancer, addr) = balancer(&[backend.addr], "", "").await;
+    let reply = roundtrip(addr, GET).await.expect("an answer");
+    assert_eq!(
+        (reply.status, &reply.body[..]),
+        (200, &b"ok"[..]),
+        "{reply:?}"
+    );
+    assert_eq!(header(&reply.head, "content-length"), Some("2"));
 }

@@ -55,8 +55,13 @@ pub fn parse(buf: &mut BytesMut, max_len: usize) -> Result<Option<ResponseHead>,
         Some(1) => Version::HTTP_11,
         _ => return Err(HeadError::Malformed("HTTP version")),
     };
-    let status = response
-        .code
+    // The status line by the probes' grammar (`capataz_health::parse_status_line`): a code
+    // outside 100-599 is malformed here as it is there.
+    let line_end = window.iter().position(|&b| b == b'\n').unwrap_or(0);
+    let line = window[..line_end]
+        .strip_suffix(b"\r")
+        .unwrap_or(&window[..line_end]);
+    let status = capataz_health::parse_status_line(line)
         .and_then(|code| StatusCode::from_u16(code).ok())
         .ok_or(HeadError::Malformed("status code"))?;
     // Names are parsed now; values are cut from the head's bytes once they are taken off the
@@ -164,6 +169,9 @@ mod tests {
         for text in [
             &b"HTTP/2.0 200 OK\r\n\r\n"[..],
             b"HTTP/1.1 20 OK\r\n\r\n",
+            b"HTTP/1.1 600 Too Far\r\n\r\n",
+            b"HTTP/1.1 099 Too Low\r\n\r\n",
+            b"HTTP/1.1 999\r\n\r\n",
             b"SSH-2.0-OpenSSH_9.2\r\n\r\n",
             b"HTTP/1.1 200 OK\r\nBad Name: x\r\n\r\n",
             b"HTTP/1.1 200 OK\r\nX: a\r\n folded\r\n\r\n",
