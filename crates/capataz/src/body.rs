@@ -30,7 +30,7 @@ use tokio::net::TcpStream;
 use crate::h1::chunked;
 use crate::h1::framing::{BodyLength, Framing};
 use crate::health::{BackendRt, PoolRt};
-use crate::upstream::{AttemptError, READ_SIZE};
+use crate::upstream::{AttemptError, PrivateIdle, READ_SIZE};
 
 /// A request body on its way to a backend.
 #[derive(Debug)]
@@ -73,6 +73,9 @@ impl Body for ReqBody {
 /// Holds a backend's in-flight slot and, once the response is complete, its connection.
 pub struct Lease {
     backend: Arc<BackendRt>,
+    /// Where the connection goes back: the client connection's own idle set, or (`None`) the
+    /// backend's shared one.
+    private: Option<Arc<PrivateIdle>>,
     /// The connection, and when its response arrived.
     sender: Option<(TcpStream, Instant)>,
     complete: bool,
@@ -84,11 +87,13 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// Takes an in-flight slot on `backend`.
-    pub(crate) fn new(backend: Arc<BackendRt>) -> Lease {
+    /// Takes an in-flight slot on `backend`; a reusable connection goes back to `private` if
+    /// given, else to the backend's shared set.
+    pub(crate) fn new(backend: Arc<BackendRt>, private: Option<Arc<PrivateIdle>>) -> Lease {
         backend.in_flight.fetch_add(1, Ordering::Relaxed);
         Lease {
             backend,
+            private,
             sender: None,
             complete: false,
             verdict: None,
@@ -98,6 +103,11 @@ impl Lease {
 
     pub(crate) fn backend(&self) -> &Arc<BackendRt> {
         &self.backend
+    }
+
+    /// The client connection's own idle set, under the private reuse policy.
+    pub(crate) fn private(&self) -> Option<&PrivateIdle> {
+        self.private.as_deref()
     }
 
     pub(crate) fn set_sender(&mut self, sender: TcpStream, answered_at: Instant) {
@@ -125,7 +135,9 @@ impl Drop for Lease {
         }
         if self.complete {
             if let Some((sender, answered_at)) = self.sender.take() {
-                self.backend.upstream.release(sender, answered_at);
+                self.backend
+                    .upstream
+                    .release(sender, answered_at, self.private.as_deref());
             }
         }
     }

@@ -25,10 +25,10 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::body::{Lease, ReqBody, RespBody};
-use crate::config::{AllDownPolicy, ListenerConfig};
+use crate::config::{AllDownPolicy, ConnectionReuse, ListenerConfig};
 use crate::h1::framing::BodyLength;
 use crate::health::PoolRt;
-use crate::upstream::{self, AttemptError, ExchangeError, ExchangeTimeouts};
+use crate::upstream::{self, AttemptError, ExchangeError, ExchangeTimeouts, PrivateIdle};
 
 /// The most backends one request may try (first attempt plus retries).
 const MAX_TRIES: usize = 11;
@@ -112,22 +112,13 @@ impl Proxy {
         }
     }
 
-    fn route(&self, req: &Request<Incoming>) -> Option<&Arc<PoolRt>> {
-        // An absolute-form target names the host itself, and then Host is ignored
-        // (RFC 9112 section 3.2.2).
+    /// The pool of the first route matching `host` (without its port) and `path`.
+    fn route(&self, host: Option<&str>, path: &str) -> Option<&Arc<PoolRt>> {
         let host = if self.any_host {
-            req.uri()
-                .host()
-                .or_else(|| {
-                    req.headers()
-                        .get(header::HOST)
-                        .and_then(|h| h.to_str().ok())
-                })
-                .map(strip_port)
+            host.map(strip_port)
         } else {
             None
         };
-        let path = req.uri().path();
         self.routes
             .iter()
             .find(|route| {
@@ -153,12 +144,28 @@ impl Proxy {
                 "request header fields too large",
             ));
         }
-        let Some(pool) = self.route(&req).cloned() else {
+        let host = match request_host(&req) {
+            Ok(host) => host,
+            Err(why) => {
+                let mut page = error_page(StatusCode::BAD_REQUEST, why);
+                page.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                return Ok(page);
+            }
+        };
+        let Some(pool) = self.route(host.as_deref(), req.uri().path()).cloned() else {
             return Ok(error_page(
                 StatusCode::NOT_FOUND,
                 "no route matches this host and path",
             ));
         };
+        if let (Some(host), false) = (host, req.headers().contains_key(header::HOST)) {
+            // An HTTP/1.0 absolute-form request without Host: the backend gets the host the
+            // route was chosen by.
+            if let Ok(value) = HeaderValue::from_str(&host) {
+                req.headers_mut().insert(header::HOST, value);
+            }
+        }
         pool.budget.on_request();
         let upgrade = wants_upgrade(req.headers());
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
@@ -217,7 +224,11 @@ impl Proxy {
                 },
             };
             let backend = pool.backends[index].clone();
-            let lease = Lease::new(backend);
+            let private = match pool.config.connection_reuse {
+                ConnectionReuse::Private => Some(client.private.clone()),
+                ConnectionReuse::Shared => None,
+            };
+            let lease = Lease::new(backend, private);
             match forward(&pool, index, request, lease, timeouts).await {
                 Forwarded::Response(mut response, status) => {
                     let retry_status = matches!(status, 502..=504);
@@ -290,7 +301,7 @@ async fn forward(
         let conn = if fresh_only {
             backend.upstream.connect().await
         } else {
-            backend.upstream.acquire(started).await
+            backend.upstream.acquire(started, lease.private()).await
         };
         let conn = match conn {
             Ok(conn) => conn,
@@ -448,6 +459,56 @@ fn head_size(req: &Request<Incoming>) -> usize {
         .sum::<usize>()
 }
 
+/// The host a request is for, one and unambiguous (RFC 9112 section 3.2): its `Host` field,
+/// or the authority of an absolute-form target, which must then agree with `Host`. Refused
+/// (400): two `Host` fields, an HTTP/1.1 request without one, a `Host` that is not text, and an
+/// absolute-form target naming another host or port than `Host`.
+fn request_host(
+    req: &Request<Incoming>,
+) -> Result<Option<std::borrow::Cow<'_, str>>, &'static str> {
+    let mut fields = req.headers().get_all(header::HOST).iter();
+    let field = fields.next();
+    if fields.next().is_some() {
+        return Err("more than one Host header field");
+    }
+    let field = match field {
+        Some(value) => Some(
+            value
+                .to_str()
+                .map_err(|_| "the Host header field is not text")?,
+        ),
+        None if req.version() == Version::HTTP_11 => {
+            return Err("an HTTP/1.1 request needs a Host header field")
+        }
+        None => None,
+    };
+    let Some(authority) = req.uri().authority() else {
+        return Ok(field.map(std::borrow::Cow::Borrowed));
+    };
+    match field {
+        Some(field) if same_authority(req.uri(), authority, field) => {
+            Ok(Some(std::borrow::Cow::Borrowed(field)))
+        }
+        Some(_) => Err("the request target's host differs from the Host header field"),
+        None => Ok(Some(std::borrow::Cow::Owned(authority.as_str().to_owned()))),
+    }
+}
+
+/// Whether `field` (a Host value) names the same host and port as `authority`, the port
+/// defaulting to the scheme's.
+fn same_authority(uri: &Uri, authority: &http::uri::Authority, field: &str) -> bool {
+    let default = if uri.scheme_str() == Some("https") {
+        443
+    } else {
+        80
+    };
+    let Ok(field) = field.parse::<http::uri::Authority>() else {
+        return false;
+    };
+    field.host().eq_ignore_ascii_case(authority.host())
+        && field.port_u16().unwrap_or(default) == authority.port_u16().unwrap_or(default)
+}
+
 fn strip_port(host: &str) -> &str {
     if host.starts_with('[') {
         // [v6]:port
@@ -591,12 +652,16 @@ fn hop_by_hop(name: &HeaderName) -> Option<HopByHop> {
     Some(found)
 }
 
-/// What the proxy knows of a client connection, computed once per connection.
+/// What the proxy knows of a client connection, computed once per connection, and the idle
+/// backend connections private to it (closed when it closes).
 #[derive(Debug)]
 pub struct ClientInfo {
     /// The peer address.
     pub addr: SocketAddr,
     ip: HeaderValue,
+    /// The idle backend connections only this client connection may use (see
+    /// `upstream::PrivateIdle`).
+    pub private: Arc<PrivateIdle>,
 }
 
 impl ClientInfo {
@@ -605,7 +670,11 @@ impl ClientInfo {
         let ip = HeaderValue::try_from(addr.ip().to_string())
             // An IP address is always a valid header value.
             .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
-        ClientInfo { addr, ip }
+        ClientInfo {
+            addr,
+            ip,
+            private: Arc::new(PrivateIdle::new()),
+        }
     }
 }
 

@@ -192,6 +192,19 @@ pub struct PoolConfig {
     /// Whether backends added by a reload start DOWN until they pass `rise` probes
     /// (readiness gating; default true).
     pub gate_new_backends: bool,
+    /// Which client requests an idle backend connection may carry (default private).
+    pub connection_reuse: ConnectionReuse,
+}
+
+/// Which client requests an idle keep-alive connection to a backend may carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnectionReuse {
+    /// Only later requests of the client connection whose request it carried; closed with
+    /// that client connection (default).
+    Private,
+    /// Any client's request: fewer connects, but bytes a backend sends after an answer may be
+    /// read as the answer to another client's request.
+    Shared,
 }
 
 /// One backend.

@@ -1,15 +1,19 @@
 //! Keep-alive connections to one backend, and one HTTP/1.1 exchange on one of them.
 //!
 //! The connections are plain TCP streams: capataz speaks HTTP/1.1 to backends itself (see
-//! `h1`), so an idle connection holds no buffer, no task and no channel, only its socket. A
-//! small stack of them is kept per backend, reused most-recent first; one the backend closed
-//! meanwhile is noticed before use (its socket reads as closed) and dropped.
+//! `h1`), so an idle connection holds no buffer, no task and no channel, only its socket.
+//! Where an idle connection waits depends on the pool's reuse policy: by default in the set of
+//! the client connection whose request it carried ([`PrivateIdle`]), never given to another
+//! client; with `connection_reuse = "shared"` in a stack per backend that every client draws
+//! from. Either way it is reused most-recent first, and one the backend closed meanwhile (or
+//! sent stray bytes on) is noticed before use and dropped.
 //!
 //! A connection is handed back only once the response it carried has been read to its end
 //! (see `body::Lease`), so an idle connection is always ready for the next request.
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -17,9 +21,11 @@ use tokio::net::TcpStream;
 
 mod error;
 mod exchange;
+mod private;
 
 pub use error::{AttemptError, Fault};
 pub(crate) use exchange::{exchange, ExchangeError, ExchangeTimeouts};
+pub use private::{PrivateIdle, MAX_PRIVATE};
 
 /// The most idle connections kept per backend.
 const MAX_IDLE: usize = 512;
@@ -40,16 +46,23 @@ pub(crate) struct Conn {
 /// The keep-alive connections to one backend.
 #[derive(Debug)]
 pub struct Upstream {
+    /// Unique in the process, never reused: what a client connection's idle set knows this
+    /// backend by.
+    id: u64,
     addr: SocketAddr,
     connect_timeout: Duration,
     idle_timeout: Duration,
     idle: Mutex<Vec<(TcpStream, Instant)>>,
 }
 
+/// The next `Upstream::id`.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
 impl Upstream {
     /// An empty connection set for `addr`.
     pub fn new(addr: SocketAddr, connect_timeout: Duration, idle_timeout: Duration) -> Upstream {
         Upstream {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             addr,
             connect_timeout,
             idle_timeout,
@@ -63,9 +76,19 @@ impl Upstream {
     }
 
     /// An idle connection if one is still open, else a fresh one (a failed connect sent
-    /// nothing). `now` is the caller's reading of the clock, to judge idle time without another.
-    pub(crate) async fn acquire(&self, now: Instant) -> Result<Conn, AttemptError> {
-        if let Some(stream) = self.pop_idle(now) {
+    /// nothing): from `private` when given (the client connection's own set), else from the
+    /// backend's shared set. `now` is the caller's reading of the clock, to judge idle time
+    /// without another.
+    pub(crate) async fn acquire(
+        &self,
+        now: Instant,
+        private: Option<&PrivateIdle>,
+    ) -> Result<Conn, AttemptError> {
+        let idle = match private {
+            Some(private) => private.take(self, now),
+            None => self.pop_idle(now),
+        };
+        if let Some(stream) = idle {
             return Ok(Conn {
                 stream,
                 reused: true,
@@ -99,9 +122,14 @@ impl Upstream {
         None
     }
 
-    /// Hands back a connection whose response was read to its end; its idle time counts from
-    /// `since` (when its response arrived: close enough, and no clock read).
-    pub(crate) fn release(&self, stream: TcpStream, since: Instant) {
+    /// Hands back a connection whose response was read to its end, to `private` when given,
+    /// else to the shared set; its idle time counts from `since` (when its response arrived:
+    /// close enough, and no clock read).
+    pub(crate) fn release(&self, stream: TcpStream, since: Instant, private: Option<&PrivateIdle>) {
+        if let Some(private) = private {
+            private.park(self, stream, since);
+            return;
+        }
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < MAX_IDLE {
             idle.push((stream, since));

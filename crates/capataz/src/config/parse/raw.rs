@@ -96,6 +96,14 @@ pub(super) struct RawPool {
     pub(super) timeouts: RawTimeouts,
     pub(super) slow_start: Option<Spanned<Value>>,
     pub(super) gate_new_backends: Option<bool>,
+    pub(super) connection_reuse: Option<RawReuse>,
+}
+
+#[derive(Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawReuse {
+    Private,
+    Shared,
 }
 
 #[derive(Deserialize)]

@@ -16,6 +16,7 @@ use capataz_health::{State, StatusSet};
 use toml::{Spanned, Value};
 
 use super::locate::line_of;
+use super::raw::RawReuse;
 use super::raw::{
     RawActive, RawAdmin, RawAlgorithm, RawAllDown, RawBackend, RawCheckKind, RawConfig, RawInitial,
     RawListener, RawLog, RawLogFormat, RawPassive, RawPool, RawRetries, RawRoute, RawServer,
@@ -23,6 +24,7 @@ use super::raw::{
 };
 use super::values::{parse_duration, parse_percent};
 use super::ConfigError;
+use crate::config::ConnectionReuse;
 use crate::config::{
     ActiveCheckConfig, AdminConfig, Algorithm, AllDownPolicy, BackendConfig, CheckKind, Config,
     ListenerConfig, LogConfig, LogFormat, PassiveCheckConfig, PoolConfig, RetryConfig, RouteConfig,
@@ -421,6 +423,10 @@ impl Validator<'_> {
             when_all_down,
             slow_start: self.optional_duration(&raw.slow_start, &format!("{at}.slow_start"))?,
             gate_new_backends: raw.gate_new_backends.unwrap_or(true),
+            connection_reuse: match raw.connection_reuse {
+                None | Some(RawReuse::Private) => ConnectionReuse::Private,
+                Some(RawReuse::Shared) => ConnectionReuse::Shared,
+            },
         })
     }
 
