@@ -97,6 +97,8 @@ fn errors(balancer: &Balancer, index: usize) -> Vec<Outcome> {
 struct Backend {
     addr: SocketAddr,
     accepted: Arc<AtomicU64>,
+    /// Connections whose `serve` has returned (the peer closed, or `serve` gave up).
+    closed: Arc<AtomicU64>,
     task: JoinHandle<()>,
 }
 
@@ -109,17 +111,24 @@ impl Backend {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let accepted = Arc::new(AtomicU64::new(0));
-        let count = accepted.clone();
+        let closed = Arc::new(AtomicU64::new(0));
+        let (count, ended) = (accepted.clone(), closed.clone());
+        let serve = Arc::new(serve);
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 count.fetch_add(1, Ordering::SeqCst);
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(serve(stream));
+                let (serve, ended) = (serve.clone(), ended.clone());
+                tokio::spawn(async move {
+                    serve(stream).await;
+                    ended.fetch_add(1, Ordering::SeqCst);
+                });
             }
         });
         Backend {
             addr,
             accepted,
+            closed,
             task,
         }
     }
@@ -258,6 +267,15 @@ async fn roundtrip(addr: SocketAddr, request: &[u8]) -> Option<Reply> {
         .expect("an answer or a close within the deadline")
 }
 
+/// Waits until `done` holds, polling, within the deadline.
+async fn until(mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    while !done() {
+        assert!(Instant::now() < deadline, "not done within {DEADLINE:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Reads until the peer closes; `true` if it did within the deadline.
 async fn closes(stream: &mut TcpStream) -> bool {
     let read_all = async {
@@ -368,7 +386,7 @@ async fn a_malformed_chunked_upload_gets_400_at_once_and_charges_nothing() {
 async fn a_client_vanishing_mid_body_charges_the_backend_nothing() {
     let backend = length_backend().await;
     let (balancer, addr) = balancer(&[backend.addr], "", "response_header = \"10s\"").await;
-    for _ in 0..3 {
+    for n in 1..=3 {
         let mut stream = TcpStream::connect(addr).await.unwrap();
         stream
             .write_all(
@@ -376,12 +394,12 @@ async fn a_client_vanishing_mid_body_charges_the_backend_nothing() {
             )
             .await
             .unwrap();
-        // Wait until the request has reached the backend, then vanish.
-        let deadline = Instant::now() + DEADLINE;
-        while backend.accepted.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        // Wait until the request has reached the backend, then vanish: the backend connection
+        // that carried half a body is closed at once (not after response_header), and nothing
+        // is charged.
+        until(|| backend.accepted.load(Ordering::SeqCst) == n).await;
         drop(stream);
+        until(|| backend.closed.load(Ordering::SeqCst) == n).await;
     }
     // A request after them is served by the same, unejected backend.
     let reply = roundtrip(addr, b"GET / HTTP/1.1\r\nHost: app.test\r\n\r\n")
@@ -416,6 +434,7 @@ async fn a_backend_that_stops_reading_the_body_is_charged_a_timeout() {
         .await
         .unwrap();
     let (mut reader, mut writer) = stream.into_split();
+    let started = Instant::now();
     let upload = tokio::spawn(async move {
         let piece = vec![b'x'; 65536];
         for _ in 0..(size / piece.len()) {
@@ -438,6 +457,11 @@ async fn a_backend_that_stops_reading_the_body_is_charged_a_timeout() {
     upload.abort();
     let text = String::from_utf8_lossy(&out);
     assert!(text.starts_with("HTTP/1.1 504"), "{text}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "bounded by body_idle, not response_header: {:?}",
+        started.elapsed()
+    );
     assert_eq!(charged(&balancer, 0), [Outcome::Timeout]);
 }
 
