@@ -26,6 +26,10 @@ pub struct Framing {
     pub body: BodyLength,
     /// Whether the connection may carry another request once the body has been read.
     pub reusable: bool,
+    /// Whether the answer's `Content-Length` must not be relayed as written: beside
+    /// `Transfer-Encoding` it did not delimit the body (it goes), and written as a list or
+    /// repeated it is sent as one number. False for nearly every answer.
+    pub rewrite_length: bool,
 }
 
 /// Why a response's framing cannot be trusted: the answer is malformed, and the connection
@@ -58,7 +62,7 @@ pub enum FramingError {
 /// `Connection: close`, or HTTP/1.0 with `Connection: keep-alive`.
 pub fn response(method: &Method, head: &ResponseHead) -> Result<Framing, FramingError> {
     let headers = &head.headers;
-    let mut reusable = match head.version {
+    let reusable = match head.version {
         Version::HTTP_11 => !has_token(headers, "close"),
         _ => has_token(headers, "keep-alive") && !has_token(headers, "close"),
     };
@@ -70,42 +74,46 @@ pub fn response(method: &Method, head: &ResponseHead) -> Result<Framing, Framing
         return Ok(Framing {
             body: BodyLength::Empty,
             reusable,
+            rewrite_length: false,
         });
     }
     if headers.contains_key(header::TRANSFER_ENCODING) {
         if head.version == Version::HTTP_10 {
             return Err(FramingError::TransferEncodingInHttp10);
         }
-        if headers.contains_key(header::CONTENT_LENGTH) {
-            reusable = false;
-        }
+        let with_length = headers.contains_key(header::CONTENT_LENGTH);
         if !only_chunked(headers) {
             return Err(FramingError::TransferCoding);
         }
         return Ok(Framing {
             body: BodyLength::Chunked,
-            reusable,
+            reusable: reusable && !with_length,
+            rewrite_length: with_length,
         });
     }
-    if let Some(length) = content_length(headers)? {
+    if let Some((length, plain)) = content_length(headers)? {
         return Ok(Framing {
             body: BodyLength::Exact(length),
             reusable,
+            rewrite_length: !plain,
         });
     }
     Ok(Framing {
         body: BodyLength::UntilClose,
         reusable: false,
+        rewrite_length: false,
     })
 }
 
-/// The `Content-Length`, if any: every value (and every comma-separated element) must be the
-/// same decimal number.
-fn content_length(headers: &HeaderMap) -> Result<Option<u64>, FramingError> {
+/// The `Content-Length`, if any, and whether it was written plainly (one field, one number):
+/// every value (and every comma-separated element) must be the same decimal number.
+fn content_length(headers: &HeaderMap) -> Result<Option<(u64, bool)>, FramingError> {
     let mut length = None;
+    let mut elements = 0;
     for value in headers.get_all(header::CONTENT_LENGTH) {
         let text = value.to_str().map_err(|_| FramingError::ContentLength)?;
         for element in text.split(',') {
+            elements += 1;
             let element = element.trim();
             if element.is_empty()
                 || element.len() > 19
@@ -120,7 +128,7 @@ fn content_length(headers: &HeaderMap) -> Result<Option<u64>, FramingError> {
             }
         }
     }
-    Ok(length)
+    Ok(length.map(|n| (n, elements == 1)))
 }
 
 /// Whether the transfer codings, over every `Transfer-Encoding` field (empty list elements
@@ -165,8 +173,21 @@ mod tests {
         framing(&Method::GET, text)
     }
 
+    /// As `ok`, with a `Content-Length` that must not be relayed as written.
+    const fn rewritten(body: BodyLength, reusable: bool) -> Result<Framing, FramingError> {
+        Ok(Framing {
+            body,
+            reusable,
+            rewrite_length: true,
+        })
+    }
+
     const fn ok(body: BodyLength, reusable: bool) -> Result<Framing, FramingError> {
-        Ok(Framing { body, reusable })
+        Ok(Framing {
+            body,
+            reusable,
+            rewrite_length: false,
+        })
     }
 
     #[test]
@@ -181,7 +202,7 @@ mod tests {
         );
         assert_eq!(
             get("HTTP/1.1 200 OK\r\nContent-Length: 7, 7\r\nContent-Length: 7\r\n\r\n"),
-            ok(BodyLength::Exact(7), true)
+            rewritten(BodyLength::Exact(7), true)
         );
         for bad in [
             "3, 4",
@@ -240,16 +261,16 @@ mod tests {
         // Content-Length with chunked: the chunks delimit the body, the connection ends.
         assert_eq!(
             get("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"),
-            ok(BodyLength::Chunked, false)
+            rewritten(BodyLength::Chunked, false)
         );
         // So does an invalid Content-Length beside Transfer-Encoding: it is not looked at.
         assert_eq!(
             get("HTTP/1.1 200 OK\r\nContent-Length: x\r\nTransfer-Encoding: chunked\r\n\r\n"),
-            ok(BodyLength::Chunked, false)
+            rewritten(BodyLength::Chunked, false)
         );
         assert_eq!(
             get("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"),
-            ok(BodyLength::Chunked, false)
+            rewritten(BodyLength::Chunked, false)
         );
         assert_eq!(
             get("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n"),

@@ -55,13 +55,12 @@ pub fn parse(buf: &mut BytesMut, max_len: usize) -> Result<Option<ResponseHead>,
         Some(1) => Version::HTTP_11,
         _ => return Err(HeadError::Malformed("HTTP version")),
     };
-    // The status line by the probes' grammar (`capataz_health::parse_status_line`): a code
-    // outside 100-599 is malformed here as it is there.
-    let line_end = window.iter().position(|&b| b == b'\n').unwrap_or(0);
-    let line = window[..line_end]
-        .strip_suffix(b"\r")
-        .unwrap_or(&window[..line_end]);
-    let status = capataz_health::parse_status_line(line)
+    // httparse has checked the line's shape (`HTTP/1.x`, three digits, a reason of text); the
+    // range makes it the probes' grammar (`capataz_health::parse_status_line`): a code
+    // outside 100-599 is malformed here as it is there (see the test that holds them equal).
+    let status = response
+        .code
+        .filter(|code| (100..=599).contains(code))
         .and_then(|code| StatusCode::from_u16(code).ok())
         .ok_or(HeadError::Malformed("status code"))?;
     // Names are parsed now; values are cut from the head's bytes once they are taken off the
@@ -162,6 +161,29 @@ mod tests {
             parse_bytes(many.as_bytes(), 65536).unwrap_err(),
             HeadError::TooManyHeaders(MAX_HEADERS)
         );
+    }
+
+    proptest::proptest! {
+        /// Traffic and probes accept the same status lines: whatever the code and the reason,
+        /// a head parses with a status exactly when `parse_status_line` accepts its line.
+        #[test]
+        fn status_lines_agree_with_the_probes_grammar(
+            code in 0u16..1000,
+            minor in proptest::sample::select(vec![b'0', b'1']),
+            reason in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..12),
+            with_reason in proptest::prelude::any::<bool>(),
+        ) {
+            let mut line = format!("HTTP/1.{} {code:03}", char::from(minor)).into_bytes();
+            if with_reason {
+                line.push(b' ');
+                line.extend(reason.iter().filter(|&&b| b != b'\r' && b != b'\n'));
+            }
+            let mut text = line.clone();
+            text.extend_from_slice(b"\r\nContent-Length: 0\r\n\r\n");
+            let probe = capataz_health::parse_status_line(&line);
+            let traffic = parse_bytes(&text, MAX).ok().flatten().map(|head| head.status.as_u16());
+            proptest::prop_assert_eq!(traffic, probe, "{:?}", String::from_utf8_lossy(&line));
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use http::{header, Request, StatusCode};
+use http::{Request, StatusCode};
 use hyper::body::{Body as _, Frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -59,10 +59,12 @@ pub(crate) struct Answer {
 /// request body is streamed while the answer is awaited; a backend that answers before it has
 /// all of it gets no more of it, and its connection is not reused. `head_sent_at` is when the
 /// head is written (the caller's clock reading): a bodiless request's answer is due
-/// `response_header` after it.
+/// `response_header` after it. `upgrade_asked`: whether the request asks for an upgrade (a
+/// 101 is an answer only then).
 pub(crate) async fn exchange(
     mut stream: TcpStream,
     request: Request<ReqBody>,
+    upgrade_asked: bool,
     timeouts: ExchangeTimeouts,
     head_sent_at: Instant,
 ) -> Result<Answer, ExchangeError> {
@@ -70,8 +72,6 @@ pub(crate) async fn exchange(
         request.body().is_end_stream(),
         request.body().size_hint().exact(),
     );
-    // Upgrade survives the hop-by-hop strip only when the client asked for an upgrade.
-    let upgrade_asked = request.headers().contains_key(header::UPGRADE);
     let target = request.uri().path_and_query().map_or("/", |pq| pq.as_str());
     let mut head_bytes = Vec::with_capacity(256);
     request::encode_head(
@@ -138,6 +138,7 @@ pub(crate) async fn exchange(
         Framing {
             body: framing::BodyLength::UntilClose,
             reusable: false,
+            rewrite_length: false,
         }
     } else {
         framing::response(&method, &head)
