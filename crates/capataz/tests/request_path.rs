@@ -902,3 +902,19 @@ async fn shared_reuse_stays_available_as_an_opt_in() {
     }
     assert_eq!(backend.accepted.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn an_idle_private_backend_connection_is_closed_after_timeouts_idle() {
+    let backend = length_backend().await;
+    let (_balancer, addr) = balancer(&[backend.addr], "", "idle = \"200ms\"").await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let mut buf = Vec::new();
+    stream.write_all(GET).await.unwrap();
+    assert_eq!(read_reply(&mut stream, &mut buf).await.unwrap().status, 200);
+    // The client connection stays open and idle; its backend connection does not outlive
+    // the backend's idle timeout (plus the watcher's period).
+    until(|| backend.closed.load(Ordering::SeqCst) == 1).await;
+    stream.write_all(GET).await.unwrap();
+    assert_eq!(read_reply(&mut stream, &mut buf).await.unwrap().status, 200);
+    assert_eq!(backend.accepted.load(Ordering::SeqCst), 2);
+}

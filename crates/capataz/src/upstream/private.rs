@@ -10,12 +10,14 @@
 //! connections, as HAProxy's default `http-reuse safe` does for a session's first request.
 //!
 //! Each set holds at most [`MAX_PRIVATE`] connections (the oldest is closed to make room), so
-//! a client connection holds at most that many backend sockets while it is idle. A connection
-//! is still checked before reuse: not idle longer than the backend's `timeouts.idle` and
-//! nothing unread on it (a connection with stray bytes is dropped).
+//! a client connection holds at most that many backend sockets while it is idle, and none
+//! longer than the backend's `timeouts.idle`: the client connection's watcher reaps the set on
+//! its periodic look ([`PrivateIdle::reap`]), as the health runtime reaps the shared sets. A
+//! connection is still checked before reuse: not idle too long and nothing unread on it (a
+//! connection with stray bytes is dropped).
 
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
 
@@ -27,9 +29,26 @@ pub const MAX_PRIVATE: usize = 8;
 /// The idle backend connections private to one client connection.
 #[derive(Debug, Default)]
 pub struct PrivateIdle {
-    /// (the backend's `Upstream::id`, the connection, when its last answer arrived), oldest
-    /// first.
-    conns: Mutex<Vec<(u64, TcpStream, Instant)>>,
+    /// Oldest first.
+    conns: Mutex<Vec<Parked>>,
+}
+
+/// One idle connection.
+#[derive(Debug)]
+struct Parked {
+    /// The backend's `Upstream::id`.
+    backend: u64,
+    stream: TcpStream,
+    /// When its last answer arrived.
+    since: Instant,
+    /// The backend's `timeouts.idle`.
+    idle_timeout: Duration,
+}
+
+impl Parked {
+    fn usable(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.since) < self.idle_timeout && still_open(&self.stream)
+    }
 }
 
 impl PrivateIdle {
@@ -42,10 +61,10 @@ impl PrivateIdle {
     /// ones to it are dropped on the way.
     pub(crate) fn take(&self, upstream: &Upstream, now: Instant) -> Option<TcpStream> {
         let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
-        while let Some(at) = conns.iter().rposition(|(id, _, _)| *id == upstream.id) {
-            let (_, stream, since) = conns.remove(at);
-            if now.saturating_duration_since(since) < upstream.idle_timeout && still_open(&stream) {
-                return Some(stream);
+        while let Some(at) = conns.iter().rposition(|p| p.backend == upstream.id) {
+            let parked = conns.remove(at);
+            if parked.usable(now) {
+                return Some(parked.stream);
             }
         }
         None
@@ -57,7 +76,21 @@ impl PrivateIdle {
         if conns.len() >= MAX_PRIVATE {
             conns.remove(0);
         }
-        conns.push((upstream.id, stream, since));
+        conns.push(Parked {
+            backend: upstream.id,
+            stream,
+            since,
+            idle_timeout: upstream.idle_timeout,
+        });
+    }
+
+    /// Closes the connections that sat idle too long or that the backend closed (or sent
+    /// stray bytes on) by `now`.
+    pub fn reap(&self, now: Instant) {
+        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        if !conns.is_empty() {
+            conns.retain(|p| p.usable(now));
+        }
     }
 
     /// How many connections are kept.
