@@ -54,6 +54,7 @@ address = "127.0.0.1:0"
 [pools.web]
 backends = [{}]
 {pool}
+{retries}
 
 [pools.web.active]
 kind = "none"
@@ -62,13 +63,15 @@ kind = "none"
 consecutive_errors = 1
 max_ejected_percent = 100
 
-[pools.web.retries]
-attempts = 0
-
 [pools.web.timeouts]
 {timeouts}
 "#,
-        list.join(", ")
+        list.join(", "),
+        retries = if pool.contains("retries") {
+            ""
+        } else {
+            "retries = { attempts = 0 }"
+        },
     );
     let config = config::parse_str(&text, "<test>").expect("valid test config");
     let (events, _) = tokio::sync::broadcast::channel(1024);
@@ -917,4 +920,61 @@ async fn an_idle_private_backend_connection_is_closed_after_timeouts_idle() {
     stream.write_all(GET).await.unwrap();
     assert_eq!(read_reply(&mut stream, &mut buf).await.unwrap().status, 200);
     assert_eq!(backend.accepted.load(Ordering::SeqCst), 2);
+}
+
+// ---- A retry sends the same request -----------------------------------------------------------
+
+#[tokio::test]
+async fn a_retry_sends_the_same_request_head_again() {
+    let heads = Arc::new(std::sync::Mutex::new(Vec::<(&str, String)>::new()));
+    let seen = heads.clone();
+    // Reads a request, then closes without an answer: a reset before the head, retried.
+    let closer = Backend::start(move |mut stream| {
+        let seen = seen.clone();
+        async move {
+            let mut buf = Vec::new();
+            if let Some(head) = read_head(&mut stream, &mut buf).await {
+                seen.lock().unwrap().push(("closer", head));
+            }
+        }
+    })
+    .await;
+    let seen = heads.clone();
+    let answerer = Backend::start(move |mut stream| {
+        let seen = seen.clone();
+        async move {
+            let mut buf = Vec::new();
+            while let Some(head) = read_head(&mut stream, &mut buf).await {
+                seen.lock().unwrap().push(("answerer", head));
+                let answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                if stream.write_all(answer.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    let (_balancer, addr) = balancer_with(
+        &[closer.addr, answerer.addr],
+        "",
+        "",
+        "retries = { attempts = 1 }",
+    )
+    .await;
+    let request = b"GET /again?x=1 HTTP/1.1\r\nHost: app.test\r\nX-Tag: one\r\nX-Tag: two\r\nAccept: */*\r\n\r\n";
+    for _ in 0..2 {
+        let reply = roundtrip(addr, request).await.expect("an answer");
+        assert_eq!((reply.status, &reply.body[..]), (200, &b"ok"[..]));
+    }
+    let heads = heads.lock().unwrap().clone();
+    let at = heads
+        .iter()
+        .position(|(backend, _)| *backend == "closer")
+        .expect("one request went to the closer first");
+    let (_, first) = &heads[at];
+    let (backend, again) = &heads[at + 1];
+    assert_eq!(*backend, "answerer");
+    assert_eq!(first, again);
+    assert!(first.starts_with("GET /again?x=1 HTTP/1.1"), "{first}");
+    assert!(first.contains("x-tag: one\r\nx-tag: two"), "{first}");
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use capataz_health::Outcome;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::{Body as _, Incoming};
 use hyper_util::rt::TokioIo;
@@ -27,7 +27,7 @@ use tokio::net::TcpStream;
 use crate::body::{Lease, ReqBody, RespBody};
 use crate::config::{ConnectionReuse, ListenerConfig};
 use crate::health::PoolRt;
-use crate::upstream::{self, AttemptError, ExchangeError, ExchangeTimeouts, PrivateIdle};
+use crate::upstream::{self, AttemptError, ExchangeError, ExchangeTimeouts, Outgoing, PrivateIdle};
 
 mod headers;
 mod pages;
@@ -171,15 +171,17 @@ impl Proxy {
         let bodiless = body.is_end_stream();
         let replayable = bodiless && !upgrade && is_idempotent(&parts.method);
         let mut retries_left = pool.config.retries.attempts;
-        // Keep what a resend needs only when a resend may happen (to another backend).
-        let template = (replayable && retries_left > 0 && pool.backends.len() > 1)
-            .then(|| Template::new(&parts.method, &uri, &parts.headers));
-        let mut pending = Some(build_request(
+        // A resend to another backend sends the head encoded for the first attempt again, byte
+        // for byte; it needs only the method besides (a copy without allocation for the
+        // methods that are replayable).
+        let resend_method = replayable.then(|| parts.method.clone());
+        let mut head = Vec::with_capacity(256);
+        let mut pending = Some(Outgoing::Request(build_request(
             parts.method,
             uri,
             parts.headers,
             ReqBody::Incoming(body),
-        ));
+        )));
         let mut tried = Tried::default();
         let mut failure = None;
         let timeouts = ExchangeTimeouts {
@@ -205,11 +207,11 @@ impl Proxy {
                 });
             };
             tried.push(index);
-            let request = match pending.take() {
-                Some(request) => request,
-                None => match &template {
-                    Some(template) => template.request(),
-                    // Unreachable: without a template no retry is attempted once sent.
+            let outgoing = match pending.take() {
+                Some(outgoing) => outgoing,
+                None => match &resend_method {
+                    Some(method) => Outgoing::Resend(method),
+                    // Unreachable: a request that is not replayable is not retried once sent.
                     None => {
                         let why = failure.unwrap_or(Failure::Attempt(AttemptError::HeadTimeout));
                         return Ok(failure_page(why));
@@ -222,7 +224,8 @@ impl Proxy {
                 ConnectionReuse::Shared => None,
             };
             let lease = Lease::new(backend, private);
-            match forward(&pool, index, request, lease, upgrade, timeouts).await {
+            let attempt = forward(&pool, index, outgoing, &mut head, lease, upgrade, timeouts);
+            match attempt.await {
                 Forwarded::Response(mut response, status) => {
                     let retry_status = matches!(status, 502..=504);
                     if retry_status && replayable && may_retry(&pool, &mut retries_left, &tried) {
@@ -240,9 +243,9 @@ impl Proxy {
                     }
                     return Ok(response);
                 }
-                Forwarded::NotSent(request, why) => {
+                Forwarded::NotSent(outgoing, why) => {
                     failure = Some(Failure::Attempt(why));
-                    pending = Some(request);
+                    pending = Some(outgoing);
                     if may_retry(&pool, &mut retries_left, &tried) {
                         continue;
                     }
@@ -261,30 +264,31 @@ impl Proxy {
 }
 
 /// What became of one attempt.
-enum Forwarded {
+enum Forwarded<'a> {
     /// The backend answered (status code given).
     Response(Response<RespBody>, u16),
     /// The backend switched protocols: its answer, its connection and what it sent past the
     /// answer's head.
     Upgraded(Response<RespBody>, TcpStream, Bytes),
     /// Nothing reached the backend; the request comes back intact.
-    NotSent(Request<ReqBody>, AttemptError),
+    NotSent(Outgoing<'a>, AttemptError),
     /// The request was sent (at least in part) and no usable answer came.
     Failed(AttemptError),
 }
 
 /// One attempt on one backend, with its outcome fed to the passive side (an answer's once its
 /// body has ended; see `body::Lease`).
-async fn forward(
+async fn forward<'a>(
     pool: &Arc<PoolRt>,
     index: usize,
-    request: Request<ReqBody>,
+    outgoing: Outgoing<'a>,
+    head: &mut Vec<u8>,
     mut lease: Lease,
     upgrade: bool,
     timeouts: ExchangeTimeouts,
-) -> Forwarded {
+) -> Forwarded<'a> {
     let backend = lease.backend().clone();
-    let mut request = request;
+    let mut outgoing = outgoing;
     // A pooled connection the backend closed meanwhile is no fault of the backend: one fresh
     // connection is tried before anything is judged.
     let mut fresh_only = false;
@@ -301,15 +305,16 @@ async fn forward(
             Ok(conn) => conn,
             Err(error) => {
                 charge(pool, index, error);
-                return Forwarded::NotSent(request, error);
+                return Forwarded::NotSent(outgoing, error);
             }
         };
         let reused = conn.reused && !fresh_only;
         let sent_at = if reused { started } else { Instant::now() };
-        match upstream::exchange(conn.stream, request, upgrade, timeouts, sent_at).await {
+        let sent = upstream::exchange(conn.stream, outgoing, head, upgrade, timeouts, sent_at);
+        match sent.await {
             Err(ExchangeError::NotSent(unsent)) if reused => {
                 // A pooled connection the backend closed meanwhile: one fresh try.
-                request = unsent;
+                outgoing = unsent;
                 fresh_only = true;
             }
             Err(ExchangeError::NotSent(unsent)) => {
@@ -370,45 +375,6 @@ fn charge(pool: &PoolRt, index: usize, error: AttemptError) {
             %error,
             "attempt failed; nothing charged to the backend"
         ),
-    }
-}
-
-/// What a resend of a bodiless request needs. Nearly every request is answered without one, so
-/// the headers are kept as a plain list: one allocation, where a cloned `HeaderMap` takes two
-/// (its index table and its entries); the map is rebuilt only for a resend.
-struct Template {
-    method: Method,
-    uri: Uri,
-    headers: Vec<(HeaderName, HeaderValue)>,
-}
-
-impl Template {
-    fn new(method: &Method, uri: &Uri, headers: &HeaderMap) -> Template {
-        let mut list = Vec::with_capacity(headers.len());
-        list.extend(
-            headers
-                .iter()
-                .map(|(name, value)| (name.clone(), value.clone())),
-        );
-        Template {
-            method: method.clone(),
-            uri: uri.clone(),
-            headers: list,
-        }
-    }
-
-    /// A fresh copy of the request, without a body.
-    fn request(&self) -> Request<ReqBody> {
-        let mut headers = HeaderMap::with_capacity(self.headers.len());
-        for (name, value) in &self.headers {
-            headers.append(name.clone(), value.clone());
-        }
-        build_request(
-            self.method.clone(),
-            self.uri.clone(),
-            headers,
-            ReqBody::Empty,
-        )
     }
 }
 
@@ -493,27 +459,6 @@ fn tunnel(client: hyper::upgrade::OnUpgrade, mut backend: TcpStream, early: Byte
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_resend_carries_the_same_method_target_and_headers() {
-        let mut h = HeaderMap::new();
-        h.insert(header::HOST, HeaderValue::from_static("app.test"));
-        h.append("x-tag", HeaderValue::from_static("one"));
-        h.append("x-tag", HeaderValue::from_static("two"));
-        h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
-        let uri: Uri = "/a?b=1".parse().unwrap();
-        let template = Template::new(&Method::DELETE, &uri, &h);
-        for _ in 0..2 {
-            let resend = template.request();
-            assert_eq!(resend.method(), Method::DELETE);
-            assert_eq!(resend.uri(), &uri);
-            assert_eq!(resend.version(), Version::HTTP_11);
-            assert_eq!(resend.headers(), &h);
-            let tags: Vec<_> = resend.headers().get_all("x-tag").iter().collect();
-            assert_eq!(tags, ["one", "two"]);
-            assert!(resend.body().is_end_stream());
-        }
-    }
 
     #[test]
     fn idempotent_methods() {

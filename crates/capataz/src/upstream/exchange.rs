@@ -13,7 +13,7 @@ use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use http::{Request, StatusCode};
+use http::{Method, Request, StatusCode};
 use hyper::body::{Body as _, Frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -35,12 +35,23 @@ pub(crate) struct ExchangeTimeouts {
     pub(crate) request_body: Duration,
 }
 
+/// What one exchange sends.
+// Moved once per attempt; boxing the request would cost an allocation for nothing.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Outgoing<'a> {
+    /// A request: its head is encoded into the caller's head buffer, its body streamed.
+    Request(Request<ReqBody>),
+    /// A bodiless request already sent once, to this method: the head buffer holds its head,
+    /// sent again byte for byte (a retry on another backend).
+    Resend(&'a Method),
+}
+
 /// How one exchange failed.
 // Returned once per failed exchange; boxing the request would cost an allocation for nothing.
 #[allow(clippy::large_enum_variant)]
-pub(crate) enum ExchangeError {
+pub(crate) enum ExchangeError<'a> {
     /// Not a byte of the request was written: it comes back intact.
-    NotSent(Request<ReqBody>),
+    NotSent(Outgoing<'a>),
     /// The request was written, at least in part, and no usable response head came.
     Failed(AttemptError),
 }
@@ -54,36 +65,44 @@ pub(crate) struct Answer {
     pub(crate) buf: BytesMut,
 }
 
-/// Sends `request` on `stream` and reads the response head, skipping interim (1xx) answers
+/// Sends `outgoing` on `stream` and reads the response head, skipping interim (1xx) answers
 /// but `101 Switching Protocols` (an error unless the request asked for an upgrade). A
-/// request body is streamed while the answer is awaited; a backend that answers before it has
-/// all of it gets no more of it, and its connection is not reused. `head_sent_at` is when the
-/// head is written (the caller's clock reading): a bodiless request's answer is due
-/// `response_header` after it. `upgrade_asked`: whether the request asks for an upgrade (a
-/// 101 is an answer only then).
-pub(crate) async fn exchange(
+/// request's head is encoded into `head_bytes` (which then holds it for a resend); a resend's
+/// is taken from there. A request body is streamed while the answer is awaited; a backend
+/// that answers before it has all of it gets no more of it, and its connection is not reused.
+/// `head_sent_at` is when the head is written (the caller's clock reading): a bodiless
+/// request's answer is due `response_header` after it. `upgrade_asked`: whether the request
+/// asks for an upgrade (a 101 is an answer only then).
+pub(crate) async fn exchange<'a>(
     mut stream: TcpStream,
-    request: Request<ReqBody>,
+    outgoing: Outgoing<'a>,
+    head_bytes: &mut Vec<u8>,
     upgrade_asked: bool,
     timeouts: ExchangeTimeouts,
     head_sent_at: Instant,
-) -> Result<Answer, ExchangeError> {
-    let body_framing = RequestBody::of(
-        request.body().is_end_stream(),
-        request.body().size_hint().exact(),
-    );
-    let target = request.uri().path_and_query().map_or("/", |pq| pq.as_str());
-    let mut head_bytes = Vec::with_capacity(256);
-    request::encode_head(
-        request.method(),
-        target,
-        request.headers(),
-        body_framing,
-        &mut head_bytes,
-    );
+) -> Result<Answer, ExchangeError<'a>> {
+    let body_framing = match &outgoing {
+        Outgoing::Request(request) => {
+            let body_framing = RequestBody::of(
+                request.body().is_end_stream(),
+                request.body().size_hint().exact(),
+            );
+            let target = request.uri().path_and_query().map_or("/", |pq| pq.as_str());
+            head_bytes.clear();
+            request::encode_head(
+                request.method(),
+                target,
+                request.headers(),
+                body_framing,
+                head_bytes,
+            );
+            body_framing
+        }
+        Outgoing::Resend(_) => RequestBody::None,
+    };
     // The first write decides whether anything was sent at all.
-    match stream.write(&head_bytes).await {
-        Ok(0) | Err(_) => return Err(ExchangeError::NotSent(request)),
+    match stream.write(head_bytes).await {
+        Ok(0) | Err(_) => return Err(ExchangeError::NotSent(outgoing)),
         Ok(n) if n < head_bytes.len() => {
             write_within(&mut stream, &head_bytes[n..], timeouts.body_idle)
                 .await
@@ -91,8 +110,13 @@ pub(crate) async fn exchange(
         }
         Ok(_) => {}
     }
-    let (parts, body) = request.into_parts();
-    let method = parts.method;
+    let (method, body) = match outgoing {
+        Outgoing::Request(request) => {
+            let (parts, body) = request.into_parts();
+            (parts.method, body)
+        }
+        Outgoing::Resend(method) => (method.clone(), ReqBody::Empty),
+    };
     let mut buf = BytesMut::new();
     let mut body_whole = true;
     let head = if body_framing == RequestBody::None {

@@ -24,7 +24,7 @@ mod exchange;
 mod private;
 
 pub use error::{AttemptError, Fault};
-pub(crate) use exchange::{exchange, ExchangeError, ExchangeTimeouts};
+pub(crate) use exchange::{exchange, ExchangeError, ExchangeTimeouts, Outgoing};
 pub use private::{PrivateIdle, MAX_PRIVATE};
 
 /// The most idle connections kept per backend.
