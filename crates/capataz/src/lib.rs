@@ -15,6 +15,7 @@ pub mod demo;
 pub mod events;
 pub mod h1;
 pub mod health;
+pub mod instruments;
 pub mod logging;
 pub mod metrics;
 pub mod prober;

@@ -22,7 +22,7 @@ use crate::alerts::{AlertStats, Alerts};
 use crate::client;
 use crate::config::{Config, ListenerConfig};
 use crate::health::{Clock, Event, PoolRt};
-use crate::metrics::HistogramScope;
+use crate::metrics::{HistogramScope, Metrics};
 use crate::proxy::Proxy;
 
 /// A running balancer. Dropping it stops everything it started.
@@ -43,8 +43,9 @@ pub struct Shared {
     listeners: Mutex<Vec<ListenerRt>>,
     events: broadcast::Sender<Event>,
     clock: Clock,
-    /// How latency histograms are labelled: read at start, kept across reloads.
-    histograms: HistogramScope,
+    /// This balancer's metrics, whose families every pool takes its handles from. The latency
+    /// histograms' scope is read at start and kept across reloads.
+    metrics: Arc<Metrics>,
     shutdown: watch::Sender<bool>,
     connections: Arc<AtomicUsize>,
     reload_lock: tokio::sync::Mutex<()>,
@@ -137,7 +138,7 @@ impl Balancer {
             None => None,
         };
         let clock = Clock::start();
-        let histograms = HistogramScope::of(config);
+        let metrics = Arc::new(Metrics::new(HistogramScope::of(config)));
         let pools: Vec<Arc<PoolRt>> = config
             .pools
             .iter()
@@ -148,7 +149,7 @@ impl Balancer {
                     clock,
                     None,
                     false,
-                    histograms,
+                    metrics.families(),
                 ))
             })
             .collect();
@@ -165,7 +166,7 @@ impl Balancer {
             listeners: Mutex::new(Vec::new()),
             events,
             clock,
-            histograms,
+            metrics,
             shutdown,
             connections: Arc::new(AtomicUsize::new(0)),
             reload_lock: tokio::sync::Mutex::new(()),
@@ -333,6 +334,11 @@ impl Shared {
         *lock(&self.alerts) = next;
     }
 
+    /// This balancer's metrics (its own registry: nothing shared with another balancer).
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
     /// The configuration in force.
     pub fn config(&self) -> Arc<Config> {
         lock(&self.config).clone()
@@ -415,7 +421,7 @@ impl Shared {
                     self.clock,
                     previous.map(|p| &**p),
                     pool.gate_new_backends,
-                    self.histograms,
+                    self.metrics.families(),
                 ))
             })
             .collect();
@@ -465,9 +471,10 @@ impl Shared {
         }
         // Switching live would leave the other scope's series in the same families (per-backend
         // ones would not even go away), so the scope stays until the process restarts.
-        if HistogramScope::of(config) != self.histograms {
+        let scope = self.metrics.families().scope();
+        if HistogramScope::of(config) != scope {
             tracing::warn!(
-                kept = %self.histograms,
+                kept = %scope,
                 "admin.metrics_backend_histograms in the new config differs from the one the \
                  process started with; it takes effect at the next restart"
             );
