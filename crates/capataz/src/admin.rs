@@ -37,7 +37,7 @@ use tokio::sync::{broadcast, Semaphore};
 
 use crate::events::OverrideKind;
 use crate::health::PoolRt;
-use crate::server::Shared;
+use crate::shared::Shared;
 
 type Body = BoxBody<Bytes, Infallible>;
 

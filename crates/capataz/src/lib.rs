@@ -22,6 +22,7 @@ pub mod prober;
 pub mod proxy;
 pub mod replay;
 pub mod server;
+pub mod shared;
 pub mod sim;
 pub mod status;
 pub mod timefmt;

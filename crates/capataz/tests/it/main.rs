@@ -13,5 +13,6 @@ mod balancer;
 mod cli;
 mod config;
 mod metrics;
+mod module_graph;
 mod proxy_edge;
 mod replay_cli;
