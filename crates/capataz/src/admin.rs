@@ -37,7 +37,7 @@ use tokio::sync::{broadcast, Semaphore};
 
 use crate::events::OverrideKind;
 use crate::health::PoolRt;
-use crate::server::Shared;
+use crate::shared::Shared;
 
 type Body = BoxBody<Bytes, Infallible>;
 
@@ -327,12 +327,10 @@ async fn status(shared: &Shared) -> Response<Body> {
 /// `GET /metrics`: the counters and the live gauges, as OpenMetrics text.
 async fn metrics(shared: &Shared) -> Response<Body> {
     let alerts = shared.alert_stats();
+    let metrics = shared.metrics();
     let pools = shared.pools();
     let page = pools.clone();
-    let rendered = build_page(&pools, move || {
-        crate::metrics::render(&page, alerts.as_deref())
-    })
-    .await;
+    let rendered = build_page(&pools, move || metrics.render(&page, alerts.as_deref())).await;
     match rendered {
         Some(Ok(text)) => full(StatusCode::OK, crate::metrics::CONTENT_TYPE, text),
         Some(Err(_)) | None => error(StatusCode::INTERNAL_SERVER_ERROR, "metrics encoding failed"),

@@ -10,7 +10,7 @@ use capataz_health::Outcome;
 use tokio::time::Instant;
 
 use super::HISTORY;
-use crate::metrics::BackendMetrics;
+use crate::instruments::BackendMetrics;
 use crate::upstream::Upstream;
 
 /// The latest wall-clock time the runtime writes (9999-12-31T23:59:59Z): engine times past it
