@@ -12,7 +12,7 @@
 //! - `POST /reload` re-read and apply the config file.
 //!
 //! With a token configured every request needs `Authorization: Bearer <token>` (401 otherwise),
-//! except `GET` requests when `open_read_only` is set. Without a token the listener only runs on
+//! except `GET` and `HEAD` requests when `open_read_only` is set. Without a token the listener only runs on
 //! a loopback address (the config loader refuses anything else). A request let in without a
 //! token must also pass the checks against web pages in [`guard`] (its Host, and for writes its
 //! Origin and content type).
@@ -129,7 +129,7 @@ fn access(shared: &Shared, req: &Request<Incoming>) -> Access {
         return Access::Token;
     }
     let open_read = config.admin.as_ref().is_some_and(|a| a.open_read_only);
-    if open_read && req.method() == Method::GET {
+    if open_read && (req.method() == Method::GET || req.method() == Method::HEAD) {
         Access::Open
     } else {
         Access::Denied
@@ -144,9 +144,14 @@ async fn handle(shared: Arc<Shared>, local: SocketAddr, req: Request<Incoming>) 
     let access = access(&shared, &req);
     if let Access::Open = access {
         let config = shared.config();
-        if let Err(refusal) =
-            guard::check(config.admin.as_ref(), local, req.method(), req.headers())
-        {
+        let target = req.uri().authority().map(|a| a.as_str());
+        if let Err(refusal) = guard::check(
+            config.admin.as_ref(),
+            local,
+            req.method(),
+            target,
+            req.headers(),
+        ) {
             return error(refusal.status, refusal.message);
         }
     }
@@ -162,21 +167,33 @@ async fn handle(shared: Arc<Shared>, local: SocketAddr, req: Request<Incoming>) 
         return response;
     }
     let path = req.uri().path().to_owned();
-    let segments: Vec<&str> = path
-        .trim_matches('/')
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .collect();
-    match (req.method().clone(), segments.as_slice()) {
-        (Method::GET, []) => full(StatusCode::OK, "text/html; charset=utf-8", DASHBOARD),
-        (Method::GET, ["status"]) => status(&shared).await,
-        (Method::GET, ["status", pool, backend]) => backend_status(&shared, pool, backend),
-        (Method::GET, ["events"]) => events(&shared),
-        (Method::GET, ["metrics"]) => metrics(&shared).await,
-        (Method::POST, ["backends", pool, backend, action]) => {
+    // Split first, then decode each segment: a name may hold any character, `/` included
+    // (`%2F`), and a client must percent-encode spaces and non-ASCII text.
+    let mut segments = Vec::new();
+    for raw in path.split('/').filter(|s| !s.is_empty()) {
+        match percent_decode(raw) {
+            Some(segment) => segments.push(segment),
+            None => return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "the path {path:?} has a bad percent-encoding (use %XX for each byte of UTF-8)"
+                ),
+            ),
+        }
+    }
+    let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let method = req.method().clone();
+    let get = method == Method::GET || method == Method::HEAD;
+    match segments.as_slice() {
+        [] if get => full(StatusCode::OK, "text/html; charset=utf-8", DASHBOARD),
+        ["status"] if get => status(&shared).await,
+        ["status", pool, backend] if get => backend_status(&shared, pool, backend),
+        ["events"] if get => events(&shared),
+        ["metrics"] if get => metrics(&shared).await,
+        ["backends", pool, backend, action] if method == Method::POST => {
             override_backend(&shared, pool, backend, action, req.uri().query())
         }
-        (Method::POST, ["reload"]) => match shared.reload_from_file().await {
+        ["reload"] if method == Method::POST => match shared.reload_from_file().await {
             Ok(summary) => json_response(
                 StatusCode::OK,
                 &json!({
@@ -196,15 +213,53 @@ async fn handle(shared: Arc<Shared>, local: SocketAddr, req: Request<Incoming>) 
                 )
             }
         },
-        (_, ["status", ..] | ["events"] | ["metrics"] | []) => {
-            error(StatusCode::METHOD_NOT_ALLOWED, "use GET")
+        [] | ["status"] | ["status", _, _] | ["events"] | ["metrics"] => {
+            not_allowed("GET, HEAD", "use GET")
         }
-        (_, ["backends", ..] | ["reload"]) => error(StatusCode::METHOD_NOT_ALLOWED, "use POST"),
+        ["backends", _, _, _] | ["reload"] => not_allowed("POST", "use POST"),
         _ => error(
             StatusCode::NOT_FOUND,
-            format!("no such endpoint: {path} (see GET /, /status, /events, /metrics)"),
+            format!(
+                "no such endpoint: {method} {path} (see GET /, /status, /status/<pool>/<backend>, \
+                 /events, /metrics; POST /backends/<pool>/<backend>/<action>, /reload)"
+            ),
         ),
     }
+}
+
+/// A 405 with the `Allow` header RFC 9110 asks for.
+fn not_allowed(allow: &'static str, message: &str) -> Response<Body> {
+    let mut response = error(StatusCode::METHOD_NOT_ALLOWED, message);
+    response
+        .headers_mut()
+        .insert(header::ALLOW, header::HeaderValue::from_static(allow));
+    response
+}
+
+/// `text` with its `%XX` escapes decoded; `None` if an escape is malformed or the bytes are
+/// not UTF-8.
+fn percent_decode(text: &str) -> Option<String> {
+    if !text.contains('%') {
+        return Some(text.to_owned());
+    }
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3)?;
+            let hex = std::str::from_utf8(hex).ok()?;
+            if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return None;
+            }
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 fn backend_status(shared: &Shared, pool: &str, backend: &str) -> Response<Body> {
@@ -224,8 +279,8 @@ fn backend_status(shared: &Shared, pool: &str, backend: &str) -> Response<Body> 
 }
 
 /// Reads the `ttl` of an override's query string (`?ttl=30s`; other keys are ignored, the first
-/// `ttl` wins): `None` without one, an error above [`crate::config::MAX_DURATION`] or for a
-/// value that is not a duration. Public for the fuzz target.
+/// `ttl` wins): `None` without one, an error for zero, above [`crate::config::MAX_DURATION`] or
+/// for a value that is not a duration. Public for the fuzz target.
 pub fn parse_ttl(query: Option<&str>) -> Result<Option<Duration>, String> {
     let Some(query) = query else {
         return Ok(None);
@@ -233,9 +288,14 @@ pub fn parse_ttl(query: Option<&str>) -> Result<Option<Duration>, String> {
     for pair in query.split('&') {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         if key == "ttl" {
-            return crate::config::parse_duration(value)
-                .map(Some)
-                .map_err(|e| format!("ttl: {e}"));
+            return match crate::config::parse_duration(value) {
+                Ok(Duration::ZERO) => Err(format!(
+                    "ttl: {value:?} is zero (use a duration above zero, e.g. \"30s\", or leave \
+                     ttl out for an override until cleared)"
+                )),
+                Ok(ttl) => Ok(Some(ttl)),
+                Err(e) => Err(format!("ttl: {e}")),
+            };
         }
     }
     Ok(None)
@@ -264,10 +324,10 @@ fn override_backend(
         Ok(ttl) => ttl,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
-    let Some(pool_rt) = shared.pool(pool) else {
+    let Some(outcome) = shared.set_override(pool, backend, kind, ttl) else {
         return error(StatusCode::NOT_FOUND, format!("no pool named {pool:?}"));
     };
-    match pool_rt.set_override(backend, kind, ttl) {
+    match outcome {
         Ok(state) => json_response(
             StatusCode::OK,
             &json!({ "pool": pool, "backend": backend, "state": state,
@@ -418,6 +478,8 @@ mod tests {
             "ttl=9223372036854775807s",
             "ttl=8761h",
             "ttl=x",
+            "ttl=0s",
+            "ttl=0.0ms",
         ] {
             assert!(parse_ttl(Some(bad)).is_err(), "{bad}");
         }

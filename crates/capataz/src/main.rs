@@ -162,9 +162,17 @@ async fn serve_until_stopped(balancer: &capataz::server::Balancer) {
                     _ = term.recv() => return,
                     _ = hup.recv() => {
                         tracing::info!("SIGHUP: reloading the configuration");
-                        if let Err(e) = balancer.shared().reload_from_file().await {
-                            tracing::error!("reload refused, the running configuration stays: {e}");
-                        }
+                        // On a task of its own: a reload that takes long (a slow resolver, a
+                        // file that never finishes arriving) must not keep this loop from
+                        // seeing SIGTERM.
+                        let shared = balancer.shared().clone();
+                        tokio::spawn(async move {
+                            if let Err(e) = shared.reload_from_file().await {
+                                tracing::error!(
+                                    "reload refused, the running configuration stays: {e}"
+                                );
+                            }
+                        });
                     }
                 }
             }
@@ -262,7 +270,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 log_format.map_or(config.log.format, LogFormat::from),
                 &config.log.level,
             );
-            runtime()?.block_on(async {
+            let runtime = runtime()?;
+            let served = runtime.block_on(async {
                 let (events, _) = tokio::sync::broadcast::channel(1024);
                 let balancer =
                     capataz::server::Balancer::start_with_path(&config, events, Some(path)).await?;
@@ -274,7 +283,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 );
                 balancer.shutdown(deadline).await;
                 anyhow::Ok(())
-            })?;
+            });
+            // Dropping the runtime would wait for every blocking task, and a reload may still
+            // be reading a file that never finishes arriving: give them a moment, then exit.
+            runtime.shutdown_timeout(Duration::from_secs(1));
+            served?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Status { admin, token } => {
@@ -304,11 +317,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         CtlAction::Up { .. } => "up",
                         _ => "clear",
                     };
-                    let ttl = match &target.ttl {
-                        Some(ttl) => format!("?ttl={ttl}"),
-                        None => String::new(),
-                    };
-                    format!("/backends/{}/{}/{verb}{ttl}", target.pool, target.backend)
+                    capataz::ctl::override_path(
+                        &target.pool,
+                        &target.backend,
+                        verb,
+                        target.ttl.as_deref(),
+                    )
                 }
             };
             let answer = runtime()?.block_on(capataz::ctl::request(

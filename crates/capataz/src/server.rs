@@ -21,7 +21,8 @@ use tokio::task::JoinHandle;
 use crate::alerts::{AlertStats, Alerts};
 use crate::client;
 use crate::config::{Config, ListenerConfig};
-use crate::health::{Clock, Event, PoolRt};
+use crate::events::OverrideKind;
+use crate::health::{Clock, Event, OverrideError, PoolRt};
 use crate::metrics::HistogramScope;
 use crate::proxy::Proxy;
 
@@ -48,6 +49,9 @@ pub struct Shared {
     shutdown: watch::Sender<bool>,
     connections: Arc<AtomicUsize>,
     reload_lock: tokio::sync::Mutex<()>,
+    /// Held while a reload builds the new pools from the old ones and swaps them in, and while
+    /// an override is set: an override set meanwhile on a pool being replaced would be lost.
+    swap_lock: Mutex<()>,
     alerts: Mutex<Option<Alerts>>,
 }
 
@@ -169,6 +173,7 @@ impl Balancer {
             shutdown,
             connections: Arc::new(AtomicUsize::new(0)),
             reload_lock: tokio::sync::Mutex::new(()),
+            swap_lock: Mutex::new(()),
             alerts: Mutex::new(None),
         });
         shared.restart_alerts(config);
@@ -320,6 +325,21 @@ impl Shared {
         self.events.subscribe()
     }
 
+    /// Sets (`Some`) or clears (`None`) a manual override on backend `backend` of pool `pool`
+    /// (see [`PoolRt::set_override`]); `None` if there is no such pool. Serialized with the pool
+    /// swap of a reload, so the override lands on the pools that stay in force.
+    pub fn set_override(
+        &self,
+        pool: &str,
+        backend: &str,
+        kind: Option<OverrideKind>,
+        ttl: Option<Duration>,
+    ) -> Option<Result<&'static str, OverrideError>> {
+        let _swap = lock(&self.swap_lock);
+        let pool = self.pool(pool)?;
+        Some(pool.set_override(backend, kind, ttl))
+    }
+
     /// The alert hooks' delivery counters (`None` when no hook is configured).
     pub fn alert_stats(&self) -> Option<Arc<AlertStats>> {
         lock(&self.alerts).as_ref().map(Alerts::stats)
@@ -376,6 +396,21 @@ impl Shared {
     /// [`Shared::reload`] once the caller holds `reload_lock`.
     fn apply(&self, config: &Config) -> Result<ReloadSummary, StartError> {
         let old_config = self.config();
+        let mut config = config.clone();
+        // The admin listener stays where it was bound, so it keeps the `[admin]` settings it was
+        // started with unless the new table is for the same address: a token must not vanish
+        // from a listener on a network address because the new file moves it to loopback or
+        // drops the table.
+        let admin_moved = old_config.admin.as_ref().map(|a| a.address)
+            != config.admin.as_ref().map(|a| a.address);
+        if admin_moved {
+            tracing::warn!(
+                "the new config moves or removes [admin]; the admin listener keeps its address \
+                 and its settings (token, open_read_only, allowed_hosts) until the next restart"
+            );
+            config.admin = old_config.admin.clone();
+        }
+        let config = &config;
         let mut listeners = std::mem::take(&mut *lock(&self.listeners));
         // Bind the listeners that are new, before changing anything.
         let mut fresh = Vec::new();
@@ -390,6 +425,9 @@ impl Shared {
                 }
             }
         }
+        // From reading the old pools' state to swapping in the new ones, no override may land
+        // on an old pool (it would be lost).
+        let swap = lock(&self.swap_lock);
         let old_pools = self.pools.load_full();
         let mut summary = ReloadSummary::default();
         let new_pools: Vec<Arc<PoolRt>> = config
@@ -426,6 +464,7 @@ impl Shared {
             tasks.extend(pool.spawn_tasks());
         }
         self.pools.store(Arc::new(new_pools));
+        drop(swap);
         let old_tasks = std::mem::replace(&mut *lock(&self.pool_tasks), tasks);
         for task in old_tasks {
             task.abort();
@@ -457,12 +496,6 @@ impl Shared {
             summary.listeners_added += 1;
         }
         *lock(&self.listeners) = kept_listeners;
-        if old_config.admin.as_ref().map(|a| a.address) != config.admin.as_ref().map(|a| a.address)
-        {
-            tracing::warn!(
-                "the admin address changed in the new config; it takes effect at the next restart"
-            );
-        }
         // Switching live would leave the other scope's series in the same families (per-backend
         // ones would not even go away), so the scope stays until the process restarts.
         if HistogramScope::of(config) != self.histograms {
