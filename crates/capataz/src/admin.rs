@@ -173,12 +173,14 @@ async fn handle(shared: Arc<Shared>, local: SocketAddr, req: Request<Incoming>) 
     for raw in path.split('/').filter(|s| !s.is_empty()) {
         match percent_decode(raw) {
             Some(segment) => segments.push(segment),
-            None => return error(
-                StatusCode::BAD_REQUEST,
-                format!(
+            None => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!(
                     "the path {path:?} has a bad percent-encoding (use %XX for each byte of UTF-8)"
                 ),
-            ),
+                )
+            }
         }
     }
     let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
