@@ -43,6 +43,10 @@ type Body = BoxBody<Bytes, Infallible>;
 
 const DASHBOARD: &str = include_str!("admin/dashboard.html");
 
+/// The most admin connections open at once (event streams included); more are closed as soon
+/// as they are accepted. HAProxy's stats socket has a similar bound (`stats maxconn`).
+pub const MAX_CONNECTIONS: usize = 256;
+
 /// Serves the admin API on `socket` until the balancer shuts down.
 pub async fn serve(socket: TcpListener, shared: Arc<Shared>) {
     let mut shutdown = shared.shutdown_signal();
@@ -51,6 +55,8 @@ pub async fn serve(socket: TcpListener, shared: Arc<Shared>) {
     if *shutdown.borrow() {
         return;
     }
+    let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut warned = false;
     loop {
         let (stream, _) = tokio::select! {
             accepted = socket.accept() => match accepted {
@@ -63,12 +69,28 @@ pub async fn serve(socket: TcpListener, shared: Arc<Shared>) {
             },
             _ = shutdown.changed() => return,
         };
+        // At most MAX_CONNECTIONS at once: past that a connection is closed at once, so that
+        // clients that connect and idle cannot use up the process's file descriptors, which
+        // the proxy needs too.
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
+            drop(stream);
+            if !warned {
+                tracing::warn!(
+                    limit = MAX_CONNECTIONS,
+                    "admin API: too many connections at once; closing new ones until some end"
+                );
+                warned = true;
+            }
+            continue;
+        };
+        warned = false;
         let shared = shared.clone();
         // The address the client reached: a Host naming it is this listener.
         let Ok(local) = stream.local_addr() else {
             continue;
         };
         tokio::spawn(async move {
+            let _permit = permit;
             let service = service_fn(move |req| {
                 let shared = shared.clone();
                 async move { Ok::<_, Infallible>(handle(shared, local, req).await) }
@@ -124,7 +146,11 @@ fn access(shared: &Shared, req: &Request<Incoming>) -> Access {
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        // The scheme is case-insensitive (RFC 9110 section 11.1): `bearer` is fine too.
+        .and_then(|v| {
+            let (scheme, token) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then_some(token)
+        });
     if presented.is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes())) {
         return Access::Token;
     }

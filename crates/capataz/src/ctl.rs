@@ -85,7 +85,10 @@ pub async fn request(
     let value: Value =
         serde_json::from_slice(&body).map_err(|e| http(format!("answer is not JSON ({e})")))?;
     if status >= 400 {
-        let message = value["error"].as_str().unwrap_or("no message").to_owned();
+        let mut message = value["error"].as_str().unwrap_or("no message").to_owned();
+        if status == 401 {
+            message.push_str("; pass --token TOKEN or set CAPATAZ_ADMIN_TOKEN");
+        }
         return Err(CtlError::Refused { status, message });
     }
     Ok(value)

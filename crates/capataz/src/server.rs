@@ -410,6 +410,14 @@ impl Shared {
             );
             config.admin = old_config.admin.clone();
         }
+        // Logging is set up once, at start: the config in force keeps saying what it does.
+        if old_config.log != config.log {
+            tracing::warn!(
+                "[log] in the new config differs from the one the process started with; \
+                 logging is set up at start, so it takes effect at the next restart"
+            );
+            config.log = old_config.log.clone();
+        }
         let config = &config;
         let mut listeners = std::mem::take(&mut *lock(&self.listeners));
         // Bind the listeners that are new, before changing anything.

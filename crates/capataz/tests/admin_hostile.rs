@@ -296,3 +296,78 @@ fn sigterm_stops_the_process_while_a_sighup_reload_is_stuck() {
     assert!(status.success(), "{status}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Regression: the admin listener accepted any number of connections, each held until hyper's
+/// 30 s head timeout: clients that connect and idle could use up the file descriptors the proxy
+/// needs. Past `MAX_CONNECTIONS` a new one is closed at once, and a slot that frees is reused.
+#[tokio::test]
+async fn admin_connections_past_the_limit_are_closed_at_once() {
+    use tokio::io::AsyncReadExt;
+    use tokio::net::TcpStream;
+
+    let text = format!(
+        "[admin]\naddress = \"127.0.0.1:0\"\n{}",
+        pool_of(&[("b1", nowhere())], "")
+    );
+    let (balancer, _events) = start(&text).await;
+    let admin = admin_addr(&balancer);
+    let mut idle = Vec::new();
+    // The limit docs/operating.md states.
+    for _ in 0..256 {
+        idle.push(TcpStream::connect(admin).await.expect("connect"));
+    }
+    // Each of these was accepted (the status check goes through once all are in).
+    let mut extra = TcpStream::connect(admin).await.expect("connect");
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(DEADLINE, extra.read(&mut byte))
+        .await
+        .expect("the connection past the limit is closed at once");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    idle.pop();
+    let end = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let request = format!("GET /status HTTP/1.1\r\nhost: {admin}\r\nconnection: close\r\n\r\n");
+        let mut stream = TcpStream::connect(admin).await.expect("connect");
+        let _ = tokio::io::AsyncWriteExt::write_all(&mut stream, request.as_bytes()).await;
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(DEADLINE, stream.read_to_end(&mut answer)).await;
+        if status_of(&answer) == Some(200) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < end,
+            "a freed slot was never reused"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// Regression: only `Bearer` was recognised, while the scheme is case-insensitive (RFC 9110
+/// section 11.1): `Authorization: bearer <token>` got 401.
+#[tokio::test]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let text = format!(
+        "[admin]\naddress = \"127.0.0.1:0\"\ntoken = \"s3cret\"\n{}",
+        pool_of(&[("b1", nowhere())], "")
+    );
+    let (balancer, _events) = start(&text).await;
+    let admin = admin_addr(&balancer);
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let head =
+            format!("GET /status HTTP/1.1\r\nhost: {admin}\r\nauthorization: {scheme} s3cret");
+        assert_eq!(send(admin, &head).await.0, 200, "{scheme}");
+    }
+    let head = format!("GET /status HTTP/1.1\r\nhost: {admin}\r\nauthorization: Basic s3cret");
+    assert_eq!(send(admin, &head).await.0, 401);
+}
+
+/// Regression: a reload stored the new `[log]` table although logging is set up once at
+/// start, so the config in force claimed a level the process was not logging at.
+#[tokio::test]
+async fn a_reload_keeps_the_log_settings_the_process_runs_with() {
+    let pool = pool_of(&[("b1", nowhere())], "");
+    let (balancer, _events) = start(&pool).await;
+    let louder = format!("[log]\nlevel = \"debug\"\n{pool}");
+    balancer.reload(&parse(&louder)).await.expect("reload");
+    assert_eq!(balancer.shared().config().log.level, "info");
+}
