@@ -306,27 +306,42 @@ fn backend_status(shared: &Shared, pool: &str, backend: &str) -> Response<Body> 
     )
 }
 
-/// Reads the `ttl` of an override's query string (`?ttl=30s`; other keys are ignored, the first
-/// `ttl` wins): `None` without one, an error for zero, above [`crate::config::MAX_DURATION`] or
-/// for a value that is not a duration. Public for the fuzz target.
+/// Reads the `ttl` of an override's query string (`?ttl=30s`, percent-encoding allowed): `None`
+/// without one; an error for zero, above [`crate::config::MAX_DURATION`], a value that is not a
+/// duration, a second `ttl`, or any other parameter (a typo such as `?tll=10m` would otherwise
+/// set an override until cleared). Public for the fuzz target.
 pub fn parse_ttl(query: Option<&str>) -> Result<Option<Duration>, String> {
     let Some(query) = query else {
         return Ok(None);
     };
-    for pair in query.split('&') {
+    let mut ttl = None;
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if key == "ttl" {
-            return match crate::config::parse_duration(value) {
-                Ok(Duration::ZERO) => Err(format!(
+        let decode = |text: &str| {
+            percent_decode(&text.replace('+', " "))
+                .ok_or_else(|| format!("the query {query:?} has a bad percent-encoding"))
+        };
+        let (key, value) = (decode(key)?, decode(value)?);
+        if key != "ttl" {
+            return Err(format!(
+                "unknown query parameter {key:?} (the only one is ttl, e.g. ?ttl=30s)"
+            ));
+        }
+        if ttl.is_some() {
+            return Err("ttl is given twice (give it once)".into());
+        }
+        ttl = Some(match crate::config::parse_duration(&value) {
+            Ok(Duration::ZERO) => {
+                return Err(format!(
                     "ttl: {value:?} is zero (use a duration above zero, e.g. \"30s\", or leave \
                      ttl out for an override until cleared)"
-                )),
-                Ok(ttl) => Ok(Some(ttl)),
-                Err(e) => Err(format!("ttl: {e}")),
-            };
-        }
+                ))
+            }
+            Ok(ttl) => ttl,
+            Err(e) => return Err(format!("ttl: {e}")),
+        });
     }
-    Ok(None)
+    Ok(ttl)
 }
 
 fn override_backend(
@@ -352,6 +367,13 @@ fn override_backend(
         Ok(ttl) => ttl,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
+    if kind.is_none() && ttl.is_some() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "clear takes no ttl: it ends the override now (to set one for a while, use drain, \
+             down or up with ?ttl=...)",
+        );
+    }
     let Some(outcome) = shared.set_override(pool, backend, kind, ttl) else {
         return error(StatusCode::NOT_FOUND, format!("no pool named {pool:?}"));
     };
@@ -498,9 +520,14 @@ mod tests {
             Ok(Some(Duration::from_secs(30)))
         );
         assert_eq!(
-            parse_ttl(Some("a=b&ttl=8760h")),
+            parse_ttl(Some("ttl=8760h")),
             Ok(Some(crate::config::MAX_DURATION))
         );
+        assert_eq!(
+            parse_ttl(Some("ttl=1.5%6D&")),
+            Ok(Some(Duration::from_secs(90)))
+        );
+        assert_eq!(parse_ttl(Some("")), Ok(None));
         for bad in [
             "ttl=18446744073709551615s",
             "ttl=9223372036854775807s",
@@ -508,6 +535,12 @@ mod tests {
             "ttl=x",
             "ttl=0s",
             "ttl=0.0ms",
+            "tll=10m",
+            "TTL=10m",
+            "a=b&ttl=1s",
+            "ttl=1s&ttl=1h",
+            "ttl=1s%26ttl%3D1h",
+            "ttl=%zz",
         ] {
             assert!(parse_ttl(Some(bad)).is_err(), "{bad}");
         }

@@ -371,3 +371,34 @@ async fn a_reload_keeps_the_log_settings_the_process_runs_with() {
     balancer.reload(&parse(&louder)).await.expect("reload");
     assert_eq!(balancer.shared().config().log.level, "info");
 }
+
+/// Regression: unknown query parameters were ignored, so a typo (`?tll=10m`, `?TTL=10m`) set an
+/// override until cleared instead of for ten minutes, and `clear?ttl=30s` answered with a
+/// `ttl_ms` although nothing lapses. Each is now a 400, and nothing changes.
+#[tokio::test]
+async fn a_mistyped_ttl_or_a_ttl_on_clear_is_refused_and_changes_nothing() {
+    let text = format!(
+        "[admin]\naddress = \"127.0.0.1:0\"\n{}",
+        pool_of(&[("b1", nowhere())], "")
+    );
+    let (balancer, _events) = start(&text).await;
+    let admin = admin_addr(&balancer);
+    for target in [
+        "down?tll=10m",
+        "down?TTL=10m",
+        "drain?ttl=10m&ttl=1h",
+        "up?ttl=10m&force=1",
+        "clear?ttl=30s",
+    ] {
+        let head = format!("POST /backends/web/b1/{target} HTTP/1.1\r\nhost: {admin}");
+        let (status, answer) = send(admin, &head).await;
+        assert_eq!(status, 400, "{target}: {answer}");
+        let head = format!("GET /status/web/b1 HTTP/1.1\r\nhost: {admin}");
+        let (_, status) = send(admin, &head).await;
+        assert!(status.contains("\"override\": null"), "{target}: {status}");
+    }
+    let head = format!("POST /backends/web/b1/down?ttl=1.5%6D HTTP/1.1\r\nhost: {admin}");
+    let (status, answer) = send(admin, &head).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains("\"ttl_ms\": 90000"), "{answer}");
+}
