@@ -56,6 +56,9 @@ pub async fn request(
             source: std::io::ErrorKind::TimedOut.into(),
         })?
         .map_err(|source| CtlError::Connect { addr, source })?;
+    // Host names the address actually reached (`--admin 0.0.0.0:9901` reaches 127.0.0.1), which
+    // the admin API's checks against web pages accept.
+    let host = stream.peer_addr().unwrap_or(addr);
     let (mut sender, conn) = http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| http(e.to_string()))?;
@@ -63,7 +66,7 @@ pub async fn request(
     let mut builder = http::Request::builder()
         .method(method)
         .uri(path)
-        .header(http::header::HOST, addr.to_string());
+        .header(http::header::HOST, host.to_string());
     if let Some(token) = token {
         builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
     }
