@@ -91,6 +91,9 @@ pub enum StartError {
     /// A reload needs a file, and the balancer was started from text.
     #[error("this balancer was not started from a file, so there is nothing to reload")]
     NoFile,
+    /// The balancer is shutting down: a reload would bind listeners it is closing.
+    #[error("the balancer is shutting down")]
+    ShuttingDown,
     /// Loading the new configuration panicked (a bug): nothing changed.
     #[error("loading the configuration failed unexpectedly (a bug in capataz; please report it)")]
     LoadPanicked,
@@ -419,7 +422,14 @@ impl Shared {
             config.log = old_config.log.clone();
         }
         let config = &config;
-        let mut listeners = std::mem::take(&mut *lock(&self.listeners));
+        let mut listeners = {
+            let mut running = lock(&self.listeners);
+            // Checked under the listeners' lock, which shutdown takes after raising the flag.
+            if *self.shutdown.borrow() {
+                return Err(StartError::ShuttingDown);
+            }
+            std::mem::take(&mut *running)
+        };
         // Bind the listeners that are new, before changing anything.
         let mut fresh = Vec::new();
         for listener in &config.listeners {
@@ -503,7 +513,15 @@ impl Shared {
             kept_listeners.push(self.spawn_listener(&listener, socket, &pools));
             summary.listeners_added += 1;
         }
-        *lock(&self.listeners) = kept_listeners;
+        let mut running = lock(&self.listeners);
+        if *self.shutdown.borrow() {
+            // Shutdown began meanwhile and found none to stop: stop them here.
+            for listener in &kept_listeners {
+                let _ = listener.stop.send(true);
+            }
+        }
+        running.extend(kept_listeners);
+        drop(running);
         // Switching live would leave the other scope's series in the same families (per-backend
         // ones would not even go away), so the scope stays until the process restarts.
         if HistogramScope::of(config) != self.histograms {

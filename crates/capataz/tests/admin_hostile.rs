@@ -402,3 +402,19 @@ async fn a_mistyped_ttl_or_a_ttl_on_clear_is_refused_and_changes_nothing() {
     assert_eq!(status, 200, "{answer}");
     assert!(answer.contains("\"ttl_ms\": 90000"), "{answer}");
 }
+
+/// Regression: a reload during shutdown (a SIGHUP or `POST /reload` in the drain window) found
+/// no running listeners, since shutdown had taken them, and bound every listener of the config
+/// again: the balancer accepted new connections while draining.
+#[tokio::test]
+async fn a_reload_during_shutdown_is_refused_and_binds_nothing() {
+    let pool = pool_of(&[("b1", nowhere())], "");
+    let (balancer, _events) = start(&pool).await;
+    let shared = balancer.shared().clone();
+    let stopped = shared.shutdown_signal();
+    let stopping = tokio::spawn(balancer.shutdown(DEADLINE));
+    support::wait::wait_until("shutdown to begin", || *stopped.borrow()).await;
+    let refused = shared.reload(&parse(&pool)).await;
+    assert!(refused.is_err(), "a reload during shutdown was applied");
+    stopping.await.expect("shutdown");
+}
