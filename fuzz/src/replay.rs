@@ -8,6 +8,9 @@
 //! - `STATUS` prints exactly one `<name> UP|DOWN` line per backend (so nothing for an empty
 //!   pool), `HEALTHY` one line (`none` when no backend is UP), `POOL` one `OK` line, `PROBE` one
 //!   `PASS`/`FAIL` line and `OBSERVE` one `OK`/`ERROR` line, as the rules judge the answer;
+//! - `WAIT <ms>` prints `OK` and ends the timed ejections due by then (the model ticks its own
+//!   pool); `OVERRIDE <name> up|down|drain|clear [<ms>]` and `ELIGIBLE` print one line that is
+//!   not `ERR` and change no verdict (overrides are not modelled beyond that);
 //! - every other line prints exactly one line, `ERR <reason>`, and changes nothing;
 //! - after each line the session's pool and names equal the model's, and the explanation holds
 //!   one `<name> FROM -> TO: <reason>` line per verdict change, as `transitions()` counts them.
@@ -79,6 +82,8 @@ enum Expect {
     Nothing,
     /// Exactly these bytes.
     Exactly(Vec<u8>),
+    /// One line, not `ERR`, and no verdict change.
+    OneLine,
     /// One `ERR <reason>` line, and no change.
     Err,
 }
@@ -89,6 +94,8 @@ struct Model {
     pool: Pool,
     names: Vec<Vec<u8>>,
     step: u64,
+    /// Milliseconds added by `WAIT`.
+    waited: u64,
     /// Whether the last line replaced the pool.
     replaced: bool,
 }
@@ -104,6 +111,7 @@ impl Model {
             pool: Pool::new(settings, 0),
             names: Vec::new(),
             step: 0,
+            waited: 0,
             replaced: false,
         }
     }
@@ -116,7 +124,7 @@ impl Model {
             return Expect::Nothing;
         }
         self.step += 1;
-        let now = Duration::from_millis(self.step);
+        let now = Duration::from_millis(self.step.saturating_add(self.waited));
         let (command, rest) = word(line);
         match (command, rest) {
             (b"PROBE" | b"OBSERVE", Some(rest)) => {
@@ -164,6 +172,32 @@ impl Model {
                 out.push(b'\n');
                 Expect::Exactly(out)
             }
+            (b"WAIT", Some(ms)) => {
+                let Some(ms) = number(ms) else {
+                    return Expect::Err;
+                };
+                self.waited = self.waited.saturating_add(ms);
+                let now = Duration::from_millis(self.step.saturating_add(self.waited));
+                let mut transitions = Vec::new();
+                self.pool.tick(now, &mut transitions);
+                Expect::Exactly(b"OK\n".to_vec())
+            }
+            (b"OVERRIDE", Some(rest)) => {
+                let (name, rest) = word(rest);
+                let known = self.names.iter().any(|n| n == name);
+                let valid = match rest.map(word) {
+                    Some((b"up" | b"down" | b"drain", None)) => true,
+                    Some((b"up" | b"down" | b"drain", Some(ms))) => number(ms).is_some(),
+                    Some((b"clear", None)) => true,
+                    _ => false,
+                };
+                if known && valid {
+                    Expect::OneLine
+                } else {
+                    Expect::Err
+                }
+            }
+            (b"ELIGIBLE", None) => Expect::OneLine,
             (b"POOL", Some(rest)) => {
                 let names: Vec<Vec<u8>> = rest.split(|&b| b == b' ').map(<[u8]>::to_vec).collect();
                 let empty = names.iter().any(Vec::is_empty);
@@ -179,6 +213,14 @@ impl Model {
             _ => Expect::Err,
         }
     }
+}
+
+/// A decimal number that fits a u64, as the protocol reads milliseconds.
+fn number(word: &[u8]) -> Option<u64> {
+    if word.is_empty() || word.len() > 20 || !word.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(word).ok()?.parse().ok()
 }
 
 /// Splits off the first word at the first space.
@@ -217,6 +259,14 @@ fn check_line(replay: &mut Replay, model: &mut Model, line: &[u8]) {
         Expect::Nothing => {
             assert!(out.is_empty(), "{line:?} printed {out:?}");
             assert!(explain.is_empty());
+        }
+        Expect::OneLine => {
+            assert!(!out.starts_with(b"ERR"), "{line:?} printed {out:?}");
+            assert_eq!(
+                verdicts(replay.pool()),
+                verdicts_before,
+                "{line:?} changed a verdict"
+            );
         }
         Expect::Exactly(expected) => assert_eq!(
             out,

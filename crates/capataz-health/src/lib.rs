@@ -8,12 +8,19 @@
 //!
 //! - [`status`]: what a well-formed status line is, and the [`Outcome`] of an exchange.
 //! - [`rules`]: the probe rule and the traffic rule that judge outcomes.
-//! - [`pool`]: streaks, ejection and verdicts for one pool, and the [`Transition`] events.
+//! - [`pool`]: streaks, ejection and verdicts for one pool, and the [`Transition`] events
+//!   (their [`Reason`]s in `reason`, the [`Settings`] in `settings`).
+//! - [`rotation`]: which backends get traffic and with what weight: verdicts plus manual
+//!   overrides with expiry, slow start, gating of never-proven backends and the all-down
+//!   policy, with one `poll_timeout`/`handle_timeout` for every timer.
 //! - [`replay`]: the line protocol that drives a pool from a script.
 
 pub mod pool;
+mod reason;
 pub mod replay;
+pub mod rotation;
 pub mod rules;
+mod settings;
 pub mod status;
 
 pub use pool::{
@@ -21,5 +28,9 @@ pub use pool::{
     Transition,
 };
 pub use replay::Replay;
+pub use rotation::{
+    AllDown, Carried, Effective, Eligible, Join, Override, OverrideKind, Policy, Rotation,
+    WhenAllDown,
+};
 pub use rules::{ProbeResult, ProbeRule, StatusSet, TrafficResult, TrafficRule};
 pub use status::{parse_status_line, Outcome};

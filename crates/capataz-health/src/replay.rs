@@ -9,11 +9,22 @@
 //! OBSERVE <b> <answer>     a traffic outcome                               -> OK | ERROR
 //! STATUS                   one `<b> UP|DOWN` line per backend, pool order
 //! HEALTHY                  the UP backends comma-separated, or `none`
+//! WAIT <ms>                let time pass, running due timers               -> OK
+//! OVERRIDE <b> <kind> [<ms>]  up, down, drain or clear, for ms or until cleared
+//!                          -> the effective state: UP, DOWN, FORCED_UP, FORCED_DOWN, DRAINING
+//! ELIGIBLE                 the backends new requests go to (overrides and the all-down
+//!                          policy applied), comma-separated, or `none`
 //! ```
 //!
 //! An answer is `TIMEOUT`, `REFUSED`, `RESET` or a status line as received. Words are separated
 //! by one space; a trailing carriage return is ignored; blank lines and `#` comments print
 //! nothing. Any other line prints one `ERR <reason>` line and changes nothing.
+//!
+//! Time: the session clock counts milliseconds, one per command line plus those `WAIT` adds,
+//! saturating at `u64::MAX`. `WAIT`, `OVERRIDE` and `ELIGIBLE` came later; scripts without
+//! them print exactly what they always did. Overrides never change verdicts (`STATUS`,
+//! `HEALTHY`), only who gets traffic (`ELIGIBLE`), as in the balancer, whose all-down policy
+//! here is `fail_open` over backends proven healthy (every backend of a `POOL` starts UP).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -21,6 +32,7 @@ use std::io::Write as _;
 use std::time::Duration;
 
 use crate::pool::{Pool, Settings, State, Transition};
+use crate::rotation::{Event, Join, OverrideKind, Policy, Rotation};
 use crate::status::Outcome;
 
 /// A fast, non-cryptographic hasher for backend names (FxHash). The names come from a script,
@@ -58,10 +70,12 @@ type Index = HashMap<Box<[u8]>, usize, BuildHasherDefault<FxHasher>>;
 #[derive(Debug)]
 pub struct Replay {
     settings: Settings,
-    pool: Pool,
+    rotation: Rotation,
     names: Vec<Box<[u8]>>,
     index: Index,
     step: u64,
+    /// Milliseconds added by `WAIT`.
+    waited: u64,
     transitions: u64,
 }
 
@@ -75,17 +89,23 @@ impl Replay {
         };
         Replay {
             settings,
-            pool: Pool::new(settings, 0),
+            rotation: rotation(settings, 0, Duration::ZERO),
             names: Vec::new(),
             index: Index::default(),
             step: 0,
+            waited: 0,
             transitions: 0,
         }
     }
 
-    /// The pool as it stands.
+    /// The pool's verdicts as they stand.
     pub fn pool(&self) -> &Pool {
-        &self.pool
+        self.rotation.pool()
+    }
+
+    /// The pool with its overrides and eligibility.
+    pub fn rotation(&self) -> &Rotation {
+        &self.rotation
     }
 
     /// The backends' names, in pool order.
@@ -108,9 +128,9 @@ impl Replay {
             return;
         }
         self.step += 1;
-        let now = Duration::from_millis(self.step);
+        let now = Duration::from_millis(self.step.saturating_add(self.waited));
         let (command, rest) = split_word(line);
-        let transition = match command {
+        match command {
             b"PROBE" | b"OBSERVE" => {
                 let Some(rest) = rest else {
                     return err(
@@ -132,61 +152,119 @@ impl Replay {
                     }
                 };
                 let outcome = Outcome::parse(answer);
-                if command == b"PROBE" {
-                    let (result, transition) = self.pool.probe(backend, outcome, now);
-                    push_line(out, result.as_str().as_bytes());
-                    transition
+                let result = if command == b"PROBE" {
+                    self.rotation.handle_probe(backend, outcome, now).as_str()
                 } else {
-                    let (result, transition) = self.pool.observe(backend, outcome, now);
-                    push_line(out, result.as_str().as_bytes());
-                    transition
-                }
+                    self.rotation.handle_traffic(backend, outcome, now).as_str()
+                };
+                push_line(out, result.as_bytes());
             }
-            b"STATUS" | b"HEALTHY" if rest.is_some() => {
+            b"STATUS" | b"HEALTHY" | b"ELIGIBLE" if rest.is_some() => {
                 return err(out, format_args!("{} takes no arguments", show(command)));
             }
             b"STATUS" => {
-                for (name, health) in self.names.iter().zip(self.pool.backends()) {
+                for (name, health) in self.names.iter().zip(self.pool().backends()) {
                     out.extend_from_slice(name);
                     out.push(b' ');
                     push_line(out, health.verdict().as_str().as_bytes());
                 }
-                None
             }
             b"HEALTHY" => {
-                let mut any = false;
-                for (name, health) in self.names.iter().zip(self.pool.backends()) {
-                    if health.verdict() == State::Up {
-                        if any {
-                            out.push(b',');
-                        }
-                        out.extend_from_slice(name);
-                        any = true;
-                    }
-                }
-                if !any {
-                    out.extend_from_slice(b"none");
-                }
-                out.push(b'\n');
-                None
+                let up = self.pool().backends().iter().enumerate();
+                let up = up.filter(|(_, health)| health.verdict() == State::Up);
+                self.list(up.map(|(i, _)| i), out);
+            }
+            b"ELIGIBLE" => {
+                let eligible = self.rotation.eligible(now).backends;
+                self.list(eligible.into_iter(), out);
+            }
+            b"WAIT" => {
+                let Some(ms) = rest.and_then(number) else {
+                    return err(out, format_args!("WAIT needs a number of milliseconds"));
+                };
+                self.waited = self.waited.saturating_add(ms);
+                let now = Duration::from_millis(self.step.saturating_add(self.waited));
+                self.rotation.handle_timeout(now);
+                push_line(out, b"OK");
+            }
+            b"OVERRIDE" => {
+                let Some((backend, kind, ttl)) = rest.and_then(|rest| self.parse_override(rest))
+                else {
+                    return err(
+                        out,
+                        format_args!(
+                            "OVERRIDE needs a backend, up|down|drain|clear, and optionally milliseconds"
+                        ),
+                    );
+                };
+                let state = self.rotation.set_override(backend, kind, ttl, now);
+                push_line(out, state.as_str().as_bytes());
             }
             b"POOL" => {
                 return match rest {
-                    Some(names) => self.replace_pool(names, out),
+                    Some(names) => self.replace_pool(names, now, out),
                     None => err(out, format_args!("POOL needs at least one backend name")),
                 };
             }
             _ => return err(out, format_args!("unknown command {:?}", show(command))),
         };
-        if let Some(transition) = transition {
-            self.transitions += 1;
-            if let Some(explain) = explain {
-                self.explain(&transition, explain);
+        if self.rotation.has_events() {
+            self.drain_events(explain);
+        }
+    }
+
+    /// Counts the verdict changes the last command caused and explains them.
+    fn drain_events(&mut self, mut explain: Option<&mut Vec<u8>>) {
+        while let Some(event) = self.rotation.poll_event() {
+            if let Event::Transition(transition) = event {
+                self.transitions += 1;
+                if let Some(explain) = explain.as_deref_mut() {
+                    self.explain(&transition, explain);
+                }
             }
         }
     }
 
-    fn replace_pool(&mut self, names: &[u8], out: &mut Vec<u8>) {
+    /// Writes the names of `backends` comma-separated, or `none`, as one line.
+    fn list(&self, backends: impl Iterator<Item = usize>, out: &mut Vec<u8>) {
+        let mut any = false;
+        for i in backends {
+            if any {
+                out.push(b',');
+            }
+            out.extend_from_slice(&self.names[i]);
+            any = true;
+        }
+        if !any {
+            out.extend_from_slice(b"none");
+        }
+        out.push(b'\n');
+    }
+
+    /// `<backend> up|down|drain|clear [<ms>]`.
+    fn parse_override(
+        &self,
+        rest: &[u8],
+    ) -> Option<(usize, Option<OverrideKind>, Option<Duration>)> {
+        let (name, rest) = split_word(rest);
+        let backend = *self.index.get(name)?;
+        let (kind, ttl) = split_word(rest?);
+        let kind = match kind {
+            b"up" => Some(OverrideKind::Up),
+            b"down" => Some(OverrideKind::Down),
+            b"drain" => Some(OverrideKind::Drain),
+            b"clear" => None,
+            _ => return None,
+        };
+        let ttl = match ttl {
+            None => None,
+            Some(ms) if kind.is_some() => Some(Duration::from_millis(number(ms)?)),
+            Some(_) => return None,
+        };
+        Some((backend, kind, ttl))
+    }
+
+    fn replace_pool(&mut self, names: &[u8], now: Duration, out: &mut Vec<u8>) {
         let mut index = Index::default();
         let mut list = Vec::new();
         for name in names.split(|&b| b == b' ') {
@@ -201,7 +279,7 @@ impl Replay {
             }
             list.push(Box::from(name));
         }
-        self.pool = Pool::new(self.settings, list.len());
+        self.rotation = rotation(self.settings, list.len(), now);
         self.names = list;
         self.index = index;
         push_line(out, b"OK");
@@ -212,6 +290,23 @@ impl Replay {
         // Writing to a Vec cannot fail.
         let _ = writeln!(explain, " {transition}");
     }
+}
+
+/// A rotation of `n` backends, all UP, under the balancer's default policy.
+fn rotation(settings: Settings, n: usize, now: Duration) -> Rotation {
+    let join = Join::New {
+        initial: State::Up,
+        warm_up: false,
+    };
+    Rotation::new(settings, Policy::default(), (0..n).map(|_| (1, join)), now)
+}
+
+/// A decimal number that fits a u64, and nothing else.
+fn number(word: &[u8]) -> Option<u64> {
+    if word.is_empty() || word.len() > 20 || !word.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(word).ok()?.parse().ok()
 }
 
 fn split_word(line: &[u8]) -> (&[u8], Option<&[u8]>) {

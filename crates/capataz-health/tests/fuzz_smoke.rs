@@ -45,9 +45,15 @@ fn script_line() -> impl Strategy<Value = Vec<u8>> {
     let line = prop_oneof![
         6 => (prop::sample::select(vec!["PROBE", "OBSERVE"]), name.clone(), answer)
             .prop_map(|(command, name, answer)| format!("{command} {name} {answer}")),
-        2 => prop::collection::vec(name, 0..4).prop_map(|names| format!("POOL {}", names.join(" "))),
+        2 => prop::collection::vec(name.clone(), 0..4).prop_map(|names| format!("POOL {}", names.join(" "))),
         1 => prop::sample::select(vec!["STATUS", "HEALTHY", "STATUS x", "HEALTHY ", "", "# note", "BOGUS", "PROBE", "PROBE a"])
             .prop_map(str::to_owned),
+        1 => (name, prop::sample::select(vec!["up", "down", "drain", "clear", "sideways"]), prop::option::of(prop_oneof![0..500u64, Just(u64::MAX)]))
+            .prop_map(|(name, kind, ms)| match ms {
+                Some(ms) => format!("OVERRIDE {name} {kind} {ms}"),
+                None => format!("OVERRIDE {name} {kind}"),
+            }),
+        1 => prop_oneof![(0..300u64).prop_map(|ms| format!("WAIT {ms}")), Just("WAIT 18446744073709551615".to_owned()), Just("WAIT x".to_owned()), Just("ELIGIBLE".to_owned()), Just("ELIGIBLE x".to_owned())],
         1 => "[ -~]{0,12}",
     ];
     (line, prop::sample::select(vec!["\n", "\n", "\n", "\r\n"]))
@@ -160,5 +166,10 @@ fn replay_fixed_scripts() {
     );
     replay::run(
         b"STATUS\nHEALTHY\nPOOL\nPOOL a  b\nPOOL a a\nPROBE ghost RESET\n\r\n# c\nBOGUS x\n",
+    );
+    // Time and overrides: a timed ejection ends on WAIT; overrides change no verdict.
+    replay::run(
+        b"#@ errors=1 eject=10/20\nPOOL a b\nOBSERVE a RESET\nOVERRIDE b down 5\nELIGIBLE\n\
+          WAIT 20\nSTATUS\nELIGIBLE\nOVERRIDE a drain\nOVERRIDE a clear 5\nWAIT 18446744073709551615\n",
     );
 }

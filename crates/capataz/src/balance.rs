@@ -40,6 +40,11 @@ impl Snapshot {
 
     /// Picks a backend index not in `exclude`, or `None` if every eligible backend is excluded.
     /// `in_flight(i)` gives backend `i`'s outstanding requests (least-request only).
+    ///
+    /// A pick with an empty `exclude` is a request's first attempt and advances the shared
+    /// round-robin cursor; a pick with backends to exclude is a retry and only reads it, so
+    /// first attempts keep their weight shares however often a backend fails and is retried
+    /// away from (a refusing backend used to draw almost every first attempt).
     pub fn pick(
         &self,
         algorithm: Algorithm,
@@ -57,7 +62,11 @@ impl Snapshot {
     }
 
     fn pick_round_robin(&self, cursor: &AtomicUsize, exclude: &[usize]) -> Option<usize> {
-        let start = cursor.fetch_add(1, Ordering::Relaxed);
+        let start = if exclude.is_empty() {
+            cursor.fetch_add(1, Ordering::Relaxed)
+        } else {
+            cursor.load(Ordering::Relaxed)
+        };
         let len = self.schedule.len();
         // An excluded backend holds at most its weight's share of the schedule, so walking it
         // once finds any backend left.
@@ -189,6 +198,27 @@ mod tests {
             snapshot.pick(Algorithm::RoundRobin, &cursor, &[0, 1], |_| 0),
             None
         );
+    }
+
+    /// Regression (issue 10): a retry advanced the shared cursor, so with two backends and the
+    /// first one refusing, it drew every first attempt (39 of 40 observed).
+    #[test]
+    fn retries_leave_first_attempts_their_weight_shares() {
+        let snapshot = Snapshot::new(vec![0, 1, 2], vec![1, 1, 1], false);
+        let cursor = AtomicUsize::new(0);
+        let mut first = [0usize; 3];
+        for _ in 0..300 {
+            let b = snapshot
+                .pick(Algorithm::RoundRobin, &cursor, &[], |_| 0)
+                .unwrap();
+            first[b] += 1;
+            if b == 0 {
+                // Backend 0 refuses: the request is retried elsewhere.
+                let retry = snapshot.pick(Algorithm::RoundRobin, &cursor, &[0], |_| 0);
+                assert!(matches!(retry, Some(1 | 2)));
+            }
+        }
+        assert_eq!(first, [100, 100, 100]);
     }
 
     #[test]

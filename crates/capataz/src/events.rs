@@ -4,42 +4,11 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use capataz_health::{Side, Transition};
+pub use capataz_health::OverrideKind;
+use capataz_health::{AllDown, Side, Transition};
 use serde_json::json;
 
-use crate::config::AllDownPolicy;
 use crate::timefmt;
-
-/// A manual override of a backend's health.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum OverrideKind {
-    /// No new requests; in-flight ones finish.
-    Drain,
-    /// Out of rotation whatever health says.
-    Down,
-    /// In rotation whatever health says.
-    Up,
-}
-
-impl OverrideKind {
-    /// `drain`, `down` or `up`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OverrideKind::Drain => "drain",
-            OverrideKind::Down => "down",
-            OverrideKind::Up => "up",
-        }
-    }
-
-    /// The effective state it puts a backend in: `DRAINING`, `FORCED_DOWN`, `FORCED_UP`.
-    pub fn state(self) -> &'static str {
-        match self {
-            OverrideKind::Drain => "DRAINING",
-            OverrideKind::Down => "FORCED_DOWN",
-            OverrideKind::Up => "FORCED_UP",
-        }
-    }
-}
 
 /// What the health runtime reports, in the order it happened.
 #[derive(Clone, Debug)]
@@ -55,12 +24,13 @@ pub enum Event {
         /// Wall-clock time.
         time: SystemTime,
     },
-    /// The pool has no eligible backend any more; its all-down policy applies.
+    /// The pool has no eligible backend any more (or still has none, and what it does about it
+    /// changed): its all-down policy applies.
     AllDown {
         /// The pool.
         pool: Arc<str>,
-        /// What the pool does now.
-        policy: AllDownPolicy,
+        /// What the pool really does now (`fail_open` with nothing to spread over rejects).
+        policy: AllDown,
         /// Wall-clock time.
         time: SystemTime,
     },
@@ -153,14 +123,9 @@ impl Event {
                 transition,
                 ..
             } => format!("pool={pool} backend={backend} {transition}"),
-            Event::AllDown { pool, policy, .. } => match policy {
-                AllDownPolicy::FailOpen => format!(
-                    "pool={pool} has no UP backend: failing open, spreading traffic over its backends"
-                ),
-                AllDownPolicy::Reject { .. } => {
-                    format!("pool={pool} has no UP backend: rejecting requests with 503")
-                }
-            },
+            Event::AllDown { pool, policy, .. } => {
+                format!("pool={pool} has no UP backend: {policy}")
+            }
             Event::Recovered { pool, .. } => {
                 format!("pool={pool} has an UP backend again; normal balancing resumes")
             }
@@ -204,11 +169,7 @@ impl Event {
                 object.insert("side".into(), side.into());
             }
             Event::AllDown { policy, .. } => {
-                let policy = match policy {
-                    AllDownPolicy::FailOpen => "fail_open",
-                    AllDownPolicy::Reject { .. } => "reject",
-                };
-                object.insert("policy".into(), policy.into());
+                object.insert("policy".into(), policy.policy().into());
             }
             Event::Override { kind, .. } => {
                 object.insert(

@@ -484,24 +484,23 @@ impl LiveGauges {
         let mut backends = Vec::with_capacity(count);
         let mut pool_gauges = Vec::with_capacity(pools.len());
         for pool in pools {
-            let now = pool.clock().now();
             let eligible = pool.eligibility();
-            for (backend, up) in pool.backends.iter().zip(&eligible) {
+            for (backend, &(up, weight_tenths)) in pool.backends.iter().zip(&eligible) {
                 backends.push(BackendGauges {
                     labels: LiveBackendLabels {
                         pool: pool.name.clone(),
                         backend: backend.name.clone(),
                     },
-                    up: *up,
+                    up,
                     in_flight: backend.in_flight.load(Ordering::Relaxed),
-                    weight_tenths: backend.effective_weight_tenths(pool.config.slow_start, now),
+                    weight_tenths,
                 });
             }
             pool_gauges.push(PoolGauges {
                 labels: LivePoolLabels {
                     pool: pool.name.clone(),
                 },
-                healthy: eligible.iter().filter(|up| **up).count(),
+                healthy: eligible.iter().filter(|(up, _)| *up).count(),
                 all_down: pool.snapshot().all_down,
             });
         }

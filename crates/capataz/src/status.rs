@@ -337,8 +337,10 @@ impl Serialize for PoolPage<'_> {
             AllDownPolicy::FailOpen => "fail_open",
             AllDownPolicy::Reject { .. } => "reject",
         };
-        let mut map = serializer.serialize_map(Some(6))?;
+        let applied = pool.all_down().map(|applied| applied.policy());
+        let mut map = serializer.serialize_map(Some(7))?;
         map.serialize_entry("all_down", &all_down)?;
+        map.serialize_entry("all_down_policy", &applied)?;
         map.serialize_entry(
             "backends",
             &Backends {

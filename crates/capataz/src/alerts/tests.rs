@@ -10,7 +10,6 @@ use super::command::command_env;
 use super::debounce::state;
 use super::webhook::{retry_delay, MAX_BACKOFF};
 use super::*;
-use crate::config::AllDownPolicy;
 
 fn transition(backend: &str, to: State) -> Event {
     let from = match to {
@@ -55,7 +54,7 @@ fn check(script: &str, expected: &str) {
                 let event = match what {
                     "down" => Event::AllDown {
                         pool: "web".into(),
-                        policy: AllDownPolicy::FailOpen,
+                        policy: capataz_health::AllDown::Reject,
                         time: SystemTime::UNIX_EPOCH,
                     },
                     _ => Event::Recovered {

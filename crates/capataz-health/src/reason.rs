@@ -1,0 +1,229 @@
+//! Why a verdict changed ([`Reason`]), and the change itself ([`Transition`]): the pool's events,
+//! with their sentences.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::settings::State;
+use crate::status::Outcome;
+
+/// Which side of the health checks caused a transition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// Probes.
+    Active,
+    /// Relayed traffic.
+    Passive,
+}
+
+/// One ejection, as reported in a [`Reason`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EjectionInfo {
+    /// Which ejection this is, counting from 1.
+    pub nth: u32,
+    /// How long it lasts.
+    pub duration: Duration,
+    /// When it ends.
+    pub until: Duration,
+}
+
+/// Why a verdict changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// The failure streak reached `fall`.
+    ProbesFailed {
+        /// The failure streak.
+        streak: u32,
+        /// The last probe outcome.
+        last: Outcome,
+    },
+    /// The pass streak reached `rise`.
+    ProbesPassed {
+        /// The pass streak.
+        streak: u32,
+        /// The last probe outcome.
+        last: Outcome,
+    },
+    /// The traffic error streak reached `consecutive_errors`.
+    TrafficErrors {
+        /// The error streak.
+        streak: u32,
+        /// The last traffic outcome.
+        last: Outcome,
+        /// The ejection's length, with timed ejection.
+        ejection: Option<EjectionInfo>,
+    },
+    /// A good response ended a streak-mode ejection.
+    TrafficRecovered {
+        /// The good response.
+        last: Outcome,
+    },
+    /// A timed ejection ran out: the backend is back on probation.
+    EjectionExpired {
+        /// The ejection that ended.
+        nth: u32,
+        /// How long it lasted.
+        duration: Duration,
+    },
+    /// The pass streak reached `rise` while the backend was also ejected, and
+    /// [`Settings::probes_end_ejection`](crate::Settings::probes_end_ejection) ended the
+    /// ejection early: the backend is back on probation.
+    ProbesEndedEjection {
+        /// The pass streak.
+        streak: u32,
+        /// The last probe outcome.
+        last: Outcome,
+        /// The ejection that ended.
+        nth: u32,
+    },
+    /// A traffic error during probation ejected the backend again.
+    ProbationFailed {
+        /// The error.
+        last: Outcome,
+        /// The new ejection.
+        ejection: EjectionInfo,
+    },
+}
+
+impl Reason {
+    /// The side that caused the transition.
+    pub fn side(&self) -> Side {
+        match self {
+            Reason::ProbesFailed { .. }
+            | Reason::ProbesPassed { .. }
+            | Reason::ProbesEndedEjection { .. } => Side::Active,
+            _ => Side::Passive,
+        }
+    }
+
+    /// The outcome that triggered the transition, if one did (an expiry has none).
+    pub fn last(&self) -> Option<Outcome> {
+        match *self {
+            Reason::ProbesFailed { last, .. }
+            | Reason::ProbesPassed { last, .. }
+            | Reason::ProbesEndedEjection { last, .. }
+            | Reason::TrafficErrors { last, .. }
+            | Reason::TrafficRecovered { last }
+            | Reason::ProbationFailed { last, .. } => Some(last),
+            Reason::EjectionExpired { .. } => None,
+        }
+    }
+}
+
+/// Writes a duration for people: `250 ms`, `1.5 s`, `30 s`.
+pub fn human_duration(d: Duration) -> impl fmt::Display {
+    struct Human(Duration);
+    impl fmt::Display for Human {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            let ms = self.0.as_millis();
+            if ms < 1000 {
+                write!(f, "{ms} ms")
+            } else if ms % 1000 == 0 {
+                write!(f, "{} s", ms / 1000)
+            } else {
+                write!(f, "{:.1} s", self.0.as_secs_f64())
+            }
+        }
+    }
+    Human(d)
+}
+
+fn plural(n: u32, one: &'static str, many: &'static str) -> &'static str {
+    if n == 1 {
+        one
+    } else {
+        many
+    }
+}
+
+impl fmt::Display for EjectionInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "ejected for {} (ejection #{})",
+            human_duration(self.duration),
+            self.nth
+        )
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Reason::ProbesFailed { streak, last } => {
+                let what = plural(streak, "failed probe", "consecutive failed probes");
+                write!(f, "{streak} {what}, last: {last}")
+            }
+            Reason::ProbesPassed { streak, last } => {
+                let what = plural(streak, "passing probe", "consecutive passing probes");
+                write!(f, "{streak} {what}, last: {last}")
+            }
+            Reason::ProbesEndedEjection { streak, last, nth } => {
+                let what = plural(streak, "passing probe", "consecutive passing probes");
+                write!(
+                    f,
+                    "{streak} {what} after DOWN, last: {last}; ends ejection #{nth} early, back on probation"
+                )
+            }
+            Reason::TrafficErrors {
+                streak,
+                last,
+                ejection,
+            } => {
+                let what = plural(streak, "traffic error", "consecutive traffic errors");
+                write!(f, "{streak} {what}, last: {last}")?;
+                match ejection {
+                    Some(ejection) => write!(f, "; {ejection}"),
+                    None => Ok(()),
+                }
+            }
+            Reason::TrafficRecovered { last } => {
+                write!(f, "a good response ended the error streak, last: {last}")
+            }
+            Reason::EjectionExpired { nth, duration } => write!(
+                f,
+                "ejection #{nth} ({}) is over, back on probation",
+                human_duration(duration)
+            ),
+            Reason::ProbationFailed { last, ejection } => {
+                write!(f, "traffic error on probation, last: {last}; {ejection}")
+            }
+        }
+    }
+}
+
+/// A change of one backend's verdict: the engine's only output event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transition {
+    /// The backend's index in the pool.
+    pub backend: usize,
+    /// The verdict before.
+    pub from: State,
+    /// The verdict after.
+    pub to: State,
+    /// Why.
+    pub reason: Reason,
+    /// When, on the caller's clock.
+    pub at: Duration,
+    /// How many backends of the pool are UP after the change.
+    pub healthy_after: usize,
+}
+
+impl Transition {
+    /// Whether this transition left the pool with no UP backend.
+    pub fn emptied_pool(&self) -> bool {
+        self.to == State::Down && self.healthy_after == 0
+    }
+
+    /// Whether this transition ended a time with no UP backend.
+    pub fn refilled_pool(&self) -> bool {
+        self.to == State::Up && self.healthy_after == 1
+    }
+}
+
+impl fmt::Display for Transition {
+    /// `UP -> DOWN: 3 consecutive failed probes, last: TIMEOUT` (the caller names the backend).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} -> {}: {}", self.from, self.to, self.reason)
+    }
+}

@@ -1,0 +1,374 @@
+//! The health runtime: one pure engine per pool, fed by probes, by relayed traffic, by operators
+//! and by its own timer, and the snapshots, events and status it publishes.
+//!
+//! Every decision is the engine's (`capataz_health::Rotation`: verdicts, overrides with expiry,
+//! slow start, the all-down policy and its fail-open set). This module only feeds it inputs
+//! with the time, and `publish` turns what comes out into a new [`Snapshot`], log lines and
+//! broadcast [`Event`]s; `driver` runs the probe loops and the one timer.
+//!
+//! The engine sits behind a mutex, with the per-backend records the admin API shows (recent
+//! probes, last transition); the mutex is held for a few instructions and never across an
+//! await. The request path never takes it for healthy traffic: it reads the lock-free
+//! [`Snapshot`], records the outcome in a lock-free ring, and a good response from a backend
+//! with a clean passive record skips the engine with one atomic load (`watched`, the engine's
+//! `needs_traffic` as of its last change).
+
+mod backend;
+mod driver;
+mod publish;
+mod view;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use arc_swap::{ArcSwap, Guard};
+use capataz_health::{
+    BackendHealth, EjectionPolicy, Join, Outcome, Policy, ProbeRule, Reason, Rotation, Settings,
+    Side, State, TrafficResult, TrafficRule, Transition, WhenAllDown,
+};
+use tokio::sync::{broadcast, Notify};
+
+use crate::balance::Snapshot;
+use crate::budget::RetryBudget;
+use crate::config::{AllDownPolicy, CheckKind, PoolConfig};
+pub use crate::events::{Event, OverrideKind};
+use crate::metrics::{HistogramScope, PoolMetrics};
+use crate::upstream::Upstream;
+pub use backend::{BackendRt, Clock, TrafficRing};
+pub use view::{BackendInfo, BackendView, Override, ProbeRecord};
+
+/// How many recent probe and traffic outcomes are kept per backend.
+pub const HISTORY: usize = 20;
+
+/// The engine settings a pool's configuration asks for.
+pub fn engine_settings(config: &PoolConfig) -> Settings {
+    let initial = match config.active.kind {
+        // Nothing would ever bring a DOWN active side back without probes.
+        CheckKind::None => State::Up,
+        CheckKind::Http | CheckKind::Tcp => config.active.initial,
+    };
+    Settings {
+        rise: config.active.rise,
+        fall: config.active.fall,
+        consecutive_errors: config.passive.consecutive_errors,
+        initial,
+        probe_rule: ProbeRule {
+            expect: config.active.expect,
+        },
+        traffic_rule: TrafficRule {
+            count_503: config.passive.count_503,
+        },
+        ejection: Some(EjectionPolicy {
+            base: config.passive.ejection_time,
+            max: config.passive.max_ejection_time,
+        }),
+        max_ejected_percent: if config.passive.enabled {
+            config.passive.max_ejected_percent
+        } else {
+            0
+        },
+        probes_end_ejection: config.passive.probes_end_ejection,
+    }
+}
+
+/// The pool-level policy a pool's configuration asks for.
+pub fn engine_policy(config: &PoolConfig) -> Policy {
+    Policy {
+        when_all_down: match config.when_all_down {
+            AllDownPolicy::FailOpen => WhenAllDown::FailOpen,
+            AllDownPolicy::Reject { .. } => WhenAllDown::Reject,
+        },
+        slow_start: config.slow_start,
+    }
+}
+
+/// What the runtime remembers of one backend beside its engine state.
+#[derive(Clone, Debug)]
+struct Records {
+    pub(super) probes: VecDeque<ProbeRecord>,
+    pub(super) last_transition: Option<(SystemTime, Transition)>,
+    pub(super) since: SystemTime,
+}
+
+impl Records {
+    fn new(since: SystemTime) -> Records {
+        Records {
+            probes: VecDeque::with_capacity(HISTORY),
+            last_transition: None,
+            since,
+        }
+    }
+}
+
+/// The engine and the per-backend records, under one lock.
+#[derive(Debug)]
+struct Inner {
+    engine: Rotation,
+    info: Vec<Records>,
+}
+
+/// Why an override could not be applied.
+#[derive(Debug, thiserror::Error)]
+pub enum OverrideError {
+    /// No such backend in this pool.
+    #[error("pool {pool} has no backend {backend:?}")]
+    UnknownBackend {
+        /// The pool.
+        pool: String,
+        /// The name asked for.
+        backend: String,
+    },
+}
+
+/// One pool at run time: its backends, its engine, its snapshot.
+#[derive(Debug)]
+pub struct PoolRt {
+    /// The pool's name.
+    pub name: Arc<str>,
+    /// Its configuration.
+    pub config: PoolConfig,
+    /// Its backends, in configuration order (the engine's indexes).
+    pub backends: Vec<Arc<BackendRt>>,
+    /// Its metric handles.
+    pub(crate) metrics: PoolMetrics,
+    inner: Mutex<Inner>,
+    snapshot: ArcSwap<Snapshot>,
+    pub(crate) cursor: AtomicUsize,
+    pub(crate) budget: RetryBudget,
+    traffic_rule: TrafficRule,
+    events: broadcast::Sender<Event>,
+    clock: Clock,
+    /// Wakes the timer when the engine's next timeout may have moved earlier.
+    timer: Notify,
+}
+
+impl PoolRt {
+    /// A pool for `config`. Backends that `previous` (the same pool before a reload) has with
+    /// the same name and address keep their health, streaks, override, slow start and records,
+    /// and whether they were ever proven healthy; other backends start in the configured
+    /// initial state, or DOWN when `gate_new` (readiness gating after a reload). Events go to
+    /// `events`; latency histograms are kept per pool or per backend as `histograms` says.
+    pub fn new(
+        config: PoolConfig,
+        events: broadcast::Sender<Event>,
+        clock: Clock,
+        previous: Option<&PoolRt>,
+        gate_new: bool,
+        histograms: HistogramScope,
+    ) -> PoolRt {
+        let settings = engine_settings(&config);
+        let metrics = PoolMetrics::new(&config.name, histograms);
+        let now = clock.now();
+        let wall = clock.wall(now);
+        let previous = previous.map(|p| (p, p.lock()));
+        let mut joins = Vec::with_capacity(config.backends.len());
+        let mut info = Vec::with_capacity(config.backends.len());
+        let mut backends = Vec::with_capacity(config.backends.len());
+        for b in &config.backends {
+            let kept = previous.as_ref().and_then(|(p, inner)| {
+                let i = p
+                    .backends
+                    .iter()
+                    .position(|old| *old.name == *b.name && old.address == b.address)?;
+                Some((inner.engine.carry(i), inner.info[i].clone(), &p.backends[i]))
+            });
+            let rt = BackendRt {
+                name: b.name.as_str().into(),
+                address: b.address.clone(),
+                weight: b.weight,
+                upstream: Upstream::new(
+                    b.socket_addr,
+                    config.timeouts.connect,
+                    config.timeouts.idle,
+                ),
+                in_flight: AtomicUsize::new(0),
+                traffic: TrafficRing::default(),
+                metrics: metrics.backend(&b.name),
+                watched: AtomicBool::new(false),
+                next_probe_ms: AtomicU64::new(u64::MAX),
+            };
+            match kept {
+                Some((carried, record, old)) => {
+                    joins.push((b.weight, Join::Kept(carried)));
+                    for outcome in old.traffic.recent() {
+                        rt.traffic.push(outcome);
+                    }
+                    info.push(record);
+                }
+                None => {
+                    let initial = if gate_new && config.active.kind != CheckKind::None {
+                        State::Down
+                    } else {
+                        settings.initial
+                    };
+                    // Added by a reload straight into rotation: it still warms up.
+                    let warm_up = previous.is_some();
+                    joins.push((b.weight, Join::New { initial, warm_up }));
+                    info.push(Records::new(wall));
+                }
+            }
+            backends.push(Arc::new(rt));
+        }
+        drop(previous);
+        let engine = Rotation::new(settings, engine_policy(&config), joins, now);
+        let pool = PoolRt {
+            name: config.name.as_str().into(),
+            metrics,
+            budget: RetryBudget::new(config.retries.budget_percent, config.retries.min_budget),
+            traffic_rule: settings.traffic_rule,
+            snapshot: ArcSwap::from_pointee(Snapshot::new(Vec::new(), Vec::new(), false)),
+            inner: Mutex::new(Inner { engine, info }),
+            cursor: AtomicUsize::new(0),
+            backends,
+            config,
+            events,
+            clock,
+            timer: Notify::new(),
+        };
+        let mut inner = pool.lock();
+        pool.publish(&mut inner, now, true);
+        drop(inner);
+        pool
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // The engine holds no invariant a panicking holder could break half-way (it never
+        // panics on valid indexes), so a poisoned lock is still usable.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The runtime clock.
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
+    /// The eligible backends as of the last change; no lock taken.
+    pub fn snapshot(&self) -> Guard<Arc<Snapshot>> {
+        self.snapshot.load()
+    }
+
+    /// A copy of every backend's health, in pool order.
+    pub fn health(&self) -> Vec<BackendHealth> {
+        self.lock().engine.pool().backends().to_vec()
+    }
+
+    /// One backend's verdict.
+    pub fn verdict(&self, backend: usize) -> State {
+        self.lock().engine.pool().verdict(backend)
+    }
+
+    /// What the pool does with no backend in rotation, as the engine applies it now (`None`
+    /// while a backend is in rotation).
+    pub fn all_down(&self) -> Option<capataz_health::AllDown> {
+        self.lock().engine.all_down()
+    }
+
+    /// The index of the backend named `name`.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.backends.iter().position(|b| &*b.name == name)
+    }
+
+    /// Feeds one probe outcome to the engine.
+    pub fn record_probe(&self, backend: usize, outcome: Outcome, latency: Duration) {
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        let result = inner.engine.handle_probe(backend, outcome, now);
+        self.backends[backend].metrics.probe(result, latency);
+        let probes = &mut inner.info[backend].probes;
+        if probes.len() == HISTORY {
+            probes.pop_front();
+        }
+        probes.push_back(ProbeRecord {
+            outcome,
+            result,
+            latency,
+            at: self.clock.wall(now),
+        });
+        tracing::trace!(
+            pool = %self.name,
+            backend = %self.backends[backend].name,
+            outcome = %outcome,
+            result = result.as_str(),
+            latency_us = latency.as_micros() as u64,
+            "probe"
+        );
+        self.publish(&mut inner, now, false);
+    }
+
+    /// Feeds one traffic outcome to the engine (a good response from a backend with a clean
+    /// passive record is skipped without taking the lock).
+    pub fn observe(&self, backend: usize, outcome: Outcome) {
+        let rt = &self.backends[backend];
+        rt.traffic.push(outcome);
+        if !self.config.passive.enabled {
+            return;
+        }
+        if !rt.watched.load(Ordering::Relaxed)
+            && self.traffic_rule.judge(outcome) == TrafficResult::Ok
+        {
+            return;
+        }
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        let was_ejected = inner.engine.pool().backend(backend).passive.is_ejected();
+        inner.engine.handle_traffic(backend, outcome, now);
+        rt.watched
+            .store(inner.engine.needs_traffic(backend), Ordering::Relaxed);
+        // A new ejection is a new timer.
+        let timer = !was_ejected && inner.engine.pool().backend(backend).passive.is_ejected();
+        self.publish(&mut inner, now, false);
+        drop(inner);
+        if timer {
+            self.timer.notify_one();
+        }
+    }
+
+    /// Runs the engine's timers due now (ejections ending, overrides lapsing, slow-start
+    /// steps) and publishes what changed.
+    pub fn tick(&self) {
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        inner.engine.handle_timeout(now);
+        for (i, rt) in self.backends.iter().enumerate() {
+            rt.watched
+                .store(inner.engine.needs_traffic(i), Ordering::Relaxed);
+        }
+        // Time alone moves slow-start weights.
+        let ramps = self.config.slow_start.is_some();
+        self.publish(&mut inner, now, ramps);
+    }
+
+    /// Sets (`Some`) or clears (`None`) a manual override on the backend named `backend`, for
+    /// `ttl` or until cleared (a TTL too long to represent never lapses). Returns the backend's
+    /// new effective state.
+    pub fn set_override(
+        &self,
+        backend: &str,
+        kind: Option<OverrideKind>,
+        ttl: Option<Duration>,
+    ) -> Result<&'static str, OverrideError> {
+        let i = self
+            .index_of(backend)
+            .ok_or_else(|| OverrideError::UnknownBackend {
+                pool: self.name.to_string(),
+                backend: backend.to_owned(),
+            })?;
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        let state = inner.engine.set_override(i, kind, ttl, now);
+        self.publish(&mut inner, now, false);
+        drop(inner);
+        self.timer.notify_one();
+        Ok(state.as_str())
+    }
+}
+
+/// The reason of a transition, for the explain sentence: the side and the streak.
+pub fn reason_side(reason: &Reason) -> &'static str {
+    match reason.side() {
+        Side::Active => "active",
+        Side::Passive => "passive",
+    }
+}

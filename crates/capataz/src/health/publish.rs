@@ -1,0 +1,180 @@
+//! Publishing what the engine decided: the new [`Snapshot`] the request path reads, one log
+//! line per event, and the broadcast [`Event`] the admin API and the alert hooks receive.
+//!
+//! Events leave in the engine's order, which is causal: an override or a transition comes
+//! before the all-down or recovered event it caused. The snapshot is swapped before any of them
+//! is logged, so a listener that reacts to an event already sees its effect.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use capataz_health::pool::{human_duration, Active};
+use capataz_health::rotation::{Event as EngineEvent, OverrideCause, OverrideChange};
+use capataz_health::{Side, State};
+
+use super::{Inner, PoolRt};
+use crate::balance::Snapshot;
+use crate::events::Event;
+use crate::logging;
+
+impl PoolRt {
+    /// Drains the engine's events: records transitions, rebuilds the snapshot if anything
+    /// happened (or when `rebuild`: time alone moves slow-start weights), and logs and
+    /// broadcasts each event. A probe that changes nothing costs no rebuild.
+    pub(super) fn publish(&self, inner: &mut Inner, now: Duration, rebuild: bool) {
+        let time = self.clock.wall(now);
+        let mut events = Vec::new();
+        while let Some(event) = inner.engine.poll_event() {
+            if let EngineEvent::Transition(transition) = &event {
+                let info = &mut inner.info[transition.backend];
+                info.last_transition = Some((time, *transition));
+                info.since = time;
+            }
+            events.push(event);
+        }
+        if rebuild || !events.is_empty() {
+            let eligible = inner.engine.eligible(now);
+            let snapshot = Snapshot::new(eligible.backends, eligible.weights, eligible.all_down);
+            if **self.snapshot.load() != snapshot {
+                self.snapshot.store(Arc::new(snapshot));
+            }
+        }
+        for event in events {
+            match event {
+                EngineEvent::Transition(transition) => {
+                    let metrics = &self.backends[transition.backend].metrics;
+                    metrics.transition(&transition);
+                    self.emit(Event::Transition {
+                        pool: self.name.clone(),
+                        backend: self.backends[transition.backend].name.clone(),
+                        transition,
+                        time,
+                    });
+                }
+                EngineEvent::ActiveChange(change) => {
+                    let active = inner.engine.pool().backend(change.backend).active;
+                    self.log_hidden_active_change(change.backend, active, change.last);
+                }
+                EngineEvent::Override(change) => self.emit(self.override_event(&change)),
+                EngineEvent::AllDown { applied, .. } => self.emit(Event::AllDown {
+                    pool: self.name.clone(),
+                    policy: applied,
+                    time,
+                }),
+                EngineEvent::Recovered { .. } => self.emit(Event::Recovered {
+                    pool: self.name.clone(),
+                    time,
+                }),
+            }
+        }
+    }
+
+    fn override_event(&self, change: &OverrideChange) -> Event {
+        let reason = match (change.cause, change.kind, change.ttl) {
+            (OverrideCause::Operator, Some(kind), Some(ttl)) => format!(
+                "manual {} set by an operator, for {} (until {})",
+                kind.as_str(),
+                human_duration(ttl),
+                crate::timefmt::clock(self.clock.wall(change.at.saturating_add(ttl)))
+            ),
+            (OverrideCause::Operator, Some(kind), None) => {
+                format!("manual {} set by an operator, until cleared", kind.as_str())
+            }
+            (OverrideCause::Operator, None, _) => {
+                "cleared by an operator; health checks decide again".to_owned()
+            }
+            (OverrideCause::Lapsed, ..) => {
+                "manual override lapsed; health checks decide again".to_owned()
+            }
+        };
+        Event::Override {
+            pool: self.name.clone(),
+            backend: self.backends[change.backend].name.clone(),
+            kind: change.kind,
+            from: change.from.as_str(),
+            to: change.to.as_str(),
+            reason,
+            time: self.clock.wall(change.at),
+        }
+    }
+
+    fn log_hidden_active_change(
+        &self,
+        backend: usize,
+        active: Active,
+        outcome: capataz_health::Outcome,
+    ) {
+        // The verdict did not move (passive checks hold the backend out), but an operator
+        // still wants to know what the probes concluded.
+        let name = &self.backends[backend].name;
+        let streak = match active.state {
+            State::Up => active.pass_streak,
+            State::Down => active.fail_streak,
+        };
+        let sentence = format!(
+            "pool={} backend={} active checks say {} after {} consecutive {} probes \
+             (last: {}); the verdict stays DOWN: ejected by passive checks",
+            self.name,
+            name,
+            active.state,
+            streak,
+            if active.state == State::Up {
+                "passing"
+            } else {
+                "failed"
+            },
+            outcome
+        );
+        logging::emit(
+            tracing::Level::INFO,
+            &sentence,
+            logging::Fields {
+                event: "active_change",
+                pool: Some(&self.name),
+                backend: Some(name),
+                to: Some(active.state.as_str()),
+                side: Some("active"),
+                ..Default::default()
+            },
+        );
+    }
+
+    /// Logs `event` once and broadcasts it.
+    fn emit(&self, event: Event) {
+        let sentence = event.sentence();
+        let change = event.change();
+        let side = match &event {
+            Event::Transition { transition, .. } => Some(match transition.reason.side() {
+                Side::Active => "active",
+                Side::Passive => "passive",
+            }),
+            _ => None,
+        };
+        let policy = match &event {
+            Event::AllDown { policy, .. } => Some(policy.policy()),
+            _ => None,
+        };
+        let level = match &event {
+            Event::AllDown { .. } => tracing::Level::ERROR,
+            Event::Transition { transition, .. } if transition.to == State::Down => {
+                tracing::Level::WARN
+            }
+            _ => tracing::Level::INFO,
+        };
+        logging::emit(
+            level,
+            &sentence,
+            logging::Fields {
+                event: event.kind(),
+                pool: Some(event.pool()),
+                backend: event.backend(),
+                from: change.as_ref().map(|c| c.0),
+                to: change.as_ref().map(|c| c.1),
+                side,
+                reason: change.as_ref().map(|c| c.2.as_str()),
+                policy,
+            },
+        );
+        let _ = self.events.send(event);
+    }
+}

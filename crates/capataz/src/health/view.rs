@@ -1,0 +1,132 @@
+//! What the admin API and the metrics see of a pool: consistent copies taken under the lock
+//! ([`BackendView`]), never recomputed outside the engine.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use capataz_health::{BackendHealth, Outcome, ProbeResult, Transition};
+
+use super::{BackendRt, Inner, OverrideKind, PoolRt};
+
+/// One probe, as the admin API shows it.
+#[derive(Clone, Copy, Debug)]
+pub struct ProbeRecord {
+    /// What happened.
+    pub outcome: Outcome,
+    /// How the probe rule judged it.
+    pub result: ProbeResult,
+    /// How long it took.
+    pub latency: Duration,
+    /// When it finished.
+    pub at: SystemTime,
+}
+
+/// A manual override in force, as the admin API shows it.
+#[derive(Clone, Copy, Debug)]
+pub struct Override {
+    /// What it does.
+    pub kind: OverrideKind,
+    /// When it was set.
+    pub since: SystemTime,
+    /// When it lapses, on the engine clock (`None`: until cleared).
+    pub until: Option<Duration>,
+}
+
+/// The records of one backend and its manual override, as the admin API shows them.
+#[derive(Clone, Debug)]
+pub struct BackendInfo {
+    /// Recent probes, oldest first.
+    pub probes: VecDeque<ProbeRecord>,
+    /// The last verdict change and when it happened.
+    pub last_transition: Option<(SystemTime, Transition)>,
+    /// Since when the current verdict holds (start, or the last transition).
+    pub since: SystemTime,
+    /// The manual override, if any.
+    pub override_: Option<Override>,
+}
+
+/// A copy of everything known about one backend at one moment, for the admin API.
+#[derive(Clone, Debug)]
+pub struct BackendView {
+    /// The backend.
+    pub backend: Arc<BackendRt>,
+    /// Its engine state.
+    pub health: BackendHealth,
+    /// Its records and override.
+    pub info: BackendInfo,
+    /// Whether new requests may go to it now (its verdict and any override).
+    pub eligible: bool,
+    /// Its effective weight, in tenths of a weight unit.
+    pub effective_weight_tenths: u32,
+    /// Engine time of the copy.
+    pub now: Duration,
+}
+
+impl BackendView {
+    /// The effective state: the override's (`DRAINING`, `FORCED_DOWN`, `FORCED_UP`), else the
+    /// verdict (`UP`, `DOWN`).
+    pub fn state(&self) -> &'static str {
+        match self.info.override_ {
+            Some(o) => o.kind.state(),
+            None => self.health.verdict().as_str(),
+        }
+    }
+}
+
+impl PoolRt {
+    /// Per backend, in pool order: whether it may get new requests now (its verdict and any
+    /// override, as [`PoolRt::views`] says in `eligible`) and its effective weight in tenths,
+    /// without copying every record.
+    pub fn eligibility(&self) -> Vec<(bool, u32)> {
+        let now = self.clock.now();
+        let inner = self.lock();
+        (0..self.backends.len())
+            .map(|i| {
+                (
+                    inner.engine.in_rotation(i),
+                    inner.engine.weight_tenths(i, now),
+                )
+            })
+            .collect()
+    }
+
+    /// A consistent copy of everything known about every backend.
+    pub fn views(&self) -> Vec<BackendView> {
+        let now = self.clock.now();
+        let inner = self.lock();
+        (0..self.backends.len())
+            .map(|i| self.view(&inner, i, now))
+            .collect()
+    }
+
+    /// A consistent copy of everything known about backend `index` (which must exist), without
+    /// copying the others'.
+    pub fn view_of(&self, index: usize) -> BackendView {
+        let now = self.clock.now();
+        let inner = self.lock();
+        self.view(&inner, index, now)
+    }
+
+    fn view(&self, inner: &Inner, i: usize, now: Duration) -> BackendView {
+        let engine = &inner.engine;
+        let records = &inner.info[i];
+        BackendView {
+            backend: self.backends[i].clone(),
+            health: *engine.pool().backend(i),
+            info: BackendInfo {
+                probes: records.probes.clone(),
+                last_transition: records.last_transition,
+                since: records.since,
+                override_: engine.override_of(i).map(|o| Override {
+                    kind: o.kind,
+                    since: self.clock.wall(o.since),
+                    until: o.until,
+                }),
+            },
+            eligible: engine.in_rotation(i),
+            effective_weight_tenths: engine.weight_tenths(i, now),
+            now,
+        }
+    }
+}
