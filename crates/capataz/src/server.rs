@@ -5,6 +5,7 @@
 //! running. Each client connection is served by hyper's HTTP/1 server with upgrades; a
 //! connection that sits idle longer than the listener's idle timeout is closed gracefully.
 
+use std::collections::HashSet;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -453,12 +454,18 @@ impl Shared {
             .iter()
             .map(|pool| {
                 let previous = old_pools.iter().find(|p| *p.name == *pool.name);
-                for backend in &pool.backends {
-                    let kept = previous.is_some_and(|p| {
+                // The old pool's backends by name and address, so that counting stays linear
+                // in a pool of thousands of backends (this runs on a runtime thread).
+                let before: HashSet<(&str, &str)> = previous
+                    .map(|p| {
                         p.backends
                             .iter()
-                            .any(|b| *b.name == *backend.name && b.address == backend.address)
-                    });
+                            .map(|b| (&*b.name, b.address.as_str()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for backend in &pool.backends {
+                    let kept = before.contains(&(backend.name.as_str(), backend.address.as_str()));
                     if kept {
                         summary.kept += 1;
                     } else {
