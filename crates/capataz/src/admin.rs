@@ -47,6 +47,10 @@ const DASHBOARD: &str = include_str!("admin/dashboard.html");
 /// as they are accepted. HAProxy's stats socket has a similar bound (`stats maxconn`).
 pub const MAX_CONNECTIONS: usize = 256;
 
+/// How long a connection may take to send a request head, counted from when the server starts
+/// waiting for it (so an idle connection is closed after it too).
+const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Serves the admin API on `socket` until the balancer shuts down.
 pub async fn serve(socket: TcpListener, shared: Arc<Shared>) {
     let mut shutdown = shared.shutdown_signal();
@@ -97,6 +101,8 @@ pub async fn serve(socket: TcpListener, shared: Arc<Shared>) {
             });
             let _ = http1::Builder::new()
                 .timer(TokioTimer::new())
+                // Also bounds an idle keep-alive connection: the next head must arrive in time.
+                .header_read_timeout(HEAD_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
