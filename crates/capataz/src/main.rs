@@ -225,6 +225,19 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
+/// Writes `text` to standard output. A reader that went away (`capataz status | head -1`) is a
+/// normal way to stop, not a panic as with `print!`.
+fn stdout(text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(e).context("cannot write to standard output")
+        }
+        _ => Ok(()),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -297,7 +310,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 "/status",
                 token.as_deref(),
             ))?;
-            print!("{}", capataz::ctl::render_status(&status));
+            stdout(&capataz::ctl::render_status(&status))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Ctl {
@@ -331,10 +344,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 &path,
                 token.as_deref(),
             ))?;
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&answer).unwrap_or_default()
-            );
+            let mut text = serde_json::to_string_pretty(&answer).unwrap_or_default();
+            text.push('\n');
+            stdout(&text)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { file } => {
@@ -346,18 +358,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             };
             let warnings = config::check(&config);
+            let mut text = String::new();
             for warning in &warnings {
-                println!("warning: {warning}");
+                text.push_str(&format!("warning: {warning}\n"));
             }
             let backends: usize = config.pools.iter().map(|p| p.backends.len()).sum();
-            println!(
-                "{}: valid ({} listeners, {} pools, {} backends, {} warnings)",
+            text.push_str(&format!(
+                "{}: valid ({} listeners, {} pools, {} backends, {} warnings)\n",
                 file.display(),
                 config.listeners.len(),
                 config.pools.len(),
                 backends,
                 warnings.len()
-            );
+            ));
+            stdout(&text)?;
             Ok(ExitCode::from(if warnings.is_empty() { 0 } else { 1 }))
         }
         Command::Replay {

@@ -418,3 +418,34 @@ async fn a_reload_during_shutdown_is_refused_and_binds_nothing() {
     assert!(refused.is_err(), "a reload during shutdown was applied");
     stopping.await.expect("shutdown");
 }
+
+/// Regression: `capataz check`, `status` and `ctl` printed with `println!`, which panics when
+/// the reader of standard output has gone away (`capataz status | head -1`): a backtrace and
+/// exit status 101 instead of a quiet stop.
+#[test]
+fn a_closed_standard_output_is_not_a_panic() {
+    let dir = std::env::temp_dir().join(format!("capataz-hostile-pipe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("config.toml");
+    // rise = 1 adds a warning line, so there is more than one write.
+    let text =
+        pool_of(&[("b1", nowhere())], "").replace("active.kind = \"none\"", "active.rise = 1");
+    std::fs::write(&path, text).expect("write config");
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_capataz"))
+        .arg("check")
+        .arg(&path)
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run capataz check");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "valid with a warning: {stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
