@@ -4,14 +4,21 @@
 //! keep-alive connection handed back when the response has been read to its end, and the
 //! connection is dropped instead if the client went away before that. The lease also judges
 //! the answer for the passive checks once the body has ended: its status if the body arrived
-//! whole, a reset if it was cut short (the client already has the headers, so no retry can hide
-//! it, and a backend doing this to every response must still be ejected).
+//! whole, a reset if it was cut short, a timeout if it stalled (the client already has the
+//! headers, so no retry can hide it, and a backend doing this to every response must still be
+//! ejected).
+//!
+//! A stalled body is one the backend sends nothing of for `timeouts.body_idle` while capataz
+//! waits for it. Only that wait counts: the clock starts when the body returns `Pending` for
+//! lack of backend data and stops when data arrives; while the client is slow to read, hyper
+//! does not poll the body and nothing is charged. No timer exists until a body first waits.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use std::io;
 
@@ -23,7 +30,7 @@ use tokio::net::TcpStream;
 use crate::h1::chunked;
 use crate::h1::framing::{BodyLength, Framing};
 use crate::health::{BackendRt, PoolRt};
-use crate::upstream::READ_SIZE;
+use crate::upstream::{AttemptError, PrivateIdle, READ_SIZE};
 
 /// A request body on its way to a backend.
 #[derive(Debug)]
@@ -66,26 +73,31 @@ impl Body for ReqBody {
 /// Holds a backend's in-flight slot and, once the response is complete, its connection.
 pub struct Lease {
     backend: Arc<BackendRt>,
+    /// Where the connection goes back: the client connection's own idle set, or (`None`) the
+    /// backend's shared one.
+    private: Option<Arc<PrivateIdle>>,
     /// The connection, and when its response arrived.
     sender: Option<(TcpStream, Instant)>,
     complete: bool,
     /// The answer to report to the passive checks when the lease ends: the pool, the backend's
     /// index in it, and the answer's status.
     verdict: Option<(Arc<PoolRt>, usize, Outcome)>,
-    /// Whether the body broke before its end.
-    broken: bool,
+    /// How the body failed before its end, if it did: judged instead of the answer.
+    failed: Option<AttemptError>,
 }
 
 impl Lease {
-    /// Takes an in-flight slot on `backend`.
-    pub(crate) fn new(backend: Arc<BackendRt>) -> Lease {
+    /// Takes an in-flight slot on `backend`; a reusable connection goes back to `private` if
+    /// given, else to the backend's shared set.
+    pub(crate) fn new(backend: Arc<BackendRt>, private: Option<Arc<PrivateIdle>>) -> Lease {
         backend.in_flight.fetch_add(1, Ordering::Relaxed);
         Lease {
             backend,
+            private,
             sender: None,
             complete: false,
             verdict: None,
-            broken: false,
+            failed: None,
         }
     }
 
@@ -93,12 +105,17 @@ impl Lease {
         &self.backend
     }
 
+    /// The client connection's own idle set, under the private reuse policy.
+    pub(crate) fn private(&self) -> Option<&PrivateIdle> {
+        self.private.as_deref()
+    }
+
     pub(crate) fn set_sender(&mut self, sender: TcpStream, answered_at: Instant) {
         self.sender = Some((sender, answered_at));
     }
 
     /// Reports `answer` for backend `index` of `pool` when the lease ends: as is if the body
-    /// ended whole or the client went away, as [`Outcome::Reset`] if the body broke.
+    /// ended whole or the client went away, as the failure's outcome if the body failed.
     pub(crate) fn judge_at_end(&mut self, pool: Arc<PoolRt>, index: usize, answer: Outcome) {
         self.verdict = Some((pool, index, answer));
     }
@@ -108,11 +125,19 @@ impl Drop for Lease {
     fn drop(&mut self) {
         self.backend.in_flight.fetch_sub(1, Ordering::Relaxed);
         if let Some((pool, index, answer)) = self.verdict.take() {
-            pool.observe(index, if self.broken { Outcome::Reset } else { answer });
+            let outcome = match self.failed {
+                Some(failed) => failed.outcome(),
+                None => Some(answer),
+            };
+            if let Some(outcome) = outcome {
+                pool.observe(index, outcome);
+            }
         }
         if self.complete {
             if let Some((sender, answered_at)) = self.sender.take() {
-                self.backend.upstream.release(sender, answered_at);
+                self.backend
+                    .upstream
+                    .release(sender, answered_at, self.private.as_deref());
             }
         }
     }
@@ -137,13 +162,15 @@ impl RespBody {
 
     /// The body of a backend's answer, read from `stream` (`buf` holds what was read past the
     /// head) as `framing` says. When it has been read to its end the connection goes back to
-    /// the backend's idle set if it is reusable; `answered_at` is when the head arrived.
+    /// the backend's idle set if it is reusable; `answered_at` is when the head arrived. A body
+    /// the backend sends nothing of for `body_idle` fails as stalled.
     pub(crate) fn upstream(
         stream: TcpStream,
         buf: BytesMut,
         framing: Framing,
         mut lease: Lease,
         answered_at: Instant,
+        body_idle: Duration,
     ) -> RespBody {
         let state = match framing.body {
             BodyLength::Empty | BodyLength::Exact(0) => State::Done,
@@ -168,7 +195,10 @@ impl RespBody {
             answered_at,
             lease: Some(lease),
             unflushed: false,
-            broke: false,
+            broke: None,
+            body_idle,
+            idle: None,
+            waiting: false,
         })
     }
 }
@@ -191,9 +221,15 @@ pub struct UpstreamBody {
     lease: Option<Lease>,
     /// Whether data went out since the last `Pending`: hyper may still hold it unsent.
     unflushed: bool,
-    /// The body broke after data that may not have been sent yet; the break is reported on
-    /// the next poll.
-    broke: bool,
+    /// The body failed after data that may not have been sent yet; the failure is reported
+    /// on the next poll.
+    broke: Option<AttemptError>,
+    /// How long the backend may leave the body waiting.
+    body_idle: Duration,
+    /// The idle timer, created the first time the body waits and reset at each later wait.
+    idle: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Whether the body is waiting for the backend (its idle timer runs).
+    waiting: bool,
 }
 
 impl UpstreamBody {
@@ -212,29 +248,36 @@ impl UpstreamBody {
         self.buf = BytesMut::new();
     }
 
-    /// The body broke: it counts as a reset, and the connection is dropped.
-    fn break_off(&mut self) -> io::Error {
+    /// The body failed (`why`: broke off or stalled): the lease reports it, and the
+    /// connection is dropped.
+    fn break_off(&mut self, why: AttemptError) -> io::Error {
         self.state = State::Done;
         if let Some(mut lease) = self.lease.take() {
-            lease.broken = true;
+            lease.failed = Some(why);
         }
         self.stream = None;
-        io::Error::new(io::ErrorKind::UnexpectedEof, "the backend's body broke off")
+        self.idle = None;
+        io::Error::other(why.to_string())
     }
 
-    /// The body broke here. If data went out since the last wait, the break is reported on the
-    /// next poll: hyper sends what it holds when the body waits, so the client gets the head
-    /// and every byte that arrived before it learns of the break.
-    fn broken(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Frame<Bytes>>>> {
+    /// The body failed here. If data went out since the last wait, the failure is reported on
+    /// the next poll: hyper sends what it holds when the body waits, so the client gets the
+    /// head and every byte that arrived before it learns of the failure.
+    fn broken(
+        &mut self,
+        cx: &mut Context<'_>,
+        why: AttemptError,
+    ) -> Poll<Option<io::Result<Frame<Bytes>>>> {
         if self.unflushed {
-            self.broke = true;
+            self.broke = Some(why);
             cx.waker().wake_by_ref();
             return Poll::Pending;
         }
-        Poll::Ready(Some(Err(self.break_off())))
+        Poll::Ready(Some(Err(self.break_off(why))))
     }
 
-    /// Reads more from the backend into the buffer: `Ready(Ok(0))` at its end of stream.
+    /// Reads more from the backend into the buffer: `Ready(Ok(0))` at its end of stream, an
+    /// error of kind `TimedOut` when the backend left it waiting for `body_idle`.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         let Some(stream) = &self.stream else {
             return Poll::Ready(Ok(0));
@@ -244,9 +287,30 @@ impl UpstreamBody {
                 self.buf.reserve(READ_SIZE);
             }
             match stream.try_read_buf(&mut self.buf) {
-                Ok(n) => return Poll::Ready(Ok(n)),
+                Ok(n) => {
+                    self.waiting = false;
+                    return Poll::Ready(Ok(n));
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    std::task::ready!(stream.poll_read_ready(cx))?;
+                    if let Poll::Ready(ready) = stream.poll_read_ready(cx) {
+                        ready?;
+                        continue;
+                    }
+                    // Waiting on the backend: its idle clock runs from the first wait.
+                    if !self.waiting {
+                        self.waiting = true;
+                        let deadline = tokio::time::Instant::now() + self.body_idle;
+                        match &mut self.idle {
+                            Some(sleep) => sleep.as_mut().reset(deadline),
+                            None => self.idle = Some(Box::pin(tokio::time::sleep_until(deadline))),
+                        }
+                    }
+                    if let Some(sleep) = &mut self.idle {
+                        if sleep.as_mut().poll(cx).is_ready() {
+                            return Poll::Ready(Err(io::ErrorKind::TimedOut.into()));
+                        }
+                    }
+                    return Poll::Pending;
                 }
                 Err(e) => return Poll::Ready(Err(e)),
             }
@@ -264,8 +328,8 @@ impl UpstreamBody {
     }
 
     fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Frame<Bytes>>>> {
-        if self.broke {
-            return Poll::Ready(Some(Err(self.break_off())));
+        if let Some(why) = self.broke {
+            return Poll::Ready(Some(Err(self.break_off(why))));
         }
         loop {
             match &mut self.state {
@@ -292,7 +356,7 @@ impl UpstreamBody {
                         return Poll::Ready(None);
                     }
                     Ok(chunked::Decoded::NeedMore) => {}
-                    Err(_) => return self.broken(cx),
+                    Err(_) => return self.broken(cx, AttemptError::BodyBroken),
                 },
                 State::UntilClose => {
                     if !self.buf.is_empty() {
@@ -307,7 +371,10 @@ impl UpstreamBody {
                     self.finish();
                     return Poll::Ready(None);
                 }
-                Ok(0) | Err(_) => return self.broken(cx),
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                    return self.broken(cx, AttemptError::BodyStalled)
+                }
+                Ok(0) | Err(_) => return self.broken(cx, AttemptError::BodyBroken),
                 Ok(_) => {}
             }
         }

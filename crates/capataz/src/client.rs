@@ -11,6 +11,9 @@
 //! fires between its value and its value plus that period. hyper's own `header_read_timeout`
 //! is not used: it arms a fresh boxed timer per request and also counts the keep-alive wait.
 //!
+//! The watcher also closes the connection's private idle backend connections (see
+//! `upstream::PrivateIdle`) once they sat idle longer than their backend's `timeouts.idle`.
+//!
 //! A request counts as in progress from its head until its response body has been sent (or
 //! dropped). The watcher closes a connection by raising `close` and waking the connection's
 //! task: on a timeout, or on shutdown while no request is in progress, the connection is
@@ -39,6 +42,7 @@ use tokio::time::Instant;
 
 use crate::body::RespBody;
 use crate::proxy::{ClientInfo, Proxy};
+use crate::upstream::PrivateIdle;
 
 /// `Shared::close` values, besides 0 (keep serving).
 const GRACEFUL: u8 = 1;
@@ -95,15 +99,16 @@ pub(crate) async fn serve(
     shutdown: watch::Receiver<bool>,
 ) {
     let shared = Arc::new(Shared::default());
+    let client = Arc::new(ClientInfo::new(peer));
     let (done, watcher_done) = oneshot::channel::<()>();
     tokio::spawn(watch_connection(
         shared.clone(),
+        client.private.clone(),
         limits,
         shutdown,
         watcher_done,
     ));
 
-    let client = Arc::new(ClientInfo::new(peer));
     let service_shared = shared.clone();
     let service = service_fn(move |req| {
         let proxy = proxy();
@@ -207,9 +212,11 @@ impl Body for Tracked {
     }
 }
 
-/// Watches one connection's counters for its timeouts, and the balancer's shutdown.
+/// Watches one connection's counters for its timeouts, and the balancer's shutdown, and reaps
+/// the idle backend connections private to it.
 async fn watch_connection(
     shared: Arc<Shared>,
+    private: Arc<PrivateIdle>,
     limits: Limits,
     mut shutdown: watch::Receiver<bool>,
     mut done: oneshot::Receiver<()>,
@@ -243,6 +250,7 @@ async fn watch_connection(
                     shared.close(ABORT);
                     return;
                 }
+                private.reap(std::time::Instant::now());
             }
         }
     }

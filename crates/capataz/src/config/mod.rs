@@ -162,6 +162,9 @@ pub struct ListenerConfig {
     pub idle_timeout: Duration,
     /// How long a client may take to send its request headers (default 10 s).
     pub header_read_timeout: Duration,
+    /// The longest wait for the next piece of a request body being forwarded (default 30 s);
+    /// a client that stalls longer gets 408.
+    pub request_body_timeout: Duration,
     /// The largest request head accepted, in bytes (default 16 KiB); larger gets 431.
     pub max_header_bytes: usize,
     /// Whether requests get `X-Forwarded-For` (the client's address appended) and
@@ -204,6 +207,19 @@ pub struct PoolConfig {
     /// Whether backends added by a reload start DOWN until they pass `rise` probes
     /// (readiness gating; default true).
     pub gate_new_backends: bool,
+    /// Which client requests an idle backend connection may carry (default private).
+    pub connection_reuse: ConnectionReuse,
+}
+
+/// Which client requests an idle keep-alive connection to a backend may carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnectionReuse {
+    /// Only later requests of the client connection whose request it carried; closed with
+    /// that client connection (default).
+    Private,
+    /// Any client's request: fewer connects, but bytes a backend sends after an answer may be
+    /// read as the answer to another client's request.
+    Shared,
 }
 
 /// One backend.
@@ -314,8 +330,12 @@ pub struct RetryConfig {
 pub struct UpstreamTimeouts {
     /// Connecting to a backend (default 1 s).
     pub connect: Duration,
-    /// From sending a request to receiving its response headers (default 15 s).
+    /// From the end of sending a request (head and body) to receiving its response headers
+    /// (default 15 s).
     pub response_header: Duration,
+    /// The longest a backend may leave a body waiting, either way (default 60 s): a response
+    /// body it sends nothing of, or a request body write it does not read.
+    pub body_idle: Duration,
     /// How long an idle pooled keep-alive connection to a backend is kept (default 30 s).
     pub idle: Duration,
 }

@@ -26,6 +26,10 @@ pub struct Framing {
     pub body: BodyLength,
     /// Whether the connection may carry another request once the body has been read.
     pub reusable: bool,
+    /// Whether the answer's `Content-Length` must not be relayed as written: beside
+    /// `Transfer-Encoding` it did not delimit the body (it goes), and written as a list or
+    /// repeated it is sent as one number. False for nearly every answer.
+    pub rewrite_length: bool,
 }
 
 /// Why a response's framing cannot be trusted: the answer is malformed, and the connection
@@ -38,15 +42,19 @@ pub enum FramingError {
     /// HTTP/1.0 has no transfer codings.
     #[error("Transfer-Encoding in an HTTP/1.0 response")]
     TransferEncodingInHttp10,
+    /// `Transfer-Encoding` other than `chunked` once: capataz decodes no other coding, and
+    /// relaying one without its field would hand the client bytes it cannot read.
+    #[error("Transfer-Encoding other than chunked")]
+    TransferCoding,
 }
 
 /// The framing of the final (non-1xx) response `head` to a `method` request.
 ///
 /// - HEAD, 204 and 304 have no body, whatever their fields say (and 1xx, which the caller
 ///   handles before this).
-/// - `Transfer-Encoding` wins over `Content-Length`; chunked if chunked is its last coding,
-///   else the body runs until the close. A response carrying both is read by its chunks, and
-///   its connection is not reused: it is how request smuggling starts.
+/// - `Transfer-Encoding` wins over `Content-Length`, and must be `chunked` (once): any other
+///   coding is refused. A response carrying both is read by its chunks, and its connection is
+///   not reused: it is how request smuggling starts.
 /// - `Content-Length` must be one number, or a list of the same number repeated.
 /// - Otherwise the body runs until the backend closes.
 ///
@@ -54,7 +62,7 @@ pub enum FramingError {
 /// `Connection: close`, or HTTP/1.0 with `Connection: keep-alive`.
 pub fn response(method: &Method, head: &ResponseHead) -> Result<Framing, FramingError> {
     let headers = &head.headers;
-    let mut reusable = match head.version {
+    let reusable = match head.version {
         Version::HTTP_11 => !has_token(headers, "close"),
         _ => has_token(headers, "keep-alive") && !has_token(headers, "close"),
     };
@@ -66,42 +74,46 @@ pub fn response(method: &Method, head: &ResponseHead) -> Result<Framing, Framing
         return Ok(Framing {
             body: BodyLength::Empty,
             reusable,
+            rewrite_length: false,
         });
     }
     if headers.contains_key(header::TRANSFER_ENCODING) {
         if head.version == Version::HTTP_10 {
             return Err(FramingError::TransferEncodingInHttp10);
         }
-        if headers.contains_key(header::CONTENT_LENGTH) {
-            reusable = false;
+        let with_length = headers.contains_key(header::CONTENT_LENGTH);
+        if !only_chunked(headers) {
+            return Err(FramingError::TransferCoding);
         }
-        let body = if last_coding_is_chunked(headers) {
-            BodyLength::Chunked
-        } else {
-            reusable = false;
-            BodyLength::UntilClose
-        };
-        return Ok(Framing { body, reusable });
+        return Ok(Framing {
+            body: BodyLength::Chunked,
+            reusable: reusable && !with_length,
+            rewrite_length: with_length,
+        });
     }
-    if let Some(length) = content_length(headers)? {
+    if let Some((length, plain)) = content_length(headers)? {
         return Ok(Framing {
             body: BodyLength::Exact(length),
             reusable,
+            rewrite_length: !plain,
         });
     }
     Ok(Framing {
         body: BodyLength::UntilClose,
         reusable: false,
+        rewrite_length: false,
     })
 }
 
-/// The `Content-Length`, if any: every value (and every comma-separated element) must be the
-/// same decimal number.
-fn content_length(headers: &HeaderMap) -> Result<Option<u64>, FramingError> {
+/// The `Content-Length`, if any, and whether it was written plainly (one field, one number):
+/// every value (and every comma-separated element) must be the same decimal number.
+fn content_length(headers: &HeaderMap) -> Result<Option<(u64, bool)>, FramingError> {
     let mut length = None;
+    let mut elements = 0;
     for value in headers.get_all(header::CONTENT_LENGTH) {
         let text = value.to_str().map_err(|_| FramingError::ContentLength)?;
         for element in text.split(',') {
+            elements += 1;
             let element = element.trim();
             if element.is_empty()
                 || element.len() > 19
@@ -116,22 +128,25 @@ fn content_length(headers: &HeaderMap) -> Result<Option<u64>, FramingError> {
             }
         }
     }
-    Ok(length)
+    Ok(length.map(|n| (n, elements == 1)))
 }
 
-/// Whether the last transfer coding is `chunked`. A value that is not plain text counts as
-/// not chunked: the body then runs until the close and the connection is not reused.
-fn last_coding_is_chunked(headers: &HeaderMap) -> bool {
-    let mut last = None;
+/// Whether the transfer codings, over every `Transfer-Encoding` field (empty list elements
+/// aside), are exactly `chunked`.
+fn only_chunked(headers: &HeaderMap) -> bool {
+    let mut codings = 0;
     for value in headers.get_all(header::TRANSFER_ENCODING) {
         let Ok(text) = value.to_str() else {
             return false;
         };
-        if let Some(coding) = text.split(',').map(str::trim).rfind(|c| !c.is_empty()) {
-            last = Some(coding);
+        for coding in text.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+            if !coding.eq_ignore_ascii_case("chunked") {
+                return false;
+            }
+            codings += 1;
         }
     }
-    last.is_some_and(|coding| coding.eq_ignore_ascii_case("chunked"))
+    codings == 1
 }
 
 fn has_token(headers: &HeaderMap, token: &str) -> bool {
@@ -158,8 +173,21 @@ mod tests {
         framing(&Method::GET, text)
     }
 
+    /// As `ok`, with a `Content-Length` that must not be relayed as written.
+    const fn rewritten(body: BodyLength, reusable: bool) -> Result<Framing, FramingError> {
+        Ok(Framing {
+            body,
+            reusable,
+            rewrite_length: true,
+        })
+    }
+
     const fn ok(body: BodyLength, reusable: bool) -> Result<Framing, FramingError> {
-        Ok(Framing { body, reusable })
+        Ok(Framing {
+            body,
+            reusable,
+            rewrite_length: false,
+        })
     }
 
     #[test]
@@ -174,7 +202,7 @@ mod tests {
         );
         assert_eq!(
             get("HTTP/1.1 200 OK\r\nContent-Length: 7, 7\r\nContent-Length: 7\r\n\r\n"),
-            ok(BodyLength::Exact(7), true)
+            rewritten(BodyLength::Exact(7), true)
         );
         for bad in [
             "3, 4",
@@ -212,20 +240,41 @@ mod tests {
             ok(BodyLength::Chunked, true)
         );
         assert_eq!(
-            get("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, Chunked\r\n\r\n"),
+            get("HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n"),
             ok(BodyLength::Chunked, true)
         );
+        for refused in [
+            "gzip, chunked",
+            "chunked, chunked",
+            "gzip",
+            "identity",
+            "",
+            ",",
+        ] {
+            let text = format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: {refused}\r\n\r\n");
+            assert_eq!(get(&text), Err(FramingError::TransferCoding), "{refused:?}");
+        }
         assert_eq!(
             get("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n"),
-            ok(BodyLength::Chunked, true)
+            Err(FramingError::TransferCoding)
+        );
+        // Content-Length with chunked: the chunks delimit the body, the connection ends.
+        assert_eq!(
+            get("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            rewritten(BodyLength::Chunked, false)
+        );
+        // So does an invalid Content-Length beside Transfer-Encoding: it is not looked at.
+        assert_eq!(
+            get("HTTP/1.1 200 OK\r\nContent-Length: x\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            rewritten(BodyLength::Chunked, false)
         );
         assert_eq!(
             get("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"),
-            ok(BodyLength::Chunked, false)
+            rewritten(BodyLength::Chunked, false)
         );
         assert_eq!(
             get("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n"),
-            ok(BodyLength::UntilClose, false)
+            Err(FramingError::TransferCoding)
         );
         assert_eq!(
             get("HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"),
@@ -242,7 +291,7 @@ mod tests {
         let head = head::parse(&mut buf, 16384).unwrap().unwrap();
         assert_eq!(
             response(&Method::GET, &head),
-            ok(BodyLength::UntilClose, false)
+            Err(FramingError::TransferCoding)
         );
         text.clear();
     }

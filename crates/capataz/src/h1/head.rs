@@ -55,8 +55,12 @@ pub fn parse(buf: &mut BytesMut, max_len: usize) -> Result<Option<ResponseHead>,
         Some(1) => Version::HTTP_11,
         _ => return Err(HeadError::Malformed("HTTP version")),
     };
+    // httparse has checked the line's shape (`HTTP/1.x`, three digits, a reason of text); the
+    // range makes it the probes' grammar (`capataz_health::parse_status_line`): a code
+    // outside 100-599 is malformed here as it is there (see the test that holds them equal).
     let status = response
         .code
+        .filter(|code| (100..=599).contains(code))
         .and_then(|code| StatusCode::from_u16(code).ok())
         .ok_or(HeadError::Malformed("status code"))?;
     // Names are parsed now; values are cut from the head's bytes once they are taken off the
@@ -159,11 +163,37 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Traffic and probes accept the same status lines: whatever the code and the reason,
+        /// a head parses with a status exactly when `parse_status_line` accepts its line.
+        #[test]
+        fn status_lines_agree_with_the_probes_grammar(
+            code in 0u16..1000,
+            minor in proptest::sample::select(vec![b'0', b'1']),
+            reason in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..12),
+            with_reason in proptest::prelude::any::<bool>(),
+        ) {
+            let mut line = format!("HTTP/1.{} {code:03}", char::from(minor)).into_bytes();
+            if with_reason {
+                line.push(b' ');
+                line.extend(reason.iter().filter(|&&b| b != b'\r' && b != b'\n'));
+            }
+            let mut text = line.clone();
+            text.extend_from_slice(b"\r\nContent-Length: 0\r\n\r\n");
+            let probe = capataz_health::parse_status_line(&line);
+            let traffic = parse_bytes(&text, MAX).ok().flatten().map(|head| head.status.as_u16());
+            proptest::prop_assert_eq!(traffic, probe, "{:?}", String::from_utf8_lossy(&line));
+        }
+    }
+
     #[test]
     fn garbage_is_malformed() {
         for text in [
             &b"HTTP/2.0 200 OK\r\n\r\n"[..],
             b"HTTP/1.1 20 OK\r\n\r\n",
+            b"HTTP/1.1 600 Too Far\r\n\r\n",
+            b"HTTP/1.1 099 Too Low\r\n\r\n",
+            b"HTTP/1.1 999\r\n\r\n",
             b"SSH-2.0-OpenSSH_9.2\r\n\r\n",
             b"HTTP/1.1 200 OK\r\nBad Name: x\r\n\r\n",
             b"HTTP/1.1 200 OK\r\nX: a\r\n folded\r\n\r\n",

@@ -65,6 +65,7 @@ pub(super) struct RawListener {
     pub(super) address: Option<Spanned<String>>,
     pub(super) idle_timeout: Option<Spanned<Value>>,
     pub(super) header_read_timeout: Option<Spanned<Value>>,
+    pub(super) request_body_timeout: Option<Spanned<Value>>,
     pub(super) max_header_bytes: Option<Spanned<i64>>,
     pub(super) forwarded_headers: Option<bool>,
     #[serde(default)]
@@ -96,6 +97,14 @@ pub(super) struct RawPool {
     pub(super) timeouts: RawTimeouts,
     pub(super) slow_start: Option<Spanned<Value>>,
     pub(super) gate_new_backends: Option<bool>,
+    pub(super) connection_reuse: Option<RawReuse>,
+}
+
+#[derive(Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawReuse {
+    Private,
+    Shared,
 }
 
 #[derive(Deserialize)]
@@ -175,6 +184,7 @@ pub(super) struct RawRetries {
 pub(super) struct RawTimeouts {
     pub(super) connect: Option<Spanned<Value>>,
     pub(super) response_header: Option<Spanned<Value>>,
+    pub(super) body_idle: Option<Spanned<Value>>,
     pub(super) idle: Option<Spanned<Value>>,
 }
 

@@ -225,6 +225,11 @@ impl Validator<'_> {
                 &format!("{at}.header_read_timeout"),
                 Duration::from_secs(10),
             )?,
+            request_body_timeout: self.duration(
+                &raw.request_body_timeout,
+                &format!("{at}.request_body_timeout"),
+                Duration::from_secs(30),
+            )?,
             max_header_bytes: self.int(
                 &raw.max_header_bytes,
                 &format!("{at}.max_header_bytes"),

@@ -10,6 +10,7 @@ use capataz_health::{State, StatusSet};
 use toml::{Spanned, Value};
 
 use super::super::locate::line_of;
+use super::super::raw::RawReuse;
 use super::super::raw::{
     RawActive, RawAlgorithm, RawAllDown, RawBackend, RawCheckKind, RawInitial, RawPassive, RawPool,
     RawRetries, RawTimeouts,
@@ -17,6 +18,7 @@ use super::super::raw::{
 use super::super::resolve::{Lookup, Target};
 use super::super::values::parse_percent;
 use super::{is_token_text, ConfigError, Validator, U32_MAX};
+use crate::config::ConnectionReuse;
 use crate::config::{
     ActiveCheckConfig, Algorithm, AllDownPolicy, BackendConfig, CheckKind, PassiveCheckConfig,
     PoolConfig, RetryConfig, UpstreamTimeouts,
@@ -69,6 +71,10 @@ impl Validator<'_> {
             when_all_down,
             slow_start: self.optional_duration(&raw.slow_start, &format!("{at}.slow_start"))?,
             gate_new_backends: raw.gate_new_backends.unwrap_or(true),
+            connection_reuse: match raw.connection_reuse {
+                None | Some(RawReuse::Private) => ConnectionReuse::Private,
+                Some(RawReuse::Shared) => ConnectionReuse::Shared,
+            },
         })
     }
 
@@ -377,6 +383,11 @@ impl Validator<'_> {
                 Duration::from_secs(15),
             )?,
             idle: self.duration(&raw.idle, &format!("{at}.idle"), Duration::from_secs(30))?,
+            body_idle: self.duration(
+                &raw.body_idle,
+                &format!("{at}.body_idle"),
+                Duration::from_secs(60),
+            )?,
         })
     }
 }

@@ -1,0 +1,367 @@
+//! The request's and the answer's header fields on their way through: the one host a request
+//! is for (RFC 9112 section 3.2), hop-by-hop fields (RFC 9110 section 7.6.1), the
+//! `X-Forwarded-*` fields, and the relayed answer's framing fields.
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Uri, Version};
+use hyper::body::Incoming;
+
+use super::ClientInfo;
+use crate::h1::framing::BodyLength;
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+
+/// Makes the relayed head's `Content-Length` agree with how capataz read the body, for an
+/// answer whose framing says it must (`Framing::rewrite_length`): the client's framing is
+/// hyper's to choose from the body, so a `Content-Length` that did not delimit the backend's
+/// body (one beside `Transfer-Encoding`, which wins) never reaches the client, and a length
+/// written as a list (`7, 7`) goes as one number.
+pub(super) fn rewrite_length(headers: &mut HeaderMap, body: BodyLength) {
+    match body {
+        BodyLength::Exact(n) => {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+        }
+        _ => {
+            headers.remove(header::CONTENT_LENGTH);
+        }
+    }
+}
+
+/// hyper's smallest read buffer; heads larger than the limit but within it are checked here.
+pub(super) const MIN_HYPER_BUFFER: usize = 8192;
+
+pub(super) fn head_size(req: &Request<Incoming>) -> usize {
+    let line = req.method().as_str().len() + req.uri().to_string().len() + 12;
+    line + req
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum::<usize>()
+}
+
+/// Where the host of a request is written.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum RequestHost<'a> {
+    /// Nowhere (an HTTP/1.0 request without Host, origin-form).
+    None,
+    /// In its one `Host` field (which an absolute-form target agrees with).
+    Field(&'a HeaderValue),
+    /// Only in its absolute-form target (HTTP/1.0 without Host).
+    Target(&'a http::uri::Authority),
+}
+
+impl<'a> RequestHost<'a> {
+    /// The host as text, with its port; `None` when there is none, or it is not text.
+    pub(super) fn as_str(self) -> Option<&'a str> {
+        match self {
+            RequestHost::None => None,
+            RequestHost::Field(value) => value.to_str().ok(),
+            RequestHost::Target(authority) => Some(authority.as_str()),
+        }
+    }
+}
+
+/// The host a request is for, one and unambiguous (RFC 9112 section 3.2): its `Host` field,
+/// or the authority of an absolute-form target, which must then agree with `Host`. Refused
+/// (400): two `Host` fields, an HTTP/1.1 request without one, and an absolute-form target
+/// naming another host or port than `Host`. One header lookup for an origin-form request.
+pub(super) fn request_host(req: &Request<Incoming>) -> Result<RequestHost<'_>, &'static str> {
+    let mut fields = req.headers().get_all(header::HOST).iter();
+    let field = fields.next();
+    if fields.next().is_some() {
+        return Err("more than one Host header field");
+    }
+    if field.is_none() && req.version() == Version::HTTP_11 {
+        return Err("an HTTP/1.1 request needs a Host header field");
+    }
+    match (req.uri().authority(), field) {
+        (None, None) => Ok(RequestHost::None),
+        (None, Some(field)) => Ok(RequestHost::Field(field)),
+        (Some(authority), None) => Ok(RequestHost::Target(authority)),
+        (Some(authority), Some(field)) => {
+            let same = field
+                .to_str()
+                .is_ok_and(|field| same_authority(req.uri(), authority, field));
+            if same {
+                Ok(RequestHost::Field(field))
+            } else {
+                Err("the request target's host differs from the Host header field")
+            }
+        }
+    }
+}
+
+/// Whether `field` (a Host value) names the same host and port as `authority`, the port
+/// defaulting to the scheme's.
+pub(super) fn same_authority(uri: &Uri, authority: &http::uri::Authority, field: &str) -> bool {
+    let default = if uri.scheme_str() == Some("https") {
+        443
+    } else {
+        80
+    };
+    let Ok(field) = field.parse::<http::uri::Authority>() else {
+        return false;
+    };
+    field.host().eq_ignore_ascii_case(authority.host())
+        && field.port_u16().unwrap_or(default) == authority.port_u16().unwrap_or(default)
+}
+
+pub(super) fn strip_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        // [v6]:port
+        return host.split_once(']').map_or(host, |(h, _)| &h[1..]);
+    }
+    host.rsplit_once(':').map_or(host, |(h, _)| h)
+}
+
+pub(super) fn origin_form(uri: &Uri) -> Uri {
+    match uri.path_and_query() {
+        Some(_) if uri.scheme().is_none() && uri.authority().is_none() => uri.clone(),
+        Some(pq) => Uri::from(pq.clone()),
+        None => Uri::from_static("/"),
+    }
+}
+
+pub(super) fn wants_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && connection_tokens(headers).any(|t| t.eq_ignore_ascii_case("upgrade"))
+}
+
+pub(super) fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}
+
+/// Removes the hop-by-hop headers of RFC 9110 section 7.6.1 (and any the Connection header
+/// names). For an upgrade, `Connection: upgrade` and `Upgrade` are kept.
+///
+/// This runs twice per proxied request, so it first finds which of those names are present in
+/// one pass over the names (no hashing, and for most names only a length compared: a message
+/// usually carries none of them, or only `Connection`) and then removes just those.
+pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+    let mut present = [false; FIXED_HOP_BY_HOP.len()];
+    let mut upgrade = false;
+    // Names the Connection header lists go too; the usual tokens name no header of their own,
+    // or one removed below anyway, and are skipped without parsing a name.
+    let mut named: Vec<HeaderName> = Vec::new();
+    for (name, value) in headers.iter() {
+        match hop_by_hop(name) {
+            None => {}
+            Some(HopByHop::Upgrade) => upgrade = true,
+            Some(HopByHop::Fixed(i)) => {
+                present[i] = true;
+                if i == 0 {
+                    let tokens = value.to_str().unwrap_or("").split(',').map(str::trim);
+                    named.extend(
+                        tokens
+                            .filter(|t| {
+                                !(t.is_empty()
+                                    || t.eq_ignore_ascii_case("keep-alive")
+                                    || t.eq_ignore_ascii_case("close")
+                                    || t.eq_ignore_ascii_case("upgrade"))
+                            })
+                            .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok()),
+                    );
+                }
+            }
+        }
+    }
+    for name in named {
+        headers.remove(name);
+    }
+    for (name, present) in FIXED_HOP_BY_HOP.iter().zip(present) {
+        if present {
+            headers.remove(*name);
+        }
+    }
+    if keep_upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    } else if upgrade {
+        headers.remove(header::UPGRADE);
+    }
+}
+
+/// The hop-by-hop headers always removed (RFC 9110 section 7.6.1, and the legacy
+/// `Keep-Alive` and `Proxy-Connection`); `Connection` first.
+const FIXED_HOP_BY_HOP: [&HeaderName; 6] = [
+    &header::CONNECTION,
+    &KEEP_ALIVE,
+    &PROXY_CONNECTION,
+    &header::TE,
+    &header::TRAILER,
+    &header::TRANSFER_ENCODING,
+];
+
+/// A hop-by-hop header name: one of [`FIXED_HOP_BY_HOP`] (its index), or `Upgrade`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum HopByHop {
+    Fixed(usize),
+    Upgrade,
+}
+
+/// Which hop-by-hop header `name` is, if any. Names are stored lowercase; the length is looked
+/// at first, and most names have a length no hop-by-hop name has.
+pub(super) fn hop_by_hop(name: &HeaderName) -> Option<HopByHop> {
+    let name = name.as_str();
+    let found = match (name.len(), name) {
+        (10, "connection") => HopByHop::Fixed(0),
+        (10, "keep-alive") => HopByHop::Fixed(1),
+        (16, "proxy-connection") => HopByHop::Fixed(2),
+        (2, "te") => HopByHop::Fixed(3),
+        (7, "trailer") => HopByHop::Fixed(4),
+        (17, "transfer-encoding") => HopByHop::Fixed(5),
+        (7, "upgrade") => HopByHop::Upgrade,
+        _ => return None,
+    };
+    Some(found)
+}
+
+pub(super) fn add_forwarded_headers(headers: &mut HeaderMap, client: &ClientInfo) {
+    match headers.entry(&X_FORWARDED_FOR) {
+        header::Entry::Vacant(entry) => {
+            entry.insert(client.ip.clone());
+        }
+        header::Entry::Occupied(mut entry) => {
+            let appended = entry.get().to_str().ok().and_then(|before| {
+                HeaderValue::try_from(format!("{before}, {}", client.addr.ip())).ok()
+            });
+            if let Some(appended) = appended {
+                entry.insert(appended);
+            }
+        }
+    }
+    headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_name_lookup_agrees_with_the_fixed_list_and_knows_nothing_else() {
+        for (i, name) in FIXED_HOP_BY_HOP.iter().enumerate() {
+            assert_eq!(hop_by_hop(name), Some(HopByHop::Fixed(i)), "{name}");
+        }
+        assert_eq!(hop_by_hop(&header::UPGRADE), Some(HopByHop::Upgrade));
+        for other in [
+            "host",
+            "x-forwarded-for",
+            "x-forwarded-proto",
+            "content-length",
+            "connectionx",
+            "t",
+            "trailers",
+            "x-connection",
+        ] {
+            let name = HeaderName::from_bytes(other.as_bytes()).unwrap();
+            assert_eq!(hop_by_hop(&name), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn hop_by_hop_headers_go() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret"),
+        );
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        h.insert(header::HOST, HeaderValue::from_static("example.com"));
+        h.insert("x-keep", HeaderValue::from_static("yes"));
+        strip_hop_by_hop(&mut h, false);
+        let mut names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        names.sort();
+        assert_eq!(names, ["host", "x-keep"]);
+    }
+
+    #[test]
+    fn every_hop_by_hop_name_goes_in_any_case_and_order() {
+        let listed = ["Keep-Alive", "CLOSE", "x-a", " X-B ", "upgrade", "te"];
+        for keep_upgrade in [false, true] {
+            let mut h = HeaderMap::new();
+            h.append("x-b", HeaderValue::from_static("2"));
+            h.insert(
+                header::CONNECTION,
+                HeaderValue::from_str(&listed.join(",")).unwrap(),
+            );
+            h.append(header::CONNECTION, HeaderValue::from_static("x-c"));
+            for name in [
+                "x-a",
+                "x-c",
+                "proxy-connection",
+                "trailer",
+                "keep-alive",
+                "transfer-encoding",
+                "te",
+            ] {
+                h.append(HeaderName::from_static(name), HeaderValue::from_static("1"));
+            }
+            h.insert(header::UPGRADE, HeaderValue::from_static("h2c"));
+            h.insert("x-keep", HeaderValue::from_static("yes"));
+            strip_hop_by_hop(&mut h, keep_upgrade);
+            let mut names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+            names.sort();
+            if keep_upgrade {
+                assert_eq!(names, ["connection", "upgrade", "x-keep"]);
+                assert_eq!(h.get_all(header::CONNECTION).iter().count(), 1);
+            } else {
+                assert_eq!(names, ["x-keep"]);
+            }
+        }
+        // Nothing to strip: nothing changes.
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("a"));
+        h.insert("x-keep-alive", HeaderValue::from_static("1"));
+        let before = h.clone();
+        strip_hop_by_hop(&mut h, false);
+        assert_eq!(h, before);
+    }
+
+    #[test]
+    fn upgrade_headers_stay_for_upgrades() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        assert!(wants_upgrade(&h));
+        strip_hop_by_hop(&mut h, true);
+        assert_eq!(h.get(header::CONNECTION).unwrap(), "upgrade");
+        assert_eq!(h.get(header::UPGRADE).unwrap(), "websocket");
+    }
+
+    #[test]
+    fn forwarded_headers() {
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
+        h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+        let client = ClientInfo::new("127.0.0.2:5000".parse().unwrap());
+        add_forwarded_headers(&mut h, &client);
+        assert_eq!(h.get("x-forwarded-for").unwrap(), "10.0.0.1, 127.0.0.2");
+        assert_eq!(h.get("x-forwarded-proto").unwrap(), "http");
+    }
+
+    #[test]
+    fn hosts_and_uris() {
+        assert_eq!(strip_port("example.com:8080"), "example.com");
+        assert_eq!(strip_port("example.com"), "example.com");
+        assert_eq!(strip_port("[::1]:80"), "::1");
+        let abs: Uri = "http://example.com/a?b=1".parse().unwrap();
+        assert_eq!(origin_form(&abs), "/a?b=1");
+        let rel: Uri = "/x".parse().unwrap();
+        assert_eq!(origin_form(&rel), "/x");
+    }
+}

@@ -1,0 +1,470 @@
+//! The request path: route, pick a backend from the pool's snapshot, forward, retry, relay.
+//!
+//! Every response, and every failure to get one that was the backend's fault, is fed to the
+//! pool's passive side; each failure is classified once, as an [`AttemptError`], which says
+//! whose fault it was, whether a retry is safe and what the client gets. Retries go to a
+//! backend not yet tried: always when nothing was sent (no connection could be made), and for
+//! bodiless idempotent requests also after a reset, a timeout before the response headers, a
+//! malformed answer, or a 502/503/504, within the pool's retry budget. A failure that is the
+//! client's (its body stalled, was malformed, or it went away) is never retried nor charged.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use capataz_health::Outcome;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use hyper::body::{Body as _, Incoming};
+use hyper_util::rt::TokioIo;
+
+use bytes::Bytes;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::body::{Lease, ReqBody, RespBody};
+use crate::config::{ConnectionReuse, ListenerConfig};
+use crate::health::PoolRt;
+use crate::upstream::{self, AttemptError, ExchangeError, ExchangeTimeouts, Outgoing, PrivateIdle};
+
+mod headers;
+mod pages;
+
+use headers::{
+    add_forwarded_headers, head_size, origin_form, request_host, rewrite_length, strip_hop_by_hop,
+    strip_port, wants_upgrade, RequestHost, MIN_HYPER_BUFFER,
+};
+use pages::{error_page, failure_page, reject_page, Failure};
+
+/// The most backends one request may try (first attempt plus retries).
+const MAX_TRIES: usize = 11;
+
+/// The backends one request has tried, without a heap allocation.
+#[derive(Default)]
+struct Tried {
+    backends: [usize; MAX_TRIES],
+    len: usize,
+}
+
+impl Tried {
+    fn push(&mut self, backend: usize) {
+        if self.len < MAX_TRIES {
+            self.backends[self.len] = backend;
+            self.len += 1;
+        }
+    }
+
+    fn has_room(&self) -> bool {
+        self.len < MAX_TRIES
+    }
+
+    fn as_slice(&self) -> &[usize] {
+        &self.backends[..self.len]
+    }
+}
+
+/// One route, resolved to its pool.
+#[derive(Debug)]
+struct Route {
+    host: Option<String>,
+    path_prefix: String,
+    pool: Arc<PoolRt>,
+}
+
+/// The request handler of one listener.
+#[derive(Debug)]
+pub struct Proxy {
+    routes: Vec<Route>,
+    /// Whether any route names a host (else the request's host is never looked at).
+    any_host: bool,
+    max_header_bytes: usize,
+    /// Whether `X-Forwarded-For` and `X-Forwarded-Proto` are set.
+    forwarded_headers: bool,
+    /// The longest wait for the next piece of a client's body.
+    request_body_timeout: std::time::Duration,
+}
+
+impl Proxy {
+    /// The handler of `listener`, whose routes' `pool` indexes refer to `pools`.
+    pub fn new(listener: &ListenerConfig, pools: &[Arc<PoolRt>]) -> Proxy {
+        let routes = &listener.routes;
+        Proxy {
+            routes: routes
+                .iter()
+                .map(|r| Route {
+                    host: r.host.clone(),
+                    path_prefix: r.path_prefix.clone(),
+                    pool: pools[r.pool].clone(),
+                })
+                .collect(),
+            any_host: routes.iter().any(|r| r.host.is_some()),
+            max_header_bytes: listener.max_header_bytes,
+            forwarded_headers: listener.forwarded_headers,
+            request_body_timeout: listener.request_body_timeout,
+        }
+    }
+
+    /// The pool of the first route matching `host` (without its port) and `path`.
+    fn route(&self, host: Option<&str>, path: &str) -> Option<&Arc<PoolRt>> {
+        let host = host.map(strip_port);
+        self.routes
+            .iter()
+            .find(|route| {
+                let host_ok = match (&route.host, host) {
+                    (None, _) => true,
+                    (Some(want), Some(got)) => want.eq_ignore_ascii_case(got),
+                    (Some(_), None) => false,
+                };
+                host_ok && path.starts_with(route.path_prefix.as_str())
+            })
+            .map(|route| &route.pool)
+    }
+
+    /// Serves one client request.
+    pub async fn handle(
+        self: Arc<Self>,
+        mut req: Request<Incoming>,
+        client: Arc<ClientInfo>,
+    ) -> Result<Response<RespBody>, Infallible> {
+        if self.max_header_bytes < MIN_HYPER_BUFFER && head_size(&req) > self.max_header_bytes {
+            return Ok(error_page(
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "request header fields too large",
+            ));
+        }
+        let host = match request_host(&req) {
+            Ok(host) => host,
+            Err(why) => {
+                let mut page = error_page(StatusCode::BAD_REQUEST, why);
+                page.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                return Ok(page);
+            }
+        };
+        let route_host = if self.any_host { host.as_str() } else { None };
+        let Some(pool) = self.route(route_host, req.uri().path()).cloned() else {
+            return Ok(error_page(
+                StatusCode::NOT_FOUND,
+                "no route matches this host and path",
+            ));
+        };
+        // An HTTP/1.0 absolute-form request without Host: the backend gets the host the route
+        // was chosen by.
+        let add_host = match host {
+            RequestHost::Target(authority) => HeaderValue::from_str(authority.as_str()).ok(),
+            _ => None,
+        };
+        if let Some(value) = add_host {
+            req.headers_mut().insert(header::HOST, value);
+        }
+        pool.budget.on_request();
+        let upgrade = wants_upgrade(req.headers());
+        let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+        let (mut parts, body) = req.into_parts();
+        strip_hop_by_hop(&mut parts.headers, upgrade);
+        if self.forwarded_headers {
+            add_forwarded_headers(&mut parts.headers, &client);
+        }
+        let uri = origin_form(&parts.uri);
+        let bodiless = body.is_end_stream();
+        let replayable = bodiless && !upgrade && is_idempotent(&parts.method);
+        let mut retries_left = pool.config.retries.attempts;
+        // A resend to another backend sends the head encoded for the first attempt again, byte
+        // for byte; it needs only the method besides (a copy without allocation for the
+        // methods that are replayable).
+        let resend_method = replayable.then(|| parts.method.clone());
+        let mut head = Vec::with_capacity(256);
+        let mut pending = Some(Outgoing::Request(build_request(
+            parts.method,
+            uri,
+            parts.headers,
+            ReqBody::Incoming(body),
+        )));
+        let mut tried = Tried::default();
+        let mut failure = None;
+        let timeouts = ExchangeTimeouts {
+            response_header: pool.config.timeouts.response_header,
+            body_idle: pool.config.timeouts.body_idle,
+            request_body: self.request_body_timeout,
+        };
+        loop {
+            let snapshot = pool.snapshot();
+            let picked =
+                snapshot.pick(pool.config.algorithm, &pool.cursor, tried.as_slice(), |b| {
+                    pool.backends[b].in_flight.load(Ordering::Relaxed)
+                });
+            let all_down = snapshot.all_down;
+            drop(snapshot);
+            let Some(index) = picked else {
+                return Ok(match failure {
+                    Some(failure) => failure_page(failure),
+                    None => {
+                        pool.metrics.reject();
+                        reject_page(&pool, all_down)
+                    }
+                });
+            };
+            tried.push(index);
+            let outgoing = match pending.take() {
+                Some(outgoing) => outgoing,
+                None => match &resend_method {
+                    Some(method) => Outgoing::Resend(method),
+                    // Unreachable: a request that is not replayable is not retried once sent.
+                    None => {
+                        let why = failure.unwrap_or(Failure::Attempt(AttemptError::HeadTimeout));
+                        return Ok(failure_page(why));
+                    }
+                },
+            };
+            let backend = pool.backends[index].clone();
+            let private = match pool.config.connection_reuse {
+                ConnectionReuse::Private => Some(client.private.clone()),
+                ConnectionReuse::Shared => None,
+            };
+            let lease = Lease::new(backend, private);
+            let attempt = forward(&pool, index, outgoing, &mut head, lease, upgrade, timeouts);
+            match attempt.await {
+                Forwarded::Response(mut response, status) => {
+                    let retry_status = matches!(status, 502..=504);
+                    if retry_status && replayable && may_retry(&pool, &mut retries_left, &tried) {
+                        failure = Some(Failure::Status(status));
+                        continue;
+                    }
+                    strip_hop_by_hop(response.headers_mut(), false);
+                    return Ok(response);
+                }
+                Forwarded::Upgraded(response, stream, early) => {
+                    match client_upgrade {
+                        Some(client_upgrade) => tunnel(client_upgrade, stream, early),
+                        // A 101 nobody asked for: the client gets it, and nothing else.
+                        None => drop(stream),
+                    }
+                    return Ok(response);
+                }
+                Forwarded::NotSent(outgoing, why) => {
+                    failure = Some(Failure::Attempt(why));
+                    pending = Some(outgoing);
+                    if may_retry(&pool, &mut retries_left, &tried) {
+                        continue;
+                    }
+                    return Ok(failure_page(Failure::Attempt(why)));
+                }
+                Forwarded::Failed(why) => {
+                    failure = Some(Failure::Attempt(why));
+                    if why.retry_safe(replayable) && may_retry(&pool, &mut retries_left, &tried) {
+                        continue;
+                    }
+                    return Ok(failure_page(Failure::Attempt(why)));
+                }
+            }
+        }
+    }
+}
+
+/// What became of one attempt.
+enum Forwarded<'a> {
+    /// The backend answered (status code given).
+    Response(Response<RespBody>, u16),
+    /// The backend switched protocols: its answer, its connection and what it sent past the
+    /// answer's head.
+    Upgraded(Response<RespBody>, TcpStream, Bytes),
+    /// Nothing reached the backend; the request comes back intact.
+    NotSent(Outgoing<'a>, AttemptError),
+    /// The request was sent (at least in part) and no usable answer came.
+    Failed(AttemptError),
+}
+
+/// One attempt on one backend, with its outcome fed to the passive side (an answer's once its
+/// body has ended; see `body::Lease`).
+async fn forward<'a>(
+    pool: &Arc<PoolRt>,
+    index: usize,
+    outgoing: Outgoing<'a>,
+    head: &mut Vec<u8>,
+    mut lease: Lease,
+    upgrade: bool,
+    timeouts: ExchangeTimeouts,
+) -> Forwarded<'a> {
+    let backend = lease.backend().clone();
+    let mut outgoing = outgoing;
+    // A pooled connection the backend closed meanwhile is no fault of the backend: one fresh
+    // connection is tried before anything is judged.
+    let mut fresh_only = false;
+    // One clock reading serves the idle check, the deadline and the latency of a request sent
+    // on a pooled connection; a fresh connection reads the clock again once connected.
+    let started = Instant::now();
+    loop {
+        let conn = if fresh_only {
+            backend.upstream.connect().await
+        } else {
+            backend.upstream.acquire(started, lease.private()).await
+        };
+        let conn = match conn {
+            Ok(conn) => conn,
+            Err(error) => {
+                charge(pool, index, error);
+                return Forwarded::NotSent(outgoing, error);
+            }
+        };
+        let reused = conn.reused && !fresh_only;
+        let sent_at = if reused { started } else { Instant::now() };
+        let sent = upstream::exchange(conn.stream, outgoing, head, upgrade, timeouts, sent_at);
+        match sent.await {
+            Err(ExchangeError::NotSent(unsent)) if reused => {
+                // A pooled connection the backend closed meanwhile: one fresh try.
+                outgoing = unsent;
+                fresh_only = true;
+            }
+            Err(ExchangeError::NotSent(unsent)) => {
+                let error = AttemptError::Send { sent_any: false };
+                charge(pool, index, error);
+                return Forwarded::NotSent(unsent, error);
+            }
+            Err(ExchangeError::Failed(error)) => {
+                charge(pool, index, error);
+                return Forwarded::Failed(error);
+            }
+            Ok(answer) => {
+                let status = answer.head.status.as_u16();
+                let answered_at = Instant::now();
+                backend
+                    .metrics
+                    .answered(status, answered_at.saturating_duration_since(sent_at));
+                let mut response = Response::new(RespBody::Full(None));
+                *response.status_mut() = answer.head.status;
+                *response.headers_mut() = answer.head.headers;
+                if status == 101 {
+                    // The connection becomes the tunnel; the passive side hears of the 101.
+                    pool.observe(index, Outcome::Status(status));
+                    drop(lease);
+                    return Forwarded::Upgraded(response, answer.stream, answer.buf.freeze());
+                }
+                if answer.framing.rewrite_length {
+                    rewrite_length(response.headers_mut(), answer.framing.body);
+                }
+                lease.judge_at_end(pool.clone(), index, Outcome::Status(status));
+                *response.body_mut() = RespBody::upstream(
+                    answer.stream,
+                    answer.buf,
+                    answer.framing,
+                    lease,
+                    answered_at,
+                    timeouts.body_idle,
+                );
+                return Forwarded::Response(response, status);
+            }
+        }
+    }
+}
+
+/// Feeds a failed attempt to the passive side if it was the backend's fault; a failure that
+/// was the client's (or capataz's own) is only logged, at debug.
+fn charge(pool: &PoolRt, index: usize, error: AttemptError) {
+    let backend = &pool.backends[index];
+    match error.outcome() {
+        Some(outcome) => {
+            pool.observe(index, outcome);
+            backend.metrics.unanswered();
+        }
+        None => tracing::debug!(
+            pool = %pool.name,
+            backend = %backend.name,
+            fault = ?error.fault(),
+            %error,
+            "attempt failed; nothing charged to the backend"
+        ),
+    }
+}
+
+fn build_request(method: Method, uri: Uri, headers: HeaderMap, body: ReqBody) -> Request<ReqBody> {
+    let mut request = Request::new(body);
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    *request.version_mut() = Version::HTTP_11;
+    *request.headers_mut() = headers;
+    request
+}
+
+/// Whether an eligible backend has not been tried yet. Checked before retrying an answer, so
+/// when no backend is left the last one's own answer (a 503 with its `Retry-After`, say)
+/// reaches the client instead of a 502 of ours, and no retry budget is spent for nothing.
+fn untried_left(pool: &PoolRt, tried: &[usize]) -> bool {
+    pool.snapshot().eligible.iter().any(|b| !tried.contains(b))
+}
+
+/// Whether one more attempt may be made: a retry is left for this request, a backend is left
+/// to try, and the pool's budget pays for it (spending one token and one retry if so).
+fn may_retry(pool: &PoolRt, retries_left: &mut u32, tried: &Tried) -> bool {
+    let ok = *retries_left > 0
+        && tried.has_room()
+        && untried_left(pool, tried.as_slice())
+        && pool.budget.try_spend();
+    if ok {
+        *retries_left -= 1;
+        pool.metrics.retry();
+    }
+    ok
+}
+
+fn is_idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+/// What the proxy knows of a client connection, computed once per connection, and the idle
+/// backend connections private to it (closed when it closes).
+#[derive(Debug)]
+pub struct ClientInfo {
+    /// The peer address.
+    pub addr: SocketAddr,
+    ip: HeaderValue,
+    /// The idle backend connections only this client connection may use (see
+    /// `upstream::PrivateIdle`).
+    pub private: Arc<PrivateIdle>,
+}
+
+impl ClientInfo {
+    /// The info for a client at `addr`.
+    pub fn new(addr: SocketAddr) -> ClientInfo {
+        let ip = HeaderValue::try_from(addr.ip().to_string())
+            // An IP address is always a valid header value.
+            .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
+        ClientInfo {
+            addr,
+            ip,
+            private: Arc::new(PrivateIdle::new()),
+        }
+    }
+}
+
+/// Joins the client's upgraded connection and the backend's, once the 101 has reached the
+/// client; `early` is what the backend sent after its 101 before the tunnel existed.
+fn tunnel(client: hyper::upgrade::OnUpgrade, mut backend: TcpStream, early: Bytes) {
+    tokio::spawn(async move {
+        let Ok(client) = client.await else {
+            return;
+        };
+        let mut client = TokioIo::new(client);
+        if !early.is_empty() && client.write_all(&early).await.is_err() {
+            return;
+        }
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut backend).await;
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idempotent_methods() {
+        assert!(is_idempotent(&Method::GET));
+        assert!(is_idempotent(&Method::PUT));
+        assert!(!is_idempotent(&Method::POST));
+        assert!(!is_idempotent(&Method::PATCH));
+    }
+}

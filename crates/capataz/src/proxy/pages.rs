@@ -1,0 +1,67 @@
+//! The answers capataz writes itself: its error pages.
+
+use http::header::{self, HeaderValue};
+use http::{Response, StatusCode};
+
+use crate::body::RespBody;
+use crate::config::AllDownPolicy;
+use crate::health::PoolRt;
+use crate::upstream::{self, AttemptError};
+
+/// Why the last attempt of a request did not give the client an answer.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Failure {
+    /// The attempt failed.
+    Attempt(AttemptError),
+    /// The backend answered this retryable status (502-504) and the answer was not relayed.
+    Status(u16),
+}
+
+pub(super) fn error_page(status: StatusCode, text: &str) -> Response<RespBody> {
+    let mut response = Response::new(RespBody::text(format!(
+        "{} {}: {text}\n",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or("")
+    )));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+pub(super) fn failure_page(failure: Failure) -> Response<RespBody> {
+    match failure {
+        Failure::Status(status) => error_page(
+            StatusCode::BAD_GATEWAY,
+            &format!("the backend failed (HTTP {status})"),
+        ),
+        Failure::Attempt(error) => {
+            let mut page = error_page(error.status(), &error.to_string());
+            if error.fault() == upstream::Fault::Client {
+                // The rest of the client's body is not read: the connection cannot go on.
+                page.headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            page
+        }
+    }
+}
+
+pub(super) fn reject_page(pool: &PoolRt, all_down: bool) -> Response<RespBody> {
+    let retry_after = match pool.config.when_all_down {
+        AllDownPolicy::Reject { retry_after } => retry_after.as_secs().max(1),
+        AllDownPolicy::FailOpen => 1,
+    };
+    let text = if all_down {
+        format!("pool {} has no healthy backend", pool.name)
+    } else {
+        format!("pool {} has no backend left to try", pool.name)
+    };
+    let mut response = error_page(StatusCode::SERVICE_UNAVAILABLE, &text);
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+    response
+}

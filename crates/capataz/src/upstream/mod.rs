@@ -1,0 +1,162 @@
+//! Keep-alive connections to one backend, and one HTTP/1.1 exchange on one of them.
+//!
+//! The connections are plain TCP streams: capataz speaks HTTP/1.1 to backends itself (see
+//! `h1`), so an idle connection holds no buffer, no task and no channel, only its socket.
+//! Where an idle connection waits depends on the pool's reuse policy: by default in the set of
+//! the client connection whose request it carried ([`PrivateIdle`]), never given to another
+//! client; with `connection_reuse = "shared"` in a stack per backend that every client draws
+//! from. Either way it is reused most-recent first, and one the backend closed meanwhile (or
+//! sent stray bytes on) is noticed before use and dropped.
+//!
+//! A connection is handed back only once the response it carried has been read to its end
+//! (see `body::Lease`), so an idle connection is always ready for the next request.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpStream;
+
+mod error;
+mod exchange;
+mod private;
+
+pub use error::{AttemptError, Fault};
+pub(crate) use exchange::{exchange, ExchangeError, ExchangeTimeouts, Outgoing};
+pub use private::{PrivateIdle, MAX_PRIVATE};
+
+/// The most idle connections kept per backend.
+const MAX_IDLE: usize = 512;
+/// The largest response head accepted from a backend.
+const MAX_HEAD: usize = 65536;
+/// How much is read from a backend at a time.
+pub(crate) const READ_SIZE: usize = 8192;
+/// How much is read for the start of an answer.
+const FIRST_READ: usize = 2048;
+
+/// A connection ready to carry one request.
+pub(crate) struct Conn {
+    pub(crate) stream: TcpStream,
+    /// Whether it came from the idle set (it may have been closed by the backend meanwhile).
+    pub(crate) reused: bool,
+}
+
+/// The keep-alive connections to one backend.
+#[derive(Debug)]
+pub struct Upstream {
+    /// Unique in the process, never reused: what a client connection's idle set knows this
+    /// backend by.
+    id: u64,
+    addr: SocketAddr,
+    connect_timeout: Duration,
+    idle_timeout: Duration,
+    idle: Mutex<Vec<(TcpStream, Instant)>>,
+}
+
+/// The next `Upstream::id`.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+impl Upstream {
+    /// An empty connection set for `addr`.
+    pub fn new(addr: SocketAddr, connect_timeout: Duration, idle_timeout: Duration) -> Upstream {
+        Upstream {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            addr,
+            connect_timeout,
+            idle_timeout,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The backend's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// An idle connection if one is still open, else a fresh one (a failed connect sent
+    /// nothing): from `private` when given (the client connection's own set), else from the
+    /// backend's shared set. `now` is the caller's reading of the clock, to judge idle time
+    /// without another.
+    pub(crate) async fn acquire(
+        &self,
+        now: Instant,
+        private: Option<&PrivateIdle>,
+    ) -> Result<Conn, AttemptError> {
+        let idle = match private {
+            Some(private) => private.take(self, now),
+            None => self.pop_idle(now),
+        };
+        if let Some(stream) = idle {
+            return Ok(Conn {
+                stream,
+                reused: true,
+            });
+        }
+        self.connect().await
+    }
+
+    /// A fresh connection, never a pooled one.
+    pub(crate) async fn connect(&self) -> Result<Conn, AttemptError> {
+        let stream =
+            match tokio::time::timeout(self.connect_timeout, TcpStream::connect(self.addr)).await {
+                Err(_) => return Err(AttemptError::ConnectTimeout),
+                Ok(Err(e)) => return Err(AttemptError::of_connect(&e)),
+                Ok(Ok(stream)) => stream,
+            };
+        let _ = stream.set_nodelay(true);
+        Ok(Conn {
+            stream,
+            reused: false,
+        })
+    }
+
+    fn pop_idle(&self, now: Instant) -> Option<TcpStream> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some((stream, since)) = idle.pop() {
+            if now.saturating_duration_since(since) < self.idle_timeout && still_open(&stream) {
+                return Some(stream);
+            }
+        }
+        None
+    }
+
+    /// Hands back a connection whose response was read to its end, to `private` when given,
+    /// else to the shared set; its idle time counts from `since` (when its response arrived:
+    /// close enough, and no clock read).
+    pub(crate) fn release(&self, stream: TcpStream, since: Instant, private: Option<&PrivateIdle>) {
+        if let Some(private) = private {
+            private.park(self, stream, since);
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < MAX_IDLE {
+            idle.push((stream, since));
+        }
+    }
+
+    /// Drops idle connections that were closed or sat idle longer than the idle timeout.
+    pub fn reap(&self) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.retain(|(stream, since)| since.elapsed() < self.idle_timeout && still_open(stream));
+    }
+
+    /// Drops every idle connection.
+    pub fn clear(&self) {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    /// How many idle connections are kept.
+    pub fn idle_count(&self) -> usize {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// Whether an idle connection is still usable: nothing to read on it. A closed one reads as
+/// closed, and bytes a backend sent unasked make it unusable too. No syscall unless the
+/// socket was reported readable.
+pub(crate) fn still_open(stream: &TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(stream.try_read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+}

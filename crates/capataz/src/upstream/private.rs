@@ -1,0 +1,105 @@
+//! The idle backend connections of one client connection (the default reuse policy,
+//! `connection_reuse = "private"`).
+//!
+//! A backend connection that carried a request of client connection C goes back, once its
+//! answer has been read to its end, to C's own small set, and only C's later requests may use
+//! it; it is closed with C. So whatever a backend writes on a connection after an answer (a
+//! body after a HEAD answer, bytes after a complete body or a 204, whether they arrive before
+//! or after the reuse) can only ever be read as an answer to the same client connection, never
+//! to another client's request. A new client connection always opens fresh backend
+//! connections, as HAProxy's default `http-reuse safe` does for a session's first request.
+//!
+//! Each set holds at most [`MAX_PRIVATE`] connections (the oldest is closed to make room), so
+//! a client connection holds at most that many backend sockets while it is idle, and none
+//! longer than the backend's `timeouts.idle`: the client connection's watcher reaps the set on
+//! its periodic look ([`PrivateIdle::reap`]), as the health runtime reaps the shared sets. A
+//! connection is still checked before reuse: not idle too long and nothing unread on it (a
+//! connection with stray bytes is dropped).
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpStream;
+
+use super::{still_open, Upstream};
+
+/// The most idle backend connections one client connection keeps.
+pub const MAX_PRIVATE: usize = 8;
+
+/// The idle backend connections private to one client connection.
+#[derive(Debug, Default)]
+pub struct PrivateIdle {
+    /// Oldest first.
+    conns: Mutex<Vec<Parked>>,
+}
+
+/// One idle connection.
+#[derive(Debug)]
+struct Parked {
+    /// The backend's `Upstream::id`.
+    backend: u64,
+    stream: TcpStream,
+    /// When its last answer arrived.
+    since: Instant,
+    /// The backend's `timeouts.idle`.
+    idle_timeout: Duration,
+}
+
+impl Parked {
+    fn usable(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.since) < self.idle_timeout && still_open(&self.stream)
+    }
+}
+
+impl PrivateIdle {
+    /// An empty set.
+    pub fn new() -> PrivateIdle {
+        PrivateIdle::default()
+    }
+
+    /// The most recent idle connection to `upstream` that is still usable at `now`; unusable
+    /// ones to it are dropped on the way.
+    pub(crate) fn take(&self, upstream: &Upstream, now: Instant) -> Option<TcpStream> {
+        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(at) = conns.iter().rposition(|p| p.backend == upstream.id) {
+            let parked = conns.remove(at);
+            if parked.usable(now) {
+                return Some(parked.stream);
+            }
+        }
+        None
+    }
+
+    /// Keeps `stream`, a connection to `upstream` whose answer arrived at `since`.
+    pub(crate) fn park(&self, upstream: &Upstream, stream: TcpStream, since: Instant) {
+        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        if conns.len() >= MAX_PRIVATE {
+            conns.remove(0);
+        }
+        conns.push(Parked {
+            backend: upstream.id,
+            stream,
+            since,
+            idle_timeout: upstream.idle_timeout,
+        });
+    }
+
+    /// Closes the connections that sat idle too long or that the backend closed (or sent
+    /// stray bytes on) by `now`.
+    pub fn reap(&self, now: Instant) {
+        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        if !conns.is_empty() {
+            conns.retain(|p| p.usable(now));
+        }
+    }
+
+    /// How many connections are kept.
+    pub fn len(&self) -> usize {
+        self.conns.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether none is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
