@@ -14,6 +14,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
@@ -22,7 +23,8 @@ use tokio::task::JoinHandle;
 
 use crate::alerts::{AlertStats, Alerts};
 use crate::config::Config;
-use crate::health::{Clock, Event, PoolRt};
+use crate::events::OverrideKind;
+use crate::health::{Clock, Event, OverrideError, PoolRt};
 use crate::metrics::{HistogramScope, Metrics};
 use listener::ListenerRt;
 pub(crate) use listener::{bind, bind_listener};
@@ -44,6 +46,9 @@ pub struct Shared {
     shutdown: watch::Sender<bool>,
     connections: Arc<AtomicUsize>,
     reload_lock: tokio::sync::Mutex<()>,
+    /// Held while a reload builds the new pools from the old ones and swaps them in, and while
+    /// an override is set: an override set meanwhile on a pool being replaced would be lost.
+    swap_lock: Mutex<()>,
     alerts: Mutex<Option<Alerts>>,
 }
 
@@ -66,6 +71,9 @@ pub enum StartError {
     /// A reload needs a file, and the balancer was started from text.
     #[error("this balancer was not started from a file, so there is nothing to reload")]
     NoFile,
+    /// The balancer is shutting down: a reload would bind listeners it is closing.
+    #[error("the balancer is shutting down")]
+    ShuttingDown,
     /// Loading the new configuration panicked (a bug): nothing changed.
     #[error("loading the configuration failed unexpectedly (a bug in capataz; please report it)")]
     LoadPanicked,
@@ -115,6 +123,7 @@ impl Shared {
             shutdown,
             connections: Arc::new(AtomicUsize::new(0)),
             reload_lock: tokio::sync::Mutex::new(()),
+            swap_lock: Mutex::new(()),
             alerts: Mutex::new(None),
         });
         shared.restart_alerts(config);
@@ -135,6 +144,21 @@ impl Shared {
     /// The pool named `name`.
     pub fn pool(&self, name: &str) -> Option<Arc<PoolRt>> {
         self.pools.load().iter().find(|p| &*p.name == name).cloned()
+    }
+
+    /// Sets (`Some`) or clears (`None`) a manual override on backend `backend` of pool `pool`
+    /// (see [`PoolRt::set_override`]); `None` if there is no such pool. Serialized with the pool
+    /// swap of a reload, so the override lands on the pools that stay in force.
+    pub fn set_override(
+        &self,
+        pool: &str,
+        backend: &str,
+        kind: Option<OverrideKind>,
+        ttl: Option<Duration>,
+    ) -> Option<Result<&'static str, OverrideError>> {
+        let _swap = lock(&self.swap_lock);
+        let pool = self.pool(pool)?;
+        Some(pool.set_override(backend, kind, ttl))
     }
 
     /// A new receiver of health events.

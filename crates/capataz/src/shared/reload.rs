@@ -1,5 +1,6 @@
 //! Applying a new configuration to a running balancer without dropping a connection.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::listener::ListenerState;
@@ -53,7 +54,37 @@ impl Shared {
     /// [`Shared::reload`] once the caller holds `reload_lock`.
     fn apply(&self, config: &Config) -> Result<ReloadSummary, StartError> {
         let old_config = self.config();
-        let mut listeners = std::mem::take(&mut *lock(&self.listeners));
+        let mut config = config.clone();
+        // The admin listener stays where it was bound, so it keeps the `[admin]` settings it was
+        // started with unless the new table is for the same address: a token must not vanish
+        // from a listener on a network address because the new file moves it to loopback or
+        // drops the table.
+        let admin_moved = old_config.admin.as_ref().map(|a| a.address)
+            != config.admin.as_ref().map(|a| a.address);
+        if admin_moved {
+            tracing::warn!(
+                "the new config moves or removes [admin]; the admin listener keeps its address \
+                 and its settings (token, open_read_only, allowed_hosts) until the next restart"
+            );
+            config.admin = old_config.admin.clone();
+        }
+        // Logging is set up once, at start: the config in force keeps saying what it does.
+        if old_config.log != config.log {
+            tracing::warn!(
+                "[log] in the new config differs from the one the process started with; \
+                 logging is set up at start, so it takes effect at the next restart"
+            );
+            config.log = old_config.log.clone();
+        }
+        let config = &config;
+        let mut listeners = {
+            let mut running = lock(&self.listeners);
+            // Checked under the listeners' lock, which shutdown takes after raising the flag.
+            if *self.shutdown.borrow() {
+                return Err(StartError::ShuttingDown);
+            }
+            std::mem::take(&mut *running)
+        };
         // Bind the listeners that are new, before changing anything.
         let mut fresh = Vec::new();
         for listener in &config.listeners {
@@ -67,6 +98,9 @@ impl Shared {
                 }
             }
         }
+        // From reading the old pools' state to swapping in the new ones, no override may land
+        // on an old pool (it would be lost).
+        let swap = lock(&self.swap_lock);
         let old_pools = self.pools.load_full();
         let mut summary = ReloadSummary::default();
         let new_pools: Vec<Arc<PoolRt>> = config
@@ -74,12 +108,18 @@ impl Shared {
             .iter()
             .map(|pool| {
                 let previous = old_pools.iter().find(|p| *p.name == *pool.name);
-                for backend in &pool.backends {
-                    let kept = previous.is_some_and(|p| {
+                // The old pool's backends by name and address, so that counting stays linear
+                // in a pool of thousands of backends (this runs on a runtime thread).
+                let before: HashSet<(&str, &str)> = previous
+                    .map(|p| {
                         p.backends
                             .iter()
-                            .any(|b| *b.name == *backend.name && b.address == backend.address)
-                    });
+                            .map(|b| (&*b.name, b.address.as_str()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for backend in &pool.backends {
+                    let kept = before.contains(&(backend.name.as_str(), backend.address.as_str()));
                     if kept {
                         summary.kept += 1;
                     } else {
@@ -103,6 +143,7 @@ impl Shared {
             tasks.extend(pool.spawn_tasks());
         }
         self.pools.store(Arc::new(new_pools));
+        drop(swap);
         let old_tasks = std::mem::replace(&mut *lock(&self.pool_tasks), tasks);
         for task in old_tasks {
             task.abort();
@@ -133,13 +174,15 @@ impl Shared {
             kept_listeners.push(self.spawn_listener(&listener, socket, &pools));
             summary.listeners_added += 1;
         }
-        *lock(&self.listeners) = kept_listeners;
-        if old_config.admin.as_ref().map(|a| a.address) != config.admin.as_ref().map(|a| a.address)
-        {
-            tracing::warn!(
-                "the admin address changed in the new config; it takes effect at the next restart"
-            );
+        let mut running = lock(&self.listeners);
+        if *self.shutdown.borrow() {
+            // Shutdown began meanwhile and found none to stop: stop them here.
+            for listener in &kept_listeners {
+                let _ = listener.stop.send(true);
+            }
         }
+        running.extend(kept_listeners);
+        drop(running);
         // Switching live would leave the other scope's series in the same families (per-backend
         // ones would not even go away), so the scope stays until the process restarts.
         let scope = self.metrics.families().scope();
