@@ -26,6 +26,8 @@ use tokio::net::TcpStream;
 
 use crate::body::{Lease, ReqBody, RespBody};
 use crate::config::{ConnectionReuse, ListenerConfig};
+use crate::h1::chunked;
+use crate::h1::framing::BodyLength;
 use crate::health::PoolRt;
 use crate::upstream::{self, AttemptError, ExchangeError, ExchangeTimeouts, Outgoing, PrivateIdle};
 
@@ -327,6 +329,15 @@ async fn forward<'a>(
                 return Forwarded::Failed(error);
             }
             Ok(answer) => {
+                // A chunked body already broken in what came with the head: a 502 now, as for
+                // a malformed head, rather than a head relayed and a connection cut before any
+                // of its body (hyper would send nothing at all, not even the status).
+                if answer.framing.body == BodyLength::Chunked
+                    && chunked::check_start(&answer.buf).is_err()
+                {
+                    charge(pool, index, AttemptError::HeadMalformed);
+                    return Forwarded::Failed(AttemptError::HeadMalformed);
+                }
                 let status = answer.head.status.as_u16();
                 let answered_at = Instant::now();
                 backend
