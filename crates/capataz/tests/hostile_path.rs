@@ -191,3 +191,42 @@ async fn a_request_with_more_than_100_header_fields_gets_431() {
     assert_eq!(status_of(&raw_roundtrip(addr, &head(101)).await), Some(431));
     assert_eq!(backend.hits(), 1);
 }
+
+/// Finding 5: a request whose `Transfer-Encoding` is not `chunked` once (`chunked, chunked`,
+/// `identity, chunked`, two `chunked` fields) was read by hyper as one chunked body and
+/// forwarded, although capataz refuses the same from a backend and HAProxy refuses it from a
+/// client (400, 422 for `identity`): a proxy in front that reads the codings otherwise
+/// disagrees with capataz on where the body ends. Now: 400, `Connection: close`, and neither
+/// the request nor what follows it on the connection reaches a backend.
+#[tokio::test]
+async fn a_request_with_transfer_codings_other_than_chunked_once_gets_400() {
+    let backend = answering(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
+    let (_balancer, addr) = balancer(&backend, "").await;
+    for codings in [
+        "Transfer-Encoding: chunked, chunked",
+        "Transfer-Encoding: identity, chunked",
+        "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked",
+        "Transfer-Encoding: chunked\r\nTransfer-Encoding: identity",
+    ] {
+        let request = format!(
+            "POST / HTTP/1.1\r\nHost: app.test\r\n{codings}\r\n\r\n\
+             3\r\nabc\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: app.test\r\n\r\n"
+        );
+        let reply = raw_roundtrip(addr, request.as_bytes()).await;
+        let text = String::from_utf8_lossy(&reply);
+        assert_eq!(status_of(&reply), Some(400), "{codings}: {text}");
+        assert!(
+            text.to_ascii_lowercase().contains("connection: close"),
+            "{text}"
+        );
+    }
+    assert_eq!(backend.hits(), 0);
+    // `chunked` once still goes through.
+    let reply = raw_roundtrip(
+        addr,
+        b"POST / HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\
+          Connection: close\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+    )
+    .await;
+    assert_eq!(status_of(&reply), Some(200));
+}

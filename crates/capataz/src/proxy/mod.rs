@@ -27,7 +27,7 @@ use tokio::net::TcpStream;
 use crate::body::{Lease, ReqBody, RespBody};
 use crate::config::{ConnectionReuse, ListenerConfig};
 use crate::h1::chunked;
-use crate::h1::framing::BodyLength;
+use crate::h1::framing::{self, BodyLength};
 use crate::health::PoolRt;
 use crate::upstream::{self, AttemptError, ExchangeError, ExchangeTimeouts, Outgoing, PrivateIdle};
 
@@ -135,6 +135,15 @@ impl Proxy {
                 StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
                 "request header fields too large",
             ));
+        }
+        if !framing::request_codings_ok(req.headers()) {
+            let mut page = error_page(
+                StatusCode::BAD_REQUEST,
+                "Transfer-Encoding other than chunked once",
+            );
+            page.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return Ok(page);
         }
         let host = match request_host(&req) {
             Ok(host) => host,
