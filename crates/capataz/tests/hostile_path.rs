@@ -230,3 +230,30 @@ async fn a_request_with_transfer_codings_other_than_chunked_once_gets_400() {
     .await;
     assert_eq!(status_of(&reply), Some(200));
 }
+
+/// Finding 6: a route for an IPv6 literal never matched. The config check keeps a route's
+/// brackets (`host = "[::1]"`, written so because `::1` alone is refused), but the request's
+/// Host lost them before the comparison (`[::1]:8080` became `::1`), so such a request fell
+/// through to the next route, or got 404.
+#[tokio::test]
+async fn a_route_for_an_ipv6_literal_matches_its_host() {
+    let backend = answering(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
+    let routes = "[[listeners.routes]]\nhost = \"[::1]\"\npool = \"web\"";
+    let (_balancer, addr) = balancer(&backend, routes).await;
+    for host in ["[::1]", "[::1]:8080"] {
+        let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        let reply = raw_roundtrip(addr, request.as_bytes()).await;
+        assert_eq!(
+            status_of(&reply),
+            Some(200),
+            "{host}: {}",
+            String::from_utf8_lossy(&reply)
+        );
+    }
+    let reply = raw_roundtrip(
+        addr,
+        b"GET / HTTP/1.1\r\nHost: [::2]\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(status_of(&reply), Some(404));
+}

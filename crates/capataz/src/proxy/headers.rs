@@ -169,10 +169,12 @@ pub(super) fn same_authority(uri: &Uri, authority: &http::uri::Authority, field:
         && field.port_u16().unwrap_or(default) == authority.port_u16().unwrap_or(default)
 }
 
+/// The host without its port, as a route's `host` is written: an IPv6 literal keeps its
+/// brackets (`[::1]:80` is `[::1]`, the form the config check gives a route's host).
 pub(super) fn strip_port(host: &str) -> &str {
     if host.starts_with('[') {
         // [v6]:port
-        return host.split_once(']').map_or(host, |(h, _)| &h[1..]);
+        return host.find(']').map_or(host, |close| &host[..=close]);
     }
     host.rsplit_once(':').map_or(host, |(h, _)| h)
 }
@@ -458,7 +460,8 @@ mod tests {
     fn hosts_and_uris() {
         assert_eq!(strip_port("example.com:8080"), "example.com");
         assert_eq!(strip_port("example.com"), "example.com");
-        assert_eq!(strip_port("[::1]:80"), "::1");
+        assert_eq!(strip_port("[::1]:80"), "[::1]");
+        assert_eq!(strip_port("[::1]"), "[::1]");
         let abs: Uri = "http://example.com/a?b=1".parse().unwrap();
         assert_eq!(origin_form(&abs), "/a?b=1");
         let rel: Uri = "/x".parse().unwrap();
