@@ -257,3 +257,75 @@ async fn a_route_for_an_ipv6_literal_matches_its_host() {
     .await;
     assert_eq!(status_of(&reply), Some(404));
 }
+
+/// Finding 7: an upgraded connection (a WebSocket) that went quiet was held forever: the
+/// client connection's `idle_timeout` watcher ends with hyper's connection at the upgrade, and
+/// the tunnel had no clock of its own, so a client could pin two sockets and a task per
+/// upgrade indefinitely (or simply vanish without a FIN). HAProxy closes an idle tunnel after
+/// `timeout tunnel` (else `timeout client`/`server`). Now a tunnel in which no byte moved
+/// either way for the listener's `idle_timeout` is closed at both ends; one that moves bytes
+/// stays up.
+#[tokio::test]
+async fn an_idle_upgraded_connection_is_closed_after_idle_timeout() {
+    use tokio::io::AsyncReadExt;
+    let (closed_tx, closed_rx) = tokio::sync::oneshot::channel::<()>();
+    let closed_tx = Arc::new(std::sync::Mutex::new(Some(closed_tx)));
+    let backend = RawBackend::start(move |mut stream: TcpStream, _hits: Arc<AtomicU64>| {
+        let closed_tx = closed_tx.clone();
+        async move {
+            let mut buf = Vec::new();
+            if read_head(&mut stream, &mut buf).await.is_none() {
+                return;
+            }
+            let switch = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
+                           Connection: Upgrade\r\n\r\n";
+            if stream.write_all(switch).await.is_err() {
+                return;
+            }
+            // Echo until the balancer closes the tunnel.
+            let mut chunk = [0u8; 1024];
+            while let Ok(n) = stream.read(&mut chunk).await {
+                if n == 0 || stream.write_all(&chunk[..n]).await.is_err() {
+                    break;
+                }
+            }
+            if let Some(tx) = closed_tx.lock().unwrap().take() {
+                let _ = tx.send(());
+            }
+        }
+    })
+    .await;
+    let (_balancer, addr) = balancer(&backend, "idle_timeout = \"1s\"").await;
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    client
+        .write_all(
+            b"GET /ws HTTP/1.1\r\nHost: app.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let head = read_head(&mut client, &mut buf).await.expect("a 101");
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    // Bytes moving every 100 ms keep it up well past the 1 s idle timeout.
+    for i in 0..25u8 {
+        client.write_all(&[b'a' + i % 26]).await.unwrap();
+        let mut echo = [0u8; 1];
+        tokio::time::timeout(support::DEADLINE, client.read_exact(&mut echo))
+            .await
+            .expect("an echo in time")
+            .expect("the tunnel is up while bytes move");
+        assert_eq!(echo[0], b'a' + i % 26);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // Quiet: both ends are closed.
+    let mut rest = [0u8; 16];
+    let read = tokio::time::timeout(support::DEADLINE, client.read(&mut rest)).await;
+    assert!(
+        matches!(read, Ok(Ok(0) | Err(_))),
+        "the client end of an idle tunnel is closed: {read:?}"
+    );
+    tokio::time::timeout(support::DEADLINE, closed_rx)
+        .await
+        .expect("the backend end of an idle tunnel is closed")
+        .unwrap();
+}
