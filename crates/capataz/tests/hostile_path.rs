@@ -329,3 +329,46 @@ async fn an_idle_upgraded_connection_is_closed_after_idle_timeout() {
         .expect("the backend end of an idle tunnel is closed")
         .unwrap();
 }
+
+/// Docs finding: the docs said a client that closes mid-body "gets nothing", which holds for a
+/// client that is gone; one that only half-closes (shuts down its sending side) can still read,
+/// and gets 400 with `Connection: close`. Either way the backend is charged nothing.
+#[tokio::test]
+async fn a_client_half_closing_mid_body_gets_400_and_charges_nothing() {
+    let backend = RawBackend::start(|mut stream: TcpStream, hits: Arc<AtomicU64>| async move {
+        let mut buf = Vec::new();
+        if read_head(&mut stream, &mut buf).await.is_some() {
+            hits.fetch_add(1, Ordering::SeqCst);
+            // Read what comes of the body, until capataz gives up on it.
+            while support::raw::fill(&mut stream, &mut buf)
+                .await
+                .is_ok_and(|n| n > 0)
+            {}
+        }
+    })
+    .await;
+    let (balancer, addr) = balancer(&backend, "").await;
+    for request in [
+        &b"POST / HTTP/1.1\r\nHost: app.test\r\nContent-Length: 10\r\n\r\n12345"[..],
+        b"POST / HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n12345\r\n",
+    ] {
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client.write_all(request).await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut reply = Vec::new();
+        tokio::time::timeout(
+            support::DEADLINE,
+            tokio::io::AsyncReadExt::read_to_end(&mut client, &mut reply),
+        )
+        .await
+        .expect("an answer in time")
+        .expect("read");
+        let text = String::from_utf8_lossy(&reply);
+        assert_eq!(status_of(&reply), Some(400), "{text}");
+        assert!(
+            text.to_ascii_lowercase().contains("connection: close"),
+            "{text}"
+        );
+    }
+    assert!(charged(&balancer).is_empty(), "{:?}", charged(&balancer));
+}
