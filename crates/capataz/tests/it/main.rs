@@ -16,3 +16,4 @@ mod metrics;
 mod module_graph;
 mod proxy_edge;
 mod replay_cli;
+mod request_path;

@@ -12,11 +12,14 @@ use tokio::task::JoinHandle;
 
 use super::{any, DEADLINE};
 
-/// A hand-written backend: an accept loop running `serve` on each connection, and a count of
-/// the requests `serve` reports. Dropping it stops accepting.
+/// A hand-written backend: an accept loop running `serve` on each connection, a count of the
+/// requests `serve` reports, and counts of the connections accepted and of those whose `serve`
+/// has returned (the peer closed, or `serve` gave up). Dropping it stops accepting.
 pub struct RawBackend {
     pub addr: SocketAddr,
     hits: Arc<AtomicU64>,
+    accepted: Arc<AtomicU64>,
+    closed: Arc<AtomicU64>,
     accept: JoinHandle<()>,
 }
 
@@ -30,14 +33,47 @@ impl RawBackend {
         let listener = TcpListener::bind(any()).await.expect("bind raw backend");
         let addr = listener.local_addr().expect("local addr");
         let hits = Arc::new(AtomicU64::new(0));
-        let counter = hits.clone();
+        let accepted = Arc::new(AtomicU64::new(0));
+        let closed = Arc::new(AtomicU64::new(0));
+        let (counter, count, ended) = (hits.clone(), accepted.clone(), closed.clone());
         let accept = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(serve(stream, counter.clone()));
+                let serving = serve(stream, counter.clone());
+                let ended = ended.clone();
+                tokio::spawn(async move {
+                    serving.await;
+                    ended.fetch_add(1, Ordering::SeqCst);
+                });
             }
         });
-        RawBackend { addr, hits, accept }
+        RawBackend {
+            addr,
+            hits,
+            accepted,
+            closed,
+            accept,
+        }
+    }
+
+    /// Like [`RawBackend::start`], for a `serve` that counts no requests.
+    pub async fn serving<F, Fut>(serve: F) -> RawBackend
+    where
+        F: Fn(TcpStream) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        RawBackend::start(move |stream, _| serve(stream)).await
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Connections whose `serve` has returned so far.
+    pub fn closed(&self) -> u64 {
+        self.closed.load(Ordering::SeqCst)
     }
 
     /// Requests served so far.
@@ -168,4 +204,51 @@ pub fn status_of(response: &[u8]) -> Option<u16> {
     let text = std::str::from_utf8(response.get(..12)?).ok()?;
     let rest = text.strip_prefix("HTTP/1.")?;
     rest.get(2..5)?.parse().ok()
+}
+
+/// A client's view of one answer read from raw bytes.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub head: String,
+    pub body: Vec<u8>,
+}
+
+/// Reads one answer (head, and a Content-Length or chunked body) from `stream`; `None` if the
+/// connection ended before a complete one.
+pub async fn read_reply(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Reply> {
+    let head = read_head(stream, buf).await?;
+    let status = head.get(9..12)?.parse().ok()?;
+    let body = if header(&head, "transfer-encoding").is_some()
+        || header(&head, "content-length").is_some()
+    {
+        read_body(stream, buf, &head).await?
+    } else {
+        Vec::new()
+    };
+    Some(Reply { status, head, body })
+}
+
+/// Sends `request` on a fresh connection and reads one answer, failing after [`DEADLINE`].
+pub async fn roundtrip(addr: SocketAddr, request: &[u8]) -> Option<Reply> {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request).await.expect("send");
+    let mut buf = Vec::new();
+    tokio::time::timeout(DEADLINE, read_reply(&mut stream, &mut buf))
+        .await
+        .expect("an answer or a close within the deadline")
+}
+
+/// Reads until the peer closes; `true` if it did within [`DEADLINE`].
+pub async fn closes(stream: &mut TcpStream) -> bool {
+    let read_all = async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(DEADLINE, read_all).await.is_ok()
 }
