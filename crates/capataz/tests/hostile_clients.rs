@@ -3,19 +3,24 @@
 //! pool of healthy backends. Nothing is ejected, nothing is logged at WARN, and each client
 //! gets the answer its own behaviour earns: 200, 408, nothing, 400.
 //!
-//! The log is captured by a process-wide subscriber, so this file holds this one test.
+//! The log is captured by a process-wide subscriber, so this file holds this one test, in a
+//! binary of its own: in the `it` binary the subscriber would also see every other test's
+//! warnings, and only the first test to set it would succeed.
+
+mod support;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use capataz::config;
 use capataz::events::Event;
-use capataz::server::Balancer;
 use capataz_health::Outcome;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
 use tracing_subscriber::layer::SubscriberExt;
+
+use support::balancer::start;
+use support::raw::{fill, find, length_backend, read_reply};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -45,84 +50,6 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Recorder {
         } else if text.contains("nothing charged") {
             *self.uncharged.lock().unwrap() += 1;
         }
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// A healthy keep-alive backend: reads each request whole (Content-Length or chunked) and
-/// answers 200 with the body's length.
-async fn healthy_backend() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(serve(stream));
-        }
-    });
-    addr
-}
-
-async fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<()> {
-    let mut chunk = [0u8; 8192];
-    match stream.read(&mut chunk).await {
-        Ok(0) | Err(_) => None,
-        Ok(n) => {
-            buf.extend_from_slice(&chunk[..n]);
-            Some(())
-        }
-    }
-}
-
-async fn serve(mut stream: TcpStream) -> Option<()> {
-    let mut buf = Vec::new();
-    loop {
-        let end = loop {
-            if let Some(end) = find(&buf, b"\r\n\r\n") {
-                break end;
-            }
-            fill(&mut stream, &mut buf).await?;
-        };
-        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-        buf.drain(..end + 4);
-        let mut length = 0;
-        if head.contains("transfer-encoding: chunked") {
-            loop {
-                let line_end = loop {
-                    if let Some(at) = find(&buf, b"\r\n") {
-                        break at;
-                    }
-                    fill(&mut stream, &mut buf).await?;
-                };
-                let size =
-                    usize::from_str_radix(String::from_utf8_lossy(&buf[..line_end]).trim(), 16)
-                        .ok()?;
-                buf.drain(..line_end + 2);
-                while buf.len() < size + 2 {
-                    fill(&mut stream, &mut buf).await?;
-                }
-                buf.drain(..size + 2);
-                length += size;
-                if size == 0 {
-                    break;
-                }
-            }
-        } else if let Some(at) = head.find("content-length:") {
-            let value = head[at + 15..].lines().next()?.trim();
-            length = value.parse().ok()?;
-            while buf.len() < length {
-                fill(&mut stream, &mut buf).await?;
-            }
-            buf.drain(..length);
-        }
-        let text = length.to_string();
-        let answer = format!(
-            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{text}",
-            text.len()
-        );
-        stream.write_all(answer.as_bytes()).await.ok()?;
     }
 }
 
@@ -174,7 +101,7 @@ async fn play(addr: SocketAddr, kind: Hostile) -> Option<u16> {
     }
     let mut buf = Vec::new();
     while find(&buf, b"\r\n").is_none() {
-        fill(&mut stream, &mut buf).await?;
+        fill(&mut stream, &mut buf).await.ok().filter(|&n| n > 0)?;
     }
     String::from_utf8_lossy(&buf[9..12]).parse().ok()
 }
@@ -189,12 +116,12 @@ async fn thirty_hostile_clients_eject_nothing_log_no_warning_and_get_their_own_s
 
     let mut backends = Vec::new();
     for _ in 0..3 {
-        backends.push(healthy_backend().await);
+        backends.push(length_backend().await);
     }
     let list: Vec<String> = backends
         .iter()
         .enumerate()
-        .map(|(i, addr)| format!("{{ name = \"b{i}\", address = \"{addr}\" }}"))
+        .map(|(i, b)| format!("{{ name = \"b{i}\", address = \"{}\" }}", b.addr))
         .collect();
     // Defaults everywhere (3 consecutive errors eject) but the timeouts, short for the test;
     // response_header is shorter than the slow uploads take.
@@ -215,9 +142,7 @@ response_header = "300ms"
 "#,
         list.join(", ")
     );
-    let config = config::parse_str(&text, "<test>").expect("valid config");
-    let (events, mut seen) = tokio::sync::broadcast::channel(4096);
-    let balancer = Balancer::start(&config, events).await.expect("starts");
+    let (balancer, mut seen) = start(&text).await;
     let addr = balancer.local_addrs()[0];
 
     let kinds = [
@@ -261,10 +186,8 @@ response_header = "300ms"
             .await
             .unwrap();
         let mut buf = Vec::new();
-        while find(&buf, b"\r\n").is_none() {
-            fill(&mut stream, &mut buf).await.expect("an answer");
-        }
-        assert!(buf.starts_with(b"HTTP/1.1 200"));
+        let reply = read_reply(&mut stream, &mut buf).await.expect("an answer");
+        assert_eq!(reply.status, 200, "{reply:?}");
     }
     for (i, backend) in pool.backends.iter().enumerate() {
         let errors: Vec<Outcome> = backend

@@ -93,6 +93,28 @@ impl Drop for RawBackend {
     }
 }
 
+/// A keep-alive backend that reads each request whole and answers `200` with its body's
+/// length.
+pub async fn length_backend() -> RawBackend {
+    RawBackend::serving(|mut stream| async move {
+        let mut buf = Vec::new();
+        while let Some(head) = read_head(&mut stream, &mut buf).await {
+            let Some(body) = read_body(&mut stream, &mut buf, &head).await else {
+                return;
+            };
+            let text = body.len().to_string();
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{text}",
+                text.len()
+            );
+            if stream.write_all(answer.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await
+}
+
 /// Where `needle` first starts in `haystack`.
 pub fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
@@ -197,6 +219,16 @@ pub async fn raw_roundtrip(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
         .await
         .expect("the balancer closed the connection in time");
     out
+}
+
+/// Sends `head` (the request line and headers, without the blank line) with
+/// `Connection: close` and `Content-Length: 0` on a fresh connection, and returns the status
+/// code and the whole answer.
+pub async fn send_head(addr: SocketAddr, head: &str) -> (u16, String) {
+    let request = format!("{head}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
+    let answer = raw_roundtrip(addr, request.as_bytes()).await;
+    let status = status_of(&answer).expect("an HTTP answer");
+    (status, String::from_utf8_lossy(&answer).into_owned())
 }
 
 /// The status code of a raw response.

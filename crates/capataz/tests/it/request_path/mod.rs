@@ -95,28 +95,6 @@ fn errors(balancer: &Balancer, index: usize) -> Vec<Outcome> {
         .collect()
 }
 
-/// A keep-alive backend that reads each request whole and answers `200` with its body's
-/// length.
-async fn length_backend() -> RawBackend {
-    RawBackend::serving(|mut stream| async move {
-        let mut buf = Vec::new();
-        while let Some(head) = read_head(&mut stream, &mut buf).await {
-            let Some(body) = read_body(&mut stream, &mut buf, &head).await else {
-                return;
-            };
-            let text = body.len().to_string();
-            let answer = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{text}",
-                text.len()
-            );
-            if stream.write_all(answer.as_bytes()).await.is_err() {
-                return;
-            }
-        }
-    })
-    .await
-}
-
 /// A backend that answers every request on its connection with `answer`, verbatim.
 async fn answering(answer: &'static [u8]) -> RawBackend {
     RawBackend::serving(move |mut stream| async move {

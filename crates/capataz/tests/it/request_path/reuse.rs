@@ -6,8 +6,10 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::{balancer, balancer_with, length_backend, GET};
-use crate::support::raw::{header, read_body, read_head, read_reply, roundtrip, RawBackend};
+use super::{balancer, balancer_with, GET};
+use crate::support::raw::{
+    header, length_backend, read_body, read_head, read_reply, roundtrip, RawBackend,
+};
 use crate::support::wait::wait_until;
 use crate::support::DEADLINE;
 

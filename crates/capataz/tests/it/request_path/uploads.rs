@@ -7,8 +7,10 @@ use capataz_health::Outcome;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::{balancer, charged, errors, length_backend};
-use crate::support::raw::{closes, find, read_head, read_reply, roundtrip, RawBackend};
+use super::{balancer, charged, errors};
+use crate::support::raw::{
+    closes, find, length_backend, read_head, read_reply, roundtrip, RawBackend,
+};
 use crate::support::wait::wait_until;
 use crate::support::DEADLINE;
 

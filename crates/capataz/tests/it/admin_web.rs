@@ -7,94 +7,25 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use capataz::config;
 use capataz::server::Balancer;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::broadcast;
 
-const DEADLINE: Duration = Duration::from_secs(20);
+use crate::support::balancer::{self, ConfigText};
+use crate::support::blocking;
+use crate::support::raw::send_head;
 
-/// A backend that answers every request `200 ok`, keep-alive.
-async fn backend() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind backend");
-    let addr = listener.local_addr().expect("backend address");
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buffer = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    while let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-                        buffer.drain(..end + 4);
-                        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-                        if stream.write_all(answer).await.is_err() {
-                            return;
-                        }
-                    }
-                    match stream.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
-
+/// A balancer with an admin listener (`admin_lines` added to its table) and one pool over a
+/// `200 ok` backend, without probes.
 async fn start(admin_lines: &str) -> Balancer {
-    let backend = backend().await;
-    let text = format!(
-        r#"
-[admin]
-address = "127.0.0.1:0"
-{admin_lines}
-
-[[listeners]]
-address = "127.0.0.1:0"
-
-[pools.web]
-backends = [{{ name = "b1", address = "{backend}" }}]
-active.kind = "none"
-"#
-    );
-    let config = config::parse_str(&text, "<test>").expect("valid test config");
-    let (events, _) = broadcast::channel(1024);
-    Balancer::start(&config, events)
-        .await
-        .expect("balancer starts")
-}
-
-/// Sends `head` (the request line and headers, without the blank line) plus `Connection: close`
-/// and returns the status code and the whole answer.
-async fn raw(addr: SocketAddr, head: &str) -> (u16, String) {
-    let exchange = async {
-        let mut stream = TcpStream::connect(addr).await.expect("connect");
-        let request = format!("{head}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
-        stream
-            .write_all(request.as_bytes())
-            .await
-            .expect("send request");
-        let mut answer = Vec::new();
-        let _ = stream.read_to_end(&mut answer).await;
-        let answer = String::from_utf8_lossy(&answer).into_owned();
-        let status = answer
-            .split(' ')
-            .nth(1)
-            .and_then(|code| code.parse().ok())
-            .unwrap_or(0);
-        (status, answer)
-    };
-    tokio::time::timeout(DEADLINE, exchange)
-        .await
-        .expect("an answer within the deadline")
+    let text = ConfigText::new(&[("b1".to_owned(), blocking::backend())])
+        .admin(admin_lines)
+        .extra("active.kind = \"none\"")
+        .build();
+    let (balancer, _events) = balancer::start(&text).await;
+    balancer
 }
 
 async fn override_of_b1(admin: SocketAddr) -> String {
-    let (status, answer) = raw(
+    let (status, answer) = send_head(
         admin,
         &format!("GET /status/web/b1 HTTP/1.1\r\nhost: {admin}"),
     )
@@ -110,7 +41,7 @@ async fn a_cross_site_form_post_set_an_override_without_a_token() {
     let balancer = start("").await;
     let admin = balancer.admin_addr().expect("admin runs");
     let before = override_of_b1(admin).await;
-    let (status, answer) = raw(
+    let (status, answer) = send_head(
         admin,
         &format!(
             "POST /backends/web/b1/down HTTP/1.1\r\nhost: {admin}\r\n\
@@ -120,7 +51,7 @@ async fn a_cross_site_form_post_set_an_override_without_a_token() {
     .await;
     assert_eq!(status, 403, "{answer}");
     // The same form from a page that hides its Origin: the content type gives it away.
-    let (status, answer) = raw(
+    let (status, answer) = send_head(
         admin,
         &format!(
             "POST /backends/web/b1/down HTTP/1.1\r\nhost: {admin}\r\n\
@@ -131,7 +62,7 @@ async fn a_cross_site_form_post_set_an_override_without_a_token() {
     assert_eq!(status, 415, "{answer}");
     assert_eq!(override_of_b1(admin).await, before, "no override was set");
     // A same-origin write (the listener's own page) and capataz's own client still work.
-    let (status, answer) = raw(
+    let (status, answer) = send_head(
         admin,
         &format!(
             "POST /backends/web/b1/drain HTTP/1.1\r\nhost: localhost:{}\r\n\
@@ -156,7 +87,7 @@ async fn a_dns_rebinding_host_read_the_status_without_a_token() {
     let balancer = start("").await;
     let admin = balancer.admin_addr().expect("admin runs");
     for path in ["/status", "/", "/metrics", "/events"] {
-        let (status, answer) = raw(
+        let (status, answer) = send_head(
             admin,
             &format!(
                 "GET {path} HTTP/1.1\r\nhost: rebind.evil.example:{}",
@@ -172,7 +103,8 @@ async fn a_dns_rebinding_host_read_the_status_without_a_token() {
         format!("localhost:{}", admin.port()),
         format!("127.0.0.1:{}", admin.port()),
     ] {
-        let (status, answer) = raw(admin, &format!("GET /status HTTP/1.1\r\nhost: {host}")).await;
+        let (status, answer) =
+            send_head(admin, &format!("GET /status HTTP/1.1\r\nhost: {host}")).await;
         assert_eq!(status, 200, "{host}: {answer}");
     }
     balancer.shutdown(Duration::from_secs(1)).await;
@@ -188,15 +120,15 @@ allowed_hosts = ["lb1.internal"]"#,
     .await;
     let admin = balancer.admin_addr().expect("admin runs");
     let get = |host: &str| format!("GET /status HTTP/1.1\r\nhost: {host}");
-    assert_eq!(raw(admin, &get("lb1.internal:9999")).await.0, 200);
-    assert_eq!(raw(admin, &get("LB1.internal")).await.0, 200);
-    assert_eq!(raw(admin, &get("rebind.evil.example")).await.0, 421);
+    assert_eq!(send_head(admin, &get("lb1.internal:9999")).await.0, 200);
+    assert_eq!(send_head(admin, &get("LB1.internal")).await.0, 200);
+    assert_eq!(send_head(admin, &get("rebind.evil.example")).await.0, 421);
     // With the token no page can have sent the request: any Host is fine.
     let with_token = format!("{}\r\nauthorization: Bearer s3cret", get("lb1.example.com"));
-    assert_eq!(raw(admin, &with_token).await.0, 200);
+    assert_eq!(send_head(admin, &with_token).await.0, 200);
     // Without it a write is still 401 first.
     let post = format!("POST /backends/web/b1/down HTTP/1.1\r\nhost: {admin}");
-    assert_eq!(raw(admin, &post).await.0, 401);
+    assert_eq!(send_head(admin, &post).await.0, 401);
     balancer.shutdown(Duration::from_secs(1)).await;
 }
 
@@ -210,7 +142,7 @@ async fn an_override_ttl_of_u64_max_seconds_crashed_the_admin_api() {
         "8761h",
         "99999999999h",
     ] {
-        let (status, answer) = raw(
+        let (status, answer) = send_head(
             admin,
             &format!("POST /backends/web/b1/down?ttl={ttl} HTTP/1.1\r\nhost: {admin}"),
         )
@@ -221,14 +153,14 @@ async fn an_override_ttl_of_u64_max_seconds_crashed_the_admin_api() {
             "{answer}"
         );
     }
-    let (status, answer) = raw(
+    let (status, answer) = send_head(
         admin,
         &format!("POST /backends/web/b1/down?ttl=8760h HTTP/1.1\r\nhost: {admin}"),
     )
     .await;
     assert_eq!(status, 200, "the maximum itself is fine: {answer}");
     // And the process still answers.
-    let (status, _) = raw(admin, &format!("GET /status HTTP/1.1\r\nhost: {admin}")).await;
+    let (status, _) = send_head(admin, &format!("GET /status HTTP/1.1\r\nhost: {admin}")).await;
     assert_eq!(status, 200);
     balancer.shutdown(Duration::from_secs(1)).await;
 }

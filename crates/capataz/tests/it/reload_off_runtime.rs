@@ -7,8 +7,8 @@
 //! it. Linux only (a FIFO, and `O_NONBLOCK` to see when the reader is waiting).
 #![cfg(target_os = "linux")]
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::Write;
+use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -16,72 +16,19 @@ use std::time::{Duration, Instant};
 use capataz::config;
 use capataz::server::Balancer;
 
-const DEADLINE: Duration = Duration::from_secs(20);
+use crate::support::balancer::ConfigText;
+use crate::support::blocking::{backend, request};
+use crate::support::DEADLINE;
+
 /// `O_NONBLOCK` on Linux.
 const O_NONBLOCK: i32 = 0o4000;
 
-fn config_text(backend: SocketAddr, listener: &str) -> String {
-    format!(
-        r#"
-[admin]
-address = "127.0.0.1:0"
-
-[[listeners]]
-address = "{listener}"
-
-[pools.web]
-backends = [{{ name = "b1", address = "{backend}" }}]
-active.kind = "none"
-"#
-    )
-}
-
-/// One request over a fresh connection, with a deadline; the status code, or 0.
-fn request(addr: SocketAddr, head: &str, timeout: Duration) -> u16 {
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr, timeout) else {
-        return 0;
-    };
-    let _ = stream.set_read_timeout(Some(timeout));
-    let request = format!("{head}\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
-    if stream.write_all(request.as_bytes()).is_err() {
-        return 0;
-    }
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer);
-    String::from_utf8_lossy(&answer)
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or(0)
-}
-
-/// A backend answering `200 ok` to each request, one per connection, on its own thread.
-fn backend() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind backend");
-    let addr = listener.local_addr().expect("backend address");
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut buffer = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    while let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-                        buffer.drain(..end + 4);
-                        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-                        if stream.write_all(answer).is_err() {
-                            return;
-                        }
-                    }
-                    match stream.read(&mut chunk) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-                    }
-                }
-            });
-        }
-    });
-    addr
+/// An admin listener, a client listener and pool `web` over `backend`, without probes.
+fn config_text(backend: SocketAddr) -> String {
+    ConfigText::new(&[("b1".to_owned(), backend)])
+        .admin("")
+        .extra("active.kind = \"none\"")
+        .build()
 }
 
 struct TempPath(PathBuf);
@@ -98,7 +45,7 @@ fn a_slow_reload_stalled_proxied_traffic() {
     let path = TempPath(
         std::env::temp_dir().join(format!("capataz-reload-fifo-{}.toml", std::process::id())),
     );
-    std::fs::write(&path.0, config_text(backend, "127.0.0.1:0")).expect("write config");
+    std::fs::write(&path.0, config_text(backend)).expect("write config");
     let config = config::load(&path.0).expect("valid config");
 
     // The balancer, on a runtime with one thread.
@@ -160,7 +107,7 @@ fn a_slow_reload_stalled_proxied_traffic() {
 
     // Let the reload finish: it applies.
     writer
-        .write_all(config_text(backend, "127.0.0.1:0").as_bytes())
+        .write_all(config_text(backend).as_bytes())
         .expect("write the FIFO");
     drop(writer);
     assert_eq!(reload.join().expect("reload thread"), 200);

@@ -5,25 +5,13 @@
 //!
 //! Loopback only, ephemeral ports, raw HTTP/1.1 where the headers matter.
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use crate::support::balancer::{parse, start};
+use crate::support::raw::{header, send_head, status_of};
+use crate::support::DEADLINE;
 use capataz::server::Balancer;
-use support::balancer::{parse, start};
-use support::raw::{header, raw_roundtrip, status_of};
-use support::DEADLINE;
-
-/// Sends `head` (request line and headers, no blank line) with `Connection: close` and returns
-/// the status and the whole answer.
-async fn send(addr: SocketAddr, head: &str) -> (u16, String) {
-    let request = format!("{head}\r\nconnection: close\r\n\r\n");
-    let answer = raw_roundtrip(addr, request.as_bytes()).await;
-    let status = status_of(&answer).expect("an HTTP answer");
-    (status, String::from_utf8_lossy(&answer).into_owned())
-}
 
 fn pool_of(backends: &[(&str, SocketAddr)], extra: &str) -> String {
     let list: Vec<String> = backends
@@ -58,7 +46,7 @@ async fn a_reload_that_moves_or_removes_admin_keeps_the_running_listeners_token(
     let (balancer, _events) = start(&guarded).await;
     let admin = admin_addr(&balancer);
     let write = format!("POST /backends/web/b1/down HTTP/1.1\r\nhost: {admin}");
-    assert_eq!(send(admin, &write).await.0, 401);
+    assert_eq!(send_head(admin, &write).await.0, 401);
     for (what, text) in [
         (
             "moved to loopback without a token",
@@ -67,18 +55,18 @@ async fn a_reload_that_moves_or_removes_admin_keeps_the_running_listeners_token(
         ("removed", pool.clone()),
     ] {
         balancer.reload(&parse(&text)).await.expect("reload");
-        let (status, answer) = send(admin, &write).await;
+        let (status, answer) = send_head(admin, &write).await;
         assert_eq!(status, 401, "[admin] {what}: {answer}");
         let authorized = format!("{write}\r\nauthorization: Bearer s3cret");
-        assert_eq!(send(admin, &authorized).await.0, 200, "[admin] {what}");
+        assert_eq!(send_head(admin, &authorized).await.0, 200, "[admin] {what}");
     }
     // A new table for the same address does apply: here, a new token.
     let rotated = format!("[admin]\naddress = \"0.0.0.0:0\"\ntoken = \"n3w\"\n{pool}");
     balancer.reload(&parse(&rotated)).await.expect("reload");
     let old = format!("{write}\r\nauthorization: Bearer s3cret");
-    assert_eq!(send(admin, &old).await.0, 401);
+    assert_eq!(send_head(admin, &old).await.0, 401);
     let new = format!("{write}\r\nauthorization: Bearer n3w");
-    assert_eq!(send(admin, &new).await.0, 200);
+    assert_eq!(send_head(admin, &new).await.0, 200);
 }
 
 /// Regression: a reload copies each backend's override into the new pools and then swaps them
@@ -107,7 +95,7 @@ async fn an_override_set_while_a_reload_swaps_the_pools_is_not_lost() {
             tokio::spawn(async move { balancer.reload(&config).await.map(|_| ()) })
         };
         let head = format!("POST /backends/web/b199/{kind} HTTP/1.1\r\nhost: {admin}");
-        let overriding = tokio::spawn(async move { send(admin, &head).await });
+        let overriding = tokio::spawn(async move { send_head(admin, &head).await });
         reloading.await.expect("reload task").expect("reload");
         let (status, answer) = overriding.await.expect("override task");
         assert_eq!(status, 200, "{answer}");
@@ -149,7 +137,7 @@ async fn a_wrong_path_is_404_and_a_wrong_method_is_405_with_allow() {
         ("DELETE /reload HTTP/1.1", 405),
         ("HEAD /status HTTP/1.1", 200),
     ] {
-        let (status, answer) = send(admin, &format!("{head}\r\nhost: {admin}")).await;
+        let (status, answer) = send_head(admin, &format!("{head}\r\nhost: {admin}")).await;
         assert_eq!(status, want, "{head}: {answer}");
         if want == 405 {
             let (head, _) = answer.split_once("\r\n\r\n").expect("a head");
@@ -173,15 +161,15 @@ async fn backend_names_with_spaces_slashes_and_unicode_are_reachable_percent_enc
     let admin = admin_addr(&balancer);
     for (name, encoded) in names.iter().zip(["web%202", "a%2Fb", "w%C3%A9b"]) {
         let head = format!("POST /backends/web/{encoded}/drain HTTP/1.1\r\nhost: {admin}");
-        let (status, answer) = send(admin, &head).await;
+        let (status, answer) = send_head(admin, &head).await;
         assert_eq!(status, 200, "{name}: {answer}");
         let head = format!("GET /status/web/{encoded} HTTP/1.1\r\nhost: {admin}");
-        let (status, answer) = send(admin, &head).await;
+        let (status, answer) = send_head(admin, &head).await;
         assert_eq!(status, 200, "{name}: {answer}");
         assert!(answer.contains("DRAINING"), "{name}: {answer}");
     }
     let head = format!("GET /status/web/%zz HTTP/1.1\r\nhost: {admin}");
-    assert_eq!(send(admin, &head).await.0, 400);
+    assert_eq!(send_head(admin, &head).await.0, 400);
     // The command line encodes what it is given.
     let admin_arg = admin.to_string();
     let output = tokio::task::spawn_blocking(move || {
@@ -214,7 +202,7 @@ async fn a_zero_ttl_is_refused_with_400() {
     let admin = admin_addr(&balancer);
     for ttl in ["0s", "0ms", "0.0h"] {
         let head = format!("POST /backends/web/b1/down?ttl={ttl} HTTP/1.1\r\nhost: {admin}");
-        let (status, answer) = send(admin, &head).await;
+        let (status, answer) = send_head(admin, &head).await;
         assert_eq!(status, 400, "{ttl}: {answer}");
         assert!(answer.contains("is zero"), "{answer}");
     }
@@ -355,10 +343,10 @@ async fn the_bearer_scheme_is_case_insensitive() {
     for scheme in ["Bearer", "bearer", "BEARER"] {
         let head =
             format!("GET /status HTTP/1.1\r\nhost: {admin}\r\nauthorization: {scheme} s3cret");
-        assert_eq!(send(admin, &head).await.0, 200, "{scheme}");
+        assert_eq!(send_head(admin, &head).await.0, 200, "{scheme}");
     }
     let head = format!("GET /status HTTP/1.1\r\nhost: {admin}\r\nauthorization: Basic s3cret");
-    assert_eq!(send(admin, &head).await.0, 401);
+    assert_eq!(send_head(admin, &head).await.0, 401);
 }
 
 /// Regression: a reload stored the new `[log]` table although logging is set up once at
@@ -391,14 +379,14 @@ async fn a_mistyped_ttl_or_a_ttl_on_clear_is_refused_and_changes_nothing() {
         "clear?ttl=30s",
     ] {
         let head = format!("POST /backends/web/b1/{target} HTTP/1.1\r\nhost: {admin}");
-        let (status, answer) = send(admin, &head).await;
+        let (status, answer) = send_head(admin, &head).await;
         assert_eq!(status, 400, "{target}: {answer}");
         let head = format!("GET /status/web/b1 HTTP/1.1\r\nhost: {admin}");
-        let (_, status) = send(admin, &head).await;
+        let (_, status) = send_head(admin, &head).await;
         assert!(status.contains("\"override\": null"), "{target}: {status}");
     }
     let head = format!("POST /backends/web/b1/down?ttl=1.5%6D HTTP/1.1\r\nhost: {admin}");
-    let (status, answer) = send(admin, &head).await;
+    let (status, answer) = send_head(admin, &head).await;
     assert_eq!(status, 200, "{answer}");
     assert!(answer.contains("\"ttl_ms\": 90000"), "{answer}");
 }
@@ -413,7 +401,7 @@ async fn a_reload_during_shutdown_is_refused_and_binds_nothing() {
     let shared = balancer.shared().clone();
     let stopped = shared.shutdown_signal();
     let stopping = tokio::spawn(balancer.shutdown(DEADLINE));
-    support::wait::wait_until("shutdown to begin", || *stopped.borrow()).await;
+    crate::support::wait::wait_until("shutdown to begin", || *stopped.borrow()).await;
     let refused = shared.reload(&parse(&pool)).await;
     assert!(refused.is_err(), "a reload during shutdown was applied");
     stopping.await.expect("shutdown");

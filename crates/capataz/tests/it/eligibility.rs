@@ -6,34 +6,19 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use capataz::config;
 use capataz::health::{Clock, Event, OverrideKind, PoolRt};
 use capataz::metrics::{HistogramScope, Metrics};
-use capataz::server::Balancer;
 use capataz::sim::SimBackend;
 use capataz_health::AllDown;
-use http_body_util::{BodyExt, Empty};
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
 use tokio::sync::broadcast;
 
-const DEADLINE: Duration = Duration::from_secs(20);
+use crate::support::balancer::{backends, start};
+use crate::support::client::exchange;
+use crate::support::DEADLINE;
 
 /// Probes so rare that no backend passes `rise = 2` of them during a test.
 const RARE_PROBES: &str = "interval = \"60s\"\nrise = 2\n";
-
-fn any() -> SocketAddr {
-    ([127, 0, 0, 1], 0).into()
-}
-
-async fn backends(names: &[&str]) -> Vec<SimBackend> {
-    let mut out = Vec::new();
-    for name in names {
-        out.push(SimBackend::start(name, any()).await.expect("start backend"));
-    }
-    out
-}
 
 fn list(backends: &[&SimBackend]) -> String {
     let items: Vec<String> = backends
@@ -43,41 +28,15 @@ fn list(backends: &[&SimBackend]) -> String {
     items.join(", ")
 }
 
-async fn start(text: &str) -> (Balancer, broadcast::Receiver<Event>) {
-    let config = config::parse_str(text, "<test>").expect("valid test config");
-    let (events, rx) = broadcast::channel(4096);
-    let balancer = Balancer::start(&config, events)
-        .await
-        .expect("balancer starts");
-    (balancer, rx)
-}
-
 /// One GET on a fresh connection: status, `Retry-After`, and the backend that answered.
 async fn get(addr: SocketAddr, path: &str) -> (u16, Option<String>, Option<String>) {
-    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let (mut sender, conn) = http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake");
-    tokio::spawn(conn);
-    let request = http::Request::get(path)
-        .header("host", "app.test")
-        .body(Empty::<Bytes>::new())
-        .unwrap();
-    let response = tokio::time::timeout(DEADLINE, sender.send_request(request))
-        .await
-        .expect("an answer in time")
-        .expect("a response");
-    let header = |name: &str| {
-        response
-            .headers()
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-    };
-    let (retry_after, backend) = (header("retry-after"), header("x-backend"));
-    let status = response.status().as_u16();
-    let _ = response.into_body().collect().await;
-    (status, retry_after, backend)
+    let answer = exchange(addr, "GET", path, "app.test", &[]).await;
+    let retry_after = answer
+        .headers
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    (answer.status, retry_after, answer.backend)
 }
 
 /// Every event already sent, in order.

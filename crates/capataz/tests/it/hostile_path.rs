@@ -2,8 +2,6 @@
 //! each pinned by the behaviour it fixed: what the client gets, and what the backend is
 //! charged. Backends are raw sockets that write exactly the bytes under test.
 
-mod support;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -12,8 +10,9 @@ use capataz_health::Outcome;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use support::balancer::{start, ConfigText};
-use support::raw::{raw_roundtrip, read_head, status_of, RawBackend};
+use crate::support::balancer::{start, ConfigText};
+use crate::support::raw::{fill, raw_roundtrip, read_head, status_of, RawBackend};
+use crate::support::DEADLINE;
 
 /// No probes, no retries, and a passive side on which any charge shows.
 const POOL: &str = "retries = { attempts = 0 }\n\n\
@@ -310,7 +309,7 @@ async fn an_idle_upgraded_connection_is_closed_after_idle_timeout() {
     for i in 0..25u8 {
         client.write_all(&[b'a' + i % 26]).await.unwrap();
         let mut echo = [0u8; 1];
-        tokio::time::timeout(support::DEADLINE, client.read_exact(&mut echo))
+        tokio::time::timeout(DEADLINE, client.read_exact(&mut echo))
             .await
             .expect("an echo in time")
             .expect("the tunnel is up while bytes move");
@@ -319,12 +318,12 @@ async fn an_idle_upgraded_connection_is_closed_after_idle_timeout() {
     }
     // Quiet: both ends are closed.
     let mut rest = [0u8; 16];
-    let read = tokio::time::timeout(support::DEADLINE, client.read(&mut rest)).await;
+    let read = tokio::time::timeout(DEADLINE, client.read(&mut rest)).await;
     assert!(
         matches!(read, Ok(Ok(0) | Err(_))),
         "the client end of an idle tunnel is closed: {read:?}"
     );
-    tokio::time::timeout(support::DEADLINE, closed_rx)
+    tokio::time::timeout(DEADLINE, closed_rx)
         .await
         .expect("the backend end of an idle tunnel is closed")
         .unwrap();
@@ -340,10 +339,7 @@ async fn a_client_half_closing_mid_body_gets_400_and_charges_nothing() {
         if read_head(&mut stream, &mut buf).await.is_some() {
             hits.fetch_add(1, Ordering::SeqCst);
             // Read what comes of the body, until capataz gives up on it.
-            while support::raw::fill(&mut stream, &mut buf)
-                .await
-                .is_ok_and(|n| n > 0)
-            {}
+            while fill(&mut stream, &mut buf).await.is_ok_and(|n| n > 0) {}
         }
     })
     .await;
@@ -357,7 +353,7 @@ async fn a_client_half_closing_mid_body_gets_400_and_charges_nothing() {
         client.shutdown().await.unwrap();
         let mut reply = Vec::new();
         tokio::time::timeout(
-            support::DEADLINE,
+            DEADLINE,
             tokio::io::AsyncReadExt::read_to_end(&mut client, &mut reply),
         )
         .await

@@ -2,14 +2,13 @@
 //! a separate, blocking step that names the key of a name that does not resolve. A reload with
 //! such a name is refused and the running configuration stays; `capataz check` reports it.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use capataz::config;
 use capataz::server::Balancer;
 
-const DEADLINE: Duration = Duration::from_secs(20);
+use crate::support::{blocking, DEADLINE};
 
 fn text(backend: &str, hook: &str) -> String {
     format!(
@@ -74,32 +73,9 @@ fn validation_resolved_host_names_on_the_calling_thread() {
     }
 }
 
-fn get(addr: SocketAddr, head: &str) -> u16 {
-    let mut stream = TcpStream::connect_timeout(&addr, DEADLINE).expect("connect");
-    stream.set_read_timeout(Some(DEADLINE)).expect("timeout");
-    let request = format!("{head}\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).expect("send");
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer);
-    String::from_utf8_lossy(&answer)
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_with_a_name_that_does_not_resolve_keeps_the_old_config() {
-    let backend = std::net::TcpListener::bind("127.0.0.1:0").expect("bind backend");
-    let backend_addr = backend.local_addr().expect("address");
-    std::thread::spawn(move || {
-        for stream in backend.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut buffer = [0u8; 4096];
-            let _ = stream.read(&mut buffer);
-            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
-        }
-    });
+    let backend_addr = blocking::backend();
     let path = std::env::temp_dir().join(format!("capataz-dns-{}.toml", std::process::id()));
     std::fs::write(
         &path,
@@ -125,9 +101,11 @@ async fn a_reload_with_a_name_that_does_not_resolve_keeps_the_old_config() {
         "{error}"
     );
     let listener = balancer.local_addrs()[0];
-    let status = tokio::task::spawn_blocking(move || get(listener, "GET / HTTP/1.1"))
-        .await
-        .expect("request");
+    let status = tokio::task::spawn_blocking(move || {
+        blocking::request(listener, "GET / HTTP/1.1", DEADLINE)
+    })
+    .await
+    .expect("request");
     assert_eq!(status, 200, "the old backend still serves");
     assert_eq!(
         balancer.shared().config().pools[0].backends[0].address,
