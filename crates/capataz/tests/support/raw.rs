@@ -103,16 +103,21 @@ pub async fn length_backend() -> RawBackend {
                 return;
             };
             let text = body.len().to_string();
-            let answer = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{text}",
-                text.len()
-            );
+            let answer = ok_answer(&text);
             if stream.write_all(answer.as_bytes()).await.is_err() {
                 return;
             }
         }
     })
     .await
+}
+
+/// A `200 OK` answer whose body is `text`.
+pub fn ok_answer(text: &str) -> String {
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{text}",
+        text.len()
+    )
 }
 
 /// Where `needle` first starts in `haystack`.

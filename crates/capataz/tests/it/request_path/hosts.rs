@@ -4,7 +4,7 @@
 use tokio::io::AsyncWriteExt;
 
 use super::balancer;
-use crate::support::raw::{read_head, roundtrip, RawBackend};
+use crate::support::raw::{ok_answer, read_head, roundtrip, RawBackend};
 
 /// A backend that answers each request with the Host it received.
 async fn host_echo() -> RawBackend {
@@ -19,10 +19,7 @@ async fn host_echo() -> RawBackend {
                 .map(|(_, value)| value.trim())
                 .collect();
             let text = hosts.join("|");
-            let answer = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{text}",
-                text.len()
-            );
+            let answer = ok_answer(&text);
             if stream.write_all(answer.as_bytes()).await.is_err() {
                 return;
             }

@@ -8,7 +8,7 @@ use tokio::net::TcpStream;
 
 use super::{balancer, balancer_with, GET};
 use crate::support::raw::{
-    header, length_backend, read_body, read_head, read_reply, roundtrip, RawBackend,
+    header, length_backend, ok_answer, read_body, read_head, read_reply, roundtrip, RawBackend,
 };
 use crate::support::wait::wait_until;
 use crate::support::DEADLINE;
@@ -27,10 +27,7 @@ async fn poisoner() -> RawBackend {
                 "/204" => "HTTP/1.1 204 No Content\r\n\r\n".to_owned(),
                 _ => {
                     let text = format!("OK-{client}");
-                    format!(
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{text}",
-                        text.len()
-                    )
+                    ok_answer(&text)
                 }
             };
             if stream.write_all(answer.as_bytes()).await.is_err() {
@@ -39,10 +36,7 @@ async fn poisoner() -> RawBackend {
             if path != "/plain" {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 let text = format!("POISONED-{client}");
-                let stray = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{text}",
-                    text.len()
-                );
+                let stray = ok_answer(&text);
                 if stream.write_all(stray.as_bytes()).await.is_err() {
                     return;
                 }
