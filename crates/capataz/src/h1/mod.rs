@@ -8,6 +8,7 @@
 //!
 //! Public so that the `h1_response` fuzz target (`fuzz/`) can drive it.
 
+pub mod body;
 pub mod chunked;
 pub mod framing;
 pub mod head;

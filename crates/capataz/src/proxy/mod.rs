@@ -22,12 +22,14 @@ use hyper_util::rt::TokioIo;
 
 use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 use crate::body::{Lease, ReqBody, RespBody};
 use crate::config::{ConnectionReuse, ListenerConfig};
 use crate::health::PoolRt;
-use crate::upstream::{self, AttemptError, ExchangeError, ExchangeTimeouts, Outgoing, PrivateIdle};
+use crate::upstream::{
+    self, AttemptError, BackendStream, ExchangeError, ExchangeTimeouts, Outgoing, PrivateIdle,
+    Transport,
+};
 
 mod headers;
 mod pages;
@@ -269,9 +271,9 @@ enum Forwarded<'a> {
     Response(Response<RespBody>, u16),
     /// The backend switched protocols: its answer, its connection and what it sent past the
     /// answer's head.
-    Upgraded(Response<RespBody>, TcpStream, Bytes),
+    Upgraded(Response<RespBody>, BackendStream, Bytes),
     /// Nothing reached the backend; the request comes back intact.
-    NotSent(Outgoing<'a>, AttemptError),
+    NotSent(Outgoing<'a, ReqBody>, AttemptError),
     /// The request was sent (at least in part) and no usable answer came.
     Failed(AttemptError),
 }
@@ -281,7 +283,7 @@ enum Forwarded<'a> {
 async fn forward<'a>(
     pool: &Arc<PoolRt>,
     index: usize,
-    outgoing: Outgoing<'a>,
+    outgoing: Outgoing<'a, ReqBody>,
     head: &mut Vec<u8>,
     mut lease: Lease,
     upgrade: bool,
@@ -443,7 +445,7 @@ impl ClientInfo {
 
 /// Joins the client's upgraded connection and the backend's, once the 101 has reached the
 /// client; `early` is what the backend sent after its 101 before the tunnel existed.
-fn tunnel(client: hyper::upgrade::OnUpgrade, mut backend: TcpStream, early: Bytes) {
+fn tunnel<S: Transport>(client: hyper::upgrade::OnUpgrade, mut backend: S, early: Bytes) {
     tokio::spawn(async move {
         let Ok(client) = client.await else {
             return;
