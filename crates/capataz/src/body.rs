@@ -26,7 +26,7 @@ use capataz_health::Outcome;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use crate::h1::framing::Framing;
-use crate::health::{BackendRt, PoolRt};
+use crate::balance::PoolHandle;
 use crate::upstream::{AttemptError, BackendStream, PrivateIdle, ResponseStream};
 
 /// A request body on its way to a backend.
@@ -70,37 +70,41 @@ impl Body for ReqBody {
 
 /// Holds a backend's in-flight slot and, once the response is complete, its connection.
 pub struct Lease {
-    backend: Arc<BackendRt>,
+    /// The pool, and the backend's index in it.
+    pool: Arc<PoolHandle>,
+    index: usize,
     /// Where the connection goes back: the client connection's own idle set, or (`None`) the
     /// backend's shared one.
     private: Option<Arc<PrivateIdle>>,
     /// The connection, and when its response arrived.
     sender: Option<(BackendStream, Instant)>,
     complete: bool,
-    /// The answer to report to the passive checks when the lease ends: the pool, the backend's
-    /// index in it, and the answer's status.
-    verdict: Option<(Arc<PoolRt>, usize, Outcome)>,
+    /// The answer to report to the passive checks when the lease ends (its status).
+    verdict: Option<Outcome>,
     /// How the body failed before its end, if it did: judged instead of the answer.
     failed: Option<AttemptError>,
 }
 
 impl Lease {
-    /// Takes an in-flight slot on `backend`; a reusable connection goes back to `private` if
-    /// given, else to the backend's shared set.
-    pub(crate) fn new(backend: Arc<BackendRt>, private: Option<Arc<PrivateIdle>>) -> Lease {
-        backend.in_flight.fetch_add(1, Ordering::Relaxed);
+    /// Takes an in-flight slot on backend `index` of `pool`; a reusable connection goes back
+    /// to `private` if given, else to the backend's shared set.
+    pub(crate) fn new(
+        pool: Arc<PoolHandle>,
+        index: usize,
+        private: Option<Arc<PrivateIdle>>,
+    ) -> Lease {
+        pool.backends[index]
+            .in_flight
+            .fetch_add(1, Ordering::Relaxed);
         Lease {
-            backend,
+            pool,
+            index,
             private,
             sender: None,
             complete: false,
             verdict: None,
             failed: None,
         }
-    }
-
-    pub(crate) fn backend(&self) -> &Arc<BackendRt> {
-        &self.backend
     }
 
     /// The client connection's own idle set, under the private reuse policy.
@@ -112,28 +116,29 @@ impl Lease {
         self.sender = Some((sender, answered_at));
     }
 
-    /// Reports `answer` for backend `index` of `pool` when the lease ends: as is if the body
-    /// ended whole or the client went away, as the failure's outcome if the body failed.
-    pub(crate) fn judge_at_end(&mut self, pool: Arc<PoolRt>, index: usize, answer: Outcome) {
-        self.verdict = Some((pool, index, answer));
+    /// Reports `answer` for the backend when the lease ends: as is if the body ended whole or
+    /// the client went away, as the failure's outcome if the body failed.
+    pub(crate) fn judge_at_end(&mut self, answer: Outcome) {
+        self.verdict = Some(answer);
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.backend.in_flight.fetch_sub(1, Ordering::Relaxed);
-        if let Some((pool, index, answer)) = self.verdict.take() {
+        let backend = &self.pool.backends[self.index];
+        backend.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if let Some(answer) = self.verdict.take() {
             let outcome = match self.failed {
                 Some(failed) => failed.outcome(),
                 None => Some(answer),
             };
             if let Some(outcome) = outcome {
-                pool.observe(index, outcome);
+                self.pool.observe(self.index, outcome);
             }
         }
         if self.complete {
             if let Some((sender, answered_at)) = self.sender.take() {
-                self.backend
+                backend
                     .upstream
                     .release(sender, answered_at, self.private.as_deref());
             }

@@ -142,14 +142,14 @@ impl Balancer {
             .pools
             .iter()
             .map(|pool| {
-                Arc::new(PoolRt::new(
+                PoolRt::new(
                     pool.clone(),
                     events.clone(),
                     clock,
                     None,
                     false,
                     histograms,
-                ))
+                )
             })
             .collect();
         let mut pool_tasks = Vec::new();
@@ -409,14 +409,14 @@ impl Shared {
                         summary.added += 1;
                     }
                 }
-                Arc::new(PoolRt::new(
+                PoolRt::new(
                     pool.clone(),
                     self.events.clone(),
                     self.clock,
                     previous.map(|p| &**p),
                     pool.gate_new_backends,
                     self.histograms,
-                ))
+                )
             })
             .collect();
         let total_old: usize = old_pools.iter().map(|p| p.backends.len()).sum();

@@ -25,6 +25,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::body::{Lease, ReqBody, RespBody};
 use crate::config::{ConnectionReuse, ListenerConfig};
+use crate::balance::PoolHandle;
 use crate::health::PoolRt;
 use crate::upstream::{
     self, AttemptError, BackendStream, ExchangeError, ExchangeTimeouts, Outgoing, PrivateIdle,
@@ -72,7 +73,7 @@ impl Tried {
 struct Route {
     host: Option<String>,
     path_prefix: String,
-    pool: Arc<PoolRt>,
+    pool: Arc<PoolHandle>,
 }
 
 /// The request handler of one listener.
@@ -98,7 +99,7 @@ impl Proxy {
                 .map(|r| Route {
                     host: r.host.clone(),
                     path_prefix: r.path_prefix.clone(),
-                    pool: pools[r.pool].clone(),
+                    pool: pools[r.pool].handle().clone(),
                 })
                 .collect(),
             any_host: routes.iter().any(|r| r.host.is_some()),
@@ -109,7 +110,7 @@ impl Proxy {
     }
 
     /// The pool of the first route matching `host` (without its port) and `path`.
-    fn route(&self, host: Option<&str>, path: &str) -> Option<&Arc<PoolRt>> {
+    fn route(&self, host: Option<&str>, path: &str) -> Option<&Arc<PoolHandle>> {
         let host = host.map(strip_port);
         self.routes
             .iter()
@@ -220,12 +221,11 @@ impl Proxy {
                     }
                 },
             };
-            let backend = pool.backends[index].clone();
             let private = match pool.config.connection_reuse {
                 ConnectionReuse::Private => Some(client.private.clone()),
                 ConnectionReuse::Shared => None,
             };
-            let lease = Lease::new(backend, private);
+            let lease = Lease::new(pool.clone(), index, private);
             let attempt = forward(&pool, index, outgoing, &mut head, lease, upgrade, timeouts);
             match attempt.await {
                 Forwarded::Response(mut response, status) => {
@@ -281,7 +281,7 @@ enum Forwarded<'a> {
 /// One attempt on one backend, with its outcome fed to the passive side (an answer's once its
 /// body has ended; see `body::Lease`).
 async fn forward<'a>(
-    pool: &Arc<PoolRt>,
+    pool: &Arc<PoolHandle>,
     index: usize,
     outgoing: Outgoing<'a, ReqBody>,
     head: &mut Vec<u8>,
@@ -289,7 +289,7 @@ async fn forward<'a>(
     upgrade: bool,
     timeouts: ExchangeTimeouts,
 ) -> Forwarded<'a> {
-    let backend = lease.backend().clone();
+    let backend = &pool.backends[index];
     let mut outgoing = outgoing;
     // A pooled connection the backend closed meanwhile is no fault of the backend: one fresh
     // connection is tried before anything is judged.
@@ -346,7 +346,7 @@ async fn forward<'a>(
                 if answer.framing.rewrite_length {
                     rewrite_length(response.headers_mut(), answer.framing.body);
                 }
-                lease.judge_at_end(pool.clone(), index, Outcome::Status(status));
+                lease.judge_at_end(Outcome::Status(status));
                 *response.body_mut() = RespBody::upstream(
                     answer.stream,
                     answer.buf,
@@ -363,7 +363,7 @@ async fn forward<'a>(
 
 /// Feeds a failed attempt to the passive side if it was the backend's fault; a failure that
 /// was the client's (or capataz's own) is only logged, at debug.
-fn charge(pool: &PoolRt, index: usize, error: AttemptError) {
+fn charge(pool: &PoolHandle, index: usize, error: AttemptError) {
     let backend = &pool.backends[index];
     match error.outcome() {
         Some(outcome) => {
@@ -392,13 +392,13 @@ fn build_request(method: Method, uri: Uri, headers: HeaderMap, body: ReqBody) ->
 /// Whether an eligible backend has not been tried yet. Checked before retrying an answer, so
 /// when no backend is left the last one's own answer (a 503 with its `Retry-After`, say)
 /// reaches the client instead of a 502 of ours, and no retry budget is spent for nothing.
-fn untried_left(pool: &PoolRt, tried: &[usize]) -> bool {
+fn untried_left(pool: &PoolHandle, tried: &[usize]) -> bool {
     pool.snapshot().eligible.iter().any(|b| !tried.contains(b))
 }
 
 /// Whether one more attempt may be made: a retry is left for this request, a backend is left
 /// to try, and the pool's budget pays for it (spending one token and one retry if so).
-fn may_retry(pool: &PoolRt, retries_left: &mut u32, tried: &Tried) -> bool {
+fn may_retry(pool: &PoolHandle, retries_left: &mut u32, tried: &Tried) -> bool {
     let ok = *retries_left > 0
         && tried.has_room()
         && untried_left(pool, tried.as_slice())
