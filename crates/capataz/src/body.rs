@@ -25,8 +25,8 @@ use bytes::{Bytes, BytesMut};
 use capataz_health::Outcome;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
-use crate::h1::framing::Framing;
 use crate::balance::PoolHandle;
+use crate::h1::framing::Framing;
 use crate::upstream::{AttemptError, BackendStream, PrivateIdle, ResponseStream};
 
 /// A request body on its way to a backend.

@@ -141,16 +141,7 @@ impl Balancer {
         let pools: Vec<Arc<PoolRt>> = config
             .pools
             .iter()
-            .map(|pool| {
-                PoolRt::new(
-                    pool.clone(),
-                    events.clone(),
-                    clock,
-                    None,
-                    false,
-                    histograms,
-                )
-            })
+            .map(|pool| PoolRt::new(pool.clone(), events.clone(), clock, None, false, histograms))
             .collect();
         let mut pool_tasks = Vec::new();
         for pool in &pools {

@@ -3,15 +3,17 @@
 //!
 //! Every decision is the engine's (`capataz_health::Rotation`: verdicts, overrides with expiry,
 //! slow start, the all-down policy and its fail-open set). This module only feeds it inputs
-//! with the time, and `publish` turns what comes out into a new [`Snapshot`], log lines and
-//! broadcast [`Event`]s; `driver` runs the probe loops and the one timer.
+//! with the time, and `publish` turns what comes out into a new `Snapshot` (stored in the
+//! [`PoolHandle`]), log lines and broadcast [`Event`]s; `driver` runs the probe loops and the
+//! one timer.
 //!
 //! The engine sits behind a mutex, with the per-backend records the admin API shows (recent
 //! probes, last transition); the mutex is held for a few instructions and never across an
-//! await. The request path never takes it for healthy traffic: it reads the lock-free
-//! [`Snapshot`], records the outcome in a lock-free ring, and a good response from a backend
-//! with a clean passive record skips the engine with one atomic load (`watched`, the engine's
-//! `needs_traffic` as of its last change).
+//! await. The request path never takes it for healthy traffic, and never sees this module: it
+//! holds the pool's [`PoolHandle`], reads its lock-free snapshot, records the outcome in a
+//! lock-free ring, and a good response from a backend with a clean passive record skips the
+//! engine with one atomic load (`watched`, the engine's `needs_traffic` as of its last
+//! change); anything else reaches [`PoolRt`] as the handle's [`TrafficSink`].
 
 mod backend;
 mod driver;
@@ -29,12 +31,12 @@ use capataz_health::{
 };
 use tokio::sync::{broadcast, Notify};
 
+pub use crate::balance::{BackendRt, TrafficRing, HISTORY};
 use crate::balance::{PoolHandle, TrafficSink};
 use crate::config::{AllDownPolicy, CheckKind, PoolConfig};
 pub use crate::events::{Event, OverrideKind};
 use crate::metrics::{HistogramScope, PoolMetrics};
 use crate::upstream::Upstream;
-pub use crate::balance::{BackendRt, TrafficRing, HISTORY};
 pub use backend::Clock;
 pub use view::{BackendInfo, BackendView, Override, ProbeRecord};
 

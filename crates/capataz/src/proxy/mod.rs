@@ -23,9 +23,9 @@ use hyper_util::rt::TokioIo;
 use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
 
+use crate::balance::PoolHandle;
 use crate::body::{Lease, ReqBody, RespBody};
 use crate::config::{ConnectionReuse, ListenerConfig};
-use crate::balance::PoolHandle;
 use crate::health::PoolRt;
 use crate::upstream::{
     self, AttemptError, BackendStream, ExchangeError, ExchangeTimeouts, Outgoing, PrivateIdle,

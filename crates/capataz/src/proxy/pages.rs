@@ -3,9 +3,9 @@
 use http::header::{self, HeaderValue};
 use http::{Response, StatusCode};
 
+use crate::balance::PoolHandle;
 use crate::body::RespBody;
 use crate::config::AllDownPolicy;
-use crate::balance::PoolHandle;
 use crate::upstream::{self, AttemptError};
 
 /// Why the last attempt of a request did not give the client an answer.
