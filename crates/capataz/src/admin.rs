@@ -12,7 +12,7 @@
 //! - `POST /reload` re-read and apply the config file.
 //!
 //! With a token configured every request needs `Authorization: Bearer <token>` (401 otherwise),
-//! except `GET` requests when `open_read_only` is set. Without a token the listener only runs on
+//! except `GET` and `HEAD` requests when `open_read_only` is set. Without a token the listener only runs on
 //! a loopback address (the config loader refuses anything else). A request let in without a
 //! token must also pass the checks against web pages in [`guard`] (its Host, and for writes its
 //! Origin and content type).
@@ -37,11 +37,19 @@ use tokio::sync::{broadcast, Semaphore};
 
 use crate::events::OverrideKind;
 use crate::health::PoolRt;
-use crate::server::Shared;
+use crate::shared::Shared;
 
 type Body = BoxBody<Bytes, Infallible>;
 
 const DASHBOARD: &str = include_str!("admin/dashboard.html");
+
+/// The most admin connections open at once (event streams included); more are closed as soon
+/// as they are accepted. HAProxy's stats socket has a similar bound (`stats maxconn`).
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// How long a connection may take to send a request head, counted from when the server starts
+/// waiting for it (so an idle connection is closed after it too).
+const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Serves the admin API on `socket` until the balancer shuts down.
 pub async fn serve(socket: TcpListener, shared: Arc<Shared>) {
@@ -51,6 +59,8 @@ pub async fn serve(socket: TcpListener, shared: Arc<Shared>) {
     if *shutdown.borrow() {
         return;
     }
+    let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut warned = false;
     loop {
         let (stream, _) = tokio::select! {
             accepted = socket.accept() => match accepted {
@@ -63,18 +73,36 @@ pub async fn serve(socket: TcpListener, shared: Arc<Shared>) {
             },
             _ = shutdown.changed() => return,
         };
+        // At most MAX_CONNECTIONS at once: past that a connection is closed at once, so that
+        // clients that connect and idle cannot use up the process's file descriptors, which
+        // the proxy needs too.
+        let Ok(permit) = connections.clone().try_acquire_owned() else {
+            drop(stream);
+            if !warned {
+                tracing::warn!(
+                    limit = MAX_CONNECTIONS,
+                    "admin API: too many connections at once; closing new ones until some end"
+                );
+                warned = true;
+            }
+            continue;
+        };
+        warned = false;
         let shared = shared.clone();
         // The address the client reached: a Host naming it is this listener.
         let Ok(local) = stream.local_addr() else {
             continue;
         };
         tokio::spawn(async move {
+            let _permit = permit;
             let service = service_fn(move |req| {
                 let shared = shared.clone();
                 async move { Ok::<_, Infallible>(handle(shared, local, req).await) }
             });
             let _ = http1::Builder::new()
                 .timer(TokioTimer::new())
+                // Also bounds an idle keep-alive connection: the next head must arrive in time.
+                .header_read_timeout(HEAD_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
@@ -124,12 +152,16 @@ fn access(shared: &Shared, req: &Request<Incoming>) -> Access {
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        // The scheme is case-insensitive (RFC 9110 section 11.1): `bearer` is fine too.
+        .and_then(|v| {
+            let (scheme, token) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then_some(token)
+        });
     if presented.is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes())) {
         return Access::Token;
     }
     let open_read = config.admin.as_ref().is_some_and(|a| a.open_read_only);
-    if open_read && req.method() == Method::GET {
+    if open_read && (req.method() == Method::GET || req.method() == Method::HEAD) {
         Access::Open
     } else {
         Access::Denied
@@ -144,9 +176,14 @@ async fn handle(shared: Arc<Shared>, local: SocketAddr, req: Request<Incoming>) 
     let access = access(&shared, &req);
     if let Access::Open = access {
         let config = shared.config();
-        if let Err(refusal) =
-            guard::check(config.admin.as_ref(), local, req.method(), req.headers())
-        {
+        let target = req.uri().authority().map(|a| a.as_str());
+        if let Err(refusal) = guard::check(
+            config.admin.as_ref(),
+            local,
+            req.method(),
+            target,
+            req.headers(),
+        ) {
             return error(refusal.status, refusal.message);
         }
     }
@@ -162,21 +199,35 @@ async fn handle(shared: Arc<Shared>, local: SocketAddr, req: Request<Incoming>) 
         return response;
     }
     let path = req.uri().path().to_owned();
-    let segments: Vec<&str> = path
-        .trim_matches('/')
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .collect();
-    match (req.method().clone(), segments.as_slice()) {
-        (Method::GET, []) => full(StatusCode::OK, "text/html; charset=utf-8", DASHBOARD),
-        (Method::GET, ["status"]) => status(&shared).await,
-        (Method::GET, ["status", pool, backend]) => backend_status(&shared, pool, backend),
-        (Method::GET, ["events"]) => events(&shared),
-        (Method::GET, ["metrics"]) => metrics(&shared).await,
-        (Method::POST, ["backends", pool, backend, action]) => {
+    // Split first, then decode each segment: a name may hold any character, `/` included
+    // (`%2F`), and a client must percent-encode spaces and non-ASCII text.
+    let mut segments = Vec::new();
+    for raw in path.split('/').filter(|s| !s.is_empty()) {
+        match percent_decode(raw) {
+            Some(segment) => segments.push(segment),
+            None => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                    "the path {path:?} has a bad percent-encoding (use %XX for each byte of UTF-8)"
+                ),
+                )
+            }
+        }
+    }
+    let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let method = req.method().clone();
+    let get = method == Method::GET || method == Method::HEAD;
+    match segments.as_slice() {
+        [] if get => full(StatusCode::OK, "text/html; charset=utf-8", DASHBOARD),
+        ["status"] if get => status(&shared).await,
+        ["status", pool, backend] if get => backend_status(&shared, pool, backend),
+        ["events"] if get => events(&shared),
+        ["metrics"] if get => metrics(&shared).await,
+        ["backends", pool, backend, action] if method == Method::POST => {
             override_backend(&shared, pool, backend, action, req.uri().query())
         }
-        (Method::POST, ["reload"]) => match shared.reload_from_file().await {
+        ["reload"] if method == Method::POST => match shared.reload_from_file().await {
             Ok(summary) => json_response(
                 StatusCode::OK,
                 &json!({
@@ -196,15 +247,53 @@ async fn handle(shared: Arc<Shared>, local: SocketAddr, req: Request<Incoming>) 
                 )
             }
         },
-        (_, ["status", ..] | ["events"] | ["metrics"] | []) => {
-            error(StatusCode::METHOD_NOT_ALLOWED, "use GET")
+        [] | ["status"] | ["status", _, _] | ["events"] | ["metrics"] => {
+            not_allowed("GET, HEAD", "use GET")
         }
-        (_, ["backends", ..] | ["reload"]) => error(StatusCode::METHOD_NOT_ALLOWED, "use POST"),
+        ["backends", _, _, _] | ["reload"] => not_allowed("POST", "use POST"),
         _ => error(
             StatusCode::NOT_FOUND,
-            format!("no such endpoint: {path} (see GET /, /status, /events, /metrics)"),
+            format!(
+                "no such endpoint: {method} {path} (see GET /, /status, /status/<pool>/<backend>, \
+                 /events, /metrics; POST /backends/<pool>/<backend>/<action>, /reload)"
+            ),
         ),
     }
+}
+
+/// A 405 with the `Allow` header RFC 9110 asks for.
+fn not_allowed(allow: &'static str, message: &str) -> Response<Body> {
+    let mut response = error(StatusCode::METHOD_NOT_ALLOWED, message);
+    response
+        .headers_mut()
+        .insert(header::ALLOW, header::HeaderValue::from_static(allow));
+    response
+}
+
+/// `text` with its `%XX` escapes decoded; `None` if an escape is malformed or the bytes are
+/// not UTF-8.
+fn percent_decode(text: &str) -> Option<String> {
+    if !text.contains('%') {
+        return Some(text.to_owned());
+    }
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3)?;
+            let hex = std::str::from_utf8(hex).ok()?;
+            if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return None;
+            }
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 fn backend_status(shared: &Shared, pool: &str, backend: &str) -> Response<Body> {
@@ -223,22 +312,42 @@ fn backend_status(shared: &Shared, pool: &str, backend: &str) -> Response<Body> 
     )
 }
 
-/// Reads the `ttl` of an override's query string (`?ttl=30s`; other keys are ignored, the first
-/// `ttl` wins): `None` without one, an error above [`crate::config::MAX_DURATION`] or for a
-/// value that is not a duration. Public for the fuzz target.
+/// Reads the `ttl` of an override's query string (`?ttl=30s`, percent-encoding allowed): `None`
+/// without one; an error for zero, above [`crate::config::MAX_DURATION`], a value that is not a
+/// duration, a second `ttl`, or any other parameter (a typo such as `?tll=10m` would otherwise
+/// set an override until cleared). Public for the fuzz target.
 pub fn parse_ttl(query: Option<&str>) -> Result<Option<Duration>, String> {
     let Some(query) = query else {
         return Ok(None);
     };
-    for pair in query.split('&') {
+    let mut ttl = None;
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if key == "ttl" {
-            return crate::config::parse_duration(value)
-                .map(Some)
-                .map_err(|e| format!("ttl: {e}"));
+        let decode = |text: &str| {
+            percent_decode(&text.replace('+', " "))
+                .ok_or_else(|| format!("the query {query:?} has a bad percent-encoding"))
+        };
+        let (key, value) = (decode(key)?, decode(value)?);
+        if key != "ttl" {
+            return Err(format!(
+                "unknown query parameter {key:?} (the only one is ttl, e.g. ?ttl=30s)"
+            ));
         }
+        if ttl.is_some() {
+            return Err("ttl is given twice (give it once)".into());
+        }
+        ttl = Some(match crate::config::parse_duration(&value) {
+            Ok(Duration::ZERO) => {
+                return Err(format!(
+                    "ttl: {value:?} is zero (use a duration above zero, e.g. \"30s\", or leave \
+                     ttl out for an override until cleared)"
+                ))
+            }
+            Ok(ttl) => ttl,
+            Err(e) => return Err(format!("ttl: {e}")),
+        });
     }
-    Ok(None)
+    Ok(ttl)
 }
 
 fn override_backend(
@@ -264,10 +373,17 @@ fn override_backend(
         Ok(ttl) => ttl,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
-    let Some(pool_rt) = shared.pool(pool) else {
+    if kind.is_none() && ttl.is_some() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "clear takes no ttl: it ends the override now (to set one for a while, use drain, \
+             down or up with ?ttl=...)",
+        );
+    }
+    let Some(outcome) = shared.set_override(pool, backend, kind, ttl) else {
         return error(StatusCode::NOT_FOUND, format!("no pool named {pool:?}"));
     };
-    match pool_rt.set_override(backend, kind, ttl) {
+    match outcome {
         Ok(state) => json_response(
             StatusCode::OK,
             &json!({ "pool": pool, "backend": backend, "state": state,
@@ -327,12 +443,10 @@ async fn status(shared: &Shared) -> Response<Body> {
 /// `GET /metrics`: the counters and the live gauges, as OpenMetrics text.
 async fn metrics(shared: &Shared) -> Response<Body> {
     let alerts = shared.alert_stats();
+    let metrics = shared.metrics();
     let pools = shared.pools();
     let page = pools.clone();
-    let rendered = build_page(&pools, move || {
-        crate::metrics::render(&page, alerts.as_deref())
-    })
-    .await;
+    let rendered = build_page(&pools, move || metrics.render(&page, alerts.as_deref())).await;
     match rendered {
         Some(Ok(text)) => full(StatusCode::OK, crate::metrics::CONTENT_TYPE, text),
         Some(Err(_)) | None => error(StatusCode::INTERNAL_SERVER_ERROR, "metrics encoding failed"),
@@ -410,14 +524,27 @@ mod tests {
             Ok(Some(Duration::from_secs(30)))
         );
         assert_eq!(
-            parse_ttl(Some("a=b&ttl=8760h")),
+            parse_ttl(Some("ttl=8760h")),
             Ok(Some(crate::config::MAX_DURATION))
         );
+        assert_eq!(
+            parse_ttl(Some("ttl=1.5%6D&")),
+            Ok(Some(Duration::from_secs(90)))
+        );
+        assert_eq!(parse_ttl(Some("")), Ok(None));
         for bad in [
             "ttl=18446744073709551615s",
             "ttl=9223372036854775807s",
             "ttl=8761h",
             "ttl=x",
+            "ttl=0s",
+            "ttl=0.0ms",
+            "tll=10m",
+            "TTL=10m",
+            "a=b&ttl=1s",
+            "ttl=1s&ttl=1h",
+            "ttl=1s%26ttl%3D1h",
+            "ttl=%zz",
         ] {
             assert!(parse_ttl(Some(bad)).is_err(), "{bad}");
         }

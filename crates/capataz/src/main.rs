@@ -162,9 +162,17 @@ async fn serve_until_stopped(balancer: &capataz::server::Balancer) {
                     _ = term.recv() => return,
                     _ = hup.recv() => {
                         tracing::info!("SIGHUP: reloading the configuration");
-                        if let Err(e) = balancer.shared().reload_from_file().await {
-                            tracing::error!("reload refused, the running configuration stays: {e}");
-                        }
+                        // On a task of its own: a reload that takes long (a slow resolver, a
+                        // file that never finishes arriving) must not keep this loop from
+                        // seeing SIGTERM.
+                        let shared = balancer.shared().clone();
+                        tokio::spawn(async move {
+                            if let Err(e) = shared.reload_from_file().await {
+                                tracing::error!(
+                                    "reload refused, the running configuration stays: {e}"
+                                );
+                            }
+                        });
                     }
                 }
             }
@@ -217,6 +225,19 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
+/// Writes `text` to standard output. A reader that went away (`capataz status | head -1`) is a
+/// normal way to stop, not a panic as with `print!`.
+fn stdout(text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(e).context("cannot write to standard output")
+        }
+        _ => Ok(()),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -262,7 +283,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 log_format.map_or(config.log.format, LogFormat::from),
                 &config.log.level,
             );
-            runtime()?.block_on(async {
+            let runtime = runtime()?;
+            let served = runtime.block_on(async {
                 let (events, _) = tokio::sync::broadcast::channel(1024);
                 let balancer =
                     capataz::server::Balancer::start_with_path(&config, events, Some(path)).await?;
@@ -274,7 +296,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 );
                 balancer.shutdown(deadline).await;
                 anyhow::Ok(())
-            })?;
+            });
+            // Dropping the runtime would wait for every blocking task, and a reload may still
+            // be reading a file that never finishes arriving: give them a moment, then exit.
+            runtime.shutdown_timeout(Duration::from_secs(1));
+            served?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Status { admin, token } => {
@@ -284,7 +310,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 "/status",
                 token.as_deref(),
             ))?;
-            print!("{}", capataz::ctl::render_status(&status));
+            stdout(&capataz::ctl::render_status(&status))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Ctl {
@@ -304,11 +330,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         CtlAction::Up { .. } => "up",
                         _ => "clear",
                     };
-                    let ttl = match &target.ttl {
-                        Some(ttl) => format!("?ttl={ttl}"),
-                        None => String::new(),
-                    };
-                    format!("/backends/{}/{}/{verb}{ttl}", target.pool, target.backend)
+                    capataz::ctl::override_path(
+                        &target.pool,
+                        &target.backend,
+                        verb,
+                        target.ttl.as_deref(),
+                    )
                 }
             };
             let answer = runtime()?.block_on(capataz::ctl::request(
@@ -317,10 +344,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 &path,
                 token.as_deref(),
             ))?;
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&answer).unwrap_or_default()
-            );
+            let mut text = serde_json::to_string_pretty(&answer).unwrap_or_default();
+            text.push('\n');
+            stdout(&text)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { file } => {
@@ -332,18 +358,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             };
             let warnings = config::check(&config);
+            let mut text = String::new();
             for warning in &warnings {
-                println!("warning: {warning}");
+                text.push_str(&format!("warning: {warning}\n"));
             }
             let backends: usize = config.pools.iter().map(|p| p.backends.len()).sum();
-            println!(
-                "{}: valid ({} listeners, {} pools, {} backends, {} warnings)",
+            text.push_str(&format!(
+                "{}: valid ({} listeners, {} pools, {} backends, {} warnings)\n",
                 file.display(),
                 config.listeners.len(),
                 config.pools.len(),
                 backends,
                 warnings.len()
-            );
+            ));
+            stdout(&text)?;
             Ok(ExitCode::from(if warnings.is_empty() { 0 } else { 1 }))
         }
         Command::Replay {

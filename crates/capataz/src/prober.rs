@@ -11,16 +11,16 @@
 //! - An HTTP probe reads at most [`MAX_STATUS_LINE`] bytes and only up to the first `\n`: the
 //!   headers and body are never read, and the connection is closed right after.
 //! - Every failure maps to exactly one [`Outcome`]; nothing here panics on what a backend sends.
-//! - The random numbers come from a small PRNG seeded from the clock and addresses. They spread
-//!   probes apart; they are not for anything that needs to be unpredictable.
+//! - The random numbers come from `fastrand` (the crate's one random source, see
+//!   [`Rng`]). They spread probes apart; they are not for anything that needs to be
+//!   unpredictable.
 //! - Probes are cheap for the backend's host: due times fall on a slot grid ([`PROBE_SLOT`]) so
 //!   probes leave in batches, and an HTTP probe's request carries the handshake's last ACK, so a
 //!   sleeping backend is woken about once per batch rather than twice per probe.
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use capataz_health::{parse_status_line, Outcome};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -146,64 +146,10 @@ fn classify_error(error: &io::Error) -> Outcome {
     }
 }
 
-/// A small xorshift64* pseudo-random generator, for spreading probes in time.
-///
-/// Not cryptographic. The engine crate stays free of randomness; the runtime owns one of these.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator with this seed; the same seed gives the same sequence. Any seed works,
-    /// including 0.
-    pub fn with_seed(seed: u64) -> Rng {
-        // SplitMix64 finalizer: spreads similar seeds apart and never yields the all-zero state
-        // in practice; the `| 1` makes sure of it.
-        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        Rng((z ^ (z >> 31)) | 1)
-    }
-
-    /// A generator seeded from the clock, the address of a stack variable, and a process-wide
-    /// counter, so that generators made at the same instant still differ.
-    pub fn from_entropy() -> Rng {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |since| since.as_nanos() as u64);
-        let local = 0u8;
-        let address = std::ptr::addr_of!(local) as usize as u64;
-        let count = COUNTER.fetch_add(1, Ordering::Relaxed);
-        Rng::with_seed(nanos ^ address.rotate_left(32) ^ count.wrapping_mul(0xD6E8_FEB8_6659_FD93))
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// A number uniform in [0, 1).
-    pub fn next_f64(&mut self) -> f64 {
-        // The top 53 bits, scaled: every value is a multiple of 2^-53 below 1.
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
-
-    /// A number uniform in [0, n); 0 when `n` is 0.
-    pub fn below(&mut self, n: usize) -> usize {
-        // `below_u64(n) < n`, so it fits back in usize.
-        self.below_u64(n as u64) as usize
-    }
-
-    /// A number in [0, n) by multiply-shift; 0 when `n` is 0. The bias is below n / 2^64.
-    fn below_u64(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
-    }
-}
+/// The random source probe timing draws from: `fastrand`'s generator (wyrand). Not
+/// cryptographic. Each probe loop forks its own from the calling thread's generator
+/// (`Rng::new()`), so one `fastrand::seed` in a test makes every phase and jitter repeat.
+pub use fastrand::Rng;
 
 /// The slot grid of probe due times (at most; see [`align_to_slot`]). Probes of any backends due
 /// in the same slot start on one timer tick and their connects leave back to back in one runtime
@@ -237,7 +183,10 @@ pub fn align_to_slot(due: Duration, now: Duration, interval: Duration) -> Durati
 /// The delay before a backend's first probe: uniform in [0, `interval`), so that backends
 /// configured together are not probed in lockstep. Zero for a zero interval.
 pub fn first_delay(interval: Duration, rng: &mut Rng) -> Duration {
-    Duration::from_nanos(rng.below_u64(nanos(interval)))
+    match nanos(interval) {
+        0 => Duration::ZERO,
+        interval => Duration::from_nanos(rng.u64(..interval)),
+    }
 }
 
 /// One interval with jitter: uniform in [`interval` * (1 - `jitter`), `interval` * (1 + `jitter`)].
@@ -246,7 +195,7 @@ pub fn first_delay(interval: Duration, rng: &mut Rng) -> Duration {
 pub fn jittered(interval: Duration, jitter: f64, rng: &mut Rng) -> Duration {
     let jitter = if jitter > 0.0 { jitter.min(1.0) } else { 0.0 };
     let (low, high) = jitter_bounds(interval, jitter);
-    Duration::from_nanos(low + rng.below_u64((high - low).saturating_add(1)))
+    Duration::from_nanos(rng.u64(low..=high))
 }
 
 /// The bounds of [`jittered`] in nanoseconds, both included.
@@ -558,30 +507,22 @@ mod tests {
     }
 
     #[test]
-    fn rng_basics() {
-        let mut a = Rng::with_seed(42);
-        let mut b = Rng::with_seed(42);
-        assert_eq!(
-            (0..8).map(|_| a.next_u64()).collect::<Vec<_>>(),
-            (0..8).map(|_| b.next_u64()).collect::<Vec<_>>()
-        );
-        let mut zero = Rng::with_seed(0);
-        assert_ne!(zero.next_u64(), zero.next_u64());
-
-        let mut rng = Rng::from_entropy();
-        let mut seen = [0u32; 10];
-        for _ in 0..SAMPLES {
-            let x = rng.next_f64();
-            assert!((0.0..1.0).contains(&x), "{x}");
-            seen[rng.below(10)] += 1;
-        }
-        // Each bucket expects 2000; 1700 is about seven standard deviations away.
-        assert!(seen.iter().all(|&n| n > 1700), "{seen:?}");
-        assert_eq!(rng.below(0), 0);
-        assert_eq!(rng.below(1), 0);
-
-        let first = Rng::from_entropy().next_u64();
-        let second = Rng::from_entropy().next_u64();
-        assert_ne!(first, second);
+    fn probe_timing_repeats_from_a_seed() {
+        let draws = |seed| {
+            let mut rng = Rng::with_seed(seed);
+            let interval = Duration::from_secs(1);
+            let mut out = vec![first_delay(interval, &mut rng)];
+            out.extend((0..8).map(|_| jittered(interval, 0.1, &mut rng)));
+            out
+        };
+        assert_eq!(draws(42), draws(42));
+        assert_ne!(draws(42), draws(43));
+        // A generator forked from a seeded thread repeats too.
+        let forked = |seed| {
+            fastrand::seed(seed);
+            let mut rng = Rng::new();
+            first_delay(Duration::from_secs(1), &mut rng)
+        };
+        assert_eq!(forked(7), forked(7));
     }
 }

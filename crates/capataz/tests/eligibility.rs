@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use capataz::config;
 use capataz::health::{Clock, Event, OverrideKind, PoolRt};
-use capataz::metrics::HistogramScope;
+use capataz::metrics::{HistogramScope, Metrics};
 use capataz::server::Balancer;
 use capataz::sim::SimBackend;
 use capataz_health::AllDown;
@@ -205,7 +205,7 @@ fn lone_pool(text: &str) -> (Arc<PoolRt>, broadcast::Receiver<Event>) {
         Clock::start(),
         None,
         false,
-        HistogramScope::Pool,
+        Metrics::new(HistogramScope::Pool).families(),
     );
     (pool, rx)
 }

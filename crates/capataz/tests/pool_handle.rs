@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use capataz::config;
 use capataz::health::{Clock, Event, PoolRt};
-use capataz::metrics::HistogramScope;
+use capataz::metrics::{HistogramScope, Metrics};
 use capataz_health::Outcome;
 use tokio::sync::broadcast;
 
@@ -25,7 +25,7 @@ fn pool() -> (Arc<PoolRt>, broadcast::Receiver<Event>) {
         Clock::start(),
         None,
         false,
-        HistogramScope::Pool,
+        Metrics::new(HistogramScope::Pool).families(),
     );
     (pool, rx)
 }

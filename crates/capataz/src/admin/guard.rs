@@ -8,7 +8,9 @@
 //! - its `Host` must name the admin listener: the address the client connected to, or
 //!   `localhost`, `127.0.0.1` or `[::1]`, each with the listener's port (no port for port 80),
 //!   or a host listed in `admin.allowed_hosts` (with any port). Else 421 Misdirected Request;
-//!   a request without `Host` (HTTP/1.0 tools) passes.
+//!   a request without `Host` (HTTP/1.0 tools) passes. An absolute-form target
+//!   (`GET http://host/status`) names its host too, and must pass the same test; two `Host`
+//!   headers get 400 (RFC 9112 section 3.2).
 //! - a write (any method but GET and HEAD) carrying an `Origin` must come from an allowed host
 //!   over `http://`; else 403. (`Origin: null` is refused too.)
 //! - a write must not carry a content type a cross-site form can send without asking
@@ -28,16 +30,26 @@ pub(super) struct Refusal {
     pub(super) message: String,
 }
 
-/// Checks a request let in without a token; `local` is the address the client connected to.
+/// Checks a request let in without a token; `local` is the address the client connected to,
+/// `target` the authority of an absolute-form request target.
 pub(super) fn check(
     admin: Option<&AdminConfig>,
     local: SocketAddr,
     method: &Method,
+    target: Option<&str>,
     headers: &HeaderMap,
 ) -> Result<(), Refusal> {
     let extra: &[String] = admin.map_or(&[], |a| &a.allowed_hosts);
-    if let Some(host) = headers.get(header::HOST) {
-        let host = host.to_str().unwrap_or("");
+    if headers.get_all(header::HOST).iter().count() > 1 {
+        return Err(Refusal {
+            status: StatusCode::BAD_REQUEST,
+            message: "the request has more than one Host header".into(),
+        });
+    }
+    let host = headers
+        .get(header::HOST)
+        .map(|host| host.to_str().unwrap_or(""));
+    for host in host.into_iter().chain(target) {
         if !host_allowed(host, local, extra) {
             return Err(Refusal {
                 status: StatusCode::MISDIRECTED_REQUEST,
@@ -53,7 +65,8 @@ pub(super) fn check(
     if method == Method::GET || method == Method::HEAD {
         return Ok(());
     }
-    if let Some(origin) = headers.get(header::ORIGIN) {
+    // Every Origin and content type counts: a second header must not hide a refused first one.
+    for origin in headers.get_all(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or("");
         let allowed = origin
             .strip_prefix("http://")
@@ -68,7 +81,7 @@ pub(super) fn check(
             });
         }
     }
-    if let Some(content_type) = headers.get(header::CONTENT_TYPE) {
+    for content_type in headers.get_all(header::CONTENT_TYPE) {
         let essence = content_type
             .to_str()
             .unwrap_or("")
@@ -172,7 +185,7 @@ mod tests {
             allowed_hosts: vec!["lb1.internal".into()],
         };
         let local = "127.0.0.1:9901".parse().expect("an address");
-        check(Some(&admin), local, &method, &headers(pairs))
+        check(Some(&admin), local, &method, None, &headers(pairs))
             .err()
             .map(|r| r.status.as_u16())
     }
@@ -209,6 +222,7 @@ mod tests {
                 Some(&admin),
                 "127.0.0.1:9901".parse().expect("an address"),
                 &Method::GET,
+                None,
                 &map,
             )
             .err()
@@ -248,7 +262,7 @@ mod tests {
             let mut map = headers(&[host]);
             map.insert(header::CONTENT_TYPE, form.parse().expect("a header value"));
             let local = "127.0.0.1:9901".parse().expect("an address");
-            let got = check(None, local, &Method::POST, &map)
+            let got = check(None, local, &Method::POST, None, &map)
                 .err()
                 .map(|r| r.status);
             assert_eq!(got, Some(StatusCode::UNSUPPORTED_MEDIA_TYPE), "{form}");
@@ -263,9 +277,64 @@ mod tests {
     fn the_address_the_client_connected_to_is_allowed() {
         let local: SocketAddr = "10.0.0.5:9901".parse().expect("an address");
         let map = headers(&[("host", "10.0.0.5:9901")]);
-        assert_eq!(check(None, local, &Method::GET, &map), Ok(()));
+        assert_eq!(check(None, local, &Method::GET, None, &map), Ok(()));
         let local: SocketAddr = "[fd00::5]:9901".parse().expect("an address");
         let map = headers(&[("host", "[fd00::5]:9901")]);
-        assert_eq!(check(None, local, &Method::GET, &map), Ok(()));
+        assert_eq!(check(None, local, &Method::GET, None, &map), Ok(()));
+    }
+
+    /// Regression: only the first `Host`, `Origin` and `Content-Type` were read, and an
+    /// absolute-form target's authority not at all, so a second header or the target could name
+    /// another host than the one checked (RFC 9112 section 3.2.2: the target's authority wins).
+    #[test]
+    fn a_second_host_origin_or_content_type_or_an_absolute_target_is_checked_too() {
+        let local: SocketAddr = "127.0.0.1:9901".parse().expect("an address");
+        let refused = |method: Method, target: Option<&str>, pairs: &[(&str, &str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.append(
+                    header::HeaderName::from_bytes(name.as_bytes()).expect("a header name"),
+                    value.parse().expect("a header value"),
+                );
+            }
+            check(None, local, &method, target, &map)
+                .err()
+                .map(|r| r.status.as_u16())
+        };
+        let good = ("host", "127.0.0.1:9901");
+        assert_eq!(
+            refused(Method::GET, None, &[good, ("host", "evil.example")]),
+            Some(400)
+        );
+        assert_eq!(
+            refused(Method::GET, Some("evil.example"), &[good]),
+            Some(421)
+        );
+        assert_eq!(refused(Method::GET, Some("evil.example"), &[]), Some(421));
+        assert_eq!(refused(Method::GET, Some("localhost:9901"), &[good]), None);
+        assert_eq!(
+            refused(
+                Method::POST,
+                None,
+                &[
+                    good,
+                    ("origin", "http://127.0.0.1:9901"),
+                    ("origin", "http://evil.example")
+                ]
+            ),
+            Some(403)
+        );
+        assert_eq!(
+            refused(
+                Method::POST,
+                None,
+                &[
+                    good,
+                    ("content-type", "application/json"),
+                    ("content-type", "text/plain")
+                ]
+            ),
+            Some(415)
+        );
     }
 }

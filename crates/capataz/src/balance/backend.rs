@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use capataz_health::Outcome;
 
-use crate::metrics::BackendMetrics;
+use crate::instruments::BackendMetrics;
 use crate::upstream::Upstream;
 
 /// How many recent probe and traffic outcomes are kept per backend.

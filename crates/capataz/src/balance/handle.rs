@@ -17,7 +17,7 @@ use capataz_health::{Outcome, TrafficResult, TrafficRule};
 use super::{BackendRt, Snapshot};
 use crate::budget::RetryBudget;
 use crate::config::PoolConfig;
-use crate::metrics::PoolMetrics;
+use crate::instruments::PoolMetrics;
 
 /// Where traffic outcomes that need the engine go: the health runtime of the pool.
 pub trait TrafficSink: Send + Sync {

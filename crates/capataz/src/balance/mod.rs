@@ -7,7 +7,6 @@
 //! lock. Round robin walks a schedule precomputed with nginx's smooth weighted algorithm (so a
 //! weight-3 backend is spread out, not picked three times in a row) through one atomic counter.
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::config::Algorithm;
@@ -148,28 +147,10 @@ fn smooth_schedule(weights: &[u32]) -> Vec<u32> {
     schedule
 }
 
-thread_local! {
-    static RNG: Cell<u64> = Cell::new(seed());
-}
-
-fn seed() -> u64 {
-    let local = 0u8;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    (nanos ^ (&local as *const u8 as u64).rotate_left(32)) | 1
-}
-
-/// A uniform index below `n` (n > 0) from a per-thread xorshift generator.
+/// A uniform index below `n` (n > 0), from `fastrand`'s per-thread generator (the crate's one
+/// random source; a test seeds it with `fastrand::seed`). No lock, no shared state.
 fn random_below(n: usize) -> usize {
-    RNG.with(|rng| {
-        let mut x = rng.get();
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        rng.set(x);
-        (((x >> 32) * n as u64) >> 32) as usize
-    })
+    fastrand::usize(..n)
 }
 
 #[cfg(test)]
@@ -289,5 +270,19 @@ mod tests {
             snapshot.pick(Algorithm::RoundRobin, &cursor, &[], |_| 0),
             None
         );
+    }
+
+    #[test]
+    fn least_request_picks_repeat_from_a_seed() {
+        let snapshot = Snapshot::new((0..8).collect(), vec![1; 8], false);
+        let cursor = AtomicUsize::new(0);
+        let picks = |seed| {
+            fastrand::seed(seed);
+            (0..64)
+                .map(|_| snapshot.pick(Algorithm::LeastRequest, &cursor, &[], |_| 0))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(picks(42), picks(42));
+        assert_ne!(picks(42), picks(43));
     }
 }

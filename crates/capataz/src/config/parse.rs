@@ -112,13 +112,37 @@ fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
 /// Reads and validates the configuration file at `path`, and resolves its host names. This
 /// blocks (file IO, DNS): call it before the runtime starts or on its blocking pool.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    use std::io::Read as _;
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Io {
+    let io = |error| ConfigError::Io {
         file: file.clone(),
         error,
-    })?;
+    };
+    // Read at most one byte past the limit: a path that points at an endless stream
+    // (`/dev/zero`, a FIFO fed forever) must end in an error, not in all the memory there is.
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .map_err(io)?
+        .take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(io)?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(ConfigError::Invalid {
+            file: one_line(&file).into_owned(),
+            line: None,
+            key: String::new(),
+            message: format!(
+                "the file is larger than {} MiB, the most a configuration may be (is it the \
+                 right file?)",
+                MAX_CONFIG_BYTES >> 20
+            ),
+        });
+    }
     parse_str(&text, &file)
 }
+
+/// The largest configuration file read: 64 MiB, hundreds of thousands of backends.
+const MAX_CONFIG_BYTES: u64 = 64 << 20;
 
 /// Parses and validates a configuration held in memory, and resolves its host names (which
 /// blocks on DNS when there are names; see [`parse_unresolved`]); `source` names it in
@@ -240,6 +264,49 @@ mod tests {
             "{message}"
         );
         assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    }
+
+    /// Regression: a pool's backend names were checked for duplicates by scanning every earlier
+    /// backend, so a pool of 50,000 backends took half a minute of CPU to validate (on the
+    /// blocking pool during a reload, holding every later reload back).
+    #[test]
+    fn a_pool_of_fifty_thousand_backends_validates_in_linear_time() {
+        let mut text = String::from(
+            "[[listeners]]\naddress = \"127.0.0.1:8080\"\n[pools.web]\nbackends = [\n",
+        );
+        for i in 0..50_000 {
+            text.push_str(&format!(
+                "{{ name = \"b{i}\", address = \"127.0.0.1:{}\" }},\n",
+                1 + i % 60_000
+            ));
+        }
+        text.push_str("]\n");
+        let started = std::time::Instant::now();
+        let config = parse_unresolved(&text, "<t>").expect("valid");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(15),
+            "took {:?}",
+            started.elapsed()
+        );
+        drop(config);
+        let duplicate = text.replace("name = \"b49999\"", "name = \"b7\"");
+        let message = parse_unresolved(&duplicate, "<t>").unwrap_err().to_string();
+        assert!(
+            message.contains("\"b7\" is already the name of backends[7]"),
+            "{message}"
+        );
+    }
+
+    /// Regression: the file was read whole, however large: `capataz check /dev/zero` (or a
+    /// config path pointing at an endless stream) grew until memory ran out.
+    #[cfg(unix)]
+    #[test]
+    fn an_endless_config_file_is_refused_past_the_size_limit() {
+        let message = load(Path::new("/dev/zero")).unwrap_err().to_string();
+        assert!(
+            message.starts_with("/dev/zero: the file is larger than 64 MiB"),
+            "{message}"
+        );
     }
 
     proptest::proptest! {

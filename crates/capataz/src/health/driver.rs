@@ -17,11 +17,15 @@ use crate::prober;
 impl PoolRt {
     /// Starts the pool's background work: one probe loop per backend (unless checks are off),
     /// the engine's timer, and the idle-connection reaper. Abort the handles to stop them.
+    ///
+    /// Each probe loop's random source is forked here, on the calling thread, from `fastrand`'s
+    /// generator: a test that seeds it (`fastrand::seed`) gets the same phases and jitter.
     pub fn spawn_tasks(self: &Arc<Self>) -> Vec<JoinHandle<()>> {
         let mut tasks = Vec::new();
         if self.config.active.kind != CheckKind::None {
             for backend in 0..self.backends.len() {
-                tasks.push(tokio::spawn(probe_loop(self.clone(), backend)));
+                let rng = prober::Rng::new();
+                tasks.push(tokio::spawn(probe_loop(self.clone(), backend, rng)));
             }
         }
         let pool = self.clone();
@@ -67,11 +71,10 @@ impl PoolRt {
 /// jittered interval after each probe finishes, so probes never pile up or run in lockstep.
 /// Each due time is rounded to the probe slot grid ([`prober::align_to_slot`]), so that probes
 /// of different backends due within a few milliseconds of each other start together.
-async fn probe_loop(pool: Arc<PoolRt>, backend: usize) {
+async fn probe_loop(pool: Arc<PoolRt>, backend: usize, mut rng: prober::Rng) {
     let active = &pool.config.active;
     let rt = pool.backends[backend].clone();
     let host = active.host.clone().unwrap_or_else(|| rt.address.clone());
-    let mut rng = prober::Rng::from_entropy();
     let mut wait = prober::first_delay(active.interval, &mut rng);
     loop {
         let now = pool.clock.now();
@@ -92,5 +95,57 @@ async fn probe_loop(pool: Arc<PoolRt>, backend: usize) {
         .await;
         pool.record_probe(backend, outcome, started.elapsed());
         wait = prober::jittered(active.interval, active.jitter, &mut rng);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prometheus_client::registry::Registry;
+    use tokio::sync::broadcast;
+
+    use super::*;
+    use crate::health::Clock;
+    use crate::instruments::{Families, HistogramScope};
+
+    /// When each of four backends is first probed, with `fastrand` seeded with `seed`.
+    async fn first_probes(seed: u64) -> Vec<Option<Duration>> {
+        let text = "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]\nbackends = [\
+            { name = \"a\", address = \"127.0.0.1:9\" }, { name = \"b\", address = \"127.0.0.1:9\" },\
+            { name = \"c\", address = \"127.0.0.1:9\" }, { name = \"d\", address = \"127.0.0.1:9\" }]\n\
+            [pools.web.active]\ninterval = \"10s\"\n";
+        let config = crate::config::parse_str(text, "<test>").expect("valid test config");
+        let families = Families::register(&mut Registry::default(), HistogramScope::Pool);
+        let (events, _rx) = broadcast::channel(64);
+        let pool = PoolRt::new(
+            config.pools[0].clone(),
+            events,
+            Clock::start(),
+            None,
+            false,
+            &families,
+        );
+        fastrand::seed(seed);
+        let tasks = pool.spawn_tasks();
+        for _ in 0..1000 {
+            if pool.backends.iter().all(|b| b.next_probe().is_some()) {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        for task in tasks {
+            task.abort();
+        }
+        pool.backends.iter().map(|b| b.next_probe()).collect()
+    }
+
+    /// Regression (issue 10): each probe loop seeded its own generator from the clock and a
+    /// stack address, so no test could replay probe timing; every random draw now comes from
+    /// `fastrand`, seedable.
+    #[tokio::test(start_paused = true)]
+    async fn probe_phases_repeat_from_a_seed() {
+        let first = first_probes(42).await;
+        assert!(first.iter().all(Option::is_some), "{first:?}");
+        assert_eq!(first, first_probes(42).await);
+        assert_ne!(first, first_probes(43).await);
     }
 }

@@ -35,7 +35,7 @@ pub use crate::balance::{BackendRt, TrafficRing, HISTORY};
 use crate::balance::{PoolHandle, TrafficSink};
 use crate::config::{AllDownPolicy, CheckKind, PoolConfig};
 pub use crate::events::{Event, OverrideKind};
-use crate::metrics::{HistogramScope, PoolMetrics};
+use crate::instruments::Families;
 use crate::upstream::Upstream;
 pub use backend::Clock;
 pub use view::{BackendInfo, BackendView, Override, ProbeRecord};
@@ -141,17 +141,18 @@ impl PoolRt {
     /// the same name and address keep their health, streaks, override, slow start and records,
     /// and whether they were ever proven healthy; other backends start in the configured
     /// initial state, or DOWN when `gate_new` (readiness gating after a reload). Events go to
-    /// `events`; latency histograms are kept per pool or per backend as `histograms` says.
+    /// `events`; metric handles come from `families` (the balancer's), so a pool rebuilt from
+    /// the same families continues its series.
     pub fn new(
         config: PoolConfig,
         events: broadcast::Sender<Event>,
         clock: Clock,
         previous: Option<&PoolRt>,
         gate_new: bool,
-        histograms: HistogramScope,
+        families: &Families,
     ) -> Arc<PoolRt> {
         let settings = engine_settings(&config);
-        let metrics = PoolMetrics::new(&config.name, histograms);
+        let metrics = families.pool(&config.name);
         let now = clock.now();
         let wall = clock.wall(now);
         let previous = previous.map(|p| (p, p.lock()));

@@ -1,8 +1,8 @@
 //! Most of capataz's end-to-end tests, as modules of one test binary (one link instead of
 //! one per file), on the shared scaffolding in `tests/support/`. The fault matrix
-//! (`tests/faults.rs`: it counts the process's open files and runs one scenario at a time),
-//! the metrics tests (`tests/metrics.rs`: metrics are a process-wide registry today) and the
-//! Chromium dashboard test (`tests/dashboard.rs`) are binaries of their own.
+//! (`tests/faults.rs`: it counts the process's open files and runs one scenario at a time)
+//! and the Chromium dashboard test (`tests/dashboard.rs`) are binaries of their own. Metrics
+//! are registered per balancer, so the metrics tests run here beside the others.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -12,5 +12,7 @@ mod alerts;
 mod balancer;
 mod cli;
 mod config;
+mod metrics;
+mod module_graph;
 mod proxy_edge;
 mod replay_cli;

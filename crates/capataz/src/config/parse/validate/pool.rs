@@ -1,6 +1,7 @@
 //! `[pools.NAME]`: backends (their addresses checked, names queued for resolution), the
 //! algorithm, active and passive checks, retries and timeouts.
 
+use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::ops::Range;
 use std::time::Duration;
@@ -94,6 +95,9 @@ impl Validator<'_> {
             ));
         }
         let mut backends: Vec<BackendConfig> = Vec::with_capacity(raw.len());
+        // Each name's index, so that a pool of many thousands of backends is checked in linear
+        // time (a scan per backend took half a minute at 50,000).
+        let mut seen: HashMap<String, usize> = HashMap::with_capacity(raw.len());
         for (index, backend) in raw.into_iter().enumerate() {
             let at = format!("{at}.backends[{index}]");
             let span = backend.span();
@@ -117,7 +121,7 @@ impl Validator<'_> {
                     (self.name(name, &format!("{at}.name"))?, span)
                 }
             };
-            if let Some(other) = backends.iter().position(|b| b.name == name) {
+            if let Some(&other) = seen.get(&name) {
                 return Err(self.error(
                     Some(name_span),
                     &format!("{at}.name"),
@@ -127,6 +131,7 @@ impl Validator<'_> {
                     ),
                 ));
             }
+            seen.insert(name.clone(), index);
             let weight = self.int(&backend.weight, &format!("{at}.weight"), 1, 1..=1000)? as u32;
             backends.push(BackendConfig {
                 name,

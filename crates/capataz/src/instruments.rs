@@ -1,11 +1,17 @@
-//! Prometheus metrics: counters kept beside the runtime, and the `GET /metrics` exposition.
+//! The metric handles the runtime updates (counters and latency histograms, per pool and per
+//! backend) and the families they belong to, registered into the registry of the balancer
+//! that owns them.
 //!
 //! The proxy is benchmarked against HAProxy, so the request path pays for metrics with two
 //! clock reads, one atomic add and one histogram observation (about 80 ns in all) and nothing
 //! else. Every label set is resolved once, when a pool or backend is built: `PoolMetrics` and
 //! `BackendMetrics` hold ready handles, so no request builds, hashes or looks up a label set.
-//! The families live in one process-wide registry, registered once; a reload rebuilds the
-//! pools, asks for the same label sets and gets the same counters back, so series continue.
+//!
+//! Registered, not global: a balancer makes one [`Families`] with [`Families::register`] into
+//! its own `Registry` (which `crate::metrics` exposes), and every pool it builds takes its
+//! handles from there. Two balancers in one process share nothing; a reload rebuilds the pools
+//! from the same `Families`, asks for the same label sets and gets the same counters back, so
+//! series continue.
 //!
 //! Counters are per backend; latency histograms are per pool, unless
 //! `admin.metrics_backend_histograms` asks for one per backend ([`HistogramScope`]). A
@@ -15,43 +21,29 @@
 //! histogram (clones share one `Arc`), so the request path still resolves nothing; the price is
 //! that concurrent requests of one pool take the same histogram lock.
 //!
-//! Everything that describes the present (is a backend eligible, how many requests are in
-//! flight, its weight, is the pool all down) is a gauge read from the live pools at scrape
-//! time, so it costs nothing between scrapes and cannot drift from the state it reports. So
-//! are the alert hooks' counters, which `alerts` keeps as plain atomics. A scrape reads those
-//! gauges with one short lock per pool and writes them straight out, in pool order, without
-//! building a label map; the exposition goes into one buffer sized from the last one.
+//! This module sits at the bottom of the crate (it needs only `config` and the engine's
+//! types), so the health runtime and the request path can hold handles without depending on
+//! the exposition, which reads them back (`metrics` -> `health` -> `instruments`).
 //!
 //! Invariants:
-//! - A scrape is one OpenMetrics text exposition ending in exactly one `# EOF`.
 //! - Names follow Prometheus conventions: `capataz_` prefix, snake case, `_total` on counters,
-//!   seconds as the time unit. Labels are `pool`, `backend`, `class`, `result`, `to`, `hook`.
-//! - A pool's latency histograms are per pool or per backend, never both: the scope is chosen
-//!   when the balancer starts and a reload keeps it, so no sum counts an answer twice.
-//! - Series of a backend removed by a reload keep their last value; its gauges disappear.
+//!   seconds as the time unit. Labels are `pool`, `backend`, `class`, `result`, `to`.
+//! - A pool's latency histograms are per pool or per backend, never both: the scope belongs to
+//!   the `Families`, chosen when the balancer starts, and a reload keeps it, so no sum counts
+//!   an answer twice.
+//! - Series of a backend removed by a reload keep their last value.
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use capataz_health::{ProbeResult, Reason, State, Transition};
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{
-    text, DescriptorEncoder, EncodeGaugeValue, EncodeLabel, EncodeLabelSet, LabelSetEncoder,
-};
+use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::alerts::AlertStats;
 use crate::config::Config;
-use crate::health::PoolRt;
-
-/// The `Content-Type` of the exposition.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Upper bounds of the latency buckets, in seconds: 0.5 ms to 30 s, then `+Inf`.
 const BUCKETS: [f64; 15] = [
@@ -67,16 +59,6 @@ fn latency_histogram() -> Histogram {
 
 /// The answer classes of `capataz_requests_total`, in the order of [`BackendMetrics`] handles.
 const CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "error"];
-
-/// The process-wide families. Pools are rebuilt on reload; their label sets are not.
-static METRICS: OnceLock<Metrics> = OnceLock::new();
-
-/// The length of the last exposition, so the next one is written into a buffer allocated once.
-static LAST_LENGTH: AtomicUsize = AtomicUsize::new(0);
-
-/// A first guess at the exposition's length per backend, before a scrape has measured it: 14
-/// lines of about 65 bytes with per-pool histograms, and room for longer names.
-const GUESS_PER_BACKEND: usize = 1200;
 
 /// Which labels the latency histograms (`capataz_upstream_response_seconds`,
 /// `capataz_probe_duration_seconds`) carry.
@@ -159,15 +141,11 @@ struct TransitionLabels {
     to: &'static str,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct HookLabels {
-    hook: &'static str,
-}
-
-/// The counter and histogram families, and the registry that holds them.
-#[derive(Debug)]
-struct Metrics {
-    registry: Registry,
+/// The counter and histogram families of one balancer, and the latency scope it started with.
+/// Clones share the families (each is an `Arc`).
+#[derive(Clone, Debug)]
+pub struct Families {
+    scope: HistogramScope,
     requests: Family<RequestLabels, Counter>,
     upstream_response: Latencies,
     retries: Family<PoolLabels, Counter>,
@@ -178,13 +156,10 @@ struct Metrics {
     ejections: Family<BackendLabels, Counter>,
 }
 
-impl Metrics {
-    fn global() -> &'static Metrics {
-        METRICS.get_or_init(Metrics::new)
-    }
-
-    fn new() -> Metrics {
-        let mut registry = Registry::default();
+impl Families {
+    /// Registers every family into `registry` (in the order a scrape shows them), with latency
+    /// histograms labelled as `scope` says.
+    pub fn register(registry: &mut Registry, scope: HistogramScope) -> Families {
         let requests = Family::default();
         registry.register(
             "capataz_requests",
@@ -235,8 +210,8 @@ impl Metrics {
             "Backends taken out by passive checks (traffic errors, or a failed probation)",
             ejections.clone(),
         );
-        Metrics {
-            registry,
+        Families {
+            scope,
             requests,
             upstream_response,
             retries,
@@ -245,6 +220,31 @@ impl Metrics {
             probe_duration,
             transitions,
             ejections,
+        }
+    }
+
+    /// How latency histograms are labelled.
+    pub fn scope(&self) -> HistogramScope {
+        self.scope
+    }
+
+    /// The handles of pool `pool`; a pool rebuilt under the same name gets the same counters
+    /// and histograms.
+    pub(crate) fn pool(&self, pool: &str) -> PoolMetrics {
+        let labels = PoolLabels { pool: pool.into() };
+        let shared = match self.scope {
+            HistogramScope::Pool => Some(self.latency(&HistogramLabels {
+                pool: pool.into(),
+                backend: None,
+            })),
+            HistogramScope::Backend => None,
+        };
+        PoolMetrics {
+            families: self.clone(),
+            pool: pool.into(),
+            retries: self.retries.get_or_create_owned(&labels),
+            rejected: self.rejected.get_or_create_owned(&labels),
+            shared,
         }
     }
 
@@ -268,6 +268,8 @@ struct LatencyHistograms {
 /// One pool's metric handles, resolved once when the pool is built.
 #[derive(Debug)]
 pub(crate) struct PoolMetrics {
+    /// The families its backends' handles come from.
+    families: Families,
     pool: String,
     retries: Counter,
     rejected: Counter,
@@ -277,37 +279,17 @@ pub(crate) struct PoolMetrics {
 }
 
 impl PoolMetrics {
-    /// The handles of pool `pool`, with its latency histograms labelled as `scope` says; a pool
-    /// rebuilt under the same name gets the same counters and histograms.
-    pub(crate) fn new(pool: &str, scope: HistogramScope) -> PoolMetrics {
-        let metrics = Metrics::global();
-        let labels = PoolLabels { pool: pool.into() };
-        let shared = match scope {
-            HistogramScope::Pool => Some(metrics.latency(&HistogramLabels {
-                pool: pool.into(),
-                backend: None,
-            })),
-            HistogramScope::Backend => None,
-        };
-        PoolMetrics {
-            pool: pool.into(),
-            retries: metrics.retries.get_or_create_owned(&labels),
-            rejected: metrics.rejected.get_or_create_owned(&labels),
-            shared,
-        }
-    }
-
     /// The handles of this pool's backend `backend`; a backend rebuilt under the same names
     /// gets the same counters.
     pub(crate) fn backend(&self, backend: &str) -> BackendMetrics {
         let latency = match &self.shared {
             Some(shared) => shared.clone(),
-            None => Metrics::global().latency(&HistogramLabels {
+            None => self.families.latency(&HistogramLabels {
                 pool: self.pool.clone(),
                 backend: Some(backend.into()),
             }),
         };
-        BackendMetrics::new(&self.pool, backend, latency)
+        BackendMetrics::new(&self.families, &self.pool, backend, latency)
     }
 
     /// Counts one retry.
@@ -335,8 +317,12 @@ pub(crate) struct BackendMetrics {
 }
 
 impl BackendMetrics {
-    fn new(pool: &str, backend: &str, latency: LatencyHistograms) -> BackendMetrics {
-        let metrics = Metrics::global();
+    fn new(
+        metrics: &Families,
+        pool: &str,
+        backend: &str,
+        latency: LatencyHistograms,
+    ) -> BackendMetrics {
         let request = |class| {
             metrics.requests.get_or_create_owned(&RequestLabels {
                 pool: pool.into(),
@@ -418,199 +404,18 @@ fn class_index(status: u16) -> usize {
     }
 }
 
-/// The metrics as one OpenMetrics text exposition: the counters and histograms, then gauges
-/// read now from `pools` (and the alert counters, when hooks run).
-pub fn render(pools: &[Arc<PoolRt>], alerts: Option<&AlertStats>) -> Result<String, fmt::Error> {
-    let gauges = LiveGauges::read(pools);
-    // The last exposition's length plus an eighth covers backends added since and growing
-    // counter values; before the first one, a guess from the backend count.
-    let last = LAST_LENGTH.load(Ordering::Relaxed);
-    let capacity = if last > 0 {
-        last + last / 8
-    } else {
-        16 * 1024 + gauges.backends.len() * GUESS_PER_BACKEND
-    };
-    let mut out = String::with_capacity(capacity);
-    text::encode_registry(&mut out, &Metrics::global().registry)?;
-    let mut live = Registry::default();
-    live.register_collector(Box::new(gauges));
-    if let Some(stats) = alerts {
-        register_alerts(&mut live, stats);
-    }
-    text::encode_registry(&mut out, &live)?;
-    text::encode_eof(&mut out)?;
-    LAST_LENGTH.store(out.len(), Ordering::Relaxed);
-    Ok(out)
-}
-
-/// The gauges of one scrape, read from the live pools as it starts, in pool order.
-#[derive(Debug)]
-struct LiveGauges {
-    backends: Vec<BackendGauges>,
-    pools: Vec<PoolGauges>,
-}
-
-/// The labels of a backend's gauges; the names are shared with the runtime, not copied.
-#[derive(Debug, EncodeLabelSet)]
-struct LiveBackendLabels {
-    pool: Arc<str>,
-    backend: Arc<str>,
-}
-
-#[derive(Debug, EncodeLabelSet)]
-struct LivePoolLabels {
-    pool: Arc<str>,
-}
-
-#[derive(Debug)]
-struct BackendGauges {
-    labels: LiveBackendLabels,
-    up: bool,
-    in_flight: usize,
-    weight_tenths: u32,
-}
-
-#[derive(Debug)]
-struct PoolGauges {
-    labels: LivePoolLabels,
-    healthy: usize,
-    all_down: bool,
-}
-
-impl LiveGauges {
-    /// Reads every gauge: one lock per pool for eligibility, atomics for the rest.
-    fn read(pools: &[Arc<PoolRt>]) -> LiveGauges {
-        let count = pools.iter().map(|p| p.backends.len()).sum();
-        let mut backends = Vec::with_capacity(count);
-        let mut pool_gauges = Vec::with_capacity(pools.len());
-        for pool in pools {
-            let eligible = pool.eligibility();
-            for (backend, &(up, weight_tenths)) in pool.backends.iter().zip(&eligible) {
-                backends.push(BackendGauges {
-                    labels: LiveBackendLabels {
-                        pool: pool.name.clone(),
-                        backend: backend.name.clone(),
-                    },
-                    up,
-                    in_flight: backend.in_flight.load(Ordering::Relaxed),
-                    weight_tenths,
-                });
-            }
-            pool_gauges.push(PoolGauges {
-                labels: LivePoolLabels {
-                    pool: pool.name.clone(),
-                },
-                healthy: eligible.iter().filter(|(up, _)| *up).count(),
-                all_down: pool.snapshot().all_down,
-            });
-        }
-        LiveGauges {
-            backends,
-            pools: pool_gauges,
-        }
-    }
-}
-
-impl Collector for LiveGauges {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        let backends = &self.backends;
-        encode_gauges(
-            &mut encoder,
-            "capataz_backend_up",
-            "1 when the backend may get new requests (health and overrides), else 0.",
-            backends.iter().map(|b| (&b.labels, i64::from(b.up))),
-        )?;
-        encode_gauges(
-            &mut encoder,
-            "capataz_backend_in_flight",
-            "Requests sent to the backend whose response has not been read to the end.",
-            backends.iter().map(|b| (&b.labels, b.in_flight)),
-        )?;
-        encode_gauges(
-            &mut encoder,
-            "capataz_backend_effective_weight",
-            "The backend's weight now (below the configured one during slow start).",
-            backends
-                .iter()
-                .map(|b| (&b.labels, f64::from(b.weight_tenths) / 10.0)),
-        )?;
-        encode_gauges(
-            &mut encoder,
-            "capataz_pool_healthy_backends",
-            "Backends of the pool that may get new requests.",
-            self.pools.iter().map(|p| (&p.labels, p.healthy)),
-        )?;
-        encode_gauges(
-            &mut encoder,
-            "capataz_pool_all_down",
-            "1 when the pool has no eligible backend and its all-down policy applies, else 0.",
-            self.pools
-                .iter()
-                .map(|p| (&p.labels, i64::from(p.all_down))),
-        )
-    }
-}
-
-/// Writes one gauge family: its descriptor, then one sample per `(labels, value)`. (`help`
-/// ends with a period, as `Registry::register` would add one.)
-fn encode_gauges<'a, L, V>(
-    encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    samples: impl Iterator<Item = (&'a L, V)>,
-) -> Result<(), fmt::Error>
-where
-    L: EncodeLabelSet + 'a,
-    V: EncodeGaugeValue,
-{
-    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    for (labels, value) in samples {
-        family.encode_family(labels)?.encode_gauge(&value)?;
-    }
-    Ok(())
-}
-
-fn register_alerts(registry: &mut Registry, stats: &AlertStats) {
-    let delivered = Family::<HookLabels, Counter>::default();
-    let failed = Family::<HookLabels, Counter>::default();
-    let dropped = Family::<HookLabels, Counter>::default();
-    let suppressed = Family::<HookLabels, Counter>::default();
-    for (hook, counts) in stats.hooks() {
-        let labels = HookLabels { hook };
-        delivered.get_or_create(&labels).inc_by(counts.delivered());
-        failed.get_or_create(&labels).inc_by(counts.failed());
-        dropped.get_or_create(&labels).inc_by(counts.dropped());
-        suppressed
-            .get_or_create(&labels)
-            .inc_by(counts.suppressed());
-    }
-    registry.register(
-        "capataz_alerts_delivered",
-        "Alerts a hook accepted",
-        delivered,
-    );
-    registry.register(
-        "capataz_alerts_failed",
-        "Alerts a hook did not accept after its retries",
-        failed,
-    );
-    registry.register(
-        "capataz_alerts_dropped",
-        "Alerts lost before delivery (a full queue, or a lagging dispatcher)",
-        dropped,
-    );
-    // Per hook, like the stats: debouncing counts a folded event once for each hook it
-    // would have reached, so an unlabelled sum would count it several times.
-    registry.register(
-        "capataz_alerts_suppressed",
-        "Events folded away by debouncing instead of alerting on their own",
-        suppressed,
-    );
-}
-
 #[cfg(test)]
 mod tests {
+    use prometheus_client::encoding::text;
+
     use super::*;
+
+    /// Families registered into a registry of their own.
+    fn families(scope: HistogramScope) -> (Registry, Families) {
+        let mut registry = Registry::default();
+        let families = Families::register(&mut registry, scope);
+        (registry, families)
+    }
 
     #[test]
     fn classes() {
@@ -641,10 +446,10 @@ mod tests {
         assert!(out.ends_with("# EOF\n"));
     }
 
-    /// The lines of the process-wide families that mention `pool` and start with `name`.
-    fn lines(name: &str, pool: &str) -> Vec<String> {
+    /// The lines of `registry` that mention `pool` and start with `name`.
+    fn lines(registry: &Registry, name: &str, pool: &str) -> Vec<String> {
         let mut out = String::new();
-        text::encode_registry(&mut out, &Metrics::global().registry).unwrap();
+        text::encode_registry(&mut out, registry).unwrap();
         let pool = format!("pool=\"{pool}\"");
         out.lines()
             .filter(|l| l.starts_with(name) && l.contains(&pool))
@@ -654,20 +459,22 @@ mod tests {
 
     #[test]
     fn handles_survive_a_rebuild() {
-        let pool = PoolMetrics::new("metrics_unit_pool", HistogramScope::Pool);
+        let (registry, families) = families(HistogramScope::Pool);
+        let pool = families.pool("metrics_unit_pool");
         let first = pool.backend("a");
         first.answered(200, Duration::from_millis(1));
         first.unanswered();
-        let again = PoolMetrics::new("metrics_unit_pool", HistogramScope::Pool).backend("a");
+        let again = families.pool("metrics_unit_pool").backend("a");
         again.answered(204, Duration::from_millis(1));
         assert_eq!(again.requests[1].get(), 2);
         assert_eq!(again.requests[5].get(), 1);
         pool.retry();
         pool.reject();
-        let rebuilt = PoolMetrics::new("metrics_unit_pool", HistogramScope::Pool);
+        let rebuilt = families.pool("metrics_unit_pool");
         assert_eq!(rebuilt.retries.get(), 1);
         assert_eq!(
             lines(
+                &registry,
                 "capataz_upstream_response_seconds_count",
                 "metrics_unit_pool"
             ),
@@ -677,7 +484,8 @@ mod tests {
 
     #[test]
     fn pool_histograms_count_every_backend_of_the_pool() {
-        let pool = PoolMetrics::new("metrics_unit_shared", HistogramScope::Pool);
+        let (registry, families) = families(HistogramScope::Pool);
+        let pool = families.pool("metrics_unit_shared");
         let (a, b) = (pool.backend("a"), pool.backend("b"));
         a.answered(200, Duration::from_micros(300));
         b.answered(503, Duration::from_millis(20));
@@ -685,7 +493,7 @@ mod tests {
         a.unanswered(); // not timed: no answer came
         a.probe(ProbeResult::Pass, Duration::from_millis(2));
         b.probe(ProbeResult::Fail, Duration::from_secs(1));
-        let counts = |name: &str| lines(name, "metrics_unit_shared");
+        let counts = |name: &str| lines(&registry, name, "metrics_unit_shared");
         assert_eq!(
             counts("capataz_upstream_response_seconds_count"),
             ["capataz_upstream_response_seconds_count{pool=\"metrics_unit_shared\"} 3"]
@@ -717,13 +525,15 @@ mod tests {
 
     #[test]
     fn backend_histograms_carry_the_backend_label() {
-        let pool = PoolMetrics::new("metrics_unit_own", HistogramScope::Backend);
+        let (registry, families) = families(HistogramScope::Backend);
+        let pool = families.pool("metrics_unit_own");
         let (a, b) = (pool.backend("a"), pool.backend("b"));
         a.answered(200, Duration::from_millis(1));
         b.answered(200, Duration::from_millis(1));
         b.answered(200, Duration::from_millis(1));
         b.probe(ProbeResult::Pass, Duration::from_millis(1));
         let mut counts = lines(
+            &registry,
             "capataz_upstream_response_seconds_count",
             "metrics_unit_own",
         );
@@ -735,7 +545,11 @@ mod tests {
                 "capataz_upstream_response_seconds_count{pool=\"metrics_unit_own\",backend=\"b\"} 2",
             ]
         );
-        let mut probes = lines("capataz_probe_duration_seconds_count", "metrics_unit_own");
+        let mut probes = lines(
+            &registry,
+            "capataz_probe_duration_seconds_count",
+            "metrics_unit_own",
+        );
         probes.sort();
         assert_eq!(
             probes,
@@ -744,5 +558,33 @@ mod tests {
                 "capataz_probe_duration_seconds_count{pool=\"metrics_unit_own\",backend=\"b\"} 1",
             ]
         );
+    }
+
+    #[test]
+    fn families_of_two_registries_share_no_counter() {
+        let (first, one) = families(HistogramScope::Pool);
+        let (second, two) = families(HistogramScope::Pool);
+        one.pool("p")
+            .backend("a")
+            .answered(200, Duration::from_millis(1));
+        one.pool("p").retry();
+        let _idle = two.pool("p").backend("a");
+        let count = |registry: &Registry, name: &str| lines(registry, name, "p");
+        assert_eq!(
+            count(
+                &first,
+                "capataz_requests_total{pool=\"p\",backend=\"a\",class=\"2xx\"}"
+            ),
+            ["capataz_requests_total{pool=\"p\",backend=\"a\",class=\"2xx\"} 1"]
+        );
+        assert_eq!(
+            count(
+                &second,
+                "capataz_requests_total{pool=\"p\",backend=\"a\",class=\"2xx\"}"
+            ),
+            ["capataz_requests_total{pool=\"p\",backend=\"a\",class=\"2xx\"} 0"]
+        );
+        assert_eq!(two.pool("p").retries.get(), 0);
+        assert_eq!(one.pool("p").retries.get(), 1);
     }
 }

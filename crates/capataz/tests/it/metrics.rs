@@ -1,8 +1,8 @@
 //! End-to-end tests of `GET /metrics` on loopback: a balancer with an admin listener, in-process
 //! backends, and scrapes checked line by line as one valid exposition.
 //!
-//! Metrics are process-wide and the tests of this binary run in parallel, so every test uses a
-//! pool name of its own and only reads series labelled with it.
+//! Every balancer has its own registry, so a scrape shows only its own balancer's series: the
+//! tests share the `it` binary with every other end-to-end test and still count exactly.
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
@@ -13,11 +13,10 @@ use capataz::server::Balancer;
 use capataz::sim::{Mode, SimBackend};
 use capataz_health::State;
 
-mod support;
-
-use support::balancer::{backends, start, ConfigText};
-use support::events::{is_transition as went, wait_for};
-use support::DEADLINE;
+use crate::support;
+use crate::support::balancer::{backends, start, ConfigText};
+use crate::support::events::{is_transition as went, wait_for};
+use crate::support::DEADLINE;
 
 /// A config with an admin listener (with `admin` TOML added to its table), one client
 /// listener, and one pool `pool` over `backends`, plus `extra` TOML appended (tables of the
@@ -540,4 +539,72 @@ async fn a_reload_keeps_the_histogram_scope_it_started_with() {
     assert!(m
         .matching("capataz_upstream_response_seconds_count", &[pool])
         .all(|s| !s.labels.contains_key("backend")));
+}
+
+/// The sample line of `series` (a name and its labels, as written), if the scrape has one.
+fn sample_line<'a>(scrape: &'a str, series: &str) -> Option<&'a str> {
+    scrape
+        .lines()
+        .find(|line| line.rsplit_once(' ').is_some_and(|(s, _)| s == series))
+}
+
+async fn scrape_text(balancer: &Balancer) -> String {
+    let admin = balancer.admin_addr().expect("the admin listener runs");
+    let (status, _, body) = exchange(admin, "GET", "/metrics").await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// Regression (issue 10): every balancer kept its counters in one process-wide registry, so a
+/// second balancer with the same pool and backend names reported the first one's traffic.
+#[tokio::test]
+async fn two_balancers_in_one_process_never_share_counters() {
+    let b = backends(&["a"]).await;
+    // Same pool and backend names in both, and the same backend behind them.
+    let text = config_text("web", &b, "", "[pools.web.active]\nkind = \"none\"\n");
+    let (busy, _rx_busy) = start(&text).await;
+    let (idle, _rx_idle) = start(&text).await;
+    const SENT: usize = 5;
+    let proxy = busy.local_addrs()[0];
+    for _ in 0..SENT {
+        assert_eq!(exchange(proxy, "GET", "/").await.0, 200);
+    }
+    let requests = "capataz_requests_total{pool=\"web\",backend=\"a\",class=\"2xx\"}";
+    let timed = "capataz_upstream_response_seconds_count{pool=\"web\"}";
+    let busy_page = scrape_text(&busy).await;
+    assert_eq!(
+        sample_line(&busy_page, requests),
+        Some(format!("{requests} {SENT}").as_str()),
+        "{busy_page}"
+    );
+    assert_eq!(
+        sample_line(&busy_page, timed),
+        Some(format!("{timed} {SENT}").as_str()),
+        "{busy_page}"
+    );
+    let idle_page = scrape_text(&idle).await;
+    assert_eq!(
+        sample_line(&idle_page, requests),
+        Some(format!("{requests} 0").as_str()),
+        "{idle_page}"
+    );
+    assert_eq!(
+        sample_line(&idle_page, timed),
+        Some(format!("{timed} 0").as_str()),
+        "{idle_page}"
+    );
+    // Same families, same lines, whichever balancer: only the values differ.
+    // (Series within a family come in hash order, so compare them sorted.)
+    let shape = |page: &str| -> Vec<String> {
+        let mut lines: Vec<String> = page
+            .lines()
+            .map(|l| match l.strip_prefix('#') {
+                Some(_) => l.to_owned(),
+                None => l.rsplit_once(' ').map_or(l, |(s, _)| s).to_owned(),
+            })
+            .collect();
+        lines.sort();
+        lines
+    };
+    assert_eq!(shape(&busy_page), shape(&idle_page));
 }

@@ -1,0 +1,143 @@
+//! The gauges of a scrape, read from the live pools as it starts.
+
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, EncodeLabelSet};
+use prometheus_client::metrics::MetricType;
+
+use crate::health::PoolRt;
+
+/// The gauges of one scrape, read from the live pools as it starts, in pool order.
+#[derive(Debug)]
+pub(super) struct LiveGauges {
+    backends: Vec<BackendGauges>,
+    pools: Vec<PoolGauges>,
+}
+
+/// The labels of a backend's gauges; the names are shared with the runtime, not copied.
+#[derive(Debug, EncodeLabelSet)]
+struct LiveBackendLabels {
+    pool: Arc<str>,
+    backend: Arc<str>,
+}
+
+#[derive(Debug, EncodeLabelSet)]
+struct LivePoolLabels {
+    pool: Arc<str>,
+}
+
+#[derive(Debug)]
+struct BackendGauges {
+    labels: LiveBackendLabels,
+    up: bool,
+    in_flight: usize,
+    weight_tenths: u32,
+}
+
+#[derive(Debug)]
+struct PoolGauges {
+    labels: LivePoolLabels,
+    healthy: usize,
+    all_down: bool,
+}
+
+impl LiveGauges {
+    /// How many backends the scrape covers.
+    pub(super) fn backend_count(&self) -> usize {
+        self.backends.len()
+    }
+
+    /// Reads every gauge: one lock per pool for eligibility, atomics for the rest.
+    pub(super) fn read(pools: &[Arc<PoolRt>]) -> LiveGauges {
+        let count = pools.iter().map(|p| p.backends.len()).sum();
+        let mut backends = Vec::with_capacity(count);
+        let mut pool_gauges = Vec::with_capacity(pools.len());
+        for pool in pools {
+            let eligible = pool.eligibility();
+            for (backend, &(up, weight_tenths)) in pool.backends.iter().zip(&eligible) {
+                backends.push(BackendGauges {
+                    labels: LiveBackendLabels {
+                        pool: pool.name.clone(),
+                        backend: backend.name.clone(),
+                    },
+                    up,
+                    in_flight: backend.in_flight.load(Ordering::Relaxed),
+                    weight_tenths,
+                });
+            }
+            pool_gauges.push(PoolGauges {
+                labels: LivePoolLabels {
+                    pool: pool.name.clone(),
+                },
+                healthy: eligible.iter().filter(|(up, _)| *up).count(),
+                all_down: pool.snapshot().all_down,
+            });
+        }
+        LiveGauges {
+            backends,
+            pools: pool_gauges,
+        }
+    }
+}
+
+impl Collector for LiveGauges {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let backends = &self.backends;
+        encode_gauges(
+            &mut encoder,
+            "capataz_backend_up",
+            "1 when the backend may get new requests (health and overrides), else 0.",
+            backends.iter().map(|b| (&b.labels, i64::from(b.up))),
+        )?;
+        encode_gauges(
+            &mut encoder,
+            "capataz_backend_in_flight",
+            "Requests sent to the backend whose response has not been read to the end.",
+            backends.iter().map(|b| (&b.labels, b.in_flight)),
+        )?;
+        encode_gauges(
+            &mut encoder,
+            "capataz_backend_effective_weight",
+            "The backend's weight now (below the configured one during slow start).",
+            backends
+                .iter()
+                .map(|b| (&b.labels, f64::from(b.weight_tenths) / 10.0)),
+        )?;
+        encode_gauges(
+            &mut encoder,
+            "capataz_pool_healthy_backends",
+            "Backends of the pool that may get new requests.",
+            self.pools.iter().map(|p| (&p.labels, p.healthy)),
+        )?;
+        encode_gauges(
+            &mut encoder,
+            "capataz_pool_all_down",
+            "1 when the pool has no eligible backend and its all-down policy applies, else 0.",
+            self.pools
+                .iter()
+                .map(|p| (&p.labels, i64::from(p.all_down))),
+        )
+    }
+}
+
+/// Writes one gauge family: its descriptor, then one sample per `(labels, value)`. (`help`
+/// ends with a period, as `Registry::register` would add one.)
+fn encode_gauges<'a, L, V>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: impl Iterator<Item = (&'a L, V)>,
+) -> Result<(), fmt::Error>
+where
+    L: EncodeLabelSet + 'a,
+    V: EncodeGaugeValue,
+{
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, value) in samples {
+        family.encode_family(labels)?.encode_gauge(&value)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,239 @@
+//! The live state of one balancer ([`Shared`]): its configuration, pools, listeners, events,
+//! alert hooks and metrics, shared by the listeners, the admin API and reloads.
+//!
+//! It has a module of its own so that the admin API (which reads and reloads it) and the
+//! server (which starts it and the admin listener) both depend on it and not on each other:
+//! `shared` -> `admin` -> `server`. `listener.rs` binds and runs the client listeners,
+//! `reload.rs` applies a new configuration.
+
+mod listener;
+mod reload;
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tokio::net::TcpListener;
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+
+use crate::alerts::{AlertStats, Alerts};
+use crate::config::Config;
+use crate::events::OverrideKind;
+use crate::health::{Clock, Event, OverrideError, PoolRt};
+use crate::metrics::{HistogramScope, Metrics};
+use listener::ListenerRt;
+pub(crate) use listener::{bind, bind_listener};
+pub use reload::ReloadSummary;
+
+/// What the listeners, the admin API and reloads share.
+#[derive(Debug)]
+pub struct Shared {
+    config: Mutex<Arc<Config>>,
+    config_path: Option<PathBuf>,
+    pools: ArcSwap<Vec<Arc<PoolRt>>>,
+    pool_tasks: Mutex<Vec<JoinHandle<()>>>,
+    listeners: Mutex<Vec<ListenerRt>>,
+    events: broadcast::Sender<Event>,
+    clock: Clock,
+    /// This balancer's metrics, whose families every pool takes its handles from. The latency
+    /// histograms' scope is read at start and kept across reloads.
+    metrics: Arc<Metrics>,
+    shutdown: watch::Sender<bool>,
+    connections: Arc<AtomicUsize>,
+    reload_lock: tokio::sync::Mutex<()>,
+    /// Held while a reload builds the new pools from the old ones and swaps them in, and while
+    /// an override is set: an override set meanwhile on a pool being replaced would be lost.
+    swap_lock: Mutex<()>,
+    alerts: Mutex<Option<Alerts>>,
+}
+
+/// Why a balancer could not start, or a reload was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A listener could not bind its address.
+    #[error("listener {name}: cannot listen on {address}: {source}")]
+    Bind {
+        /// The listener's name.
+        name: String,
+        /// Its address.
+        address: SocketAddr,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The new configuration is invalid.
+    #[error("{0}")]
+    Config(#[from] crate::config::ConfigError),
+    /// A reload needs a file, and the balancer was started from text.
+    #[error("this balancer was not started from a file, so there is nothing to reload")]
+    NoFile,
+    /// The balancer is shutting down: a reload would bind listeners it is closing.
+    #[error("the balancer is shutting down")]
+    ShuttingDown,
+    /// Loading the new configuration panicked (a bug): nothing changed.
+    #[error("loading the configuration failed unexpectedly (a bug in capataz; please report it)")]
+    LoadPanicked,
+}
+
+impl Shared {
+    /// The state of a balancer for `config`, remembering `path` for reloads, serving the
+    /// client listeners `sockets` (bound from `config.listeners`, in order): builds the pools
+    /// and the metrics, starts the pools' tasks, the alert hooks and the listeners. Must be
+    /// called within a tokio runtime.
+    pub(crate) fn start(
+        config: &Config,
+        events: broadcast::Sender<Event>,
+        path: Option<PathBuf>,
+        sockets: Vec<TcpListener>,
+    ) -> Arc<Shared> {
+        let clock = Clock::start();
+        let metrics = Arc::new(Metrics::new(HistogramScope::of(config)));
+        let pools: Vec<Arc<PoolRt>> = config
+            .pools
+            .iter()
+            .map(|pool| {
+                PoolRt::new(
+                    pool.clone(),
+                    events.clone(),
+                    clock,
+                    None,
+                    false,
+                    metrics.families(),
+                )
+            })
+            .collect();
+        let mut pool_tasks = Vec::new();
+        for pool in &pools {
+            pool_tasks.extend(pool.spawn_tasks());
+        }
+        let (shutdown, _) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            config: Mutex::new(Arc::new(config.clone())),
+            config_path: path,
+            pools: ArcSwap::from_pointee(pools),
+            pool_tasks: Mutex::new(pool_tasks),
+            listeners: Mutex::new(Vec::new()),
+            events,
+            clock,
+            metrics,
+            shutdown,
+            connections: Arc::new(AtomicUsize::new(0)),
+            reload_lock: tokio::sync::Mutex::new(()),
+            swap_lock: Mutex::new(()),
+            alerts: Mutex::new(None),
+        });
+        shared.restart_alerts(config);
+        let pools = shared.pools.load_full();
+        let mut listeners = Vec::new();
+        for (listener, socket) in config.listeners.iter().zip(sockets) {
+            listeners.push(shared.spawn_listener(listener, socket, &pools));
+        }
+        *lock(&shared.listeners) = listeners;
+        shared
+    }
+
+    /// The pools, in configuration order.
+    pub fn pools(&self) -> Arc<Vec<Arc<PoolRt>>> {
+        self.pools.load_full()
+    }
+
+    /// The pool named `name`.
+    pub fn pool(&self, name: &str) -> Option<Arc<PoolRt>> {
+        self.pools.load().iter().find(|p| &*p.name == name).cloned()
+    }
+
+    /// Sets (`Some`) or clears (`None`) a manual override on backend `backend` of pool `pool`
+    /// (see [`PoolRt::set_override`]); `None` if there is no such pool. Serialized with the pool
+    /// swap of a reload, so the override lands on the pools that stay in force.
+    pub fn set_override(
+        &self,
+        pool: &str,
+        backend: &str,
+        kind: Option<OverrideKind>,
+        ttl: Option<Duration>,
+    ) -> Option<Result<&'static str, OverrideError>> {
+        let _swap = lock(&self.swap_lock);
+        let pool = self.pool(pool)?;
+        Some(pool.set_override(backend, kind, ttl))
+    }
+
+    /// A new receiver of health events.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+
+    /// The alert hooks' delivery counters (`None` when no hook is configured).
+    pub fn alert_stats(&self) -> Option<Arc<AlertStats>> {
+        lock(&self.alerts).as_ref().map(Alerts::stats)
+    }
+
+    /// Starts the alert hooks of `config`, replacing (and stopping) the running ones.
+    fn restart_alerts(&self, config: &Config) {
+        let alerts = &config.alerts;
+        let hooks = !alerts.webhooks.is_empty() || !alerts.commands.is_empty();
+        let next = hooks.then(|| Alerts::start(alerts, self.events.subscribe()));
+        *lock(&self.alerts) = next;
+    }
+
+    /// This balancer's metrics (its own registry: nothing shared with another balancer).
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<Config> {
+        lock(&self.config).clone()
+    }
+
+    /// The runtime clock.
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
+    /// A receiver that turns true when the balancer shuts down.
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
+    /// The addresses the client listeners bound, in configuration order.
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        lock(&self.listeners).iter().map(|l| l.local).collect()
+    }
+
+    /// Client connections currently open.
+    pub fn open_connections(&self) -> usize {
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    /// Tells everything to shut down and the client listeners to stop accepting; returns their
+    /// accept loops, which end once their sockets are dropped.
+    pub(crate) fn stop_accepting(&self) -> Vec<JoinHandle<()>> {
+        let _ = self.shutdown.send(true);
+        let listeners = std::mem::take(&mut *lock(&self.listeners));
+        for listener in &listeners {
+            let _ = listener.stop.send(true);
+        }
+        listeners.into_iter().map(|l| l.task).collect()
+    }
+
+    /// Stops everything at once: the listeners and the pools' tasks.
+    pub(crate) fn abort(&self) {
+        let _ = self.shutdown.send(true);
+        for listener in lock(&self.listeners).drain(..) {
+            let _ = listener.stop.send(true);
+            listener.task.abort();
+        }
+        for task in lock(&self.pool_tasks).drain(..) {
+            task.abort();
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every holder leaves the value whole (plain pushes and swaps), so poison is harmless.
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,211 @@
+//! Applying a new configuration to a running balancer without dropping a connection.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::listener::ListenerState;
+use super::{bind_listener, lock, Shared, StartError};
+use crate::config::Config;
+use crate::health::PoolRt;
+use crate::metrics::HistogramScope;
+use crate::proxy::Proxy;
+
+/// What a reload changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReloadSummary {
+    /// Backends that kept their health state.
+    pub kept: usize,
+    /// Backends added (gated until they pass `rise` probes, where configured).
+    pub added: usize,
+    /// Backends removed (drained: they finish their in-flight requests).
+    pub removed: usize,
+    /// Listeners started and stopped.
+    pub listeners_added: usize,
+    /// Listeners stopped.
+    pub listeners_removed: usize,
+}
+
+impl Shared {
+    /// Re-reads the file the balancer was started from and applies it. Reading, parsing,
+    /// validating and resolving the file's host names run on tokio's blocking pool: a slow disk,
+    /// a FIFO, a slow resolver or a costly value never holds a runtime thread that requests and
+    /// probes need.
+    pub async fn reload_from_file(&self) -> Result<ReloadSummary, StartError> {
+        let path = self.config_path.clone().ok_or(StartError::NoFile)?;
+        // Held across the read too, so that reloads apply in the order their reads started.
+        let _serial = self.reload_lock.lock().await;
+        let config = tokio::task::spawn_blocking(move || crate::config::load(&path))
+            .await
+            .map_err(|_| StartError::LoadPanicked)??;
+        self.apply(&config)
+    }
+
+    /// Applies a new, validated configuration without dropping a connection: new listeners are
+    /// bound first (a failure changes nothing), then every pool is rebuilt. A backend with the
+    /// same pool, name and address keeps its health state, streaks and records; a new one
+    /// starts DOWN until it passes `rise` probes where the pool gates new backends; a removed
+    /// one gets no new requests and is dropped once its in-flight requests finish. Changing the
+    /// admin address or `admin.metrics_backend_histograms` needs a restart.
+    pub async fn reload(&self, config: &Config) -> Result<ReloadSummary, StartError> {
+        let _serial = self.reload_lock.lock().await;
+        self.apply(config)
+    }
+
+    /// [`Shared::reload`] once the caller holds `reload_lock`.
+    fn apply(&self, config: &Config) -> Result<ReloadSummary, StartError> {
+        let old_config = self.config();
+        let mut config = config.clone();
+        // The admin listener stays where it was bound, so it keeps the `[admin]` settings it was
+        // started with unless the new table is for the same address: a token must not vanish
+        // from a listener on a network address because the new file moves it to loopback or
+        // drops the table.
+        let admin_moved = old_config.admin.as_ref().map(|a| a.address)
+            != config.admin.as_ref().map(|a| a.address);
+        if admin_moved {
+            tracing::warn!(
+                "the new config moves or removes [admin]; the admin listener keeps its address \
+                 and its settings (token, open_read_only, allowed_hosts) until the next restart"
+            );
+            config.admin = old_config.admin.clone();
+        }
+        // Logging is set up once, at start: the config in force keeps saying what it does.
+        if old_config.log != config.log {
+            tracing::warn!(
+                "[log] in the new config differs from the one the process started with; \
+                 logging is set up at start, so it takes effect at the next restart"
+            );
+            config.log = old_config.log.clone();
+        }
+        let config = &config;
+        let mut listeners = {
+            let mut running = lock(&self.listeners);
+            // Checked under the listeners' lock, which shutdown takes after raising the flag.
+            if *self.shutdown.borrow() {
+                return Err(StartError::ShuttingDown);
+            }
+            std::mem::take(&mut *running)
+        };
+        // Bind the listeners that are new, before changing anything.
+        let mut fresh = Vec::new();
+        for listener in &config.listeners {
+            if !listeners.iter().any(|l| l.address == listener.address) {
+                match bind_listener(listener) {
+                    Ok(socket) => fresh.push((listener.clone(), socket)),
+                    Err(error) => {
+                        *lock(&self.listeners) = listeners;
+                        return Err(error);
+                    }
+                }
+            }
+        }
+        // From reading the old pools' state to swapping in the new ones, no override may land
+        // on an old pool (it would be lost).
+        let swap = lock(&self.swap_lock);
+        let old_pools = self.pools.load_full();
+        let mut summary = ReloadSummary::default();
+        let new_pools: Vec<Arc<PoolRt>> = config
+            .pools
+            .iter()
+            .map(|pool| {
+                let previous = old_pools.iter().find(|p| *p.name == *pool.name);
+                // The old pool's backends by name and address, so that counting stays linear
+                // in a pool of thousands of backends (this runs on a runtime thread).
+                let before: HashSet<(&str, &str)> = previous
+                    .map(|p| {
+                        p.backends
+                            .iter()
+                            .map(|b| (&*b.name, b.address.as_str()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for backend in &pool.backends {
+                    let kept = before.contains(&(backend.name.as_str(), backend.address.as_str()));
+                    if kept {
+                        summary.kept += 1;
+                    } else {
+                        summary.added += 1;
+                    }
+                }
+                PoolRt::new(
+                    pool.clone(),
+                    self.events.clone(),
+                    self.clock,
+                    previous.map(|p| &**p),
+                    pool.gate_new_backends,
+                    self.metrics.families(),
+                )
+            })
+            .collect();
+        let total_old: usize = old_pools.iter().map(|p| p.backends.len()).sum();
+        summary.removed = total_old.saturating_sub(summary.kept);
+        let mut tasks = Vec::new();
+        for pool in &new_pools {
+            tasks.extend(pool.spawn_tasks());
+        }
+        self.pools.store(Arc::new(new_pools));
+        drop(swap);
+        let old_tasks = std::mem::replace(&mut *lock(&self.pool_tasks), tasks);
+        for task in old_tasks {
+            task.abort();
+        }
+        let pools = self.pools.load_full();
+        // Keep, update or stop the existing listeners.
+        let mut kept_listeners = Vec::new();
+        for listener in listeners.drain(..) {
+            match config
+                .listeners
+                .iter()
+                .find(|l| l.address == listener.address)
+            {
+                Some(new) => {
+                    listener.state.store(Arc::new(ListenerState {
+                        config: new.clone(),
+                        proxy: Arc::new(Proxy::new(new, &pools)),
+                    }));
+                    kept_listeners.push(listener);
+                }
+                None => {
+                    let _ = listener.stop.send(true);
+                    summary.listeners_removed += 1;
+                }
+            }
+        }
+        for (listener, socket) in fresh {
+            kept_listeners.push(self.spawn_listener(&listener, socket, &pools));
+            summary.listeners_added += 1;
+        }
+        let mut running = lock(&self.listeners);
+        if *self.shutdown.borrow() {
+            // Shutdown began meanwhile and found none to stop: stop them here.
+            for listener in &kept_listeners {
+                let _ = listener.stop.send(true);
+            }
+        }
+        running.extend(kept_listeners);
+        drop(running);
+        // Switching live would leave the other scope's series in the same families (per-backend
+        // ones would not even go away), so the scope stays until the process restarts.
+        let scope = self.metrics.families().scope();
+        if HistogramScope::of(config) != scope {
+            tracing::warn!(
+                kept = %scope,
+                "admin.metrics_backend_histograms in the new config differs from the one the \
+                 process started with; it takes effect at the next restart"
+            );
+        }
+        if old_config.alerts != config.alerts {
+            self.restart_alerts(config);
+        }
+        *lock(&self.config) = Arc::new(config.clone());
+        tracing::info!(
+            kept = summary.kept,
+            added = summary.added,
+            removed = summary.removed,
+            "configuration reloaded: {} backends kept their health, {} added, {} removed",
+            summary.kept,
+            summary.added,
+            summary.removed
+        );
+        Ok(summary)
+    }
+}
