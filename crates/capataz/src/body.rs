@@ -167,6 +167,7 @@ impl RespBody {
     /// head) as `framing` says. When it has been read to its end the connection goes back to
     /// the backend's idle set if it is reusable; `answered_at` is when the head arrived. A body
     /// the backend sends nothing of for `body_idle` fails as stalled.
+    #[inline]
     pub(crate) fn upstream(
         stream: BackendStream,
         buf: BytesMut,

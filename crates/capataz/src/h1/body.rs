@@ -53,6 +53,7 @@ pub struct BodyReader {
 
 impl BodyReader {
     /// A reader for a body framed as `framing` says.
+    #[inline]
     pub fn new(framing: Framing) -> BodyReader {
         let state = match framing.body {
             BodyLength::Empty | BodyLength::Exact(0) => State::Done,

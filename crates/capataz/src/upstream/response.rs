@@ -36,6 +36,7 @@ pub(crate) struct ResponseStream<S> {
 impl<S: Transport> ResponseStream<S> {
     /// The body framed as `framing` says, read from `stream`; `buf` holds what was read past
     /// the head.
+    #[inline]
     pub(crate) fn new(
         stream: S,
         buf: BytesMut,
