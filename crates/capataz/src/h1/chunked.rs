@@ -41,6 +41,9 @@ pub enum ChunkedError {
     /// Trailer fields longer than the limit.
     #[error("trailer fields longer than {MAX_TRAILERS} bytes")]
     TrailersTooLong,
+    /// A size line or trailer field ended by a bare LF (not CRLF).
+    #[error("a line ended by a bare LF")]
+    BareLf,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -131,21 +134,64 @@ impl Decoder {
 
 /// The next CRLF-terminated line from the front of `buf`, without its CRLF; `None` if no
 /// complete line is there yet. A line (or what has arrived of it) longer than `max` is
-/// `too_long`. A bare LF is not a line end.
+/// `too_long`; a line ended by a bare LF is `BareLf`, at once (it would never end otherwise).
 fn take_line(
     buf: &mut BytesMut,
     max: usize,
     too_long: ChunkedError,
 ) -> Result<Option<Bytes>, ChunkedError> {
-    let window = &buf[..buf.len().min(max.saturating_add(2))];
-    match window.windows(2).position(|pair| pair == b"\r\n") {
+    match line_end(buf, max, too_long)? {
         Some(end) => {
             let line = buf.split_to(end).freeze();
             buf.advance(2);
             Ok(Some(line))
         }
-        None if buf.len() >= max.saturating_add(2) => Err(too_long),
         None => Ok(None),
+    }
+}
+
+/// Where the CRLF ending the line at the front of `bytes` starts, as `take_line` judges it.
+fn line_end(
+    bytes: &[u8],
+    max: usize,
+    too_long: ChunkedError,
+) -> Result<Option<usize>, ChunkedError> {
+    let window = &bytes[..bytes.len().min(max.saturating_add(2))];
+    match window.iter().position(|b| *b == b'\n') {
+        Some(lf) if lf > 0 && window[lf - 1] == b'\r' => Ok(Some(lf - 1)),
+        Some(_) => Err(ChunkedError::BareLf),
+        None if bytes.len() >= max.saturating_add(2) => Err(too_long),
+        None => Ok(None),
+    }
+}
+
+/// Whether the chunk framing at the start of a chunked body is valid as far as `bytes` (what
+/// arrived with the response head) holds it: the first error among its complete size lines
+/// and chunk ends, if any. A piece cut off by the end of `bytes` is not an error, and the
+/// trailer section is not looked at. Nothing is consumed or copied: it lets a body broken
+/// from its first bytes get a 502 before any of its answer is relayed.
+pub fn check_start(bytes: &[u8]) -> Result<(), ChunkedError> {
+    let mut rest = bytes;
+    loop {
+        let Some(end) = line_end(rest, MAX_LINE, ChunkedError::LineTooLong)? else {
+            return Ok(());
+        };
+        let size = chunk_size(&rest[..end])?;
+        rest = &rest[end + 2..];
+        if size == 0 {
+            return Ok(());
+        }
+        let Some(data_end) = usize::try_from(size).ok().filter(|n| *n < rest.len()) else {
+            return Ok(());
+        };
+        let crlf = &rest[data_end..rest.len().min(data_end + 2)];
+        if !b"\r\n".starts_with(crlf) {
+            return Err(ChunkedError::MissingCrlf);
+        }
+        if crlf.len() < 2 {
+            return Ok(());
+        }
+        rest = &rest[data_end + 2..];
     }
 }
 
@@ -242,12 +288,16 @@ mod tests {
 
     #[test]
     fn refusals() {
-        let cases: [(&[u8], ChunkedError); 9] = [
+        let cases: [(&[u8], ChunkedError); 12] = [
             (b"g\r\n", ChunkedError::SizeLine),
             (b"\r\n", ChunkedError::SizeLine),
             (b"3 x\r\nabc\r\n0\r\n\r\n", ChunkedError::SizeLine),
             (b"-3\r\n", ChunkedError::SizeLine),
-            (b"3\nabc\r\n0\r\n\r\n", ChunkedError::SizeLine),
+            (b"3\nabc\r\n0\r\n\r\n", ChunkedError::BareLf),
+            // A bare LF fails at once, not after more bytes that never come.
+            (b"2\nOK\n0\n\n", ChunkedError::BareLf),
+            (b"3;ext\n", ChunkedError::BareLf),
+            (b"0\r\nX-T: 1\n", ChunkedError::BareLf),
             (b"3\r\nabcX\r\n0\r\n\r\n", ChunkedError::MissingCrlf),
             (b"10000000000000000\r\n", ChunkedError::SizeOverflow),
             (b"0\r\nno colon\r\n\r\n", ChunkedError::Trailer),
@@ -271,6 +321,46 @@ mod tests {
             decode_all(big_trailers.as_bytes(), 100).unwrap_err(),
             ChunkedError::TrailersTooLong
         );
+    }
+
+    #[test]
+    fn check_start_judges_what_arrived_with_the_head() {
+        for good in [
+            &b""[..],
+            b"5",
+            b"5\r",
+            b"5\r\nhel",
+            b"5\r\nhello",
+            b"5\r\nhello\r",
+            b"5\r\nhello\r\n0\r\n\r\n",
+            b"5;a=b\r\nhello\r\n3\r\nabc\r\n0\r\nX-T: 1\r\n\r\nNEXT",
+            b"FFFFFFFFFFFFFFFF\r\nabc",
+        ] {
+            assert_eq!(
+                check_start(good),
+                Ok(()),
+                "{}",
+                String::from_utf8_lossy(good)
+            );
+        }
+        for (bad, error) in [
+            (&b"zz\r\nOK\r\n"[..], ChunkedError::SizeLine),
+            (
+                b"FFFFFFFFFFFFFFFFFF\r\nOK\r\n0\r\n\r\n",
+                ChunkedError::SizeOverflow,
+            ),
+            (b"2\r\nOKXX0\r\n\r\n", ChunkedError::MissingCrlf),
+            (b"2\r\nOK\rX", ChunkedError::MissingCrlf),
+            (b"2\r\nOK\r\nzz\r\n", ChunkedError::SizeLine),
+            (b"2\nOK\n0\n\n", ChunkedError::BareLf),
+        ] {
+            assert_eq!(
+                check_start(bad),
+                Err(error),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 
     fn encode(chunks: &[Vec<u8>]) -> Vec<u8> {
@@ -303,6 +393,27 @@ mod tests {
             // Everything fed after the end stays in the buffer (fed in steps, so possibly
             // only part of `after` had arrived).
             prop_assert!(after.starts_with(&rest));
+        }
+
+        /// `check_start` fails exactly when the decoder, given the same bytes at once, fails
+        /// before its trailers (which `check_start` leaves alone).
+        #[test]
+        fn check_start_agrees_with_the_decoder(
+            input in proptest::collection::vec(proptest::sample::select(b"0123456789abcdefgxyz;\r\n \t".to_vec()), 0..64),
+        ) {
+            let mut decoder = Decoder::default();
+            let mut buf = BytesMut::from(&input[..]);
+            let decoded = loop {
+                if matches!(decoder.state, State::Trailers | State::Done) {
+                    break Ok(());
+                }
+                match decoder.decode(&mut buf) {
+                    Ok(Decoded::Data(_)) => {}
+                    Ok(_) => break Ok(()),
+                    Err(error) => break Err(error),
+                }
+            };
+            prop_assert_eq!(check_start(&input), decoded, "{:?}", String::from_utf8_lossy(&input));
         }
 
         /// Arbitrary bytes never panic the decoder.

@@ -131,6 +131,14 @@ fn content_length(headers: &HeaderMap) -> Result<Option<(u64, bool)>, FramingErr
     Ok(length.map(|n| (n, elements == 1)))
 }
 
+/// Whether a request's `Transfer-Encoding`, if it has one, is `chunked` once, over all its
+/// fields (the rule answers are held to, see [`response`]). hyper reads `chunked, chunked`,
+/// `identity, chunked` or two `chunked` fields as one chunked body; a proxy in front of capataz
+/// may read them otherwise, which is how request smuggling starts, so they are refused.
+pub fn request_codings_ok(headers: &HeaderMap) -> bool {
+    !headers.contains_key(header::TRANSFER_ENCODING) || only_chunked(headers)
+}
+
 /// Whether the transfer codings, over every `Transfer-Encoding` field (empty list elements
 /// aside), are exactly `chunked`.
 fn only_chunked(headers: &HeaderMap) -> bool {

@@ -77,6 +77,14 @@ pub(super) fn request_host(req: &Request<Incoming>) -> Result<RequestHost<'_>, &
     if field.is_none() && req.version() == Version::HTTP_11 {
         return Err("an HTTP/1.1 request needs a Host header field");
     }
+    let named = field.map(HeaderValue::as_bytes).or_else(|| {
+        req.uri()
+            .authority()
+            .map(|authority| authority.as_str().as_bytes())
+    });
+    if named.is_some_and(|host| !valid_host(host)) {
+        return Err("the Host header field is not a valid host");
+    }
     match (req.uri().authority(), field) {
         (None, None) => Ok(RequestHost::None),
         (None, Some(field)) => Ok(RequestHost::Field(field)),
@@ -94,6 +102,58 @@ pub(super) fn request_host(req: &Request<Incoming>) -> Result<RequestHost<'_>, &
     }
 }
 
+/// Whether `value` is a valid `Host` (RFC 9110 section 7.2, RFC 3986 section 3.2):
+/// `uri-host [ ":" port ]`, where the host is a reg-name (letters, digits, `-._~`, the
+/// sub-delims `!$&'()*+,;=`, `%` and two hex digits; an IPv4 address is one) or a bracketed
+/// IPv6 literal, and the port is digits. Empty is valid (a target without an authority). No
+/// userinfo (`user@host`), no spaces, slashes or second colon: such a value would let the host
+/// a route matches differ from the host a backend reads in it.
+pub(super) fn valid_host(value: &[u8]) -> bool {
+    let (host_ok, rest) = match value.strip_prefix(b"[") {
+        Some(literal) => match literal.iter().position(|b| *b == b']') {
+            Some(close) => (
+                close > 0
+                    && literal[..close]
+                        .iter()
+                        .all(|b| b.is_ascii_hexdigit() || *b == b':' || *b == b'.'),
+                &literal[close + 1..],
+            ),
+            None => return false,
+        },
+        None => {
+            let end = value.iter().position(|b| *b == b':').unwrap_or(value.len());
+            (reg_name(&value[..end]), &value[end..])
+        }
+    };
+    let port_ok = match rest.split_first() {
+        None => true,
+        Some((b':', digits)) => digits.iter().all(u8::is_ascii_digit),
+        Some(_) => false,
+    };
+    host_ok && port_ok
+}
+
+/// RFC 3986 `reg-name`: unreserved, percent-encoded and sub-delims characters.
+fn reg_name(host: &[u8]) -> bool {
+    let mut i = 0;
+    while i < host.len() {
+        let b = host[i];
+        if b == b'%' {
+            let hex = host.get(i + 1..i + 3);
+            if !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
+                return false;
+            }
+            i += 3;
+            continue;
+        }
+        if !(b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b)) {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// Whether `field` (a Host value) names the same host and port as `authority`, the port
 /// defaulting to the scheme's.
 pub(super) fn same_authority(uri: &Uri, authority: &http::uri::Authority, field: &str) -> bool {
@@ -109,10 +169,12 @@ pub(super) fn same_authority(uri: &Uri, authority: &http::uri::Authority, field:
         && field.port_u16().unwrap_or(default) == authority.port_u16().unwrap_or(default)
 }
 
+/// The host without its port, as a route's `host` is written: an IPv6 literal keeps its
+/// brackets (`[::1]:80` is `[::1]`, the form the config check gives a route's host).
 pub(super) fn strip_port(host: &str) -> &str {
     if host.starts_with('[') {
         // [v6]:port
-        return host.split_once(']').map_or(host, |(h, _)| &h[1..]);
+        return host.find(']').map_or(host, |close| &host[..=close]);
     }
     host.rsplit_once(':').map_or(host, |(h, _)| h)
 }
@@ -246,6 +308,46 @@ mod tests {
     use super::*;
 
     #[test]
+    fn host_values_follow_the_uri_host_grammar() {
+        for good in [
+            "",
+            "a.test",
+            "A.Test:8080",
+            "a.test:",
+            "a.",
+            "10.0.0.1:80",
+            "[::1]",
+            "[::1]:8080",
+            "[2001:db8::1]",
+            "xn--bcher-kva.example",
+            "a%2Db",
+            "a,b",
+        ] {
+            assert!(valid_host(good.as_bytes()), "{good:?}");
+        }
+        for bad in [
+            "u@a.test",
+            "evil:@a.test",
+            "a.test:x",
+            "a.test:80:81",
+            "[api.example.com]",
+            "[]",
+            "[::1",
+            "[::1]x",
+            "[::1]:8x",
+            "a b",
+            "a/b",
+            "a\tb",
+            "a%zz",
+            "a%2",
+            "a\\b",
+        ] {
+            assert!(!valid_host(bad.as_bytes()), "{bad:?}");
+        }
+        assert!(!valid_host(b"a\xffb"));
+    }
+
+    #[test]
     fn the_name_lookup_agrees_with_the_fixed_list_and_knows_nothing_else() {
         for (i, name) in FIXED_HOP_BY_HOP.iter().enumerate() {
             assert_eq!(hop_by_hop(name), Some(HopByHop::Fixed(i)), "{name}");
@@ -358,7 +460,8 @@ mod tests {
     fn hosts_and_uris() {
         assert_eq!(strip_port("example.com:8080"), "example.com");
         assert_eq!(strip_port("example.com"), "example.com");
-        assert_eq!(strip_port("[::1]:80"), "::1");
+        assert_eq!(strip_port("[::1]:80"), "[::1]");
+        assert_eq!(strip_port("[::1]"), "[::1]");
         let abs: Uri = "http://example.com/a?b=1".parse().unwrap();
         assert_eq!(origin_form(&abs), "/a?b=1");
         let rel: Uri = "/x".parse().unwrap();

@@ -26,6 +26,8 @@ use tokio::io::AsyncWriteExt;
 use crate::balance::PoolHandle;
 use crate::body::{Lease, ReqBody, RespBody};
 use crate::config::{ConnectionReuse, ListenerConfig};
+use crate::h1::chunked;
+use crate::h1::framing::{self, BodyLength};
 use crate::health::PoolRt;
 use crate::upstream::{
     self, AttemptError, BackendStream, ExchangeError, ExchangeTimeouts, Outgoing, PrivateIdle,
@@ -87,6 +89,8 @@ pub struct Proxy {
     forwarded_headers: bool,
     /// The longest wait for the next piece of a client's body.
     request_body_timeout: std::time::Duration,
+    /// How long an upgraded connection may move no byte either way before it is closed.
+    tunnel_idle: std::time::Duration,
 }
 
 impl Proxy {
@@ -106,6 +110,7 @@ impl Proxy {
             max_header_bytes: listener.max_header_bytes,
             forwarded_headers: listener.forwarded_headers,
             request_body_timeout: listener.request_body_timeout,
+            tunnel_idle: listener.idle_timeout,
         }
     }
 
@@ -136,6 +141,15 @@ impl Proxy {
                 StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
                 "request header fields too large",
             ));
+        }
+        if !framing::request_codings_ok(req.headers()) {
+            let mut page = error_page(
+                StatusCode::BAD_REQUEST,
+                "Transfer-Encoding other than chunked once",
+            );
+            page.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return Ok(page);
         }
         let host = match request_host(&req) {
             Ok(host) => host,
@@ -239,7 +253,9 @@ impl Proxy {
                 }
                 Forwarded::Upgraded(response, stream, early) => {
                     match client_upgrade {
-                        Some(client_upgrade) => tunnel(client_upgrade, stream, early),
+                        Some(client_upgrade) => {
+                            tunnel(client_upgrade, stream, early, self.tunnel_idle);
+                        }
                         // A 101 nobody asked for: the client gets it, and nothing else.
                         None => drop(stream),
                     }
@@ -329,6 +345,15 @@ async fn forward<'a>(
                 return Forwarded::Failed(error);
             }
             Ok(answer) => {
+                // A chunked body already broken in what came with the head: a 502 now, as for
+                // a malformed head, rather than a head relayed and a connection cut before any
+                // of its body (hyper would send nothing at all, not even the status).
+                if answer.framing.body == BodyLength::Chunked
+                    && chunked::check_start(&answer.buf).is_err()
+                {
+                    charge(pool, index, AttemptError::HeadMalformed);
+                    return Forwarded::Failed(AttemptError::HeadMalformed);
+                }
                 let status = answer.head.status.as_u16();
                 let answered_at = Instant::now();
                 backend
@@ -444,18 +469,105 @@ impl ClientInfo {
 }
 
 /// Joins the client's upgraded connection and the backend's, once the 101 has reached the
-/// client; `early` is what the backend sent after its 101 before the tunnel existed.
-fn tunnel<S: Transport>(client: hyper::upgrade::OnUpgrade, mut backend: S, early: Bytes) {
+/// client; `early` is what the backend sent after its 101 before the tunnel existed. The
+/// tunnel closes when either side does, or once no byte has moved either way for `idle` (the
+/// listener's `idle_timeout`): an idle upgraded connection holds two sockets and a task.
+fn tunnel<S: Transport>(
+    client: hyper::upgrade::OnUpgrade,
+    mut backend: S,
+    early: Bytes,
+    idle: std::time::Duration,
+) {
     tokio::spawn(async move {
         let Ok(client) = client.await else {
             return;
         };
-        let mut client = TokioIo::new(client);
+        let moved = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut client = Moving {
+            inner: TokioIo::new(client),
+            moved: moved.clone(),
+        };
         if !early.is_empty() && client.write_all(&early).await.is_err() {
             return;
         }
-        let _ = tokio::io::copy_bidirectional(&mut client, &mut backend).await;
+        let mut backend = Moving {
+            inner: &mut backend,
+            moved: moved.clone(),
+        };
+        let copy = tokio::io::copy_bidirectional(&mut client, &mut backend);
+        tokio::pin!(copy);
+        // Looked at a few times per `idle`, as client connections are (see `client.rs`): the
+        // tunnel closes between `idle` and `idle` plus that period after its last byte.
+        let period = (idle / 4).clamp(
+            std::time::Duration::from_millis(20),
+            std::time::Duration::from_secs(1),
+        );
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut seen = 0;
+        let mut quiet_since = tokio::time::Instant::now();
+        loop {
+            tokio::select! {
+                _ = &mut copy => return,
+                now = tick.tick() => {
+                    let count = moved.load(Ordering::Relaxed);
+                    if count != seen {
+                        seen = count;
+                        quiet_since = now;
+                    } else if now.saturating_duration_since(quiet_since) >= idle {
+                        // Dropping both ends closes them.
+                        return;
+                    }
+                }
+            }
+        }
     });
+}
+
+/// One end of a tunnel, counting the reads that moved bytes.
+struct Moving<T> {
+    inner: T,
+    moved: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Moving<T> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut this.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            this.moved.fetch_add(1, Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Moving<T> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
 }
 
 #[cfg(test)]
