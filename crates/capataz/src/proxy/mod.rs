@@ -28,7 +28,6 @@ use crate::body::{Lease, ReqBody, RespBody};
 use crate::config::{ConnectionReuse, ListenerConfig};
 use crate::h1::chunked;
 use crate::h1::framing::{self, BodyLength};
-use crate::health::PoolRt;
 use crate::upstream::{
     self, AttemptError, BackendStream, ExchangeError, ExchangeTimeouts, Outgoing, PrivateIdle,
     Transport,
@@ -94,8 +93,9 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// The handler of `listener`, whose routes' `pool` indexes refer to `pools`.
-    pub fn new(listener: &ListenerConfig, pools: &[Arc<PoolRt>]) -> Proxy {
+    /// The handler of `listener`, whose routes' `pool` indexes refer to `pools` (the pools'
+    /// request-path handles: the proxy never sees the health runtime).
+    pub fn new(listener: &ListenerConfig, pools: &[Arc<PoolHandle>]) -> Proxy {
         let routes = &listener.routes;
         Proxy {
             routes: routes
@@ -103,7 +103,7 @@ impl Proxy {
                 .map(|r| Route {
                     host: r.host.clone(),
                     path_prefix: r.path_prefix.clone(),
-                    pool: pools[r.pool].handle().clone(),
+                    pool: pools[r.pool].clone(),
                 })
                 .collect(),
             any_host: routes.iter().any(|r| r.host.is_some()),

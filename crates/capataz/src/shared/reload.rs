@@ -149,6 +149,7 @@ impl Shared {
             task.abort();
         }
         let pools = self.pools.load_full();
+        let pool_handles = super::listener::handles(&pools);
         // Keep, update or stop the existing listeners.
         let mut kept_listeners = Vec::new();
         for listener in listeners.drain(..) {
@@ -160,7 +161,7 @@ impl Shared {
                 Some(new) => {
                     listener.state.store(Arc::new(ListenerState {
                         config: new.clone(),
-                        proxy: Arc::new(Proxy::new(new, &pools)),
+                        proxy: Arc::new(Proxy::new(new, &pool_handles)),
                     }));
                     kept_listeners.push(listener);
                 }
