@@ -7,8 +7,9 @@
 //! chunked body must not yield more bytes than arrived, nor data from an empty buffer.
 
 use bytes::BytesMut;
+use capataz::h1::body::{BodyError, BodyReader, Step};
 use capataz::h1::chunked::{Decoded, Decoder};
-use capataz::h1::framing::{self, BodyLength};
+use capataz::h1::framing::{self, BodyLength, Framing};
 use capataz::h1::head;
 use http::Method;
 
@@ -75,6 +76,9 @@ pub fn check(data: &[u8]) {
     if method == Method::HEAD {
         assert_eq!(framing.body, BodyLength::Empty);
     }
+    // The body reader (every framing): whole or in pieces, the same body, end and reuse.
+    let body = whole.to_vec();
+    assert_eq!(read_body(framing, &body, body.len().max(1)), read_body(framing, &body, step));
     if framing.body != BodyLength::Chunked {
         return;
     }
@@ -102,4 +106,37 @@ pub fn check(data: &[u8]) {
             Ok(Decoded::NeedMore) | Ok(Decoded::End(_)) | Err(_) => return,
         }
     }
+}
+
+/// Reads `body` framed as `framing` says, fed `step` bytes at a time then the end of the
+/// stream: the body, how it ended, and whether the connection would be reused.
+fn read_body(framing: Framing, body: &[u8], step: usize) -> (Vec<u8>, Result<(), BodyError>, bool) {
+    let mut reader = BodyReader::new(framing);
+    let mut buf = BytesMut::new();
+    let (mut fed, mut out) = (0, Vec::new());
+    let end = loop {
+        if reader.is_done() {
+            break Ok(());
+        }
+        let before = buf.len();
+        match reader.decode(&mut buf) {
+            Ok(Step::Data(data)) => {
+                assert!(!data.is_empty() && data.len() <= before, "data from nothing");
+                out.extend_from_slice(&data);
+            }
+            Ok(Step::End) => break Ok(()),
+            Ok(Step::NeedMore) if fed < body.len() => {
+                let end = (fed + step).min(body.len());
+                buf.extend_from_slice(&body[fed..end]);
+                fed = end;
+            }
+            Ok(Step::NeedMore) => break reader.handle_eof(),
+            Err(error) => break Err(error),
+        }
+    };
+    assert!(out.len() <= body.len(), "more bytes out than in");
+    // Whatever followed the body arrives before the connection is judged.
+    buf.extend_from_slice(&body[fed..]);
+    let reusable = reader.reusable(&buf);
+    (out, end, reusable)
 }

@@ -13,7 +13,6 @@
 //! lack of backend data and stops when data arrives; while the client is slow to read, hyper
 //! does not poll the body and nothing is charged. No timer exists until a body first waits.
 
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -25,19 +24,18 @@ use std::io;
 use bytes::{Bytes, BytesMut};
 use capataz_health::Outcome;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use tokio::net::TcpStream;
 
-use crate::h1::chunked;
-use crate::h1::framing::{BodyLength, Framing};
-use crate::health::{BackendRt, PoolRt};
-use crate::upstream::{AttemptError, PrivateIdle, READ_SIZE};
+use crate::balance::PoolHandle;
+use crate::h1::framing::Framing;
+use crate::upstream::{AttemptError, BackendStream, PrivateIdle, ResponseStream};
 
 /// A request body on its way to a backend.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub enum ReqBody {
     /// The client's body, streamed.
     Incoming(Incoming),
     /// No body (a retry of a bodiless request).
+    #[default]
     Empty,
 }
 
@@ -72,27 +70,35 @@ impl Body for ReqBody {
 
 /// Holds a backend's in-flight slot and, once the response is complete, its connection.
 pub struct Lease {
-    backend: Arc<BackendRt>,
+    /// The pool, and the backend's index in it.
+    pool: Arc<PoolHandle>,
+    index: usize,
     /// Where the connection goes back: the client connection's own idle set, or (`None`) the
     /// backend's shared one.
     private: Option<Arc<PrivateIdle>>,
     /// The connection, and when its response arrived.
-    sender: Option<(TcpStream, Instant)>,
+    sender: Option<(BackendStream, Instant)>,
     complete: bool,
-    /// The answer to report to the passive checks when the lease ends: the pool, the backend's
-    /// index in it, and the answer's status.
-    verdict: Option<(Arc<PoolRt>, usize, Outcome)>,
+    /// The answer to report to the passive checks when the lease ends (its status).
+    verdict: Option<Outcome>,
     /// How the body failed before its end, if it did: judged instead of the answer.
     failed: Option<AttemptError>,
 }
 
 impl Lease {
-    /// Takes an in-flight slot on `backend`; a reusable connection goes back to `private` if
-    /// given, else to the backend's shared set.
-    pub(crate) fn new(backend: Arc<BackendRt>, private: Option<Arc<PrivateIdle>>) -> Lease {
-        backend.in_flight.fetch_add(1, Ordering::Relaxed);
+    /// Takes an in-flight slot on backend `index` of `pool`; a reusable connection goes back
+    /// to `private` if given, else to the backend's shared set.
+    pub(crate) fn new(
+        pool: Arc<PoolHandle>,
+        index: usize,
+        private: Option<Arc<PrivateIdle>>,
+    ) -> Lease {
+        pool.backends[index]
+            .in_flight
+            .fetch_add(1, Ordering::Relaxed);
         Lease {
-            backend,
+            pool,
+            index,
             private,
             sender: None,
             complete: false,
@@ -101,41 +107,38 @@ impl Lease {
         }
     }
 
-    pub(crate) fn backend(&self) -> &Arc<BackendRt> {
-        &self.backend
-    }
-
     /// The client connection's own idle set, under the private reuse policy.
     pub(crate) fn private(&self) -> Option<&PrivateIdle> {
         self.private.as_deref()
     }
 
-    pub(crate) fn set_sender(&mut self, sender: TcpStream, answered_at: Instant) {
+    pub(crate) fn set_sender(&mut self, sender: BackendStream, answered_at: Instant) {
         self.sender = Some((sender, answered_at));
     }
 
-    /// Reports `answer` for backend `index` of `pool` when the lease ends: as is if the body
-    /// ended whole or the client went away, as the failure's outcome if the body failed.
-    pub(crate) fn judge_at_end(&mut self, pool: Arc<PoolRt>, index: usize, answer: Outcome) {
-        self.verdict = Some((pool, index, answer));
+    /// Reports `answer` for the backend when the lease ends: as is if the body ended whole or
+    /// the client went away, as the failure's outcome if the body failed.
+    pub(crate) fn judge_at_end(&mut self, answer: Outcome) {
+        self.verdict = Some(answer);
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.backend.in_flight.fetch_sub(1, Ordering::Relaxed);
-        if let Some((pool, index, answer)) = self.verdict.take() {
+        let backend = &self.pool.backends[self.index];
+        backend.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if let Some(answer) = self.verdict.take() {
             let outcome = match self.failed {
                 Some(failed) => failed.outcome(),
                 None => Some(answer),
             };
             if let Some(outcome) = outcome {
-                pool.observe(index, outcome);
+                self.pool.observe(self.index, outcome);
             }
         }
         if self.complete {
             if let Some((sender, answered_at)) = self.sender.take() {
-                self.backend
+                backend
                     .upstream
                     .release(sender, answered_at, self.private.as_deref());
             }
@@ -164,23 +167,19 @@ impl RespBody {
     /// head) as `framing` says. When it has been read to its end the connection goes back to
     /// the backend's idle set if it is reusable; `answered_at` is when the head arrived. A body
     /// the backend sends nothing of for `body_idle` fails as stalled.
+    #[inline]
     pub(crate) fn upstream(
-        stream: TcpStream,
+        stream: BackendStream,
         buf: BytesMut,
         framing: Framing,
         mut lease: Lease,
         answered_at: Instant,
         body_idle: Duration,
     ) -> RespBody {
-        let state = match framing.body {
-            BodyLength::Empty | BodyLength::Exact(0) => State::Done,
-            BodyLength::Exact(n) => State::Exact(n),
-            BodyLength::Chunked => State::Chunked(chunked::Decoder::default()),
-            BodyLength::UntilClose => State::UntilClose,
-        };
-        if matches!(state, State::Done) {
+        let mut inner = ResponseStream::new(stream, buf, framing, body_idle);
+        if inner.is_done() {
             // Nothing to stream: the connection is ready again now.
-            if framing.reusable && buf.is_empty() {
+            if let Some(stream) = inner.finish() {
                 lease.set_sender(stream, answered_at);
                 lease.complete = true;
             }
@@ -188,35 +187,18 @@ impl RespBody {
             return RespBody::Full(None);
         }
         RespBody::Upstream(UpstreamBody {
-            stream: Some(stream),
-            buf,
-            state,
-            reusable: framing.reusable,
+            inner,
             answered_at,
             lease: Some(lease),
             unflushed: false,
             broke: None,
-            body_idle,
-            idle: None,
-            waiting: false,
         })
     }
 }
 
-/// How much of a backend's body is left.
-enum State {
-    Exact(u64),
-    Chunked(chunked::Decoder),
-    UntilClose,
-    Done,
-}
-
-/// A backend's response body, read straight from its connection.
+/// A backend's response body, read straight from its connection, with the lease it holds.
 pub struct UpstreamBody {
-    stream: Option<TcpStream>,
-    buf: BytesMut,
-    state: State,
-    reusable: bool,
+    inner: ResponseStream<BackendStream>,
     answered_at: Instant,
     lease: Option<Lease>,
     /// Whether data went out since the last `Pending`: hyper may still hold it unsent.
@@ -224,39 +206,28 @@ pub struct UpstreamBody {
     /// The body failed after data that may not have been sent yet; the failure is reported
     /// on the next poll.
     broke: Option<AttemptError>,
-    /// How long the backend may leave the body waiting.
-    body_idle: Duration,
-    /// The idle timer, created the first time the body waits and reset at each later wait.
-    idle: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// Whether the body is waiting for the backend (its idle timer runs).
-    waiting: bool,
 }
 
 impl UpstreamBody {
     /// The body has ended whole: the lease completes, with the connection if it can be used
     /// again (nothing unread is left on it).
     fn finish(&mut self) {
-        self.state = State::Done;
+        let stream = self.inner.finish();
         if let Some(mut lease) = self.lease.take() {
-            if let Some(stream) = self.stream.take() {
-                if self.reusable && self.buf.is_empty() {
-                    lease.set_sender(stream, self.answered_at);
-                }
+            if let Some(stream) = stream {
+                lease.set_sender(stream, self.answered_at);
             }
             lease.complete = true;
         }
-        self.buf = BytesMut::new();
     }
 
     /// The body failed (`why`: broke off or stalled): the lease reports it, and the
     /// connection is dropped.
     fn break_off(&mut self, why: AttemptError) -> io::Error {
-        self.state = State::Done;
+        self.inner.fail();
         if let Some(mut lease) = self.lease.take() {
             lease.failed = Some(why);
         }
-        self.stream = None;
-        self.idle = None;
         io::Error::other(why.to_string())
     }
 
@@ -276,47 +247,6 @@ impl UpstreamBody {
         Poll::Ready(Some(Err(self.break_off(why))))
     }
 
-    /// Reads more from the backend into the buffer: `Ready(Ok(0))` at its end of stream, an
-    /// error of kind `TimedOut` when the backend left it waiting for `body_idle`.
-    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        let Some(stream) = &self.stream else {
-            return Poll::Ready(Ok(0));
-        };
-        loop {
-            if self.buf.capacity() - self.buf.len() < READ_SIZE / 2 {
-                self.buf.reserve(READ_SIZE);
-            }
-            match stream.try_read_buf(&mut self.buf) {
-                Ok(n) => {
-                    self.waiting = false;
-                    return Poll::Ready(Ok(n));
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if let Poll::Ready(ready) = stream.poll_read_ready(cx) {
-                        ready?;
-                        continue;
-                    }
-                    // Waiting on the backend: its idle clock runs from the first wait.
-                    if !self.waiting {
-                        self.waiting = true;
-                        let deadline = tokio::time::Instant::now() + self.body_idle;
-                        match &mut self.idle {
-                            Some(sleep) => sleep.as_mut().reset(deadline),
-                            None => self.idle = Some(Box::pin(tokio::time::sleep_until(deadline))),
-                        }
-                    }
-                    if let Some(sleep) = &mut self.idle {
-                        if sleep.as_mut().poll(cx).is_ready() {
-                            return Poll::Ready(Err(io::ErrorKind::TimedOut.into()));
-                        }
-                    }
-                    return Poll::Pending;
-                }
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
-    }
-
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Frame<Bytes>>>> {
         let polled = self.poll_step(cx);
         match &polled {
@@ -331,52 +261,21 @@ impl UpstreamBody {
         if let Some(why) = self.broke {
             return Poll::Ready(Some(Err(self.break_off(why))));
         }
-        loop {
-            match &mut self.state {
-                State::Done => return Poll::Ready(None),
-                State::Exact(left) => {
-                    if !self.buf.is_empty() {
-                        let n = usize::try_from(*left)
-                            .unwrap_or(usize::MAX)
-                            .min(self.buf.len());
-                        let data = self.buf.split_to(n).freeze();
-                        *left -= n as u64;
-                        if *left == 0 {
-                            self.finish();
-                        }
-                        return Poll::Ready(Some(Ok(Frame::data(data))));
-                    }
-                }
-                State::Chunked(decoder) => match decoder.decode(&mut self.buf) {
-                    Ok(chunked::Decoded::Data(data)) => {
-                        return Poll::Ready(Some(Ok(Frame::data(data))))
-                    }
-                    Ok(chunked::Decoded::End(_trailers)) => {
-                        self.finish();
-                        return Poll::Ready(None);
-                    }
-                    Ok(chunked::Decoded::NeedMore) => {}
-                    Err(_) => return self.broken(cx, AttemptError::BodyBroken),
-                },
-                State::UntilClose => {
-                    if !self.buf.is_empty() {
-                        let data = self.buf.split().freeze();
-                        return Poll::Ready(Some(Ok(Frame::data(data))));
-                    }
-                }
-            }
-            match std::task::ready!(self.poll_fill(cx)) {
-                Ok(0) if matches!(self.state, State::UntilClose) => {
-                    self.reusable = false;
+        if self.inner.is_done() {
+            return Poll::Ready(None);
+        }
+        match std::task::ready!(self.inner.poll_data(cx)) {
+            Ok(Some(data)) => {
+                if self.inner.is_done() {
                     self.finish();
-                    return Poll::Ready(None);
                 }
-                Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-                    return self.broken(cx, AttemptError::BodyStalled)
-                }
-                Ok(0) | Err(_) => return self.broken(cx, AttemptError::BodyBroken),
-                Ok(_) => {}
+                Poll::Ready(Some(Ok(Frame::data(data))))
             }
+            Ok(None) => {
+                self.finish();
+                Poll::Ready(None)
+            }
+            Err(why) => self.broken(cx, why),
         }
     }
 }
@@ -397,17 +296,16 @@ impl Body for RespBody {
 
     fn is_end_stream(&self) -> bool {
         match self {
-            RespBody::Upstream(body) => matches!(body.state, State::Done),
+            RespBody::Upstream(body) => body.inner.is_done(),
             RespBody::Full(bytes) => bytes.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            RespBody::Upstream(body) => match body.state {
-                State::Exact(n) => SizeHint::with_exact(n),
-                State::Done => SizeHint::with_exact(0),
-                _ => SizeHint::default(),
+            RespBody::Upstream(body) => match body.inner.remaining() {
+                Some(n) => SizeHint::with_exact(n),
+                None => SizeHint::default(),
             },
             RespBody::Full(Some(bytes)) => SizeHint::with_exact(bytes.len() as u64),
             RespBody::Full(None) => SizeHint::with_exact(0),

@@ -116,14 +116,14 @@ mod tests {
         let config = crate::config::parse_str(text, "<test>").expect("valid test config");
         let families = Families::register(&mut Registry::default(), HistogramScope::Pool);
         let (events, _rx) = broadcast::channel(64);
-        let pool = Arc::new(PoolRt::new(
+        let pool = PoolRt::new(
             config.pools[0].clone(),
             events,
             Clock::start(),
             None,
             false,
             &families,
-        ));
+        );
         fastrand::seed(seed);
         let tasks = pool.spawn_tasks();
         for _ in 0..1000 {

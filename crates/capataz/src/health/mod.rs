@@ -3,15 +3,17 @@
 //!
 //! Every decision is the engine's (`capataz_health::Rotation`: verdicts, overrides with expiry,
 //! slow start, the all-down policy and its fail-open set). This module only feeds it inputs
-//! with the time, and `publish` turns what comes out into a new [`Snapshot`], log lines and
-//! broadcast [`Event`]s; `driver` runs the probe loops and the one timer.
+//! with the time, and `publish` turns what comes out into a new `Snapshot` (stored in the
+//! [`PoolHandle`]), log lines and broadcast [`Event`]s; `driver` runs the probe loops and the
+//! one timer.
 //!
 //! The engine sits behind a mutex, with the per-backend records the admin API shows (recent
 //! probes, last transition); the mutex is held for a few instructions and never across an
-//! await. The request path never takes it for healthy traffic: it reads the lock-free
-//! [`Snapshot`], records the outcome in a lock-free ring, and a good response from a backend
-//! with a clean passive record skips the engine with one atomic load (`watched`, the engine's
-//! `needs_traffic` as of its last change).
+//! await. The request path never takes it for healthy traffic, and never sees this module: it
+//! holds the pool's [`PoolHandle`], reads its lock-free snapshot, records the outcome in a
+//! lock-free ring, and a good response from a backend with a clean passive record skips the
+//! engine with one atomic load (`watched`, the engine's `needs_traffic` as of its last
+//! change); anything else reaches [`PoolRt`] as the handle's [`TrafficSink`].
 
 mod backend;
 mod driver;
@@ -20,27 +22,23 @@ mod view;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime};
 
-use arc_swap::{ArcSwap, Guard};
 use capataz_health::{
     BackendHealth, EjectionPolicy, Join, Outcome, Policy, ProbeRule, Reason, Rotation, Settings,
-    Side, State, TrafficResult, TrafficRule, Transition, WhenAllDown,
+    Side, State, TrafficRule, Transition, WhenAllDown,
 };
 use tokio::sync::{broadcast, Notify};
 
-use crate::balance::Snapshot;
-use crate::budget::RetryBudget;
+pub use crate::balance::{BackendRt, TrafficRing, HISTORY};
+use crate::balance::{PoolHandle, TrafficSink};
 use crate::config::{AllDownPolicy, CheckKind, PoolConfig};
 pub use crate::events::{Event, OverrideKind};
-use crate::instruments::{Families, PoolMetrics};
+use crate::instruments::Families;
 use crate::upstream::Upstream;
-pub use backend::{BackendRt, Clock, TrafficRing};
+pub use backend::Clock;
 pub use view::{BackendInfo, BackendView, Override, ProbeRecord};
-
-/// How many recent probe and traffic outcomes are kept per backend.
-pub const HISTORY: usize = 20;
 
 /// The engine settings a pool's configuration asks for.
 pub fn engine_settings(config: &PoolConfig) -> Settings {
@@ -122,22 +120,16 @@ pub enum OverrideError {
     },
 }
 
-/// One pool at run time: its backends, its engine, its snapshot.
+/// One pool at run time: the request path's [`PoolHandle`] (backends, snapshot, cursor,
+/// budget), and the health runtime around it: the engine and the records under one lock, the
+/// event broadcast, the clock and the timer.
+///
+/// It dereferences to its handle, so what the request path reads (`name`, `config`,
+/// `backends`, `snapshot()`) reads the same here.
 #[derive(Debug)]
 pub struct PoolRt {
-    /// The pool's name.
-    pub name: Arc<str>,
-    /// Its configuration.
-    pub config: PoolConfig,
-    /// Its backends, in configuration order (the engine's indexes).
-    pub backends: Vec<Arc<BackendRt>>,
-    /// Its metric handles.
-    pub(crate) metrics: PoolMetrics,
+    handle: Arc<PoolHandle>,
     inner: Mutex<Inner>,
-    snapshot: ArcSwap<Snapshot>,
-    pub(crate) cursor: AtomicUsize,
-    pub(crate) budget: RetryBudget,
-    traffic_rule: TrafficRule,
     events: broadcast::Sender<Event>,
     clock: Clock,
     /// Wakes the timer when the engine's next timeout may have moved earlier.
@@ -158,7 +150,7 @@ impl PoolRt {
         previous: Option<&PoolRt>,
         gate_new: bool,
         families: &Families,
-    ) -> PoolRt {
+    ) -> Arc<PoolRt> {
         let settings = engine_settings(&config);
         let metrics = families.pool(&config.name);
         let now = clock.now();
@@ -214,20 +206,22 @@ impl PoolRt {
         }
         drop(previous);
         let engine = Rotation::new(settings, engine_policy(&config), joins, now);
-        let pool = PoolRt {
-            name: config.name.as_str().into(),
-            metrics,
-            budget: RetryBudget::new(config.retries.budget_percent, config.retries.min_budget),
-            traffic_rule: settings.traffic_rule,
-            snapshot: ArcSwap::from_pointee(Snapshot::new(Vec::new(), Vec::new(), false)),
-            inner: Mutex::new(Inner { engine, info }),
-            cursor: AtomicUsize::new(0),
-            backends,
-            config,
-            events,
-            clock,
-            timer: Notify::new(),
-        };
+        let pool = Arc::new_cyclic(|me: &Weak<PoolRt>| {
+            let sink: Weak<dyn TrafficSink> = me.clone();
+            PoolRt {
+                handle: Arc::new(PoolHandle::new(
+                    config,
+                    backends,
+                    metrics,
+                    settings.traffic_rule,
+                    sink,
+                )),
+                inner: Mutex::new(Inner { engine, info }),
+                events,
+                clock,
+                timer: Notify::new(),
+            }
+        });
         let mut inner = pool.lock();
         pool.publish(&mut inner, now, true);
         drop(inner);
@@ -245,9 +239,9 @@ impl PoolRt {
         self.clock
     }
 
-    /// The eligible backends as of the last change; no lock taken.
-    pub fn snapshot(&self) -> Guard<Arc<Snapshot>> {
-        self.snapshot.load()
+    /// The request path's side of the pool.
+    pub fn handle(&self) -> &Arc<PoolHandle> {
+        &self.handle
     }
 
     /// A copy of every backend's health, in pool order.
@@ -264,11 +258,6 @@ impl PoolRt {
     /// while a backend is in rotation).
     pub fn all_down(&self) -> Option<capataz_health::AllDown> {
         self.lock().engine.all_down()
-    }
-
-    /// The index of the backend named `name`.
-    pub fn index_of(&self, name: &str) -> Option<usize> {
-        self.backends.iter().position(|b| &*b.name == name)
     }
 
     /// Feeds one probe outcome to the engine.
@@ -299,18 +288,14 @@ impl PoolRt {
     }
 
     /// Feeds one traffic outcome to the engine (a good response from a backend with a clean
-    /// passive record is skipped without taking the lock).
+    /// passive record is skipped without taking the lock; see [`PoolHandle::observe`]).
     pub fn observe(&self, backend: usize, outcome: Outcome) {
+        self.handle.observe(backend, outcome);
+    }
+
+    /// The engine's side of [`PoolRt::observe`].
+    fn judge_traffic(&self, backend: usize, outcome: Outcome) {
         let rt = &self.backends[backend];
-        rt.traffic.push(outcome);
-        if !self.config.passive.enabled {
-            return;
-        }
-        if !rt.watched.load(Ordering::Relaxed)
-            && self.traffic_rule.judge(outcome) == TrafficResult::Ok
-        {
-            return;
-        }
         let now = self.clock.now();
         let mut inner = self.lock();
         let was_ejected = inner.engine.pool().backend(backend).passive.is_ejected();
@@ -363,6 +348,21 @@ impl PoolRt {
         drop(inner);
         self.timer.notify_one();
         Ok(state.as_str())
+    }
+}
+
+impl std::ops::Deref for PoolRt {
+    type Target = PoolHandle;
+
+    fn deref(&self) -> &PoolHandle {
+        &self.handle
+    }
+}
+
+impl TrafficSink for PoolRt {
+    fn handle_traffic(&self, pool: &PoolHandle, backend: usize, outcome: Outcome) {
+        debug_assert!(std::ptr::eq(pool, &*self.handle));
+        self.judge_traffic(backend, outcome);
     }
 }
 

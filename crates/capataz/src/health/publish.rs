@@ -5,7 +5,6 @@
 //! before the all-down or recovered event it caused. The snapshot is swapped before any of them
 //! is logged, so a listener that reacts to an event already sees its effect.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use capataz_health::pool::{human_duration, Active};
@@ -35,9 +34,7 @@ impl PoolRt {
         if rebuild || !events.is_empty() {
             let eligible = inner.engine.eligible(now);
             let snapshot = Snapshot::new(eligible.backends, eligible.weights, eligible.all_down);
-            if **self.snapshot.load() != snapshot {
-                self.snapshot.store(Arc::new(snapshot));
-            }
+            self.handle.publish(snapshot);
         }
         for event in events {
             match event {

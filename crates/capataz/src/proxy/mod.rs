@@ -22,14 +22,16 @@ use hyper_util::rt::TokioIo;
 
 use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
+use crate::balance::PoolHandle;
 use crate::body::{Lease, ReqBody, RespBody};
 use crate::config::{ConnectionReuse, ListenerConfig};
 use crate::h1::chunked;
 use crate::h1::framing::{self, BodyLength};
-use crate::health::PoolRt;
-use crate::upstream::{self, AttemptError, ExchangeError, ExchangeTimeouts, Outgoing, PrivateIdle};
+use crate::upstream::{
+    self, AttemptError, BackendStream, ExchangeError, ExchangeTimeouts, Outgoing, PrivateIdle,
+    Transport,
+};
 
 mod headers;
 mod pages;
@@ -72,7 +74,7 @@ impl Tried {
 struct Route {
     host: Option<String>,
     path_prefix: String,
-    pool: Arc<PoolRt>,
+    pool: Arc<PoolHandle>,
 }
 
 /// The request handler of one listener.
@@ -91,8 +93,9 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// The handler of `listener`, whose routes' `pool` indexes refer to `pools`.
-    pub fn new(listener: &ListenerConfig, pools: &[Arc<PoolRt>]) -> Proxy {
+    /// The handler of `listener`, whose routes' `pool` indexes refer to `pools` (the pools'
+    /// request-path handles: the proxy never sees the health runtime).
+    pub fn new(listener: &ListenerConfig, pools: &[Arc<PoolHandle>]) -> Proxy {
         let routes = &listener.routes;
         Proxy {
             routes: routes
@@ -112,7 +115,7 @@ impl Proxy {
     }
 
     /// The pool of the first route matching `host` (without its port) and `path`.
-    fn route(&self, host: Option<&str>, path: &str) -> Option<&Arc<PoolRt>> {
+    fn route(&self, host: Option<&str>, path: &str) -> Option<&Arc<PoolHandle>> {
         let host = host.map(strip_port);
         self.routes
             .iter()
@@ -232,12 +235,11 @@ impl Proxy {
                     }
                 },
             };
-            let backend = pool.backends[index].clone();
             let private = match pool.config.connection_reuse {
                 ConnectionReuse::Private => Some(client.private.clone()),
                 ConnectionReuse::Shared => None,
             };
-            let lease = Lease::new(backend, private);
+            let lease = Lease::new(pool.clone(), index, private);
             let attempt = forward(&pool, index, outgoing, &mut head, lease, upgrade, timeouts);
             match attempt.await {
                 Forwarded::Response(mut response, status) => {
@@ -285,9 +287,9 @@ enum Forwarded<'a> {
     Response(Response<RespBody>, u16),
     /// The backend switched protocols: its answer, its connection and what it sent past the
     /// answer's head.
-    Upgraded(Response<RespBody>, TcpStream, Bytes),
+    Upgraded(Response<RespBody>, BackendStream, Bytes),
     /// Nothing reached the backend; the request comes back intact.
-    NotSent(Outgoing<'a>, AttemptError),
+    NotSent(Outgoing<'a, ReqBody>, AttemptError),
     /// The request was sent (at least in part) and no usable answer came.
     Failed(AttemptError),
 }
@@ -295,15 +297,15 @@ enum Forwarded<'a> {
 /// One attempt on one backend, with its outcome fed to the passive side (an answer's once its
 /// body has ended; see `body::Lease`).
 async fn forward<'a>(
-    pool: &Arc<PoolRt>,
+    pool: &Arc<PoolHandle>,
     index: usize,
-    outgoing: Outgoing<'a>,
+    outgoing: Outgoing<'a, ReqBody>,
     head: &mut Vec<u8>,
     mut lease: Lease,
     upgrade: bool,
     timeouts: ExchangeTimeouts,
 ) -> Forwarded<'a> {
-    let backend = lease.backend().clone();
+    let backend = &pool.backends[index];
     let mut outgoing = outgoing;
     // A pooled connection the backend closed meanwhile is no fault of the backend: one fresh
     // connection is tried before anything is judged.
@@ -369,7 +371,7 @@ async fn forward<'a>(
                 if answer.framing.rewrite_length {
                     rewrite_length(response.headers_mut(), answer.framing.body);
                 }
-                lease.judge_at_end(pool.clone(), index, Outcome::Status(status));
+                lease.judge_at_end(Outcome::Status(status));
                 *response.body_mut() = RespBody::upstream(
                     answer.stream,
                     answer.buf,
@@ -386,7 +388,7 @@ async fn forward<'a>(
 
 /// Feeds a failed attempt to the passive side if it was the backend's fault; a failure that
 /// was the client's (or capataz's own) is only logged, at debug.
-fn charge(pool: &PoolRt, index: usize, error: AttemptError) {
+fn charge(pool: &PoolHandle, index: usize, error: AttemptError) {
     let backend = &pool.backends[index];
     match error.outcome() {
         Some(outcome) => {
@@ -415,13 +417,13 @@ fn build_request(method: Method, uri: Uri, headers: HeaderMap, body: ReqBody) ->
 /// Whether an eligible backend has not been tried yet. Checked before retrying an answer, so
 /// when no backend is left the last one's own answer (a 503 with its `Retry-After`, say)
 /// reaches the client instead of a 502 of ours, and no retry budget is spent for nothing.
-fn untried_left(pool: &PoolRt, tried: &[usize]) -> bool {
+fn untried_left(pool: &PoolHandle, tried: &[usize]) -> bool {
     pool.snapshot().eligible.iter().any(|b| !tried.contains(b))
 }
 
 /// Whether one more attempt may be made: a retry is left for this request, a backend is left
 /// to try, and the pool's budget pays for it (spending one token and one retry if so).
-fn may_retry(pool: &PoolRt, retries_left: &mut u32, tried: &Tried) -> bool {
+fn may_retry(pool: &PoolHandle, retries_left: &mut u32, tried: &Tried) -> bool {
     let ok = *retries_left > 0
         && tried.has_room()
         && untried_left(pool, tried.as_slice())
@@ -470,9 +472,9 @@ impl ClientInfo {
 /// client; `early` is what the backend sent after its 101 before the tunnel existed. The
 /// tunnel closes when either side does, or once no byte has moved either way for `idle` (the
 /// listener's `idle_timeout`): an idle upgraded connection holds two sockets and a task.
-fn tunnel(
+fn tunnel<S: Transport>(
     client: hyper::upgrade::OnUpgrade,
-    mut backend: TcpStream,
+    mut backend: S,
     early: Bytes,
     idle: std::time::Duration,
 ) {

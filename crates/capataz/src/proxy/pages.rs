@@ -3,9 +3,9 @@
 use http::header::{self, HeaderValue};
 use http::{Response, StatusCode};
 
+use crate::balance::PoolHandle;
 use crate::body::RespBody;
 use crate::config::AllDownPolicy;
-use crate::health::PoolRt;
 use crate::upstream::{self, AttemptError};
 
 /// Why the last attempt of a request did not give the client an answer.
@@ -49,7 +49,7 @@ pub(super) fn failure_page(failure: Failure) -> Response<RespBody> {
     }
 }
 
-pub(super) fn reject_page(pool: &PoolRt, all_down: bool) -> Response<RespBody> {
+pub(super) fn reject_page(pool: &PoolHandle, all_down: bool) -> Response<RespBody> {
     let retry_after = match pool.config.when_all_down {
         AllDownPolicy::Reject { retry_after } => retry_after.as_secs().max(1),
         AllDownPolicy::FailOpen => 1,

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::{Shared, StartError};
+use crate::balance::PoolHandle;
 use crate::client;
 use crate::config::ListenerConfig;
 use crate::health::PoolRt;
@@ -34,6 +35,11 @@ pub(super) struct ListenerState {
     pub(super) proxy: Arc<Proxy>,
 }
 
+/// The request path's handles of `pools`, what a listener's `Proxy` routes to.
+pub(super) fn handles(pools: &[Arc<PoolRt>]) -> Vec<Arc<PoolHandle>> {
+    pools.iter().map(|pool| pool.handle().clone()).collect()
+}
+
 impl Shared {
     pub(super) fn spawn_listener(
         &self,
@@ -44,7 +50,7 @@ impl Shared {
         let local = socket.local_addr().unwrap_or(listener.address);
         let state = Arc::new(ArcSwap::from_pointee(ListenerState {
             config: listener.clone(),
-            proxy: Arc::new(Proxy::new(listener, pools)),
+            proxy: Arc::new(Proxy::new(listener, &handles(pools))),
         }));
         let (stop, stop_rx) = watch::channel(false);
         tracing::info!(listener = %listener.name, address = %local, "listening");

@@ -96,14 +96,14 @@ impl Shared {
             .pools
             .iter()
             .map(|pool| {
-                Arc::new(PoolRt::new(
+                PoolRt::new(
                     pool.clone(),
                     events.clone(),
                     clock,
                     None,
                     false,
                     metrics.families(),
-                ))
+                )
             })
             .collect();
         let mut pool_tasks = Vec::new();

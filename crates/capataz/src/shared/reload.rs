@@ -126,14 +126,14 @@ impl Shared {
                         summary.added += 1;
                     }
                 }
-                Arc::new(PoolRt::new(
+                PoolRt::new(
                     pool.clone(),
                     self.events.clone(),
                     self.clock,
                     previous.map(|p| &**p),
                     pool.gate_new_backends,
                     self.metrics.families(),
-                ))
+                )
             })
             .collect();
         let total_old: usize = old_pools.iter().map(|p| p.backends.len()).sum();
@@ -149,6 +149,7 @@ impl Shared {
             task.abort();
         }
         let pools = self.pools.load_full();
+        let pool_handles = super::listener::handles(&pools);
         // Keep, update or stop the existing listeners.
         let mut kept_listeners = Vec::new();
         for listener in listeners.drain(..) {
@@ -160,7 +161,7 @@ impl Shared {
                 Some(new) => {
                     listener.state.store(Arc::new(ListenerState {
                         config: new.clone(),
-                        proxy: Arc::new(Proxy::new(new, &pools)),
+                        proxy: Arc::new(Proxy::new(new, &pool_handles)),
                     }));
                     kept_listeners.push(listener);
                 }

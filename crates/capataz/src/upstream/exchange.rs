@@ -14,12 +14,10 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use http::{Method, Request, StatusCode};
-use hyper::body::{Body as _, Frame};
+use hyper::body::{Body, Frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
-use super::{AttemptError, FIRST_READ, MAX_HEAD, READ_SIZE};
-use crate::body::ReqBody;
+use super::{AttemptError, Transport, FIRST_READ, MAX_HEAD, READ_SIZE};
 use crate::h1::framing::{self, Framing};
 use crate::h1::head::{self, ResponseHead};
 use crate::h1::request::{self, RequestBody};
@@ -38,9 +36,9 @@ pub(crate) struct ExchangeTimeouts {
 /// What one exchange sends.
 // Moved once per attempt; boxing the request would cost an allocation for nothing.
 #[allow(clippy::large_enum_variant)]
-pub(crate) enum Outgoing<'a> {
+pub(crate) enum Outgoing<'a, B> {
     /// A request: its head is encoded into the caller's head buffer, its body streamed.
-    Request(Request<ReqBody>),
+    Request(Request<B>),
     /// A bodiless request already sent once, to this method: the head buffer holds its head,
     /// sent again byte for byte (a retry on another backend).
     Resend(&'a Method),
@@ -49,18 +47,18 @@ pub(crate) enum Outgoing<'a> {
 /// How one exchange failed.
 // Returned once per failed exchange; boxing the request would cost an allocation for nothing.
 #[allow(clippy::large_enum_variant)]
-pub(crate) enum ExchangeError<'a> {
+pub(crate) enum ExchangeError<'a, B> {
     /// Not a byte of the request was written: it comes back intact.
-    NotSent(Outgoing<'a>),
+    NotSent(Outgoing<'a, B>),
     /// The request was written, at least in part, and no usable response head came.
     Failed(AttemptError),
 }
 
 /// A response head from a backend, with what is needed to read its body.
-pub(crate) struct Answer {
+pub(crate) struct Answer<S> {
     pub(crate) head: ResponseHead,
     pub(crate) framing: Framing,
-    pub(crate) stream: TcpStream,
+    pub(crate) stream: S,
     /// What was read past the head: the start of the body (or of an upgraded stream).
     pub(crate) buf: BytesMut,
 }
@@ -73,14 +71,21 @@ pub(crate) struct Answer {
 /// `head_sent_at` is when the head is written (the caller's clock reading): a bodiless
 /// request's answer is due `response_header` after it. `upgrade_asked`: whether the request
 /// asks for an upgrade (a 101 is an answer only then).
-pub(crate) async fn exchange<'a>(
-    mut stream: TcpStream,
-    outgoing: Outgoing<'a>,
+///
+/// Any [`Transport`] carries it (TCP in the balancer); `B` is the client's body (an error
+/// reading it is the client's fault).
+pub(crate) async fn exchange<'a, S, B>(
+    mut stream: S,
+    outgoing: Outgoing<'a, B>,
     head_bytes: &mut Vec<u8>,
     upgrade_asked: bool,
     timeouts: ExchangeTimeouts,
     head_sent_at: Instant,
-) -> Result<Answer, ExchangeError<'a>> {
+) -> Result<Answer<S>, ExchangeError<'a, B>>
+where
+    S: Transport,
+    B: Body<Data = Bytes, Error = hyper::Error> + Unpin + Default,
+{
     let body_framing = match &outgoing {
         Outgoing::Request(request) => {
             let body_framing = RequestBody::of(
@@ -115,7 +120,7 @@ pub(crate) async fn exchange<'a>(
             let (parts, body) = request.into_parts();
             (parts.method, body)
         }
-        Outgoing::Resend(method) => (method.clone(), ReqBody::Empty),
+        Outgoing::Resend(method) => (method.clone(), B::default()),
     };
     let mut buf = BytesMut::new();
     let mut body_whole = true;
@@ -195,8 +200,8 @@ async fn write_within<W: tokio::io::AsyncWrite + Unpin>(
 }
 
 /// The next frame of the client's body, waiting at most `limit` for it.
-async fn next_frame(
-    body: &mut ReqBody,
+async fn next_frame<B: Body<Data = Bytes, Error = hyper::Error> + Unpin>(
+    body: &mut B,
     limit: Duration,
 ) -> Result<Option<Frame<Bytes>>, AttemptError> {
     let next = std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx));
@@ -209,12 +214,16 @@ async fn next_frame(
 }
 
 /// Streams a request body, framed as `framing` says.
-async fn send_body(
-    writer: &mut tokio::net::tcp::WriteHalf<'_>,
-    mut body: ReqBody,
+async fn send_body<W, B>(
+    writer: &mut W,
+    mut body: B,
     framing: RequestBody,
     timeouts: ExchangeTimeouts,
-) -> Result<(), AttemptError> {
+) -> Result<(), AttemptError>
+where
+    W: tokio::io::AsyncWrite + Unpin,
+    B: Body<Data = Bytes, Error = hyper::Error> + Unpin,
+{
     while let Some(frame) = next_frame(&mut body, timeouts.request_body).await? {
         let Ok(data) = frame.into_data() else {
             continue; // trailers are not forwarded

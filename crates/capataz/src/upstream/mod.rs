@@ -1,6 +1,7 @@
 //! Keep-alive connections to one backend, and one HTTP/1.1 exchange on one of them.
 //!
-//! The connections are plain TCP streams: capataz speaks HTTP/1.1 to backends itself (see
+//! The connections are plain TCP streams ([`BackendStream`]; the HTTP/1.1 client runs over
+//! any [`Transport`]): capataz speaks HTTP/1.1 to backends itself (see
 //! `h1`), so an idle connection holds no buffer, no task and no channel, only its socket.
 //! Where an idle connection waits depends on the pool's reuse policy: by default in the set of
 //! the client connection whose request it carried ([`PrivateIdle`]), never given to another
@@ -11,21 +12,22 @@
 //! A connection is handed back only once the response it carried has been read to its end
 //! (see `body::Lease`), so an idle connection is always ready for the next request.
 
-use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tokio::net::TcpStream;
-
 mod error;
 mod exchange;
 mod private;
+mod response;
+pub mod transport;
 
 pub use error::{AttemptError, Fault};
 pub(crate) use exchange::{exchange, ExchangeError, ExchangeTimeouts, Outgoing};
 pub use private::{PrivateIdle, MAX_PRIVATE};
+pub(crate) use response::ResponseStream;
+pub use transport::{BackendStream, Transport};
 
 /// The most idle connections kept per backend.
 const MAX_IDLE: usize = 512;
@@ -38,7 +40,7 @@ const FIRST_READ: usize = 2048;
 
 /// A connection ready to carry one request.
 pub(crate) struct Conn {
-    pub(crate) stream: TcpStream,
+    pub(crate) stream: BackendStream,
     /// Whether it came from the idle set (it may have been closed by the backend meanwhile).
     pub(crate) reused: bool,
 }
@@ -52,7 +54,7 @@ pub struct Upstream {
     addr: SocketAddr,
     connect_timeout: Duration,
     idle_timeout: Duration,
-    idle: Mutex<Vec<(TcpStream, Instant)>>,
+    idle: Mutex<Vec<(BackendStream, Instant)>>,
 }
 
 /// The next `Upstream::id`.
@@ -99,12 +101,16 @@ impl Upstream {
 
     /// A fresh connection, never a pooled one.
     pub(crate) async fn connect(&self) -> Result<Conn, AttemptError> {
-        let stream =
-            match tokio::time::timeout(self.connect_timeout, TcpStream::connect(self.addr)).await {
-                Err(_) => return Err(AttemptError::ConnectTimeout),
-                Ok(Err(e)) => return Err(AttemptError::of_connect(&e)),
-                Ok(Ok(stream)) => stream,
-            };
+        let stream = match tokio::time::timeout(
+            self.connect_timeout,
+            tokio::net::TcpStream::connect(self.addr),
+        )
+        .await
+        {
+            Err(_) => return Err(AttemptError::ConnectTimeout),
+            Ok(Err(e)) => return Err(AttemptError::of_connect(&e)),
+            Ok(Ok(stream)) => stream,
+        };
         let _ = stream.set_nodelay(true);
         Ok(Conn {
             stream,
@@ -112,10 +118,10 @@ impl Upstream {
         })
     }
 
-    fn pop_idle(&self, now: Instant) -> Option<TcpStream> {
+    fn pop_idle(&self, now: Instant) -> Option<BackendStream> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        while let Some((stream, since)) = idle.pop() {
-            if now.saturating_duration_since(since) < self.idle_timeout && still_open(&stream) {
+        while let Some((mut stream, since)) = idle.pop() {
+            if now.saturating_duration_since(since) < self.idle_timeout && stream.still_open() {
                 return Some(stream);
             }
         }
@@ -125,7 +131,12 @@ impl Upstream {
     /// Hands back a connection whose response was read to its end, to `private` when given,
     /// else to the shared set; its idle time counts from `since` (when its response arrived:
     /// close enough, and no clock read).
-    pub(crate) fn release(&self, stream: TcpStream, since: Instant, private: Option<&PrivateIdle>) {
+    pub(crate) fn release(
+        &self,
+        stream: BackendStream,
+        since: Instant,
+        private: Option<&PrivateIdle>,
+    ) {
         if let Some(private) = private {
             private.park(self, stream, since);
             return;
@@ -139,7 +150,9 @@ impl Upstream {
     /// Drops idle connections that were closed or sat idle longer than the idle timeout.
     pub fn reap(&self) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        idle.retain(|(stream, since)| since.elapsed() < self.idle_timeout && still_open(stream));
+        idle.retain_mut(|(stream, since)| {
+            since.elapsed() < self.idle_timeout && stream.still_open()
+        });
     }
 
     /// Drops every idle connection.
@@ -153,10 +166,5 @@ impl Upstream {
     }
 }
 
-/// Whether an idle connection is still usable: nothing to read on it. A closed one reads as
-/// closed, and bytes a backend sent unasked make it unusable too. No syscall unless the
-/// socket was reported readable.
-pub(crate) fn still_open(stream: &TcpStream) -> bool {
-    let mut byte = [0u8; 1];
-    matches!(stream.try_read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
-}
+#[cfg(test)]
+mod tests;

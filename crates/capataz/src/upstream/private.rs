@@ -19,9 +19,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use tokio::net::TcpStream;
-
-use super::{still_open, Upstream};
+use super::{BackendStream, Transport, Upstream};
 
 /// The most idle backend connections one client connection keeps.
 pub const MAX_PRIVATE: usize = 8;
@@ -38,7 +36,7 @@ pub struct PrivateIdle {
 struct Parked {
     /// The backend's `Upstream::id`.
     backend: u64,
-    stream: TcpStream,
+    stream: BackendStream,
     /// When its last answer arrived.
     since: Instant,
     /// The backend's `timeouts.idle`.
@@ -46,8 +44,8 @@ struct Parked {
 }
 
 impl Parked {
-    fn usable(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.since) < self.idle_timeout && still_open(&self.stream)
+    fn usable(&mut self, now: Instant) -> bool {
+        now.saturating_duration_since(self.since) < self.idle_timeout && self.stream.still_open()
     }
 }
 
@@ -59,10 +57,10 @@ impl PrivateIdle {
 
     /// The most recent idle connection to `upstream` that is still usable at `now`; unusable
     /// ones to it are dropped on the way.
-    pub(crate) fn take(&self, upstream: &Upstream, now: Instant) -> Option<TcpStream> {
+    pub(crate) fn take(&self, upstream: &Upstream, now: Instant) -> Option<BackendStream> {
         let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         while let Some(at) = conns.iter().rposition(|p| p.backend == upstream.id) {
-            let parked = conns.remove(at);
+            let mut parked = conns.remove(at);
             if parked.usable(now) {
                 return Some(parked.stream);
             }
@@ -71,7 +69,7 @@ impl PrivateIdle {
     }
 
     /// Keeps `stream`, a connection to `upstream` whose answer arrived at `since`.
-    pub(crate) fn park(&self, upstream: &Upstream, stream: TcpStream, since: Instant) {
+    pub(crate) fn park(&self, upstream: &Upstream, stream: BackendStream, since: Instant) {
         let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         if conns.len() >= MAX_PRIVATE {
             conns.remove(0);
@@ -89,7 +87,7 @@ impl PrivateIdle {
     pub fn reap(&self, now: Instant) {
         let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         if !conns.is_empty() {
-            conns.retain(|p| p.usable(now));
+            conns.retain_mut(|p| p.usable(now));
         }
     }
 

@@ -166,7 +166,7 @@ fn lone_pool(text: &str) -> (Arc<PoolRt>, broadcast::Receiver<Event>) {
         false,
         Metrics::new(HistogramScope::Pool).families(),
     );
-    (Arc::new(pool), rx)
+    (pool, rx)
 }
 
 const NO_PROBES: &str = "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]\n\

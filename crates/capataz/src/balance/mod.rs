@@ -1,5 +1,7 @@
-//! Picking a backend: smooth weighted round robin and least outstanding requests (two random
-//! choices), both over an immutable [`Snapshot`] of the eligible backends.
+//! The request path's side of a pool: [`PoolHandle`] (all it reads and bumps: snapshot,
+//! cursor, backends with their connections and in-flight counts, retry budget) and picking a
+//! backend: smooth weighted round robin and least outstanding requests (two random choices),
+//! both over an immutable [`Snapshot`] of the eligible backends.
 //!
 //! A snapshot is rebuilt only when a verdict changes, and the request path reads it without a
 //! lock. Round robin walks a schedule precomputed with nginx's smooth weighted algorithm (so a
@@ -8,6 +10,12 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::config::Algorithm;
+
+mod backend;
+mod handle;
+
+pub use backend::{BackendRt, TrafficRing, HISTORY};
+pub use handle::{PoolHandle, TrafficSink};
 
 /// The longest precomputed round-robin schedule; larger weight sums are scaled down.
 const MAX_SCHEDULE: u64 = 65_536;

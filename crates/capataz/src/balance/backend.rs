@@ -1,0 +1,85 @@
+//! One backend at run time, as the request path and the health runtime share it
+//! ([`BackendRt`]: connections, in-flight count, recent traffic, the fast-path flag).
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use capataz_health::Outcome;
+
+use crate::instruments::BackendMetrics;
+use crate::upstream::Upstream;
+
+/// How many recent probe and traffic outcomes are kept per backend.
+pub const HISTORY: usize = 20;
+
+/// Recent traffic outcomes of one backend, written without a lock by the request path.
+#[derive(Debug, Default)]
+pub struct TrafficRing {
+    next: AtomicUsize,
+    slots: [AtomicU32; HISTORY],
+}
+
+impl TrafficRing {
+    pub(crate) fn push(&self, outcome: Outcome) {
+        let code = match outcome {
+            Outcome::Status(code) => u32::from(code),
+            Outcome::Timeout => 1001,
+            Outcome::Refused => 1002,
+            Outcome::Reset => 1003,
+            Outcome::Malformed => 1004,
+        };
+        let at = self.next.fetch_add(1, Ordering::Relaxed) % HISTORY;
+        self.slots[at].store(code, Ordering::Relaxed);
+    }
+
+    /// The recorded outcomes, oldest first.
+    pub fn recent(&self) -> Vec<Outcome> {
+        let next = self.next.load(Ordering::Relaxed);
+        let count = next.min(HISTORY);
+        (next - count..next)
+            .filter_map(|i| match self.slots[i % HISTORY].load(Ordering::Relaxed) {
+                0 => None,
+                1001 => Some(Outcome::Timeout),
+                1002 => Some(Outcome::Refused),
+                1003 => Some(Outcome::Reset),
+                1004 => Some(Outcome::Malformed),
+                code => u16::try_from(code).ok().map(Outcome::Status),
+            })
+            .collect()
+    }
+}
+
+/// One backend at run time.
+#[derive(Debug)]
+pub struct BackendRt {
+    /// Its name within the pool.
+    pub name: Arc<str>,
+    /// `host:port` as configured.
+    pub address: String,
+    /// Its configured weight.
+    pub weight: u32,
+    /// Its keep-alive connections.
+    pub upstream: Upstream,
+    /// Requests sent to it whose response has not been read to the end.
+    pub in_flight: AtomicUsize,
+    /// Recent traffic outcomes.
+    pub traffic: TrafficRing,
+    /// Its metric handles.
+    pub(crate) metrics: BackendMetrics,
+    /// The engine's `needs_traffic` for it as of the engine's last change: when false, good
+    /// responses need not reach the engine.
+    pub(crate) watched: AtomicBool,
+    /// When the next probe is due, in engine milliseconds (`u64::MAX`: none scheduled).
+    pub(crate) next_probe_ms: AtomicU64,
+}
+
+impl BackendRt {
+    /// When the next probe is due, on the engine clock.
+    pub fn next_probe(&self) -> Option<Duration> {
+        match self.next_probe_ms.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
+    }
+}

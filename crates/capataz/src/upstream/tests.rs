@@ -1,0 +1,227 @@
+//! The HTTP/1.1 client over a transport that is not TCP: an in-memory duplex stream carries
+//! requests, answers and bodies end to end, and the reuse check works on it.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use http::{Method, Request, StatusCode};
+use hyper::body::{Body, Frame, SizeHint};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+use super::{exchange, ExchangeTimeouts, Outgoing, ResponseStream, Transport};
+
+const TIMEOUTS: ExchangeTimeouts = ExchangeTimeouts {
+    response_header: Duration::from_secs(10),
+    body_idle: Duration::from_secs(10),
+    request_body: Duration::from_secs(10),
+};
+
+/// A request body given whole.
+#[derive(Default)]
+struct Whole(Option<Bytes>);
+
+impl Body for Whole {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        Poll::Ready(self.get_mut().0.take().map(|data| Ok(Frame::data(data))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.0.as_ref().map_or(0, |b| b.len() as u64))
+    }
+}
+
+/// Reads one request (head, and a body of `body_len` bytes) from the backend's end.
+async fn read_request(backend: &mut DuplexStream, body_len: usize) -> Vec<u8> {
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !seen.ends_with(b"\r\n\r\n") {
+        assert_eq!(
+            backend.read(&mut byte).await.unwrap(),
+            1,
+            "request cut short"
+        );
+        seen.push(byte[0]);
+    }
+    let mut body = vec![0u8; body_len];
+    backend.read_exact(&mut body).await.unwrap();
+    seen.extend_from_slice(&body);
+    seen
+}
+
+/// Reads a whole answer's body from `stream`; the connection back if it is reusable.
+async fn read_body(
+    stream: DuplexStream,
+    buf: BytesMut,
+    framing: crate::h1::framing::Framing,
+) -> (Vec<u8>, Option<DuplexStream>) {
+    let mut body = ResponseStream::new(stream, buf, framing, TIMEOUTS.body_idle);
+    let mut out = Vec::new();
+    while let Some(data) = std::future::poll_fn(|cx| body.poll_data(cx)).await.unwrap() {
+        out.extend_from_slice(&data);
+    }
+    (out, body.finish())
+}
+
+#[tokio::test]
+async fn exchange_runs_over_an_in_memory_transport() {
+    let (client, mut backend) = tokio::io::duplex(1024);
+    let server = tokio::spawn(async move {
+        // First request: a POST with a body; the answer arrives in pieces.
+        let request = read_request(&mut backend, 4).await;
+        let text = String::from_utf8(request).unwrap();
+        assert!(text.starts_with("POST /upload?x=1 HTTP/1.1\r\n"), "{text}");
+        assert!(text.contains("content-length: 4\r\n"), "{text}");
+        assert!(text.ends_with("\r\n\r\nping"), "{text}");
+        for piece in [
+            &b"HTTP/1.1 200 OK\r\nContent-Le"[..],
+            b"ngth: 5\r\n\r\nhe",
+            b"llo",
+        ] {
+            backend.write_all(piece).await.unwrap();
+            backend.flush().await.unwrap();
+            tokio::task::yield_now().await;
+        }
+        // Second request on the same connection: a chunked answer after an interim one.
+        let request = read_request(&mut backend, 0).await;
+        assert!(request.starts_with(b"GET / HTTP/1.1\r\n"));
+        backend
+            .write_all(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n")
+            .await
+            .unwrap();
+        tokio::task::yield_now().await;
+        backend.write_all(b"2\r\nde\r\n0\r\n\r\n").await.unwrap();
+        // Then stray bytes nobody asked for.
+        let request = read_request(&mut backend, 0).await;
+        assert!(request.starts_with(b"GET /third HTTP/1.1\r\n"));
+        backend
+            .write_all(b"HTTP/1.1 204 No Content\r\n\r\nSTRAY")
+            .await
+            .unwrap();
+        backend
+    });
+
+    let mut head = Vec::new();
+    let request = Request::post("/upload?x=1")
+        .header("host", "example")
+        .body(Whole(Some(Bytes::from_static(b"ping"))))
+        .unwrap();
+    let Ok(answer) = exchange(
+        client,
+        Outgoing::Request(request),
+        &mut head,
+        false,
+        TIMEOUTS,
+        Instant::now(),
+    )
+    .await
+    else {
+        panic!("the first exchange failed");
+    };
+    assert_eq!(answer.head.status, StatusCode::OK);
+    let (body, stream) = read_body(answer.stream, answer.buf, answer.framing).await;
+    assert_eq!(body, b"hello");
+    let stream = stream.expect("a Content-Length answer read whole is reusable");
+
+    let request = Request::get("/").body(Whole(None)).unwrap();
+    let Ok(answer) = exchange(
+        stream,
+        Outgoing::Request(request),
+        &mut head,
+        false,
+        TIMEOUTS,
+        Instant::now(),
+    )
+    .await
+    else {
+        panic!("the second exchange failed");
+    };
+    assert_eq!(answer.head.status, StatusCode::CREATED);
+    let (body, stream) = read_body(answer.stream, answer.buf, answer.framing).await;
+    assert_eq!(body, b"abcde");
+    let mut stream = stream.expect("a chunked answer read whole is reusable");
+    assert!(
+        stream.still_open(),
+        "an idle connection with nothing on it is usable"
+    );
+
+    let request = Request::get("/third").body(Whole(None)).unwrap();
+    let Ok(answer) = exchange(
+        stream,
+        Outgoing::Request(request),
+        &mut head,
+        false,
+        TIMEOUTS,
+        Instant::now(),
+    )
+    .await
+    else {
+        panic!("the third exchange failed");
+    };
+    assert_eq!(answer.head.status, StatusCode::NO_CONTENT);
+    let (body, stream) = read_body(answer.stream, answer.buf, answer.framing).await;
+    assert!(body.is_empty());
+    // The stray bytes came with the answer: the connection is not handed back.
+    assert!(stream.is_none());
+    drop(server.await.unwrap());
+}
+
+#[tokio::test]
+async fn still_open_sees_stray_bytes_and_closes_on_any_transport() {
+    let (mut a, mut b) = tokio::io::duplex(64);
+    assert!(a.still_open());
+    b.write_all(b"x").await.unwrap();
+    assert!(!a.still_open(), "bytes nobody asked for make it unusable");
+    let (mut a, b) = tokio::io::duplex(64);
+    drop(b);
+    assert!(!a.still_open(), "a closed stream is not usable");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_body_times_out_over_any_transport() {
+    let (client, mut backend) = tokio::io::duplex(1024);
+    backend
+        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
+        .await
+        .unwrap();
+    let request = Request::builder()
+        .method(Method::GET)
+        .uri("/")
+        .body(Whole(None))
+        .unwrap();
+    let mut head = Vec::new();
+    let Ok(answer) = exchange(
+        client,
+        Outgoing::Request(request),
+        &mut head,
+        false,
+        TIMEOUTS,
+        Instant::now(),
+    )
+    .await
+    else {
+        panic!("the exchange failed");
+    };
+    let mut body = ResponseStream::new(
+        answer.stream,
+        answer.buf,
+        answer.framing,
+        TIMEOUTS.body_idle,
+    );
+    let first = std::future::poll_fn(|cx| body.poll_data(cx)).await;
+    assert_eq!(first.unwrap().as_deref(), Some(&b"abc"[..]));
+    let stalled = std::future::poll_fn(|cx| body.poll_data(cx)).await;
+    assert_eq!(stalled, Err(super::AttemptError::BodyStalled));
+    drop(backend);
+}
