@@ -3,17 +3,15 @@
 //! ephemeral ports, waits on events with generous deadlines.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use capataz::config;
-use capataz::health::{Clock, Event, OverrideKind, PoolRt};
-use capataz::metrics::{HistogramScope, Metrics};
+use capataz::health::{Event, OverrideKind};
 use capataz::sim::SimBackend;
 use capataz_health::AllDown;
 use tokio::sync::broadcast;
 
-use crate::support::balancer::{backends, start};
+use crate::support::balancer::{backends, lone_pool, start};
 use crate::support::client::exchange;
 use crate::support::DEADLINE;
 
@@ -153,20 +151,6 @@ async fn overriding_every_backend_reports_reject_after_the_override() {
     let events = drain(&mut rx);
     let kinds: Vec<&str> = events.iter().map(Event::kind).collect();
     assert_eq!(kinds, ["override", "recovered"]);
-}
-
-fn lone_pool(text: &str) -> (Arc<PoolRt>, broadcast::Receiver<Event>) {
-    let config = config::parse_str(text, "<test>").expect("valid test config");
-    let (events, rx) = broadcast::channel(64);
-    let pool = PoolRt::new(
-        config.pools[0].clone(),
-        events,
-        Clock::start(),
-        None,
-        false,
-        Metrics::new(HistogramScope::Pool).families(),
-    );
-    (pool, rx)
 }
 
 const NO_PROBES: &str = "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]\n\

@@ -21,6 +21,7 @@ mod eligibility;
 mod hostile_path;
 mod metrics;
 mod module_graph;
+mod pool_handle;
 mod proxy_edge;
 mod reload_off_runtime;
 mod replay_cli;

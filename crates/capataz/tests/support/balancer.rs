@@ -1,9 +1,11 @@
 //! Starting a balancer from a config string, over scripted backends, on ephemeral ports.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use capataz::config;
-use capataz::health::Event;
+use capataz::health::{Clock, Event, PoolRt};
+use capataz::metrics::{HistogramScope, Metrics};
 use capataz::server::Balancer;
 use capataz::sim::SimBackend;
 use tokio::sync::broadcast;
@@ -152,4 +154,20 @@ pub async fn start(text: &str) -> (Balancer, broadcast::Receiver<Event>) {
         .await
         .expect("balancer starts");
     (balancer, rx)
+}
+
+/// The health runtime of the first pool in `text`, on its own (no listener, no probes
+/// driver), and the receiving end of its events.
+pub fn lone_pool(text: &str) -> (Arc<PoolRt>, broadcast::Receiver<Event>) {
+    let config = parse(text);
+    let (events, rx) = broadcast::channel(64);
+    let pool = PoolRt::new(
+        config.pools[0].clone(),
+        events,
+        Clock::start(),
+        None,
+        false,
+        Metrics::new(HistogramScope::Pool).families(),
+    );
+    (pool, rx)
 }

@@ -5,11 +5,11 @@
 
 use std::sync::Arc;
 
-use capataz::config;
-use capataz::health::{Clock, Event, PoolRt};
-use capataz::metrics::{HistogramScope, Metrics};
+use capataz::health::{Event, PoolRt};
 use capataz_health::Outcome;
 use tokio::sync::broadcast;
+
+use crate::support::balancer::lone_pool;
 
 const TWO_BACKENDS: &str = "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]\n\
     backends = [{ name = \"a\", address = \"127.0.0.1:9\" }, { name = \"b\", address = \"127.0.0.1:9\" }]\n\
@@ -17,17 +17,7 @@ const TWO_BACKENDS: &str = "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.w
     [pools.web.passive]\nconsecutive_errors = 3\n";
 
 fn pool() -> (Arc<PoolRt>, broadcast::Receiver<Event>) {
-    let config = config::parse_str(TWO_BACKENDS, "<test>").expect("valid test config");
-    let (events, rx) = broadcast::channel(64);
-    let pool = PoolRt::new(
-        config.pools[0].clone(),
-        events,
-        Clock::start(),
-        None,
-        false,
-        Metrics::new(HistogramScope::Pool).families(),
-    );
-    (pool, rx)
+    lone_pool(TWO_BACKENDS)
 }
 
 #[tokio::test]
