@@ -1,0 +1,146 @@
+//! Manual overrides (`POST /backends/<pool>/<backend>/{drain,down,up,clear}[?ttl=30s]`): the
+//! query is parsed strictly, since a typo that was ignored (`?tll=10m`) would set an override
+//! until cleared instead of for a while, and a TTL is bounded so that no clock arithmetic can
+//! overflow.
+
+use std::time::Duration;
+
+use http::{Response, StatusCode};
+use serde_json::json;
+
+use super::routes::percent_decode;
+use super::{error, json_response, Body};
+use crate::events::OverrideKind;
+use crate::shared::Shared;
+
+/// Reads the `ttl` of an override's query string (`?ttl=30s`, percent-encoding allowed): `None`
+/// without one; an error for zero, above [`crate::config::MAX_DURATION`], a value that is not a
+/// duration, a second `ttl`, or any other parameter (a typo such as `?tll=10m` would otherwise
+/// set an override until cleared). Public for the fuzz target.
+pub fn parse_ttl(query: Option<&str>) -> Result<Option<Duration>, String> {
+    let Some(query) = query else {
+        return Ok(None);
+    };
+    let mut ttl = None;
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let decode = |text: &str| {
+            percent_decode(&text.replace('+', " "))
+                .ok_or_else(|| format!("the query {query:?} has a bad percent-encoding"))
+        };
+        let (key, value) = (decode(key)?, decode(value)?);
+        if key != "ttl" {
+            return Err(format!(
+                "unknown query parameter {key:?} (the only one is ttl, e.g. ?ttl=30s)"
+            ));
+        }
+        if ttl.is_some() {
+            return Err("ttl is given twice (give it once)".into());
+        }
+        ttl = Some(match crate::config::parse_duration(&value) {
+            Ok(Duration::ZERO) => {
+                return Err(format!(
+                    "ttl: {value:?} is zero (use a duration above zero, e.g. \"30s\", or leave \
+                     ttl out for an override until cleared)"
+                ))
+            }
+            Ok(ttl) => ttl,
+            Err(e) => return Err(format!("ttl: {e}")),
+        });
+    }
+    Ok(ttl)
+}
+
+pub(super) fn override_backend(
+    shared: &Shared,
+    pool: &str,
+    backend: &str,
+    action: &str,
+    query: Option<&str>,
+) -> Response<Body> {
+    let kind = match action {
+        "drain" => Some(OverrideKind::Drain),
+        "down" => Some(OverrideKind::Down),
+        "up" => Some(OverrideKind::Up),
+        "clear" => None,
+        other => {
+            return error(
+                StatusCode::NOT_FOUND,
+                format!("unknown action {other:?}: use drain, down, up or clear"),
+            )
+        }
+    };
+    let ttl = match parse_ttl(query) {
+        Ok(ttl) => ttl,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    if kind.is_none() && ttl.is_some() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "clear takes no ttl: it ends the override now (to set one for a while, use drain, \
+             down or up with ?ttl=...)",
+        );
+    }
+    let Some(outcome) = shared.set_override(pool, backend, kind, ttl) else {
+        return error(StatusCode::NOT_FOUND, format!("no pool named {pool:?}"));
+    };
+    match outcome {
+        Ok(state) => json_response(
+            StatusCode::OK,
+            &json!({ "pool": pool, "backend": backend, "state": state,
+                     "override": kind.map(|k| k.as_str()), "ttl_ms": ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)) }),
+        ),
+        Err(e) => error(StatusCode::NOT_FOUND, e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttls() {
+        assert_eq!(parse_ttl(None), Ok(None));
+        assert_eq!(
+            parse_ttl(Some("ttl=30s")),
+            Ok(Some(Duration::from_secs(30)))
+        );
+        assert_eq!(
+            parse_ttl(Some("ttl=8760h")),
+            Ok(Some(crate::config::MAX_DURATION))
+        );
+        assert_eq!(
+            parse_ttl(Some("ttl=1.5%6D&")),
+            Ok(Some(Duration::from_secs(90)))
+        );
+        assert_eq!(parse_ttl(Some("")), Ok(None));
+        for bad in [
+            "ttl=18446744073709551615s",
+            "ttl=9223372036854775807s",
+            "ttl=8761h",
+            "ttl=x",
+            "ttl=0s",
+            "ttl=0.0ms",
+            "tll=10m",
+            "TTL=10m",
+            "a=b&ttl=1s",
+            "ttl=1s&ttl=1h",
+            "ttl=1s%26ttl%3D1h",
+            "ttl=%zz",
+        ] {
+            assert!(parse_ttl(Some(bad)).is_err(), "{bad}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Any query: no panic, and a TTL never above the maximum.
+        #[test]
+        fn the_admin_query_parser_never_panics_and_enforces_the_maximum(
+            query in "((ttl|x)=[0-9.]{0,25}(ms|s|m|h)?&?){0,3}|\\PC{0,40}",
+        ) {
+            if let Ok(Some(ttl)) = parse_ttl(Some(&query)) {
+                proptest::prop_assert!(ttl <= crate::config::MAX_DURATION);
+            }
+        }
+    }
+}

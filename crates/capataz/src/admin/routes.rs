@@ -1,0 +1,174 @@
+//! A request's way through the admin API: whether it may come in at all (the token, or the
+//! checks against web pages in [`super::guard`]), and which endpoint its method and path name.
+//! Path segments are split first and then percent-decoded, so a name may hold any character.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::{header, Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use serde_json::json;
+
+use super::{error, full, guard, json_response, not_allowed, overrides, pages, Body};
+use crate::shared::Shared;
+
+const DASHBOARD: &str = include_str!("dashboard.html");
+
+/// How a request got in, if it did.
+enum Access {
+    /// It carries the configured token: no web page can have sent it.
+    Token,
+    /// No token was needed (none configured, or an open read): it must pass [`guard::check`].
+    Open,
+    /// A token is needed and missing or wrong.
+    Denied,
+}
+
+fn access(shared: &Shared, req: &Request<Incoming>) -> Access {
+    let config = shared.config();
+    let Some(token) = config.admin.as_ref().and_then(|a| a.token.as_ref()) else {
+        return Access::Open;
+    };
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        // The scheme is case-insensitive (RFC 9110 section 11.1): `bearer` is fine too.
+        .and_then(|v| {
+            let (scheme, token) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then_some(token)
+        });
+    if presented.is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes())) {
+        return Access::Token;
+    }
+    let open_read = config.admin.as_ref().is_some_and(|a| a.open_read_only);
+    if open_read && (req.method() == Method::GET || req.method() == Method::HEAD) {
+        Access::Open
+    } else {
+        Access::Denied
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Answers one admin request: refused, or routed to its endpoint.
+pub(super) async fn handle(
+    shared: Arc<Shared>,
+    local: SocketAddr,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let access = access(&shared, &req);
+    if let Access::Open = access {
+        let config = shared.config();
+        let target = req.uri().authority().map(|a| a.as_str());
+        if let Err(refusal) = guard::check(
+            config.admin.as_ref(),
+            local,
+            req.method(),
+            target,
+            req.headers(),
+        ) {
+            return error(refusal.status, refusal.message);
+        }
+    }
+    if let Access::Denied = access {
+        let mut response = error(
+            StatusCode::UNAUTHORIZED,
+            "this admin API needs `Authorization: Bearer <token>` (admin.token in the config)",
+        );
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer realm=\"capataz\""),
+        );
+        return response;
+    }
+    let path = req.uri().path().to_owned();
+    // Split first, then decode each segment: a name may hold any character, `/` included
+    // (`%2F`), and a client must percent-encode spaces and non-ASCII text.
+    let mut segments = Vec::new();
+    for raw in path.split('/').filter(|s| !s.is_empty()) {
+        match percent_decode(raw) {
+            Some(segment) => segments.push(segment),
+            None => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                    "the path {path:?} has a bad percent-encoding (use %XX for each byte of UTF-8)"
+                ),
+                )
+            }
+        }
+    }
+    let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
+    let method = req.method().clone();
+    let get = method == Method::GET || method == Method::HEAD;
+    match segments.as_slice() {
+        [] if get => full(StatusCode::OK, "text/html; charset=utf-8", DASHBOARD),
+        ["status"] if get => pages::status(&shared).await,
+        ["status", pool, backend] if get => pages::backend_status(&shared, pool, backend),
+        ["events"] if get => pages::events(&shared),
+        ["metrics"] if get => pages::metrics(&shared).await,
+        ["backends", pool, backend, action] if method == Method::POST => {
+            overrides::override_backend(&shared, pool, backend, action, req.uri().query())
+        }
+        ["reload"] if method == Method::POST => match shared.reload_from_file().await {
+            Ok(summary) => json_response(
+                StatusCode::OK,
+                &json!({
+                    "reloaded": true,
+                    "kept": summary.kept,
+                    "added": summary.added,
+                    "removed": summary.removed,
+                    "listeners_added": summary.listeners_added,
+                    "listeners_removed": summary.listeners_removed,
+                }),
+            ),
+            Err(e) => {
+                tracing::error!("reload refused, the running configuration stays: {e}");
+                error(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    format!("reload refused, the running configuration stays: {e}"),
+                )
+            }
+        },
+        [] | ["status"] | ["status", _, _] | ["events"] | ["metrics"] => {
+            not_allowed("GET, HEAD", "use GET")
+        }
+        ["backends", _, _, _] | ["reload"] => not_allowed("POST", "use POST"),
+        _ => error(
+            StatusCode::NOT_FOUND,
+            format!(
+                "no such endpoint: {method} {path} (see GET /, /status, /status/<pool>/<backend>, \
+                 /events, /metrics; POST /backends/<pool>/<backend>/<action>, /reload)"
+            ),
+        ),
+    }
+}
+
+/// `text` with its `%XX` escapes decoded; `None` if an escape is malformed or the bytes are
+/// not UTF-8.
+pub(super) fn percent_decode(text: &str) -> Option<String> {
+    if !text.contains('%') {
+        return Some(text.to_owned());
+    }
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3)?;
+            let hex = std::str::from_utf8(hex).ok()?;
+            if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return None;
+            }
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
