@@ -1,0 +1,154 @@
+//! The IO half of active checks: one probe (here), and the random delays and slot grid that
+//! time them ([`timing`], re-exported here).
+//!
+//! The health engine decides what a probe's [`Outcome`] means; this module only produces the
+//! outcome, and the health runtime decides when to call it. Keeping the socket work here and the
+//! scheduling loop elsewhere means each probe is a plain `async fn` that tests can drive against
+//! a loopback listener.
+//!
+//! Invariants:
+//! - One deadline covers a whole probe (connect, write, and reading the status line); a probe
+//!   never takes much longer than its timeout, whatever the backend does.
+//! - An HTTP probe reads at most [`MAX_STATUS_LINE`] bytes and only up to the first `\n`: the
+//!   headers and body are never read, and the connection is closed right after.
+//! - Every failure maps to exactly one [`Outcome`]; nothing here panics on what a backend sends.
+//! - The random numbers come from `fastrand` (the crate's one random source, see
+//!   [`Rng`]). They spread probes apart; they are not for anything that needs to be
+//!   unpredictable.
+//! - Probes are cheap for the backend's host: due times fall on a slot grid ([`PROBE_SLOT`]) so
+//!   probes leave in batches, and an HTTP probe's request carries the handshake's last ACK, so a
+//!   sleeping backend is woken about once per batch rather than twice per probe.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use capataz_health::{parse_status_line, Outcome};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+use crate::config::CheckKind;
+
+#[cfg(test)]
+mod tests;
+mod timing;
+
+pub use timing::{align_to_slot, first_delay, jittered, Rng, PROBE_SLOT};
+
+/// The longest status line read, line ending included; a longer one is [`Outcome::Malformed`].
+pub const MAX_STATUS_LINE: usize = 1024;
+
+/// The `User-Agent` every HTTP probe sends.
+pub const USER_AGENT: &str = concat!("capataz/", env!("CARGO_PKG_VERSION"));
+
+/// Runs one active check against `addr` and says what it came to.
+///
+/// - [`CheckKind::Http`] opens a fresh connection, writes exactly
+///   `GET <path> HTTP/1.1\r\nHost: <host>\r\nUser-Agent: capataz/<version>\r\nConnection: close\r\n\r\n`,
+///   reads only the status line, and judges it with [`parse_status_line`]: a well-formed line is
+///   [`Outcome::Status`], anything else [`Outcome::Malformed`] (a backend answering the word
+///   `TIMEOUT` is malformed, not a timeout).
+/// - [`CheckKind::Tcp`] passes when the connection is established. Since [`Outcome`] has no
+///   "connected" variant, success is a synthetic `Status(200)`, which the default probe rule
+///   (200-399) passes; a failure maps like an HTTP probe's.
+/// - [`CheckKind::None`] is `Status(200)` at once (the runtime never probes such pools).
+///
+/// Failures: the deadline passing is [`Outcome::Timeout`]; a refused connection is
+/// [`Outcome::Refused`]; a reset, a broken pipe, or the end of the stream before any byte (an
+/// empty reply) is [`Outcome::Reset`]. If the stream ends after some bytes but before a `\n`,
+/// those bytes are judged as the status line: the backend did say something, and it is almost
+/// always malformed (only a complete status line without its line ending passes). An OS-level
+/// timeout is [`Outcome::Timeout`]; any other error (unreachable network or host, ...) is
+/// [`Outcome::Refused`], the backend could not be reached.
+///
+/// `path` and `host` are written verbatim; the configuration guarantees they hold no control
+/// bytes.
+pub async fn probe_once(
+    kind: CheckKind,
+    addr: SocketAddr,
+    path: &str,
+    host: &str,
+    timeout: Duration,
+) -> Outcome {
+    let attempt = async {
+        match kind {
+            CheckKind::Http => http_probe(addr, path, host).await,
+            CheckKind::Tcp => TcpStream::connect(addr)
+                .await
+                .map(|_connected| Outcome::Status(200)),
+            CheckKind::None => Ok(Outcome::Status(200)),
+        }
+    };
+    match tokio::time::timeout(timeout, attempt).await {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(error)) => classify_error(&error),
+        Err(_elapsed) => Outcome::Timeout,
+    }
+}
+
+/// The bytes of an HTTP probe's request.
+pub fn probe_request(path: &str, host: &str) -> Vec<u8> {
+    format!(
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: {USER_AGENT}\r\nConnection: close\r\n\r\n"
+    )
+    .into_bytes()
+}
+
+async fn http_probe(addr: SocketAddr, path: &str, host: &str) -> io::Result<Outcome> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    // One small write; do not let Nagle hold it back.
+    let _ = socket.set_nodelay(true);
+    // Delay the handshake's last ACK so that it leaves with the request, as HAProxy does for
+    // checks that send data: the backend then wakes once per probe (connection and request
+    // together) instead of twice. Best effort; without it the probe works the same.
+    #[cfg(target_os = "linux")]
+    let _ = socket2::SockRef::from(&socket).set_tcp_quickack(false);
+    let mut stream = socket.connect(addr).await?;
+    stream.write_all(&probe_request(path, host)).await?;
+    let mut buf = [0u8; MAX_STATUS_LINE];
+    let mut len = 0;
+    loop {
+        let n = stream.read(&mut buf[len..]).await?;
+        if n == 0 {
+            if len == 0 {
+                return Ok(Outcome::Reset);
+            }
+            // The stream ended mid-line: judge what did arrive (see `probe_once`).
+            return Ok(judge_line(&buf[..len]));
+        }
+        let fresh = &buf[len..len + n];
+        if let Some(newline) = fresh.iter().position(|&b| b == b'\n') {
+            return Ok(judge_line(&buf[..len + newline]));
+        }
+        len += n;
+        if len == MAX_STATUS_LINE {
+            return Ok(Outcome::Malformed);
+        }
+    }
+    // `stream` is dropped here, closing the connection without reading the rest.
+}
+
+/// Judges a status line without its `\n`; one trailing `\r` is stripped.
+fn judge_line(line: &[u8]) -> Outcome {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    match parse_status_line(line) {
+        Some(code) => Outcome::Status(code),
+        None => Outcome::Malformed,
+    }
+}
+
+fn classify_error(error: &io::Error) -> Outcome {
+    match error.kind() {
+        io::ErrorKind::ConnectionRefused => Outcome::Refused,
+        io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::BrokenPipe
+        | io::ErrorKind::UnexpectedEof => Outcome::Reset,
+        io::ErrorKind::TimedOut => Outcome::Timeout,
+        _ => Outcome::Refused,
+    }
+}
