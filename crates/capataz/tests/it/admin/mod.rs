@@ -6,6 +6,7 @@
 //! waits on events, counts or polled state with generous deadlines (never fixed sleeps).
 //!
 //! The scaffolding is here; the tests are in one module per area.
+
 mod endpoints;
 mod event_stream;
 mod overrides;

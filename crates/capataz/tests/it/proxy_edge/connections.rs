@@ -1,0 +1,192 @@
+//! Sections 5 and 6: the client connection: HTTP/1.0, `Connection: close`, half-close,
+//! keep-alive, the head and idle timeouts, and oversized heads.
+
+use super::*;
+
+#[tokio::test]
+async fn http10_without_host_gets_an_answer_and_the_connection_closes() {
+    let b = backends(&["a"]).await;
+    let (balancer, _rx) = start(&config_text(&sims(&b), "", QUIET)).await;
+    let response = raw_roundtrip(balancer.local_addrs()[0], b"GET /old HTTP/1.0\r\n\r\n").await;
+    assert_eq!(
+        status_of(&response),
+        Some(200),
+        "{}",
+        String::from_utf8_lossy(&response)
+    );
+    assert!(
+        response.ends_with(b"\r\n\r\na\n"),
+        "the whole body, then close"
+    );
+    assert_eq!(b[0].traffic_hits(), 1);
+}
+
+#[tokio::test]
+async fn connection_close_from_the_client_closes_after_the_response() {
+    let b = backends(&["a"]).await;
+    let (balancer, _rx) = start(&config_text(&sims(&b), "", QUIET)).await;
+    let response = raw_roundtrip(
+        balancer.local_addrs()[0],
+        b"GET / HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let text = String::from_utf8_lossy(&response);
+    assert_eq!(status_of(&response), Some(200), "{text}");
+    assert!(response.ends_with(b"\r\n\r\na\n"), "{text}");
+}
+
+/// A client that sends its request and then shuts down its sending side (a half-close, as
+/// `nc -N` or an HTTP/1.0 client may) still gets the answer, as with HAProxy (whose
+/// `option abortonclose` is off by default): the end of the request is not an abort.
+#[tokio::test]
+async fn a_request_followed_by_a_half_close_still_gets_its_answer() {
+    let b = backends(&["a"]).await;
+    // The backend answers after the client's FIN has surely reached the balancer.
+    b[0].set_traffic(Mode::Delay(Duration::from_millis(300), 200));
+    let (balancer, _rx) = start(&config_text(&sims(&b), "", QUIET)).await;
+    let mut stream = TcpStream::connect(balancer.local_addrs()[0])
+        .await
+        .expect("connect");
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: app.test\r\n\r\n")
+        .await
+        .expect("send the request");
+    stream.shutdown().await.expect("half-close");
+    let (_, response) = until_closed(&mut stream).await;
+    let text = String::from_utf8_lossy(&response);
+    assert_eq!(status_of(&response), Some(200), "{text}");
+    assert!(response.ends_with(b"\r\n\r\na\n"), "{text}");
+    assert_eq!(b[0].traffic_hits(), 1);
+}
+
+#[tokio::test]
+async fn keep_alive_serves_a_hundred_requests_on_one_connection() {
+    let b = backends(&["a", "b"]).await;
+    let (balancer, _rx) = start(&config_text(&sims(&b), "", QUIET)).await;
+    let mut client = Client::strict(balancer.local_addrs()[0]);
+    for i in 0..100 {
+        // Every tenth is a HEAD: its Content-Length announces a body that never comes, and the
+        // connection must stay in step.
+        let method = if i % 10 == 9 { "HEAD" } else { "GET" };
+        let answer = client
+            .send(method, &format!("/item/{i}"), "app.test", Bytes::new())
+            .await;
+        assert_eq!(answer.status, 200);
+        let expected: &[u8] = match (method, answer.backend.as_deref()) {
+            ("HEAD", _) => b"",
+            (_, Some("a")) => b"a\n",
+            _ => b"b\n",
+        };
+        assert_eq!(&answer.body[..], expected);
+    }
+    assert_eq!(
+        client.connects, 1,
+        "one TCP connection carried every request"
+    );
+    assert_eq!(balancer.open_connections(), 1);
+    assert_eq!(b[0].traffic_hits() + b[1].traffic_hits(), 100);
+}
+
+/// Reads until the balancer closes the connection; returns how long that took and what came.
+async fn until_closed(stream: &mut TcpStream) -> (Duration, Vec<u8>) {
+    let start = tokio::time::Instant::now();
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(DEADLINE, async {
+        while fill(stream, &mut buf).await.is_ok_and(|n| n > 0) {}
+    })
+    .await;
+    assert!(
+        read.is_ok(),
+        "the connection was not closed within {DEADLINE:?}"
+    );
+    (start.elapsed(), buf)
+}
+
+const TIMEOUTS: &str = "header_read_timeout = \"200ms\"\nidle_timeout = \"1500ms\"";
+
+#[tokio::test]
+async fn a_head_that_never_completes_is_closed_after_header_read_timeout() {
+    let b = backends(&["a"]).await;
+    let (balancer, _rx) = start(&config_text(&sims(&b), TIMEOUTS, QUIET)).await;
+    let mut stream = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n")
+        .await
+        .unwrap();
+    let (took, got) = until_closed(&mut stream).await;
+    // Closed by the header timeout (200 ms, checked every 50 ms), well before the idle one.
+    assert!(took >= Duration::from_millis(150), "closed after {took:?}");
+    assert!(took < Duration::from_millis(1400), "closed after {took:?}");
+    assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+    assert_eq!(b[0].traffic_hits(), 0);
+}
+
+#[tokio::test]
+async fn a_quiet_keep_alive_connection_lasts_idle_timeout_not_header_read_timeout() {
+    let b = backends(&["a"]).await;
+    let (balancer, _rx) = start(&config_text(&sims(&b), TIMEOUTS, QUIET)).await;
+    // A connection that never sends a byte is idle from the start.
+    let mut silent = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
+    let silent = tokio::spawn(async move { until_closed(&mut silent).await });
+    let mut stream = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let head = read_head(&mut stream, &mut buf).await.expect("a response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    read_body(&mut stream, &mut buf, &head)
+        .await
+        .expect("its body");
+    // The wait for the next request is idle time (1.5 s), not header time (200 ms).
+    let (took, got) = until_closed(&mut stream).await;
+    assert!(took >= Duration::from_millis(1400), "closed after {took:?}");
+    assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+    let (took, got) = silent.await.unwrap();
+    assert!(
+        took >= Duration::from_millis(1400),
+        "silent: closed after {took:?}"
+    );
+    assert!(got.is_empty());
+    assert_eq!(balancer.open_connections(), 0);
+}
+
+// ---- 6. Oversized heads ----------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_head_over_max_header_bytes_is_refused_with_431() {
+    let b = backends(&["a"]).await;
+    // Above hyper's smallest buffer: hyper itself refuses the head.
+    let (balancer, _rx) = start(&config_text(&sims(&b), "max_header_bytes = 8192", QUIET)).await;
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: app.test\r\nX-Big: {}\r\n\r\n",
+        "x".repeat(20 * 1024)
+    );
+    let response = raw_roundtrip(balancer.local_addrs()[0], big.as_bytes()).await;
+    // The connection is closed either way; an answer, if the client got to read it before the
+    // reset of its unread bytes, is a 431.
+    if !response.is_empty() {
+        assert_eq!(
+            status_of(&response),
+            Some(431),
+            "{}",
+            String::from_utf8_lossy(&response)
+        );
+    }
+    assert_eq!(b[0].traffic_hits(), 0);
+
+    // Below it: capataz measures the head itself.
+    let (balancer, _rx) = start(&config_text(&sims(&b), "max_header_bytes = 1024", QUIET)).await;
+    let mut client = Client::strict(balancer.local_addrs()[0]);
+    let request = http::Request::get("/")
+        .header("host", "app.test")
+        .header("x-big", "y".repeat(4000))
+        .body(Bytes::new())
+        .unwrap();
+    client.get("/").await;
+    let response = client.request(request).await;
+    assert_eq!(response.status, 431);
+    assert_eq!(client.connects, 1, "both requests on one connection");
+    assert_eq!(b[0].traffic_hits(), 1, "only the small request reached it");
+}

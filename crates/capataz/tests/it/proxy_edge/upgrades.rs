@@ -1,0 +1,93 @@
+//! Section 1: upgrades (a WebSocket-style echo) pass through both ways.
+
+use super::*;
+
+#[tokio::test]
+async fn websocket_upgrade_passes_through_and_echoes_both_ways() {
+    // Plain requests get `200 plain` (keep-alive); an upgrade request gets a 101 and an echo.
+    let echo = RawBackend::start(|mut stream, hits| async move {
+        let mut buf = Vec::new();
+        loop {
+            let Some(head) = read_head(&mut stream, &mut buf).await else {
+                return;
+            };
+            hits.fetch_add(1, Ordering::SeqCst);
+            let upgrade = has_token(&head, "connection", "upgrade")
+                && header(&head, "upgrade").is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+            if upgrade {
+                break;
+            }
+            let plain = b"HTTP/1.1 200 OK\r\nX-Backend: echo\r\nContent-Length: 5\r\n\r\nplain";
+            if stream.write_all(plain).await.is_err() {
+                return;
+            }
+        }
+        let switch = b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
+        if stream.write_all(switch).await.is_err() {
+            return;
+        }
+        if !buf.is_empty() && stream.write_all(&buf).await.is_err() {
+            return;
+        }
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = stream.read(&mut chunk).await {
+            if n == 0 || stream.write_all(&chunk[..n]).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    let (balancer, _rx) = start(&config_text(&[echo.entry("echo")], "", QUIET)).await;
+    let mut client = TcpStream::connect(balancer.local_addrs()[0])
+        .await
+        .expect("connect");
+    client
+        .write_all(
+            b"GET /chat HTTP/1.1\r\nHost: app.test\r\nConnection: Upgrade\r\n\
+              Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let head = tokio::time::timeout(DEADLINE, read_head(&mut client, &mut buf))
+        .await
+        .expect("a 101 in time")
+        .expect("a response head");
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(has_token(&head, "connection", "upgrade"), "{head}");
+    assert_eq!(header(&head, "upgrade"), Some("websocket"), "{head}");
+    assert!(buf.is_empty(), "no bytes may follow a 101 head unasked");
+
+    for message in [&b"hello"[..], b"\x81\x05frame", &[0u8; 3000][..]] {
+        client.write_all(message).await.unwrap();
+        let echoed = tokio::time::timeout(
+            DEADLINE,
+            read_exact_buf(&mut client, &mut buf, message.len()),
+        )
+        .await
+        .expect("echo in time")
+        .expect("echoed bytes");
+        assert_eq!(echoed, message);
+    }
+    assert_eq!(echo.hits(), 1);
+    // The upgraded upstream connection is the tunnel's alone: a plain request meanwhile gets a
+    // connection of its own.
+    let mut plain = Client::strict(balancer.local_addrs()[0]);
+    let answer = plain.get("/plain").await;
+    assert_eq!((answer.status, &answer.body[..]), (200, &b"plain"[..]));
+    assert_eq!(echo.hits(), 2);
+    client.write_all(b"still there").await.unwrap();
+    let echoed = tokio::time::timeout(DEADLINE, read_exact_buf(&mut client, &mut buf, 11))
+        .await
+        .expect("echo in time")
+        .expect("echoed bytes");
+    assert_eq!(echoed, b"still there");
+    // The tunnel is closed from the client side: the backend sees the end and closes too.
+    client.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(DEADLINE, client.read_to_end(&mut rest))
+        .await
+        .expect("the tunnel closes after the client's FIN")
+        .expect("a clean close");
+    assert!(rest.is_empty());
+}
