@@ -182,7 +182,10 @@ impl Class<'_> {
     fn candidate(&self, t: i64, total: i64) -> (i64, u32) {
         let n = self.members.len();
         let own_picks = (self.picks / n) as i64;
-        (t * self.weight - total * own_picks, self.members[self.picks % n])
+        (
+            t * self.weight - total * own_picks,
+            self.members[self.picks % n],
+        )
     }
 }
 
