@@ -6,6 +6,9 @@
 //! A snapshot is rebuilt only when a verdict changes, and the request path reads it without a
 //! lock. Round robin walks a schedule precomputed with nginx's smooth weighted algorithm (so a
 //! weight-3 backend is spread out, not picked three times in a row) through one atomic counter.
+//! Building that schedule costs one sort of the backends plus, per slot, one comparison per
+//! distinct weight: linear in backends for equal weights, so a rebuild in a pool of thousands
+//! (an override, a verdict change) never holds a runtime thread for long.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
