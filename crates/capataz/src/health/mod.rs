@@ -18,9 +18,11 @@
 mod backend;
 mod driver;
 mod publish;
+#[cfg(test)]
+mod tests;
 mod view;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime};
@@ -100,6 +102,29 @@ impl Records {
     }
 }
 
+/// What makes a backend the same one across a reload: its name and its address.
+#[derive(Debug, Hash)]
+struct BackendKey<'a> {
+    name: &'a str,
+    address: &'a str,
+}
+
+impl<'a> BackendKey<'a> {
+    fn new(name: &'a str, address: &'a str) -> BackendKey<'a> {
+        BackendKey { name, address }
+    }
+}
+
+impl PartialEq for BackendKey<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        #[cfg(test)]
+        tests::KEY_COMPARISONS.with(|n| n.set(n.get() + 1));
+        self.name == other.name && self.address == other.address
+    }
+}
+
+impl Eq for BackendKey<'_> {}
+
 /// The engine and the per-backend records, under one lock.
 #[derive(Debug)]
 struct Inner {
@@ -156,15 +181,24 @@ impl PoolRt {
         let now = clock.now();
         let wall = clock.wall(now);
         let previous = previous.map(|p| (p, p.lock()));
+        // The old pool's backends by name and address: one lookup per backend, so a pool of
+        // thousands rebuilds in linear time (this runs on a runtime thread, during a reload).
+        let old_index: HashMap<BackendKey<'_>, usize> = previous
+            .as_ref()
+            .map(|(p, _)| {
+                p.backends
+                    .iter()
+                    .enumerate()
+                    .map(|(i, old)| (BackendKey::new(&old.name, &old.address), i))
+                    .collect()
+            })
+            .unwrap_or_default();
         let mut joins = Vec::with_capacity(config.backends.len());
         let mut info = Vec::with_capacity(config.backends.len());
         let mut backends = Vec::with_capacity(config.backends.len());
         for b in &config.backends {
             let kept = previous.as_ref().and_then(|(p, inner)| {
-                let i = p
-                    .backends
-                    .iter()
-                    .position(|old| *old.name == *b.name && old.address == b.address)?;
+                let i = *old_index.get(&BackendKey::new(&b.name, &b.address))?;
                 Some((inner.engine.carry(i), inner.info[i].clone(), &p.backends[i]))
             });
             let rt = BackendRt {

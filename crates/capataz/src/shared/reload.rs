@@ -1,6 +1,6 @@
 //! Applying a new configuration to a running balancer without dropping a connection.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::listener::ListenerState;
@@ -103,11 +103,14 @@ impl Shared {
         let swap = lock(&self.swap_lock);
         let old_pools = self.pools.load_full();
         let mut summary = ReloadSummary::default();
+        // The old pools by name, so that a config of many pools is matched in linear time.
+        let old_by_name: HashMap<&str, &Arc<PoolRt>> =
+            old_pools.iter().map(|p| (&*p.name, p)).collect();
         let new_pools: Vec<Arc<PoolRt>> = config
             .pools
             .iter()
             .map(|pool| {
-                let previous = old_pools.iter().find(|p| *p.name == *pool.name);
+                let previous = old_by_name.get(pool.name.as_str()).copied();
                 // The old pool's backends by name and address, so that counting stays linear
                 // in a pool of thousands of backends (this runs on a runtime thread).
                 let before: HashSet<(&str, &str)> = previous
