@@ -190,7 +190,8 @@ impl RespBody {
             inner,
             answered_at,
             lease: Some(lease),
-            unflushed: false,
+            // The head: hyper has it buffered, and sends it only once the body waits.
+            unflushed: true,
             broke: None,
         })
     }
@@ -201,7 +202,8 @@ pub struct UpstreamBody {
     inner: ResponseStream<BackendStream>,
     answered_at: Instant,
     lease: Option<Lease>,
-    /// Whether data went out since the last `Pending`: hyper may still hold it unsent.
+    /// Whether the head or data went out since the last `Pending` (true before the first
+    /// poll): hyper may still hold it unsent.
     unflushed: bool,
     /// The body failed after data that may not have been sent yet; the failure is reported
     /// on the next poll.
@@ -231,9 +233,11 @@ impl UpstreamBody {
         io::Error::other(why.to_string())
     }
 
-    /// The body failed here. If data went out since the last wait, the failure is reported on
-    /// the next poll: hyper sends what it holds when the body waits, so the client gets the
-    /// head and every byte that arrived before it learns of the failure.
+    /// The body failed here. If the head or data went out since the last wait, the failure is
+    /// reported on the next poll: hyper sends what it holds when the body waits, so the client
+    /// gets the head and every byte that arrived before it learns of the failure. Without that
+    /// wait a body failing at its very first poll (bad bytes arriving just after the head was
+    /// read) would end the connection with the head still buffered: a bare close, no status.
     fn broken(
         &mut self,
         cx: &mut Context<'_>,

@@ -49,7 +49,9 @@ pub(super) const MAX_LOG_LEVEL_BYTES: usize = 1024;
 /// `TARGET=LEVEL`, where a target is a module path (letters, digits, `_`, `-`, `::`) and a level
 /// is `off`, `error`, `warn`, `info`, `debug` or `trace`. Span and field filters (`[span{..}]`)
 /// are refused: `tracing-subscriber` compiles their values as regexes, and a crafted one takes
-/// exponential time to parse. The error is the rest of a sentence about the text.
+/// exponential time to parse. A text with no directive at all (empty, blanks, commas) is
+/// refused too: it would silence every log line. The error is the rest of a sentence about the
+/// text.
 pub(super) fn check_log_level(text: &str) -> Result<(), String> {
     if text.len() > MAX_LOG_LEVEL_BYTES {
         return Err(format!(
@@ -68,6 +70,12 @@ pub(super) fn check_log_level(text: &str) -> Result<(), String> {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b':')
     };
+    if text.split(',').all(|directive| directive.trim().is_empty()) {
+        return Err(
+            "has no directive, which would silence every log line (write \"off\" to mean that)"
+                .to_owned(),
+        );
+    }
     for directive in text.split(',').map(str::trim) {
         if directive.contains(['[', ']', '{', '}']) {
             return Err(format!(
@@ -282,8 +290,8 @@ mod tests {
         for good in [
             "info",
             "DEBUG",
-            "",
             "info,capataz=debug",
+            "info,",
             "warn, capataz::proxy=trace ,hyper=off",
             "capataz",
             "my-crate=info",
@@ -300,6 +308,10 @@ mod tests {
             ("a b", "neither a level"),
             ("=info", "neither a level"),
             ("capataz.proxy=info", "neither a level"),
+            ("", "no directive"),
+            ("  \t", "no directive"),
+            (",", "no directive"),
+            (" , ,", "no directive"),
         ] {
             match check_log_level(bad) {
                 Ok(()) => panic!("{bad:?} accepted"),

@@ -8,6 +8,7 @@
 //! only timing is that of the timeouts under test, set short.
 
 mod body_deadlines;
+mod first_poll;
 mod framing;
 mod hosts;
 mod retry;

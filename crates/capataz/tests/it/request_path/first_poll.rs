@@ -1,0 +1,62 @@
+//! A backend body that breaks at the very first read capataz makes of it (after the head was
+//! read, so `proxy::forward` saw nothing wrong): the client still gets the status line and
+//! headers, then a cut body, never a bare close.
+
+use capataz_health::Outcome;
+use tokio::io::AsyncWriteExt;
+
+use super::{balancer, charged, GET};
+use crate::support::raw::{find, raw_roundtrip, read_body, read_head, RawBackend};
+
+/// capataz reads a backend's head with a first read of at most 2048 bytes
+/// (`upstream::FIRST_READ`), so a head of exactly that size is read alone, whatever follows it
+/// in the same segment; the bytes after it wait in the socket for the body's first poll.
+const FIRST_READ: usize = 2048;
+
+/// A chunked answer's head padded to exactly `FIRST_READ` bytes.
+fn padded_head() -> Vec<u8> {
+    let start = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Pad: ";
+    let end = "\r\n\r\n";
+    let pad = FIRST_READ - start.len() - end.len();
+    let head = format!("{start}{}{end}", "p".repeat(pad));
+    assert_eq!(head.len(), FIRST_READ);
+    head.into_bytes()
+}
+
+/// Regression (issue 10, "never a bare close with no status"): the body's first poll failed
+/// with nothing flushed, and hyper then wrote nothing at all. The head and a malformed chunk
+/// size go out in one write, so they arrive together, deterministically: the head read takes
+/// the head alone and the first poll of the body meets the bad bytes.
+#[tokio::test]
+async fn a_body_broken_at_its_first_poll_still_gets_the_status_line() {
+    let backend = RawBackend::serving(|mut stream| async move {
+        let mut buf = Vec::new();
+        if let Some(head) = read_head(&mut stream, &mut buf).await {
+            if read_body(&mut stream, &mut buf, &head).await.is_some() {
+                let mut answer = padded_head();
+                answer.extend_from_slice(b"zz\r\nnot a chunk\r\n");
+                let _ = stream.write_all(&answer).await;
+                let _ = stream.flush().await;
+            }
+        }
+        // Held open: capataz, not the backend, ends the exchange.
+        let _ = tokio::io::AsyncReadExt::read(&mut stream, &mut [0u8; 1]).await;
+    })
+    .await;
+    let (balancer, addr) = balancer(&[backend.addr], "", "").await;
+    let answer = raw_roundtrip(addr, GET).await;
+    let text = String::from_utf8_lossy(&answer);
+    assert!(
+        text.starts_with("HTTP/1.1 200 OK\r\n"),
+        "the status line, not a bare close: {text:?}"
+    );
+    let end = find(&answer, b"\r\n\r\n").expect("a whole head");
+    let head = text[..end].to_ascii_lowercase();
+    assert!(head.contains("x-pad: ppp"), "the headers: {head}");
+    assert!(
+        !answer.ends_with(b"0\r\n\r\n"),
+        "the body is cut, not ended: {text:?}"
+    );
+    // As for any body that breaks: a reset, charged to the backend.
+    assert_eq!(charged(&balancer, 0), [Outcome::Reset]);
+}
