@@ -8,6 +8,8 @@
 
 mod listener;
 mod reload;
+#[cfg(test)]
+mod tests;
 
 use std::io;
 use std::net::SocketAddr;
