@@ -78,9 +78,13 @@ fn reload_builds_pools_off_the_runtime_thread() {
             shared.abort();
         });
     });
-    let shared = shared_rx.recv_timeout(DEADLINE).expect("the balancer starts");
+    let shared = shared_rx
+        .recv_timeout(DEADLINE)
+        .expect("the balancer starts");
     let listener = shared.local_addrs()[0];
-    assert!(get(listener).expect("a request before the reload").starts_with("HTTP/1.1 200"));
+    assert!(get(listener)
+        .expect("a request before the reload")
+        .starts_with("HTTP/1.1 200"));
 
     let swap = lock(&shared.swap_lock);
     let _ = go_tx.send(());
