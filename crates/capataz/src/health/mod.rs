@@ -212,6 +212,10 @@ impl PoolRt {
         let mut info = Vec::with_capacity(config.backends.len());
         let mut backends = Vec::with_capacity(config.backends.len());
         for (b, kept) in config.backends.iter().zip(carried) {
+            #[cfg(test)]
+            if let Some(p) = previous {
+                tests::note_build_beside_old_pool(p.inner.try_lock().is_err());
+            }
             let rt = BackendRt {
                 name: b.name.as_str().into(),
                 address: b.address.clone(),
