@@ -28,8 +28,8 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime};
 
 use capataz_health::{
-    BackendHealth, EjectionPolicy, Join, Outcome, Policy, ProbeRule, Reason, Rotation, Settings,
-    Side, State, TrafficRule, Transition, WhenAllDown,
+    BackendHealth, Carried, EjectionPolicy, Join, Outcome, Policy, ProbeRule, Reason, Rotation,
+    Settings, Side, State, TrafficRule, Transition, WhenAllDown,
 };
 use tokio::sync::{broadcast, Notify};
 
@@ -180,12 +180,10 @@ impl PoolRt {
         let metrics = families.pool(&config.name);
         let now = clock.now();
         let wall = clock.wall(now);
-        let previous = previous.map(|p| (p, p.lock()));
         // The old pool's backends by name and address: one lookup per backend, so a pool of
-        // thousands rebuilds in linear time (this runs on a runtime thread, during a reload).
+        // thousands rebuilds in linear time.
         let old_index: HashMap<BackendKey<'_>, usize> = previous
-            .as_ref()
-            .map(|(p, _)| {
+            .map(|p| {
                 p.backends
                     .iter()
                     .enumerate()
@@ -193,14 +191,31 @@ impl PoolRt {
                     .collect()
             })
             .unwrap_or_default();
+        // The old pool's lock is held only to copy what kept backends carry over, not while
+        // the new backends are built (their connections and metric handles): its probes and
+        // traffic, and the admin API reading it, wait on that lock, on runtime threads.
+        let carried: Vec<Option<(usize, Carried, Records)>> = match previous {
+            Some(p) => {
+                let inner = p.lock();
+                config
+                    .backends
+                    .iter()
+                    .map(|b| {
+                        let i = *old_index.get(&BackendKey::new(&b.name, &b.address))?;
+                        Some((i, inner.engine.carry(i), inner.info[i].clone()))
+                    })
+                    .collect()
+            }
+            None => config.backends.iter().map(|_| None).collect(),
+        };
         let mut joins = Vec::with_capacity(config.backends.len());
         let mut info = Vec::with_capacity(config.backends.len());
         let mut backends = Vec::with_capacity(config.backends.len());
-        for b in &config.backends {
-            let kept = previous.as_ref().and_then(|(p, inner)| {
-                let i = *old_index.get(&BackendKey::new(&b.name, &b.address))?;
-                Some((inner.engine.carry(i), inner.info[i].clone(), &p.backends[i]))
-            });
+        for (b, kept) in config.backends.iter().zip(carried) {
+            #[cfg(test)]
+            if let Some(p) = previous {
+                tests::note_build_beside_old_pool(p.inner.try_lock().is_err());
+            }
             let rt = BackendRt {
                 name: b.name.as_str().into(),
                 address: b.address.clone(),
@@ -216,15 +231,15 @@ impl PoolRt {
                 watched: AtomicBool::new(false),
                 next_probe_ms: AtomicU64::new(u64::MAX),
             };
-            match kept {
-                Some((carried, record, old)) => {
+            match (kept, previous) {
+                (Some((i, carried, record)), Some(p)) => {
                     joins.push((b.weight, Join::Kept(carried)));
-                    for outcome in old.traffic.recent() {
+                    for outcome in p.backends[i].traffic.recent() {
                         rt.traffic.push(outcome);
                     }
                     info.push(record);
                 }
-                None => {
+                _ => {
                     let initial = if gate_new && config.active.kind != CheckKind::None {
                         State::Down
                     } else {
@@ -238,7 +253,6 @@ impl PoolRt {
             }
             backends.push(Arc::new(rt));
         }
-        drop(previous);
         let engine = Rotation::new(settings, engine_policy(&config), joins, now);
         let pool = Arc::new_cyclic(|me: &Weak<PoolRt>| {
             let sink: Weak<dyn TrafficSink> = me.clone();

@@ -8,6 +8,8 @@
 
 mod listener;
 mod reload;
+#[cfg(test)]
+mod tests;
 
 use std::io;
 use std::net::SocketAddr;
@@ -45,7 +47,8 @@ pub struct Shared {
     metrics: Arc<Metrics>,
     shutdown: watch::Sender<bool>,
     connections: Arc<AtomicUsize>,
-    reload_lock: tokio::sync::Mutex<()>,
+    /// Held from the start of a reload to its end: reloads apply one at a time, in order.
+    reload_lock: Arc<tokio::sync::Mutex<()>>,
     /// Held while a reload builds the new pools from the old ones and swaps them in, and while
     /// an override is set: an override set meanwhile on a pool being replaced would be lost.
     swap_lock: Mutex<()>,
@@ -74,9 +77,11 @@ pub enum StartError {
     /// The balancer is shutting down: a reload would bind listeners it is closing.
     #[error("the balancer is shutting down")]
     ShuttingDown,
-    /// Loading the new configuration panicked (a bug): nothing changed.
-    #[error("loading the configuration failed unexpectedly (a bug in capataz; please report it)")]
-    LoadPanicked,
+    /// Loading or applying the new configuration panicked (a bug).
+    #[error(
+        "reloading the configuration failed unexpectedly (a bug in capataz; please report it)"
+    )]
+    ReloadPanicked,
 }
 
 impl Shared {
@@ -122,7 +127,7 @@ impl Shared {
             metrics,
             shutdown,
             connections: Arc::new(AtomicUsize::new(0)),
-            reload_lock: tokio::sync::Mutex::new(()),
+            reload_lock: Arc::new(tokio::sync::Mutex::new(())),
             swap_lock: Mutex::new(()),
             alerts: Mutex::new(None),
         });

@@ -3,6 +3,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use tokio::runtime::Handle;
+use tokio::sync::OwnedMutexGuard;
+
 use super::listener::ListenerState;
 use super::{bind_listener, lock, Shared, StartError};
 use crate::config::Config;
@@ -26,18 +29,20 @@ pub struct ReloadSummary {
 }
 
 impl Shared {
-    /// Re-reads the file the balancer was started from and applies it. Reading, parsing,
-    /// validating and resolving the file's host names run on tokio's blocking pool: a slow disk,
-    /// a FIFO, a slow resolver or a costly value never holds a runtime thread that requests and
-    /// probes need.
-    pub async fn reload_from_file(&self) -> Result<ReloadSummary, StartError> {
+    /// Re-reads the file the balancer was started from and applies it (see
+    /// [`Shared::reload`]). The whole reload runs on tokio's blocking pool: reading, parsing,
+    /// validating and resolving the file (a slow disk, a FIFO, a slow resolver, a costly
+    /// value), then building the new pools from the old ones' state and the listeners'
+    /// proxies, never hold a runtime thread that requests and probes need.
+    pub async fn reload_from_file(self: &Arc<Self>) -> Result<ReloadSummary, StartError> {
         let path = self.config_path.clone().ok_or(StartError::NoFile)?;
-        // Held across the read too, so that reloads apply in the order their reads started.
-        let _serial = self.reload_lock.lock().await;
-        let config = tokio::task::spawn_blocking(move || crate::config::load(&path))
-            .await
-            .map_err(|_| StartError::LoadPanicked)??;
-        self.apply(&config)
+        // Taken before the read, so that reloads apply in the order their reads started.
+        let serial = self.reload_lock.clone().lock_owned().await;
+        self.off_runtime(serial, move |shared| {
+            let config = crate::config::load(&path)?;
+            shared.apply(&config)
+        })
+        .await
     }
 
     /// Applies a new, validated configuration without dropping a connection: new listeners are
@@ -45,13 +50,39 @@ impl Shared {
     /// same pool, name and address keeps its health state, streaks and records; a new one
     /// starts DOWN until it passes `rise` probes where the pool gates new backends; a removed
     /// one gets no new requests and is dropped once its in-flight requests finish. Changing the
-    /// admin address or `admin.metrics_backend_histograms` needs a restart.
-    pub async fn reload(&self, config: &Config) -> Result<ReloadSummary, StartError> {
-        let _serial = self.reload_lock.lock().await;
-        self.apply(config)
+    /// admin address or `admin.metrics_backend_histograms` needs a restart. Reloads apply one
+    /// at a time, in the order they were asked for; the work runs on tokio's blocking pool,
+    /// not on a runtime thread (a pool of thousands of backends takes a while to build).
+    pub async fn reload(self: &Arc<Self>, config: &Config) -> Result<ReloadSummary, StartError> {
+        let serial = self.reload_lock.clone().lock_owned().await;
+        let config = config.clone();
+        self.off_runtime(serial, move |shared| shared.apply(&config))
+            .await
     }
 
-    /// [`Shared::reload`] once the caller holds `reload_lock`.
+    /// Runs `work` on tokio's blocking pool, holding `serial` (the `reload_lock`) until it is
+    /// done. Once started it runs to the end even if the caller stops waiting, so a reload is
+    /// applied whole or not at all, and the next one waits for it. The pools' and listeners'
+    /// tasks it spawns go to the caller's runtime.
+    async fn off_runtime(
+        self: &Arc<Self>,
+        serial: OwnedMutexGuard<()>,
+        work: impl FnOnce(&Shared) -> Result<ReloadSummary, StartError> + Send + 'static,
+    ) -> Result<ReloadSummary, StartError> {
+        let shared = self.clone();
+        let runtime = Handle::current();
+        tokio::task::spawn_blocking(move || {
+            let _runtime = runtime.enter();
+            let outcome = work(&shared);
+            drop(serial);
+            outcome
+        })
+        .await
+        .map_err(|_| StartError::ReloadPanicked)?
+    }
+
+    /// [`Shared::reload`] once the caller holds `reload_lock`, on a blocking-pool thread that
+    /// has entered the runtime (the std locks it takes are never held across an await).
     fn apply(&self, config: &Config) -> Result<ReloadSummary, StartError> {
         let old_config = self.config();
         let mut config = config.clone();
@@ -112,7 +143,7 @@ impl Shared {
             .map(|pool| {
                 let previous = old_by_name.get(pool.name.as_str()).copied();
                 // The old pool's backends by name and address, so that counting stays linear
-                // in a pool of thousands of backends (this runs on a runtime thread).
+                // in a pool of thousands of backends.
                 let before: HashSet<(&str, &str)> = previous
                     .map(|p| {
                         p.backends
