@@ -51,7 +51,7 @@ pub fn parse_ttl(query: Option<&str>) -> Result<Option<Duration>, String> {
     Ok(ttl)
 }
 
-pub(super) fn override_backend(
+pub(super) async fn override_backend(
     shared: &Shared,
     pool: &str,
     backend: &str,
@@ -81,7 +81,7 @@ pub(super) fn override_backend(
              down or up with ?ttl=...)",
         );
     }
-    let Some(outcome) = shared.set_override(pool, backend, kind, ttl) else {
+    let Some(outcome) = shared.set_override(pool, backend, kind, ttl).await else {
         return error(StatusCode::NOT_FOUND, format!("no pool named {pool:?}"));
     };
     match outcome {

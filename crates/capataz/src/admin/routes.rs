@@ -111,7 +111,7 @@ pub(super) async fn handle(
         ["events"] if get => pages::events(&shared),
         ["metrics"] if get => pages::metrics(&shared).await,
         ["backends", pool, backend, action] if method == Method::POST => {
-            overrides::override_backend(&shared, pool, backend, action, req.uri().query())
+            overrides::override_backend(&shared, pool, backend, action, req.uri().query()).await
         }
         ["reload"] if method == Method::POST => match shared.reload_from_file().await {
             Ok(summary) => json_response(

@@ -51,7 +51,9 @@ pub struct Shared {
     reload_lock: Arc<tokio::sync::Mutex<()>>,
     /// Held while a reload builds the new pools from the old ones and swaps them in, and while
     /// an override is set: an override set meanwhile on a pool being replaced would be lost.
-    swap_lock: Mutex<()>,
+    /// A tokio mutex: an override waits for a reload's pool build without holding a runtime
+    /// thread; the build takes it with `blocking_lock` on the blocking pool.
+    swap_lock: tokio::sync::Mutex<()>,
     alerts: Mutex<Option<Alerts>>,
 }
 
@@ -128,7 +130,7 @@ impl Shared {
             shutdown,
             connections: Arc::new(AtomicUsize::new(0)),
             reload_lock: Arc::new(tokio::sync::Mutex::new(())),
-            swap_lock: Mutex::new(()),
+            swap_lock: tokio::sync::Mutex::new(()),
             alerts: Mutex::new(None),
         });
         shared.restart_alerts(config);
@@ -154,14 +156,14 @@ impl Shared {
     /// Sets (`Some`) or clears (`None`) a manual override on backend `backend` of pool `pool`
     /// (see [`PoolRt::set_override`]); `None` if there is no such pool. Serialized with the pool
     /// swap of a reload, so the override lands on the pools that stay in force.
-    pub fn set_override(
+    pub async fn set_override(
         &self,
         pool: &str,
         backend: &str,
         kind: Option<OverrideKind>,
         ttl: Option<Duration>,
     ) -> Option<Result<&'static str, OverrideError>> {
-        let _swap = lock(&self.swap_lock);
+        let _swap = self.swap_lock.lock().await;
         let pool = self.pool(pool)?;
         Some(pool.set_override(backend, kind, ttl))
     }

@@ -131,7 +131,7 @@ impl Shared {
         }
         // From reading the old pools' state to swapping in the new ones, no override may land
         // on an old pool (it would be lost).
-        let swap = lock(&self.swap_lock);
+        let swap = self.swap_lock.blocking_lock();
         let old_pools = self.pools.load_full();
         let mut summary = ReloadSummary::default();
         // The old pools by name, so that a config of many pools is matched in linear time.

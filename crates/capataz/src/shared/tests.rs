@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{broadcast, oneshot};
 
-use super::{bind_listener, lock, ReloadSummary, Shared, StartError};
+use super::{bind_listener, ReloadSummary, Shared, StartError};
+use crate::events::OverrideKind;
 
 /// Generous bound on anything the test waits for.
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -86,7 +87,7 @@ fn reload_builds_pools_off_the_runtime_thread() {
         .expect("a request before the reload")
         .starts_with("HTTP/1.1 200"));
 
-    let swap = lock(&shared.swap_lock);
+    let swap = shared.swap_lock.blocking_lock();
     let _ = go_tx.send(());
     // The reload has begun once it holds `reload_lock`; it then waits for `swap_lock`.
     let started = Instant::now();
@@ -104,4 +105,69 @@ fn reload_builds_pools_off_the_runtime_thread() {
     assert!(during.starts_with("HTTP/1.1 200"), "{during}");
     let summary = summary.expect("the reload applies");
     assert_eq!((summary.kept, summary.added, summary.removed), (1, 0, 0));
+}
+
+/// Regression (issue 10): an override sent while a reload was building the new pools waited
+/// for the build on a std mutex, holding a runtime thread for as long (tens of ms at 10,000
+/// backends). Here the test holds `swap_lock` as a reload's build would, an override is sent on
+/// the balancer's only runtime thread, and a proxied request must still be answered meanwhile;
+/// once the lock is free, the override applies.
+#[test]
+fn an_override_waiting_for_a_reload_holds_no_runtime_thread() {
+    let backend = backend();
+    let text = format!(
+        "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]\n\
+         backends = [{{ name = \"b1\", address = \"{backend}\" }}]\n\
+         [pools.web.active]\nkind = \"none\"\n"
+    );
+    let config = crate::config::parse_str(&text, "<test>").expect("valid test config");
+    let (shared_tx, shared_rx) = mpsc::channel::<Arc<Shared>>();
+    let (go_tx, go_rx) = oneshot::channel::<()>();
+    let (waiting_tx, waiting_rx) = mpsc::channel::<()>();
+    let (done_tx, done_rx) = mpsc::channel::<Option<&'static str>>();
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let runtime = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async move {
+            let socket = bind_listener(&config.listeners[0]).expect("bind the listener");
+            let (events, _) = broadcast::channel(1024);
+            let shared = Shared::start(&config, events, None, vec![socket]);
+            let _ = shared_tx.send(shared.clone());
+            let _ = go_rx.await;
+            let _ = waiting_tx.send(());
+            let state = shared
+                .set_override("web", "b1", Some(OverrideKind::Drain), None)
+                .await
+                .and_then(Result::ok);
+            let _ = done_tx.send(state);
+            let _ = stop_rx.await;
+            shared.abort();
+        });
+    });
+    let shared = shared_rx
+        .recv_timeout(DEADLINE)
+        .expect("the balancer starts");
+    let listener = shared.local_addrs()[0];
+
+    let swap = shared.swap_lock.blocking_lock();
+    let _ = go_tx.send(());
+    waiting_rx
+        .recv_timeout(DEADLINE)
+        .expect("the override is about to be set");
+    let during = get(listener);
+    drop(swap);
+    let state = done_rx.recv_timeout(DEADLINE).expect("the override ends");
+    let _ = stop_tx.send(());
+    let _ = runtime.join();
+
+    let during = during.expect("a request answered while the override waits");
+    assert!(during.starts_with("HTTP/1.1 200"), "{during}");
+    assert!(
+        state.is_some(),
+        "the override applied once the lock was free"
+    );
+    assert!(!shared.pools()[0].eligibility()[0].0, "b1 is drained");
 }
