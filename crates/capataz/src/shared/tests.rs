@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{broadcast, oneshot};
 
-use super::{bind_listener, ReloadSummary, Shared, StartError};
+use super::{bind_listener, Shared};
+use crate::config::Config;
 use crate::events::OverrideKind;
 
 /// Generous bound on anything the test waits for.
@@ -44,6 +45,81 @@ fn get(listener: SocketAddr) -> std::io::Result<String> {
     Ok(answer)
 }
 
+/// A balancer with one listener and pool `web` (backend `b1`, see [`backend`]), started on its
+/// own thread's current-thread runtime (so one runtime thread in all). Once the test calls
+/// [`Balancer::go`], `then` runs on that thread; [`Balancer::finish`] waits for its outcome and stops it.
+struct Balancer<T> {
+    shared: Arc<Shared>,
+    go: Option<oneshot::Sender<()>>,
+    done: mpsc::Receiver<T>,
+    stop: oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl<T: Send + 'static> Balancer<T> {
+    fn start<F, Fut>(then: F) -> Self
+    where
+        F: FnOnce(Arc<Shared>, Config) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = T>,
+    {
+        let backend = backend();
+        let text = format!(
+            "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]\n\
+             backends = [{{ name = \"b1\", address = \"{backend}\" }}]\n\
+             [pools.web.active]\nkind = \"none\"\n"
+        );
+        let config = crate::config::parse_str(&text, "<test>").expect("valid test config");
+        let (shared_tx, shared_rx) = mpsc::channel::<Arc<Shared>>();
+        let (go, go_rx) = oneshot::channel::<()>();
+        let (done_tx, done) = mpsc::channel::<T>();
+        let (stop, stop_rx) = oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async move {
+                let socket = bind_listener(&config.listeners[0]).expect("bind the listener");
+                let (events, _) = broadcast::channel(1024);
+                let shared = Shared::start(&config, events, None, vec![socket]);
+                let _ = shared_tx.send(shared.clone());
+                let _ = go_rx.await;
+                let _ = done_tx.send(then(shared.clone(), config).await);
+                let _ = stop_rx.await;
+                shared.abort();
+            });
+        });
+        let shared = shared_rx
+            .recv_timeout(DEADLINE)
+            .expect("the balancer starts");
+        Self {
+            shared,
+            go: Some(go),
+            done,
+            stop,
+            thread,
+        }
+    }
+
+    /// Lets `then` run.
+    fn go(&mut self) {
+        if let Some(go) = self.go.take() {
+            let _ = go.send(());
+        }
+    }
+
+    /// Waits for what `then` returned, then stops the balancer.
+    fn finish(self) -> T {
+        let outcome = self
+            .done
+            .recv_timeout(DEADLINE)
+            .expect("what the test ran on the balancer ends");
+        let _ = self.stop.send(());
+        let _ = self.thread.join();
+        outcome
+    }
+}
+
 /// Regression (issue 10): a reload built the new pools (and the listeners' proxies) on the
 /// runtime thread, holding it for ~0.1 s at 10,000 backends, so proxied requests waited.
 /// Here the test holds `swap_lock`, which the pool build takes, so the reload stays in the
@@ -52,43 +128,16 @@ fn get(listener: SocketAddr) -> std::io::Result<String> {
 /// timed out.)
 #[test]
 fn reload_builds_pools_off_the_runtime_thread() {
-    let backend = backend();
-    let text = format!(
-        "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]\n\
-         backends = [{{ name = \"b1\", address = \"{backend}\" }}]\n\
-         [pools.web.active]\nkind = \"none\"\n"
-    );
-    let config = crate::config::parse_str(&text, "<test>").expect("valid test config");
-    let (shared_tx, shared_rx) = mpsc::channel::<Arc<Shared>>();
-    let (go_tx, go_rx) = oneshot::channel::<()>();
-    let (done_tx, done_rx) = mpsc::channel::<Result<ReloadSummary, StartError>>();
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let runtime = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        runtime.block_on(async move {
-            let socket = bind_listener(&config.listeners[0]).expect("bind the listener");
-            let (events, _) = broadcast::channel(1024);
-            let shared = Shared::start(&config, events, None, vec![socket]);
-            let _ = shared_tx.send(shared.clone());
-            let _ = go_rx.await;
-            let _ = done_tx.send(shared.reload(&config).await);
-            let _ = stop_rx.await;
-            shared.abort();
-        });
-    });
-    let shared = shared_rx
-        .recv_timeout(DEADLINE)
-        .expect("the balancer starts");
+    let mut balancer =
+        Balancer::start(|shared, config| async move { shared.reload(&config).await });
+    let shared = balancer.shared.clone();
     let listener = shared.local_addrs()[0];
     assert!(get(listener)
         .expect("a request before the reload")
         .starts_with("HTTP/1.1 200"));
 
     let swap = shared.swap_lock.blocking_lock();
-    let _ = go_tx.send(());
+    balancer.go();
     // The reload has begun once it holds `reload_lock`; it then waits for `swap_lock`.
     let started = Instant::now();
     while shared.reload_lock.try_lock().is_ok() {
@@ -97,9 +146,7 @@ fn reload_builds_pools_off_the_runtime_thread() {
     }
     let during = get(listener);
     drop(swap);
-    let summary = done_rx.recv_timeout(DEADLINE).expect("the reload ends");
-    let _ = stop_tx.send(());
-    let _ = runtime.join();
+    let summary = balancer.finish();
 
     let during = during.expect("a request answered while the reload builds the pools");
     assert!(during.starts_with("HTTP/1.1 200"), "{during}");
@@ -114,54 +161,25 @@ fn reload_builds_pools_off_the_runtime_thread() {
 /// once the lock is free, the override applies.
 #[test]
 fn an_override_waiting_for_a_reload_holds_no_runtime_thread() {
-    let backend = backend();
-    let text = format!(
-        "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]\n\
-         backends = [{{ name = \"b1\", address = \"{backend}\" }}]\n\
-         [pools.web.active]\nkind = \"none\"\n"
-    );
-    let config = crate::config::parse_str(&text, "<test>").expect("valid test config");
-    let (shared_tx, shared_rx) = mpsc::channel::<Arc<Shared>>();
-    let (go_tx, go_rx) = oneshot::channel::<()>();
     let (waiting_tx, waiting_rx) = mpsc::channel::<()>();
-    let (done_tx, done_rx) = mpsc::channel::<Option<&'static str>>();
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let runtime = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        runtime.block_on(async move {
-            let socket = bind_listener(&config.listeners[0]).expect("bind the listener");
-            let (events, _) = broadcast::channel(1024);
-            let shared = Shared::start(&config, events, None, vec![socket]);
-            let _ = shared_tx.send(shared.clone());
-            let _ = go_rx.await;
-            let _ = waiting_tx.send(());
-            let state = shared
-                .set_override("web", "b1", Some(OverrideKind::Drain), None)
-                .await
-                .and_then(Result::ok);
-            let _ = done_tx.send(state);
-            let _ = stop_rx.await;
-            shared.abort();
-        });
+    let mut balancer = Balancer::start(move |shared, _| async move {
+        let _ = waiting_tx.send(());
+        shared
+            .set_override("web", "b1", Some(OverrideKind::Drain), None)
+            .await
+            .and_then(Result::ok)
     });
-    let shared = shared_rx
-        .recv_timeout(DEADLINE)
-        .expect("the balancer starts");
+    let shared = balancer.shared.clone();
     let listener = shared.local_addrs()[0];
 
     let swap = shared.swap_lock.blocking_lock();
-    let _ = go_tx.send(());
+    balancer.go();
     waiting_rx
         .recv_timeout(DEADLINE)
         .expect("the override is about to be set");
     let during = get(listener);
     drop(swap);
-    let state = done_rx.recv_timeout(DEADLINE).expect("the override ends");
-    let _ = stop_tx.send(());
-    let _ = runtime.join();
+    let state = balancer.finish();
 
     let during = during.expect("a request answered while the override waits");
     assert!(during.starts_with("HTTP/1.1 200"), "{during}");
