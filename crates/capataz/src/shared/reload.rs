@@ -40,7 +40,7 @@ impl Shared {
         let serial = self.reload_lock.clone().lock_owned().await;
         self.off_runtime(serial, move |shared| {
             let config = crate::config::load(&path)?;
-            shared.apply(&config)
+            shared.apply(config)
         })
         .await
     }
@@ -56,7 +56,7 @@ impl Shared {
     pub async fn reload(self: &Arc<Self>, config: &Config) -> Result<ReloadSummary, StartError> {
         let serial = self.reload_lock.clone().lock_owned().await;
         let config = config.clone();
-        self.off_runtime(serial, move |shared| shared.apply(&config))
+        self.off_runtime(serial, move |shared| shared.apply(config))
             .await
     }
 
@@ -83,9 +83,8 @@ impl Shared {
 
     /// [`Shared::reload`] once the caller holds `reload_lock`, on a blocking-pool thread that
     /// has entered the runtime (the std locks it takes are never held across an await).
-    fn apply(&self, config: &Config) -> Result<ReloadSummary, StartError> {
+    fn apply(&self, mut config: Config) -> Result<ReloadSummary, StartError> {
         let old_config = self.config();
-        let mut config = config.clone();
         // The admin listener stays where it was bound, so it keeps the `[admin]` settings it was
         // started with unless the new table is for the same address: a token must not vanish
         // from a listener on a network address because the new file moves it to loopback or
@@ -107,7 +106,6 @@ impl Shared {
             );
             config.log = old_config.log.clone();
         }
-        let config = &config;
         let mut listeners = {
             let mut running = lock(&self.listeners);
             // Checked under the listeners' lock, which shutdown takes after raising the flag.
@@ -221,7 +219,7 @@ impl Shared {
         // Switching live would leave the other scope's series in the same families (per-backend
         // ones would not even go away), so the scope stays until the process restarts.
         let scope = self.metrics.families().scope();
-        if HistogramScope::of(config) != scope {
+        if HistogramScope::of(&config) != scope {
             tracing::warn!(
                 kept = %scope,
                 "admin.metrics_backend_histograms in the new config differs from the one the \
@@ -229,9 +227,9 @@ impl Shared {
             );
         }
         if old_config.alerts != config.alerts {
-            self.restart_alerts(config);
+            self.restart_alerts(&config);
         }
-        *lock(&self.config) = Arc::new(config.clone());
+        *lock(&self.config) = Arc::new(config);
         tracing::info!(
             kept = summary.kept,
             added = summary.added,
