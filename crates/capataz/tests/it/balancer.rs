@@ -326,6 +326,18 @@ async fn passive_checks_never_eject_more_than_their_share() {
     assert_eq!(count_transitions(&mut rx), 2);
 }
 
+/// `GET /x` for host `app.test`, already forwarded once (`X-Forwarded-For: 192.0.2.1`), with
+/// a hop-by-hop header named in `Connection`.
+fn forwarded_request() -> http::Request<Bytes> {
+    http::Request::get("/x")
+        .header("host", "app.test")
+        .header("x-forwarded-for", "192.0.2.1")
+        .header("connection", "x-hop")
+        .header("x-hop", "secret")
+        .body(Bytes::new())
+        .unwrap()
+}
+
 #[tokio::test]
 async fn proxy_headers_and_error_statuses() {
     let b = backends(&["a"]).await;
@@ -341,14 +353,7 @@ response_header = "200ms"
 "#;
     let (balancer, _rx) = start(&config_text(&b, &[], extra)).await;
     let mut client = Client::new(balancer.local_addrs()[0]);
-    let request = http::Request::get("/x")
-        .header("host", "app.test")
-        .header("x-forwarded-for", "192.0.2.1")
-        .header("connection", "x-hop")
-        .header("x-hop", "secret")
-        .body(Bytes::new())
-        .unwrap();
-    let answer = client.request(request).await;
+    let answer = client.request(forwarded_request()).await;
     assert_eq!(answer.status, 200);
     assert_eq!(answer.headers.get("x-seen-host").unwrap(), "app.test");
     assert_eq!(
@@ -380,14 +385,7 @@ async fn forwarded_headers_can_be_turned_off_per_listener() {
     assert!(text.contains("forwarded_headers = false"), "{text}");
     let (balancer, _rx) = start(&text).await;
     let mut client = Client::new(balancer.local_addrs()[0]);
-    let request = http::Request::get("/x")
-        .header("host", "app.test")
-        .header("x-forwarded-for", "192.0.2.1")
-        .header("connection", "x-hop")
-        .header("x-hop", "secret")
-        .body(Bytes::new())
-        .unwrap();
-    let answer = client.request(request).await;
+    let answer = client.request(forwarded_request()).await;
     assert_eq!(answer.status, 200);
     assert_eq!(answer.headers.get("x-seen-xff").unwrap(), "192.0.2.1");
     assert!(answer.headers.get("x-seen-proto").is_none());
