@@ -21,7 +21,7 @@ use capataz::server::Balancer;
 use capataz_health::Outcome;
 use tokio::io::AsyncWriteExt;
 
-use crate::support::balancer::start;
+use crate::support::balancer::{start, ConfigText};
 use crate::support::raw::{read_body, read_head, RawBackend};
 
 /// A balancer with one listener and one pool `web` over `backends`, no probes, and a passive
@@ -43,39 +43,25 @@ async fn balancer_with(
     timeouts: &str,
     pool: &str,
 ) -> (Balancer, SocketAddr) {
-    let list: Vec<String> = backends
+    let entries: Vec<(String, SocketAddr)> = backends
         .iter()
         .enumerate()
-        .map(|(i, addr)| format!("{{ name = \"b{i}\", address = \"{addr}\" }}"))
+        .map(|(i, addr)| (format!("b{i}"), *addr))
         .collect();
-    let text = format!(
-        r#"
-[[listeners]]
-address = "127.0.0.1:0"
-{listener}
-
-[pools.web]
-backends = [{}]
-{pool}
-{retries}
-
-[pools.web.active]
-kind = "none"
-
-[pools.web.passive]
-consecutive_errors = 1
-max_ejected_percent = 100
-
-[pools.web.timeouts]
-{timeouts}
-"#,
-        list.join(", "),
-        retries = if pool.contains("retries") {
-            ""
-        } else {
-            "retries = { attempts = 0 }"
-        },
-    );
+    let retries = if pool.contains("retries") {
+        ""
+    } else {
+        "retries = { attempts = 0 }"
+    };
+    let text = ConfigText::new(&entries)
+        .listener(listener)
+        .extra(&format!(
+            "{pool}\n{retries}\n\n\
+             [pools.web.active]\nkind = \"none\"\n\n\
+             [pools.web.passive]\nconsecutive_errors = 1\nmax_ejected_percent = 100\n\n\
+             [pools.web.timeouts]\n{timeouts}\n"
+        ))
+        .build();
     let (balancer, _events) = start(&text).await;
     let addr = balancer.local_addrs()[0];
     (balancer, addr)
