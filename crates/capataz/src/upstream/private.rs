@@ -83,10 +83,11 @@ impl PrivateIdle {
     }
 
     /// Closes the connections that sat idle too long or that the backend closed (or sent
-    /// stray bytes on) by `now`.
-    pub fn reap(&self, now: Instant) {
+    /// stray bytes on). The clock is read only when some connection is kept.
+    pub fn reap(&self) {
         let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         if !conns.is_empty() {
+            let now = Instant::now();
             conns.retain_mut(|p| p.usable(now));
         }
     }
