@@ -76,9 +76,9 @@ pub struct Lease {
     /// Where the connection goes back: the client connection's own idle set, or (`None`) the
     /// backend's shared one.
     private: Option<Arc<PrivateIdle>>,
-    /// The connection, and when its response arrived.
+    /// The connection, and when its response arrived: set once the body has ended whole and
+    /// the connection may carry another request.
     sender: Option<(BackendStream, Instant)>,
-    complete: bool,
     /// The answer to report to the passive checks when the lease ends (its status).
     verdict: Option<Outcome>,
     /// How the body failed before its end, if it did: judged instead of the answer.
@@ -101,7 +101,6 @@ impl Lease {
             index,
             private,
             sender: None,
-            complete: false,
             verdict: None,
             failed: None,
         }
@@ -112,8 +111,10 @@ impl Lease {
         self.private.as_deref()
     }
 
-    pub(crate) fn set_sender(&mut self, sender: BackendStream, answered_at: Instant) {
-        self.sender = Some((sender, answered_at));
+    /// The body has ended whole: `sender`, the connection if it may carry another request,
+    /// goes back when the lease ends.
+    fn complete(&mut self, sender: Option<BackendStream>, answered_at: Instant) {
+        self.sender = sender.map(|sender| (sender, answered_at));
     }
 
     /// Reports `answer` for the backend when the lease ends: as is if the body ended whole or
@@ -136,12 +137,10 @@ impl Drop for Lease {
                 self.pool.observe(self.index, outcome);
             }
         }
-        if self.complete {
-            if let Some((sender, answered_at)) = self.sender.take() {
-                backend
-                    .upstream
-                    .release(sender, answered_at, self.private.as_deref());
-            }
+        if let Some((sender, answered_at)) = self.sender.take() {
+            backend
+                .upstream
+                .release(sender, answered_at, self.private.as_deref());
         }
     }
 }
@@ -179,10 +178,7 @@ impl RespBody {
         let mut inner = ResponseStream::new(stream, buf, framing, body_idle);
         if inner.is_done() {
             // Nothing to stream: the connection is ready again now.
-            if let Some(stream) = inner.finish() {
-                lease.set_sender(stream, answered_at);
-                lease.complete = true;
-            }
+            lease.complete(inner.finish(), answered_at);
             drop(lease);
             return RespBody::Full(None);
         }
@@ -216,10 +212,7 @@ impl UpstreamBody {
     fn finish(&mut self) {
         let stream = self.inner.finish();
         if let Some(mut lease) = self.lease.take() {
-            if let Some(stream) = stream {
-                lease.set_sender(stream, self.answered_at);
-            }
-            lease.complete = true;
+            lease.complete(stream, self.answered_at);
         }
     }
 

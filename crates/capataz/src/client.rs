@@ -250,7 +250,7 @@ async fn watch_connection(
                     shared.close(ABORT);
                     return;
                 }
-                private.reap(std::time::Instant::now());
+                private.reap();
             }
         }
     }

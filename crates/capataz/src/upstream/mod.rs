@@ -121,7 +121,7 @@ impl Upstream {
     fn pop_idle(&self, now: Instant) -> Option<BackendStream> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         while let Some((mut stream, since)) = idle.pop() {
-            if now.saturating_duration_since(since) < self.idle_timeout && stream.still_open() {
+            if usable(&mut stream, since, self.idle_timeout, now) {
                 return Some(stream);
             }
         }
@@ -149,21 +149,21 @@ impl Upstream {
 
     /// Drops idle connections that were closed or sat idle longer than the idle timeout.
     pub fn reap(&self) {
+        let now = Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        idle.retain_mut(|(stream, since)| {
-            since.elapsed() < self.idle_timeout && stream.still_open()
-        });
+        idle.retain_mut(|(stream, since)| usable(stream, *since, self.idle_timeout, now));
     }
+}
 
-    /// Drops every idle connection.
-    pub fn clear(&self) {
-        self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
-    }
-
-    /// How many idle connections are kept.
-    pub fn idle_count(&self) -> usize {
-        self.idle.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
+/// Whether an idle connection, idle since `since`, may still carry a request at `now`: idle
+/// less than `idle_timeout`, and neither closed by the backend nor holding stray bytes.
+fn usable(
+    stream: &mut BackendStream,
+    since: Instant,
+    idle_timeout: Duration,
+    now: Instant,
+) -> bool {
+    now.saturating_duration_since(since) < idle_timeout && stream.still_open()
 }
 
 #[cfg(test)]

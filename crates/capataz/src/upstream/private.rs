@@ -19,7 +19,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::{BackendStream, Transport, Upstream};
+use super::{BackendStream, Upstream};
 
 /// The most idle backend connections one client connection keeps.
 pub const MAX_PRIVATE: usize = 8;
@@ -45,7 +45,7 @@ struct Parked {
 
 impl Parked {
     fn usable(&mut self, now: Instant) -> bool {
-        now.saturating_duration_since(self.since) < self.idle_timeout && self.stream.still_open()
+        super::usable(&mut self.stream, self.since, self.idle_timeout, now)
     }
 }
 
@@ -83,21 +83,12 @@ impl PrivateIdle {
     }
 
     /// Closes the connections that sat idle too long or that the backend closed (or sent
-    /// stray bytes on) by `now`.
-    pub fn reap(&self, now: Instant) {
+    /// stray bytes on). The clock is read only when some connection is kept.
+    pub fn reap(&self) {
         let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         if !conns.is_empty() {
+            let now = Instant::now();
             conns.retain_mut(|p| p.usable(now));
         }
-    }
-
-    /// How many connections are kept.
-    pub fn len(&self) -> usize {
-        self.conns.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    /// Whether none is kept.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }

@@ -12,6 +12,34 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
 use super::{exchange, ExchangeTimeouts, Outgoing, ResponseStream, Transport};
 
+/// An in-memory stream: the same HTTP/1.1 client over something not TCP. Its reads go through
+/// tokio's `read_buf`, and its reuse check looks for bytes with a waker that wakes nothing.
+impl Transport for DuplexStream {
+    type ReadHalf<'a> = tokio::io::ReadHalf<&'a mut DuplexStream>;
+    type WriteHalf<'a> = tokio::io::WriteHalf<&'a mut DuplexStream>;
+
+    fn split(&mut self) -> (Self::ReadHalf<'_>, Self::WriteHalf<'_>) {
+        tokio::io::split(self)
+    }
+
+    fn poll_read_buf(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut BytesMut,
+    ) -> Poll<std::io::Result<usize>> {
+        let read = self.read_buf(buf);
+        tokio::pin!(read);
+        std::future::Future::poll(read, cx)
+    }
+
+    fn still_open(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        let mut buf = tokio::io::ReadBuf::new(&mut byte);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        tokio::io::AsyncRead::poll_read(Pin::new(self), &mut cx, &mut buf).is_pending()
+    }
+}
+
 const TIMEOUTS: ExchangeTimeouts = ExchangeTimeouts {
     response_header: Duration::from_secs(10),
     body_idle: Duration::from_secs(10),

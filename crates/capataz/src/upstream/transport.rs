@@ -5,7 +5,6 @@
 //! `BackendStream`, with no change to framing.
 
 use std::io;
-use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::BytesMut;
@@ -74,53 +73,5 @@ impl Transport for TcpStream {
     fn still_open(&mut self) -> bool {
         let mut byte = [0u8; 1];
         matches!(self.try_read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
-    }
-}
-
-/// The pieces any other stream can use: a read through tokio's `read_buf`, and a look for
-/// bytes with a waker that wakes nothing.
-pub mod generic {
-    use super::*;
-    use tokio::io::AsyncReadExt;
-
-    /// `Transport::poll_read_buf` for any `AsyncRead`.
-    pub fn poll_read_buf<S: AsyncRead + Unpin>(
-        stream: &mut S,
-        cx: &mut Context<'_>,
-        buf: &mut BytesMut,
-    ) -> Poll<io::Result<usize>> {
-        let read = stream.read_buf(buf);
-        tokio::pin!(read);
-        std::future::Future::poll(read, cx)
-    }
-
-    /// `Transport::still_open` for any `AsyncRead`: nothing to read yet, and not closed.
-    pub fn still_open<S: AsyncRead + Unpin>(stream: &mut S) -> bool {
-        let mut byte = [0u8; 1];
-        let mut buf = tokio::io::ReadBuf::new(&mut byte);
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        Pin::new(stream).poll_read(&mut cx, &mut buf).is_pending()
-    }
-}
-
-/// An in-memory stream (tests and tools): the same HTTP/1.1 client over something not TCP.
-impl Transport for tokio::io::DuplexStream {
-    type ReadHalf<'a> = tokio::io::ReadHalf<&'a mut tokio::io::DuplexStream>;
-    type WriteHalf<'a> = tokio::io::WriteHalf<&'a mut tokio::io::DuplexStream>;
-
-    fn split(&mut self) -> (Self::ReadHalf<'_>, Self::WriteHalf<'_>) {
-        tokio::io::split(self)
-    }
-
-    fn poll_read_buf(
-        &mut self,
-        cx: &mut Context<'_>,
-        buf: &mut BytesMut,
-    ) -> Poll<io::Result<usize>> {
-        generic::poll_read_buf(self, cx, buf)
-    }
-
-    fn still_open(&mut self) -> bool {
-        generic::still_open(self)
     }
 }
