@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capataz_health::pool::human_duration;
-use capataz_health::{Ejection, Reason, State, TrafficRule};
+use capataz_health::{Ejection, EjectionPolicy, Reason, State, TrafficRule};
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize;
 use serde_json::ser::PrettyFormatter;
@@ -149,11 +149,11 @@ pub fn explain(pool: &PoolRt, view: &BackendView) -> String {
             " on probation since {}: one good response readmits it, one traffic error ejects it again for {}",
             clock_of(since),
             human_duration(
-                config
-                    .passive
-                    .ejection_time
-                    .saturating_mul(passive.times_ejected.saturating_add(1))
-                    .min(config.passive.max_ejection_time)
+                EjectionPolicy {
+                    base: config.passive.ejection_time,
+                    max: config.passive.max_ejection_time,
+                }
+                .duration(passive.times_ejected.saturating_add(1))
             )
         ),
         _ => String::new(),
