@@ -254,6 +254,11 @@ impl PoolRt {
             backends.push(Arc::new(rt));
         }
         let engine = Rotation::new(settings, engine_policy(&config), joins, now);
+        // A kept backend may carry an error streak, an ejection or a probation: its traffic
+        // must reach the engine from the first response.
+        for (i, rt) in backends.iter().enumerate() {
+            rt.watched.store(engine.needs_traffic(i), Ordering::Relaxed);
+        }
         let pool = Arc::new_cyclic(|me: &Weak<PoolRt>| {
             let sink: Weak<dyn TrafficSink> = me.clone();
             PoolRt {
