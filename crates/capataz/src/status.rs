@@ -232,7 +232,7 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
             "at": rfc3339(at),
             "from": t.from.as_str(),
             "to": t.to.as_str(),
-            "side": crate::health::reason_side(&t.reason),
+            "side": t.reason.side().as_str(),
             "reason": t.reason.to_string(),
         })
     });

@@ -28,8 +28,8 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime};
 
 use capataz_health::{
-    BackendHealth, Carried, EjectionPolicy, Join, Outcome, Policy, ProbeRule, Reason, Rotation,
-    Settings, Side, State, TrafficRule, Transition, WhenAllDown,
+    BackendHealth, Carried, EjectionPolicy, Join, Outcome, Policy, ProbeRule, Rotation, Settings,
+    State, TrafficRule, Transition, WhenAllDown,
 };
 use tokio::sync::{broadcast, Notify};
 
@@ -416,13 +416,5 @@ impl TrafficSink for PoolRt {
     fn handle_traffic(&self, pool: &PoolHandle, backend: usize, outcome: Outcome) {
         debug_assert!(std::ptr::eq(pool, &*self.handle));
         self.judge_traffic(backend, outcome);
-    }
-}
-
-/// The reason of a transition, for the explain sentence: the side and the streak.
-pub fn reason_side(reason: &Reason) -> &'static str {
-    match reason.side() {
-        Side::Active => "active",
-        Side::Passive => "passive",
     }
 }

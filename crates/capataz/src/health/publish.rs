@@ -141,7 +141,7 @@ impl PoolRt {
         let sentence = event.sentence();
         let change = event.change();
         let side = match &event {
-            Event::Transition { transition, .. } => Some(super::reason_side(&transition.reason)),
+            Event::Transition { transition, .. } => Some(transition.reason.side().as_str()),
             _ => None,
         };
         let policy = match &event {
