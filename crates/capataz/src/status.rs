@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capataz_health::pool::human_duration;
+use capataz_health::rotation::ramp::full_tenths;
 use capataz_health::{Ejection, EjectionPolicy, Reason, State, TrafficRule};
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize;
@@ -158,7 +159,7 @@ pub fn explain(pool: &PoolRt, view: &BackendView) -> String {
         ),
         _ => String::new(),
     };
-    let ramp = if view.effective_weight_tenths < view.backend.weight.saturating_mul(10) {
+    let ramp = if view.effective_weight_tenths < full_tenths(view.backend.weight) {
         format!(
             "; slow start: weight {:.1} of {}",
             f64::from(view.effective_weight_tenths) / 10.0,
