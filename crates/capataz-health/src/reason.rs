@@ -16,6 +16,16 @@ pub enum Side {
     Passive,
 }
 
+impl Side {
+    /// `active` or `passive`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::Active => "active",
+            Side::Passive => "passive",
+        }
+    }
+}
+
 /// One ejection, as reported in a [`Reason`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EjectionInfo {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 pub use capataz_health::OverrideKind;
-use capataz_health::{AllDown, Side, Transition};
+use capataz_health::{AllDown, Transition};
 use serde_json::json;
 
 use crate::timefmt;
@@ -162,11 +162,7 @@ impl Event {
         }
         match self {
             Event::Transition { transition, .. } => {
-                let side = match transition.reason.side() {
-                    Side::Active => "active",
-                    Side::Passive => "passive",
-                };
-                object.insert("side".into(), side.into());
+                object.insert("side".into(), transition.reason.side().as_str().into());
             }
             Event::AllDown { policy, .. } => {
                 object.insert("policy".into(), policy.policy().into());

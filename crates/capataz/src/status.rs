@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capataz_health::pool::human_duration;
-use capataz_health::{Ejection, Reason, State, TrafficRule};
+use capataz_health::rotation::ramp::full_tenths;
+use capataz_health::{Ejection, EjectionPolicy, Reason, State, TrafficRule};
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize;
 use serde_json::ser::PrettyFormatter;
@@ -149,16 +150,16 @@ pub fn explain(pool: &PoolRt, view: &BackendView) -> String {
             " on probation since {}: one good response readmits it, one traffic error ejects it again for {}",
             clock_of(since),
             human_duration(
-                config
-                    .passive
-                    .ejection_time
-                    .saturating_mul(passive.times_ejected.saturating_add(1))
-                    .min(config.passive.max_ejection_time)
+                EjectionPolicy {
+                    base: config.passive.ejection_time,
+                    max: config.passive.max_ejection_time,
+                }
+                .duration(passive.times_ejected.saturating_add(1))
             )
         ),
         _ => String::new(),
     };
-    let ramp = if view.effective_weight_tenths < view.backend.weight.saturating_mul(10) {
+    let ramp = if view.effective_weight_tenths < full_tenths(view.backend.weight) {
         format!(
             "; slow start: weight {:.1} of {}",
             f64::from(view.effective_weight_tenths) / 10.0,
@@ -232,7 +233,7 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
             "at": rfc3339(at),
             "from": t.from.as_str(),
             "to": t.to.as_str(),
-            "side": crate::health::reason_side(&t.reason),
+            "side": t.reason.side().as_str(),
             "reason": t.reason.to_string(),
         })
     });

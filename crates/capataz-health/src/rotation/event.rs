@@ -29,11 +29,6 @@ impl OverrideKind {
             OverrideKind::Up => "up",
         }
     }
-
-    /// The effective state it puts a backend in: `DRAINING`, `FORCED_DOWN`, `FORCED_UP`.
-    pub fn state(self) -> &'static str {
-        Effective::from_override(self).as_str()
-    }
 }
 
 /// A manual override in force.

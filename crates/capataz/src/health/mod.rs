@@ -28,8 +28,8 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime};
 
 use capataz_health::{
-    BackendHealth, Carried, EjectionPolicy, Join, Outcome, Policy, ProbeRule, Reason, Rotation,
-    Settings, Side, State, TrafficRule, Transition, WhenAllDown,
+    BackendHealth, Carried, EjectionPolicy, Join, Outcome, Policy, ProbeRule, Rotation, Settings,
+    State, TrafficRule, Transition, WhenAllDown,
 };
 use tokio::sync::{broadcast, Notify};
 
@@ -254,6 +254,11 @@ impl PoolRt {
             backends.push(Arc::new(rt));
         }
         let engine = Rotation::new(settings, engine_policy(&config), joins, now);
+        // A kept backend may carry an error streak, an ejection or a probation: its traffic
+        // must reach the engine from the first response.
+        for (i, rt) in backends.iter().enumerate() {
+            rt.watched.store(engine.needs_traffic(i), Ordering::Relaxed);
+        }
         let pool = Arc::new_cyclic(|me: &Weak<PoolRt>| {
             let sink: Weak<dyn TrafficSink> = me.clone();
             PoolRt {
@@ -411,13 +416,5 @@ impl TrafficSink for PoolRt {
     fn handle_traffic(&self, pool: &PoolHandle, backend: usize, outcome: Outcome) {
         debug_assert!(std::ptr::eq(pool, &*self.handle));
         self.judge_traffic(backend, outcome);
-    }
-}
-
-/// The reason of a transition, for the explain sentence: the side and the streak.
-pub fn reason_side(reason: &Reason) -> &'static str {
-    match reason.side() {
-        Side::Active => "active",
-        Side::Passive => "passive",
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use capataz_health::pool::{human_duration, Active};
 use capataz_health::rotation::{Event as EngineEvent, OverrideCause, OverrideChange};
-use capataz_health::{Side, State};
+use capataz_health::State;
 
 use super::{Inner, PoolRt};
 use crate::balance::Snapshot;
@@ -141,10 +141,7 @@ impl PoolRt {
         let sentence = event.sentence();
         let change = event.change();
         let side = match &event {
-            Event::Transition { transition, .. } => Some(match transition.reason.side() {
-                Side::Active => "active",
-                Side::Passive => "passive",
-            }),
+            Event::Transition { transition, .. } => Some(transition.reason.side().as_str()),
             _ => None,
         };
         let policy = match &event {

@@ -115,3 +115,33 @@ async fn rebuilding_a_pool_builds_backends_without_the_old_pools_lock() {
     assert_eq!(second.snapshot().eligible.len(), n - 1);
     assert!(first.inner.try_lock().is_ok());
 }
+
+/// Regression (review of issue 10): a pool rebuilt by a reload started every backend's
+/// `watched` flag false, even a kept backend with an error streak, so its next good response
+/// skipped the engine and did not clear the streak: two errors, a reload, a good response and
+/// one more error ejected it, though the errors were not consecutive.
+#[tokio::test(start_paused = true)]
+async fn a_kept_backends_error_streak_is_cleared_by_a_good_response_after_a_reload() {
+    let n = 4;
+    let config = pool_of(n);
+    let families = Families::register(&mut Registry::default(), HistogramScope::Pool);
+    let (events, _rx) = broadcast::channel(64);
+    let clock = Clock::start();
+    let first = PoolRt::new(
+        config.clone(),
+        events.clone(),
+        clock,
+        None,
+        false,
+        &families,
+    );
+    first.observe(0, Outcome::Status(502));
+    first.observe(0, Outcome::Status(502));
+    assert_eq!(first.health()[0].passive.error_streak, 2);
+    let second = PoolRt::new(config, events, clock, Some(&first), false, &families);
+    assert_eq!(second.health()[0].passive.error_streak, 2);
+    second.observe(0, Outcome::Status(200));
+    assert_eq!(second.health()[0].passive.error_streak, 0);
+    second.observe(0, Outcome::Status(502));
+    assert_eq!(second.snapshot().eligible.len(), n);
+}

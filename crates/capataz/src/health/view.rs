@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use capataz_health::{BackendHealth, Outcome, ProbeResult, Transition};
+use capataz_health::{BackendHealth, Effective, Outcome, ProbeResult, Transition};
 
 use super::{BackendRt, Inner, OverrideKind, PoolRt};
 
@@ -67,10 +67,7 @@ impl BackendView {
     /// The effective state: the override's (`DRAINING`, `FORCED_DOWN`, `FORCED_UP`), else the
     /// verdict (`UP`, `DOWN`).
     pub fn state(&self) -> &'static str {
-        match self.info.override_ {
-            Some(o) => o.kind.state(),
-            None => self.health.verdict().as_str(),
-        }
+        Effective::of(self.health.verdict(), self.info.override_.map(|o| o.kind)).as_str()
     }
 }
 
