@@ -12,9 +12,11 @@ use std::time::Duration;
 use capataz_health::{State, StatusSet};
 
 mod check;
+mod cidr;
 mod parse;
 
 pub use check::{check, Warning};
+pub use cidr::{Cidr, CidrError};
 pub use parse::{load, parse_str, parse_unresolved, ConfigError, Unresolved};
 
 /// The longest duration a config value or an admin TTL may be: one year (`8760h`).
@@ -170,6 +172,18 @@ pub struct ListenerConfig {
     /// Whether requests get `X-Forwarded-For` (the client's address appended) and
     /// `X-Forwarded-Proto` on their way to a backend (default true).
     pub forwarded_headers: bool,
+    /// `proxy_protocol`: the sources whose connections start with a PROXY protocol header
+    /// (version 1 or 2) giving the real client's address; `None` (the default) reads none.
+    pub proxy_protocol: Option<ProxyProtocolConfig>,
+}
+
+/// A listener's `proxy_protocol` table: who may say who the client is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyProtocolConfig {
+    /// The address blocks trusted to send a header (at least one). A connection from one of
+    /// them must start with a header; a connection from anywhere else is served as a direct
+    /// client, its bytes never read as a header.
+    pub trusted: Vec<Cidr>,
 }
 
 /// A route: a match on Host and/or path prefix, and the pool that serves it.

@@ -68,8 +68,15 @@ pub(super) struct RawListener {
     pub(super) request_body_timeout: Option<Spanned<Value>>,
     pub(super) max_header_bytes: Option<Spanned<i64>>,
     pub(super) forwarded_headers: Option<bool>,
+    pub(super) proxy_protocol: Option<Spanned<RawProxyProtocol>>,
     #[serde(default)]
     pub(super) routes: Vec<Spanned<RawRoute>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawProxyProtocol {
+    pub(super) trusted: Option<Vec<Spanned<String>>>,
 }
 
 #[derive(Deserialize)]

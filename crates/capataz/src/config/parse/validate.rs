@@ -9,6 +9,7 @@
 mod admin;
 mod alerts;
 mod pool;
+mod proxy_protocol;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -237,6 +238,10 @@ impl Validator<'_> {
                 1024..=1_048_576,
             )? as usize,
             forwarded_headers: raw.forwarded_headers.unwrap_or(true),
+            proxy_protocol: match raw.proxy_protocol {
+                None => None,
+                Some(table) => Some(self.proxy_protocol(&at, table)?),
+            },
         })
     }
 

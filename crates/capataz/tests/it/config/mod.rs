@@ -5,6 +5,7 @@
 
 mod errors;
 mod log_level;
+mod proxy_protocol;
 mod values;
 mod warnings;
 
