@@ -276,10 +276,8 @@ impl Validator<'_> {
                 default.max_frame_size,
                 16_384..=16_777_215,
             )?,
-            keepalive_interval: self.optional_duration(
-                &raw.keepalive_interval,
-                &format!("{at}.keepalive_interval"),
-            )?,
+            keepalive_interval: self
+                .optional_duration(&raw.keepalive_interval, &format!("{at}.keepalive_interval"))?,
             keepalive_timeout: self.duration(
                 &raw.keepalive_timeout,
                 &format!("{at}.keepalive_timeout"),
