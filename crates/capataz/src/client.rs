@@ -22,10 +22,10 @@
 //! The watcher also closes the connection's private idle backend connections (see
 //! `upstream::PrivateIdle`) once they sat idle longer than their backend's `timeouts.idle`.
 //!
-//! For HTTP/2 the same counters give: `idle_timeout`, no stream in progress and no byte moved
-//! either way for that long (PINGs and SETTINGS count: a client that keeps them coming keeps
-//! its connection); the connection is then closed with a GOAWAY (and dropped if it is still
-//! open a second later). `header_read_timeout` applies only until the protocol is known (a
+//! For HTTP/2 the same counters give: `idle_timeout`, no stream in progress and none started
+//! for that long, whatever other frames come and go (PINGs, capataz's keep-alive PINGs
+//! included, keep no connection open, as with Envoy's `idle_timeout`); the connection is then
+//! closed with a GOAWAY (and dropped if it is still open a second later). `header_read_timeout` applies only until the protocol is known (a
 //! client that sends part of a preface or of a request line and stalls); a stream's headers
 //! are bounded by the listener's `max_header_bytes` and hyper's CONTINUATION limit, and the
 //! wait for them by `idle_timeout`.
@@ -490,8 +490,14 @@ fn timed_out(
         shared.writes.load(Ordering::Relaxed),
         shared.served.load(Ordering::Relaxed),
     );
+    let h2 = shared.h2.load(Ordering::Relaxed);
     let wrote = counters.1 != seen.1;
-    let moved = counters != *seen;
+    // HTTP/2 moves frames of its own (PING, SETTINGS, WINDOW_UPDATE): only streams count.
+    let moved = if h2 {
+        counters.2 != seen.2
+    } else {
+        counters != *seen
+    };
     *seen = counters;
     if shared.active.load(Ordering::Relaxed) > 0 {
         *quiet_since = now;
@@ -499,7 +505,6 @@ fn timed_out(
         return false;
     }
     // HTTP/2 has no head to time between requests: only idleness counts.
-    let h2 = shared.h2.load(Ordering::Relaxed);
     if !h2 && reads > shared.reads_at_rest.load(Ordering::Relaxed) {
         // A head is arriving. (A write means a response is still going out, pipelined
         // requests queued behind it; the head's time starts after.)

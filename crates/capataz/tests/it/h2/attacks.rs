@@ -263,3 +263,97 @@ async fn streams_beyond_max_concurrent_streams_are_refused() {
     let _ = read_to_end(&mut read, Duration::from_millis(200)).await;
     assert_eq!(backend.hits(), 2);
 }
+
+#[tokio::test]
+async fn a_flood_of_empty_data_frames_gets_a_goaway() {
+    let backend = crate::support::raw::length_backend().await;
+    let (balancer, addr, _events) = balancer(&[backend.entry("b0")], "", "").await;
+    let (mut read, mut write, _) = handshake(addr).await;
+    let block = request_block("POST", "app.test", "/");
+    write
+        .write_all(&headers(1, &block, false, true))
+        .await
+        .unwrap();
+    let chunk: Vec<u8> = (0..1000).flat_map(|_| data(1, &[], false)).collect();
+    let writer =
+        tokio::spawn(
+            async move { flood(&mut write, &chunk, 64 << 20, Duration::from_secs(2)).await },
+        );
+    let ending = read_to_end(&mut read, DEADLINE).await;
+    let sent = writer.await.unwrap();
+    assert!(ending.closed, "{ending:?}");
+    assert_eq!(
+        ending.goaways.last(),
+        Some(&ENHANCE_YOUR_CALM),
+        "{ending:?}"
+    );
+    assert!(
+        sent < 64 << 20,
+        "the server stopped taking frames: {sent} bytes"
+    );
+    // The cancelled upload is the client's doing: nothing charged.
+    assert_eq!(super::charged(&balancer, 0), []);
+}
+
+#[tokio::test]
+async fn pings_do_not_keep_an_idle_connection_open() {
+    let backend = silent_backend().await;
+    let (_balancer, addr, _events) =
+        balancer(&[backend.entry("b0")], "idle_timeout = \"300ms\"", "").await;
+    let (read, mut write, _) = handshake(addr).await;
+    let reader = tokio::spawn(async move {
+        let mut read = read;
+        read_to_end(&mut read, DEADLINE).await
+    });
+    // A PING every 50 ms, acknowledgements read, and no stream: still idle.
+    let mut pings = 0;
+    while !reader.is_finished() && pings < 400 {
+        if write.write_all(&ping(*b"stayhere")).await.is_err() {
+            break;
+        }
+        pings += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ending = reader.await.unwrap();
+    assert!(ending.closed, "{ending:?}");
+    assert_eq!(
+        ending.goaways.first(),
+        Some(&crate::support::h2frames::NO_ERROR)
+    );
+    assert!(pings < 400, "closed after {pings} pings");
+}
+
+#[tokio::test]
+async fn a_stream_of_refused_streams_gets_a_goaway() {
+    let backend = silent_backend().await;
+    let (_balancer, addr, _events) = balancer(
+        &[backend.entry("b0")],
+        "[listeners.http2]\nmax_concurrent_streams = 1",
+        "",
+    )
+    .await;
+    let (mut read, mut write, _) = handshake(addr).await;
+    let block = request_block("GET", "app.test", "/");
+    write
+        .write_all(&headers(1, &block, true, true))
+        .await
+        .unwrap();
+    wait_until("one request at the backend", || backend.hits() == 1).await;
+    let mut more = Vec::new();
+    for i in 0..2_000u32 {
+        more.extend(headers(3 + 2 * i, &block, true, true));
+    }
+    let writer =
+        tokio::spawn(
+            async move { flood(&mut write, &more, more.len(), Duration::from_secs(2)).await },
+        );
+    let ending = read_to_end(&mut read, DEADLINE).await;
+    drop(writer.await.unwrap());
+    assert!(ending.closed, "{ending:?}");
+    assert_eq!(
+        ending.goaways.last(),
+        Some(&ENHANCE_YOUR_CALM),
+        "{ending:?}"
+    );
+    assert_eq!(backend.hits(), 1);
+}

@@ -291,3 +291,28 @@ async fn a_listener_without_h2c_does_not_speak_http2() {
     );
     assert_eq!(backend.hits(), 0);
 }
+
+#[tokio::test]
+async fn connection_specific_fields_in_an_h2_request_reset_the_stream() {
+    let backend = echo_backend("echo").await;
+    let (_balancer, addr, _events) = balancer(&[backend.entry("echo")], "", "").await;
+    let (mut read, mut write, _) = handshake(addr).await;
+    for (id, field) in [(1, ("connection", "keep-alive")), (3, ("te", "gzip"))] {
+        let mut block = h2frames::request_block("GET", "app.test", "/");
+        block.extend(hpack(&[field]));
+        write
+            .write_all(&headers(id, &block, true, true))
+            .await
+            .unwrap();
+        let reset = loop {
+            let frame = h2frames::read_frame(&mut read).await.expect("frames");
+            if frame.kind == h2frames::RST_STREAM {
+                break frame;
+            }
+        };
+        assert_eq!(reset.stream, id);
+        // PROTOCOL_ERROR
+        assert_eq!(reset.payload, 1u32.to_be_bytes(), "{field:?}");
+    }
+    assert_eq!(backend.hits(), 0);
+}
