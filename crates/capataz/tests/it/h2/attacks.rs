@@ -348,7 +348,7 @@ async fn a_stream_of_refused_streams_gets_a_goaway() {
             async move { flood(&mut write, &more, more.len(), Duration::from_secs(2)).await },
         );
     let ending = read_to_end(&mut read, DEADLINE).await;
-    drop(writer.await.unwrap());
+    let _sent = writer.await.unwrap();
     assert!(ending.closed, "{ending:?}");
     assert_eq!(
         ending.goaways.last(),

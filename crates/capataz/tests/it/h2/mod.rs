@@ -5,9 +5,9 @@
 //! `curl --http2-prior-knowledge`.
 
 mod attacks;
-mod curl;
 mod requests;
 mod resilience;
+mod third_party;
 
 use std::net::SocketAddr;
 
