@@ -596,3 +596,86 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for CountingIo<IO> {
         Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits {
+            idle_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(2),
+            max_buf: 8192,
+            max_header_list: 16384,
+            http2: Http2Config::default(),
+        }
+    }
+
+    /// Looks at `shared` every second for `secs` seconds, bumping reads (and writes, if
+    /// `writes`) before each look (a chatty peer); the second at which a timeout ran out, if
+    /// one did.
+    fn chatty_for(shared: &Shared, secs: u64, writes: bool) -> Option<u64> {
+        let start = Instant::now();
+        let (mut seen, mut quiet, mut head) = ((0, 0, 0), start, None);
+        (1..=secs).find(|s| {
+            shared.reads.fetch_add(1, Ordering::Relaxed);
+            if writes {
+                shared.writes.fetch_add(1, Ordering::Relaxed);
+            }
+            let now = start + Duration::from_secs(*s);
+            timed_out(shared, limits(), now, &mut seen, &mut quiet, &mut head)
+        })
+    }
+
+    #[test]
+    fn http2_frames_without_a_stream_are_idle_time_not_a_head() {
+        let shared = Shared::new();
+        shared.set_h2(&limits());
+        // PINGs and acks every second, no stream: closed at idle_timeout, never as a slow head.
+        assert_eq!(chatty_for(&shared, 30, true), Some(10));
+        let shared = Shared::new();
+        shared.set_h2(&limits());
+        assert_eq!(chatty_for(&shared, 30, false), Some(10));
+    }
+
+    #[test]
+    fn http1_bytes_without_a_request_are_a_head_arriving() {
+        // Bytes since the first look, no request: the head's 2 s run out at the third look.
+        let shared = Shared::new();
+        assert_eq!(chatty_for(&shared, 30, false), Some(3));
+    }
+
+    #[test]
+    fn an_http2_stream_in_progress_is_never_idle() {
+        let shared = Shared::new();
+        shared.set_h2(&limits());
+        shared.active.fetch_add(1, Ordering::Relaxed);
+        assert_eq!(chatty_for(&shared, 60, true), None);
+    }
+
+    #[test]
+    fn cancelled_requests_beyond_the_answered_ones_close_an_http2_connection() {
+        let shared = Arc::new(Shared::new());
+        let mut limits = limits();
+        limits.http2.max_concurrent_streams = 3;
+        shared.set_h2(&limits);
+        // Two answered, then cancelled ones: more than 3 beyond the 2 answered close it.
+        for _ in 0..2 {
+            InProgress::new(shared.clone()).answered();
+        }
+        for cancelled in 1..=7 {
+            drop(InProgress::new(shared.clone()));
+            let closed = shared.close.load(Ordering::Relaxed) == ABORT;
+            assert_eq!(closed, cancelled > 5, "after {cancelled} cancelled");
+        }
+    }
+
+    #[test]
+    fn cancelled_requests_never_close_an_http1_connection() {
+        let shared = Arc::new(Shared::new());
+        for _ in 0..1000 {
+            drop(InProgress::new(shared.clone()));
+        }
+        assert_eq!(shared.close.load(Ordering::Relaxed), 0);
+    }
+}

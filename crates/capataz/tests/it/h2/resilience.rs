@@ -127,3 +127,38 @@ async fn a_stream_waiting_on_its_answer_is_not_idle() {
     let answer = conn.get("app.test", "/").await;
     assert_eq!(answer.status, StatusCode::OK);
 }
+
+#[tokio::test]
+async fn shutdown_lets_a_stream_in_progress_finish_then_closes_the_connection() {
+    let sims = backends(&["slow"]).await;
+    sims[0].set_traffic(Mode::Delay(Duration::from_millis(400), 200));
+    let (balancer, addr, _events) = balancer(&pairs(&sims), "", "").await;
+    let mut conn = connect(addr).await;
+    let mut sender = conn.sender.clone();
+    let request = tokio::spawn(async move {
+        sender.ready().await.unwrap();
+        let req = crate::support::h2client::request(
+            http::Method::GET,
+            "app.test",
+            "/",
+            crate::support::h2client::empty(),
+        );
+        sender.send_request(req).await.map(|r| r.status())
+    });
+    assert!(sims[0].wait_traffic_hits(1, DEADLINE).await);
+    let shutdown = tokio::spawn(balancer.shutdown(Duration::from_secs(10)));
+    let status = tokio::time::timeout(DEADLINE, request)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.unwrap(), StatusCode::OK);
+    tokio::time::timeout(DEADLINE, &mut conn.conn)
+        .await
+        .expect("the connection ends after its last stream")
+        .unwrap()
+        .unwrap();
+    tokio::time::timeout(DEADLINE, shutdown)
+        .await
+        .unwrap()
+        .unwrap();
+}
