@@ -162,3 +162,71 @@ async fn shutdown_lets_a_stream_in_progress_finish_then_closes_the_connection() 
         .unwrap()
         .unwrap();
 }
+
+#[tokio::test]
+async fn a_stalled_h2_upload_gets_408_and_charges_nothing() {
+    let backend = length_backend().await;
+    let (balancer, addr, _events) = balancer(
+        &[backend.entry("b0")],
+        "request_body_timeout = \"300ms\"",
+        "",
+    )
+    .await;
+    let mut conn = connect(addr).await;
+    let (sender, body) = crate::support::h2client::channel();
+    sender
+        .send(bytes::Bytes::from_static(b"ten bytes!"))
+        .await
+        .unwrap();
+    let req = crate::support::h2client::request(http::Method::POST, "app.test", "/up", body);
+    let answer = conn
+        .send(req)
+        .await
+        .expect("an answer while the body is open");
+    assert_eq!(answer.status, StatusCode::REQUEST_TIMEOUT);
+    assert_eq!(charged(&balancer, 0), []);
+    drop(sender);
+    // The connection serves the next request.
+    let next = conn.get("app.test", "/").await;
+    assert_eq!(next.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_header_list_over_max_header_bytes_gets_431() {
+    let backend = length_backend().await;
+    let (_balancer, addr, _events) =
+        balancer(&[backend.entry("b0")], "max_header_bytes = 4096", "").await;
+    let mut conn = connect(addr).await;
+    let mut req = crate::support::h2client::request(
+        http::Method::GET,
+        "app.test",
+        "/",
+        crate::support::h2client::empty(),
+    );
+    req.headers_mut().insert(
+        "x-big",
+        http::HeaderValue::from_str(&"a".repeat(5000)).unwrap(),
+    );
+    let answer = conn.send(req).await.expect("an answer");
+    assert_eq!(answer.status, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+    assert_eq!(backend.accepted(), 0);
+}
+
+#[tokio::test]
+async fn a_preface_that_stalls_is_cut_at_header_read_timeout() {
+    let backend = length_backend().await;
+    let (_balancer, addr, _events) = balancer(
+        &[backend.entry("b0")],
+        "header_read_timeout = \"200ms\"\nidle_timeout = \"60s\"",
+        "",
+    )
+    .await;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(&h2frames::PREFACE[..10]).await.unwrap();
+    let started = tokio::time::Instant::now();
+    assert!(crate::support::raw::closes(&mut stream).await);
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "not the idle timeout"
+    );
+}
