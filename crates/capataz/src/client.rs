@@ -130,8 +130,7 @@ struct Shared {
     /// Requests the client cancelled before their answer (an HTTP/2 stream reset, or the
     /// connection gone).
     cancelled: AtomicU64,
-    /// Cancelled requests beyond the answered ones that close the connection (HTTP/2 only;
-    /// `u64::MAX` otherwise).
+    /// Cancelled requests beyond the answered ones that close the connection (HTTP/2 only).
     cancel_limit: AtomicU64,
     /// Whether the connection speaks HTTP/2 (its timeouts follow HTTP/2's rules).
     h2: std::sync::atomic::AtomicBool,
@@ -310,8 +309,9 @@ async fn sniff<IO: AsyncRead + Unpin>(io: &mut CountingIo<IO>) -> io::Result<boo
 /// Polls `fut` until it ends or the watcher closes the connection (`None`).
 async fn until_closed<F: Future>(shared: &Shared, fut: F) -> Option<F::Output> {
     let mut fut = pin!(fut);
+    let mut registered = false;
     poll_fn(|cx| {
-        register(shared, cx);
+        register(shared, cx, &mut registered);
         if shared.close.load(Ordering::Acquire) == ABORT {
             return Poll::Ready(None);
         }
@@ -324,8 +324,9 @@ async fn until_closed<F: Future>(shared: &Shared, fut: F) -> Option<F::Output> {
 /// gracefully (`graceful`) when the watcher asks.
 async fn drive<C: Future>(shared: &Shared, mut conn: Pin<&mut C>, graceful: fn(Pin<&mut C>)) {
     let mut closing = false;
+    let mut registered = false;
     poll_fn(|cx| {
-        register(shared, cx);
+        register(shared, cx, &mut registered);
         match shared.close.load(Ordering::Acquire) {
             ABORT => return Poll::Ready(()),
             GRACEFUL if !closing => {
@@ -339,12 +340,12 @@ async fn drive<C: Future>(shared: &Shared, mut conn: Pin<&mut C>, graceful: fn(P
     .await;
 }
 
-/// Registers the connection task's waker for the watcher (once: a spawned task's waker never
-/// changes, so the first one is kept).
-fn register(shared: &Shared, cx: &Context<'_>) {
-    let mut waker = shared.waker.lock().unwrap_or_else(|e| e.into_inner());
-    if waker.is_none() {
-        *waker = Some(cx.waker().clone());
+/// Registers the connection task's waker for the watcher, on a future's first poll only (a
+/// spawned task's waker never changes, so the mutex is not taken per poll).
+fn register(shared: &Shared, cx: &Context<'_>, registered: &mut bool) {
+    if !*registered {
+        *shared.waker.lock().unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
+        *registered = true;
     }
 }
 
@@ -363,10 +364,13 @@ impl InProgress {
         }
     }
 
-    /// The request has its answer (whatever happens to its body).
+    /// The request has its answer (whatever happens to its body). Counted for HTTP/2 only,
+    /// the one protocol with a cancel limit: HTTP/1.1 pays no atomic write for it.
     fn answered(&mut self) {
         self.answered = true;
-        self.shared.answered.fetch_add(1, Ordering::Relaxed);
+        if self.shared.h2.load(Ordering::Relaxed) {
+            self.shared.answered.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -378,7 +382,7 @@ impl Drop for InProgress {
             .store(shared.reads.load(Ordering::Relaxed), Ordering::Relaxed);
         shared.served.fetch_add(1, Ordering::Relaxed);
         shared.active.fetch_sub(1, Ordering::Relaxed);
-        if !self.answered {
+        if !self.answered && shared.h2.load(Ordering::Relaxed) {
             // Cancelled by the client before its answer: a rapid reset, if it goes on.
             let cancelled = shared.cancelled.fetch_add(1, Ordering::Relaxed) + 1;
             let allowed = shared
