@@ -25,10 +25,11 @@
 //! For HTTP/2 the same counters give: `idle_timeout`, no stream in progress and none started
 //! for that long, whatever other frames come and go (PINGs, capataz's keep-alive PINGs
 //! included, keep no connection open, as with Envoy's `idle_timeout`); the connection is then
-//! closed with a GOAWAY (and dropped if it is still open a second later). `header_read_timeout` applies only until the protocol is known (a
-//! client that sends part of a preface or of a request line and stalls); a stream's headers
-//! are bounded by the listener's `max_header_bytes` and hyper's CONTINUATION limit, and the
-//! wait for them by `idle_timeout`.
+//! closed with a GOAWAY (and dropped if it is still open a second later).
+//! `header_read_timeout` applies only until the protocol is known (a client that sends part of
+//! a preface or of a request line and stalls); a stream's headers are bounded by the
+//! listener's `max_header_bytes` and h2's CONTINUATION limit, and the wait for them by
+//! `idle_timeout`.
 //!
 //! A client that cancels its HTTP/2 requests before their answers (RST_STREAM, the "rapid
 //! reset" attack, CVE-2023-44487) has its connection dropped once it has cancelled more than
@@ -47,7 +48,7 @@ use std::future::{poll_fn, Future};
 use std::io;
 use std::net::SocketAddr;
 use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -105,8 +106,8 @@ const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// How long an HTTP/2 connection closed for being idle has to go after its GOAWAY.
 const GOAWAY_GRACE: Duration = Duration::from_secs(1);
 
-/// Streams reset by h2 before hyper accepted them, per connection, before a GOAWAY (h2's own
-/// default, set here so it cannot change under us).
+/// Streams the client resets before hyper has taken them, per connection, before a GOAWAY
+/// (h2's own default, set here so that it cannot change under us).
 const MAX_PENDING_ACCEPT_RESETS: usize = 20;
 
 /// Streams capataz's side resets for the client's errors, per connection, before a GOAWAY.
@@ -133,7 +134,7 @@ struct Shared {
     /// Cancelled requests beyond the answered ones that close the connection (HTTP/2 only).
     cancel_limit: AtomicU64,
     /// Whether the connection speaks HTTP/2 (its timeouts follow HTTP/2's rules).
-    h2: std::sync::atomic::AtomicBool,
+    h2: AtomicBool,
     /// `reads` when the last request was served (0 before the first): more reads than this and
     /// no request active means a request head is arriving.
     reads_at_rest: AtomicU64,
@@ -153,7 +154,7 @@ impl Shared {
             answered: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
             cancel_limit: AtomicU64::new(u64::MAX),
-            h2: std::sync::atomic::AtomicBool::new(false),
+            h2: AtomicBool::new(false),
             reads_at_rest: AtomicU64::new(0),
             close: AtomicU8::new(0),
             waker: Mutex::new(None),
