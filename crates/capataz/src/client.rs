@@ -116,6 +116,11 @@ const MAX_LOCAL_ERROR_RESETS: usize = 1024;
 /// The most response bytes buffered per HTTP/2 stream ahead of the client's reading.
 const MAX_SEND_BUF: usize = 64 * 1024;
 
+/// The most idle backend connections an HTTP/2 client connection keeps for itself (its
+/// `max_concurrent_streams`, up to this): its streams run side by side, each on a backend
+/// connection of its own.
+const MAX_PRIVATE_H2: usize = 128;
+
 /// What the connection's task, its requests and its watcher share.
 struct Shared {
     /// Reads that returned data.
@@ -194,6 +199,7 @@ pub(crate) async fn serve<IO>(
 {
     let shared = Arc::new(Shared::new());
     let client = Arc::new(ClientInfo::new(peer));
+    let private = client.private.clone();
     let (done, watcher_done) = oneshot::channel::<()>();
     tokio::spawn(watch_connection(
         shared.clone(),
@@ -238,6 +244,8 @@ pub(crate) async fn serve<IO>(
     };
     if h2 {
         shared.set_h2(&limits);
+        let streams = usize::try_from(limits.http2.max_concurrent_streams).unwrap_or(usize::MAX);
+        private.set_capacity(streams.min(MAX_PRIVATE_H2));
         let conn = http2_builder(&limits).serve_connection(TokioIo::new(io), service);
         drive(&shared, pin!(conn), |conn| conn.graceful_shutdown()).await;
     } else {

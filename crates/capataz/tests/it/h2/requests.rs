@@ -316,3 +316,49 @@ async fn connection_specific_fields_in_an_h2_request_reset_the_stream() {
     }
     assert_eq!(backend.hits(), 0);
 }
+
+#[tokio::test]
+async fn streams_side_by_side_reuse_their_own_backend_connections() {
+    // A backend that answers only once 20 requests are waiting: each round of 20 streams
+    // needs 20 backend connections at once.
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(20));
+    let backend = crate::support::raw::RawBackend::start(move |mut stream, hits| {
+        let barrier = barrier.clone();
+        async move {
+            let mut buf = Vec::new();
+            while crate::support::raw::read_head(&mut stream, &mut buf)
+                .await
+                .is_some()
+            {
+                hits.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                barrier.wait().await;
+                let answer = crate::support::raw::ok_answer("ok");
+                if stream.write_all(answer.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    let (_balancer, addr, _events) = balancer(&[backend.entry("b0")], "", "").await;
+    let conn = connect(addr).await;
+    for round in 1..=3 {
+        let mut tasks = Vec::new();
+        for _ in 0..20 {
+            let mut sender = conn.sender.clone();
+            tasks.push(tokio::spawn(async move {
+                sender.ready().await.unwrap();
+                let req = request(Method::GET, "app.test", "/", empty());
+                sender.send_request(req).await.unwrap().status()
+            }));
+        }
+        for task in tasks {
+            let status = tokio::time::timeout(DEADLINE, task).await.unwrap().unwrap();
+            assert_eq!(status, StatusCode::OK);
+        }
+        assert_eq!(backend.hits(), 20 * round);
+    }
+    // The first round opened 20 connections; the next rounds found them in the client
+    // connection's own idle set (8 kept would have meant 12 new ones per round).
+    assert_eq!(backend.accepted(), 20);
+}
