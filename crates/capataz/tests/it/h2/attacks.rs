@@ -95,9 +95,11 @@ async fn rapid_reset_of_requests_already_forwarded_drops_the_connection() {
         ending.answered.is_empty(),
         "no request was answered: {ending:?}"
     );
-    // The limit is max_concurrent_streams cancels beyond the answered requests (none here).
+    // The limit is max_concurrent_streams cancels beyond the answered requests (none here):
+    // the 11th cancel drops the connection (a request or two more may be on their way while
+    // the 11th stream's task sees its reset).
     assert!(
-        (10..=12).contains(&backend.hits()),
+        (11..=14).contains(&backend.hits()),
         "backend saw {} requests, client cancelled {cancelled}",
         backend.hits()
     );
