@@ -170,6 +170,44 @@ pub struct ListenerConfig {
     /// Whether requests get `X-Forwarded-For` (the client's address appended) and
     /// `X-Forwarded-Proto` on their way to a backend (default true).
     pub forwarded_headers: bool,
+    /// Whether HTTP/2 with prior knowledge (h2c) is accepted beside HTTP/1.1 (default false).
+    pub h2c: bool,
+    /// The HTTP/2 settings of the listener's HTTP/2 connections.
+    pub http2: Http2Config,
+}
+
+/// The HTTP/2 settings of a listener (`[listeners.http2]`), for every HTTP/2 connection it
+/// serves. The largest header list accepted is the listener's `max_header_bytes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Http2Config {
+    /// Streams a client may have open at once (default 100).
+    pub max_concurrent_streams: u32,
+    /// The flow-control window of each stream, in bytes (default 256 KiB): how much of one
+    /// request body a client may send ahead of capataz forwarding it.
+    pub initial_stream_window_size: u32,
+    /// The flow-control window of the whole connection, in bytes (default 1 MiB): how much
+    /// request body all streams of a connection may have in flight, unforwarded.
+    pub initial_connection_window_size: u32,
+    /// The largest frame payload capataz accepts, in bytes (default 16384).
+    pub max_frame_size: u32,
+    /// How often capataz PINGs an HTTP/2 client (default `None`: never).
+    pub keepalive_interval: Option<Duration>,
+    /// How long a PING may go unanswered before the connection is closed (default 20 s);
+    /// only with `keepalive_interval`.
+    pub keepalive_timeout: Duration,
+}
+
+impl Default for Http2Config {
+    fn default() -> Http2Config {
+        Http2Config {
+            max_concurrent_streams: 100,
+            initial_stream_window_size: 256 * 1024,
+            initial_connection_window_size: 1024 * 1024,
+            max_frame_size: 16_384,
+            keepalive_interval: None,
+            keepalive_timeout: Duration::from_secs(20),
+        }
+    }
 }
 
 /// A route: a match on Host and/or path prefix, and the pool that serves it.

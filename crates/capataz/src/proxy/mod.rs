@@ -142,6 +142,14 @@ impl Proxy {
                 "request header fields too large",
             ));
         }
+        if req.method() == Method::CONNECT && req.version() == Version::HTTP_2 {
+            // No tunnels over HTTP/2: neither CONNECT nor extended CONNECT (RFC 8441, which
+            // hyper's server does not accept unless asked, and capataz does not ask).
+            return Ok(error_page(
+                StatusCode::NOT_IMPLEMENTED,
+                "CONNECT is not supported over HTTP/2",
+            ));
+        }
         if !framing::request_codings_ok(req.headers()) {
             let mut page = error_page(
                 StatusCode::BAD_REQUEST,

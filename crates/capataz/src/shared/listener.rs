@@ -117,18 +117,27 @@ async fn accept_loop(
         let shutdown = shutdown.clone();
         let connections = connections.clone();
         connections.fetch_add(1, Ordering::Relaxed);
-        let limits = {
+        let (limits, protocol) = {
             let current = state.load();
-            client::Limits {
-                idle_timeout: current.config.idle_timeout,
-                header_read_timeout: current.config.header_read_timeout,
-                max_buf: current.config.max_header_bytes.max(8192),
-            }
+            let config = &current.config;
+            let limits = client::Limits {
+                idle_timeout: config.idle_timeout,
+                header_read_timeout: config.header_read_timeout,
+                max_buf: config.max_header_bytes.max(8192),
+                max_header_list: u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX),
+                http2: config.http2,
+            };
+            let protocol = if config.h2c {
+                client::Protocol::Auto
+            } else {
+                client::Protocol::Http1
+            };
+            (limits, protocol)
         };
         // The routes in force now: a reload applies to the next request on every connection.
         let proxy = move || state.load().proxy.clone();
         tokio::spawn(async move {
-            client::serve(stream, peer, limits, proxy, shutdown).await;
+            client::serve(stream, peer, protocol, limits, proxy, shutdown).await;
             connections.fetch_sub(1, Ordering::Relaxed);
         });
     }

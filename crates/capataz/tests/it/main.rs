@@ -18,6 +18,7 @@ mod cli;
 mod config;
 mod config_dns;
 mod eligibility;
+mod h2;
 mod hostile_path;
 mod metrics;
 mod module_graph;

@@ -14,6 +14,8 @@ pub mod balancer;
 pub mod blocking;
 pub mod client;
 pub mod events;
+pub mod h2client;
+pub mod h2frames;
 pub mod raw;
 pub mod wait;
 

@@ -68,8 +68,22 @@ pub(super) struct RawListener {
     pub(super) request_body_timeout: Option<Spanned<Value>>,
     pub(super) max_header_bytes: Option<Spanned<i64>>,
     pub(super) forwarded_headers: Option<bool>,
+    pub(super) h2c: Option<bool>,
+    #[serde(default)]
+    pub(super) http2: RawHttp2,
     #[serde(default)]
     pub(super) routes: Vec<Spanned<RawRoute>>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHttp2 {
+    pub(super) max_concurrent_streams: Option<Spanned<i64>>,
+    pub(super) initial_stream_window_size: Option<Spanned<i64>>,
+    pub(super) initial_connection_window_size: Option<Spanned<i64>>,
+    pub(super) max_frame_size: Option<Spanned<i64>>,
+    pub(super) keepalive_interval: Option<Spanned<Value>>,
+    pub(super) keepalive_timeout: Option<Spanned<Value>>,
 }
 
 #[derive(Deserialize)]

@@ -20,12 +20,13 @@ use std::time::Duration;
 use toml::{Spanned, Value};
 
 use super::locate::line_of;
-use super::raw::{RawConfig, RawListener, RawLog, RawLogFormat, RawRoute, RawServer};
+use super::raw::{RawConfig, RawHttp2, RawListener, RawLog, RawLogFormat, RawRoute, RawServer};
 use super::resolve::Lookup;
 use super::values::{check_log_level, parse_duration, MAX_DURATION};
 use super::ConfigError;
 use crate::config::{
-    Config, ListenerConfig, LogConfig, LogFormat, PoolConfig, RouteConfig, ServerConfig,
+    Config, Http2Config, ListenerConfig, LogConfig, LogFormat, PoolConfig, RouteConfig,
+    ServerConfig,
 };
 
 const DURATION_EXAMPLES: &str = r#"e.g. "500ms", "2s", "1m""#;
@@ -237,6 +238,51 @@ impl Validator<'_> {
                 1024..=1_048_576,
             )? as usize,
             forwarded_headers: raw.forwarded_headers.unwrap_or(true),
+            h2c: raw.h2c.unwrap_or(false),
+            http2: self.http2(&format!("{at}.http2"), &raw.http2)?,
+        })
+    }
+
+    fn http2(&self, at: &str, raw: &RawHttp2) -> Result<Http2Config, ConfigError> {
+        let default = Http2Config::default();
+        // RFC 9113 section 6.5.2: windows at most 2^31 - 1, frames from 2^14 to 2^24 - 1.
+        const MAX_WINDOW: i64 = (1 << 31) - 1;
+        let int = |value: &Option<Spanned<i64>>, key: &str, default: u32, range| {
+            self.int(value, &format!("{at}.{key}"), i64::from(default), range)
+                .map(|n| n as u32)
+        };
+        Ok(Http2Config {
+            max_concurrent_streams: int(
+                &raw.max_concurrent_streams,
+                "max_concurrent_streams",
+                default.max_concurrent_streams,
+                1..=10_000,
+            )?,
+            initial_stream_window_size: int(
+                &raw.initial_stream_window_size,
+                "initial_stream_window_size",
+                default.initial_stream_window_size,
+                65_535..=MAX_WINDOW,
+            )?,
+            initial_connection_window_size: int(
+                &raw.initial_connection_window_size,
+                "initial_connection_window_size",
+                default.initial_connection_window_size,
+                65_535..=MAX_WINDOW,
+            )?,
+            max_frame_size: int(
+                &raw.max_frame_size,
+                "max_frame_size",
+                default.max_frame_size,
+                16_384..=16_777_215,
+            )?,
+            keepalive_interval: self
+                .optional_duration(&raw.keepalive_interval, &format!("{at}.keepalive_interval"))?,
+            keepalive_timeout: self.duration(
+                &raw.keepalive_timeout,
+                &format!("{at}.keepalive_timeout"),
+                default.keepalive_timeout,
+            )?,
         })
     }
 
