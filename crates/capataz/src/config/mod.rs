@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use capataz_health::{State, StatusSet};
 
+use crate::tls::{ServerSettings, ServerTls};
+
 mod check;
 mod parse;
 
@@ -170,6 +172,22 @@ pub struct ListenerConfig {
     /// Whether requests get `X-Forwarded-For` (the client's address appended) and
     /// `X-Forwarded-Proto` on their way to a backend (default true).
     pub forwarded_headers: bool,
+    /// TLS termination (`[listeners.tls]`); plaintext HTTP when `None` (default).
+    pub tls: Option<ListenerTls>,
+}
+
+/// TLS termination on a listener (`[listeners.tls]`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ListenerTls {
+    /// The files (relative paths already joined to the config file's directory) and settings.
+    pub settings: ServerSettings,
+    /// The line of each `certificates` entry, in order, for messages and warnings.
+    pub certificate_lines: Vec<Option<usize>>,
+    /// The line of `client_ca`, if set.
+    pub client_ca_line: Option<usize>,
+    /// The certificates and keys, loaded when the config was resolved; `None` in an
+    /// [`Unresolved`] config.
+    pub loaded: Option<ServerTls>,
 }
 
 /// A route: a match on Host and/or path prefix, and the pool that serves it.

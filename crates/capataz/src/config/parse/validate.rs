@@ -9,6 +9,7 @@
 mod admin;
 mod alerts;
 mod pool;
+mod tls;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -237,6 +238,10 @@ impl Validator<'_> {
                 1024..=1_048_576,
             )? as usize,
             forwarded_headers: raw.forwarded_headers.unwrap_or(true),
+            tls: raw
+                .tls
+                .map(|tls| self.listener_tls(&at, span.clone(), tls))
+                .transpose()?,
         })
     }
 
