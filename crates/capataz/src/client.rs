@@ -23,7 +23,6 @@
 
 use std::future::{poll_fn, Future};
 use std::io;
-use std::net::SocketAddr;
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -36,7 +35,6 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
@@ -91,15 +89,17 @@ impl Shared {
 
 /// Serves one client connection until it closes, a timeout closes it, or shutdown drains it.
 /// `proxy` gives the routes in force, read per request so a reload applies to the next request.
-pub(crate) async fn serve(
-    stream: TcpStream,
-    peer: SocketAddr,
+pub(crate) async fn serve<S>(
+    stream: S,
+    client: ClientInfo,
     limits: Limits,
     proxy: impl Fn() -> Arc<Proxy> + Send + Sync + 'static,
     shutdown: watch::Receiver<bool>,
-) {
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let shared = Arc::new(Shared::default());
-    let client = Arc::new(ClientInfo::new(peer));
+    let client = Arc::new(client);
     let (done, watcher_done) = oneshot::channel::<()>();
     tokio::spawn(watch_connection(
         shared.clone(),
@@ -295,13 +295,13 @@ fn timed_out(
     now.saturating_duration_since(*quiet_since) >= limits.idle_timeout
 }
 
-/// The client socket, counting the reads and writes that moved data.
-struct CountingIo {
-    inner: TcpStream,
+/// The client socket (TCP, or TLS over it), counting the reads and writes that moved data.
+struct CountingIo<S> {
+    inner: S,
     shared: Arc<Shared>,
 }
 
-impl AsyncRead for CountingIo {
+impl<S: AsyncRead + Unpin> AsyncRead for CountingIo<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -317,7 +317,7 @@ impl AsyncRead for CountingIo {
     }
 }
 
-impl CountingIo {
+impl<S> CountingIo<S> {
     fn count_write(&self, polled: &Poll<io::Result<usize>>) {
         if matches!(polled, Poll::Ready(Ok(n)) if *n > 0) {
             self.shared.writes.fetch_add(1, Ordering::Relaxed);
@@ -325,7 +325,7 @@ impl CountingIo {
     }
 }
 
-impl AsyncWrite for CountingIo {
+impl<S: AsyncWrite + Unpin> AsyncWrite for CountingIo<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

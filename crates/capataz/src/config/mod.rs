@@ -16,7 +16,7 @@ use crate::tls::{ServerSettings, ServerTls};
 mod check;
 mod parse;
 
-pub use check::{check, Warning};
+pub use check::{check, Warning, CERTIFICATE_EXPIRY_WARNING};
 pub use parse::{load, parse_str, parse_unresolved, ConfigError, Unresolved};
 
 /// The longest duration a config value or an admin TTL may be: one year (`8760h`).

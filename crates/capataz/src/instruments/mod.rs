@@ -51,6 +51,9 @@ pub(crate) use handles::{BackendMetrics, PoolMetrics};
 mod handles;
 #[cfg(test)]
 mod tests;
+mod tls;
+
+pub use tls::{HandshakeFailures, TlsFamilies};
 
 /// Upper bounds of the latency buckets, in seconds: 0.5 ms to 30 s, then `+Inf`.
 const BUCKETS: [f64; 15] = [
@@ -158,6 +161,7 @@ pub struct Families {
     probe_duration: Latencies,
     transitions: Family<TransitionLabels, Counter>,
     ejections: Family<BackendLabels, Counter>,
+    tls: TlsFamilies,
 }
 
 impl Families {
@@ -214,7 +218,9 @@ impl Families {
             "Backends taken out by passive checks (traffic errors, or a failed probation)",
             ejections.clone(),
         );
+        let tls = TlsFamilies::register(registry);
         Families {
+            tls,
             scope,
             requests,
             upstream_response,
@@ -230,5 +236,10 @@ impl Families {
     /// How latency histograms are labelled.
     pub fn scope(&self) -> HistogramScope {
         self.scope
+    }
+
+    /// The TLS listeners' families.
+    pub fn tls(&self) -> &TlsFamilies {
+        &self.tls
     }
 }

@@ -300,7 +300,8 @@ pub(super) fn add_forwarded_headers(headers: &mut HeaderMap, client: &ClientInfo
             }
         }
     }
-    headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    let proto = if client.tls.is_some() { "https" } else { "http" };
+    headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static(proto));
 }
 
 #[cfg(test)]

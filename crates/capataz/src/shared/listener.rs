@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::server::TlsStream;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -16,7 +17,9 @@ use crate::balance::PoolHandle;
 use crate::client;
 use crate::config::ListenerConfig;
 use crate::health::PoolRt;
-use crate::proxy::Proxy;
+use crate::instruments::HandshakeFailures;
+use crate::proxy::{ClientInfo, Proxy};
+use crate::tls::{ServerTls, TlsInfo};
 
 /// One client-facing listener at run time.
 #[derive(Debug)]
@@ -60,6 +63,7 @@ impl Shared {
             stop_rx,
             self.shutdown.subscribe(),
             self.connections.clone(),
+            self.metrics.families().tls().handshake_failures(&listener.name),
         ));
         ListenerRt {
             address: listener.address,
@@ -97,6 +101,7 @@ async fn accept_loop(
     mut stop: watch::Receiver<bool>,
     shutdown: watch::Receiver<bool>,
     connections: Arc<AtomicUsize>,
+    failures: HandshakeFailures,
 ) {
     loop {
         let accepted = tokio::select! {
@@ -117,19 +122,57 @@ async fn accept_loop(
         let shutdown = shutdown.clone();
         let connections = connections.clone();
         connections.fetch_add(1, Ordering::Relaxed);
-        let limits = {
+        let (limits, tls) = {
             let current = state.load();
-            client::Limits {
+            let limits = client::Limits {
                 idle_timeout: current.config.idle_timeout,
                 header_read_timeout: current.config.header_read_timeout,
                 max_buf: current.config.max_header_bytes.max(8192),
-            }
+            };
+            // The certificates in force now: a reload applies to the next handshake.
+            let tls = current.config.tls.as_ref().and_then(|t| t.loaded.clone());
+            (limits, tls)
         };
         // The routes in force now: a reload applies to the next request on every connection.
         let proxy = move || state.load().proxy.clone();
+        let failures = failures.clone();
         tokio::spawn(async move {
-            client::serve(stream, peer, limits, proxy, shutdown).await;
+            match tls {
+                None => client::serve(stream, ClientInfo::new(peer), limits, proxy, shutdown).await,
+                Some(tls) => {
+                    if let Some((stream, info)) = handshake(&tls, stream, limits, &failures).await {
+                        let client = ClientInfo::with_tls(peer, info);
+                        client::serve(stream, client, limits, proxy, shutdown).await;
+                    }
+                }
+            }
             connections.fetch_sub(1, Ordering::Relaxed);
         });
     }
+}
+
+/// The server side of a TLS handshake on a new connection, on the connection's own task,
+/// within the listener's `header_read_timeout`. A failure is counted by reason and logged at
+/// debug only (a port scan must not flood the log); the connection is then dropped, having
+/// reached no backend.
+async fn handshake(
+    tls: &ServerTls,
+    stream: TcpStream,
+    limits: client::Limits,
+    failures: &HandshakeFailures,
+) -> Option<(TlsStream<TcpStream>, TlsInfo)> {
+    let reason = match tokio::time::timeout(limits.header_read_timeout, tls.accept(stream)).await {
+        Ok(Ok(done)) => return Some(done),
+        Ok(Err(error)) => {
+            let reason = crate::tls::failure_reason(&error);
+            tracing::debug!(%error, reason, "TLS handshake failed");
+            reason
+        }
+        Err(_) => {
+            tracing::debug!("TLS handshake timed out");
+            "timeout"
+        }
+    };
+    failures.count(reason);
+    None
 }
