@@ -72,7 +72,9 @@ fn expiring_certificates(config: &Config, now: i64) -> Vec<Warning> {
                     "{}: the certificate expires on {}, in {} days (renew it; the warning \
                      starts {} days before)",
                     certificate.file.display(),
-                    crate::timefmt::rfc3339(UNIX_EPOCH + Duration::from_secs(certificate.not_after.max(0) as u64)),
+                    crate::timefmt::rfc3339(
+                        UNIX_EPOCH + Duration::from_secs(certificate.not_after.max(0) as u64)
+                    ),
                     left.max(0) / 86_400,
                     window / 86_400,
                 ),

@@ -72,7 +72,10 @@ impl TlsFamilies {
                     listener: listener.to_owned(),
                     reason,
                 };
-                (reason, self.handshake_failures.get_or_create(&labels).clone())
+                (
+                    reason,
+                    self.handshake_failures.get_or_create(&labels).clone(),
+                )
             })
             .collect();
         HandshakeFailures { counters }

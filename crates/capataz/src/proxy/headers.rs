@@ -300,7 +300,11 @@ pub(super) fn add_forwarded_headers(headers: &mut HeaderMap, client: &ClientInfo
             }
         }
     }
-    let proto = if client.tls.is_some() { "https" } else { "http" };
+    let proto = if client.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static(proto));
 }
 

@@ -27,8 +27,8 @@ use crate::balance::PoolHandle;
 use crate::body::{Lease, ReqBody, RespBody};
 use crate::config::{ConnectionReuse, ListenerConfig};
 use crate::h1::chunked;
-use crate::tls::TlsInfo;
 use crate::h1::framing::{self, BodyLength};
+use crate::tls::TlsInfo;
 use crate::upstream::{
     self, AttemptError, BackendStream, ExchangeError, ExchangeTimeouts, Outgoing, PrivateIdle,
     Transport,

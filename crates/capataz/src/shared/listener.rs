@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::net::{TcpListener, TcpStream};
-use tokio_rustls::server::TlsStream;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_rustls::server::TlsStream;
 
 use super::{Shared, StartError};
 use crate::balance::PoolHandle;
@@ -63,7 +63,10 @@ impl Shared {
             stop_rx,
             self.shutdown.subscribe(),
             self.connections.clone(),
-            self.metrics.families().tls().handshake_failures(&listener.name),
+            self.metrics
+                .families()
+                .tls()
+                .handshake_failures(&listener.name),
         ));
         ListenerRt {
             address: listener.address,

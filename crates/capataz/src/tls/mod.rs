@@ -143,7 +143,11 @@ fn read_pem(part: Part, file: &Path) -> Result<Vec<u8>, LoadError> {
     let mut bytes = Vec::new();
     std::fs::File::open(file)
         .and_then(|f| f.take(MAX_PEM_BYTES + 1).read_to_end(&mut bytes))
-        .map_err(|e| error(format!("cannot read it: {e} (check the path and its permissions)")))?;
+        .map_err(|e| {
+            error(format!(
+                "cannot read it: {e} (check the path and its permissions)"
+            ))
+        })?;
     if bytes.len() as u64 > MAX_PEM_BYTES {
         return Err(error(format!(
             "larger than {} MiB, which no PEM certificate or key is (is it the right file?)",
@@ -185,4 +189,18 @@ fn read_key(part: Part, file: &Path) -> Result<PrivateKeyDer<'static>, LoadError
             other => format!("is not a valid PEM private key: {other}"),
         },
     })
+}
+
+/// A self-signed certificate (ECDSA P-256) for `names` (DNS names, or IP addresses), valid
+/// from now for a year, as PEM: `(certificate, private key)`. For `capataz demo --tls` and
+/// tests; never for production.
+pub fn self_signed(names: &[&str]) -> Result<(String, String), rcgen::Error> {
+    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    let mut params = rcgen::CertificateParams::new(names)?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "capataz self-signed");
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let cert = params.self_signed(&key)?;
+    Ok((cert.pem(), key.serialize_pem()))
 }

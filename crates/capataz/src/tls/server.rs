@@ -13,8 +13,8 @@ use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig, SupportedProtocolVersion};
 use tokio_rustls::TlsAcceptor;
 
-use super::{read_certificates, read_key, x509, Alpn, ClientAuth, LoadError, MinVersion, Part};
 use super::TlsInfo;
+use super::{read_certificates, read_key, x509, Alpn, ClientAuth, LoadError, MinVersion, Part};
 
 /// One certificate chain and its key, as PEM files.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -371,7 +371,11 @@ mod tests {
         assert_eq!(resolver.pick(Some("api.example.com")), 2);
         assert_eq!(resolver.pick(Some("API.Example.COM.")), 2);
         assert_eq!(resolver.pick(Some("www.example.com")), 1);
-        assert_eq!(resolver.pick(Some("example.com")), 0, "a wildcard needs a label");
+        assert_eq!(
+            resolver.pick(Some("example.com")),
+            0,
+            "a wildcard needs a label"
+        );
         assert_eq!(resolver.pick(Some("a.b.example.com")), 0, "one label only");
         assert_eq!(resolver.pick(Some("other.test")), 2, "the first one wins");
         assert_eq!(resolver.pick(Some("nowhere.test")), 0);

@@ -15,6 +15,7 @@ pub mod blocking;
 pub mod client;
 pub mod events;
 pub mod raw;
+pub mod tls;
 pub mod wait;
 
 use std::net::SocketAddr;

@@ -14,8 +14,7 @@ use super::{ConfigError, Validator};
 use crate::config::ListenerTls;
 use crate::tls::{Alpn, CertificateSource, ClientAuth, MinVersion, ServerSettings};
 
-const CERTIFICATES_EXAMPLE: &str =
-    r#"certificates = [{ cert = "chain.pem", key = "key.pem" }]"#;
+const CERTIFICATES_EXAMPLE: &str = r#"certificates = [{ cert = "chain.pem", key = "key.pem" }]"#;
 
 impl Validator<'_> {
     pub(super) fn listener_tls(
@@ -55,10 +54,7 @@ impl Validator<'_> {
                 }
             }
             certificate_lines.push(Some(line_of(self.text, span.start)));
-            certificates.push(CertificateSource {
-                cert,
-                key: private,
-            });
+            certificates.push(CertificateSource { cert, key: private });
         }
         let min_version = match &raw.min_version {
             None => MinVersion::Tls12,
@@ -157,13 +153,13 @@ impl Validator<'_> {
             let protocol = match entry.get_ref().as_str() {
                 "h2" => Alpn::H2,
                 "http/1.1" => Alpn::Http11,
-                other => {
-                    return Err(self.error(
-                        Some(entry.span()),
-                        &key,
-                        format!(r#"{other:?} is not a protocol capataz offers (use "h2" and/or "http/1.1")"#),
-                    ))
-                }
+                other => return Err(self.error(
+                    Some(entry.span()),
+                    &key,
+                    format!(
+                        r#"{other:?} is not a protocol capataz offers (use "h2" and/or "http/1.1")"#
+                    ),
+                )),
             };
             if protocols.contains(&protocol) {
                 return Err(self.error(
