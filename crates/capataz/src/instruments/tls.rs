@@ -1,6 +1,8 @@
 //! The TLS families: failed handshakes per listener and reason, and each loaded certificate's
 //! expiry time.
 
+use std::sync::{Arc, OnceLock};
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -30,18 +32,36 @@ pub struct TlsFamilies {
     certificate_expiry: Family<CertificateLabels, Gauge>,
 }
 
-/// A listener's handshake failure counters, one per reason, resolved once.
+/// A listener's handshake failure counters, one per reason, resolved on the first failure
+/// (or at once for a listener that starts with TLS), so a plaintext listener has no series.
 #[derive(Clone, Debug)]
 pub struct HandshakeFailures {
-    counters: Vec<(&'static str, Counter)>,
+    family: Family<HandshakeLabels, Counter>,
+    listener: Arc<str>,
+    counters: Arc<OnceLock<Vec<(&'static str, Counter)>>>,
 }
 
 impl HandshakeFailures {
     /// Counts one failed handshake; `reason` is one of `tls::FAILURE_REASONS`.
     pub fn count(&self, reason: &str) {
-        if let Some((_, counter)) = self.counters.iter().find(|(r, _)| *r == reason) {
+        if let Some((_, counter)) = self.counters().iter().find(|(r, _)| *r == reason) {
             counter.inc();
         }
+    }
+
+    fn counters(&self) -> &[(&'static str, Counter)] {
+        self.counters.get_or_init(|| {
+            FAILURE_REASONS
+                .iter()
+                .map(|&reason| {
+                    let labels = HandshakeLabels {
+                        listener: self.listener.to_string(),
+                        reason,
+                    };
+                    (reason, self.family.get_or_create(&labels).clone())
+                })
+                .collect()
+        })
     }
 }
 
@@ -62,23 +82,18 @@ impl TlsFamilies {
         families
     }
 
-    /// The failure counters of listener `listener` (every reason, so each series exists from
-    /// the start at zero).
-    pub fn handshake_failures(&self, listener: &str) -> HandshakeFailures {
-        let counters = FAILURE_REASONS
-            .iter()
-            .map(|&reason| {
-                let labels = HandshakeLabels {
-                    listener: listener.to_owned(),
-                    reason,
-                };
-                (
-                    reason,
-                    self.handshake_failures.get_or_create(&labels).clone(),
-                )
-            })
-            .collect();
-        HandshakeFailures { counters }
+    /// The failure counters of listener `listener`; with `tls`, every reason's series exists
+    /// from now on at zero.
+    pub fn handshake_failures(&self, listener: &str, tls: bool) -> HandshakeFailures {
+        let failures = HandshakeFailures {
+            family: self.handshake_failures.clone(),
+            listener: listener.into(),
+            counters: Arc::default(),
+        };
+        if tls {
+            failures.counters();
+        }
+        failures
     }
 
     /// Sets the expiry gauges to the certificates `config` loaded, dropping those of

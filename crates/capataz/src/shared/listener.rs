@@ -66,7 +66,7 @@ impl Shared {
             self.metrics
                 .families()
                 .tls()
-                .handshake_failures(&listener.name),
+                .handshake_failures(&listener.name, listener.tls.is_some()),
         ));
         ListenerRt {
             address: listener.address,

@@ -191,8 +191,8 @@ fn read_key(part: Part, file: &Path) -> Result<PrivateKeyDer<'static>, LoadError
     })
 }
 
-/// A self-signed certificate (ECDSA P-256) for `names` (DNS names, or IP addresses), valid
-/// from now for a year, as PEM: `(certificate, private key)`. For `capataz demo --tls` and
+/// A self-signed certificate (ECDSA P-256) for `names` (DNS names, or IP addresses), with
+/// rcgen's default validity (1975 to 4096), as PEM: `(certificate, private key)`. For `capataz demo --tls` and
 /// tests; never for production.
 pub fn self_signed(names: &[&str]) -> Result<(String, String), rcgen::Error> {
     let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
