@@ -24,13 +24,14 @@
 //! The families, their labels and the latency scope are here; the handles a pool and a backend
 //! hold, and how they are resolved from the families, are in `handles`.
 //!
-//! This module sits at the bottom of the crate (it needs only `config` and the engine's
+//! This module sits at the bottom of the crate (it needs only `config`, `tls` and the engine's
 //! types), so the health runtime and the request path can hold handles without depending on
 //! the exposition, which reads them back (`metrics` -> `health` -> `instruments`).
 //!
 //! Invariants:
 //! - Names follow Prometheus conventions: `capataz_` prefix, snake case, `_total` on counters,
-//!   seconds as the time unit. Labels are `pool`, `backend`, `class`, `result`, `to`.
+//!   seconds as the time unit. Labels are `pool`, `backend`, `class`, `result`, `to`, and for
+//!   TLS `listener`, `reason`, `certificate`.
 //! - A pool's latency histograms are per pool or per backend, never both: the scope belongs to
 //!   the `Families`, chosen when the balancer starts, and a reload keeps it, so no sum counts
 //!   an answer twice.

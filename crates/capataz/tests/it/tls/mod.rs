@@ -4,6 +4,7 @@
 
 mod config;
 mod curl;
+mod demo;
 mod handshake;
 mod hostile;
 mod reload;
