@@ -191,12 +191,18 @@ fn read_key(part: Part, file: &Path) -> Result<PrivateKeyDer<'static>, LoadError
     })
 }
 
-/// A self-signed certificate (ECDSA P-256) for `names` (DNS names, or IP addresses), with
-/// rcgen's default validity (1975 to 4096), as PEM: `(certificate, private key)`. For `capataz demo --tls` and
-/// tests; never for production.
-pub fn self_signed(names: &[&str]) -> Result<(String, String), rcgen::Error> {
+/// A self-signed certificate (ECDSA P-256) for `names` (DNS names, or IP addresses), valid
+/// from yesterday for 90 days (`today`: days since 1970-01-01, UTC), as PEM:
+/// `(certificate, private key)`. For `capataz demo --tls` and tests; never for production.
+pub fn self_signed(names: &[&str], today: i64) -> Result<(String, String), rcgen::Error> {
     let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
     let mut params = rcgen::CertificateParams::new(names)?;
+    let date = |days: i64| {
+        let (y, m, d) = x509::civil_from_days(days);
+        rcgen::date_time_ymd(y, m, d)
+    };
+    params.not_before = date(today - 1);
+    params.not_after = date(today + 90);
     params
         .distinguished_name
         .push(rcgen::DnType::CommonName, "capataz self-signed");

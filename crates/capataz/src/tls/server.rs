@@ -141,6 +141,10 @@ impl ServerSettings {
         };
         let mut config = builder.with_cert_resolver(Arc::new(resolver));
         config.alpn_protocols = self.alpn();
+        // The server's order of cipher suites (AES-256-GCM, AES-128-GCM, then
+        // ChaCha20-Poly1305), not the client's, as HAProxy and nginx are usually set up
+        // (`prefer-server-ciphers`).
+        config.ignore_client_order = true;
         // Stateless resumption (tickets under a key rotated every 6 hours), so a returning
         // client skips the full handshake; a reload starts a new key.
         config.ticketer = rustls::crypto::ring::Ticketer::new()

@@ -177,6 +177,26 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     era * 146_097 + day_of_era - 719_468
 }
 
+/// The (year, month, day) of a day since 1970-01-01 (Howard Hinnant's algorithm), within
+/// what a certificate can say (years 0 to 9999).
+pub(crate) fn civil_from_days(days: i64) -> (i32, u8, u8) {
+    let z = days.clamp(-719_468, 2_932_896) + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year as i32, month as u8, day as u8)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,6 +224,19 @@ mod tests {
             read(cert.der()).expect("a certificate").dns_names,
             Vec::<String>::new()
         );
+    }
+
+    #[test]
+    fn days_and_dates_round_trip() {
+        for days in [-719_468, -1, 0, 11_016, 19_782, 20_788, 2_932_896] {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(
+                days_from_civil(y.into(), m.into(), d.into()),
+                days,
+                "{y}-{m}-{d}"
+            );
+        }
+        assert_eq!(civil_from_days(11_016), (2000, 3, 1));
     }
 
     #[test]
