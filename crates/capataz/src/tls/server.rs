@@ -108,7 +108,13 @@ impl ServerSettings {
             file: file.clone(),
             message: format!("cannot be used: {error}"),
         };
-        let first = &self.certificates[0].cert;
+        let Some(first) = self.certificates.first().map(|c| &c.cert) else {
+            return Err(LoadError {
+                part: Part::Certificate(0),
+                file: PathBuf::new(),
+                message: "no certificate is configured (add one)".into(),
+            });
+        };
         let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(versions)
             .map_err(|e| internal(Part::Certificate(0), first, e))?;

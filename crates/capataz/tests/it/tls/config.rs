@@ -202,3 +202,37 @@ fn check_warns_about_a_certificate_that_expires_within_30_days() {
         "{stdout}"
     );
 }
+
+/// The example of `[listeners.tls]` in docs/config.md validates, and names the files it says.
+#[test]
+fn the_documented_tls_example_is_valid() {
+    let doc = include_str!("../../../../../docs/config.md");
+    let section = &doc[doc.find("### `[listeners.tls]`").expect("the TLS section")..];
+    let open = section.find("```toml\n").unwrap() + "```toml\n".len();
+    let close = section[open..].find("```").unwrap();
+    let text = format!(
+        "{}\n[pools.web]\nbackends = [{{ address = \"127.0.0.1:9001\" }}]\n",
+        &section[open..open + close]
+    );
+    let unresolved = config::parse_unresolved(&text, "/etc/capataz/capataz.toml").expect("valid");
+    let files: Vec<String> = unresolved
+        .files()
+        .map(|p| p.display().to_string())
+        .collect();
+    assert_eq!(
+        files,
+        [
+            "/etc/capataz/example.com.pem",
+            "/etc/capataz/example.com.key",
+            "/etc/capataz/api.pem",
+            "/etc/capataz/api.key",
+            "/etc/capataz/clients-ca.pem",
+        ]
+    );
+    let tls = unresolved.config().listeners[0].tls.as_ref().expect("TLS");
+    assert_eq!(tls.settings.min_version, capataz::tls::MinVersion::Tls12);
+    assert_eq!(
+        tls.settings.client_ca.as_ref().map(|c| c.1),
+        Some(capataz::tls::ClientAuth::Required)
+    );
+}
