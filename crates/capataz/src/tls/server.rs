@@ -53,11 +53,12 @@ pub struct CertificateInfo {
     chain: Vec<Vec<u8>>,
 }
 
-/// A listener's TLS, loaded: the acceptor for new connections and what was loaded.
+/// A listener's TLS, loaded: the acceptor for new connections and what was loaded. A clone
+/// (one per accepted connection) costs two reference counts.
 #[derive(Clone)]
 pub struct ServerTls {
     acceptor: TlsAcceptor,
-    certificates: Vec<CertificateInfo>,
+    certificates: Arc<[CertificateInfo]>,
 }
 
 impl std::fmt::Debug for ServerTls {
@@ -157,7 +158,7 @@ impl ServerSettings {
             .map_err(|e| internal(Part::Certificate(0), first, e))?;
         Ok(ServerTls {
             acceptor: TlsAcceptor::from(Arc::new(config)),
-            certificates,
+            certificates: certificates.into(),
         })
     }
 }

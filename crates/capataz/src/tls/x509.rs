@@ -236,7 +236,8 @@ mod tests {
                 "{y}-{m}-{d}"
             );
         }
-        assert_eq!(civil_from_days(11_016), (2000, 3, 1));
+        assert_eq!(civil_from_days(11_017), (2000, 3, 1));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
     }
 
     #[test]
