@@ -143,7 +143,14 @@ async fn accept_loop(
             match tls {
                 None => client::serve(stream, ClientInfo::new(peer), limits, proxy, shutdown).await,
                 Some(tls) => {
-                    if let Some((stream, info)) = handshake(&tls, stream, limits, &failures).await {
+                    let mut signal = shutdown.clone();
+                    let done = handshake(&tls, stream, limits, &failures);
+                    let done = tokio::select! {
+                        done = done => done,
+                        // A shutdown drops a connection still in its handshake, as one at rest.
+                        _ = shutting_down(&mut signal) => None,
+                    };
+                    if let Some((stream, info)) = done {
                         let client = ClientInfo::with_tls(peer, info);
                         client::serve(stream, client, limits, proxy, shutdown).await;
                     }
@@ -151,6 +158,13 @@ async fn accept_loop(
             }
             connections.fetch_sub(1, Ordering::Relaxed);
         });
+    }
+}
+
+/// Resolves once the balancer shuts down (never, should the sender be gone).
+async fn shutting_down(shutdown: &mut watch::Receiver<bool>) {
+    if shutdown.wait_for(|down| *down).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 

@@ -89,3 +89,21 @@ async fn a_client_that_closes_mid_handshake_is_counted_as_closed() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn shutdown_drops_a_connection_still_in_its_handshake_at_once() {
+    let pki = Pki::new();
+    let (cert, key) = pki.server("site", &["site.test"], None);
+    let (_b, balancer) = tls_balancer(&[(&cert, &key)], "", "header_read_timeout = \"1h\"").await;
+    let addr = balancer.local_addrs()[0];
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    crate::support::wait::wait_until("the connection is open", || {
+        balancer.open_connections() == 1
+    })
+    .await;
+    // Within the deadline, and without waiting for the hour of handshake time.
+    tokio::time::timeout(DEADLINE, balancer.shutdown(Duration::from_secs(3600)))
+        .await
+        .expect("the shutdown ends at once");
+    closed_after(&mut silent).await;
+}
