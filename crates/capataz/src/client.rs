@@ -46,7 +46,6 @@
 
 use std::future::{poll_fn, Future};
 use std::io;
-use std::net::SocketAddr;
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -186,10 +185,10 @@ impl Shared {
 
 /// Serves one client connection, speaking `protocol`, until it closes, a timeout closes it,
 /// or shutdown drains it. `proxy` gives the routes in force, read per request so a reload
-/// applies to the next request.
+/// applies to the next request. The IO is TCP, or TLS over it.
 pub(crate) async fn serve<IO>(
     stream: IO,
-    peer: SocketAddr,
+    client: ClientInfo,
     protocol: Protocol,
     limits: Limits,
     proxy: impl Fn() -> Arc<Proxy> + Send + Sync + 'static,
@@ -198,7 +197,7 @@ pub(crate) async fn serve<IO>(
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let shared = Arc::new(Shared::new());
-    let client = Arc::new(ClientInfo::new(peer));
+    let client = Arc::new(client);
     let private = client.private.clone();
     let (done, watcher_done) = oneshot::channel::<()>();
     tokio::spawn(watch_connection(

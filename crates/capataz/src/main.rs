@@ -39,6 +39,10 @@ enum Command {
         /// Log format.
         #[arg(long, value_enum, default_value = "text")]
         log_format: Format,
+        /// Also listen with TLS (default 127.0.0.1:8443), with a self-signed certificate for
+        /// localhost generated at start.
+        #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:8443")]
+        tls: Option<SocketAddr>,
     },
     /// Run the balancer.
     Run {
@@ -257,6 +261,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             rate,
             duration,
             log_format,
+            tls,
         } => {
             init_logging(log_format.into(), "info");
             let options = capataz::demo::DemoOptions {
@@ -264,6 +269,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 admin,
                 rate,
                 duration: duration.map(Duration::from_secs),
+                tls,
             };
             runtime()?.block_on(capataz::demo::run(options))?;
             Ok(ExitCode::SUCCESS)

@@ -11,10 +11,12 @@ use std::time::Duration;
 
 use capataz_health::{State, StatusSet};
 
+use crate::tls::{ServerSettings, ServerTls};
+
 mod check;
 mod parse;
 
-pub use check::{check, Warning};
+pub use check::{check, Warning, CERTIFICATE_EXPIRY_WARNING};
 pub use parse::{load, parse_str, parse_unresolved, ConfigError, Unresolved};
 
 /// The longest duration a config value or an admin TTL may be: one year (`8760h`).
@@ -174,6 +176,8 @@ pub struct ListenerConfig {
     pub h2c: bool,
     /// The HTTP/2 settings of the listener's HTTP/2 connections.
     pub http2: Http2Config,
+    /// TLS termination (`[listeners.tls]`); plaintext HTTP when `None` (default).
+    pub tls: Option<ListenerTls>,
 }
 
 /// The HTTP/2 settings of a listener (`[listeners.http2]`), for every HTTP/2 connection it
@@ -208,6 +212,20 @@ impl Default for Http2Config {
             keepalive_timeout: Duration::from_secs(20),
         }
     }
+}
+
+/// TLS termination on a listener (`[listeners.tls]`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ListenerTls {
+    /// The files (relative paths already joined to the config file's directory) and settings.
+    pub settings: ServerSettings,
+    /// The line of each `certificates` entry, in order, for messages and warnings.
+    pub certificate_lines: Vec<Option<usize>>,
+    /// The line of `client_ca`, if set.
+    pub client_ca_line: Option<usize>,
+    /// The certificates and keys, loaded when the config was resolved; `None` in an
+    /// [`Unresolved`] config.
+    pub loaded: Option<ServerTls>,
 }
 
 /// A route: a match on Host and/or path prefix, and the pool that serves it.

@@ -24,13 +24,14 @@
 //! The families, their labels and the latency scope are here; the handles a pool and a backend
 //! hold, and how they are resolved from the families, are in `handles`.
 //!
-//! This module sits at the bottom of the crate (it needs only `config` and the engine's
+//! This module sits at the bottom of the crate (it needs only `config`, `tls` and the engine's
 //! types), so the health runtime and the request path can hold handles without depending on
 //! the exposition, which reads them back (`metrics` -> `health` -> `instruments`).
 //!
 //! Invariants:
 //! - Names follow Prometheus conventions: `capataz_` prefix, snake case, `_total` on counters,
-//!   seconds as the time unit. Labels are `pool`, `backend`, `class`, `result`, `to`.
+//!   seconds as the time unit. Labels are `pool`, `backend`, `class`, `result`, `to`, and for
+//!   TLS `listener`, `reason`, `certificate`.
 //! - A pool's latency histograms are per pool or per backend, never both: the scope belongs to
 //!   the `Families`, chosen when the balancer starts, and a reload keeps it, so no sum counts
 //!   an answer twice.
@@ -51,6 +52,9 @@ pub(crate) use handles::{BackendMetrics, PoolMetrics};
 mod handles;
 #[cfg(test)]
 mod tests;
+mod tls;
+
+pub use tls::{HandshakeFailures, TlsFamilies};
 
 /// Upper bounds of the latency buckets, in seconds: 0.5 ms to 30 s, then `+Inf`.
 const BUCKETS: [f64; 15] = [
@@ -158,6 +162,7 @@ pub struct Families {
     probe_duration: Latencies,
     transitions: Family<TransitionLabels, Counter>,
     ejections: Family<BackendLabels, Counter>,
+    tls: TlsFamilies,
 }
 
 impl Families {
@@ -214,7 +219,9 @@ impl Families {
             "Backends taken out by passive checks (traffic errors, or a failed probation)",
             ejections.clone(),
         );
+        let tls = TlsFamilies::register(registry);
         Families {
+            tls,
             scope,
             requests,
             upstream_response,
@@ -230,5 +237,10 @@ impl Families {
     /// How latency histograms are labelled.
     pub fn scope(&self) -> HistogramScope {
         self.scope
+    }
+
+    /// The TLS listeners' families.
+    pub fn tls(&self) -> &TlsFamilies {
+        &self.tls
     }
 }

@@ -305,7 +305,12 @@ pub(super) fn add_forwarded_headers(headers: &mut HeaderMap, client: &ClientInfo
             }
         }
     }
-    headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    let proto = if client.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static(proto));
 }
 
 #[cfg(test)]
@@ -459,6 +464,16 @@ mod tests {
         add_forwarded_headers(&mut h, &client);
         assert_eq!(h.get("x-forwarded-for").unwrap(), "10.0.0.1, 127.0.0.2");
         assert_eq!(h.get("x-forwarded-proto").unwrap(), "http");
+        // A client's own "http" is overwritten too, on a TLS connection.
+        let tls = crate::tls::TlsInfo {
+            version: "TLSv1.3",
+            sni: None,
+            alpn: None,
+            client_certificate: false,
+        };
+        let client = ClientInfo::with_tls("127.0.0.2:5000".parse().unwrap(), tls);
+        add_forwarded_headers(&mut h, &client);
+        assert_eq!(h.get("x-forwarded-proto").unwrap(), "https");
     }
 
     #[test]

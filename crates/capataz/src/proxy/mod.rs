@@ -28,6 +28,7 @@ use crate::body::{Lease, ReqBody, RespBody};
 use crate::config::{ConnectionReuse, ListenerConfig};
 use crate::h1::chunked;
 use crate::h1::framing::{self, BodyLength};
+use crate::tls::TlsInfo;
 use crate::upstream::{
     self, AttemptError, BackendStream, ExchangeError, ExchangeTimeouts, Outgoing, PrivateIdle,
     Transport,
@@ -460,6 +461,8 @@ pub struct ClientInfo {
     /// The idle backend connections only this client connection may use (see
     /// `upstream::PrivateIdle`).
     pub private: Arc<PrivateIdle>,
+    /// What its TLS handshake settled, when the listener terminates TLS.
+    pub tls: Option<TlsInfo>,
 }
 
 impl ClientInfo {
@@ -472,6 +475,15 @@ impl ClientInfo {
             addr,
             ip,
             private: Arc::new(PrivateIdle::new()),
+            tls: None,
+        }
+    }
+
+    /// The info for a client at `addr` whose connection is TLS, as `tls` says.
+    pub fn with_tls(addr: SocketAddr, tls: TlsInfo) -> ClientInfo {
+        ClientInfo {
+            tls: Some(tls),
+            ..ClientInfo::new(addr)
         }
     }
 }

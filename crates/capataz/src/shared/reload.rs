@@ -229,6 +229,7 @@ impl Shared {
         if old_config.alerts != config.alerts {
             self.restart_alerts(&config);
         }
+        self.metrics.families().tls().set_certificates(&config);
         *lock(&self.config) = Arc::new(config);
         tracing::info!(
             kept = summary.kept,

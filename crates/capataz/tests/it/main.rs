@@ -27,3 +27,4 @@ mod proxy_edge;
 mod reload_off_runtime;
 mod replay_cli;
 mod request_path;
+mod tls;

@@ -17,6 +17,7 @@ pub mod events;
 pub mod h2client;
 pub mod h2frames;
 pub mod raw;
+pub mod tls;
 pub mod wait;
 
 use std::net::SocketAddr;

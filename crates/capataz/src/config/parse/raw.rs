@@ -73,6 +73,25 @@ pub(super) struct RawListener {
     pub(super) http2: RawHttp2,
     #[serde(default)]
     pub(super) routes: Vec<Spanned<RawRoute>>,
+    pub(super) tls: Option<RawTls>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTls {
+    pub(super) certificates: Option<Vec<Spanned<RawCertificate>>>,
+    pub(super) min_version: Option<Spanned<Value>>,
+    pub(super) alpn: Option<Vec<Spanned<String>>>,
+    pub(super) client_ca: Option<Spanned<String>>,
+    pub(super) client_auth: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCertificate {
+    pub(super) cert: Option<Spanned<String>>,
+    pub(super) key: Option<Spanned<String>>,
+    pub(super) default: Option<bool>,
 }
 
 #[derive(Default, Deserialize)]

@@ -9,6 +9,7 @@
 mod admin;
 mod alerts;
 mod pool;
+mod tls;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -240,6 +241,10 @@ impl Validator<'_> {
             forwarded_headers: raw.forwarded_headers.unwrap_or(true),
             h2c: raw.h2c.unwrap_or(false),
             http2: self.http2(&format!("{at}.http2"), &raw.http2)?,
+            tls: raw
+                .tls
+                .map(|tls| self.listener_tls(&at, span.clone(), tls))
+                .transpose()?,
         })
     }
 
