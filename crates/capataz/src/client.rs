@@ -5,7 +5,7 @@
 //!   since the accept) and the head is still not complete after that long, a slow-loris client.
 //!   The wait for the next request on a keep-alive connection is idle time, not header time.
 //!
-//! Neither costs anything per request: the socket is wrapped in [`CountingIo`], which bumps a
+//! Neither costs anything per request: the socket is wrapped in [`CountingIo`], which adds to a
 //! counter per read and per write, and a watcher task per connection looks at the counters a
 //! few times per timeout (every quarter of the shorter one, 20 ms to 1 s). A timeout therefore
 //! fires between its value and its value plus that period. hyper's own `header_read_timeout`
@@ -13,6 +13,13 @@
 //!
 //! The watcher also closes the connection's private idle backend connections (see
 //! `upstream::PrivateIdle`) once they sat idle longer than their backend's `timeouts.idle`.
+//!
+//! Metrics cost the request path little: the counters are the bytes read and written, so the
+//! watcher adds them to the listener's byte counters at each look (and the connection's end
+//! adds the rest), and a request reads the clock when it starts and when its answer ends, for
+//! the listener's duration histogram. The proxy counts the answer itself; a request hyper
+//! refuses (a malformed or oversized head, answered 400, 414 or 431) is counted here, from the
+//! error that ends the connection.
 //!
 //! A request counts as in progress from its head until its response body has been sent (or
 //! dropped). The watcher closes a connection by raising `close` and waking the connection's
@@ -41,6 +48,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use crate::body::RespBody;
+use crate::instruments::ListenerMetrics;
 use crate::proxy::{ClientInfo, Proxy};
 use crate::upstream::PrivateIdle;
 
@@ -60,12 +68,15 @@ pub(crate) struct Limits {
 }
 
 /// What the connection's task, its requests and its watcher share.
-#[derive(Default)]
 struct Shared {
-    /// Reads that returned data.
+    /// Bytes read: grows with every read that returned data.
     reads: AtomicU64,
-    /// Writes that took data.
+    /// Bytes written: grows with every write that took data.
     writes: AtomicU64,
+    /// `reads` and `writes` as last added to the listener's byte counters.
+    counted: (AtomicU64, AtomicU64),
+    /// The listener's metrics, as the connection was accepted.
+    listener: Arc<ListenerMetrics>,
     /// Requests in progress (head received, response body not yet sent).
     active: AtomicUsize,
     /// Requests done.
@@ -80,6 +91,33 @@ struct Shared {
 }
 
 impl Shared {
+    fn new(listener: Arc<ListenerMetrics>) -> Shared {
+        Shared {
+            reads: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            counted: (AtomicU64::new(0), AtomicU64::new(0)),
+            listener,
+            active: AtomicUsize::new(0),
+            served: AtomicU64::new(0),
+            reads_at_rest: AtomicU64::new(0),
+            close: AtomicU8::new(0),
+            waker: Mutex::new(None),
+        }
+    }
+
+    /// Adds the bytes moved since the last call to the listener's counters. Safe to call from
+    /// the watcher and the connection's end at once: each byte is added once (`fetch_max`
+    /// hands every caller a disjoint stretch).
+    fn count_bytes(&self) {
+        let delta = |total: &AtomicU64, counted: &AtomicU64| {
+            let now = total.load(Ordering::Relaxed);
+            now.saturating_sub(counted.fetch_max(now, Ordering::Relaxed))
+        };
+        let received = delta(&self.reads, &self.counted.0);
+        let sent = delta(&self.writes, &self.counted.1);
+        self.listener.add_bytes(received, sent);
+    }
+
     fn close(&self, how: u8) {
         self.close.fetch_max(how, Ordering::Release);
         let waker = self.waker.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -98,7 +136,10 @@ pub(crate) async fn serve(
     proxy: impl Fn() -> Arc<Proxy> + Send + Sync + 'static,
     shutdown: watch::Receiver<bool>,
 ) {
-    let shared = Arc::new(Shared::default());
+    // Counted open until this function returns.
+    let open = proxy().metrics().connection();
+    let proxy = Arc::new(proxy);
+    let shared = Arc::new(Shared::new(open.listener().clone()));
     let client = Arc::new(ClientInfo::new(peer));
     let (done, watcher_done) = oneshot::channel::<()>();
     tokio::spawn(watch_connection(
@@ -110,12 +151,14 @@ pub(crate) async fn serve(
     ));
 
     let service_shared = shared.clone();
+    let service_proxy = proxy.clone();
     let service = service_fn(move |req| {
-        let proxy = proxy();
+        let proxy = service_proxy();
         let client = client.clone();
-        let request = InProgress::new(service_shared.clone());
+        let mut request = InProgress::new(service_shared.clone());
         async move {
             let response = proxy.handle(req, client).await;
+            request.answered = true;
             response.map(|response| {
                 response.map(|body| Tracked {
                     body,
@@ -159,25 +202,53 @@ pub(crate) async fn serve(
             }
             _ => {}
         }
-        conn.as_mut().poll(cx).map(|_| ())
+        conn.as_mut().poll(cx).map(|ended| {
+            if let Err(error) = ended {
+                if refused_by_hyper(&error) {
+                    proxy().count_refused();
+                }
+            }
+        })
     })
     .await;
     drop(done);
+    shared.count_bytes();
+    drop(open);
+}
+
+/// Whether hyper ended the connection on a request head it could not take, after answering
+/// it itself (400 for a malformed head, 431 or 414 for one over the size limit; an HTTP/2
+/// preface gets no answer).
+fn refused_by_hyper(error: &hyper::Error) -> bool {
+    error.is_parse() && !error.is_parse_status() && !error.is_parse_version_h2()
 }
 
 /// One request in progress on the connection, until dropped with its response body.
-struct InProgress(Arc<Shared>);
+struct InProgress {
+    shared: Arc<Shared>,
+    started: std::time::Instant,
+    /// Whether the proxy produced an answer (a request whose client went away first is not
+    /// timed).
+    answered: bool,
+}
 
 impl InProgress {
     fn new(shared: Arc<Shared>) -> InProgress {
         shared.active.fetch_add(1, Ordering::Relaxed);
-        InProgress(shared)
+        InProgress {
+            shared,
+            started: std::time::Instant::now(),
+            answered: false,
+        }
     }
 }
 
 impl Drop for InProgress {
     fn drop(&mut self) {
-        let shared = &self.0;
+        let shared = &self.shared;
+        if self.answered {
+            shared.listener.request_took(self.started.elapsed());
+        }
         shared
             .reads_at_rest
             .store(shared.reads.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -250,6 +321,7 @@ async fn watch_connection(
                     shared.close(ABORT);
                     return;
                 }
+                shared.count_bytes();
                 private.reap();
             }
         }
@@ -295,7 +367,7 @@ fn timed_out(
     now.saturating_duration_since(*quiet_since) >= limits.idle_timeout
 }
 
-/// The client socket, counting the reads and writes that moved data.
+/// The client socket, counting the bytes read and written.
 struct CountingIo {
     inner: TcpStream,
     shared: Arc<Shared>,
@@ -310,8 +382,9 @@ impl AsyncRead for CountingIo {
         let this = self.get_mut();
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            this.shared.reads.fetch_add(1, Ordering::Relaxed);
+        let read = buf.filled().len().saturating_sub(before);
+        if read > 0 {
+            this.shared.reads.fetch_add(read as u64, Ordering::Relaxed);
         }
         polled
     }
@@ -319,8 +392,10 @@ impl AsyncRead for CountingIo {
 
 impl CountingIo {
     fn count_write(&self, polled: &Poll<io::Result<usize>>) {
-        if matches!(polled, Poll::Ready(Ok(n)) if *n > 0) {
-            self.shared.writes.fetch_add(1, Ordering::Relaxed);
+        if let Poll::Ready(Ok(n)) = polled {
+            if *n > 0 {
+                self.shared.writes.fetch_add(*n as u64, Ordering::Relaxed);
+            }
         }
     }
 }

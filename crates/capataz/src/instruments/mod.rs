@@ -41,14 +41,19 @@ use std::fmt;
 use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::config::Config;
 
 pub(crate) use handles::{BackendMetrics, PoolMetrics};
+pub(crate) use listener::{AnsweredBy, ListenerMetrics, MethodClass, RouteMetrics};
+pub(crate) use timing::Timing;
 
 mod handles;
+mod listener;
+mod timing;
 #[cfg(test)]
 mod tests;
 
@@ -125,6 +130,21 @@ impl EncodeLabelSet for HistogramLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ListenerLabels {
+    listener: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClientRequestLabels {
+    listener: String,
+    route: String,
+    pool: String,
+    method: &'static str,
+    class: &'static str,
+    answered_by: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     pool: String,
     backend: String,
@@ -158,12 +178,58 @@ pub struct Families {
     probe_duration: Latencies,
     transitions: Family<TransitionLabels, Counter>,
     ejections: Family<BackendLabels, Counter>,
+    client_requests: Family<ClientRequestLabels, Counter>,
+    request_duration: Family<ListenerLabels, Timing>,
+    connections_accepted: Family<ListenerLabels, Counter>,
+    connections_open: Family<ListenerLabels, Gauge>,
+    received_bytes: Family<ListenerLabels, Counter>,
+    sent_bytes: Family<ListenerLabels, Counter>,
 }
 
 impl Families {
     /// Registers every family into `registry` (in the order a scrape shows them), with latency
     /// histograms labelled as `scope` says.
     pub fn register(registry: &mut Registry, scope: HistogramScope) -> Families {
+        let client_requests = Family::default();
+        registry.register(
+            "capataz_client_requests",
+            "Client requests answered, by listener, route, method, status class and who wrote \
+             the answer (the backend, or capataz itself)",
+            client_requests.clone(),
+        );
+        let request_duration = Family::default();
+        registry.register_with_unit(
+            "capataz_client_request_duration",
+            "Time from a client request's head to the end of its answer, per listener",
+            Unit::Seconds,
+            request_duration.clone(),
+        );
+        let connections_accepted = Family::default();
+        registry.register(
+            "capataz_client_connections_accepted",
+            "Client connections accepted",
+            connections_accepted.clone(),
+        );
+        let connections_open = Family::default();
+        registry.register(
+            "capataz_client_connections_open",
+            "Client connections open now",
+            connections_open.clone(),
+        );
+        let received_bytes = Family::default();
+        registry.register_with_unit(
+            "capataz_client_received",
+            "Bytes read from client connections (heads, bodies and upgraded streams)",
+            Unit::Bytes,
+            received_bytes.clone(),
+        );
+        let sent_bytes = Family::default();
+        registry.register_with_unit(
+            "capataz_client_sent",
+            "Bytes written to client connections (heads, bodies and upgraded streams)",
+            Unit::Bytes,
+            sent_bytes.clone(),
+        );
         let requests = Family::default();
         registry.register(
             "capataz_requests",
@@ -224,6 +290,12 @@ impl Families {
             probe_duration,
             transitions,
             ejections,
+            client_requests,
+            request_duration,
+            connections_accepted,
+            connections_open,
+            received_bytes,
+            sent_bytes,
         }
     }
 

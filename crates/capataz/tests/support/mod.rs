@@ -14,6 +14,7 @@ pub mod balancer;
 pub mod blocking;
 pub mod client;
 pub mod events;
+pub mod prometheus;
 pub mod raw;
 pub mod wait;
 
