@@ -101,11 +101,13 @@ pub(super) async fn metrics(shared: &Shared, accept: Option<&[u8]>) -> Response<
     let metrics = shared.metrics();
     let pools = shared.pools();
     let backends: usize = pools.iter().map(|pool| pool.backends.len()).sum();
-    let small = backends <= INLINE_PAGE_BACKENDS
-        && shared.open_connections() <= INLINE_SCRAPE_CONNECTIONS;
+    let small =
+        backends <= INLINE_PAGE_BACKENDS && shared.open_connections() <= INLINE_SCRAPE_CONNECTIONS;
     let page = pools.clone();
-    let rendered =
-        build_page_of(small, move || metrics.render(&page, alerts.as_deref(), format)).await;
+    let rendered = build_page_of(small, move || {
+        metrics.render(&page, alerts.as_deref(), format)
+    })
+    .await;
     match rendered {
         Some(Ok(text)) => {
             let mut response = full(StatusCode::OK, format.content_type(), text);

@@ -1,11 +1,13 @@
 //! The metric handles the runtime updates (counters and latency histograms, per pool and per
-//! backend) and the families they belong to, registered into the registry of the balancer
-//! that owns them.
+//! backend, and on the client side per listener and route) and the families they belong to,
+//! registered into the registry of the balancer that owns them.
 //!
-//! The proxy is benchmarked against HAProxy, so the request path pays for metrics with two
-//! clock reads, one atomic add and one histogram observation (about 80 ns in all) and nothing
-//! else. Every label set is resolved once, when a pool or backend is built: `PoolMetrics` and
-//! `BackendMetrics` hold ready handles, so no request builds, hashes or looks up a label set.
+//! The proxy is benchmarked against HAProxy, so the request path pays for metrics with four
+//! clock reads, a few relaxed atomic adds and one histogram observation under a mutex, and
+//! nothing else. Every label set is resolved once, when a pool, backend or listener is built:
+//! `PoolMetrics`, `BackendMetrics`, `ListenerMetrics` and `RouteMetrics` hold ready handles
+//! (a route's per method, class and answerer, each created on its first request), so no request
+//! builds, hashes or looks up a label set.
 //!
 //! Registered, not global: a balancer makes one [`Families`] with [`Families::register`] into
 //! its own `Registry` (which `crate::metrics` exposes), and every pool it builds takes its
@@ -22,7 +24,8 @@
 //! that concurrent requests of one pool take the same histogram lock.
 //!
 //! The families, their labels and the latency scope are here; the handles a pool and a backend
-//! hold, and how they are resolved from the families, are in `handles`.
+//! hold, and how they are resolved from the families, are in `handles`; a listener's and a
+//! route's in `listener`; `timing` is the lock-free histogram of client request durations.
 //!
 //! This module sits at the bottom of the crate (it needs only `config` and the engine's
 //! types), so the health runtime and the request path can hold handles without depending on
@@ -30,7 +33,8 @@
 //!
 //! Invariants:
 //! - Names follow Prometheus conventions: `capataz_` prefix, snake case, `_total` on counters,
-//!   seconds as the time unit. Labels are `pool`, `backend`, `class`, `result`, `to`.
+//!   seconds and bytes as units. Labels are `pool`, `backend`, `class`, `result`, `to`, and on
+//!   the client side `listener`, `route`, `method`, `answered_by`.
 //! - A pool's latency histograms are per pool or per backend, never both: the scope belongs to
 //!   the `Families`, chosen when the balancer starts, and a reload keeps it, so no sum counts
 //!   an answer twice.
@@ -53,9 +57,9 @@ pub(crate) use timing::Timing;
 
 mod handles;
 mod listener;
-mod timing;
 #[cfg(test)]
 mod tests;
+mod timing;
 
 /// Upper bounds of the latency buckets, in seconds: 0.5 ms to 30 s, then `+Inf`.
 const BUCKETS: [f64; 15] = [

@@ -103,7 +103,10 @@ mod tests {
     #[test]
     fn bounds_in_nanoseconds_match_the_buckets_in_seconds() {
         for (nanos, seconds) in BOUNDS_NANOS.iter().zip(BUCKETS) {
-            assert!((*nanos as f64 / 1e9 - seconds).abs() < 1e-12, "{nanos} {seconds}");
+            assert!(
+                (*nanos as f64 / 1e9 - seconds).abs() < 1e-12,
+                "{nanos} {seconds}"
+            );
         }
     }
 

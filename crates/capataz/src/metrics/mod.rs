@@ -354,7 +354,10 @@ mod tests {
             ),
             Format::OpenMetrics
         );
-        assert_eq!(negotiate("application/openmetrics-text"), Format::OpenMetrics);
+        assert_eq!(
+            negotiate("application/openmetrics-text"),
+            Format::OpenMetrics
+        );
         assert_eq!(
             negotiate("Application/OpenMetrics-Text; Version=\"1.0.0\"; q=1.0"),
             Format::OpenMetrics
@@ -406,7 +409,10 @@ mod tests {
             .backend("a")
             .answered(200, Duration::from_millis(1));
         let page = metrics.render(&[], None, Format::Classic).unwrap();
-        assert!(page.contains("# TYPE capataz_requests_total counter\n"), "{page}");
+        assert!(
+            page.contains("# TYPE capataz_requests_total counter\n"),
+            "{page}"
+        );
         assert!(page.contains("# HELP capataz_requests_total "), "{page}");
         assert!(!page.contains("# EOF"), "{page}");
         assert!(!page.contains("# UNIT"), "{page}");
@@ -422,8 +428,14 @@ mod tests {
         metrics.reloaded(true);
         metrics.reloaded(true);
         let page = metrics.render(&[], None, Format::Classic).unwrap();
-        assert!(page.contains("capataz_config_reloads_total{result=\"success\"} 2\n"), "{page}");
-        assert!(page.contains("capataz_config_reloads_total{result=\"failure\"} 1\n"), "{page}");
+        assert!(
+            page.contains("capataz_config_reloads_total{result=\"success\"} 2\n"),
+            "{page}"
+        );
+        assert!(
+            page.contains("capataz_config_reloads_total{result=\"failure\"} 1\n"),
+            "{page}"
+        );
         assert!(page.contains("capataz_build_info{version=\""), "{page}");
         let stamp = page
             .lines()

@@ -204,7 +204,9 @@ mod tests {
                       Max open files            1024                 1048576              files\n";
         assert_eq!(parse_max_fds(limits), Some(1024));
         assert_eq!(
-            parse_max_fds("Max open files            unlimited            unlimited            files\n"),
+            parse_max_fds(
+                "Max open files            unlimited            unlimited            files\n"
+            ),
             None
         );
         assert_eq!(
@@ -228,6 +230,9 @@ mod tests {
             .unwrap()
             .as_secs_f64();
         let start = stats.start_time_seconds.unwrap();
-        assert!(start <= now + 60.0 && start > now - 86_400.0, "{start} {now}");
+        assert!(
+            start <= now + 60.0 && start > now - 86_400.0,
+            "{start} {now}"
+        );
     }
 }

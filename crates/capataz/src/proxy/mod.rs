@@ -156,11 +156,11 @@ impl Proxy {
     fn route(&self, host: Option<&str>, path: &str) -> Option<usize> {
         let host = host.map(strip_port);
         self.routes.iter().position(|route| {
-                let host_ok = match (&route.host, host) {
-                    (None, _) => true,
-                    (Some(want), Some(got)) => want.eq_ignore_ascii_case(got),
-                    (Some(_), None) => false,
-                };
+            let host_ok = match (&route.host, host) {
+                (None, _) => true,
+                (Some(want), Some(got)) => want.eq_ignore_ascii_case(got),
+                (Some(_), None) => false,
+            };
             host_ok && path.starts_with(route.path_prefix.as_str())
         })
     }

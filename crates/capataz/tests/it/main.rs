@@ -25,5 +25,5 @@ mod pool_handle;
 mod proxy_edge;
 mod reload_off_runtime;
 mod replay_cli;
-mod scrape;
 mod request_path;
+mod scrape;

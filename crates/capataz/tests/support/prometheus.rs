@@ -128,7 +128,10 @@ impl Prometheus {
             let log_file = std::fs::File::create(&log).expect("Prometheus's log file");
             let child = Command::new(&binary)
                 .arg(format!("--config.file={}", config.display()))
-                .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.path().join("data").display()
+                ))
                 .arg(format!("--web.listen-address={addr}"))
                 .stdin(Stdio::null())
                 .stdout(log_file.try_clone().expect("the log file"))

@@ -28,13 +28,23 @@ fn requests(route: &str, pool: &str, method: &str, class: &str, by: &str) -> Str
 async fn client_requests_are_counted_by_route_method_class_and_who_answered() {
     let busy = busy().await;
     let (_, page) = scrape(busy.admin, None).await;
-    let count = |series: String| value(&page, &series).unwrap_or_else(|| panic!("{series}\n{page}"));
-    assert_eq!(count(requests("/api/", "web", "GET", "2xx", "backend")), 4.0);
-    assert_eq!(count(requests("/api/", "web", "POST", "2xx", "backend")), 1.0);
+    let count =
+        |series: String| value(&page, &series).unwrap_or_else(|| panic!("{series}\n{page}"));
+    assert_eq!(
+        count(requests("/api/", "web", "GET", "2xx", "backend")),
+        4.0
+    );
+    assert_eq!(
+        count(requests("/api/", "web", "POST", "2xx", "backend")),
+        1.0
+    );
     // No route: capataz's 404.
     assert_eq!(count(requests("", "", "GET", "4xx", "capataz")), 1.0);
     // The backend refused the connection: capataz's 502.
-    assert_eq!(count(requests("/dead/", "dead", "GET", "5xx", "capataz")), 1.0);
+    assert_eq!(
+        count(requests("/dead/", "dead", "GET", "5xx", "capataz")),
+        1.0
+    );
     // A malformed head, answered 400 by hyper before any route or method was read.
     assert_eq!(count(requests("", "", "other", "4xx", "capataz")), 1.0);
     let total: f64 = page
@@ -73,7 +83,10 @@ async fn client_requests_are_counted_by_route_method_class_and_who_answered() {
         .unwrap()
         .as_secs_f64();
     let stamp = count("capataz_config_last_reload_success_timestamp_seconds".into());
-    assert!(stamp <= now && stamp > now - DEADLINE.as_secs_f64() * 3.0, "{stamp} {now}");
+    assert!(
+        stamp <= now && stamp > now - DEADLINE.as_secs_f64() * 3.0,
+        "{stamp} {now}"
+    );
     if cfg!(target_os = "linux") {
         for name in [
             "process_cpu_seconds_total",
@@ -113,12 +126,18 @@ async fn connections_and_bytes_are_counted_per_listener() {
             assert_eq!(value(&page, received), Some(request.len() as f64), "{page}");
             assert_eq!(value(&page, sent), Some(answer.len() as f64), "{page}");
             assert_eq!(
-                value(&page, "capataz_client_connections_accepted_total{listener=\"bytes\"}"),
+                value(
+                    &page,
+                    "capataz_client_connections_accepted_total{listener=\"bytes\"}"
+                ),
                 Some(1.0)
             );
             break;
         }
-        assert!(tokio::time::Instant::now() < end, "the connection stayed open:\n{page}");
+        assert!(
+            tokio::time::Instant::now() < end,
+            "the connection stayed open:\n{page}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // A connection counts as open while it is.
@@ -129,7 +148,10 @@ async fn connections_and_bytes_are_counted_per_listener() {
         if value(&page, open) == Some(1.0) {
             break;
         }
-        assert!(tokio::time::Instant::now() < end, "no open connection:\n{page}");
+        assert!(
+            tokio::time::Instant::now() < end,
+            "no open connection:\n{page}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -143,12 +165,20 @@ async fn metrics_are_open_metrics_only_for_who_asks() {
         .build();
     let (balancer, _rx) = start(&text).await;
     let admin = balancer.admin_addr().unwrap();
-    assert_eq!(exchange(balancer.local_addrs()[0], "GET", "/", &[]).await.status, 200);
+    assert_eq!(
+        exchange(balancer.local_addrs()[0], "GET", "/", &[])
+            .await
+            .status,
+        200
+    );
 
     let (content_type, classic) = scrape(admin, None).await;
     assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
     assert!(!classic.contains("# EOF"));
-    assert!(classic.contains("# TYPE capataz_requests_total counter\n"), "{classic}");
+    assert!(
+        classic.contains("# TYPE capataz_requests_total counter\n"),
+        "{classic}"
+    );
 
     // What Prometheus 2 sends.
     let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\

@@ -78,8 +78,15 @@ fn metric_names(expr: &str) -> Vec<String> {
                     .map(|c| char::from(c).to_ascii_lowercase())
                     .collect();
                 let lower = word.to_ascii_lowercase();
-                if ["by", "without", "on", "ignoring", "group_left", "group_right"]
-                    .contains(&lower.as_str())
+                if [
+                    "by",
+                    "without",
+                    "on",
+                    "ignoring",
+                    "group_left",
+                    "group_right",
+                ]
+                .contains(&lower.as_str())
                 {
                     labels_follow = true;
                 } else if next == Some(b'(')
@@ -178,7 +185,10 @@ fn promql_metric_names_leave_out_functions_labels_strings_and_variables() {
         metric_names("time() - start_seconds{job=~\"${job}\"} or vector(1)"),
         ["start_seconds"]
     );
-    assert_eq!(metric_names("up{job='a\\'}'} * on() group_right(x) b"), ["up", "b"]);
+    assert_eq!(
+        metric_names("up{job='a\\'}'} * on() group_right(x) b"),
+        ["up", "b"]
+    );
 }
 
 #[tokio::test]

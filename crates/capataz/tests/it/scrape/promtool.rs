@@ -13,7 +13,10 @@ use crate::support::prometheus::promtool_check;
 async fn promtool_finds_nothing_to_say_about_the_classic_exposition() {
     let busy = busy().await;
     let (content_type, page) = scrape(busy.admin, None).await;
-    assert!(content_type.starts_with("text/plain; version=0.0.4"), "{content_type}");
+    assert!(
+        content_type.starts_with("text/plain; version=0.0.4"),
+        "{content_type}"
+    );
     let (code, findings) = promtool_check(&page);
     assert_eq!(
         (code, findings.trim()),
@@ -29,7 +32,10 @@ async fn promtool_finds_nothing_to_say_about_the_classic_exposition() {
         "capataz_alerts_failed_total",
         "capataz_backend_up",
     ] {
-        assert!(page.contains(&format!("\n{name}{{")), "{name} missing:\n{page}");
+        assert!(
+            page.contains(&format!("\n{name}{{")),
+            "{name} missing:\n{page}"
+        );
     }
 }
 
@@ -43,7 +49,10 @@ async fn classic_counters_carry_their_total_name_in_help_and_type() {
         if line.ends_with(" counter") {
             let name = line.split(' ').nth(2).unwrap();
             assert!(name.ends_with("_total"), "{line}");
-            assert!(page.contains(&format!("# HELP {name} ")), "{name} has no help");
+            assert!(
+                page.contains(&format!("# HELP {name} ")),
+                "{name} has no help"
+            );
         }
     }
     drop(busy.balancer);
