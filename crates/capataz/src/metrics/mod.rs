@@ -388,6 +388,22 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Whatever a scraper sends as `Accept`, negotiation answers with one of the two
+        /// formats, and never panics.
+        #[test]
+        fn any_accept_header_gets_a_format(accept in proptest::collection::vec(
+            proptest::prelude::any::<u8>(), 0..200,
+        )) {
+            let _ = Format::negotiate(Some(&accept));
+        }
+
+        #[test]
+        fn any_quality_text_is_read_without_panic(text in "[0-9.q=;, ]{0,12}") {
+            proptest::prop_assert!(parse_quality(&text) <= 1000);
+        }
+    }
+
     #[test]
     fn quality_values_are_read_in_thousandths() {
         assert_eq!(parse_quality("1"), 1000);

@@ -196,3 +196,38 @@ async fn metrics_are_open_metrics_only_for_who_asks() {
     let answer = exchange(admin, "GET", "/metrics", &[]).await;
     assert_eq!(answer.headers.get("vary").unwrap(), "Accept");
 }
+
+/// hyper answers a head over the limit itself (431), before the proxy sees it: still counted,
+/// as capataz's own answer to a request no route took.
+#[tokio::test]
+async fn a_head_over_the_limit_is_counted_as_capatazs_own_4xx() {
+    let b = backends(&["a"]).await;
+    let text = ConfigText::sims(&b)
+        .admin("")
+        .listener("name = \"front\"")
+        .extra("[pools.web.active]\nkind = \"none\"\n")
+        .build();
+    let (balancer, _rx) = start(&text).await;
+    let proxy = balancer.local_addrs()[0];
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "b".repeat(40_000)
+    );
+    let answer = support::raw::raw_roundtrip(proxy, big.as_bytes()).await;
+    assert_eq!(support::raw::status_of(&answer), Some(431));
+    let series = requests("", "", "other", "4xx", "capataz");
+    let admin = balancer.admin_addr().unwrap();
+    let end = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let (_, page) = scrape(admin, None).await;
+        if value(&page, &series) == Some(1.0) {
+            assert!(
+                !page.contains("answered_by=\"backend\""),
+                "nothing reached the backend:\n{page}"
+            );
+            break;
+        }
+        assert!(tokio::time::Instant::now() < end, "not counted:\n{page}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
