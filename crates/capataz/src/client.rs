@@ -218,9 +218,12 @@ pub(crate) async fn serve(
 
 /// Whether hyper ended the connection on a request head it could not take, after answering
 /// it itself (400 for a malformed head, 431 or 414 for one over the size limit; an HTTP/2
-/// preface gets no answer).
-fn refused_by_hyper(error: &hyper::Error) -> bool {
-    error.is_parse() && !error.is_parse_status() && !error.is_parse_version_h2()
+/// preface gets no answer). Any error type: a connection served by another builder reports
+/// hyper's error boxed.
+fn refused_by_hyper(error: &(dyn std::error::Error + 'static)) -> bool {
+    error.downcast_ref::<hyper::Error>().is_some_and(|error| {
+        error.is_parse() && !error.is_parse_status() && !error.is_parse_version_h2()
+    })
 }
 
 /// One request in progress on the connection, until dropped with its response body.
