@@ -13,7 +13,7 @@
 //!   since the accept) and the head is still not complete after that long, a slow-loris client.
 //!   The wait for the next request on a keep-alive connection is idle time, not header time.
 //!
-//! Neither costs anything per request: the socket is wrapped in [`CountingIo`], which bumps a
+//! Neither costs anything per request: the socket is wrapped in [`CountingIo`], which adds to a
 //! counter per read and per write, and a watcher task per connection looks at the counters a
 //! few times per timeout (every quarter of the shorter one, 20 ms to 1 s). A timeout therefore
 //! fires between its value and its value plus that period. hyper's own `header_read_timeout`
@@ -36,6 +36,13 @@
 //! `max_concurrent_streams` requests beyond those it let finish: each cancelled request may
 //! have reached a backend, and the stream limit alone does not bound them, since a reset stream
 //! frees its slot at once.
+//!
+//! Metrics cost the request path little: the counters are the bytes read and written, so the
+//! watcher adds them to the listener's byte counters at each look (and the connection's end
+//! adds the rest), and a request reads the clock when it starts and when its answer ends, for
+//! the listener's duration histogram. The proxy counts the answer itself; a request hyper
+//! refuses (a malformed or oversized head, answered 400, 414 or 431) is counted here, from the
+//! error that ends the connection.
 //!
 //! A request counts as in progress from its head until its response body has been sent (or
 //! dropped). The watcher closes a connection by raising `close` and waking the connection's
@@ -63,6 +70,7 @@ use tokio::time::Instant;
 
 use crate::body::RespBody;
 use crate::config::Http2Config;
+use crate::instruments::ListenerMetrics;
 use crate::proxy::{ClientInfo, Proxy};
 use crate::upstream::PrivateIdle;
 
@@ -122,10 +130,14 @@ const MAX_PRIVATE_H2: usize = 128;
 
 /// What the connection's task, its requests and its watcher share.
 struct Shared {
-    /// Reads that returned data.
+    /// Bytes read: grows with every read that returned data.
     reads: AtomicU64,
-    /// Writes that took data.
+    /// Bytes written: grows with every write that took data.
     writes: AtomicU64,
+    /// `reads` and `writes` as last added to the listener's byte counters.
+    counted: (AtomicU64, AtomicU64),
+    /// The listener's metrics, as the connection was accepted.
+    listener: Arc<ListenerMetrics>,
     /// Requests in progress (head received, response body not yet sent).
     active: AtomicUsize,
     /// Requests done.
@@ -149,10 +161,12 @@ struct Shared {
 }
 
 impl Shared {
-    fn new() -> Shared {
+    fn new(listener: Arc<ListenerMetrics>) -> Shared {
         Shared {
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
+            counted: (AtomicU64::new(0), AtomicU64::new(0)),
+            listener,
             active: AtomicUsize::new(0),
             served: AtomicU64::new(0),
             answered: AtomicU64::new(0),
@@ -172,6 +186,19 @@ impl Shared {
             Ordering::Relaxed,
         );
         self.h2.store(true, Ordering::Relaxed);
+    }
+
+    /// Adds the bytes moved since the last call to the listener's counters. Safe to call from
+    /// the watcher and the connection's end at once: each byte is added once (`fetch_max`
+    /// hands every caller a disjoint stretch).
+    fn count_bytes(&self) {
+        let delta = |total: &AtomicU64, counted: &AtomicU64| {
+            let now = total.load(Ordering::Relaxed);
+            now.saturating_sub(counted.fetch_max(now, Ordering::Relaxed))
+        };
+        let received = delta(&self.reads, &self.counted.0);
+        let sent = delta(&self.writes, &self.counted.1);
+        self.listener.add_bytes(received, sent);
     }
 
     fn close(&self, how: u8) {
@@ -196,7 +223,10 @@ pub(crate) async fn serve<IO>(
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let shared = Arc::new(Shared::new());
+    // Counted open until this function returns.
+    let open = proxy().metrics().connection();
+    let proxy = Arc::new(proxy);
+    let shared = Arc::new(Shared::new(open.listener().clone()));
     let client = Arc::new(client);
     let private = client.private.clone();
     let (done, watcher_done) = oneshot::channel::<()>();
@@ -209,8 +239,9 @@ pub(crate) async fn serve<IO>(
     ));
 
     let service_shared = shared.clone();
+    let service_proxy = proxy.clone();
     let service = service_fn(move |req| {
-        let proxy = proxy();
+        let proxy = service_proxy();
         let client = client.clone();
         let mut request = InProgress::new(service_shared.clone());
         async move {
@@ -237,16 +268,18 @@ pub(crate) async fn serve<IO>(
             // The client went away, or a timeout or shutdown closed the connection.
             Some(Err(_)) | None => {
                 drop(done);
+                shared.count_bytes();
                 return;
             }
         },
     };
+    let refused;
     if h2 {
         shared.set_h2(&limits);
         let streams = usize::try_from(limits.http2.max_concurrent_streams).unwrap_or(usize::MAX);
         private.set_capacity(streams.min(MAX_PRIVATE_H2));
         let conn = http2_builder(&limits).serve_connection(TokioIo::new(io), service);
-        drive(&shared, pin!(conn), |conn| conn.graceful_shutdown()).await;
+        refused = drive(&shared, pin!(conn), |conn| conn.graceful_shutdown()).await;
     } else {
         let mut builder = http1::Builder::new();
         // - half_close: a client's FIN after its request ends the request, not the connection,
@@ -265,9 +298,14 @@ pub(crate) async fn serve<IO>(
         let conn = builder
             .serve_connection(TokioIo::new(io), service)
             .with_upgrades();
-        drive(&shared, pin!(conn), |conn| conn.graceful_shutdown()).await;
+        refused = drive(&shared, pin!(conn), |conn| conn.graceful_shutdown()).await;
+    }
+    if refused {
+        proxy().count_refused();
     }
     drop(done);
+    shared.count_bytes();
+    drop(open);
 }
 
 /// hyper's HTTP/2 server with the listener's settings and the attack limits.
@@ -329,23 +367,29 @@ async fn until_closed<F: Future>(shared: &Shared, fut: F) -> Option<F::Output> {
 }
 
 /// Drives the connection until it ends or the watcher aborts it, and shuts it down
-/// gracefully (`graceful`) when the watcher asks.
-async fn drive<C: Future>(shared: &Shared, mut conn: Pin<&mut C>, graceful: fn(Pin<&mut C>)) {
+/// gracefully (`graceful`) when the watcher asks. Returns whether hyper ended it refusing a request head it answered itself (`refused_by_hyper`).
+async fn drive<C, E>(shared: &Shared, mut conn: Pin<&mut C>, graceful: fn(Pin<&mut C>)) -> bool
+where
+    C: Future<Output = Result<(), E>>,
+    E: std::error::Error + 'static,
+{
     let mut closing = false;
     let mut registered = false;
     poll_fn(|cx| {
         register(shared, cx, &mut registered);
         match shared.close.load(Ordering::Acquire) {
-            ABORT => return Poll::Ready(()),
+            ABORT => return Poll::Ready(false),
             GRACEFUL if !closing => {
                 closing = true;
                 graceful(conn.as_mut());
             }
             _ => {}
         }
-        conn.as_mut().poll(cx).map(|_| ())
+        conn.as_mut()
+            .poll(cx)
+            .map(|ended| ended.err().is_some_and(|error| refused_by_hyper(&error)))
     })
-    .await;
+    .await
 }
 
 /// Registers the connection task's waker for the watcher, on a future's first poll only (a
@@ -357,9 +401,22 @@ fn register(shared: &Shared, cx: &Context<'_>, registered: &mut bool) {
     }
 }
 
+/// Whether hyper ended the connection on a request head it could not take, after answering
+/// it itself (400 for a malformed head, 431 or 414 for one over the size limit; an HTTP/2
+/// preface gets no answer). Any error type: a connection served by another builder reports
+/// hyper's error boxed.
+fn refused_by_hyper(error: &(dyn std::error::Error + 'static)) -> bool {
+    error.downcast_ref::<hyper::Error>().is_some_and(|error| {
+        error.is_parse() && !error.is_parse_status() && !error.is_parse_version_h2()
+    })
+}
+
 /// One request in progress on the connection, until dropped with its response body.
 struct InProgress {
     shared: Arc<Shared>,
+    started: std::time::Instant,
+    /// Whether the proxy produced an answer (a request whose client went away first is not
+    /// timed, and over HTTP/2 counts as cancelled).
     answered: bool,
 }
 
@@ -368,6 +425,7 @@ impl InProgress {
         shared.active.fetch_add(1, Ordering::Relaxed);
         InProgress {
             shared,
+            started: std::time::Instant::now(),
             answered: false,
         }
     }
@@ -385,6 +443,9 @@ impl InProgress {
 impl Drop for InProgress {
     fn drop(&mut self) {
         let shared = &self.shared;
+        if self.answered {
+            shared.listener.request_took(self.started.elapsed());
+        }
         shared
             .reads_at_rest
             .store(shared.reads.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -481,6 +542,7 @@ async fn watch_connection(
                         return;
                     }
                 }
+                shared.count_bytes();
                 private.reap();
             }
         }
@@ -533,7 +595,7 @@ fn timed_out(
     now.saturating_duration_since(*quiet_since) >= limits.idle_timeout
 }
 
-/// The client socket, counting the reads and writes that moved data.
+/// The client socket (TCP, or TLS over it), counting the bytes read and written.
 struct CountingIo<IO> {
     inner: IO,
     shared: Arc<Shared>,
@@ -558,8 +620,9 @@ impl<IO: AsyncRead + Unpin> AsyncRead for CountingIo<IO> {
         }
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            this.shared.reads.fetch_add(1, Ordering::Relaxed);
+        let read = buf.filled().len().saturating_sub(before);
+        if read > 0 {
+            this.shared.reads.fetch_add(read as u64, Ordering::Relaxed);
         }
         polled
     }
@@ -567,8 +630,10 @@ impl<IO: AsyncRead + Unpin> AsyncRead for CountingIo<IO> {
 
 impl<IO> CountingIo<IO> {
     fn count_write(&self, polled: &Poll<io::Result<usize>>) {
-        if matches!(polled, Poll::Ready(Ok(n)) if *n > 0) {
-            self.shared.writes.fetch_add(1, Ordering::Relaxed);
+        if let Poll::Ready(Ok(n)) = polled {
+            if *n > 0 {
+                self.shared.writes.fetch_add(*n as u64, Ordering::Relaxed);
+            }
         }
     }
 }
@@ -612,6 +677,13 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for CountingIo<IO> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::instruments::{Families, HistogramScope};
+
+    fn new_shared() -> Shared {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let families = Families::register(&mut registry, HistogramScope::Pool);
+        Shared::new(families.listener("test"))
+    }
 
     fn limits() -> Limits {
         Limits {
@@ -641,11 +713,11 @@ mod tests {
 
     #[test]
     fn http2_frames_without_a_stream_are_idle_time_not_a_head() {
-        let shared = Shared::new();
+        let shared = new_shared();
         shared.set_h2(&limits());
         // PINGs and acks every second, no stream: closed at idle_timeout, never as a slow head.
         assert_eq!(chatty_for(&shared, 30, true), Some(10));
-        let shared = Shared::new();
+        let shared = new_shared();
         shared.set_h2(&limits());
         assert_eq!(chatty_for(&shared, 30, false), Some(10));
     }
@@ -653,13 +725,13 @@ mod tests {
     #[test]
     fn http1_bytes_without_a_request_are_a_head_arriving() {
         // Bytes since the first look, no request: the head's 2 s run out at the third look.
-        let shared = Shared::new();
+        let shared = new_shared();
         assert_eq!(chatty_for(&shared, 30, false), Some(3));
     }
 
     #[test]
     fn an_http2_stream_in_progress_is_never_idle() {
-        let shared = Shared::new();
+        let shared = new_shared();
         shared.set_h2(&limits());
         shared.active.fetch_add(1, Ordering::Relaxed);
         assert_eq!(chatty_for(&shared, 60, true), None);
@@ -667,7 +739,7 @@ mod tests {
 
     #[test]
     fn cancelled_requests_beyond_the_answered_ones_close_an_http2_connection() {
-        let shared = Arc::new(Shared::new());
+        let shared = Arc::new(new_shared());
         let mut limits = limits();
         limits.http2.max_concurrent_streams = 3;
         shared.set_h2(&limits);
@@ -684,7 +756,7 @@ mod tests {
 
     #[test]
     fn cancelled_requests_never_close_an_http1_connection() {
-        let shared = Arc::new(Shared::new());
+        let shared = Arc::new(new_shared());
         for _ in 0..1000 {
             drop(InProgress::new(shared.clone()));
         }

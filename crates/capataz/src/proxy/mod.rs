@@ -28,6 +28,7 @@ use crate::body::{Lease, ReqBody, RespBody};
 use crate::config::{ConnectionReuse, ListenerConfig};
 use crate::h1::chunked;
 use crate::h1::framing::{self, BodyLength};
+use crate::instruments::{AnsweredBy, ListenerMetrics, MethodClass, RouteMetrics};
 use crate::tls::TlsInfo;
 use crate::upstream::{
     self, AttemptError, BackendStream, ExchangeError, ExchangeTimeouts, Outgoing, PrivateIdle,
@@ -76,6 +77,15 @@ struct Route {
     host: Option<String>,
     path_prefix: String,
     pool: Arc<PoolHandle>,
+    /// Its requests' counters.
+    metrics: RouteMetrics,
+}
+
+/// What a request's answer is counted under: the route that took it (none: refused before
+/// routing, or no route matched) and who wrote the answer.
+struct Tally {
+    route: Option<usize>,
+    by: AnsweredBy,
 }
 
 /// The request handler of one listener.
@@ -91,20 +101,34 @@ pub struct Proxy {
     request_body_timeout: std::time::Duration,
     /// How long an upgraded connection may move no byte either way before it is closed.
     tunnel_idle: std::time::Duration,
+    /// The listener's client-side metrics.
+    metrics: Arc<ListenerMetrics>,
+    /// The counters of requests no route took.
+    unrouted: RouteMetrics,
 }
 
 impl Proxy {
     /// The handler of `listener`, whose routes' `pool` indexes refer to `pools` (the pools'
-    /// request-path handles: the proxy never sees the health runtime).
-    pub fn new(listener: &ListenerConfig, pools: &[Arc<PoolHandle>]) -> Proxy {
+    /// request-path handles: the proxy never sees the health runtime), counting into
+    /// `metrics`, the listener's.
+    pub(crate) fn new(
+        listener: &ListenerConfig,
+        pools: &[Arc<PoolHandle>],
+        metrics: Arc<ListenerMetrics>,
+    ) -> Proxy {
         let routes = &listener.routes;
         Proxy {
             routes: routes
                 .iter()
-                .map(|r| Route {
-                    host: r.host.clone(),
-                    path_prefix: r.path_prefix.clone(),
-                    pool: pools[r.pool].clone(),
+                .map(|r| {
+                    let pool = pools[r.pool].clone();
+                    let label = format!("{}{}", r.host.as_deref().unwrap_or(""), r.path_prefix);
+                    Route {
+                        host: r.host.clone(),
+                        path_prefix: r.path_prefix.clone(),
+                        metrics: metrics.route(&label, &pool.name),
+                        pool,
+                    }
                 })
                 .collect(),
             any_host: routes.iter().any(|r| r.host.is_some()),
@@ -112,30 +136,62 @@ impl Proxy {
             forwarded_headers: listener.forwarded_headers,
             request_body_timeout: listener.request_body_timeout,
             tunnel_idle: listener.idle_timeout,
+            unrouted: metrics.route("", ""),
+            metrics,
         }
     }
 
-    /// The pool of the first route matching `host` (without its port) and `path`.
-    fn route(&self, host: Option<&str>, path: &str) -> Option<&Arc<PoolHandle>> {
-        let host = host.map(strip_port);
-        self.routes
-            .iter()
-            .find(|route| {
-                let host_ok = match (&route.host, host) {
-                    (None, _) => true,
-                    (Some(want), Some(got)) => want.eq_ignore_ascii_case(got),
-                    (Some(_), None) => false,
-                };
-                host_ok && path.starts_with(route.path_prefix.as_str())
-            })
-            .map(|route| &route.pool)
+    /// The listener's client-side metrics.
+    pub(crate) fn metrics(&self) -> &Arc<ListenerMetrics> {
+        &self.metrics
     }
 
-    /// Serves one client request.
+    /// Counts a request hyper refused before the proxy saw it (a malformed or oversized head),
+    /// answered with a 4xx of its own.
+    pub(crate) fn count_refused(&self) {
+        self.unrouted
+            .answered(MethodClass::OTHER, 400, AnsweredBy::Capataz);
+    }
+
+    /// The index of the first route matching `host` (without its port) and `path`.
+    fn route(&self, host: Option<&str>, path: &str) -> Option<usize> {
+        let host = host.map(strip_port);
+        self.routes.iter().position(|route| {
+            let host_ok = match (&route.host, host) {
+                (None, _) => true,
+                (Some(want), Some(got)) => want.eq_ignore_ascii_case(got),
+                (Some(_), None) => false,
+            };
+            host_ok && path.starts_with(route.path_prefix.as_str())
+        })
+    }
+
+    /// Serves one client request, and counts its answer.
     pub async fn handle(
         self: Arc<Self>,
+        req: Request<Incoming>,
+        client: Arc<ClientInfo>,
+    ) -> Result<Response<RespBody>, Infallible> {
+        let method = MethodClass::of(req.method());
+        let mut tally = Tally {
+            route: None,
+            by: AnsweredBy::Capataz,
+        };
+        let Ok(response) = self.respond(req, client, &mut tally).await;
+        let counters = match tally.route {
+            Some(index) => &self.routes[index].metrics,
+            None => &self.unrouted,
+        };
+        counters.answered(method, response.status().as_u16(), tally.by);
+        Ok(response)
+    }
+
+    /// Serves one client request, noting in `tally` the route it took and who answered.
+    async fn respond(
+        &self,
         mut req: Request<Incoming>,
         client: Arc<ClientInfo>,
+        tally: &mut Tally,
     ) -> Result<Response<RespBody>, Infallible> {
         if self.max_header_bytes < MIN_HYPER_BUFFER && head_size(&req) > self.max_header_bytes {
             return Ok(error_page(
@@ -170,12 +226,14 @@ impl Proxy {
             }
         };
         let route_host = if self.any_host { host.as_str() } else { None };
-        let Some(pool) = self.route(route_host, req.uri().path()).cloned() else {
+        let Some(route) = self.route(route_host, req.uri().path()) else {
             return Ok(error_page(
                 StatusCode::NOT_FOUND,
                 "no route matches this host and path",
             ));
         };
+        tally.route = Some(route);
+        let pool = self.routes[route].pool.clone();
         // An HTTP/1.0 absolute-form request without Host: the backend gets the host the route
         // was chosen by.
         let add_host = match host {
@@ -258,6 +316,7 @@ impl Proxy {
                         continue;
                     }
                     strip_hop_by_hop(response.headers_mut(), false);
+                    tally.by = AnsweredBy::Backend;
                     return Ok(response);
                 }
                 Forwarded::Upgraded(response, stream, early) => {
@@ -268,6 +327,7 @@ impl Proxy {
                         // A 101 nobody asked for: the client gets it, and nothing else.
                         None => drop(stream),
                     }
+                    tally.by = AnsweredBy::Backend;
                     return Ok(response);
                 }
                 Forwarded::NotSent(outgoing, why) => {

@@ -53,7 +53,11 @@ impl Shared {
         let local = socket.local_addr().unwrap_or(listener.address);
         let state = Arc::new(ArcSwap::from_pointee(ListenerState {
             config: listener.clone(),
-            proxy: Arc::new(Proxy::new(listener, &handles(pools))),
+            proxy: Arc::new(Proxy::new(
+                listener,
+                &handles(pools),
+                self.metrics.families().listener(&listener.name),
+            )),
         }));
         let (stop, stop_rx) = watch::channel(false);
         tracing::info!(listener = %listener.name, address = %local, "listening");

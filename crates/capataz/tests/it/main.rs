@@ -27,4 +27,5 @@ mod proxy_edge;
 mod reload_off_runtime;
 mod replay_cli;
 mod request_path;
+mod scrape;
 mod tls;

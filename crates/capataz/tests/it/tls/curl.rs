@@ -78,10 +78,7 @@ async fn curl_gets_the_certificate_named_by_sni_over_tls12_and_tls13() {
                 verbose.contains(&format!("ssl connection using {want}")),
                 "{verbose}"
             );
-            assert!(
-                verbose.contains("alpn: server accepted h2"),
-                "{verbose}"
-            );
+            assert!(verbose.contains("alpn: server accepted h2"), "{verbose}");
         }
     }
     // An unknown name gets the default certificate, which curl refuses unless told not to

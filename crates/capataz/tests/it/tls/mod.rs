@@ -42,7 +42,11 @@ fn metric(balancer: &Balancer, series: &str) -> Option<f64> {
     let text = balancer
         .shared()
         .metrics()
-        .render(&balancer.pools(), None)
+        .render(
+            &balancer.pools(),
+            None,
+            capataz::metrics::Format::OpenMetrics,
+        )
         .expect("the metrics render");
     text.lines()
         .find_map(|line| line.strip_prefix(series))
