@@ -55,7 +55,10 @@ fn explain_standing(pool: &PoolRt, view: &BackendView) -> String {
     let active = &health.active;
     let passive = &health.passive;
     let rise = config.active.rise.get();
-    let in_flight = view.backend.in_flight.load(std::sync::atomic::Ordering::Relaxed);
+    let in_flight = view
+        .backend
+        .in_flight
+        .load(std::sync::atomic::Ordering::Relaxed);
     let fall = config.active.fall.get();
     let limit = config.passive.consecutive_errors.get();
     let next_probe = view

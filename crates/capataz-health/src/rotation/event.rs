@@ -304,12 +304,19 @@ impl fmt::Display for StandingCause {
                  drained; no new requests, in-flight ones finish",
             ),
             StandingCause::DrainEnded { last } => {
-                write!(f, "a passing probe ends the drain its health route asked for, last: {last}")
+                write!(
+                    f,
+                    "a passing probe ends the drain its health route asked for, last: {last}"
+                )
             }
             StandingCause::Requalified { passes } => write!(
                 f,
                 "{passes} passing {} after maintenance: requalified",
-                if passes == 1 { "probe" } else { "probes in a row" }
+                if passes == 1 {
+                    "probe"
+                } else {
+                    "probes in a row"
+                }
             ),
         }
     }

@@ -23,9 +23,9 @@ mod tests;
 mod view;
 
 use std::collections::{HashMap, VecDeque};
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::num::NonZeroU32;
 use std::time::{Duration, SystemTime};
 
 use capataz_health::{

@@ -62,7 +62,9 @@ impl PoolRt {
                     pool: self.name.clone(),
                     time,
                 }),
-                EngineEvent::Backups { on, to_primaries, .. } => {
+                EngineEvent::Backups {
+                    on, to_primaries, ..
+                } => {
                     let serving = match on {
                         None => Vec::new(),
                         Some(on) => match self.config.backups {

@@ -10,11 +10,11 @@ use capataz_health::{BackupUse, MinHealthy, State, StatusSet};
 use toml::{Spanned, Value};
 
 use super::super::locate::line_of;
-use super::super::raw::{RawBackupUse, RawReuse};
 use super::super::raw::{
     RawActive, RawAlgorithm, RawAllDown, RawBackend, RawCheckKind, RawInitial, RawPassive, RawPool,
     RawRetries, RawTimeouts,
 };
+use super::super::raw::{RawBackupUse, RawReuse};
 use super::super::resolve::{Lookup, Target};
 use super::super::values::parse_percent;
 use super::{is_token_text, ConfigError, Validator, U32_MAX};
