@@ -19,6 +19,7 @@ mod config;
 mod config_dns;
 mod eligibility;
 mod hostile_path;
+mod issue14_states;
 mod metrics;
 mod module_graph;
 mod pool_handle;
