@@ -49,6 +49,10 @@ async fn backups_take_over_and_hand_back() {
         Some(&6),
         "the first backup only, by default"
     );
+    assert!(r
+        .metrics()
+        .await
+        .contains("capataz_pool_on_backups{pool=\"web\"} 1\n"));
     let pool = r.pool().await;
     assert_eq!(pool["on_backups"], serde_json::json!(["spare1"]));
     assert_eq!(pool["all_down"], false);
@@ -66,5 +70,9 @@ async fn backups_take_over_and_hand_back() {
     assert_eq!(backups_of(&event), Some((vec![], true)));
     assert_eq!(r.traffic(6).await.get("main"), Some(&6));
     assert!(r.pool().await["on_backups"].is_null());
+    assert!(r
+        .metrics()
+        .await
+        .contains("capataz_pool_on_backups{pool=\"web\"} 0\n"));
     r.balancer.shutdown(std::time::Duration::from_secs(1)).await;
 }

@@ -80,6 +80,13 @@ impl Running {
         (answer.status, answer.json())
     }
 
+    /// The `/metrics` page.
+    async fn metrics(&self) -> String {
+        let answer = exchange(self.admin, "GET", "/metrics", &self.admin.to_string(), &[]).await;
+        assert_eq!(answer.status, 200);
+        answer.text()
+    }
+
     /// `GET /status/web/<backend>`, which must succeed.
     async fn backend(&self, backend: &str) -> Value {
         let (status, json) = self.admin("GET", &format!("/status/web/{backend}")).await;
