@@ -65,7 +65,9 @@ fn kinds(events: &[Event]) -> Vec<&'static str> {
             Event::Override(_) => "override",
             Event::AllDown { applied, .. } => applied.policy(),
             Event::Recovered { .. } => "recovered",
-            Event::Backups { .. } | Event::Standing(_) => unreachable!("no backup, no drain here"),
+            Event::Backups { .. } | Event::Standing(_) | Event::CloseTunnels { .. } => {
+                unreachable!("no backup, no drain, no tunnel closing here")
+            }
         })
         .collect()
 }

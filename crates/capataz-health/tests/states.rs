@@ -53,6 +53,7 @@ fn kinds(events: &[Event]) -> Vec<String> {
                 ..
             } => format!("backups:off:{to_primaries}"),
             Event::Standing(s) => format!("standing:{}:{}", s.backend, s.to),
+            Event::CloseTunnels { backend, .. } => format!("close_tunnels:{backend}"),
         })
         .collect()
 }
@@ -441,6 +442,33 @@ fn a_reject_pool_ignores_the_threshold_while_a_primary_is_in_rotation() {
     fail(&mut r, 0, S);
     assert_eq!(r.all_down(), None);
     assert_eq!(r.eligible(S).backends, [1, 2]);
+}
+
+#[test]
+fn close_tunnels_follows_a_verdict_going_down_only_when_asked() {
+    let mut r = rotation(Policy::default(), &[P, P]);
+    fail(&mut r, 0, S);
+    assert_eq!(kinds(&events(&mut r)), ["0:DOWN"]);
+    let policy = Policy {
+        close_tunnels_on_down: true,
+        ..Policy::default()
+    };
+    let mut r = rotation(policy, &[P, P]);
+    r.set_override(0, Some(OverrideKind::Down), None, S);
+    fail(&mut r, 1, S);
+    pass(&mut r, 1, 2 * S);
+    assert_eq!(
+        kinds(&events(&mut r)),
+        [
+            "override:0:FORCED_DOWN",
+            "1:DOWN",
+            "close_tunnels:1",
+            "all_down:reject",
+            "1:UP",
+            "recovered"
+        ],
+        "a verdict going DOWN closes tunnels; an override does not"
+    );
 }
 
 #[test]

@@ -389,4 +389,12 @@ pub enum Event {
     },
     /// A backend's effective state changed by itself (not a verdict, not an override).
     Standing(StandingChange),
+    /// With `close_tunnels_on_down`, right after a backend's verdict went DOWN: close its
+    /// upgraded connections.
+    CloseTunnels {
+        /// The backend's index in the pool.
+        backend: usize,
+        /// When, on the caller's clock.
+        at: Duration,
+    },
 }

@@ -27,6 +27,8 @@
 //!   backups are out too; while some but too few primaries are in rotation (the minimum healthy
 //!   share, `MinHealthy`) and the policy is `fail_open`, the pool fails open over its primaries.
 //!   See `serving.rs`.
+//! - With `close_tunnels_on_down`, a verdict going DOWN is followed by
+//!   [`Event::CloseTunnels`]: the runtime closes the backend's upgraded connections.
 //!
 //! Events come out in causal order: an override or a transition first, then the all-down or
 //! recovered event it caused. Entering all-down is reported again when the policy applied
@@ -447,6 +449,12 @@ impl Rotation {
             }
         }
         self.events.push_back(Event::Transition(transition));
+        if transition.to == State::Down && self.policy.close_tunnels_on_down {
+            self.events.push_back(Event::CloseTunnels {
+                backend: transition.backend,
+                at: now,
+            });
+        }
     }
 
     /// What a judged probe does to a drain requested by the health route and to a

@@ -35,6 +35,10 @@ pub struct Policy {
     /// Passing probes in a row a backend needs after maintenance before it gets traffic again:
     /// `None` (default) for the pool's `rise`, `Some(0)` for none (no probes to wait for).
     pub requalify_passes: Option<u32>,
+    /// Whether a backend whose verdict goes DOWN has its upgraded connections closed
+    /// ([`Event::CloseTunnels`](super::Event::CloseTunnels); HAProxy's `on-marked-down
+    /// shutdown-sessions`; default false).
+    pub close_tunnels_on_down: bool,
 }
 
 /// What role a backend plays in its pool.

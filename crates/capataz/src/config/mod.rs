@@ -215,6 +215,9 @@ pub struct PoolConfig {
     /// (`min_healthy`, default 1, and `min_healthy_percent`, default 0: fail open only when none
     /// is UP).
     pub min_healthy: MinHealthy,
+    /// Whether a backend whose verdict goes DOWN has its upgraded connections closed (default
+    /// false).
+    pub close_tunnels_on_down: bool,
 }
 
 /// Which client requests an idle keep-alive connection to a backend may carry.

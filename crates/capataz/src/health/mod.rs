@@ -91,6 +91,7 @@ pub fn engine_policy(config: &PoolConfig) -> Policy {
             (false, _) => Some(0),
             (true, passes) => passes.map(NonZeroU32::get),
         },
+        close_tunnels_on_down: config.close_tunnels_on_down,
     }
 }
 
@@ -240,6 +241,12 @@ impl PoolRt {
                 metrics: metrics.backend(&b.name),
                 watched: AtomicBool::new(false),
                 next_probe_ms: AtomicU64::new(u64::MAX),
+                // A kept backend keeps its tunnels' signal: a tunnel opened before a reload is
+                // still closed by a DOWN after it.
+                tunnels: match (&kept, previous) {
+                    (Some((i, ..)), Some(p)) => p.backends[*i].tunnels.clone(),
+                    _ => Arc::new(tokio::sync::watch::Sender::new(0)),
+                },
             };
             let role = if b.backup {
                 Role::Backup

@@ -87,6 +87,25 @@ impl PoolRt {
                         time,
                     });
                 }
+                EngineEvent::CloseTunnels { backend, .. } => {
+                    let rt = &self.backends[backend];
+                    let open = rt.close_tunnels();
+                    let sentence = format!(
+                        "pool={} backend={} is DOWN: closing its {open} upgraded connections \
+                         (close_tunnels_on_down)",
+                        self.name, rt.name
+                    );
+                    logging::emit(
+                        tracing::Level::INFO,
+                        &sentence,
+                        logging::Fields {
+                            event: "close_tunnels",
+                            pool: Some(&self.name),
+                            backend: Some(&rt.name),
+                            ..Default::default()
+                        },
+                    );
+                }
                 EngineEvent::Standing(change) => self.emit(Event::Eligibility {
                     pool: self.name.clone(),
                     backend: self.backends[change.backend].name.clone(),

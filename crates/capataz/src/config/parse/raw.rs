@@ -101,6 +101,7 @@ pub(super) struct RawPool {
     pub(super) backups: Option<RawBackupUse>,
     pub(super) min_healthy: Option<Spanned<i64>>,
     pub(super) min_healthy_percent: Option<Spanned<i64>>,
+    pub(super) close_tunnels_on_down: Option<bool>,
 }
 
 #[derive(Clone, Copy, Deserialize)]

@@ -6,6 +6,7 @@
 //! overrides; every wait is on an event or a count with a generous deadline.
 
 mod backups;
+mod close_tunnels;
 mod drain_404;
 mod maintenance;
 mod min_healthy;

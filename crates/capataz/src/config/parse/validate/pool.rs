@@ -90,6 +90,7 @@ impl Validator<'_> {
                 Some(RawBackupUse::All) => BackupUse::All,
             },
             min_healthy,
+            close_tunnels_on_down: raw.close_tunnels_on_down.unwrap_or(false),
         })
     }
 
