@@ -7,6 +7,7 @@
 
 mod backups;
 mod close_tunnels;
+mod config;
 mod drain_404;
 mod maintenance;
 mod min_healthy;
