@@ -463,7 +463,7 @@ fn close_tunnels_follows_a_verdict_going_down_only_when_asked() {
             "override:0:FORCED_DOWN",
             "1:DOWN",
             "close_tunnels:1",
-            "all_down:reject",
+            "all_down:fail_open",
             "1:UP",
             "recovered"
         ],
@@ -496,4 +496,42 @@ fn a_reload_carries_requalification_and_a_requested_drain() {
         2 * S,
     );
     assert_eq!(next.effective(1), Effective::Up);
+    // Nor does one without probes keep a backend requalifying: nothing would end it.
+    let no_probes = Policy {
+        requalify_passes: Some(0),
+        ..Policy::default()
+    };
+    let next = Rotation::with_roles(
+        Settings::default(),
+        no_probes,
+        carried.iter().map(|&c| (1, Join::Kept(c), P)),
+        2 * S,
+    );
+    assert_eq!(next.effective(0), Effective::Up);
+}
+
+#[test]
+fn replay_puts_a_backend_in_maintenance_and_it_requalifies_with_rise() {
+    let mut replay = capataz_health::Replay::new(Settings::default());
+    let mut out = Vec::new();
+    let script = "POOL a b
+        OVERRIDE a maintenance
+        PROBE a TIMEOUT
+        PROBE a TIMEOUT
+        PROBE a TIMEOUT
+        STATUS
+        OVERRIDE a clear
+        ELIGIBLE
+        PROBE a HTTP/1.1 200 OK
+        ELIGIBLE
+        PROBE a HTTP/1.1 200 OK
+        ELIGIBLE";
+    for line in script.lines() {
+        replay.run_line(line.trim_start().as_bytes(), &mut out, None);
+    }
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "OK\nMAINTENANCE\nFAIL\nFAIL\nFAIL\na UP\nb UP\nREQUALIFYING\nb\nPASS\nb\nPASS\na,b\n",
+        "probes in maintenance change nothing; two passes (rise) requalify"
+    );
 }

@@ -148,7 +148,10 @@ impl Rotation {
                         override_: carried.override_,
                         ramp_since: carried.ramp_since.filter(|_| policy.slow_start.is_some()),
                         role,
-                        requalify: carried.requalify,
+                        // A pool without probes to wait for readmits at once.
+                        requalify: carried
+                            .requalify
+                            .filter(|_| policy.requalify_passes != Some(0)),
                         // A pool that no longer drains on 404 forgets the request.
                         self_drained: carried.self_drained && policy.disable_on_404,
                     }
