@@ -535,3 +535,120 @@ fn replay_puts_a_backend_in_maintenance_and_it_requalifies_with_rise() {
         "probes in maintenance change nothing; two passes (rise) requalify"
     );
 }
+
+#[derive(Clone, Debug)]
+enum Op {
+    Probe(usize, u16),
+    Traffic(usize, bool),
+    Override(usize, Option<OverrideKind>, Option<u64>),
+    Wait(u64),
+}
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    let kind = prop_oneof![
+        Just(None),
+        Just(Some(OverrideKind::Up)),
+        Just(Some(OverrideKind::Down)),
+        Just(Some(OverrideKind::Drain)),
+        Just(Some(OverrideKind::Maintenance)),
+    ];
+    prop_oneof![
+        (0..5usize, prop_oneof![Just(200u16), Just(404), Just(500)])
+            .prop_map(|(b, code)| Op::Probe(b, code)),
+        (0..5usize, any::<bool>()).prop_map(|(b, ok)| Op::Traffic(b, ok)),
+        (
+            0..5usize,
+            kind,
+            proptest::option::of(prop_oneof![0..100u64, Just(u64::MAX)])
+        )
+            .prop_map(|(b, k, ttl)| Op::Override(b, k, ttl)),
+        (0..60u64).prop_map(Op::Wait),
+    ]
+}
+
+proptest::proptest! {
+    /// Whatever happens to a pool of three primaries and two backups: a backup serves only
+    /// while no primary is in rotation; no backend in maintenance, requalifying or drained on
+    /// request gets traffic (unless forced up); a drain request or a probe in maintenance moves
+    /// no streak; the pool fails open below its threshold only with some primary in rotation;
+    /// and the backups events agree with the state.
+    #[test]
+    fn state_invariants_hold(
+        all in proptest::bool::ANY,
+        reject in proptest::bool::ANY,
+        count in 0..4u32,
+        percent in 0..101u8,
+        ops in proptest::collection::vec(op(), 0..200),
+    ) {
+        let policy = Policy {
+            when_all_down: if reject { WhenAllDown::Reject } else { WhenAllDown::FailOpen },
+            backups: if all { BackupUse::All } else { BackupUse::First },
+            min_healthy: MinHealthy { count, percent },
+            disable_on_404: true,
+            ..Policy::default()
+        };
+        let mut r = rotation(policy, &[P, B, P, B, P]);
+        let mut now = Duration::ZERO;
+        let mut on_backups = false;
+        for op in ops {
+            match op {
+                Op::Probe(b, code) => {
+                    let before = *r.pool().backend(b);
+                    let maintenance = r.effective(b) == Effective::Maintenance;
+                    let result = r.handle_probe(b, Outcome::Status(code), now);
+                    if maintenance || result == ProbeResult::Drain {
+                        proptest::prop_assert_eq!(*r.pool().backend(b), before);
+                    }
+                    proptest::prop_assert_eq!(
+                        result == ProbeResult::Drain,
+                        code == 404 && !maintenance
+                    );
+                }
+                Op::Traffic(b, ok) => {
+                    r.handle_traffic(b, if ok { OK } else { BAD }, now);
+                }
+                Op::Override(b, kind, ttl) => {
+                    r.set_override(b, kind, ttl.map(Duration::from_secs), now);
+                }
+                Op::Wait(secs) => {
+                    now += Duration::from_secs(secs);
+                    r.handle_timeout(now);
+                }
+            }
+            while let Some(event) = r.poll_event() {
+                if let Event::Backups { on, .. } = event {
+                    on_backups = on.is_some();
+                }
+            }
+            proptest::prop_assert_eq!(on_backups, r.on_backups().is_some());
+            let primaries_in = [0, 2, 4].iter().filter(|&&i| r.in_rotation(i)).count();
+            let backups_in = [1, 3].iter().filter(|&&i| r.in_rotation(i)).count();
+            let eligible = r.eligible(now);
+            for &b in &eligible.backends {
+                if r.role(b) == Role::Backup && !eligible.all_down {
+                    proptest::prop_assert_eq!(primaries_in, 0, "backup {} serves beside a primary", b);
+                }
+                if !r.in_rotation(b) {
+                    proptest::prop_assert!(eligible.all_down);
+                    proptest::prop_assert!(matches!(r.effective(b), Effective::Down), "{:?}", r.effective(b));
+                }
+            }
+            match r.all_down() {
+                Some(AllDown::BelowMinHealthy { up, needed, .. }) => {
+                    proptest::prop_assert!(!reject);
+                    proptest::prop_assert!(up > 0 && up < needed);
+                    proptest::prop_assert_eq!(up, primaries_in);
+                }
+                Some(_) => proptest::prop_assert_eq!(primaries_in + backups_in, 0),
+                None => proptest::prop_assert!(!eligible.backends.is_empty()),
+            }
+            if primaries_in > 0 {
+                proptest::prop_assert!(r.on_backups().is_none());
+            } else if backups_in > 0 {
+                let expected = if all { backups_in } else { 1 };
+                proptest::prop_assert_eq!(eligible.backends.len(), expected);
+            }
+        }
+    }
+}
