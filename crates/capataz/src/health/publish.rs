@@ -204,6 +204,9 @@ impl PoolRt {
             Event::AllDown { policy, .. } if !matches!(policy, AllDown::BelowMinHealthy { .. }) => {
                 tracing::Level::ERROR
             }
+            Event::Backups {
+                to_primaries: true, ..
+            } => tracing::Level::INFO,
             Event::AllDown { .. } | Event::Backups { .. } => tracing::Level::WARN,
             Event::Transition { transition, .. } if transition.to == State::Down => {
                 tracing::Level::WARN
