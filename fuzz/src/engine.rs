@@ -325,6 +325,8 @@ fn check_probe(
             };
             assert_eq!(new.state, expected, "{old:?} -> {new:?} with fall {fall}");
         }
+        // A drain request (`disable_on_404`) moves no streak.
+        ProbeResult::Drain => assert_eq!(old, new, "a drain request moved a streak"),
     }
 }
 

@@ -10,8 +10,11 @@
 //! STATUS                   one `<b> UP|DOWN` line per backend, pool order
 //! HEALTHY                  the UP backends comma-separated, or `none`
 //! WAIT <ms>                let time pass, running due timers               -> OK
-//! OVERRIDE <b> <kind> [<ms>]  up, down, drain or clear, for ms or until cleared
-//!                          -> the effective state: UP, DOWN, FORCED_UP, FORCED_DOWN, DRAINING
+//! OVERRIDE <b> <kind> [<ms>]  up, down, drain, maintenance or clear, for ms or until cleared
+//!                          -> the effective state: UP, DOWN, FORCED_UP, FORCED_DOWN, DRAINING,
+//!                          MAINTENANCE, REQUALIFYING (after maintenance, until `rise` probes
+//!                          in a row pass; probes during maintenance print their judgement
+//!                          and change nothing)
 //! ELIGIBLE                 the backends new requests go to (overrides and the all-down
 //!                          policy applied), comma-separated, or `none`
 //! ```
@@ -241,7 +244,7 @@ impl Replay {
         out.push(b'\n');
     }
 
-    /// `<backend> up|down|drain|clear [<ms>]`.
+    /// `<backend> up|down|drain|maintenance|clear [<ms>]`.
     fn parse_override(
         &self,
         rest: &[u8],
@@ -253,6 +256,7 @@ impl Replay {
             b"up" => Some(OverrideKind::Up),
             b"down" => Some(OverrideKind::Down),
             b"drain" => Some(OverrideKind::Drain),
+            b"maintenance" => Some(OverrideKind::Maintenance),
             b"clear" => None,
             _ => return None,
         };

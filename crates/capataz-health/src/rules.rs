@@ -17,14 +17,19 @@ pub enum ProbeResult {
     Pass,
     /// Anything else.
     Fail,
+    /// A `404` from a pool with `disable_on_404`: the backend asks to be drained. Neither a pass
+    /// nor a failure: no streak moves. Only [`Rotation`](crate::Rotation) gives it; the probe
+    /// rule alone never does.
+    Drain,
 }
 
 impl ProbeResult {
-    /// `PASS` or `FAIL`.
+    /// `PASS`, `FAIL` or `DRAIN`.
     pub fn as_str(self) -> &'static str {
         match self {
             ProbeResult::Pass => "PASS",
             ProbeResult::Fail => "FAIL",
+            ProbeResult::Drain => "DRAIN",
         }
     }
 }

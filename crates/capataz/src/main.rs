@@ -130,6 +130,12 @@ enum CtlAction {
         #[command(flatten)]
         target: Target,
     },
+    /// Take the backend out and stop probing it; on leaving (clear), it must pass its probes
+    /// (`rise_after_maintenance`, default `rise`) before traffic.
+    Maintenance {
+        #[command(flatten)]
+        target: Target,
+    },
     /// Remove a manual override: health checks decide again.
     Clear {
         #[command(flatten)]
@@ -329,11 +335,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 CtlAction::Drain { target }
                 | CtlAction::Down { target }
                 | CtlAction::Up { target }
+                | CtlAction::Maintenance { target }
                 | CtlAction::Clear { target } => {
                     let verb = match action {
                         CtlAction::Drain { .. } => "drain",
                         CtlAction::Down { .. } => "down",
                         CtlAction::Up { .. } => "up",
+                        CtlAction::Maintenance { .. } => "maintenance",
                         _ => "clear",
                     };
                     capataz::ctl::override_path(

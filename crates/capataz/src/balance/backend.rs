@@ -72,9 +72,19 @@ pub struct BackendRt {
     pub(crate) watched: AtomicBool,
     /// When the next probe is due, in engine milliseconds (`u64::MAX`: none scheduled).
     pub(crate) next_probe_ms: AtomicU64,
+    /// Bumped to close its upgraded connections (`close_tunnels_on_down`); each tunnel to it
+    /// holds a receiver. Shared with the same backend across a reload.
+    pub(crate) tunnels: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl BackendRt {
+    /// Closes its upgraded connections that watch for it, and returns how many watched.
+    pub(crate) fn close_tunnels(&self) -> usize {
+        let open = self.tunnels.receiver_count();
+        self.tunnels.send_modify(|n| *n = n.wrapping_add(1));
+        open
+    }
+
     /// When the next probe is due, on the engine clock.
     pub fn next_probe(&self) -> Option<Duration> {
         match self.next_probe_ms.load(Ordering::Relaxed) {

@@ -108,6 +108,18 @@ fn check_settings(config: &Config) -> Vec<Warning> {
     for pool in &config.pools {
         let at = format!("pools.{}", pool.name);
         let active = &pool.active;
+        let primaries = pool.backends.iter().filter(|b| !b.backup).count();
+        if usize::try_from(pool.min_healthy.count).is_ok_and(|n| n > primaries) {
+            warn(
+                format!("{at}.min_healthy"),
+                format!(
+                    "min_healthy = {} is above the pool's {primaries} primaries, so it counts \
+                     as {primaries}: the pool fails open as soon as any primary is out (lower \
+                     it, or add primaries)",
+                    pool.min_healthy.count
+                ),
+            );
+        }
         if active.kind == CheckKind::None {
             if !pool.passive.enabled {
                 warn(

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use capataz_health::{State, StatusSet};
+use capataz_health::{BackupUse, MinHealthy, State, StatusSet};
 
 use crate::tls::{ServerSettings, ServerTls};
 
@@ -265,6 +265,15 @@ pub struct PoolConfig {
     pub gate_new_backends: bool,
     /// Which client requests an idle backend connection may carry (default private).
     pub connection_reuse: ConnectionReuse,
+    /// Which backups serve while no primary is in rotation (default: the first one).
+    pub backups: BackupUse,
+    /// The minimum healthy share below which a `fail_open` pool fails open over its primaries
+    /// (`min_healthy`, default 1, and `min_healthy_percent`, default 0: fail open only when none
+    /// is UP).
+    pub min_healthy: MinHealthy,
+    /// Whether a backend whose verdict goes DOWN has its upgraded connections closed (default
+    /// false).
+    pub close_tunnels_on_down: bool,
 }
 
 /// Which client requests an idle keep-alive connection to a backend may carry.
@@ -290,6 +299,9 @@ pub struct BackendConfig {
     pub socket_addr: SocketAddr,
     /// Relative weight, 1-1000 (default 1).
     pub weight: u32,
+    /// Whether it is a backup: it gets traffic only while no primary is in rotation (default
+    /// false).
+    pub backup: bool,
 }
 
 /// How a pool picks a backend.
@@ -336,6 +348,12 @@ pub struct ActiveCheckConfig {
     pub jitter: f64,
     /// Active state of the pool's backends when the balancer starts (default UP).
     pub initial: State,
+    /// Whether a `404` from the health route drains the backend instead of failing the probe
+    /// (default false; HTTP checks only).
+    pub disable_on_404: bool,
+    /// Passing probes in a row a backend needs after maintenance before traffic (default:
+    /// `rise`).
+    pub rise_after_maintenance: Option<NonZeroU32>,
 }
 
 /// Passive checks of one pool.

@@ -23,13 +23,14 @@ mod tests;
 mod view;
 
 use std::collections::{HashMap, VecDeque};
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime};
 
 use capataz_health::{
-    BackendHealth, Carried, EjectionPolicy, Join, Outcome, Policy, ProbeRule, Rotation, Settings,
-    State, TrafficRule, Transition, WhenAllDown,
+    BackendHealth, Carried, EjectionPolicy, Join, Outcome, Policy, ProbeRule, Role, Rotation,
+    Settings, State, TrafficRule, Transition, WhenAllDown,
 };
 use tokio::sync::{broadcast, Notify};
 
@@ -75,12 +76,22 @@ pub fn engine_settings(config: &PoolConfig) -> Settings {
 
 /// The pool-level policy a pool's configuration asks for.
 pub fn engine_policy(config: &PoolConfig) -> Policy {
+    let probed = config.active.kind != CheckKind::None;
     Policy {
         when_all_down: match config.when_all_down {
             AllDownPolicy::FailOpen => WhenAllDown::FailOpen,
             AllDownPolicy::Reject { .. } => WhenAllDown::Reject,
         },
         slow_start: config.slow_start,
+        backups: config.backups,
+        min_healthy: config.min_healthy,
+        disable_on_404: config.active.disable_on_404 && config.active.kind == CheckKind::Http,
+        // Without probes nothing could requalify a backend: it comes back at once.
+        requalify_passes: match (probed, config.active.rise_after_maintenance) {
+            (false, _) => Some(0),
+            (true, passes) => passes.map(NonZeroU32::get),
+        },
+        close_tunnels_on_down: config.close_tunnels_on_down,
     }
 }
 
@@ -230,10 +241,21 @@ impl PoolRt {
                 metrics: metrics.backend(&b.name),
                 watched: AtomicBool::new(false),
                 next_probe_ms: AtomicU64::new(u64::MAX),
+                // A kept backend keeps its tunnels' signal: a tunnel opened before a reload is
+                // still closed by a DOWN after it.
+                tunnels: match (&kept, previous) {
+                    (Some((i, ..)), Some(p)) => p.backends[*i].tunnels.clone(),
+                    _ => Arc::new(tokio::sync::watch::Sender::new(0)),
+                },
+            };
+            let role = if b.backup {
+                Role::Backup
+            } else {
+                Role::Primary
             };
             match (kept, previous) {
                 (Some((i, carried, record)), Some(p)) => {
-                    joins.push((b.weight, Join::Kept(carried)));
+                    joins.push((b.weight, Join::Kept(carried), role));
                     for outcome in p.backends[i].traffic.recent() {
                         rt.traffic.push(outcome);
                     }
@@ -247,13 +269,13 @@ impl PoolRt {
                     };
                     // Added by a reload straight into rotation: it still warms up.
                     let warm_up = previous.is_some();
-                    joins.push((b.weight, Join::New { initial, warm_up }));
+                    joins.push((b.weight, Join::New { initial, warm_up }, role));
                     info.push(Records::new(wall));
                 }
             }
             backends.push(Arc::new(rt));
         }
-        let engine = Rotation::new(settings, engine_policy(&config), joins, now);
+        let engine = Rotation::with_roles(settings, engine_policy(&config), joins, now);
         // A kept backend may carry an error streak, an ejection or a probation: its traffic
         // must reach the engine from the first response.
         for (i, rt) in backends.iter().enumerate() {
@@ -311,6 +333,21 @@ impl PoolRt {
     /// while a backend is in rotation).
     pub fn all_down(&self) -> Option<capataz_health::AllDown> {
         self.lock().engine.all_down()
+    }
+
+    /// The backups serving now, if no primary is in rotation and some backup is.
+    pub fn on_backups(&self) -> Option<capataz_health::rotation::OnBackups> {
+        self.lock().engine.on_backups()
+    }
+
+    /// Passing probes in a row a backend needs after maintenance before traffic (0: none).
+    pub fn requalify_passes(&self) -> u32 {
+        self.lock().engine.requalify_passes()
+    }
+
+    /// Whether the engine wants `backend` probed now (not while it is in maintenance).
+    pub fn wants_probes(&self, backend: usize) -> bool {
+        self.lock().engine.wants_probes(backend)
     }
 
     /// Feeds one probe outcome to the engine.

@@ -322,7 +322,11 @@ impl Proxy {
                 Forwarded::Upgraded(response, stream, early) => {
                     match client_upgrade {
                         Some(client_upgrade) => {
-                            tunnel(client_upgrade, stream, early, self.tunnel_idle);
+                            let closing = pool
+                                .config
+                                .close_tunnels_on_down
+                                .then(|| pool.backends[index].tunnels.subscribe());
+                            tunnel(client_upgrade, stream, early, self.tunnel_idle, closing);
                         }
                         // A 101 nobody asked for: the client gets it, and nothing else.
                         None => drop(stream),
@@ -551,12 +555,15 @@ impl ClientInfo {
 /// Joins the client's upgraded connection and the backend's, once the 101 has reached the
 /// client; `early` is what the backend sent after its 101 before the tunnel existed. The
 /// tunnel closes when either side does, or once no byte has moved either way for `idle` (the
-/// listener's `idle_timeout`): an idle upgraded connection holds two sockets and a task.
+/// listener's `idle_timeout`): an idle upgraded connection holds two sockets and a task. With
+/// `closing` (the pool's `close_tunnels_on_down`), it also closes when the health runtime
+/// signals that the backend went DOWN.
 fn tunnel<S: Transport>(
     client: hyper::upgrade::OnUpgrade,
     mut backend: S,
     early: Bytes,
     idle: std::time::Duration,
+    closing: Option<tokio::sync::watch::Receiver<u64>>,
 ) {
     tokio::spawn(async move {
         let Ok(client) = client.await else {
@@ -586,9 +593,13 @@ fn tunnel<S: Transport>(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut seen = 0;
         let mut quiet_since = tokio::time::Instant::now();
+        let closed = backend_down(closing);
+        tokio::pin!(closed);
         loop {
             tokio::select! {
                 _ = &mut copy => return,
+                // Dropping both ends closes them.
+                _ = &mut closed => return,
                 now = tick.tick() => {
                     let count = moved.load(Ordering::Relaxed);
                     if count != seen {
@@ -602,6 +613,17 @@ fn tunnel<S: Transport>(
             }
         }
     });
+}
+
+/// Resolves once the backend's tunnels are to close; never without a receiver, or once the
+/// signal's sender is gone (its pool was removed by a reload).
+async fn backend_down(closing: Option<tokio::sync::watch::Receiver<u64>>) {
+    if let Some(mut rx) = closing {
+        if rx.changed().await.is_ok() {
+            return;
+        }
+    }
+    std::future::pending().await
 }
 
 /// One end of a tunnel, counting the reads that moved bytes.

@@ -20,6 +20,7 @@ mod config_dns;
 mod eligibility;
 mod h2;
 mod hostile_path;
+mod issue14_states;
 mod metrics;
 mod module_graph;
 mod pool_handle;

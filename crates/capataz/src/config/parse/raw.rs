@@ -131,6 +131,17 @@ pub(super) struct RawPool {
     pub(super) slow_start: Option<Spanned<Value>>,
     pub(super) gate_new_backends: Option<bool>,
     pub(super) connection_reuse: Option<RawReuse>,
+    pub(super) backups: Option<RawBackupUse>,
+    pub(super) min_healthy: Option<Spanned<i64>>,
+    pub(super) min_healthy_percent: Option<Spanned<i64>>,
+    pub(super) close_tunnels_on_down: Option<bool>,
+}
+
+#[derive(Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawBackupUse {
+    First,
+    All,
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -146,6 +157,7 @@ pub(super) struct RawBackend {
     pub(super) name: Option<Spanned<String>>,
     pub(super) address: Option<Spanned<String>>,
     pub(super) weight: Option<Spanned<i64>>,
+    pub(super) backup: Option<bool>,
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -175,6 +187,8 @@ pub(super) struct RawActive {
     pub(super) fall: Option<Spanned<i64>>,
     pub(super) jitter: Option<Spanned<Value>>,
     pub(super) initial: Option<RawInitial>,
+    pub(super) disable_on_404: Option<bool>,
+    pub(super) rise_after_maintenance: Option<Spanned<i64>>,
 }
 
 #[derive(Clone, Copy, Deserialize)]
