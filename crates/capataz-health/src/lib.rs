@@ -32,5 +32,5 @@ pub use rotation::{
     AllDown, Carried, Effective, Eligible, Join, Override, OverrideKind, Policy, Rotation,
     WhenAllDown,
 };
-pub use rules::{ProbeResult, ProbeRule, StatusSet, TrafficResult, TrafficRule};
-pub use status::{parse_status_line, Outcome};
+pub use rules::{GrpcCodes, ProbeResult, ProbeRule, StatusSet, TrafficResult, TrafficRule};
+pub use status::{parse_grpc_status, parse_status_line, Outcome};
