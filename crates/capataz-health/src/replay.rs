@@ -16,7 +16,7 @@
 //!                          policy applied), comma-separated, or `none`
 //! ```
 //!
-//! An answer is `TIMEOUT`, `REFUSED`, `RESET` or a status line as received. Words are separated
+//! An answer is `TIMEOUT`, `REFUSED`, `RESET`, `TLS`, `GRPC <code>` or a status line as received. Words are separated
 //! by one space; a trailing carriage return is ignored; blank lines and `#` comments print
 //! nothing. Any other line prints one `ERR <reason>` line and changes nothing.
 //!

@@ -266,7 +266,7 @@ impl fmt::Debug for GrpcCodes {
 }
 
 /// The traffic rule: ERROR for 5xx (503 optionally), timeouts, refusals, resets, malformed
-/// answers and gRPC calls ending with one of `grpc_errors`; OK for any other well-formed
+/// answers, failed TLS handshakes and gRPC calls ending with one of `grpc_errors`; OK for any other well-formed
 /// answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TrafficRule {
@@ -294,9 +294,11 @@ impl TrafficRule {
             Outcome::Status(_) => TrafficResult::Ok,
             Outcome::Grpc(code) if self.grpc_errors.contains(code) => TrafficResult::Error,
             Outcome::Grpc(_) => TrafficResult::Ok,
-            Outcome::Timeout | Outcome::Refused | Outcome::Reset | Outcome::Malformed => {
-                TrafficResult::Error
-            }
+            Outcome::Timeout
+            | Outcome::Refused
+            | Outcome::Reset
+            | Outcome::Malformed
+            | Outcome::Tls => TrafficResult::Error,
         }
     }
 }
@@ -360,6 +362,7 @@ mod tests {
             ("REFUSED", "ERROR"),
             ("RESET", "ERROR"),
             ("HTTP/1.1 600 x", "ERROR"),
+            ("TLS", "ERROR"),
             ("GRPC 0", "OK"),
             ("GRPC 1", "OK"),
             ("GRPC 5", "OK"),

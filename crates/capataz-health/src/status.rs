@@ -21,6 +21,9 @@ pub enum Outcome {
     Reset,
     /// Bytes arrived, but they were not a status line.
     Malformed,
+    /// The TLS handshake failed: the backend's certificate is not trusted or not for its name,
+    /// or the backend refused the protocol or the handshake.
+    Tls,
     /// A gRPC call ended with this `grpc-status` (0 is OK; 1-16 are the codes of the gRPC
     /// spec; a status that is not a number within 0-255 is recorded as UNKNOWN, 2). Its HTTP
     /// status was 200: a gRPC answer with another HTTP status is judged by that status.
@@ -29,13 +32,14 @@ pub enum Outcome {
 
 impl Outcome {
     /// Reads the textual form used by `capataz replay` and probe logs: `TIMEOUT`, `REFUSED`,
-    /// `RESET`, `GRPC <code>` (a gRPC status, 0-255), or a status line as received. Anything
+    /// `RESET`, `TLS`, `GRPC <code>` (a gRPC status, 0-255), or a status line as received. Anything
     /// that is none of these is [`Outcome::Malformed`].
     pub fn parse(answer: &[u8]) -> Outcome {
         match answer {
             b"TIMEOUT" => Outcome::Timeout,
             b"REFUSED" => Outcome::Refused,
             b"RESET" => Outcome::Reset,
+            b"TLS" => Outcome::Tls,
             [b'G', b'R', b'P', b'C', b' ', code @ ..] => match parse_grpc_status(code) {
                 Some(code) => Outcome::Grpc(code),
                 None => Outcome::Malformed,
@@ -56,6 +60,7 @@ impl fmt::Display for Outcome {
             Outcome::Refused => f.write_str("REFUSED"),
             Outcome::Reset => f.write_str("RESET"),
             Outcome::Malformed => f.write_str("malformed status line"),
+            Outcome::Tls => f.write_str("TLS"),
             Outcome::Grpc(code) => write!(f, "GRPC {code}"),
         }
     }
@@ -174,6 +179,7 @@ mod tests {
         assert_eq!(Outcome::parse(b"HTTP/1.1 204"), Outcome::Status(204));
         assert_eq!(Outcome::parse(b"HTTP/1.1 20 OK"), Outcome::Malformed);
         assert_eq!(Outcome::parse(b"GRPC 14"), Outcome::Grpc(14));
+        assert_eq!(Outcome::parse(b"TLS"), Outcome::Tls);
         assert_eq!(Outcome::parse(b"GRPC 0"), Outcome::Grpc(0));
         for bad in [&b"GRPC"[..], b"GRPC ", b"GRPC 256", b"GRPC -1", b"GRPC 1a", b"GRPC 0014"] {
             assert_eq!(Outcome::parse(bad), Outcome::Malformed, "{bad:?}");

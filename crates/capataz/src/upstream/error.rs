@@ -38,6 +38,10 @@ pub enum AttemptError {
     ConnectTimeout,
     /// No socket could be opened here (descriptors or local ports exhausted).
     ConnectLocal,
+    /// The TLS handshake failed (within `timeouts.connect`, before any byte of the request):
+    /// a certificate not trusted or not for the backend's name, a protocol refused, or the
+    /// connection closed during the handshake.
+    TlsHandshake,
     /// Writing the request to the backend failed; `sent_any`: whether any byte had gone out.
     Send {
         /// Whether any byte of the request reached the socket.
@@ -90,6 +94,7 @@ impl AttemptError {
                 Outcome::Reset
             }
             AttemptError::HeadMalformed | AttemptError::UnexpectedUpgrade => Outcome::Malformed,
+            AttemptError::TlsHandshake => Outcome::Tls,
             AttemptError::ConnectLocal
             | AttemptError::ClientBodyStalled
             | AttemptError::ClientBodyMalformed
@@ -104,6 +109,7 @@ impl AttemptError {
             AttemptError::ConnectRefused
                 | AttemptError::ConnectTimeout
                 | AttemptError::ConnectLocal
+                | AttemptError::TlsHandshake
                 | AttemptError::Send { sent_any: false }
         )
     }
@@ -178,6 +184,7 @@ impl fmt::Display for AttemptError {
             AttemptError::ConnectRefused => "the backend refused the connection",
             AttemptError::ConnectTimeout => "connecting to the backend timed out",
             AttemptError::ConnectLocal => "no local socket available to reach the backend",
+            AttemptError::TlsHandshake => "the TLS handshake with the backend failed",
             AttemptError::Send { .. } => "the backend's connection failed while sending",
             AttemptError::BackendNotReading => "the backend stopped reading the request",
             AttemptError::HeadTimeout => "the backend did not answer in time",
@@ -197,8 +204,9 @@ impl fmt::Display for AttemptError {
 mod tests {
     use super::*;
 
-    const ALL: [AttemptError; 15] = [
+    const ALL: [AttemptError; 16] = [
         AttemptError::ConnectRefused,
+        AttemptError::TlsHandshake,
         AttemptError::ConnectTimeout,
         AttemptError::ConnectLocal,
         AttemptError::Send { sent_any: false },

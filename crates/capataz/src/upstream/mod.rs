@@ -1,8 +1,10 @@
 //! Keep-alive connections to one backend, and one HTTP/1.1 exchange on one of them.
 //!
-//! The connections are plain TCP streams ([`BackendStream`]; the HTTP/1.1 client runs over
+//! The connections are TCP or TLS streams ([`BackendStream`]; the HTTP/1.1 client runs over
 //! any [`Transport`]): capataz speaks HTTP/1.1 to backends itself (see
-//! `h1`), so an idle connection holds no buffer, no task and no channel, only its socket.
+//! `h1`), so an idle connection holds no buffer, no task and no channel, only its socket (and,
+//! over TLS, its session). A TLS handshake is part of connecting: it runs within the connect
+//! deadline, and its failure ([`AttemptError::TlsHandshake`]) sent nothing of the request.
 //! Where an idle connection waits depends on the pool's reuse policy: by default in the set of
 //! the client connection whose request it carried ([`PrivateIdle`]), never given to another
 //! client; with `connection_reuse = "shared"` in a stack per backend that every client draws
@@ -28,6 +30,11 @@ pub(crate) use exchange::{exchange, ExchangeError, ExchangeTimeouts, Outgoing};
 pub use private::{PrivateIdle, MAX_PRIVATE};
 pub(crate) use response::ResponseStream;
 pub use transport::{BackendStream, Transport};
+
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+use crate::tls::client::Connector;
 
 /// The most idle connections kept per backend.
 const MAX_IDLE: usize = 512;
@@ -55,6 +62,8 @@ pub struct Upstream {
     connect_timeout: Duration,
     idle_timeout: Duration,
     idle: Mutex<Vec<(BackendStream, Instant)>>,
+    /// The TLS handshake run on each new connection, when the pool speaks TLS.
+    tls: Option<Connector>,
 }
 
 /// The next `Upstream::id`.
@@ -69,7 +78,24 @@ impl Upstream {
             connect_timeout,
             idle_timeout,
             idle: Mutex::new(Vec::new()),
+            tls: None,
         }
+    }
+
+    /// The same, with a TLS handshake by `connector` on each new connection.
+    pub fn with_tls(mut self, connector: Connector) -> Upstream {
+        self.tls = Some(connector);
+        self
+    }
+
+    /// The TLS handshake of new connections, if the pool speaks TLS.
+    pub fn tls(&self) -> Option<&Connector> {
+        self.tls.as_ref()
+    }
+
+    /// The connect deadline (TCP and TLS handshakes together).
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
     }
 
     /// The backend's address.
@@ -101,21 +127,45 @@ impl Upstream {
 
     /// A fresh connection, never a pooled one.
     pub(crate) async fn connect(&self) -> Result<Conn, AttemptError> {
-        let stream = match tokio::time::timeout(
-            self.connect_timeout,
-            tokio::net::TcpStream::connect(self.addr),
-        )
-        .await
+        let stream = match &self.tls {
+            None => BackendStream::Tcp(self.connect_tcp().await?),
+            Some(tls) => BackendStream::Tls(Box::new(self.connect_tls(tls).await?)),
+        };
+        Ok(Conn {
+            stream,
+            reused: false,
+        })
+    }
+
+    /// A TCP connection within the connect deadline.
+    pub(crate) async fn connect_tcp(&self) -> Result<TcpStream, AttemptError> {
+        let stream = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(self.addr))
+            .await
         {
             Err(_) => return Err(AttemptError::ConnectTimeout),
             Ok(Err(e)) => return Err(AttemptError::of_connect(&e)),
             Ok(Ok(stream)) => stream,
         };
         let _ = stream.set_nodelay(true);
-        Ok(Conn {
-            stream,
-            reused: false,
-        })
+        Ok(stream)
+    }
+
+    /// A TLS session by `tls`: the TCP connect and the handshake within one connect deadline.
+    pub(crate) async fn connect_tls(
+        &self,
+        tls: &Connector,
+    ) -> Result<TlsStream<TcpStream>, AttemptError> {
+        let started = tokio::time::Instant::now();
+        let tcp = self.connect_tcp().await?;
+        let deadline = started + self.connect_timeout;
+        match tokio::time::timeout_at(deadline, tls.connect(tcp)).await {
+            Err(_) => Err(AttemptError::ConnectTimeout),
+            Ok(Ok(stream)) => Ok(stream),
+            Ok(Err(error)) => {
+                tracing::debug!(backend = %self.addr, %error, "TLS handshake failed");
+                Err(AttemptError::TlsHandshake)
+            }
+        }
     }
 
     fn pop_idle(&self, now: Instant) -> Option<BackendStream> {

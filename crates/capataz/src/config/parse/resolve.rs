@@ -42,6 +42,8 @@ pub(super) enum Target {
 pub struct Unresolved {
     pub(super) config: Config,
     pub(super) lookups: Vec<Lookup>,
+    /// The pools' TLS files, read with the names (see `tls_files`).
+    pub(super) tls_loads: Vec<super::tls_files::TlsLoad>,
 }
 
 impl Unresolved {
@@ -55,9 +57,10 @@ impl Unresolved {
         self.lookups.iter().map(|lookup| lookup.host_port.as_str())
     }
 
-    /// Resolves every name with the system resolver (the first address wins) and returns the
-    /// whole config. This blocks on DNS: call it off the runtime threads. Without names it
-    /// returns at once.
+    /// Resolves every name with the system resolver (the first address wins), reads the
+    /// pools' TLS files (CA bundles, client certificates, the system's roots when used) and
+    /// returns the whole config. This blocks on DNS and file IO: call it off the runtime
+    /// threads. Without names and TLS it returns at once.
     pub fn resolve(mut self) -> Result<Config, ConfigError> {
         for lookup in &self.lookups {
             let address = resolve_one(lookup)?;
@@ -81,6 +84,7 @@ impl Unresolved {
                 *slot = address;
             }
         }
+        super::tls_files::load_all(&mut self.config, &self.tls_loads)?;
         Ok(self.config)
     }
 }
