@@ -76,6 +76,14 @@ fn tls_config(config: &PoolConfig) -> Option<Arc<rustls::ClientConfig>> {
     }
 }
 
+/// `upstream` speaking `protocol`.
+fn speaking(upstream: Upstream, protocol: BackendProtocol) -> Upstream {
+    match protocol {
+        BackendProtocol::Http1 => upstream,
+        BackendProtocol::H2 | BackendProtocol::H2c => upstream.with_h2(),
+    }
+}
+
 /// `upstream` with a TLS handshake to the backend at `address` (as written) when the pool
 /// speaks TLS.
 fn with_tls(
@@ -278,11 +286,14 @@ impl PoolRt {
                 name: b.name.as_str().into(),
                 address: b.address.clone(),
                 weight: b.weight,
-                upstream: with_tls(
-                    Upstream::new(b.socket_addr, config.timeouts.connect, config.timeouts.idle),
-                    tls.as_ref(),
-                    &config,
-                    &b.address,
+                upstream: speaking(
+                    with_tls(
+                        Upstream::new(b.socket_addr, config.timeouts.connect, config.timeouts.idle),
+                        tls.as_ref(),
+                        &config,
+                        &b.address,
+                    ),
+                    config.protocol,
                 ),
                 in_flight: AtomicUsize::new(0),
                 traffic: TrafficRing::default(),

@@ -66,6 +66,9 @@ pub enum AttemptError {
     ClientGone,
     /// The backend's response body broke off (a close, a reset, bad chunks) before its end.
     BodyBroken,
+    /// An HTTP/2 backend refused the stream unprocessed (`REFUSED_STREAM`, or a GOAWAY whose
+    /// last stream is below it): RFC 9113 section 8.7 guarantees it did nothing with it.
+    StreamRefused,
     /// The backend sent nothing of its response body for `timeouts.body_idle`.
     BodyStalled,
 }
@@ -85,7 +88,7 @@ impl AttemptError {
     /// What the passive checks hear: `None` unless the backend is at fault.
     pub fn outcome(self) -> Option<Outcome> {
         Some(match self {
-            AttemptError::ConnectRefused => Outcome::Refused,
+            AttemptError::ConnectRefused | AttemptError::StreamRefused => Outcome::Refused,
             AttemptError::ConnectTimeout
             | AttemptError::BackendNotReading
             | AttemptError::HeadTimeout
@@ -110,6 +113,7 @@ impl AttemptError {
                 | AttemptError::ConnectTimeout
                 | AttemptError::ConnectLocal
                 | AttemptError::TlsHandshake
+                | AttemptError::StreamRefused
                 | AttemptError::Send { sent_any: false }
         )
     }
@@ -195,17 +199,21 @@ impl fmt::Display for AttemptError {
             AttemptError::ClientBodyMalformed => "the request body is malformed",
             AttemptError::ClientGone => "the client went away during its request body",
             AttemptError::BodyBroken => "the backend's response body broke off",
+            AttemptError::StreamRefused => "the backend refused the HTTP/2 stream unprocessed",
             AttemptError::BodyStalled => "the backend's response body stalled",
         })
     }
 }
 
+impl std::error::Error for AttemptError {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const ALL: [AttemptError; 16] = [
+    const ALL: [AttemptError; 17] = [
         AttemptError::ConnectRefused,
+        AttemptError::StreamRefused,
         AttemptError::TlsHandshake,
         AttemptError::ConnectTimeout,
         AttemptError::ConnectLocal,

@@ -21,12 +21,15 @@ use std::time::{Duration, Instant};
 
 mod error;
 mod exchange;
+mod h2;
 mod private;
 mod response;
 pub mod transport;
 
 pub use error::{AttemptError, Fault};
 pub(crate) use exchange::{exchange, ExchangeError, ExchangeTimeouts, Outgoing};
+pub(crate) use h2::{classify as classify_h2, exchange_h2, H2Failure, Phase};
+pub use h2::{H2Body, H2Conns};
 pub use private::{PrivateIdle, MAX_PRIVATE};
 pub(crate) use response::ResponseStream;
 pub use transport::{BackendStream, Transport};
@@ -64,6 +67,8 @@ pub struct Upstream {
     idle: Mutex<Vec<(BackendStream, Instant)>>,
     /// The TLS handshake run on each new connection, when the pool speaks TLS.
     tls: Option<Connector>,
+    /// The multiplexed connection, when the pool speaks HTTP/2 (the idle set is then unused).
+    h2: Option<H2Conns>,
 }
 
 /// The next `Upstream::id`.
@@ -79,7 +84,19 @@ impl Upstream {
             idle_timeout,
             idle: Mutex::new(Vec::new()),
             tls: None,
+            h2: None,
         }
+    }
+
+    /// The same, speaking HTTP/2 (over TLS if set up with [`Upstream::with_tls`], else h2c).
+    pub fn with_h2(mut self) -> Upstream {
+        self.h2 = Some(H2Conns::default());
+        self
+    }
+
+    /// The HTTP/2 connection, when the pool speaks HTTP/2.
+    pub fn h2(&self) -> Option<&H2Conns> {
+        self.h2.as_ref()
     }
 
     /// The same, with a TLS handshake by `connector` on each new connection.
