@@ -60,6 +60,15 @@ pub fn check(config: &Config) -> Vec<Warning> {
     }
     for pool in &config.pools {
         let at = format!("pools.{}", pool.name);
+        if pool.tls.as_ref().is_some_and(|tls| !tls.verify) {
+            warn(
+                format!("{at}.tls.verify"),
+                "verify = false accepts any certificate: traffic to the backends is encrypted, \
+                 but to whoever answers, a man in the middle included (give the backends' CA \
+                 as ca_file, and server_name if their certificates name another host)"
+                    .into(),
+            );
+        }
         let active = &pool.active;
         if active.kind == CheckKind::None {
             if !pool.passive.enabled {

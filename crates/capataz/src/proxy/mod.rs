@@ -235,17 +235,6 @@ impl Proxy {
                 });
             };
             tried.push(index);
-            let outgoing = match pending.take() {
-                Some(outgoing) => outgoing,
-                None => match &resend_method {
-                    Some(method) => Outgoing::Resend(method),
-                    // Unreachable: a request that is not replayable is not retried once sent.
-                    None => {
-                        let why = failure.unwrap_or(Failure::Attempt(AttemptError::HeadTimeout));
-                        return Ok(failure_page(why));
-                    }
-                },
-            };
             if h2 {
                 let request = match pending.take() {
                     Some(Outgoing::Request(request)) => request,
@@ -272,7 +261,11 @@ impl Proxy {
                             failure = Some(Failure::Status(status));
                             continue;
                         }
+                        let trailer = trailer_names(response.headers_mut());
                         strip_hop_by_hop(response.headers_mut(), false);
+                        if let Some(names) = trailer {
+                            response.headers_mut().insert(header::TRAILER, names);
+                        }
                         return Ok(response);
                     }
                     Forwarded::NotSent(outgoing, why) => {
@@ -296,6 +289,17 @@ impl Proxy {
                     Forwarded::Upgraded(response, _, _) => return Ok(response),
                 }
             }
+            let outgoing = match pending.take() {
+                Some(outgoing) => outgoing,
+                None => match &resend_method {
+                    Some(method) => Outgoing::Resend(method),
+                    // Unreachable: a request that is not replayable is not retried once sent.
+                    None => {
+                        let why = failure.unwrap_or(Failure::Attempt(AttemptError::HeadTimeout));
+                        return Ok(failure_page(why));
+                    }
+                },
+            };
             let private = match pool.config.connection_reuse {
                 ConnectionReuse::Private => Some(client.private.clone()),
                 ConnectionReuse::Shared => None,
@@ -507,6 +511,22 @@ async fn forward_h2<'a>(
     *relayed.status_mut() = parts.status;
     *relayed.headers_mut() = parts.headers;
     Forwarded::Response(relayed, status)
+}
+
+/// The trailer field names an HTTP/1.1 client may be sent (hyper's HTTP/1.1 server sends only
+/// the trailers a response's `Trailer` header names, and only to a client that asked with `TE:
+/// trailers`): the backend's own `Trailer` (taken out, it is hop-by-hop in form), else, for a
+/// gRPC answer whose status is still to come, gRPC's.
+fn trailer_names(headers: &mut HeaderMap) -> Option<HeaderValue> {
+    if let Some(names) = headers.remove(header::TRAILER) {
+        return Some(names);
+    }
+    let grpc = headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|ct| ct.as_bytes().starts_with(b"application/grpc"));
+    (grpc && !headers.contains_key("grpc-status")).then(|| {
+        HeaderValue::from_static("grpc-status, grpc-message, grpc-status-details-bin")
+    })
 }
 
 /// Makes `request` (origin-form, as the proxy builds it) an HTTP/2 request: the scheme, and

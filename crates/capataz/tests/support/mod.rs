@@ -11,6 +11,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod balancer;
+pub mod backends_tls;
 pub mod blocking;
 pub mod client;
 pub mod events;
