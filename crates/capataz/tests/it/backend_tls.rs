@@ -254,3 +254,46 @@ fn tls_config_errors_name_the_line_and_key() {
         assert!(message.contains(says), "{extra}: {message}");
     }
 }
+
+#[tokio::test]
+async fn http_probes_of_a_tls_pool_run_over_tls() {
+    let pki = Pki::new("probes");
+    let stranger = Pki::new("probes-stranger");
+    let good = tls_backend("good", &pki, &["127.0.0.1"]).await;
+    let bad = tls_backend("bad", &stranger, &["127.0.0.1"]).await;
+    let text = ConfigText::new(&[good.entry(), bad.entry()])
+        .extra(&format!(
+            "tls.ca_file = \"{}\"\n{}",
+            pki.ca_file(),
+            crate::support::balancer::FAST_CHECKS
+        ))
+        .build();
+    let (balancer, mut events) = start(&text).await;
+    let event = crate::support::events::wait_for(&mut events, "bad down by probes", |event| {
+        transition_of(event, "bad", State::Down).is_some()
+    })
+    .await;
+    let transition = transition_of(&event, "bad", State::Down).expect("transition");
+    assert_eq!(transition.reason.last(), Some(Outcome::Tls));
+    // The good backend answered its probes over TLS all along.
+    crate::support::wait::wait_until("probes of good", || good.hits() >= 3).await;
+    let pool = balancer.pool("web").expect("pool");
+    assert_eq!(pool.views()[0].health.verdict(), State::Up);
+    balancer.shutdown(crate::support::DEADLINE).await;
+}
+
+#[test]
+fn http2_pools_probe_with_tcp_by_default_and_refuse_the_http_probe() {
+    let pool = |extra: &str| {
+        let text = format!(
+            "[[listeners]]\naddress = \"127.0.0.1:0\"\n[pools.web]\nbackends = [{{ address = \"127.0.0.1:9\" }}]\n{extra}"
+        );
+        config::parse_str(&text, "<test>").map(|c| c.pools[0].clone())
+    };
+    let h2c = pool("protocol = \"h2c\"").expect("valid");
+    assert_eq!(h2c.active.kind, config::CheckKind::Tcp);
+    let none = pool("protocol = \"h2c\"\nactive.kind = \"none\"").expect("valid");
+    assert_eq!(none.active.kind, config::CheckKind::None);
+    let error = pool("protocol = \"h2c\"\nactive.kind = \"http\"").expect_err("refused");
+    assert_eq!(error.key(), "pools.web.active.kind");
+}

@@ -59,11 +59,27 @@ impl Validator<'_> {
             None | Some(RawAllDown::FailOpen) => AllDownPolicy::FailOpen,
             Some(RawAllDown::Reject) => AllDownPolicy::Reject { retry_after },
         };
+        let explicit_kind = raw.active.kind;
         let protocol = match raw.protocol {
             None | Some(RawProtocol::Http1) => BackendProtocol::Http1,
             Some(RawProtocol::H2) => BackendProtocol::H2,
             Some(RawProtocol::H2c) => BackendProtocol::H2c,
         };
+        let mut active = self.active(&format!("{at}.active"), raw.active)?;
+        if protocol != BackendProtocol::Http1 {
+            // The http probe speaks HTTP/1.1, which an HTTP/2 backend need not.
+            match explicit_kind {
+                None => active.kind = CheckKind::Tcp,
+                Some(RawCheckKind::Http) => {
+                    return Err(self.error(
+                        Some(name_span),
+                        &format!("{at}.active.kind"),
+                        r#"the "http" probe speaks HTTP/1.1, and this pool's backends speak HTTP/2 (use kind = "tcp", the default for HTTP/2 pools, or "none")"#.into(),
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
         let tls = match (raw.tls, protocol) {
             (Some(RawTls::Flag(false)), BackendProtocol::H2) => {
                 return Err(self.error(
@@ -92,7 +108,7 @@ impl Validator<'_> {
         Ok(PoolConfig {
             protocol,
             tls,
-            active: self.active(&format!("{at}.active"), raw.active)?,
+            active,
             passive: self.passive(&format!("{at}.passive"), raw.passive)?,
             retries: self.retries(&format!("{at}.retries"), raw.retries)?,
             timeouts: self.timeouts(&format!("{at}.timeouts"), raw.timeouts)?,
