@@ -70,20 +70,28 @@ impl Upstream {
         if let Some(sender) = conns.live() {
             return Ok(sender);
         }
-        let stream = match self.tls() {
-            None => BackendStream::Tcp(self.connect_tcp().await?),
-            Some(tls) => {
-                let stream = self.connect_tls(tls).await?;
-                if tls_negotiated_h2(&stream) {
-                    BackendStream::Tls(Box::new(stream))
-                } else {
-                    tracing::debug!(backend = %self.addr(), "the backend did not agree to h2 by ALPN");
-                    return Err(AttemptError::TlsHandshake);
+        let connect = async {
+            match self.tls() {
+                None => Ok(BackendStream::Tcp(self.connect_tcp().await?)),
+                Some(tls) => {
+                    let stream = self.connect_tls(tls).await?;
+                    if tls_negotiated_h2(&stream) {
+                        Ok(BackendStream::Tls(Box::new(stream)))
+                    } else {
+                        tracing::debug!(backend = %self.addr(), "the backend did not agree to h2 by ALPN");
+                        Err(AttemptError::TlsHandshake)
+                    }
                 }
             }
         };
+        // One deadline for the wait for another connect, the connect and the handshakes.
+        let stream = tokio::time::timeout_at(deadline, connect)
+            .await
+            .map_err(|_| AttemptError::ConnectTimeout)??;
         let mut builder = http2::Builder::new(TokioExecutor::new());
         builder.timer(TokioTimer::new());
+        // As for HTTP/1.1 answers (`MAX_HEAD`): a backend's head is at most 64 KB.
+        builder.max_header_list_size(super::MAX_HEAD as u32);
         let handshake = builder.handshake::<_, H2Body>(TokioIo::new(stream));
         let (sender, connection) = match tokio::time::timeout_at(deadline, handshake).await {
             Err(_) => return Err(AttemptError::ConnectTimeout),
