@@ -396,7 +396,10 @@ mod tests {
             grpc_errors: GrpcCodes::of([14]),
             ..TrafficRule::default()
         };
-        assert_eq!(only_unavailable.judge(Outcome::Grpc(14)), TrafficResult::Error);
+        assert_eq!(
+            only_unavailable.judge(Outcome::Grpc(14)),
+            TrafficResult::Error
+        );
         assert_eq!(only_unavailable.judge(Outcome::Grpc(13)), TrafficResult::Ok);
         let none = TrafficRule {
             grpc_errors: GrpcCodes::empty(),

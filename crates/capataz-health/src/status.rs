@@ -181,7 +181,14 @@ mod tests {
         assert_eq!(Outcome::parse(b"GRPC 14"), Outcome::Grpc(14));
         assert_eq!(Outcome::parse(b"TLS"), Outcome::Tls);
         assert_eq!(Outcome::parse(b"GRPC 0"), Outcome::Grpc(0));
-        for bad in [&b"GRPC"[..], b"GRPC ", b"GRPC 256", b"GRPC -1", b"GRPC 1a", b"GRPC 0014"] {
+        for bad in [
+            &b"GRPC"[..],
+            b"GRPC ",
+            b"GRPC 256",
+            b"GRPC -1",
+            b"GRPC 1a",
+            b"GRPC 0014",
+        ] {
             assert_eq!(Outcome::parse(bad), Outcome::Malformed, "{bad:?}");
         }
     }
@@ -192,6 +199,9 @@ mod tests {
         assert_eq!(Outcome::Timeout.to_string(), "TIMEOUT");
         assert_eq!(Outcome::Malformed.to_string(), "malformed status line");
         assert_eq!(Outcome::Grpc(14).to_string(), "GRPC 14");
-        assert_eq!(Outcome::parse(Outcome::Grpc(4).to_string().as_bytes()), Outcome::Grpc(4));
+        assert_eq!(
+            Outcome::parse(Outcome::Grpc(4).to_string().as_bytes()),
+            Outcome::Grpc(4)
+        );
     }
 }

@@ -201,8 +201,8 @@ impl Proxy {
         let resend_method = replayable.then(|| parts.method.clone());
         // HTTP/2 has no head bytes to resend: a bodiless request is rebuilt from its parts (a
         // stream refused unprocessed may go elsewhere whatever its method).
-        let h2_resend = (h2 && bodiless)
-            .then(|| (parts.method.clone(), uri.clone(), parts.headers.clone()));
+        let h2_resend =
+            (h2 && bodiless).then(|| (parts.method.clone(), uri.clone(), parts.headers.clone()));
         let mut head = Vec::with_capacity(256);
         let mut pending = Some(Outgoing::Request(build_request(
             parts.method,
@@ -466,10 +466,13 @@ async fn forward_h2<'a>(
     let Some(conns) = backend.upstream.h2() else {
         return Forwarded::Failed(AttemptError::ConnectLocal);
     };
-    h2_target(&mut request, backend.upstream.tls().is_some(), &backend.address);
+    h2_target(
+        &mut request,
+        backend.upstream.tls().is_some(),
+        &backend.address,
+    );
     let sent_at = Instant::now();
-    let response = match upstream::exchange_h2(&backend.upstream, conns, request, timeouts).await
-    {
+    let response = match upstream::exchange_h2(&backend.upstream, conns, request, timeouts).await {
         Ok(response) => response,
         Err(H2Failure::NotSent(mut request, error)) => {
             charge(pool, index, error);
@@ -524,9 +527,8 @@ fn trailer_names(headers: &mut HeaderMap) -> Option<HeaderValue> {
     let grpc = headers
         .get(header::CONTENT_TYPE)
         .is_some_and(|ct| ct.as_bytes().starts_with(b"application/grpc"));
-    (grpc && !headers.contains_key("grpc-status")).then(|| {
-        HeaderValue::from_static("grpc-status, grpc-message, grpc-status-details-bin")
-    })
+    (grpc && !headers.contains_key("grpc-status"))
+        .then(|| HeaderValue::from_static("grpc-status, grpc-message, grpc-status-details-bin"))
 }
 
 /// Makes `request` (origin-form, as the proxy builds it) an HTTP/2 request: the scheme, and

@@ -193,10 +193,20 @@ mod tests {
 
     #[test]
     fn the_verified_name_comes_from_the_setting_then_the_host() {
-        let name = |explicit, address| server_name(explicit, address).map(|n| n.to_str().into_owned());
-        assert_eq!(name(None, "api.internal:443").as_deref(), Some("api.internal"));
-        assert_eq!(name(None, "api.internal.:443").as_deref(), Some("api.internal"));
-        assert_eq!(name(Some("svc.example"), "10.0.0.1:443").as_deref(), Some("svc.example"));
+        let name =
+            |explicit, address| server_name(explicit, address).map(|n| n.to_str().into_owned());
+        assert_eq!(
+            name(None, "api.internal:443").as_deref(),
+            Some("api.internal")
+        );
+        assert_eq!(
+            name(None, "api.internal.:443").as_deref(),
+            Some("api.internal")
+        );
+        assert_eq!(
+            name(Some("svc.example"), "10.0.0.1:443").as_deref(),
+            Some("svc.example")
+        );
         assert_eq!(name(None, "10.0.0.1:443").as_deref(), Some("10.0.0.1"));
         assert_eq!(name(None, "[::1]:443").as_deref(), Some("::1"));
         assert!(matches!(

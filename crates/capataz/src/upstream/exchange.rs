@@ -214,10 +214,9 @@ async fn flush_within<W: tokio::io::AsyncWrite + Unpin>(
     writer: &mut W,
     limit: Duration,
 ) -> Result<(), AttemptError> {
-    let at_once = std::future::poll_fn(|cx| {
-        std::task::Poll::Ready(Pin::new(&mut *writer).poll_flush(cx))
-    })
-    .await;
+    let at_once =
+        std::future::poll_fn(|cx| std::task::Poll::Ready(Pin::new(&mut *writer).poll_flush(cx)))
+            .await;
     match at_once {
         std::task::Poll::Ready(Ok(())) => return Ok(()),
         std::task::Poll::Ready(Err(_)) => return Err(AttemptError::Send { sent_any: true }),

@@ -113,6 +113,8 @@ fn tls_negotiated_h2(stream: &tokio_rustls::client::TlsStream<tokio::net::TcpStr
 }
 
 /// How one HTTP/2 exchange failed.
+// Returned once per failed exchange; boxing the request would cost an allocation for nothing.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum H2Failure<B> {
     /// Nothing of the request reached the backend: it comes back intact.
     NotSent(Request<B>, AttemptError),
@@ -165,11 +167,17 @@ where
             }
             let why = classify(error.error(), Phase::Head);
             conns_forget_if_dead(conns, why);
-            match error.take_message().and_then(|request| unwrap_request(request)) {
+            match error
+                .take_message()
+                .and_then(|request| unwrap_request(request))
+            {
                 Some(request) => {
                     // Never handed to the connection: this one is closing.
                     conns.forget();
-                    Err(H2Failure::NotSent(request, AttemptError::Send { sent_any: false }))
+                    Err(H2Failure::NotSent(
+                        request,
+                        AttemptError::Send { sent_any: false },
+                    ))
                 }
                 None => Err(H2Failure::Failed(why)),
             }
@@ -448,6 +456,8 @@ where
         if this.progress.frames.load(Ordering::Relaxed) != 0 {
             return None;
         }
-        this.inner.take().map(|b| Box::new(b) as Box<dyn Any + Send>)
+        this.inner
+            .take()
+            .map(|b| Box::new(b) as Box<dyn Any + Send>)
     }
 }

@@ -156,13 +156,12 @@ impl Upstream {
 
     /// A TCP connection within the connect deadline.
     pub(crate) async fn connect_tcp(&self) -> Result<TcpStream, AttemptError> {
-        let stream = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(self.addr))
-            .await
-        {
-            Err(_) => return Err(AttemptError::ConnectTimeout),
-            Ok(Err(e)) => return Err(AttemptError::of_connect(&e)),
-            Ok(Ok(stream)) => stream,
-        };
+        let stream =
+            match tokio::time::timeout(self.connect_timeout, TcpStream::connect(self.addr)).await {
+                Err(_) => return Err(AttemptError::ConnectTimeout),
+                Ok(Err(e)) => return Err(AttemptError::of_connect(&e)),
+                Ok(Ok(stream)) => stream,
+            };
         let _ = stream.set_nodelay(true);
         Ok(stream)
     }

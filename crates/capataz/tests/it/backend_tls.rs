@@ -54,10 +54,16 @@ server_name = "backend.test"
     let (balancer, _events) = start(&text).await;
     let mut client = Client::new(balancer.local_addrs()[0]);
     let answer = client.get("/ip").await;
-    assert_eq!((answer.status, answer.backend.as_deref()), (200, Some("by-ip")));
+    assert_eq!(
+        (answer.status, answer.backend.as_deref()),
+        (200, Some("by-ip"))
+    );
     assert_eq!(answer.text(), "hello");
     let answer = client.get("/name").await;
-    assert_eq!((answer.status, answer.backend.as_deref()), (200, Some("by-name")));
+    assert_eq!(
+        (answer.status, answer.backend.as_deref()),
+        (200, Some("by-name"))
+    );
     balancer.shutdown(crate::support::DEADLINE).await;
 }
 
@@ -77,7 +83,11 @@ async fn keep_alive_over_tls_reuses_one_connection() {
         assert_eq!(client.get("/").await.status, 200);
     }
     assert_eq!(backend.hits(), 20);
-    assert_eq!(backend.accepted(), 1, "one TLS session carried every request");
+    assert_eq!(
+        backend.accepted(),
+        1,
+        "one TLS session carried every request"
+    );
     balancer.shutdown(crate::support::DEADLINE).await;
 }
 
@@ -127,7 +137,11 @@ retries.min_budget = 1000
         }
     }
     assert_eq!(ejected.len(), 2);
-    assert_eq!(other_ca.hits() + other_name.hits(), 0, "no request reached them");
+    assert_eq!(
+        other_ca.hits() + other_name.hits(),
+        0,
+        "no request reached them"
+    );
     balancer.shutdown(crate::support::DEADLINE).await;
 }
 
@@ -162,10 +176,22 @@ fn tls_settings_parse_with_their_defaults() {
     let plain = pool("").expect("valid");
     assert_eq!(plain.protocol, BackendProtocol::Http1);
     assert!(plain.tls.is_none());
-    let on = pool(&format!("tls = true\ntls_unused = 1")).err();
-    assert!(on.is_some(), "unknown keys stay refused");
-    let flag = pool(&format!("[pools.web.tls]\nca_file = \"{}\"", pki.ca_file()))
-        .expect("valid");
+    let typo = pool("[pools.web.tls]\nca_fil = \"/x.pem\"").expect_err("an unknown key");
+    assert!(
+        typo.to_string().contains("unknown field `ca_fil`"),
+        "{typo}"
+    );
+    // The system's roots: loaded, or (on a host without any) a clear error.
+    match pool("tls = true") {
+        Ok(flag) => assert!(flag
+            .tls
+            .is_some_and(|tls| tls.verify && !tls.roots.is_empty())),
+        Err(error) => assert!(
+            error.to_string().contains("no system CA certificate"),
+            "{error}"
+        ),
+    }
+    let flag = pool(&format!("[pools.web.tls]\nca_file = \"{}\"", pki.ca_file())).expect("valid");
     let tls = flag.tls.expect("tls on");
     assert!(tls.verify && tls.server_name.is_none() && tls.identity.is_none());
     assert_eq!(tls.roots.len(), 1);
@@ -175,8 +201,11 @@ fn tls_settings_parse_with_their_defaults() {
     ))
     .expect("valid");
     assert!(mtls.tls.expect("tls").identity.is_some());
-    let h2 = pool(&format!("protocol = \"h2\"\ntls.ca_file = \"{}\"", pki.ca_file()))
-        .expect("valid");
+    let h2 = pool(&format!(
+        "protocol = \"h2\"\ntls.ca_file = \"{}\"",
+        pki.ca_file()
+    ))
+    .expect("valid");
     assert_eq!(h2.protocol, BackendProtocol::H2);
     assert!(h2.tls.is_some());
     let h2c = pool("protocol = \"h2c\"").expect("valid");

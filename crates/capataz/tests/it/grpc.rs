@@ -107,9 +107,7 @@ async fn call(addr: SocketAddr, payload: &[u8]) -> Call {
         .await
         .expect("in time")
         .expect("a whole body");
-    let trailer_status = body
-        .trailers()
-        .and_then(|t| header_text(t, "grpc-status"));
+    let trailer_status = body.trailers().and_then(|t| header_text(t, "grpc-status"));
     let bytes = body.to_bytes();
     let message = if bytes.len() >= 5 {
         bytes.slice(5..)
@@ -211,8 +209,15 @@ async fn grpc_error_codes_decide_what_counts() {
         assert_eq!(answer.grpc_status.as_deref(), Some("14"));
     }
     let pool = balancer.pool("web").expect("pool");
-    assert_eq!(pool.backends[0].traffic.recent(), vec![Outcome::Grpc(14); 5]);
+    assert_eq!(
+        pool.backends[0].traffic.recent(),
+        vec![Outcome::Grpc(14); 5]
+    );
     let views = pool.views();
-    assert_eq!(views[0].health.verdict(), State::Up, "UNAVAILABLE is not counted here");
+    assert_eq!(
+        views[0].health.verdict(),
+        State::Up,
+        "UNAVAILABLE is not counted here"
+    );
     balancer.shutdown(DEADLINE).await;
 }

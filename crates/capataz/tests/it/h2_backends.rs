@@ -145,13 +145,18 @@ async fn a_goaway_mid_traffic_loses_no_request() {
 
 #[tokio::test]
 async fn a_stream_reset_by_the_backend_is_a_passive_error() {
-    let resetting = HttpBackend::start("resets", Speaks::H2, None, Arc::new(|parts| {
-        if parts.uri.path() == "/late" {
-            Reply::ResetAfterHead
-        } else {
-            Reply::Reset
-        }
-    }))
+    let resetting = HttpBackend::start(
+        "resets",
+        Speaks::H2,
+        None,
+        Arc::new(|parts| {
+            if parts.uri.path() == "/late" {
+                Reply::ResetAfterHead
+            } else {
+                Reply::Reset
+            }
+        }),
+    )
     .await;
     let text = ConfigText::new(&[resetting.entry()])
         .extra("protocol = \"h2c\"\nactive.kind = \"none\"\npassive.consecutive_errors = 2\nretries.attempts = 0\n")
@@ -163,7 +168,11 @@ async fn a_stream_reset_by_the_backend_is_a_passive_error() {
     // body cut short) or with the reset (502); either way the passive side hears a reset.
     let late = client.get("/late").await;
     assert!(matches!(late.status, 200 | 502), "{late:?}");
-    assert_ne!(late.body, Bytes::from_static(b"partial"), "never a whole-looking body");
+    assert_ne!(
+        late.body,
+        Bytes::from_static(b"partial"),
+        "never a whole-looking body"
+    );
     let event = wait_for(&mut events, "the resetting backend ejected", |event| {
         transition_of(event, "resets", State::Down).is_some()
     })
@@ -175,16 +184,21 @@ async fn a_stream_reset_by_the_backend_is_a_passive_error() {
 
 #[tokio::test]
 async fn trailers_are_relayed_to_an_http1_client_that_asks() {
-    let backend = HttpBackend::start("b", Speaks::H2, None, Arc::new(|_| {
-        let mut trailers = http::HeaderMap::new();
-        trailers.insert("x-checksum", "abc123".parse().expect("a value"));
-        Reply::Ok {
-            status: 200,
-            headers: vec![("trailer", "x-checksum".into())],
-            body: Bytes::from_static(b"payload"),
-            trailers: Some(trailers),
-        }
-    }))
+    let backend = HttpBackend::start(
+        "b",
+        Speaks::H2,
+        None,
+        Arc::new(|_| {
+            let mut trailers = http::HeaderMap::new();
+            trailers.insert("x-checksum", "abc123".parse().expect("a value"));
+            Reply::Ok {
+                status: 200,
+                headers: vec![("trailer", "x-checksum".into())],
+                body: Bytes::from_static(b"payload"),
+                trailers: Some(trailers),
+            }
+        }),
+    )
     .await;
     let text = ConfigText::new(&[backend.entry()]).extra(QUIET_H2C).build();
     let (balancer, _events) = start(&text).await;
@@ -208,7 +222,10 @@ async fn trailers_are_relayed_to_an_http1_client_that_asks() {
     assert_eq!(response.status(), 200);
     let body = response.into_body().collect().await.expect("whole body");
     let trailers = body.trailers().cloned().expect("trailers");
-    assert_eq!(trailers.get("x-checksum").map(|v| v.as_bytes()), Some(&b"abc123"[..]));
+    assert_eq!(
+        trailers.get("x-checksum").map(|v| v.as_bytes()),
+        Some(&b"abc123"[..])
+    );
     assert_eq!(body.to_bytes(), Bytes::from_static(b"payload"));
     balancer.shutdown(DEADLINE).await;
 }

@@ -171,7 +171,10 @@ fn identity(cert: &Place, key: &Place) -> Result<ClientIdentity, ConfigError> {
         .key_provider
         .load_private_key(private.clone_key())
         .map_err(|error| {
-            key.error(format!("{:?} is not a usable private key: {error}", key.path))
+            key.error(format!(
+                "{:?} is not a usable private key: {error}",
+                key.path
+            ))
         })?;
     let certified = rustls::sign::CertifiedKey::new(chain.clone(), signing);
     if let Err(error) = certified.keys_match() {

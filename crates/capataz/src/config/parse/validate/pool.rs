@@ -392,7 +392,8 @@ impl Validator<'_> {
                 0..=100,
             )? as u8,
             probes_end_ejection: raw.probes_end_ejection.unwrap_or(true),
-            grpc_error_codes: self.grpc_codes(&raw.grpc_error_codes, &format!("{at}.grpc_error_codes"))?,
+            grpc_error_codes: self
+                .grpc_codes(&raw.grpc_error_codes, &format!("{at}.grpc_error_codes"))?,
         })
     }
 

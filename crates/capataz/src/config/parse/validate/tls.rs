@@ -24,26 +24,27 @@ impl Validator<'_> {
         raw: RawTlsTable,
     ) -> Result<BackendTls, ConfigError> {
         let at = format!("{at}.tls");
-        let file = |value: &Option<Spanned<String>>, name: &str| -> Result<Option<Place>, ConfigError> {
-            let Some(value) = value else {
-                return Ok(None);
+        let file =
+            |value: &Option<Spanned<String>>, name: &str| -> Result<Option<Place>, ConfigError> {
+                let Some(value) = value else {
+                    return Ok(None);
+                };
+                let key = format!("{at}.{name}");
+                if value.get_ref().is_empty() || value.get_ref().contains('\0') {
+                    return Err(self.error(
+                        Some(value.span()),
+                        &key,
+                        "a file path must be non-empty text (e.g. \"/etc/capataz/backend-ca.pem\")"
+                            .into(),
+                    ));
+                }
+                Ok(Some(Place {
+                    path: value.get_ref().clone(),
+                    file: self.file.to_owned(),
+                    line: Some(line_of(self.text, value.span().start)),
+                    key,
+                }))
             };
-            let key = format!("{at}.{name}");
-            if value.get_ref().is_empty() || value.get_ref().contains('\0') {
-                return Err(self.error(
-                    Some(value.span()),
-                    &key,
-                    "a file path must be non-empty text (e.g. \"/etc/capataz/backend-ca.pem\")"
-                        .into(),
-                ));
-            }
-            Ok(Some(Place {
-                path: value.get_ref().clone(),
-                file: self.file.to_owned(),
-                line: Some(line_of(self.text, value.span().start)),
-                key,
-            }))
-        };
         let ca = file(&raw.ca_file, "ca_file")?;
         let cert = file(&raw.cert, "cert")?;
         let key = file(&raw.key, "key")?;
