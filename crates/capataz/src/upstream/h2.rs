@@ -92,6 +92,10 @@ impl Upstream {
         builder.timer(TokioTimer::new());
         // As for HTTP/1.1 answers (`MAX_HEAD`): a backend's head is at most 64 KB.
         builder.max_header_list_size(super::MAX_HEAD as u32);
+        // A connection that went silent under open streams (a backend host gone without a
+        // FIN) is found by PING and closed, so the next request opens a new one.
+        builder.keep_alive_interval(H2_PING_INTERVAL);
+        builder.keep_alive_timeout(H2_PING_TIMEOUT);
         let handshake = builder.handshake::<_, H2Body>(TokioIo::new(stream));
         let (sender, connection) = match tokio::time::timeout_at(deadline, handshake).await {
             Err(_) => return Err(AttemptError::ConnectTimeout),
@@ -152,12 +156,7 @@ where
     let deadline = head_deadline(&progress, timeouts);
     let outcome = tokio::select! {
         answer = answer => answer,
-        why = deadline => {
-            if why != AttemptError::ClientBodyStalled {
-                conns_forget_if_dead(conns, why);
-            }
-            return Err(H2Failure::Failed(why));
-        }
+        why = deadline => return Err(H2Failure::Failed(why)),
     };
     match outcome {
         Ok(response) => Ok(response),
@@ -185,15 +184,17 @@ where
     }
 }
 
-/// Drops the backend's connection after a failure that says it is gone or going.
+/// While streams are open, a PING every this long...
+const H2_PING_INTERVAL: Duration = Duration::from_secs(30);
+/// ...answered within this long, or the connection is closed.
+const H2_PING_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Drops the backend's connection after a failure that says it is gone or going (a slow
+/// stream says nothing about the connection: PINGs find a dead one).
 fn conns_forget_if_dead(conns: &H2Conns, why: AttemptError) {
     if matches!(
         why,
-        AttemptError::HeadClosed
-            | AttemptError::HeadMalformed
-            | AttemptError::StreamRefused
-            | AttemptError::HeadTimeout
-            | AttemptError::BackendNotReading
+        AttemptError::HeadClosed | AttemptError::HeadMalformed | AttemptError::StreamRefused
     ) {
         conns.forget();
     }

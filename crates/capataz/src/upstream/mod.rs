@@ -234,3 +234,5 @@ fn usable(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tls_tests;
