@@ -305,6 +305,10 @@ pub struct H2RespBody {
     idle: Option<Pin<Box<tokio::time::Sleep>>>,
     /// Whether the body is waiting for the backend (its idle timer runs).
     waiting: bool,
+    /// Whether the head or data went out since the last `Pending` (see `UpstreamBody`).
+    unflushed: bool,
+    /// A failure kept for the next poll, once what hyper holds has gone out.
+    broke: Option<AttemptError>,
 }
 
 impl RespBody {
@@ -318,6 +322,8 @@ impl RespBody {
             body_idle,
             idle: None,
             waiting: false,
+            unflushed: true,
+            broke: None,
         };
         if body.inner.is_end_stream() {
             body.end();
@@ -353,7 +359,35 @@ impl H2RespBody {
         io::Error::other(why.to_string())
     }
 
+    /// As `UpstreamBody::broken`: a failure right after the head or data is reported on the
+    /// next poll, so the client gets what arrived before it learns of the failure.
+    fn broken(
+        &mut self,
+        cx: &mut Context<'_>,
+        why: AttemptError,
+    ) -> Poll<Option<io::Result<Frame<Bytes>>>> {
+        if self.unflushed {
+            self.broke = Some(why);
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        Poll::Ready(Some(Err(self.fail(why))))
+    }
+
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Frame<Bytes>>>> {
+        let polled = self.poll_step(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(_))) => self.unflushed = true,
+            Poll::Pending => self.unflushed = false,
+            _ => {}
+        }
+        polled
+    }
+
+    fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Frame<Bytes>>>> {
+        if let Some(why) = self.broke.take() {
+            return Poll::Ready(Some(Err(self.fail(why))));
+        }
         if self.lease.is_none() {
             return Poll::Ready(None);
         }
@@ -380,7 +414,7 @@ impl H2RespBody {
             }
             Poll::Ready(Some(Err(error))) => {
                 let why = upstream::classify_h2(&error, Phase::Body);
-                Poll::Ready(Some(Err(self.fail(why))))
+                self.broken(cx, why)
             }
             Poll::Pending => {
                 if !self.waiting {
@@ -396,7 +430,7 @@ impl H2RespBody {
                     .as_mut()
                     .is_some_and(|sleep| sleep.as_mut().poll(cx).is_ready());
                 if stalled {
-                    return Poll::Ready(Some(Err(self.fail(AttemptError::BodyStalled))));
+                    return self.broken(cx, AttemptError::BodyStalled);
                 }
                 Poll::Pending
             }

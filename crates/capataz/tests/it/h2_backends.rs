@@ -229,3 +229,50 @@ async fn trailers_are_relayed_to_an_http1_client_that_asks() {
     assert_eq!(body.to_bytes(), Bytes::from_static(b"payload"));
     balancer.shutdown(DEADLINE).await;
 }
+
+#[tokio::test]
+async fn no_head_within_response_header_is_a_timeout() {
+    let backend = HttpBackend::start("slow", Speaks::H2, None, Arc::new(|_| Reply::Hang)).await;
+    let text = ConfigText::new(&[backend.entry()])
+        .extra(&format!(
+            "{QUIET_H2C}retries.attempts = 0\ntimeouts.response_header = \"200ms\"\n"
+        ))
+        .build();
+    let (balancer, _events) = start(&text).await;
+    let answer = Client::new(balancer.local_addrs()[0]).get("/").await;
+    assert_eq!(answer.status, 504);
+    let pool = balancer.pool("web").expect("pool");
+    assert_eq!(pool.backends[0].traffic.recent(), vec![Outcome::Timeout]);
+    balancer.shutdown(DEADLINE).await;
+}
+
+#[tokio::test]
+async fn a_client_body_that_stalls_is_the_clients_fault() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let backend = HttpBackend::start("b", Speaks::H2, None, hello()).await;
+    let text = ConfigText::new(&[backend.entry()])
+        .listener("request_body_timeout = \"200ms\"")
+        .extra(QUIET_H2C)
+        .build();
+    let (balancer, _events) = start(&text).await;
+    let mut stream = tokio::net::TcpStream::connect(balancer.local_addrs()[0])
+        .await
+        .expect("connect");
+    stream
+        .write_all(b"POST /upload HTTP/1.1\r\nHost: app.test\r\nContent-Length: 10\r\n\r\nab")
+        .await
+        .expect("write");
+    let mut reply = Vec::new();
+    tokio::time::timeout(DEADLINE, stream.read_to_end(&mut reply))
+        .await
+        .expect("an answer in time")
+        .expect("read");
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    let pool = balancer.pool("web").expect("pool");
+    assert!(
+        pool.backends[0].traffic.recent().is_empty(),
+        "nothing charged"
+    );
+    balancer.shutdown(DEADLINE).await;
+}

@@ -126,6 +126,8 @@ pub enum Reply {
     ResetAfterHead,
     /// The stream reset before any head (the service fails).
     Reset,
+    /// No answer, ever (the stream stays open).
+    Hang,
 }
 
 impl Reply {
@@ -321,6 +323,7 @@ async fn answer(
             Ok(Response::new(Frames(frames)))
         }
         Reply::Reset => Err(io::Error::other("reset by the script")),
+        Reply::Hang => std::future::pending().await,
     }
 }
 
