@@ -87,18 +87,22 @@ impl Transport for TcpStream {
     }
 }
 
-/// Reads a TLS session's plaintext into `buf`'s spare capacity. The spare part is zeroed
-/// first (the crate has no `unsafe`, and rustls decrypting the record costs far more).
+/// The most plaintext one TLS read takes: one record's worth.
+const TLS_READ: usize = 16384;
+
+/// Reads a TLS session's plaintext into `buf`'s spare capacity (at most [`TLS_READ`] bytes,
+/// and some room is made if there is none). The part read into is zeroed first (the crate
+/// has no `unsafe`, and rustls decrypting the record costs far more).
 fn tls_read_buf(
     tls: &mut TlsStream<TcpStream>,
     cx: &mut Context<'_>,
     buf: &mut BytesMut,
 ) -> Poll<io::Result<usize>> {
     let start = buf.len();
-    let room = buf.capacity() - start;
-    if room == 0 {
-        return Poll::Ready(Ok(0));
+    if buf.capacity() == start {
+        buf.reserve(TLS_READ);
     }
+    let room = (buf.capacity() - start).min(TLS_READ);
     buf.resize(start + room, 0);
     let mut read = ReadBuf::new(&mut buf[start..]);
     let polled = Pin::new(tls).poll_read(cx, &mut read);

@@ -326,3 +326,42 @@ fn http2_pools_probe_with_tcp_by_default_and_refuse_the_http_probe() {
     let error = pool("protocol = \"h2c\"\nactive.kind = \"http\"").expect_err("refused");
     assert_eq!(error.key(), "pools.web.active.kind");
 }
+
+#[tokio::test]
+async fn large_bodies_stream_both_ways_over_tls() {
+    let pki = Pki::new("large");
+    let big: bytes::Bytes = (0..300_000u32)
+        .map(|i| (i % 251) as u8)
+        .collect::<Vec<u8>>()
+        .into();
+    let answer_body = big.clone();
+    let server = pki.server(&["127.0.0.1"], &[b"http/1.1"]);
+    let backend = HttpBackend::start(
+        "b",
+        Speaks::Http1,
+        Some(server),
+        Arc::new(move |_| Reply::Ok {
+            status: 200,
+            headers: Vec::new(),
+            body: answer_body.clone(),
+            trailers: None,
+        }),
+    )
+    .await;
+    let text = ConfigText::new(&[backend.entry()])
+        .extra(&format!(
+            "active.kind = \"none\"\ntls.ca_file = \"{}\"\n",
+            pki.ca_file()
+        ))
+        .build();
+    let (balancer, _events) = start(&text).await;
+    let mut client = Client::strict(balancer.local_addrs()[0]);
+    for _ in 0..3 {
+        // A large upload (read whole by the backend) and a large answer, on one TLS session.
+        let answer = client.send("POST", "/", "app.test", big.clone()).await;
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.body, big);
+    }
+    assert_eq!(backend.accepted(), 1);
+    balancer.shutdown(crate::support::DEADLINE).await;
+}
