@@ -654,6 +654,7 @@ fn decode_settings(bytes: &mut Bytes<'_>) -> Settings {
         probe_rule: ProbeRule { expect },
         traffic_rule: TrafficRule {
             count_503: flags & 0b10 != 0,
+            ..TrafficRule::default()
         },
         ejection,
         max_ejected_percent,

@@ -34,5 +34,5 @@ pub use rotation::{
     AllDown, BackupUse, Carried, Effective, Eligible, Join, MinHealthy, Override, OverrideKind,
     Policy, Role, Rotation, WhenAllDown,
 };
-pub use rules::{ProbeResult, ProbeRule, StatusSet, TrafficResult, TrafficRule};
-pub use status::{parse_status_line, Outcome};
+pub use rules::{GrpcCodes, ProbeResult, ProbeRule, StatusSet, TrafficResult, TrafficRule};
+pub use status::{parse_grpc_status, parse_status_line, Outcome};

@@ -19,9 +19,9 @@
 //!                          policy applied), comma-separated, or `none`
 //! ```
 //!
-//! An answer is `TIMEOUT`, `REFUSED`, `RESET` or a status line as received. Words are separated
-//! by one space; a trailing carriage return is ignored; blank lines and `#` comments print
-//! nothing. Any other line prints one `ERR <reason>` line and changes nothing.
+//! An answer is `TIMEOUT`, `REFUSED`, `RESET`, `TLS`, `GRPC <code>` (a gRPC status, 0-255) or
+//! a status line as received. Words are separated by one space; a trailing carriage return is
+//! ignored; blank lines and `#` comments print nothing. Any other line prints one `ERR <reason>` line and changes nothing.
 //!
 //! Time: the session clock counts milliseconds, one per command line plus those `WAIT` adds,
 //! saturating at `u64::MAX`. `WAIT`, `OVERRIDE` and `ELIGIBLE` came later; scripts without

@@ -93,7 +93,7 @@ enum Command {
     /// Drive the health engine with the replay line protocol (from FILE, or stdin).
     ///
     /// Commands: POOL <b1> <b2> ... | PROBE <b> <answer> | OBSERVE <b> <answer> | STATUS | HEALTHY.
-    /// An answer is TIMEOUT, REFUSED, RESET or a status line as received.
+    /// An answer is TIMEOUT, REFUSED, RESET, TLS, GRPC <code> or a status line as received.
     Replay {
         /// The script to run; standard input when absent.
         file: Option<PathBuf>,

@@ -265,6 +265,7 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
         .collect();
     let rule = TrafficRule {
         count_503: pool.config.passive.count_503,
+        grpc_errors: pool.config.passive.grpc_error_codes,
     };
     let traffic: Vec<Value> = view
         .backend

@@ -28,6 +28,8 @@ impl TrafficRing {
             Outcome::Refused => 1002,
             Outcome::Reset => 1003,
             Outcome::Malformed => 1004,
+            Outcome::Tls => 1005,
+            Outcome::Grpc(code) => 2000 + u32::from(code),
         };
         let at = self.next.fetch_add(1, Ordering::Relaxed) % HISTORY;
         self.slots[at].store(code, Ordering::Relaxed);
@@ -44,6 +46,8 @@ impl TrafficRing {
                 1002 => Some(Outcome::Refused),
                 1003 => Some(Outcome::Reset),
                 1004 => Some(Outcome::Malformed),
+                1005 => Some(Outcome::Tls),
+                code @ 2000..=2255 => u8::try_from(code - 2000).ok().map(Outcome::Grpc),
                 code => u16::try_from(code).ok().map(Outcome::Status),
             })
             .collect()

@@ -107,6 +107,15 @@ fn check_settings(config: &Config) -> Vec<Warning> {
     }
     for pool in &config.pools {
         let at = format!("pools.{}", pool.name);
+        if pool.tls.as_ref().is_some_and(|tls| !tls.verify) {
+            warn(
+                format!("{at}.tls.verify"),
+                "verify = false accepts any certificate: traffic to the backends is encrypted, \
+                 but to whoever answers, a man in the middle included (give the backends' CA \
+                 as ca_file, and server_name if their certificates name another host)"
+                    .into(),
+            );
+        }
         let active = &pool.active;
         let primaries = pool.backends.iter().filter(|b| !b.backup).count();
         if usize::try_from(pool.min_healthy.count).is_ok_and(|n| n > primaries) {

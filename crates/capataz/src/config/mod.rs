@@ -7,9 +7,11 @@
 
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::time::Duration;
 
-use capataz_health::{BackupUse, MinHealthy, State, StatusSet};
+use capataz_health::{BackupUse, GrpcCodes, MinHealthy, State, StatusSet};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::tls::{ServerSettings, ServerTls};
 
@@ -274,6 +276,78 @@ pub struct PoolConfig {
     /// Whether a backend whose verdict goes DOWN has its upgraded connections closed (default
     /// false).
     pub close_tunnels_on_down: bool,
+    /// The protocol spoken to the backends (default HTTP/1.1).
+    pub protocol: BackendProtocol,
+    /// TLS to the backends, when on (`tls = true` or a `[pools.NAME.tls]` table; default off;
+    /// always on for `protocol = "h2"`, never for `"h2c"`).
+    pub tls: Option<BackendTls>,
+}
+
+/// The protocol a pool speaks to its backends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendProtocol {
+    /// HTTP/1.1, capataz's own client, over TCP or TLS (default).
+    Http1,
+    /// HTTP/2 over TLS (ALPN `h2`), one multiplexed connection per backend.
+    H2,
+    /// HTTP/2 over TCP with prior knowledge (no TLS), one multiplexed connection per backend.
+    H2c,
+}
+
+/// TLS towards a pool's backends: what was written, and the trust material loaded from it
+/// when the config was loaded (stage three, off the runtime threads).
+///
+/// Two values are equal when their settings are (the loaded material is not compared).
+#[derive(Clone)]
+pub struct BackendTls {
+    /// A PEM bundle of CA certificates to verify backends with; `None`: the system's roots.
+    pub ca_file: Option<String>,
+    /// The name sent as SNI and verified in the backend's certificate; `None`: each backend's
+    /// host as written in its address when it is a name, else no SNI and the IP is verified.
+    pub server_name: Option<String>,
+    /// Whether the backend's certificate is verified (default true; `false` is unsafe).
+    pub verify: bool,
+    /// A PEM certificate chain presented to backends that ask for one (mTLS), with `key`.
+    pub cert: Option<String>,
+    /// The PEM private key of `cert`.
+    pub key: Option<String>,
+    /// The trust anchors (empty with `verify = false`, and in an [`Unresolved`] config).
+    pub roots: Arc<rustls::RootCertStore>,
+    /// The client certificate chain and key, loaded from `cert` and `key`.
+    pub identity: Option<Arc<ClientIdentity>>,
+}
+
+/// A client certificate chain and its private key, for mTLS to backends.
+#[derive(Debug)]
+pub struct ClientIdentity {
+    /// The chain, leaf first.
+    pub chain: Vec<CertificateDer<'static>>,
+    /// The leaf's private key.
+    pub key: PrivateKeyDer<'static>,
+}
+
+impl PartialEq for BackendTls {
+    fn eq(&self, other: &BackendTls) -> bool {
+        self.ca_file == other.ca_file
+            && self.server_name == other.server_name
+            && self.verify == other.verify
+            && self.cert == other.cert
+            && self.key == other.key
+    }
+}
+
+impl std::fmt::Debug for BackendTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackendTls")
+            .field("ca_file", &self.ca_file)
+            .field("server_name", &self.server_name)
+            .field("verify", &self.verify)
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .field("roots", &self.roots.len())
+            .field("identity", &self.identity.is_some())
+            .finish()
+    }
 }
 
 /// Which client requests an idle keep-alive connection to a backend may carry.
@@ -374,6 +448,9 @@ pub struct PassiveCheckConfig {
     /// Whether an ejected backend whose probes bring its active side back from DOWN to UP goes
     /// on probation at once instead of sitting out the rest of its ejection (default true).
     pub probes_end_ejection: bool,
+    /// The `grpc-status` codes that count as errors (default 2, 4, 13, 14: UNKNOWN,
+    /// DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE).
+    pub grpc_error_codes: GrpcCodes,
 }
 
 /// What a pool does when none of its backends is UP.

@@ -93,12 +93,13 @@ async fn probe_loop(pool: Arc<PoolRt>, backend: usize, mut rng: prober::Rng) {
             continue;
         }
         let started = Instant::now();
-        let outcome = prober::probe_once(
+        let outcome = prober::probe_once_over(
             active.kind,
             rt.upstream.addr(),
             &active.path,
             &host,
             active.timeout,
+            rt.upstream.tls(),
         )
         .await;
         pool.record_probe(backend, outcome, started.elapsed());

@@ -36,12 +36,76 @@ use tokio::sync::{broadcast, Notify};
 
 pub use crate::balance::{BackendRt, TrafficRing, HISTORY};
 use crate::balance::{PoolHandle, TrafficSink};
-use crate::config::{AllDownPolicy, CheckKind, PoolConfig};
+use crate::config::{AllDownPolicy, BackendProtocol, CheckKind, PoolConfig};
 pub use crate::events::{Event, OverrideKind};
 use crate::instruments::Families;
+use crate::tls::client::{client_config, server_name, Alpn, ClientSettings, Connector};
 use crate::upstream::Upstream;
 pub use backend::Clock;
 pub use view::{BackendInfo, BackendView, Override, ProbeRecord};
+
+/// The rustls client configuration of a pool that speaks TLS to its backends, built once per
+/// pool from the material its config loaded. The config loader checked the client key, so
+/// this fails only if rustls and the loader disagree: the pool then goes without the client
+/// certificate, said loudly.
+fn tls_config(config: &PoolConfig) -> Option<Arc<rustls::ClientConfig>> {
+    let tls = config.tls.as_ref()?;
+    let alpn = match config.protocol {
+        BackendProtocol::H2 => Alpn::H2,
+        BackendProtocol::Http1 | BackendProtocol::H2c => Alpn::Http11,
+    };
+    let identity = tls
+        .identity
+        .as_deref()
+        .map(|id| (id.chain.as_slice(), &id.key));
+    let settings = ClientSettings {
+        roots: &tls.roots,
+        verify: tls.verify,
+        identity,
+        alpn,
+    };
+    match client_config(settings) {
+        Ok(built) => Some(built),
+        Err(error) => {
+            tracing::error!(pool = %config.name, %error, "the client certificate cannot be used; connecting without it");
+            client_config(ClientSettings {
+                identity: None,
+                ..settings
+            })
+            .ok()
+        }
+    }
+}
+
+/// `upstream` speaking `protocol`.
+fn speaking(upstream: Upstream, protocol: BackendProtocol) -> Upstream {
+    match protocol {
+        BackendProtocol::Http1 => upstream,
+        BackendProtocol::H2 | BackendProtocol::H2c => upstream.with_h2(),
+    }
+}
+
+/// `upstream` with a TLS handshake to the backend at `address` (as written) when the pool
+/// speaks TLS.
+fn with_tls(
+    upstream: Upstream,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    config: &PoolConfig,
+    address: &str,
+) -> Upstream {
+    let (Some(built), Some(settings)) = (tls, config.tls.as_ref()) else {
+        return upstream;
+    };
+    match server_name(settings.server_name.as_deref(), address) {
+        Some(name) => upstream.with_tls(Connector::new(built.clone(), name)),
+        // The config loader accepted the address, so it has a host part; without one the
+        // backend is still reached over TLS, verified against its IP address.
+        None => {
+            let ip = upstream.addr().ip();
+            upstream.with_tls(Connector::new(built.clone(), ip.into()))
+        }
+    }
+}
 
 /// The engine settings a pool's configuration asks for.
 pub fn engine_settings(config: &PoolConfig) -> Settings {
@@ -60,6 +124,7 @@ pub fn engine_settings(config: &PoolConfig) -> Settings {
         },
         traffic_rule: TrafficRule {
             count_503: config.passive.count_503,
+            grpc_errors: config.passive.grpc_error_codes,
         },
         ejection: Some(EjectionPolicy {
             base: config.passive.ejection_time,
@@ -219,6 +284,7 @@ impl PoolRt {
             }
             None => config.backends.iter().map(|_| None).collect(),
         };
+        let tls = tls_config(&config);
         let mut joins = Vec::with_capacity(config.backends.len());
         let mut info = Vec::with_capacity(config.backends.len());
         let mut backends = Vec::with_capacity(config.backends.len());
@@ -231,10 +297,14 @@ impl PoolRt {
                 name: b.name.as_str().into(),
                 address: b.address.clone(),
                 weight: b.weight,
-                upstream: Upstream::new(
-                    b.socket_addr,
-                    config.timeouts.connect,
-                    config.timeouts.idle,
+                upstream: speaking(
+                    with_tls(
+                        Upstream::new(b.socket_addr, config.timeouts.connect, config.timeouts.idle),
+                        tls.as_ref(),
+                        &config,
+                        &b.address,
+                    ),
+                    config.protocol,
                 ),
                 in_flight: AtomicUsize::new(0),
                 traffic: TrafficRing::default(),

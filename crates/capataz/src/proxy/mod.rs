@@ -24,15 +24,15 @@ use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
 
 use crate::balance::PoolHandle;
-use crate::body::{Lease, ReqBody, RespBody};
-use crate::config::{ConnectionReuse, ListenerConfig};
+use crate::body::{grpc_status, Grpc, Lease, ReqBody, RespBody};
+use crate::config::{BackendProtocol, ConnectionReuse, ListenerConfig};
 use crate::h1::chunked;
 use crate::h1::framing::{self, BodyLength};
 use crate::instruments::{AnsweredBy, ListenerMetrics, MethodClass, RouteMetrics};
 use crate::tls::TlsInfo;
 use crate::upstream::{
-    self, AttemptError, BackendStream, ExchangeError, ExchangeTimeouts, Outgoing, PrivateIdle,
-    Transport,
+    self, AttemptError, BackendStream, ExchangeError, ExchangeTimeouts, H2Failure, Outgoing,
+    PrivateIdle, Transport,
 };
 
 mod headers;
@@ -245,6 +245,13 @@ impl Proxy {
         }
         pool.budget.on_request();
         let upgrade = wants_upgrade(req.headers());
+        let h2 = pool.config.protocol != BackendProtocol::Http1;
+        if upgrade && h2 {
+            return Ok(error_page(
+                StatusCode::NOT_IMPLEMENTED,
+                "upgrades are not relayed to HTTP/2 backends",
+            ));
+        }
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
         strip_hop_by_hop(&mut parts.headers, upgrade);
@@ -259,6 +266,10 @@ impl Proxy {
         // for byte; it needs only the method besides (a copy without allocation for the
         // methods that are replayable).
         let resend_method = replayable.then(|| parts.method.clone());
+        // HTTP/2 has no head bytes to resend: a bodiless request is rebuilt from its parts (a
+        // stream refused unprocessed may go elsewhere whatever its method).
+        let h2_resend =
+            (h2 && bodiless).then(|| (parts.method.clone(), uri.clone(), parts.headers.clone()));
         let mut head = Vec::with_capacity(256);
         let mut pending = Some(Outgoing::Request(build_request(
             parts.method,
@@ -291,6 +302,60 @@ impl Proxy {
                 });
             };
             tried.push(index);
+            if h2 {
+                let request = match pending.take() {
+                    Some(Outgoing::Request(request)) => request,
+                    _ => match &h2_resend {
+                        Some((method, uri, headers)) => build_request(
+                            method.clone(),
+                            uri.clone(),
+                            headers.clone(),
+                            ReqBody::Empty,
+                        ),
+                        None => {
+                            let why =
+                                failure.unwrap_or(Failure::Attempt(AttemptError::HeadTimeout));
+                            return Ok(failure_page(why));
+                        }
+                    },
+                };
+                let lease = Lease::new(pool.clone(), index, None);
+                match forward_h2(&pool, index, request, lease, timeouts).await {
+                    Forwarded::Response(mut response, status) => {
+                        let retry_status = matches!(status, 502..=504);
+                        if retry_status && replayable && may_retry(&pool, &mut retries_left, &tried)
+                        {
+                            failure = Some(Failure::Status(status));
+                            continue;
+                        }
+                        let trailer = trailer_names(response.headers_mut());
+                        strip_hop_by_hop(response.headers_mut(), false);
+                        if let Some(names) = trailer {
+                            response.headers_mut().insert(header::TRAILER, names);
+                        }
+                        return Ok(response);
+                    }
+                    Forwarded::NotSent(outgoing, why) => {
+                        failure = Some(Failure::Attempt(why));
+                        pending = Some(outgoing);
+                        if may_retry(&pool, &mut retries_left, &tried) {
+                            continue;
+                        }
+                        return Ok(failure_page(Failure::Attempt(why)));
+                    }
+                    Forwarded::Failed(why) => {
+                        failure = Some(Failure::Attempt(why));
+                        let again = why.retry_safe(replayable)
+                            && (replayable || (why.nothing_sent() && h2_resend.is_some()));
+                        if again && may_retry(&pool, &mut retries_left, &tried) {
+                            continue;
+                        }
+                        return Ok(failure_page(Failure::Attempt(why)));
+                    }
+                    // HTTP/2 answers are never upgrades (refused above).
+                    Forwarded::Upgraded(response, _, _) => return Ok(response),
+                }
+            }
             let outgoing = match pending.take() {
                 Some(outgoing) => outgoing,
                 None => match &resend_method {
@@ -456,6 +521,121 @@ async fn forward<'a>(
                 return Forwarded::Response(response, status);
             }
         }
+    }
+}
+
+/// One attempt on an HTTP/2 backend (see `upstream::exchange_h2`), with its outcome fed to the
+/// passive side: a gRPC call's by its `grpc-status` (in the head of a trailers-only answer,
+/// else in the trailers, judged when the body ends).
+async fn forward_h2<'a>(
+    pool: &Arc<PoolHandle>,
+    index: usize,
+    mut request: Request<ReqBody>,
+    mut lease: Lease,
+    timeouts: ExchangeTimeouts,
+) -> Forwarded<'a> {
+    let backend = &pool.backends[index];
+    // Only set up for pools that speak HTTP/2.
+    let Some(conns) = backend.upstream.h2() else {
+        return Forwarded::Failed(AttemptError::ConnectLocal);
+    };
+    h2_target(
+        &mut request,
+        backend.upstream.tls().is_some(),
+        &backend.address,
+    );
+    let sent_at = Instant::now();
+    let response = match upstream::exchange_h2(&backend.upstream, conns, request, timeouts).await {
+        Ok(response) => response,
+        Err(H2Failure::NotSent(mut request, error)) => {
+            charge(pool, index, error);
+            // Back to how the proxy built it, for another backend.
+            *request.uri_mut() = origin_form(request.uri());
+            return Forwarded::NotSent(Outgoing::Request(request), error);
+        }
+        Err(H2Failure::Failed(error)) => {
+            charge(pool, index, error);
+            return Forwarded::Failed(error);
+        }
+    };
+    let status = response.status().as_u16();
+    let answered_at = Instant::now();
+    backend
+        .metrics
+        .answered(status, answered_at.saturating_duration_since(sent_at));
+    let (parts, body) = response.into_parts();
+    let grpc_call = status == 200
+        && parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|ct| ct.as_bytes().starts_with(b"application/grpc"));
+    let grpc = match (grpc_call, grpc_status(&parts.headers)) {
+        (true, Some(code)) => {
+            lease.judge_at_end(Outcome::Grpc(code));
+            Grpc::No
+        }
+        (true, None) => {
+            lease.judge_at_end(Outcome::Status(status));
+            Grpc::Pending
+        }
+        (false, _) => {
+            lease.judge_at_end(Outcome::Status(status));
+            Grpc::No
+        }
+    };
+    let mut relayed = Response::new(RespBody::h2(body, lease, grpc, timeouts.body_idle));
+    *relayed.status_mut() = parts.status;
+    *relayed.headers_mut() = parts.headers;
+    Forwarded::Response(relayed, status)
+}
+
+/// The trailer field names an HTTP/1.1 client may be sent (hyper's HTTP/1.1 server sends only
+/// the trailers a response's `Trailer` header names, and only to a client that asked with `TE:
+/// trailers`): the backend's own `Trailer` (taken out, it is hop-by-hop in form), else, for a
+/// gRPC answer whose status is still to come, gRPC's.
+fn trailer_names(headers: &mut HeaderMap) -> Option<HeaderValue> {
+    if let Some(names) = headers.remove(header::TRAILER) {
+        return Some(names);
+    }
+    let grpc = headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|ct| ct.as_bytes().starts_with(b"application/grpc"));
+    (grpc && !headers.contains_key("grpc-status"))
+        .then(|| HeaderValue::from_static("grpc-status, grpc-message, grpc-status-details-bin"))
+}
+
+/// Makes `request` (origin-form, as the proxy builds it) an HTTP/2 request: the scheme, and
+/// the authority from its Host (kept, the same value), else the backend's address. A gRPC
+/// call gets `TE: trailers`, which gRPC servers require (hop-by-hop, it was stripped).
+fn h2_target(request: &mut Request<ReqBody>, tls: bool, backend_address: &str) {
+    let authority = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|host| http::uri::Authority::try_from(host.as_bytes()).ok())
+        .or_else(|| http::uri::Authority::try_from(backend_address).ok());
+    let mut parts = http::uri::Parts::default();
+    parts.scheme = Some(if tls {
+        http::uri::Scheme::HTTPS
+    } else {
+        http::uri::Scheme::HTTP
+    });
+    parts.authority = authority;
+    parts.path_and_query = request
+        .uri()
+        .path_and_query()
+        .cloned()
+        .or_else(|| Some(http::uri::PathAndQuery::from_static("/")));
+    if let Ok(uri) = Uri::from_parts(parts) {
+        *request.uri_mut() = uri;
+    }
+    let grpc = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|ct| ct.as_bytes().starts_with(b"application/grpc"));
+    if grpc {
+        request
+            .headers_mut()
+            .insert(header::TE, HeaderValue::from_static("trailers"));
     }
 }
 

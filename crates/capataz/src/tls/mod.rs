@@ -1,5 +1,6 @@
-//! TLS termination: the certificates of a listener, loaded from PEM files, and the rustls
-//! server configuration that serves them.
+//! TLS with rustls on the ring provider: termination on listeners (the certificates of a
+//! listener, loaded from PEM files, and the rustls server configuration that serves them) and
+//! `client`, capataz as a TLS client of its backends.
 //!
 //! Loading happens where the configuration is resolved (before the runtime starts, in
 //! `capataz check`, or on the blocking pool during a reload), never on a runtime thread: a
@@ -12,10 +13,11 @@
 //!
 //! `mod.rs` holds the settings' types, the per-connection facts ([`TlsInfo`]) and PEM reading;
 //! `server.rs` the server configuration and the SNI resolver; `x509.rs` the bounded reader of a
-//! certificate's expiry and names. (`client.rs`, TLS towards backends, is another slice's.)
+//! certificate's expiry and names; `client.rs` the client side (backends, probes).
 //!
 //! This module sits at the bottom of the crate: it imports only `timefmt`.
 
+pub mod client;
 mod server;
 mod x509;
 

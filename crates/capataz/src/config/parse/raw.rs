@@ -135,6 +135,8 @@ pub(super) struct RawPool {
     pub(super) min_healthy: Option<Spanned<i64>>,
     pub(super) min_healthy_percent: Option<Spanned<i64>>,
     pub(super) close_tunnels_on_down: Option<bool>,
+    pub(super) protocol: Option<RawProtocol>,
+    pub(super) tls: Option<RawBackendTls>,
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -142,6 +144,61 @@ pub(super) struct RawPool {
 pub(super) enum RawBackupUse {
     First,
     All,
+}
+
+#[derive(Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawProtocol {
+    Http1,
+    H2,
+    H2c,
+}
+
+/// `tls = true | false`, or a `[pools.NAME.tls]` table (which turns TLS on).
+pub(super) enum RawBackendTls {
+    Flag(bool),
+    Table(RawTlsTable),
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTlsTable {
+    pub(super) ca_file: Option<Spanned<String>>,
+    pub(super) server_name: Option<Spanned<String>>,
+    pub(super) verify: Option<Spanned<bool>>,
+    pub(super) cert: Option<Spanned<String>>,
+    pub(super) key: Option<Spanned<String>>,
+}
+
+impl<'de> Deserialize<'de> for RawBackendTls {
+    /// A boolean or a table. The table goes through serde's `MapAccessDeserializer`, so its
+    /// values still come from the TOML deserializer and keep their spans, and unknown keys
+    /// are still refused.
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<RawBackendTls, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = RawBackendTls;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("true, false, or a table of TLS settings")
+            }
+
+            fn visit_bool<E: serde::de::Error>(self, on: bool) -> Result<RawBackendTls, E> {
+                Ok(RawBackendTls::Flag(on))
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<RawBackendTls, A::Error> {
+                RawTlsTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(RawBackendTls::Table)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -216,6 +273,7 @@ pub(super) struct RawPassive {
     pub(super) max_ejection_time: Option<Spanned<Value>>,
     pub(super) max_ejected_percent: Option<Spanned<i64>>,
     pub(super) probes_end_ejection: Option<bool>,
+    pub(super) grpc_error_codes: Option<Spanned<Vec<Spanned<i64>>>>,
 }
 
 #[derive(Default, Deserialize)]

@@ -45,6 +45,8 @@ pub(super) enum Target {
 pub struct Unresolved {
     pub(super) config: Config,
     pub(super) lookups: Vec<Lookup>,
+    /// The pools' TLS files, read with the names (see `tls_files`).
+    pub(super) tls_loads: Vec<super::tls_files::TlsLoad>,
 }
 
 impl Unresolved {
@@ -75,7 +77,8 @@ impl Unresolved {
     }
 
     /// Resolves every name with the system resolver (the first address wins), loads every TLS
-    /// listener's certificates and keys (see [`Unresolved::files`]), and returns the whole
+    /// listener's certificates and keys (see [`Unresolved::files`]) and the pools' TLS files
+    /// (CA bundles, client certificates, the system's roots when used), and returns the whole
     /// config. This blocks on DNS and file IO: call it off the runtime threads. Without names
     /// or files it returns at once.
     pub fn resolve(mut self) -> Result<Config, ConfigError> {
@@ -102,6 +105,7 @@ impl Unresolved {
                 *slot = address;
             }
         }
+        super::tls_files::load_all(&mut self.config, &self.tls_loads)?;
         Ok(self.config)
     }
 }

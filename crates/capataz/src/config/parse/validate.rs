@@ -8,6 +8,7 @@
 
 mod admin;
 mod alerts;
+mod backend_tls;
 mod pool;
 mod tls;
 
@@ -41,6 +42,8 @@ pub(super) struct Validator<'a> {
     pub(super) text: &'a str,
     /// The host names met so far, for stage three to resolve.
     pub(super) lookups: RefCell<Vec<Lookup>>,
+    /// The pools' TLS files, for stage three to read.
+    pub(super) tls_loads: RefCell<Vec<super::tls_files::TlsLoad>>,
 }
 
 impl Validator<'_> {

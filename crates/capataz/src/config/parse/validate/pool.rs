@@ -10,19 +10,19 @@ use capataz_health::{BackupUse, MinHealthy, State, StatusSet};
 use toml::{Spanned, Value};
 
 use super::super::locate::line_of;
+use super::super::raw::RawBackupUse;
 use super::super::raw::{
-    RawActive, RawAlgorithm, RawAllDown, RawBackend, RawCheckKind, RawInitial, RawPassive, RawPool,
-    RawRetries, RawTimeouts,
+    RawActive, RawAlgorithm, RawAllDown, RawBackend, RawBackendTls, RawCheckKind, RawInitial,
+    RawPassive, RawPool, RawProtocol, RawRetries, RawReuse, RawTimeouts,
 };
-use super::super::raw::{RawBackupUse, RawReuse};
 use super::super::resolve::{Lookup, Target};
 use super::super::values::parse_percent;
 use super::{is_token_text, ConfigError, Validator, U32_MAX};
-use crate::config::ConnectionReuse;
 use crate::config::{
-    ActiveCheckConfig, Algorithm, AllDownPolicy, BackendConfig, CheckKind, PassiveCheckConfig,
-    PoolConfig, RetryConfig, UpstreamTimeouts,
+    ActiveCheckConfig, Algorithm, AllDownPolicy, BackendConfig, BackendProtocol, CheckKind,
+    ConnectionReuse, PassiveCheckConfig, PoolConfig, RetryConfig, UpstreamTimeouts,
 };
+use capataz_health::GrpcCodes;
 
 impl Validator<'_> {
     pub(super) fn pool(
@@ -70,8 +70,57 @@ impl Validator<'_> {
             ));
         }
         let min_healthy = self.min_healthy(&at, &raw, when_all_down)?;
+        let explicit_kind = raw.active.kind;
+        let protocol = match raw.protocol {
+            None | Some(RawProtocol::Http1) => BackendProtocol::Http1,
+            Some(RawProtocol::H2) => BackendProtocol::H2,
+            Some(RawProtocol::H2c) => BackendProtocol::H2c,
+        };
+        let mut active = self.active(&format!("{at}.active"), raw.active)?;
+        if protocol != BackendProtocol::Http1 {
+            // The http probe speaks HTTP/1.1, which an HTTP/2 backend need not.
+            match explicit_kind {
+                None => active.kind = CheckKind::Tcp,
+                Some(RawCheckKind::Http) => {
+                    return Err(self.error(
+                        Some(name_span),
+                        &format!("{at}.active.kind"),
+                        r#"the "http" probe speaks HTTP/1.1, and this pool's backends speak HTTP/2 (use kind = "tcp", the default for HTTP/2 pools, or "none")"#.into(),
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        let tls = match (raw.tls, protocol) {
+            (Some(RawBackendTls::Flag(false)), BackendProtocol::H2) => {
+                return Err(self.error(
+                    Some(name_span),
+                    &format!("{at}.tls"),
+                    r#"protocol = "h2" is HTTP/2 over TLS, and tls is false (remove tls = false, or use protocol = "h2c" for HTTP/2 without TLS)"#.into(),
+                ));
+            }
+            (Some(RawBackendTls::Flag(true) | RawBackendTls::Table(_)), BackendProtocol::H2c) => {
+                return Err(self.error(
+                    Some(name_span),
+                    &format!("{at}.tls"),
+                    r#"protocol = "h2c" is HTTP/2 without TLS, and tls is on (use protocol = "h2" for HTTP/2 over TLS, or remove the tls settings)"#.into(),
+                ));
+            }
+            (
+                None | Some(RawBackendTls::Flag(false)),
+                BackendProtocol::Http1 | BackendProtocol::H2c,
+            ) => None,
+            (None | Some(RawBackendTls::Flag(true)), _) => {
+                Some(self.backend_tls(&name, &at, name_span.clone(), Default::default())?)
+            }
+            (Some(RawBackendTls::Table(table)), _) => {
+                Some(self.backend_tls(&name, &at, name_span.clone(), table)?)
+            }
+        };
         Ok(PoolConfig {
-            active: self.active(&format!("{at}.active"), raw.active)?,
+            protocol,
+            tls,
+            active,
             passive: self.passive(&format!("{at}.passive"), raw.passive)?,
             retries: self.retries(&format!("{at}.retries"), raw.retries)?,
             timeouts: self.timeouts(&format!("{at}.timeouts"), raw.timeouts)?,
@@ -413,7 +462,37 @@ impl Validator<'_> {
                 0..=100,
             )? as u8,
             probes_end_ejection: raw.probes_end_ejection.unwrap_or(true),
+            grpc_error_codes: self
+                .grpc_codes(&raw.grpc_error_codes, &format!("{at}.grpc_error_codes"))?,
         })
+    }
+
+    /// A list of gRPC status codes, each 1-16; the default set when absent.
+    fn grpc_codes(
+        &self,
+        value: &Option<Spanned<Vec<Spanned<i64>>>>,
+        key: &str,
+    ) -> Result<GrpcCodes, ConfigError> {
+        let Some(list) = value else {
+            return Ok(GrpcCodes::DEFAULT_ERRORS);
+        };
+        let mut codes = Vec::with_capacity(list.get_ref().len());
+        for code in list.get_ref() {
+            let n = *code.get_ref();
+            if !(1..=16).contains(&n) {
+                return Err(self.error(
+                    Some(code.span()),
+                    key,
+                    format!(
+                        "{n} is not a gRPC error code (use codes 1-16, e.g. [14, 4, 13, 2] for \
+                         UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, UNKNOWN; [] counts none)"
+                    ),
+                ));
+            }
+            // 1..=16 fits in a u8.
+            codes.push(n as u8);
+        }
+        Ok(GrpcCodes::of(codes))
     }
 
     pub(super) fn retries(&self, at: &str, raw: RawRetries) -> Result<RetryConfig, ConfigError> {
