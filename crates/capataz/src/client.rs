@@ -273,13 +273,12 @@ pub(crate) async fn serve<IO>(
             }
         },
     };
-    let refused;
-    if h2 {
+    let refused = if h2 {
         shared.set_h2(&limits);
         let streams = usize::try_from(limits.http2.max_concurrent_streams).unwrap_or(usize::MAX);
         private.set_capacity(streams.min(MAX_PRIVATE_H2));
         let conn = http2_builder(&limits).serve_connection(TokioIo::new(io), service);
-        refused = drive(&shared, pin!(conn), |conn| conn.graceful_shutdown()).await;
+        drive(&shared, pin!(conn), |conn| conn.graceful_shutdown()).await
     } else {
         let mut builder = http1::Builder::new();
         // - half_close: a client's FIN after its request ends the request, not the connection,
@@ -298,8 +297,8 @@ pub(crate) async fn serve<IO>(
         let conn = builder
             .serve_connection(TokioIo::new(io), service)
             .with_upgrades();
-        refused = drive(&shared, pin!(conn), |conn| conn.graceful_shutdown()).await;
-    }
+        drive(&shared, pin!(conn), |conn| conn.graceful_shutdown()).await
+    };
     if refused {
         proxy().count_refused();
     }
