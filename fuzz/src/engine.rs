@@ -325,6 +325,8 @@ fn check_probe(
             };
             assert_eq!(new.state, expected, "{old:?} -> {new:?} with fall {fall}");
         }
+        // A drain request (`disable_on_404`) moves no streak.
+        ProbeResult::Drain => assert_eq!(old, new, "a drain request moved a streak"),
     }
 }
 
@@ -652,6 +654,7 @@ fn decode_settings(bytes: &mut Bytes<'_>) -> Settings {
         probe_rule: ProbeRule { expect },
         traffic_rule: TrafficRule {
             count_503: flags & 0b10 != 0,
+            ..TrafficRule::default()
         },
         ejection,
         max_ejected_percent,

@@ -12,7 +12,9 @@
 //!   (their [`Reason`]s in `reason`, the [`Settings`] in `settings`).
 //! - [`rotation`]: which backends get traffic and with what weight: verdicts plus manual
 //!   overrides with expiry, slow start, gating of never-proven backends and the all-down
-//!   policy, with one `poll_timeout`/`handle_timeout` for every timer.
+//!   policy, backups, maintenance with requalification, drains a backend's health route asks
+//!   for (`disable_on_404`) and the minimum healthy share, with one
+//!   `poll_timeout`/`handle_timeout` for every timer.
 //! - [`replay`]: the line protocol that drives a pool from a script.
 
 pub mod pool;
@@ -29,8 +31,8 @@ pub use pool::{
 };
 pub use replay::Replay;
 pub use rotation::{
-    AllDown, Carried, Effective, Eligible, Join, Override, OverrideKind, Policy, Rotation,
-    WhenAllDown,
+    AllDown, BackupUse, Carried, Effective, Eligible, Join, MinHealthy, Override, OverrideKind,
+    Policy, Role, Rotation, WhenAllDown,
 };
-pub use rules::{ProbeResult, ProbeRule, StatusSet, TrafficResult, TrafficRule};
-pub use status::{parse_status_line, Outcome};
+pub use rules::{GrpcCodes, ProbeResult, ProbeRule, StatusSet, TrafficResult, TrafficRule};
+pub use status::{parse_grpc_status, parse_status_line, Outcome};

@@ -261,7 +261,8 @@ impl Pool {
                     },
                 }
             }
-            ProbeResult::Fail => {
+            // The probe rule never gives `Drain`; only the rotation does, before the pool.
+            ProbeResult::Fail | ProbeResult::Drain => {
                 active.fail_streak = active.fail_streak.saturating_add(1);
                 active.pass_streak = 0;
                 if active.state == State::Up && active.fail_streak >= fall {

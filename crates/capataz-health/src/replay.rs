@@ -10,15 +10,18 @@
 //! STATUS                   one `<b> UP|DOWN` line per backend, pool order
 //! HEALTHY                  the UP backends comma-separated, or `none`
 //! WAIT <ms>                let time pass, running due timers               -> OK
-//! OVERRIDE <b> <kind> [<ms>]  up, down, drain or clear, for ms or until cleared
-//!                          -> the effective state: UP, DOWN, FORCED_UP, FORCED_DOWN, DRAINING
+//! OVERRIDE <b> <kind> [<ms>]  up, down, drain, maintenance or clear, for ms or until cleared
+//!                          -> the effective state: UP, DOWN, FORCED_UP, FORCED_DOWN, DRAINING,
+//!                          MAINTENANCE, REQUALIFYING (after maintenance, until `rise` probes
+//!                          in a row pass; probes during maintenance print their judgement
+//!                          and change nothing)
 //! ELIGIBLE                 the backends new requests go to (overrides and the all-down
 //!                          policy applied), comma-separated, or `none`
 //! ```
 //!
-//! An answer is `TIMEOUT`, `REFUSED`, `RESET` or a status line as received. Words are separated
-//! by one space; a trailing carriage return is ignored; blank lines and `#` comments print
-//! nothing. Any other line prints one `ERR <reason>` line and changes nothing.
+//! An answer is `TIMEOUT`, `REFUSED`, `RESET`, `TLS`, `GRPC <code>` (a gRPC status, 0-255) or
+//! a status line as received. Words are separated by one space; a trailing carriage return is
+//! ignored; blank lines and `#` comments print nothing. Any other line prints one `ERR <reason>` line and changes nothing.
 //!
 //! Time: the session clock counts milliseconds, one per command line plus those `WAIT` adds,
 //! saturating at `u64::MAX`. `WAIT`, `OVERRIDE` and `ELIGIBLE` came later; scripts without
@@ -241,7 +244,7 @@ impl Replay {
         out.push(b'\n');
     }
 
-    /// `<backend> up|down|drain|clear [<ms>]`.
+    /// `<backend> up|down|drain|maintenance|clear [<ms>]`.
     fn parse_override(
         &self,
         rest: &[u8],
@@ -253,6 +256,7 @@ impl Replay {
             b"up" => Some(OverrideKind::Up),
             b"down" => Some(OverrideKind::Down),
             b"drain" => Some(OverrideKind::Drain),
+            b"maintenance" => Some(OverrideKind::Maintenance),
             b"clear" => None,
             _ => return None,
         };

@@ -17,14 +17,19 @@ pub enum ProbeResult {
     Pass,
     /// Anything else.
     Fail,
+    /// A `404` from a pool with `disable_on_404`: the backend asks to be drained. Neither a pass
+    /// nor a failure: no streak moves. Only [`Rotation`](crate::Rotation) gives it; the probe
+    /// rule alone never does.
+    Drain,
 }
 
 impl ProbeResult {
-    /// `PASS` or `FAIL`.
+    /// `PASS`, `FAIL` or `DRAIN`.
     pub fn as_str(self) -> &'static str {
         match self {
             ProbeResult::Pass => "PASS",
             ProbeResult::Fail => "FAIL",
+            ProbeResult::Drain => "DRAIN",
         }
     }
 }
@@ -212,17 +217,76 @@ impl ProbeRule {
     }
 }
 
-/// The traffic rule: ERROR for 5xx (503 optionally), timeouts, refusals, resets and malformed
-/// answers; OK for any other well-formed status line.
+/// A set of gRPC status codes (0-31; the gRPC spec defines 0-16), the ones a relayed gRPC
+/// call counts as a backend error with.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GrpcCodes {
+    bits: u32,
+}
+
+impl GrpcCodes {
+    /// UNKNOWN (2), DEADLINE_EXCEEDED (4), INTERNAL (13), UNAVAILABLE (14): the codes a
+    /// failing server, not a failing call, gives.
+    pub const DEFAULT_ERRORS: GrpcCodes = GrpcCodes {
+        bits: 1 << 2 | 1 << 4 | 1 << 13 | 1 << 14,
+    };
+
+    /// The empty set.
+    pub const fn empty() -> GrpcCodes {
+        GrpcCodes { bits: 0 }
+    }
+
+    /// The set of `codes`; codes above 31 are left out.
+    pub fn of(codes: impl IntoIterator<Item = u8>) -> GrpcCodes {
+        let mut set = GrpcCodes::empty();
+        for code in codes {
+            if code < 32 {
+                set.bits |= 1 << code;
+            }
+        }
+        set
+    }
+
+    /// Whether `code` is in the set.
+    pub fn contains(&self, code: u8) -> bool {
+        code < 32 && self.bits & (1 << code) != 0
+    }
+
+    /// The codes in the set, ascending.
+    pub fn codes(&self) -> impl Iterator<Item = u8> + '_ {
+        (0..32u8).filter(|&code| self.contains(code))
+    }
+}
+
+impl Default for GrpcCodes {
+    fn default() -> GrpcCodes {
+        GrpcCodes::DEFAULT_ERRORS
+    }
+}
+
+impl fmt::Debug for GrpcCodes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.codes()).finish()
+    }
+}
+
+/// The traffic rule: ERROR for 5xx (503 optionally), timeouts, refusals, resets, malformed
+/// answers, failed TLS handshakes and gRPC calls ending with one of `grpc_errors`; OK for any other well-formed
+/// answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TrafficRule {
     /// Whether a 503 (often a backend shedding load on purpose) counts as an error. Default: yes.
     pub count_503: bool,
+    /// The `grpc-status` codes that count as errors. Default: [`GrpcCodes::DEFAULT_ERRORS`].
+    pub grpc_errors: GrpcCodes,
 }
 
 impl Default for TrafficRule {
     fn default() -> TrafficRule {
-        TrafficRule { count_503: true }
+        TrafficRule {
+            count_503: true,
+            grpc_errors: GrpcCodes::DEFAULT_ERRORS,
+        }
     }
 }
 
@@ -233,9 +297,13 @@ impl TrafficRule {
             Outcome::Status(503) if !self.count_503 => TrafficResult::Ok,
             Outcome::Status(500..=599) => TrafficResult::Error,
             Outcome::Status(_) => TrafficResult::Ok,
-            Outcome::Timeout | Outcome::Refused | Outcome::Reset | Outcome::Malformed => {
-                TrafficResult::Error
-            }
+            Outcome::Grpc(code) if self.grpc_errors.contains(code) => TrafficResult::Error,
+            Outcome::Grpc(_) => TrafficResult::Ok,
+            Outcome::Timeout
+            | Outcome::Refused
+            | Outcome::Reset
+            | Outcome::Malformed
+            | Outcome::Tls => TrafficResult::Error,
         }
     }
 }
@@ -299,6 +367,15 @@ mod tests {
             ("REFUSED", "ERROR"),
             ("RESET", "ERROR"),
             ("HTTP/1.1 600 x", "ERROR"),
+            ("TLS", "ERROR"),
+            ("GRPC 0", "OK"),
+            ("GRPC 1", "OK"),
+            ("GRPC 5", "OK"),
+            ("GRPC 2", "ERROR"),
+            ("GRPC 4", "ERROR"),
+            ("GRPC 13", "ERROR"),
+            ("GRPC 14", "ERROR"),
+            ("GRPC 200", "OK"),
             ("http/1.1 200 OK", "ERROR"),
             ("garbage", "ERROR"),
         ] {
@@ -314,9 +391,28 @@ mod tests {
         assert_eq!(rule.judge(Outcome::Status(204)), ProbeResult::Pass);
         assert_eq!(rule.judge(Outcome::Status(302)), ProbeResult::Pass);
         assert_eq!(rule.judge(Outcome::Status(301)), ProbeResult::Fail);
-        let shedding = TrafficRule { count_503: false };
+        let shedding = TrafficRule {
+            count_503: false,
+            ..TrafficRule::default()
+        };
         assert_eq!(shedding.judge(Outcome::Status(503)), TrafficResult::Ok);
         assert_eq!(shedding.judge(Outcome::Status(502)), TrafficResult::Error);
+        let only_unavailable = TrafficRule {
+            grpc_errors: GrpcCodes::of([14]),
+            ..TrafficRule::default()
+        };
+        assert_eq!(
+            only_unavailable.judge(Outcome::Grpc(14)),
+            TrafficResult::Error
+        );
+        assert_eq!(only_unavailable.judge(Outcome::Grpc(13)), TrafficResult::Ok);
+        let none = TrafficRule {
+            grpc_errors: GrpcCodes::empty(),
+            ..TrafficRule::default()
+        };
+        assert_eq!(none.judge(Outcome::Grpc(14)), TrafficResult::Ok);
+        assert_eq!(GrpcCodes::of([14, 4, 13, 2, 99]), GrpcCodes::DEFAULT_ERRORS);
+        assert_eq!(format!("{:?}", GrpcCodes::DEFAULT_ERRORS), "[2, 4, 13, 14]");
     }
 
     #[test]

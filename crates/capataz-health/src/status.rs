@@ -21,16 +21,29 @@ pub enum Outcome {
     Reset,
     /// Bytes arrived, but they were not a status line.
     Malformed,
+    /// The TLS handshake failed: the backend's certificate is not trusted or not for its name,
+    /// or the backend refused the protocol or the handshake.
+    Tls,
+    /// A gRPC call ended with this `grpc-status` (0 is OK; 1-16 are the codes of the gRPC
+    /// spec; a status that is not a number within 0-255 is recorded as UNKNOWN, 2). Its HTTP
+    /// status was 200: a gRPC answer with another HTTP status is judged by that status.
+    Grpc(u8),
 }
 
 impl Outcome {
     /// Reads the textual form used by `capataz replay` and probe logs: `TIMEOUT`, `REFUSED`,
-    /// `RESET`, or a status line as received. Anything that is none of these is [`Outcome::Malformed`].
+    /// `RESET`, `TLS`, `GRPC <code>` (a gRPC status, 0-255), or a status line as received. Anything
+    /// that is none of these is [`Outcome::Malformed`].
     pub fn parse(answer: &[u8]) -> Outcome {
         match answer {
             b"TIMEOUT" => Outcome::Timeout,
             b"REFUSED" => Outcome::Refused,
             b"RESET" => Outcome::Reset,
+            b"TLS" => Outcome::Tls,
+            [b'G', b'R', b'P', b'C', b' ', code @ ..] => match parse_grpc_status(code) {
+                Some(code) => Outcome::Grpc(code),
+                None => Outcome::Malformed,
+            },
             line => match parse_status_line(line) {
                 Some(code) => Outcome::Status(code),
                 None => Outcome::Malformed,
@@ -47,6 +60,8 @@ impl fmt::Display for Outcome {
             Outcome::Refused => f.write_str("REFUSED"),
             Outcome::Reset => f.write_str("RESET"),
             Outcome::Malformed => f.write_str("malformed status line"),
+            Outcome::Tls => f.write_str("TLS"),
+            Outcome::Grpc(code) => write!(f, "GRPC {code}"),
         }
     }
 }
@@ -79,6 +94,18 @@ pub fn parse_status_line(line: &[u8]) -> Option<u16> {
         [b' ', reason @ ..] if reason.iter().all(|&b| is_reason_byte(b)) => Some(code),
         _ => None,
     }
+}
+
+/// Parses a `grpc-status` value: one to three ASCII digits, 0-255. Anything else is `None`
+/// (a caller judging a backend's answer reads that as UNKNOWN, 2, as gRPC clients do).
+pub fn parse_grpc_status(value: &[u8]) -> Option<u8> {
+    if value.is_empty() || value.len() > 3 || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n = value
+        .iter()
+        .fold(0u16, |n, &d| n * 10 + u16::from(d - b'0'));
+    u8::try_from(n).ok()
 }
 
 fn is_reason_byte(b: u8) -> bool {
@@ -151,6 +178,19 @@ mod tests {
         assert_eq!(Outcome::parse(b"timeout"), Outcome::Malformed);
         assert_eq!(Outcome::parse(b"HTTP/1.1 204"), Outcome::Status(204));
         assert_eq!(Outcome::parse(b"HTTP/1.1 20 OK"), Outcome::Malformed);
+        assert_eq!(Outcome::parse(b"GRPC 14"), Outcome::Grpc(14));
+        assert_eq!(Outcome::parse(b"TLS"), Outcome::Tls);
+        assert_eq!(Outcome::parse(b"GRPC 0"), Outcome::Grpc(0));
+        for bad in [
+            &b"GRPC"[..],
+            b"GRPC ",
+            b"GRPC 256",
+            b"GRPC -1",
+            b"GRPC 1a",
+            b"GRPC 0014",
+        ] {
+            assert_eq!(Outcome::parse(bad), Outcome::Malformed, "{bad:?}");
+        }
     }
 
     #[test]
@@ -158,5 +198,10 @@ mod tests {
         assert_eq!(Outcome::Status(503).to_string(), "HTTP 503");
         assert_eq!(Outcome::Timeout.to_string(), "TIMEOUT");
         assert_eq!(Outcome::Malformed.to_string(), "malformed status line");
+        assert_eq!(Outcome::Grpc(14).to_string(), "GRPC 14");
+        assert_eq!(
+            Outcome::parse(Outcome::Grpc(4).to_string().as_bytes()),
+            Outcome::Grpc(4)
+        );
     }
 }

@@ -104,7 +104,10 @@ fn settings(ejection: BoxedStrategy<Option<EjectionPolicy>>) -> impl Strategy<Va
                     fall,
                     consecutive_errors,
                     initial,
-                    traffic_rule: capataz_health::TrafficRule { count_503 },
+                    traffic_rule: capataz_health::TrafficRule {
+                        count_503,
+                        ..Default::default()
+                    },
                     ejection,
                     max_ejected_percent: percent,
                     probes_end_ejection: early,
@@ -450,7 +453,13 @@ fn check_accepted(line: &[u8]) -> Result<(), TestCaseError> {
         Outcome::Timeout => prop_assert_eq!(line, b"TIMEOUT"),
         Outcome::Refused => prop_assert_eq!(line, b"REFUSED"),
         Outcome::Reset => prop_assert_eq!(line, b"RESET"),
+        Outcome::Tls => prop_assert_eq!(line, b"TLS"),
         Outcome::Malformed => prop_assert_eq!(parsed, None),
+        Outcome::Grpc(code) => {
+            prop_assert!(line.starts_with(b"GRPC "), "{line:?}");
+            let digits = code.to_string();
+            prop_assert_eq!(&line[5..], digits.as_bytes());
+        }
     }
     Ok(())
 }

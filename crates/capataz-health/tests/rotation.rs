@@ -65,6 +65,9 @@ fn kinds(events: &[Event]) -> Vec<&'static str> {
             Event::Override(_) => "override",
             Event::AllDown { applied, .. } => applied.policy(),
             Event::Recovered { .. } => "recovered",
+            Event::Backups { .. } | Event::Standing(_) | Event::CloseTunnels { .. } => {
+                unreachable!("no backup, no drain, no tunnel closing here")
+            }
         })
         .collect()
 }
@@ -80,7 +83,8 @@ fn fail_open_spreads_only_over_backends_proven_healthy() {
         [Event::AllDown {
             applied: AllDown::NoneToFailOpen {
                 overridden: 0,
-                unproven: 3
+                unproven: 3,
+                held: 0,
             },
             at: Duration::ZERO
         }]
@@ -141,7 +145,8 @@ fn gated_backend_gets_no_fail_open_traffic_while_the_others_are_down() {
         gated.all_down(),
         Some(AllDown::NoneToFailOpen {
             overridden: 0,
-            unproven: 1
+            unproven: 1,
+            held: 0,
         })
     );
     assert!(gated.eligible(S).backends.is_empty());
@@ -162,7 +167,8 @@ fn all_overridden_pool_reports_reject_after_the_override() {
         Event::AllDown {
             applied: AllDown::NoneToFailOpen {
                 overridden: 2,
-                unproven: 0
+                unproven: 0,
+                held: 0,
             },
             at: 2 * S
         }
@@ -171,7 +177,8 @@ fn all_overridden_pool_reports_reject_after_the_override() {
     assert_eq!(
         AllDown::NoneToFailOpen {
             overridden: 2,
-            unproven: 0
+            unproven: 0,
+            held: 0,
         }
         .to_string(),
         "rejecting requests with 503: fail_open has no backend to spread traffic over \
@@ -201,6 +208,7 @@ fn reject_policy_sends_nothing_and_says_reject() {
     let policy = Policy {
         when_all_down: WhenAllDown::Reject,
         slow_start: None,
+        ..Policy::default()
     };
     let mut r = rotation(State::Up, policy, 2);
     probes(&mut r, 0, BAD, 3, S);
@@ -264,6 +272,7 @@ fn one_poll_timeout_covers_ejections_overrides_and_ramps() {
     let policy = Policy {
         when_all_down: WhenAllDown::FailOpen,
         slow_start: Some(20 * S),
+        ..Policy::default()
     };
     let mut r = rotation(State::Up, policy, 3);
     assert_eq!(r.poll_timeout(), None, "no ramp at start");
@@ -317,6 +326,7 @@ fn a_backend_added_by_reload_warms_up_and_kept_ones_keep_their_ramp() {
     let policy = Policy {
         when_all_down: WhenAllDown::FailOpen,
         slow_start: Some(10 * S),
+        ..Policy::default()
     };
     let joins = [
         (2, new(State::Up)),
@@ -382,6 +392,7 @@ proptest! {
         let policy = Policy {
             when_all_down: if reject { WhenAllDown::Reject } else { WhenAllDown::FailOpen },
             slow_start: Some(10 * S),
+            ..Policy::default()
         };
         let mut r = rotation(initial, policy, 4);
         let mut now = Duration::ZERO;

@@ -13,6 +13,7 @@
 //! lack of backend data and stops when data arrives; while the client is slow to read, hyper
 //! does not poll the body and nothing is charged. No timer exists until a body first waits.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -27,7 +28,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use crate::balance::PoolHandle;
 use crate::h1::framing::Framing;
-use crate::upstream::{AttemptError, BackendStream, PrivateIdle, ResponseStream};
+use crate::upstream::{self, AttemptError, BackendStream, Phase, PrivateIdle, ResponseStream};
 
 /// A request body on its way to a backend.
 #[derive(Debug, Default)]
@@ -152,6 +153,8 @@ impl Drop for Lease {
 pub enum RespBody {
     /// A backend's body, with the lease it holds.
     Upstream(UpstreamBody),
+    /// An HTTP/2 backend's body (data, then trailers), with the lease it holds.
+    H2(H2RespBody),
     /// A body capataz wrote itself (an error page).
     Full(Option<Bytes>),
 }
@@ -277,6 +280,164 @@ impl UpstreamBody {
     }
 }
 
+/// What a gRPC answer's body still decides: the call's status, from its trailers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Grpc {
+    /// Not a gRPC answer (or its status came in the head): judged as it stands.
+    No,
+    /// A gRPC answer whose `grpc-status` is still to come, in the trailers.
+    Pending,
+}
+
+/// An HTTP/2 backend's response body, relayed frame by frame: data, then the trailers (which
+/// hyper's server sends to an HTTP/2 client as trailers, and to an HTTP/1.1 client in the
+/// last chunk when it asked with `TE: trailers`). The lease is judged when the body ends: the
+/// answer's status, or for a gRPC call the `grpc-status` of its trailers (a gRPC answer that
+/// ends without one is INTERNAL, 13, as gRPC clients take it); a body the backend resets is
+/// `BodyBroken`, one it sends nothing of for `body_idle` while capataz waits is `BodyStalled`.
+pub struct H2RespBody {
+    inner: Incoming,
+    /// `None` once the body has ended or failed.
+    lease: Option<Lease>,
+    grpc: Grpc,
+    body_idle: Duration,
+    /// The idle timer, created the first time the body waits and reset at each later wait.
+    idle: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Whether the body is waiting for the backend (its idle timer runs).
+    waiting: bool,
+    /// Whether the head or data went out since the last `Pending` (see `UpstreamBody`).
+    unflushed: bool,
+    /// A failure kept for the next poll, once what hyper holds has gone out.
+    broke: Option<AttemptError>,
+}
+
+impl RespBody {
+    /// The body of an HTTP/2 backend's answer; `grpc` says whether a `grpc-status` is still
+    /// to come in its trailers. The lease was told the answer's outcome as of its head.
+    pub(crate) fn h2(inner: Incoming, lease: Lease, grpc: Grpc, body_idle: Duration) -> RespBody {
+        let mut body = H2RespBody {
+            inner,
+            lease: Some(lease),
+            grpc,
+            body_idle,
+            idle: None,
+            waiting: false,
+            unflushed: true,
+            broke: None,
+        };
+        if body.inner.is_end_stream() {
+            body.end();
+            return RespBody::Full(None);
+        }
+        RespBody::H2(body)
+    }
+}
+
+/// The `grpc-status` of a head or trailers, if there is one: a value that is not a number
+/// within 0-255 is UNKNOWN (2), as gRPC clients read it.
+pub(crate) fn grpc_status(headers: &http::HeaderMap) -> Option<u8> {
+    let value = headers.get("grpc-status")?;
+    Some(capataz_health::parse_grpc_status(value.as_bytes()).unwrap_or(2))
+}
+
+impl H2RespBody {
+    /// The body ended whole: the lease is judged and released.
+    fn end(&mut self) {
+        if let Some(mut lease) = self.lease.take() {
+            if self.grpc == Grpc::Pending {
+                // A gRPC answer without a status: INTERNAL.
+                lease.judge_at_end(Outcome::Grpc(13));
+            }
+        }
+    }
+
+    /// The body failed with `why`: the lease reports it.
+    fn fail(&mut self, why: AttemptError) -> io::Error {
+        if let Some(mut lease) = self.lease.take() {
+            lease.failed = Some(why);
+        }
+        io::Error::other(why.to_string())
+    }
+
+    /// As `UpstreamBody::broken`: a failure right after the head or data is reported on the
+    /// next poll, so the client gets what arrived before it learns of the failure.
+    fn broken(
+        &mut self,
+        cx: &mut Context<'_>,
+        why: AttemptError,
+    ) -> Poll<Option<io::Result<Frame<Bytes>>>> {
+        if self.unflushed {
+            self.broke = Some(why);
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        Poll::Ready(Some(Err(self.fail(why))))
+    }
+
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Frame<Bytes>>>> {
+        let polled = self.poll_step(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(_))) => self.unflushed = true,
+            Poll::Pending => self.unflushed = false,
+            _ => {}
+        }
+        polled
+    }
+
+    fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Frame<Bytes>>>> {
+        if let Some(why) = self.broke.take() {
+            return Poll::Ready(Some(Err(self.fail(why))));
+        }
+        if self.lease.is_none() {
+            return Poll::Ready(None);
+        }
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                self.waiting = false;
+                if let Some(trailers) = frame.trailers_ref() {
+                    if self.grpc == Grpc::Pending {
+                        if let (Some(code), Some(lease)) = (grpc_status(trailers), &mut self.lease)
+                        {
+                            lease.judge_at_end(Outcome::Grpc(code));
+                            self.grpc = Grpc::No;
+                        }
+                    }
+                }
+                if self.inner.is_end_stream() {
+                    self.end();
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(None) => {
+                self.end();
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(error))) => {
+                let why = upstream::classify_h2(&error, Phase::Body);
+                self.broken(cx, why)
+            }
+            Poll::Pending => {
+                if !self.waiting {
+                    self.waiting = true;
+                    let deadline = tokio::time::Instant::now() + self.body_idle;
+                    match &mut self.idle {
+                        Some(sleep) => sleep.as_mut().reset(deadline),
+                        None => self.idle = Some(Box::pin(tokio::time::sleep_until(deadline))),
+                    }
+                }
+                let stalled = self
+                    .idle
+                    .as_mut()
+                    .is_some_and(|sleep| sleep.as_mut().poll(cx).is_ready());
+                if stalled {
+                    return self.broken(cx, AttemptError::BodyStalled);
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
 impl Body for RespBody {
     type Data = Bytes;
     type Error = io::Error;
@@ -287,6 +448,7 @@ impl Body for RespBody {
     ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         match self.get_mut() {
             RespBody::Upstream(body) => body.poll_next(cx),
+            RespBody::H2(body) => body.poll_next(cx),
             RespBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
         }
     }
@@ -294,6 +456,7 @@ impl Body for RespBody {
     fn is_end_stream(&self) -> bool {
         match self {
             RespBody::Upstream(body) => body.inner.is_done(),
+            RespBody::H2(body) => body.lease.is_none() || body.inner.is_end_stream(),
             RespBody::Full(bytes) => bytes.is_none(),
         }
     }
@@ -304,6 +467,7 @@ impl Body for RespBody {
                 Some(n) => SizeHint::with_exact(n),
                 None => SizeHint::default(),
             },
+            RespBody::H2(body) => body.inner.size_hint(),
             RespBody::Full(Some(bytes)) => SizeHint::with_exact(bytes.len() as u64),
             RespBody::Full(None) => SizeHint::with_exact(0),
         }

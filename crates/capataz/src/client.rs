@@ -1,11 +1,19 @@
-//! One client connection: hyper's HTTP/1 server on it, and the two timeouts that close it.
+//! One client connection: hyper's HTTP/1 or HTTP/2 server on it, and the two timeouts that
+//! close it.
+//!
+//! The protocol is given ([`Protocol::Http1`], [`Protocol::Http2`], say by TLS's ALPN) or
+//! detected ([`Protocol::Auto`], a listener with `h2c`): the connection is HTTP/2 if its first
+//! bytes are HTTP/2's connection preface, HTTP/1.1 otherwise. Detection reads up to the 24
+//! bytes of the preface (it stops at the first byte that differs) and hands them to hyper
+//! before the socket's: one check per read, no layer per request. HTTP/1.1 is served by the
+//! same `http1::Builder` with or without detection.
 //!
 //! - `idle_timeout`: no request in progress and no byte moved either way for that long.
 //! - `header_read_timeout`: bytes of a request head arrived (after the previous response, or
 //!   since the accept) and the head is still not complete after that long, a slow-loris client.
 //!   The wait for the next request on a keep-alive connection is idle time, not header time.
 //!
-//! Neither costs anything per request: the socket is wrapped in [`CountingIo`], which bumps a
+//! Neither costs anything per request: the socket is wrapped in [`CountingIo`], which adds to a
 //! counter per read and per write, and a watcher task per connection looks at the counters a
 //! few times per timeout (every quarter of the shorter one, 20 ms to 1 s). A timeout therefore
 //! fires between its value and its value plus that period. hyper's own `header_read_timeout`
@@ -13,6 +21,28 @@
 //!
 //! The watcher also closes the connection's private idle backend connections (see
 //! `upstream::PrivateIdle`) once they sat idle longer than their backend's `timeouts.idle`.
+//!
+//! For HTTP/2 the same counters give: `idle_timeout`, no stream in progress and none started
+//! for that long, whatever other frames come and go (PINGs, capataz's keep-alive PINGs
+//! included, keep no connection open, as with Envoy's `idle_timeout`); the connection is then
+//! closed with a GOAWAY (and dropped if it is still open a second later).
+//! `header_read_timeout` applies only until the protocol is known (a client that sends part of
+//! a preface or of a request line and stalls); a stream's headers are bounded by the
+//! listener's `max_header_bytes` and h2's CONTINUATION limit, and the wait for them by
+//! `idle_timeout`.
+//!
+//! A client that cancels its HTTP/2 requests before their answers (RST_STREAM, the "rapid
+//! reset" attack, CVE-2023-44487) has its connection dropped once it has cancelled more than
+//! `max_concurrent_streams` requests beyond those it let finish: each cancelled request may
+//! have reached a backend, and the stream limit alone does not bound them, since a reset stream
+//! frees its slot at once.
+//!
+//! Metrics cost the request path little: the counters are the bytes read and written, so the
+//! watcher adds them to the listener's byte counters at each look (and the connection's end
+//! adds the rest), and a request reads the clock when it starts and when its answer ends, for
+//! the listener's duration histogram. The proxy counts the answer itself; a request hyper
+//! refuses (a malformed or oversized head, answered 400, 414 or 431) is counted here, from the
+//! error that ends the connection.
 //!
 //! A request counts as in progress from its head until its response body has been sent (or
 //! dropped). The watcher closes a connection by raising `close` and waking the connection's
@@ -23,24 +53,24 @@
 
 use std::future::{poll_fn, Future};
 use std::io;
-use std::net::SocketAddr;
 use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
-use hyper::server::conn::http1;
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use crate::body::RespBody;
+use crate::config::Http2Config;
+use crate::instruments::ListenerMetrics;
 use crate::proxy::{ClientInfo, Proxy};
 use crate::upstream::PrivateIdle;
 
@@ -57,19 +87,70 @@ pub(crate) struct Limits {
     pub(crate) header_read_timeout: Duration,
     /// hyper's read buffer limit (the largest request head accepted).
     pub(crate) max_buf: usize,
+    /// The largest HTTP/2 header list accepted (the listener's `max_header_bytes`).
+    pub(crate) max_header_list: u32,
+    /// The listener's HTTP/2 settings.
+    pub(crate) http2: Http2Config,
 }
 
+/// The protocol a client connection speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Protocol {
+    /// HTTP/1.x only.
+    Http1,
+    /// HTTP/2 only (negotiated by TLS's ALPN, say).
+    // Constructed by the TLS listener (ALPN `h2`), and by tests.
+    #[allow(dead_code)]
+    Http2,
+    /// HTTP/2 if the client starts with its connection preface (h2c with prior knowledge),
+    /// HTTP/1.x otherwise.
+    Auto,
+}
+
+/// HTTP/2's connection preface (RFC 9113 section 3.4).
+const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// How long an HTTP/2 connection closed for being idle has to go after its GOAWAY.
+const GOAWAY_GRACE: Duration = Duration::from_secs(1);
+
+/// Streams the client resets before hyper has taken them, per connection, before a GOAWAY
+/// (h2's own default, set here so that it cannot change under us).
+const MAX_PENDING_ACCEPT_RESETS: usize = 20;
+
+/// Streams capataz's side resets for the client's errors, per connection, before a GOAWAY.
+const MAX_LOCAL_ERROR_RESETS: usize = 1024;
+
+/// The most response bytes buffered per HTTP/2 stream ahead of the client's reading.
+const MAX_SEND_BUF: usize = 64 * 1024;
+
+/// The most idle backend connections an HTTP/2 client connection keeps for itself (its
+/// `max_concurrent_streams`, up to this): its streams run side by side, each on a backend
+/// connection of its own.
+const MAX_PRIVATE_H2: usize = 128;
+
 /// What the connection's task, its requests and its watcher share.
-#[derive(Default)]
 struct Shared {
-    /// Reads that returned data.
+    /// Bytes read: grows with every read that returned data.
     reads: AtomicU64,
-    /// Writes that took data.
+    /// Bytes written: grows with every write that took data.
     writes: AtomicU64,
+    /// `reads` and `writes` as last added to the listener's byte counters.
+    counted: (AtomicU64, AtomicU64),
+    /// The listener's metrics, as the connection was accepted.
+    listener: Arc<ListenerMetrics>,
     /// Requests in progress (head received, response body not yet sent).
     active: AtomicUsize,
     /// Requests done.
     served: AtomicU64,
+    /// Requests answered (a response returned to hyper).
+    answered: AtomicU64,
+    /// Requests the client cancelled before their answer (an HTTP/2 stream reset, or the
+    /// connection gone).
+    cancelled: AtomicU64,
+    /// Cancelled requests beyond the answered ones that close the connection (HTTP/2 only).
+    cancel_limit: AtomicU64,
+    /// Whether the connection speaks HTTP/2 (its timeouts follow HTTP/2's rules).
+    h2: AtomicBool,
     /// `reads` when the last request was served (0 before the first): more reads than this and
     /// no request active means a request head is arriving.
     reads_at_rest: AtomicU64,
@@ -80,6 +161,46 @@ struct Shared {
 }
 
 impl Shared {
+    fn new(listener: Arc<ListenerMetrics>) -> Shared {
+        Shared {
+            reads: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            counted: (AtomicU64::new(0), AtomicU64::new(0)),
+            listener,
+            active: AtomicUsize::new(0),
+            served: AtomicU64::new(0),
+            answered: AtomicU64::new(0),
+            cancelled: AtomicU64::new(0),
+            cancel_limit: AtomicU64::new(u64::MAX),
+            h2: AtomicBool::new(false),
+            reads_at_rest: AtomicU64::new(0),
+            close: AtomicU8::new(0),
+            waker: Mutex::new(None),
+        }
+    }
+
+    /// From now on the connection speaks HTTP/2.
+    fn set_h2(&self, limits: &Limits) {
+        self.cancel_limit.store(
+            u64::from(limits.http2.max_concurrent_streams),
+            Ordering::Relaxed,
+        );
+        self.h2.store(true, Ordering::Relaxed);
+    }
+
+    /// Adds the bytes moved since the last call to the listener's counters. Safe to call from
+    /// the watcher and the connection's end at once: each byte is added once (`fetch_max`
+    /// hands every caller a disjoint stretch).
+    fn count_bytes(&self) {
+        let delta = |total: &AtomicU64, counted: &AtomicU64| {
+            let now = total.load(Ordering::Relaxed);
+            now.saturating_sub(counted.fetch_max(now, Ordering::Relaxed))
+        };
+        let received = delta(&self.reads, &self.counted.0);
+        let sent = delta(&self.writes, &self.counted.1);
+        self.listener.add_bytes(received, sent);
+    }
+
     fn close(&self, how: u8) {
         self.close.fetch_max(how, Ordering::Release);
         let waker = self.waker.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -89,17 +210,25 @@ impl Shared {
     }
 }
 
-/// Serves one client connection until it closes, a timeout closes it, or shutdown drains it.
-/// `proxy` gives the routes in force, read per request so a reload applies to the next request.
-pub(crate) async fn serve(
-    stream: TcpStream,
-    peer: SocketAddr,
+/// Serves one client connection, speaking `protocol`, until it closes, a timeout closes it,
+/// or shutdown drains it. `proxy` gives the routes in force, read per request so a reload
+/// applies to the next request. The IO is TCP, or TLS over it.
+pub(crate) async fn serve<IO>(
+    stream: IO,
+    client: ClientInfo,
+    protocol: Protocol,
     limits: Limits,
     proxy: impl Fn() -> Arc<Proxy> + Send + Sync + 'static,
     shutdown: watch::Receiver<bool>,
-) {
-    let shared = Arc::new(Shared::default());
-    let client = Arc::new(ClientInfo::new(peer));
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    // Counted open until this function returns.
+    let open = proxy().metrics().connection();
+    let proxy = Arc::new(proxy);
+    let shared = Arc::new(Shared::new(open.listener().clone()));
+    let client = Arc::new(client);
+    let private = client.private.clone();
     let (done, watcher_done) = oneshot::channel::<()>();
     tokio::spawn(watch_connection(
         shared.clone(),
@@ -110,12 +239,14 @@ pub(crate) async fn serve(
     ));
 
     let service_shared = shared.clone();
+    let service_proxy = proxy.clone();
     let service = service_fn(move |req| {
-        let proxy = proxy();
+        let proxy = service_proxy();
         let client = client.clone();
-        let request = InProgress::new(service_shared.clone());
+        let mut request = InProgress::new(service_shared.clone());
         async move {
             let response = proxy.handle(req, client).await;
+            request.answered();
             response.map(|response| {
                 response.map(|body| Tracked {
                     body,
@@ -124,65 +255,213 @@ pub(crate) async fn serve(
             })
         }
     });
-    let io = TokioIo::new(CountingIo {
+    let mut io = CountingIo {
         inner: stream,
         shared: shared.clone(),
-    });
-    let mut builder = http1::Builder::new();
-    // - half_close: a client's FIN after its request ends the request, not the connection, as
-    //   with HAProxy (`option abortonclose` is off by default). It also spares a read per
-    //   request: without it hyper reads ahead while the request is in flight, to see a FIN,
-    //   and that read finds its buffer still shared with the request's headers and allocates
-    //   a new 8 KB one every time.
-    // - writev(false): each write is one `send`, not a `writev`, whose iovec import and VFS
-    //   layers cost the kernel more than copying a head and a small body into one buffer.
-    //   See BENCHMARKS.md.
+        prefix: None,
+    };
+    let h2 = match protocol {
+        Protocol::Http1 => false,
+        Protocol::Http2 => true,
+        Protocol::Auto => match until_closed(&shared, sniff(&mut io)).await {
+            Some(Ok(h2)) => h2,
+            // The client went away, or a timeout or shutdown closed the connection.
+            Some(Err(_)) | None => {
+                drop(done);
+                shared.count_bytes();
+                return;
+            }
+        },
+    };
+    let refused = if h2 {
+        shared.set_h2(&limits);
+        let streams = usize::try_from(limits.http2.max_concurrent_streams).unwrap_or(usize::MAX);
+        private.set_capacity(streams.min(MAX_PRIVATE_H2));
+        let conn = http2_builder(&limits).serve_connection(TokioIo::new(io), service);
+        drive(&shared, pin!(conn), |conn| conn.graceful_shutdown()).await
+    } else {
+        let mut builder = http1::Builder::new();
+        // - half_close: a client's FIN after its request ends the request, not the connection,
+        //   as with HAProxy (`option abortonclose` is off by default). It also spares a read
+        //   per request: without it hyper reads ahead while the request is in flight, to see a
+        //   FIN, and that read finds its buffer still shared with the request's headers and
+        //   allocates a new 8 KB one every time.
+        // - writev(false): each write is one `send`, not a `writev`, whose iovec import and VFS
+        //   layers cost the kernel more than copying a head and a small body into one buffer.
+        //   See BENCHMARKS.md.
+        builder
+            .max_buf_size(limits.max_buf)
+            .keep_alive(true)
+            .half_close(true)
+            .writev(false);
+        let conn = builder
+            .serve_connection(TokioIo::new(io), service)
+            .with_upgrades();
+        drive(&shared, pin!(conn), |conn| conn.graceful_shutdown()).await
+    };
+    if refused {
+        proxy().count_refused();
+    }
+    drop(done);
+    shared.count_bytes();
+    drop(open);
+}
+
+/// hyper's HTTP/2 server with the listener's settings and the attack limits.
+fn http2_builder(limits: &Limits) -> http2::Builder<TokioExecutor> {
+    let settings = &limits.http2;
+    let mut builder = http2::Builder::new(TokioExecutor::new());
     builder
-        .max_buf_size(limits.max_buf)
-        .keep_alive(true)
-        .half_close(true)
-        .writev(false);
-    let mut conn = pin!(builder.serve_connection(io, service).with_upgrades());
-    let mut registered = false;
-    let mut closing = false;
-    poll_fn(|cx| {
-        if !registered {
-            // A spawned task's waker never changes, so one registration is enough.
-            *shared.waker.lock().unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
-            registered = true;
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(settings.max_concurrent_streams)
+        .initial_stream_window_size(settings.initial_stream_window_size)
+        .initial_connection_window_size(settings.initial_connection_window_size)
+        .max_frame_size(settings.max_frame_size)
+        .max_header_list_size(limits.max_header_list)
+        .max_pending_accept_reset_streams(MAX_PENDING_ACCEPT_RESETS)
+        .max_local_error_reset_streams(MAX_LOCAL_ERROR_RESETS)
+        .max_send_buf_size(MAX_SEND_BUF)
+        .keep_alive_interval(settings.keepalive_interval)
+        .keep_alive_timeout(settings.keepalive_timeout);
+    builder
+}
+
+/// Reads the start of the connection until it is HTTP/2's preface (`true`) or cannot be
+/// (`false`); what was read goes back to `io`, to be read again by hyper.
+async fn sniff<IO: AsyncRead + Unpin>(io: &mut CountingIo<IO>) -> io::Result<bool> {
+    let mut buf = [0u8; PREFACE.len()];
+    let mut filled = 0;
+    let h2 = loop {
+        let mut read = ReadBuf::new(&mut buf[filled..]);
+        poll_fn(|cx| Pin::new(&mut *io).poll_read(cx, &mut read)).await?;
+        let n = read.filled().len();
+        if n == 0 {
+            // Closed before a whole preface or a differing byte: hyper sees the same end.
+            break false;
         }
+        filled += n;
+        if buf[..filled] != PREFACE[..filled] {
+            break false;
+        }
+        if filled == PREFACE.len() {
+            break true;
+        }
+    };
+    io.prefix = Some(Bytes::copy_from_slice(&buf[..filled]));
+    Ok(h2)
+}
+
+/// Polls `fut` until it ends or the watcher closes the connection (`None`).
+async fn until_closed<F: Future>(shared: &Shared, fut: F) -> Option<F::Output> {
+    let mut fut = pin!(fut);
+    let mut registered = false;
+    poll_fn(|cx| {
+        register(shared, cx, &mut registered);
+        if shared.close.load(Ordering::Acquire) == ABORT {
+            return Poll::Ready(None);
+        }
+        fut.as_mut().poll(cx).map(Some)
+    })
+    .await
+}
+
+/// Drives the connection until it ends or the watcher aborts it, and shuts it down
+/// gracefully (`graceful`) when the watcher asks. Returns whether hyper ended it refusing a request head it answered itself (`refused_by_hyper`).
+async fn drive<C, E>(shared: &Shared, mut conn: Pin<&mut C>, graceful: fn(Pin<&mut C>)) -> bool
+where
+    C: Future<Output = Result<(), E>>,
+    E: std::error::Error + 'static,
+{
+    let mut closing = false;
+    let mut registered = false;
+    poll_fn(|cx| {
+        register(shared, cx, &mut registered);
         match shared.close.load(Ordering::Acquire) {
-            ABORT => return Poll::Ready(()),
+            ABORT => return Poll::Ready(false),
             GRACEFUL if !closing => {
                 closing = true;
-                conn.as_mut().graceful_shutdown();
+                graceful(conn.as_mut());
             }
             _ => {}
         }
-        conn.as_mut().poll(cx).map(|_| ())
+        conn.as_mut()
+            .poll(cx)
+            .map(|ended| ended.err().is_some_and(|error| refused_by_hyper(&error)))
     })
-    .await;
-    drop(done);
+    .await
+}
+
+/// Registers the connection task's waker for the watcher, on a future's first poll only (a
+/// spawned task's waker never changes, so the mutex is not taken per poll).
+fn register(shared: &Shared, cx: &Context<'_>, registered: &mut bool) {
+    if !*registered {
+        *shared.waker.lock().unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
+        *registered = true;
+    }
+}
+
+/// Whether hyper ended the connection on a request head it could not take, after answering
+/// it itself (400 for a malformed head, 431 or 414 for one over the size limit; an HTTP/2
+/// preface gets no answer). Any error type: a connection served by another builder reports
+/// hyper's error boxed.
+fn refused_by_hyper(error: &(dyn std::error::Error + 'static)) -> bool {
+    error.downcast_ref::<hyper::Error>().is_some_and(|error| {
+        error.is_parse() && !error.is_parse_status() && !error.is_parse_version_h2()
+    })
 }
 
 /// One request in progress on the connection, until dropped with its response body.
-struct InProgress(Arc<Shared>);
+struct InProgress {
+    shared: Arc<Shared>,
+    started: std::time::Instant,
+    /// Whether the proxy produced an answer (a request whose client went away first is not
+    /// timed, and over HTTP/2 counts as cancelled).
+    answered: bool,
+}
 
 impl InProgress {
     fn new(shared: Arc<Shared>) -> InProgress {
         shared.active.fetch_add(1, Ordering::Relaxed);
-        InProgress(shared)
+        InProgress {
+            shared,
+            started: std::time::Instant::now(),
+            answered: false,
+        }
+    }
+
+    /// The request has its answer (whatever happens to its body). Counted for HTTP/2 only,
+    /// the one protocol with a cancel limit: HTTP/1.1 pays no atomic write for it.
+    fn answered(&mut self) {
+        self.answered = true;
+        if self.shared.h2.load(Ordering::Relaxed) {
+            self.shared.answered.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
 impl Drop for InProgress {
     fn drop(&mut self) {
-        let shared = &self.0;
+        let shared = &self.shared;
+        if self.answered {
+            shared.listener.request_took(self.started.elapsed());
+        }
         shared
             .reads_at_rest
             .store(shared.reads.load(Ordering::Relaxed), Ordering::Relaxed);
         shared.served.fetch_add(1, Ordering::Relaxed);
         shared.active.fetch_sub(1, Ordering::Relaxed);
+        if !self.answered && shared.h2.load(Ordering::Relaxed) {
+            // Cancelled by the client before its answer: a rapid reset, if it goes on.
+            let cancelled = shared.cancelled.fetch_add(1, Ordering::Relaxed) + 1;
+            let allowed = shared
+                .answered
+                .load(Ordering::Relaxed)
+                .saturating_add(shared.cancel_limit.load(Ordering::Relaxed));
+            if cancelled > allowed {
+                tracing::debug!(cancelled, "client cancels its requests: connection dropped");
+                shared.close(ABORT);
+            }
+        }
     }
 }
 
@@ -229,6 +508,7 @@ async fn watch_connection(
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut draining = *shutdown.borrow();
+    let mut goaway_since: Option<Instant> = None;
     loop {
         if draining {
             // Shutdown: finish a request in progress, drop the connection at rest.
@@ -244,12 +524,24 @@ async fn watch_connection(
                 draining = changed.is_err() || *shutdown.borrow();
             }
             now = tick.tick() => {
-                if !draining
+                if let Some(sent) = goaway_since {
+                    // An idle HTTP/2 connection got its GOAWAY: gone by now, or dropped.
+                    if now.saturating_duration_since(sent) >= GOAWAY_GRACE {
+                        shared.close(ABORT);
+                        return;
+                    }
+                } else if !draining
                     && timed_out(&shared, limits, now, &mut seen, &mut quiet_since, &mut head_since)
                 {
-                    shared.close(ABORT);
-                    return;
+                    if shared.h2.load(Ordering::Relaxed) {
+                        shared.close(GRACEFUL);
+                        goaway_since = Some(now);
+                    } else {
+                        shared.close(ABORT);
+                        return;
+                    }
                 }
+                shared.count_bytes();
                 private.reap();
             }
         }
@@ -271,15 +563,22 @@ fn timed_out(
         shared.writes.load(Ordering::Relaxed),
         shared.served.load(Ordering::Relaxed),
     );
+    let h2 = shared.h2.load(Ordering::Relaxed);
     let wrote = counters.1 != seen.1;
-    let moved = counters != *seen;
+    // HTTP/2 moves frames of its own (PING, SETTINGS, WINDOW_UPDATE): only streams count.
+    let moved = if h2 {
+        counters.2 != seen.2
+    } else {
+        counters != *seen
+    };
     *seen = counters;
     if shared.active.load(Ordering::Relaxed) > 0 {
         *quiet_since = now;
         *head_since = None;
         return false;
     }
-    if reads > shared.reads_at_rest.load(Ordering::Relaxed) {
+    // HTTP/2 has no head to time between requests: only idleness counts.
+    if !h2 && reads > shared.reads_at_rest.load(Ordering::Relaxed) {
         // A head is arriving. (A write means a response is still going out, pipelined
         // requests queued behind it; the head's time starts after.)
         if wrote {
@@ -295,37 +594,50 @@ fn timed_out(
     now.saturating_duration_since(*quiet_since) >= limits.idle_timeout
 }
 
-/// The client socket, counting the reads and writes that moved data.
-struct CountingIo {
-    inner: TcpStream,
+/// The client socket (TCP, or TLS over it), counting the bytes read and written.
+struct CountingIo<IO> {
+    inner: IO,
     shared: Arc<Shared>,
+    /// Bytes read while detecting the protocol, read again first.
+    prefix: Option<Bytes>,
 }
 
-impl AsyncRead for CountingIo {
+impl<IO: AsyncRead + Unpin> AsyncRead for CountingIo<IO> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if let Some(prefix) = &mut this.prefix {
+            let n = prefix.len().min(buf.remaining());
+            buf.put_slice(&prefix.split_to(n));
+            if prefix.is_empty() {
+                this.prefix = None;
+            }
+            return Poll::Ready(Ok(()));
+        }
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            this.shared.reads.fetch_add(1, Ordering::Relaxed);
+        let read = buf.filled().len().saturating_sub(before);
+        if read > 0 {
+            this.shared.reads.fetch_add(read as u64, Ordering::Relaxed);
         }
         polled
     }
 }
 
-impl CountingIo {
+impl<IO> CountingIo<IO> {
     fn count_write(&self, polled: &Poll<io::Result<usize>>) {
-        if matches!(polled, Poll::Ready(Ok(n)) if *n > 0) {
-            self.shared.writes.fetch_add(1, Ordering::Relaxed);
+        if let Poll::Ready(Ok(n)) = polled {
+            if *n > 0 {
+                self.shared.writes.fetch_add(*n as u64, Ordering::Relaxed);
+            }
         }
     }
 }
 
-impl AsyncWrite for CountingIo {
+impl<IO: AsyncWrite + Unpin> AsyncWrite for CountingIo<IO> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -358,5 +670,95 @@ impl AsyncWrite for CountingIo {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::instruments::{Families, HistogramScope};
+
+    fn new_shared() -> Shared {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let families = Families::register(&mut registry, HistogramScope::Pool);
+        Shared::new(families.listener("test"))
+    }
+
+    fn limits() -> Limits {
+        Limits {
+            idle_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(2),
+            max_buf: 8192,
+            max_header_list: 16384,
+            http2: Http2Config::default(),
+        }
+    }
+
+    /// Looks at `shared` every second for `secs` seconds, bumping reads (and writes, if
+    /// `writes`) before each look (a chatty peer); the second at which a timeout ran out, if
+    /// one did.
+    fn chatty_for(shared: &Shared, secs: u64, writes: bool) -> Option<u64> {
+        let start = Instant::now();
+        let (mut seen, mut quiet, mut head) = ((0, 0, 0), start, None);
+        (1..=secs).find(|s| {
+            shared.reads.fetch_add(1, Ordering::Relaxed);
+            if writes {
+                shared.writes.fetch_add(1, Ordering::Relaxed);
+            }
+            let now = start + Duration::from_secs(*s);
+            timed_out(shared, limits(), now, &mut seen, &mut quiet, &mut head)
+        })
+    }
+
+    #[test]
+    fn http2_frames_without_a_stream_are_idle_time_not_a_head() {
+        let shared = new_shared();
+        shared.set_h2(&limits());
+        // PINGs and acks every second, no stream: closed at idle_timeout, never as a slow head.
+        assert_eq!(chatty_for(&shared, 30, true), Some(10));
+        let shared = new_shared();
+        shared.set_h2(&limits());
+        assert_eq!(chatty_for(&shared, 30, false), Some(10));
+    }
+
+    #[test]
+    fn http1_bytes_without_a_request_are_a_head_arriving() {
+        // Bytes since the first look, no request: the head's 2 s run out at the third look.
+        let shared = new_shared();
+        assert_eq!(chatty_for(&shared, 30, false), Some(3));
+    }
+
+    #[test]
+    fn an_http2_stream_in_progress_is_never_idle() {
+        let shared = new_shared();
+        shared.set_h2(&limits());
+        shared.active.fetch_add(1, Ordering::Relaxed);
+        assert_eq!(chatty_for(&shared, 60, true), None);
+    }
+
+    #[test]
+    fn cancelled_requests_beyond_the_answered_ones_close_an_http2_connection() {
+        let shared = Arc::new(new_shared());
+        let mut limits = limits();
+        limits.http2.max_concurrent_streams = 3;
+        shared.set_h2(&limits);
+        // Two answered, then cancelled ones: more than 3 beyond the 2 answered close it.
+        for _ in 0..2 {
+            InProgress::new(shared.clone()).answered();
+        }
+        for cancelled in 1..=7 {
+            drop(InProgress::new(shared.clone()));
+            let closed = shared.close.load(Ordering::Relaxed) == ABORT;
+            assert_eq!(closed, cancelled > 5, "after {cancelled} cancelled");
+        }
+    }
+
+    #[test]
+    fn cancelled_requests_never_close_an_http1_connection() {
+        let shared = Arc::new(new_shared());
+        for _ in 0..1000 {
+            drop(InProgress::new(shared.clone()));
+        }
+        assert_eq!(shared.close.load(Ordering::Relaxed), 0);
     }
 }

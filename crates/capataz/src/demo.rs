@@ -39,6 +39,9 @@ pub struct DemoOptions {
     pub rate: u32,
     /// Stop after this long (run until Ctrl-C when `None`).
     pub duration: Option<Duration>,
+    /// A second listener terminating TLS with a self-signed certificate generated at start
+    /// (`--tls`, default 127.0.0.1:8443), if wanted.
+    pub tls: Option<SocketAddr>,
 }
 
 /// Why the demo could not run.
@@ -51,6 +54,14 @@ pub enum DemoError {
         name: &'static str,
         /// The OS error.
         source: std::io::Error,
+    },
+    /// The self-signed certificate could not be generated or written.
+    #[error("cannot write the demo's self-signed certificate to {dir}: {why}")]
+    Certificate {
+        /// Where it was to be written.
+        dir: String,
+        /// What failed.
+        why: String,
     },
     /// The embedded config did not validate (a bug).
     #[error("embedded demo config: {0}")]
@@ -151,7 +162,15 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     liar.set_health(Mode::Status(200));
     liar.set_traffic(Mode::Status(500));
     let addrs: Vec<(&str, SocketAddr)> = backends.iter().map(|(n, b)| (*n, b.addr())).collect();
-    let text = demo_config_text(options.listen, options.admin, &addrs);
+    let mut text = demo_config_text(options.listen, options.admin, &addrs);
+    let certificate_dir = match options.tls {
+        Some(address) => {
+            let dir = std::env::temp_dir().join(format!("capataz-demo-{}", std::process::id()));
+            text.push_str(&write_demo_certificate(&dir, address)?);
+            Some(dir)
+        }
+        None => None,
+    };
     let config = config::parse_str(&text, "<demo>")?;
     let (events, _) = broadcast::channel(1024);
     let balancer = Balancer::start(&config, events).await?;
@@ -169,6 +188,17 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
          Every state change is logged below. Try: curl http://{listen}/   (Ctrl-C to stop)\n\
          Dashboard: http://{admin}/   status: capataz status --admin {admin}\n"
     );
+    if let (Some(tls), Some(dir)) = (balancer.local_addrs().get(1), &certificate_dir) {
+        println!(
+            "TLS: https://{tls}/ with a self-signed certificate for localhost and 127.0.0.1, \
+             written to {}.\n  Try: curl -k https://{tls}/   or   curl --cacert {} \
+             --resolve localhost:{}:127.0.0.1 https://localhost:{}/\n",
+            dir.display(),
+            dir.join("cert.pem").display(),
+            tls.port(),
+            tls.port()
+        );
+    }
     let crash_cycle = tokio::spawn(crash_cycle(Arc::new(backends.remove(2).1)));
     let traffic = (options.rate > 0).then(|| tokio::spawn(traffic(listen, options.rate)));
     match options.duration {
@@ -183,7 +213,40 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     }
     balancer.shutdown(Duration::from_secs(2)).await;
     drop(backends);
+    if let Some(dir) = certificate_dir {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     Ok(())
+}
+
+/// Generates a self-signed certificate for `localhost` and 127.0.0.1 into `dir` (created
+/// private to the user) and returns the config text of a TLS listener on `address` using it.
+fn write_demo_certificate(dir: &std::path::Path, address: SocketAddr) -> Result<String, DemoError> {
+    let fail = |why: String| DemoError::Certificate {
+        dir: dir.display().to_string(),
+        why,
+    };
+    let today = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| (d.as_secs() / 86_400) as i64);
+    let (cert, key) = crate::tls::self_signed(&["localhost", "127.0.0.1"], today)
+        .map_err(|e| fail(e.to_string()))?;
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir).map_err(|e| fail(e.to_string()))?;
+    let cert_path = dir.join("cert.pem");
+    let key_path = dir.join("key.pem");
+    std::fs::write(&cert_path, cert).map_err(|e| fail(e.to_string()))?;
+    std::fs::write(&key_path, key).map_err(|e| fail(e.to_string()))?;
+    let quoted = |path: std::path::PathBuf| toml::Value::String(path.display().to_string());
+    Ok(format!(
+        "\n[[listeners]]\nname = \"demo-tls\"\naddress = \"{address}\"\n\
+         [listeners.tls]\ncertificates = [{{ cert = {}, key = {} }}]\n",
+        quoted(cert_path),
+        quoted(key_path)
+    ))
 }
 
 /// How long crashy runs before each crash, and how long it stays down.

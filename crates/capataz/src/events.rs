@@ -58,6 +58,33 @@ pub enum Event {
         /// Wall-clock time.
         time: SystemTime,
     },
+    /// The pool switched to its backups (`serving` non-empty) or away from them.
+    Backups {
+        /// The pool.
+        pool: Arc<str>,
+        /// The backups serving now, in pool order (empty once they stop).
+        serving: Vec<Arc<str>>,
+        /// When they stop: whether a primary serves again (else the backups are out too).
+        to_primaries: bool,
+        /// Wall-clock time.
+        time: SystemTime,
+    },
+    /// A backend's effective state changed by itself: its health route asked for a drain
+    /// (`disable_on_404`) or a probe ended it, or it requalified after maintenance.
+    Eligibility {
+        /// The pool.
+        pool: Arc<str>,
+        /// The backend.
+        backend: Arc<str>,
+        /// The effective state before (`UP`, `SELF_DRAINING`, `REQUALIFYING`, ...).
+        from: &'static str,
+        /// The effective state after.
+        to: &'static str,
+        /// Why, as a sentence.
+        reason: String,
+        /// Wall-clock time.
+        time: SystemTime,
+    },
 }
 
 impl Event {
@@ -67,25 +94,32 @@ impl Event {
             Event::Transition { pool, .. }
             | Event::AllDown { pool, .. }
             | Event::Recovered { pool, .. }
-            | Event::Override { pool, .. } => pool,
+            | Event::Override { pool, .. }
+            | Event::Backups { pool, .. }
+            | Event::Eligibility { pool, .. } => pool,
         }
     }
 
     /// The backend the event is about, if it is about one.
     pub fn backend(&self) -> Option<&str> {
         match self {
-            Event::Transition { backend, .. } | Event::Override { backend, .. } => Some(backend),
-            Event::AllDown { .. } | Event::Recovered { .. } => None,
+            Event::Transition { backend, .. }
+            | Event::Override { backend, .. }
+            | Event::Eligibility { backend, .. } => Some(backend),
+            Event::AllDown { .. } | Event::Recovered { .. } | Event::Backups { .. } => None,
         }
     }
 
-    /// The event's type: `transition`, `all_down`, `recovered` or `override`.
+    /// The event's type: `transition`, `all_down`, `recovered`, `override`, `backups` or
+    /// `eligibility`.
     pub fn kind(&self) -> &'static str {
         match self {
             Event::Transition { .. } => "transition",
             Event::AllDown { .. } => "all_down",
             Event::Recovered { .. } => "recovered",
             Event::Override { .. } => "override",
+            Event::Backups { .. } => "backups",
+            Event::Eligibility { .. } => "eligibility",
         }
     }
 
@@ -95,7 +129,9 @@ impl Event {
             Event::Transition { time, .. }
             | Event::AllDown { time, .. }
             | Event::Recovered { time, .. }
-            | Event::Override { time, .. } => *time,
+            | Event::Override { time, .. }
+            | Event::Backups { time, .. }
+            | Event::Eligibility { time, .. } => *time,
         }
     }
 
@@ -109,8 +145,11 @@ impl Event {
             )),
             Event::Override {
                 from, to, reason, ..
+            }
+            | Event::Eligibility {
+                from, to, reason, ..
             } => Some((from, to, reason.clone())),
-            Event::AllDown { .. } | Event::Recovered { .. } => None,
+            Event::AllDown { .. } | Event::Recovered { .. } | Event::Backups { .. } => None,
         }
     }
 
@@ -124,7 +163,7 @@ impl Event {
                 ..
             } => format!("pool={pool} backend={backend} {transition}"),
             Event::AllDown { pool, policy, .. } => {
-                format!("pool={pool} has no UP backend: {policy}")
+                format!("pool={pool} {}: {policy}", policy.headline())
             }
             Event::Recovered { pool, .. } => {
                 format!("pool={pool} has an UP backend again; normal balancing resumes")
@@ -136,7 +175,33 @@ impl Event {
                 to,
                 reason,
                 ..
+            }
+            | Event::Eligibility {
+                pool,
+                backend,
+                from,
+                to,
+                reason,
+                ..
             } => format!("pool={pool} backend={backend} {from} -> {to}: {reason}"),
+            Event::Backups {
+                pool,
+                serving,
+                to_primaries,
+                ..
+            } => match serving.as_slice() {
+                [] if *to_primaries => format!(
+                    "pool={pool} has a primary backend in rotation again: its backups hand back"
+                ),
+                [] => format!("pool={pool} has no backup in rotation any more either"),
+                [one] => format!(
+                    "pool={pool} has no primary backend in rotation: backup {one} takes over"
+                ),
+                many => format!(
+                    "pool={pool} has no primary backend in rotation: backups {} take over",
+                    many.join(", ")
+                ),
+            },
         }
     }
 
@@ -173,7 +238,11 @@ impl Event {
                     kind.map_or(serde_json::Value::Null, |k| k.as_str().into()),
                 );
             }
-            Event::Recovered { .. } => {}
+            Event::Backups { serving, .. } => {
+                let names: Vec<&str> = serving.iter().map(|s| &**s).collect();
+                object.insert("backups".into(), names.into());
+            }
+            Event::Recovered { .. } | Event::Eligibility { .. } => {}
         }
         value
     }

@@ -27,4 +27,5 @@ pub mod shared;
 pub mod sim;
 pub mod status;
 pub mod timefmt;
+pub mod tls;
 pub mod upstream;

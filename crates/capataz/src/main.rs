@@ -39,6 +39,10 @@ enum Command {
         /// Log format.
         #[arg(long, value_enum, default_value = "text")]
         log_format: Format,
+        /// Also listen with TLS (default 127.0.0.1:8443), with a self-signed certificate for
+        /// localhost generated at start.
+        #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:8443")]
+        tls: Option<SocketAddr>,
     },
     /// Run the balancer.
     Run {
@@ -89,7 +93,7 @@ enum Command {
     /// Drive the health engine with the replay line protocol (from FILE, or stdin).
     ///
     /// Commands: POOL <b1> <b2> ... | PROBE <b> <answer> | OBSERVE <b> <answer> | STATUS | HEALTHY.
-    /// An answer is TIMEOUT, REFUSED, RESET or a status line as received.
+    /// An answer is TIMEOUT, REFUSED, RESET, TLS, GRPC <code> or a status line as received.
     Replay {
         /// The script to run; standard input when absent.
         file: Option<PathBuf>,
@@ -123,6 +127,12 @@ enum CtlAction {
     },
     /// Put the backend in whatever its health says.
     Up {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Take the backend out and stop probing it; on leaving (clear), it must pass its probes
+    /// (`rise_after_maintenance`, default `rise`) before traffic.
+    Maintenance {
         #[command(flatten)]
         target: Target,
     },
@@ -257,6 +267,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             rate,
             duration,
             log_format,
+            tls,
         } => {
             init_logging(log_format.into(), "info");
             let options = capataz::demo::DemoOptions {
@@ -264,6 +275,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 admin,
                 rate,
                 duration: duration.map(Duration::from_secs),
+                tls,
             };
             runtime()?.block_on(capataz::demo::run(options))?;
             Ok(ExitCode::SUCCESS)
@@ -323,11 +335,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 CtlAction::Drain { target }
                 | CtlAction::Down { target }
                 | CtlAction::Up { target }
+                | CtlAction::Maintenance { target }
                 | CtlAction::Clear { target } => {
                     let verb = match action {
                         CtlAction::Drain { .. } => "drain",
                         CtlAction::Down { .. } => "down",
                         CtlAction::Up { .. } => "up",
+                        CtlAction::Maintenance { .. } => "maintenance",
                         _ => "clear",
                     };
                     capataz::ctl::override_path(

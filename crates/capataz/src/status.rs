@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use capataz_health::pool::human_duration;
 use capataz_health::rotation::ramp::full_tenths;
-use capataz_health::{Ejection, EjectionPolicy, Reason, State, TrafficRule};
+use capataz_health::{Effective, Ejection, EjectionPolicy, Reason, Role, State, TrafficRule};
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize;
 use serde_json::ser::PrettyFormatter;
@@ -32,14 +32,33 @@ fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1_000_000.0).round() / 1000.0
 }
 
-/// One sentence: the backend's state, since when, why, and what brings it back (or out).
+/// One sentence: the backend's state, since when, why, and what brings it back (or out); for a
+/// backup, whether it serves or stands by.
 pub fn explain(pool: &PoolRt, view: &BackendView) -> String {
+    let mut sentence = explain_standing(pool, view);
+    if view.role == Role::Backup {
+        let serving = view.serving(&pool.snapshot());
+        sentence.push_str(match (serving, pool.on_backups().is_some()) {
+            (true, true) => "; backup: serving while no primary is in rotation",
+            (true, false) => "; backup: the pool fails open over it",
+            (false, true) => "; backup: another backup serves (backups = \"first\")",
+            (false, false) => "; backup: standing by while a primary is in rotation",
+        });
+    }
+    sentence
+}
+
+fn explain_standing(pool: &PoolRt, view: &BackendView) -> String {
     let config = &pool.config;
     let clock_of = |t: Duration| clock(pool.clock().wall(t));
     let health = &view.health;
     let active = &health.active;
     let passive = &health.passive;
     let rise = config.active.rise.get();
+    let in_flight = view
+        .backend
+        .in_flight
+        .load(std::sync::atomic::Ordering::Relaxed);
     let fall = config.active.fall.get();
     let limit = config.passive.consecutive_errors.get();
     let next_probe = view
@@ -65,10 +84,21 @@ pub fn explain(pool: &PoolRt, view: &BackendView) -> String {
         );
         return match o.kind {
             OverrideKind::Drain => format!(
-                "DRAINING since {} (manual, {until}): no new requests, {} in flight; {health_says}",
+                "DRAINING since {} (manual, {until}): no new requests, {in_flight} in flight; {health_says}",
                 clock(o.since),
-                view.backend.in_flight.load(std::sync::atomic::Ordering::Relaxed)
             ),
+            OverrideKind::Maintenance => {
+                let back = match pool.requalify_passes() {
+                    0 => "on leaving it, it gets traffic at once (no probes to wait for)".to_owned(),
+                    1 => "on leaving it, it needs 1 passing probe before traffic".to_owned(),
+                    n => format!("on leaving it, it needs {n} passing probes in a row before traffic"),
+                };
+                format!(
+                    "MAINTENANCE since {} (manual, {until}): no new requests, {in_flight} in flight, \
+                     no probes; {back}; {health_says}",
+                    clock(o.since),
+                )
+            }
             OverrideKind::Down => format!(
                 "FORCED DOWN since {} (manual, {until}); {health_says}",
                 clock(o.since)
@@ -79,7 +109,22 @@ pub fn explain(pool: &PoolRt, view: &BackendView) -> String {
             ),
         };
     }
+    if let Some((has, needs)) = view.requalifying {
+        return format!(
+            "REQUALIFYING: back from maintenance, needs {needs} passing probes in a row before \
+             traffic (has {has}){next_probe}; health checks say {} ({})",
+            health.verdict(),
+            short_health(pool, view)
+        );
+    }
     let since = clock(view.info.since);
+    if view.effective == Effective::SelfDraining {
+        return format!(
+            "SELF_DRAINING: UP since {since}, but its health route answered HTTP 404 \
+             (disable_on_404): no new requests, {in_flight} in flight; the next passing probe \
+             brings it back at once{next_probe}"
+        );
+    }
     if let Ejection::Ejected {
         until,
         nth,
@@ -220,6 +265,7 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
         .collect();
     let rule = TrafficRule {
         count_503: pool.config.passive.count_503,
+        grpc_errors: pool.config.passive.grpc_error_codes,
     };
     let traffic: Vec<Value> = view
         .backend
@@ -280,6 +326,9 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
         "weight": view.backend.weight,
         "effective_weight": f64::from(view.effective_weight_tenths) / 10.0,
         "override": override_,
+        "role": match view.role { Role::Primary => "primary", Role::Backup => "backup" },
+        "serving": view.serving(&pool.snapshot()),
+        "requalify": view.requalifying.map(|(has, needs)| json!({ "passes": has, "needs": needs })),
         "explain": explain(pool, view),
     })
 }
@@ -338,8 +387,33 @@ impl Serialize for PoolPage<'_> {
             AllDownPolicy::FailOpen => "fail_open",
             AllDownPolicy::Reject { .. } => "reject",
         };
-        let applied = pool.all_down().map(|applied| applied.policy());
-        let mut map = serializer.serialize_map(Some(7))?;
+        let all_down_now = pool.all_down();
+        let applied = all_down_now.map(|applied| applied.policy());
+        let on_backups = pool.on_backups().map(|_| {
+            let snapshot = pool.snapshot();
+            snapshot
+                .eligible
+                .iter()
+                .map(|&i| pool.backends[i].name.to_string())
+                .collect::<Vec<_>>()
+        });
+        let primaries = pool.config.backends.iter().filter(|b| !b.backup).count();
+        let min = pool.config.min_healthy;
+        let min_healthy = json!({
+            "count": min.count,
+            "percent": min.percent,
+            "needed": min.needed(primaries),
+        });
+        let explain = match (all_down_now, &on_backups) {
+            (Some(applied), _) => format!("{}: {applied}", applied.headline()),
+            (None, Some(names)) => format!(
+                "no primary backend in rotation: served by its backup{} {}",
+                if names.len() == 1 { "" } else { "s" },
+                names.join(", ")
+            ),
+            (None, None) => "served by its primary backends in rotation".to_owned(),
+        };
+        let mut map = serializer.serialize_map(Some(11))?;
         map.serialize_entry("all_down", &all_down)?;
         map.serialize_entry("all_down_policy", &applied)?;
         map.serialize_entry(
@@ -350,8 +424,12 @@ impl Serialize for PoolPage<'_> {
             },
         )?;
         map.serialize_entry("backends_total", &views.len())?;
+        map.serialize_entry("backups", pool.config.backups.as_str())?;
+        map.serialize_entry("explain", &explain)?;
         map.serialize_entry("healthy", &healthy)?;
+        map.serialize_entry("min_healthy", &min_healthy)?;
         map.serialize_entry("name", &*pool.name)?;
+        map.serialize_entry("on_backups", &on_backups)?;
         map.serialize_entry("when_all_down", when_all_down)?;
         map.end()
     }

@@ -981,7 +981,9 @@ impl Ledger {
                     check_rules(t);
                 }
                 Event::AllDown { .. } | Event::Recovered { .. } => {}
-                Event::Override { .. } => panic!("nobody overrode anything: {event:?}"),
+                Event::Override { .. } | Event::Eligibility { .. } | Event::Backups { .. } => {
+                    panic!("nobody overrode anything, no backup, no drain: {event:?}")
+                }
             }
         }
         assert_eq!(self.count("all_down"), emptied, "{}", self.describe());

@@ -18,15 +18,19 @@ pub enum OverrideKind {
     Down,
     /// In rotation whatever health says.
     Up,
+    /// Out of rotation and not probed; on leaving it, the backend requalifies: it needs
+    /// passing probes in a row (the policy's `requalify_passes`) before it gets traffic again.
+    Maintenance,
 }
 
 impl OverrideKind {
-    /// `drain`, `down` or `up`.
+    /// `drain`, `down`, `up` or `maintenance`.
     pub fn as_str(self) -> &'static str {
         match self {
             OverrideKind::Drain => "drain",
             OverrideKind::Down => "down",
             OverrideKind::Up => "up",
+            OverrideKind::Maintenance => "maintenance",
         }
     }
 }
@@ -55,6 +59,13 @@ pub enum Effective {
     ForcedDown,
     /// Forced up by an operator.
     ForcedUp,
+    /// In maintenance (an operator's override): out of rotation, not probed.
+    Maintenance,
+    /// Back from maintenance, waiting for its passing probes before it gets traffic.
+    Requalifying,
+    /// Verdict UP, but its health route answered `404` (`disable_on_404`): no new requests
+    /// until a probe passes.
+    SelfDraining,
 }
 
 impl Effective {
@@ -72,10 +83,12 @@ impl Effective {
             OverrideKind::Drain => Effective::Draining,
             OverrideKind::Down => Effective::ForcedDown,
             OverrideKind::Up => Effective::ForcedUp,
+            OverrideKind::Maintenance => Effective::Maintenance,
         }
     }
 
-    /// `UP`, `DOWN`, `DRAINING`, `FORCED_DOWN` or `FORCED_UP`.
+    /// `UP`, `DOWN`, `DRAINING`, `FORCED_DOWN`, `FORCED_UP`, `MAINTENANCE`, `REQUALIFYING` or
+    /// `SELF_DRAINING`.
     pub fn as_str(self) -> &'static str {
         match self {
             Effective::Up => "UP",
@@ -83,6 +96,9 @@ impl Effective {
             Effective::Draining => "DRAINING",
             Effective::ForcedDown => "FORCED_DOWN",
             Effective::ForcedUp => "FORCED_UP",
+            Effective::Maintenance => "MAINTENANCE",
+            Effective::Requalifying => "REQUALIFYING",
+            Effective::SelfDraining => "SELF_DRAINING",
         }
     }
 
@@ -141,12 +157,29 @@ pub enum AllDown {
     /// `reject`, as configured: 503 without touching a backend.
     Reject,
     /// `fail_open` is configured but no backend qualifies, so requests get 503: every backend is
-    /// either under a manual override (down or drain) or was never proven healthy.
+    /// under a manual override, requalifying or draining itself, or was never proven healthy.
     NoneToFailOpen {
         /// Backends under a manual override.
         overridden: usize,
         /// Backends never proven healthy (not yet UP since they joined).
         unproven: usize,
+        /// Backends requalifying after maintenance or drained by their health route (`404`).
+        held: usize,
+    },
+    /// Some primaries are in rotation, but fewer than the pool's minimum healthy share, so
+    /// `fail_open` spreads traffic over `backends` of its `primaries` primaries: the ones in
+    /// rotation and the ones proven healthy once and held out by nothing else than health.
+    BelowMinHealthy {
+        /// Primaries in rotation.
+        up: usize,
+        /// Primaries needed in rotation for normal balancing.
+        needed: usize,
+        /// The threshold that set `needed`.
+        threshold: super::MinHealthy,
+        /// How many backends get traffic.
+        backends: usize,
+        /// How many primaries the pool has.
+        primaries: usize,
     },
 }
 
@@ -154,14 +187,26 @@ impl AllDown {
     /// The policy applied: `fail_open` or `reject`.
     pub fn policy(self) -> &'static str {
         match self {
-            AllDown::FailOpen { .. } => "fail_open",
+            AllDown::FailOpen { .. } | AllDown::BelowMinHealthy { .. } => "fail_open",
             AllDown::Reject | AllDown::NoneToFailOpen { .. } => "reject",
         }
     }
 
     /// Whether requests get 503 without touching a backend.
     pub fn rejects(self) -> bool {
-        !matches!(self, AllDown::FailOpen { .. })
+        !matches!(
+            self,
+            AllDown::FailOpen { .. } | AllDown::BelowMinHealthy { .. }
+        )
+    }
+
+    /// What the pool lacks: `has no UP backend`, or `has too few UP backends` below its minimum
+    /// healthy share.
+    pub fn headline(self) -> &'static str {
+        match self {
+            AllDown::BelowMinHealthy { .. } => "has too few UP backends",
+            _ => "has no UP backend",
+        }
     }
 }
 
@@ -181,13 +226,116 @@ impl fmt::Display for AllDown {
             AllDown::NoneToFailOpen {
                 overridden,
                 unproven,
-            } => write!(
+                held,
+            } => {
+                write!(
+                    f,
+                    "rejecting requests with 503: fail_open has no backend to spread traffic over \
+                     ({overridden} under a manual override, {unproven} never proven healthy"
+                )?;
+                if held > 0 {
+                    write!(f, ", {held} requalifying or draining itself")?;
+                }
+                f.write_str(")")
+            }
+            AllDown::BelowMinHealthy {
+                up,
+                needed,
+                threshold,
+                backends,
+                primaries,
+            } => {
+                write!(
+                    f,
+                    "failing open below its minimum healthy share: {up} of {primaries} primaries \
+                     UP, needs {needed} ("
+                )?;
+                match (threshold.count > 1, threshold.percent > 0) {
+                    (true, true) => write!(
+                        f,
+                        "min_healthy = {}, min_healthy_percent = {}",
+                        threshold.count, threshold.percent
+                    )?,
+                    (true, false) => write!(f, "min_healthy = {}", threshold.count)?,
+                    _ => write!(f, "min_healthy_percent = {}", threshold.percent)?,
+                }
+                write!(
+                    f,
+                    "); spreading traffic over {backends} of them (those UP and those proven \
+                     healthy once and held out by health checks only)"
+                )
+            }
+        }
+    }
+}
+
+/// The backups a pool sends its traffic to while no primary is in rotation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OnBackups {
+    /// The first backup in rotation, in pool order (the only one served with
+    /// [`BackupUse::First`](super::BackupUse::First)).
+    pub first: usize,
+    /// How many backups get traffic.
+    pub serving: usize,
+}
+
+/// Why a backend's effective state changed without a verdict change or an override.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StandingCause {
+    /// Its health route answered `404` with `disable_on_404`: it asks to be drained.
+    DrainRequested,
+    /// A passing probe ended the drain its health route asked for.
+    DrainEnded {
+        /// The passing probe's outcome.
+        last: Outcome,
+    },
+    /// It passed its probes after maintenance and gets traffic again.
+    Requalified {
+        /// The passing probes in a row it needed.
+        passes: u32,
+    },
+}
+
+impl fmt::Display for StandingCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            StandingCause::DrainRequested => f.write_str(
+                "the health route answered HTTP 404 (disable_on_404): the backend asks to be \
+                 drained; no new requests, in-flight ones finish",
+            ),
+            StandingCause::DrainEnded { last } => {
+                write!(
+                    f,
+                    "a passing probe ends the drain its health route asked for, last: {last}"
+                )
+            }
+            StandingCause::Requalified { passes } => write!(
                 f,
-                "rejecting requests with 503: fail_open has no backend to spread traffic over \
-                 ({overridden} under a manual override, {unproven} never proven healthy)"
+                "{passes} passing {} after maintenance: requalified",
+                if passes == 1 {
+                    "probe"
+                } else {
+                    "probes in a row"
+                }
             ),
         }
     }
+}
+
+/// A backend's effective state changed by itself: a drain its health route asked for, begun or
+/// ended, or a requalification after maintenance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StandingChange {
+    /// The backend's index in the pool.
+    pub backend: usize,
+    /// The effective state before.
+    pub from: Effective,
+    /// The effective state after.
+    pub to: Effective,
+    /// Why.
+    pub cause: StandingCause,
+    /// When, on the caller's clock.
+    pub at: Duration,
 }
 
 /// The active side changed while the verdict did not (a passive ejection holds the backend
@@ -225,6 +373,27 @@ pub enum Event {
     },
     /// The pool has a backend in rotation again.
     Recovered {
+        /// When, on the caller's clock.
+        at: Duration,
+    },
+    /// The pool switched to its backups (`Some`: no primary is in rotation, and these serve;
+    /// reported again when the backups serving change) or back to its primaries (`None`).
+    Backups {
+        /// The backups serving now, or `None` once they hand back (or are out too).
+        on: Option<OnBackups>,
+        /// With `on: None`, whether primaries serve again (else the backups are out too, and an
+        /// all-down event follows).
+        to_primaries: bool,
+        /// When, on the caller's clock.
+        at: Duration,
+    },
+    /// A backend's effective state changed by itself (not a verdict, not an override).
+    Standing(StandingChange),
+    /// With `close_tunnels_on_down`, right after a backend's verdict went DOWN: close its
+    /// upgraded connections.
+    CloseTunnels {
+        /// The backend's index in the pool.
+        backend: usize,
         /// When, on the caller's clock.
         at: Duration,
     },

@@ -16,6 +16,19 @@
 //!   left, the pool rejects requests (503) and says so.
 //! - With slow start, a backend that becomes UP (or joins by a reload straight into rotation)
 //!   ramps from 10 % to 100 % of its weight.
+//! - Maintenance (an override) also stops probes ([`Rotation::wants_probes`]; a result that
+//!   still arrives is ignored), and on leaving it the backend requalifies: out of rotation until
+//!   `requalify_passes` probes in a row pass (`rise` by default), counted apart from the streaks.
+//! - With `disable_on_404`, a probe answered `404` is a drain request, not a failure: no streak
+//!   moves, the backend leaves rotation (in-flight requests finish), and the next passing probe
+//!   brings it back at once (a DOWN backend still needs its `rise`).
+//! - Backups (`Role::Backup`) get traffic only while no primary is in rotation: the first one
+//!   in rotation, or all of them (`BackupUse`). The all-down policy applies only when the
+//!   backups are out too; while some but too few primaries are in rotation (the minimum healthy
+//!   share, `MinHealthy`) and the policy is `fail_open`, the pool fails open over its primaries.
+//!   See `serving.rs`.
+//! - With `close_tunnels_on_down`, a verdict going DOWN is followed by
+//!   [`Event::CloseTunnels`]: the runtime closes the backend's upgraded connections.
 //!
 //! Events come out in causal order: an override or a transition first, then the all-down or
 //! recovered event it caused. Entering all-down is reported again when the policy applied
@@ -24,14 +37,17 @@
 mod event;
 mod policy;
 pub mod ramp;
+mod serving;
+mod standing;
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 pub use event::{
-    ActiveChange, AllDown, Effective, Event, Override, OverrideCause, OverrideChange, OverrideKind,
+    ActiveChange, AllDown, Effective, Event, OnBackups, Override, OverrideCause, OverrideChange,
+    OverrideKind, StandingCause, StandingChange,
 };
-pub use policy::{Carried, Eligible, Join, Policy, WhenAllDown};
+pub use policy::{BackupUse, Carried, Eligible, Join, MinHealthy, Policy, Role, WhenAllDown};
 
 use crate::pool::{Pool, Settings, State};
 use crate::rules::{ProbeResult, TrafficResult};
@@ -43,6 +59,18 @@ struct Member {
     proven: bool,
     override_: Option<Override>,
     ramp_since: Option<Duration>,
+    role: Role,
+    /// Passing probes in a row since leaving maintenance; `None` unless requalifying.
+    requalify: Option<u32>,
+    /// Its health route answered `404` (with `disable_on_404`) and no probe passed since.
+    self_drained: bool,
+}
+
+impl Member {
+    /// Held out of rotation by itself (requalifying or draining on request), not by health.
+    fn held(&self) -> bool {
+        self.requalify.is_some() || self.self_drained
+    }
 }
 
 /// One pool's eligibility: its [`Pool`], its overrides, its slow starts, its all-down policy.
@@ -53,7 +81,12 @@ pub struct Rotation {
     members: Vec<Member>,
     /// How many members carry an override.
     overridden: usize,
+    /// How many members are [`Member::held`].
+    held: usize,
+    /// How many members are backups.
+    backups: usize,
     all_down: Option<AllDown>,
+    on_backups: Option<OnBackups>,
     events: VecDeque<Event>,
     now: Duration,
 }
@@ -67,16 +100,33 @@ impl Rotation {
         joins: impl IntoIterator<Item = (u32, Join)>,
         now: Duration,
     ) -> Rotation {
+        let joins = joins
+            .into_iter()
+            .map(|(weight, join)| (weight, join, Role::Primary));
+        Rotation::with_roles(settings, policy, joins, now)
+    }
+
+    /// [`Rotation::new`] with each backend's [`Role`]: backups serve only while no primary is
+    /// in rotation.
+    pub fn with_roles(
+        settings: Settings,
+        policy: Policy,
+        joins: impl IntoIterator<Item = (u32, Join, Role)>,
+        now: Duration,
+    ) -> Rotation {
         let mut rotation = Rotation {
             pool: Pool::new(settings, 0),
             policy,
             members: Vec::new(),
             overridden: 0,
+            held: 0,
+            backups: 0,
             all_down: None,
+            on_backups: None,
             events: VecDeque::new(),
             now,
         };
-        for (weight, join) in joins {
+        for (weight, join, role) in joins {
             let member = match join {
                 Join::New { initial, warm_up } => {
                     rotation.pool.push(initial);
@@ -86,6 +136,9 @@ impl Rotation {
                         proven: up,
                         override_: None,
                         ramp_since: (up && warm_up && policy.slow_start.is_some()).then_some(now),
+                        role,
+                        requalify: None,
+                        self_drained: false,
                     }
                 }
                 Join::Kept(carried) => {
@@ -95,13 +148,22 @@ impl Rotation {
                         proven: carried.proven || carried.health.verdict() == State::Up,
                         override_: carried.override_,
                         ramp_since: carried.ramp_since.filter(|_| policy.slow_start.is_some()),
+                        role,
+                        // A pool without probes to wait for readmits at once.
+                        requalify: carried
+                            .requalify
+                            .filter(|_| policy.requalify_passes != Some(0)),
+                        // A pool that no longer drains on 404 forgets the request.
+                        self_drained: carried.self_drained && policy.disable_on_404,
                     }
                 }
             };
             rotation.overridden += usize::from(member.override_.is_some());
+            rotation.held += usize::from(member.held());
+            rotation.backups += usize::from(member.role == Role::Backup);
             rotation.members.push(member);
         }
-        rotation.settle_all_down(now);
+        rotation.settle(now);
         rotation
     }
 
@@ -135,10 +197,44 @@ impl Rotation {
         self.members[backend].proven
     }
 
-    /// The effective state of `backend`: its verdict, or what its override makes of it.
+    /// The role of `backend`. Panics if `backend` is not an index of this pool.
+    pub fn role(&self, backend: usize) -> Role {
+        self.members[backend].role
+    }
+
+    /// Passing probes in a row `backend` has since it left maintenance, while it requalifies,
+    /// and how many it needs. Panics if `backend` is not an index of this pool.
+    pub fn requalifying(&self, backend: usize) -> Option<(u32, u32)> {
+        let has = self.members[backend].requalify?;
+        Some((has, self.requalify_passes()))
+    }
+
+    /// Whether the runtime should probe `backend` now: not while it is in maintenance. Panics if
+    /// `backend` is not an index of this pool.
+    pub fn wants_probes(&self, backend: usize) -> bool {
+        !self.in_maintenance(backend)
+    }
+
+    /// The backups serving now, if no primary is in rotation and some backup is.
+    pub fn on_backups(&self) -> Option<OnBackups> {
+        self.on_backups
+    }
+
+    /// The effective state of `backend`: what its override makes of it, else requalifying
+    /// after maintenance, else its verdict, `SELF_DRAINING` for an UP verdict whose health
+    /// route asked for a drain.
     pub fn effective(&self, backend: usize) -> Effective {
-        let kind = self.members[backend].override_.map(|o| o.kind);
-        Effective::of(self.pool.verdict(backend), kind)
+        let member = &self.members[backend];
+        if let Some(o) = member.override_ {
+            return Effective::of(State::Up, Some(o.kind));
+        }
+        if member.requalify.is_some() {
+            return Effective::Requalifying;
+        }
+        match self.pool.verdict(backend) {
+            State::Up if member.self_drained => Effective::SelfDraining,
+            verdict => Effective::of(verdict, None),
+        }
     }
 
     /// Whether `backend` is in rotation by its own standing (override or verdict), outside any
@@ -165,6 +261,8 @@ impl Rotation {
             proven: member.proven,
             override_: member.override_,
             ramp_since: member.ramp_since,
+            requalify: member.requalify,
+            self_drained: member.self_drained,
         }
     }
 
@@ -180,13 +278,7 @@ impl Rotation {
     /// The backends new requests may go to at `now`, with their weights: the ones in rotation,
     /// or when there are none, the all-down policy's choice (possibly nobody).
     pub fn eligible(&self, now: Duration) -> Eligible {
-        let backends: Vec<usize> = match self.all_down {
-            None => (0..self.len()).filter(|&i| self.in_rotation(i)).collect(),
-            Some(AllDown::FailOpen { .. }) => (0..self.len())
-                .filter(|&i| self.may_fail_open_to(i))
-                .collect(),
-            Some(AllDown::Reject | AllDown::NoneToFailOpen { .. }) => Vec::new(),
-        };
+        let backends = self.serving_backends();
         let weights = backends
             .iter()
             .map(|&i| self.weight_tenths(i, now))
@@ -200,12 +292,30 @@ impl Rotation {
 
     /// Records a probe outcome for `backend` at `now`. Panics if `backend` is not an index.
     #[inline(always)]
+    ///
+    /// A backend in maintenance ignores it (the probe rule's judgement is returned, nothing
+    /// changes); with `disable_on_404`, a `404` is [`ProbeResult::Drain`] and moves no streak.
     pub fn handle_probe(&mut self, backend: usize, outcome: Outcome, now: Duration) -> ProbeResult {
         self.advance(now);
+        if self.in_maintenance(backend) {
+            return self.pool.settings().probe_rule.judge(outcome);
+        }
+        if self.policy.disable_on_404 && outcome == Outcome::Status(404) {
+            if !self.members[backend].self_drained {
+                self.change_standing(
+                    backend,
+                    |m| m.self_drained = true,
+                    StandingCause::DrainRequested,
+                    now,
+                );
+                self.settle(now);
+            }
+            return ProbeResult::Drain;
+        }
         let active_before = self.pool.backend(backend).active.state;
         let (result, transition) = self.pool.probe(backend, outcome, now);
         match transition {
-            Some(transition) => self.on_transitions(&[transition], now),
+            Some(transition) => self.record_transition(transition, now),
             None => {
                 let active = self.pool.backend(backend).active;
                 if active.state != active_before {
@@ -223,6 +333,10 @@ impl Rotation {
                 }
             }
         }
+        let standing = self.after_probe(backend, result, outcome, now);
+        if transition.is_some() || standing {
+            self.settle(now);
+        }
         result
     }
 
@@ -237,7 +351,8 @@ impl Rotation {
         self.advance(now);
         let (result, transition) = self.pool.observe(backend, outcome, now);
         if let Some(transition) = transition {
-            self.on_transitions(&[transition], now);
+            self.record_transition(transition, now);
+            self.settle(now);
         }
         result
     }
@@ -277,7 +392,12 @@ impl Rotation {
         self.advance(now);
         let mut transitions = Vec::new();
         self.pool.tick(now, &mut transitions);
-        self.on_transitions(&transitions, now);
+        for &transition in &transitions {
+            self.record_transition(transition, now);
+        }
+        if !transitions.is_empty() {
+            self.settle(now);
+        }
         for backend in 0..self.members.len() {
             let lapsed = self.members[backend]
                 .override_
@@ -310,24 +430,21 @@ impl Rotation {
         self.now = self.now.max(now);
     }
 
-    fn may_fail_open_to(&self, backend: usize) -> bool {
-        let member = &self.members[backend];
-        member.proven && member.override_.is_none()
-    }
-
-    fn on_transitions(&mut self, transitions: &[crate::Transition], now: Duration) {
-        for transition in transitions {
-            let member = &mut self.members[transition.backend];
-            if transition.to == State::Up {
-                member.proven = true;
-                if self.policy.slow_start.is_some() {
-                    member.ramp_since = Some(now);
-                }
+    /// Records a verdict change (the caller settles the pool's state after).
+    fn record_transition(&mut self, transition: crate::Transition, now: Duration) {
+        let member = &mut self.members[transition.backend];
+        if transition.to == State::Up {
+            member.proven = true;
+            if self.policy.slow_start.is_some() {
+                member.ramp_since = Some(now);
             }
-            self.events.push_back(Event::Transition(*transition));
         }
-        if !transitions.is_empty() {
-            self.settle_all_down(now);
+        self.events.push_back(Event::Transition(transition));
+        if transition.to == State::Down && self.policy.close_tunnels_on_down {
+            self.events.push_back(Event::CloseTunnels {
+                backend: transition.backend,
+                at: now,
+            });
         }
     }
 
@@ -341,12 +458,24 @@ impl Rotation {
     ) -> Effective {
         let from = self.effective(backend);
         let had = self.members[backend].override_.is_some();
+        let was_maintenance = self.in_maintenance(backend);
         self.overridden = self.overridden - usize::from(had) + usize::from(kind.is_some());
-        self.members[backend].override_ = kind.map(|kind| Override {
+        let held_before = self.members[backend].held();
+        let member = &mut self.members[backend];
+        member.override_ = kind.map(|kind| Override {
             kind,
             since: now,
             until: ttl.map(|ttl| now.saturating_add(ttl)),
         });
+        let in_maintenance = kind == Some(OverrideKind::Maintenance);
+        if in_maintenance {
+            member.requalify = None;
+        } else if was_maintenance && self.policy.requalify_passes != Some(0) {
+            // Leaving maintenance: no traffic before the probes say it is back.
+            member.requalify = Some(0);
+        }
+        let held_after = self.members[backend].held();
+        self.held = self.held - usize::from(held_before) + usize::from(held_after);
         let to = self.effective(backend);
         self.events.push_back(Event::Override(OverrideChange {
             backend,
@@ -357,60 +486,7 @@ impl Rotation {
             cause,
             at: now,
         }));
-        self.settle_all_down(now);
+        self.settle(now);
         to
-    }
-
-    /// Whether any backend is in rotation: without overrides, whether any verdict is UP (the
-    /// pool counts them), so a transition costs no walk over the pool.
-    fn any_in_rotation(&self) -> bool {
-        if self.overridden == 0 {
-            return self.pool.healthy() > 0;
-        }
-        (0..self.len()).any(|i| self.in_rotation(i))
-    }
-
-    /// Works out whether the pool is all down and what it applies, and reports a change.
-    fn settle_all_down(&mut self, now: Duration) {
-        let next = if self.any_in_rotation() {
-            None
-        } else {
-            Some(self.applied_all_down())
-        };
-        match (self.all_down, next) {
-            (None, Some(applied)) => self.events.push_back(Event::AllDown { applied, at: now }),
-            (Some(before), Some(applied)) if before != applied => {
-                self.events.push_back(Event::AllDown { applied, at: now });
-            }
-            (Some(_), None) => self.events.push_back(Event::Recovered { at: now }),
-            _ => {}
-        }
-        self.all_down = next;
-    }
-
-    fn applied_all_down(&self) -> AllDown {
-        match self.policy.when_all_down {
-            WhenAllDown::Reject => AllDown::Reject,
-            WhenAllDown::FailOpen => {
-                let backends = (0..self.len())
-                    .filter(|&i| self.may_fail_open_to(i))
-                    .count();
-                if backends > 0 {
-                    return AllDown::FailOpen {
-                        backends,
-                        of: self.len(),
-                    };
-                }
-                let overridden = self
-                    .members
-                    .iter()
-                    .filter(|m| m.override_.is_some())
-                    .count();
-                AllDown::NoneToFailOpen {
-                    overridden,
-                    unproven: self.len() - overridden,
-                }
-            }
-        }
     }
 }

@@ -8,7 +8,7 @@
 //!   sentence;
 //! - `GET /events` a Server-Sent Events stream of health events;
 //! - `GET /metrics` Prometheus text;
-//! - `POST /backends/<pool>/<backend>/{drain,down,up,clear}[?ttl=30s]` manual overrides;
+//! - `POST /backends/<pool>/<backend>/{drain,down,up,maintenance,clear}[?ttl=30s]` manual overrides;
 //! - `POST /reload` re-read and apply the config file.
 //!
 //! With a token configured every request needs `Authorization: Bearer <token>` (401 otherwise),

@@ -1,4 +1,4 @@
-//! Manual overrides (`POST /backends/<pool>/<backend>/{drain,down,up,clear}[?ttl=30s]`): the
+//! Manual overrides (`POST /backends/<pool>/<backend>/{drain,down,up,maintenance,clear}[?ttl=30s]`): the
 //! query is parsed strictly, since a typo that was ignored (`?tll=10m`) would set an override
 //! until cleared instead of for a while, and a TTL is bounded so that no clock arithmetic can
 //! overflow.
@@ -62,11 +62,12 @@ pub(super) async fn override_backend(
         "drain" => Some(OverrideKind::Drain),
         "down" => Some(OverrideKind::Down),
         "up" => Some(OverrideKind::Up),
+        "maintenance" => Some(OverrideKind::Maintenance),
         "clear" => None,
         other => {
             return error(
                 StatusCode::NOT_FOUND,
-                format!("unknown action {other:?}: use drain, down, up or clear"),
+                format!("unknown action {other:?}: use drain, down, up, maintenance or clear"),
             )
         }
     };
@@ -78,7 +79,7 @@ pub(super) async fn override_backend(
         return error(
             StatusCode::BAD_REQUEST,
             "clear takes no ttl: it ends the override now (to set one for a while, use drain, \
-             down or up with ?ttl=...)",
+             down, up or maintenance with ?ttl=...)",
         );
     }
     let Some(outcome) = shared.set_override(pool, backend, kind, ttl).await else {

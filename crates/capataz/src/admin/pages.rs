@@ -14,6 +14,7 @@ use tokio::sync::{broadcast, Semaphore};
 
 use super::{error, full, json_response, Body};
 use crate::health::PoolRt;
+use crate::metrics::Format;
 use crate::shared::Shared;
 
 pub(super) fn backend_status(shared: &Shared, pool: &str, backend: &str) -> Response<Body> {
@@ -43,6 +44,10 @@ const INLINE_PAGE_BACKENDS: usize = 64;
 /// turn.
 static PAGE_BUILDS: Semaphore = Semaphore::const_new(2);
 
+/// A scrape lists `/proc/self/fd` (see `metrics::process`): with more client connections than
+/// this open, it is built off the runtime threads too, whatever the number of backends.
+const INLINE_SCRAPE_CONNECTIONS: usize = 1024;
+
 /// Runs `build` for a page about `pools`: inline if the page is small, else on the blocking
 /// pool in one of the [`PAGE_BUILDS`] turns, held by the build itself (so a client that goes
 /// away frees nothing early). `None` if the build could not run (it panicked).
@@ -51,7 +56,15 @@ async fn build_page<T: Send + 'static>(
     build: impl FnOnce() -> T + Send + 'static,
 ) -> Option<T> {
     let backends: usize = pools.iter().map(|pool| pool.backends.len()).sum();
-    if backends <= INLINE_PAGE_BACKENDS {
+    build_page_of(backends <= INLINE_PAGE_BACKENDS, build).await
+}
+
+/// Runs `build` inline if `small`, else as [`build_page`] does for a large page.
+async fn build_page_of<T: Send + 'static>(
+    small: bool,
+    build: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    if small {
         return Some(build());
     }
     // The semaphore is never closed, so a turn always comes.
@@ -79,15 +92,30 @@ pub(super) async fn status(shared: &Shared) -> Response<Body> {
     }
 }
 
-/// `GET /metrics`: the counters and the live gauges, as OpenMetrics text.
-pub(super) async fn metrics(shared: &Shared) -> Response<Body> {
+/// `GET /metrics`: the counters and the live gauges, as OpenMetrics text or the classic
+/// Prometheus text format, as `accept` (the request's `Accept`) says (see
+/// [`Format::negotiate`]).
+pub(super) async fn metrics(shared: &Shared, accept: Option<&[u8]>) -> Response<Body> {
+    let format = Format::negotiate(accept);
     let alerts = shared.alert_stats();
     let metrics = shared.metrics();
     let pools = shared.pools();
+    let backends: usize = pools.iter().map(|pool| pool.backends.len()).sum();
+    let small =
+        backends <= INLINE_PAGE_BACKENDS && shared.open_connections() <= INLINE_SCRAPE_CONNECTIONS;
     let page = pools.clone();
-    let rendered = build_page(&pools, move || metrics.render(&page, alerts.as_deref())).await;
+    let rendered = build_page_of(small, move || {
+        metrics.render(&page, alerts.as_deref(), format)
+    })
+    .await;
     match rendered {
-        Some(Ok(text)) => full(StatusCode::OK, crate::metrics::CONTENT_TYPE, text),
+        Some(Ok(text)) => {
+            let mut response = full(StatusCode::OK, format.content_type(), text);
+            response
+                .headers_mut()
+                .insert(header::VARY, header::HeaderValue::from_static("Accept"));
+            response
+        }
         Some(Err(_)) | None => error(StatusCode::INTERNAL_SERVER_ERROR, "metrics encoding failed"),
     }
 }

@@ -109,7 +109,10 @@ pub(super) async fn handle(
         ["status"] if get => pages::status(&shared).await,
         ["status", pool, backend] if get => pages::backend_status(&shared, pool, backend),
         ["events"] if get => pages::events(&shared),
-        ["metrics"] if get => pages::metrics(&shared).await,
+        ["metrics"] if get => {
+            let accept = req.headers().get(header::ACCEPT).map(|v| v.as_bytes());
+            pages::metrics(&shared, accept).await
+        }
         ["backends", pool, backend, action] if method == Method::POST => {
             overrides::override_backend(&shared, pool, backend, action, req.uri().query()).await
         }

@@ -107,7 +107,9 @@ impl Debouncer {
 pub(super) fn state(event: &Event) -> &'static str {
     match event {
         Event::Transition { transition, .. } => transition.to.as_str(),
-        Event::Override { to, .. } => to,
+        Event::Override { to, .. } | Event::Eligibility { to, .. } => to,
+        Event::Backups { serving, .. } if serving.is_empty() => "backups_out",
+        Event::Backups { .. } => "backups_in",
         Event::AllDown { .. } | Event::Recovered { .. } => event.kind(),
     }
 }

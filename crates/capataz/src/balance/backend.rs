@@ -28,6 +28,8 @@ impl TrafficRing {
             Outcome::Refused => 1002,
             Outcome::Reset => 1003,
             Outcome::Malformed => 1004,
+            Outcome::Tls => 1005,
+            Outcome::Grpc(code) => 2000 + u32::from(code),
         };
         let at = self.next.fetch_add(1, Ordering::Relaxed) % HISTORY;
         self.slots[at].store(code, Ordering::Relaxed);
@@ -44,6 +46,8 @@ impl TrafficRing {
                 1002 => Some(Outcome::Refused),
                 1003 => Some(Outcome::Reset),
                 1004 => Some(Outcome::Malformed),
+                1005 => Some(Outcome::Tls),
+                code @ 2000..=2255 => u8::try_from(code - 2000).ok().map(Outcome::Grpc),
                 code => u16::try_from(code).ok().map(Outcome::Status),
             })
             .collect()
@@ -72,9 +76,19 @@ pub struct BackendRt {
     pub(crate) watched: AtomicBool,
     /// When the next probe is due, in engine milliseconds (`u64::MAX`: none scheduled).
     pub(crate) next_probe_ms: AtomicU64,
+    /// Bumped to close its upgraded connections (`close_tunnels_on_down`); each tunnel to it
+    /// holds a receiver. Shared with the same backend across a reload.
+    pub(crate) tunnels: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl BackendRt {
+    /// Closes its upgraded connections that watch for it, and returns how many watched.
+    pub(crate) fn close_tunnels(&self) -> usize {
+        let open = self.tunnels.receiver_count();
+        self.tunnels.send_modify(|n| *n = n.wrapping_add(1));
+        open
+    }
+
     /// When the next probe is due, on the engine clock.
     pub fn next_probe(&self) -> Option<Duration> {
         match self.next_probe_ms.load(Ordering::Relaxed) {

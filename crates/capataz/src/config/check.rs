@@ -4,13 +4,17 @@
 //! check that flaps on one lost probe. Warnings never stop the balancer. The defaults raise none.
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::{CheckKind, Config};
 
 /// How long a dead backend may keep receiving traffic, judged by `fall x interval`, before a
 /// warning says so.
 const SLOW_DETECTION: Duration = Duration::from_secs(60);
+
+/// A certificate expiring within this long gets a warning: 30 days, the window in which
+/// Let's Encrypt and most CAs expect a renewal.
+pub const CERTIFICATE_EXPIRY_WARNING: Duration = Duration::from_secs(30 * 86_400);
 
 /// A webhook attempt allowed this long or longer holds up every alert queued behind it.
 const SLOW_WEBHOOK: Duration = Duration::from_secs(30);
@@ -20,8 +24,8 @@ const SLOW_WEBHOOK: Duration = Duration::from_secs(30);
 pub struct Warning {
     /// The dotted key path, e.g. `pools.web.active.rise`.
     pub key: String,
-    /// The 1-based line, when known. [`check`] works on the validated config, which keeps no
-    /// lines, so it leaves this `None`.
+    /// The 1-based line, when known. [`check`] works on the validated config, which keeps
+    /// lines only for TLS certificates, so it leaves this `None` for everything else.
     pub line: Option<usize>,
     /// What is risky and what to do.
     pub message: String,
@@ -37,8 +41,51 @@ impl fmt::Display for Warning {
 }
 
 /// Returns a warning for each foot-gun in `config`: the admin listener, then the pools in
-/// order, then the alert hooks; none for the defaults.
+/// order, then the alert hooks, then TLS certificates that expire within
+/// [`CERTIFICATE_EXPIRY_WARNING`] of now; none for the defaults.
 pub fn check(config: &Config) -> Vec<Warning> {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    let mut warnings = check_settings(config);
+    warnings.extend(expiring_certificates(config, now));
+    warnings
+}
+
+/// The certificates of `config` that expire within [`CERTIFICATE_EXPIRY_WARNING`] of `now`
+/// (Unix seconds), each with its line.
+fn expiring_certificates(config: &Config, now: i64) -> Vec<Warning> {
+    let window = CERTIFICATE_EXPIRY_WARNING.as_secs() as i64;
+    let mut warnings = Vec::new();
+    for (index, listener) in config.listeners.iter().enumerate() {
+        let Some(tls) = &listener.tls else { continue };
+        let Some(loaded) = &tls.loaded else { continue };
+        for (i, certificate) in loaded.certificates().iter().enumerate() {
+            let left = certificate.not_after.saturating_sub(now);
+            if left >= window {
+                continue;
+            }
+            warnings.push(Warning {
+                key: format!("listeners[{index}].tls.certificates[{i}].cert"),
+                line: tls.certificate_lines.get(i).copied().flatten(),
+                message: format!(
+                    "{}: the certificate expires on {}, in {} days (renew it; the warning \
+                     starts {} days before)",
+                    certificate.file.display(),
+                    crate::timefmt::rfc3339(
+                        UNIX_EPOCH + Duration::from_secs(certificate.not_after.max(0) as u64)
+                    ),
+                    left.max(0) / 86_400,
+                    window / 86_400,
+                ),
+            });
+        }
+    }
+    warnings
+}
+
+/// The warnings about settings, which do not depend on the time.
+fn check_settings(config: &Config) -> Vec<Warning> {
     let mut warnings = Vec::new();
     let mut warn = |key: String, message: String| {
         warnings.push(Warning {
@@ -60,7 +107,28 @@ pub fn check(config: &Config) -> Vec<Warning> {
     }
     for pool in &config.pools {
         let at = format!("pools.{}", pool.name);
+        if pool.tls.as_ref().is_some_and(|tls| !tls.verify) {
+            warn(
+                format!("{at}.tls.verify"),
+                "verify = false accepts any certificate: traffic to the backends is encrypted, \
+                 but to whoever answers, a man in the middle included (give the backends' CA \
+                 as ca_file, and server_name if their certificates name another host)"
+                    .into(),
+            );
+        }
         let active = &pool.active;
+        let primaries = pool.backends.iter().filter(|b| !b.backup).count();
+        if usize::try_from(pool.min_healthy.count).is_ok_and(|n| n > primaries) {
+            warn(
+                format!("{at}.min_healthy"),
+                format!(
+                    "min_healthy = {} is above the pool's {primaries} primaries, so it counts \
+                     as {primaries}: the pool fails open as soon as any primary is out (lower \
+                     it, or add primaries)",
+                    pool.min_healthy.count
+                ),
+            );
+        }
         if active.kind == CheckKind::None {
             if !pool.passive.enabled {
                 warn(

@@ -7,15 +7,19 @@
 
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::time::Duration;
 
-use capataz_health::{State, StatusSet};
+use capataz_health::{BackupUse, GrpcCodes, MinHealthy, State, StatusSet};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::tls::{ServerSettings, ServerTls};
 
 mod check;
 mod cidr;
 mod parse;
 
-pub use check::{check, Warning};
+pub use check::{check, Warning, CERTIFICATE_EXPIRY_WARNING};
 pub use cidr::{Cidr, CidrError};
 pub use parse::{load, parse_str, parse_unresolved, ConfigError, Unresolved};
 
@@ -172,9 +176,63 @@ pub struct ListenerConfig {
     /// Whether requests get `X-Forwarded-For` (the client's address appended) and
     /// `X-Forwarded-Proto` on their way to a backend (default true).
     pub forwarded_headers: bool,
+    /// Whether HTTP/2 with prior knowledge (h2c) is accepted beside HTTP/1.1 (default false).
+    pub h2c: bool,
+    /// The HTTP/2 settings of the listener's HTTP/2 connections.
+    pub http2: Http2Config,
+    /// TLS termination (`[listeners.tls]`); plaintext HTTP when `None` (default).
+    pub tls: Option<ListenerTls>,
     /// `proxy_protocol`: the sources whose connections start with a PROXY protocol header
     /// (version 1 or 2) giving the real client's address; `None` (the default) reads none.
     pub proxy_protocol: Option<ProxyProtocolConfig>,
+}
+
+/// The HTTP/2 settings of a listener (`[listeners.http2]`), for every HTTP/2 connection it
+/// serves. The largest header list accepted is the listener's `max_header_bytes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Http2Config {
+    /// Streams a client may have open at once (default 100).
+    pub max_concurrent_streams: u32,
+    /// The flow-control window of each stream, in bytes (default 256 KiB): how much of one
+    /// request body a client may send ahead of capataz forwarding it.
+    pub initial_stream_window_size: u32,
+    /// The flow-control window of the whole connection, in bytes (default 1 MiB): how much
+    /// request body all streams of a connection may have in flight, unforwarded.
+    pub initial_connection_window_size: u32,
+    /// The largest frame payload capataz accepts, in bytes (default 16384).
+    pub max_frame_size: u32,
+    /// How often capataz PINGs an HTTP/2 client (default `None`: never).
+    pub keepalive_interval: Option<Duration>,
+    /// How long a PING may go unanswered before the connection is closed (default 20 s);
+    /// only with `keepalive_interval`.
+    pub keepalive_timeout: Duration,
+}
+
+impl Default for Http2Config {
+    fn default() -> Http2Config {
+        Http2Config {
+            max_concurrent_streams: 100,
+            initial_stream_window_size: 256 * 1024,
+            initial_connection_window_size: 1024 * 1024,
+            max_frame_size: 16_384,
+            keepalive_interval: None,
+            keepalive_timeout: Duration::from_secs(20),
+        }
+    }
+}
+
+/// TLS termination on a listener (`[listeners.tls]`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ListenerTls {
+    /// The files (relative paths already joined to the config file's directory) and settings.
+    pub settings: ServerSettings,
+    /// The line of each `certificates` entry, in order, for messages and warnings.
+    pub certificate_lines: Vec<Option<usize>>,
+    /// The line of `client_ca`, if set.
+    pub client_ca_line: Option<usize>,
+    /// The certificates and keys, loaded when the config was resolved; `None` in an
+    /// [`Unresolved`] config.
+    pub loaded: Option<ServerTls>,
 }
 
 /// A listener's `proxy_protocol` table: who may say who the client is.
@@ -223,6 +281,87 @@ pub struct PoolConfig {
     pub gate_new_backends: bool,
     /// Which client requests an idle backend connection may carry (default private).
     pub connection_reuse: ConnectionReuse,
+    /// Which backups serve while no primary is in rotation (default: the first one).
+    pub backups: BackupUse,
+    /// The minimum healthy share below which a `fail_open` pool fails open over its primaries
+    /// (`min_healthy`, default 1, and `min_healthy_percent`, default 0: fail open only when none
+    /// is UP).
+    pub min_healthy: MinHealthy,
+    /// Whether a backend whose verdict goes DOWN has its upgraded connections closed (default
+    /// false).
+    pub close_tunnels_on_down: bool,
+    /// The protocol spoken to the backends (default HTTP/1.1).
+    pub protocol: BackendProtocol,
+    /// TLS to the backends, when on (`tls = true` or a `[pools.NAME.tls]` table; default off;
+    /// always on for `protocol = "h2"`, never for `"h2c"`).
+    pub tls: Option<BackendTls>,
+}
+
+/// The protocol a pool speaks to its backends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendProtocol {
+    /// HTTP/1.1, capataz's own client, over TCP or TLS (default).
+    Http1,
+    /// HTTP/2 over TLS (ALPN `h2`), one multiplexed connection per backend.
+    H2,
+    /// HTTP/2 over TCP with prior knowledge (no TLS), one multiplexed connection per backend.
+    H2c,
+}
+
+/// TLS towards a pool's backends: what was written, and the trust material loaded from it
+/// when the config was loaded (stage three, off the runtime threads).
+///
+/// Two values are equal when their settings are (the loaded material is not compared).
+#[derive(Clone)]
+pub struct BackendTls {
+    /// A PEM bundle of CA certificates to verify backends with; `None`: the system's roots.
+    pub ca_file: Option<String>,
+    /// The name sent as SNI and verified in the backend's certificate; `None`: each backend's
+    /// host as written in its address when it is a name, else no SNI and the IP is verified.
+    pub server_name: Option<String>,
+    /// Whether the backend's certificate is verified (default true; `false` is unsafe).
+    pub verify: bool,
+    /// A PEM certificate chain presented to backends that ask for one (mTLS), with `key`.
+    pub cert: Option<String>,
+    /// The PEM private key of `cert`.
+    pub key: Option<String>,
+    /// The trust anchors (empty with `verify = false`, and in an [`Unresolved`] config).
+    pub roots: Arc<rustls::RootCertStore>,
+    /// The client certificate chain and key, loaded from `cert` and `key`.
+    pub identity: Option<Arc<ClientIdentity>>,
+}
+
+/// A client certificate chain and its private key, for mTLS to backends.
+#[derive(Debug)]
+pub struct ClientIdentity {
+    /// The chain, leaf first.
+    pub chain: Vec<CertificateDer<'static>>,
+    /// The leaf's private key.
+    pub key: PrivateKeyDer<'static>,
+}
+
+impl PartialEq for BackendTls {
+    fn eq(&self, other: &BackendTls) -> bool {
+        self.ca_file == other.ca_file
+            && self.server_name == other.server_name
+            && self.verify == other.verify
+            && self.cert == other.cert
+            && self.key == other.key
+    }
+}
+
+impl std::fmt::Debug for BackendTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackendTls")
+            .field("ca_file", &self.ca_file)
+            .field("server_name", &self.server_name)
+            .field("verify", &self.verify)
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .field("roots", &self.roots.len())
+            .field("identity", &self.identity.is_some())
+            .finish()
+    }
 }
 
 /// Which client requests an idle keep-alive connection to a backend may carry.
@@ -248,6 +387,9 @@ pub struct BackendConfig {
     pub socket_addr: SocketAddr,
     /// Relative weight, 1-1000 (default 1).
     pub weight: u32,
+    /// Whether it is a backup: it gets traffic only while no primary is in rotation (default
+    /// false).
+    pub backup: bool,
 }
 
 /// How a pool picks a backend.
@@ -294,6 +436,12 @@ pub struct ActiveCheckConfig {
     pub jitter: f64,
     /// Active state of the pool's backends when the balancer starts (default UP).
     pub initial: State,
+    /// Whether a `404` from the health route drains the backend instead of failing the probe
+    /// (default false; HTTP checks only).
+    pub disable_on_404: bool,
+    /// Passing probes in a row a backend needs after maintenance before traffic (default:
+    /// `rise`).
+    pub rise_after_maintenance: Option<NonZeroU32>,
 }
 
 /// Passive checks of one pool.
@@ -314,6 +462,9 @@ pub struct PassiveCheckConfig {
     /// Whether an ejected backend whose probes bring its active side back from DOWN to UP goes
     /// on probation at once instead of sitting out the rest of its ejection (default true).
     pub probes_end_ejection: bool,
+    /// The `grpc-status` codes that count as errors (default 2, 4, 13, 14: UNKNOWN,
+    /// DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE).
+    pub grpc_error_codes: GrpcCodes,
 }
 
 /// What a pool does when none of its backends is UP.

@@ -9,6 +9,7 @@
 mod locate;
 mod raw;
 mod resolve;
+mod tls_files;
 mod validate;
 mod values;
 
@@ -169,11 +170,13 @@ pub fn parse_unresolved(text: &str, source: &str) -> Result<Unresolved, ConfigEr
         file: source,
         text,
         lookups: Default::default(),
+        tls_loads: Default::default(),
     };
     let config = validator.config(raw)?;
     Ok(Unresolved {
         config,
         lookups: validator.lookups.into_inner(),
+        tls_loads: validator.tls_loads.into_inner(),
     })
 }
 

@@ -70,7 +70,9 @@ impl PoolRt {
 /// Probes one backend forever: a first probe at a random phase within the interval, then one
 /// jittered interval after each probe finishes, so probes never pile up or run in lockstep.
 /// Each due time is rounded to the probe slot grid ([`prober::align_to_slot`]), so that probes
-/// of different backends due within a few milliseconds of each other start together.
+/// of different backends due within a few milliseconds of each other start together. While the
+/// engine says no (`wants_probes`: maintenance), a due probe is skipped and asked for again one
+/// interval later.
 async fn probe_loop(pool: Arc<PoolRt>, backend: usize, mut rng: prober::Rng) {
     let active = &pool.config.active;
     let rt = pool.backends[backend].clone();
@@ -84,13 +86,20 @@ async fn probe_loop(pool: Arc<PoolRt>, backend: usize, mut rng: prober::Rng) {
             Ordering::Relaxed,
         );
         tokio::time::sleep_until(pool.clock.instant(due)).await;
+        if !pool.wants_probes(backend) {
+            // In maintenance: no probe; ask again one interval later.
+            rt.next_probe_ms.store(u64::MAX, Ordering::Relaxed);
+            wait = prober::jittered(active.interval, active.jitter, &mut rng);
+            continue;
+        }
         let started = Instant::now();
-        let outcome = prober::probe_once(
+        let outcome = prober::probe_once_over(
             active.kind,
             rt.upstream.addr(),
             &active.path,
             &host,
             active.timeout,
+            rt.upstream.tls(),
         )
         .await;
         pool.record_probe(backend, outcome, started.elapsed());

@@ -23,24 +23,89 @@ mod tests;
 mod view;
 
 use std::collections::{HashMap, VecDeque};
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime};
 
 use capataz_health::{
-    BackendHealth, Carried, EjectionPolicy, Join, Outcome, Policy, ProbeRule, Rotation, Settings,
-    State, TrafficRule, Transition, WhenAllDown,
+    BackendHealth, Carried, EjectionPolicy, Join, Outcome, Policy, ProbeRule, Role, Rotation,
+    Settings, State, TrafficRule, Transition, WhenAllDown,
 };
 use tokio::sync::{broadcast, Notify};
 
 pub use crate::balance::{BackendRt, TrafficRing, HISTORY};
 use crate::balance::{PoolHandle, TrafficSink};
-use crate::config::{AllDownPolicy, CheckKind, PoolConfig};
+use crate::config::{AllDownPolicy, BackendProtocol, CheckKind, PoolConfig};
 pub use crate::events::{Event, OverrideKind};
 use crate::instruments::Families;
+use crate::tls::client::{client_config, server_name, Alpn, ClientSettings, Connector};
 use crate::upstream::Upstream;
 pub use backend::Clock;
 pub use view::{BackendInfo, BackendView, Override, ProbeRecord};
+
+/// The rustls client configuration of a pool that speaks TLS to its backends, built once per
+/// pool from the material its config loaded. The config loader checked the client key, so
+/// this fails only if rustls and the loader disagree: the pool then goes without the client
+/// certificate, said loudly.
+fn tls_config(config: &PoolConfig) -> Option<Arc<rustls::ClientConfig>> {
+    let tls = config.tls.as_ref()?;
+    let alpn = match config.protocol {
+        BackendProtocol::H2 => Alpn::H2,
+        BackendProtocol::Http1 | BackendProtocol::H2c => Alpn::Http11,
+    };
+    let identity = tls
+        .identity
+        .as_deref()
+        .map(|id| (id.chain.as_slice(), &id.key));
+    let settings = ClientSettings {
+        roots: &tls.roots,
+        verify: tls.verify,
+        identity,
+        alpn,
+    };
+    match client_config(settings) {
+        Ok(built) => Some(built),
+        Err(error) => {
+            tracing::error!(pool = %config.name, %error, "the client certificate cannot be used; connecting without it");
+            client_config(ClientSettings {
+                identity: None,
+                ..settings
+            })
+            .ok()
+        }
+    }
+}
+
+/// `upstream` speaking `protocol`.
+fn speaking(upstream: Upstream, protocol: BackendProtocol) -> Upstream {
+    match protocol {
+        BackendProtocol::Http1 => upstream,
+        BackendProtocol::H2 | BackendProtocol::H2c => upstream.with_h2(),
+    }
+}
+
+/// `upstream` with a TLS handshake to the backend at `address` (as written) when the pool
+/// speaks TLS.
+fn with_tls(
+    upstream: Upstream,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    config: &PoolConfig,
+    address: &str,
+) -> Upstream {
+    let (Some(built), Some(settings)) = (tls, config.tls.as_ref()) else {
+        return upstream;
+    };
+    match server_name(settings.server_name.as_deref(), address) {
+        Some(name) => upstream.with_tls(Connector::new(built.clone(), name)),
+        // The config loader accepted the address, so it has a host part; without one the
+        // backend is still reached over TLS, verified against its IP address.
+        None => {
+            let ip = upstream.addr().ip();
+            upstream.with_tls(Connector::new(built.clone(), ip.into()))
+        }
+    }
+}
 
 /// The engine settings a pool's configuration asks for.
 pub fn engine_settings(config: &PoolConfig) -> Settings {
@@ -59,6 +124,7 @@ pub fn engine_settings(config: &PoolConfig) -> Settings {
         },
         traffic_rule: TrafficRule {
             count_503: config.passive.count_503,
+            grpc_errors: config.passive.grpc_error_codes,
         },
         ejection: Some(EjectionPolicy {
             base: config.passive.ejection_time,
@@ -75,12 +141,22 @@ pub fn engine_settings(config: &PoolConfig) -> Settings {
 
 /// The pool-level policy a pool's configuration asks for.
 pub fn engine_policy(config: &PoolConfig) -> Policy {
+    let probed = config.active.kind != CheckKind::None;
     Policy {
         when_all_down: match config.when_all_down {
             AllDownPolicy::FailOpen => WhenAllDown::FailOpen,
             AllDownPolicy::Reject { .. } => WhenAllDown::Reject,
         },
         slow_start: config.slow_start,
+        backups: config.backups,
+        min_healthy: config.min_healthy,
+        disable_on_404: config.active.disable_on_404 && config.active.kind == CheckKind::Http,
+        // Without probes nothing could requalify a backend: it comes back at once.
+        requalify_passes: match (probed, config.active.rise_after_maintenance) {
+            (false, _) => Some(0),
+            (true, passes) => passes.map(NonZeroU32::get),
+        },
+        close_tunnels_on_down: config.close_tunnels_on_down,
     }
 }
 
@@ -208,6 +284,7 @@ impl PoolRt {
             }
             None => config.backends.iter().map(|_| None).collect(),
         };
+        let tls = tls_config(&config);
         let mut joins = Vec::with_capacity(config.backends.len());
         let mut info = Vec::with_capacity(config.backends.len());
         let mut backends = Vec::with_capacity(config.backends.len());
@@ -220,20 +297,35 @@ impl PoolRt {
                 name: b.name.as_str().into(),
                 address: b.address.clone(),
                 weight: b.weight,
-                upstream: Upstream::new(
-                    b.socket_addr,
-                    config.timeouts.connect,
-                    config.timeouts.idle,
+                upstream: speaking(
+                    with_tls(
+                        Upstream::new(b.socket_addr, config.timeouts.connect, config.timeouts.idle),
+                        tls.as_ref(),
+                        &config,
+                        &b.address,
+                    ),
+                    config.protocol,
                 ),
                 in_flight: AtomicUsize::new(0),
                 traffic: TrafficRing::default(),
                 metrics: metrics.backend(&b.name),
                 watched: AtomicBool::new(false),
                 next_probe_ms: AtomicU64::new(u64::MAX),
+                // A kept backend keeps its tunnels' signal: a tunnel opened before a reload is
+                // still closed by a DOWN after it.
+                tunnels: match (&kept, previous) {
+                    (Some((i, ..)), Some(p)) => p.backends[*i].tunnels.clone(),
+                    _ => Arc::new(tokio::sync::watch::Sender::new(0)),
+                },
+            };
+            let role = if b.backup {
+                Role::Backup
+            } else {
+                Role::Primary
             };
             match (kept, previous) {
                 (Some((i, carried, record)), Some(p)) => {
-                    joins.push((b.weight, Join::Kept(carried)));
+                    joins.push((b.weight, Join::Kept(carried), role));
                     for outcome in p.backends[i].traffic.recent() {
                         rt.traffic.push(outcome);
                     }
@@ -247,13 +339,13 @@ impl PoolRt {
                     };
                     // Added by a reload straight into rotation: it still warms up.
                     let warm_up = previous.is_some();
-                    joins.push((b.weight, Join::New { initial, warm_up }));
+                    joins.push((b.weight, Join::New { initial, warm_up }, role));
                     info.push(Records::new(wall));
                 }
             }
             backends.push(Arc::new(rt));
         }
-        let engine = Rotation::new(settings, engine_policy(&config), joins, now);
+        let engine = Rotation::with_roles(settings, engine_policy(&config), joins, now);
         // A kept backend may carry an error streak, an ejection or a probation: its traffic
         // must reach the engine from the first response.
         for (i, rt) in backends.iter().enumerate() {
@@ -311,6 +403,21 @@ impl PoolRt {
     /// while a backend is in rotation).
     pub fn all_down(&self) -> Option<capataz_health::AllDown> {
         self.lock().engine.all_down()
+    }
+
+    /// The backups serving now, if no primary is in rotation and some backup is.
+    pub fn on_backups(&self) -> Option<capataz_health::rotation::OnBackups> {
+        self.lock().engine.on_backups()
+    }
+
+    /// Passing probes in a row a backend needs after maintenance before traffic (0: none).
+    pub fn requalify_passes(&self) -> u32 {
+        self.lock().engine.requalify_passes()
+    }
+
+    /// Whether the engine wants `backend` probed now (not while it is in maintenance).
+    pub fn wants_probes(&self, backend: usize) -> bool {
+        self.lock().engine.wants_probes(backend)
     }
 
     /// Feeds one probe outcome to the engine.

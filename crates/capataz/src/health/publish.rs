@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use capataz_health::pool::{human_duration, Active};
 use capataz_health::rotation::{Event as EngineEvent, OverrideCause, OverrideChange};
-use capataz_health::State;
+use capataz_health::{AllDown, BackupUse, Role, State};
 
 use super::{Inner, PoolRt};
 use crate::balance::Snapshot;
@@ -61,6 +61,58 @@ impl PoolRt {
                 EngineEvent::Recovered { .. } => self.emit(Event::Recovered {
                     pool: self.name.clone(),
                     time,
+                }),
+                EngineEvent::Backups {
+                    on, to_primaries, ..
+                } => {
+                    let serving = match on {
+                        None => Vec::new(),
+                        Some(on) => match self.config.backups {
+                            BackupUse::First => vec![self.backends[on.first].name.clone()],
+                            // The set as it stands now (later events may have changed it;
+                            // then one of them reports the change again).
+                            BackupUse::All => (0..self.backends.len())
+                                .filter(|&i| {
+                                    inner.engine.role(i) == Role::Backup
+                                        && inner.engine.in_rotation(i)
+                                })
+                                .map(|i| self.backends[i].name.clone())
+                                .collect(),
+                        },
+                    };
+                    self.emit(Event::Backups {
+                        pool: self.name.clone(),
+                        serving,
+                        to_primaries,
+                        time,
+                    });
+                }
+                EngineEvent::CloseTunnels { backend, .. } => {
+                    let rt = &self.backends[backend];
+                    let open = rt.close_tunnels();
+                    let sentence = format!(
+                        "pool={} backend={} is DOWN: closing its {open} upgraded connections \
+                         (close_tunnels_on_down)",
+                        self.name, rt.name
+                    );
+                    logging::emit(
+                        tracing::Level::INFO,
+                        &sentence,
+                        logging::Fields {
+                            event: "close_tunnels",
+                            pool: Some(&self.name),
+                            backend: Some(&rt.name),
+                            ..Default::default()
+                        },
+                    );
+                }
+                EngineEvent::Standing(change) => self.emit(Event::Eligibility {
+                    pool: self.name.clone(),
+                    backend: self.backends[change.backend].name.clone(),
+                    from: change.from.as_str(),
+                    to: change.to.as_str(),
+                    reason: change.cause.to_string(),
+                    time: self.clock.wall(change.at),
                 }),
             }
         }
@@ -149,7 +201,13 @@ impl PoolRt {
             _ => None,
         };
         let level = match &event {
-            Event::AllDown { .. } => tracing::Level::ERROR,
+            Event::AllDown { policy, .. } if !matches!(policy, AllDown::BelowMinHealthy { .. }) => {
+                tracing::Level::ERROR
+            }
+            Event::Backups {
+                to_primaries: true, ..
+            } => tracing::Level::INFO,
+            Event::AllDown { .. } | Event::Backups { .. } => tracing::Level::WARN,
             Event::Transition { transition, .. } if transition.to == State::Down => {
                 tracing::Level::WARN
             }

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use capataz_health::{BackendHealth, Effective, Outcome, ProbeResult, Transition};
+use capataz_health::{BackendHealth, Effective, Outcome, ProbeResult, Role, Transition};
 
 use super::{BackendRt, Inner, OverrideKind, PoolRt};
 
@@ -55,19 +55,34 @@ pub struct BackendView {
     pub health: BackendHealth,
     /// Its records and override.
     pub info: BackendInfo,
-    /// Whether new requests may go to it now (its verdict and any override).
+    /// Whether new requests may go to it by its own standing (its verdict, any override,
+    /// requalification or drain), before the pool's backup and all-down rules.
     pub eligible: bool,
+    /// Its effective state (the engine's `Effective`).
+    pub effective: Effective,
+    /// Primary or backup.
+    pub role: Role,
+    /// While it requalifies after maintenance: passing probes in a row so far, and needed.
+    pub requalifying: Option<(u32, u32)>,
     /// Its effective weight, in tenths of a weight unit.
     pub effective_weight_tenths: u32,
     /// Engine time of the copy.
     pub now: Duration,
+    /// Its index in the pool.
+    pub backend_index: usize,
 }
 
 impl BackendView {
     /// The effective state: the override's (`DRAINING`, `FORCED_DOWN`, `FORCED_UP`), else the
     /// verdict (`UP`, `DOWN`).
     pub fn state(&self) -> &'static str {
-        Effective::of(self.health.verdict(), self.info.override_.map(|o| o.kind)).as_str()
+        self.effective.as_str()
+    }
+
+    /// Whether it is in the pool's snapshot now: new requests may go to it.
+    pub fn serving(&self, snapshot: &crate::balance::Snapshot) -> bool {
+        let index = self.backend_index;
+        snapshot.eligible.binary_search(&index).is_ok()
     }
 }
 
@@ -122,6 +137,10 @@ impl PoolRt {
                 }),
             },
             eligible: engine.in_rotation(i),
+            effective: engine.effective(i),
+            role: engine.role(i),
+            requalifying: engine.requalifying(i),
+            backend_index: i,
             effective_weight_tenths: engine.weight_tenths(i, now),
             now,
         }

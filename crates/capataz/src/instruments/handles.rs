@@ -2,6 +2,7 @@
 //! ([`BackendMetrics`]), each label set resolved once from the balancer's [`Families`] when the
 //! pool or backend is built, so the request path only increments and observes.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use capataz_health::{ProbeResult, Reason, State, Transition};
@@ -99,6 +100,11 @@ pub(crate) struct BackendMetrics {
     pub(super) requests: [Counter; 6],
     probes_pass: Counter,
     probes_fail: Counter,
+    /// `result="drain"`, created by the first drain probe (`disable_on_404` pools only), so
+    /// other pools' scrapes do not grow.
+    probes_drain: OnceLock<Counter>,
+    probes: prometheus_client::metrics::family::Family<ProbeLabels, Counter>,
+    drain_labels: ProbeLabels,
     to_up: Counter,
     to_down: Counter,
     ejections: Counter,
@@ -137,6 +143,13 @@ impl BackendMetrics {
             requests: CLASSES.map(request),
             probes_pass: probe("pass"),
             probes_fail: probe("fail"),
+            probes_drain: OnceLock::new(),
+            probes: metrics.probes.clone(),
+            drain_labels: ProbeLabels {
+                pool: pool.into(),
+                backend: backend.into(),
+                result: "drain",
+            },
             to_up: transition("up"),
             to_down: transition("down"),
             ejections: metrics.ejections.get_or_create_owned(&BackendLabels {
@@ -165,6 +178,11 @@ impl BackendMetrics {
         match result {
             ProbeResult::Pass => self.probes_pass.inc(),
             ProbeResult::Fail => self.probes_fail.inc(),
+            // Created on first use: only pools with `disable_on_404` ever count one.
+            ProbeResult::Drain => self
+                .probes_drain
+                .get_or_init(|| self.probes.get_or_create_owned(&self.drain_labels))
+                .inc(),
         };
         self.latency.probe_duration.observe(latency.as_secs_f64());
     }

@@ -1,11 +1,13 @@
 //! The metric handles the runtime updates (counters and latency histograms, per pool and per
-//! backend) and the families they belong to, registered into the registry of the balancer
-//! that owns them.
+//! backend, and on the client side per listener and route) and the families they belong to,
+//! registered into the registry of the balancer that owns them.
 //!
-//! The proxy is benchmarked against HAProxy, so the request path pays for metrics with two
-//! clock reads, one atomic add and one histogram observation (about 80 ns in all) and nothing
-//! else. Every label set is resolved once, when a pool or backend is built: `PoolMetrics` and
-//! `BackendMetrics` hold ready handles, so no request builds, hashes or looks up a label set.
+//! The proxy is benchmarked against HAProxy, so the request path pays for metrics with four
+//! clock reads, a few relaxed atomic adds and one histogram observation under a mutex, and
+//! nothing else. Every label set is resolved once, when a pool, backend or listener is built:
+//! `PoolMetrics`, `BackendMetrics`, `ListenerMetrics` and `RouteMetrics` hold ready handles
+//! (a route's per method, class and answerer, each created on its first request), so no request
+//! builds, hashes or looks up a label set.
 //!
 //! Registered, not global: a balancer makes one [`Families`] with [`Families::register`] into
 //! its own `Registry` (which `crate::metrics` exposes), and every pool it builds takes its
@@ -22,15 +24,18 @@
 //! that concurrent requests of one pool take the same histogram lock.
 //!
 //! The families, their labels and the latency scope are here; the handles a pool and a backend
-//! hold, and how they are resolved from the families, are in `handles`.
+//! hold, and how they are resolved from the families, are in `handles`; a listener's and a
+//! route's in `listener`; `timing` is the lock-free histogram of client request durations.
 //!
-//! This module sits at the bottom of the crate (it needs only `config` and the engine's
+//! This module sits at the bottom of the crate (it needs only `config`, `tls` and the engine's
 //! types), so the health runtime and the request path can hold handles without depending on
 //! the exposition, which reads them back (`metrics` -> `health` -> `instruments`).
 //!
 //! Invariants:
 //! - Names follow Prometheus conventions: `capataz_` prefix, snake case, `_total` on counters,
-//!   seconds as the time unit. Labels are `pool`, `backend`, `class`, `result`, `to`.
+//!   seconds and bytes as units. Labels are `pool`, `backend`, `class`, `result`, `to`, on
+//!   the client side `listener`, `route`, `method`, `answered_by`, and for TLS `listener`,
+//!   `reason`, `certificate`.
 //! - A pool's latency histograms are per pool or per backend, never both: the scope belongs to
 //!   the `Families`, chosen when the balancer starts, and a reload keeps it, so no sum counts
 //!   an answer twice.
@@ -41,16 +46,24 @@ use std::fmt;
 use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::config::Config;
 
 pub(crate) use handles::{BackendMetrics, PoolMetrics};
+pub(crate) use listener::{AnsweredBy, ListenerMetrics, MethodClass, RouteMetrics};
+pub(crate) use timing::Timing;
 
 mod handles;
+mod listener;
 #[cfg(test)]
 mod tests;
+mod timing;
+mod tls;
+
+pub use tls::{HandshakeFailures, TlsFamilies};
 
 /// Upper bounds of the latency buckets, in seconds: 0.5 ms to 30 s, then `+Inf`.
 const BUCKETS: [f64; 15] = [
@@ -125,6 +138,21 @@ impl EncodeLabelSet for HistogramLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ListenerLabels {
+    listener: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClientRequestLabels {
+    listener: String,
+    route: String,
+    pool: String,
+    method: &'static str,
+    class: &'static str,
+    answered_by: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     pool: String,
     backend: String,
@@ -158,12 +186,59 @@ pub struct Families {
     probe_duration: Latencies,
     transitions: Family<TransitionLabels, Counter>,
     ejections: Family<BackendLabels, Counter>,
+    client_requests: Family<ClientRequestLabels, Counter>,
+    request_duration: Family<ListenerLabels, Timing>,
+    connections_accepted: Family<ListenerLabels, Counter>,
+    connections_open: Family<ListenerLabels, Gauge>,
+    received_bytes: Family<ListenerLabels, Counter>,
+    sent_bytes: Family<ListenerLabels, Counter>,
+    tls: TlsFamilies,
 }
 
 impl Families {
     /// Registers every family into `registry` (in the order a scrape shows them), with latency
     /// histograms labelled as `scope` says.
     pub fn register(registry: &mut Registry, scope: HistogramScope) -> Families {
+        let client_requests = Family::default();
+        registry.register(
+            "capataz_client_requests",
+            "Client requests answered, by listener, route, method, status class and who wrote \
+             the answer (the backend, or capataz itself)",
+            client_requests.clone(),
+        );
+        let request_duration = Family::default();
+        registry.register_with_unit(
+            "capataz_client_request_duration",
+            "Time from a client request's head to the end of its answer, per listener",
+            Unit::Seconds,
+            request_duration.clone(),
+        );
+        let connections_accepted = Family::default();
+        registry.register(
+            "capataz_client_connections_accepted",
+            "Client connections accepted",
+            connections_accepted.clone(),
+        );
+        let connections_open = Family::default();
+        registry.register(
+            "capataz_client_connections_open",
+            "Client connections open now",
+            connections_open.clone(),
+        );
+        let received_bytes = Family::default();
+        registry.register_with_unit(
+            "capataz_client_received",
+            "Bytes read from client connections (heads, bodies and upgraded streams)",
+            Unit::Bytes,
+            received_bytes.clone(),
+        );
+        let sent_bytes = Family::default();
+        registry.register_with_unit(
+            "capataz_client_sent",
+            "Bytes written to client connections (heads, bodies and upgraded streams)",
+            Unit::Bytes,
+            sent_bytes.clone(),
+        );
         let requests = Family::default();
         registry.register(
             "capataz_requests",
@@ -214,7 +289,9 @@ impl Families {
             "Backends taken out by passive checks (traffic errors, or a failed probation)",
             ejections.clone(),
         );
+        let tls = TlsFamilies::register(registry);
         Families {
+            tls,
             scope,
             requests,
             upstream_response,
@@ -224,11 +301,22 @@ impl Families {
             probe_duration,
             transitions,
             ejections,
+            client_requests,
+            request_duration,
+            connections_accepted,
+            connections_open,
+            received_bytes,
+            sent_bytes,
         }
     }
 
     /// How latency histograms are labelled.
     pub fn scope(&self) -> HistogramScope {
         self.scope
+    }
+
+    /// The TLS listeners' families.
+    pub fn tls(&self) -> &TlsFamilies {
+        &self.tls
     }
 }

@@ -42,6 +42,7 @@ struct PoolGauges {
     labels: LivePoolLabels,
     healthy: usize,
     all_down: bool,
+    on_backups: bool,
 }
 
 impl LiveGauges {
@@ -74,6 +75,7 @@ impl LiveGauges {
                 },
                 healthy: eligible.iter().filter(|(up, _)| *up).count(),
                 all_down: pool.snapshot().all_down,
+                on_backups: pool.on_backups().is_some(),
             });
         }
         LiveGauges {
@@ -119,6 +121,14 @@ impl Collector for LiveGauges {
             self.pools
                 .iter()
                 .map(|p| (&p.labels, i64::from(p.all_down))),
+        )?;
+        encode_gauges(
+            &mut encoder,
+            "capataz_pool_on_backups",
+            "1 while no primary is in rotation and the pool's backups serve, else 0.",
+            self.pools
+                .iter()
+                .map(|p| (&p.labels, i64::from(p.on_backups))),
         )
     }
 }

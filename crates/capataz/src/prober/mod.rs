@@ -28,6 +28,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
 use crate::config::CheckKind;
+use crate::tls::client::Connector;
 
 #[cfg(test)]
 mod tests;
@@ -70,9 +71,25 @@ pub async fn probe_once(
     host: &str,
     timeout: Duration,
 ) -> Outcome {
+    probe_once_over(kind, addr, path, host, timeout, None).await
+}
+
+/// [`probe_once`], with an HTTP probe over TLS by `tls` when given (a pool that speaks TLS to
+/// its backends probes them with the same settings: CA, name, verification, ALPN). The
+/// handshake is inside the probe's one deadline; a handshake rustls refuses (a certificate
+/// not trusted or not for the backend's name, a protocol refused) is [`Outcome::Tls`], a
+/// connection reset or closed during it is [`Outcome::Reset`].
+pub async fn probe_once_over(
+    kind: CheckKind,
+    addr: SocketAddr,
+    path: &str,
+    host: &str,
+    timeout: Duration,
+    tls: Option<&Connector>,
+) -> Outcome {
     let attempt = async {
         match kind {
-            CheckKind::Http => http_probe(addr, path, host).await,
+            CheckKind::Http => http_probe(addr, path, host, tls).await,
             CheckKind::Tcp => TcpStream::connect(addr)
                 .await
                 .map(|_connected| Outcome::Status(200)),
@@ -94,7 +111,12 @@ pub fn probe_request(path: &str, host: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-async fn http_probe(addr: SocketAddr, path: &str, host: &str) -> io::Result<Outcome> {
+async fn http_probe(
+    addr: SocketAddr,
+    path: &str,
+    host: &str,
+    tls: Option<&Connector>,
+) -> io::Result<Outcome> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
@@ -107,8 +129,24 @@ async fn http_probe(addr: SocketAddr, path: &str, host: &str) -> io::Result<Outc
     // together) instead of twice. Best effort; without it the probe works the same.
     #[cfg(target_os = "linux")]
     let _ = socket2::SockRef::from(&socket).set_tcp_quickack(false);
-    let mut stream = socket.connect(addr).await?;
+    let stream = socket.connect(addr).await?;
+    match tls {
+        None => status_line(stream, path, host).await,
+        Some(tls) => match tls.connect(stream).await {
+            Ok(stream) => status_line(stream, path, host).await,
+            Err(error) if error.kind() == io::ErrorKind::InvalidData => Ok(Outcome::Tls),
+            Err(error) => Err(error),
+        },
+    }
+}
+
+/// Sends the probe's request on `stream` and reads the status line only.
+async fn status_line<S>(mut stream: S, path: &str, host: &str) -> io::Result<Outcome>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     stream.write_all(&probe_request(path, host)).await?;
+    stream.flush().await?;
     let mut buf = [0u8; MAX_STATUS_LINE];
     let mut len = 0;
     loop {

@@ -65,7 +65,9 @@ impl<'a> RequestHost<'a> {
 }
 
 /// The host a request is for, one and unambiguous (RFC 9112 section 3.2): its `Host` field,
-/// or the authority of an absolute-form target, which must then agree with `Host`. Refused
+/// or the authority of an absolute-form target, which must then agree with `Host`. An HTTP/2
+/// request's `:authority` is its target's authority (RFC 9113 section 8.3.1): it is the host
+/// when the request has no `Host`, and must agree with `Host` when it has one. Refused
 /// (400): two `Host` fields, an HTTP/1.1 request without one, and an absolute-form target
 /// naming another host or port than `Host`. One header lookup for an origin-form request.
 pub(super) fn request_host(req: &Request<Incoming>) -> Result<RequestHost<'_>, &'static str> {
@@ -76,6 +78,9 @@ pub(super) fn request_host(req: &Request<Incoming>) -> Result<RequestHost<'_>, &
     }
     if field.is_none() && req.version() == Version::HTTP_11 {
         return Err("an HTTP/1.1 request needs a Host header field");
+    }
+    if field.is_none() && req.version() == Version::HTTP_2 && req.uri().authority().is_none() {
+        return Err("an HTTP/2 request needs an :authority or a Host header field");
     }
     let named = field.map(HeaderValue::as_bytes).or_else(|| {
         req.uri()
@@ -300,7 +305,12 @@ pub(super) fn add_forwarded_headers(headers: &mut HeaderMap, client: &ClientInfo
             }
         }
     }
-    headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    let proto = if client.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static(proto));
 }
 
 #[cfg(test)]
@@ -454,6 +464,16 @@ mod tests {
         add_forwarded_headers(&mut h, &client);
         assert_eq!(h.get("x-forwarded-for").unwrap(), "10.0.0.1, 127.0.0.2");
         assert_eq!(h.get("x-forwarded-proto").unwrap(), "http");
+        // A client's own "http" is overwritten too, on a TLS connection.
+        let tls = crate::tls::TlsInfo {
+            version: "TLSv1.3",
+            sni: None,
+            alpn: None,
+            client_certificate: false,
+        };
+        let client = ClientInfo::with_tls("127.0.0.2:5000".parse().unwrap(), tls);
+        add_forwarded_headers(&mut h, &client);
+        assert_eq!(h.get("x-forwarded-proto").unwrap(), "https");
     }
 
     #[test]

@@ -24,13 +24,15 @@ use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
 
 use crate::balance::PoolHandle;
-use crate::body::{Lease, ReqBody, RespBody};
-use crate::config::{ConnectionReuse, ListenerConfig};
+use crate::body::{grpc_status, Grpc, Lease, ReqBody, RespBody};
+use crate::config::{BackendProtocol, ConnectionReuse, ListenerConfig};
 use crate::h1::chunked;
 use crate::h1::framing::{self, BodyLength};
+use crate::instruments::{AnsweredBy, ListenerMetrics, MethodClass, RouteMetrics};
+use crate::tls::TlsInfo;
 use crate::upstream::{
-    self, AttemptError, BackendStream, ExchangeError, ExchangeTimeouts, Outgoing, PrivateIdle,
-    Transport,
+    self, AttemptError, BackendStream, ExchangeError, ExchangeTimeouts, H2Failure, Outgoing,
+    PrivateIdle, Transport,
 };
 
 mod headers;
@@ -75,6 +77,15 @@ struct Route {
     host: Option<String>,
     path_prefix: String,
     pool: Arc<PoolHandle>,
+    /// Its requests' counters.
+    metrics: RouteMetrics,
+}
+
+/// What a request's answer is counted under: the route that took it (none: refused before
+/// routing, or no route matched) and who wrote the answer.
+struct Tally {
+    route: Option<usize>,
+    by: AnsweredBy,
 }
 
 /// The request handler of one listener.
@@ -90,20 +101,34 @@ pub struct Proxy {
     request_body_timeout: std::time::Duration,
     /// How long an upgraded connection may move no byte either way before it is closed.
     tunnel_idle: std::time::Duration,
+    /// The listener's client-side metrics.
+    metrics: Arc<ListenerMetrics>,
+    /// The counters of requests no route took.
+    unrouted: RouteMetrics,
 }
 
 impl Proxy {
     /// The handler of `listener`, whose routes' `pool` indexes refer to `pools` (the pools'
-    /// request-path handles: the proxy never sees the health runtime).
-    pub fn new(listener: &ListenerConfig, pools: &[Arc<PoolHandle>]) -> Proxy {
+    /// request-path handles: the proxy never sees the health runtime), counting into
+    /// `metrics`, the listener's.
+    pub(crate) fn new(
+        listener: &ListenerConfig,
+        pools: &[Arc<PoolHandle>],
+        metrics: Arc<ListenerMetrics>,
+    ) -> Proxy {
         let routes = &listener.routes;
         Proxy {
             routes: routes
                 .iter()
-                .map(|r| Route {
-                    host: r.host.clone(),
-                    path_prefix: r.path_prefix.clone(),
-                    pool: pools[r.pool].clone(),
+                .map(|r| {
+                    let pool = pools[r.pool].clone();
+                    let label = format!("{}{}", r.host.as_deref().unwrap_or(""), r.path_prefix);
+                    Route {
+                        host: r.host.clone(),
+                        path_prefix: r.path_prefix.clone(),
+                        metrics: metrics.route(&label, &pool.name),
+                        pool,
+                    }
                 })
                 .collect(),
             any_host: routes.iter().any(|r| r.host.is_some()),
@@ -111,35 +136,75 @@ impl Proxy {
             forwarded_headers: listener.forwarded_headers,
             request_body_timeout: listener.request_body_timeout,
             tunnel_idle: listener.idle_timeout,
+            unrouted: metrics.route("", ""),
+            metrics,
         }
     }
 
-    /// The pool of the first route matching `host` (without its port) and `path`.
-    fn route(&self, host: Option<&str>, path: &str) -> Option<&Arc<PoolHandle>> {
-        let host = host.map(strip_port);
-        self.routes
-            .iter()
-            .find(|route| {
-                let host_ok = match (&route.host, host) {
-                    (None, _) => true,
-                    (Some(want), Some(got)) => want.eq_ignore_ascii_case(got),
-                    (Some(_), None) => false,
-                };
-                host_ok && path.starts_with(route.path_prefix.as_str())
-            })
-            .map(|route| &route.pool)
+    /// The listener's client-side metrics.
+    pub(crate) fn metrics(&self) -> &Arc<ListenerMetrics> {
+        &self.metrics
     }
 
-    /// Serves one client request.
+    /// Counts a request hyper refused before the proxy saw it (a malformed or oversized head),
+    /// answered with a 4xx of its own.
+    pub(crate) fn count_refused(&self) {
+        self.unrouted
+            .answered(MethodClass::OTHER, 400, AnsweredBy::Capataz);
+    }
+
+    /// The index of the first route matching `host` (without its port) and `path`.
+    fn route(&self, host: Option<&str>, path: &str) -> Option<usize> {
+        let host = host.map(strip_port);
+        self.routes.iter().position(|route| {
+            let host_ok = match (&route.host, host) {
+                (None, _) => true,
+                (Some(want), Some(got)) => want.eq_ignore_ascii_case(got),
+                (Some(_), None) => false,
+            };
+            host_ok && path.starts_with(route.path_prefix.as_str())
+        })
+    }
+
+    /// Serves one client request, and counts its answer.
     pub async fn handle(
         self: Arc<Self>,
+        req: Request<Incoming>,
+        client: Arc<ClientInfo>,
+    ) -> Result<Response<RespBody>, Infallible> {
+        let method = MethodClass::of(req.method());
+        let mut tally = Tally {
+            route: None,
+            by: AnsweredBy::Capataz,
+        };
+        let Ok(response) = self.respond(req, client, &mut tally).await;
+        let counters = match tally.route {
+            Some(index) => &self.routes[index].metrics,
+            None => &self.unrouted,
+        };
+        counters.answered(method, response.status().as_u16(), tally.by);
+        Ok(response)
+    }
+
+    /// Serves one client request, noting in `tally` the route it took and who answered.
+    async fn respond(
+        &self,
         mut req: Request<Incoming>,
         client: Arc<ClientInfo>,
+        tally: &mut Tally,
     ) -> Result<Response<RespBody>, Infallible> {
         if self.max_header_bytes < MIN_HYPER_BUFFER && head_size(&req) > self.max_header_bytes {
             return Ok(error_page(
                 StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
                 "request header fields too large",
+            ));
+        }
+        if req.method() == Method::CONNECT && req.version() == Version::HTTP_2 {
+            // No tunnels over HTTP/2: neither CONNECT nor extended CONNECT (RFC 8441, which
+            // hyper's server does not accept unless asked, and capataz does not ask).
+            return Ok(error_page(
+                StatusCode::NOT_IMPLEMENTED,
+                "CONNECT is not supported over HTTP/2",
             ));
         }
         if !framing::request_codings_ok(req.headers()) {
@@ -161,12 +226,14 @@ impl Proxy {
             }
         };
         let route_host = if self.any_host { host.as_str() } else { None };
-        let Some(pool) = self.route(route_host, req.uri().path()).cloned() else {
+        let Some(route) = self.route(route_host, req.uri().path()) else {
             return Ok(error_page(
                 StatusCode::NOT_FOUND,
                 "no route matches this host and path",
             ));
         };
+        tally.route = Some(route);
+        let pool = self.routes[route].pool.clone();
         // An HTTP/1.0 absolute-form request without Host: the backend gets the host the route
         // was chosen by.
         let add_host = match host {
@@ -178,6 +245,13 @@ impl Proxy {
         }
         pool.budget.on_request();
         let upgrade = wants_upgrade(req.headers());
+        let h2 = pool.config.protocol != BackendProtocol::Http1;
+        if upgrade && h2 {
+            return Ok(error_page(
+                StatusCode::NOT_IMPLEMENTED,
+                "upgrades are not relayed to HTTP/2 backends",
+            ));
+        }
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
         strip_hop_by_hop(&mut parts.headers, upgrade);
@@ -192,6 +266,10 @@ impl Proxy {
         // for byte; it needs only the method besides (a copy without allocation for the
         // methods that are replayable).
         let resend_method = replayable.then(|| parts.method.clone());
+        // HTTP/2 has no head bytes to resend: a bodiless request is rebuilt from its parts (a
+        // stream refused unprocessed may go elsewhere whatever its method).
+        let h2_resend =
+            (h2 && bodiless).then(|| (parts.method.clone(), uri.clone(), parts.headers.clone()));
         let mut head = Vec::with_capacity(256);
         let mut pending = Some(Outgoing::Request(build_request(
             parts.method,
@@ -224,6 +302,60 @@ impl Proxy {
                 });
             };
             tried.push(index);
+            if h2 {
+                let request = match pending.take() {
+                    Some(Outgoing::Request(request)) => request,
+                    _ => match &h2_resend {
+                        Some((method, uri, headers)) => build_request(
+                            method.clone(),
+                            uri.clone(),
+                            headers.clone(),
+                            ReqBody::Empty,
+                        ),
+                        None => {
+                            let why =
+                                failure.unwrap_or(Failure::Attempt(AttemptError::HeadTimeout));
+                            return Ok(failure_page(why));
+                        }
+                    },
+                };
+                let lease = Lease::new(pool.clone(), index, None);
+                match forward_h2(&pool, index, request, lease, timeouts).await {
+                    Forwarded::Response(mut response, status) => {
+                        let retry_status = matches!(status, 502..=504);
+                        if retry_status && replayable && may_retry(&pool, &mut retries_left, &tried)
+                        {
+                            failure = Some(Failure::Status(status));
+                            continue;
+                        }
+                        let trailer = trailer_names(response.headers_mut());
+                        strip_hop_by_hop(response.headers_mut(), false);
+                        if let Some(names) = trailer {
+                            response.headers_mut().insert(header::TRAILER, names);
+                        }
+                        return Ok(response);
+                    }
+                    Forwarded::NotSent(outgoing, why) => {
+                        failure = Some(Failure::Attempt(why));
+                        pending = Some(outgoing);
+                        if may_retry(&pool, &mut retries_left, &tried) {
+                            continue;
+                        }
+                        return Ok(failure_page(Failure::Attempt(why)));
+                    }
+                    Forwarded::Failed(why) => {
+                        failure = Some(Failure::Attempt(why));
+                        let again = why.retry_safe(replayable)
+                            && (replayable || (why.nothing_sent() && h2_resend.is_some()));
+                        if again && may_retry(&pool, &mut retries_left, &tried) {
+                            continue;
+                        }
+                        return Ok(failure_page(Failure::Attempt(why)));
+                    }
+                    // HTTP/2 answers are never upgrades (refused above).
+                    Forwarded::Upgraded(response, _, _) => return Ok(response),
+                }
+            }
             let outgoing = match pending.take() {
                 Some(outgoing) => outgoing,
                 None => match &resend_method {
@@ -249,16 +381,22 @@ impl Proxy {
                         continue;
                     }
                     strip_hop_by_hop(response.headers_mut(), false);
+                    tally.by = AnsweredBy::Backend;
                     return Ok(response);
                 }
                 Forwarded::Upgraded(response, stream, early) => {
                     match client_upgrade {
                         Some(client_upgrade) => {
-                            tunnel(client_upgrade, stream, early, self.tunnel_idle);
+                            let closing = pool
+                                .config
+                                .close_tunnels_on_down
+                                .then(|| pool.backends[index].tunnels.subscribe());
+                            tunnel(client_upgrade, stream, early, self.tunnel_idle, closing);
                         }
                         // A 101 nobody asked for: the client gets it, and nothing else.
                         None => drop(stream),
                     }
+                    tally.by = AnsweredBy::Backend;
                     return Ok(response);
                 }
                 Forwarded::NotSent(outgoing, why) => {
@@ -386,6 +524,121 @@ async fn forward<'a>(
     }
 }
 
+/// One attempt on an HTTP/2 backend (see `upstream::exchange_h2`), with its outcome fed to the
+/// passive side: a gRPC call's by its `grpc-status` (in the head of a trailers-only answer,
+/// else in the trailers, judged when the body ends).
+async fn forward_h2<'a>(
+    pool: &Arc<PoolHandle>,
+    index: usize,
+    mut request: Request<ReqBody>,
+    mut lease: Lease,
+    timeouts: ExchangeTimeouts,
+) -> Forwarded<'a> {
+    let backend = &pool.backends[index];
+    // Only set up for pools that speak HTTP/2.
+    let Some(conns) = backend.upstream.h2() else {
+        return Forwarded::Failed(AttemptError::ConnectLocal);
+    };
+    h2_target(
+        &mut request,
+        backend.upstream.tls().is_some(),
+        &backend.address,
+    );
+    let sent_at = Instant::now();
+    let response = match upstream::exchange_h2(&backend.upstream, conns, request, timeouts).await {
+        Ok(response) => response,
+        Err(H2Failure::NotSent(mut request, error)) => {
+            charge(pool, index, error);
+            // Back to how the proxy built it, for another backend.
+            *request.uri_mut() = origin_form(request.uri());
+            return Forwarded::NotSent(Outgoing::Request(request), error);
+        }
+        Err(H2Failure::Failed(error)) => {
+            charge(pool, index, error);
+            return Forwarded::Failed(error);
+        }
+    };
+    let status = response.status().as_u16();
+    let answered_at = Instant::now();
+    backend
+        .metrics
+        .answered(status, answered_at.saturating_duration_since(sent_at));
+    let (parts, body) = response.into_parts();
+    let grpc_call = status == 200
+        && parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|ct| ct.as_bytes().starts_with(b"application/grpc"));
+    let grpc = match (grpc_call, grpc_status(&parts.headers)) {
+        (true, Some(code)) => {
+            lease.judge_at_end(Outcome::Grpc(code));
+            Grpc::No
+        }
+        (true, None) => {
+            lease.judge_at_end(Outcome::Status(status));
+            Grpc::Pending
+        }
+        (false, _) => {
+            lease.judge_at_end(Outcome::Status(status));
+            Grpc::No
+        }
+    };
+    let mut relayed = Response::new(RespBody::h2(body, lease, grpc, timeouts.body_idle));
+    *relayed.status_mut() = parts.status;
+    *relayed.headers_mut() = parts.headers;
+    Forwarded::Response(relayed, status)
+}
+
+/// The trailer field names an HTTP/1.1 client may be sent (hyper's HTTP/1.1 server sends only
+/// the trailers a response's `Trailer` header names, and only to a client that asked with `TE:
+/// trailers`): the backend's own `Trailer` (taken out, it is hop-by-hop in form), else, for a
+/// gRPC answer whose status is still to come, gRPC's.
+fn trailer_names(headers: &mut HeaderMap) -> Option<HeaderValue> {
+    if let Some(names) = headers.remove(header::TRAILER) {
+        return Some(names);
+    }
+    let grpc = headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|ct| ct.as_bytes().starts_with(b"application/grpc"));
+    (grpc && !headers.contains_key("grpc-status"))
+        .then(|| HeaderValue::from_static("grpc-status, grpc-message, grpc-status-details-bin"))
+}
+
+/// Makes `request` (origin-form, as the proxy builds it) an HTTP/2 request: the scheme, and
+/// the authority from its Host (kept, the same value), else the backend's address. A gRPC
+/// call gets `TE: trailers`, which gRPC servers require (hop-by-hop, it was stripped).
+fn h2_target(request: &mut Request<ReqBody>, tls: bool, backend_address: &str) {
+    let authority = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|host| http::uri::Authority::try_from(host.as_bytes()).ok())
+        .or_else(|| http::uri::Authority::try_from(backend_address).ok());
+    let mut parts = http::uri::Parts::default();
+    parts.scheme = Some(if tls {
+        http::uri::Scheme::HTTPS
+    } else {
+        http::uri::Scheme::HTTP
+    });
+    parts.authority = authority;
+    parts.path_and_query = request
+        .uri()
+        .path_and_query()
+        .cloned()
+        .or_else(|| Some(http::uri::PathAndQuery::from_static("/")));
+    if let Ok(uri) = Uri::from_parts(parts) {
+        *request.uri_mut() = uri;
+    }
+    let grpc = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|ct| ct.as_bytes().starts_with(b"application/grpc"));
+    if grpc {
+        request
+            .headers_mut()
+            .insert(header::TE, HeaderValue::from_static("trailers"));
+    }
+}
+
 /// Feeds a failed attempt to the passive side if it was the backend's fault; a failure that
 /// was the client's (or capataz's own) is only logged, at debug.
 fn charge(pool: &PoolHandle, index: usize, error: AttemptError) {
@@ -452,6 +705,8 @@ pub struct ClientInfo {
     /// The idle backend connections only this client connection may use (see
     /// `upstream::PrivateIdle`).
     pub private: Arc<PrivateIdle>,
+    /// What its TLS handshake settled, when the listener terminates TLS.
+    pub tls: Option<TlsInfo>,
 }
 
 impl ClientInfo {
@@ -464,6 +719,15 @@ impl ClientInfo {
             addr,
             ip,
             private: Arc::new(PrivateIdle::new()),
+            tls: None,
+        }
+    }
+
+    /// The info for a client at `addr` whose connection is TLS, as `tls` says.
+    pub fn with_tls(addr: SocketAddr, tls: TlsInfo) -> ClientInfo {
+        ClientInfo {
+            tls: Some(tls),
+            ..ClientInfo::new(addr)
         }
     }
 }
@@ -471,12 +735,15 @@ impl ClientInfo {
 /// Joins the client's upgraded connection and the backend's, once the 101 has reached the
 /// client; `early` is what the backend sent after its 101 before the tunnel existed. The
 /// tunnel closes when either side does, or once no byte has moved either way for `idle` (the
-/// listener's `idle_timeout`): an idle upgraded connection holds two sockets and a task.
+/// listener's `idle_timeout`): an idle upgraded connection holds two sockets and a task. With
+/// `closing` (the pool's `close_tunnels_on_down`), it also closes when the health runtime
+/// signals that the backend went DOWN.
 fn tunnel<S: Transport>(
     client: hyper::upgrade::OnUpgrade,
     mut backend: S,
     early: Bytes,
     idle: std::time::Duration,
+    closing: Option<tokio::sync::watch::Receiver<u64>>,
 ) {
     tokio::spawn(async move {
         let Ok(client) = client.await else {
@@ -506,9 +773,13 @@ fn tunnel<S: Transport>(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut seen = 0;
         let mut quiet_since = tokio::time::Instant::now();
+        let closed = backend_down(closing);
+        tokio::pin!(closed);
         loop {
             tokio::select! {
                 _ = &mut copy => return,
+                // Dropping both ends closes them.
+                _ = &mut closed => return,
                 now = tick.tick() => {
                     let count = moved.load(Ordering::Relaxed);
                     if count != seen {
@@ -522,6 +793,17 @@ fn tunnel<S: Transport>(
             }
         }
     });
+}
+
+/// Resolves once the backend's tunnels are to close; never without a receiver, or once the
+/// signal's sender is gone (its pool was removed by a reload).
+async fn backend_down(closing: Option<tokio::sync::watch::Receiver<u64>>) {
+    if let Some(mut rx) = closing {
+        if rx.changed().await.is_ok() {
+            return;
+        }
+    }
+    std::future::pending().await
 }
 
 /// One end of a tunnel, counting the reads that moved bytes.

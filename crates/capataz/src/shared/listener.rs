@@ -7,16 +7,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_rustls::server::TlsStream;
 
 use super::{Shared, StartError};
 use crate::balance::PoolHandle;
 use crate::client;
 use crate::config::ListenerConfig;
 use crate::health::PoolRt;
-use crate::proxy::Proxy;
+use crate::instruments::HandshakeFailures;
+use crate::proxy::{ClientInfo, Proxy};
+use crate::tls::{ServerTls, TlsInfo};
 
 /// One client-facing listener at run time.
 #[derive(Debug)]
@@ -50,7 +53,11 @@ impl Shared {
         let local = socket.local_addr().unwrap_or(listener.address);
         let state = Arc::new(ArcSwap::from_pointee(ListenerState {
             config: listener.clone(),
-            proxy: Arc::new(Proxy::new(listener, &handles(pools))),
+            proxy: Arc::new(Proxy::new(
+                listener,
+                &handles(pools),
+                self.metrics.families().listener(&listener.name),
+            )),
         }));
         let (stop, stop_rx) = watch::channel(false);
         tracing::info!(listener = %listener.name, address = %local, "listening");
@@ -60,6 +67,10 @@ impl Shared {
             stop_rx,
             self.shutdown.subscribe(),
             self.connections.clone(),
+            self.metrics
+                .families()
+                .tls()
+                .handshake_failures(&listener.name, listener.tls.is_some()),
         ));
         ListenerRt {
             address: listener.address,
@@ -97,6 +108,7 @@ async fn accept_loop(
     mut stop: watch::Receiver<bool>,
     shutdown: watch::Receiver<bool>,
     connections: Arc<AtomicUsize>,
+    failures: HandshakeFailures,
 ) {
     loop {
         let accepted = tokio::select! {
@@ -117,19 +129,88 @@ async fn accept_loop(
         let shutdown = shutdown.clone();
         let connections = connections.clone();
         connections.fetch_add(1, Ordering::Relaxed);
-        let limits = {
+        let (limits, protocol, tls) = {
             let current = state.load();
-            client::Limits {
-                idle_timeout: current.config.idle_timeout,
-                header_read_timeout: current.config.header_read_timeout,
-                max_buf: current.config.max_header_bytes.max(8192),
-            }
+            let config = &current.config;
+            let limits = client::Limits {
+                idle_timeout: config.idle_timeout,
+                header_read_timeout: config.header_read_timeout,
+                max_buf: config.max_header_bytes.max(8192),
+                max_header_list: u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX),
+                http2: config.http2,
+            };
+            let protocol = if config.h2c {
+                client::Protocol::Auto
+            } else {
+                client::Protocol::Http1
+            };
+            // The certificates in force now: a reload applies to the next handshake.
+            let tls = config.tls.as_ref().and_then(|t| t.loaded.clone());
+            (limits, protocol, tls)
         };
         // The routes in force now: a reload applies to the next request on every connection.
         let proxy = move || state.load().proxy.clone();
+        let failures = failures.clone();
         tokio::spawn(async move {
-            client::serve(stream, peer, limits, proxy, shutdown).await;
+            match tls {
+                None => {
+                    let client = ClientInfo::new(peer);
+                    client::serve(stream, client, protocol, limits, proxy, shutdown).await
+                }
+                Some(tls) => {
+                    let mut signal = shutdown.clone();
+                    let done = handshake(&tls, stream, limits, &failures);
+                    let done = tokio::select! {
+                        done = done => done,
+                        // A shutdown drops a connection still in its handshake, as one at rest.
+                        _ = shutting_down(&mut signal) => None,
+                    };
+                    if let Some((stream, info)) = done {
+                        // ALPN decides: HTTP/2 when the client and capataz agreed on h2.
+                        let protocol = if info.alpn_is_h2() {
+                            client::Protocol::Http2
+                        } else {
+                            client::Protocol::Http1
+                        };
+                        let client = ClientInfo::with_tls(peer, info);
+                        client::serve(stream, client, protocol, limits, proxy, shutdown).await;
+                    }
+                }
+            }
             connections.fetch_sub(1, Ordering::Relaxed);
         });
     }
+}
+
+/// Resolves once the balancer shuts down (never, should the sender be gone).
+async fn shutting_down(shutdown: &mut watch::Receiver<bool>) {
+    if shutdown.wait_for(|down| *down).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// The server side of a TLS handshake on a new connection, on the connection's own task,
+/// within the listener's `header_read_timeout`. A failure is counted by reason and logged at
+/// debug only (a port scan must not flood the log); the connection is then dropped, having
+/// reached no backend.
+async fn handshake(
+    tls: &ServerTls,
+    stream: TcpStream,
+    limits: client::Limits,
+    failures: &HandshakeFailures,
+) -> Option<(TlsStream<TcpStream>, TlsInfo)> {
+    let reason = match tokio::time::timeout(limits.header_read_timeout, tls.accept(stream)).await {
+        Ok(Ok(done)) => return Some(done),
+        Ok(Err(error)) => {
+            let reason = crate::tls::failure_reason(&error);
+            tracing::debug!(%error, reason, "TLS handshake failed");
+            reason
+        }
+        Err(_) => {
+            tracing::debug!("TLS handshake timed out");
+            "timeout"
+        }
+    };
+    failures.count(reason);
+    None
 }

@@ -99,6 +99,7 @@ impl Shared {
     ) -> Arc<Shared> {
         let clock = Clock::start();
         let metrics = Arc::new(Metrics::new(HistogramScope::of(config)));
+        metrics.families().tls().set_certificates(config);
         let pools: Vec<Arc<PoolRt>> = config
             .pools
             .iter()

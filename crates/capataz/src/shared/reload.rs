@@ -35,7 +35,10 @@ impl Shared {
     /// value), then building the new pools from the old ones' state and the listeners'
     /// proxies, never hold a runtime thread that requests and probes need.
     pub async fn reload_from_file(self: &Arc<Self>) -> Result<ReloadSummary, StartError> {
-        let path = self.config_path.clone().ok_or(StartError::NoFile)?;
+        let Some(path) = self.config_path.clone() else {
+            self.metrics.reloaded(false);
+            return Err(StartError::NoFile);
+        };
         // Taken before the read, so that reloads apply in the order their reads started.
         let serial = self.reload_lock.clone().lock_owned().await;
         self.off_runtime(serial, move |shared| {
@@ -74,11 +77,16 @@ impl Shared {
         tokio::task::spawn_blocking(move || {
             let _runtime = runtime.enter();
             let outcome = work(&shared);
+            // Counted before the next reload may start, so the counters follow their order.
+            shared.metrics.reloaded(outcome.is_ok());
             drop(serial);
             outcome
         })
         .await
-        .map_err(|_| StartError::ReloadPanicked)?
+        .map_err(|_| {
+            self.metrics.reloaded(false);
+            StartError::ReloadPanicked
+        })?
     }
 
     /// [`Shared::reload`] once the caller holds `reload_lock`, on a blocking-pool thread that
@@ -191,9 +199,10 @@ impl Shared {
                 .find(|l| l.address == listener.address)
             {
                 Some(new) => {
+                    let metrics = self.metrics.families().listener(&new.name);
                     listener.state.store(Arc::new(ListenerState {
                         config: new.clone(),
-                        proxy: Arc::new(Proxy::new(new, &pool_handles)),
+                        proxy: Arc::new(Proxy::new(new, &pool_handles, metrics)),
                     }));
                     kept_listeners.push(listener);
                 }
@@ -229,6 +238,7 @@ impl Shared {
         if old_config.alerts != config.alerts {
             self.restart_alerts(&config);
         }
+        self.metrics.families().tls().set_certificates(&config);
         *lock(&self.config) = Arc::new(config);
         tracing::info!(
             kept = summary.kept,

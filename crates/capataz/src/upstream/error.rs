@@ -38,6 +38,10 @@ pub enum AttemptError {
     ConnectTimeout,
     /// No socket could be opened here (descriptors or local ports exhausted).
     ConnectLocal,
+    /// The TLS handshake failed (within `timeouts.connect`, before any byte of the request):
+    /// a certificate not trusted or not for the backend's name, a protocol refused, or the
+    /// connection closed during the handshake.
+    TlsHandshake,
     /// Writing the request to the backend failed; `sent_any`: whether any byte had gone out.
     Send {
         /// Whether any byte of the request reached the socket.
@@ -62,6 +66,9 @@ pub enum AttemptError {
     ClientGone,
     /// The backend's response body broke off (a close, a reset, bad chunks) before its end.
     BodyBroken,
+    /// An HTTP/2 backend refused the stream unprocessed (`REFUSED_STREAM`, or a GOAWAY whose
+    /// last stream is below it): RFC 9113 section 8.7 guarantees it did nothing with it.
+    StreamRefused,
     /// The backend sent nothing of its response body for `timeouts.body_idle`.
     BodyStalled,
 }
@@ -81,7 +88,7 @@ impl AttemptError {
     /// What the passive checks hear: `None` unless the backend is at fault.
     pub fn outcome(self) -> Option<Outcome> {
         Some(match self {
-            AttemptError::ConnectRefused => Outcome::Refused,
+            AttemptError::ConnectRefused | AttemptError::StreamRefused => Outcome::Refused,
             AttemptError::ConnectTimeout
             | AttemptError::BackendNotReading
             | AttemptError::HeadTimeout
@@ -90,6 +97,7 @@ impl AttemptError {
                 Outcome::Reset
             }
             AttemptError::HeadMalformed | AttemptError::UnexpectedUpgrade => Outcome::Malformed,
+            AttemptError::TlsHandshake => Outcome::Tls,
             AttemptError::ConnectLocal
             | AttemptError::ClientBodyStalled
             | AttemptError::ClientBodyMalformed
@@ -104,6 +112,8 @@ impl AttemptError {
             AttemptError::ConnectRefused
                 | AttemptError::ConnectTimeout
                 | AttemptError::ConnectLocal
+                | AttemptError::TlsHandshake
+                | AttemptError::StreamRefused
                 | AttemptError::Send { sent_any: false }
         )
     }
@@ -178,6 +188,7 @@ impl fmt::Display for AttemptError {
             AttemptError::ConnectRefused => "the backend refused the connection",
             AttemptError::ConnectTimeout => "connecting to the backend timed out",
             AttemptError::ConnectLocal => "no local socket available to reach the backend",
+            AttemptError::TlsHandshake => "the TLS handshake with the backend failed",
             AttemptError::Send { .. } => "the backend's connection failed while sending",
             AttemptError::BackendNotReading => "the backend stopped reading the request",
             AttemptError::HeadTimeout => "the backend did not answer in time",
@@ -188,17 +199,22 @@ impl fmt::Display for AttemptError {
             AttemptError::ClientBodyMalformed => "the request body is malformed",
             AttemptError::ClientGone => "the client went away during its request body",
             AttemptError::BodyBroken => "the backend's response body broke off",
+            AttemptError::StreamRefused => "the backend refused the HTTP/2 stream unprocessed",
             AttemptError::BodyStalled => "the backend's response body stalled",
         })
     }
 }
 
+impl std::error::Error for AttemptError {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const ALL: [AttemptError; 15] = [
+    const ALL: [AttemptError; 17] = [
         AttemptError::ConnectRefused,
+        AttemptError::StreamRefused,
+        AttemptError::TlsHandshake,
         AttemptError::ConnectTimeout,
         AttemptError::ConnectLocal,
         AttemptError::Send { sent_any: false },

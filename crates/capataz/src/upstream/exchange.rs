@@ -115,6 +115,10 @@ where
         }
         Ok(_) => {}
     }
+    // TLS may hold records the socket did not take yet; for TCP this returns at once.
+    flush_within(&mut stream, timeouts.body_idle)
+        .await
+        .map_err(ExchangeError::Failed)?;
     let (method, body) = match outgoing {
         Outgoing::Request(request) => {
             let (parts, body) = request.into_parts();
@@ -192,7 +196,33 @@ async fn write_within<W: tokio::io::AsyncWrite + Unpin>(
     bytes: &[u8],
     limit: Duration,
 ) -> Result<(), AttemptError> {
-    match tokio::time::timeout(limit, writer.write_all(bytes)).await {
+    let write = async {
+        writer.write_all(bytes).await?;
+        // TLS may hold records the socket did not take yet; for TCP this returns at once.
+        writer.flush().await
+    };
+    match tokio::time::timeout(limit, write).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(AttemptError::Send { sent_any: true }),
+        Err(_) => Err(AttemptError::BackendNotReading),
+    }
+}
+
+/// Flushes what the transport holds; a flush that waits `limit` means the backend stopped
+/// reading. A flush done at once (always, on TCP) arms no timer and reads no clock.
+async fn flush_within<W: tokio::io::AsyncWrite + Unpin>(
+    writer: &mut W,
+    limit: Duration,
+) -> Result<(), AttemptError> {
+    let at_once =
+        std::future::poll_fn(|cx| std::task::Poll::Ready(Pin::new(&mut *writer).poll_flush(cx)))
+            .await;
+    match at_once {
+        std::task::Poll::Ready(Ok(())) => return Ok(()),
+        std::task::Poll::Ready(Err(_)) => return Err(AttemptError::Send { sent_any: true }),
+        std::task::Poll::Pending => {}
+    }
+    match tokio::time::timeout(limit, writer.flush()).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(_)) => Err(AttemptError::Send { sent_any: true }),
         Err(_) => Err(AttemptError::BackendNotReading),

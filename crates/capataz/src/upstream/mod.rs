@@ -1,8 +1,10 @@
 //! Keep-alive connections to one backend, and one HTTP/1.1 exchange on one of them.
 //!
-//! The connections are plain TCP streams ([`BackendStream`]; the HTTP/1.1 client runs over
+//! The connections are TCP or TLS streams ([`BackendStream`]; the HTTP/1.1 client runs over
 //! any [`Transport`]): capataz speaks HTTP/1.1 to backends itself (see
-//! `h1`), so an idle connection holds no buffer, no task and no channel, only its socket.
+//! `h1`), so an idle connection holds no buffer, no task and no channel, only its socket (and,
+//! over TLS, its session). A TLS handshake is part of connecting: it runs within the connect
+//! deadline, and its failure ([`AttemptError::TlsHandshake`]) sent nothing of the request.
 //! Where an idle connection waits depends on the pool's reuse policy: by default in the set of
 //! the client connection whose request it carried ([`PrivateIdle`]), never given to another
 //! client; with `connection_reuse = "shared"` in a stack per backend that every client draws
@@ -19,15 +21,23 @@ use std::time::{Duration, Instant};
 
 mod error;
 mod exchange;
+mod h2;
 mod private;
 mod response;
 pub mod transport;
 
 pub use error::{AttemptError, Fault};
 pub(crate) use exchange::{exchange, ExchangeError, ExchangeTimeouts, Outgoing};
+pub(crate) use h2::{classify as classify_h2, exchange_h2, H2Failure, Phase};
+pub use h2::{H2Body, H2Conns};
 pub use private::{PrivateIdle, MAX_PRIVATE};
 pub(crate) use response::ResponseStream;
 pub use transport::{BackendStream, Transport};
+
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+use crate::tls::client::Connector;
 
 /// The most idle connections kept per backend.
 const MAX_IDLE: usize = 512;
@@ -55,6 +65,10 @@ pub struct Upstream {
     connect_timeout: Duration,
     idle_timeout: Duration,
     idle: Mutex<Vec<(BackendStream, Instant)>>,
+    /// The TLS handshake run on each new connection, when the pool speaks TLS.
+    tls: Option<Connector>,
+    /// The multiplexed connection, when the pool speaks HTTP/2 (the idle set is then unused).
+    h2: Option<H2Conns>,
 }
 
 /// The next `Upstream::id`.
@@ -69,7 +83,36 @@ impl Upstream {
             connect_timeout,
             idle_timeout,
             idle: Mutex::new(Vec::new()),
+            tls: None,
+            h2: None,
         }
+    }
+
+    /// The same, speaking HTTP/2 (over TLS if set up with [`Upstream::with_tls`], else h2c).
+    pub fn with_h2(mut self) -> Upstream {
+        self.h2 = Some(H2Conns::default());
+        self
+    }
+
+    /// The HTTP/2 connection, when the pool speaks HTTP/2.
+    pub fn h2(&self) -> Option<&H2Conns> {
+        self.h2.as_ref()
+    }
+
+    /// The same, with a TLS handshake by `connector` on each new connection.
+    pub fn with_tls(mut self, connector: Connector) -> Upstream {
+        self.tls = Some(connector);
+        self
+    }
+
+    /// The TLS handshake of new connections, if the pool speaks TLS.
+    pub fn tls(&self) -> Option<&Connector> {
+        self.tls.as_ref()
+    }
+
+    /// The connect deadline (TCP and TLS handshakes together).
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
     }
 
     /// The backend's address.
@@ -101,21 +144,44 @@ impl Upstream {
 
     /// A fresh connection, never a pooled one.
     pub(crate) async fn connect(&self) -> Result<Conn, AttemptError> {
-        let stream = match tokio::time::timeout(
-            self.connect_timeout,
-            tokio::net::TcpStream::connect(self.addr),
-        )
-        .await
-        {
-            Err(_) => return Err(AttemptError::ConnectTimeout),
-            Ok(Err(e)) => return Err(AttemptError::of_connect(&e)),
-            Ok(Ok(stream)) => stream,
+        let stream = match &self.tls {
+            None => BackendStream::Tcp(self.connect_tcp().await?),
+            Some(tls) => BackendStream::Tls(Box::new(self.connect_tls(tls).await?)),
         };
-        let _ = stream.set_nodelay(true);
         Ok(Conn {
             stream,
             reused: false,
         })
+    }
+
+    /// A TCP connection within the connect deadline.
+    pub(crate) async fn connect_tcp(&self) -> Result<TcpStream, AttemptError> {
+        let stream =
+            match tokio::time::timeout(self.connect_timeout, TcpStream::connect(self.addr)).await {
+                Err(_) => return Err(AttemptError::ConnectTimeout),
+                Ok(Err(e)) => return Err(AttemptError::of_connect(&e)),
+                Ok(Ok(stream)) => stream,
+            };
+        let _ = stream.set_nodelay(true);
+        Ok(stream)
+    }
+
+    /// A TLS session by `tls`: the TCP connect and the handshake within one connect deadline.
+    pub(crate) async fn connect_tls(
+        &self,
+        tls: &Connector,
+    ) -> Result<TlsStream<TcpStream>, AttemptError> {
+        let started = tokio::time::Instant::now();
+        let tcp = self.connect_tcp().await?;
+        let deadline = started + self.connect_timeout;
+        match tokio::time::timeout_at(deadline, tls.connect(tcp)).await {
+            Err(_) => Err(AttemptError::ConnectTimeout),
+            Ok(Ok(stream)) => Ok(stream),
+            Ok(Err(error)) => {
+                tracing::debug!(backend = %self.addr, %error, "TLS handshake failed");
+                Err(AttemptError::TlsHandshake)
+            }
+        }
     }
 
     fn pop_idle(&self, now: Instant) -> Option<BackendStream> {
@@ -168,3 +234,5 @@ fn usable(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tls_tests;

@@ -9,13 +9,16 @@
 //! to another client's request. A new client connection always opens fresh backend
 //! connections, as HAProxy's default `http-reuse safe` does for a session's first request.
 //!
-//! Each set holds at most [`MAX_PRIVATE`] connections (the oldest is closed to make room), so
-//! a client connection holds at most that many backend sockets while it is idle, and none
+//! Each set holds at most [`MAX_PRIVATE`] connections (the oldest is closed to make room), or
+//! for an HTTP/2 client connection as many as it may have streams at once (at most
+//! `MAX_PRIVATE_H2` in `client`), so a client connection holds at most that many backend
+//! sockets while it is idle, and none
 //! longer than the backend's `timeouts.idle`: the client connection's watcher reaps the set on
 //! its periodic look ([`PrivateIdle::reap`]), as the health runtime reaps the shared sets. A
 //! connection is still checked before reuse: not idle too long and nothing unread on it (a
 //! connection with stray bytes is dropped).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -25,10 +28,22 @@ use super::{BackendStream, Upstream};
 pub const MAX_PRIVATE: usize = 8;
 
 /// The idle backend connections private to one client connection.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct PrivateIdle {
     /// Oldest first.
     conns: Mutex<Vec<Parked>>,
+    /// The most kept: [`MAX_PRIVATE`], or more for a client connection that carries requests
+    /// side by side (HTTP/2 streams), set once it is known.
+    capacity: AtomicUsize,
+}
+
+impl Default for PrivateIdle {
+    fn default() -> PrivateIdle {
+        PrivateIdle {
+            conns: Mutex::new(Vec::new()),
+            capacity: AtomicUsize::new(MAX_PRIVATE),
+        }
+    }
 }
 
 /// One idle connection.
@@ -55,6 +70,14 @@ impl PrivateIdle {
         PrivateIdle::default()
     }
 
+    /// Keeps up to `capacity` connections (at least [`MAX_PRIVATE`]): as many as the client
+    /// connection may have requests in progress at once, so that its requests side by side
+    /// do not open and close a backend connection each.
+    pub(crate) fn set_capacity(&self, capacity: usize) {
+        self.capacity
+            .store(capacity.max(MAX_PRIVATE), Ordering::Relaxed);
+    }
+
     /// The most recent idle connection to `upstream` that is still usable at `now`; unusable
     /// ones to it are dropped on the way.
     pub(crate) fn take(&self, upstream: &Upstream, now: Instant) -> Option<BackendStream> {
@@ -71,7 +94,7 @@ impl PrivateIdle {
     /// Keeps `stream`, a connection to `upstream` whose answer arrived at `since`.
     pub(crate) fn park(&self, upstream: &Upstream, stream: BackendStream, since: Instant) {
         let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
-        if conns.len() >= MAX_PRIVATE {
+        if conns.len() >= self.capacity.load(Ordering::Relaxed) {
             conns.remove(0);
         }
         conns.push(Parked {

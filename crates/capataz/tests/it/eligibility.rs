@@ -76,7 +76,8 @@ async fn initial_down_pool_rejects_before_any_backend_is_proven() {
         all_down_of(&events),
         [AllDown::NoneToFailOpen {
             overridden: 0,
-            unproven: 2
+            unproven: 2,
+            held: 0,
         }]
     );
     let sentence = events[0].sentence();
@@ -115,7 +116,8 @@ async fn a_pool_added_by_reload_gets_no_traffic_before_its_first_probe() {
         all_down_of(&drain(&mut rx)),
         [AllDown::NoneToFailOpen {
             overridden: 0,
-            unproven: 1
+            unproven: 1,
+            held: 0,
         }]
     );
     let answer = get(addr, "/").await;

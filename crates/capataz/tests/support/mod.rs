@@ -10,11 +10,16 @@
 // test module of a binary can reach them.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod backends_tls;
 pub mod balancer;
 pub mod blocking;
 pub mod client;
 pub mod events;
+pub mod h2client;
+pub mod h2frames;
+pub mod prometheus;
 pub mod raw;
+pub mod tls;
 pub mod wait;
 
 use std::net::SocketAddr;

@@ -68,9 +68,42 @@ pub(super) struct RawListener {
     pub(super) request_body_timeout: Option<Spanned<Value>>,
     pub(super) max_header_bytes: Option<Spanned<i64>>,
     pub(super) forwarded_headers: Option<bool>,
+    pub(super) h2c: Option<bool>,
+    #[serde(default)]
+    pub(super) http2: RawHttp2,
     pub(super) proxy_protocol: Option<Spanned<RawProxyProtocol>>,
     #[serde(default)]
     pub(super) routes: Vec<Spanned<RawRoute>>,
+    pub(super) tls: Option<RawTls>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTls {
+    pub(super) certificates: Option<Vec<Spanned<RawCertificate>>>,
+    pub(super) min_version: Option<Spanned<Value>>,
+    pub(super) alpn: Option<Vec<Spanned<String>>>,
+    pub(super) client_ca: Option<Spanned<String>>,
+    pub(super) client_auth: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCertificate {
+    pub(super) cert: Option<Spanned<String>>,
+    pub(super) key: Option<Spanned<String>>,
+    pub(super) default: Option<bool>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHttp2 {
+    pub(super) max_concurrent_streams: Option<Spanned<i64>>,
+    pub(super) initial_stream_window_size: Option<Spanned<i64>>,
+    pub(super) initial_connection_window_size: Option<Spanned<i64>>,
+    pub(super) max_frame_size: Option<Spanned<i64>>,
+    pub(super) keepalive_interval: Option<Spanned<Value>>,
+    pub(super) keepalive_timeout: Option<Spanned<Value>>,
 }
 
 #[derive(Deserialize)]
@@ -105,6 +138,74 @@ pub(super) struct RawPool {
     pub(super) slow_start: Option<Spanned<Value>>,
     pub(super) gate_new_backends: Option<bool>,
     pub(super) connection_reuse: Option<RawReuse>,
+    pub(super) backups: Option<RawBackupUse>,
+    pub(super) min_healthy: Option<Spanned<i64>>,
+    pub(super) min_healthy_percent: Option<Spanned<i64>>,
+    pub(super) close_tunnels_on_down: Option<bool>,
+    pub(super) protocol: Option<RawProtocol>,
+    pub(super) tls: Option<RawBackendTls>,
+}
+
+#[derive(Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawBackupUse {
+    First,
+    All,
+}
+
+#[derive(Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawProtocol {
+    Http1,
+    H2,
+    H2c,
+}
+
+/// `tls = true | false`, or a `[pools.NAME.tls]` table (which turns TLS on).
+pub(super) enum RawBackendTls {
+    Flag(bool),
+    Table(RawTlsTable),
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTlsTable {
+    pub(super) ca_file: Option<Spanned<String>>,
+    pub(super) server_name: Option<Spanned<String>>,
+    pub(super) verify: Option<Spanned<bool>>,
+    pub(super) cert: Option<Spanned<String>>,
+    pub(super) key: Option<Spanned<String>>,
+}
+
+impl<'de> Deserialize<'de> for RawBackendTls {
+    /// A boolean or a table. The table goes through serde's `MapAccessDeserializer`, so its
+    /// values still come from the TOML deserializer and keep their spans, and unknown keys
+    /// are still refused.
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<RawBackendTls, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = RawBackendTls;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("true, false, or a table of TLS settings")
+            }
+
+            fn visit_bool<E: serde::de::Error>(self, on: bool) -> Result<RawBackendTls, E> {
+                Ok(RawBackendTls::Flag(on))
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<RawBackendTls, A::Error> {
+                RawTlsTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(RawBackendTls::Table)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -120,6 +221,7 @@ pub(super) struct RawBackend {
     pub(super) name: Option<Spanned<String>>,
     pub(super) address: Option<Spanned<String>>,
     pub(super) weight: Option<Spanned<i64>>,
+    pub(super) backup: Option<bool>,
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -149,6 +251,8 @@ pub(super) struct RawActive {
     pub(super) fall: Option<Spanned<i64>>,
     pub(super) jitter: Option<Spanned<Value>>,
     pub(super) initial: Option<RawInitial>,
+    pub(super) disable_on_404: Option<bool>,
+    pub(super) rise_after_maintenance: Option<Spanned<i64>>,
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -176,6 +280,7 @@ pub(super) struct RawPassive {
     pub(super) max_ejection_time: Option<Spanned<Value>>,
     pub(super) max_ejected_percent: Option<Spanned<i64>>,
     pub(super) probes_end_ejection: Option<bool>,
+    pub(super) grpc_error_codes: Option<Spanned<Vec<Spanned<i64>>>>,
 }
 
 #[derive(Default, Deserialize)]

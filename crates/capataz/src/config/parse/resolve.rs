@@ -8,9 +8,12 @@
 //! key, like any other invalid value.
 
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::ConfigError;
 use crate::config::Config;
+use crate::tls::Part;
 
 /// A host name in a validated config that still has to be resolved.
 #[derive(Clone, Debug)]
@@ -42,6 +45,8 @@ pub(super) enum Target {
 pub struct Unresolved {
     pub(super) config: Config,
     pub(super) lookups: Vec<Lookup>,
+    /// The pools' TLS files, read with the names (see `tls_files`).
+    pub(super) tls_loads: Vec<super::tls_files::TlsLoad>,
 }
 
 impl Unresolved {
@@ -55,10 +60,29 @@ impl Unresolved {
         self.lookups.iter().map(|lookup| lookup.host_port.as_str())
     }
 
-    /// Resolves every name with the system resolver (the first address wins) and returns the
-    /// whole config. This blocks on DNS: call it off the runtime threads. Without names it
-    /// returns at once.
+    /// The files still to be read: each TLS listener's certificates, keys and client CA.
+    pub fn files(&self) -> impl Iterator<Item = &Path> {
+        self.config
+            .listeners
+            .iter()
+            .filter_map(|listener| listener.tls.as_ref())
+            .flat_map(|tls| {
+                let settings = &tls.settings;
+                settings
+                    .certificates
+                    .iter()
+                    .flat_map(|c| [c.cert.as_path(), c.key.as_path()])
+                    .chain(settings.client_ca.iter().map(|(ca, _)| ca.as_path()))
+            })
+    }
+
+    /// Resolves every name with the system resolver (the first address wins), loads every TLS
+    /// listener's certificates and keys (see [`Unresolved::files`]) and the pools' TLS files
+    /// (CA bundles, client certificates, the system's roots when used), and returns the whole
+    /// config. This blocks on DNS and file IO: call it off the runtime threads. Without names
+    /// or files it returns at once.
     pub fn resolve(mut self) -> Result<Config, ConfigError> {
+        load_tls(&mut self.config, unix_now())?;
         for lookup in &self.lookups {
             let address = resolve_one(lookup)?;
             let slot = match &lookup.target {
@@ -81,8 +105,47 @@ impl Unresolved {
                 *slot = address;
             }
         }
+        super::tls_files::load_all(&mut self.config, &self.tls_loads)?;
         Ok(self.config)
     }
+}
+
+/// The time now, in seconds since the Unix epoch.
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// Loads each TLS listener's files; the first failure names the file, the line and the key.
+pub(super) fn load_tls(config: &mut Config, now: i64) -> Result<(), ConfigError> {
+    for (index, listener) in config.listeners.iter_mut().enumerate() {
+        let Some(tls) = &mut listener.tls else {
+            continue;
+        };
+        let loaded = tls.settings.load(now).map_err(|error| {
+            let at = format!("listeners[{index}].tls");
+            let (line, key) = match error.part {
+                Part::Certificate(i) => (
+                    tls.certificate_lines.get(i).copied().flatten(),
+                    format!("{at}.certificates[{i}].cert"),
+                ),
+                Part::Key(i) => (
+                    tls.certificate_lines.get(i).copied().flatten(),
+                    format!("{at}.certificates[{i}].key"),
+                ),
+                Part::ClientCa => (tls.client_ca_line, format!("{at}.client_ca")),
+            };
+            ConfigError::Invalid {
+                file: config.source.clone(),
+                line,
+                key,
+                message: super::one_line(&error.to_string()).into_owned(),
+            }
+        })?;
+        tls.loaded = Some(loaded);
+    }
+    Ok(())
 }
 
 fn resolve_one(lookup: &Lookup) -> Result<SocketAddr, ConfigError> {

@@ -8,8 +8,10 @@
 
 mod admin;
 mod alerts;
+mod backend_tls;
 mod pool;
 mod proxy_protocol;
+mod tls;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -21,12 +23,13 @@ use std::time::Duration;
 use toml::{Spanned, Value};
 
 use super::locate::line_of;
-use super::raw::{RawConfig, RawListener, RawLog, RawLogFormat, RawRoute, RawServer};
+use super::raw::{RawConfig, RawHttp2, RawListener, RawLog, RawLogFormat, RawRoute, RawServer};
 use super::resolve::Lookup;
 use super::values::{check_log_level, parse_duration, MAX_DURATION};
 use super::ConfigError;
 use crate::config::{
-    Config, ListenerConfig, LogConfig, LogFormat, PoolConfig, RouteConfig, ServerConfig,
+    Config, Http2Config, ListenerConfig, LogConfig, LogFormat, PoolConfig, RouteConfig,
+    ServerConfig,
 };
 
 const DURATION_EXAMPLES: &str = r#"e.g. "500ms", "2s", "1m""#;
@@ -40,6 +43,8 @@ pub(super) struct Validator<'a> {
     pub(super) text: &'a str,
     /// The host names met so far, for stage three to resolve.
     pub(super) lookups: RefCell<Vec<Lookup>>,
+    /// The pools' TLS files, for stage three to read.
+    pub(super) tls_loads: RefCell<Vec<super::tls_files::TlsLoad>>,
 }
 
 impl Validator<'_> {
@@ -238,10 +243,59 @@ impl Validator<'_> {
                 1024..=1_048_576,
             )? as usize,
             forwarded_headers: raw.forwarded_headers.unwrap_or(true),
+            h2c: raw.h2c.unwrap_or(false),
+            http2: self.http2(&format!("{at}.http2"), &raw.http2)?,
+            tls: raw
+                .tls
+                .map(|tls| self.listener_tls(&at, span.clone(), tls))
+                .transpose()?,
             proxy_protocol: match raw.proxy_protocol {
                 None => None,
                 Some(table) => Some(self.proxy_protocol(&at, table)?),
             },
+        })
+    }
+
+    fn http2(&self, at: &str, raw: &RawHttp2) -> Result<Http2Config, ConfigError> {
+        let default = Http2Config::default();
+        // RFC 9113 section 6.5.2: windows at most 2^31 - 1, frames from 2^14 to 2^24 - 1.
+        const MAX_WINDOW: i64 = (1 << 31) - 1;
+        let int = |value: &Option<Spanned<i64>>, key: &str, default: u32, range| {
+            self.int(value, &format!("{at}.{key}"), i64::from(default), range)
+                .map(|n| n as u32)
+        };
+        Ok(Http2Config {
+            max_concurrent_streams: int(
+                &raw.max_concurrent_streams,
+                "max_concurrent_streams",
+                default.max_concurrent_streams,
+                1..=10_000,
+            )?,
+            initial_stream_window_size: int(
+                &raw.initial_stream_window_size,
+                "initial_stream_window_size",
+                default.initial_stream_window_size,
+                65_535..=MAX_WINDOW,
+            )?,
+            initial_connection_window_size: int(
+                &raw.initial_connection_window_size,
+                "initial_connection_window_size",
+                default.initial_connection_window_size,
+                65_535..=MAX_WINDOW,
+            )?,
+            max_frame_size: int(
+                &raw.max_frame_size,
+                "max_frame_size",
+                default.max_frame_size,
+                16_384..=16_777_215,
+            )?,
+            keepalive_interval: self
+                .optional_duration(&raw.keepalive_interval, &format!("{at}.keepalive_interval"))?,
+            keepalive_timeout: self.duration(
+                &raw.keepalive_timeout,
+                &format!("{at}.keepalive_timeout"),
+                default.keepalive_timeout,
+            )?,
         })
     }
 

@@ -4,6 +4,7 @@
 //! The helpers are here; the tests are in one module per concern.
 
 mod errors;
+mod http2;
 mod log_level;
 mod proxy_protocol;
 mod values;

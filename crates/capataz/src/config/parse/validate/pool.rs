@@ -6,29 +6,29 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::ops::Range;
 use std::time::Duration;
 
-use capataz_health::{State, StatusSet};
+use capataz_health::{BackupUse, MinHealthy, State, StatusSet};
 use toml::{Spanned, Value};
 
 use super::super::locate::line_of;
-use super::super::raw::RawReuse;
+use super::super::raw::RawBackupUse;
 use super::super::raw::{
-    RawActive, RawAlgorithm, RawAllDown, RawBackend, RawCheckKind, RawInitial, RawPassive, RawPool,
-    RawRetries, RawTimeouts,
+    RawActive, RawAlgorithm, RawAllDown, RawBackend, RawBackendTls, RawCheckKind, RawInitial,
+    RawPassive, RawPool, RawProtocol, RawRetries, RawReuse, RawTimeouts,
 };
 use super::super::resolve::{Lookup, Target};
 use super::super::values::parse_percent;
 use super::{is_token_text, ConfigError, Validator, U32_MAX};
-use crate::config::ConnectionReuse;
 use crate::config::{
-    ActiveCheckConfig, Algorithm, AllDownPolicy, BackendConfig, CheckKind, PassiveCheckConfig,
-    PoolConfig, RetryConfig, UpstreamTimeouts,
+    ActiveCheckConfig, Algorithm, AllDownPolicy, BackendConfig, BackendProtocol, CheckKind,
+    ConnectionReuse, PassiveCheckConfig, PoolConfig, RetryConfig, UpstreamTimeouts,
 };
+use capataz_health::GrpcCodes;
 
 impl Validator<'_> {
     pub(super) fn pool(
         &self,
         name: Spanned<String>,
-        raw: RawPool,
+        mut raw: RawPool,
     ) -> Result<PoolConfig, ConfigError> {
         let name_span = name.span();
         let name = name.into_inner();
@@ -46,7 +46,7 @@ impl Validator<'_> {
             ));
         }
         let at = format!("pools.{name}");
-        let backends = self.backends(&name, &at, name_span.clone(), raw.backends)?;
+        let backends = self.backends(&name, &at, name_span.clone(), raw.backends.take())?;
         let algorithm = match raw.algorithm {
             None | Some(RawAlgorithm::RoundRobin) => Algorithm::RoundRobin,
             Some(RawAlgorithm::LeastRequest) => Algorithm::LeastRequest,
@@ -60,8 +60,67 @@ impl Validator<'_> {
             None | Some(RawAllDown::FailOpen) => AllDownPolicy::FailOpen,
             Some(RawAllDown::Reject) => AllDownPolicy::Reject { retry_after },
         };
+        if backends.iter().all(|b| b.backup) {
+            return Err(self.error(
+                Some(name_span),
+                &format!("{at}.backends"),
+                "every backend is a backup; backups only stand in for primaries (leave \
+                 backup = true out of at least one backend)"
+                    .into(),
+            ));
+        }
+        let min_healthy = self.min_healthy(&at, &raw, when_all_down)?;
+        let explicit_kind = raw.active.kind;
+        let protocol = match raw.protocol {
+            None | Some(RawProtocol::Http1) => BackendProtocol::Http1,
+            Some(RawProtocol::H2) => BackendProtocol::H2,
+            Some(RawProtocol::H2c) => BackendProtocol::H2c,
+        };
+        let mut active = self.active(&format!("{at}.active"), raw.active)?;
+        if protocol != BackendProtocol::Http1 {
+            // The http probe speaks HTTP/1.1, which an HTTP/2 backend need not.
+            match explicit_kind {
+                None => active.kind = CheckKind::Tcp,
+                Some(RawCheckKind::Http) => {
+                    return Err(self.error(
+                        Some(name_span),
+                        &format!("{at}.active.kind"),
+                        r#"the "http" probe speaks HTTP/1.1, and this pool's backends speak HTTP/2 (use kind = "tcp", the default for HTTP/2 pools, or "none")"#.into(),
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        let tls = match (raw.tls, protocol) {
+            (Some(RawBackendTls::Flag(false)), BackendProtocol::H2) => {
+                return Err(self.error(
+                    Some(name_span),
+                    &format!("{at}.tls"),
+                    r#"protocol = "h2" is HTTP/2 over TLS, and tls is false (remove tls = false, or use protocol = "h2c" for HTTP/2 without TLS)"#.into(),
+                ));
+            }
+            (Some(RawBackendTls::Flag(true) | RawBackendTls::Table(_)), BackendProtocol::H2c) => {
+                return Err(self.error(
+                    Some(name_span),
+                    &format!("{at}.tls"),
+                    r#"protocol = "h2c" is HTTP/2 without TLS, and tls is on (use protocol = "h2" for HTTP/2 over TLS, or remove the tls settings)"#.into(),
+                ));
+            }
+            (
+                None | Some(RawBackendTls::Flag(false)),
+                BackendProtocol::Http1 | BackendProtocol::H2c,
+            ) => None,
+            (None | Some(RawBackendTls::Flag(true)), _) => {
+                Some(self.backend_tls(&name, &at, name_span.clone(), Default::default())?)
+            }
+            (Some(RawBackendTls::Table(table)), _) => {
+                Some(self.backend_tls(&name, &at, name_span.clone(), table)?)
+            }
+        };
         Ok(PoolConfig {
-            active: self.active(&format!("{at}.active"), raw.active)?,
+            protocol,
+            tls,
+            active,
             passive: self.passive(&format!("{at}.passive"), raw.passive)?,
             retries: self.retries(&format!("{at}.retries"), raw.retries)?,
             timeouts: self.timeouts(&format!("{at}.timeouts"), raw.timeouts)?,
@@ -75,7 +134,44 @@ impl Validator<'_> {
                 None | Some(RawReuse::Private) => ConnectionReuse::Private,
                 Some(RawReuse::Shared) => ConnectionReuse::Shared,
             },
+            backups: match raw.backups {
+                None | Some(RawBackupUse::First) => BackupUse::First,
+                Some(RawBackupUse::All) => BackupUse::All,
+            },
+            min_healthy,
+            close_tunnels_on_down: raw.close_tunnels_on_down.unwrap_or(false),
         })
+    }
+
+    /// `min_healthy` (1 to 10,000, default 1) and `min_healthy_percent` (0-100, default 0):
+    /// only with `when_all_down = "fail_open"`, since the threshold makes a pool fail open.
+    fn min_healthy(
+        &self,
+        at: &str,
+        raw: &RawPool,
+        when_all_down: AllDownPolicy,
+    ) -> Result<MinHealthy, ConfigError> {
+        let count_key = format!("{at}.min_healthy");
+        let percent_key = format!("{at}.min_healthy_percent");
+        let count = self.int(&raw.min_healthy, &count_key, 1, 1..=10_000)? as u32;
+        let percent = self.int(&raw.min_healthy_percent, &percent_key, 0, 0..=100)? as u8;
+        let threshold = MinHealthy { count, percent };
+        if threshold.is_set() && matches!(when_all_down, AllDownPolicy::Reject { .. }) {
+            let (span, key) = match (&raw.min_healthy, &raw.min_healthy_percent) {
+                (Some(v), _) if count > 1 => (v.span(), count_key),
+                (_, Some(v)) => (v.span(), percent_key),
+                (Some(v), None) => (v.span(), count_key),
+                (None, None) => unreachable!("a threshold is set only from a key"),
+            };
+            return Err(self.error(
+                Some(span),
+                &key,
+                "a minimum healthy share makes a pool fail open, but when_all_down is \
+                 \"reject\" (set when_all_down = \"fail_open\", or leave the threshold out)"
+                    .into(),
+            ));
+        }
+        Ok(threshold)
     }
 
     pub(super) fn backends(
@@ -138,6 +234,7 @@ impl Validator<'_> {
                 address: address.into_inner(),
                 socket_addr,
                 weight,
+                backup: backend.backup.unwrap_or(false),
             });
         }
         Ok(backends)
@@ -248,7 +345,27 @@ impl Validator<'_> {
                 )
             })?,
         };
+        let disable_on_404 = raw.disable_on_404.unwrap_or(false);
+        if disable_on_404 && kind != CheckKind::Http {
+            return Err(self.error(
+                None,
+                &format!("{at}.disable_on_404"),
+                "disable_on_404 reads an HTTP status, but the check is not kind = \"http\" \
+                 (use kind = \"http\", or leave disable_on_404 out)"
+                    .into(),
+            ));
+        }
+        let rise_after_maintenance = match &raw.rise_after_maintenance {
+            None => None,
+            Some(_) => Some(self.threshold(
+                &raw.rise_after_maintenance,
+                &format!("{at}.rise_after_maintenance"),
+                2,
+            )?),
+        };
         Ok(ActiveCheckConfig {
+            disable_on_404,
+            rise_after_maintenance,
             kind,
             path,
             host,
@@ -345,7 +462,37 @@ impl Validator<'_> {
                 0..=100,
             )? as u8,
             probes_end_ejection: raw.probes_end_ejection.unwrap_or(true),
+            grpc_error_codes: self
+                .grpc_codes(&raw.grpc_error_codes, &format!("{at}.grpc_error_codes"))?,
         })
+    }
+
+    /// A list of gRPC status codes, each 1-16; the default set when absent.
+    fn grpc_codes(
+        &self,
+        value: &Option<Spanned<Vec<Spanned<i64>>>>,
+        key: &str,
+    ) -> Result<GrpcCodes, ConfigError> {
+        let Some(list) = value else {
+            return Ok(GrpcCodes::DEFAULT_ERRORS);
+        };
+        let mut codes = Vec::with_capacity(list.get_ref().len());
+        for code in list.get_ref() {
+            let n = *code.get_ref();
+            if !(1..=16).contains(&n) {
+                return Err(self.error(
+                    Some(code.span()),
+                    key,
+                    format!(
+                        "{n} is not a gRPC error code (use codes 1-16, e.g. [14, 4, 13, 2] for \
+                         UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, UNKNOWN; [] counts none)"
+                    ),
+                ));
+            }
+            // 1..=16 fits in a u8.
+            codes.push(n as u8);
+        }
+        Ok(GrpcCodes::of(codes))
     }
 
     pub(super) fn retries(&self, at: &str, raw: RawRetries) -> Result<RetryConfig, ConfigError> {

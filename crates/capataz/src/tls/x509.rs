@@ -1,0 +1,287 @@
+//! The two facts capataz reads from a certificate itself: when it expires (`notAfter`) and the
+//! DNS names it is for (subjectAltName), for choosing a certificate by SNI, the expiry warning
+//! of `capataz check` and the expiry metric.
+//!
+//! A tiny DER reader, not an X.509 parser: it walks the fixed outline of RFC 5280's
+//! `TBSCertificate` and reads nothing else. rustls verifies nothing here (a server's own
+//! certificate is the operator's), so a certificate this cannot read is refused with a message
+//! rather than guessed at. It is bounded: every length is checked against the bytes left, no
+//! recursion, no allocation beyond the names it returns, and it never panics, whatever the
+//! bytes (a proptest below).
+
+/// What capataz reads from a certificate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Facts {
+    /// `notAfter`, in seconds since the Unix epoch (UTC).
+    pub(crate) not_after: i64,
+    /// The subjectAltName DNS names, lowercase, as written (`*.example.com` included).
+    pub(crate) dns_names: Vec<String>,
+}
+
+const SEQUENCE: u8 = 0x30;
+const UTC_TIME: u8 = 0x17;
+const GENERALIZED_TIME: u8 = 0x18;
+const OID: u8 = 0x06;
+const BOOLEAN: u8 = 0x01;
+const OCTET_STRING: u8 = 0x04;
+/// `[0]` EXPLICIT, constructed: the version.
+const VERSION: u8 = 0xa0;
+/// `[3]` EXPLICIT, constructed: the extensions.
+const EXTENSIONS: u8 = 0xa3;
+/// `dNSName [2] IA5String`, implicit, primitive.
+const DNS_NAME: u8 = 0x82;
+/// 2.5.29.17, subjectAltName.
+const SAN_OID: &[u8] = &[0x55, 0x1d, 0x11];
+
+/// A cursor over DER bytes.
+struct Der<'a>(&'a [u8]);
+
+impl<'a> Der<'a> {
+    /// The next element's tag and contents (short and long definite lengths, up to 4 length
+    /// bytes; indefinite lengths are not DER).
+    fn next(&mut self) -> Option<(u8, &'a [u8])> {
+        let (&tag, rest) = self.0.split_first()?;
+        let (&first, mut rest) = rest.split_first()?;
+        let length = if first < 0x80 {
+            usize::from(first)
+        } else {
+            let count = usize::from(first & 0x7f);
+            if count == 0 || count > 4 || rest.len() < count {
+                return None;
+            }
+            let (bytes, after) = rest.split_at(count);
+            rest = after;
+            bytes.iter().fold(0usize, |n, &b| (n << 8) | usize::from(b))
+        };
+        if rest.len() < length {
+            return None;
+        }
+        let (contents, after) = rest.split_at(length);
+        self.0 = after;
+        Some((tag, contents))
+    }
+
+    /// The next element, which must have `tag`.
+    fn expect(&mut self, tag: u8) -> Option<&'a [u8]> {
+        match self.next()? {
+            (found, contents) if found == tag => Some(contents),
+            _ => None,
+        }
+    }
+
+    fn peek_tag(&self) -> Option<u8> {
+        self.0.first().copied()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Reads `notAfter` and the SAN DNS names of a DER certificate; `None` if the bytes are not
+/// the outline of one.
+pub(crate) fn read(der: &[u8]) -> Option<Facts> {
+    let certificate = Der(der).expect(SEQUENCE)?;
+    let mut tbs = Der(Der(certificate).expect(SEQUENCE)?);
+    if tbs.peek_tag() == Some(VERSION) {
+        tbs.next()?;
+    }
+    tbs.next()?; // serialNumber
+    tbs.expect(SEQUENCE)?; // signature
+    tbs.expect(SEQUENCE)?; // issuer
+    let mut validity = Der(tbs.expect(SEQUENCE)?);
+    validity.next()?; // notBefore
+    let not_after = match validity.next()? {
+        (UTC_TIME, text) => time(text, false)?,
+        (GENERALIZED_TIME, text) => time(text, true)?,
+        _ => return None,
+    };
+    tbs.expect(SEQUENCE)?; // subject
+    tbs.expect(SEQUENCE)?; // subjectPublicKeyInfo
+    let mut dns_names = Vec::new();
+    while let Some((tag, contents)) = tbs.next() {
+        if tag == EXTENSIONS {
+            dns_names = san_names(contents)?;
+        }
+    }
+    Some(Facts {
+        not_after,
+        dns_names,
+    })
+}
+
+/// The DNS names of the subjectAltName extension in `[3] { SEQUENCE OF Extension }`.
+fn san_names(explicit: &[u8]) -> Option<Vec<String>> {
+    let mut extensions = Der(Der(explicit).expect(SEQUENCE)?);
+    let mut names = Vec::new();
+    while !extensions.is_empty() {
+        let mut extension = Der(extensions.expect(SEQUENCE)?);
+        if extension.expect(OID)? != SAN_OID {
+            continue;
+        }
+        if extension.peek_tag() == Some(BOOLEAN) {
+            extension.next()?;
+        }
+        let value = extension.expect(OCTET_STRING)?;
+        let mut general_names = Der(Der(value).expect(SEQUENCE)?);
+        while let Some((tag, name)) = general_names.next() {
+            if tag == DNS_NAME {
+                names.push(String::from_utf8_lossy(name).to_ascii_lowercase());
+            }
+        }
+    }
+    Some(names)
+}
+
+/// `YYMMDDHHMMSSZ` (UTCTime, years 1950-2049) or `YYYYMMDDHHMMSSZ` (GeneralizedTime) as Unix
+/// seconds. RFC 5280 requires seconds and `Z`; anything else is refused.
+fn time(text: &[u8], generalized: bool) -> Option<i64> {
+    let digits = text.strip_suffix(b"Z")?;
+    if digits.len() != if generalized { 14 } else { 12 } || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let number = |range: std::ops::Range<usize>| {
+        digits[range]
+            .iter()
+            .fold(0i64, |n, &d| n * 10 + i64::from(d - b'0'))
+    };
+    let (year, rest) = if generalized {
+        (number(0..4), 4)
+    } else {
+        let yy = number(0..2);
+        (if yy >= 50 { 1900 + yy } else { 2000 + yy }, 2)
+    };
+    let (month, day) = (number(rest..rest + 2), number(rest + 2..rest + 4));
+    let (hour, minute, second) = (
+        number(rest + 4..rest + 6),
+        number(rest + 6..rest + 8),
+        number(rest + 8..rest + 10),
+    );
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
+        return None;
+    }
+    if second > 60 {
+        return None;
+    }
+    Some(days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let month_from_march = (month + 9) % 12;
+    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+/// The (year, month, day) of a day since 1970-01-01 (Howard Hinnant's algorithm), within
+/// what a certificate can say (years 0 to 9999).
+pub(crate) fn civil_from_days(days: i64) -> (i32, u8, u8) {
+    let z = days.clamp(-719_468, 2_932_896) + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year as i32, month as u8, day as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_expiry_and_the_names_of_an_rcgen_certificate() {
+        let mut params =
+            rcgen::CertificateParams::new(vec!["Example.com".into(), "*.example.com".into()])
+                .unwrap();
+        params.not_after = rcgen::date_time_ymd(2031, 7, 9);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let facts = read(cert.der()).expect("a certificate");
+        assert_eq!(facts.dns_names, ["example.com", "*.example.com"]);
+        // 2031-07-09T00:00:00Z
+        assert_eq!(facts.not_after, 1_941_321_600);
+    }
+
+    #[test]
+    fn a_certificate_without_names_has_none() {
+        let params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        assert_eq!(
+            read(cert.der()).expect("a certificate").dns_names,
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn days_and_dates_round_trip() {
+        for days in [-719_468, -1, 0, 11_016, 19_782, 20_788, 2_932_896] {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(
+                days_from_civil(y.into(), m.into(), d.into()),
+                days,
+                "{y}-{m}-{d}"
+            );
+        }
+        assert_eq!(civil_from_days(11_017), (2000, 3, 1));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+
+    #[test]
+    fn times_of_both_kinds() {
+        assert_eq!(time(b"700101000000Z", false), Some(0));
+        assert_eq!(time(b"491231235959Z", false), Some(2_524_607_999));
+        assert_eq!(time(b"20000301000000Z", true), Some(951_868_800));
+        assert_eq!(time(b"20000301000000", true), None);
+        assert_eq!(time(b"2000030100000Z", true), None);
+        assert_eq!(time(b"20001301000000Z", true), None);
+    }
+
+    #[test]
+    fn truncated_or_garbled_certificates_are_refused() {
+        let params = rcgen::CertificateParams::new(vec!["a.test".into()]).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let der = params.self_signed(&key).unwrap().der().to_vec();
+        for end in 0..der.len() {
+            let _ = read(&der[..end]);
+        }
+        assert_eq!(read(&[]), None);
+        assert_eq!(read(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff]), None);
+    }
+
+    proptest::proptest! {
+        /// The reader never panics, whatever the bytes.
+        #[test]
+        fn the_reader_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = read(&bytes);
+        }
+
+        /// Nor on a real certificate with bytes flipped.
+        #[test]
+        fn the_reader_never_panics_on_a_mangled_certificate(
+            flips in proptest::collection::vec((0usize..4096, proptest::num::u8::ANY), 1..8),
+        ) {
+            let params = rcgen::CertificateParams::new(vec!["a.test".into()]).unwrap();
+            let key = rcgen::KeyPair::generate().unwrap();
+            let mut der = params.self_signed(&key).unwrap().der().to_vec();
+            for (at, byte) in flips {
+                let len = der.len();
+                der[at % len] = byte;
+            }
+            let _ = read(&der);
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! Third-party HTTP/2 clients through capataz: `curl --http2-prior-knowledge` (curl built
+//! with nghttp2) and `h2load` (many streams per connection; Debian's `nghttp2-client`,
+//! installed by `.ci/deps/nghttp2.sh`). Each test is skipped, saying so, when its tool is
+//! missing.
+
+use std::process::Stdio;
+
+use tokio::process::Command;
+
+use super::{balancer, echo_backend};
+use crate::support::balancer::{backends, pairs};
+use crate::support::DEADLINE;
+
+/// Whether this machine's curl speaks HTTP/2.
+async fn curl_has_http2() -> bool {
+    let Ok(out) = Command::new("curl").arg("--version").output().await else {
+        return false;
+    };
+    String::from_utf8_lossy(&out.stdout).contains("HTTP2")
+}
+
+#[tokio::test]
+async fn curl_with_prior_knowledge_gets_and_posts_through_capataz() {
+    if !curl_has_http2().await {
+        eprintln!("skipped: no curl with HTTP/2 (install curl with nghttp2)");
+        return;
+    }
+    let backend = echo_backend("echo").await;
+    let (_balancer, addr, _events) = balancer(&[backend.entry("echo")], "", "").await;
+    let url = format!("http://{addr}/curl/path?q=1");
+    let run = |args: Vec<String>| async move {
+        let out = tokio::time::timeout(
+            DEADLINE,
+            Command::new("curl")
+                .args(&args)
+                .stdin(Stdio::null())
+                .output(),
+        )
+        .await
+        .expect("curl finishes")
+        .expect("curl runs");
+        assert!(out.status.success(), "curl {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let get = run(vec![
+        "-sS".into(),
+        "--http2-prior-knowledge".into(),
+        "-H".into(),
+        "Host: app.test".into(),
+        "-w".into(),
+        "\n%{http_version} %{http_code}".into(),
+        url.clone(),
+    ])
+    .await;
+    assert!(get.starts_with("GET /curl/path?q=1 HTTP/1.1\r\n"), "{get}");
+    assert!(
+        get.to_ascii_lowercase().contains("\r\nhost: app.test"),
+        "{get}"
+    );
+    assert!(get.ends_with("body=0\n2 200"), "{get}");
+    let post = run(vec![
+        "-sS".into(),
+        "--http2-prior-knowledge".into(),
+        "--data-binary".into(),
+        "0123456789".into(),
+        "-w".into(),
+        "\n%{http_version} %{http_code}".into(),
+        url,
+    ])
+    .await;
+    assert!(
+        post.starts_with("POST /curl/path?q=1 HTTP/1.1\r\n"),
+        "{post}"
+    );
+    assert!(post.ends_with("body=10\n2 200"), "{post}");
+    assert_eq!(backend.hits(), 2);
+}
+
+#[tokio::test]
+async fn h2load_with_many_streams_per_connection_gets_every_answer() {
+    if Command::new("h2load")
+        .arg("--version")
+        .output()
+        .await
+        .is_err()
+    {
+        eprintln!("skipped: no h2load (run .ci/deps/nghttp2.sh)");
+        return;
+    }
+    let sims = backends(&["a", "b", "c"]).await;
+    let (_balancer, addr, _events) = balancer(&pairs(&sims), "", "").await;
+    // 4 connections, 25 streams at once on each, 2,000 requests.
+    let out = tokio::time::timeout(
+        DEADLINE,
+        Command::new("h2load")
+            .args(["-n", "2000", "-c", "4", "-m", "25"])
+            .arg(format!("http://{addr}/load"))
+            .stdin(Stdio::null())
+            .output(),
+    )
+    .await
+    .expect("h2load finishes")
+    .expect("h2load runs");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        report.contains("2000 done, 2000 succeeded, 0 failed, 0 errored, 0 timeout"),
+        "{report}"
+    );
+    assert!(report.contains("status codes: 2000 2xx"), "{report}");
+    let hits: Vec<u64> = sims.iter().map(|b| b.traffic_hits()).collect();
+    assert_eq!(hits.iter().sum::<u64>(), 2000, "{hits:?}");
+}

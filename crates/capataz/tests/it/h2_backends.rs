@@ -1,0 +1,278 @@
+//! `protocol = "h2c"` and `"h2"` pools: hyper HTTP/2 servers as backends. Many concurrent
+//! requests multiplexed on one connection, HTTP/2 over TLS chosen by ALPN, a GOAWAY in the
+//! middle of traffic (the requests it cut go elsewhere, the next ones to a new connection), a
+//! stream the backend resets (a passive error, 502 before a head), and trailers relayed to an
+//! HTTP/1.1 client that asked for them.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use capataz_health::{Outcome, State};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+
+use crate::support::backends_tls::{HttpBackend, Pki, Reply, Script, Speaks};
+use crate::support::balancer::{start, ConfigText};
+use crate::support::client::Client;
+use crate::support::events::{transition_of, wait_for};
+use crate::support::DEADLINE;
+
+fn hello() -> Script {
+    Arc::new(|_| Reply::text("hello"))
+}
+
+const QUIET_H2C: &str = r#"
+protocol = "h2c"
+active.kind = "none"
+passive.consecutive_errors = 1000
+"#;
+
+#[tokio::test]
+async fn h2c_multiplexes_concurrent_requests_on_one_connection() {
+    let backend = HttpBackend::start("b", Speaks::H2, None, hello()).await;
+    let text = ConfigText::new(&[backend.entry()]).extra(QUIET_H2C).build();
+    let (balancer, _events) = start(&text).await;
+    let addr = balancer.local_addrs()[0];
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        tasks.push(tokio::spawn(async move {
+            let mut client = Client::strict(addr);
+            let mut statuses = Vec::new();
+            for _ in 0..4 {
+                let answer = client.get("/").await;
+                statuses.push((answer.status, answer.text()));
+            }
+            statuses
+        }));
+    }
+    for task in tasks {
+        for (status, text) in task.await.expect("client task") {
+            assert_eq!((status, text.as_str()), (200, "hello"));
+        }
+    }
+    assert_eq!(backend.hits(), 200);
+    assert_eq!(backend.accepted(), 1, "every stream on one connection");
+    balancer.shutdown(DEADLINE).await;
+}
+
+#[tokio::test]
+async fn h2_over_tls_is_agreed_by_alpn() {
+    let pki = Pki::new("h2");
+    let backend = HttpBackend::start(
+        "b",
+        Speaks::H2,
+        Some(pki.server(&["127.0.0.1"], &[b"h2"])),
+        hello(),
+    )
+    .await;
+    let text = ConfigText::new(&[backend.entry()])
+        .extra(&format!(
+            "protocol = \"h2\"\nactive.kind = \"none\"\ntls.ca_file = \"{}\"\n",
+            pki.ca_file()
+        ))
+        .build();
+    let (balancer, _events) = start(&text).await;
+    let mut client = Client::new(balancer.local_addrs()[0]);
+    for _ in 0..5 {
+        let answer = client.get("/").await;
+        assert_eq!((answer.status, answer.text().as_str()), (200, "hello"));
+    }
+    assert_eq!(backend.accepted(), 1);
+    balancer.shutdown(DEADLINE).await;
+}
+
+#[tokio::test]
+async fn a_tls_backend_that_does_not_agree_to_h2_is_a_tls_failure() {
+    let pki = Pki::new("no-h2");
+    // Offers HTTP/1.1 only: the ALPN negotiation fails.
+    let backend = HttpBackend::start(
+        "b",
+        Speaks::Http1,
+        Some(pki.server(&["127.0.0.1"], &[b"http/1.1"])),
+        hello(),
+    )
+    .await;
+    let text = ConfigText::new(&[backend.entry()])
+        .extra(&format!(
+            "protocol = \"h2\"\nactive.kind = \"none\"\ntls.ca_file = \"{}\"\nretries.attempts = 0\n",
+            pki.ca_file()
+        ))
+        .build();
+    let (balancer, _events) = start(&text).await;
+    let answer = Client::new(balancer.local_addrs()[0]).get("/").await;
+    assert_eq!(answer.status, 502);
+    let pool = balancer.pool("web").expect("pool");
+    assert_eq!(pool.backends[0].traffic.recent(), vec![Outcome::Tls]);
+    balancer.shutdown(DEADLINE).await;
+}
+
+#[tokio::test]
+async fn a_goaway_mid_traffic_loses_no_request() {
+    let a = HttpBackend::start("a", Speaks::H2, None, hello()).await;
+    let b = HttpBackend::start("b", Speaks::H2, None, hello()).await;
+    let text = ConfigText::new(&[a.entry(), b.entry()])
+        .extra(&format!("{QUIET_H2C}retries.min_budget = 1000\n"))
+        .build();
+    let (balancer, _events) = start(&text).await;
+    let addr = balancer.local_addrs()[0];
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        tasks.push(tokio::spawn(async move {
+            let mut client = Client::strict(addr);
+            let mut statuses = Vec::new();
+            for _ in 0..20 {
+                statuses.push(client.get("/").await.status);
+            }
+            statuses
+        }));
+    }
+    // Once traffic flows on both, `a` sends GOAWAY on its connection.
+    crate::support::wait::wait_until("traffic on a", || a.hits() >= 20).await;
+    a.go_away();
+    for task in tasks {
+        for status in task.await.expect("client task") {
+            assert_eq!(status, 200);
+        }
+    }
+    // Later requests to `a` went over a new connection.
+    let mut client = Client::new(addr);
+    for _ in 0..4 {
+        assert_eq!(client.get("/").await.status, 200);
+    }
+    assert!(a.accepted() >= 2, "a reconnected after its GOAWAY");
+    balancer.shutdown(DEADLINE).await;
+}
+
+#[tokio::test]
+async fn a_stream_reset_by_the_backend_is_a_passive_error() {
+    let resetting = HttpBackend::start(
+        "resets",
+        Speaks::H2,
+        None,
+        Arc::new(|parts| {
+            if parts.uri.path() == "/late" {
+                Reply::ResetAfterHead
+            } else {
+                Reply::Reset
+            }
+        }),
+    )
+    .await;
+    let text = ConfigText::new(&[resetting.entry()])
+        .extra("protocol = \"h2c\"\nactive.kind = \"none\"\npassive.consecutive_errors = 2\nretries.attempts = 0\n")
+        .build();
+    let (balancer, mut events) = start(&text).await;
+    let mut client = Client::new(balancer.local_addrs()[0]);
+    assert_eq!(client.get("/").await.status, 502, "a reset before the head");
+    // The head, a piece of body, then the reset: the head may reach capataz first (200, the
+    // body cut short) or with the reset (502); either way the passive side hears a reset.
+    let late = client.get("/late").await;
+    assert!(matches!(late.status, 200 | 502), "{late:?}");
+    assert_ne!(
+        late.body,
+        Bytes::from_static(b"partial"),
+        "never a whole-looking body"
+    );
+    let event = wait_for(&mut events, "the resetting backend ejected", |event| {
+        transition_of(event, "resets", State::Down).is_some()
+    })
+    .await;
+    let transition = transition_of(&event, "resets", State::Down).expect("transition");
+    assert_eq!(transition.reason.last(), Some(Outcome::Reset));
+    balancer.shutdown(DEADLINE).await;
+}
+
+#[tokio::test]
+async fn trailers_are_relayed_to_an_http1_client_that_asks() {
+    let backend = HttpBackend::start(
+        "b",
+        Speaks::H2,
+        None,
+        Arc::new(|_| {
+            let mut trailers = http::HeaderMap::new();
+            trailers.insert("x-checksum", "abc123".parse().expect("a value"));
+            Reply::Ok {
+                status: 200,
+                headers: vec![("trailer", "x-checksum".into())],
+                body: Bytes::from_static(b"payload"),
+                trailers: Some(trailers),
+            }
+        }),
+    )
+    .await;
+    let text = ConfigText::new(&[backend.entry()]).extra(QUIET_H2C).build();
+    let (balancer, _events) = start(&text).await;
+    let stream = tokio::net::TcpStream::connect(balancer.local_addrs()[0])
+        .await
+        .expect("connect");
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    tokio::spawn(conn);
+    let request = http::Request::builder()
+        .uri("/")
+        .header("host", "app.test")
+        .header("te", "trailers")
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let response = tokio::time::timeout(DEADLINE, sender.send_request(request))
+        .await
+        .expect("in time")
+        .expect("an answer");
+    assert_eq!(response.status(), 200);
+    let body = response.into_body().collect().await.expect("whole body");
+    let trailers = body.trailers().cloned().expect("trailers");
+    assert_eq!(
+        trailers.get("x-checksum").map(|v| v.as_bytes()),
+        Some(&b"abc123"[..])
+    );
+    assert_eq!(body.to_bytes(), Bytes::from_static(b"payload"));
+    balancer.shutdown(DEADLINE).await;
+}
+
+#[tokio::test]
+async fn no_head_within_response_header_is_a_timeout() {
+    let backend = HttpBackend::start("slow", Speaks::H2, None, Arc::new(|_| Reply::Hang)).await;
+    let text = ConfigText::new(&[backend.entry()])
+        .extra(&format!(
+            "{QUIET_H2C}retries.attempts = 0\ntimeouts.response_header = \"200ms\"\n"
+        ))
+        .build();
+    let (balancer, _events) = start(&text).await;
+    let answer = Client::new(balancer.local_addrs()[0]).get("/").await;
+    assert_eq!(answer.status, 504);
+    let pool = balancer.pool("web").expect("pool");
+    assert_eq!(pool.backends[0].traffic.recent(), vec![Outcome::Timeout]);
+    balancer.shutdown(DEADLINE).await;
+}
+
+#[tokio::test]
+async fn a_client_body_that_stalls_is_the_clients_fault() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let backend = HttpBackend::start("b", Speaks::H2, None, hello()).await;
+    let text = ConfigText::new(&[backend.entry()])
+        .listener("request_body_timeout = \"200ms\"")
+        .extra(QUIET_H2C)
+        .build();
+    let (balancer, _events) = start(&text).await;
+    let mut stream = tokio::net::TcpStream::connect(balancer.local_addrs()[0])
+        .await
+        .expect("connect");
+    stream
+        .write_all(b"POST /upload HTTP/1.1\r\nHost: app.test\r\nContent-Length: 10\r\n\r\nab")
+        .await
+        .expect("write");
+    let mut reply = Vec::new();
+    tokio::time::timeout(DEADLINE, stream.read_to_end(&mut reply))
+        .await
+        .expect("an answer in time")
+        .expect("read");
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    let pool = balancer.pool("web").expect("pool");
+    assert!(
+        pool.backends[0].traffic.recent().is_empty(),
+        "nothing charged"
+    );
+    balancer.shutdown(DEADLINE).await;
+}
