@@ -20,6 +20,7 @@ pub mod logging;
 pub mod metrics;
 pub mod prober;
 pub mod proxy;
+pub mod proxy_protocol;
 pub mod replay;
 pub mod server;
 pub mod shared;

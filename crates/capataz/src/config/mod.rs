@@ -16,9 +16,11 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use crate::tls::{ServerSettings, ServerTls};
 
 mod check;
+mod cidr;
 mod parse;
 
 pub use check::{check, Warning, CERTIFICATE_EXPIRY_WARNING};
+pub use cidr::{Cidr, CidrError};
 pub use parse::{load, parse_str, parse_unresolved, ConfigError, Unresolved};
 
 /// The longest duration a config value or an admin TTL may be: one year (`8760h`).
@@ -180,6 +182,9 @@ pub struct ListenerConfig {
     pub http2: Http2Config,
     /// TLS termination (`[listeners.tls]`); plaintext HTTP when `None` (default).
     pub tls: Option<ListenerTls>,
+    /// `proxy_protocol`: the sources whose connections start with a PROXY protocol header
+    /// (version 1 or 2) giving the real client's address; `None` (the default) reads none.
+    pub proxy_protocol: Option<ProxyProtocolConfig>,
 }
 
 /// The HTTP/2 settings of a listener (`[listeners.http2]`), for every HTTP/2 connection it
@@ -228,6 +233,15 @@ pub struct ListenerTls {
     /// The certificates and keys, loaded when the config was resolved; `None` in an
     /// [`Unresolved`] config.
     pub loaded: Option<ServerTls>,
+}
+
+/// A listener's `proxy_protocol` table: who may say who the client is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyProtocolConfig {
+    /// The address blocks trusted to send a header (at least one). A connection from one of
+    /// them must start with a header; a connection from anywhere else is served as a direct
+    /// client, its bytes never read as a header.
+    pub trusted: Vec<Cidr>,
 }
 
 /// A route: a match on Host and/or path prefix, and the pool that serves it.

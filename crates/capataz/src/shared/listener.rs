@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_rustls::server::TlsStream;
@@ -19,6 +20,7 @@ use crate::config::ListenerConfig;
 use crate::health::PoolRt;
 use crate::instruments::HandshakeFailures;
 use crate::proxy::{ClientInfo, Proxy};
+use crate::proxy_protocol::{self, Addresses, Rewind};
 use crate::tls::{ServerTls, TlsInfo};
 
 /// One client-facing listener at run time.
@@ -129,7 +131,7 @@ async fn accept_loop(
         let shutdown = shutdown.clone();
         let connections = connections.clone();
         connections.fetch_add(1, Ordering::Relaxed);
-        let (limits, protocol, tls) = {
+        let (limits, protocol, tls, proxy_protocol) = {
             let current = state.load();
             let config = &current.config;
             let limits = client::Limits {
@@ -146,39 +148,115 @@ async fn accept_loop(
             };
             // The certificates in force now: a reload applies to the next handshake.
             let tls = config.tls.as_ref().and_then(|t| t.loaded.clone());
-            (limits, protocol, tls)
+            // Whether this peer is one the listener trusts to send a PROXY protocol header.
+            let proxy_protocol = config
+                .proxy_protocol
+                .as_ref()
+                .is_some_and(|pp| pp.trusted.iter().any(|block| block.contains(peer.ip())));
+            (limits, protocol, tls, proxy_protocol)
         };
         // The routes in force now: a reload applies to the next request on every connection.
         let proxy = move || state.load().proxy.clone();
         let failures = failures.clone();
         tokio::spawn(async move {
-            match tls {
-                None => {
-                    let client = ClientInfo::new(peer);
-                    client::serve(stream, client, protocol, limits, proxy, shutdown).await
-                }
-                Some(tls) => {
-                    let mut signal = shutdown.clone();
-                    let done = handshake(&tls, stream, limits, &failures);
-                    let done = tokio::select! {
-                        done = done => done,
-                        // A shutdown drops a connection still in its handshake, as one at rest.
-                        _ = shutting_down(&mut signal) => None,
-                    };
-                    if let Some((stream, info)) = done {
-                        // ALPN decides: HTTP/2 when the client and capataz agreed on h2.
-                        let protocol = if info.alpn_is_h2() {
-                            client::Protocol::Http2
-                        } else {
-                            client::Protocol::Http1
+            let connection = Connection {
+                tls,
+                protocol,
+                limits,
+                shutdown,
+                failures,
+            };
+            if proxy_protocol {
+                let mut stream = stream;
+                let mut signal = connection.shutdown.clone();
+                let read = tokio::time::timeout(
+                    limits.header_read_timeout,
+                    proxy_protocol::read_header(&mut stream),
+                );
+                let read = tokio::select! {
+                    read = read => Some(read),
+                    _ = shutting_down(&mut signal) => None,
+                };
+                match read {
+                    Some(Ok(Ok((header, rest)))) => {
+                        // The client the proxy in front speaks for; LOCAL (the proxy's own
+                        // health check) and UNKNOWN keep the connection's own address.
+                        let client = match header.addresses {
+                            Addresses::Proxied { source, .. } => source,
+                            Addresses::Local => peer,
                         };
-                        let client = ClientInfo::with_tls(peer, info);
-                        client::serve(stream, client, protocol, limits, proxy, shutdown).await;
+                        connection
+                            .serve(Rewind::new(rest, stream), client, proxy)
+                            .await;
                     }
+                    Some(Ok(Err(error))) => {
+                        tracing::debug!(%peer, %error, "PROXY protocol header refused");
+                    }
+                    Some(Err(_)) => {
+                        tracing::debug!(%peer, "PROXY protocol header timed out");
+                    }
+                    None => {}
                 }
+            } else {
+                connection.serve(stream, peer, proxy).await;
             }
             connections.fetch_sub(1, Ordering::Relaxed);
         });
+    }
+}
+
+/// What serving one accepted connection needs, read from the listener when it was accepted.
+struct Connection {
+    tls: Option<ServerTls>,
+    protocol: client::Protocol,
+    limits: client::Limits,
+    shutdown: watch::Receiver<bool>,
+    failures: HandshakeFailures,
+}
+
+impl Connection {
+    /// Serves `stream` for the client at `peer`: over TLS after a handshake on a TLS
+    /// listener, as it is otherwise.
+    async fn serve<IO>(
+        self,
+        stream: IO,
+        peer: SocketAddr,
+        proxy: impl Fn() -> Arc<Proxy> + Send + Sync + 'static,
+    ) where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let Connection {
+            tls,
+            protocol,
+            limits,
+            shutdown,
+            failures,
+        } = self;
+        match tls {
+            None => {
+                let client = ClientInfo::new(peer);
+                client::serve(stream, client, protocol, limits, proxy, shutdown).await
+            }
+            Some(tls) => {
+                let mut signal = shutdown.clone();
+                let done = handshake(&tls, stream, limits, &failures);
+                let done = tokio::select! {
+                    done = done => done,
+                    // A shutdown drops a connection still in its handshake, as one at rest.
+                    _ = shutting_down(&mut signal) => None,
+                };
+                if let Some((stream, info)) = done {
+                    // ALPN decides: HTTP/2 when the client and capataz agreed on h2.
+                    let protocol = if info.alpn_is_h2() {
+                        client::Protocol::Http2
+                    } else {
+                        client::Protocol::Http1
+                    };
+                    let client = ClientInfo::with_tls(peer, info);
+                    client::serve(stream, client, protocol, limits, proxy, shutdown).await;
+                }
+            }
+        }
     }
 }
 
@@ -193,12 +271,15 @@ async fn shutting_down(shutdown: &mut watch::Receiver<bool>) {
 /// within the listener's `header_read_timeout`. A failure is counted by reason and logged at
 /// debug only (a port scan must not flood the log); the connection is then dropped, having
 /// reached no backend.
-async fn handshake(
+async fn handshake<IO>(
     tls: &ServerTls,
-    stream: TcpStream,
+    stream: IO,
     limits: client::Limits,
     failures: &HandshakeFailures,
-) -> Option<(TlsStream<TcpStream>, TlsInfo)> {
+) -> Option<(TlsStream<IO>, TlsInfo)>
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+{
     let reason = match tokio::time::timeout(limits.header_read_timeout, tls.accept(stream)).await {
         Ok(Ok(done)) => return Some(done),
         Ok(Err(error)) => {

@@ -28,6 +28,7 @@ mod metrics;
 mod module_graph;
 mod pool_handle;
 mod proxy_edge;
+mod proxy_protocol;
 mod reload_off_runtime;
 mod replay_cli;
 mod request_path;

@@ -184,6 +184,16 @@ impl Client {
     /// A TLS connection to `addr` asking for `sni`.
     pub async fn connect(&self, addr: SocketAddr, sni: &str) -> io::Result<TlsStream<TcpStream>> {
         let tcp = TcpStream::connect(addr).await?;
+        self.connect_over(tcp, sni).await
+    }
+
+    /// A TLS connection over `tcp` (which may already carry bytes of its own, a PROXY protocol
+    /// header say) asking for `sni`.
+    pub async fn connect_over(
+        &self,
+        tcp: TcpStream,
+        sni: &str,
+    ) -> io::Result<TlsStream<TcpStream>> {
         let name = ServerName::try_from(sni.to_owned()).unwrap();
         let mut stream = self.connector().connect(name, tcp).await?;
         // In TLS 1.3 the server checks a client certificate after the client's handshake is

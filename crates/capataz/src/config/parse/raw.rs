@@ -71,6 +71,7 @@ pub(super) struct RawListener {
     pub(super) h2c: Option<bool>,
     #[serde(default)]
     pub(super) http2: RawHttp2,
+    pub(super) proxy_protocol: Option<Spanned<RawProxyProtocol>>,
     #[serde(default)]
     pub(super) routes: Vec<Spanned<RawRoute>>,
     pub(super) tls: Option<RawTls>,
@@ -103,6 +104,12 @@ pub(super) struct RawHttp2 {
     pub(super) max_frame_size: Option<Spanned<i64>>,
     pub(super) keepalive_interval: Option<Spanned<Value>>,
     pub(super) keepalive_timeout: Option<Spanned<Value>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawProxyProtocol {
+    pub(super) trusted: Option<Vec<Spanned<String>>>,
 }
 
 #[derive(Deserialize)]

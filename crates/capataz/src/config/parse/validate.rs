@@ -10,6 +10,7 @@ mod admin;
 mod alerts;
 mod backend_tls;
 mod pool;
+mod proxy_protocol;
 mod tls;
 
 use std::cell::RefCell;
@@ -248,6 +249,10 @@ impl Validator<'_> {
                 .tls
                 .map(|tls| self.listener_tls(&at, span.clone(), tls))
                 .transpose()?,
+            proxy_protocol: match raw.proxy_protocol {
+                None => None,
+                Some(table) => Some(self.proxy_protocol(&at, table)?),
+            },
         })
     }
 
