@@ -21,7 +21,7 @@ use crate::support::events::{transition_of, wait_for};
 use crate::support::DEADLINE;
 
 /// A Python gRPC server; killed when dropped (its stdin closes, and it is killed anyway).
-struct GrpcServer {
+pub(super) struct GrpcServer {
     child: Child,
     _stdin: ChildStdin,
     addr: SocketAddr,
@@ -29,7 +29,7 @@ struct GrpcServer {
 
 impl GrpcServer {
     /// `server.py name [status]`, once it listens.
-    fn start(name: &str, failing: Option<&str>) -> GrpcServer {
+    pub(super) fn start(name: &str, failing: Option<&str>) -> GrpcServer {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/grpc/server.py");
         let mut command = Command::new("python3");
         command.arg(script).arg(name).args(failing);
@@ -57,7 +57,7 @@ impl GrpcServer {
         }
     }
 
-    fn entry(&self, name: &str) -> (String, SocketAddr) {
+    pub(super) fn entry(&self, name: &str) -> (String, SocketAddr) {
         (name.to_owned(), self.addr)
     }
 }

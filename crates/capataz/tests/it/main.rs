@@ -20,6 +20,7 @@ mod config;
 mod config_dns;
 mod eligibility;
 mod grpc;
+mod grpc_e2e;
 mod h2;
 mod h2_backends;
 mod hostile_path;
