@@ -479,7 +479,7 @@ fn check_reason(
         assert!(new.passive.is_ejected());
     };
     match (op, t.reason) {
-        (Op::Probe { outcome, .. }, Reason::ProbesFailed { streak, last }) => {
+        (Op::Probe { outcome, .. }, Reason::ProbesFailed { streak, last, .. }) => {
             assert_eq!(last, outcome);
             assert_eq!(streak, new.active.fail_streak);
             assert!(streak >= settings.fall.get());

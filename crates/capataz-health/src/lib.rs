@@ -13,9 +13,13 @@
 //! - [`rotation`]: which backends get traffic and with what weight: verdicts plus manual
 //!   overrides with expiry, slow start, gating of never-proven backends and the all-down
 //!   policy, with one `poll_timeout`/`handle_timeout` for every timer.
+//! - [`probe`]: a probe's outcome with its body and header match ([`ProbeOutcome`]).
+//! - [`cadence`]: which probe interval applies to a backend ([`Cadence`]).
 //! - [`replay`]: the line protocol that drives a pool from a script.
 
+pub mod cadence;
 pub mod pool;
+pub mod probe;
 mod reason;
 pub mod replay;
 pub mod rotation;
@@ -23,10 +27,12 @@ pub mod rules;
 mod settings;
 pub mod status;
 
+pub use cadence::{Cadence, ProbeIntervals};
 pub use pool::{
     BackendHealth, Ejection, EjectionInfo, EjectionPolicy, Pool, Reason, Settings, Side, State,
     Transition,
 };
+pub use probe::{Mismatch, ProbeOutcome, Snippet};
 pub use replay::Replay;
 pub use rotation::{
     AllDown, Carried, Effective, Eligible, Join, Override, OverrideKind, Policy, Rotation,

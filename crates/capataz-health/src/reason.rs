@@ -4,6 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::probe::Mismatch;
 use crate::settings::State;
 use crate::status::Outcome;
 
@@ -46,6 +47,8 @@ pub enum Reason {
         streak: u32,
         /// The last probe outcome.
         last: Outcome,
+        /// The content rule the last probe's answer broke, if that is why it failed.
+        mismatch: Option<Mismatch>,
     },
     /// The pass streak reached `rise`.
     ProbesPassed {
@@ -160,9 +163,17 @@ impl fmt::Display for EjectionInfo {
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            Reason::ProbesFailed { streak, last } => {
+            Reason::ProbesFailed {
+                streak,
+                last,
+                mismatch,
+            } => {
                 let what = plural(streak, "failed probe", "consecutive failed probes");
-                write!(f, "{streak} {what}, last: {last}")
+                write!(f, "{streak} {what}, last: {last}")?;
+                match mismatch {
+                    Some(mismatch) => write!(f, ", {mismatch}"),
+                    None => Ok(()),
+                }
             }
             Reason::ProbesPassed { streak, last } => {
                 let what = plural(streak, "passing probe", "consecutive passing probes");

@@ -129,9 +129,16 @@ pub fn explain(pool: &PoolRt, view: &BackendView) -> String {
                 if t.to == State::Down && matches!(t.reason, Reason::ProbesFailed { .. }) =>
             {
                 match t.reason {
-                    Reason::ProbesFailed { streak, last } => {
-                        format!("{streak} consecutive failed probes (last: {last})")
-                    }
+                    Reason::ProbesFailed {
+                        streak,
+                        last,
+                        mismatch,
+                    } => match mismatch {
+                        Some(mismatch) => {
+                            format!("{streak} consecutive failed probes (last: {last}, {mismatch})")
+                        }
+                        None => format!("{streak} consecutive failed probes (last: {last})"),
+                    },
                     _ => unreachable!("matched ProbesFailed above"),
                 }
             }
@@ -206,7 +213,8 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
     };
     let last_probe = view.info.probes.back().map(|p| {
         json!({
-            "outcome": p.outcome.to_string(),
+            "outcome": p.outcome.outcome.to_string(),
+            "mismatch": p.outcome.mismatch.map(|m| m.to_string()),
             "result": p.result.as_str(),
             "latency_ms": ms(p.latency),
             "at": rfc3339(p.at),
@@ -216,7 +224,7 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
         .info
         .probes
         .iter()
-        .map(|p| json!({ "outcome": p.outcome.to_string(), "result": p.result.as_str(), "at": rfc3339(p.at) }))
+        .map(|p| json!({ "outcome": p.outcome.outcome.to_string(), "mismatch": p.outcome.mismatch.map(|m| m.to_string()), "result": p.result.as_str(), "at": rfc3339(p.at) }))
         .collect();
     let rule = TrafficRule {
         count_503: pool.config.passive.count_503,

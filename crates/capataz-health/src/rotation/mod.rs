@@ -33,7 +33,9 @@ pub use event::{
 };
 pub use policy::{Carried, Eligible, Join, Policy, WhenAllDown};
 
+use crate::cadence::Cadence;
 use crate::pool::{Pool, Settings, State};
+use crate::probe::ProbeOutcome;
 use crate::rules::{ProbeResult, TrafficResult};
 use crate::status::Outcome;
 
@@ -198,12 +200,20 @@ impl Rotation {
         }
     }
 
-    /// Records a probe outcome for `backend` at `now`. Panics if `backend` is not an index.
+    /// Records a probe outcome for `backend` at `now` (an [`Outcome`], or a [`ProbeOutcome`]
+    /// with the answer's content match). Panics if `backend` is not an index.
     #[inline(always)]
-    pub fn handle_probe(&mut self, backend: usize, outcome: Outcome, now: Duration) -> ProbeResult {
+    pub fn handle_probe(
+        &mut self,
+        backend: usize,
+        probe: impl Into<ProbeOutcome>,
+        now: Duration,
+    ) -> ProbeResult {
         self.advance(now);
+        let probe = probe.into();
+        let outcome = probe.outcome;
         let active_before = self.pool.backend(backend).active.state;
-        let (result, transition) = self.pool.probe(backend, outcome, now);
+        let (result, transition) = self.pool.probe(backend, probe, now);
         match transition {
             Some(transition) => self.on_transitions(&[transition], now),
             None => {
@@ -224,6 +234,12 @@ impl Rotation {
             }
         }
         result
+    }
+
+    /// Which probe interval applies to `backend` now: see [`Cadence`]. Panics if `backend` is
+    /// not an index.
+    pub fn cadence(&self, backend: usize) -> Cadence {
+        self.pool.cadence(backend)
     }
 
     /// Records a traffic outcome for `backend` at `now`. Panics if `backend` is not an index.

@@ -278,8 +278,72 @@ pub struct ActiveCheckConfig {
     /// Each interval is drawn uniformly within +-`jitter` of itself, as a fraction 0.0-0.5
     /// (default 0.1, i.e. 10 %).
     pub jitter: f64,
-    /// Active state of the pool's backends when the balancer starts (default UP).
+    /// Active state of the pool's backends when the balancer starts (default UP; DOWN for
+    /// `first-probe`).
     pub initial: State,
+    /// `initial = "first-probe"`: a backend's first probe decides at once (DOWN until then).
+    pub first_probe: bool,
+    /// Time between probes while a streak is under way that may change the active state
+    /// (default: `interval`).
+    pub fast_interval: Duration,
+    /// Time between probes while DOWN with no passing probe (default: `interval`).
+    pub down_interval: Duration,
+    /// The probe request's method (default `GET`).
+    pub method: String,
+    /// Extra header fields of the probe request, in order (default none).
+    pub headers: Vec<(String, String)>,
+    /// The probe request's body (default none).
+    pub body: Option<String>,
+    /// What the answer must hold beyond an expected status (default nothing).
+    pub content: ContentRules,
+}
+
+impl ActiveCheckConfig {
+    /// Whether the probe is today's fixed `GET` whose status line alone is read.
+    pub fn is_plain(&self) -> bool {
+        self.method == "GET"
+            && self.headers.is_empty()
+            && self.body.is_none()
+            && self.content.is_empty()
+    }
+}
+
+/// The most bytes of a body rule's text (`body_contains`, `body_not_contains`) and of an
+/// expected header's value text.
+pub const MAX_MATCH_TEXT: usize = 256;
+/// The default of `body_limit`: the first 16 KiB of a probe answer's body are matched.
+pub const DEFAULT_BODY_LIMIT: usize = 16 * 1024;
+/// The largest `body_limit`: 1 MiB.
+pub const MAX_BODY_LIMIT: usize = 1024 * 1024;
+/// The largest probe request body: 64 KiB.
+pub const MAX_PROBE_BODY: usize = 64 * 1024;
+/// The most extra header fields of a probe request.
+pub const MAX_PROBE_HEADERS: usize = 32;
+
+/// What an HTTP probe's answer must hold beyond an expected status.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ContentRules {
+    /// Text the first `body_limit` bytes of the body must contain.
+    pub body_contains: Option<String>,
+    /// Text the first `body_limit` bytes of the body must not contain.
+    pub body_not_contains: Option<String>,
+    /// How much of the body is read and matched (default 16 KiB, at most 1 MiB).
+    pub body_limit: usize,
+    /// A header field the answer must carry (its name, lower case), and optionally a text one of
+    /// its values must contain.
+    pub header: Option<(String, Option<String>)>,
+}
+
+impl ContentRules {
+    /// Whether no rule is configured.
+    pub fn is_empty(&self) -> bool {
+        !self.reads_body() && self.header.is_none()
+    }
+
+    /// Whether a body rule is configured (only then is the body read).
+    pub fn reads_body(&self) -> bool {
+        self.body_contains.is_some() || self.body_not_contains.is_some()
+    }
 }
 
 /// Passive checks of one pool.

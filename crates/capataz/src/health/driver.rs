@@ -69,32 +69,49 @@ impl PoolRt {
 
 /// Probes one backend forever: a first probe at a random phase within the interval, then one
 /// jittered interval after each probe finishes, so probes never pile up or run in lockstep.
-/// Each due time is rounded to the probe slot grid ([`prober::align_to_slot`]), so that probes
-/// of different backends due within a few milliseconds of each other start together.
+/// The interval is the one the engine's [`Cadence`](capataz_health::Cadence) picks after each
+/// probe (`interval`, `fast_interval` or `down_interval`). Each due time is rounded to the
+/// probe slot grid ([`prober::align_to_slot`]), so that probes of different backends due within
+/// a few milliseconds of each other start together.
 async fn probe_loop(pool: Arc<PoolRt>, backend: usize, mut rng: prober::Rng) {
     let active = &pool.config.active;
+    let intervals = super::probe_intervals(&pool.config);
     let rt = pool.backends[backend].clone();
     let host = active.host.clone().unwrap_or_else(|| rt.address.clone());
-    let mut wait = prober::first_delay(active.interval, &mut rng);
+    // The plain probe (status line only, the benchmarked cost) unless the pool asks for more.
+    let checked = (active.kind == CheckKind::Http && !active.is_plain())
+        .then(|| prober::HttpProbe::new(active, &host));
+    let mut interval = intervals.of(pool.cadence(backend));
+    let mut wait = prober::first_delay(interval, &mut rng);
     loop {
         let now = pool.clock.now();
-        let due = prober::align_to_slot(now.saturating_add(wait), now, active.interval);
+        let due = prober::align_to_slot(now.saturating_add(wait), now, interval);
         rt.next_probe_ms.store(
             u64::try_from(due.as_millis()).unwrap_or(u64::MAX - 1),
             Ordering::Relaxed,
         );
         tokio::time::sleep_until(pool.clock.instant(due)).await;
         let started = Instant::now();
-        let outcome = prober::probe_once(
-            active.kind,
-            rt.upstream.addr(),
-            &active.path,
-            &host,
-            active.timeout,
-        )
-        .await;
-        pool.record_probe(backend, outcome, started.elapsed());
-        wait = prober::jittered(active.interval, active.jitter, &mut rng);
+        let cadence = match &checked {
+            Some(probe) => {
+                let outcome =
+                    prober::probe_checked(probe, rt.upstream.addr(), active.timeout).await;
+                pool.record_probe(backend, outcome, started.elapsed())
+            }
+            None => {
+                let outcome = prober::probe_once(
+                    active.kind,
+                    rt.upstream.addr(),
+                    &active.path,
+                    &host,
+                    active.timeout,
+                )
+                .await;
+                pool.record_probe(backend, outcome, started.elapsed())
+            }
+        };
+        interval = intervals.of(cadence);
+        wait = prober::jittered(interval, active.jitter, &mut rng);
     }
 }
 

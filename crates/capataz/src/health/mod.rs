@@ -28,8 +28,8 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime};
 
 use capataz_health::{
-    BackendHealth, Carried, EjectionPolicy, Join, Outcome, Policy, ProbeRule, Rotation, Settings,
-    State, TrafficRule, Transition, WhenAllDown,
+    BackendHealth, Cadence, Carried, EjectionPolicy, Join, Outcome, Policy, ProbeIntervals,
+    ProbeOutcome, ProbeRule, Rotation, Settings, State, TrafficRule, Transition, WhenAllDown,
 };
 use tokio::sync::{broadcast, Notify};
 
@@ -54,6 +54,7 @@ pub fn engine_settings(config: &PoolConfig) -> Settings {
         fall: config.active.fall,
         consecutive_errors: config.passive.consecutive_errors,
         initial,
+        first_probe: config.active.first_probe && config.active.kind != CheckKind::None,
         probe_rule: ProbeRule {
             expect: config.active.expect,
         },
@@ -70,6 +71,15 @@ pub fn engine_settings(config: &PoolConfig) -> Settings {
             0
         },
         probes_end_ejection: config.passive.probes_end_ejection,
+    }
+}
+
+/// The probe intervals a pool's configuration asks for, by [`Cadence`].
+pub fn probe_intervals(config: &PoolConfig) -> ProbeIntervals {
+    ProbeIntervals {
+        steady: config.active.interval,
+        fast: config.active.fast_interval,
+        down: config.active.down_interval,
     }
 }
 
@@ -313,11 +323,19 @@ impl PoolRt {
         self.lock().engine.all_down()
     }
 
-    /// Feeds one probe outcome to the engine.
-    pub fn record_probe(&self, backend: usize, outcome: Outcome, latency: Duration) {
+    /// Feeds one probe outcome to the engine, and says which probe interval applies to the
+    /// backend next (the engine's [`Cadence`]).
+    pub fn record_probe(
+        &self,
+        backend: usize,
+        outcome: impl Into<ProbeOutcome>,
+        latency: Duration,
+    ) -> Cadence {
+        let outcome = outcome.into();
         let now = self.clock.now();
         let mut inner = self.lock();
         let result = inner.engine.handle_probe(backend, outcome, now);
+        let cadence = inner.engine.cadence(backend);
         self.backends[backend].metrics.probe(result, latency);
         let probes = &mut inner.info[backend].probes;
         if probes.len() == HISTORY {
@@ -338,6 +356,12 @@ impl PoolRt {
             "probe"
         );
         self.publish(&mut inner, now, false);
+        cadence
+    }
+
+    /// Which probe interval applies to `backend` now (the engine's [`Cadence`]).
+    pub fn cadence(&self, backend: usize) -> Cadence {
+        self.lock().engine.cadence(backend)
     }
 
     /// Feeds one traffic outcome to the engine (a good response from a backend with a clean

@@ -5,15 +5,15 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use capataz_health::{BackendHealth, Effective, Outcome, ProbeResult, Transition};
+use capataz_health::{BackendHealth, Effective, ProbeOutcome, ProbeResult, Transition};
 
 use super::{BackendRt, Inner, OverrideKind, PoolRt};
 
 /// One probe, as the admin API shows it.
 #[derive(Clone, Copy, Debug)]
 pub struct ProbeRecord {
-    /// What happened.
-    pub outcome: Outcome,
+    /// What happened, with the answer's content match.
+    pub outcome: ProbeOutcome,
     /// How the probe rule judged it.
     pub result: ProbeResult,
     /// How long it took.

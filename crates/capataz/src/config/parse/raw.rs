@@ -142,6 +142,16 @@ pub(super) struct RawActive {
     pub(super) fall: Option<Spanned<i64>>,
     pub(super) jitter: Option<Spanned<Value>>,
     pub(super) initial: Option<RawInitial>,
+    pub(super) fast_interval: Option<Spanned<Value>>,
+    pub(super) down_interval: Option<Spanned<Value>>,
+    pub(super) method: Option<Spanned<String>>,
+    pub(super) headers: Option<BTreeMap<String, Spanned<String>>>,
+    pub(super) body: Option<Spanned<String>>,
+    pub(super) body_contains: Option<Spanned<String>>,
+    pub(super) body_not_contains: Option<Spanned<String>>,
+    pub(super) body_limit: Option<Spanned<i64>>,
+    pub(super) expect_header: Option<Spanned<String>>,
+    pub(super) expect_header_contains: Option<Spanned<String>>,
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -157,6 +167,8 @@ pub(super) enum RawCheckKind {
 pub(super) enum RawInitial {
     Up,
     Down,
+    #[serde(rename = "first-probe", alias = "first_probe")]
+    FirstProbe,
 }
 
 #[derive(Default, Deserialize)]
