@@ -649,6 +649,7 @@ fn decode_settings(bytes: &mut Bytes<'_>) -> Settings {
         fall,
         consecutive_errors,
         initial: state(flags),
+        first_probe: false,
         probe_rule: ProbeRule { expect },
         traffic_rule: TrafficRule {
             count_503: flags & 0b10 != 0,
