@@ -35,8 +35,8 @@ pub use pool::{
 pub use probe::{Mismatch, ProbeOutcome, Snippet};
 pub use replay::Replay;
 pub use rotation::{
-    AllDown, Carried, Effective, Eligible, Join, Override, OverrideKind, Policy, Rotation,
-    WhenAllDown,
+    AgentChange, AgentHold, AgentReport, AgentState, AllDown, Carried, Effective, Eligible, Join,
+    Override, OverrideKind, Policy, Rotation, WhenAllDown,
 };
 pub use rules::{ProbeResult, ProbeRule, StatusSet, TrafficResult, TrafficRule};
 pub use status::{parse_status_line, Outcome};

@@ -58,6 +58,23 @@ pub enum Event {
         /// Wall-clock time.
         time: SystemTime,
     },
+    /// A backend's agent check said something new (its hold or its weight changed).
+    Agent {
+        /// The pool.
+        pool: Arc<str>,
+        /// The backend.
+        backend: Arc<str>,
+        /// What the agent said before (`up`, `down`, `drain`, `maint`, with `, weight N%`).
+        from: String,
+        /// What it says now.
+        to: String,
+        /// Whether the backend is in rotation by its own standing after the change.
+        in_rotation: bool,
+        /// Why, as a sentence.
+        reason: String,
+        /// Wall-clock time.
+        time: SystemTime,
+    },
 }
 
 impl Event {
@@ -67,25 +84,29 @@ impl Event {
             Event::Transition { pool, .. }
             | Event::AllDown { pool, .. }
             | Event::Recovered { pool, .. }
-            | Event::Override { pool, .. } => pool,
+            | Event::Override { pool, .. }
+            | Event::Agent { pool, .. } => pool,
         }
     }
 
     /// The backend the event is about, if it is about one.
     pub fn backend(&self) -> Option<&str> {
         match self {
-            Event::Transition { backend, .. } | Event::Override { backend, .. } => Some(backend),
+            Event::Transition { backend, .. }
+            | Event::Override { backend, .. }
+            | Event::Agent { backend, .. } => Some(backend),
             Event::AllDown { .. } | Event::Recovered { .. } => None,
         }
     }
 
-    /// The event's type: `transition`, `all_down`, `recovered` or `override`.
+    /// The event's type: `transition`, `all_down`, `recovered`, `override` or `agent`.
     pub fn kind(&self) -> &'static str {
         match self {
             Event::Transition { .. } => "transition",
             Event::AllDown { .. } => "all_down",
             Event::Recovered { .. } => "recovered",
             Event::Override { .. } => "override",
+            Event::Agent { .. } => "agent",
         }
     }
 
@@ -95,7 +116,8 @@ impl Event {
             Event::Transition { time, .. }
             | Event::AllDown { time, .. }
             | Event::Recovered { time, .. }
-            | Event::Override { time, .. } => *time,
+            | Event::Override { time, .. }
+            | Event::Agent { time, .. } => *time,
         }
     }
 
@@ -108,6 +130,9 @@ impl Event {
                 transition.reason.to_string(),
             )),
             Event::Override {
+                from, to, reason, ..
+            } => Some((from, to, reason.clone())),
+            Event::Agent {
                 from, to, reason, ..
             } => Some((from, to, reason.clone())),
             Event::AllDown { .. } | Event::Recovered { .. } => None,
@@ -137,6 +162,14 @@ impl Event {
                 reason,
                 ..
             } => format!("pool={pool} backend={backend} {from} -> {to}: {reason}"),
+            Event::Agent {
+                pool,
+                backend,
+                from,
+                to,
+                reason,
+                ..
+            } => format!("pool={pool} backend={backend} agent {from} -> {to}: {reason}"),
         }
     }
 
@@ -172,6 +205,9 @@ impl Event {
                     "override".into(),
                     kind.map_or(serde_json::Value::Null, |k| k.as_str().into()),
                 );
+            }
+            Event::Agent { in_rotation, .. } => {
+                object.insert("in_rotation".into(), (*in_rotation).into());
             }
             Event::Recovered { .. } => {}
         }

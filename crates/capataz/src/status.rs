@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use capataz_health::pool::human_duration;
 use capataz_health::rotation::ramp::full_tenths;
-use capataz_health::{Ejection, EjectionPolicy, Reason, State, TrafficRule};
+use capataz_health::{Cadence, Ejection, EjectionPolicy, Reason, State, TrafficRule};
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize;
 use serde_json::ser::PrettyFormatter;
@@ -79,6 +79,15 @@ pub fn explain(pool: &PoolRt, view: &BackendView) -> String {
             ),
         };
     }
+    if view.agent.holds_out() {
+        return format!(
+            "HELD OUT by its agent (agent says {}): no new requests, {} in flight; health checks say {} ({})",
+            view.agent,
+            view.backend.in_flight.load(std::sync::atomic::Ordering::Relaxed),
+            health.verdict(),
+            short_health(pool, view)
+        );
+    }
     let since = clock(view.info.since);
     if let Ejection::Ejected {
         until,
@@ -142,13 +151,36 @@ pub fn explain(pool: &PoolRt, view: &BackendView) -> String {
                     _ => unreachable!("matched ProbesFailed above"),
                 }
             }
+            _ if config.active.first_probe && !active.probed => {
+                return format!(
+                    "DOWN since {since}: waiting for its first probe (initial = first-probe: \
+                     one passing probe brings it UP at once, a failed one leaves it DOWN until \
+                     {rise} pass in a row){next_probe}"
+                );
+            }
             _ if view.info.last_transition.is_none() => {
-                "not yet proven healthy (new backends start DOWN)".to_string()
+                match view.info.probes.back().and_then(|p| p.outcome.mismatch) {
+                    Some(mismatch) => format!(
+                        "not yet proven healthy (new backends start DOWN); last probe: {mismatch}"
+                    ),
+                    None => "not yet proven healthy (new backends start DOWN)".to_string(),
+                }
             }
             _ => format!("{} consecutive failed probes", active.fail_streak),
         };
+        let cadence = match view.cadence {
+            Cadence::Down if config.active.down_interval != config.active.interval => format!(
+                ", probed every {} while DOWN",
+                human_duration(config.active.down_interval)
+            ),
+            Cadence::Fast if config.active.fast_interval != config.active.interval => format!(
+                ", probed every {} while the streak lasts",
+                human_duration(config.active.fast_interval)
+            ),
+            _ => String::new(),
+        };
         return format!(
-            "DOWN since {since}: {cause}; needs {rise} passing probes in a row (has {}){next_probe}",
+            "DOWN since {since}: {cause}; needs {rise} passing probes in a row (has {}){cadence}{next_probe}",
             active.pass_streak
         );
     }
@@ -166,7 +198,13 @@ pub fn explain(pool: &PoolRt, view: &BackendView) -> String {
         ),
         _ => String::new(),
     };
-    let ramp = if view.effective_weight_tenths < full_tenths(view.backend.weight) {
+    let agent = if view.agent.weight_percent < 100 {
+        format!("; agent weight {}%", view.agent.weight_percent)
+    } else {
+        String::new()
+    };
+    let ramp = if view.effective_weight_tenths < view.agent.scale(full_tenths(view.backend.weight))
+    {
         format!(
             "; slow start: weight {:.1} of {}",
             f64::from(view.effective_weight_tenths) / 10.0,
@@ -176,7 +214,7 @@ pub fn explain(pool: &PoolRt, view: &BackendView) -> String {
         String::new()
     };
     format!(
-        "UP since {since}{probation}; failed probes in a row: {} of {fall}, traffic errors in a row: {} of {limit}{ramp}{next_probe}",
+        "UP since {since}{probation}; failed probes in a row: {} of {fall}, traffic errors in a row: {} of {limit}{agent}{ramp}{next_probe}",
         active.fail_streak, passive.error_streak
     )
 }
@@ -274,7 +312,14 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
             "fall": pool.config.active.fall.get(),
             "last_probe": last_probe,
             "next_probe_in_ms": next_probe_in_ms,
+            "cadence": view.cadence.as_str(),
+            "probe_interval_ms": crate::health::probe_intervals(&pool.config).of(view.cadence).as_millis() as u64,
         },
+        "agent": pool.config.agent.map(|_| json!({
+            "says": view.agent.to_string(),
+            "hold": view.agent.hold.map(|h| h.as_str()),
+            "weight_percent": view.agent.weight_percent,
+        })),
         "passive": {
             "enabled": pool.config.passive.enabled,
             "error_streak": health.passive.error_streak,

@@ -5,6 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::AgentChange;
 use crate::settings::State;
 use crate::status::Outcome;
 use crate::Transition;
@@ -223,6 +224,8 @@ pub enum Event {
         /// When, on the caller's clock.
         at: Duration,
     },
+    /// A backend's agent said something new.
+    Agent(AgentChange),
     /// The pool has a backend in rotation again.
     Recovered {
         /// When, on the caller's clock.

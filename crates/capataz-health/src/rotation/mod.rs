@@ -21,6 +21,7 @@
 //! recovered event it caused. Entering all-down is reported again when the policy applied
 //! changes while the pool stays all down (an operator drains the last proven backends, say).
 
+pub mod agent;
 mod event;
 mod policy;
 pub mod ramp;
@@ -28,6 +29,7 @@ pub mod ramp;
 use std::collections::VecDeque;
 use std::time::Duration;
 
+pub use agent::{AgentChange, AgentHold, AgentReport, AgentState};
 pub use event::{
     ActiveChange, AllDown, Effective, Event, Override, OverrideCause, OverrideChange, OverrideKind,
 };
@@ -45,6 +47,7 @@ struct Member {
     proven: bool,
     override_: Option<Override>,
     ramp_since: Option<Duration>,
+    agent: AgentState,
 }
 
 /// One pool's eligibility: its [`Pool`], its overrides, its slow starts, its all-down policy.
@@ -55,6 +58,8 @@ pub struct Rotation {
     members: Vec<Member>,
     /// How many members carry an override.
     overridden: usize,
+    /// How many members their agent holds out.
+    agent_held: usize,
     all_down: Option<AllDown>,
     events: VecDeque<Event>,
     now: Duration,
@@ -74,6 +79,7 @@ impl Rotation {
             policy,
             members: Vec::new(),
             overridden: 0,
+            agent_held: 0,
             all_down: None,
             events: VecDeque::new(),
             now,
@@ -88,6 +94,7 @@ impl Rotation {
                         proven: up,
                         override_: None,
                         ramp_since: (up && warm_up && policy.slow_start.is_some()).then_some(now),
+                        agent: AgentState::default(),
                     }
                 }
                 Join::Kept(carried) => {
@@ -97,10 +104,12 @@ impl Rotation {
                         proven: carried.proven || carried.health.verdict() == State::Up,
                         override_: carried.override_,
                         ramp_since: carried.ramp_since.filter(|_| policy.slow_start.is_some()),
+                        agent: carried.agent,
                     }
                 }
             };
             rotation.overridden += usize::from(member.override_.is_some());
+            rotation.agent_held += usize::from(member.agent.holds_out());
             rotation.members.push(member);
         }
         rotation.settle_all_down(now);
@@ -143,9 +152,19 @@ impl Rotation {
         Effective::of(self.pool.verdict(backend), kind)
     }
 
-    /// Whether `backend` is in rotation by its own standing (override or verdict), outside any
-    /// all-down policy.
+    /// What `backend`'s agent last said. Panics if `backend` is not an index.
+    pub fn agent(&self, backend: usize) -> AgentState {
+        self.members[backend].agent
+    }
+
+    /// Whether `backend` is in rotation by its own standing (override, agent or verdict),
+    /// outside any all-down policy. An override wins; without one, an agent hold keeps the
+    /// backend out whatever its verdict.
     pub fn in_rotation(&self, backend: usize) -> bool {
+        let member = &self.members[backend];
+        if member.override_.is_none() && member.agent.holds_out() {
+            return false;
+        }
         self.effective(backend).in_rotation()
     }
 
@@ -167,16 +186,19 @@ impl Rotation {
             proven: member.proven,
             override_: member.override_,
             ramp_since: member.ramp_since,
+            agent: member.agent,
         }
     }
 
-    /// The weight of `backend` at `now`, in tenths of the configured unit (lower while it ramps).
+    /// The weight of `backend` at `now`, in tenths of the configured unit (lower while it
+    /// ramps, and scaled by the weight its agent reports).
     pub fn weight_tenths(&self, backend: usize, now: Duration) -> u32 {
         let member = &self.members[backend];
-        match (member.ramp_since, self.policy.slow_start) {
+        let tenths = match (member.ramp_since, self.policy.slow_start) {
             (Some(since), Some(ramp)) => ramp::weight_tenths(member.weight, since, ramp, now),
             _ => ramp::full_tenths(member.weight),
-        }
+        };
+        member.agent.scale(tenths)
     }
 
     /// The backends new requests may go to at `now`, with their weights: the ones in rotation,
@@ -258,6 +280,36 @@ impl Rotation {
         result
     }
 
+    /// Records what `backend`'s agent answered at `now` (a parsed line; a failed exchange is
+    /// no input at all) and returns the agent state now in force. A change is reported as an
+    /// [`Event::Agent`], followed by the all-down or recovered event it causes. The agent never
+    /// touches verdicts or streaks. Panics if `backend` is not an index.
+    pub fn handle_agent(
+        &mut self,
+        backend: usize,
+        report: AgentReport,
+        now: Duration,
+    ) -> AgentState {
+        self.advance(now);
+        let from = self.members[backend].agent;
+        let to = from.after(report);
+        if to == from {
+            return to;
+        }
+        self.agent_held =
+            self.agent_held - usize::from(from.holds_out()) + usize::from(to.holds_out());
+        self.members[backend].agent = to;
+        self.events.push_back(Event::Agent(AgentChange {
+            backend,
+            from,
+            to,
+            in_rotation: self.in_rotation(backend),
+            at: now,
+        }));
+        self.settle_all_down(now);
+        to
+    }
+
     /// Sets (`Some`) or clears (`None`) the manual override on `backend` at `now`, for `ttl` or
     /// until cleared, and returns its new effective state. A TTL too long to represent never
     /// lapses. Panics if `backend` is not an index.
@@ -328,7 +380,7 @@ impl Rotation {
 
     fn may_fail_open_to(&self, backend: usize) -> bool {
         let member = &self.members[backend];
-        member.proven && member.override_.is_none()
+        member.proven && member.override_.is_none() && !member.agent.holds_out()
     }
 
     fn on_transitions(&mut self, transitions: &[crate::Transition], now: Duration) {
@@ -380,7 +432,7 @@ impl Rotation {
     /// Whether any backend is in rotation: without overrides, whether any verdict is UP (the
     /// pool counts them), so a transition costs no walk over the pool.
     fn any_in_rotation(&self) -> bool {
-        if self.overridden == 0 {
+        if self.overridden == 0 && self.agent_held == 0 {
             return self.pool.healthy() > 0;
         }
         (0..self.len()).any(|i| self.in_rotation(i))
@@ -417,10 +469,11 @@ impl Rotation {
                         of: self.len(),
                     };
                 }
+                // A backend its agent holds out counts as overridden here.
                 let overridden = self
                     .members
                     .iter()
-                    .filter(|m| m.override_.is_some())
+                    .filter(|m| m.override_.is_some() || m.agent.holds_out())
                     .count();
                 AllDown::NoneToFailOpen {
                     overridden,

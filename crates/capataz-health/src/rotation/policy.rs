@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::Override;
+use super::{AgentState, Override};
 use crate::pool::{BackendHealth, State};
 
 /// What a pool does when no backend is in rotation, as configured.
@@ -52,6 +52,8 @@ pub struct Carried {
     pub override_: Option<Override>,
     /// When its slow start began, if it is ramping.
     pub ramp_since: Option<Duration>,
+    /// What its agent last said.
+    pub agent: AgentState,
 }
 
 /// The backends a pool may send new requests to, with their weights.

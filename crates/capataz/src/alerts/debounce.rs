@@ -108,6 +108,13 @@ pub(super) fn state(event: &Event) -> &'static str {
     match event {
         Event::Transition { transition, .. } => transition.to.as_str(),
         Event::Override { to, .. } => to,
+        Event::Agent { in_rotation, .. } => {
+            if *in_rotation {
+                "agent_in_rotation"
+            } else {
+                "agent_out_of_rotation"
+            }
+        }
         Event::AllDown { .. } | Event::Recovered { .. } => event.kind(),
     }
 }

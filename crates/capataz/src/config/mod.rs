@@ -209,6 +209,20 @@ pub struct PoolConfig {
     pub gate_new_backends: bool,
     /// Which client requests an idle backend connection may carry (default private).
     pub connection_reuse: ConnectionReuse,
+    /// Agent checks (`[pools.<name>.agent]`; default: off).
+    pub agent: Option<AgentCheckConfig>,
+}
+
+/// Agent checks of one pool (HAProxy's `agent-check`): each backend's agent, on its own TCP
+/// port, answers one line saying how it wants to be treated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AgentCheckConfig {
+    /// The agent's port on each backend's address (a backend's `agent_port` wins).
+    pub port: u16,
+    /// Time between the end of one agent exchange and the start of the next (default 2 s).
+    pub interval: Duration,
+    /// Deadline for connecting and reading the line (default 1 s).
+    pub timeout: Duration,
 }
 
 /// Which client requests an idle keep-alive connection to a backend may carry.
@@ -234,6 +248,8 @@ pub struct BackendConfig {
     pub socket_addr: SocketAddr,
     /// Relative weight, 1-1000 (default 1).
     pub weight: u32,
+    /// The port its agent answers on, when it differs from the pool's `agent.port`.
+    pub agent_port: Option<u16>,
 }
 
 /// How a pool picks a backend.

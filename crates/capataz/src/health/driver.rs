@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::PoolRt;
-use crate::config::CheckKind;
+use crate::config::{AgentCheckConfig, CheckKind};
 use crate::prober;
 
 impl PoolRt {
@@ -26,6 +26,12 @@ impl PoolRt {
             for backend in 0..self.backends.len() {
                 let rng = prober::Rng::new();
                 tasks.push(tokio::spawn(probe_loop(self.clone(), backend, rng)));
+            }
+        }
+        if let Some(agent) = self.config.agent {
+            for backend in 0..self.backends.len() {
+                let rng = prober::Rng::new();
+                tasks.push(tokio::spawn(agent_loop(self.clone(), backend, agent, rng)));
             }
         }
         let pool = self.clone();
@@ -112,6 +118,32 @@ async fn probe_loop(pool: Arc<PoolRt>, backend: usize, mut rng: prober::Rng) {
         };
         interval = intervals.of(cadence);
         wait = prober::jittered(interval, active.jitter, &mut rng);
+    }
+}
+
+/// Asks one backend's agent forever, timed like the probes (random first phase, jittered
+/// interval after each exchange ends, slot grid). A failed exchange feeds nothing.
+async fn agent_loop(
+    pool: Arc<PoolRt>,
+    backend: usize,
+    agent: AgentCheckConfig,
+    mut rng: prober::Rng,
+) {
+    let rt = pool.backends[backend].clone();
+    let port = pool.config.backends[backend]
+        .agent_port
+        .unwrap_or(agent.port);
+    let mut addr = rt.upstream.addr();
+    addr.set_port(port);
+    let mut wait = prober::first_delay(agent.interval, &mut rng);
+    loop {
+        let now = pool.clock.now();
+        let due = prober::align_to_slot(now.saturating_add(wait), now, agent.interval);
+        tokio::time::sleep_until(pool.clock.instant(due)).await;
+        if let Some(report) = prober::agent_once(addr, agent.timeout).await {
+            pool.record_agent(backend, report);
+        }
+        wait = prober::jittered(agent.interval, pool.config.active.jitter, &mut rng);
     }
 }
 

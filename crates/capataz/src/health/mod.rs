@@ -28,8 +28,9 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime};
 
 use capataz_health::{
-    BackendHealth, Cadence, Carried, EjectionPolicy, Join, Outcome, Policy, ProbeIntervals,
-    ProbeOutcome, ProbeRule, Rotation, Settings, State, TrafficRule, Transition, WhenAllDown,
+    AgentReport, AgentState, BackendHealth, Cadence, Carried, EjectionPolicy, Join, Outcome,
+    Policy, ProbeIntervals, ProbeOutcome, ProbeRule, Rotation, Settings, State, TrafficRule,
+    Transition, WhenAllDown,
 };
 use tokio::sync::{broadcast, Notify};
 
@@ -357,6 +358,25 @@ impl PoolRt {
         );
         self.publish(&mut inner, now, false);
         cadence
+    }
+
+    /// Feeds one agent answer to the engine (a failed exchange is no input at all).
+    pub fn record_agent(&self, backend: usize, report: AgentReport) {
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        let state = inner.engine.handle_agent(backend, report, now);
+        tracing::trace!(
+            pool = %self.name,
+            backend = %self.backends[backend].name,
+            agent = %state,
+            "agent"
+        );
+        self.publish(&mut inner, now, false);
+    }
+
+    /// What `backend`'s agent last said (the default, `up` at 100 %, before it said anything).
+    pub fn agent(&self, backend: usize) -> AgentState {
+        self.lock().engine.agent(backend)
     }
 
     /// Which probe interval applies to `backend` now (the engine's [`Cadence`]).

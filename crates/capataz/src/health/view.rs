@@ -5,7 +5,9 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use capataz_health::{BackendHealth, Effective, ProbeOutcome, ProbeResult, Transition};
+use capataz_health::{
+    AgentState, BackendHealth, Cadence, Effective, ProbeOutcome, ProbeResult, Transition,
+};
 
 use super::{BackendRt, Inner, OverrideKind, PoolRt};
 
@@ -59,6 +61,10 @@ pub struct BackendView {
     pub eligible: bool,
     /// Its effective weight, in tenths of a weight unit.
     pub effective_weight_tenths: u32,
+    /// What its agent last said (`up` at 100 % without agent checks).
+    pub agent: AgentState,
+    /// Which probe interval applies to it now.
+    pub cadence: Cadence,
     /// Engine time of the copy.
     pub now: Duration,
 }
@@ -123,6 +129,8 @@ impl PoolRt {
             },
             eligible: engine.in_rotation(i),
             effective_weight_tenths: engine.weight_tenths(i, now),
+            agent: engine.agent(i),
+            cadence: engine.cadence(i),
             now,
         }
     }

@@ -31,11 +31,13 @@ use tokio::net::{TcpSocket, TcpStream};
 
 use crate::config::CheckKind;
 
+mod agent;
 mod content;
 #[cfg(test)]
 mod tests;
 mod timing;
 
+pub use agent::agent_once;
 pub use content::{probe_checked, request_bytes, HttpProbe, MAX_PROBE_HEAD};
 pub use timing::{align_to_slot, first_delay, jittered, Rng, PROBE_SLOT};
 

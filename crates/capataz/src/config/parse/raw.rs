@@ -98,6 +98,15 @@ pub(super) struct RawPool {
     pub(super) slow_start: Option<Spanned<Value>>,
     pub(super) gate_new_backends: Option<bool>,
     pub(super) connection_reuse: Option<RawReuse>,
+    pub(super) agent: Option<RawAgent>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAgent {
+    pub(super) port: Option<Spanned<i64>>,
+    pub(super) interval: Option<Spanned<Value>>,
+    pub(super) timeout: Option<Spanned<Value>>,
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -113,6 +122,7 @@ pub(super) struct RawBackend {
     pub(super) name: Option<Spanned<String>>,
     pub(super) address: Option<Spanned<String>>,
     pub(super) weight: Option<Spanned<i64>>,
+    pub(super) agent_port: Option<Spanned<i64>>,
 }
 
 #[derive(Clone, Copy, Deserialize)]

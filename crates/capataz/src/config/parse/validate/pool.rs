@@ -12,17 +12,17 @@ use toml::{Spanned, Value};
 use super::super::locate::line_of;
 use super::super::raw::RawReuse;
 use super::super::raw::{
-    RawActive, RawAlgorithm, RawAllDown, RawBackend, RawCheckKind, RawInitial, RawPassive, RawPool,
-    RawRetries, RawTimeouts,
+    RawActive, RawAgent, RawAlgorithm, RawAllDown, RawBackend, RawCheckKind, RawInitial,
+    RawPassive, RawPool, RawRetries, RawTimeouts,
 };
 use super::super::resolve::{Lookup, Target};
 use super::super::values::parse_percent;
 use super::{is_token_text, ConfigError, Validator, U32_MAX};
 use crate::config::ConnectionReuse;
 use crate::config::{
-    ActiveCheckConfig, Algorithm, AllDownPolicy, BackendConfig, CheckKind, ContentRules,
-    PassiveCheckConfig, PoolConfig, RetryConfig, UpstreamTimeouts, DEFAULT_BODY_LIMIT,
-    MAX_BODY_LIMIT, MAX_MATCH_TEXT, MAX_PROBE_BODY, MAX_PROBE_HEADERS,
+    ActiveCheckConfig, AgentCheckConfig, Algorithm, AllDownPolicy, BackendConfig, CheckKind,
+    ContentRules, PassiveCheckConfig, PoolConfig, RetryConfig, UpstreamTimeouts,
+    DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT, MAX_MATCH_TEXT, MAX_PROBE_BODY, MAX_PROBE_HEADERS,
 };
 
 impl Validator<'_> {
@@ -47,7 +47,23 @@ impl Validator<'_> {
             ));
         }
         let at = format!("pools.{name}");
+        let agent = match raw.agent {
+            None => None,
+            Some(agent) => Some(self.agent(&format!("{at}.agent"), agent)?),
+        };
         let backends = self.backends(&name, &at, name_span.clone(), raw.backends)?;
+        if agent.is_none() {
+            if let Some(index) = backends.iter().position(|b| b.agent_port.is_some()) {
+                return Err(self.error(
+                    Some(name_span),
+                    &format!("{at}.backends[{index}].agent_port"),
+                    format!(
+                        "agent_port needs agent checks on the pool (add [pools.{name}.agent] \
+                         with its port, interval and timeout)"
+                    ),
+                ));
+            }
+        }
         let algorithm = match raw.algorithm {
             None | Some(RawAlgorithm::RoundRobin) => Algorithm::RoundRobin,
             Some(RawAlgorithm::LeastRequest) => Algorithm::LeastRequest,
@@ -76,6 +92,32 @@ impl Validator<'_> {
                 None | Some(RawReuse::Private) => ConnectionReuse::Private,
                 Some(RawReuse::Shared) => ConnectionReuse::Shared,
             },
+            agent,
+        })
+    }
+
+    /// `[pools.<name>.agent]`: its port is required (there is no conventional agent port).
+    fn agent(&self, at: &str, raw: RawAgent) -> Result<AgentCheckConfig, ConfigError> {
+        let Some(port) = &raw.port else {
+            return Err(self.error(
+                None,
+                &format!("{at}.port"),
+                "agent checks need the agent's port (add port = 9777 under the agent table)".into(),
+            ));
+        };
+        let port = self.int(&Some(port.clone()), &format!("{at}.port"), 0, 1..=65535)? as u16;
+        Ok(AgentCheckConfig {
+            port,
+            interval: self.duration(
+                &raw.interval,
+                &format!("{at}.interval"),
+                Duration::from_secs(2),
+            )?,
+            timeout: self.duration(
+                &raw.timeout,
+                &format!("{at}.timeout"),
+                Duration::from_secs(1),
+            )?,
         })
     }
 
@@ -134,11 +176,21 @@ impl Validator<'_> {
             }
             seen.insert(name.clone(), index);
             let weight = self.int(&backend.weight, &format!("{at}.weight"), 1, 1..=1000)? as u32;
+            let agent_port = match &backend.agent_port {
+                None => None,
+                Some(port) => Some(self.int(
+                    &Some(port.clone()),
+                    &format!("{at}.agent_port"),
+                    0,
+                    1..=65535,
+                )? as u16),
+            };
             backends.push(BackendConfig {
                 name,
                 address: address.into_inner(),
                 socket_addr,
                 weight,
+                agent_port,
             });
         }
         Ok(backends)
