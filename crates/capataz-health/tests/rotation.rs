@@ -65,6 +65,7 @@ fn kinds(events: &[Event]) -> Vec<&'static str> {
             Event::Override(_) => "override",
             Event::AllDown { applied, .. } => applied.policy(),
             Event::Recovered { .. } => "recovered",
+            Event::Agent(_) => "agent",
         })
         .collect()
 }

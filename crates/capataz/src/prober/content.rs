@@ -63,7 +63,7 @@ impl HttpProbe {
 }
 
 /// The bytes of a configured probe request: the plain probe's fields, then the extra fields in
-/// the configured order, then `Content-Length` and the body when there is one.
+/// the order of their names (a TOML table has no order), then `Content-Length` and the body when there is one.
 pub fn request_bytes(active: &ActiveCheckConfig, host: &str) -> Vec<u8> {
     let mut head = format!(
         "{} {} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: {USER_AGENT}\r\nConnection: close\r\n",

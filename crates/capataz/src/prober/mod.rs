@@ -32,6 +32,8 @@ use tokio::net::{TcpSocket, TcpStream};
 use crate::config::CheckKind;
 
 mod agent;
+#[cfg(test)]
+mod checked_tests;
 mod content;
 #[cfg(test)]
 mod tests;
