@@ -102,7 +102,10 @@ fn first_probe_admits_a_backend_after_one_pass_and_proves_it() {
             _ => None,
         })
         .expect("a transition");
-    assert!(matches!(up.reason, Reason::ProbesPassed { streak: 1, .. }), "{up}");
+    assert!(
+        matches!(up.reason, Reason::ProbesPassed { streak: 1, .. }),
+        "{up}"
+    );
     // Slow start begins at that transition, as for any backend coming UP.
     let eligible = r.eligible(S);
     assert_eq!(eligible.backends, [0]);
@@ -113,7 +116,11 @@ fn first_probe_admits_a_backend_after_one_pass_and_proves_it() {
     }
     assert_eq!(r.pool().verdict(0), State::Down);
     r.handle_probe(0, OK, 3 * S);
-    assert_eq!(r.pool().verdict(0), State::Down, "only the first probe decides at once");
+    assert_eq!(
+        r.pool().verdict(0),
+        State::Down,
+        "only the first probe decides at once"
+    );
 }
 
 #[test]
@@ -161,7 +168,11 @@ fn agent_down_and_weight_change_eligibility_never_the_verdict_or_streaks() {
     r.handle_probe(0, BAD, S);
     let health = *r.pool().backend(0);
     r.handle_agent(0, agent("down"), S);
-    assert_eq!(*r.pool().backend(0), health, "the agent never touches streaks");
+    assert_eq!(
+        *r.pool().backend(0),
+        health,
+        "the agent never touches streaks"
+    );
     assert_eq!(r.pool().verdict(0), State::Up);
     assert_eq!(r.eligible(S).backends, [1]);
     let events = drain(&mut r);

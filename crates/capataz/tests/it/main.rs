@@ -22,6 +22,7 @@ mod hostile_path;
 mod metrics;
 mod module_graph;
 mod pool_handle;
+mod probe_checks;
 mod proxy_edge;
 mod reload_off_runtime;
 mod replay_cli;
