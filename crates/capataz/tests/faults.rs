@@ -983,6 +983,7 @@ impl Ledger {
                 }
                 Event::AllDown { .. } | Event::Recovered { .. } => {}
                 Event::Override { .. } => panic!("nobody overrode anything: {event:?}"),
+                Event::Agent { .. } => panic!("no agent checks here: {event:?}"),
             }
         }
         assert_eq!(self.count("all_down"), emptied, "{}", self.describe());

@@ -144,7 +144,7 @@ async fn first_probe_admits_a_backend_after_one_pass_and_keeps_a_failing_one_out
         matches!(transition.reason, Reason::ProbesPassed { streak: 1, .. }),
         "{transition}"
     );
-    assert_eq!(pool.eligibility()[0].0, true);
+    assert!(pool.eligibility()[0].0);
     wait_until("b probed", || !b.probes().is_empty()).await;
     assert_eq!(pool.verdict(1), State::Down);
     assert!(!pool.eligibility()[1].0);

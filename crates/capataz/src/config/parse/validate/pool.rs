@@ -25,6 +25,9 @@ use crate::config::{
     DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT, MAX_MATCH_TEXT, MAX_PROBE_BODY, MAX_PROBE_HEADERS,
 };
 
+/// A probe request's method, extra header fields and body.
+type ProbeRequest = (String, Vec<(String, String)>, Option<String>);
+
 impl Validator<'_> {
     pub(super) fn pool(
         &self,
@@ -350,7 +353,7 @@ impl Validator<'_> {
         at: &str,
         kind: CheckKind,
         raw: &RawActive,
-    ) -> Result<(String, Vec<(String, String)>, Option<String>), ConfigError> {
+    ) -> Result<ProbeRequest, ConfigError> {
         let only_http = |span: std::ops::Range<usize>, key: &str| {
             self.error(
                 Some(span),
