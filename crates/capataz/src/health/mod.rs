@@ -379,6 +379,14 @@ impl PoolRt {
         self.lock().engine.agent(backend)
     }
 
+    /// Every backend's [`Cadence`], in pool order, under one lock.
+    pub fn cadences(&self) -> Vec<Cadence> {
+        let inner = self.lock();
+        (0..self.backends.len())
+            .map(|i| inner.engine.cadence(i))
+            .collect()
+    }
+
     /// Which probe interval applies to `backend` now (the engine's [`Cadence`]).
     pub fn cadence(&self, backend: usize) -> Cadence {
         self.lock().engine.cadence(backend)
