@@ -213,3 +213,130 @@ async fn agent_down_and_weight_change_eligibility_and_a_failing_agent_changes_no
     wait_until("b drained by its agent", || !pool.eligibility()[1].0).await;
     balancer.shutdown(Duration::from_secs(1)).await;
 }
+
+const POOL: &str = "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]\n\
+                    backends = [{ name = \"a\", address = \"127.0.0.1:9001\" }]\n";
+
+fn config_error(extra: &str) -> String {
+    match capataz::config::parse_str(&format!("{POOL}{extra}\n"), "<test>") {
+        Ok(_) => panic!("accepted: {extra}"),
+        Err(error) => error.to_string(),
+    }
+}
+
+#[test]
+fn new_check_keys_default_to_todays_behaviour() {
+    let config = capataz::config::parse_str(
+        &format!("{POOL}[pools.web.active]\ninterval = \"5s\"\n"),
+        "<t>",
+    )
+    .unwrap();
+    let active = &config.pools[0].active;
+    assert_eq!(active.fast_interval, Duration::from_secs(5));
+    assert_eq!(active.down_interval, Duration::from_secs(5));
+    assert!(!active.first_probe);
+    assert!(
+        active.is_plain(),
+        "the status-line-only probe stays the default"
+    );
+    assert_eq!(active.content.body_limit, 16 * 1024);
+    assert_eq!(config.pools[0].agent, None);
+    let config = capataz::config::parse_str(
+        &format!(
+            "{POOL}[pools.web.active]\ninitial = \"first-probe\"\n[pools.web.agent]\nport = 9777\n"
+        ),
+        "<t>",
+    )
+    .unwrap();
+    assert!(config.pools[0].active.first_probe);
+    assert_eq!(config.pools[0].active.initial, State::Down);
+    let agent = config.pools[0].agent.unwrap();
+    assert_eq!(
+        (agent.port, agent.interval, agent.timeout),
+        (9777, Duration::from_secs(2), Duration::from_secs(1))
+    );
+}
+
+#[test]
+fn bad_check_keys_are_refused_with_their_key() {
+    for (extra, key) in [
+        (
+            "[pools.web.active]\nkind = \"tcp\"\nbody_contains = \"ok\"",
+            "pools.web.active.body_contains",
+        ),
+        (
+            "[pools.web.active]\nbody_contains = \"\"",
+            "pools.web.active.body_contains",
+        ),
+        (
+            "[pools.web.active]\nbody_contains = \"ok\"\nbody_limit = 0",
+            "pools.web.active.body_limit",
+        ),
+        (
+            "[pools.web.active]\nbody_contains = \"ok\"\nbody_limit = 1048577",
+            "pools.web.active.body_limit",
+        ),
+        (
+            "[pools.web.active]\nmethod = \"get\"",
+            "pools.web.active.method",
+        ),
+        (
+            "[pools.web.active]\nmethod = \"HEAD\"\nbody_contains = \"ok\"",
+            "pools.web.active.method",
+        ),
+        (
+            "[pools.web.active]\nheaders = { Host = \"x\" }",
+            "pools.web.active.headers.Host",
+        ),
+        (
+            "[pools.web.active]\nheaders = { \"a b\" = \"x\" }",
+            "pools.web.active.headers.a b",
+        ),
+        (
+            "[pools.web.active]\nheaders = { X = \"a\\nb\" }",
+            "pools.web.active.headers.X",
+        ),
+        (
+            "[pools.web.active]\nexpect_header_contains = \"yes\"",
+            "pools.web.active.expect_header_contains",
+        ),
+        (
+            "[pools.web.active]\nexpect_header = \"bad name\"",
+            "pools.web.active.expect_header",
+        ),
+        (
+            "[pools.web.active]\nfast_interval = \"0s\"",
+            "pools.web.active.fast_interval",
+        ),
+        (
+            "[pools.web.active]\ndown_interval = \"2 years\"",
+            "pools.web.active.down_interval",
+        ),
+        (
+            "[pools.web.active]\ninitial = \"sometimes\"",
+            "pools.web.active.initial",
+        ),
+        (
+            "[pools.web.agent]\ninterval = \"1s\"",
+            "pools.web.agent.port",
+        ),
+        ("[pools.web.agent]\nport = 0", "pools.web.agent.port"),
+        ("[pools.web.agent]\nport = 70000", "pools.web.agent.port"),
+    ] {
+        let error = config_error(extra);
+        assert!(error.contains(key), "{extra:?}: {error}");
+    }
+}
+
+#[test]
+fn agent_port_needs_agent_checks_on_the_pool() {
+    let text = "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]\n\
+                backends = [{ name = \"a\", address = \"127.0.0.1:9001\", agent_port = 9777 }]\n";
+    let error = capataz::config::parse_str(text, "<t>")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("pools.web.backends[0].agent_port"),
+        "{error}"
+    );
+}
