@@ -296,6 +296,24 @@ impl Pool {
         (result, self.settle(backend, before, reason, now))
     }
 
+    /// Sets the active side of `backend`, which tracks another backend, to that backend's
+    /// active `state` (its streaks cleared), and returns the transition this causes, if any. A
+    /// tracking backend is never probed: this is its only active input. Panics if `backend`
+    /// is not an index of this pool.
+    pub fn track(&mut self, backend: usize, state: State, now: Duration) -> Option<Transition> {
+        let health = &mut self.backends[backend];
+        let before = health.verdict();
+        let active = &mut health.active;
+        active.probed = true;
+        if active.state == state {
+            return None;
+        }
+        active.state = state;
+        active.fail_streak = 0;
+        active.pass_streak = 0;
+        self.settle(backend, before, Reason::Tracked { state }, now)
+    }
+
     /// Records one traffic outcome for `backend` and returns how the traffic rule judged it, with
     /// the transition it caused, if any. Panics if `backend` is not an index of this pool.
     pub fn observe(

@@ -89,6 +89,11 @@ pub enum Reason {
         /// The ejection that ended.
         nth: u32,
     },
+    /// The backend tracks another one (HAProxy's `track`), whose active side is now `state`.
+    Tracked {
+        /// The tracked backend's active state.
+        state: State,
+    },
     /// A traffic error during probation ejected the backend again.
     ProbationFailed {
         /// The error.
@@ -104,7 +109,8 @@ impl Reason {
         match self {
             Reason::ProbesFailed { .. }
             | Reason::ProbesPassed { .. }
-            | Reason::ProbesEndedEjection { .. } => Side::Active,
+            | Reason::ProbesEndedEjection { .. }
+            | Reason::Tracked { .. } => Side::Active,
             _ => Side::Passive,
         }
     }
@@ -118,7 +124,7 @@ impl Reason {
             | Reason::TrafficErrors { last, .. }
             | Reason::TrafficRecovered { last }
             | Reason::ProbationFailed { last, .. } => Some(last),
-            Reason::EjectionExpired { .. } => None,
+            Reason::EjectionExpired { .. } | Reason::Tracked { .. } => None,
         }
     }
 }
@@ -206,6 +212,9 @@ impl fmt::Display for Reason {
                 "ejection #{nth} ({}) is over, back on probation",
                 human_duration(duration)
             ),
+            Reason::Tracked { state } => {
+                write!(f, "the backend it tracks is {state} by its active checks")
+            }
             Reason::ProbationFailed { last, ejection } => {
                 write!(f, "traffic error on probation, last: {last}; {ejection}")
             }

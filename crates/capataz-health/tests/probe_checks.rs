@@ -249,3 +249,33 @@ fn replay_agent_command_prints_what_the_agent_says() {
          ERR unknown backend \"c\"\na UP\nb UP\n"
     );
 }
+
+#[test]
+fn a_tracking_backend_follows_the_active_state_it_is_given_and_says_so() {
+    let mut r = rotation(Settings::default(), Policy::default(), 2);
+    r.handle_probe(1, BAD, S);
+    assert_eq!(r.handle_tracked(1, State::Up, S), State::Up);
+    assert!(drain(&mut r).is_empty(), "no change, no event");
+    assert_eq!(r.handle_tracked(1, State::Down, 2 * S), State::Down);
+    let events = drain(&mut r);
+    let [Event::Transition(t)] = events[..] else {
+        panic!("{events:?}")
+    };
+    assert_eq!(
+        t.to_string(),
+        "UP -> DOWN: the backend it tracks is DOWN by its active checks"
+    );
+    assert_eq!(t.reason.side(), capataz_health::Side::Active);
+    let active = r.pool().backend(1).active;
+    assert_eq!((active.fail_streak, active.pass_streak), (0, 0));
+    // A gated newcomer that tracks an UP backend is proven by it.
+    let settings = Settings {
+        initial: State::Down,
+        ..Settings::default()
+    };
+    let mut r = rotation(settings, Policy::default(), 1);
+    assert!(!r.is_proven(0));
+    r.handle_tracked(0, State::Up, S);
+    assert!(r.is_proven(0));
+    assert_eq!(r.eligible(S).backends, [0]);
+}

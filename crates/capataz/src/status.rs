@@ -89,6 +89,27 @@ pub fn explain(pool: &PoolRt, view: &BackendView) -> String {
         );
     }
     let since = clock(view.info.since);
+    let tracked = config
+        .backends
+        .get(view.index)
+        .and_then(|b| b.track.as_ref());
+    if let (Some(track), Ejection::None | Ejection::Probation { .. }) = (tracked, passive.ejection)
+    {
+        let follows = format!(
+            "tracks {}/{}, whose active checks say {}; it follows them, checked every {}",
+            track.pool,
+            track.backend,
+            active.state,
+            human_duration(config.active.interval)
+        );
+        return match active.state {
+            State::Down => format!("DOWN since {since}: {follows}"),
+            State::Up => format!(
+                "UP since {since}: {follows}; traffic errors in a row: {} of {limit}",
+                passive.error_streak
+            ),
+        };
+    }
     if let Ejection::Ejected {
         until,
         nth,
@@ -313,6 +334,7 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
             "last_probe": last_probe,
             "next_probe_in_ms": next_probe_in_ms,
             "cadence": view.cadence.as_str(),
+            "track": pool.config.backends.get(view.index).and_then(|b| b.track.as_ref()).map(|t| format!("{}/{}", t.pool, t.backend)),
             "probe_interval_ms": crate::health::probe_intervals(&pool.config).of(view.cadence).as_millis() as u64,
         },
         "agent": pool.config.agent.map(|_| json!({

@@ -258,6 +258,17 @@ impl Rotation {
         result
     }
 
+    /// Records the active state of the backend `backend` tracks (HAProxy's `track`), at `now`:
+    /// its active side follows it. Returns the backend's verdict after. Panics if `backend` is
+    /// not an index.
+    pub fn handle_tracked(&mut self, backend: usize, state: State, now: Duration) -> State {
+        self.advance(now);
+        if let Some(transition) = self.pool.track(backend, state, now) {
+            self.on_transitions(&[transition], now);
+        }
+        self.pool.verdict(backend)
+    }
+
     /// Which probe interval applies to `backend` now: see [`Cadence`]. Panics if `backend` is
     /// not an index.
     pub fn cadence(&self, backend: usize) -> Cadence {

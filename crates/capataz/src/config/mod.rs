@@ -250,6 +250,17 @@ pub struct BackendConfig {
     pub weight: u32,
     /// The port its agent answers on, when it differs from the pool's `agent.port`.
     pub agent_port: Option<u16>,
+    /// The backend whose active checks it follows instead of probing itself (`track`).
+    pub track: Option<TrackTarget>,
+}
+
+/// A tracked backend: `track = "pool/backend"`, or `"backend"` in the same pool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrackTarget {
+    /// The tracked backend's pool.
+    pub pool: String,
+    /// The tracked backend's name.
+    pub backend: String,
 }
 
 /// How a pool picks a backend.

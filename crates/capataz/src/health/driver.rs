@@ -21,9 +21,42 @@ impl PoolRt {
     /// Each probe loop's random source is forked here, on the calling thread, from `fastrand`'s
     /// generator: a test that seeds it (`fastrand::seed`) gets the same phases and jitter.
     pub fn spawn_tasks(self: &Arc<Self>) -> Vec<JoinHandle<()>> {
+        self.spawn_tasks_among(std::slice::from_ref(self))
+    }
+
+    /// [`PoolRt::spawn_tasks`], with `pools` (this one among them) to find the backends its
+    /// backends `track`: a tracking backend is never probed; a task follows its target's
+    /// active side instead (`track_loop`).
+    pub fn spawn_tasks_among(self: &Arc<Self>, pools: &[Arc<PoolRt>]) -> Vec<JoinHandle<()>> {
         let mut tasks = Vec::new();
-        if self.config.active.kind != CheckKind::None {
-            for backend in 0..self.backends.len() {
+        for backend in 0..self.backends.len() {
+            if let Some(track) = &self.config.backends[backend].track {
+                let target = pools.iter().find(|p| *p.name == *track.pool).and_then(|p| {
+                    let index = p.backends.iter().position(|b| *b.name == *track.backend)?;
+                    Some((p.clone(), index))
+                });
+                match target {
+                    Some((target, index)) => {
+                        let rng = prober::Rng::new();
+                        tasks.push(tokio::spawn(track_loop(
+                            self.clone(),
+                            backend,
+                            target,
+                            index,
+                            rng,
+                        )));
+                    }
+                    // A validated config names existing backends; only a pool started on its
+                    // own (tests) can miss one.
+                    None => tracing::warn!(
+                        pool = %self.name,
+                        backend = %self.backends[backend].name,
+                        "the tracked backend {}/{} is not running; this backend's active side stays as it is",
+                        track.pool,
+                        track.backend
+                    ),
+                }
+            } else if self.config.active.kind != CheckKind::None {
                 let rng = prober::Rng::new();
                 tasks.push(tokio::spawn(probe_loop(self.clone(), backend, rng)));
             }
@@ -118,6 +151,26 @@ async fn probe_loop(pool: Arc<PoolRt>, backend: usize, mut rng: prober::Rng) {
         };
         interval = intervals.of(cadence);
         wait = prober::jittered(interval, active.jitter, &mut rng);
+    }
+}
+
+/// Makes one backend follow another's active side forever: at once, then every jittered
+/// `interval` of its pool, it reads the target's active state and feeds it to its engine.
+async fn track_loop(
+    pool: Arc<PoolRt>,
+    backend: usize,
+    target: Arc<PoolRt>,
+    index: usize,
+    mut rng: prober::Rng,
+) {
+    let interval = pool.config.active.interval;
+    loop {
+        let state = target.active_state(index);
+        pool.record_tracked(backend, state);
+        let now = pool.clock.now();
+        let wait = prober::jittered(interval, pool.config.active.jitter, &mut rng);
+        let due = prober::align_to_slot(now.saturating_add(wait), now, interval);
+        tokio::time::sleep_until(pool.clock.instant(due)).await;
     }
 }
 

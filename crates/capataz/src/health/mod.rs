@@ -360,6 +360,19 @@ impl PoolRt {
         cadence
     }
 
+    /// The active state of backend `index` (which must exist).
+    pub fn active_state(&self, index: usize) -> State {
+        self.lock().engine.pool().backend(index).active.state
+    }
+
+    /// Feeds the active state of the backend `backend` tracks to the engine.
+    pub fn record_tracked(&self, backend: usize, state: State) {
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        inner.engine.handle_tracked(backend, state, now);
+        self.publish(&mut inner, now, false);
+    }
+
     /// Feeds one agent answer to the engine (a failed exchange is no input at all).
     pub fn record_agent(&self, backend: usize, report: AgentReport) {
         let now = self.clock.now();

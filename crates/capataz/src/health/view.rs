@@ -51,6 +51,8 @@ pub struct BackendInfo {
 /// A copy of everything known about one backend at one moment, for the admin API.
 #[derive(Clone, Debug)]
 pub struct BackendView {
+    /// Its index in the pool (and in the pool's config).
+    pub index: usize,
     /// The backend.
     pub backend: Arc<BackendRt>,
     /// Its engine state.
@@ -115,6 +117,7 @@ impl PoolRt {
         let engine = &inner.engine;
         let records = &inner.info[i];
         BackendView {
+            index: i,
             backend: self.backends[i].clone(),
             health: *engine.pool().backend(i),
             info: BackendInfo {

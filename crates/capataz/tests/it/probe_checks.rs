@@ -340,3 +340,67 @@ fn agent_port_needs_agent_checks_on_the_pool() {
         "{error}"
     );
 }
+
+#[test]
+fn track_must_name_a_backend_and_never_come_back_to_itself() {
+    let pools = |a: &str, b: &str| {
+        format!(
+            "[[listeners]]\naddress = \"127.0.0.1:0\"\n[[listeners.routes]]\npool = \"web\"\n\n[pools.web]\nbackends = [\
+             {{ name = \"a\", address = \"127.0.0.1:9001\"{a} }}, \
+             {{ name = \"b\", address = \"127.0.0.1:9002\"{b} }}]\n\
+             [pools.api]\nbackends = [{{ name = \"c\", address = \"127.0.0.1:9003\", track = \"web/a\" }}]\n"
+        )
+    };
+    let parse = |text: String| capataz::config::parse_str(&text, "<t>").map_err(|e| e.to_string());
+    let config = parse(pools("", ", track = \"a\"")).unwrap();
+    let web = config.pools.iter().find(|p| p.name == "web").unwrap();
+    let track = web.backends[1].track.as_ref().unwrap();
+    assert_eq!((track.pool.as_str(), track.backend.as_str()), ("web", "a"));
+    for (a, b, key) in [
+        ("", ", track = \"web/zz\"", "pools.web.backends[1].track"),
+        ("", ", track = \"nope/a\"", "pools.web.backends[1].track"),
+        (", track = \"a\"", "", "pools.api.backends[0].track"),
+        (", track = \"b\"", ", track = \"web/a\"", "track"),
+    ] {
+        let error = parse(pools(a, b)).unwrap_err();
+        assert!(error.contains(key), "{a} {b}: {error}");
+    }
+    let error = parse(pools(", track = \"b\"", ", track = \"a\"")).unwrap_err();
+    assert!(error.contains("cycle"), "{error}");
+}
+
+#[tokio::test]
+async fn a_tracking_backend_is_never_probed_and_follows_its_target_across_pools() {
+    let a = HealthBackend::start("a", HealthAnswer::new(200, "")).await;
+    // b and c would fail every probe: they are never probed, so they stay UP with a.
+    let b = HealthBackend::start("b", HealthAnswer::new(500, "")).await;
+    let c = HealthBackend::start("c", HealthAnswer::new(500, "")).await;
+    let text = format!(
+        "[[listeners]]\naddress = \"127.0.0.1:0\"\n[[listeners.routes]]\npool = \"web\"\n\n[pools.web]\nbackends = [\
+         {{ name = \"a\", address = \"{}\" }}, {{ name = \"b\", address = \"{}\", track = \"a\" }}]\n\
+         [pools.web.active]\ninterval = \"30ms\"\ntimeout = \"500ms\"\nfall = 2\n\
+         [pools.api]\nbackends = [{{ name = \"c\", address = \"{}\", track = \"web/a\" }}]\n\
+         [pools.api.active]\ninterval = \"30ms\"\n",
+        a.addr, b.addr, c.addr
+    );
+    let (balancer, mut rx) = start(&text).await;
+    let web = balancer.pool("web").unwrap();
+    let api = balancer.pool("api").unwrap();
+    wait_until("a probed a few times", || a.probes().len() >= 3).await;
+    assert_eq!((web.verdict(1), api.verdict(0)), (State::Up, State::Up));
+    a.answer(HealthAnswer::new(500, ""));
+    wait_for(&mut rx, "b DOWN", |e| {
+        transition_of(e, "b", State::Down).is_some()
+    })
+    .await;
+    wait_until("c DOWN", || api.verdict(0) == State::Down).await;
+    let sentence = explain(&web, 1);
+    assert!(
+        sentence.contains("tracks web/a, whose active checks say DOWN"),
+        "{sentence}"
+    );
+    a.answer(HealthAnswer::new(200, ""));
+    wait_until("c back UP", || api.verdict(0) == State::Up).await;
+    assert!(b.probes().is_empty() && c.probes().is_empty());
+    balancer.shutdown(Duration::from_secs(1)).await;
+}

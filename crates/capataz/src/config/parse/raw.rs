@@ -123,6 +123,7 @@ pub(super) struct RawBackend {
     pub(super) address: Option<Spanned<String>>,
     pub(super) weight: Option<Spanned<i64>>,
     pub(super) agent_port: Option<Spanned<i64>>,
+    pub(super) track: Option<Spanned<String>>,
 }
 
 #[derive(Clone, Copy, Deserialize)]

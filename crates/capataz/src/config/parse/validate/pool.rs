@@ -21,7 +21,7 @@ use super::{is_token_text, ConfigError, Validator, U32_MAX};
 use crate::config::ConnectionReuse;
 use crate::config::{
     ActiveCheckConfig, AgentCheckConfig, Algorithm, AllDownPolicy, BackendConfig, CheckKind,
-    ContentRules, PassiveCheckConfig, PoolConfig, RetryConfig, UpstreamTimeouts,
+    ContentRules, PassiveCheckConfig, PoolConfig, RetryConfig, TrackTarget, UpstreamTimeouts,
     DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT, MAX_MATCH_TEXT, MAX_PROBE_BODY, MAX_PROBE_HEADERS,
 };
 
@@ -188,12 +188,26 @@ impl Validator<'_> {
                     1..=65535,
                 )? as u16),
             };
+            let track = backend.track.map(|track| {
+                let text = track.into_inner();
+                match text.split_once('/') {
+                    Some((pool, backend)) => TrackTarget {
+                        pool: pool.to_owned(),
+                        backend: backend.to_owned(),
+                    },
+                    None => TrackTarget {
+                        pool: pool.to_owned(),
+                        backend: text,
+                    },
+                }
+            });
             backends.push(BackendConfig {
                 name,
                 address: address.into_inner(),
                 socket_addr,
                 weight,
                 agent_port,
+                track,
             });
         }
         Ok(backends)
