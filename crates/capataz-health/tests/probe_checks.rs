@@ -279,3 +279,21 @@ fn a_tracking_backend_follows_the_active_state_it_is_given_and_says_so() {
     assert!(r.is_proven(0));
     assert_eq!(r.eligible(S).backends, [0]);
 }
+
+mod parsers {
+    use capataz_health::{AgentReport, Snippet};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Agent lines and snippets come from hostile backends and configs: never a panic,
+        /// and a snippet is always a prefix of its text within its bound.
+        #[test]
+        fn agent_lines_and_snippets_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400), text in ".{0,80}") {
+            let _ = AgentReport::parse(&bytes);
+            let snippet = Snippet::new(&text);
+            prop_assert!(text.starts_with(snippet.as_str()));
+            prop_assert!(snippet.as_str().len() <= Snippet::MAX);
+            prop_assert_eq!(snippet.is_cut(), snippet.as_str().len() < text.len());
+        }
+    }
+}
