@@ -62,9 +62,18 @@ impl LiveGauges {
             let probed = pool.config.active.kind != CheckKind::None;
             let intervals = crate::health::probe_intervals(&pool.config);
             let cadences = pool.cadences();
-            for ((backend, &(up, weight_tenths)), &cadence) in
-                pool.backends.iter().zip(&eligible).zip(&cadences)
+            for (i, ((backend, &(up, weight_tenths)), &cadence)) in pool
+                .backends
+                .iter()
+                .zip(&eligible)
+                .zip(&cadences)
+                .enumerate()
             {
+                let tracks = pool
+                    .config
+                    .backends
+                    .get(i)
+                    .is_some_and(|b| b.track.is_some());
                 backends.push(BackendGauges {
                     labels: LiveBackendLabels {
                         pool: pool.name.clone(),
@@ -73,7 +82,7 @@ impl LiveGauges {
                     up,
                     in_flight: backend.in_flight.load(Ordering::Relaxed),
                     weight_tenths,
-                    probe_interval: if probed {
+                    probe_interval: if probed && !tracks {
                         intervals.of(cadence).as_secs_f64()
                     } else {
                         0.0
@@ -121,7 +130,7 @@ impl Collector for LiveGauges {
         encode_gauges(
             &mut encoder,
             "capataz_backend_probe_interval_seconds",
-            "The time between the backend's probes now (interval, fast_interval or down_interval by its state; 0 without active checks).",
+            "The time between the backend's probes now (interval, fast_interval or down_interval by its state; 0 without active checks or with track).",
             backends.iter().map(|b| (&b.labels, b.probe_interval)),
         )?;
         encode_gauges(
