@@ -481,7 +481,7 @@ fn check_reason(
         assert!(new.passive.is_ejected());
     };
     match (op, t.reason) {
-        (Op::Probe { outcome, .. }, Reason::ProbesFailed { streak, last }) => {
+        (Op::Probe { outcome, .. }, Reason::ProbesFailed { streak, last, .. }) => {
             assert_eq!(last, outcome);
             assert_eq!(streak, new.active.fail_streak);
             assert!(streak >= settings.fall.get());
@@ -651,6 +651,7 @@ fn decode_settings(bytes: &mut Bytes<'_>) -> Settings {
         fall,
         consecutive_errors,
         initial: state(flags),
+        first_probe: false,
         probe_rule: ProbeRule { expect },
         traffic_rule: TrafficRule {
             count_503: flags & 0b10 != 0,

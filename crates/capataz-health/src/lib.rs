@@ -15,9 +15,13 @@
 //!   policy, backups, maintenance with requalification, drains a backend's health route asks
 //!   for (`disable_on_404`) and the minimum healthy share, with one
 //!   `poll_timeout`/`handle_timeout` for every timer.
+//! - [`probe`]: a probe's outcome with its body and header match ([`ProbeOutcome`]).
+//! - [`cadence`]: which probe interval applies to a backend ([`Cadence`]).
 //! - [`replay`]: the line protocol that drives a pool from a script.
 
+pub mod cadence;
 pub mod pool;
+pub mod probe;
 mod reason;
 pub mod replay;
 pub mod rotation;
@@ -25,14 +29,16 @@ pub mod rules;
 mod settings;
 pub mod status;
 
+pub use cadence::{Cadence, ProbeIntervals};
 pub use pool::{
     BackendHealth, Ejection, EjectionInfo, EjectionPolicy, Pool, Reason, Settings, Side, State,
     Transition,
 };
+pub use probe::{Mismatch, ProbeOutcome, Snippet};
 pub use replay::Replay;
 pub use rotation::{
-    AllDown, BackupUse, Carried, Effective, Eligible, Join, MinHealthy, Override, OverrideKind,
-    Policy, Role, Rotation, WhenAllDown,
+    AgentChange, AgentHold, AgentReport, AgentState, AllDown, BackupUse, Carried, Effective,
+    Eligible, Join, MinHealthy, Override, OverrideKind, Policy, Role, Rotation, WhenAllDown,
 };
 pub use rules::{GrpcCodes, ProbeResult, ProbeRule, StatusSet, TrafficResult, TrafficRule};
 pub use status::{parse_grpc_status, parse_status_line, Outcome};

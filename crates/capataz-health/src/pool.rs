@@ -20,6 +20,8 @@
 
 use std::time::Duration;
 
+use crate::cadence::Cadence;
+use crate::probe::ProbeOutcome;
 pub use crate::reason::{human_duration, EjectionInfo, Reason, Side, Transition};
 use crate::rules::{ProbeResult, TrafficResult};
 pub use crate::settings::{EjectionPolicy, Settings, State};
@@ -34,6 +36,9 @@ pub struct Active {
     pub fail_streak: u32,
     /// Consecutive passing probes, 0 after any failure.
     pub pass_streak: u32,
+    /// Whether any probe result was recorded since the backend joined (with
+    /// [`Settings::first_probe`], the first one decides at once).
+    pub probed: bool,
 }
 
 /// Where a backend stands with passive checks.
@@ -94,6 +99,7 @@ impl BackendHealth {
                 state: initial,
                 fail_streak: 0,
                 pass_streak: 0,
+                probed: false,
             },
             passive: Passive {
                 error_streak: 0,
@@ -221,25 +227,38 @@ impl Pool {
         }
     }
 
-    /// Records one probe outcome for `backend` and returns how the probe rule judged it, with the
-    /// transition it caused, if any. Panics if `backend` is not an index of this pool.
+    /// Which probe interval applies to `backend` now (see [`Cadence`]). Panics if `backend` is
+    /// not an index of this pool.
+    pub fn cadence(&self, backend: usize) -> Cadence {
+        Cadence::of(&self.backends[backend].active)
+    }
+
+    /// Records one probe outcome for `backend` (an [`Outcome`] alone, or a [`ProbeOutcome`] with
+    /// the answer's content match) and returns how the probe rule judged it, with the transition
+    /// it caused, if any. Panics if `backend` is not an index of this pool.
     pub fn probe(
         &mut self,
         backend: usize,
-        outcome: Outcome,
+        probe: impl Into<ProbeOutcome>,
         now: Duration,
     ) -> (ProbeResult, Option<Transition>) {
-        let result = self.settings.probe_rule.judge(outcome);
+        let probe = probe.into();
+        let outcome = probe.outcome;
+        let result = self.settings.probe_rule.judge_probe(&probe);
         let (rise, fall) = (self.settings.rise.get(), self.settings.fall.get());
         let probes_end_ejection = self.settings.probes_end_ejection;
+        let first_probe = self.settings.first_probe;
         let health = &mut self.backends[backend];
         let before = health.verdict();
         let active = &mut health.active;
+        let first = first_probe && !active.probed;
+        active.probed = true;
         let reason = match result {
             ProbeResult::Pass => {
                 active.pass_streak = active.pass_streak.saturating_add(1);
                 active.fail_streak = 0;
-                let recovered = active.state == State::Down && active.pass_streak >= rise;
+                let recovered =
+                    active.state == State::Down && (active.pass_streak >= rise || first);
                 if recovered {
                     active.state = State::Up;
                 }
@@ -271,10 +290,29 @@ impl Pool {
                 Reason::ProbesFailed {
                     streak: active.fail_streak,
                     last: outcome,
+                    mismatch: probe.mismatch,
                 }
             }
         };
         (result, self.settle(backend, before, reason, now))
+    }
+
+    /// Sets the active side of `backend`, which tracks another backend, to that backend's
+    /// active `state` (its streaks cleared), and returns the transition this causes, if any. A
+    /// tracking backend is never probed: this is its only active input. Panics if `backend`
+    /// is not an index of this pool.
+    pub fn track(&mut self, backend: usize, state: State, now: Duration) -> Option<Transition> {
+        let health = &mut self.backends[backend];
+        let before = health.verdict();
+        let active = &mut health.active;
+        active.probed = true;
+        if active.state == state {
+            return None;
+        }
+        active.state = state;
+        active.fail_streak = 0;
+        active.pass_streak = 0;
+        self.settle(backend, before, Reason::Tracked { state }, now)
     }
 
     /// Records one traffic outcome for `backend` and returns how the traffic rule judged it, with

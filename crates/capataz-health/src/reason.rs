@@ -4,6 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::probe::Mismatch;
 use crate::settings::State;
 use crate::status::Outcome;
 
@@ -46,6 +47,8 @@ pub enum Reason {
         streak: u32,
         /// The last probe outcome.
         last: Outcome,
+        /// The content rule the last probe's answer broke, if that is why it failed.
+        mismatch: Option<Mismatch>,
     },
     /// The pass streak reached `rise`.
     ProbesPassed {
@@ -86,6 +89,11 @@ pub enum Reason {
         /// The ejection that ended.
         nth: u32,
     },
+    /// The backend tracks another one (HAProxy's `track`), whose active side is now `state`.
+    Tracked {
+        /// The tracked backend's active state.
+        state: State,
+    },
     /// A traffic error during probation ejected the backend again.
     ProbationFailed {
         /// The error.
@@ -101,7 +109,8 @@ impl Reason {
         match self {
             Reason::ProbesFailed { .. }
             | Reason::ProbesPassed { .. }
-            | Reason::ProbesEndedEjection { .. } => Side::Active,
+            | Reason::ProbesEndedEjection { .. }
+            | Reason::Tracked { .. } => Side::Active,
             _ => Side::Passive,
         }
     }
@@ -115,7 +124,7 @@ impl Reason {
             | Reason::TrafficErrors { last, .. }
             | Reason::TrafficRecovered { last }
             | Reason::ProbationFailed { last, .. } => Some(last),
-            Reason::EjectionExpired { .. } => None,
+            Reason::EjectionExpired { .. } | Reason::Tracked { .. } => None,
         }
     }
 }
@@ -160,9 +169,17 @@ impl fmt::Display for EjectionInfo {
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            Reason::ProbesFailed { streak, last } => {
+            Reason::ProbesFailed {
+                streak,
+                last,
+                mismatch,
+            } => {
                 let what = plural(streak, "failed probe", "consecutive failed probes");
-                write!(f, "{streak} {what}, last: {last}")
+                write!(f, "{streak} {what}, last: {last}")?;
+                match mismatch {
+                    Some(mismatch) => write!(f, ", {mismatch}"),
+                    None => Ok(()),
+                }
             }
             Reason::ProbesPassed { streak, last } => {
                 let what = plural(streak, "passing probe", "consecutive passing probes");
@@ -195,6 +212,9 @@ impl fmt::Display for Reason {
                 "ejection #{nth} ({}) is over, back on probation",
                 human_duration(duration)
             ),
+            Reason::Tracked { state } => {
+                write!(f, "the backend it tracks is {state} by its active checks")
+            }
             Reason::ProbationFailed { last, ejection } => {
                 write!(f, "traffic error on probation, last: {last}; {ejection}")
             }

@@ -17,6 +17,10 @@
 //!                          and change nothing)
 //! ELIGIBLE                 the backends new requests go to (overrides and the all-down
 //!                          policy applied), comma-separated, or `none`
+//! AGENT <b> <line>         an agent check's answer (`up`, `down`, `drain`, `maint`, `ready`,
+//!                          `75%`, comma or space separated; see `rotation::agent`)
+//!                          -> what the agent says now (`up`, `drain, weight 50%`), or
+//!                          `IGNORED` for garbage (which changes nothing)
 //! ```
 //!
 //! An answer is `TIMEOUT`, `REFUSED`, `RESET`, `TLS`, `GRPC <code>` (a gRPC status, 0-255) or
@@ -24,7 +28,7 @@
 //! ignored; blank lines and `#` comments print nothing. Any other line prints one `ERR <reason>` line and changes nothing.
 //!
 //! Time: the session clock counts milliseconds, one per command line plus those `WAIT` adds,
-//! saturating at `u64::MAX`. `WAIT`, `OVERRIDE` and `ELIGIBLE` came later; scripts without
+//! saturating at `u64::MAX`. `WAIT`, `OVERRIDE`, `ELIGIBLE` and (issue 14) `AGENT` came later; scripts without
 //! them print exactly what they always did. Overrides never change verdicts (`STATUS`,
 //! `HEALTHY`), only who gets traffic (`ELIGIBLE`), as in the balancer, whose all-down policy
 //! here is `fail_open` over backends proven healthy (every backend of a `POOL` starts UP).
@@ -35,7 +39,7 @@ use std::io::Write as _;
 use std::time::Duration;
 
 use crate::pool::{Pool, Settings, State, Transition};
-use crate::rotation::{Event, Join, OverrideKind, Policy, Rotation};
+use crate::rotation::{AgentReport, Event, Join, OverrideKind, Policy, Rotation};
 use crate::status::Outcome;
 
 /// A fast, non-cryptographic hasher for backend names (FxHash). The names come from a script,
@@ -202,6 +206,22 @@ impl Replay {
                 };
                 let state = self.rotation.set_override(backend, kind, ttl, now);
                 push_line(out, state.as_str().as_bytes());
+            }
+            b"AGENT" => {
+                let Some(rest) = rest else {
+                    return err(out, format_args!("AGENT needs a backend and an answer"));
+                };
+                let (name, answer) = split_word(rest);
+                let Some(&backend) = self.index.get(name) else {
+                    return err(out, format_args!("unknown backend {:?}", show(name)));
+                };
+                match AgentReport::parse(answer.unwrap_or_default()) {
+                    Some(report) => {
+                        let state = self.rotation.handle_agent(backend, report, now);
+                        push_line(out, state.to_string().as_bytes());
+                    }
+                    None => push_line(out, b"IGNORED"),
+                }
             }
             b"POOL" => {
                 return match rest {

@@ -8,6 +8,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::probe::ProbeOutcome;
 use crate::status::Outcome;
 
 /// What a probe proved.
@@ -208,6 +209,15 @@ pub struct ProbeRule {
 }
 
 impl ProbeRule {
+    /// Classifies one probe outcome with its content match: PASS only for an expected status
+    /// whose answer broke no content rule.
+    pub fn judge_probe(&self, probe: &ProbeOutcome) -> ProbeResult {
+        match probe.mismatch {
+            Some(_) => ProbeResult::Fail,
+            None => self.judge(probe.outcome),
+        }
+    }
+
     /// Classifies one probe outcome.
     pub fn judge(&self, outcome: Outcome) -> ProbeResult {
         match outcome {

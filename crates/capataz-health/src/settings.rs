@@ -59,6 +59,10 @@ pub struct Settings {
     pub consecutive_errors: NonZeroU32,
     /// The active state of a backend that joins the pool (default UP).
     pub initial: State,
+    /// Whether the first probe result of a backend that joined DOWN decides at once (HAProxy's
+    /// `first-probe`): its first passing probe brings it UP without waiting for `rise`; a
+    /// failing one leaves it DOWN, and from then on the streaks apply. Default false.
+    pub first_probe: bool,
     /// How probe outcomes are judged.
     pub probe_rule: ProbeRule,
     /// How traffic outcomes are judged.
@@ -90,6 +94,7 @@ impl Default for Settings {
             fall: nz(3),
             consecutive_errors: nz(3),
             initial: State::Up,
+            first_probe: false,
             probe_rule: ProbeRule::default(),
             traffic_rule: TrafficRule::default(),
             ejection: None,

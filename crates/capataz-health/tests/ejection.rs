@@ -541,6 +541,7 @@ fn transition_display() {
                 Reason::ProbesFailed {
                     streak: 3,
                     last: Outcome::Timeout,
+                    mismatch: None,
                 },
             ),
             "UP -> DOWN: 3 consecutive failed probes, last: TIMEOUT",
@@ -552,6 +553,7 @@ fn transition_display() {
                 Reason::ProbesFailed {
                     streak: 1,
                     last: Outcome::Status(404),
+                    mismatch: None,
                 },
             ),
             "UP -> DOWN: 1 failed probe, last: HTTP 404",
@@ -646,6 +648,7 @@ fn reasons_know_their_side_and_last_outcome() {
     let probe = Reason::ProbesFailed {
         streak: 3,
         last: Outcome::Timeout,
+        mismatch: None,
     };
     let expiry = Reason::EjectionExpired {
         nth: 1,

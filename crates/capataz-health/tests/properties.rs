@@ -104,6 +104,7 @@ fn settings(ejection: BoxedStrategy<Option<EjectionPolicy>>) -> impl Strategy<Va
                     fall,
                     consecutive_errors,
                     initial,
+                    first_probe: false,
                     traffic_rule: capataz_health::TrafficRule {
                         count_503,
                         ..Default::default()

@@ -65,6 +65,7 @@ fn kinds(events: &[Event]) -> Vec<&'static str> {
             Event::Override(_) => "override",
             Event::AllDown { applied, .. } => applied.policy(),
             Event::Recovered { .. } => "recovered",
+            Event::Agent(_) => "agent",
             Event::Backups { .. } | Event::Standing(_) | Event::CloseTunnels { .. } => {
                 unreachable!("no backup, no drain, no tunnel closing here")
             }

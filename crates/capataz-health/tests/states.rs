@@ -54,6 +54,7 @@ fn kinds(events: &[Event]) -> Vec<String> {
             } => format!("backups:off:{to_primaries}"),
             Event::Standing(s) => format!("standing:{}:{}", s.backend, s.to),
             Event::CloseTunnels { backend, .. } => format!("close_tunnels:{backend}"),
+            Event::Agent(a) => format!("agent:{}:{}", a.backend, a.to),
         })
         .collect()
 }
@@ -260,7 +261,8 @@ fn a_pool_whose_backends_are_all_in_maintenance_or_requalifying_rejects_and_says
     assert_eq!(
         r.all_down().map(|a| a.to_string()).unwrap_or_default(),
         "rejecting requests with 503: fail_open has no backend to spread traffic over \
-         (1 under a manual override, 0 never proven healthy, 1 requalifying or draining itself)"
+         (1 under a manual override, 0 never proven healthy, 1 requalifying, draining itself or \
+         held by its agent)"
     );
 }
 

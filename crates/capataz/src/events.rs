@@ -85,6 +85,23 @@ pub enum Event {
         /// Wall-clock time.
         time: SystemTime,
     },
+    /// A backend's agent check said something new (its hold or its weight changed).
+    Agent {
+        /// The pool.
+        pool: Arc<str>,
+        /// The backend.
+        backend: Arc<str>,
+        /// What the agent said before (`up`, `down`, `drain`, `maint`, with `, weight N%`).
+        from: String,
+        /// What it says now.
+        to: String,
+        /// Whether the backend is in rotation by its own standing after the change.
+        in_rotation: bool,
+        /// Why, as a sentence.
+        reason: String,
+        /// Wall-clock time.
+        time: SystemTime,
+    },
 }
 
 impl Event {
@@ -96,7 +113,8 @@ impl Event {
             | Event::Recovered { pool, .. }
             | Event::Override { pool, .. }
             | Event::Backups { pool, .. }
-            | Event::Eligibility { pool, .. } => pool,
+            | Event::Eligibility { pool, .. }
+            | Event::Agent { pool, .. } => pool,
         }
     }
 
@@ -105,13 +123,14 @@ impl Event {
         match self {
             Event::Transition { backend, .. }
             | Event::Override { backend, .. }
-            | Event::Eligibility { backend, .. } => Some(backend),
+            | Event::Eligibility { backend, .. }
+            | Event::Agent { backend, .. } => Some(backend),
             Event::AllDown { .. } | Event::Recovered { .. } | Event::Backups { .. } => None,
         }
     }
 
-    /// The event's type: `transition`, `all_down`, `recovered`, `override`, `backups` or
-    /// `eligibility`.
+    /// The event's type: `transition`, `all_down`, `recovered`, `override`, `backups`,
+    /// `eligibility` or `agent`.
     pub fn kind(&self) -> &'static str {
         match self {
             Event::Transition { .. } => "transition",
@@ -120,6 +139,7 @@ impl Event {
             Event::Override { .. } => "override",
             Event::Backups { .. } => "backups",
             Event::Eligibility { .. } => "eligibility",
+            Event::Agent { .. } => "agent",
         }
     }
 
@@ -131,7 +151,8 @@ impl Event {
             | Event::Recovered { time, .. }
             | Event::Override { time, .. }
             | Event::Backups { time, .. }
-            | Event::Eligibility { time, .. } => *time,
+            | Event::Eligibility { time, .. }
+            | Event::Agent { time, .. } => *time,
         }
     }
 
@@ -147,6 +168,9 @@ impl Event {
                 from, to, reason, ..
             }
             | Event::Eligibility {
+                from, to, reason, ..
+            } => Some((from, to, reason.clone())),
+            Event::Agent {
                 from, to, reason, ..
             } => Some((from, to, reason.clone())),
             Event::AllDown { .. } | Event::Recovered { .. } | Event::Backups { .. } => None,
@@ -202,6 +226,14 @@ impl Event {
                     many.join(", ")
                 ),
             },
+            Event::Agent {
+                pool,
+                backend,
+                from,
+                to,
+                reason,
+                ..
+            } => format!("pool={pool} backend={backend} agent {from} -> {to}: {reason}"),
         }
     }
 
@@ -241,6 +273,9 @@ impl Event {
             Event::Backups { serving, .. } => {
                 let names: Vec<&str> = serving.iter().map(|s| &**s).collect();
                 object.insert("backups".into(), names.into());
+            }
+            Event::Agent { in_rotation, .. } => {
+                object.insert("in_rotation".into(), (*in_rotation).into());
             }
             Event::Recovered { .. } | Event::Eligibility { .. } => {}
         }

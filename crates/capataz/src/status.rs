@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use capataz_health::pool::human_duration;
 use capataz_health::rotation::ramp::full_tenths;
-use capataz_health::{Effective, Ejection, EjectionPolicy, Reason, Role, State, TrafficRule};
+use capataz_health::{
+    AgentHold, Cadence, Effective, Ejection, EjectionPolicy, Reason, Role, State, TrafficRule,
+};
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize;
 use serde_json::ser::PrettyFormatter;
@@ -46,6 +48,15 @@ pub fn explain(pool: &PoolRt, view: &BackendView) -> String {
         });
     }
     sentence
+}
+
+/// What leaving maintenance takes, by the passing probes a backend needs.
+fn back_from_maintenance(passes: u32) -> String {
+    match passes {
+        0 => "on leaving it, it gets traffic at once (no probes to wait for)".to_owned(),
+        1 => "on leaving it, it needs 1 passing probe before traffic".to_owned(),
+        n => format!("on leaving it, it needs {n} passing probes in a row before traffic"),
+    }
 }
 
 fn explain_standing(pool: &PoolRt, view: &BackendView) -> String {
@@ -88,11 +99,7 @@ fn explain_standing(pool: &PoolRt, view: &BackendView) -> String {
                 clock(o.since),
             ),
             OverrideKind::Maintenance => {
-                let back = match pool.requalify_passes() {
-                    0 => "on leaving it, it gets traffic at once (no probes to wait for)".to_owned(),
-                    1 => "on leaving it, it needs 1 passing probe before traffic".to_owned(),
-                    n => format!("on leaving it, it needs {n} passing probes in a row before traffic"),
-                };
+                let back = back_from_maintenance(pool.requalify_passes());
                 format!(
                     "MAINTENANCE since {} (manual, {until}): no new requests, {in_flight} in flight, \
                      no probes; {back}; {health_says}",
@@ -109,10 +116,36 @@ fn explain_standing(pool: &PoolRt, view: &BackendView) -> String {
             ),
         };
     }
+    let agent_says = view.agent;
+    if view.effective == Effective::Maintenance && agent_says.hold == Some(AgentHold::Maint) {
+        return format!(
+            "MAINTENANCE (its agent said maint; agent says {agent_says}): no new requests, \
+             {in_flight} in flight, no probes; {}; health checks say {} ({})",
+            back_from_maintenance(pool.requalify_passes()),
+            health.verdict(),
+            short_health(pool, view)
+        );
+    }
     if let Some((has, needs)) = view.requalifying {
         return format!(
             "REQUALIFYING: back from maintenance, needs {needs} passing probes in a row before \
              traffic (has {has}){next_probe}; health checks say {} ({})",
+            health.verdict(),
+            short_health(pool, view)
+        );
+    }
+    if view.effective == Effective::SelfDraining && agent_says.holds_out() {
+        return format!(
+            "SELF_DRAINING: its agent asked for a drain (agent says {agent_says}): no new \
+             requests, {in_flight} in flight; the agent's up or ready brings it back; health \
+             checks say {} ({})",
+            health.verdict(),
+            short_health(pool, view)
+        );
+    }
+    if agent_says.holds_out() {
+        return format!(
+            "HELD OUT by its agent (agent says {agent_says}): no new requests, {in_flight} in flight; health checks say {} ({})",
             health.verdict(),
             short_health(pool, view)
         );
@@ -124,6 +157,27 @@ fn explain_standing(pool: &PoolRt, view: &BackendView) -> String {
              (disable_on_404): no new requests, {in_flight} in flight; the next passing probe \
              brings it back at once{next_probe}"
         );
+    }
+    let tracked = config
+        .backends
+        .get(view.index)
+        .and_then(|b| b.track.as_ref());
+    if let (Some(track), Ejection::None | Ejection::Probation { .. }) = (tracked, passive.ejection)
+    {
+        let follows = format!(
+            "tracks {}/{}, whose active checks say {}; it follows them, checked every {}",
+            track.pool,
+            track.backend,
+            active.state,
+            human_duration(config.active.interval)
+        );
+        return match active.state {
+            State::Down => format!("DOWN since {since}: {follows}"),
+            State::Up => format!(
+                "UP since {since}: {follows}; traffic errors in a row: {} of {limit}",
+                passive.error_streak
+            ),
+        };
     }
     if let Ejection::Ejected {
         until,
@@ -174,19 +228,49 @@ fn explain_standing(pool: &PoolRt, view: &BackendView) -> String {
                 if t.to == State::Down && matches!(t.reason, Reason::ProbesFailed { .. }) =>
             {
                 match t.reason {
-                    Reason::ProbesFailed { streak, last } => {
-                        format!("{streak} consecutive failed probes (last: {last})")
-                    }
+                    Reason::ProbesFailed {
+                        streak,
+                        last,
+                        mismatch,
+                    } => match mismatch {
+                        Some(mismatch) => {
+                            format!("{streak} consecutive failed probes (last: {last}, {mismatch})")
+                        }
+                        None => format!("{streak} consecutive failed probes (last: {last})"),
+                    },
                     _ => unreachable!("matched ProbesFailed above"),
                 }
             }
+            _ if config.active.first_probe && !active.probed => {
+                return format!(
+                    "DOWN since {since}: waiting for its first probe (initial = first-probe: \
+                     one passing probe brings it UP at once, a failed one leaves it DOWN until \
+                     {rise} pass in a row){next_probe}"
+                );
+            }
             _ if view.info.last_transition.is_none() => {
-                "not yet proven healthy (new backends start DOWN)".to_string()
+                match view.info.probes.back().and_then(|p| p.outcome.mismatch) {
+                    Some(mismatch) => format!(
+                        "not yet proven healthy (new backends start DOWN); last probe: {mismatch}"
+                    ),
+                    None => "not yet proven healthy (new backends start DOWN)".to_string(),
+                }
             }
             _ => format!("{} consecutive failed probes", active.fail_streak),
         };
+        let cadence = match view.cadence {
+            Cadence::Down if config.active.down_interval != config.active.interval => format!(
+                ", probed every {} while DOWN",
+                human_duration(config.active.down_interval)
+            ),
+            Cadence::Fast if config.active.fast_interval != config.active.interval => format!(
+                ", probed every {} while the streak lasts",
+                human_duration(config.active.fast_interval)
+            ),
+            _ => String::new(),
+        };
         return format!(
-            "DOWN since {since}: {cause}; needs {rise} passing probes in a row (has {}){next_probe}",
+            "DOWN since {since}: {cause}; needs {rise} passing probes in a row (has {}){cadence}{next_probe}",
             active.pass_streak
         );
     }
@@ -204,7 +288,13 @@ fn explain_standing(pool: &PoolRt, view: &BackendView) -> String {
         ),
         _ => String::new(),
     };
-    let ramp = if view.effective_weight_tenths < full_tenths(view.backend.weight) {
+    let agent = if view.agent.weight_percent < 100 {
+        format!("; agent weight {}%", view.agent.weight_percent)
+    } else {
+        String::new()
+    };
+    let ramp = if view.effective_weight_tenths < view.agent.scale(full_tenths(view.backend.weight))
+    {
         format!(
             "; slow start: weight {:.1} of {}",
             f64::from(view.effective_weight_tenths) / 10.0,
@@ -214,7 +304,7 @@ fn explain_standing(pool: &PoolRt, view: &BackendView) -> String {
         String::new()
     };
     format!(
-        "UP since {since}{probation}; failed probes in a row: {} of {fall}, traffic errors in a row: {} of {limit}{ramp}{next_probe}",
+        "UP since {since}{probation}; failed probes in a row: {} of {fall}, traffic errors in a row: {} of {limit}{agent}{ramp}{next_probe}",
         active.fail_streak, passive.error_streak
     )
 }
@@ -251,7 +341,8 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
     };
     let last_probe = view.info.probes.back().map(|p| {
         json!({
-            "outcome": p.outcome.to_string(),
+            "outcome": p.outcome.outcome.to_string(),
+            "mismatch": p.outcome.mismatch.map(|m| m.to_string()),
             "result": p.result.as_str(),
             "latency_ms": ms(p.latency),
             "at": rfc3339(p.at),
@@ -261,7 +352,7 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
         .info
         .probes
         .iter()
-        .map(|p| json!({ "outcome": p.outcome.to_string(), "result": p.result.as_str(), "at": rfc3339(p.at) }))
+        .map(|p| json!({ "outcome": p.outcome.outcome.to_string(), "mismatch": p.outcome.mismatch.map(|m| m.to_string()), "result": p.result.as_str(), "at": rfc3339(p.at) }))
         .collect();
     let rule = TrafficRule {
         count_503: pool.config.passive.count_503,
@@ -312,7 +403,15 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
             "fall": pool.config.active.fall.get(),
             "last_probe": last_probe,
             "next_probe_in_ms": next_probe_in_ms,
+            "cadence": view.cadence.as_str(),
+            "track": pool.config.backends.get(view.index).and_then(|b| b.track.as_ref()).map(|t| format!("{}/{}", t.pool, t.backend)),
+            "probe_interval_ms": crate::health::probe_intervals(&pool.config).of(view.cadence).as_millis() as u64,
         },
+        "agent": pool.config.agent.map(|_| json!({
+            "says": view.agent.to_string(),
+            "hold": view.agent.hold.map(|h| h.as_str()),
+            "weight_percent": view.agent.weight_percent,
+        })),
         "passive": {
             "enabled": pool.config.passive.enabled,
             "error_streak": health.passive.error_streak,

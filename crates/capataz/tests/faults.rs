@@ -236,7 +236,8 @@ fn healthz_503_while_traffic_is_fine() {
             down.reason,
             Reason::ProbesFailed {
                 streak: FALL,
-                last: Outcome::Status(503)
+                last: Outcome::Status(503),
+                mismatch: None,
             }
         );
         assert_no_traffic_while_out(&pool, &mut ledger, &traffic, 1, || b[1].traffic_hits()).await;
@@ -739,7 +740,7 @@ async fn unretryable_answers(liar: Liar<'_>, backends: &[(String, SocketAddr)]) 
 /// `consecutive_errors` relayed requests meeting one of `traffic` (first ejection).
 fn check_fault_reason(down: &Transition, probe: Outcome, traffic: &[Outcome]) {
     match down.reason {
-        Reason::ProbesFailed { streak, last } => {
+        Reason::ProbesFailed { streak, last, .. } => {
             assert_eq!((streak, last), (FALL, probe), "{down}");
         }
         Reason::TrafficErrors {
@@ -984,6 +985,7 @@ impl Ledger {
                 Event::Override { .. } | Event::Eligibility { .. } | Event::Backups { .. } => {
                     panic!("nobody overrode anything, no backup, no drain: {event:?}")
                 }
+                Event::Agent { .. } => panic!("no agent checks here: {event:?}"),
             }
         }
         assert_eq!(self.count("all_down"), emptied, "{}", self.describe());

@@ -5,6 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::AgentChange;
 use crate::settings::State;
 use crate::status::Outcome;
 use crate::Transition;
@@ -157,13 +158,15 @@ pub enum AllDown {
     /// `reject`, as configured: 503 without touching a backend.
     Reject,
     /// `fail_open` is configured but no backend qualifies, so requests get 503: every backend is
-    /// under a manual override, requalifying or draining itself, or was never proven healthy.
+    /// under a manual override, requalifying, draining itself or held by its agent, or was never
+    /// proven healthy.
     NoneToFailOpen {
         /// Backends under a manual override.
         overridden: usize,
         /// Backends never proven healthy (not yet UP since they joined).
         unproven: usize,
-        /// Backends requalifying after maintenance or drained by their health route (`404`).
+        /// Backends requalifying after maintenance, drained by their health route (`404`), or held
+        /// out by their agent (`down`, `drain`, `maint`, `0%`).
         held: usize,
     },
     /// Some primaries are in rotation, but fewer than the pool's minimum healthy share, so
@@ -234,7 +237,10 @@ impl fmt::Display for AllDown {
                      ({overridden} under a manual override, {unproven} never proven healthy"
                 )?;
                 if held > 0 {
-                    write!(f, ", {held} requalifying or draining itself")?;
+                    write!(
+                        f,
+                        ", {held} requalifying, draining itself or held by its agent"
+                    )?;
                 }
                 f.write_str(")")
             }
@@ -371,6 +377,8 @@ pub enum Event {
         /// When, on the caller's clock.
         at: Duration,
     },
+    /// A backend's agent said something new.
+    Agent(AgentChange),
     /// The pool has a backend in rotation again.
     Recovered {
         /// When, on the caller's clock.

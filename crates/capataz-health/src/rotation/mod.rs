@@ -34,6 +34,7 @@
 //! recovered event it caused. Entering all-down is reported again when the policy applied
 //! changes while the pool stays all down (an operator drains the last proven backends, say).
 
+pub mod agent;
 mod event;
 mod policy;
 pub mod ramp;
@@ -43,13 +44,16 @@ mod standing;
 use std::collections::VecDeque;
 use std::time::Duration;
 
+pub use agent::{AgentChange, AgentHold, AgentReport, AgentState};
 pub use event::{
     ActiveChange, AllDown, Effective, Event, OnBackups, Override, OverrideCause, OverrideChange,
     OverrideKind, StandingCause, StandingChange,
 };
 pub use policy::{BackupUse, Carried, Eligible, Join, MinHealthy, Policy, Role, WhenAllDown};
 
+use crate::cadence::Cadence;
 use crate::pool::{Pool, Settings, State};
+use crate::probe::ProbeOutcome;
 use crate::rules::{ProbeResult, TrafficResult};
 use crate::status::Outcome;
 
@@ -64,12 +68,15 @@ struct Member {
     requalify: Option<u32>,
     /// Its health route answered `404` (with `disable_on_404`) and no probe passed since.
     self_drained: bool,
+    /// What its agent last said.
+    agent: AgentState,
 }
 
 impl Member {
-    /// Held out of rotation by itself (requalifying or draining on request), not by health.
+    /// Held out of rotation by itself (requalifying, draining on request, or held by its
+    /// agent), not by health.
     fn held(&self) -> bool {
-        self.requalify.is_some() || self.self_drained
+        self.requalify.is_some() || self.self_drained || self.agent.holds_out()
     }
 }
 
@@ -139,6 +146,7 @@ impl Rotation {
                         role,
                         requalify: None,
                         self_drained: false,
+                        agent: AgentState::default(),
                     }
                 }
                 Join::Kept(carried) => {
@@ -155,6 +163,7 @@ impl Rotation {
                             .filter(|_| policy.requalify_passes != Some(0)),
                         // A pool that no longer drains on 404 forgets the request.
                         self_drained: carried.self_drained && policy.disable_on_404,
+                        agent: carried.agent,
                     }
                 }
             };
@@ -220,25 +229,38 @@ impl Rotation {
         self.on_backups
     }
 
-    /// The effective state of `backend`: what its override makes of it, else requalifying
-    /// after maintenance, else its verdict, `SELF_DRAINING` for an UP verdict whose health
-    /// route asked for a drain.
+    /// The effective state of `backend`: what its override makes of it, else `MAINTENANCE` if
+    /// its agent said `maint`, else requalifying after maintenance, else `DOWN` if its agent
+    /// said `down`, else its verdict, `SELF_DRAINING` for an UP verdict whose health route or
+    /// agent asked for a drain.
     pub fn effective(&self, backend: usize) -> Effective {
         let member = &self.members[backend];
         if let Some(o) = member.override_ {
             return Effective::of(State::Up, Some(o.kind));
         }
+        if member.agent.hold == Some(AgentHold::Maint) {
+            return Effective::Maintenance;
+        }
         if member.requalify.is_some() {
             return Effective::Requalifying;
         }
+        if member.agent.hold == Some(AgentHold::Down) {
+            return Effective::Down;
+        }
         match self.pool.verdict(backend) {
-            State::Up if member.self_drained => Effective::SelfDraining,
+            State::Up if member.self_drained || member.agent.holds_out() => Effective::SelfDraining,
             verdict => Effective::of(verdict, None),
         }
     }
 
-    /// Whether `backend` is in rotation by its own standing (override or verdict), outside any
-    /// all-down policy.
+    /// What `backend`'s agent last said. Panics if `backend` is not an index.
+    pub fn agent(&self, backend: usize) -> AgentState {
+        self.members[backend].agent
+    }
+
+    /// Whether `backend` is in rotation by its own standing (override, agent, requalification,
+    /// drain on request, verdict: [`Rotation::effective`]), outside any all-down policy. An
+    /// override wins; without one, an agent hold keeps the backend out whatever its verdict.
     pub fn in_rotation(&self, backend: usize) -> bool {
         self.effective(backend).in_rotation()
     }
@@ -263,16 +285,19 @@ impl Rotation {
             ramp_since: member.ramp_since,
             requalify: member.requalify,
             self_drained: member.self_drained,
+            agent: member.agent,
         }
     }
 
-    /// The weight of `backend` at `now`, in tenths of the configured unit (lower while it ramps).
+    /// The weight of `backend` at `now`, in tenths of the configured unit (lower while it
+    /// ramps, and scaled by the weight its agent reports).
     pub fn weight_tenths(&self, backend: usize, now: Duration) -> u32 {
         let member = &self.members[backend];
-        match (member.ramp_since, self.policy.slow_start) {
+        let tenths = match (member.ramp_since, self.policy.slow_start) {
             (Some(since), Some(ramp)) => ramp::weight_tenths(member.weight, since, ramp, now),
             _ => ramp::full_tenths(member.weight),
-        }
+        };
+        member.agent.scale(tenths)
     }
 
     /// The backends new requests may go to at `now`, with their weights: the ones in rotation,
@@ -290,13 +315,21 @@ impl Rotation {
         }
     }
 
-    /// Records a probe outcome for `backend` at `now`. Panics if `backend` is not an index.
+    /// Records a probe outcome for `backend` at `now` (an [`Outcome`], or a [`ProbeOutcome`]
+    /// with the answer's content match). Panics if `backend` is not an index.
     #[inline(always)]
     ///
     /// A backend in maintenance ignores it (the probe rule's judgement is returned, nothing
     /// changes); with `disable_on_404`, a `404` is [`ProbeResult::Drain`] and moves no streak.
-    pub fn handle_probe(&mut self, backend: usize, outcome: Outcome, now: Duration) -> ProbeResult {
+    pub fn handle_probe(
+        &mut self,
+        backend: usize,
+        probe: impl Into<ProbeOutcome>,
+        now: Duration,
+    ) -> ProbeResult {
         self.advance(now);
+        let probe = probe.into();
+        let outcome = probe.outcome;
         if self.in_maintenance(backend) {
             return self.pool.settings().probe_rule.judge(outcome);
         }
@@ -313,7 +346,7 @@ impl Rotation {
             return ProbeResult::Drain;
         }
         let active_before = self.pool.backend(backend).active.state;
-        let (result, transition) = self.pool.probe(backend, outcome, now);
+        let (result, transition) = self.pool.probe(backend, probe, now);
         match transition {
             Some(transition) => self.record_transition(transition, now),
             None => {
@@ -340,6 +373,44 @@ impl Rotation {
         result
     }
 
+    /// Records the active state of the backend `backend` tracks (HAProxy's `track`), at `now`:
+    /// its active side follows it. Returns the backend's verdict after. Panics if `backend` is
+    /// not an index.
+    ///
+    /// A tracking backend is never probed, so each reading stands in for a probe where probes
+    /// matter to its own standing: in maintenance it is ignored (like a probe), and while the
+    /// backend requalifies after maintenance a reading of `UP` counts as a passing probe and
+    /// `DOWN` as a failing one.
+    pub fn handle_tracked(&mut self, backend: usize, state: State, now: Duration) -> State {
+        self.advance(now);
+        if self.in_maintenance(backend) {
+            return self.pool.verdict(backend);
+        }
+        let transition = self.pool.track(backend, state, now);
+        if let Some(transition) = transition {
+            self.record_transition(transition, now);
+        }
+        let standing = if self.members[backend].requalify.is_some() {
+            let (result, last) = match state {
+                State::Up => (ProbeResult::Pass, Outcome::Status(200)),
+                State::Down => (ProbeResult::Fail, Outcome::Refused),
+            };
+            self.after_probe(backend, result, last, now)
+        } else {
+            false
+        };
+        if transition.is_some() || standing {
+            self.settle(now);
+        }
+        self.pool.verdict(backend)
+    }
+
+    /// Which probe interval applies to `backend` now: see [`Cadence`]. Panics if `backend` is
+    /// not an index.
+    pub fn cadence(&self, backend: usize) -> Cadence {
+        self.pool.cadence(backend)
+    }
+
     /// Records a traffic outcome for `backend` at `now`. Panics if `backend` is not an index.
     #[inline(always)]
     pub fn handle_traffic(
@@ -355,6 +426,44 @@ impl Rotation {
             self.settle(now);
         }
         result
+    }
+
+    /// Records what `backend`'s agent answered at `now` (a parsed line; a failed exchange is
+    /// no input at all) and returns the agent state now in force. A change is reported as an
+    /// [`Event::Agent`], followed by the backups, all-down or recovered event it causes. The
+    /// agent never touches verdicts or streaks. Panics if `backend` is not an index.
+    ///
+    /// An agent `maint` is maintenance (as an operator's, which wins over it): no probes, and
+    /// on leaving it (`up`/`ready`, or another hold) the backend requalifies. `drain` (or `0%`)
+    /// is a drain like `disable_on_404`'s (`SELF_DRAINING` while the verdict is UP), lifted by
+    /// `up`/`ready` alone; `down` shows the backend `DOWN` whatever its verdict.
+    pub fn handle_agent(
+        &mut self,
+        backend: usize,
+        report: AgentReport,
+        now: Duration,
+    ) -> AgentState {
+        self.advance(now);
+        let from = self.members[backend].agent;
+        let to = from.after(report);
+        if to == from {
+            return to;
+        }
+        let was_maintenance = self.in_maintenance(backend);
+        let held_before = self.members[backend].held();
+        self.members[backend].agent = to;
+        self.maintenance_changed(backend, was_maintenance);
+        let held_after = self.members[backend].held();
+        self.held = self.held - usize::from(held_before) + usize::from(held_after);
+        self.events.push_back(Event::Agent(AgentChange {
+            backend,
+            from,
+            to,
+            in_rotation: self.in_rotation(backend),
+            at: now,
+        }));
+        self.settle(now);
+        to
     }
 
     /// Sets (`Some`) or clears (`None`) the manual override on `backend` at `now`, for `ttl` or
@@ -467,13 +576,7 @@ impl Rotation {
             since: now,
             until: ttl.map(|ttl| now.saturating_add(ttl)),
         });
-        let in_maintenance = kind == Some(OverrideKind::Maintenance);
-        if in_maintenance {
-            member.requalify = None;
-        } else if was_maintenance && self.policy.requalify_passes != Some(0) {
-            // Leaving maintenance: no traffic before the probes say it is back.
-            member.requalify = Some(0);
-        }
+        self.maintenance_changed(backend, was_maintenance);
         let held_after = self.members[backend].held();
         self.held = self.held - usize::from(held_before) + usize::from(held_after);
         let to = self.effective(backend);

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::Override;
+use super::{AgentState, Override};
 use crate::pool::{BackendHealth, State};
 
 /// What a pool does when no backend is in rotation, as configured.
@@ -129,6 +129,8 @@ pub struct Carried {
     pub requalify: Option<u32>,
     /// Whether its health route asked for a drain (a `404` with `disable_on_404`).
     pub self_drained: bool,
+    /// What its agent last said.
+    pub agent: AgentState,
 }
 
 /// The backends a pool may send new requests to, with their weights.

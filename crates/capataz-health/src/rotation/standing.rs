@@ -5,15 +5,33 @@
 
 use std::time::Duration;
 
-use super::{Event, Member, OverrideKind, Rotation, StandingCause, StandingChange};
+use super::{AgentHold, Event, Member, OverrideKind, Rotation, StandingCause, StandingChange};
 use crate::rules::ProbeResult;
 use crate::status::Outcome;
 
 impl Rotation {
+    /// In maintenance: by an operator's override, or by its agent's `maint` when no override
+    /// says otherwise.
     pub(super) fn in_maintenance(&self, backend: usize) -> bool {
-        self.members[backend]
-            .override_
-            .is_some_and(|o| o.kind == OverrideKind::Maintenance)
+        let member = &self.members[backend];
+        match member.override_ {
+            Some(o) => o.kind == OverrideKind::Maintenance,
+            None => member.agent.hold == Some(AgentHold::Maint),
+        }
+    }
+
+    /// After an override or agent change: entering maintenance forgets a requalification;
+    /// leaving it (`was` in maintenance) starts one, unless the pool needs no probes for it.
+    pub(super) fn maintenance_changed(&mut self, backend: usize, was: bool) {
+        let now_in = self.in_maintenance(backend);
+        let needs = self.policy.requalify_passes != Some(0);
+        let member = &mut self.members[backend];
+        if now_in {
+            member.requalify = None;
+        } else if was && needs {
+            // Leaving maintenance: no traffic before the probes say it is back.
+            member.requalify = Some(0);
+        }
     }
 
     /// Passing probes in a row a backend needs after maintenance before traffic (0: none).

@@ -110,6 +110,13 @@ pub(super) fn state(event: &Event) -> &'static str {
         Event::Override { to, .. } | Event::Eligibility { to, .. } => to,
         Event::Backups { serving, .. } if serving.is_empty() => "backups_out",
         Event::Backups { .. } => "backups_in",
+        Event::Agent { in_rotation, .. } => {
+            if *in_rotation {
+                "agent_in_rotation"
+            } else {
+                "agent_out_of_rotation"
+            }
+        }
         Event::AllDown { .. } | Event::Recovered { .. } => event.kind(),
     }
 }

@@ -26,6 +26,7 @@ fn transition(backend: &str, to: State) -> Event {
             reason: Reason::ProbesFailed {
                 streak: 3,
                 last: Outcome::Timeout,
+                mismatch: None,
             },
             at: Duration::ZERO,
             healthy_after: 1,

@@ -295,6 +295,20 @@ pub struct PoolConfig {
     /// TLS to the backends, when on (`tls = true` or a `[pools.NAME.tls]` table; default off;
     /// always on for `protocol = "h2"`, never for `"h2c"`).
     pub tls: Option<BackendTls>,
+    /// Agent checks (`[pools.<name>.agent]`; default: off).
+    pub agent: Option<AgentCheckConfig>,
+}
+
+/// Agent checks of one pool (HAProxy's `agent-check`): each backend's agent, on its own TCP
+/// port, answers one line saying how it wants to be treated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AgentCheckConfig {
+    /// The agent's port on each backend's address (a backend's `agent_port` wins).
+    pub port: u16,
+    /// Time between the end of one agent exchange and the start of the next (default 2 s).
+    pub interval: Duration,
+    /// Deadline for connecting and reading the line (default 1 s).
+    pub timeout: Duration,
 }
 
 /// The protocol a pool speaks to its backends.
@@ -390,6 +404,19 @@ pub struct BackendConfig {
     /// Whether it is a backup: it gets traffic only while no primary is in rotation (default
     /// false).
     pub backup: bool,
+    /// The port its agent answers on, when it differs from the pool's `agent.port`.
+    pub agent_port: Option<u16>,
+    /// The backend whose active checks it follows instead of probing itself (`track`).
+    pub track: Option<TrackTarget>,
+}
+
+/// A tracked backend: `track = "pool/backend"`, or `"backend"` in the same pool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrackTarget {
+    /// The tracked backend's pool.
+    pub pool: String,
+    /// The tracked backend's name.
+    pub backend: String,
 }
 
 /// How a pool picks a backend.
@@ -434,7 +461,8 @@ pub struct ActiveCheckConfig {
     /// Each interval is drawn uniformly within +-`jitter` of itself, as a fraction 0.0-0.5
     /// (default 0.1, i.e. 10 %).
     pub jitter: f64,
-    /// Active state of the pool's backends when the balancer starts (default UP).
+    /// Active state of the pool's backends when the balancer starts (default UP; DOWN for
+    /// `first-probe`).
     pub initial: State,
     /// Whether a `404` from the health route drains the backend instead of failing the probe
     /// (default false; HTTP checks only).
@@ -442,6 +470,69 @@ pub struct ActiveCheckConfig {
     /// Passing probes in a row a backend needs after maintenance before traffic (default:
     /// `rise`).
     pub rise_after_maintenance: Option<NonZeroU32>,
+    /// `initial = "first-probe"`: a backend's first probe decides at once (DOWN until then).
+    pub first_probe: bool,
+    /// Time between probes while a streak is under way that may change the active state
+    /// (default: `interval`).
+    pub fast_interval: Duration,
+    /// Time between probes while DOWN with no passing probe (default: `interval`).
+    pub down_interval: Duration,
+    /// The probe request's method (default `GET`).
+    pub method: String,
+    /// Extra header fields of the probe request, in order (default none).
+    pub headers: Vec<(String, String)>,
+    /// The probe request's body (default none).
+    pub body: Option<String>,
+    /// What the answer must hold beyond an expected status (default nothing).
+    pub content: ContentRules,
+}
+
+impl ActiveCheckConfig {
+    /// Whether the probe is today's fixed `GET` whose status line alone is read.
+    pub fn is_plain(&self) -> bool {
+        self.method == "GET"
+            && self.headers.is_empty()
+            && self.body.is_none()
+            && self.content.is_empty()
+    }
+}
+
+/// The most bytes of a body rule's text (`body_contains`, `body_not_contains`) and of an
+/// expected header's value text.
+pub const MAX_MATCH_TEXT: usize = 256;
+/// The default of `body_limit`: the first 16 KiB of a probe answer's body are matched.
+pub const DEFAULT_BODY_LIMIT: usize = 16 * 1024;
+/// The largest `body_limit`: 1 MiB.
+pub const MAX_BODY_LIMIT: usize = 1024 * 1024;
+/// The largest probe request body: 64 KiB.
+pub const MAX_PROBE_BODY: usize = 64 * 1024;
+/// The most extra header fields of a probe request.
+pub const MAX_PROBE_HEADERS: usize = 32;
+
+/// What an HTTP probe's answer must hold beyond an expected status.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ContentRules {
+    /// Text the first `body_limit` bytes of the body must contain.
+    pub body_contains: Option<String>,
+    /// Text the first `body_limit` bytes of the body must not contain.
+    pub body_not_contains: Option<String>,
+    /// How much of the body is read and matched (default 16 KiB, at most 1 MiB).
+    pub body_limit: usize,
+    /// A header field the answer must carry (its name, lower case), and optionally a text one of
+    /// its values must contain.
+    pub header: Option<(String, Option<String>)>,
+}
+
+impl ContentRules {
+    /// Whether no rule is configured.
+    pub fn is_empty(&self) -> bool {
+        !self.reads_body() && self.header.is_none()
+    }
+
+    /// Whether a body rule is configured (only then is the body read).
+    pub fn reads_body(&self) -> bool {
+        self.body_contains.is_some() || self.body_not_contains.is_some()
+    }
 }
 
 /// Passive checks of one pool.

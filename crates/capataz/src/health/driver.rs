@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::PoolRt;
-use crate::config::CheckKind;
+use crate::config::{AgentCheckConfig, CheckKind};
 use crate::prober;
 
 impl PoolRt {
@@ -21,11 +21,50 @@ impl PoolRt {
     /// Each probe loop's random source is forked here, on the calling thread, from `fastrand`'s
     /// generator: a test that seeds it (`fastrand::seed`) gets the same phases and jitter.
     pub fn spawn_tasks(self: &Arc<Self>) -> Vec<JoinHandle<()>> {
+        self.spawn_tasks_among(std::slice::from_ref(self))
+    }
+
+    /// [`PoolRt::spawn_tasks`], with `pools` (this one among them) to find the backends its
+    /// backends `track`: a tracking backend is never probed; a task follows its target's
+    /// active side instead (`track_loop`).
+    pub fn spawn_tasks_among(self: &Arc<Self>, pools: &[Arc<PoolRt>]) -> Vec<JoinHandle<()>> {
         let mut tasks = Vec::new();
-        if self.config.active.kind != CheckKind::None {
-            for backend in 0..self.backends.len() {
+        for backend in 0..self.backends.len() {
+            if let Some(track) = &self.config.backends[backend].track {
+                let target = pools.iter().find(|p| *p.name == *track.pool).and_then(|p| {
+                    let index = p.backends.iter().position(|b| *b.name == *track.backend)?;
+                    Some((p.clone(), index))
+                });
+                match target {
+                    Some((target, index)) => {
+                        let rng = prober::Rng::new();
+                        tasks.push(tokio::spawn(track_loop(
+                            self.clone(),
+                            backend,
+                            target,
+                            index,
+                            rng,
+                        )));
+                    }
+                    // A validated config names existing backends; only a pool started on its
+                    // own (tests) can miss one.
+                    None => tracing::warn!(
+                        pool = %self.name,
+                        backend = %self.backends[backend].name,
+                        "the tracked backend {}/{} is not running; this backend's active side stays as it is",
+                        track.pool,
+                        track.backend
+                    ),
+                }
+            } else if self.config.active.kind != CheckKind::None {
                 let rng = prober::Rng::new();
                 tasks.push(tokio::spawn(probe_loop(self.clone(), backend, rng)));
+            }
+        }
+        if let Some(agent) = self.config.agent {
+            for backend in 0..self.backends.len() {
+                let rng = prober::Rng::new();
+                tasks.push(tokio::spawn(agent_loop(self.clone(), backend, agent, rng)));
             }
         }
         let pool = self.clone();
@@ -69,18 +108,25 @@ impl PoolRt {
 
 /// Probes one backend forever: a first probe at a random phase within the interval, then one
 /// jittered interval after each probe finishes, so probes never pile up or run in lockstep.
-/// Each due time is rounded to the probe slot grid ([`prober::align_to_slot`]), so that probes
-/// of different backends due within a few milliseconds of each other start together. While the
-/// engine says no (`wants_probes`: maintenance), a due probe is skipped and asked for again one
-/// interval later.
+/// The interval is the one the engine's [`Cadence`](capataz_health::Cadence) picks after each
+/// probe (`interval`, `fast_interval` or `down_interval`). Each due time is rounded to the
+/// probe slot grid ([`prober::align_to_slot`]), so that probes of different backends due within
+/// a few milliseconds of each other start together. While the engine says no (`wants_probes`:
+/// maintenance, an operator's or an agent's), a due probe is skipped and asked for again one
+/// `interval` later.
 async fn probe_loop(pool: Arc<PoolRt>, backend: usize, mut rng: prober::Rng) {
     let active = &pool.config.active;
+    let intervals = super::probe_intervals(&pool.config);
     let rt = pool.backends[backend].clone();
     let host = active.host.clone().unwrap_or_else(|| rt.address.clone());
-    let mut wait = prober::first_delay(active.interval, &mut rng);
+    // The plain probe (status line only, the benchmarked cost) unless the pool asks for more.
+    let checked = (active.kind == CheckKind::Http && !active.is_plain())
+        .then(|| prober::HttpProbe::new(active, &host));
+    let mut interval = intervals.of(pool.cadence(backend));
+    let mut wait = prober::first_delay(interval, &mut rng);
     loop {
         let now = pool.clock.now();
-        let due = prober::align_to_slot(now.saturating_add(wait), now, active.interval);
+        let due = prober::align_to_slot(now.saturating_add(wait), now, interval);
         rt.next_probe_ms.store(
             u64::try_from(due.as_millis()).unwrap_or(u64::MAX - 1),
             Ordering::Relaxed,
@@ -89,21 +135,83 @@ async fn probe_loop(pool: Arc<PoolRt>, backend: usize, mut rng: prober::Rng) {
         if !pool.wants_probes(backend) {
             // In maintenance: no probe; ask again one interval later.
             rt.next_probe_ms.store(u64::MAX, Ordering::Relaxed);
-            wait = prober::jittered(active.interval, active.jitter, &mut rng);
+            interval = active.interval;
+            wait = prober::jittered(interval, active.jitter, &mut rng);
             continue;
         }
         let started = Instant::now();
-        let outcome = prober::probe_once_over(
-            active.kind,
-            rt.upstream.addr(),
-            &active.path,
-            &host,
-            active.timeout,
-            rt.upstream.tls(),
-        )
-        .await;
-        pool.record_probe(backend, outcome, started.elapsed());
-        wait = prober::jittered(active.interval, active.jitter, &mut rng);
+        let cadence = match &checked {
+            Some(probe) => {
+                let outcome = prober::probe_checked(
+                    probe,
+                    rt.upstream.addr(),
+                    active.timeout,
+                    rt.upstream.tls(),
+                )
+                .await;
+                pool.record_probe(backend, outcome, started.elapsed())
+            }
+            None => {
+                let outcome = prober::probe_once_over(
+                    active.kind,
+                    rt.upstream.addr(),
+                    &active.path,
+                    &host,
+                    active.timeout,
+                    rt.upstream.tls(),
+                )
+                .await;
+                pool.record_probe(backend, outcome, started.elapsed())
+            }
+        };
+        interval = intervals.of(cadence);
+        wait = prober::jittered(interval, active.jitter, &mut rng);
+    }
+}
+
+/// Makes one backend follow another's active side forever: at once, then every jittered
+/// `interval` of its pool, it reads the target's active state and feeds it to its engine.
+async fn track_loop(
+    pool: Arc<PoolRt>,
+    backend: usize,
+    target: Arc<PoolRt>,
+    index: usize,
+    mut rng: prober::Rng,
+) {
+    let interval = pool.config.active.interval;
+    loop {
+        let state = target.active_state(index);
+        pool.record_tracked(backend, state);
+        let now = pool.clock.now();
+        let wait = prober::jittered(interval, pool.config.active.jitter, &mut rng);
+        let due = prober::align_to_slot(now.saturating_add(wait), now, interval);
+        tokio::time::sleep_until(pool.clock.instant(due)).await;
+    }
+}
+
+/// Asks one backend's agent forever, timed like the probes (random first phase, jittered
+/// interval after each exchange ends, slot grid). A failed exchange feeds nothing.
+async fn agent_loop(
+    pool: Arc<PoolRt>,
+    backend: usize,
+    agent: AgentCheckConfig,
+    mut rng: prober::Rng,
+) {
+    let rt = pool.backends[backend].clone();
+    let port = pool.config.backends[backend]
+        .agent_port
+        .unwrap_or(agent.port);
+    let mut addr = rt.upstream.addr();
+    addr.set_port(port);
+    let mut wait = prober::first_delay(agent.interval, &mut rng);
+    loop {
+        let now = pool.clock.now();
+        let due = prober::align_to_slot(now.saturating_add(wait), now, agent.interval);
+        tokio::time::sleep_until(pool.clock.instant(due)).await;
+        if let Some(report) = prober::agent_once(addr, agent.timeout).await {
+            pool.record_agent(backend, report);
+        }
+        wait = prober::jittered(agent.interval, pool.config.active.jitter, &mut rng);
     }
 }
 

@@ -29,8 +29,9 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime};
 
 use capataz_health::{
-    BackendHealth, Carried, EjectionPolicy, Join, Outcome, Policy, ProbeRule, Role, Rotation,
-    Settings, State, TrafficRule, Transition, WhenAllDown,
+    AgentReport, AgentState, BackendHealth, Cadence, Carried, EjectionPolicy, Join, Outcome,
+    Policy, ProbeIntervals, ProbeOutcome, ProbeRule, Role, Rotation, Settings, State, TrafficRule,
+    Transition, WhenAllDown,
 };
 use tokio::sync::{broadcast, Notify};
 
@@ -119,6 +120,7 @@ pub fn engine_settings(config: &PoolConfig) -> Settings {
         fall: config.active.fall,
         consecutive_errors: config.passive.consecutive_errors,
         initial,
+        first_probe: config.active.first_probe && config.active.kind != CheckKind::None,
         probe_rule: ProbeRule {
             expect: config.active.expect,
         },
@@ -136,6 +138,15 @@ pub fn engine_settings(config: &PoolConfig) -> Settings {
             0
         },
         probes_end_ejection: config.passive.probes_end_ejection,
+    }
+}
+
+/// The probe intervals a pool's configuration asks for, by [`Cadence`].
+pub fn probe_intervals(config: &PoolConfig) -> ProbeIntervals {
+    ProbeIntervals {
+        steady: config.active.interval,
+        fast: config.active.fast_interval,
+        down: config.active.down_interval,
     }
 }
 
@@ -420,11 +431,19 @@ impl PoolRt {
         self.lock().engine.wants_probes(backend)
     }
 
-    /// Feeds one probe outcome to the engine.
-    pub fn record_probe(&self, backend: usize, outcome: Outcome, latency: Duration) {
+    /// Feeds one probe outcome to the engine, and says which probe interval applies to the
+    /// backend next (the engine's [`Cadence`]).
+    pub fn record_probe(
+        &self,
+        backend: usize,
+        outcome: impl Into<ProbeOutcome>,
+        latency: Duration,
+    ) -> Cadence {
+        let outcome = outcome.into();
         let now = self.clock.now();
         let mut inner = self.lock();
         let result = inner.engine.handle_probe(backend, outcome, now);
+        let cadence = inner.engine.cadence(backend);
         self.backends[backend].metrics.probe(result, latency);
         let probes = &mut inner.info[backend].probes;
         if probes.len() == HISTORY {
@@ -445,6 +464,52 @@ impl PoolRt {
             "probe"
         );
         self.publish(&mut inner, now, false);
+        cadence
+    }
+
+    /// The active state of backend `index` (which must exist).
+    pub fn active_state(&self, index: usize) -> State {
+        self.lock().engine.pool().backend(index).active.state
+    }
+
+    /// Feeds the active state of the backend `backend` tracks to the engine.
+    pub fn record_tracked(&self, backend: usize, state: State) {
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        inner.engine.handle_tracked(backend, state, now);
+        self.publish(&mut inner, now, false);
+    }
+
+    /// Feeds one agent answer to the engine (a failed exchange is no input at all).
+    pub fn record_agent(&self, backend: usize, report: AgentReport) {
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        let state = inner.engine.handle_agent(backend, report, now);
+        tracing::trace!(
+            pool = %self.name,
+            backend = %self.backends[backend].name,
+            agent = %state,
+            "agent"
+        );
+        self.publish(&mut inner, now, false);
+    }
+
+    /// What `backend`'s agent last said (the default, `up` at 100 %, before it said anything).
+    pub fn agent(&self, backend: usize) -> AgentState {
+        self.lock().engine.agent(backend)
+    }
+
+    /// Every backend's [`Cadence`], in pool order, under one lock.
+    pub fn cadences(&self) -> Vec<Cadence> {
+        let inner = self.lock();
+        (0..self.backends.len())
+            .map(|i| inner.engine.cadence(i))
+            .collect()
+    }
+
+    /// Which probe interval applies to `backend` now (the engine's [`Cadence`]).
+    pub fn cadence(&self, backend: usize) -> Cadence {
+        self.lock().engine.cadence(backend)
     }
 
     /// Feeds one traffic outcome to the engine (a good response from a backend with a clean

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use capataz_health::pool::{human_duration, Active};
-use capataz_health::rotation::{Event as EngineEvent, OverrideCause, OverrideChange};
+use capataz_health::rotation::{AgentChange, Event as EngineEvent, OverrideCause, OverrideChange};
 use capataz_health::{AllDown, BackupUse, Role, State};
 
 use super::{Inner, PoolRt};
@@ -58,6 +58,7 @@ impl PoolRt {
                     policy: applied,
                     time,
                 }),
+                EngineEvent::Agent(change) => self.emit(self.agent_event(&change)),
                 EngineEvent::Recovered { .. } => self.emit(Event::Recovered {
                     pool: self.name.clone(),
                     time,
@@ -142,6 +143,39 @@ impl PoolRt {
             kind: change.kind,
             from: change.from.as_str(),
             to: change.to.as_str(),
+            reason,
+            time: self.clock.wall(change.at),
+        }
+    }
+
+    fn agent_event(&self, change: &AgentChange) -> Event {
+        let to = change.to;
+        let reason = if change.in_rotation {
+            format!(
+                "in rotation with {} % of its weight (health checks still decide)",
+                to.weight_percent
+            )
+        } else if to.hold == Some(capataz_health::AgentHold::Maint) {
+            format!(
+                "in maintenance while the agent says {to} (no new requests, in-flight ones \
+                 finish, no probes; it requalifies on leaving it)"
+            )
+        } else if to.holds_out() {
+            format!(
+                "out of rotation while the agent says {} (no new requests, in-flight ones finish)",
+                to
+            )
+        } else {
+            "the agent does not hold it out; health checks, requalification after maintenance or \
+             an override keep it out"
+                .to_owned()
+        };
+        Event::Agent {
+            pool: self.name.clone(),
+            backend: self.backends[change.backend].name.clone(),
+            from: change.from.to_string(),
+            to: to.to_string(),
+            in_rotation: change.in_rotation,
             reason,
             time: self.clock.wall(change.at),
         }

@@ -5,15 +5,17 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use capataz_health::{BackendHealth, Effective, Outcome, ProbeResult, Role, Transition};
+use capataz_health::{
+    AgentState, BackendHealth, Cadence, Effective, ProbeOutcome, ProbeResult, Role, Transition,
+};
 
 use super::{BackendRt, Inner, OverrideKind, PoolRt};
 
 /// One probe, as the admin API shows it.
 #[derive(Clone, Copy, Debug)]
 pub struct ProbeRecord {
-    /// What happened.
-    pub outcome: Outcome,
+    /// What happened, with the answer's content match.
+    pub outcome: ProbeOutcome,
     /// How the probe rule judged it.
     pub result: ProbeResult,
     /// How long it took.
@@ -49,6 +51,8 @@ pub struct BackendInfo {
 /// A copy of everything known about one backend at one moment, for the admin API.
 #[derive(Clone, Debug)]
 pub struct BackendView {
+    /// Its index in the pool (and in the pool's config).
+    pub index: usize,
     /// The backend.
     pub backend: Arc<BackendRt>,
     /// Its engine state.
@@ -66,6 +70,10 @@ pub struct BackendView {
     pub requalifying: Option<(u32, u32)>,
     /// Its effective weight, in tenths of a weight unit.
     pub effective_weight_tenths: u32,
+    /// What its agent last said (`up` at 100 % without agent checks).
+    pub agent: AgentState,
+    /// Which probe interval applies to it now.
+    pub cadence: Cadence,
     /// Engine time of the copy.
     pub now: Duration,
     /// Its index in the pool.
@@ -124,6 +132,7 @@ impl PoolRt {
         let engine = &inner.engine;
         let records = &inner.info[i];
         BackendView {
+            index: i,
             backend: self.backends[i].clone(),
             health: *engine.pool().backend(i),
             info: BackendInfo {
@@ -142,6 +151,8 @@ impl PoolRt {
             requalifying: engine.requalifying(i),
             backend_index: i,
             effective_weight_tenths: engine.weight_tenths(i, now),
+            agent: engine.agent(i),
+            cadence: engine.cadence(i),
             now,
         }
     }

@@ -8,6 +8,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, EncodeLabelSet};
 use prometheus_client::metrics::MetricType;
 
+use crate::config::CheckKind;
 use crate::health::PoolRt;
 
 /// The gauges of one scrape, read from the live pools as it starts, in pool order.
@@ -35,6 +36,7 @@ struct BackendGauges {
     up: bool,
     in_flight: usize,
     weight_tenths: u32,
+    probe_interval: f64,
 }
 
 #[derive(Debug)]
@@ -58,7 +60,21 @@ impl LiveGauges {
         let mut pool_gauges = Vec::with_capacity(pools.len());
         for pool in pools {
             let eligible = pool.eligibility();
-            for (backend, &(up, weight_tenths)) in pool.backends.iter().zip(&eligible) {
+            let probed = pool.config.active.kind != CheckKind::None;
+            let intervals = crate::health::probe_intervals(&pool.config);
+            let cadences = pool.cadences();
+            for (i, ((backend, &(up, weight_tenths)), &cadence)) in pool
+                .backends
+                .iter()
+                .zip(&eligible)
+                .zip(&cadences)
+                .enumerate()
+            {
+                let tracks = pool
+                    .config
+                    .backends
+                    .get(i)
+                    .is_some_and(|b| b.track.is_some());
                 backends.push(BackendGauges {
                     labels: LiveBackendLabels {
                         pool: pool.name.clone(),
@@ -67,6 +83,11 @@ impl LiveGauges {
                     up,
                     in_flight: backend.in_flight.load(Ordering::Relaxed),
                     weight_tenths,
+                    probe_interval: if probed && !tracks {
+                        intervals.of(cadence).as_secs_f64()
+                    } else {
+                        0.0
+                    },
                 });
             }
             pool_gauges.push(PoolGauges {
@@ -107,6 +128,12 @@ impl Collector for LiveGauges {
             backends
                 .iter()
                 .map(|b| (&b.labels, f64::from(b.weight_tenths) / 10.0)),
+        )?;
+        encode_gauges(
+            &mut encoder,
+            "capataz_backend_probe_interval_seconds",
+            "The time between the backend's probes now (interval, fast_interval or down_interval by its state; 0 without active checks or with track).",
+            backends.iter().map(|b| (&b.labels, b.probe_interval)),
         )?;
         encode_gauges(
             &mut encoder,

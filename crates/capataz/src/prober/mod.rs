@@ -9,8 +9,10 @@
 //! Invariants:
 //! - One deadline covers a whole probe (connect, write, and reading the status line); a probe
 //!   never takes much longer than its timeout, whatever the backend does.
-//! - An HTTP probe reads at most [`MAX_STATUS_LINE`] bytes and only up to the first `\n`: the
-//!   headers and body are never read, and the connection is closed right after.
+//! - A plain HTTP probe reads at most [`MAX_STATUS_LINE`] bytes and only up to the first `\n`:
+//!   the headers and body are never read, and the connection is closed right after. A probe
+//!   with a configured request or content rules ([`HttpProbe`], `content.rs`) reads the head
+//!   within [`MAX_PROBE_HEAD`] bytes and, only for a body rule, the body up to its limit.
 //! - Every failure maps to exactly one [`Outcome`]; nothing here panics on what a backend sends.
 //! - The random numbers come from `fastrand` (the crate's one random source, see
 //!   [`Rng`]). They spread probes apart; they are not for anything that needs to be
@@ -30,10 +32,16 @@ use tokio::net::{TcpSocket, TcpStream};
 use crate::config::CheckKind;
 use crate::tls::client::Connector;
 
+mod agent;
+#[cfg(test)]
+mod checked_tests;
+mod content;
 #[cfg(test)]
 mod tests;
 mod timing;
 
+pub use agent::agent_once;
+pub use content::{probe_checked, request_bytes, HttpProbe, MAX_PROBE_HEAD};
 pub use timing::{align_to_slot, first_delay, jittered, Rng, PROBE_SLOT};
 
 /// The longest status line read, line ending included; a longer one is [`Outcome::Malformed`].
@@ -117,19 +125,7 @@ async fn http_probe(
     host: &str,
     tls: Option<&Connector>,
 ) -> io::Result<Outcome> {
-    let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    // One small write; do not let Nagle hold it back.
-    let _ = socket.set_nodelay(true);
-    // Delay the handshake's last ACK so that it leaves with the request, as HAProxy does for
-    // checks that send data: the backend then wakes once per probe (connection and request
-    // together) instead of twice. Best effort; without it the probe works the same.
-    #[cfg(target_os = "linux")]
-    let _ = socket2::SockRef::from(&socket).set_tcp_quickack(false);
-    let stream = socket.connect(addr).await?;
+    let stream = connect(addr).await?;
     match tls {
         None => status_line(stream, path, host).await,
         Some(tls) => match tls.connect(stream).await {
@@ -168,6 +164,24 @@ where
         }
     }
     // `stream` is dropped here, closing the connection without reading the rest.
+}
+
+/// A probe's connection: Nagle off, and on Linux the handshake's last ACK held back to leave
+/// with the request.
+async fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    // One small write; do not let Nagle hold it back.
+    let _ = socket.set_nodelay(true);
+    // Delay the handshake's last ACK so that it leaves with the request, as HAProxy does for
+    // checks that send data: the backend then wakes once per probe (connection and request
+    // together) instead of twice. Best effort; without it the probe works the same.
+    #[cfg(target_os = "linux")]
+    let _ = socket2::SockRef::from(&socket).set_tcp_quickack(false);
+    socket.connect(addr).await
 }
 
 /// Judges a status line without its `\n`; one trailing `\r` is stripped.

@@ -116,7 +116,7 @@ impl Shared {
             .collect();
         let mut pool_tasks = Vec::new();
         for pool in &pools {
-            pool_tasks.extend(pool.spawn_tasks());
+            pool_tasks.extend(pool.spawn_tasks_among(&pools));
         }
         let (shutdown, _) = watch::channel(false);
         let shared = Arc::new(Shared {

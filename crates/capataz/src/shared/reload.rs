@@ -180,7 +180,7 @@ impl Shared {
         summary.removed = total_old.saturating_sub(summary.kept);
         let mut tasks = Vec::new();
         for pool in &new_pools {
-            tasks.extend(pool.spawn_tasks());
+            tasks.extend(pool.spawn_tasks_among(&new_pools));
         }
         self.pools.store(Arc::new(new_pools));
         drop(swap);

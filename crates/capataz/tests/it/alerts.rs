@@ -28,6 +28,7 @@ fn transition(backend: &str, to: State) -> Event {
             Reason::ProbesFailed {
                 streak: 3,
                 last: Outcome::Timeout,
+                mismatch: None,
             },
         ),
         State::Up => (

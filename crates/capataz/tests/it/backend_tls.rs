@@ -311,6 +311,42 @@ async fn http_probes_of_a_tls_pool_run_over_tls() {
     balancer.shutdown(crate::support::DEADLINE).await;
 }
 
+#[tokio::test]
+async fn content_checks_of_a_tls_pool_run_over_tls() {
+    let pki = Pki::new("content");
+    let good = tls_backend("good", &pki, &["127.0.0.1"]).await;
+    let server = pki.server(&["127.0.0.1"], &[b"http/1.1"]);
+    let nope: Script = Arc::new(|_| Reply::text("nope"));
+    let bad = HttpBackend::start("bad", Speaks::Http1, Some(server), nope).await;
+    let text = ConfigText::new(&[good.entry(), bad.entry()])
+        .extra(&format!(
+            "tls.ca_file = \"{}\"\n{}body_contains = \"hello\"\n",
+            pki.ca_file(),
+            crate::support::balancer::FAST_CHECKS
+        ))
+        .build();
+    let (balancer, mut events) = start(&text).await;
+    let event = crate::support::events::wait_for(&mut events, "bad down by its body", |event| {
+        transition_of(event, "bad", State::Down).is_some()
+    })
+    .await;
+    let transition = transition_of(&event, "bad", State::Down).expect("transition");
+    assert_eq!(transition.reason.last(), Some(Outcome::Status(200)));
+    assert!(
+        transition
+            .reason
+            .to_string()
+            .contains("body did not contain \"hello\""),
+        "{}",
+        transition.reason
+    );
+    // The good backend's body was read over TLS and matched all along.
+    crate::support::wait::wait_until("probes of good", || good.hits() >= 3).await;
+    let pool = balancer.pool("web").expect("pool");
+    assert_eq!(pool.views()[0].health.verdict(), State::Up);
+    balancer.shutdown(crate::support::DEADLINE).await;
+}
+
 #[test]
 fn http2_pools_probe_with_tcp_by_default_and_refuse_the_http_probe() {
     let pool = |extra: &str| {

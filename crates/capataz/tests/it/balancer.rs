@@ -47,7 +47,8 @@ async fn traffic_follows_weights_and_only_reaches_up_backends() {
         t.reason,
         Reason::ProbesFailed {
             streak: 3,
-            last: capataz_health::Outcome::Status(503)
+            last: capataz_health::Outcome::Status(503),
+            mismatch: None,
         }
     ));
     let hits_before = b[2].traffic_hits();
@@ -77,7 +78,8 @@ async fn down_after_fall_failed_probes_and_up_after_rise_passes() {
         t.reason,
         Reason::ProbesFailed {
             streak: 3,
-            last: capataz_health::Outcome::Timeout
+            last: capataz_health::Outcome::Timeout,
+            mismatch: None,
         }
     );
     assert_eq!(

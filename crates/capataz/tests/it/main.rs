@@ -28,6 +28,7 @@ mod issue14_states;
 mod metrics;
 mod module_graph;
 mod pool_handle;
+mod probe_checks;
 mod proxy_edge;
 mod proxy_protocol;
 mod reload_off_runtime;

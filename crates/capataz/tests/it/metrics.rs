@@ -302,6 +302,12 @@ async fn scrape_counts_requests_and_probes_and_shows_a_down_backend() {
         ),
         1.0
     );
+    // Without fast_interval and down_interval, every state probes at `interval`.
+    let interval = m.value(
+        "capataz_backend_probe_interval_seconds",
+        &[pool, ("backend", "b")],
+    );
+    assert_eq!(interval, 0.03);
 
     let b_fail = m.value(
         "capataz_probes_total",

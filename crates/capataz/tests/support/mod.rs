@@ -1,6 +1,6 @@
 //! Scaffolding shared by capataz's integration tests: a balancer started from a config string
 //! on ephemeral ports ([`balancer`]), HTTP clients ([`client`]) and blocking ones
-//! ([`blocking`]), an event recorder ([`events`]), hand-written backends and raw sockets
+//! ([`blocking`]), switchable health and agent backends ([`checks`]), an event recorder ([`events`]), hand-written backends and raw sockets
 //! ([`raw`]), and waits with a generous deadline ([`wait`]). Scripted backends are [`capataz::sim::SimBackend`].
 //!
 //! Every address a test binds is `127.0.0.1:0`: the suite runs beside a `capataz demo` (8080,
@@ -13,6 +13,7 @@
 pub mod backends_tls;
 pub mod balancer;
 pub mod blocking;
+pub mod checks;
 pub mod client;
 pub mod events;
 pub mod h2client;

@@ -144,6 +144,7 @@ pub(super) struct RawPool {
     pub(super) close_tunnels_on_down: Option<bool>,
     pub(super) protocol: Option<RawProtocol>,
     pub(super) tls: Option<RawBackendTls>,
+    pub(super) agent: Option<RawAgent>,
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -208,6 +209,14 @@ impl<'de> Deserialize<'de> for RawBackendTls {
     }
 }
 
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAgent {
+    pub(super) port: Option<Spanned<i64>>,
+    pub(super) interval: Option<Spanned<Value>>,
+    pub(super) timeout: Option<Spanned<Value>>,
+}
+
 #[derive(Clone, Copy, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub(super) enum RawReuse {
@@ -222,6 +231,8 @@ pub(super) struct RawBackend {
     pub(super) address: Option<Spanned<String>>,
     pub(super) weight: Option<Spanned<i64>>,
     pub(super) backup: Option<bool>,
+    pub(super) agent_port: Option<Spanned<i64>>,
+    pub(super) track: Option<Spanned<String>>,
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -253,6 +264,16 @@ pub(super) struct RawActive {
     pub(super) initial: Option<RawInitial>,
     pub(super) disable_on_404: Option<bool>,
     pub(super) rise_after_maintenance: Option<Spanned<i64>>,
+    pub(super) fast_interval: Option<Spanned<Value>>,
+    pub(super) down_interval: Option<Spanned<Value>>,
+    pub(super) method: Option<Spanned<String>>,
+    pub(super) headers: Option<BTreeMap<String, Spanned<String>>>,
+    pub(super) body: Option<Spanned<String>>,
+    pub(super) body_contains: Option<Spanned<String>>,
+    pub(super) body_not_contains: Option<Spanned<String>>,
+    pub(super) body_limit: Option<Spanned<i64>>,
+    pub(super) expect_header: Option<Spanned<String>>,
+    pub(super) expect_header_contains: Option<Spanned<String>>,
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -268,6 +289,8 @@ pub(super) enum RawCheckKind {
 pub(super) enum RawInitial {
     Up,
     Down,
+    #[serde(rename = "first-probe", alias = "first_probe")]
+    FirstProbe,
 }
 
 #[derive(Default, Deserialize)]

@@ -72,6 +72,7 @@ impl Validator<'_> {
         for (name, pool) in raw.pools {
             pools.push(self.pool(name, pool)?);
         }
+        self.tracks(&pools)?;
         if raw.listeners.is_empty() {
             return Err(self.error(
                 None,
@@ -97,6 +98,70 @@ impl Validator<'_> {
             alerts,
             server,
         })
+    }
+
+    /// Every `track` names an existing backend, and no chain of them comes back to where it
+    /// started (a backend tracking itself included). Linear in backends: each chain is walked
+    /// once, marked as it goes.
+    fn tracks(&self, pools: &[PoolConfig]) -> Result<(), ConfigError> {
+        let mut index: HashMap<(&str, &str), (usize, usize)> = HashMap::new();
+        for (p, pool) in pools.iter().enumerate() {
+            for (b, backend) in pool.backends.iter().enumerate() {
+                index.insert((pool.name.as_str(), backend.name.as_str()), (p, b));
+            }
+        }
+        let key = |p: usize, b: usize| format!("pools.{}.backends[{b}].track", pools[p].name);
+        let target = |p: usize, b: usize| -> Result<Option<(usize, usize)>, ConfigError> {
+            let Some(track) = &pools[p].backends[b].track else {
+                return Ok(None);
+            };
+            match index.get(&(track.pool.as_str(), track.backend.as_str())) {
+                Some(&found) => Ok(Some(found)),
+                None => Err(self.error(
+                    None,
+                    &key(p, b),
+                    format!(
+                        "{}/{} is not a backend (write track = \"pool/backend\", or \"backend\" \
+                         in the same pool, naming a backend by its name)",
+                        track.pool, track.backend
+                    ),
+                )),
+            }
+        };
+        // Absent: not seen yet; 1: on the chain being walked; 2: its chain ends in a backend
+        // that probes.
+        let mut mark: HashMap<(usize, usize), u8> = HashMap::new();
+        for (p, pool) in pools.iter().enumerate() {
+            for b in 0..pool.backends.len() {
+                let mut chain = Vec::new();
+                let mut at = (p, b);
+                loop {
+                    match mark.get(&at).copied() {
+                        Some(2) => break,
+                        Some(_) => {
+                            return Err(self.error(
+                                None,
+                                &key(p, b),
+                                "these track settings form a cycle: a backend would end up \
+                                 following itself (make one of them probe)"
+                                    .into(),
+                            ))
+                        }
+                        None => {}
+                    }
+                    mark.insert(at, 1);
+                    chain.push(at);
+                    match target(at.0, at.1)? {
+                        Some(next) => at = next,
+                        None => break,
+                    }
+                }
+                for at in chain {
+                    mark.insert(at, 2);
+                }
+            }
+        }
+        Ok(())
     }
 
     fn log(&self, raw: RawLog) -> Result<LogConfig, ConfigError> {

@@ -12,17 +12,22 @@ use toml::{Spanned, Value};
 use super::super::locate::line_of;
 use super::super::raw::RawBackupUse;
 use super::super::raw::{
-    RawActive, RawAlgorithm, RawAllDown, RawBackend, RawBackendTls, RawCheckKind, RawInitial,
-    RawPassive, RawPool, RawProtocol, RawRetries, RawReuse, RawTimeouts,
+    RawActive, RawAgent, RawAlgorithm, RawAllDown, RawBackend, RawBackendTls, RawCheckKind,
+    RawInitial, RawPassive, RawPool, RawProtocol, RawRetries, RawReuse, RawTimeouts,
 };
 use super::super::resolve::{Lookup, Target};
 use super::super::values::parse_percent;
 use super::{is_token_text, ConfigError, Validator, U32_MAX};
 use crate::config::{
-    ActiveCheckConfig, Algorithm, AllDownPolicy, BackendConfig, BackendProtocol, CheckKind,
-    ConnectionReuse, PassiveCheckConfig, PoolConfig, RetryConfig, UpstreamTimeouts,
+    ActiveCheckConfig, AgentCheckConfig, Algorithm, AllDownPolicy, BackendConfig, BackendProtocol,
+    CheckKind, ConnectionReuse, ContentRules, PassiveCheckConfig, PoolConfig, RetryConfig,
+    TrackTarget, UpstreamTimeouts, DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT, MAX_MATCH_TEXT,
+    MAX_PROBE_BODY, MAX_PROBE_HEADERS,
 };
 use capataz_health::GrpcCodes;
+
+/// A probe request's method, extra header fields and body.
+type ProbeRequest = (String, Vec<(String, String)>, Option<String>);
 
 impl Validator<'_> {
     pub(super) fn pool(
@@ -46,7 +51,23 @@ impl Validator<'_> {
             ));
         }
         let at = format!("pools.{name}");
+        let agent = match raw.agent.take() {
+            None => None,
+            Some(agent) => Some(self.agent(&format!("{at}.agent"), agent)?),
+        };
         let backends = self.backends(&name, &at, name_span.clone(), raw.backends.take())?;
+        if agent.is_none() {
+            if let Some(index) = backends.iter().position(|b| b.agent_port.is_some()) {
+                return Err(self.error(
+                    Some(name_span),
+                    &format!("{at}.backends[{index}].agent_port"),
+                    format!(
+                        "agent_port needs agent checks on the pool (add [pools.{name}.agent] \
+                         with its port, interval and timeout)"
+                    ),
+                ));
+            }
+        }
         let algorithm = match raw.algorithm {
             None | Some(RawAlgorithm::RoundRobin) => Algorithm::RoundRobin,
             Some(RawAlgorithm::LeastRequest) => Algorithm::LeastRequest,
@@ -140,6 +161,32 @@ impl Validator<'_> {
             },
             min_healthy,
             close_tunnels_on_down: raw.close_tunnels_on_down.unwrap_or(false),
+            agent,
+        })
+    }
+
+    /// `[pools.<name>.agent]`: its port is required (there is no conventional agent port).
+    fn agent(&self, at: &str, raw: RawAgent) -> Result<AgentCheckConfig, ConfigError> {
+        let Some(port) = &raw.port else {
+            return Err(self.error(
+                None,
+                &format!("{at}.port"),
+                "agent checks need the agent's port (add port = 9777 under the agent table)".into(),
+            ));
+        };
+        let port = self.int(&Some(port.clone()), &format!("{at}.port"), 0, 1..=65535)? as u16;
+        Ok(AgentCheckConfig {
+            port,
+            interval: self.duration(
+                &raw.interval,
+                &format!("{at}.interval"),
+                Duration::from_secs(2),
+            )?,
+            timeout: self.duration(
+                &raw.timeout,
+                &format!("{at}.timeout"),
+                Duration::from_secs(1),
+            )?,
         })
     }
 
@@ -229,12 +276,36 @@ impl Validator<'_> {
             }
             seen.insert(name.clone(), index);
             let weight = self.int(&backend.weight, &format!("{at}.weight"), 1, 1..=1000)? as u32;
+            let agent_port = match &backend.agent_port {
+                None => None,
+                Some(port) => Some(self.int(
+                    &Some(port.clone()),
+                    &format!("{at}.agent_port"),
+                    0,
+                    1..=65535,
+                )? as u16),
+            };
+            let track = backend.track.map(|track| {
+                let text = track.into_inner();
+                match text.split_once('/') {
+                    Some((pool, backend)) => TrackTarget {
+                        pool: pool.to_owned(),
+                        backend: backend.to_owned(),
+                    },
+                    None => TrackTarget {
+                        pool: pool.to_owned(),
+                        backend: text,
+                    },
+                }
+            });
             backends.push(BackendConfig {
                 name,
                 address: address.into_inner(),
                 socket_addr,
                 weight,
                 backup: backend.backup.unwrap_or(false),
+                agent_port,
+                track,
             });
         }
         Ok(backends)
@@ -297,6 +368,8 @@ impl Validator<'_> {
             Some(RawCheckKind::Tcp) => CheckKind::Tcp,
             Some(RawCheckKind::None) => CheckKind::None,
         };
+        let request = self.probe_request(at, kind, &raw)?;
+        let content = self.content_rules(at, kind, &request.0, &raw)?;
         let path = match raw.path {
             None => "/healthz".to_owned(),
             Some(path) => {
@@ -363,6 +436,11 @@ impl Validator<'_> {
                 2,
             )?),
         };
+        let interval = self.duration(
+            &raw.interval,
+            &format!("{at}.interval"),
+            Duration::from_secs(2),
+        )?;
         Ok(ActiveCheckConfig {
             disable_on_404,
             rise_after_maintenance,
@@ -370,11 +448,21 @@ impl Validator<'_> {
             path,
             host,
             expect,
-            interval: self.duration(
-                &raw.interval,
-                &format!("{at}.interval"),
-                Duration::from_secs(2),
+            interval,
+            fast_interval: self.duration(
+                &raw.fast_interval,
+                &format!("{at}.fast_interval"),
+                interval,
             )?,
+            down_interval: self.duration(
+                &raw.down_interval,
+                &format!("{at}.down_interval"),
+                interval,
+            )?,
+            method: request.0,
+            headers: request.1,
+            body: request.2,
+            content,
             timeout: self.duration(
                 &raw.timeout,
                 &format!("{at}.timeout"),
@@ -385,9 +473,204 @@ impl Validator<'_> {
             jitter: self.jitter(&raw.jitter, &format!("{at}.jitter"))?,
             initial: match raw.initial {
                 None | Some(RawInitial::Up) => State::Up,
-                Some(RawInitial::Down) => State::Down,
+                Some(RawInitial::Down | RawInitial::FirstProbe) => State::Down,
             },
+            first_probe: matches!(raw.initial, Some(RawInitial::FirstProbe)),
         })
+    }
+
+    /// The probe request's method, extra header fields and body.
+    fn probe_request(
+        &self,
+        at: &str,
+        kind: CheckKind,
+        raw: &RawActive,
+    ) -> Result<ProbeRequest, ConfigError> {
+        let only_http = |span: std::ops::Range<usize>, key: &str| {
+            self.error(
+                Some(span),
+                &format!("{at}.{key}"),
+                format!(r#"{key} only applies to HTTP probes (set kind = "http" or remove {key})"#),
+            )
+        };
+        let method = match &raw.method {
+            None => "GET".to_owned(),
+            Some(method) => {
+                if kind != CheckKind::Http {
+                    return Err(only_http(method.span(), "method"));
+                }
+                let text = method.get_ref();
+                if text.is_empty()
+                    || text.len() > 16
+                    || !text.bytes().all(|b| b.is_ascii_uppercase())
+                {
+                    return Err(self.error(
+                        Some(method.span()),
+                        &format!("{at}.method"),
+                        format!(
+                            r#"{text:?} is not a request method (use upper-case letters, at most 16, e.g. "GET" or "POST")"#
+                        ),
+                    ));
+                }
+                text.clone()
+            }
+        };
+        let mut headers = Vec::new();
+        for (name, value) in raw.headers.iter().flatten() {
+            let key = format!("{at}.headers.{name}");
+            if kind != CheckKind::Http {
+                return Err(only_http(value.span(), "headers"));
+            }
+            if headers.len() == MAX_PROBE_HEADERS {
+                return Err(self.error(
+                    Some(value.span()),
+                    &key,
+                    format!("a probe sends at most {MAX_PROBE_HEADERS} extra header fields"),
+                ));
+            }
+            if http::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err(self.error(
+                    Some(value.span()),
+                    &key,
+                    format!(r#"{name:?} is not a header field name (use e.g. "X-Probe")"#),
+                ));
+            }
+            let lower = name.to_ascii_lowercase();
+            if matches!(
+                lower.as_str(),
+                "host" | "content-length" | "transfer-encoding" | "connection" | "user-agent"
+            ) {
+                return Err(self.error(
+                    Some(value.span()),
+                    &key,
+                    format!(
+                        "{name} is set by capataz (Host from host, Content-Length from body,                          Connection: close, its User-Agent); remove it"
+                    ),
+                ));
+            }
+            let text = value.get_ref();
+            if text.len() > 4096 || text.bytes().any(|b| (b < b' ' && b != b'\t') || b == 0x7f) {
+                return Err(self.error(
+                    Some(value.span()),
+                    &key,
+                    "is not a header field value (no control characters, at most 4096 bytes)"
+                        .into(),
+                ));
+            }
+            headers.push((name.clone(), text.clone()));
+        }
+        let body = match &raw.body {
+            None => None,
+            Some(body) => {
+                if kind != CheckKind::Http {
+                    return Err(only_http(body.span(), "body"));
+                }
+                if body.get_ref().len() > MAX_PROBE_BODY {
+                    return Err(self.error(
+                        Some(body.span()),
+                        &format!("{at}.body"),
+                        format!("the probe request body is at most {MAX_PROBE_BODY} bytes"),
+                    ));
+                }
+                Some(body.get_ref().clone())
+            }
+        };
+        Ok((method, headers, body))
+    }
+
+    /// The body and header rules an answer must meet.
+    fn content_rules(
+        &self,
+        at: &str,
+        kind: CheckKind,
+        method: &str,
+        raw: &RawActive,
+    ) -> Result<ContentRules, ConfigError> {
+        let text = |value: &Option<toml::Spanned<String>>, key: &str| {
+            let Some(value) = value else {
+                return Ok(None);
+            };
+            let full = format!("{at}.{key}");
+            if kind != CheckKind::Http {
+                return Err(self.error(
+                    Some(value.span()),
+                    &full,
+                    format!(
+                        r#"{key} only applies to HTTP probes (set kind = "http" or remove {key})"#
+                    ),
+                ));
+            }
+            let len = value.get_ref().len();
+            if len == 0 || len > MAX_MATCH_TEXT {
+                return Err(self.error(
+                    Some(value.span()),
+                    &full,
+                    format!("use a text of 1 to {MAX_MATCH_TEXT} bytes"),
+                ));
+            }
+            Ok(Some(value.get_ref().clone()))
+        };
+        let body_contains = text(&raw.body_contains, "body_contains")?;
+        let body_not_contains = text(&raw.body_not_contains, "body_not_contains")?;
+        let header_contains = text(&raw.expect_header_contains, "expect_header_contains")?;
+        let header = match &raw.expect_header {
+            None => {
+                if let Some(value) = &raw.expect_header_contains {
+                    return Err(self.error(
+                        Some(value.span()),
+                        &format!("{at}.expect_header_contains"),
+                        "expect_header_contains needs expect_header (the field's name)".into(),
+                    ));
+                }
+                None
+            }
+            Some(name) => {
+                if kind != CheckKind::Http {
+                    return Err(self.error(
+                        Some(name.span()),
+                        &format!("{at}.expect_header"),
+                        r#"expect_header only applies to HTTP probes (set kind = "http" or remove expect_header)"#.into(),
+                    ));
+                }
+                if http::header::HeaderName::from_bytes(name.get_ref().as_bytes()).is_err() {
+                    return Err(self.error(
+                        Some(name.span()),
+                        &format!("{at}.expect_header"),
+                        format!(
+                            r#"{:?} is not a header field name (use e.g. "X-Ready")"#,
+                            name.get_ref()
+                        ),
+                    ));
+                }
+                Some((name.get_ref().to_ascii_lowercase(), header_contains))
+            }
+        };
+        let limit_key = format!("{at}.body_limit");
+        let body_limit = self.int(
+            &raw.body_limit,
+            &limit_key,
+            DEFAULT_BODY_LIMIT as i64,
+            1..=MAX_BODY_LIMIT as i64,
+        )? as usize;
+        let rules = ContentRules {
+            body_contains,
+            body_not_contains,
+            body_limit,
+            header,
+        };
+        if rules.reads_body() && method == "HEAD" {
+            let span = raw
+                .body_contains
+                .as_ref()
+                .or(raw.body_not_contains.as_ref())
+                .map(|v| v.span());
+            return Err(self.error(
+                span,
+                &format!("{at}.method"),
+                "a HEAD answer has no body to match (use GET, or remove the body rules)".into(),
+            ));
+        }
+        Ok(rules)
     }
 
     pub(super) fn jitter(
