@@ -17,6 +17,7 @@
 //!
 //! This module sits at the bottom of the crate: it imports only `timefmt`.
 
+pub mod acme;
 pub mod client;
 mod server;
 mod x509;
