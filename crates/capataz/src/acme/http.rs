@@ -49,7 +49,10 @@ impl AcmeHttp {
                 .map_err(|e| format!("{}: is not valid PEM: {e}", file.display()))?;
             let (added, _) = roots.add_parsable_certificates(certs);
             if added == 0 {
-                return Err(format!("{}: holds no usable CA certificate", file.display()));
+                return Err(format!(
+                    "{}: holds no usable CA certificate",
+                    file.display()
+                ));
             }
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -100,7 +103,10 @@ async fn exchange(tls: TlsConnector, req: Request<Full<Bytes>>) -> Result<BytesR
         _ => return Err(format!("{uri} is not an http(s) URL").into()),
     };
     let host = uri.host().ok_or_else(|| format!("{uri} has no host"))?;
-    let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
     let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
     let authority = uri
         .authority()

@@ -176,15 +176,17 @@ async fn account(settings: &AcmeSettings) -> Result<Account, String> {
     let path = settings.account_path();
     let stored = {
         let path = path.clone();
-        blocking(move || {
-            store::read_account(&path).map_err(|e| format!("{}: {e}", path.display()))
-        })
-        .await?
+        blocking(move || store::read_account(&path).map_err(|e| format!("{}: {e}", path.display())))
+            .await?
     };
     if let Some(bytes) = stored {
         let directory = serde_json::from_slice::<serde_json::Value>(&bytes)
             .ok()
-            .and_then(|v| v.get("directory").and_then(|d| d.as_str()).map(str::to_owned));
+            .and_then(|v| {
+                v.get("directory")
+                    .and_then(|d| d.as_str())
+                    .map(str::to_owned)
+            });
         if directory.as_deref() == Some(settings.directory.as_str()) {
             if let Ok(credentials) = serde_json::from_slice::<AccountCredentials>(&bytes) {
                 return Account::from_credentials_and_http(credentials, Box::new(http().await?))
@@ -240,11 +242,10 @@ async fn order(settings: &AcmeSettings, certs: &AcmeCerts) -> Result<Issued, Str
         {
             // The server forgot the account: make a new one at the next attempt.
             let path = settings.account_path();
-            let _ = blocking(move || {
-                std::fs::remove_file(&path).map_err(|e| e.to_string())
-            })
-            .await;
-            return Err(format!("the server does not know the stored account: {problem}"));
+            let _ = blocking(move || std::fs::remove_file(&path).map_err(|e| e.to_string())).await;
+            return Err(format!(
+                "the server does not know the stored account: {problem}"
+            ));
         }
         Err(error) => return Err(format!("creating the order: {error}")),
     };
@@ -255,6 +256,11 @@ async fn order(settings: &AcmeSettings, certs: &AcmeCerts) -> Result<Issued, Str
     let mut ready = Vec::new();
     for authorization in &authorizations {
         let Identifier::Dns(domain) = &authorization.identifier;
+        if !settings.domains.contains(&domain.to_ascii_lowercase()) {
+            return Err(format!(
+                "the server asks to validate {domain:?}, which was not ordered"
+            ));
+        }
         match authorization.status {
             AuthorizationStatus::Valid => continue,
             AuthorizationStatus::Pending => {}

@@ -141,7 +141,9 @@ impl TlsFamilies {
             listener: listener.to_owned(),
             certificate: settings.cert_path().display().to_string(),
         };
-        self.certificate_expiry.get_or_create(&labels).set(not_after);
+        self.certificate_expiry
+            .get_or_create(&labels)
+            .set(not_after);
     }
 
     /// Counts one ACME order of listener `listener`: `issued`, `renewed` or `failed`.

@@ -207,8 +207,8 @@ pub fn challenge_certificate(domain: &str, digest: &[u8]) -> Result<Arc<Certifie
     params
         .custom_extensions
         .push(rcgen::CustomExtension::new_acme_identifier(digest));
-    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
-        .map_err(|e| e.to_string())?;
+    let key =
+        rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| e.to_string())?;
     let cert = params.self_signed(&key).map_err(|e| e.to_string())?;
     let provider = rustls::crypto::ring::default_provider();
     let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
@@ -226,8 +226,8 @@ pub fn challenge_certificate(domain: &str, digest: &[u8]) -> Result<Arc<Certifie
 pub fn certificate_request(domains: &[String]) -> Result<(Vec<u8>, String), String> {
     let mut params = rcgen::CertificateParams::new(domains.to_vec()).map_err(|e| e.to_string())?;
     params.distinguished_name = rcgen::DistinguishedName::new();
-    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
-        .map_err(|e| e.to_string())?;
+    let key =
+        rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| e.to_string())?;
     let csr = params.serialize_request(&key).map_err(|e| e.to_string())?;
     Ok((csr.der().to_vec(), key.serialize_pem()))
 }

@@ -130,6 +130,8 @@ pub enum Part {
     Key(usize),
     /// The client CA bundle.
     ClientCa,
+    /// The extra root trusted for the ACME directory (`[listeners.tls.acme]`'s `ca_file`).
+    AcmeCaFile,
 }
 
 impl fmt::Display for LoadError {

@@ -124,6 +124,10 @@ impl ServerSettings {
         let (acme, acme_note) = match &self.acme {
             None => (None, None),
             Some(settings) => {
+                if let Some(ca) = &settings.ca_file {
+                    // Read now so a wrong path fails the load, not the first order.
+                    read_certificates(Part::AcmeCaFile, ca)?;
+                }
                 let (certs, note) = AcmeCerts::load(settings.clone(), now);
                 (Some(Arc::new(certs)), note)
             }

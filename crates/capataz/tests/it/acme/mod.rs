@@ -1,7 +1,11 @@
 //! Automatic certificates end to end: a balancer whose listener has `[listeners.tls.acme]`
 //! orders a certificate from a real ACME server, pebble (`support::pebble`), answering its
 //! TLS-ALPN-01 challenge on the listener itself, serves it by SNI, stores it, serves the stored
-//! one after a restart without the server, and renews it when `renew_before` says so.
+//! one after a restart without the server, and renews it when `renew_before` says so; the
+//! config's errors (`config.rs`) and what is served before any certificate (`pending.rs`).
+
+mod config;
+mod pending;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -98,14 +102,7 @@ async fn a_certificate_is_ordered_served_by_sni_stored_and_served_again_after_a_
     let storage = scratch.dir.join("acme");
     let ca_file = scratch.dir.join("pebble-ca.pem");
     std::fs::copy(pebble.pki.ca_path(), &ca_file).expect("copy the CA");
-    let (_b, balancer) = acme_balancer(
-        port,
-        &pebble.directory,
-        &ca_file,
-        &storage,
-        "720h",
-    )
-    .await;
+    let (_b, balancer) = acme_balancer(port, &pebble.directory, &ca_file, &storage, "720h").await;
     let addr = balancer.local_addrs()[0];
     let client = client_trusting(&scratch.dir, &pebble.root_pem());
     let issued = served(&client, addr, Some(&pebble)).await;
@@ -129,9 +126,7 @@ async fn a_certificate_is_ordered_served_by_sni_stored_and_served_again_after_a_
         )
         .expect("metrics");
     assert!(
-        text.contains(
-            "capataz_acme_orders_total{listener=\"listener-0\",result=\"issued\"} 1"
-        ),
+        text.contains("capataz_acme_orders_total{listener=\"listener-0\",result=\"issued\"} 1"),
         "{text}"
     );
     assert!(
@@ -212,7 +207,9 @@ fn serial(der: &[u8]) -> Vec<u8> {
             (tag, 2, first)
         } else {
             let n = first & 0x7f;
-            let len = bytes[2..2 + n].iter().fold(0usize, |a, b| a << 8 | *b as usize);
+            let len = bytes[2..2 + n]
+                .iter()
+                .fold(0usize, |a, b| a << 8 | *b as usize);
             (tag, 2 + n, len)
         }
     }

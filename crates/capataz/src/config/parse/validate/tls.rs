@@ -25,6 +25,11 @@ impl Validator<'_> {
         raw: RawTls,
     ) -> Result<ListenerTls, ConfigError> {
         let at = format!("{at}.tls");
+        let acme_ca_line = raw
+            .acme
+            .as_ref()
+            .and_then(|acme| acme.get_ref().ca_file.as_ref())
+            .map(|ca| line_of(self.text, ca.span().start));
         let acme = match raw.acme {
             None => None,
             Some(acme) => Some(self.acme(&at, acme)?),
@@ -120,6 +125,7 @@ impl Validator<'_> {
             },
             certificate_lines,
             client_ca_line,
+            acme_ca_line,
             loaded: None,
         })
     }
@@ -143,7 +149,9 @@ impl Validator<'_> {
             ));
         };
         let url = directory.get_ref();
-        let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"));
+        let rest = url
+            .strip_prefix("https://")
+            .or_else(|| url.strip_prefix("http://"));
         if rest.is_none_or(|r| r.is_empty()) || url.parse::<http::Uri>().is_err() {
             return Err(self.error(
                 Some(directory.span()),
@@ -174,7 +182,9 @@ impl Validator<'_> {
                         && label.len() <= 63
                         && !label.starts_with('-')
                         && !label.ends_with('-')
-                        && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                        && label
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
                 })
                 && lower.parse::<std::net::IpAddr>().is_err();
             if !valid {
@@ -199,7 +209,10 @@ impl Validator<'_> {
         let email = match raw.email {
             None => None,
             Some(email) => {
-                let text = email.get_ref().strip_prefix("mailto:").unwrap_or(email.get_ref());
+                let text = email
+                    .get_ref()
+                    .strip_prefix("mailto:")
+                    .unwrap_or(email.get_ref());
                 let valid = text.split_once('@').is_some_and(|(user, host)| {
                     !user.is_empty() && !host.is_empty() && !text.contains(char::is_whitespace)
                 });
