@@ -31,7 +31,7 @@ async fn acme_balancer(
     ca_file: &Path,
     storage: &Path,
     renew_before: &str,
-) -> (Vec<SimBackend>, Balancer) {
+) -> (Vec<SimBackend>, Balancer, String) {
     let b = backends(&["a"]).await;
     let text = format!(
         "[[listeners]]\naddress = \"127.0.0.1:{port}\"\n\
@@ -44,7 +44,7 @@ async fn acme_balancer(
         ca_file = ca_file.display().to_string(),
     );
     let (balancer, _) = start(&text).await;
-    (b, balancer)
+    (b, balancer, text)
 }
 
 /// A client trusting only the PEM root `root` (written to `dir`).
@@ -93,7 +93,7 @@ fn storage_dir(pebble: &Pebble) -> PathBuf {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_certificate_is_ordered_served_by_sni_stored_and_served_again_after_a_restart_without_the_server(
+async fn a_certificate_is_ordered_served_by_sni_stored_kept_by_a_reload_and_served_after_a_restart_without_the_server(
 ) {
     let port = free_tcp_port();
     let pebble = Pebble::start(port, 90 * 86_400);
@@ -102,7 +102,8 @@ async fn a_certificate_is_ordered_served_by_sni_stored_and_served_again_after_a_
     let storage = scratch.dir.join("acme");
     let ca_file = scratch.dir.join("pebble-ca.pem");
     std::fs::copy(pebble.pki.ca_path(), &ca_file).expect("copy the CA");
-    let (_b, balancer) = acme_balancer(port, &pebble.directory, &ca_file, &storage, "720h").await;
+    let (_b, balancer, config_text) =
+        acme_balancer(port, &pebble.directory, &ca_file, &storage, "720h").await;
     let addr = balancer.local_addrs()[0];
     let client = client_trusting(&scratch.dir, &pebble.root_pem());
     let issued = served(&client, addr, Some(&pebble)).await;
@@ -133,12 +134,42 @@ async fn a_certificate_is_ordered_served_by_sni_stored_and_served_again_after_a_
         text.contains("capataz_tls_certificate_expiry_timestamp_seconds{listener=\"listener-0\""),
         "{text}"
     );
+    // A reload reads the stored certificate again and keeps serving it, without a new order.
+    balancer
+        .reload(&crate::support::balancer::parse(&config_text))
+        .await
+        .expect("the reload applies");
+    let mut stream = client
+        .connect(addr, DOMAIN)
+        .await
+        .expect("after the reload");
+    assert_eq!(
+        stream.get_ref().1.peer_certificates().expect("a chain")[0].to_vec(),
+        issued
+    );
+    assert!(get(&mut stream, DOMAIN).await.is_some());
+    let orders = |result: &str| {
+        let text = balancer
+            .shared()
+            .metrics()
+            .render(
+                &balancer.pools(),
+                None,
+                capataz::metrics::Format::OpenMetrics,
+            )
+            .expect("metrics");
+        text.lines()
+            .filter(|l| l.starts_with("capataz_acme_orders_total{") && l.contains(result))
+            .count()
+    };
+    assert_eq!(orders("renewed"), 0);
+    assert_eq!(orders("failed"), 0);
     balancer.shutdown(Duration::from_secs(5)).await;
 
     // The server is gone: a restart serves the stored certificate at once.
     let directory = pebble.directory.clone();
     drop(pebble);
-    let (_b, balancer) = acme_balancer(port, &directory, &ca_file, &storage, "720h").await;
+    let (_b, balancer, _) = acme_balancer(port, &directory, &ca_file, &storage, "720h").await;
     let mut stream = client
         .connect(balancer.local_addrs()[0], DOMAIN)
         .await
@@ -158,7 +189,7 @@ async fn a_stored_certificate_within_renew_before_is_renewed_with_a_new_serial()
     let pebble = Pebble::start(port, 10 * 86_400);
     let storage = storage_dir(&pebble);
     let client = client_trusting(&pebble.pki.dir, &pebble.root_pem());
-    let (_b, balancer) = acme_balancer(
+    let (_b, balancer, _) = acme_balancer(
         port,
         &pebble.directory,
         &pebble.pki.ca_path(),
@@ -169,7 +200,7 @@ async fn a_stored_certificate_within_renew_before_is_renewed_with_a_new_serial()
     let first = served(&client, balancer.local_addrs()[0], Some(&pebble)).await;
     balancer.shutdown(Duration::from_secs(5)).await;
 
-    let (_b, balancer) = acme_balancer(
+    let (_b, balancer, _) = acme_balancer(
         port,
         &pebble.directory,
         &pebble.pki.ca_path(),
