@@ -230,6 +230,8 @@ pub struct ListenerTls {
     pub certificate_lines: Vec<Option<usize>>,
     /// The line of `client_ca`, if set.
     pub client_ca_line: Option<usize>,
+    /// The line of `[listeners.tls.acme]`'s `ca_file`, if set.
+    pub acme_ca_line: Option<usize>,
     /// The certificates and keys, loaded when the config was resolved; `None` in an
     /// [`Unresolved`] config.
     pub loaded: Option<ServerTls>,

@@ -10,12 +10,19 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::config::Config;
+use crate::tls::acme::AcmeSettings;
 use crate::tls::FAILURE_REASONS;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HandshakeLabels {
     listener: String,
     reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AcmeOrderLabels {
+    listener: String,
+    result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -30,6 +37,7 @@ struct CertificateLabels {
 pub struct TlsFamilies {
     handshake_failures: Family<HandshakeLabels, Counter>,
     certificate_expiry: Family<CertificateLabels, Gauge>,
+    acme_orders: Family<AcmeOrderLabels, Counter>,
 }
 
 /// A listener's handshake failure counters, one per reason, resolved on the first failure
@@ -79,6 +87,11 @@ impl TlsFamilies {
             Unit::Seconds,
             families.certificate_expiry.clone(),
         );
+        registry.register(
+            "capataz_acme_orders",
+            "ACME orders of TLS listeners, by result (issued, renewed, failed)",
+            families.acme_orders.clone(),
+        );
         families
     }
 
@@ -113,6 +126,32 @@ impl TlsFamilies {
                     .get_or_create(&labels)
                     .set(certificate.not_after);
             }
+            if let Some(acme) = loaded.acme() {
+                if let Some(issued) = acme.issued() {
+                    self.set_acme_expiry(&listener.name, acme.settings(), issued.info.not_after);
+                }
+            }
         }
+    }
+
+    /// Sets the expiry gauge of listener `listener`'s ACME certificate (labelled with the
+    /// stored chain's path).
+    pub fn set_acme_expiry(&self, listener: &str, settings: &AcmeSettings, not_after: i64) {
+        let labels = CertificateLabels {
+            listener: listener.to_owned(),
+            certificate: settings.cert_path().display().to_string(),
+        };
+        self.certificate_expiry
+            .get_or_create(&labels)
+            .set(not_after);
+    }
+
+    /// Counts one ACME order of listener `listener`: `issued`, `renewed` or `failed`.
+    pub fn acme_order(&self, listener: &str, result: &'static str) {
+        let labels = AcmeOrderLabels {
+            listener: listener.to_owned(),
+            result,
+        };
+        self.acme_orders.get_or_create(&labels).inc();
     }
 }

@@ -21,6 +21,7 @@ use crate::health::PoolRt;
 use crate::instruments::HandshakeFailures;
 use crate::proxy::{ClientInfo, Proxy};
 use crate::proxy_protocol::{self, Addresses, Rewind};
+use crate::tls::acme::ACME_TLS_ALPN;
 use crate::tls::{ServerTls, TlsInfo};
 
 /// One client-facing listener at run time.
@@ -31,6 +32,19 @@ pub(super) struct ListenerRt {
     pub(super) state: Arc<ArcSwap<ListenerState>>,
     pub(super) stop: watch::Sender<bool>,
     pub(super) task: JoinHandle<()>,
+    /// The ACME task of a listener with `[listeners.tls.acme]`; replaced on every reload.
+    pub(super) acme: Option<AcmeTask>,
+}
+
+/// A listener's ACME task, aborted when dropped (the listener stopped, removed, or its TLS
+/// reloaded: the new `ServerTls` read the stored certificate again and gets a new task).
+#[derive(Debug)]
+pub(super) struct AcmeTask(JoinHandle<()>);
+
+impl Drop for AcmeTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// What a listener's connections read per request: its settings and its routes.
@@ -80,7 +94,23 @@ impl Shared {
             state,
             stop,
             task,
+            acme: self.spawn_acme(listener),
         }
+    }
+
+    /// Starts the ACME task of `listener`, if it has `[listeners.tls.acme]`.
+    pub(super) fn spawn_acme(&self, listener: &ListenerConfig) -> Option<AcmeTask> {
+        let loaded = listener.tls.as_ref()?.loaded.as_ref()?;
+        let certs = loaded.acme()?.clone();
+        if let Some(note) = loaded.acme_note() {
+            tracing::warn!(listener = %listener.name, note, "the stored ACME certificate is not served");
+        }
+        Some(AcmeTask(tokio::spawn(crate::acme::run(
+            listener.name.clone(),
+            certs,
+            self.metrics.families().tls().clone(),
+            self.shutdown.subscribe(),
+        ))))
     }
 }
 
@@ -245,6 +275,10 @@ impl Connection {
                     // A shutdown drops a connection still in its handshake, as one at rest.
                     _ = shutting_down(&mut signal) => None,
                 };
+                // A TLS-ALPN-01 validation ends with its handshake: it carries no request.
+                let done = done.filter(|(_, info)| {
+                    info.alpn.as_deref().map(str::as_bytes) != Some(ACME_TLS_ALPN)
+                });
                 if let Some((stream, info)) = done {
                     // ALPN decides: HTTP/2 when the client and capataz agreed on h2.
                     let protocol = if info.alpn_is_h2() {

@@ -199,6 +199,8 @@ impl Shared {
                 .find(|l| l.address == listener.address)
             {
                 Some(new) => {
+                    let mut listener = listener;
+                    listener.acme = self.spawn_acme(new);
                     let metrics = self.metrics.families().listener(&new.name);
                     listener.state.store(Arc::new(ListenerState {
                         config: new.clone(),

@@ -17,6 +17,7 @@
 //!
 //! This module sits at the bottom of the crate: it imports only `timefmt`.
 
+pub mod acme;
 pub mod client;
 mod server;
 mod x509;
@@ -129,6 +130,8 @@ pub enum Part {
     Key(usize),
     /// The client CA bundle.
     ClientCa,
+    /// The extra root trusted for the ACME directory (`[listeners.tls.acme]`'s `ca_file`).
+    AcmeCaFile,
 }
 
 impl fmt::Display for LoadError {

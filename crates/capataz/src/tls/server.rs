@@ -13,6 +13,7 @@ use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig, SupportedProtocolVersion};
 use tokio_rustls::TlsAcceptor;
 
+use super::acme::{AcmeCerts, AcmeSettings, ACME_TLS_ALPN};
 use super::TlsInfo;
 use super::{read_certificates, read_key, x509, Alpn, ClientAuth, LoadError, MinVersion, Part};
 
@@ -28,7 +29,7 @@ pub struct CertificateSource {
 /// What a listener's TLS is built from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerSettings {
-    /// The certificates, at least one.
+    /// The certificates; at least one unless `acme` is set.
     pub certificates: Vec<CertificateSource>,
     /// The index of the one served when SNI matches no other (or is absent).
     pub default: usize,
@@ -38,6 +39,8 @@ pub struct ServerSettings {
     pub alpn: Vec<Alpn>,
     /// The CA bundle client certificates are verified against, and whether one is required.
     pub client_ca: Option<(PathBuf, ClientAuth)>,
+    /// Certificates obtained by ACME (`[listeners.tls.acme]`), beside the static ones.
+    pub acme: Option<AcmeSettings>,
 }
 
 /// Facts about one loaded certificate, for the expiry warning and metric.
@@ -53,12 +56,30 @@ pub struct CertificateInfo {
     chain: Vec<Vec<u8>>,
 }
 
+impl CertificateInfo {
+    pub(super) fn new(
+        file: PathBuf,
+        names: Vec<String>,
+        not_after: i64,
+        chain: &[rustls::pki_types::CertificateDer<'_>],
+    ) -> CertificateInfo {
+        CertificateInfo {
+            file,
+            names,
+            not_after,
+            chain: chain.iter().map(|c| c.to_vec()).collect(),
+        }
+    }
+}
+
 /// A listener's TLS, loaded: the acceptor for new connections and what was loaded. A clone
 /// (one per accepted connection) costs two reference counts.
 #[derive(Clone)]
 pub struct ServerTls {
     acceptor: TlsAcceptor,
     certificates: Arc<[CertificateInfo]>,
+    acme: Option<Arc<AcmeCerts>>,
+    acme_note: Option<String>,
 }
 
 impl std::fmt::Debug for ServerTls {
@@ -74,6 +95,7 @@ impl std::fmt::Debug for ServerTls {
 impl PartialEq for ServerTls {
     fn eq(&self, other: &ServerTls) -> bool {
         self.certificates == other.certificates
+            && self.acme.as_ref().map(|a| a.settings()) == other.acme.as_ref().map(|a| a.settings())
     }
 }
 
@@ -99,7 +121,19 @@ impl ServerSettings {
             keys.push(Arc::new(key));
             certificates.push(info);
         }
-        let resolver = SniResolver::new(keys, &certificates, self.default);
+        let (acme, acme_note) = match &self.acme {
+            None => (None, None),
+            Some(settings) => {
+                if let Some(ca) = &settings.ca_file {
+                    // Read now so a wrong path fails the load, not the first order.
+                    read_certificates(Part::AcmeCaFile, ca)?;
+                }
+                let (certs, note) = AcmeCerts::load(settings.clone(), now);
+                (Some(Arc::new(certs)), note)
+            }
+        };
+        let mut resolver = SniResolver::new(keys, &certificates, self.default);
+        resolver.acme = acme.clone();
         let versions: &[&'static SupportedProtocolVersion] = match self.min_version {
             MinVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
             MinVersion::Tls13 => &[&rustls::version::TLS13],
@@ -109,7 +143,13 @@ impl ServerSettings {
             file: file.clone(),
             message: format!("cannot be used: {error}"),
         };
-        let Some(first) = self.certificates.first().map(|c| &c.cert) else {
+        let acme_storage = self.acme.as_ref().map(|a| a.storage.clone());
+        let Some(first) = self
+            .certificates
+            .first()
+            .map(|c| &c.cert)
+            .or(acme_storage.as_ref())
+        else {
             return Err(LoadError {
                 part: Part::Certificate(0),
                 file: PathBuf::new(),
@@ -148,6 +188,11 @@ impl ServerSettings {
         };
         let mut config = builder.with_cert_resolver(Arc::new(resolver));
         config.alpn_protocols = self.alpn();
+        if acme.is_some() {
+            // Last: only an ACME validator offers it, and the resolver answers it with the
+            // challenge certificate alone.
+            config.alpn_protocols.push(ACME_TLS_ALPN.to_vec());
+        }
         // The server's order of cipher suites (AES-256-GCM, AES-128-GCM, then
         // ChaCha20-Poly1305), not the client's, as HAProxy and nginx are usually set up
         // (`prefer-server-ciphers`).
@@ -159,6 +204,8 @@ impl ServerSettings {
         Ok(ServerTls {
             acceptor: TlsAcceptor::from(Arc::new(config)),
             certificates: certificates.into(),
+            acme,
+            acme_note,
         })
     }
 }
@@ -235,6 +282,17 @@ impl ServerTls {
     /// The certificates loaded, in configuration order.
     pub fn certificates(&self) -> &[CertificateInfo] {
         &self.certificates
+    }
+
+    /// The ACME slot of the listener, when `[listeners.tls.acme]` is set.
+    pub fn acme(&self) -> Option<&Arc<AcmeCerts>> {
+        self.acme.as_ref()
+    }
+
+    /// Why the stored ACME certificate is not served (unreadable, expired, other names), if
+    /// one exists but is not.
+    pub fn acme_note(&self) -> Option<&str> {
+        self.acme_note.as_deref()
     }
 
     /// Runs the server side of a handshake on `stream`. The caller bounds it in time.
@@ -314,6 +372,8 @@ struct SniResolver {
     /// By the part after `*.`.
     wildcard: HashMap<String, usize>,
     default: usize,
+    /// The ACME certificates, when the listener has some.
+    acme: Option<Arc<AcmeCerts>>,
 }
 
 impl SniResolver {
@@ -333,6 +393,7 @@ impl SniResolver {
             exact,
             wildcard,
             default: default.min(infos.len().saturating_sub(1)),
+            acme: None,
         }
     }
 
@@ -352,7 +413,27 @@ impl SniResolver {
 
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.keys.get(self.pick(hello.server_name())).cloned()
+        let name = hello.server_name();
+        if let Some(acme) = &self.acme {
+            let validating = hello
+                .alpn()
+                .is_some_and(|mut offered| offered.any(|p| p == ACME_TLS_ALPN));
+            if validating {
+                // TLS-ALPN-01: the challenge certificate or nothing (RFC 8737, section 3).
+                return acme.challenge(name);
+            }
+            let issued = acme.issued();
+            if let Some(issued) = &issued {
+                if name.is_some_and(|n| acme.serves(n)) || self.keys.is_empty() {
+                    return Some(issued.key.clone());
+                }
+            }
+            if self.keys.is_empty() {
+                // No certificate yet and no static one to fall back to: the handshake fails.
+                return None;
+            }
+        }
+        self.keys.get(self.pick(name)).cloned()
     }
 }
 
@@ -402,6 +483,7 @@ mod tests {
             min_version: MinVersion::Tls12,
             alpn: vec![Alpn::H2, Alpn::Http11],
             client_ca: None,
+            acme: None,
         };
         let served: Vec<Vec<u8>> = [Alpn::H2, Alpn::Http11]
             .into_iter()

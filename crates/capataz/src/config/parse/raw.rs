@@ -85,6 +85,20 @@ pub(super) struct RawTls {
     pub(super) alpn: Option<Vec<Spanned<String>>>,
     pub(super) client_ca: Option<Spanned<String>>,
     pub(super) client_auth: Option<Spanned<String>>,
+    pub(super) acme: Option<Spanned<RawAcme>>,
+}
+
+/// `[listeners.tls.acme]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAcme {
+    pub(super) directory: Option<Spanned<String>>,
+    pub(super) domains: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) email: Option<Spanned<String>>,
+    pub(super) storage: Option<Spanned<String>>,
+    pub(super) challenge: Option<Spanned<String>>,
+    pub(super) renew_before: Option<Spanned<Value>>,
+    pub(super) ca_file: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]

@@ -135,6 +135,7 @@ pub(super) fn load_tls(config: &mut Config, now: i64) -> Result<(), ConfigError>
                     format!("{at}.certificates[{i}].key"),
                 ),
                 Part::ClientCa => (tls.client_ca_line, format!("{at}.client_ca")),
+                Part::AcmeCaFile => (tls.acme_ca_line, format!("{at}.acme.ca_file")),
             };
             ConfigError::Invalid {
                 file: config.source.clone(),

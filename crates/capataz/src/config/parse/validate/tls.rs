@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 use toml::{Spanned, Value};
 
 use super::super::locate::line_of;
-use super::super::raw::RawTls;
+use super::super::raw::{RawAcme, RawTls};
 use super::{ConfigError, Validator};
 use crate::config::ListenerTls;
+use crate::tls::acme::{AcmeSettings, MAX_DOMAINS};
 use crate::tls::{Alpn, CertificateSource, ClientAuth, MinVersion, ServerSettings};
 
 const CERTIFICATES_EXAMPLE: &str = r#"certificates = [{ cert = "chain.pem", key = "key.pem" }]"#;
@@ -24,8 +25,17 @@ impl Validator<'_> {
         raw: RawTls,
     ) -> Result<ListenerTls, ConfigError> {
         let at = format!("{at}.tls");
+        let acme_ca_line = raw
+            .acme
+            .as_ref()
+            .and_then(|acme| acme.get_ref().ca_file.as_ref())
+            .map(|ca| line_of(self.text, ca.span().start));
+        let acme = match raw.acme {
+            None => None,
+            Some(acme) => Some(self.acme(&at, acme)?),
+        };
         let written = raw.certificates.unwrap_or_default();
-        if written.is_empty() {
+        if written.is_empty() && acme.is_none() {
             return Err(self.error(
                 Some(listener_span),
                 &format!("{at}.certificates"),
@@ -111,10 +121,167 @@ impl Validator<'_> {
                 min_version,
                 alpn,
                 client_ca,
+                acme,
             },
             certificate_lines,
             client_ca_line,
+            acme_ca_line,
             loaded: None,
+        })
+    }
+
+    /// `[listeners.tls.acme]`: syntax only; the storage is read when the config is resolved.
+    fn acme(&self, at: &str, raw: Spanned<RawAcme>) -> Result<AcmeSettings, ConfigError> {
+        let at = format!("{at}.acme");
+        let span = raw.span();
+        let raw = raw.into_inner();
+        let missing = |key: &str, example: &str| {
+            self.error(
+                Some(span.clone()),
+                &format!("{at}.{key}"),
+                format!("ACME needs {key} (add {example})"),
+            )
+        };
+        let Some(directory) = raw.directory else {
+            return Err(missing(
+                "directory",
+                r#"directory = "https://acme-v02.api.letsencrypt.org/directory""#,
+            ));
+        };
+        let url = directory.get_ref();
+        let rest = url
+            .strip_prefix("https://")
+            .or_else(|| url.strip_prefix("http://"));
+        if rest.is_none_or(|r| r.is_empty()) || url.parse::<http::Uri>().is_err() {
+            return Err(self.error(
+                Some(directory.span()),
+                &format!("{at}.directory"),
+                format!("{url:?} is not an http(s) URL (write the ACME directory's URL)"),
+            ));
+        }
+        let Some(domains) = raw.domains else {
+            return Err(missing("domains", r#"domains = ["example.com"]"#));
+        };
+        let domains_span = domains.span();
+        let written = domains.into_inner();
+        if written.is_empty() || written.len() > MAX_DOMAINS {
+            return Err(self.error(
+                Some(domains_span),
+                &format!("{at}.domains"),
+                format!("list between 1 and {MAX_DOMAINS} domain names"),
+            ));
+        }
+        let mut names: Vec<String> = Vec::with_capacity(written.len());
+        for name in &written {
+            let lower = name.get_ref().trim_end_matches('.').to_ascii_lowercase();
+            let valid = !lower.is_empty()
+                && lower.len() <= 253
+                && !lower.starts_with("*.")
+                && lower.split('.').all(|label| {
+                    !label.is_empty()
+                        && label.len() <= 63
+                        && !label.starts_with('-')
+                        && !label.ends_with('-')
+                        && label
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                })
+                && lower.parse::<std::net::IpAddr>().is_err();
+            if !valid {
+                return Err(self.error(
+                    Some(name.span()),
+                    &format!("{at}.domains"),
+                    format!(
+                        "{:?} is not a DNS name capataz can order (no wildcard, no IP address)",
+                        name.get_ref()
+                    ),
+                ));
+            }
+            if names.contains(&lower) {
+                return Err(self.error(
+                    Some(name.span()),
+                    &format!("{at}.domains"),
+                    format!("{lower} is listed twice (name each domain once)"),
+                ));
+            }
+            names.push(lower);
+        }
+        let email = match raw.email {
+            None => None,
+            Some(email) => {
+                let text = email
+                    .get_ref()
+                    .strip_prefix("mailto:")
+                    .unwrap_or(email.get_ref());
+                let valid = text.split_once('@').is_some_and(|(user, host)| {
+                    !user.is_empty() && !host.is_empty() && !text.contains(char::is_whitespace)
+                });
+                if !valid {
+                    return Err(self.error(
+                        Some(email.span()),
+                        &format!("{at}.email"),
+                        format!("{:?} is not an e-mail address", email.get_ref()),
+                    ));
+                }
+                Some(text.to_owned())
+            }
+        };
+        let Some(storage) = raw.storage else {
+            return Err(missing("storage", r#"storage = "/var/lib/capataz/acme""#));
+        };
+        let storage_span = storage.span();
+        let storage = self.acme_path(storage, &format!("{at}.storage"), &storage_span)?;
+        if let Some(challenge) = &raw.challenge {
+            if challenge.get_ref() != "tls-alpn-01" {
+                return Err(self.error(
+                    Some(challenge.span()),
+                    &format!("{at}.challenge"),
+                    format!(
+                        r#"{:?} is not a challenge capataz answers (use "tls-alpn-01")"#,
+                        challenge.get_ref()
+                    ),
+                ));
+            }
+        }
+        let renew_before = self.duration(
+            &raw.renew_before,
+            &format!("{at}.renew_before"),
+            std::time::Duration::from_secs(30 * 24 * 3600),
+        )?;
+        let ca_file = match raw.ca_file {
+            None => None,
+            Some(ca) => {
+                let span = ca.span();
+                Some(self.acme_path(ca, &format!("{at}.ca_file"), &span)?)
+            }
+        };
+        Ok(AcmeSettings {
+            directory: url.clone(),
+            domains: names,
+            email,
+            storage,
+            renew_before,
+            ca_file,
+        })
+    }
+
+    fn acme_path(
+        &self,
+        value: Spanned<String>,
+        key: &str,
+        span: &std::ops::Range<usize>,
+    ) -> Result<PathBuf, ConfigError> {
+        if value.get_ref().is_empty() || value.get_ref().contains('\0') {
+            return Err(self.error(
+                Some(span.clone()),
+                key,
+                "a path must be non-empty (write a path)".into(),
+            ));
+        }
+        let path = Path::new(value.get_ref());
+        Ok(match Path::new(self.file).parent() {
+            Some(dir) if path.is_relative() => dir.join(path),
+            _ => path.to_owned(),
         })
     }
 

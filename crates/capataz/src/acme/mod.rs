@@ -1,0 +1,382 @@
+//! Automatic certificates by ACME (RFC 8555) for a TLS listener with `[listeners.tls.acme]`:
+//! one task per such listener ([`run`]), started with the listener and stopped with it (on
+//! shutdown, on its removal, and replaced on every reload, whose new `ServerTls` has read the
+//! stored certificate again).
+//!
+//! The task orders a certificate naming every domain when none is in force or when the one in
+//! force is within `renew_before` of its expiry, answers the TLS-ALPN-01 challenges through
+//! the listener's resolver (`tls::acme::AcmeCerts`), stores the chain and its new key in
+//! `storage` and puts them in force for the next handshakes, without a reload and without
+//! touching open connections. A failed order is retried with a jittered exponential backoff
+//! (10 s doubling to 1 h); the certificate in force keeps serving meanwhile. File IO runs on
+//! the blocking pool; the ACME protocol is instant-acme's over our own HTTP client (`http.rs`).
+
+mod http;
+mod store;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use instant_acme::{
+    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
+    NewOrder, OrderStatus,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::sync::watch;
+
+use crate::instruments::TlsFamilies;
+use crate::tls::acme::{
+    certificate_request, challenge_certificate, issued_from_der, AcmeCerts, AcmeSettings, Issued,
+};
+
+/// The first retry after a failed order; it doubles per failure up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_secs(10);
+/// The longest wait between two attempts after failures.
+const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+/// The least time between two successful orders, whatever `renew_before` says (a
+/// `renew_before` longer than the certificates' lifetime would otherwise order without end).
+const MIN_REORDER: Duration = Duration::from_secs(3600);
+/// The longest sleep before the renewal time is computed again (the wall clock may jump).
+const MAX_SLEEP: Duration = Duration::from_secs(12 * 3600);
+/// How long an order may take from its creation to its certificate.
+const ORDER_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Runs the ACME loop of listener `listener` until `shutdown` turns true (or the task is
+/// aborted by a reload).
+pub async fn run(
+    listener: String,
+    certs: Arc<AcmeCerts>,
+    metrics: TlsFamilies,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let work = run_loop(&listener, &certs, &metrics);
+    tokio::select! {
+        () = work => {}
+        _ = shutdown.wait_for(|down| *down) => {}
+    }
+    certs.clear_challenges();
+}
+
+async fn run_loop(listener: &str, certs: &Arc<AcmeCerts>, metrics: &TlsFamilies) {
+    let settings = certs.settings().clone();
+    let domains = settings.domains.join(",");
+    let mut failures: u32 = 0;
+    let mut last_success: Option<tokio::time::Instant> = None;
+    if let Some(issued) = certs.issued() {
+        metrics.set_acme_expiry(listener, &settings, issued.info.not_after);
+    }
+    loop {
+        let mut wait = match certs.issued() {
+            None => Duration::ZERO,
+            Some(issued) => {
+                let renew_at = renew_at(&issued, &settings);
+                Duration::from_secs(u64::try_from(renew_at - unix_now()).unwrap_or(0))
+            }
+        };
+        if let Some(last) = last_success {
+            wait = wait.max(MIN_REORDER.saturating_sub(last.elapsed()));
+        }
+        if failures > 0 {
+            wait = wait.max(backoff(failures));
+        }
+        if !wait.is_zero() {
+            if let Some(issued) = certs.issued() {
+                tracing::info!(
+                    listener,
+                    domains,
+                    expires = %crate::timefmt::rfc3339(unix_to_system(issued.info.not_after)),
+                    next_renewal = %crate::timefmt::rfc3339(SystemTime::now() + wait),
+                    "ACME certificate in force"
+                );
+            }
+            tokio::time::sleep(wait.min(MAX_SLEEP)).await;
+            if wait > MAX_SLEEP {
+                continue;
+            }
+        }
+        let renewing = certs.issued().is_some();
+        let outcome = match tokio::time::timeout(ORDER_TIMEOUT, order(&settings, certs)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(format!("the order took longer than {ORDER_TIMEOUT:?}")),
+        };
+        certs.clear_challenges();
+        match outcome {
+            Ok(issued) => {
+                failures = 0;
+                last_success = Some(tokio::time::Instant::now());
+                let result = if renewing { "renewed" } else { "issued" };
+                metrics.acme_order(listener, result);
+                metrics.set_acme_expiry(listener, &settings, issued.info.not_after);
+                tracing::info!(
+                    listener,
+                    domains,
+                    result,
+                    expires = %crate::timefmt::rfc3339(unix_to_system(issued.info.not_after)),
+                    next_renewal = %crate::timefmt::rfc3339(unix_to_system(
+                        renew_at(&issued, &settings)
+                    )),
+                    "ACME certificate {result}"
+                );
+                certs.install(issued);
+            }
+            Err(error) => {
+                failures = failures.saturating_add(1);
+                metrics.acme_order(listener, "failed");
+                tracing::warn!(
+                    listener,
+                    domains,
+                    error = %error,
+                    retry_in = ?backoff(failures),
+                    "ACME order failed"
+                );
+            }
+        }
+    }
+}
+
+/// When `issued` is due for renewal (Unix seconds).
+fn renew_at(issued: &Issued, settings: &AcmeSettings) -> i64 {
+    let before = i64::try_from(settings.renew_before.as_secs()).unwrap_or(i64::MAX);
+    issued.info.not_after.saturating_sub(before)
+}
+
+/// The wait after `failures` failed orders in a row: 10 s doubling, at most 1 h, ±25 %.
+fn backoff(failures: u32) -> Duration {
+    let doubled = FIRST_BACKOFF.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
+    let base = doubled.min(MAX_BACKOFF);
+    base.mul_f64(0.75 + fastrand::f64() * 0.5)
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+fn unix_to_system(unix: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(u64::try_from(unix).unwrap_or(0))
+}
+
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| format!("a blocking step failed: {e}"))?
+}
+
+/// The account: the stored one if it was made with this directory, else a new one (stored).
+async fn account(settings: &AcmeSettings) -> Result<Account, String> {
+    let ca_file = settings.ca_file.clone();
+    let http = || {
+        let ca_file = ca_file.clone();
+        blocking(move || http::AcmeHttp::new(ca_file.as_deref()))
+    };
+    let path = settings.account_path();
+    let stored = {
+        let path = path.clone();
+        blocking(move || store::read_account(&path).map_err(|e| format!("{}: {e}", path.display())))
+            .await?
+    };
+    if let Some(bytes) = stored {
+        let directory = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| {
+                v.get("directory")
+                    .and_then(|d| d.as_str())
+                    .map(str::to_owned)
+            });
+        if directory.as_deref() == Some(settings.directory.as_str()) {
+            if let Ok(credentials) = serde_json::from_slice::<AccountCredentials>(&bytes) {
+                return Account::from_credentials_and_http(credentials, Box::new(http().await?))
+                    .await
+                    .map_err(|e| format!("the stored account: {e}"));
+            }
+        }
+        tracing::info!(
+            file = %path.display(),
+            "the stored ACME account is for another directory or unreadable; creating one"
+        );
+    }
+    let contact = settings.email.as_ref().map(|e| format!("mailto:{e}"));
+    let contacts: Vec<&str> = contact.iter().map(String::as_str).collect();
+    let (account, credentials) = Account::create_with_http(
+        &NewAccount {
+            contact: &contacts,
+            terms_of_service_agreed: true,
+            only_return_existing: false,
+        },
+        &settings.directory,
+        None,
+        Box::new(http().await?),
+    )
+    .await
+    .map_err(|e| format!("creating the account: {e}"))?;
+    let bytes = serde_json::to_vec(&credentials).map_err(|e| e.to_string())?;
+    blocking(move || {
+        store::write_atomic(&path, &bytes, true).map_err(|e| format!("{}: {e}", path.display()))
+    })
+    .await?;
+    Ok(account)
+}
+
+/// One order, from the account to the certificate stored on disk.
+async fn order(settings: &AcmeSettings, certs: &AcmeCerts) -> Result<Issued, String> {
+    let account = account(settings).await?;
+    let identifiers: Vec<Identifier> = settings
+        .domains
+        .iter()
+        .map(|d| Identifier::Dns(d.clone()))
+        .collect();
+    let mut order = match account
+        .new_order(&NewOrder {
+            identifiers: &identifiers,
+        })
+        .await
+    {
+        Ok(order) => order,
+        Err(instant_acme::Error::Api(problem))
+            if problem.r#type.as_deref()
+                == Some("urn:ietf:params:acme:error:accountDoesNotExist") =>
+        {
+            // The server forgot the account: make a new one at the next attempt.
+            let path = settings.account_path();
+            let _ = blocking(move || std::fs::remove_file(&path).map_err(|e| e.to_string())).await;
+            return Err(format!(
+                "the server does not know the stored account: {problem}"
+            ));
+        }
+        Err(error) => return Err(format!("creating the order: {error}")),
+    };
+    let authorizations = order
+        .authorizations()
+        .await
+        .map_err(|e| format!("reading the authorizations: {e}"))?;
+    let mut ready = Vec::new();
+    for authorization in &authorizations {
+        let Identifier::Dns(domain) = &authorization.identifier;
+        if !settings.domains.contains(&domain.to_ascii_lowercase()) {
+            return Err(format!(
+                "the server asks to validate {domain:?}, which was not ordered"
+            ));
+        }
+        match authorization.status {
+            AuthorizationStatus::Valid => continue,
+            AuthorizationStatus::Pending => {}
+            other => return Err(format!("the authorization of {domain} is {other:?}")),
+        }
+        let challenge = authorization
+            .challenges
+            .iter()
+            .find(|c| c.r#type == ChallengeType::TlsAlpn01)
+            .ok_or_else(|| format!("the server offers no tls-alpn-01 challenge for {domain}"))?;
+        let key_authorization = order.key_authorization(challenge);
+        let certificate = challenge_certificate(domain, key_authorization.digest().as_ref())?;
+        certs.set_challenge(&domain.to_ascii_lowercase(), certificate);
+        ready.push(challenge.url.clone());
+    }
+    for url in &ready {
+        order
+            .set_challenge_ready(url)
+            .await
+            .map_err(|e| format!("answering a challenge: {e}"))?;
+    }
+    let mut delay = Duration::from_millis(250);
+    loop {
+        let state = order
+            .refresh()
+            .await
+            .map_err(|e| format!("polling the order: {e}"))?;
+        match state.status {
+            OrderStatus::Ready | OrderStatus::Valid | OrderStatus::Processing => break,
+            OrderStatus::Invalid => return Err(why_invalid(&mut order).await),
+            OrderStatus::Pending => {}
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
+    certs.clear_challenges();
+    let (csr, key_pem) = certificate_request(&settings.domains)?;
+    if order.state().status == OrderStatus::Ready {
+        order
+            .finalize(&csr)
+            .await
+            .map_err(|e| format!("finalizing the order: {e}"))?;
+    }
+    let mut delay = Duration::from_millis(250);
+    let chain_pem = loop {
+        match order.certificate().await {
+            Ok(Some(chain)) => break chain,
+            Ok(None) => {}
+            Err(error) => return Err(format!("fetching the certificate: {error}")),
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(5));
+    };
+    let chain = CertificateDer::pem_slice_iter(chain_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("the certificate is not valid PEM: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| e.to_string())?;
+    let cert_path = settings.cert_path();
+    let issued = issued_from_der(chain, key, &cert_path, unix_now())
+        .map_err(|why| format!("the server's certificate: {why}"))?;
+    if let Some(missing) = settings
+        .domains
+        .iter()
+        .find(|d| !issued.info.names.contains(d))
+    {
+        return Err(format!("the server's certificate does not name {missing}"));
+    }
+    let key_path = settings.key_path();
+    blocking(move || {
+        // The key first: a crash between the two renames leaves a pair that does not match,
+        // which the next start reports and orders again.
+        store::write_atomic(&key_path, key_pem.as_bytes(), true)
+            .map_err(|e| format!("{}: {e}", key_path.display()))?;
+        store::write_atomic(&cert_path, chain_pem.as_bytes(), false)
+            .map_err(|e| format!("{}: {e}", cert_path.display()))
+    })
+    .await?;
+    Ok(issued)
+}
+
+/// Why an order turned invalid: the failed challenges' problems, as the server worded them.
+async fn why_invalid(order: &mut instant_acme::Order) -> String {
+    let mut reasons = Vec::new();
+    if let Some(problem) = &order.state().error {
+        reasons.push(problem.to_string());
+    }
+    if let Ok(authorizations) = order.authorizations().await {
+        for authorization in authorizations {
+            let Identifier::Dns(domain) = &authorization.identifier;
+            for challenge in &authorization.challenges {
+                if let Some(problem) = &challenge.error {
+                    reasons.push(format!("{domain}: {problem}"));
+                }
+            }
+        }
+    }
+    if reasons.is_empty() {
+        "the order became invalid".into()
+    } else {
+        format!("the order became invalid: {}", reasons.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_ten_seconds_to_an_hour_with_jitter() {
+        for _ in 0..100 {
+            let first = backoff(1);
+            assert!(first >= Duration::from_millis(7500) && first <= Duration::from_millis(12500));
+            let third = backoff(3);
+            assert!(third >= Duration::from_secs(30) && third <= Duration::from_secs(50));
+            let many = backoff(u32::MAX);
+            assert!(many >= Duration::from_secs(2700) && many <= Duration::from_secs(4500));
+        }
+    }
+}

@@ -1,0 +1,268 @@
+//! What a listener's TLS needs of ACME (`[listeners.tls.acme]`): the settings, the slot the
+//! SNI resolver reads the issued certificate and the TLS-ALPN-01 challenge certificates from,
+//! and the stored certificate, read from `storage` when the listener's TLS is loaded (off the
+//! runtime), so a valid stored certificate is served at once. Ordering, storing and renewing
+//! are the runtime's (`crate::acme`).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::sign::CertifiedKey;
+
+use super::{read_certificates, read_key, x509, CertificateInfo, Part};
+
+/// The ALPN protocol of TLS-ALPN-01 (RFC 8737).
+pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+
+/// The most domains one listener orders (one certificate holds them all).
+pub const MAX_DOMAINS: usize = 100;
+
+/// `[listeners.tls.acme]`, validated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AcmeSettings {
+    /// The URL of the ACME directory.
+    pub directory: String,
+    /// The names the certificate is ordered for, lowercase, at least one.
+    pub domains: Vec<String>,
+    /// The account's contact, if any (without `mailto:`).
+    pub email: Option<String>,
+    /// The directory holding the account key and the certificate.
+    pub storage: PathBuf,
+    /// How long before its expiry a certificate is renewed (default 30 days).
+    pub renew_before: Duration,
+    /// An extra root trusted for the directory's HTTPS (beside the system's roots).
+    pub ca_file: Option<PathBuf>,
+}
+
+impl AcmeSettings {
+    /// The stored certificate chain (PEM).
+    pub fn cert_path(&self) -> PathBuf {
+        self.storage.join("certificate.pem")
+    }
+
+    /// The stored certificate's private key (PEM, PKCS#8, mode 0600).
+    pub fn key_path(&self) -> PathBuf {
+        self.storage.join("certificate.key")
+    }
+
+    /// The stored account credentials (JSON, mode 0600).
+    pub fn account_path(&self) -> PathBuf {
+        self.storage.join("account.json")
+    }
+}
+
+/// An issued certificate in force, with its facts.
+#[derive(Debug)]
+pub struct Issued {
+    /// The chain and signing key, as handed to rustls.
+    pub key: Arc<CertifiedKey>,
+    /// Its expiry, names and chain.
+    pub info: CertificateInfo,
+    /// Its `notBefore` is not read; when it was loaded or issued (Unix seconds) stands in for it.
+    pub since: i64,
+}
+
+/// What the SNI resolver of an ACME listener reads: the issued certificate (swapped in by the
+/// runtime without a reload) and the TLS-ALPN-01 challenge certificates by domain. Shared by
+/// the listener's `ServerTls` and its ACME task.
+#[derive(Debug)]
+pub struct AcmeCerts {
+    settings: AcmeSettings,
+    issued: ArcSwapOption<Issued>,
+    challenges: Mutex<HashMap<String, Arc<CertifiedKey>>>,
+}
+
+impl AcmeCerts {
+    /// A slot for `settings`, holding the stored certificate if it is valid at `now` and still
+    /// names every domain. Blocks on file IO: call it off the runtime threads. A missing or
+    /// unusable stored certificate is not an error (it is ordered); the reason is returned
+    /// beside, for the log.
+    pub fn load(settings: AcmeSettings, now: i64) -> (AcmeCerts, Option<String>) {
+        let (issued, note) = match load_stored(&settings, now) {
+            Ok(issued) => (Some(Arc::new(issued)), None),
+            Err(why) => (None, why),
+        };
+        (
+            AcmeCerts {
+                settings,
+                issued: ArcSwapOption::new(issued),
+                challenges: Mutex::new(HashMap::new()),
+            },
+            note,
+        )
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &AcmeSettings {
+        &self.settings
+    }
+
+    /// The certificate in force, if any.
+    pub fn issued(&self) -> Option<Arc<Issued>> {
+        self.issued.load_full()
+    }
+
+    /// Puts `issued` in force for the next handshakes.
+    pub fn install(&self, issued: Issued) {
+        self.issued.store(Some(Arc::new(issued)));
+    }
+
+    /// Serves `key` to TLS-ALPN-01 handshakes for `domain` until removed.
+    pub fn set_challenge(&self, domain: &str, key: Arc<CertifiedKey>) {
+        self.challenges_lock().insert(domain.to_owned(), key);
+    }
+
+    /// Stops serving every challenge certificate.
+    pub fn clear_challenges(&self) {
+        self.challenges_lock().clear();
+    }
+
+    /// The challenge certificate for `server_name`, if one is being validated.
+    pub(super) fn challenge(&self, server_name: Option<&str>) -> Option<Arc<CertifiedKey>> {
+        let name = server_name?.trim_end_matches('.').to_ascii_lowercase();
+        self.challenges_lock().get(&name).cloned()
+    }
+
+    /// Whether the issued certificate is the one for `server_name`: one of the domains.
+    pub(super) fn serves(&self, server_name: &str) -> bool {
+        let name = server_name.trim_end_matches('.').to_ascii_lowercase();
+        self.settings.domains.contains(&name)
+    }
+
+    fn challenges_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<CertifiedKey>>> {
+        // A panic while holding it cannot leave the map half-written: recover it.
+        self.challenges.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Builds an [`Issued`] from a PEM chain and a PKCS#8 key: the key must match and the
+/// certificate must not have expired at `now`. `file` names the chain in the facts.
+pub fn issued_from_der(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    file: &Path,
+    now: i64,
+) -> Result<Issued, String> {
+    let provider: CryptoProvider = rustls::crypto::ring::default_provider();
+    let first = chain.first().ok_or("the chain holds no certificate")?;
+    let facts = x509::read(first).ok_or("its first certificate is not readable X.509")?;
+    if facts.not_after <= now {
+        return Err(format!(
+            "the certificate expired on {}",
+            super::server::date(facts.not_after)
+        ));
+    }
+    let signing = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| format!("the key is not usable: {e}"))?;
+    let certified = CertifiedKey::new(chain.clone(), signing);
+    certified
+        .keys_match()
+        .map_err(|e| format!("the key does not match the certificate: {e}"))?;
+    Ok(Issued {
+        key: Arc::new(certified),
+        info: CertificateInfo::new(file.to_owned(), facts.dns_names, facts.not_after, &chain),
+        since: now,
+    })
+}
+
+/// The stored certificate, or why there is none to serve (`None`: simply absent).
+fn load_stored(settings: &AcmeSettings, now: i64) -> Result<Issued, Option<String>> {
+    let cert = settings.cert_path();
+    if !cert.exists() {
+        return Err(None);
+    }
+    let chain = read_certificates(Part::Certificate(0), &cert).map_err(|e| Some(e.to_string()))?;
+    let key = read_key(Part::Key(0), &settings.key_path()).map_err(|e| Some(e.to_string()))?;
+    let issued = issued_from_der(chain, key, &cert, now)
+        .map_err(|why| Some(format!("{}: {why}", cert.display())))?;
+    if let Some(missing) = settings
+        .domains
+        .iter()
+        .find(|d| !issued.info.names.contains(d))
+    {
+        return Err(Some(format!(
+            "{}: does not name {missing} (ordering a new one)",
+            cert.display()
+        )));
+    }
+    Ok(issued)
+}
+
+/// The TLS-ALPN-01 challenge certificate for `domain` (RFC 8737): self-signed, naming only the
+/// domain, with the `acmeIdentifier` extension holding `digest` (the SHA-256 of the key
+/// authorization, 32 bytes).
+pub fn challenge_certificate(domain: &str, digest: &[u8]) -> Result<Arc<CertifiedKey>, String> {
+    if digest.len() != 32 {
+        return Err(format!("a digest of {} bytes, not 32", digest.len()));
+    }
+    let mut params =
+        rcgen::CertificateParams::new(vec![domain.to_owned()]).map_err(|e| e.to_string())?;
+    params
+        .custom_extensions
+        .push(rcgen::CustomExtension::new_acme_identifier(digest));
+    let key =
+        rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| e.to_string())?;
+    let cert = params.self_signed(&key).map_err(|e| e.to_string())?;
+    let provider = rustls::crypto::ring::default_provider();
+    let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    let signing = provider
+        .key_provider
+        .load_private_key(der)
+        .map_err(|e| e.to_string())?;
+    Ok(Arc::new(CertifiedKey::new(
+        vec![cert.der().clone()],
+        signing,
+    )))
+}
+
+/// A new private key (ECDSA P-256) and a CSR for `domains`: `(CSR DER, key PEM)`.
+pub fn certificate_request(domains: &[String]) -> Result<(Vec<u8>, String), String> {
+    let mut params = rcgen::CertificateParams::new(domains.to_vec()).map_err(|e| e.to_string())?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    let key =
+        rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| e.to_string())?;
+    let csr = params.serialize_request(&key).map_err(|e| e.to_string())?;
+    Ok((csr.der().to_vec(), key.serialize_pem()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_challenge_certificate_names_the_domain_and_refuses_a_bad_digest() {
+        let key = challenge_certificate("a.test", &[7; 32]).expect("built");
+        let facts = x509::read(&key.cert[0]).expect("readable");
+        assert_eq!(facts.dns_names, vec!["a.test".to_string()]);
+        assert!(challenge_certificate("a.test", &[7; 31]).is_err());
+    }
+
+    #[test]
+    fn a_missing_stored_certificate_is_no_error_and_a_broken_one_is_explained() {
+        let dir = std::env::temp_dir().join(format!("capataz-acme-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let settings = AcmeSettings {
+            directory: "https://127.0.0.1:1/dir".into(),
+            domains: vec!["a.test".into()],
+            email: None,
+            storage: dir.clone(),
+            renew_before: Duration::from_secs(1),
+            ca_file: None,
+        };
+        let (certs, note) = AcmeCerts::load(settings.clone(), 0);
+        assert!(certs.issued().is_none());
+        assert_eq!(note, None);
+        std::fs::write(settings.cert_path(), "garbage").expect("write");
+        let (certs, note) = AcmeCerts::load(settings, 0);
+        assert!(certs.issued().is_none());
+        assert!(note.expect("explained").contains("certificate.pem"));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

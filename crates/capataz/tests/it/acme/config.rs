@@ -1,0 +1,163 @@
+//! `[listeners.tls.acme]` in the config: each invalid setting is an error naming the line and
+//! the key; a listener may have ACME alone, or beside static certificates.
+
+use std::path::Path;
+
+use capataz::config;
+
+use super::*;
+
+const BASE: &str = "[pools.web]\nbackends = [{ address = \"127.0.0.1:9001\" }]\n\
+                    [[listeners]]\naddress = \"127.0.0.1:8443\"\n";
+
+/// The config with `acme` after `[listeners.tls.acme]` (starting on line 6), written in `dir`.
+fn load(dir: &Path, acme: &str) -> Result<config::Config, String> {
+    let path = dir.join("capataz.toml");
+    std::fs::write(&path, format!("{BASE}[listeners.tls.acme]\n{acme}\n")).unwrap();
+    config::load(&path).map_err(|error| {
+        let error = error.to_string();
+        let prefix = format!("{}:", path.display());
+        assert!(error.starts_with(&prefix), "{error}");
+        error[prefix.len()..].to_owned()
+    })
+}
+
+const GOOD: &str = "directory = \"https://127.0.0.1:14000/dir\"\ndomains = [\"a.test\"]\n\
+                    storage = \"acme\"";
+
+#[test]
+fn acme_settings_errors_name_the_line_and_the_key() {
+    let pki = Pki::new();
+    let at = "listeners[0].tls.acme";
+    for (acme, want) in [
+        (
+            "domains = [\"a.test\"]\nstorage = \"s\"".to_owned(),
+            format!("5: {at}.directory: ACME needs directory"),
+        ),
+        (
+            "directory = \"ftp://x\"\ndomains = [\"a.test\"]\nstorage = \"s\"".into(),
+            format!(r#"6: {at}.directory: "ftp://x" is not an http(s) URL"#),
+        ),
+        (
+            "directory = \"https://x/d\"\nstorage = \"s\"".into(),
+            format!("5: {at}.domains: ACME needs domains"),
+        ),
+        (
+            "directory = \"https://x/d\"\ndomains = []\nstorage = \"s\"".into(),
+            format!("7: {at}.domains: list between 1 and 100 domain names"),
+        ),
+        (
+            "directory = \"https://x/d\"\ndomains = [\"*.a.test\"]\nstorage = \"s\"".into(),
+            format!(r#"7: {at}.domains: "*.a.test" is not a DNS name capataz can order"#),
+        ),
+        (
+            "directory = \"https://x/d\"\ndomains = [\"127.0.0.1\"]\nstorage = \"s\"".into(),
+            format!(r#"7: {at}.domains: "127.0.0.1" is not a DNS name"#),
+        ),
+        (
+            "directory = \"https://x/d\"\ndomains = [\"a.test\", \"A.test.\"]\nstorage = \"s\""
+                .into(),
+            format!("7: {at}.domains: a.test is listed twice"),
+        ),
+        (
+            "directory = \"https://x/d\"\ndomains = [\"a.test\"]".into(),
+            format!("5: {at}.storage: ACME needs storage"),
+        ),
+        (
+            format!("{GOOD}\nemail = \"nobody\""),
+            format!(r#"9: {at}.email: "nobody" is not an e-mail address"#),
+        ),
+        (
+            format!("{GOOD}\nchallenge = \"http-01\""),
+            format!(
+                r#"9: {at}.challenge: "http-01" is not a challenge capataz answers (use "tls-alpn-01")"#
+            ),
+        ),
+        (
+            format!("{GOOD}\nrenew_before = \"30d\""),
+            format!("9: {at}.renew_before:"),
+        ),
+        (
+            format!("{GOOD}\nrenew_before = \"0s\""),
+            format!("9: {at}.renew_before:"),
+        ),
+        (
+            format!("{GOOD}\nca_file = \"missing.pem\""),
+            format!("9: {at}.ca_file: {}", pki.dir.join("missing.pem").display()),
+        ),
+        (
+            format!("{GOOD}\nhttp_port = 80"),
+            format!("9: {at}.http_port: unknown field"),
+        ),
+    ] {
+        let error = load(&pki.dir, &acme).expect_err(&acme);
+        assert!(error.starts_with(&want), "{error}\nwanted {want}");
+    }
+}
+
+#[test]
+fn acme_alone_or_beside_static_certificates_is_valid_and_paths_are_relative_to_the_config() {
+    let pki = Pki::new();
+    let config = load(
+        &pki.dir,
+        &format!(
+            "{GOOD}\nemail = \"mailto:ops@a.test\"\nca_file = \"ca.pem\"\nrenew_before = \"240h\""
+        ),
+    )
+    .expect("valid");
+    let tls = config.listeners[0].tls.as_ref().expect("TLS");
+    let acme = tls.settings.acme.as_ref().expect("ACME");
+    assert!(tls.settings.certificates.is_empty());
+    assert_eq!(acme.domains, ["a.test"]);
+    assert_eq!(acme.email.as_deref(), Some("ops@a.test"));
+    assert_eq!(acme.storage, pki.dir.join("acme"));
+    assert_eq!(acme.ca_file, Some(pki.ca_path()));
+    assert_eq!(acme.renew_before, Duration::from_secs(240 * 3600));
+    let defaults = load(&pki.dir, GOOD).expect("valid");
+    let acme = defaults.listeners[0]
+        .tls
+        .as_ref()
+        .unwrap()
+        .settings
+        .acme
+        .clone()
+        .unwrap();
+    assert_eq!(acme.renew_before, Duration::from_secs(30 * 86_400));
+    assert_eq!(acme.email, None);
+    assert_eq!(acme.ca_file, None);
+    // Beside a static certificate: the [listeners.tls] table has both.
+    pki.server("site", &["site.test"], None);
+    let path = pki.dir.join("both.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "{BASE}[listeners.tls]\ncertificates = [{{ cert = \"site.pem\", key = \"site.key\" }}]\n\
+             [listeners.tls.acme]\n{GOOD}\n"
+        ),
+    )
+    .unwrap();
+    let both = config::load(&path).expect("valid");
+    let tls = both.listeners[0].tls.as_ref().unwrap();
+    assert_eq!(tls.settings.certificates.len(), 1);
+    assert!(tls.settings.acme.is_some());
+}
+
+/// The example of `[listeners.tls.acme]` in docs/config.md validates.
+#[test]
+fn the_documented_acme_example_is_valid() {
+    let doc = include_str!("../../../../../docs/config.md");
+    let section = &doc[doc
+        .find("### `[listeners.tls.acme]`")
+        .expect("the ACME section")..];
+    let open = section.find("```toml\n").unwrap() + "```toml\n".len();
+    let close = section[open..].find("```").unwrap();
+    let text = format!(
+        "{}\n[pools.web]\nbackends = [{{ address = \"127.0.0.1:9001\" }}]\n",
+        &section[open..open + close]
+    );
+    let unresolved = config::parse_unresolved(&text, "/etc/capataz/capataz.toml").expect("valid");
+    let tls = unresolved.config().listeners[0].tls.as_ref().expect("TLS");
+    let acme = tls.settings.acme.as_ref().expect("ACME");
+    assert_eq!(acme.storage, Path::new("/var/lib/capataz/acme"));
+    assert_eq!(acme.domains, ["example.com", "www.example.com"]);
+}

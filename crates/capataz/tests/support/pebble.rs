@@ -1,0 +1,161 @@
+//! Let's Encrypt's test ACME server, `pebble` (Debian package `pebble`, installed by
+//! `.ci/deps/pebble.sh`), on loopback for the ACME tests, with `pebble-challtestsrv` (same
+//! package) as its DNS server, answering 127.0.0.1 for every name, so any test domain
+//! validates against the balancer on loopback.
+//!
+//! Both are separate processes whose ports are given on their command lines and in pebble's
+//! config file, so they cannot bind port 0: each port is one the kernel handed out for
+//! `127.0.0.1:0` and that was released just before (a narrow race with other programs,
+//! accepted for a test). Both processes are killed, by their `Child`, when [`Pebble`] drops.
+
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+
+use super::tls::Pki;
+
+/// A free TCP port on loopback (released: see the module's note).
+pub fn free_tcp_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A running pebble and its DNS server.
+pub struct Pebble {
+    pebble: Child,
+    dns: Child,
+    /// The PKI whose CA signed pebble's own HTTPS certificate (`ca_path()` for `ca_file`).
+    pub pki: Pki,
+    /// The directory URL.
+    pub directory: String,
+    management: SocketAddr,
+}
+
+impl Pebble {
+    /// Starts challtestsrv and pebble; pebble validates TLS-ALPN-01 on 127.0.0.1:`tls_port`
+    /// and issues certificates valid for `validity` seconds. Returns once pebble's directory
+    /// accepts connections.
+    pub fn start(tls_port: u16, validity: u64) -> Pebble {
+        let pki = Pki::new();
+        let (cert, key) = pki.server("pebble", &["localhost"], None);
+        let dns_port = free_udp_port();
+        let dns_management = free_tcp_port();
+        let dns = Command::new("/usr/bin/pebble-challtestsrv")
+            .args(["-dns01", &format!("127.0.0.1:{dns_port}")])
+            .args(["-http01", "", "-https01", "", "-tlsalpn01", ""])
+            .args(["-management", &format!("127.0.0.1:{dns_management}")])
+            .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("pebble-challtestsrv starts (run .ci/deps/pebble.sh)");
+        let listen = free_tcp_port();
+        let management: SocketAddr = ([127, 0, 0, 1], free_tcp_port()).into();
+        let config = serde_json::json!({
+            "pebble": {
+                "listenAddress": format!("127.0.0.1:{listen}"),
+                "managementListenAddress": management.to_string(),
+                "certificate": cert,
+                "privateKey": key,
+                "httpPort": free_tcp_port(),
+                "tlsPort": tls_port,
+                "ocspResponderURL": "",
+                "externalAccountBindingRequired": false,
+                "certificateValidityPeriod": validity,
+            }
+        });
+        let config_path: PathBuf = pki.dir.join("pebble.json");
+        std::fs::write(&config_path, config.to_string()).expect("write pebble's config");
+        let log = std::fs::File::create(pki.dir.join("pebble.log")).expect("pebble's log");
+        let pebble = Command::new("/usr/bin/pebble")
+            .arg("-config")
+            .arg(&config_path)
+            .args(["-dnsserver", &format!("127.0.0.1:{dns_port}")])
+            .env("PEBBLE_VA_NOSLEEP", "1")
+            .env("PEBBLE_VA_ALWAYS_VALID", "0")
+            .env("PEBBLE_WFE_NONCEREJECT", "0")
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("pebble starts (run .ci/deps/pebble.sh)");
+        let pebble = Pebble {
+            pebble,
+            dns,
+            pki,
+            directory: format!("https://localhost:{listen}/dir"),
+            management,
+        };
+        for port in [listen, management.port(), dns_management] {
+            wait_for_port(port);
+        }
+        pebble
+    }
+
+    /// pebble's log so far, for a failed assertion's message.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.pki.dir.join("pebble.log")).unwrap_or_default()
+    }
+
+    /// The root pebble issues under (`/roots/0` of its management API), as PEM.
+    pub fn root_pem(&self) -> String {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(self.pki.ca_path()).expect("the CA") {
+            roots.add(cert.expect("a CA")).expect("added");
+        }
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let name = ServerName::try_from("localhost").expect("a name");
+        let mut connection =
+            rustls::ClientConnection::new(Arc::new(config), name).expect("a TLS client");
+        let mut tcp = TcpStream::connect(self.management).expect("pebble's management API");
+        tcp.set_read_timeout(Some(Duration::from_secs(20))).ok();
+        let mut tls = rustls::Stream::new(&mut connection, &mut tcp);
+        tls.write_all(b"GET /roots/0 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .expect("ask for the root");
+        let mut answer = Vec::new();
+        // pebble closes without close_notify at times: what was read is enough.
+        let _ = tls.read_to_end(&mut answer);
+        let answer = String::from_utf8_lossy(&answer).into_owned();
+        let start = answer
+            .find("-----BEGIN CERTIFICATE-----")
+            .unwrap_or_else(|| panic!("no root in {answer:?}"));
+        answer[start..].to_owned()
+    }
+}
+
+fn wait_for_port(port: u16) {
+    let end = Instant::now() + super::DEADLINE;
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < end, "nothing listens on port {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl Drop for Pebble {
+    fn drop(&mut self) {
+        for child in [&mut self.pebble, &mut self.dns] {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
