@@ -16,10 +16,13 @@
 //!   for (`disable_on_404`) and the minimum healthy share, with one
 //!   `poll_timeout`/`handle_timeout` for every timer.
 //! - [`probe`]: a probe's outcome with its body and header match ([`ProbeOutcome`]).
+//! - [`outliers`]: one backend's latency over a window ([`LatencyWindow`]), which the
+//!   pool judges against the pool's median (latency outliers).
 //! - [`cadence`]: which probe interval applies to a backend ([`Cadence`]).
 //! - [`replay`]: the line protocol that drives a pool from a script.
 
 pub mod cadence;
+pub mod outliers;
 pub mod pool;
 pub mod probe;
 mod reason;
@@ -31,9 +34,10 @@ pub mod status;
 
 pub use cadence::{Cadence, ProbeIntervals};
 pub use pool::{
-    BackendHealth, Ejection, EjectionInfo, EjectionPolicy, Pool, Reason, Settings, Side, State,
-    Transition,
+    BackendHealth, Ejection, EjectionInfo, EjectionPolicy, LatencyOutliers, Percentile, Pool,
+    Reason, Settings, Side, SlowSentence, State, Transition,
 };
+pub use outliers::LatencyWindow;
 pub use probe::{Mismatch, ProbeOutcome, Snippet};
 pub use replay::Replay;
 pub use rotation::{

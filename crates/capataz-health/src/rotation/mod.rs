@@ -52,6 +52,7 @@ pub use event::{
 pub use policy::{BackupUse, Carried, Eligible, Join, MinHealthy, Policy, Role, WhenAllDown};
 
 use crate::cadence::Cadence;
+use crate::outliers::LatencyWindow;
 use crate::pool::{Pool, Settings, State};
 use crate::probe::ProbeOutcome;
 use crate::rules::{ProbeResult, TrafficResult};
@@ -426,6 +427,20 @@ impl Rotation {
             self.settle(now);
         }
         result
+    }
+
+    /// Judges one latency window of every backend at `now` (`windows[i]` is backend `i`'s):
+    /// see [`Pool::latency_window`]. An ejection it causes is a transition like any other.
+    pub fn handle_latency_window(&mut self, windows: &[LatencyWindow], now: Duration) {
+        self.advance(now);
+        let mut transitions = Vec::new();
+        self.pool.latency_window(windows, now, &mut transitions);
+        for &transition in &transitions {
+            self.record_transition(transition, now);
+        }
+        if !transitions.is_empty() {
+            self.settle(now);
+        }
     }
 
     /// Records what `backend`'s agent answered at `now` (a parsed line; a failed exchange is
