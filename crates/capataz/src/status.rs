@@ -7,7 +7,8 @@ use std::time::Duration;
 use capataz_health::pool::human_duration;
 use capataz_health::rotation::ramp::full_tenths;
 use capataz_health::{
-    AgentHold, Cadence, Effective, Ejection, EjectionPolicy, Reason, Role, State, TrafficRule,
+    AgentHold, Cadence, Effective, Ejection, EjectionPolicy, Reason, Role, SlowSentence, State,
+    TrafficRule,
 };
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize;
@@ -193,6 +194,21 @@ fn explain_standing(pool: &PoolRt, view: &BackendView) -> String {
                 Reason::ProbationFailed { last, .. } => {
                     format!("a traffic error on probation (last: {last})")
                 }
+                Reason::SlowTraffic {
+                    percentile,
+                    latency,
+                    median,
+                    windows,
+                    ..
+                } => format!(
+                    "a latency outlier: {}",
+                    SlowSentence {
+                        percentile,
+                        latency,
+                        median,
+                        windows
+                    }
+                ),
                 other => other.to_string(),
             },
             _ => format!("{limit} consecutive traffic errors"),

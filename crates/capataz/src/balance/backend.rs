@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use capataz_health::Outcome;
 
+use super::LatencyBuckets;
 use crate::instruments::BackendMetrics;
 use crate::upstream::Upstream;
 
@@ -76,12 +77,24 @@ pub struct BackendRt {
     pub(crate) watched: AtomicBool,
     /// When the next probe is due, in engine milliseconds (`u64::MAX`: none scheduled).
     pub(crate) next_probe_ms: AtomicU64,
+    /// Its latencies over the current window, when its pool detects latency outliers.
+    pub latency: Option<LatencyBuckets>,
     /// Bumped to close its upgraded connections (`close_tunnels_on_down`); each tunnel to it
     /// holds a receiver. Shared with the same backend across a reload.
     pub(crate) tunnels: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl BackendRt {
+    /// Counts an attempt the backend answered with `status`, `elapsed` after it was sent: in
+    /// its metrics, and in its latency window when its pool detects latency outliers.
+    #[inline]
+    pub(crate) fn answered(&self, status: u16, elapsed: Duration) {
+        self.metrics.answered(status, elapsed);
+        if let Some(latency) = &self.latency {
+            latency.record(elapsed);
+        }
+    }
+
     /// Closes its upgraded connections that watch for it, and returns how many watched.
     pub(crate) fn close_tunnels(&self) -> usize {
         let open = self.tunnels.receiver_count();

@@ -16,8 +16,10 @@ use crate::config::Algorithm;
 
 mod backend;
 mod handle;
+mod latency;
 
 pub use backend::{BackendRt, TrafficRing, HISTORY};
+pub use latency::LatencyBuckets;
 pub use handle::{PoolHandle, TrafficSink};
 
 /// The longest precomputed round-robin schedule; larger weight sums are scaled down.

@@ -10,7 +10,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use capataz_health::{BackupUse, GrpcCodes, MinHealthy, State, StatusSet};
+use capataz_health::{BackupUse, GrpcCodes, MinHealthy, Percentile, State, StatusSet};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::tls::{ServerSettings, ServerTls};
@@ -558,6 +558,26 @@ pub struct PassiveCheckConfig {
     /// The `grpc-status` codes that count as errors (default 2, 4, 13, 14: UNKNOWN,
     /// DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE).
     pub grpc_error_codes: GrpcCodes,
+    /// The latency-outlier detector (`[pools.NAME.passive.latency_outliers]` with
+    /// `enabled = true`), or `None`.
+    pub latency_outliers: Option<LatencyOutliersConfig>,
+}
+
+/// The latency-outlier detector of one pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LatencyOutliersConfig {
+    /// Which percentile is compared (default p99).
+    pub percentile: Percentile,
+    /// How many times the pool's median makes an outlier (default 3).
+    pub factor: NonZeroU32,
+    /// Consecutive outlying windows that eject (default 3).
+    pub windows: NonZeroU32,
+    /// How long one window lasts (default 10 s).
+    pub window: Duration,
+    /// Requests a backend must relay within a window to be judged (default 20).
+    pub min_requests: u32,
+    /// A latency below this is never an outlier (default 5 ms).
+    pub min_latency: Duration,
 }
 
 /// What a pool does when none of its backends is UP.

@@ -69,6 +69,24 @@ impl PoolRt {
         }
         let pool = self.clone();
         tasks.push(tokio::spawn(async move { pool.timer_loop().await }));
+        if let Some(outliers) = self.config.passive.latency_outliers {
+            if self.config.passive.enabled {
+                let pool = self.clone();
+                tasks.push(tokio::spawn(async move {
+                    // Windows back to back from now; one closing late (a busy runtime) is
+                    // simply longer, never skipped or doubled.
+                    let mut every = tokio::time::interval_at(
+                        Instant::now() + outliers.window,
+                        outliers.window,
+                    );
+                    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    loop {
+                        every.tick().await;
+                        pool.close_latency_window();
+                    }
+                }));
+            }
+        }
         let pool = self.clone();
         tasks.push(tokio::spawn(async move {
             let period = (pool.config.timeouts.idle / 2).max(Duration::from_millis(100));

@@ -29,13 +29,14 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime};
 
 use capataz_health::{
-    AgentReport, AgentState, BackendHealth, Cadence, Carried, EjectionPolicy, Join, Outcome,
+    AgentReport, AgentState, BackendHealth, Cadence, Carried, EjectionPolicy, Join,
+    LatencyOutliers, LatencyWindow, Outcome,
     Policy, ProbeIntervals, ProbeOutcome, ProbeRule, Role, Rotation, Settings, State, TrafficRule,
     Transition, WhenAllDown,
 };
 use tokio::sync::{broadcast, Notify};
 
-pub use crate::balance::{BackendRt, TrafficRing, HISTORY};
+pub use crate::balance::{BackendRt, LatencyBuckets, TrafficRing, HISTORY};
 use crate::balance::{PoolHandle, TrafficSink};
 use crate::config::{AllDownPolicy, BackendProtocol, CheckKind, PoolConfig};
 pub use crate::events::{Event, OverrideKind};
@@ -138,6 +139,17 @@ pub fn engine_settings(config: &PoolConfig) -> Settings {
             0
         },
         probes_end_ejection: config.passive.probes_end_ejection,
+        latency_outliers: config
+            .passive
+            .latency_outliers
+            .filter(|_| config.passive.enabled)
+            .map(|l| LatencyOutliers {
+                percentile: l.percentile,
+                factor: l.factor,
+                windows: l.windows,
+                min_requests: l.min_requests,
+                min_latency: l.min_latency,
+            }),
     }
 }
 
@@ -322,6 +334,8 @@ impl PoolRt {
                 metrics: metrics.backend(&b.name),
                 watched: AtomicBool::new(false),
                 next_probe_ms: AtomicU64::new(u64::MAX),
+                latency: (config.passive.enabled && config.passive.latency_outliers.is_some())
+                    .then(LatencyBuckets::default),
                 // A kept backend keeps its tunnels' signal: a tunnel opened before a reload is
                 // still closed by a DOWN after it.
                 tunnels: match (&kept, previous) {
@@ -529,6 +543,30 @@ impl PoolRt {
             .store(inner.engine.needs_traffic(backend), Ordering::Relaxed);
         // A new ejection is a new timer.
         let timer = !was_ejected && inner.engine.pool().backend(backend).passive.is_ejected();
+        self.publish(&mut inner, now, false);
+        drop(inner);
+        if timer {
+            self.timer.notify_one();
+        }
+    }
+
+    /// Drains every backend's latency window (see [`LatencyBuckets`]) and hands the engine the
+    /// windows, which judges latency outliers; publishes what changed.
+    pub fn close_latency_window(&self) {
+        let windows: Vec<LatencyWindow> = self
+            .backends
+            .iter()
+            .map(|b| b.latency.as_ref().map(LatencyBuckets::drain).unwrap_or_default())
+            .collect();
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        let ejected = inner.engine.pool().ejected();
+        inner.engine.handle_latency_window(&windows, now);
+        for (i, rt) in self.backends.iter().enumerate() {
+            rt.watched
+                .store(inner.engine.needs_traffic(i), Ordering::Relaxed);
+        }
+        let timer = inner.engine.pool().ejected() > ejected;
         self.publish(&mut inner, now, false);
         drop(inner);
         if timer {

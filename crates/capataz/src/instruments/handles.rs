@@ -195,7 +195,9 @@ impl BackendMetrics {
         };
         if matches!(
             transition.reason,
-            Reason::TrafficErrors { .. } | Reason::ProbationFailed { .. }
+            Reason::TrafficErrors { .. }
+                | Reason::ProbationFailed { .. }
+                | Reason::SlowTraffic { .. }
         ) {
             self.ejections.inc();
         }

@@ -494,9 +494,7 @@ async fn forward<'a>(
                 }
                 let status = answer.head.status.as_u16();
                 let answered_at = Instant::now();
-                backend
-                    .metrics
-                    .answered(status, answered_at.saturating_duration_since(sent_at));
+                backend.answered(status, answered_at.saturating_duration_since(sent_at));
                 let mut response = Response::new(RespBody::Full(None));
                 *response.status_mut() = answer.head.status;
                 *response.headers_mut() = answer.head.headers;
@@ -560,9 +558,7 @@ async fn forward_h2<'a>(
     };
     let status = response.status().as_u16();
     let answered_at = Instant::now();
-    backend
-        .metrics
-        .answered(status, answered_at.saturating_duration_since(sent_at));
+    backend.answered(status, answered_at.saturating_duration_since(sent_at));
     let (parts, body) = response.into_parts();
     let grpc_call = status == 200
         && parts

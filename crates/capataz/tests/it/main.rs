@@ -22,6 +22,7 @@ mod config_dns;
 mod eligibility;
 mod grpc;
 mod grpc_e2e;
+mod gray_failures;
 mod h2;
 mod h2_backends;
 mod hostile_path;

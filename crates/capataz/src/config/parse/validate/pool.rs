@@ -4,23 +4,24 @@
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::ops::Range;
+use std::num::NonZeroU32;
 use std::time::Duration;
 
-use capataz_health::{BackupUse, MinHealthy, State, StatusSet};
+use capataz_health::{BackupUse, MinHealthy, Percentile, State, StatusSet};
 use toml::{Spanned, Value};
 
 use super::super::locate::line_of;
 use super::super::raw::RawBackupUse;
 use super::super::raw::{
     RawActive, RawAgent, RawAlgorithm, RawAllDown, RawBackend, RawBackendTls, RawCheckKind,
-    RawInitial, RawPassive, RawPool, RawProtocol, RawRetries, RawReuse, RawTimeouts,
+    RawInitial, RawLatencyOutliers, RawPassive, RawPool, RawProtocol, RawRetries, RawReuse, RawTimeouts,
 };
 use super::super::resolve::{Lookup, Target};
 use super::super::values::parse_percent;
 use super::{is_token_text, ConfigError, Validator, U32_MAX};
 use crate::config::{
     ActiveCheckConfig, AgentCheckConfig, Algorithm, AllDownPolicy, BackendConfig, BackendProtocol,
-    CheckKind, ConnectionReuse, ContentRules, PassiveCheckConfig, PoolConfig, RetryConfig,
+    CheckKind, ConnectionReuse, ContentRules, LatencyOutliersConfig, PassiveCheckConfig, PoolConfig, RetryConfig,
     TrackTarget, UpstreamTimeouts, DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT, MAX_MATCH_TEXT,
     MAX_PROBE_BODY, MAX_PROBE_HEADERS,
 };
@@ -747,7 +748,57 @@ impl Validator<'_> {
             probes_end_ejection: raw.probes_end_ejection.unwrap_or(true),
             grpc_error_codes: self
                 .grpc_codes(&raw.grpc_error_codes, &format!("{at}.grpc_error_codes"))?,
+            latency_outliers: match raw.latency_outliers {
+                Some(raw) => self.latency_outliers(&format!("{at}.latency_outliers"), raw)?,
+                None => None,
+            },
         })
+    }
+
+    /// `[pools.NAME.passive.latency_outliers]`: checked whole even when not enabled.
+    fn latency_outliers(
+        &self,
+        at: &str,
+        raw: RawLatencyOutliers,
+    ) -> Result<Option<LatencyOutliersConfig>, ConfigError> {
+        let percentile = match &raw.percentile {
+            None => Percentile::P99,
+            Some(text) => match text.get_ref().as_str() {
+                "p50" => Percentile::P50,
+                "p99" => Percentile::P99,
+                other => {
+                    return Err(self.error(
+                        Some(text.span()),
+                        &format!("{at}.percentile"),
+                        format!("{other:?} is not a percentile (use \"p50\" or \"p99\")"),
+                    ))
+                }
+            },
+        };
+        let config = LatencyOutliersConfig {
+            percentile,
+            factor: NonZeroU32::new(
+                self.int(&raw.factor, &format!("{at}.factor"), 3, 2..=1000)? as u32,
+            )
+            .unwrap_or(NonZeroU32::MIN),
+            windows: NonZeroU32::new(
+                self.int(&raw.windows, &format!("{at}.windows"), 3, 1..=100)? as u32,
+            )
+            .unwrap_or(NonZeroU32::MIN),
+            window: self.duration(&raw.window, &format!("{at}.window"), Duration::from_secs(10))?,
+            min_requests: self.int(
+                &raw.min_requests,
+                &format!("{at}.min_requests"),
+                20,
+                1..=1_000_000,
+            )? as u32,
+            min_latency: self.duration(
+                &raw.min_latency,
+                &format!("{at}.min_latency"),
+                Duration::from_millis(5),
+            )?,
+        };
+        Ok(raw.enabled.unwrap_or(false).then_some(config))
     }
 
     /// A list of gRPC status codes, each 1-16; the default set when absent.
