@@ -42,7 +42,8 @@ pub use probe::{Mismatch, ProbeOutcome, Snippet};
 pub use replay::Replay;
 pub use rotation::{
     AgentChange, AgentHold, AgentReport, AgentState, AllDown, BackupUse, Carried, Effective,
-    Eligible, Join, MinHealthy, Override, OverrideKind, Policy, Role, Rotation, WhenAllDown,
+    Eligible, Join, LoadShedding, MinHealthy, Override, OverrideKind, Policy, Role, Rotation, Shed,
+    ShedChange, WhenAllDown,
 };
 pub use rules::{GrpcCodes, ProbeResult, ProbeRule, StatusSet, TrafficResult, TrafficRule};
 pub use status::{parse_grpc_status, parse_status_line, Outcome};
