@@ -2,7 +2,7 @@
 //! and alert commands all use it).
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 pub use capataz_health::OverrideKind;
 use capataz_health::{AllDown, Transition};
@@ -102,6 +102,24 @@ pub enum Event {
         /// Wall-clock time.
         time: SystemTime,
     },
+    /// A backend asked to shed load (`429`, or `503` with `Retry-After`) and its weight is
+    /// reduced (`shedding: true`), or the time it asked for is over and its weight restored.
+    Shedding {
+        /// The pool.
+        pool: Arc<str>,
+        /// The backend.
+        backend: Arc<str>,
+        /// Whether it sheds load from now on (else the shed is over).
+        shedding: bool,
+        /// The status that asked (with `shedding`).
+        status: Option<u16>,
+        /// How long its weight stays reduced (with `shedding`).
+        duration: Option<Duration>,
+        /// Why, as a sentence.
+        reason: String,
+        /// Wall-clock time.
+        time: SystemTime,
+    },
 }
 
 impl Event {
@@ -114,7 +132,8 @@ impl Event {
             | Event::Override { pool, .. }
             | Event::Backups { pool, .. }
             | Event::Eligibility { pool, .. }
-            | Event::Agent { pool, .. } => pool,
+            | Event::Agent { pool, .. }
+            | Event::Shedding { pool, .. } => pool,
         }
     }
 
@@ -124,13 +143,14 @@ impl Event {
             Event::Transition { backend, .. }
             | Event::Override { backend, .. }
             | Event::Eligibility { backend, .. }
-            | Event::Agent { backend, .. } => Some(backend),
+            | Event::Agent { backend, .. }
+            | Event::Shedding { backend, .. } => Some(backend),
             Event::AllDown { .. } | Event::Recovered { .. } | Event::Backups { .. } => None,
         }
     }
 
     /// The event's type: `transition`, `all_down`, `recovered`, `override`, `backups`,
-    /// `eligibility` or `agent`.
+    /// `eligibility`, `agent` or `shedding`.
     pub fn kind(&self) -> &'static str {
         match self {
             Event::Transition { .. } => "transition",
@@ -140,6 +160,7 @@ impl Event {
             Event::Backups { .. } => "backups",
             Event::Eligibility { .. } => "eligibility",
             Event::Agent { .. } => "agent",
+            Event::Shedding { .. } => "shedding",
         }
     }
 
@@ -152,7 +173,8 @@ impl Event {
             | Event::Override { time, .. }
             | Event::Backups { time, .. }
             | Event::Eligibility { time, .. }
-            | Event::Agent { time, .. } => *time,
+            | Event::Agent { time, .. }
+            | Event::Shedding { time, .. } => *time,
         }
     }
 
@@ -173,6 +195,12 @@ impl Event {
             Event::Agent {
                 from, to, reason, ..
             } => Some((from, to, reason.clone())),
+            Event::Shedding {
+                shedding, reason, ..
+            } => Some(match shedding {
+                true => ("full", "shedding", reason.clone()),
+                false => ("shedding", "full", reason.clone()),
+            }),
             Event::AllDown { .. } | Event::Recovered { .. } | Event::Backups { .. } => None,
         }
     }
@@ -234,6 +262,12 @@ impl Event {
                 reason,
                 ..
             } => format!("pool={pool} backend={backend} agent {from} -> {to}: {reason}"),
+            Event::Shedding {
+                pool,
+                backend,
+                reason,
+                ..
+            } => format!("pool={pool} backend={backend} {reason}"),
         }
     }
 
@@ -276,6 +310,20 @@ impl Event {
             }
             Event::Agent { in_rotation, .. } => {
                 object.insert("in_rotation".into(), (*in_rotation).into());
+            }
+            Event::Shedding {
+                shedding,
+                status,
+                duration,
+                ..
+            } => {
+                object.insert("shedding".into(), (*shedding).into());
+                if let Some(status) = status {
+                    object.insert("status".into(), (*status).into());
+                }
+                if let Some(duration) = duration {
+                    object.insert("seconds".into(), duration.as_secs_f64().into());
+                }
             }
             Event::Recovered { .. } | Event::Eligibility { .. } => {}
         }

@@ -307,7 +307,7 @@ impl Rotation {
         };
         let tenths = member.agent.scale(tenths);
         match (member.shed, self.policy.load_shedding) {
-            (Some(shed), Some(shedding)) if shed.until > now => shedding.scale(tenths),
+            (Some(shed), Some(shedding)) if shed.until > now => shedding.scaled(tenths),
             _ => tenths,
         }
     }

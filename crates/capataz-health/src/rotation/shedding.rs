@@ -16,7 +16,7 @@ pub struct LoadShedding {
 
 impl LoadShedding {
     /// `weight_tenths` scaled down for a shedding backend (at least 1).
-    pub(crate) fn scale(&self, weight_tenths: u32) -> u32 {
+    pub fn scaled(&self, weight_tenths: u32) -> u32 {
         let scaled = u64::from(weight_tenths) * u64::from(self.weight_percent.min(100)) / 100;
         u32::try_from(scaled).unwrap_or(u32::MAX).max(1)
     }

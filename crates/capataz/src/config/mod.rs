@@ -561,6 +561,20 @@ pub struct PassiveCheckConfig {
     /// The latency-outlier detector (`[pools.NAME.passive.latency_outliers]` with
     /// `enabled = true`), or `None`.
     pub latency_outliers: Option<LatencyOutliersConfig>,
+    /// Load shedding awareness (`[pools.NAME.passive.load_shedding]` with `enabled = true`),
+    /// or `None`.
+    pub load_shedding: Option<LoadSheddingConfig>,
+}
+
+/// Load shedding awareness of one pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadSheddingConfig {
+    /// The weight while shedding, in percent of the backend's weight (default 10).
+    pub weight_percent: u8,
+    /// The longest relief granted, whatever `Retry-After` asks (default 300 s).
+    pub max_retry_after: Duration,
+    /// The relief a `429` without a usable `Retry-After` gets (default 1 s).
+    pub default_retry_after: Duration,
 }
 
 /// The latency-outlier detector of one pool.

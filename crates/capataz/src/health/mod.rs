@@ -30,7 +30,7 @@ use std::time::{Duration, SystemTime};
 
 use capataz_health::{
     AgentReport, AgentState, BackendHealth, Cadence, Carried, EjectionPolicy, Join,
-    LatencyOutliers, LatencyWindow, Outcome,
+    LatencyOutliers, LatencyWindow, LoadShedding, Outcome,
     Policy, ProbeIntervals, ProbeOutcome, ProbeRule, Role, Rotation, Settings, State, TrafficRule,
     Transition, WhenAllDown,
 };
@@ -180,6 +180,14 @@ pub fn engine_policy(config: &PoolConfig) -> Policy {
             (true, passes) => passes.map(NonZeroU32::get),
         },
         close_tunnels_on_down: config.close_tunnels_on_down,
+        load_shedding: config
+            .passive
+            .load_shedding
+            .filter(|_| config.passive.enabled)
+            .map(|l| LoadShedding {
+                weight_percent: l.weight_percent,
+                max: l.max_retry_after,
+            }),
     }
 }
 
@@ -626,5 +634,19 @@ impl TrafficSink for PoolRt {
     fn handle_traffic(&self, pool: &PoolHandle, backend: usize, outcome: Outcome) {
         debug_assert!(std::ptr::eq(pool, &*self.handle));
         self.judge_traffic(backend, outcome);
+    }
+
+    fn handle_shed(&self, pool: &PoolHandle, backend: usize, status: u16, retry_after: Duration) {
+        debug_assert!(std::ptr::eq(pool, &*self.handle));
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        let new = inner.engine.shed(backend).is_none_or(|shed| shed.until <= now);
+        inner.engine.handle_shed(backend, status, retry_after, now);
+        self.publish(&mut inner, now, false);
+        drop(inner);
+        if new {
+            // A new shed is a new timer.
+            self.timer.notify_one();
+        }
     }
 }

@@ -507,7 +507,11 @@ async fn forward<'a>(
                 if answer.framing.rewrite_length {
                     rewrite_length(response.headers_mut(), answer.framing.body);
                 }
-                lease.judge_at_end(Outcome::Status(status));
+                // A backend asking for relief gets less weight, not an error on its record.
+                match pool.shed_request(status, response.headers()) {
+                    Some(relief) => pool.shed(index, status, relief),
+                    None => lease.judge_at_end(Outcome::Status(status)),
+                }
                 *response.body_mut() = RespBody::upstream(
                     answer.stream,
                     answer.buf,
@@ -575,7 +579,11 @@ async fn forward_h2<'a>(
             Grpc::Pending
         }
         (false, _) => {
-            lease.judge_at_end(Outcome::Status(status));
+            // A backend asking for relief gets less weight, not an error on its record.
+            match pool.shed_request(status, &parts.headers) {
+                Some(relief) => pool.shed(index, status, relief),
+                None => lease.judge_at_end(Outcome::Status(status)),
+            }
             Grpc::No
         }
     };

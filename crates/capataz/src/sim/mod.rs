@@ -56,6 +56,8 @@ pub enum Mode {
     Garbage,
     /// Answer with this status after this delay.
     Delay(Duration, u16),
+    /// Answer with this status and `Retry-After: N` (seconds): a backend shedding load.
+    RetryAfter(u16, u32),
 }
 
 /// Locks a mutex, ignoring poisoning: every critical section here leaves its data consistent.

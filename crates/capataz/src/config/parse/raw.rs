@@ -319,6 +319,16 @@ pub(super) struct RawPassive {
     pub(super) probes_end_ejection: Option<bool>,
     pub(super) grpc_error_codes: Option<Spanned<Vec<Spanned<i64>>>>,
     pub(super) latency_outliers: Option<RawLatencyOutliers>,
+    pub(super) load_shedding: Option<RawLoadShedding>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLoadShedding {
+    pub(super) enabled: Option<bool>,
+    pub(super) weight_percent: Option<Spanned<i64>>,
+    pub(super) max_retry_after: Option<Spanned<Value>>,
+    pub(super) default_retry_after: Option<Spanned<Value>>,
 }
 
 #[derive(Default, Deserialize)]

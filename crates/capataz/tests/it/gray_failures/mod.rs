@@ -1,10 +1,11 @@
 //! Gray failures of issue 14 §2, end to end on loopback with scripted backends: a backend
-//! slower than its pool (latency outliers).
+//! slower than its pool (latency outliers), and one asking for relief (load shedding).
 //!
 //! Traffic comes from a few client loops running beside the test until it ends; every wait is
 //! on an event with a generous deadline.
 
 mod latency;
+mod shedding;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -14,14 +14,14 @@ use super::super::locate::line_of;
 use super::super::raw::RawBackupUse;
 use super::super::raw::{
     RawActive, RawAgent, RawAlgorithm, RawAllDown, RawBackend, RawBackendTls, RawCheckKind,
-    RawInitial, RawLatencyOutliers, RawPassive, RawPool, RawProtocol, RawRetries, RawReuse, RawTimeouts,
+    RawInitial, RawLatencyOutliers, RawLoadShedding, RawPassive, RawPool, RawProtocol, RawRetries, RawReuse, RawTimeouts,
 };
 use super::super::resolve::{Lookup, Target};
 use super::super::values::parse_percent;
 use super::{is_token_text, ConfigError, Validator, U32_MAX};
 use crate::config::{
     ActiveCheckConfig, AgentCheckConfig, Algorithm, AllDownPolicy, BackendConfig, BackendProtocol,
-    CheckKind, ConnectionReuse, ContentRules, LatencyOutliersConfig, PassiveCheckConfig, PoolConfig, RetryConfig,
+    CheckKind, ConnectionReuse, ContentRules, LatencyOutliersConfig, LoadSheddingConfig, PassiveCheckConfig, PoolConfig, RetryConfig,
     TrackTarget, UpstreamTimeouts, DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT, MAX_MATCH_TEXT,
     MAX_PROBE_BODY, MAX_PROBE_HEADERS,
 };
@@ -752,7 +752,38 @@ impl Validator<'_> {
                 Some(raw) => self.latency_outliers(&format!("{at}.latency_outliers"), raw)?,
                 None => None,
             },
+            load_shedding: match raw.load_shedding {
+                Some(raw) => self.load_shedding(&format!("{at}.load_shedding"), raw)?,
+                None => None,
+            },
         })
+    }
+
+    /// `[pools.NAME.passive.load_shedding]`: checked whole even when not enabled.
+    fn load_shedding(
+        &self,
+        at: &str,
+        raw: RawLoadShedding,
+    ) -> Result<Option<LoadSheddingConfig>, ConfigError> {
+        let config = LoadSheddingConfig {
+            weight_percent: self.int(
+                &raw.weight_percent,
+                &format!("{at}.weight_percent"),
+                10,
+                1..=100,
+            )? as u8,
+            max_retry_after: self.duration(
+                &raw.max_retry_after,
+                &format!("{at}.max_retry_after"),
+                Duration::from_secs(300),
+            )?,
+            default_retry_after: self.duration(
+                &raw.default_retry_after,
+                &format!("{at}.default_retry_after"),
+                Duration::from_secs(1),
+            )?,
+        };
+        Ok(raw.enabled.unwrap_or(false).then_some(config))
     }
 
     /// `[pools.NAME.passive.latency_outliers]`: checked whole even when not enabled.
