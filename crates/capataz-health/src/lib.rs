@@ -35,9 +35,9 @@ pub mod status;
 pub use cadence::{Cadence, ProbeIntervals};
 pub use pool::{
     BackendHealth, Ejection, EjectionInfo, EjectionPolicy, LatencyOutliers, Percentile, Pool,
-    Reason, Settings, Side, SlowSentence, State, Transition,
+    RateSentence, Reason, Settings, Side, SlowSentence, State, SuccessRate, Transition,
 };
-pub use outliers::LatencyWindow;
+pub use outliers::{LatencyWindow, SuccessWindow};
 pub use probe::{Mismatch, ProbeOutcome, Snippet};
 pub use replay::Replay;
 pub use rotation::{

@@ -21,11 +21,15 @@
 use std::time::Duration;
 
 use crate::cadence::Cadence;
-use crate::outliers::{lower_median, LatencyWindow};
+use crate::outliers::{lower_median, mean_stdev, permille, LatencyWindow, SuccessWindow};
 use crate::probe::ProbeOutcome;
-pub use crate::reason::{human_duration, EjectionInfo, Reason, Side, SlowSentence, Transition};
+pub use crate::reason::{
+    human_duration, EjectionInfo, RateSentence, Reason, Side, SlowSentence, Transition,
+};
 use crate::rules::{ProbeResult, TrafficResult};
-pub use crate::settings::{EjectionPolicy, LatencyOutliers, Percentile, Settings, State};
+pub use crate::settings::{
+    EjectionPolicy, LatencyOutliers, Percentile, Settings, State, SuccessRate,
+};
 use crate::status::Outcome;
 
 /// The active side of one backend.
@@ -461,6 +465,58 @@ impl Pool {
                 latency: value,
                 median,
                 windows: slow_windows,
+                ejection,
+            };
+            out.extend(self.settle(backend, before, reason, now));
+        }
+    }
+
+    /// Judges one window of every backend's traffic outcomes (`windows[i]` is backend `i`'s)
+    /// with [`Settings::success_rate`], and appends the transitions this causes to `out`. The
+    /// backends judged are those with at least `min_requests` outcomes in the window and not
+    /// ejected; with fewer than `min_backends` of them nothing is judged. One whose success rate
+    /// is below `mean - stdev_factor x stdev` of the judged backends' rates is ejected like a
+    /// passive error ejection (same timed ejection, probation and cap). Without the detector,
+    /// this does nothing.
+    pub fn success_window(
+        &mut self,
+        windows: &[SuccessWindow],
+        now: Duration,
+        out: &mut Vec<Transition>,
+    ) {
+        let Some(rule) = self.settings.success_rate else {
+            return;
+        };
+        let judged: Vec<(usize, f64)> = (0..self.backends.len())
+            .filter_map(|b| {
+                let w = windows.get(b)?;
+                (w.requests >= u64::from(rule.min_requests.max(1))
+                    && !self.backends[b].passive.is_ejected())
+                .then(|| (b, w.rate()))
+            })
+            .collect();
+        if judged.len() < rule.min_backends.max(1) as usize {
+            return;
+        }
+        let rates: Vec<f64> = judged.iter().map(|&(_, rate)| rate).collect();
+        let (mean, stdev) = mean_stdev(&rates);
+        let threshold = mean - f64::from(rule.stdev_factor_milli) / 1000.0 * stdev;
+        let policy = self.settings.ejection;
+        for (backend, rate) in judged {
+            if rate >= threshold || self.ejected >= self.max_ejected() {
+                continue;
+            }
+            let health = &mut self.backends[backend];
+            let before = health.verdict();
+            let passive = &mut health.passive;
+            passive.error_streak = 0;
+            passive.slow_windows = 0;
+            let ejection = eject(passive, policy, now);
+            self.ejected += 1;
+            let reason = Reason::ErrorRate {
+                success_permille: permille(rate),
+                mean_permille: permille(mean),
+                threshold_permille: permille(threshold),
                 ejection,
             };
             out.extend(self.settle(backend, before, reason, now));

@@ -109,6 +109,18 @@ pub enum Reason {
         /// The ejection's length, with timed ejection.
         ejection: Option<EjectionInfo>,
     },
+    /// The success-rate detector ejected the backend: its success rate over the last window
+    /// was below the pool's mean minus `stdev_factor` standard deviations.
+    ErrorRate {
+        /// Its success rate, in tenths of a percent.
+        success_permille: u32,
+        /// The judged backends' mean success rate, in tenths of a percent.
+        mean_permille: u32,
+        /// The rate below which a backend was an outlier, in tenths of a percent.
+        threshold_permille: u32,
+        /// The ejection's length, with timed ejection.
+        ejection: Option<EjectionInfo>,
+    },
     /// A traffic error during probation ejected the backend again.
     ProbationFailed {
         /// The error.
@@ -141,7 +153,8 @@ impl Reason {
             | Reason::ProbationFailed { last, .. } => Some(last),
             Reason::EjectionExpired { .. }
             | Reason::Tracked { .. }
-            | Reason::SlowTraffic { .. } => None,
+            | Reason::SlowTraffic { .. }
+            | Reason::ErrorRate { .. } => None,
         }
     }
 }
@@ -235,6 +248,26 @@ impl fmt::Display for Reason {
             Reason::ProbationFailed { last, ejection } => {
                 write!(f, "traffic error on probation, last: {last}; {ejection}")
             }
+            Reason::ErrorRate {
+                success_permille,
+                mean_permille,
+                threshold_permille,
+                ejection,
+            } => {
+                write!(
+                    f,
+                    "{}",
+                    RateSentence {
+                        success_permille,
+                        mean_permille,
+                        threshold_permille
+                    }
+                )?;
+                match ejection {
+                    Some(ejection) => write!(f, "; {ejection}"),
+                    None => Ok(()),
+                }
+            }
             Reason::SlowTraffic {
                 percentile,
                 latency,
@@ -279,6 +312,31 @@ impl fmt::Display for SlowSentence {
             1 => write!(f, "over the last window"),
             n => write!(f, "over the last {n} windows"),
         }
+    }
+}
+
+/// `success rate 80.0 % against a pool mean of 96.0 % (outliers below 80.8 %) over the last
+/// window`: why the success-rate detector ejected a backend, without the ejection's length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RateSentence {
+    /// Its success rate, in tenths of a percent.
+    pub success_permille: u32,
+    /// The pool's mean, in tenths of a percent.
+    pub mean_permille: u32,
+    /// The outlier threshold, in tenths of a percent.
+    pub threshold_permille: u32,
+}
+
+impl fmt::Display for RateSentence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pct = |p: u32| format!("{}.{} %", p / 10, p % 10);
+        write!(
+            f,
+            "success rate {} against a pool mean of {} (outliers below {}) over the last window",
+            pct(self.success_permille),
+            pct(self.mean_permille),
+            pct(self.threshold_permille)
+        )
     }
 }
 

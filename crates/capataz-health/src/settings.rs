@@ -93,6 +93,20 @@ pub struct LatencyOutliers {
     pub min_latency: Duration,
 }
 
+/// The success-rate detector (Envoy's `success_rate` outlier detection): each window, over
+/// the backends that relayed at least `min_requests` requests in it (and are not ejected),
+/// when there are at least `min_backends` of them, a backend whose success rate is below
+/// `mean - stdev_factor x stdev` of theirs is ejected like a passive error ejection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SuccessRate {
+    /// Requests a backend must relay within a window to be judged in it.
+    pub min_requests: u32,
+    /// Judged backends a window needs before it judges any.
+    pub min_backends: u32,
+    /// How many standard deviations below the mean make an outlier, in thousandths.
+    pub stdev_factor_milli: u32,
+}
+
 /// The engine's settings for one pool. The defaults are the replay protocol's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Settings {
@@ -125,6 +139,8 @@ pub struct Settings {
     pub probes_end_ejection: bool,
     /// The latency-outlier detector, or `None` (default) for none.
     pub latency_outliers: Option<LatencyOutliers>,
+    /// The success-rate detector, or `None` (default) for none.
+    pub success_rate: Option<SuccessRate>,
 }
 
 const fn nz(n: u32) -> NonZeroU32 {
@@ -148,6 +164,7 @@ impl Default for Settings {
             max_ejected_percent: 100,
             probes_end_ejection: false,
             latency_outliers: None,
+            success_rate: None,
         }
     }
 }

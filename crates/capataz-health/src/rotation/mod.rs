@@ -54,7 +54,7 @@ pub use shedding::{LoadShedding, Shed, ShedChange};
 pub use policy::{BackupUse, Carried, Eligible, Join, MinHealthy, Policy, Role, WhenAllDown};
 
 use crate::cadence::Cadence;
-use crate::outliers::LatencyWindow;
+use crate::outliers::{LatencyWindow, SuccessWindow};
 use crate::pool::{Pool, Settings, State};
 use crate::probe::ProbeOutcome;
 use crate::rules::{ProbeResult, TrafficResult};
@@ -496,6 +496,20 @@ impl Rotation {
         self.advance(now);
         let mut transitions = Vec::new();
         self.pool.latency_window(windows, now, &mut transitions);
+        for &transition in &transitions {
+            self.record_transition(transition, now);
+        }
+        if !transitions.is_empty() {
+            self.settle(now);
+        }
+    }
+
+    /// Judges one window of every backend's traffic outcomes at `now` (`windows[i]` is
+    /// backend `i`'s): see [`Pool::success_window`].
+    pub fn handle_success_window(&mut self, windows: &[SuccessWindow], now: Duration) {
+        self.advance(now);
+        let mut transitions = Vec::new();
+        self.pool.success_window(windows, now, &mut transitions);
         for &transition in &transitions {
             self.record_transition(transition, now);
         }
