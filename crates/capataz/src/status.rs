@@ -7,7 +7,7 @@ use std::time::Duration;
 use capataz_health::pool::human_duration;
 use capataz_health::rotation::ramp::full_tenths;
 use capataz_health::{
-    AgentHold, Cadence, Effective, Ejection, EjectionPolicy, Reason, Role, SlowSentence, State,
+    AgentHold, Cadence, Effective, Ejection, EjectionPolicy, RateSentence, Reason, Role, SlowSentence, State,
     TrafficRule,
 };
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
@@ -207,6 +207,19 @@ fn explain_standing(pool: &PoolRt, view: &BackendView) -> String {
                         latency,
                         median,
                         windows
+                    }
+                ),
+                Reason::ErrorRate {
+                    success_permille,
+                    mean_permille,
+                    threshold_permille,
+                    ..
+                } => format!(
+                    "an error-rate outlier: {}",
+                    RateSentence {
+                        success_permille,
+                        mean_permille,
+                        threshold_permille
                     }
                 ),
                 other => other.to_string(),

@@ -145,9 +145,11 @@ impl PoolHandle {
         if !self.config.passive.enabled {
             return;
         }
-        if !rt.watched.load(Ordering::Relaxed)
-            && self.traffic_rule.judge(outcome) == TrafficResult::Ok
-        {
+        let ok = self.traffic_rule.judge(outcome) == TrafficResult::Ok;
+        if let Some(outcomes) = &rt.outcomes {
+            outcomes.record(!ok);
+        }
+        if !rt.watched.load(Ordering::Relaxed) && ok {
             return;
         }
         if let Some(health) = self.health.upgrade() {

@@ -18,7 +18,7 @@ mod backend;
 mod handle;
 mod latency;
 
-pub use backend::{BackendRt, TrafficRing, HISTORY};
+pub use backend::{BackendRt, OutcomeCounts, TrafficRing, HISTORY};
 pub use latency::LatencyBuckets;
 pub use handle::{PoolHandle, TrafficSink};
 

@@ -564,6 +564,22 @@ pub struct PassiveCheckConfig {
     /// Load shedding awareness (`[pools.NAME.passive.load_shedding]` with `enabled = true`),
     /// or `None`.
     pub load_shedding: Option<LoadSheddingConfig>,
+    /// The success-rate detector (`[pools.NAME.passive.success_rate]` with `enabled = true`),
+    /// or `None`.
+    pub success_rate: Option<SuccessRateConfig>,
+}
+
+/// The success-rate detector of one pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SuccessRateConfig {
+    /// How long one window lasts (default 10 s).
+    pub window: Duration,
+    /// Outcomes a backend must have within a window to be judged (default 100).
+    pub min_requests: u32,
+    /// Judged backends a window needs (default 5).
+    pub min_backends: u32,
+    /// Standard deviations below the mean that make an outlier, in thousandths (default 1900).
+    pub stdev_factor_milli: u32,
 }
 
 /// Load shedding awareness of one pool.

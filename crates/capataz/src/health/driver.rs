@@ -69,23 +69,18 @@ impl PoolRt {
         }
         let pool = self.clone();
         tasks.push(tokio::spawn(async move { pool.timer_loop().await }));
-        if let Some(outliers) = self.config.passive.latency_outliers {
-            if self.config.passive.enabled {
-                let pool = self.clone();
-                tasks.push(tokio::spawn(async move {
-                    // Windows back to back from now; one closing late (a busy runtime) is
-                    // simply longer, never skipped or doubled.
-                    let mut every = tokio::time::interval_at(
-                        Instant::now() + outliers.window,
-                        outliers.window,
-                    );
-                    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                    loop {
-                        every.tick().await;
-                        pool.close_latency_window();
-                    }
-                }));
-            }
+        let passive = &self.config.passive;
+        if let Some(outliers) = passive.latency_outliers.filter(|_| passive.enabled) {
+            let pool = self.clone();
+            tasks.push(tokio::spawn(async move {
+                every(outliers.window, || pool.close_latency_window()).await
+            }));
+        }
+        if let Some(rate) = passive.success_rate.filter(|_| passive.enabled) {
+            let pool = self.clone();
+            tasks.push(tokio::spawn(async move {
+                every(rate.window, || pool.close_success_window()).await
+            }));
         }
         let pool = self.clone();
         tasks.push(tokio::spawn(async move {
@@ -121,6 +116,17 @@ impl PoolRt {
             }
             self.tick();
         }
+    }
+}
+
+/// Runs `close` every `window` forever: windows back to back from now; one closing late (a
+/// busy runtime) is simply longer, never skipped or doubled.
+async fn every(window: Duration, close: impl Fn()) {
+    let mut ticks = tokio::time::interval_at(Instant::now() + window, window);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        close();
     }
 }
 

@@ -30,13 +30,13 @@ use std::time::{Duration, SystemTime};
 
 use capataz_health::{
     AgentReport, AgentState, BackendHealth, Cadence, Carried, EjectionPolicy, Join,
-    LatencyOutliers, LatencyWindow, LoadShedding, Outcome,
+    LatencyOutliers, LatencyWindow, LoadShedding, Outcome, SuccessRate, SuccessWindow,
     Policy, ProbeIntervals, ProbeOutcome, ProbeRule, Role, Rotation, Settings, State, TrafficRule,
     Transition, WhenAllDown,
 };
 use tokio::sync::{broadcast, Notify};
 
-pub use crate::balance::{BackendRt, LatencyBuckets, TrafficRing, HISTORY};
+pub use crate::balance::{BackendRt, LatencyBuckets, OutcomeCounts, TrafficRing, HISTORY};
 use crate::balance::{PoolHandle, TrafficSink};
 use crate::config::{AllDownPolicy, BackendProtocol, CheckKind, PoolConfig};
 pub use crate::events::{Event, OverrideKind};
@@ -149,6 +149,15 @@ pub fn engine_settings(config: &PoolConfig) -> Settings {
                 windows: l.windows,
                 min_requests: l.min_requests,
                 min_latency: l.min_latency,
+            }),
+        success_rate: config
+            .passive
+            .success_rate
+            .filter(|_| config.passive.enabled)
+            .map(|r| SuccessRate {
+                min_requests: r.min_requests,
+                min_backends: r.min_backends,
+                stdev_factor_milli: r.stdev_factor_milli,
             }),
     }
 }
@@ -344,6 +353,8 @@ impl PoolRt {
                 next_probe_ms: AtomicU64::new(u64::MAX),
                 latency: (config.passive.enabled && config.passive.latency_outliers.is_some())
                     .then(LatencyBuckets::default),
+                outcomes: (config.passive.enabled && config.passive.success_rate.is_some())
+                    .then(OutcomeCounts::default),
                 // A kept backend keeps its tunnels' signal: a tunnel opened before a reload is
                 // still closed by a DOWN after it.
                 tunnels: match (&kept, previous) {
@@ -570,6 +581,30 @@ impl PoolRt {
         let mut inner = self.lock();
         let ejected = inner.engine.pool().ejected();
         inner.engine.handle_latency_window(&windows, now);
+        for (i, rt) in self.backends.iter().enumerate() {
+            rt.watched
+                .store(inner.engine.needs_traffic(i), Ordering::Relaxed);
+        }
+        let timer = inner.engine.pool().ejected() > ejected;
+        self.publish(&mut inner, now, false);
+        drop(inner);
+        if timer {
+            self.timer.notify_one();
+        }
+    }
+
+    /// Drains every backend's outcome counts (see [`OutcomeCounts`]) and hands the engine the
+    /// windows, which judges success-rate outliers; publishes what changed.
+    pub fn close_success_window(&self) {
+        let windows: Vec<SuccessWindow> = self
+            .backends
+            .iter()
+            .map(|b| b.outcomes.as_ref().map(OutcomeCounts::drain).unwrap_or_default())
+            .collect();
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        let ejected = inner.engine.pool().ejected();
+        inner.engine.handle_success_window(&windows, now);
         for (i, rt) in self.backends.iter().enumerate() {
             rt.watched
                 .store(inner.engine.needs_traffic(i), Ordering::Relaxed);

@@ -198,6 +198,7 @@ impl BackendMetrics {
             Reason::TrafficErrors { .. }
                 | Reason::ProbationFailed { .. }
                 | Reason::SlowTraffic { .. }
+                | Reason::ErrorRate { .. }
         ) {
             self.ejections.inc();
         }

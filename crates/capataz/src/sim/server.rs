@@ -108,6 +108,8 @@ async fn serve_connection(stream: &mut TcpStream, shared: &Shared) -> End {
         let mut retry_after = None;
         let code = match mode {
             Mode::Status(code) => code,
+            // Resolved by `handle_request`.
+            Mode::FailEvery(_, code) => code,
             Mode::RetryAfter(code, seconds) => {
                 retry_after = Some(seconds);
                 code

@@ -320,6 +320,17 @@ pub(super) struct RawPassive {
     pub(super) grpc_error_codes: Option<Spanned<Vec<Spanned<i64>>>>,
     pub(super) latency_outliers: Option<RawLatencyOutliers>,
     pub(super) load_shedding: Option<RawLoadShedding>,
+    pub(super) success_rate: Option<RawSuccessRate>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSuccessRate {
+    pub(super) enabled: Option<bool>,
+    pub(super) window: Option<Spanned<Value>>,
+    pub(super) min_requests: Option<Spanned<i64>>,
+    pub(super) min_backends: Option<Spanned<i64>>,
+    pub(super) stdev_factor: Option<Spanned<Value>>,
 }
 
 #[derive(Default, Deserialize)]

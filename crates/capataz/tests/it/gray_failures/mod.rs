@@ -1,11 +1,13 @@
 //! Gray failures of issue 14 §2, end to end on loopback with scripted backends: a backend
-//! slower than its pool (latency outliers), and one asking for relief (load shedding).
+//! slower than its pool (latency outliers), one failing intermittently (success-rate outliers)
+//! and one asking for relief (load shedding).
 //!
 //! Traffic comes from a few client loops running beside the test until it ends; every wait is
 //! on an event with a generous deadline.
 
 mod latency;
 mod shedding;
+mod success_rate;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -14,14 +14,14 @@ use super::super::locate::line_of;
 use super::super::raw::RawBackupUse;
 use super::super::raw::{
     RawActive, RawAgent, RawAlgorithm, RawAllDown, RawBackend, RawBackendTls, RawCheckKind,
-    RawInitial, RawLatencyOutliers, RawLoadShedding, RawPassive, RawPool, RawProtocol, RawRetries, RawReuse, RawTimeouts,
+    RawInitial, RawLatencyOutliers, RawLoadShedding, RawPassive, RawSuccessRate, RawPool, RawProtocol, RawRetries, RawReuse, RawTimeouts,
 };
 use super::super::resolve::{Lookup, Target};
 use super::super::values::parse_percent;
 use super::{is_token_text, ConfigError, Validator, U32_MAX};
 use crate::config::{
     ActiveCheckConfig, AgentCheckConfig, Algorithm, AllDownPolicy, BackendConfig, BackendProtocol,
-    CheckKind, ConnectionReuse, ContentRules, LatencyOutliersConfig, LoadSheddingConfig, PassiveCheckConfig, PoolConfig, RetryConfig,
+    CheckKind, ConnectionReuse, ContentRules, LatencyOutliersConfig, LoadSheddingConfig, PassiveCheckConfig, SuccessRateConfig, PoolConfig, RetryConfig,
     TrackTarget, UpstreamTimeouts, DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT, MAX_MATCH_TEXT,
     MAX_PROBE_BODY, MAX_PROBE_HEADERS,
 };
@@ -756,7 +756,60 @@ impl Validator<'_> {
                 Some(raw) => self.load_shedding(&format!("{at}.load_shedding"), raw)?,
                 None => None,
             },
+            success_rate: match raw.success_rate {
+                Some(raw) => self.success_rate(&format!("{at}.success_rate"), raw)?,
+                None => None,
+            },
         })
+    }
+
+    /// `[pools.NAME.passive.success_rate]`: checked whole even when not enabled.
+    fn success_rate(
+        &self,
+        at: &str,
+        raw: RawSuccessRate,
+    ) -> Result<Option<SuccessRateConfig>, ConfigError> {
+        let stdev_factor_milli = match &raw.stdev_factor {
+            None => 1900,
+            Some(value) => {
+                let n = match value.get_ref() {
+                    Value::Float(f) => Some(*f),
+                    Value::Integer(i) => Some(*i as f64),
+                    _ => None,
+                };
+                match n {
+                    Some(n) if (0.1..=10.0).contains(&n) => (n * 1000.0).round() as u32,
+                    _ => {
+                        return Err(self.error(
+                            Some(value.span()),
+                            &format!("{at}.stdev_factor"),
+                            format!(
+                                "{} is not a factor from 0.1 to 10 (use a number such as 1.9, \
+                                 Envoy's default)",
+                                value.get_ref()
+                            ),
+                        ))
+                    }
+                }
+            }
+        };
+        let config = SuccessRateConfig {
+            window: self.duration(&raw.window, &format!("{at}.window"), Duration::from_secs(10))?,
+            min_requests: self.int(
+                &raw.min_requests,
+                &format!("{at}.min_requests"),
+                100,
+                1..=1_000_000,
+            )? as u32,
+            min_backends: self.int(
+                &raw.min_backends,
+                &format!("{at}.min_backends"),
+                5,
+                2..=100_000,
+            )? as u32,
+            stdev_factor_milli,
+        };
+        Ok(raw.enabled.unwrap_or(false).then_some(config))
     }
 
     /// `[pools.NAME.passive.load_shedding]`: checked whole even when not enabled.
