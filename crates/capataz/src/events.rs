@@ -85,6 +85,108 @@ pub enum Event {
         /// Wall-clock time.
         time: SystemTime,
     },
+    /// The pool's backend source (DNS) changed the pool's membership, failed, recovered, or
+    /// held a drop for confirmation.
+    Membership {
+        /// The pool.
+        pool: Arc<str>,
+        /// The source's kind (`dns`).
+        source: &'static str,
+        /// What happened.
+        change: MembershipChange,
+        /// Wall-clock time.
+        time: SystemTime,
+    },
+}
+
+/// What a pool's backend source did to its membership.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MembershipChange {
+    /// A new membership is in force: backends added (gated until they pass `rise` probes) and
+    /// removed (drained), out of `total` now.
+    Updated {
+        /// Backends added.
+        added: usize,
+        /// Backends removed.
+        removed: usize,
+        /// Backends in the pool now.
+        total: usize,
+    },
+    /// The source failed (a DNS error, a timeout, an unreachable server): the last known
+    /// membership (`kept` backends) stays. Said once, when the failures start.
+    Failing {
+        /// Why, as the resolver said it.
+        error: String,
+        /// Backends kept.
+        kept: usize,
+    },
+    /// The source answers again after failing.
+    Restored {
+        /// Backends in force when it answered.
+        kept: usize,
+    },
+    /// An answer would remove more than the allowed share of the pool at once: it is held,
+    /// and applied only if the next answer confirms it.
+    DropHeld {
+        /// Backends in force.
+        from: usize,
+        /// Backends the answer has.
+        to: usize,
+    },
+    /// The next answer confirmed a held drop: it is applied (its `Updated` follows).
+    DropConfirmed {
+        /// Backends in force before.
+        from: usize,
+        /// Backends after.
+        to: usize,
+    },
+}
+
+impl MembershipChange {
+    /// `updated`, `failing`, `restored`, `drop_held` or `drop_confirmed`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            MembershipChange::Updated { .. } => "updated",
+            MembershipChange::Failing { .. } => "failing",
+            MembershipChange::Restored { .. } => "restored",
+            MembershipChange::DropHeld { .. } => "drop_held",
+            MembershipChange::DropConfirmed { .. } => "drop_confirmed",
+        }
+    }
+}
+
+impl std::fmt::Display for MembershipChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MembershipChange::Updated {
+                added,
+                removed,
+                total,
+            } => write!(
+                f,
+                "membership updated: {added} added (gated until they pass rise probes), \
+                 {removed} removed (drained), {total} in the pool"
+            ),
+            MembershipChange::Failing { error, kept } => write!(
+                f,
+                "the source is failing ({error}); the last known membership stays \
+                 ({kept} backends)"
+            ),
+            MembershipChange::Restored { kept } => write!(
+                f,
+                "the source answers again; membership follows it ({kept} backends in force)"
+            ),
+            MembershipChange::DropHeld { from, to } => write!(
+                f,
+                "an answer would take the pool from {from} to {to} backends at once; held \
+                 until the next answer confirms it"
+            ),
+            MembershipChange::DropConfirmed { from, to } => write!(
+                f,
+                "the next answer confirmed the drop from {from} to {to} backends; applied"
+            ),
+        }
+    }
 }
 
 impl Event {
@@ -96,7 +198,8 @@ impl Event {
             | Event::Recovered { pool, .. }
             | Event::Override { pool, .. }
             | Event::Backups { pool, .. }
-            | Event::Eligibility { pool, .. } => pool,
+            | Event::Eligibility { pool, .. }
+            | Event::Membership { pool, .. } => pool,
         }
     }
 
@@ -106,7 +209,10 @@ impl Event {
             Event::Transition { backend, .. }
             | Event::Override { backend, .. }
             | Event::Eligibility { backend, .. } => Some(backend),
-            Event::AllDown { .. } | Event::Recovered { .. } | Event::Backups { .. } => None,
+            Event::AllDown { .. }
+            | Event::Recovered { .. }
+            | Event::Backups { .. }
+            | Event::Membership { .. } => None,
         }
     }
 
@@ -120,6 +226,7 @@ impl Event {
             Event::Override { .. } => "override",
             Event::Backups { .. } => "backups",
             Event::Eligibility { .. } => "eligibility",
+            Event::Membership { .. } => "membership",
         }
     }
 
@@ -131,7 +238,8 @@ impl Event {
             | Event::Recovered { time, .. }
             | Event::Override { time, .. }
             | Event::Backups { time, .. }
-            | Event::Eligibility { time, .. } => *time,
+            | Event::Eligibility { time, .. }
+            | Event::Membership { time, .. } => *time,
         }
     }
 
@@ -149,7 +257,10 @@ impl Event {
             | Event::Eligibility {
                 from, to, reason, ..
             } => Some((from, to, reason.clone())),
-            Event::AllDown { .. } | Event::Recovered { .. } | Event::Backups { .. } => None,
+            Event::AllDown { .. }
+            | Event::Recovered { .. }
+            | Event::Backups { .. }
+            | Event::Membership { .. } => None,
         }
     }
 
@@ -184,6 +295,12 @@ impl Event {
                 reason,
                 ..
             } => format!("pool={pool} backend={backend} {from} -> {to}: {reason}"),
+            Event::Membership {
+                pool,
+                source,
+                change,
+                ..
+            } => format!("pool={pool} source={source}: {change}"),
             Event::Backups {
                 pool,
                 serving,
@@ -241,6 +358,10 @@ impl Event {
             Event::Backups { serving, .. } => {
                 let names: Vec<&str> = serving.iter().map(|s| &**s).collect();
                 object.insert("backups".into(), names.into());
+            }
+            Event::Membership { source, change, .. } => {
+                object.insert("source".into(), (*source).into());
+                object.insert("membership".into(), change.as_str().into());
             }
             Event::Recovered { .. } | Event::Eligibility { .. } => {}
         }

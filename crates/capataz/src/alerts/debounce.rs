@@ -111,5 +111,6 @@ pub(super) fn state(event: &Event) -> &'static str {
         Event::Backups { serving, .. } if serving.is_empty() => "backups_out",
         Event::Backups { .. } => "backups_in",
         Event::AllDown { .. } | Event::Recovered { .. } => event.kind(),
+        Event::Membership { change, .. } => change.as_str(),
     }
 }

@@ -10,6 +10,7 @@ mod admin;
 mod alerts;
 mod backend_tls;
 mod pool;
+mod source;
 mod tls;
 
 use std::cell::RefCell;
