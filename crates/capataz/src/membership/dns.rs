@@ -134,7 +134,7 @@ impl DnsResolver {
                     Found::Failed(error) => (Answer::Failed(error), None),
                     // classify never finds records; said as a failure rather than a panic.
                     Found::Records(..) => (Answer::Failed(error.to_string()), None),
-                }
+                };
             }
         };
         let mut ttl = found
@@ -152,12 +152,9 @@ impl DnsResolver {
             let target = srv.target().to_ascii();
             let host = target.trim_end_matches('.').to_owned();
             let name = format!("{host}:{}", srv.port());
-            by_name.entry(name).or_insert((
-                target,
-                srv.port(),
-                srv.weight(),
-                srv.priority(),
-            ));
+            by_name
+                .entry(name)
+                .or_insert((target, srv.port(), srv.weight(), srv.priority()));
         }
         let mut resolved = Vec::with_capacity(by_name.len());
         for (name, (target, port, weight, priority)) in by_name {

@@ -67,7 +67,9 @@ impl Guard {
         if large {
             if !self.held {
                 self.held = true;
-                verdict.changes.push(MembershipChange::DropHeld { from, to });
+                verdict
+                    .changes
+                    .push(MembershipChange::DropHeld { from, to });
                 return verdict;
             }
             verdict

@@ -122,7 +122,11 @@ impl Shared {
             .collect();
         let mut pool_tasks = Vec::new();
         for pool in &pools {
-            pool_tasks.extend(pool.spawn_tasks().into_iter().map(|t| (pool.name.clone(), t)));
+            pool_tasks.extend(
+                pool.spawn_tasks()
+                    .into_iter()
+                    .map(|t| (pool.name.clone(), t)),
+            );
         }
         let (shutdown, _) = watch::channel(false);
         let shared = Arc::new_cyclic(|me| Shared {

@@ -189,7 +189,11 @@ impl Shared {
         summary.removed = total_old.saturating_sub(summary.kept);
         let mut tasks = Vec::new();
         for pool in &new_pools {
-            tasks.extend(pool.spawn_tasks().into_iter().map(|t| (pool.name.clone(), t)));
+            tasks.extend(
+                pool.spawn_tasks()
+                    .into_iter()
+                    .map(|t| (pool.name.clone(), t)),
+            );
         }
         let had_members: HashSet<&str> = old_pools
             .iter()

@@ -18,6 +18,7 @@ mod balancer;
 mod cli;
 mod config;
 mod config_dns;
+mod dns_source;
 mod eligibility;
 mod grpc;
 mod h2;

@@ -17,6 +17,7 @@ pub mod client;
 pub mod events;
 pub mod h2client;
 pub mod h2frames;
+pub mod knot;
 pub mod prometheus;
 pub mod raw;
 pub mod tls;

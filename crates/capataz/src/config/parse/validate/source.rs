@@ -76,16 +76,13 @@ impl Validator<'_> {
         let text = name.get_ref();
         let valid = !text.is_empty()
             && text.len() <= MAX_NAME
-            && text
-                .trim_end_matches('.')
-                .split('.')
-                .all(|label| {
-                    !label.is_empty()
-                        && label.len() <= 63
-                        && label
-                            .bytes()
-                            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
-                });
+            && text.trim_end_matches('.').split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
+            });
         if !valid {
             return Err(self.error(
                 Some(name.span()),
@@ -145,7 +142,10 @@ impl Validator<'_> {
         )?;
         if ttl_max < ttl_min {
             return Err(self.error(
-                raw.ttl_max.as_ref().or(raw.ttl_min.as_ref()).map(|v| v.span()),
+                raw.ttl_max
+                    .as_ref()
+                    .or(raw.ttl_min.as_ref())
+                    .map(|v| v.span()),
                 &format!("{at}.ttl_max"),
                 "ttl_max is below ttl_min (the ceiling must be at least the floor)".into(),
             ));
