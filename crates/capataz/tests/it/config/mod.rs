@@ -6,6 +6,7 @@
 mod errors;
 mod http2;
 mod log_level;
+mod source;
 mod values;
 mod warnings;
 
