@@ -41,9 +41,9 @@ impl Shared {
         }
     }
 
-    /// Puts `members` in force in pool `name`, as a reload would; `(added, removed, total)`,
-    /// or `None` when the pool is gone, follows another source now, or the balancer is
-    /// shutting down.
+    /// Puts `members` in force in pool `name`, as a reload would, and tells the `updated`
+    /// event; `(added, removed, total)`, or `None` when the pool is gone, follows another
+    /// source now, or the balancer is shutting down.
     async fn set_members(
         self: &Arc<Self>,
         name: &str,
@@ -116,6 +116,20 @@ impl Shared {
         let next = Arc::new(next);
         self.pools.store(next.clone());
         drop(swap);
+        // Told before anything else can happen to the new backends (their first probes are
+        // an interval away), so the update comes before their transitions.
+        let (added, removed, total) = counts;
+        if added + removed > 0 {
+            self.tell(
+                name,
+                source.kind(),
+                MembershipChange::Updated {
+                    added,
+                    removed,
+                    total,
+                },
+            );
+        }
         {
             let mut running = lock(&self.pool_tasks);
             let (old_tasks, others): (Vec<_>, Vec<_>) = std::mem::take(&mut *running)
@@ -215,21 +229,7 @@ async fn follow(me: Weak<Shared>, config: PoolConfig, initial: Option<Vec<Backen
             shared.tell(&name, kind, change);
         }
         if let Some(members) = verdict.apply {
-            if let Some((added, removed, total)) =
-                shared.set_members(&name, &config.source, members).await
-            {
-                if added + removed > 0 {
-                    shared.tell(
-                        &name,
-                        kind,
-                        MembershipChange::Updated {
-                            added,
-                            removed,
-                            total,
-                        },
-                    );
-                }
-            }
+            shared.set_members(&name, &config.source, members).await;
         }
         let holding = guard.holding();
         note(&shared, &name, |m| {

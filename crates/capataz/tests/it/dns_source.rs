@@ -93,11 +93,14 @@ async fn dns_a_records_are_followed_added_backends_gated_removed_ones_drained() 
     );
     let pool = balancer.pool("web").expect("pool web");
     assert_eq!(names(&pool), vec![a.clone(), b.clone()]);
-    for name in [&a, &b] {
-        wait_for(&mut rx, "both backends UP after rise probes", |e| {
-            is_transition(e, name, State::Up)
+    // Both start DOWN (gated): each has a transition to UP after its rise probes.
+    let mut up = std::collections::HashSet::new();
+    while up.len() < 2 {
+        let event = wait_for(&mut rx, "both backends UP after rise probes", |e| {
+            is_transition(e, &a, State::Up) || is_transition(e, &b, State::Up)
         })
         .await;
+        up.insert(event.backend().map(str::to_owned));
     }
     let mut client = Client::new(balancer.local_addrs()[0]);
     for _ in 0..6 {
@@ -115,10 +118,9 @@ async fn dns_a_records_are_followed_added_backends_gated_removed_ones_drained() 
     );
     let pool = balancer.pool("web").expect("pool web");
     assert_eq!(names(&pool), vec![a.clone(), c.clone()]);
-    let views = pool.views();
-    // The kept backend kept its verdict; the added one waits for its rise probes.
-    assert_eq!(views[0].health.active.state, State::Up);
-    assert_eq!(views[1].health.active.state, State::Down);
+    // The kept backend kept its verdict; the added one waits for its rise probes (its
+    // transition to UP below).
+    assert_eq!(pool.views()[0].health.active.state, State::Up);
     let removed_hits = sims[1].traffic_hits();
     wait_for(&mut rx, "the added backend UP after rise probes", |e| {
         is_transition(e, &c, State::Up)
@@ -213,6 +215,39 @@ async fn dns_failures_keep_the_membership_and_a_large_drop_waits_for_confirmatio
     .await;
     wait_updated(&mut rx, 4).await;
     let count = || balancer.pool("web").expect("pool web").backends.len();
+
+    // /status and explain say where each backend came from and when it joined; the metrics
+    // show how old the membership is.
+    let page = capataz::status::page(&balancer.pools(), "now").expect("status page");
+    let page: serde_json::Value = serde_json::from_slice(&page).expect("status JSON");
+    let pool = &page["pools"][0];
+    assert_eq!(pool["source"]["kind"], "dns");
+    assert_eq!(pool["source"]["name"], "web.test.");
+    assert!(pool["source"]["age_seconds"].as_f64().is_some(), "{pool}");
+    assert!(pool["source"]["failing"].is_null());
+    let backend = &pool["backends"][0];
+    assert_eq!(backend["source"], "dns");
+    assert!(
+        backend["joined"].as_str().is_some_and(|t| t.ends_with('Z')),
+        "{backend}"
+    );
+    assert!(
+        backend["explain"]
+            .as_str()
+            .is_some_and(|e| e.contains("from dns web.test. A/AAAA, joined ")),
+        "{backend}"
+    );
+    let metrics = balancer
+        .shared()
+        .metrics()
+        .render(&balancer.pools(), None, capataz::metrics::Format::Classic)
+        .expect("metrics");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("capataz_pool_membership_age_seconds{pool=\"web\"}")),
+        "{metrics}"
+    );
     let is = |want: fn(&MembershipChange) -> bool| move |e: &Event| membership(e).is_some_and(want);
 
     // The zone is no longer served: REFUSED.

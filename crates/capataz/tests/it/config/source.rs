@@ -44,7 +44,10 @@ fn a_dns_source_takes_srv_a_resolver_and_its_bounds() {
     };
     assert_eq!(dns.record, DnsRecord::Srv);
     assert_eq!(dns.resolver, Some(addr("127.0.0.1:5353")));
-    assert_eq!((dns.ttl_min, dns.ttl_max), (Duration::from_secs(1), Duration::from_secs(10)));
+    assert_eq!(
+        (dns.ttl_min, dns.ttl_max),
+        (Duration::from_secs(1), Duration::from_secs(10))
+    );
     assert_eq!(dns.timeout, Duration::from_millis(300));
     assert_eq!(dns.max_drop_percent, 100);
 }
@@ -54,20 +57,51 @@ fn dns_source_mistakes_name_their_key() {
     let cases: &[(&str, &str)] = &[
         ("kind = \"etcd\"\n", "pools.web.source.kind"),
         ("kind = \"dns\"\nport = 80\n", "pools.web.source.name"),
-        ("kind = \"dns\"\nname = \"web.test\"\n", "pools.web.source.port"),
-        ("kind = \"dns\"\nname = \"web..test\"\nport = 80\n", "pools.web.source.name"),
-        ("kind = \"dns\"\nname = \"web.test\"\nport = 0\n", "pools.web.source.port"),
-        ("kind = \"dns\"\nname = \"web.test\"\nrecord = \"srv\"\nport = 80\n", "pools.web.source.port"),
-        ("kind = \"dns\"\nname = \"web.test\"\nrecord = \"mx\"\n", "pools.web.source.record"),
-        ("kind = \"dns\"\nname = \"web.test\"\nport = 80\nresolver = \"ns1\"\n", "pools.web.source.resolver"),
-        ("kind = \"dns\"\nname = \"web.test\"\nport = 80\nttl_min = \"10s\"\nttl_max = \"5s\"\n", "pools.web.source.ttl_max"),
-        ("kind = \"dns\"\nname = \"web.test\"\nport = 80\nmax_drop_percent = 101\n", "pools.web.source.max_drop_percent"),
-        ("kind = \"static\"\nname = \"web.test\"\n", "pools.web.source.name"),
+        (
+            "kind = \"dns\"\nname = \"web.test\"\n",
+            "pools.web.source.port",
+        ),
+        (
+            "kind = \"dns\"\nname = \"web..test\"\nport = 80\n",
+            "pools.web.source.name",
+        ),
+        (
+            "kind = \"dns\"\nname = \"web.test\"\nport = 0\n",
+            "pools.web.source.port",
+        ),
+        (
+            "kind = \"dns\"\nname = \"web.test\"\nrecord = \"srv\"\nport = 80\n",
+            "pools.web.source.port",
+        ),
+        (
+            "kind = \"dns\"\nname = \"web.test\"\nrecord = \"mx\"\n",
+            "pools.web.source.record",
+        ),
+        (
+            "kind = \"dns\"\nname = \"web.test\"\nport = 80\nresolver = \"ns1\"\n",
+            "pools.web.source.resolver",
+        ),
+        (
+            "kind = \"dns\"\nname = \"web.test\"\nport = 80\nttl_min = \"10s\"\nttl_max = \"5s\"\n",
+            "pools.web.source.ttl_max",
+        ),
+        (
+            "kind = \"dns\"\nname = \"web.test\"\nport = 80\nmax_drop_percent = 101\n",
+            "pools.web.source.max_drop_percent",
+        ),
+        (
+            "kind = \"static\"\nname = \"web.test\"\n",
+            "pools.web.source.name",
+        ),
     ];
     for (table, key) in cases {
         let text = format!("{DNS_POOL}{table}");
         let error = parse_str(&text, "config.toml").expect_err(&format!("refused: {table}"));
-        assert!(error.key().contains(key), "{table}: key {:?}, want {key}: {error}", error.key());
+        assert!(
+            error.key().contains(key),
+            "{table}: key {:?}, want {key}: {error}",
+            error.key()
+        );
     }
 }
 
