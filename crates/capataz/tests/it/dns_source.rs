@@ -341,3 +341,93 @@ async fn dns_failures_keep_the_membership_and_a_large_drop_waits_for_confirmatio
     assert_eq!(count(), 0);
     balancer.shutdown(Duration::from_secs(5)).await;
 }
+
+#[tokio::test]
+async fn a_reload_keeps_a_dns_pools_membership_and_health() {
+    let (_sims, port) = same_port_backends(2).await;
+    let knot = Knot::start("reload", "web 1 IN A 127.0.0.1\nweb 1 IN A 127.0.0.2");
+    let text = format!(
+        "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web.source]\nkind = \"dns\"\n\
+         ttl_min = \"1s\"\nname = \"web.test.\"\nport = {port}\nresolver = \"{}\"\n\
+         [pools.web.active]\n{CHECKS}\n",
+        knot.addr()
+    );
+    let (balancer, mut rx) = start(&text).await;
+    wait_updated(&mut rx, 2).await;
+    let mut up = std::collections::HashSet::new();
+    while up.len() < 2 {
+        let event = wait_for(
+            &mut rx,
+            "both backends UP",
+            |e| matches!(e, Event::Transition { transition, .. } if transition.to == State::Up),
+        )
+        .await;
+        up.insert(event.backend().map(str::to_owned));
+    }
+    let summary = balancer
+        .reload(&crate::support::balancer::parse(&text))
+        .await
+        .expect("reload");
+    assert_eq!((summary.kept, summary.added, summary.removed), (2, 0, 0));
+    let pool = balancer.pool("web").expect("pool web");
+    assert_eq!(pool.backends.len(), 2);
+    assert!(pool
+        .views()
+        .iter()
+        .all(|v| v.health.active.state == State::Up));
+    balancer.shutdown(Duration::from_secs(5)).await;
+}
+
+/// BENCHMARKS.md, "DNS: from a record change to traffic": a record is added to the zone and
+/// the time until the new backend gets its first request is measured, while a client sends
+/// requests without pause. Run with
+/// `cargo test --release -p capataz --test it dns_record_change_to_traffic -- --ignored --nocapture`.
+#[tokio::test]
+#[ignore = "a benchmark: run it by name with --ignored --nocapture"]
+async fn dns_record_change_to_traffic() {
+    const ROUNDS: u8 = 7;
+    let (sims, port) = same_port_backends(ROUNDS + 1).await;
+    let mut records = String::from("web 1 IN A 127.0.0.1");
+    let mut knot = Knot::start("bench", &records);
+    let (balancer, mut rx) = balancer(
+        &format!(
+            "name = \"web.test.\"\nport = {port}\nresolver = \"{}\"\n",
+            knot.addr()
+        ),
+        "interval = \"100ms\"\ntimeout = \"200ms\"\njitter = \"0%\"\nrise = 2\nfall = 3\n",
+    )
+    .await;
+    wait_updated(&mut rx, 1).await;
+    let listener = balancer.local_addrs()[0];
+    let load = tokio::spawn(async move {
+        let mut client = Client::new(listener);
+        loop {
+            client.get("/").await;
+        }
+    });
+    let mut times = Vec::new();
+    for round in 1..=ROUNDS {
+        let ip = round + 1;
+        records.push_str(&format!("\nweb 1 IN A 127.0.0.{ip}"));
+        let changed = tokio::time::Instant::now();
+        knot.set_records(&records);
+        let sim = &sims[usize::from(round)];
+        let end = changed + Duration::from_secs(20);
+        while sim.traffic_hits() == 0 {
+            assert!(tokio::time::Instant::now() < end, "no traffic within 20 s");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        times.push(changed.elapsed());
+    }
+    load.abort();
+    let mut sorted = times.clone();
+    sorted.sort();
+    println!(
+        "record change -> first request, ttl 1 s (ttl_min 1s), interval 100 ms, rise 2: \
+         median {:?}, min {:?}, max {:?} over {ROUNDS} changes: {times:?}",
+        sorted[sorted.len() / 2],
+        sorted[0],
+        sorted[sorted.len() - 1]
+    );
+    balancer.shutdown(Duration::from_secs(5)).await;
+}
