@@ -981,8 +981,11 @@ impl Ledger {
                     check_rules(t);
                 }
                 Event::AllDown { .. } | Event::Recovered { .. } => {}
-                Event::Override { .. } | Event::Eligibility { .. } | Event::Backups { .. } => {
-                    panic!("nobody overrode anything, no backup, no drain: {event:?}")
+                Event::Override { .. }
+                | Event::Eligibility { .. }
+                | Event::Backups { .. }
+                | Event::Membership { .. } => {
+                    panic!("nobody overrode anything, no backup, no drain, no source: {event:?}")
                 }
             }
         }

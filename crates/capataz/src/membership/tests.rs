@@ -99,3 +99,25 @@ fn max_drop_percent_100_never_holds_and_0_holds_any_drop() {
     // Growth is never held.
     assert_eq!(strict.handle_members(members(5)).apply, Some(members(5)));
 }
+
+#[test]
+fn the_wait_follows_the_ttl_within_the_floor_and_the_ceiling() {
+    use std::time::Duration;
+
+    use crate::config::{DnsRecord, DnsSource};
+    let resolver = super::DnsResolver::new(&DnsSource {
+        name: "web.test.".into(),
+        record: DnsRecord::Address { port: 80 },
+        resolver: Some("127.0.0.1:53".parse().expect("address")),
+        ttl_min: Duration::from_secs(2),
+        ttl_max: Duration::from_secs(60),
+        timeout: Duration::from_secs(1),
+        max_drop_percent: 50,
+    })
+    .expect("a resolver");
+    assert_eq!(resolver.wait_for(Some(30)), Duration::from_secs(30));
+    assert_eq!(resolver.wait_for(Some(0)), Duration::from_secs(2));
+    assert_eq!(resolver.wait_for(Some(86_400)), Duration::from_secs(60));
+    // After a failure: the floor.
+    assert_eq!(resolver.wait_for(None), Duration::from_secs(2));
+}
