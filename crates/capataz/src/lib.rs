@@ -4,6 +4,7 @@
 //! them: configuration, probes, the proxy, logging, the demo and the `replay` driver.
 
 pub mod admin;
+pub mod access_log;
 pub mod alerts;
 pub mod balance;
 pub mod body;

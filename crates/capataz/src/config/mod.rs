@@ -180,6 +180,39 @@ pub struct ListenerConfig {
     pub http2: Http2Config,
     /// TLS termination (`[listeners.tls]`); plaintext HTTP when `None` (default).
     pub tls: Option<ListenerTls>,
+    /// The access log (`[listeners.access_log]`); none when `None` (default).
+    pub access_log: Option<AccessLogConfig>,
+}
+
+/// A listener's access log (`[listeners.access_log]`): one line per request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccessLogConfig {
+    /// Where the lines go.
+    pub target: AccessLogTarget,
+    /// How a line is written (default text).
+    pub format: AccessLogFormat,
+    /// The most lines waiting for the writer (default 4096); more are dropped and counted.
+    pub buffer: usize,
+}
+
+/// Where an access log's lines go.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum AccessLogTarget {
+    /// capataz's standard output (`path = "stdout"`).
+    Stdout,
+    /// capataz's standard error (`path = "stderr"`).
+    Stderr,
+    /// A file, appended to, reopened on every reload (log rotation).
+    File(std::path::PathBuf),
+}
+
+/// How an access log line is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AccessLogFormat {
+    /// A combined-like line followed by capataz's fields (see docs/config.md).
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// The HTTP/2 settings of a listener (`[listeners.http2]`), for every HTTP/2 connection it

@@ -18,6 +18,7 @@ use crate::client;
 use crate::config::ListenerConfig;
 use crate::health::PoolRt;
 use crate::instruments::HandshakeFailures;
+use crate::access_log::AccessLog;
 use crate::proxy::{ClientInfo, Proxy};
 use crate::tls::{ServerTls, TlsInfo};
 
@@ -44,6 +45,14 @@ pub(super) fn handles(pools: &[Arc<PoolRt>]) -> Vec<Arc<PoolHandle>> {
 }
 
 impl Shared {
+    /// The access log of `listener` (kept from before a reload if its settings did not
+    /// change, and then reopened), if it has one.
+    pub(super) fn access_log(&self, listener: &ListenerConfig) -> Option<Arc<AccessLog>> {
+        self.access_logs.for_listener(listener, || {
+            self.metrics.families().access_log_dropped(&listener.name)
+        })
+    }
+
     pub(super) fn spawn_listener(
         &self,
         listener: &ListenerConfig,
@@ -57,6 +66,7 @@ impl Shared {
                 listener,
                 &handles(pools),
                 self.metrics.families().listener(&listener.name),
+                self.access_log(listener),
             )),
         }));
         let (stop, stop_rx) = watch::channel(false);
