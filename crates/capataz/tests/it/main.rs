@@ -12,6 +12,7 @@ mod support;
 mod admin;
 mod admin_hostile;
 mod admin_web;
+mod access_log;
 mod alerts;
 mod backend_tls;
 mod balancer;
