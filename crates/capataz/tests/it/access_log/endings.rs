@@ -9,6 +9,7 @@ use super::logging;
 use crate::support::access_log::{wait_json, LogDir};
 use crate::support::balancer::{backends, ConfigText};
 use crate::support::client::exchange;
+use crate::support::h2client;
 use crate::support::raw::{self, RawBackend};
 
 #[tokio::test]
@@ -79,11 +80,11 @@ async fn a_client_gone_mid_body_is_ended_by_the_client_in_body() {
             let _ = stream
                 .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\nsome bytes")
                 .await;
-            // The rest never comes; the connection stays open until capataz drops it.
-            let _ = stream.readable().await;
-            let mut sink = [0u8; 64];
-            while stream.try_read(&mut sink).is_ok_and(|n| n > 0) {}
-            tokio::time::sleep(Duration::from_secs(60)).await;
+            // The rest trickles, a byte at a time, until capataz drops the connection (the
+            // client's socket is only seen closed when capataz writes to it).
+            while stream.write_all(b"x").await.is_ok() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         }
     })
     .await;
@@ -108,23 +109,24 @@ async fn a_client_gone_mid_body_is_ended_by_the_client_in_body() {
 
 #[tokio::test]
 async fn a_client_gone_while_the_backend_thinks_is_ended_by_the_client_in_headers() {
+    // Over HTTP/2 a client cancels a request with a reset: capataz drops it at once. (Over
+    // HTTP/1.1 a client's FIN is a half-close, and the request goes on.)
     let sims = backends(&["slow"]).await;
     sims[0].set_traffic(Mode::Hang);
     let dir = LogDir::new();
     let path = dir.path("access.log");
-    let (_balancer, addr) = logging(ConfigText::sims(&sims), &path, "json", "").await;
-    let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
-    client
-        .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-        .await
-        .unwrap();
+    let (_balancer, addr) = logging(ConfigText::sims(&sims), &path, "json", "h2c = true").await;
+    let mut conn = h2client::connect(addr).await;
+    let request = tokio::spawn(async move { conn.get("app.test", "/wait").await });
     assert!(sims[0].wait_traffic_hits(1, Duration::from_secs(20)).await);
-    drop(client);
+    // Dropping the request (and the connection) resets the stream.
+    request.abort();
     let line = &wait_json(&path, 1).await[0];
     assert_eq!(line["status"], serde_json::Value::Null);
     assert_eq!(line["ended_by"], "client");
     assert_eq!(line["phase"], "headers");
     assert_eq!(line["backend"], "slow");
+    assert_eq!(line["target"], "/wait");
 }
 
 #[tokio::test]
