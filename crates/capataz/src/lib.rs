@@ -3,8 +3,8 @@
 //! The health decisions live in the pure `capataz-health` crate; this crate does the IO around
 //! them: configuration, probes, the proxy, logging, the demo and the `replay` driver.
 
-pub mod admin;
 pub mod access_log;
+pub mod admin;
 pub mod alerts;
 pub mod balance;
 pub mod body;

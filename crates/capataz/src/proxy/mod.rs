@@ -452,7 +452,7 @@ impl Proxy {
                         if retry_status && replayable && may_retry(&pool, &mut retries_left, &tried)
                         {
                             failure = Some(Failure::Status(status));
-                        tally.failure = failure;
+                            tally.failure = failure;
                             continue;
                         }
                         let trailer = trailer_names(response.headers_mut());

@@ -13,12 +13,12 @@ use tokio::task::JoinHandle;
 use tokio_rustls::server::TlsStream;
 
 use super::{Shared, StartError};
+use crate::access_log::AccessLog;
 use crate::balance::PoolHandle;
 use crate::client;
 use crate::config::ListenerConfig;
 use crate::health::PoolRt;
 use crate::instruments::HandshakeFailures;
-use crate::access_log::AccessLog;
 use crate::proxy::{ClientInfo, Proxy};
 use crate::tls::{ServerTls, TlsInfo};
 

@@ -298,7 +298,10 @@ mod tests {
             let connect = error.phase() == AttemptPhase::Connect;
             // A refused stream is known unprocessed, but it fails waiting for the head.
             let unsent = error.nothing_sent()
-                && !matches!(error, AttemptError::StreamRefused | AttemptError::Send { .. });
+                && !matches!(
+                    error,
+                    AttemptError::StreamRefused | AttemptError::Send { .. }
+                );
             assert_eq!(connect, unsent, "{error:?}");
         }
         assert_eq!(AttemptError::BodyBroken.phase(), AttemptPhase::Body);

@@ -9,10 +9,10 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod access_log;
 mod admin;
 mod admin_hostile;
 mod admin_web;
-mod access_log;
 mod alerts;
 mod backend_tls;
 mod balancer;

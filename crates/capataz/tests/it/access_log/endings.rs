@@ -22,7 +22,10 @@ async fn a_refused_connection_is_ended_by_the_backend_in_connect() {
     let path = dir.path("access.log");
     let config = ConfigText::new(&[("dead".into(), address)]);
     let (_balancer, addr) = logging(config, &path, "json", "").await;
-    assert_eq!(exchange(addr, "GET", "/", "app.test", &[]).await.status, 502);
+    assert_eq!(
+        exchange(addr, "GET", "/", "app.test", &[]).await.status,
+        502
+    );
     let line = &wait_json(&path, 1).await[0];
     assert_eq!(line["status"], 502);
     assert_eq!(line["ended_by"], "backend");
@@ -40,7 +43,10 @@ async fn a_backend_silent_past_response_header_is_ended_by_the_backend_in_header
     let config =
         ConfigText::sims(&sims).extra("[pools.web.timeouts]\nresponse_header = \"200ms\"\n");
     let (_balancer, addr) = logging(config, &path, "json", "").await;
-    assert_eq!(exchange(addr, "GET", "/", "app.test", &[]).await.status, 504);
+    assert_eq!(
+        exchange(addr, "GET", "/", "app.test", &[]).await.status,
+        504
+    );
     let line = &wait_json(&path, 1).await[0];
     assert_eq!(line["status"], 504);
     assert_eq!(line["ended_by"], "backend");
@@ -137,9 +143,17 @@ async fn capatazs_own_answers_are_ended_by_capataz_in_request() {
     let listener = "[[listeners.routes]]\npath_prefix = \"/api\"\npool = \"web\"\n";
     let config = ConfigText::sims(&sims);
     let (_balancer, addr) = logging(config, &path, "json", listener).await;
-    assert_eq!(exchange(addr, "GET", "/other", "app.test", &[]).await.status, 404);
+    assert_eq!(
+        exchange(addr, "GET", "/other", "app.test", &[])
+            .await
+            .status,
+        404
+    );
     let two_hosts = b"GET /api HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n";
-    assert_eq!(raw::status_of(&raw::raw_roundtrip(addr, two_hosts).await), Some(400));
+    assert_eq!(
+        raw::status_of(&raw::raw_roundtrip(addr, two_hosts).await),
+        Some(400)
+    );
     let lines = wait_json(&path, 2).await;
     for (line, status) in lines.iter().zip([404, 400]) {
         assert_eq!(line["status"], status);
@@ -160,9 +174,19 @@ async fn a_pool_with_no_backend_in_rotation_is_a_503_ended_by_capataz() {
     let config = ConfigText::sims(&sims).admin("");
     let (balancer, addr) = logging(config, &path, "json", "").await;
     let admin = balancer.admin_addr().unwrap();
-    let down = exchange(admin, "POST", "/backends/web/a/down", &admin.to_string(), &[]).await;
+    let down = exchange(
+        admin,
+        "POST",
+        "/backends/web/a/down",
+        &admin.to_string(),
+        &[],
+    )
+    .await;
     assert_eq!(down.status, 200, "{}", down.text());
-    assert_eq!(exchange(addr, "GET", "/", "app.test", &[]).await.status, 503);
+    assert_eq!(
+        exchange(addr, "GET", "/", "app.test", &[]).await.status,
+        503
+    );
     let line = &wait_json(&path, 1).await[0];
     assert_eq!(line["status"], 503);
     assert_eq!(line["ended_by"], "capataz");

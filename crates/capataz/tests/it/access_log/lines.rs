@@ -113,7 +113,10 @@ async fn a_line_per_request_on_a_keep_alive_connection() {
         assert_eq!(client.get(&format!("/n{i}")).await.status, 200);
     }
     let lines = wait_json(&path, 5).await;
-    let mut targets: Vec<&str> = lines.iter().map(|l| l["target"].as_str().unwrap()).collect();
+    let mut targets: Vec<&str> = lines
+        .iter()
+        .map(|l| l["target"].as_str().unwrap())
+        .collect();
     targets.sort();
     assert_eq!(targets, ["/n0", "/n1", "/n2", "/n3", "/n4"]);
 }
@@ -131,7 +134,12 @@ async fn injected_quotes_and_bytes_stay_escaped_on_one_text_line() {
     let path = dir.path("access.log");
     let (_balancer, addr) = logging(ConfigText::sims(&sims), &path, "text", "").await;
     let reply = raw::raw_roundtrip(addr, HOSTILE).await;
-    assert_eq!(raw::status_of(&reply), Some(200), "{}", String::from_utf8_lossy(&reply));
+    assert_eq!(
+        raw::status_of(&reply),
+        Some(200),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
     let lines = wait_lines(&path, 1).await;
     assert_eq!(lines.len(), 1);
     let line = &lines[0];
@@ -154,7 +162,12 @@ async fn injected_quotes_and_bytes_parse_back_from_json() {
     let path = dir.path("access.log");
     let (_balancer, addr) = logging(ConfigText::sims(&sims), &path, "json", "").await;
     let reply = raw::raw_roundtrip(addr, HOSTILE).await;
-    assert_eq!(raw::status_of(&reply), Some(200), "{}", String::from_utf8_lossy(&reply));
+    assert_eq!(
+        raw::status_of(&reply),
+        Some(200),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
     let lines = wait_json(&path, 1).await;
     assert_eq!(lines[0]["target"], "/a?c=%0D%0A");
     assert_eq!(
