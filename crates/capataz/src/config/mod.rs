@@ -185,6 +185,39 @@ pub struct ListenerConfig {
     /// `proxy_protocol`: the sources whose connections start with a PROXY protocol header
     /// (version 1 or 2) giving the real client's address; `None` (the default) reads none.
     pub proxy_protocol: Option<ProxyProtocolConfig>,
+    /// The access log (`[listeners.access_log]`); none when `None` (default).
+    pub access_log: Option<AccessLogConfig>,
+}
+
+/// A listener's access log (`[listeners.access_log]`): one line per request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccessLogConfig {
+    /// Where the lines go.
+    pub target: AccessLogTarget,
+    /// How a line is written (default text).
+    pub format: AccessLogFormat,
+    /// The most lines waiting for the writer (default 4096); more are dropped and counted.
+    pub buffer: usize,
+}
+
+/// Where an access log's lines go.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum AccessLogTarget {
+    /// capataz's standard output (`path = "stdout"`).
+    Stdout,
+    /// capataz's standard error (`path = "stderr"`).
+    Stderr,
+    /// A file, appended to, reopened on every reload (log rotation).
+    File(std::path::PathBuf),
+}
+
+/// How an access log line is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AccessLogFormat {
+    /// A combined-like line followed by capataz's fields (see docs/config.md).
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// The HTTP/2 settings of a listener (`[listeners.http2]`), for every HTTP/2 connection it

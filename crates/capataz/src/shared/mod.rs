@@ -51,6 +51,8 @@ pub struct Shared {
     /// This balancer's metrics, whose families every pool takes its handles from. The latency
     /// histograms' scope is read at start and kept across reloads.
     metrics: Arc<Metrics>,
+    /// The listeners' access logs, kept across reloads.
+    access_logs: crate::access_log::AccessLogs,
     shutdown: watch::Sender<bool>,
     connections: Arc<AtomicUsize>,
     /// Held from the start of a reload to its end: reloads apply one at a time, in order.
@@ -140,6 +142,7 @@ impl Shared {
             events,
             clock,
             metrics,
+            access_logs: Default::default(),
             shutdown,
             connections: Arc::new(AtomicUsize::new(0)),
             reload_lock: Arc::new(tokio::sync::Mutex::new(())),

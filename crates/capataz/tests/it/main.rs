@@ -9,6 +9,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod access_log;
 mod acme;
 mod admin;
 mod admin_hostile;

@@ -75,6 +75,15 @@ pub(super) struct RawListener {
     #[serde(default)]
     pub(super) routes: Vec<Spanned<RawRoute>>,
     pub(super) tls: Option<RawTls>,
+    pub(super) access_log: Option<Spanned<RawAccessLog>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAccessLog {
+    pub(super) path: Option<Spanned<String>>,
+    pub(super) format: Option<Spanned<String>>,
+    pub(super) buffer: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
