@@ -33,11 +33,11 @@ mod settings;
 pub mod status;
 
 pub use cadence::{Cadence, ProbeIntervals};
+pub use outliers::{LatencyWindow, SuccessWindow};
 pub use pool::{
     BackendHealth, Ejection, EjectionInfo, EjectionPolicy, LatencyOutliers, Percentile, Pool,
     RateSentence, Reason, Settings, Side, SlowSentence, State, SuccessRate, Transition,
 };
-pub use outliers::{LatencyWindow, SuccessWindow};
 pub use probe::{Mismatch, ProbeOutcome, Snippet};
 pub use replay::Replay;
 pub use rotation::{

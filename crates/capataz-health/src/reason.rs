@@ -275,7 +275,16 @@ impl fmt::Display for Reason {
                 windows,
                 ejection,
             } => {
-                write!(f, "{}", SlowSentence { percentile, latency, median, windows })?;
+                write!(
+                    f,
+                    "{}",
+                    SlowSentence {
+                        percentile,
+                        latency,
+                        median,
+                        windows
+                    }
+                )?;
                 match ejection {
                     Some(ejection) => write!(f, "; {ejection}"),
                     None => Ok(()),

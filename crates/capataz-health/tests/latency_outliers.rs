@@ -128,7 +128,11 @@ fn a_normal_window_between_slow_ones_starts_the_count_again() {
     let slow = [w(100, 38), w(100, 40), w(100, 412)];
     feed(&mut pool, &slow, WINDOW);
     feed(&mut pool, &slow, 2 * WINDOW);
-    feed(&mut pool, &[w(100, 38), w(100, 40), w(100, 100)], 3 * WINDOW);
+    feed(
+        &mut pool,
+        &[w(100, 38), w(100, 40), w(100, 100)],
+        3 * WINDOW,
+    );
     assert_eq!(pool.backend(2).passive.slow_windows, 0);
     assert!(feed(&mut pool, &slow, 4 * WINDOW).is_empty());
 }

@@ -87,7 +87,10 @@ fn a_429_reduces_the_weight_for_its_retry_after_and_then_restores_it() {
 fn a_retry_after_longer_than_the_cap_is_bounded() {
     let mut r = rotation(Some(TEN_PERCENT));
     r.handle_shed(0, 503, Duration::from_secs(86_400 * 365), S);
-    assert_eq!(r.shed(0).map(|s| s.duration), Some(Duration::from_secs(300)));
+    assert_eq!(
+        r.shed(0).map(|s| s.duration),
+        Some(Duration::from_secs(300))
+    );
     assert_eq!(r.poll_timeout(), Some(S + Duration::from_secs(300)));
 }
 

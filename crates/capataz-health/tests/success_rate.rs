@@ -5,8 +5,7 @@
 use std::time::Duration;
 
 use capataz_health::{
-    EjectionPolicy, Outcome, Pool, Reason, Settings, State, SuccessRate, SuccessWindow,
-    Transition,
+    EjectionPolicy, Outcome, Pool, Reason, Settings, State, SuccessRate, SuccessWindow, Transition,
 };
 
 const WINDOW: Duration = Duration::from_secs(10);
@@ -79,7 +78,10 @@ fn alike_error_rates_eject_nobody() {
         assert!(feed(&mut pool, &windows, i * WINDOW).is_empty());
     }
     let perfect = [w(100, 0); 5];
-    assert!(feed(&mut pool, &perfect, 6 * WINDOW).is_empty(), "no spread at all");
+    assert!(
+        feed(&mut pool, &perfect, 6 * WINDOW).is_empty(),
+        "no spread at all"
+    );
 }
 
 #[test]

@@ -157,15 +157,37 @@ struct Target {
     ttl: Option<String>,
 }
 
-/// Runs until SIGTERM or Ctrl-C; SIGHUP reloads the configuration file meanwhile.
-async fn serve_until_stopped(balancer: &capataz::server::Balancer) {
+/// The signals `capataz run` answers, installed before the balancer starts: a SIGHUP or
+/// SIGTERM sent as soon as "listening" is logged must find its handler, not the default action
+/// (which ends the process). `None` where they cannot be installed (then Ctrl-C only).
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let (Ok(mut term), Ok(mut hup)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::hangup()),
-        ) {
+    handlers: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Signals {
+    /// Installs the handlers; call it on the runtime, before anything is logged as listening.
+    fn install() -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let handlers = match (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::hangup()),
+            ) {
+                (Ok(term), Ok(hup)) => Some((term, hup)),
+                _ => None,
+            };
+            Signals { handlers }
+        }
+        #[cfg(not(unix))]
+        Signals {}
+    }
+
+    /// Runs until SIGTERM or Ctrl-C; SIGHUP reloads the configuration file meanwhile.
+    async fn serve_until_stopped(self, balancer: &capataz::server::Balancer) {
+        #[cfg(unix)]
+        if let Some((mut term, mut hup)) = self.handlers {
             loop {
                 tokio::select! {
                     _ = tokio::signal::ctrl_c() => return,
@@ -187,8 +209,9 @@ async fn serve_until_stopped(balancer: &capataz::server::Balancer) {
                 }
             }
         }
+        let _ = balancer;
+        let _ = tokio::signal::ctrl_c().await;
     }
-    let _ = tokio::signal::ctrl_c().await;
 }
 
 /// A log format on the command line.
@@ -297,10 +320,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             );
             let runtime = runtime()?;
             let served = runtime.block_on(async {
+                let signals = Signals::install();
                 let (events, _) = tokio::sync::broadcast::channel(1024);
                 let balancer =
                     capataz::server::Balancer::start_with_path(&config, events, Some(path)).await?;
-                serve_until_stopped(&balancer).await;
+                signals.serve_until_stopped(&balancer).await;
                 let deadline = balancer.shared().config().server.shutdown_timeout;
                 tracing::info!(
                     "stopping: no new connections; finishing requests in flight (up to {})",

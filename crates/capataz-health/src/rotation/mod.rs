@@ -50,8 +50,8 @@ pub use event::{
     ActiveChange, AllDown, Effective, Event, OnBackups, Override, OverrideCause, OverrideChange,
     OverrideKind, StandingCause, StandingChange,
 };
-pub use shedding::{LoadShedding, Shed, ShedChange};
 pub use policy::{BackupUse, Carried, Eligible, Join, MinHealthy, Policy, Role, WhenAllDown};
+pub use shedding::{LoadShedding, Shed, ShedChange};
 
 use crate::cadence::Cadence;
 use crate::outliers::{LatencyWindow, SuccessWindow};

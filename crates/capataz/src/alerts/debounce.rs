@@ -118,7 +118,10 @@ pub(super) fn state(event: &Event) -> &'static str {
             }
         }
         Event::Shedding { shedding: true, .. } => "shedding",
-        Event::Shedding { shedding: false, .. } => "not_shedding",
+        Event::Shedding {
+            shedding: false, ..
+        } => "not_shedding",
         Event::AllDown { .. } | Event::Recovered { .. } => event.kind(),
+        Event::Membership { change, .. } => change.as_str(),
     }
 }

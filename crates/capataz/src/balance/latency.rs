@@ -95,7 +95,22 @@ mod tests {
     #[test]
     fn buckets_are_monotonic_and_within_a_quarter() {
         let mut last = 0;
-        for us in [0u64, 1, 3, 4, 5, 7, 8, 100, 999, 1000, 38_000, 412_000, 1 << 40, u64::MAX] {
+        for us in [
+            0u64,
+            1,
+            3,
+            4,
+            5,
+            7,
+            8,
+            100,
+            999,
+            1000,
+            38_000,
+            412_000,
+            1 << 40,
+            u64::MAX,
+        ] {
             let b = bucket(us);
             assert!(b < BUCKETS);
             assert!(b >= last, "bucket of {us}");

@@ -19,8 +19,8 @@ mod handle;
 mod latency;
 
 pub use backend::{BackendRt, OutcomeCounts, TrafficRing, HISTORY};
-pub use latency::LatencyBuckets;
 pub use handle::{PoolHandle, TrafficSink};
+pub use latency::LatencyBuckets;
 
 /// The longest precomputed round-robin schedule; larger weight sums are scaled down.
 const MAX_SCHEDULE: u64 = 65_536;

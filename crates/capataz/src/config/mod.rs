@@ -185,6 +185,39 @@ pub struct ListenerConfig {
     /// `proxy_protocol`: the sources whose connections start with a PROXY protocol header
     /// (version 1 or 2) giving the real client's address; `None` (the default) reads none.
     pub proxy_protocol: Option<ProxyProtocolConfig>,
+    /// The access log (`[listeners.access_log]`); none when `None` (default).
+    pub access_log: Option<AccessLogConfig>,
+}
+
+/// A listener's access log (`[listeners.access_log]`): one line per request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccessLogConfig {
+    /// Where the lines go.
+    pub target: AccessLogTarget,
+    /// How a line is written (default text).
+    pub format: AccessLogFormat,
+    /// The most lines waiting for the writer (default 4096); more are dropped and counted.
+    pub buffer: usize,
+}
+
+/// Where an access log's lines go.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum AccessLogTarget {
+    /// capataz's standard output (`path = "stdout"`).
+    Stdout,
+    /// capataz's standard error (`path = "stderr"`).
+    Stderr,
+    /// A file, appended to, reopened on every reload (log rotation).
+    File(std::path::PathBuf),
+}
+
+/// How an access log line is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AccessLogFormat {
+    /// A combined-like line followed by capataz's fields (see docs/config.md).
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// The HTTP/2 settings of a listener (`[listeners.http2]`), for every HTTP/2 connection it
@@ -299,6 +332,8 @@ pub struct PoolConfig {
     pub tls: Option<BackendTls>,
     /// Agent checks (`[pools.<name>.agent]`; default: off).
     pub agent: Option<AgentCheckConfig>,
+    /// Where the backends come from (default: the `backends` list, [`PoolSource::Static`]).
+    pub source: PoolSource,
 }
 
 /// Agent checks of one pool (HAProxy's `agent-check`): each backend's agent, on its own TCP
@@ -311,6 +346,62 @@ pub struct AgentCheckConfig {
     pub interval: Duration,
     /// Deadline for connecting and reading the line (default 1 s).
     pub timeout: Duration,
+}
+
+/// Where a pool's backends come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PoolSource {
+    /// The `backends` list of the file (default).
+    Static,
+    /// A DNS name re-resolved on its TTL; the pool starts empty and follows the answers.
+    Dns(DnsSource),
+}
+
+impl PoolSource {
+    /// `static` or `dns`, as written in `source.kind`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PoolSource::Static => "static",
+            PoolSource::Dns(_) => "dns",
+        }
+    }
+
+    /// Whether the backends come from outside the file (so a reload keeps the running ones).
+    pub fn is_dynamic(&self) -> bool {
+        !matches!(self, PoolSource::Static)
+    }
+}
+
+/// `[pools.NAME.source]` with `kind = "dns"`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DnsSource {
+    /// The name to resolve, as written.
+    pub name: String,
+    /// Which records: A and AAAA with `port`, or SRV.
+    pub record: DnsRecord,
+    /// The nameserver to ask (`None`: those of /etc/resolv.conf).
+    pub resolver: Option<SocketAddr>,
+    /// The shortest wait between two queries (default 5 s).
+    pub ttl_min: Duration,
+    /// The longest wait between two queries (default 5 min).
+    pub ttl_max: Duration,
+    /// How long one query may take (default 2 s).
+    pub timeout: Duration,
+    /// The share of the pool (percent) an update may remove without being held for
+    /// confirmation (default 50).
+    pub max_drop_percent: u8,
+}
+
+/// The records a DNS source asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DnsRecord {
+    /// A and AAAA records, every address with this port.
+    Address {
+        /// The backends' port.
+        port: u16,
+    },
+    /// SRV records: their targets, ports, priorities and weights.
+    Srv,
 }
 
 /// The protocol a pool speaks to its backends.

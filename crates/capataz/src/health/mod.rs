@@ -17,6 +17,7 @@
 
 mod backend;
 mod driver;
+mod membership;
 mod publish;
 #[cfg(test)]
 mod tests;
@@ -30,8 +31,8 @@ use std::time::{Duration, SystemTime};
 
 use capataz_health::{
     AgentReport, AgentState, BackendHealth, Cadence, Carried, EjectionPolicy, Join,
-    LatencyOutliers, LatencyWindow, LoadShedding, Outcome, SuccessRate, SuccessWindow,
-    Policy, ProbeIntervals, ProbeOutcome, ProbeRule, Role, Rotation, Settings, State, TrafficRule,
+    LatencyOutliers, LatencyWindow, LoadShedding, Outcome, Policy, ProbeIntervals, ProbeOutcome,
+    ProbeRule, Role, Rotation, Settings, State, SuccessRate, SuccessWindow, TrafficRule,
     Transition, WhenAllDown,
 };
 use tokio::sync::{broadcast, Notify};
@@ -44,6 +45,7 @@ use crate::instruments::Families;
 use crate::tls::client::{client_config, server_name, Alpn, ClientSettings, Connector};
 use crate::upstream::Upstream;
 pub use backend::Clock;
+pub use membership::{Membership, MembershipState};
 pub use view::{BackendInfo, BackendView, Override, ProbeRecord};
 
 /// The rustls client configuration of a pool that speaks TLS to its backends, built once per
@@ -206,6 +208,8 @@ struct Records {
     pub(super) probes: VecDeque<ProbeRecord>,
     pub(super) last_transition: Option<(SystemTime, Transition)>,
     pub(super) since: SystemTime,
+    /// When the backend joined the pool (kept while it stays, across reloads and updates).
+    pub(super) joined: SystemTime,
 }
 
 impl Records {
@@ -214,6 +218,7 @@ impl Records {
             probes: VecDeque::with_capacity(HISTORY),
             last_transition: None,
             since,
+            joined: since,
         }
     }
 }
@@ -275,6 +280,9 @@ pub struct PoolRt {
     clock: Clock,
     /// Wakes the timer when the engine's next timeout may have moved earlier.
     timer: Notify,
+    /// What the pool's backend source last did, shared with the pool's earlier and later
+    /// builds.
+    pub membership: Arc<Membership>,
 }
 
 impl PoolRt {
@@ -324,6 +332,7 @@ impl PoolRt {
             }
             None => config.backends.iter().map(|_| None).collect(),
         };
+        let membership = previous.map_or_else(Default::default, |p| p.membership.clone());
         let tls = tls_config(&config);
         let mut joins = Vec::with_capacity(config.backends.len());
         let mut info = Vec::with_capacity(config.backends.len());
@@ -409,6 +418,7 @@ impl PoolRt {
                 events,
                 clock,
                 timer: Notify::new(),
+                membership,
             }
         });
         let mut inner = pool.lock();
@@ -575,7 +585,12 @@ impl PoolRt {
         let windows: Vec<LatencyWindow> = self
             .backends
             .iter()
-            .map(|b| b.latency.as_ref().map(LatencyBuckets::drain).unwrap_or_default())
+            .map(|b| {
+                b.latency
+                    .as_ref()
+                    .map(LatencyBuckets::drain)
+                    .unwrap_or_default()
+            })
             .collect();
         let now = self.clock.now();
         let mut inner = self.lock();
@@ -599,7 +614,12 @@ impl PoolRt {
         let windows: Vec<SuccessWindow> = self
             .backends
             .iter()
-            .map(|b| b.outcomes.as_ref().map(OutcomeCounts::drain).unwrap_or_default())
+            .map(|b| {
+                b.outcomes
+                    .as_ref()
+                    .map(OutcomeCounts::drain)
+                    .unwrap_or_default()
+            })
             .collect();
         let now = self.clock.now();
         let mut inner = self.lock();
@@ -675,7 +695,10 @@ impl TrafficSink for PoolRt {
         debug_assert!(std::ptr::eq(pool, &*self.handle));
         let now = self.clock.now();
         let mut inner = self.lock();
-        let new = inner.engine.shed(backend).is_none_or(|shed| shed.until <= now);
+        let new = inner
+            .engine
+            .shed(backend)
+            .is_none_or(|shed| shed.until <= now);
         inner.engine.handle_shed(backend, status, retry_after, now);
         self.publish(&mut inner, now, false);
         drop(inner);

@@ -9,6 +9,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod access_log;
 mod acme;
 mod admin;
 mod admin_hostile;
@@ -19,10 +20,11 @@ mod balancer;
 mod cli;
 mod config;
 mod config_dns;
+mod dns_source;
 mod eligibility;
+mod gray_failures;
 mod grpc;
 mod grpc_e2e;
-mod gray_failures;
 mod h2;
 mod h2_backends;
 mod hostile_path;

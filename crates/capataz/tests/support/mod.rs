@@ -10,6 +10,7 @@
 // test module of a binary can reach them.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod access_log;
 pub mod backends_tls;
 pub mod balancer;
 pub mod blocking;
@@ -18,6 +19,7 @@ pub mod client;
 pub mod events;
 pub mod h2client;
 pub mod h2frames;
+pub mod knot;
 pub mod pebble;
 pub mod prometheus;
 pub mod raw;

@@ -6,11 +6,13 @@
 //! syntax here and queued as lookups for stage three (`resolve`): validation does no IO.
 //! `[admin]`, `[pools.*]` and `[alerts]` are validated in the submodules of the same names.
 
+mod access_log;
 mod admin;
 mod alerts;
 mod backend_tls;
 mod pool;
 mod proxy_protocol;
+mod source;
 mod tls;
 
 use std::cell::RefCell;
@@ -318,6 +320,10 @@ impl Validator<'_> {
                 None => None,
                 Some(table) => Some(self.proxy_protocol(&at, table)?),
             },
+            access_log: raw
+                .access_log
+                .map(|log| self.access_log(&at, log))
+                .transpose()?,
         })
     }
 

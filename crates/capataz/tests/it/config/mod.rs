@@ -3,10 +3,12 @@
 //!
 //! The helpers are here; the tests are in one module per concern.
 
+mod access_log;
 mod errors;
 mod http2;
 mod log_level;
 mod proxy_protocol;
+mod source;
 mod values;
 mod warnings;
 

@@ -36,7 +36,9 @@ async fn a_backend_at_ten_times_the_latency_is_ejected_within_the_windows_and_re
     let mut r = Running::start(&config(&b, DETECTOR), 6).await;
 
     let event = r
-        .wait_for("slow ejected", |e| transition_of(e, "slow", State::Down).is_some())
+        .wait_for("slow ejected", |e| {
+            transition_of(e, "slow", State::Down).is_some()
+        })
         .await;
     let t = *transition_of(&event, "slow", State::Down).expect("the transition");
     let Reason::SlowTraffic {
@@ -53,9 +55,7 @@ async fn a_backend_at_ten_times_the_latency_is_ejected_within_the_windows_and_re
     assert_eq!(ejection.nth, 1);
     assert!(latency > median * 3, "{latency:?} against {median:?}");
     assert!(
-        t.reason
-            .to_string()
-            .contains(" against a pool median of "),
+        t.reason.to_string().contains(" against a pool median of "),
         "{}",
         t.reason
     );

@@ -73,7 +73,10 @@ async fn a_503_with_retry_after_reduces_the_weight_for_that_long_and_is_no_error
     );
     let status = r.backend("busy").await;
     assert_eq!(status["verdict"], "UP", "{status}");
-    assert_eq!(status["passive"]["error_streak"], 0, "not an error, with consecutive_errors = 1");
+    assert_eq!(
+        status["passive"]["error_streak"], 0,
+        "not an error, with consecutive_errors = 1"
+    );
     assert_eq!(status["passive"]["shedding"]["status"], 503);
     let explain = status["explain"].as_str().unwrap_or_default();
     assert!(

@@ -28,7 +28,9 @@ async fn a_backend_with_one_error_in_five_is_caught_by_the_success_rate_detector
     b[4].set_traffic(Mode::FailEvery(5, 500));
     let mut r = Running::start(&config(&b, DETECTOR), 4).await;
     let event = r
-        .wait_for("flaky ejected", |e| transition_of(e, "flaky", State::Down).is_some())
+        .wait_for("flaky ejected", |e| {
+            transition_of(e, "flaky", State::Down).is_some()
+        })
         .await;
     let t = *transition_of(&event, "flaky", State::Down).expect("the transition");
     let Reason::ErrorRate {

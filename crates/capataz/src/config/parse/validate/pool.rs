@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::ops::Range;
 use std::num::NonZeroU32;
+use std::ops::Range;
 use std::time::Duration;
 
 use capataz_health::{BackupUse, MinHealthy, Percentile, State, StatusSet};
@@ -14,16 +14,17 @@ use super::super::locate::line_of;
 use super::super::raw::RawBackupUse;
 use super::super::raw::{
     RawActive, RawAgent, RawAlgorithm, RawAllDown, RawBackend, RawBackendTls, RawCheckKind,
-    RawInitial, RawLatencyOutliers, RawLoadShedding, RawPassive, RawSuccessRate, RawPool, RawProtocol, RawRetries, RawReuse, RawTimeouts,
+    RawInitial, RawLatencyOutliers, RawLoadShedding, RawPassive, RawPool, RawProtocol, RawRetries,
+    RawReuse, RawSuccessRate, RawTimeouts,
 };
 use super::super::resolve::{Lookup, Target};
 use super::super::values::parse_percent;
 use super::{is_token_text, ConfigError, Validator, U32_MAX};
 use crate::config::{
     ActiveCheckConfig, AgentCheckConfig, Algorithm, AllDownPolicy, BackendConfig, BackendProtocol,
-    CheckKind, ConnectionReuse, ContentRules, LatencyOutliersConfig, LoadSheddingConfig, PassiveCheckConfig, SuccessRateConfig, PoolConfig, RetryConfig,
-    TrackTarget, UpstreamTimeouts, DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT, MAX_MATCH_TEXT,
-    MAX_PROBE_BODY, MAX_PROBE_HEADERS,
+    CheckKind, ConnectionReuse, ContentRules, LatencyOutliersConfig, LoadSheddingConfig,
+    PassiveCheckConfig, PoolConfig, RetryConfig, SuccessRateConfig, TrackTarget, UpstreamTimeouts,
+    DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT, MAX_MATCH_TEXT, MAX_PROBE_BODY, MAX_PROBE_HEADERS,
 };
 use capataz_health::GrpcCodes;
 
@@ -56,7 +57,23 @@ impl Validator<'_> {
             None => None,
             Some(agent) => Some(self.agent(&format!("{at}.agent"), agent)?),
         };
-        let backends = self.backends(&name, &at, name_span.clone(), raw.backends.take())?;
+        let source = self.source(&at, raw.source.take())?;
+        let backends = if source.is_dynamic() {
+            if let Some(first) = raw.backends.as_ref().and_then(|b| b.first()) {
+                return Err(self.error(
+                    Some(first.span()),
+                    &format!("{at}.backends"),
+                    format!(
+                        "this pool's backends come from its source (kind = {:?}), so it takes \
+                         no backends list (remove backends, or the source table)",
+                        source.kind()
+                    ),
+                ));
+            }
+            Vec::new()
+        } else {
+            self.backends(&name, &at, name_span.clone(), raw.backends.take())?
+        };
         if agent.is_none() {
             if let Some(index) = backends.iter().position(|b| b.agent_port.is_some()) {
                 return Err(self.error(
@@ -82,7 +99,7 @@ impl Validator<'_> {
             None | Some(RawAllDown::FailOpen) => AllDownPolicy::FailOpen,
             Some(RawAllDown::Reject) => AllDownPolicy::Reject { retry_after },
         };
-        if backends.iter().all(|b| b.backup) {
+        if !source.is_dynamic() && backends.iter().all(|b| b.backup) {
             return Err(self.error(
                 Some(name_span),
                 &format!("{at}.backends"),
@@ -162,6 +179,7 @@ impl Validator<'_> {
             },
             min_healthy,
             close_tunnels_on_down: raw.close_tunnels_on_down.unwrap_or(false),
+            source,
             agent,
         })
     }
@@ -794,7 +812,11 @@ impl Validator<'_> {
             }
         };
         let config = SuccessRateConfig {
-            window: self.duration(&raw.window, &format!("{at}.window"), Duration::from_secs(10))?,
+            window: self.duration(
+                &raw.window,
+                &format!("{at}.window"),
+                Duration::from_secs(10),
+            )?,
             min_requests: self.int(
                 &raw.min_requests,
                 &format!("{at}.min_requests"),
@@ -862,14 +884,18 @@ impl Validator<'_> {
         let config = LatencyOutliersConfig {
             percentile,
             factor: NonZeroU32::new(
-                self.int(&raw.factor, &format!("{at}.factor"), 3, 2..=1000)? as u32,
+                self.int(&raw.factor, &format!("{at}.factor"), 3, 2..=1000)? as u32
             )
             .unwrap_or(NonZeroU32::MIN),
             windows: NonZeroU32::new(
                 self.int(&raw.windows, &format!("{at}.windows"), 3, 1..=100)? as u32,
             )
             .unwrap_or(NonZeroU32::MIN),
-            window: self.duration(&raw.window, &format!("{at}.window"), Duration::from_secs(10))?,
+            window: self.duration(
+                &raw.window,
+                &format!("{at}.window"),
+                Duration::from_secs(10),
+            )?,
             min_requests: self.int(
                 &raw.min_requests,
                 &format!("{at}.min_requests"),
