@@ -41,10 +41,12 @@ impl Outcome {
             b"REFUSED" => Outcome::Refused,
             b"RESET" => Outcome::Reset,
             b"TLS" => Outcome::Tls,
-            [b'G', b'R', b'P', b'C', b' ', rest @ ..] => match parse_grpc_status(grpc_code_of(rest)) {
-                Some(code) => Outcome::Grpc(code),
-                None => Outcome::Malformed,
-            },
+            [b'G', b'R', b'P', b'C', b' ', rest @ ..] => {
+                match parse_grpc_status(grpc_code_of(rest)) {
+                    Some(code) => Outcome::Grpc(code),
+                    None => Outcome::Malformed,
+                }
+            }
             line => match parse_status_line(line) {
                 Some(code) => Outcome::Status(code),
                 None => Outcome::Malformed,

@@ -194,7 +194,10 @@ fn a_grpc_health_check_passes_only_serving_and_names_what_it_got() {
         outcome: Outcome::Grpc(0),
         mismatch: Some(Mismatch::GrpcServing(3)),
     };
-    assert_eq!(unknown.to_string(), "GRPC 0 OK, gRPC health SERVICE_UNKNOWN");
+    assert_eq!(
+        unknown.to_string(),
+        "GRPC 0 OK, gRPC health SERVICE_UNKNOWN"
+    );
 }
 
 #[test]

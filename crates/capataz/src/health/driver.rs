@@ -146,13 +146,9 @@ async fn probe_loop(pool: Arc<PoolRt>, backend: usize, mut rng: prober::Rng) {
         let started = Instant::now();
         let cadence = match (&h2, &checked) {
             (Some(probe), _) => {
-                let outcome = prober::probe_h2(
-                    probe,
-                    rt.upstream.addr(),
-                    active.timeout,
-                    rt.upstream.tls(),
-                )
-                .await;
+                let outcome =
+                    prober::probe_h2(probe, rt.upstream.addr(), active.timeout, rt.upstream.tls())
+                        .await;
                 pool.record_probe(backend, outcome, started.elapsed())
             }
             (None, Some(probe)) => {

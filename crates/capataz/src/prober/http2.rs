@@ -60,7 +60,10 @@ impl H2Probe {
             return H2Probe::grpc(&active.grpc_service, host, tls);
         }
         let mut headers = HeaderMap::new();
-        headers.insert(http::header::USER_AGENT, HeaderValue::from_static(USER_AGENT));
+        headers.insert(
+            http::header::USER_AGENT,
+            HeaderValue::from_static(USER_AGENT),
+        );
         let mut authority = host.to_owned();
         for (name, value) in &active.headers {
             let (Ok(name), Ok(value)) = (
@@ -92,7 +95,10 @@ impl H2Probe {
     /// The gRPC health check asking about `service` (empty: the server as a whole).
     pub fn grpc(service: &str, host: &str, tls: bool) -> H2Probe {
         let mut headers = HeaderMap::new();
-        headers.insert(http::header::USER_AGENT, HeaderValue::from_static(USER_AGENT));
+        headers.insert(
+            http::header::USER_AGENT,
+            HeaderValue::from_static(USER_AGENT),
+        );
         headers.insert(
             http::header::CONTENT_TYPE,
             HeaderValue::from_static("application/grpc"),
@@ -447,15 +453,29 @@ mod tests {
     #[test]
     fn malformed_answers_are_refused() {
         // Compressed, cut, overlong, a length that lies, wrong wire type, a group, field 0.
-        assert_eq!(decode_health_response(b"\x01\x00\x00\x00\x02\x08\x01"), None);
+        assert_eq!(
+            decode_health_response(b"\x01\x00\x00\x00\x02\x08\x01"),
+            None
+        );
         assert_eq!(decode_health_response(b"\x00\x00\x00"), None);
-        assert_eq!(decode_health_response(b"\x00\x00\x00\x00\x01\x08\x01"), None);
-        assert_eq!(decode_health_response(b"\x00\x00\x00\x00\x03\x08\x01"), None);
+        assert_eq!(
+            decode_health_response(b"\x00\x00\x00\x00\x01\x08\x01"),
+            None
+        );
+        assert_eq!(
+            decode_health_response(b"\x00\x00\x00\x00\x03\x08\x01"),
+            None
+        );
         assert_eq!(decode_health_response(&framed(b"\x0a\x01\x01")), None);
         assert_eq!(decode_health_response(&framed(b"\x13\x14")), None);
         assert_eq!(decode_health_response(&framed(b"\x00\x01")), None);
         assert_eq!(decode_health_response(&framed(b"\x08")), None);
-        assert_eq!(decode_health_response(&framed(&[0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f])), None);
+        assert_eq!(
+            decode_health_response(&framed(&[
+                0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f
+            ])),
+            None
+        );
         assert_eq!(decode_health_response(&framed(b"\x22\x05hi")), None);
     }
 

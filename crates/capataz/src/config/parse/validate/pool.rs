@@ -21,8 +21,8 @@ use super::{is_token_text, ConfigError, Validator, U32_MAX};
 use crate::config::{
     ActiveCheckConfig, AgentCheckConfig, Algorithm, AllDownPolicy, BackendConfig, BackendProtocol,
     CheckKind, ConnectionReuse, ContentRules, PassiveCheckConfig, PoolConfig, RetryConfig,
-    TrackTarget, UpstreamTimeouts, DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT, MAX_MATCH_TEXT,
-    MAX_GRPC_SERVICE, MAX_PROBE_BODY, MAX_PROBE_HEADERS,
+    TrackTarget, UpstreamTimeouts, DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT, MAX_GRPC_SERVICE,
+    MAX_MATCH_TEXT, MAX_PROBE_BODY, MAX_PROBE_HEADERS,
 };
 use capataz_health::GrpcCodes;
 
@@ -395,6 +395,13 @@ impl Validator<'_> {
         let content = self.content_rules(at, kind, &request.0, &raw)?;
         let path = match raw.path {
             None => "/healthz".to_owned(),
+            Some(path) if kind == CheckKind::Grpc => {
+                return Err(self.error(
+                    Some(path.span()),
+                    &format!("{at}.path"),
+                    r#"a gRPC health check calls /grpc.health.v1.Health/Check, not a path (remove path; grpc_service names the service to ask about)"#.into(),
+                ));
+            }
             Some(path) => {
                 if !path.get_ref().starts_with('/') || !is_token_text(path.get_ref()) {
                     return Err(self.error(
