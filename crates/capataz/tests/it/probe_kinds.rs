@@ -333,3 +333,49 @@ fn grpc_checks_need_an_http2_pool_and_grpc_keys_need_grpc_checks() {
         .build();
     assert!(capataz::config::parse_str(&text, "<test>").is_ok());
 }
+
+#[tokio::test]
+async fn a_hung_grpc_answer_times_out_and_an_http1_backend_closing_on_the_preface_is_a_reset() {
+    let hung = HttpBackend::start("hung", Speaks::H2, None, Arc::new(|_| Reply::Hang)).await;
+    let http1 = HttpBackend::start(
+        "http1",
+        Speaks::Http1,
+        None,
+        Arc::new(|_| Reply::text("ok")),
+    )
+    .await;
+    let text = ConfigText::new(&[hung.entry(), http1.entry()])
+        .extra(
+            "protocol = \"h2c\"\nactive.kind = \"grpc\"\nactive.interval = \"30ms\"\n\
+             active.timeout = \"200ms\"\nactive.fall = 2\n",
+        )
+        .build();
+    let (balancer, mut rx) = start(&text).await;
+    let pool = balancer.pool("web").unwrap();
+    let mut down = Vec::new();
+    while down.len() < 2 {
+        let event = wait_for(&mut rx, "both DOWN", |e| {
+            ["hung", "http1"]
+                .iter()
+                .any(|name| transition_of(e, name, State::Down).is_some())
+        })
+        .await;
+        for (index, name) in ["hung", "http1"].into_iter().enumerate() {
+            if transition_of(&event, name, State::Down).is_some() {
+                down.push(index);
+            }
+        }
+    }
+    assert!(
+        explain(&pool, 0).contains("(last: TIMEOUT)"),
+        "{}",
+        explain(&pool, 0)
+    );
+    assert!(
+        // hyper's HTTP/1.1 server closes the connection on the HTTP/2 preface.
+        explain(&pool, 1).contains("(last: RESET)"),
+        "{}",
+        explain(&pool, 1)
+    );
+    balancer.shutdown(Duration::from_secs(1)).await;
+}
