@@ -102,6 +102,108 @@ pub enum Event {
         /// Wall-clock time.
         time: SystemTime,
     },
+    /// The pool's backend source (DNS) changed the pool's membership, failed, recovered, or
+    /// held a drop for confirmation.
+    Membership {
+        /// The pool.
+        pool: Arc<str>,
+        /// The source's kind (`dns`).
+        source: &'static str,
+        /// What happened.
+        change: MembershipChange,
+        /// Wall-clock time.
+        time: SystemTime,
+    },
+}
+
+/// What a pool's backend source did to its membership.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MembershipChange {
+    /// A new membership is in force: backends added (gated until they pass `rise` probes) and
+    /// removed (drained), out of `total` now.
+    Updated {
+        /// Backends added.
+        added: usize,
+        /// Backends removed.
+        removed: usize,
+        /// Backends in the pool now.
+        total: usize,
+    },
+    /// The source failed (a DNS error, a timeout, an unreachable server): the last known
+    /// membership (`kept` backends) stays. Said once, when the failures start.
+    Failing {
+        /// Why, as the resolver said it.
+        error: String,
+        /// Backends kept.
+        kept: usize,
+    },
+    /// The source answers again after failing.
+    Restored {
+        /// Backends in force when it answered.
+        kept: usize,
+    },
+    /// An answer would remove more than the allowed share of the pool at once: it is held,
+    /// and applied only if the next answer confirms it.
+    DropHeld {
+        /// Backends in force.
+        from: usize,
+        /// Backends the answer has.
+        to: usize,
+    },
+    /// The next answer confirmed a held drop: it is applied (its `Updated` follows).
+    DropConfirmed {
+        /// Backends in force before.
+        from: usize,
+        /// Backends after.
+        to: usize,
+    },
+}
+
+impl MembershipChange {
+    /// `updated`, `failing`, `restored`, `drop_held` or `drop_confirmed`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            MembershipChange::Updated { .. } => "updated",
+            MembershipChange::Failing { .. } => "failing",
+            MembershipChange::Restored { .. } => "restored",
+            MembershipChange::DropHeld { .. } => "drop_held",
+            MembershipChange::DropConfirmed { .. } => "drop_confirmed",
+        }
+    }
+}
+
+impl std::fmt::Display for MembershipChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MembershipChange::Updated {
+                added,
+                removed,
+                total,
+            } => write!(
+                f,
+                "membership updated: {added} added (gated until they pass rise probes), \
+                 {removed} removed (drained), {total} in the pool"
+            ),
+            MembershipChange::Failing { error, kept } => write!(
+                f,
+                "the source is failing ({error}); the last known membership stays \
+                 ({kept} backends)"
+            ),
+            MembershipChange::Restored { kept } => write!(
+                f,
+                "the source answers again; membership follows it ({kept} backends in force)"
+            ),
+            MembershipChange::DropHeld { from, to } => write!(
+                f,
+                "an answer would take the pool from {from} to {to} backends at once; held \
+                 until the next answer confirms it"
+            ),
+            MembershipChange::DropConfirmed { from, to } => write!(
+                f,
+                "the next answer confirmed the drop from {from} to {to} backends; applied"
+            ),
+        }
+    }
 }
 
 impl Event {
@@ -114,7 +216,8 @@ impl Event {
             | Event::Override { pool, .. }
             | Event::Backups { pool, .. }
             | Event::Eligibility { pool, .. }
-            | Event::Agent { pool, .. } => pool,
+            | Event::Agent { pool, .. }
+            | Event::Membership { pool, .. } => pool,
         }
     }
 
@@ -125,7 +228,10 @@ impl Event {
             | Event::Override { backend, .. }
             | Event::Eligibility { backend, .. }
             | Event::Agent { backend, .. } => Some(backend),
-            Event::AllDown { .. } | Event::Recovered { .. } | Event::Backups { .. } => None,
+            Event::AllDown { .. }
+            | Event::Recovered { .. }
+            | Event::Backups { .. }
+            | Event::Membership { .. } => None,
         }
     }
 
@@ -140,6 +246,7 @@ impl Event {
             Event::Backups { .. } => "backups",
             Event::Eligibility { .. } => "eligibility",
             Event::Agent { .. } => "agent",
+            Event::Membership { .. } => "membership",
         }
     }
 
@@ -152,7 +259,8 @@ impl Event {
             | Event::Override { time, .. }
             | Event::Backups { time, .. }
             | Event::Eligibility { time, .. }
-            | Event::Agent { time, .. } => *time,
+            | Event::Agent { time, .. }
+            | Event::Membership { time, .. } => *time,
         }
     }
 
@@ -173,7 +281,10 @@ impl Event {
             Event::Agent {
                 from, to, reason, ..
             } => Some((from, to, reason.clone())),
-            Event::AllDown { .. } | Event::Recovered { .. } | Event::Backups { .. } => None,
+            Event::AllDown { .. }
+            | Event::Recovered { .. }
+            | Event::Backups { .. }
+            | Event::Membership { .. } => None,
         }
     }
 
@@ -208,6 +319,12 @@ impl Event {
                 reason,
                 ..
             } => format!("pool={pool} backend={backend} {from} -> {to}: {reason}"),
+            Event::Membership {
+                pool,
+                source,
+                change,
+                ..
+            } => format!("pool={pool} source={source}: {change}"),
             Event::Backups {
                 pool,
                 serving,
@@ -276,6 +393,10 @@ impl Event {
             }
             Event::Agent { in_rotation, .. } => {
                 object.insert("in_rotation".into(), (*in_rotation).into());
+            }
+            Event::Membership { source, change, .. } => {
+                object.insert("source".into(), (*source).into());
+                object.insert("membership".into(), change.as_str().into());
             }
             Event::Recovered { .. } | Event::Eligibility { .. } => {}
         }

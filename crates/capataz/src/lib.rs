@@ -18,6 +18,7 @@ pub mod h1;
 pub mod health;
 pub mod instruments;
 pub mod logging;
+pub mod membership;
 pub mod metrics;
 pub mod prober;
 pub mod proxy;

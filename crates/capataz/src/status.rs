@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::ser::PrettyFormatter;
 use serde_json::{json, Value};
 
-use crate::config::{AllDownPolicy, CheckKind};
+use crate::config::{AllDownPolicy, CheckKind, DnsRecord, PoolSource};
 use crate::events::OverrideKind;
 use crate::health::{BackendView, PoolRt};
 use crate::timefmt::{clock, rfc3339};
@@ -47,6 +47,12 @@ pub fn explain(pool: &PoolRt, view: &BackendView) -> String {
             (false, false) => "; backup: standing by while a primary is in rotation",
         });
     }
+    if let Some(source) = source_text(&pool.config.source) {
+        sentence.push_str(&format!(
+            "; from {source}, joined {}",
+            clock(view.info.joined)
+        ));
+    }
     sentence
 }
 
@@ -56,6 +62,45 @@ fn back_from_maintenance(passes: u32) -> String {
         0 => "on leaving it, it gets traffic at once (no probes to wait for)".to_owned(),
         1 => "on leaving it, it needs 1 passing probe before traffic".to_owned(),
         n => format!("on leaving it, it needs {n} passing probes in a row before traffic"),
+    }
+}
+
+/// The source of a pool whose backends do not come from the file, as words (`None`: static).
+fn source_text(source: &PoolSource) -> Option<String> {
+    match source {
+        PoolSource::Static => None,
+        PoolSource::Dns(dns) => Some(format!(
+            "dns {} {}",
+            dns.name,
+            match dns.record {
+                DnsRecord::Address { .. } => "A/AAAA",
+                DnsRecord::Srv => "SRV",
+            }
+        )),
+    }
+}
+
+/// The pool's source and what it last did, for `/status`: `kind`, and for a source other than
+/// `static`, `name`, `age_seconds` (since the source last answered; `null` before its first
+/// answer), `confirmed_at`, `failing` (why, while it fails) and `held` (a drop held for
+/// confirmation: `from` and `to`).
+fn source_json(pool: &PoolRt) -> Value {
+    let source = &pool.config.source;
+    match source {
+        PoolSource::Static => json!({ "kind": "static" }),
+        PoolSource::Dns(dns) => {
+            let state = pool.membership.state();
+            let now = pool.clock().now();
+            json!({
+                "kind": source.kind(),
+                "name": dns.name,
+                "record": match dns.record { DnsRecord::Address { .. } => "a", DnsRecord::Srv => "srv" },
+                "age_seconds": state.confirmed.map(|t| now.saturating_sub(t).as_secs_f64()),
+                "confirmed_at": state.confirmed_wall.map(rfc3339),
+                "failing": state.failing,
+                "held": state.held.map(|(from, to)| json!({ "from": from, "to": to })),
+            })
+        }
     }
 }
 
@@ -394,6 +439,8 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
         "state": view.state(),
         "eligible": view.eligible,
         "since": rfc3339(view.info.since),
+        "source": pool.config.source.kind(),
+        "joined": rfc3339(view.info.joined),
         "active": {
             "kind": match pool.config.active.kind { CheckKind::Http => "http", CheckKind::Tcp => "tcp", CheckKind::Grpc => "grpc", CheckKind::None => "none" },
             "state": health.active.state.as_str(),
@@ -512,7 +559,7 @@ impl Serialize for PoolPage<'_> {
             ),
             (None, None) => "served by its primary backends in rotation".to_owned(),
         };
-        let mut map = serializer.serialize_map(Some(11))?;
+        let mut map = serializer.serialize_map(Some(12))?;
         map.serialize_entry("all_down", &all_down)?;
         map.serialize_entry("all_down_policy", &applied)?;
         map.serialize_entry(
@@ -529,6 +576,7 @@ impl Serialize for PoolPage<'_> {
         map.serialize_entry("min_healthy", &min_healthy)?;
         map.serialize_entry("name", &*pool.name)?;
         map.serialize_entry("on_backups", &on_backups)?;
+        map.serialize_entry("source", &source_json(pool))?;
         map.serialize_entry("when_all_down", when_all_down)?;
         map.end()
     }

@@ -982,8 +982,11 @@ impl Ledger {
                     check_rules(t);
                 }
                 Event::AllDown { .. } | Event::Recovered { .. } => {}
-                Event::Override { .. } | Event::Eligibility { .. } | Event::Backups { .. } => {
-                    panic!("nobody overrode anything, no backup, no drain: {event:?}")
+                Event::Override { .. }
+                | Event::Eligibility { .. }
+                | Event::Backups { .. }
+                | Event::Membership { .. } => {
+                    panic!("nobody overrode anything, no backup, no drain, no source: {event:?}")
                 }
                 Event::Agent { .. } => panic!("no agent checks here: {event:?}"),
             }

@@ -118,5 +118,6 @@ pub(super) fn state(event: &Event) -> &'static str {
             }
         }
         Event::AllDown { .. } | Event::Recovered { .. } => event.kind(),
+        Event::Membership { change, .. } => change.as_str(),
     }
 }

@@ -118,7 +118,10 @@ fn check_settings(config: &Config) -> Vec<Warning> {
         }
         let active = &pool.active;
         let primaries = pool.backends.iter().filter(|b| !b.backup).count();
-        if usize::try_from(pool.min_healthy.count).is_ok_and(|n| n > primaries) {
+        // A pool whose backends come from a source has none in the file to count.
+        if !pool.source.is_dynamic()
+            && usize::try_from(pool.min_healthy.count).is_ok_and(|n| n > primaries)
+        {
             warn(
                 format!("{at}.min_healthy"),
                 format!(

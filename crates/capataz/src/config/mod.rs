@@ -299,6 +299,8 @@ pub struct PoolConfig {
     pub tls: Option<BackendTls>,
     /// Agent checks (`[pools.<name>.agent]`; default: off).
     pub agent: Option<AgentCheckConfig>,
+    /// Where the backends come from (default: the `backends` list, [`PoolSource::Static`]).
+    pub source: PoolSource,
 }
 
 /// Agent checks of one pool (HAProxy's `agent-check`): each backend's agent, on its own TCP
@@ -311,6 +313,62 @@ pub struct AgentCheckConfig {
     pub interval: Duration,
     /// Deadline for connecting and reading the line (default 1 s).
     pub timeout: Duration,
+}
+
+/// Where a pool's backends come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PoolSource {
+    /// The `backends` list of the file (default).
+    Static,
+    /// A DNS name re-resolved on its TTL; the pool starts empty and follows the answers.
+    Dns(DnsSource),
+}
+
+impl PoolSource {
+    /// `static` or `dns`, as written in `source.kind`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PoolSource::Static => "static",
+            PoolSource::Dns(_) => "dns",
+        }
+    }
+
+    /// Whether the backends come from outside the file (so a reload keeps the running ones).
+    pub fn is_dynamic(&self) -> bool {
+        !matches!(self, PoolSource::Static)
+    }
+}
+
+/// `[pools.NAME.source]` with `kind = "dns"`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DnsSource {
+    /// The name to resolve, as written.
+    pub name: String,
+    /// Which records: A and AAAA with `port`, or SRV.
+    pub record: DnsRecord,
+    /// The nameserver to ask (`None`: those of /etc/resolv.conf).
+    pub resolver: Option<SocketAddr>,
+    /// The shortest wait between two queries (default 5 s).
+    pub ttl_min: Duration,
+    /// The longest wait between two queries (default 5 min).
+    pub ttl_max: Duration,
+    /// How long one query may take (default 2 s).
+    pub timeout: Duration,
+    /// The share of the pool (percent) an update may remove without being held for
+    /// confirmation (default 50).
+    pub max_drop_percent: u8,
+}
+
+/// The records a DNS source asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DnsRecord {
+    /// A and AAAA records, every address with this port.
+    Address {
+        /// The backends' port.
+        port: u16,
+    },
+    /// SRV records: their targets, ports, priorities and weights.
+    Srv,
 }
 
 /// The protocol a pool speaks to its backends.

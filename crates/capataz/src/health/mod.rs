@@ -17,6 +17,7 @@
 
 mod backend;
 mod driver;
+mod membership;
 mod publish;
 #[cfg(test)]
 mod tests;
@@ -43,6 +44,7 @@ use crate::instruments::Families;
 use crate::tls::client::{client_config, server_name, Alpn, ClientSettings, Connector};
 use crate::upstream::Upstream;
 pub use backend::Clock;
+pub use membership::{Membership, MembershipState};
 pub use view::{BackendInfo, BackendView, Override, ProbeRecord};
 
 /// The rustls client configuration of a pool that speaks TLS to its backends, built once per
@@ -177,6 +179,8 @@ struct Records {
     pub(super) probes: VecDeque<ProbeRecord>,
     pub(super) last_transition: Option<(SystemTime, Transition)>,
     pub(super) since: SystemTime,
+    /// When the backend joined the pool (kept while it stays, across reloads and updates).
+    pub(super) joined: SystemTime,
 }
 
 impl Records {
@@ -185,6 +189,7 @@ impl Records {
             probes: VecDeque::with_capacity(HISTORY),
             last_transition: None,
             since,
+            joined: since,
         }
     }
 }
@@ -246,6 +251,9 @@ pub struct PoolRt {
     clock: Clock,
     /// Wakes the timer when the engine's next timeout may have moved earlier.
     timer: Notify,
+    /// What the pool's backend source last did, shared with the pool's earlier and later
+    /// builds.
+    pub membership: Arc<Membership>,
 }
 
 impl PoolRt {
@@ -295,6 +303,7 @@ impl PoolRt {
             }
             None => config.backends.iter().map(|_| None).collect(),
         };
+        let membership = previous.map_or_else(Default::default, |p| p.membership.clone());
         let tls = tls_config(&config);
         let mut joins = Vec::with_capacity(config.backends.len());
         let mut info = Vec::with_capacity(config.backends.len());
@@ -376,6 +385,7 @@ impl PoolRt {
                 events,
                 clock,
                 timer: Notify::new(),
+                membership,
             }
         });
         let mut inner = pool.lock();

@@ -13,7 +13,7 @@ use capataz_health::{AllDown, BackupUse, Role, State};
 
 use super::{Inner, PoolRt};
 use crate::balance::Snapshot;
-use crate::events::Event;
+use crate::events::{Event, MembershipChange};
 use crate::logging;
 
 impl PoolRt {
@@ -223,7 +223,7 @@ impl PoolRt {
     }
 
     /// Logs `event` once and broadcasts it.
-    fn emit(&self, event: Event) {
+    pub(crate) fn emit(&self, event: Event) {
         let sentence = event.sentence();
         let change = event.change();
         let side = match &event {
@@ -245,6 +245,10 @@ impl PoolRt {
             Event::Transition { transition, .. } if transition.to == State::Down => {
                 tracing::Level::WARN
             }
+            Event::Membership {
+                change: MembershipChange::Failing { .. } | MembershipChange::DropHeld { .. },
+                ..
+            } => tracing::Level::WARN,
             _ => tracing::Level::INFO,
         };
         logging::emit(

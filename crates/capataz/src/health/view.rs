@@ -44,6 +44,8 @@ pub struct BackendInfo {
     pub last_transition: Option<(SystemTime, Transition)>,
     /// Since when the current verdict holds (start, or the last transition).
     pub since: SystemTime,
+    /// When it joined the pool.
+    pub joined: SystemTime,
     /// The manual override, if any.
     pub override_: Option<Override>,
 }
@@ -139,6 +141,7 @@ impl PoolRt {
                 probes: records.probes.clone(),
                 last_transition: records.last_transition,
                 since: records.since,
+                joined: records.joined,
                 override_: engine.override_of(i).map(|o| Override {
                     kind: o.kind,
                     since: self.clock.wall(o.since),

@@ -45,6 +45,9 @@ struct PoolGauges {
     healthy: usize,
     all_down: bool,
     on_backups: bool,
+    /// Seconds since the pool's source last answered (`None`: a static pool, or no answer
+    /// yet).
+    membership_age: Option<f64>,
 }
 
 impl LiveGauges {
@@ -97,6 +100,13 @@ impl LiveGauges {
                 healthy: eligible.iter().filter(|(up, _)| *up).count(),
                 all_down: pool.snapshot().all_down,
                 on_backups: pool.on_backups().is_some(),
+                membership_age: pool
+                    .config
+                    .source
+                    .is_dynamic()
+                    .then(|| pool.membership.state().confirmed)
+                    .flatten()
+                    .map(|t| pool.clock().now().saturating_sub(t).as_secs_f64()),
             });
         }
         LiveGauges {
@@ -156,6 +166,14 @@ impl Collector for LiveGauges {
             self.pools
                 .iter()
                 .map(|p| (&p.labels, i64::from(p.on_backups))),
+        )?;
+        encode_gauges(
+            &mut encoder,
+            "capataz_pool_membership_age_seconds",
+            "Seconds since the pool's backend source (DNS) last answered; only pools with a source, once it answered.",
+            self.pools
+                .iter()
+                .filter_map(|p| p.membership_age.map(|age| (&p.labels, age))),
         )
     }
 }

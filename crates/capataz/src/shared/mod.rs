@@ -7,6 +7,7 @@
 //! `reload.rs` applies a new configuration.
 
 mod listener;
+mod membership;
 mod reload;
 #[cfg(test)]
 mod tests;
@@ -15,7 +16,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -35,10 +36,15 @@ pub use reload::ReloadSummary;
 /// What the listeners, the admin API and reloads share.
 #[derive(Debug)]
 pub struct Shared {
+    /// Itself, for the tasks it starts (membership tasks end once it is gone).
+    me: Weak<Shared>,
     config: Mutex<Arc<Config>>,
     config_path: Option<PathBuf>,
     pools: ArcSwap<Vec<Arc<PoolRt>>>,
-    pool_tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// The pools' tasks (probes, timer), by pool name.
+    pool_tasks: Mutex<Vec<(Arc<str>, JoinHandle<()>)>>,
+    /// One task per pool whose backends come from a source (DNS).
+    membership_tasks: Mutex<membership::MembershipTasks>,
     listeners: Mutex<Vec<ListenerRt>>,
     events: broadcast::Sender<Event>,
     clock: Clock,
@@ -116,14 +122,20 @@ impl Shared {
             .collect();
         let mut pool_tasks = Vec::new();
         for pool in &pools {
-            pool_tasks.extend(pool.spawn_tasks_among(&pools));
+            pool_tasks.extend(
+                pool.spawn_tasks_among(&pools)
+                    .into_iter()
+                    .map(|t| (pool.name.clone(), t)),
+            );
         }
         let (shutdown, _) = watch::channel(false);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new_cyclic(|me| Shared {
+            me: me.clone(),
             config: Mutex::new(Arc::new(config.clone())),
             config_path: path,
             pools: ArcSwap::from_pointee(pools),
             pool_tasks: Mutex::new(pool_tasks),
+            membership_tasks: Mutex::new(Vec::new()),
             listeners: Mutex::new(Vec::new()),
             events,
             clock,
@@ -136,6 +148,7 @@ impl Shared {
         });
         shared.restart_alerts(config);
         let pools = shared.pools.load_full();
+        shared.restart_membership(&pools, &Default::default());
         let mut listeners = Vec::new();
         for (listener, socket) in config.listeners.iter().zip(sockets) {
             listeners.push(shared.spawn_listener(listener, socket, &pools));
@@ -221,6 +234,9 @@ impl Shared {
     /// accept loops, which end once their sockets are dropped.
     pub(crate) fn stop_accepting(&self) -> Vec<JoinHandle<()>> {
         let _ = self.shutdown.send(true);
+        for task in lock(&self.membership_tasks).drain(..) {
+            task.abort();
+        }
         let listeners = std::mem::take(&mut *lock(&self.listeners));
         for listener in &listeners {
             let _ = listener.stop.send(true);
@@ -235,7 +251,10 @@ impl Shared {
             let _ = listener.stop.send(true);
             listener.task.abort();
         }
-        for task in lock(&self.pool_tasks).drain(..) {
+        for task in lock(&self.membership_tasks).drain(..) {
+            task.abort();
+        }
+        for (_, task) in lock(&self.pool_tasks).drain(..) {
             task.abort();
         }
     }

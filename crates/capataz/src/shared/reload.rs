@@ -8,7 +8,7 @@ use tokio::sync::OwnedMutexGuard;
 
 use super::listener::ListenerState;
 use super::{bind_listener, lock, Shared, StartError};
-use crate::config::Config;
+use crate::config::{Config, PoolConfig};
 use crate::health::PoolRt;
 use crate::metrics::HistogramScope;
 use crate::proxy::Proxy;
@@ -148,6 +148,15 @@ impl Shared {
             .iter()
             .map(|pool| {
                 let previous = old_by_name.get(pool.name.as_str()).copied();
+                // A pool whose backends come from a source keeps the ones it has: its source
+                // task, restarted below, updates them from there.
+                let pool = match previous {
+                    Some(old) if pool.source.is_dynamic() => &PoolConfig {
+                        backends: old.config.backends.clone(),
+                        ..pool.clone()
+                    },
+                    _ => pool,
+                };
                 // The old pool's backends by name and address, so that counting stays linear
                 // in a pool of thousands of backends.
                 let before: HashSet<(&str, &str)> = previous
@@ -180,12 +189,22 @@ impl Shared {
         summary.removed = total_old.saturating_sub(summary.kept);
         let mut tasks = Vec::new();
         for pool in &new_pools {
-            tasks.extend(pool.spawn_tasks_among(&new_pools));
+            tasks.extend(
+                pool.spawn_tasks_among(&new_pools)
+                    .into_iter()
+                    .map(|t| (pool.name.clone(), t)),
+            );
         }
+        let had_members: HashSet<&str> = old_pools
+            .iter()
+            .filter(|p| p.config.source.is_dynamic())
+            .map(|p| &*p.name)
+            .collect();
+        self.restart_membership(&new_pools, &had_members);
         self.pools.store(Arc::new(new_pools));
         drop(swap);
         let old_tasks = std::mem::replace(&mut *lock(&self.pool_tasks), tasks);
-        for task in old_tasks {
+        for (_, task) in old_tasks {
             task.abort();
         }
         let pools = self.pools.load_full();

@@ -19,6 +19,7 @@ mod balancer;
 mod cli;
 mod config;
 mod config_dns;
+mod dns_source;
 mod eligibility;
 mod grpc;
 mod grpc_e2e;

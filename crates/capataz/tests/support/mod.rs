@@ -18,6 +18,7 @@ pub mod client;
 pub mod events;
 pub mod h2client;
 pub mod h2frames;
+pub mod knot;
 pub mod pebble;
 pub mod prometheus;
 pub mod raw;

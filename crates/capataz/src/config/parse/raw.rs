@@ -159,6 +159,22 @@ pub(super) struct RawPool {
     pub(super) protocol: Option<RawProtocol>,
     pub(super) tls: Option<RawBackendTls>,
     pub(super) agent: Option<RawAgent>,
+    pub(super) source: Option<Spanned<RawSource>>,
+}
+
+/// `[pools.NAME.source]`: where the pool's backends come from.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSource {
+    pub(super) kind: Option<Spanned<String>>,
+    pub(super) name: Option<Spanned<String>>,
+    pub(super) record: Option<Spanned<String>>,
+    pub(super) port: Option<Spanned<i64>>,
+    pub(super) resolver: Option<Spanned<String>>,
+    pub(super) ttl_min: Option<Spanned<Value>>,
+    pub(super) ttl_max: Option<Spanned<Value>>,
+    pub(super) timeout: Option<Spanned<Value>>,
+    pub(super) max_drop_percent: Option<Spanned<i64>>,
 }
 
 #[derive(Clone, Copy, Deserialize)]

@@ -11,6 +11,7 @@ mod alerts;
 mod backend_tls;
 mod pool;
 mod proxy_protocol;
+mod source;
 mod tls;
 
 use std::cell::RefCell;

@@ -7,6 +7,7 @@ mod errors;
 mod http2;
 mod log_level;
 mod proxy_protocol;
+mod source;
 mod values;
 mod warnings;
 

@@ -55,7 +55,23 @@ impl Validator<'_> {
             None => None,
             Some(agent) => Some(self.agent(&format!("{at}.agent"), agent)?),
         };
-        let backends = self.backends(&name, &at, name_span.clone(), raw.backends.take())?;
+        let source = self.source(&at, raw.source.take())?;
+        let backends = if source.is_dynamic() {
+            if let Some(first) = raw.backends.as_ref().and_then(|b| b.first()) {
+                return Err(self.error(
+                    Some(first.span()),
+                    &format!("{at}.backends"),
+                    format!(
+                        "this pool's backends come from its source (kind = {:?}), so it takes \
+                         no backends list (remove backends, or the source table)",
+                        source.kind()
+                    ),
+                ));
+            }
+            Vec::new()
+        } else {
+            self.backends(&name, &at, name_span.clone(), raw.backends.take())?
+        };
         if agent.is_none() {
             if let Some(index) = backends.iter().position(|b| b.agent_port.is_some()) {
                 return Err(self.error(
@@ -81,7 +97,7 @@ impl Validator<'_> {
             None | Some(RawAllDown::FailOpen) => AllDownPolicy::FailOpen,
             Some(RawAllDown::Reject) => AllDownPolicy::Reject { retry_after },
         };
-        if backends.iter().all(|b| b.backup) {
+        if !source.is_dynamic() && backends.iter().all(|b| b.backup) {
             return Err(self.error(
                 Some(name_span),
                 &format!("{at}.backends"),
@@ -160,6 +176,7 @@ impl Validator<'_> {
             },
             min_healthy,
             close_tunnels_on_down: raw.close_tunnels_on_down.unwrap_or(false),
+            source,
             agent,
         })
     }

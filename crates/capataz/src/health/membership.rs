@@ -1,0 +1,43 @@
+//! What a pool's backend source last did ([`Membership`]): when the registry last answered,
+//! whether it is failing now, and whether a drop is held. Shared by every rebuild of the same
+//! pool (a reload or a membership update), so the age shown by the metrics and `/status` is
+//! the source's, not the pool object's.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+/// A pool's membership record (a static pool keeps the default: never updated).
+#[derive(Debug, Default)]
+pub struct Membership {
+    state: Mutex<MembershipState>,
+}
+
+/// A copy of a pool's membership record.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MembershipState {
+    /// Engine time of the last good answer from the source (`None`: none yet).
+    pub confirmed: Option<Duration>,
+    /// Wall-clock time of the last good answer.
+    pub confirmed_wall: Option<SystemTime>,
+    /// Why the source is failing now (`None`: it answers).
+    pub failing: Option<String>,
+    /// A drop held for confirmation: the backends in force and those the source answered.
+    pub held: Option<(usize, usize)>,
+}
+
+impl Membership {
+    fn lock(&self) -> MutexGuard<'_, MembershipState> {
+        // Plain field writes: a poisoned lock still holds a whole value.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A copy of the record.
+    pub fn state(&self) -> MembershipState {
+        self.lock().clone()
+    }
+
+    /// Changes the record.
+    pub fn update(&self, change: impl FnOnce(&mut MembershipState)) {
+        change(&mut self.lock());
+    }
+}

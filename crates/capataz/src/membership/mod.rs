@@ -1,0 +1,81 @@
+//! Backend sources: where a pool's backends come from when they are not a list in the file.
+//!
+//! A [`Source`] produces [`Answer`]s (a full membership, or a failure); a [`Guard`] per pool
+//! decides what reaches the pool: a failure keeps the last known membership, a drop of more
+//! than the configured share is held until the next answer confirms it, and an unchanged
+//! answer changes nothing. What the guard lets through is applied by `shared` the way a
+//! reload is (kept backends keep their health; added ones are gated; removed ones drain).
+//! Only `dns` exists today; a watch-based source (etcd) is one more [`Source`] variant whose
+//! `next` awaits its watch instead of a TTL.
+
+mod dns;
+mod guard;
+#[cfg(test)]
+mod tests;
+
+use std::time::Duration;
+
+use crate::config::{BackendConfig, PoolSource};
+pub use dns::DnsResolver;
+pub use guard::{Guard, Verdict};
+
+/// The most backends one answer may bring: beyond it the rest are ignored (and said so), so a
+/// hostile or broken registry cannot grow a pool without bound.
+pub const MAX_MEMBERS: usize = 10_000;
+
+/// What a source said.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// The whole membership now, sorted by name, names unique.
+    Members(Vec<BackendConfig>),
+    /// The source could not say (an error, a timeout, an unreachable server).
+    Failed(String),
+}
+
+/// A running backend source.
+#[derive(Debug)]
+pub enum Source {
+    /// A DNS name re-resolved on its TTL.
+    Dns {
+        /// The resolver for the name.
+        resolver: DnsResolver,
+        /// How long to wait before the next query (zero before the first).
+        wait: Duration,
+    },
+}
+
+impl Source {
+    /// The running source for `config` (`None` for a static pool). Reads /etc/resolv.conf
+    /// when a DNS source names no resolver: call it off the runtime threads.
+    pub fn start(config: &PoolSource) -> Option<Result<Source, String>> {
+        match config {
+            PoolSource::Static => None,
+            PoolSource::Dns(dns) => Some(DnsResolver::new(dns).map(|resolver| Source::Dns {
+                resolver,
+                wait: Duration::ZERO,
+            })),
+        }
+    }
+
+    /// The source's kind, as in `source.kind`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Source::Dns { .. } => "dns",
+        }
+    }
+
+    /// The next answer: for DNS, waits out the last answer's TTL (within the floor and the
+    /// ceiling; the floor after a failure), then asks again.
+    pub async fn next(&mut self) -> Answer {
+        match self {
+            Source::Dns { resolver, wait } => {
+                if !wait.is_zero() {
+                    tokio::time::sleep(*wait).await;
+                }
+                let (answer, ttl) = resolver.query().await;
+                *wait = resolver.wait_for(ttl);
+                answer
+            }
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! Following a pool's backend source: one task per pool with a `dns` source (later `etcd`)
+//! turns the source's answers, through the pool's [`Guard`], into membership updates, and
+//! each update rebuilds that one pool the way a reload does ([`PoolRt::new`] from the old
+//! pool: kept backends carry their health, added ones are gated until `rise` probes, removed
+//! ones drain), under `reload_lock` and `swap_lock`, on the blocking pool.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Weak};
+
+use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
+
+use super::listener::{handles, ListenerState};
+use super::{lock, Shared};
+use crate::config::{BackendConfig, PoolConfig, PoolSource};
+use crate::events::{Event, MembershipChange};
+use crate::health::PoolRt;
+use crate::membership::{Answer, Guard, Source};
+use crate::proxy::Proxy;
+
+impl Shared {
+    /// Stops the running membership tasks and starts one per pool of `pools` whose source is
+    /// not static. A pool that already had members (a reload) starts its guard from them.
+    pub(super) fn restart_membership(&self, pools: &[Arc<PoolRt>], had_members: &HashSet<&str>) {
+        let mut tasks = Vec::new();
+        for pool in pools {
+            if !pool.config.source.is_dynamic() {
+                continue;
+            }
+            let initial = had_members
+                .contains(&*pool.name)
+                .then(|| pool.config.backends.clone());
+            tasks.push(tokio::spawn(follow(
+                self.me.clone(),
+                pool.config.clone(),
+                initial,
+            )));
+        }
+        for task in std::mem::replace(&mut *lock(&self.membership_tasks), tasks) {
+            task.abort();
+        }
+    }
+
+    /// Puts `members` in force in pool `name`, as a reload would, and tells the `updated`
+    /// event; `(added, removed, total)`, or `None` when the pool is gone, follows another
+    /// source now, or the balancer is shutting down.
+    async fn set_members(
+        self: &Arc<Self>,
+        name: &str,
+        source: &PoolSource,
+        members: Vec<BackendConfig>,
+    ) -> Option<(usize, usize, usize)> {
+        let serial = self.reload_lock.clone().lock_owned().await;
+        let shared = self.clone();
+        let runtime = Handle::current();
+        let name = name.to_owned();
+        let source = source.clone();
+        tokio::task::spawn_blocking(move || {
+            let _runtime = runtime.enter();
+            let outcome = shared.replace_members(&name, &source, members);
+            drop(serial);
+            outcome
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+
+    /// [`Shared::set_members`] on the blocking pool, holding `reload_lock`.
+    fn replace_members(
+        &self,
+        name: &str,
+        source: &PoolSource,
+        members: Vec<BackendConfig>,
+    ) -> Option<(usize, usize, usize)> {
+        if *self.shutdown.borrow() {
+            return None;
+        }
+        let swap = self.swap_lock.blocking_lock();
+        let pools = self.pools.load_full();
+        let index = pools.iter().position(|p| &*p.name == name)?;
+        let old = &pools[index];
+        if old.config.source != *source {
+            return None;
+        }
+        let before: HashSet<(&str, &str)> = old
+            .backends
+            .iter()
+            .map(|b| (&*b.name, b.address.as_str()))
+            .collect();
+        let kept = members
+            .iter()
+            .filter(|m| before.contains(&(m.name.as_str(), m.address.as_str())))
+            .count();
+        let counts = (
+            members.len() - kept,
+            old.backends.len().saturating_sub(kept),
+            members.len(),
+        );
+        let config = PoolConfig {
+            backends: members,
+            ..old.config.clone()
+        };
+        let gate = config.gate_new_backends;
+        let pool = PoolRt::new(
+            config,
+            self.events.clone(),
+            self.clock,
+            Some(old),
+            gate,
+            self.metrics.families(),
+        );
+        let mut next = (*pools).clone();
+        next[index] = pool.clone();
+        // Among the pools in force, so a backend of this pool tracking another finds it.
+        let tasks = pool.spawn_tasks_among(&next);
+        let next = Arc::new(next);
+        self.pools.store(next.clone());
+        drop(swap);
+        // Told before anything else can happen to the new backends (their first probes are
+        // an interval away), so the update comes before their transitions.
+        let (added, removed, total) = counts;
+        if added + removed > 0 {
+            self.tell(
+                name,
+                source.kind(),
+                MembershipChange::Updated {
+                    added,
+                    removed,
+                    total,
+                },
+            );
+        }
+        {
+            let mut running = lock(&self.pool_tasks);
+            let (old_tasks, others): (Vec<_>, Vec<_>) = std::mem::take(&mut *running)
+                .into_iter()
+                .partition(|(pool, _)| &**pool == name);
+            *running = others;
+            running.extend(tasks.into_iter().map(|t| (next[index].name.clone(), t)));
+            for (_, task) in old_tasks {
+                task.abort();
+            }
+        }
+        // The listeners' routes hold the pools' handles: give them the new one.
+        let config = self.config();
+        let pool_handles = handles(&next);
+        for listener in lock(&self.listeners).iter() {
+            if let Some(new) = config
+                .listeners
+                .iter()
+                .find(|l| l.address == listener.address)
+            {
+                let metrics = self.metrics.families().listener(&new.name);
+                listener.state.store(Arc::new(ListenerState {
+                    config: new.clone(),
+                    proxy: Arc::new(Proxy::new(new, &pool_handles, metrics)),
+                }));
+            }
+        }
+        Some(counts)
+    }
+
+    /// Tells `change` about pool `name`, from the pool in force.
+    fn tell(&self, name: &str, source: &'static str, change: MembershipChange) {
+        if let Some(pool) = self.pool(name) {
+            pool.emit(Event::Membership {
+                pool: pool.name.clone(),
+                source,
+                change,
+                time: self.clock.wall(self.clock.now()),
+            });
+        }
+    }
+}
+
+/// Follows the source of pool `config` until aborted (a reload, a shutdown) or the balancer
+/// is gone.
+async fn follow(me: Weak<Shared>, config: PoolConfig, initial: Option<Vec<BackendConfig>>) {
+    let name = config.name.clone();
+    let (max_drop_percent, retry) = match &config.source {
+        PoolSource::Static => return,
+        PoolSource::Dns(dns) => (dns.max_drop_percent, dns.ttl_min),
+    };
+    let mut guard = Guard::new(initial, max_drop_percent);
+    // Building the source may read /etc/resolv.conf: off the runtime threads.
+    let mut source = loop {
+        let source_config = config.source.clone();
+        let started = tokio::task::spawn_blocking(move || Source::start(&source_config)).await;
+        let error = match started {
+            Ok(Some(Ok(source))) => break source,
+            Ok(None) => return,
+            Ok(Some(Err(error))) => error,
+            Err(_) => "starting the source failed unexpectedly".to_owned(),
+        };
+        let Some(shared) = me.upgrade() else { return };
+        for change in guard.handle_failure(error.clone()).changes {
+            shared.tell(&name, config.source.kind(), change);
+        }
+        note(&shared, &name, |m| m.failing = Some(error));
+        drop(shared);
+        tokio::time::sleep(retry).await;
+    };
+    let kind = source.kind();
+    loop {
+        let answer = source.next().await;
+        let Some(shared) = me.upgrade() else { return };
+        let verdict = match answer {
+            Answer::Members(members) => {
+                let now = shared.clock.now();
+                let wall = shared.clock.wall(now);
+                note(&shared, &name, |m| {
+                    m.confirmed = Some(now);
+                    m.confirmed_wall = Some(wall);
+                    m.failing = None;
+                });
+                guard.handle_members(members)
+            }
+            Answer::Failed(error) => {
+                tracing::debug!(pool = %name, %error, "the backend source failed");
+                note(&shared, &name, |m| m.failing = Some(error.clone()));
+                guard.handle_failure(error)
+            }
+        };
+        let held = verdict.changes.iter().find_map(|c| match c {
+            MembershipChange::DropHeld { from, to } => Some((*from, *to)),
+            _ => None,
+        });
+        for change in verdict.changes {
+            shared.tell(&name, kind, change);
+        }
+        if let Some(members) = verdict.apply {
+            shared.set_members(&name, &config.source, members).await;
+        }
+        let holding = guard.holding();
+        note(&shared, &name, |m| {
+            m.held = if holding { held.or(m.held) } else { None };
+        });
+    }
+}
+
+/// Changes the membership record of pool `name` (shared by its every build).
+fn note(shared: &Shared, name: &str, change: impl FnOnce(&mut crate::health::MembershipState)) {
+    if let Some(pool) = shared.pool(name) {
+        pool.membership.update(change);
+    }
+}
+
+/// The handles of the running membership tasks.
+pub(super) type MembershipTasks = Vec<JoinHandle<()>>;

@@ -1,0 +1,150 @@
+//! A real authoritative DNS server for the tests: Knot DNS (`knotd`, Debian's `knot`, installed
+//! by `.ci/deps/knot.sh`) on 127.0.0.1 and an ephemeral port, serving one zone `test.` from a
+//! zone file in a temporary directory. The test's child process, killed by PID when dropped.
+//! Records change by rewriting the zone file (with a higher serial) and `knotc zone-reload`;
+//! the zone stops being served (REFUSED) by rewriting the config without it and `knotc reload`.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::DEADLINE;
+
+/// A running `knotd` and its files.
+pub struct Knot {
+    dir: PathBuf,
+    port: u16,
+    serial: u32,
+    child: Option<Child>,
+}
+
+impl Knot {
+    /// `knotd` serving zone `test.` with `records` (zone-file lines after the SOA and NS).
+    pub fn start(tag: &str, records: &str) -> Knot {
+        let dir = std::env::temp_dir().join(format!(
+            "capataz-knot-{tag}-{}-{}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        std::fs::create_dir_all(dir.join("db")).expect("create the knot directory");
+        // A free port: bound once here, then handed to knotd (UDP and TCP).
+        let port = UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .expect("a free port")
+            .port();
+        let mut knot = Knot {
+            dir,
+            port,
+            serial: 0,
+            child: None,
+        };
+        knot.write_config(true);
+        knot.write_zone(records);
+        knot.run();
+        knot
+    }
+
+    /// The server's address, for `resolver = "..."`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    fn conf(&self) -> PathBuf {
+        self.dir.join("knot.conf")
+    }
+
+    fn write_config(&self, with_zone: bool) {
+        let dir = self.dir.display();
+        let mut text = format!(
+            "server:\n    rundir: \"{dir}\"\n    listen: 127.0.0.1@{port}\n\
+             control:\n    listen: \"{dir}/knot.sock\"\n\
+             database:\n    storage: \"{dir}/db\"\n\
+             log:\n  - target: stderr\n    any: warning\n\
+             template:\n  - id: default\n    storage: \"{dir}\"\n    file: \"%s.zone\"\n    \
+             zonefile-sync: -1\n    journal-content: none\n",
+            port = self.port
+        );
+        if with_zone {
+            text.push_str("zone:\n  - domain: test.\n");
+        }
+        std::fs::write(self.conf(), text).expect("write knot.conf");
+    }
+
+    fn write_zone(&mut self, records: &str) {
+        self.serial += 1;
+        let text = format!(
+            "$ORIGIN test.\n$TTL 1\n@ 1 IN SOA ns.test. admin.test. {} 60 60 600 1\n\
+             @ 1 IN NS ns.test.\nns 1 IN A 127.0.0.1\n{records}\n",
+            self.serial
+        );
+        std::fs::write(self.dir.join("test.zone"), text).expect("write the zone file");
+    }
+
+    fn run(&mut self) {
+        let child = Command::new("knotd")
+            .arg("-c")
+            .arg(self.conf())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("knotd runs (install it with .ci/deps/knot.sh)");
+        self.child = Some(child);
+        // Ready once the control socket answers.
+        let end = Instant::now() + DEADLINE;
+        while !self.knotc(&["status"]) {
+            assert!(
+                Instant::now() < end,
+                "knotd did not start within {DEADLINE:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn knotc(&self, args: &[&str]) -> bool {
+        Command::new("knotc")
+            .arg("-c")
+            .arg(self.conf())
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Replaces the zone's records and has knotd load them.
+    pub fn set_records(&mut self, records: &str) {
+        self.write_zone(records);
+        assert!(
+            self.knotc(&["zone-reload", "test."]),
+            "knotc zone-reload failed"
+        );
+    }
+
+    /// Stops serving the zone (queries are REFUSED), or serves it again.
+    pub fn serve_zone(&self, serve: bool) {
+        self.write_config(serve);
+        assert!(self.knotc(&["reload"]), "knotc reload failed");
+    }
+
+    /// Kills knotd (the server becomes unreachable: queries time out).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts knotd again on the same port and files.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.run();
+    }
+}
+
+impl Drop for Knot {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
