@@ -19,7 +19,10 @@ mod check;
 mod parse;
 
 pub use check::{check, Warning, CERTIFICATE_EXPIRY_WARNING};
-pub use parse::{load, parse_str, parse_unresolved, ConfigError, Unresolved};
+pub use parse::{
+    load, load_all_errors, parse_all_errors, parse_str, parse_unresolved, ConfigError,
+    ConfigErrors, Environment, KeyLines, Unresolved,
+};
 
 /// The longest duration a config value or an admin TTL may be: one year (`8760h`).
 pub const MAX_DURATION: Duration = parse::MAX_DURATION;
@@ -55,6 +58,8 @@ pub struct Config {
     pub alerts: AlertsConfig,
     /// Process-wide settings.
     pub server: ServerConfig,
+    /// The line each key was written on, for warnings (equal for any two configs).
+    pub lines: KeyLines,
 }
 
 /// Process-wide settings (`[server]`).
