@@ -18,7 +18,9 @@ use crate::tls::{ServerSettings, ServerTls};
 mod check;
 mod parse;
 
-pub use check::{check, Warning, CERTIFICATE_EXPIRY_WARNING};
+pub use check::{
+    check, Warning, CERTIFICATE_EXPIRY_WARNING, DETECTION_BUDGET, RECOVERY_BUDGET,
+};
 pub use parse::{
     load, load_all_errors, parse_all_errors, parse_str, parse_unresolved, ConfigError,
     ConfigErrors, Environment, KeyLines, Unresolved,
@@ -39,6 +41,17 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         ));
     }
     Ok(duration)
+}
+
+/// Parses an address to listen on, as in the config and on the command line: `ip:port`
+/// (`0.0.0.0:8080`, `[::1]:8080`) or `localhost:port`, which is `127.0.0.1:port` (the IPv4
+/// loopback: no name is looked up; write `[::1]:port` for IPv6's).
+pub fn parse_listen_address(text: &str) -> Result<SocketAddr, String> {
+    parse::listen_address(text).ok_or_else(|| {
+        format!(
+            r#"{text:?} is not an address to listen on (use ip:port or localhost:port, e.g. "127.0.0.1:8080", "[::1]:8080" or "localhost:8080")"#
+        )
+    })
 }
 
 /// A whole, validated configuration.

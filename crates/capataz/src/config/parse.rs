@@ -22,7 +22,7 @@ pub use env::Environment;
 pub use errors::ConfigErrors;
 pub use locate::KeyLines;
 pub use resolve::Unresolved;
-pub(crate) use values::{parse_duration, MAX_DURATION};
+pub(crate) use values::{listen_address, parse_duration, MAX_DURATION};
 
 use std::path::Path;
 

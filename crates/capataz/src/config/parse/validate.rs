@@ -207,12 +207,12 @@ impl<'a> Validator<'a> {
     }
 
     fn socket_addr(&self, value: &Spanned<String>, key: &str) -> Result<SocketAddr, ConfigError> {
-        value.get_ref().parse().map_err(|_| {
+        super::values::listen_address(value.get_ref()).ok_or_else(|| {
             self.error(
                 Some(value.span()),
                 key,
                 format!(
-                    r#"{:?} is not an ip:port address (use e.g. "0.0.0.0:8080" or "[::1]:8080")"#,
+                    r#"{:?} is not an address to listen on (use ip:port or localhost:port, e.g. "0.0.0.0:8080", "[::1]:8080" or "localhost:8080")"#,
                     value.get_ref()
                 ),
             )
