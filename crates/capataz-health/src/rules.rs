@@ -212,6 +212,8 @@ impl ProbeRule {
     pub fn judge(&self, outcome: Outcome) -> ProbeResult {
         match outcome {
             Outcome::Status(code) if self.expect.contains(code) => ProbeResult::Pass,
+            // A TCP probe reads no status: the connection opening is the whole check.
+            Outcome::Connected => ProbeResult::Pass,
             _ => ProbeResult::Fail,
         }
     }
@@ -298,7 +300,7 @@ impl TrafficRule {
             Outcome::Status(500..=599) => TrafficResult::Error,
             Outcome::Status(_) => TrafficResult::Ok,
             Outcome::Grpc(code) if self.grpc_errors.contains(code) => TrafficResult::Error,
-            Outcome::Grpc(_) => TrafficResult::Ok,
+            Outcome::Grpc(_) | Outcome::Connected => TrafficResult::Ok,
             Outcome::Timeout
             | Outcome::Refused
             | Outcome::Reset
