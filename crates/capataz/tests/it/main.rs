@@ -17,6 +17,7 @@ mod backend_tls;
 mod balancer;
 mod cli;
 mod config;
+mod config_deploy;
 mod config_dns;
 mod eligibility;
 mod grpc;

@@ -263,8 +263,9 @@ impl<'a> Validator<'a> {
         let written_pools = pools.len() + self.failed_pools.borrow().len();
         if raw.routes.is_empty() {
             if written_pools != 1 {
-                return Err(self.error(
-                    Some(span),
+                // Reported, and the listener's other keys are still checked.
+                self.report(self.error(
+                    Some(span.clone()),
                     &format!("{at}.routes"),
                     format!(
                         "a listener without routes needs exactly one pool, and there are {} \
