@@ -18,9 +18,7 @@ use crate::tls::{ServerSettings, ServerTls};
 mod check;
 mod parse;
 
-pub use check::{
-    check, Warning, CERTIFICATE_EXPIRY_WARNING, DETECTION_BUDGET, RECOVERY_BUDGET,
-};
+pub use check::{check, Warning, CERTIFICATE_EXPIRY_WARNING, DETECTION_BUDGET, RECOVERY_BUDGET};
 pub use parse::{
     load, load_all_errors, parse_all_errors, parse_str, parse_unresolved, ConfigError,
     ConfigErrors, Environment, KeyLines, Unresolved,

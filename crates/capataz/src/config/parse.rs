@@ -215,8 +215,7 @@ fn no_error() -> ConfigErrors {
         file: String::new(),
         line: None,
         key: String::new(),
-        message: "validation failed without saying why (a bug in capataz: please report it)"
-            .into(),
+        message: "validation failed without saying why (a bug in capataz: please report it)".into(),
     })
 }
 

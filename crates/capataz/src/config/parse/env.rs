@@ -222,7 +222,9 @@ fn variable<'a>(inner: &'a str, env: &Environment) -> Result<(String, &'a str), 
         (Some(default), &rest[end + 1..])
     } else {
         let shown: String = inner.chars().take(40).collect();
-        return Err(format!("\"${{{shown}\" is not a variable reference ({HINT})"));
+        return Err(format!(
+            "\"${{{shown}\" is not a variable reference ({HINT})"
+        ));
     };
     let value = env.var(name)?;
     let text = match (value, default) {
@@ -262,7 +264,7 @@ fn toml_literal(value: &str, newlines: usize) -> String {
         out.push('"');
     } else {
         out.push('\\');
-        out.extend(std::iter::repeat('\n').take(newlines));
+        out.extend(std::iter::repeat_n('\n', newlines));
         out.push_str("\"\"\"");
     }
     out
@@ -395,7 +397,10 @@ mod tests {
         let x = |v: &str| expand(v, &env);
         assert_eq!(x("plain $ text"), Ok(None));
         assert_eq!(x("${HOST}:80"), Ok(Some("10.0.0.5:80".into())));
-        assert_eq!(x("${MISSING:-127.0.0.1}:80"), Ok(Some("127.0.0.1:80".into())));
+        assert_eq!(
+            x("${MISSING:-127.0.0.1}:80"),
+            Ok(Some("127.0.0.1:80".into()))
+        );
         assert_eq!(x("${EMPTY:-d}"), Ok(Some("d".into())));
         assert_eq!(x("[${EMPTY}]"), Ok(Some("[]".into())));
         assert_eq!(x("$${HOST}"), Ok(Some("${HOST}".into())));
@@ -426,7 +431,9 @@ mod tests {
     fn an_expansion_is_bounded() {
         let big = "x".repeat(MAX_EXPANDED + 1);
         let env = Environment::from_pairs([("BIG", big.as_str()), ("HALF", &big[..40_000])]);
-        assert!(expand("${BIG}", &env).unwrap_err().contains("longer than 64 KiB"));
+        assert!(expand("${BIG}", &env)
+            .unwrap_err()
+            .contains("longer than 64 KiB"));
         assert!(expand("${HALF}${HALF}", &env)
             .unwrap_err()
             .contains("longer than 64 KiB"));
@@ -434,7 +441,8 @@ mod tests {
 
     #[test]
     fn substitution_keeps_lines_and_leaves_keys_alone() {
-        let text = "a = \"\"\"\n${HOST}\n\"\"\"\n\"${HOST}\" = '${EMPTY:-x}'\nn = 1\nt.u = [\"${ODD}\"]\n";
+        let text =
+            "a = \"\"\"\n${HOST}\n\"\"\"\n\"${HOST}\" = '${EMPTY:-x}'\nn = 1\nt.u = [\"${ODD}\"]\n";
         let out = substitute(text, "<t>", &env()).unwrap();
         let table: toml::Table = toml::from_str(&out).unwrap();
         assert_eq!(table["a"].as_str(), Some("10.0.0.5\n"));
@@ -450,7 +458,10 @@ mod tests {
         let errors = substitute(text, "<t>", &env()).unwrap_err();
         let shown: Vec<String> = errors.iter().map(ToString::to_string).collect();
         assert_eq!(shown.len(), 2, "{shown:?}");
-        assert!(shown[0].starts_with("<t>:2: a.x: environment variable NOPE"), "{shown:?}");
+        assert!(
+            shown[0].starts_with("<t>:2: a.x: environment variable NOPE"),
+            "{shown:?}"
+        );
         assert!(shown[1].starts_with("<t>:4: b[0].y[1]: environment variable ALSO_NOPE"));
     }
 

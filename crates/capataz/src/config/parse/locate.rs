@@ -71,12 +71,7 @@ pub(super) fn line_of(text: &str, offset: usize) -> usize {
 pub(super) fn key_at(text: &str, offset: usize) -> String {
     let found = scan(text, |line| {
         if offset < line.end || line.end == text.len() {
-            ControlFlow::Break(
-                line.here
-                    .or(line.last_key)
-                    .unwrap_or(line.table)
-                    .to_owned(),
-            )
+            ControlFlow::Break(line.here.or(line.last_key).unwrap_or(line.table).to_owned())
         } else {
             ControlFlow::Continue(())
         }

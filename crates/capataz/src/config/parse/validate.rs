@@ -134,7 +134,8 @@ impl<'a> Validator<'a> {
         // Without pools every route would be a second error about the same thing.
         if declared_pools {
             for (index, listener) in raw.listeners.into_iter().enumerate() {
-                if let Some(listener) = self.keep(self.listener(index, listener, &pools, &mut bound))
+                if let Some(listener) =
+                    self.keep(self.listener(index, listener, &pools, &mut bound))
                 {
                     listeners.push(listener);
                 }

@@ -18,13 +18,24 @@ fn localhost_and_bracketed_loopback_addresses_are_accepted() {
     assert_eq!(config.admin.as_ref().unwrap().address, v4);
     assert_eq!(config.listeners[0].address, "127.0.0.1:0".parse().unwrap());
     assert_eq!(config.listeners[1].address, "[::1]:8080".parse().unwrap());
-    for bad in ["localhost", "localhost:http", "localhost:70000", "example.com:80"] {
+    for bad in [
+        "localhost",
+        "localhost:http",
+        "localhost:70000",
+        "example.com:80",
+    ] {
         let text = text.replace("LOCALHOST:0", bad);
         let error = config::parse_unresolved(&text, "app.toml").unwrap_err();
-        assert_eq!((error.line(), error.key()), (Some(4), "listeners[0].address"));
+        assert_eq!(
+            (error.line(), error.key()),
+            (Some(4), "listeners[0].address")
+        );
         assert!(error.to_string().contains("localhost:port"), "{error}");
     }
-    assert_eq!(config::parse_listen_address("localhost:8080"), Ok("127.0.0.1:8080".parse().unwrap()));
+    assert_eq!(
+        config::parse_listen_address("localhost:8080"),
+        Ok("127.0.0.1:8080".parse().unwrap())
+    );
 }
 
 #[test]
@@ -67,7 +78,9 @@ fn a_listener_address_in_use_names_its_key_once() {
 
 #[tokio::test]
 async fn an_admin_address_in_use_names_admin_address() {
-    let taken = tokio::net::TcpListener::bind(crate::support::any()).await.unwrap();
+    let taken = tokio::net::TcpListener::bind(crate::support::any())
+        .await
+        .unwrap();
     let address = taken.local_addr().unwrap();
     let text = format!(
         "[admin]\naddress = \"{address}\"\n[[listeners]]\naddress = \"127.0.0.1:0\"\n\

@@ -25,18 +25,22 @@ struct Placed {
 }
 
 fn parse(text: &str, env: &[(&str, &str)]) -> Result<config::Config, Vec<Placed>> {
-    config::parse_all_errors(text, "app.toml", &Environment::from_pairs(env.iter().copied()))
-        .map(|unresolved| unresolved.config().clone())
-        .map_err(|errors| {
-            errors
-                .iter()
-                .map(|e| Placed {
-                    line: e.line(),
-                    key: e.key().to_owned(),
-                    text: e.to_string(),
-                })
-                .collect()
-        })
+    config::parse_all_errors(
+        text,
+        "app.toml",
+        &Environment::from_pairs(env.iter().copied()),
+    )
+    .map(|unresolved| unresolved.config().clone())
+    .map_err(|errors| {
+        errors
+            .iter()
+            .map(|e| Placed {
+                line: e.line(),
+                key: e.key().to_owned(),
+                text: e.to_string(),
+            })
+            .collect()
+    })
 }
 
 #[test]
@@ -121,7 +125,11 @@ fn the_binary_expands_variables_from_its_environment() {
     let env = [("ADMIN_TOKEN", "s3cret"), ("BACKEND", "127.0.0.1:9001")];
     let out = capataz(&["check", &path], &env);
     assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
-    assert!(out.stdout.contains(": valid (1 listeners"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains(": valid (1 listeners"),
+        "{}",
+        out.stdout
+    );
 
     let out = capataz(&["check", &path], &env[1..]);
     assert_eq!(out.code, Some(2), "{}{}", out.stdout, out.stderr);
@@ -193,11 +201,16 @@ fn a_token_file_that_cannot_be_used_is_an_error_naming_the_file_and_line() {
 /// A non-loopback admin address needs a token: a token file counts.
 #[test]
 fn a_token_file_satisfies_the_token_rule_of_a_public_admin_address() {
-    let text = WITH_TOKEN_FILE.replace("address = \"127.0.0.1:0\"\ntoken_file", "address = \"0.0.0.0:0\"\ntoken_file");
+    let text = WITH_TOKEN_FILE.replace(
+        "address = \"127.0.0.1:0\"\ntoken_file",
+        "address = \"0.0.0.0:0\"\ntoken_file",
+    );
     assert!(config::parse_unresolved(&text, "app.toml").is_ok());
     let without = text.replace("token_file = \"admin.token\"", "");
     assert_eq!(
-        config::parse_unresolved(&without, "app.toml").unwrap_err().key(),
+        config::parse_unresolved(&without, "app.toml")
+            .unwrap_err()
+            .key(),
         "admin.address"
     );
 }
@@ -223,7 +236,11 @@ async fn a_reload_reads_the_token_file_again() {
         .await
         .expect("starts");
     let token = |b: &capataz::server::Balancer| {
-        b.shared().config().admin.as_ref().and_then(|a| a.token.clone())
+        b.shared()
+            .config()
+            .admin
+            .as_ref()
+            .and_then(|a| a.token.clone())
     };
     assert_eq!(token(&balancer).as_deref(), Some("first"));
     dir.write("admin.token", "second\n");

@@ -64,7 +64,10 @@ fn validation_reports_every_independent_error_in_file_order_of_checks() {
     // The route to the failed pool "api" is not an error of its own.
     // The single-error API still gives the first, as before.
     let first = config::parse_unresolved(MANY, "app.toml").unwrap_err();
-    assert_eq!((first.line(), first.key()), (Some(22), "pools.api.backends"));
+    assert_eq!(
+        (first.line(), first.key()),
+        (Some(22), "pools.api.backends")
+    );
 }
 
 #[test]
@@ -79,7 +82,10 @@ fn a_placeholder_never_makes_an_error_of_its_own() {
         [(Some(6), "pools.web.passive.ejection_time".to_string())]
     );
     // A bad pool name and no pools at all are one error each.
-    assert_eq!(placed("[[listeners]]\naddress = \"127.0.0.1:0\"\n").len(), 1);
+    assert_eq!(
+        placed("[[listeners]]\naddress = \"127.0.0.1:0\"\n").len(),
+        1
+    );
 }
 
 #[test]

@@ -22,10 +22,8 @@ impl TempDir {
     fn new(tag: &str) -> TempDir {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!(
-            "capataz-deploy-{}-{n}-{tag}",
-            std::process::id()
-        ));
+        let path =
+            std::env::temp_dir().join(format!("capataz-deploy-{}-{n}-{tag}", std::process::id()));
         std::fs::create_dir_all(&path).expect("create a temporary directory");
         TempDir { path }
     }

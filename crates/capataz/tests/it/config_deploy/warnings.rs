@@ -70,7 +70,10 @@ fn a_warning_for_a_default_points_at_the_nearest_written_table() {
 #[test]
 fn capataz_check_prints_warnings_with_file_line_and_key() {
     let dir = TempDir::new("warn");
-    let file = dir.write("app.toml", &format!("{BASE}kind = \"tcp\"\nexpect = \"204\"\n"));
+    let file = dir.write(
+        "app.toml",
+        &format!("{BASE}kind = \"tcp\"\nexpect = \"204\"\n"),
+    );
     let path = shown(&file);
     let out = capataz(&["check", &path], &[]);
     assert_eq!(out.code, Some(1), "{}{}", out.stdout, out.stderr);
@@ -104,9 +107,14 @@ async fn a_tcp_probe_is_a_connect_that_passes_whatever_expect_says() {
     };
     assert_eq!(rule.judge(outcome), ProbeResult::Pass);
     drop(listener);
-    let refused =
-        capataz::prober::probe_once(CheckKind::Tcp, addr, "/", "x", std::time::Duration::from_secs(5))
-            .await;
+    let refused = capataz::prober::probe_once(
+        CheckKind::Tcp,
+        addr,
+        "/",
+        "x",
+        std::time::Duration::from_secs(5),
+    )
+    .await;
     assert_eq!(rule.judge(refused), ProbeResult::Fail);
 }
 

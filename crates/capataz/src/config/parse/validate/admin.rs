@@ -129,7 +129,9 @@ pub(in super::super) fn check_admin_token(token: &str) -> Result<(), &'static st
     if !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic()) {
         Ok(())
     } else {
-        Err("the token must be non-empty printable ASCII without spaces (leave the key out to \
-             disable authentication)")
+        Err(
+            "the token must be non-empty printable ASCII without spaces (leave the key out to \
+             disable authentication)",
+        )
     }
 }
