@@ -314,6 +314,24 @@ impl TrafficRule {
 mod tests {
     use super::*;
 
+    /// Regression: a TCP probe's connect was recorded as a 200, so `expect = "204"` failed
+    /// every backend of a `tcp` check.
+    #[test]
+    fn a_tcp_connect_passes_whatever_the_expected_statuses() {
+        let rule = ProbeRule {
+            expect: "204".parse().expect("a status list"),
+        };
+        assert_eq!(rule.judge(Outcome::Connected), ProbeResult::Pass);
+        assert_eq!(rule.judge(Outcome::Status(200)), ProbeResult::Fail);
+        assert_eq!(rule.judge(Outcome::Refused), ProbeResult::Fail);
+        assert_eq!(
+            TrafficRule::default().judge(Outcome::Connected),
+            TrafficResult::Ok
+        );
+        assert_eq!(Outcome::parse(b"CONNECTED"), Outcome::Connected);
+        assert_eq!(Outcome::Connected.to_string(), "TCP connect succeeded");
+    }
+
     fn probe(answer: &str) -> &'static str {
         ProbeRule::default()
             .judge(Outcome::parse(answer.as_bytes()))

@@ -41,7 +41,7 @@ pub struct Warning {
 /// `file:line: key: message`, like a [`ConfigError`](super::ConfigError).
 impl fmt::Display for Warning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.file.escape_debug())?;
+        write!(f, "{}", super::parse::one_line(&self.file))?;
         if let Some(line) = self.line {
             write!(f, ":{line}")?;
         }

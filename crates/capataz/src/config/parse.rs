@@ -103,7 +103,7 @@ fn key_part(key: &str) -> String {
 
 /// `text` with its control characters escaped (`\r`, `\u{1b}`), so that a message stays one
 /// line and cannot drive a terminal: keys, names and values from the file reach it verbatim.
-fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
     if !text.contains(char::is_control) {
         return text.into();
     }

@@ -62,7 +62,8 @@ impl Unresolved {
         self.lookups.iter().map(|lookup| lookup.host_port.as_str())
     }
 
-    /// The files still to be read: each TLS listener's certificates, keys and client CA.
+    /// The files still to be read: each TLS listener's certificates, keys and client CA, then
+    /// the secret files (`admin.token_file`).
     pub fn files(&self) -> impl Iterator<Item = &Path> {
         self.config
             .listeners
@@ -76,6 +77,7 @@ impl Unresolved {
                     .flat_map(|c| [c.cert.as_path(), c.key.as_path()])
                     .chain(settings.client_ca.iter().map(|(ca, _)| ca.as_path()))
             })
+            .chain(self.secrets.iter().map(|secret| secret.path.as_path()))
     }
 
     /// Resolves every name with the system resolver (the first address wins), loads every TLS

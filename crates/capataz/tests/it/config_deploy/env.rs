@@ -167,6 +167,8 @@ fn a_token_file_is_read_relative_to_the_config_without_its_line_break() {
     // Before resolution nothing is read, and the token is not known yet.
     let unresolved = config::parse_unresolved(WITH_TOKEN_FILE, &shown(&file)).expect("valid");
     assert_eq!(unresolved.config().admin.as_ref().unwrap().token, None);
+    let files: Vec<_> = unresolved.files().collect();
+    assert_eq!(files, [dir.path.join("admin.token").as_path()]);
 }
 
 #[test]
