@@ -122,3 +122,20 @@ fn capataz_run_prints_every_error_before_refusing_to_start() {
     assert_eq!(errors.len(), 6, "{}", out.stderr);
     assert!(errors[5].contains(&format!("{path}:10: listeners[1].address: ")));
 }
+
+#[test]
+fn every_bad_alert_hook_is_reported() {
+    let text = "[[listeners]]\naddress = \"127.0.0.1:0\"\n[pools.web]\n\
+                backends = [{ address = \"127.0.0.1:9001\" }]\n\
+                [[alerts.webhooks]]\nurl = \"https://example.com/\"\n\
+                [[alerts.webhooks]]\nurl = \"http://127.0.0.1:9000/\"\nretries = 99\n\
+                [[alerts.commands]]\ncommand = \"page-oncall --now\"\n";
+    assert_eq!(
+        placed(text),
+        [
+            (Some(6), "alerts.webhooks[0].url".to_string()),
+            (Some(9), "alerts.webhooks[1].retries".to_string()),
+            (Some(11), "alerts.commands[0].command".to_string()),
+        ]
+    );
+}
