@@ -28,11 +28,15 @@ pub enum Outcome {
     /// spec; a status that is not a number within 0-255 is recorded as UNKNOWN, 2). Its HTTP
     /// status was 200: a gRPC answer with another HTTP status is judged by that status.
     Grpc(u8),
+    /// A TCP probe's connection opened. Nothing was read, so there is no status: it passes
+    /// whatever the probe rule expects of a status. (Before it existed a TCP connect was
+    /// recorded as a 200, which `expect = "204"` then failed on every backend.)
+    Connected,
 }
 
 impl Outcome {
     /// Reads the textual form used by `capataz replay` and probe logs: `TIMEOUT`, `REFUSED`,
-    /// `RESET`, `TLS`, `GRPC <code>` (a gRPC status, 0-255), or a status line as received. Anything
+    /// `RESET`, `TLS`, `CONNECTED` (a TCP probe's connection opened), `GRPC <code>` (a gRPC status, 0-255), or a status line as received. Anything
     /// that is none of these is [`Outcome::Malformed`].
     pub fn parse(answer: &[u8]) -> Outcome {
         match answer {
@@ -40,6 +44,7 @@ impl Outcome {
             b"REFUSED" => Outcome::Refused,
             b"RESET" => Outcome::Reset,
             b"TLS" => Outcome::Tls,
+            b"CONNECTED" => Outcome::Connected,
             [b'G', b'R', b'P', b'C', b' ', code @ ..] => match parse_grpc_status(code) {
                 Some(code) => Outcome::Grpc(code),
                 None => Outcome::Malformed,
@@ -62,6 +67,7 @@ impl fmt::Display for Outcome {
             Outcome::Malformed => f.write_str("malformed status line"),
             Outcome::Tls => f.write_str("TLS"),
             Outcome::Grpc(code) => write!(f, "GRPC {code}"),
+            Outcome::Connected => f.write_str("TCP connect succeeded"),
         }
     }
 }

@@ -19,6 +19,7 @@ mod backend_tls;
 mod balancer;
 mod cli;
 mod config;
+mod config_deploy;
 mod config_dns;
 mod dns_source;
 mod eligibility;

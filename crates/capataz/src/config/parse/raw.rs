@@ -53,6 +53,7 @@ pub(super) enum RawLogFormat {
 pub(super) struct RawAdmin {
     pub(super) address: Option<Spanned<String>>,
     pub(super) token: Option<Spanned<String>>,
+    pub(super) token_file: Option<Spanned<String>>,
     pub(super) open_read_only: Option<bool>,
     pub(super) metrics_backend_histograms: Option<bool>,
     pub(super) allowed_hosts: Option<Vec<Spanned<String>>>,
