@@ -225,6 +225,8 @@ impl ProbeRule {
             Outcome::Status(code) if self.expect.contains(code) => ProbeResult::Pass,
             // A gRPC health call that ended OK; what it reported is the probe's mismatch.
             Outcome::Grpc(0) => ProbeResult::Pass,
+            // A TCP probe reads no status: the connection opening is the whole check.
+            Outcome::Connected => ProbeResult::Pass,
             _ => ProbeResult::Fail,
         }
     }
@@ -311,7 +313,7 @@ impl TrafficRule {
             Outcome::Status(500..=599) => TrafficResult::Error,
             Outcome::Status(_) => TrafficResult::Ok,
             Outcome::Grpc(code) if self.grpc_errors.contains(code) => TrafficResult::Error,
-            Outcome::Grpc(_) => TrafficResult::Ok,
+            Outcome::Grpc(_) | Outcome::Connected => TrafficResult::Ok,
             Outcome::Timeout
             | Outcome::Refused
             | Outcome::Reset
@@ -324,6 +326,24 @@ impl TrafficRule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression: a TCP probe's connect was recorded as a 200, so `expect = "204"` failed
+    /// every backend of a `tcp` check.
+    #[test]
+    fn a_tcp_connect_passes_whatever_the_expected_statuses() {
+        let rule = ProbeRule {
+            expect: "204".parse().expect("a status list"),
+        };
+        assert_eq!(rule.judge(Outcome::Connected), ProbeResult::Pass);
+        assert_eq!(rule.judge(Outcome::Status(200)), ProbeResult::Fail);
+        assert_eq!(rule.judge(Outcome::Refused), ProbeResult::Fail);
+        assert_eq!(
+            TrafficRule::default().judge(Outcome::Connected),
+            TrafficResult::Ok
+        );
+        assert_eq!(Outcome::parse(b"CONNECTED"), Outcome::Connected);
+        assert_eq!(Outcome::Connected.to_string(), "TCP connect succeeded");
+    }
 
     fn probe(answer: &str) -> &'static str {
         ProbeRule::default()

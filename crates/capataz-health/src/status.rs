@@ -28,12 +28,17 @@ pub enum Outcome {
     /// spec; a status that is not a number within 0-255 is recorded as UNKNOWN, 2). Its HTTP
     /// status was 200: a gRPC answer with another HTTP status is judged by that status.
     Grpc(u8),
+    /// A TCP probe's connection opened. Nothing was read, so there is no status: it passes
+    /// whatever the probe rule expects of a status. (Before it existed a TCP connect was
+    /// recorded as a 200, which `expect = "204"` then failed on every backend.)
+    Connected,
 }
 
 impl Outcome {
     /// Reads the textual form used by `capataz replay` and probe logs: `TIMEOUT`, `REFUSED`,
-    /// `RESET`, `TLS`, `GRPC <code>` (a gRPC status, 0-255, optionally followed by a space and
-    /// its name, as the display writes it), or a status line as received. Anything
+    /// `RESET`, `TLS`, `CONNECTED` (a TCP probe's connection opened), `GRPC <code>` (a gRPC
+    /// status, 0-255, optionally followed by a space and its name, as the display writes it),
+    /// or a status line as received. Anything
     /// that is none of these is [`Outcome::Malformed`].
     pub fn parse(answer: &[u8]) -> Outcome {
         match answer {
@@ -41,6 +46,7 @@ impl Outcome {
             b"REFUSED" => Outcome::Refused,
             b"RESET" => Outcome::Reset,
             b"TLS" => Outcome::Tls,
+            b"CONNECTED" => Outcome::Connected,
             [b'G', b'R', b'P', b'C', b' ', rest @ ..] => {
                 match parse_grpc_status(grpc_code_of(rest)) {
                     Some(code) => Outcome::Grpc(code),
@@ -68,6 +74,7 @@ impl fmt::Display for Outcome {
                 Some(name) => write!(f, "GRPC {code} {name}"),
                 None => write!(f, "GRPC {code}"),
             },
+            Outcome::Connected => f.write_str("TCP connect succeeded"),
         }
     }
 }

@@ -26,6 +26,7 @@ use bytes::{Bytes, BytesMut};
 use capataz_health::Outcome;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
+use crate::access_log::{self, AccessLog, AccessRecord, Termination};
 use crate::balance::PoolHandle;
 use crate::h1::framing::Framing;
 use crate::upstream::{self, AttemptError, BackendStream, Phase, PrivateIdle, ResponseStream};
@@ -157,6 +158,76 @@ pub enum RespBody {
     H2(H2RespBody),
     /// A body capataz wrote itself (an error page).
     Full(Option<Bytes>),
+    /// A body whose request is written to the access log when it ends.
+    Logged(Box<Logged>),
+}
+
+/// A response body with its request's access log record, completed and emitted when hyper is
+/// done with the body: the bytes handed to the client, the duration to the last byte, and who
+/// ended the request (`fixed` if that was decided before the body, else: whole, the body's
+/// own failure, or the client gone).
+pub struct Logged {
+    inner: RespBody,
+    record: Option<Box<AccessRecord>>,
+    log: Arc<AccessLog>,
+    fixed: Option<Termination>,
+    failed: Option<AttemptError>,
+}
+
+impl RespBody {
+    /// `inner`, whose request `record` goes to `log` when the body ends; `fixed` says who
+    /// ended the request if that is already decided (capataz's own page).
+    pub fn logged(
+        inner: RespBody,
+        record: Box<AccessRecord>,
+        log: Arc<AccessLog>,
+        fixed: Option<Termination>,
+    ) -> RespBody {
+        RespBody::Logged(Box::new(Logged {
+            inner,
+            record: Some(record),
+            log,
+            fixed,
+            failed: None,
+        }))
+    }
+}
+
+impl Logged {
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Frame<Bytes>>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let (Some(data), Some(record)) = (frame.data_ref(), &mut self.record) {
+                    record.bytes += data.len() as u64;
+                }
+            }
+            Poll::Ready(Some(Err(error))) => {
+                self.failed = error
+                    .get_ref()
+                    .and_then(|inner| inner.downcast_ref::<AttemptError>())
+                    .copied()
+                    .or(Some(AttemptError::BodyBroken));
+            }
+            _ => {}
+        }
+        polled
+    }
+}
+
+impl Drop for Logged {
+    fn drop(&mut self) {
+        let Some(mut record) = self.record.take() else {
+            return;
+        };
+        record.termination = match (self.fixed, self.failed) {
+            (Some(fixed), _) => fixed,
+            (None, Some(failed)) => Termination::of(failed),
+            (None, None) if self.inner.is_end_stream() => Termination::COMPLETE,
+            (None, None) => Termination::client_gone(access_log::Phase::Body),
+        };
+        self.log.emit(record);
+    }
 }
 
 impl RespBody {
@@ -226,7 +297,7 @@ impl UpstreamBody {
         if let Some(mut lease) = self.lease.take() {
             lease.failed = Some(why);
         }
-        io::Error::other(why.to_string())
+        io::Error::other(why)
     }
 
     /// The body failed here. If the head or data went out since the last wait, the failure is
@@ -356,7 +427,7 @@ impl H2RespBody {
         if let Some(mut lease) = self.lease.take() {
             lease.failed = Some(why);
         }
-        io::Error::other(why.to_string())
+        io::Error::other(why)
     }
 
     /// As `UpstreamBody::broken`: a failure right after the head or data is reported on the
@@ -450,6 +521,7 @@ impl Body for RespBody {
             RespBody::Upstream(body) => body.poll_next(cx),
             RespBody::H2(body) => body.poll_next(cx),
             RespBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            RespBody::Logged(body) => body.poll_next(cx),
         }
     }
 
@@ -458,6 +530,7 @@ impl Body for RespBody {
             RespBody::Upstream(body) => body.inner.is_done(),
             RespBody::H2(body) => body.lease.is_none() || body.inner.is_end_stream(),
             RespBody::Full(bytes) => bytes.is_none(),
+            RespBody::Logged(body) => body.inner.is_end_stream(),
         }
     }
 
@@ -470,6 +543,7 @@ impl Body for RespBody {
             RespBody::H2(body) => body.inner.size_hint(),
             RespBody::Full(Some(bytes)) => SizeHint::with_exact(bytes.len() as u64),
             RespBody::Full(None) => SizeHint::with_exact(0),
+            RespBody::Logged(body) => body.inner.size_hint(),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! The health decisions live in the pure `capataz-health` crate; this crate does the IO around
 //! them: configuration, probes, the proxy, logging, the demo and the `replay` driver.
 
+pub mod access_log;
 pub mod acme;
 pub mod admin;
 pub mod alerts;

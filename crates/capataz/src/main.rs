@@ -24,10 +24,10 @@ enum Command {
     /// balancer on 127.0.0.1:8080, with every state change printed as it happens.
     Demo {
         /// Where the balancer listens.
-        #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+        #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR", value_parser = config::parse_listen_address)]
         listen: SocketAddr,
         /// Where the admin API and live dashboard listen.
-        #[arg(long, default_value = "127.0.0.1:9901", value_name = "ADDR")]
+        #[arg(long, default_value = "127.0.0.1:9901", value_name = "ADDR", value_parser = config::parse_listen_address)]
         admin: SocketAddr,
         /// Requests per second the built-in client sends so passive checks have traffic to
         /// judge (0 for none).
@@ -41,7 +41,7 @@ enum Command {
         log_format: Format,
         /// Also listen with TLS (default 127.0.0.1:8443), with a self-signed certificate for
         /// localhost generated at start.
-        #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:8443")]
+        #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:8443", value_parser = config::parse_listen_address)]
         tls: Option<SocketAddr>,
     },
     /// Run the balancer.
@@ -56,7 +56,7 @@ enum Command {
     /// Show every pool and backend: state, weights, last probe, and why (from the admin API).
     Status {
         /// The admin API's address.
-        #[arg(long, default_value = "127.0.0.1:9901", value_name = "ADDR")]
+        #[arg(long, default_value = "127.0.0.1:9901", value_name = "ADDR", value_parser = config::parse_listen_address)]
         admin: SocketAddr,
         /// Bearer token, if the admin API needs one (or CAPATAZ_ADMIN_TOKEN).
         #[arg(long, env = "CAPATAZ_ADMIN_TOKEN", hide_env_values = true)]
@@ -71,7 +71,8 @@ enum Command {
             long,
             global = true,
             default_value = "127.0.0.1:9901",
-            value_name = "ADDR"
+            value_name = "ADDR",
+            value_parser = config::parse_listen_address
         )]
         admin: SocketAddr,
         /// Bearer token, if the admin API needs one (or CAPATAZ_ADMIN_TOKEN).
@@ -157,15 +158,37 @@ struct Target {
     ttl: Option<String>,
 }
 
-/// Runs until SIGTERM or Ctrl-C; SIGHUP reloads the configuration file meanwhile.
-async fn serve_until_stopped(balancer: &capataz::server::Balancer) {
+/// The signals `capataz run` answers, installed before the balancer starts: a SIGHUP or
+/// SIGTERM sent as soon as "listening" is logged must find its handler, not the default action
+/// (which ends the process). `None` where they cannot be installed (then Ctrl-C only).
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let (Ok(mut term), Ok(mut hup)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::hangup()),
-        ) {
+    handlers: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Signals {
+    /// Installs the handlers; call it on the runtime, before anything is logged as listening.
+    fn install() -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let handlers = match (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::hangup()),
+            ) {
+                (Ok(term), Ok(hup)) => Some((term, hup)),
+                _ => None,
+            };
+            Signals { handlers }
+        }
+        #[cfg(not(unix))]
+        Signals {}
+    }
+
+    /// Runs until SIGTERM or Ctrl-C; SIGHUP reloads the configuration file meanwhile.
+    async fn serve_until_stopped(self, balancer: &capataz::server::Balancer) {
+        #[cfg(unix)]
+        if let Some((mut term, mut hup)) = self.handlers {
             loop {
                 tokio::select! {
                     _ = tokio::signal::ctrl_c() => return,
@@ -187,8 +210,9 @@ async fn serve_until_stopped(balancer: &capataz::server::Balancer) {
                 }
             }
         }
+        let _ = balancer;
+        let _ = tokio::signal::ctrl_c().await;
     }
-    let _ = tokio::signal::ctrl_c().await;
 }
 
 /// A log format on the command line.
@@ -284,10 +308,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             config: path,
             log_format,
         } => {
-            let config = match config::load(&path) {
+            let config = match config::load_all_errors(&path) {
                 Ok(config) => config,
-                Err(error) => {
-                    eprintln!("capataz: invalid configuration: {error}");
+                Err(errors) => {
+                    for error in errors.iter() {
+                        eprintln!("capataz: invalid configuration: {error}");
+                    }
                     return Ok(ExitCode::from(2));
                 }
             };
@@ -297,10 +323,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             );
             let runtime = runtime()?;
             let served = runtime.block_on(async {
+                let signals = Signals::install();
                 let (events, _) = tokio::sync::broadcast::channel(1024);
                 let balancer =
                     capataz::server::Balancer::start_with_path(&config, events, Some(path)).await?;
-                serve_until_stopped(&balancer).await;
+                signals.serve_until_stopped(&balancer).await;
                 let deadline = balancer.shared().config().server.shutdown_timeout;
                 tracing::info!(
                     "stopping: no new connections; finishing requests in flight (up to {})",
@@ -364,10 +391,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { file } => {
-            let config = match config::load(&file) {
+            let config = match config::load_all_errors(&file) {
                 Ok(config) => config,
-                Err(error) => {
-                    eprintln!("{error}");
+                Err(errors) => {
+                    eprintln!("{errors}");
+                    if errors.len() > 1 {
+                        eprintln!("{}: {} errors", file.display(), errors.len());
+                    }
                     return Ok(ExitCode::from(2));
                 }
             };

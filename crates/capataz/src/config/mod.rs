@@ -19,9 +19,12 @@ mod check;
 mod cidr;
 mod parse;
 
-pub use check::{check, Warning, CERTIFICATE_EXPIRY_WARNING};
+pub use check::{check, Warning, CERTIFICATE_EXPIRY_WARNING, DETECTION_BUDGET, RECOVERY_BUDGET};
 pub use cidr::{Cidr, CidrError};
-pub use parse::{load, parse_str, parse_unresolved, ConfigError, Unresolved};
+pub use parse::{
+    load, load_all_errors, parse_all_errors, parse_str, parse_unresolved, ConfigError,
+    ConfigErrors, Environment, KeyLines, Unresolved,
+};
 
 /// The longest duration a config value or an admin TTL may be: one year (`8760h`).
 pub const MAX_DURATION: Duration = parse::MAX_DURATION;
@@ -38,6 +41,17 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         ));
     }
     Ok(duration)
+}
+
+/// Parses an address to listen on, as in the config and on the command line: `ip:port`
+/// (`0.0.0.0:8080`, `[::1]:8080`) or `localhost:port`, which is `127.0.0.1:port` (the IPv4
+/// loopback: no name is looked up; write `[::1]:port` for IPv6's).
+pub fn parse_listen_address(text: &str) -> Result<SocketAddr, String> {
+    parse::listen_address(text).ok_or_else(|| {
+        format!(
+            r#"{text:?} is not an address to listen on (use ip:port or localhost:port, e.g. "127.0.0.1:8080", "[::1]:8080" or "localhost:8080")"#
+        )
+    })
 }
 
 /// A whole, validated configuration.
@@ -57,6 +71,8 @@ pub struct Config {
     pub alerts: AlertsConfig,
     /// Process-wide settings.
     pub server: ServerConfig,
+    /// The line each key was written on, for warnings (equal for any two configs).
+    pub lines: KeyLines,
 }
 
 /// Process-wide settings (`[server]`).
@@ -185,6 +201,39 @@ pub struct ListenerConfig {
     /// `proxy_protocol`: the sources whose connections start with a PROXY protocol header
     /// (version 1 or 2) giving the real client's address; `None` (the default) reads none.
     pub proxy_protocol: Option<ProxyProtocolConfig>,
+    /// The access log (`[listeners.access_log]`); none when `None` (default).
+    pub access_log: Option<AccessLogConfig>,
+}
+
+/// A listener's access log (`[listeners.access_log]`): one line per request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccessLogConfig {
+    /// Where the lines go.
+    pub target: AccessLogTarget,
+    /// How a line is written (default text).
+    pub format: AccessLogFormat,
+    /// The most lines waiting for the writer (default 4096); more are dropped and counted.
+    pub buffer: usize,
+}
+
+/// Where an access log's lines go.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum AccessLogTarget {
+    /// capataz's standard output (`path = "stdout"`).
+    Stdout,
+    /// capataz's standard error (`path = "stderr"`).
+    Stderr,
+    /// A file, appended to, reopened on every reload (log rotation).
+    File(std::path::PathBuf),
+}
+
+/// How an access log line is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AccessLogFormat {
+    /// A combined-like line followed by capataz's fields (see docs/config.md).
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// The HTTP/2 settings of a listener (`[listeners.http2]`), for every HTTP/2 connection it

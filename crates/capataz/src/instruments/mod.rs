@@ -192,6 +192,7 @@ pub struct Families {
     connections_open: Family<ListenerLabels, Gauge>,
     received_bytes: Family<ListenerLabels, Counter>,
     sent_bytes: Family<ListenerLabels, Counter>,
+    access_log_dropped: Family<ListenerLabels, Counter>,
     tls: TlsFamilies,
 }
 
@@ -238,6 +239,13 @@ impl Families {
             "Bytes written to client connections (heads, bodies and upgraded streams)",
             Unit::Bytes,
             sent_bytes.clone(),
+        );
+        let access_log_dropped = Family::default();
+        registry.register(
+            "capataz_access_log_dropped",
+            "Access log lines dropped: the log's buffer was full, or its file could not be \
+             written",
+            access_log_dropped.clone(),
         );
         let requests = Family::default();
         registry.register(
@@ -307,7 +315,16 @@ impl Families {
             connections_open,
             received_bytes,
             sent_bytes,
+            access_log_dropped,
         }
+    }
+
+    /// The counter of access log lines listener `listener` dropped.
+    pub(crate) fn access_log_dropped(&self, listener: &str) -> Counter {
+        self.access_log_dropped
+            .get_or_create_owned(&ListenerLabels {
+                listener: listener.into(),
+            })
     }
 
     /// How latency histograms are labelled.

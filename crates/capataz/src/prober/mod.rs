@@ -61,9 +61,9 @@ pub const USER_AGENT: &str = concat!("capataz/", env!("CARGO_PKG_VERSION"));
 ///   reads only the status line, and judges it with [`parse_status_line`]: a well-formed line is
 ///   [`Outcome::Status`], anything else [`Outcome::Malformed`] (a backend answering the word
 ///   `TIMEOUT` is malformed, not a timeout).
-/// - [`CheckKind::Tcp`] passes when the connection is established. Since [`Outcome`] has no
-///   "connected" variant, success is a synthetic `Status(200)`, which the default probe rule
-///   (200-399) passes; a failure maps like an HTTP probe's.
+/// - [`CheckKind::Tcp`] passes when the connection is established: [`Outcome::Connected`],
+///   which passes whatever `expect` says (there is no status to judge); a failure maps like an
+///   HTTP probe's.
 /// - [`CheckKind::Grpc`] runs the gRPC health check of the server as a whole (service `""`)
 ///   over HTTP/2, by prior knowledge or over TLS by `tls`, as [`probe_h2`] does; a pool that
 ///   names a service or speaks HTTP/2 for its `http` probe uses [`H2Probe`] and [`probe_h2`].
@@ -111,7 +111,7 @@ pub async fn probe_once_over(
             CheckKind::Http => http_probe(addr, path, host, tls).await,
             CheckKind::Tcp => TcpStream::connect(addr)
                 .await
-                .map(|_connected| Outcome::Status(200)),
+                .map(|_connected| Outcome::Connected),
             CheckKind::None => Ok(Outcome::Status(200)),
         }
         .map(ProbeOutcome::from)

@@ -23,6 +23,7 @@ use hyper_util::rt::TokioIo;
 use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
 
+use crate::access_log::{AccessLog, AccessRecord, Phase, Termination};
 use crate::balance::PoolHandle;
 use crate::body::{grpc_status, Grpc, Lease, ReqBody, RespBody};
 use crate::config::{BackendProtocol, ConnectionReuse, ListenerConfig};
@@ -82,10 +83,83 @@ struct Route {
 }
 
 /// What a request's answer is counted under: the route that took it (none: refused before
-/// routing, or no route matched) and who wrote the answer.
+/// routing, or no route matched) and who wrote the answer; and, with an access log, what its
+/// record needs: the last backend tried, the attempts, the last failure, where the request is
+/// (for a client that goes away), and the record itself.
 struct Tally {
     route: Option<usize>,
     by: AnsweredBy,
+    backend: Option<usize>,
+    attempts: u32,
+    failure: Option<Failure>,
+    stage: Stage,
+    /// The access log record (`None` without an access log): emitted when the answer's body
+    /// ends, or, if the request is dropped first (the client went away), when the tally is.
+    record: Option<(Box<AccessRecord>, Arc<AccessLog>, Arc<PoolNames>)>,
+}
+
+/// The names an access log record takes from the proxy (`None` unless logging).
+#[derive(Debug)]
+struct PoolNames {
+    /// Per route: its label, and its pool's name and backends' names.
+    routes: Vec<(String, Arc<str>, Vec<Arc<str>>)>,
+}
+
+/// Where a request is: the phase a client going away ends it in.
+#[derive(Clone, Copy)]
+struct Stage {
+    now: Phase,
+    /// The phase once connected: `Headers` for a bodiless request (its head goes out at
+    /// once), else `Send` (its body may still be flowing).
+    connected: Phase,
+}
+
+impl Tally {
+    /// Fills `record` with the route, pool, backend, attempts and status.
+    fn fill(&self, record: &mut AccessRecord, names: &PoolNames, status: Option<u16>) {
+        record.status = status;
+        record.attempts = self.attempts;
+        if let Some((label, pool, backends)) = self.route.and_then(|r| names.routes.get(r)) {
+            record.route = Some(label.clone());
+            record.pool = Some(pool.clone());
+            record.backend = self.backend.and_then(|b| backends.get(b)).cloned();
+        }
+    }
+
+    /// Who ended a request whose answer is the one now written, if already decided: capataz's
+    /// own page after a failure, or before any attempt. A backend's answer is decided when its
+    /// body ends.
+    fn ending(&self) -> Option<Termination> {
+        if self.by == AnsweredBy::Backend {
+            return None;
+        }
+        Some(match self.failure {
+            Some(Failure::Attempt(error)) => Termination::of(error),
+            Some(Failure::Status(_)) => Termination {
+                ended_by: crate::access_log::EndedBy::Backend,
+                phase: Phase::Headers,
+            },
+            None => Termination::REFUSED,
+        })
+    }
+
+    /// Notes an attempt on backend `index` starting.
+    fn attempt(&mut self, index: usize) {
+        self.backend = Some(index);
+        self.attempts += 1;
+        self.stage.now = Phase::Connect;
+    }
+}
+
+impl Drop for Tally {
+    fn drop(&mut self) {
+        // Still here: the request was dropped before its answer (the client went away).
+        if let Some((mut record, log, names)) = self.record.take() {
+            self.fill(&mut record, &names, None);
+            record.termination = Termination::client_gone(self.stage.now);
+            log.emit(record);
+        }
+    }
 }
 
 /// The request handler of one listener.
@@ -105,6 +179,8 @@ pub struct Proxy {
     metrics: Arc<ListenerMetrics>,
     /// The counters of requests no route took.
     unrouted: RouteMetrics,
+    /// The listener's access log, if it has one, and the names its records take.
+    access_log: Option<(Arc<AccessLog>, Arc<PoolNames>)>,
 }
 
 impl Proxy {
@@ -115,14 +191,29 @@ impl Proxy {
         listener: &ListenerConfig,
         pools: &[Arc<PoolHandle>],
         metrics: Arc<ListenerMetrics>,
+        access_log: Option<Arc<AccessLog>>,
     ) -> Proxy {
         let routes = &listener.routes;
+        let access_log = access_log.map(|log| {
+            let names = routes
+                .iter()
+                .map(|r| {
+                    let pool = &pools[r.pool];
+                    (
+                        route_label(r.host.as_deref(), &r.path_prefix),
+                        pool.name.clone(),
+                        pool.backends.iter().map(|b| b.name.clone()).collect(),
+                    )
+                })
+                .collect();
+            (log, Arc::new(PoolNames { routes: names }))
+        });
         Proxy {
             routes: routes
                 .iter()
                 .map(|r| {
                     let pool = pools[r.pool].clone();
-                    let label = format!("{}{}", r.host.as_deref().unwrap_or(""), r.path_prefix);
+                    let label = route_label(r.host.as_deref(), &r.path_prefix);
                     Route {
                         host: r.host.clone(),
                         path_prefix: r.path_prefix.clone(),
@@ -138,6 +229,7 @@ impl Proxy {
             tunnel_idle: listener.idle_timeout,
             unrouted: metrics.route("", ""),
             metrics,
+            access_log,
         }
     }
 
@@ -176,13 +268,41 @@ impl Proxy {
         let mut tally = Tally {
             route: None,
             by: AnsweredBy::Capataz,
+            backend: None,
+            attempts: 0,
+            failure: None,
+            stage: Stage {
+                now: Phase::Request,
+                connected: Phase::Send,
+            },
+            record: None,
         };
-        let Ok(response) = self.respond(req, client, &mut tally).await;
+        if let Some((log, names)) = &self.access_log {
+            let mut record = Box::new(AccessRecord::start(
+                client.addr,
+                req.method(),
+                req.uri(),
+                req.version(),
+                req.headers(),
+            ));
+            if let Some(tls) = &client.tls {
+                record.set_tls(tls.version, tls.sni.as_deref());
+            }
+            tally.record = Some((record, log.clone(), names.clone()));
+        }
+        let Ok(mut response) = self.respond(req, client, &mut tally).await;
         let counters = match tally.route {
             Some(index) => &self.routes[index].metrics,
             None => &self.unrouted,
         };
-        counters.answered(method, response.status().as_u16(), tally.by);
+        let status = response.status().as_u16();
+        counters.answered(method, status, tally.by);
+        if let Some((mut record, log, names)) = tally.record.take() {
+            tally.fill(&mut record, &names, Some(status));
+            let ending = tally.ending();
+            let body = std::mem::replace(response.body_mut(), RespBody::Full(None));
+            *response.body_mut() = RespBody::logged(body, record, log, ending);
+        }
         Ok(response)
     }
 
@@ -260,6 +380,9 @@ impl Proxy {
         }
         let uri = origin_form(&parts.uri);
         let bodiless = body.is_end_stream();
+        if bodiless {
+            tally.stage.connected = Phase::Headers;
+        }
         let replayable = bodiless && !upgrade && is_idempotent(&parts.method);
         let mut retries_left = pool.config.retries.attempts;
         // A resend to another backend sends the head encoded for the first attempt again, byte
@@ -302,6 +425,7 @@ impl Proxy {
                 });
             };
             tried.push(index);
+            tally.attempt(index);
             if h2 {
                 let request = match pending.take() {
                     Some(Outgoing::Request(request)) => request,
@@ -320,12 +444,15 @@ impl Proxy {
                     },
                 };
                 let lease = Lease::new(pool.clone(), index, None);
+                // Connecting happens within the exchange: the whole wait counts as sending.
+                tally.stage.now = Phase::Send;
                 match forward_h2(&pool, index, request, lease, timeouts).await {
                     Forwarded::Response(mut response, status) => {
                         let retry_status = matches!(status, 502..=504);
                         if retry_status && replayable && may_retry(&pool, &mut retries_left, &tried)
                         {
                             failure = Some(Failure::Status(status));
+                            tally.failure = failure;
                             continue;
                         }
                         let trailer = trailer_names(response.headers_mut());
@@ -333,10 +460,12 @@ impl Proxy {
                         if let Some(names) = trailer {
                             response.headers_mut().insert(header::TRAILER, names);
                         }
+                        tally.by = AnsweredBy::Backend;
                         return Ok(response);
                     }
                     Forwarded::NotSent(outgoing, why) => {
                         failure = Some(Failure::Attempt(why));
+                        tally.failure = failure;
                         pending = Some(outgoing);
                         if may_retry(&pool, &mut retries_left, &tried) {
                             continue;
@@ -345,6 +474,7 @@ impl Proxy {
                     }
                     Forwarded::Failed(why) => {
                         failure = Some(Failure::Attempt(why));
+                        tally.failure = failure;
                         let again = why.retry_safe(replayable)
                             && (replayable || (why.nothing_sent() && h2_resend.is_some()));
                         if again && may_retry(&pool, &mut retries_left, &tried) {
@@ -372,12 +502,22 @@ impl Proxy {
                 ConnectionReuse::Shared => None,
             };
             let lease = Lease::new(pool.clone(), index, private);
-            let attempt = forward(&pool, index, outgoing, &mut head, lease, upgrade, timeouts);
+            let attempt = forward(
+                &pool,
+                index,
+                outgoing,
+                &mut head,
+                lease,
+                upgrade,
+                timeouts,
+                &mut tally.stage,
+            );
             match attempt.await {
                 Forwarded::Response(mut response, status) => {
                     let retry_status = matches!(status, 502..=504);
                     if retry_status && replayable && may_retry(&pool, &mut retries_left, &tried) {
                         failure = Some(Failure::Status(status));
+                        tally.failure = failure;
                         continue;
                     }
                     strip_hop_by_hop(response.headers_mut(), false);
@@ -401,6 +541,7 @@ impl Proxy {
                 }
                 Forwarded::NotSent(outgoing, why) => {
                     failure = Some(Failure::Attempt(why));
+                    tally.failure = failure;
                     pending = Some(outgoing);
                     if may_retry(&pool, &mut retries_left, &tried) {
                         continue;
@@ -409,6 +550,7 @@ impl Proxy {
                 }
                 Forwarded::Failed(why) => {
                     failure = Some(Failure::Attempt(why));
+                    tally.failure = failure;
                     if why.retry_safe(replayable) && may_retry(&pool, &mut retries_left, &tried) {
                         continue;
                     }
@@ -433,7 +575,8 @@ enum Forwarded<'a> {
 }
 
 /// One attempt on one backend, with its outcome fed to the passive side (an answer's once its
-/// body has ended; see `body::Lease`).
+/// body has ended; see `body::Lease`); `stage` follows it (for the access log).
+#[allow(clippy::too_many_arguments)]
 async fn forward<'a>(
     pool: &Arc<PoolHandle>,
     index: usize,
@@ -442,6 +585,7 @@ async fn forward<'a>(
     mut lease: Lease,
     upgrade: bool,
     timeouts: ExchangeTimeouts,
+    stage: &mut Stage,
 ) -> Forwarded<'a> {
     let backend = &pool.backends[index];
     let mut outgoing = outgoing;
@@ -464,6 +608,7 @@ async fn forward<'a>(
                 return Forwarded::NotSent(outgoing, error);
             }
         };
+        stage.now = stage.connected;
         let reused = conn.reused && !fresh_only;
         let sent_at = if reused { started } else { Instant::now() };
         let sent = upstream::exchange(conn.stream, outgoing, head, upgrade, timeouts, sent_at);
@@ -656,6 +801,11 @@ fn charge(pool: &PoolHandle, index: usize, error: AttemptError) {
             "attempt failed; nothing charged to the backend"
         ),
     }
+}
+
+/// A route's label (metrics and access log): its host and path prefix.
+fn route_label(host: Option<&str>, path_prefix: &str) -> String {
+    format!("{}{}", host.unwrap_or(""), path_prefix)
 }
 
 fn build_request(method: Method, uri: Uri, headers: HeaderMap, body: ReqBody) -> Request<ReqBody> {

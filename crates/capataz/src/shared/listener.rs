@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 use tokio_rustls::server::TlsStream;
 
 use super::{Shared, StartError};
+use crate::access_log::AccessLog;
 use crate::balance::PoolHandle;
 use crate::client;
 use crate::config::ListenerConfig;
@@ -60,6 +61,14 @@ pub(super) fn handles(pools: &[Arc<PoolRt>]) -> Vec<Arc<PoolHandle>> {
 }
 
 impl Shared {
+    /// The access log of `listener` (kept from before a reload if its settings did not
+    /// change, and then reopened), if it has one.
+    pub(super) fn access_log(&self, listener: &ListenerConfig) -> Option<Arc<AccessLog>> {
+        self.access_logs.for_listener(listener, || {
+            self.metrics.families().access_log_dropped(&listener.name)
+        })
+    }
+
     pub(super) fn spawn_listener(
         &self,
         listener: &ListenerConfig,
@@ -73,6 +82,7 @@ impl Shared {
                 listener,
                 &handles(pools),
                 self.metrics.families().listener(&listener.name),
+                self.access_log(listener),
             )),
         }));
         let (stop, stop_rx) = watch::channel(false);
@@ -114,12 +124,16 @@ impl Shared {
     }
 }
 
-/// Binds `listener`'s address.
-pub(crate) fn bind_listener(listener: &ListenerConfig) -> Result<TcpListener, StartError> {
-    bind(listener.address).map_err(|source| StartError::Bind {
+/// Binds `listener`'s address; `index` is its place in the config, for the error.
+pub(crate) fn bind_listener(
+    index: usize,
+    listener: &ListenerConfig,
+) -> Result<TcpListener, StartError> {
+    bind(listener.address).map_err(|error| StartError::Bind {
         name: listener.name.clone(),
+        key: format!("listeners[{index}].address"),
         address: listener.address,
-        source,
+        error,
     })
 }
 

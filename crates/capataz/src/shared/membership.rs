@@ -154,7 +154,12 @@ impl Shared {
                 let metrics = self.metrics.families().listener(&new.name);
                 listener.state.store(Arc::new(ListenerState {
                     config: new.clone(),
-                    proxy: Arc::new(Proxy::new(new, &pool_handles, metrics)),
+                    proxy: Arc::new(Proxy::new(
+                        new,
+                        &pool_handles,
+                        metrics,
+                        self.access_log(new),
+                    )),
                 }));
             }
         }

@@ -124,9 +124,9 @@ impl Shared {
         };
         // Bind the listeners that are new, before changing anything.
         let mut fresh = Vec::new();
-        for listener in &config.listeners {
+        for (index, listener) in config.listeners.iter().enumerate() {
             if !listeners.iter().any(|l| l.address == listener.address) {
-                match bind_listener(listener) {
+                match bind_listener(index, listener) {
                     Ok(socket) => fresh.push((listener.clone(), socket)),
                     Err(error) => {
                         *lock(&self.listeners) = listeners;
@@ -223,7 +223,12 @@ impl Shared {
                     let metrics = self.metrics.families().listener(&new.name);
                     listener.state.store(Arc::new(ListenerState {
                         config: new.clone(),
-                        proxy: Arc::new(Proxy::new(new, &pool_handles, metrics)),
+                        proxy: Arc::new(Proxy::new(
+                            new,
+                            &pool_handles,
+                            metrics,
+                            self.access_log(new),
+                        )),
                     }));
                     kept_listeners.push(listener);
                 }
@@ -237,6 +242,8 @@ impl Shared {
             kept_listeners.push(self.spawn_listener(&listener, socket, &pools));
             summary.listeners_added += 1;
         }
+        let names: Vec<&str> = config.listeners.iter().map(|l| l.name.as_str()).collect();
+        self.access_logs.retain(&names);
         let mut running = lock(&self.listeners);
         if *self.shutdown.borrow() {
             // Shutdown began meanwhile and found none to stop: stop them here.

@@ -29,6 +29,19 @@ pub enum Fault {
     Capataz,
 }
 
+/// Where in an attempt a failure happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttemptPhase {
+    /// Connecting to the backend (its TLS handshake included).
+    Connect,
+    /// Sending the request to the backend (the client's body included).
+    Send,
+    /// Waiting for the response head.
+    Head,
+    /// Relaying the response body.
+    Body,
+}
+
 /// How one attempt on one backend failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AttemptError {
@@ -82,6 +95,27 @@ impl AttemptError {
             | AttemptError::ClientGone => Fault::Client,
             AttemptError::ConnectLocal => Fault::Capataz,
             _ => Fault::Backend,
+        }
+    }
+
+    /// In which phase of the attempt it happened.
+    pub fn phase(self) -> AttemptPhase {
+        match self {
+            AttemptError::ConnectRefused
+            | AttemptError::ConnectTimeout
+            | AttemptError::ConnectLocal
+            | AttemptError::TlsHandshake => AttemptPhase::Connect,
+            AttemptError::Send { .. }
+            | AttemptError::BackendNotReading
+            | AttemptError::ClientBodyStalled
+            | AttemptError::ClientBodyMalformed
+            | AttemptError::ClientGone => AttemptPhase::Send,
+            AttemptError::HeadTimeout
+            | AttemptError::HeadClosed
+            | AttemptError::HeadMalformed
+            | AttemptError::UnexpectedUpgrade
+            | AttemptError::StreamRefused => AttemptPhase::Head,
+            AttemptError::BodyBroken | AttemptError::BodyStalled => AttemptPhase::Body,
         }
     }
 
@@ -256,6 +290,22 @@ mod tests {
             AttemptError::ClientBodyMalformed.status(),
             StatusCode::BAD_REQUEST
         );
+    }
+
+    #[test]
+    fn only_a_failure_before_anything_was_sent_is_in_the_connect_phase() {
+        for error in ALL {
+            let connect = error.phase() == AttemptPhase::Connect;
+            // A refused stream is known unprocessed, but it fails waiting for the head.
+            let unsent = error.nothing_sent()
+                && !matches!(
+                    error,
+                    AttemptError::StreamRefused | AttemptError::Send { .. }
+                );
+            assert_eq!(connect, unsent, "{error:?}");
+        }
+        assert_eq!(AttemptError::BodyBroken.phase(), AttemptPhase::Body);
+        assert_eq!(AttemptError::ClientGone.phase(), AttemptPhase::Send);
     }
 
     #[test]

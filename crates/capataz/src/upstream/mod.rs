@@ -26,7 +26,7 @@ mod private;
 mod response;
 pub mod transport;
 
-pub use error::{AttemptError, Fault};
+pub use error::{AttemptError, AttemptPhase, Fault};
 pub(crate) use exchange::{exchange, ExchangeError, ExchangeTimeouts, Outgoing};
 pub(crate) use h2::{classify as classify_h2, exchange_h2, H2Failure, Phase};
 pub use h2::{H2Body, H2Conns};

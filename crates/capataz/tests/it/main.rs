@@ -9,6 +9,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod access_log;
 mod acme;
 mod admin;
 mod admin_hostile;
@@ -18,6 +19,7 @@ mod backend_tls;
 mod balancer;
 mod cli;
 mod config;
+mod config_deploy;
 mod config_dns;
 mod dns_source;
 mod eligibility;

@@ -10,6 +10,7 @@
 // test module of a binary can reach them.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod access_log;
 pub mod backends_tls;
 pub mod balancer;
 pub mod blocking;

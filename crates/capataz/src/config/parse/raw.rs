@@ -53,6 +53,7 @@ pub(super) enum RawLogFormat {
 pub(super) struct RawAdmin {
     pub(super) address: Option<Spanned<String>>,
     pub(super) token: Option<Spanned<String>>,
+    pub(super) token_file: Option<Spanned<String>>,
     pub(super) open_read_only: Option<bool>,
     pub(super) metrics_backend_histograms: Option<bool>,
     pub(super) allowed_hosts: Option<Vec<Spanned<String>>>,
@@ -75,6 +76,15 @@ pub(super) struct RawListener {
     #[serde(default)]
     pub(super) routes: Vec<Spanned<RawRoute>>,
     pub(super) tls: Option<RawTls>,
+    pub(super) access_log: Option<Spanned<RawAccessLog>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAccessLog {
+    pub(super) path: Option<Spanned<String>>,
+    pub(super) format: Option<Spanned<String>>,
+    pub(super) buffer: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]

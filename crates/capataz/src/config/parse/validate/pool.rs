@@ -744,14 +744,17 @@ impl Validator<'_> {
         };
         match fraction {
             Some(f) if (0.0..=0.5).contains(&f) => Ok(f),
-            _ => Err(self.error(
-                Some(value.span()),
-                key,
-                format!(
-                    r#"{} is not a jitter within 0-50 % (use e.g. "10%", or a fraction such as 0.1)"#,
-                    value.get_ref()
-                ),
-            )),
+            _ => {
+                self.report(self.error(
+                    Some(value.span()),
+                    key,
+                    format!(
+                        r#"{} is not a jitter within 0-50 % (use e.g. "10%", or a fraction such as 0.1)"#,
+                        value.get_ref()
+                    ),
+                ));
+                Ok(0.1)
+            }
         }
     }
 
@@ -760,13 +763,15 @@ impl Validator<'_> {
         at: &str,
         raw: RawPassive,
     ) -> Result<PassiveCheckConfig, ConfigError> {
+        let errors_before = self.error_count();
         let ejection_key = format!("{at}.ejection_time");
         let max_key = format!("{at}.max_ejection_time");
         let ejection_time =
             self.duration(&raw.ejection_time, &ejection_key, Duration::from_secs(30))?;
         let max_ejection_time =
             self.duration(&raw.max_ejection_time, &max_key, Duration::from_secs(300))?;
-        if max_ejection_time < ejection_time {
+        // Compared only when both were read without error (not placeholders).
+        if max_ejection_time < ejection_time && self.error_count() == errors_before {
             // Point at the key that was written; max_ejection_time when both were.
             // (The defaults are ordered, so at least one of them was written.)
             let (span, key) = match (&raw.max_ejection_time, &raw.ejection_time) {

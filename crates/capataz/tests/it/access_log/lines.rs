@@ -1,0 +1,194 @@
+//! One line per request, with the right fields, whatever the protocol.
+
+use serde_json::Value;
+
+use super::logging;
+use crate::support::access_log::{wait_json, wait_lines, LogDir};
+use crate::support::balancer::{backends, ConfigText};
+use crate::support::client::{exchange, Client};
+use crate::support::tls::{self as tls_support, Pki};
+use crate::support::{h2client, raw};
+
+#[tokio::test]
+async fn a_request_over_http1_is_one_json_line_with_its_fields() {
+    let sims = backends(&["a"]).await;
+    let dir = LogDir::new();
+    let path = dir.path("access.log");
+    let (_balancer, addr) = logging(ConfigText::sims(&sims), &path, "json", "").await;
+    let answer = exchange(
+        addr,
+        "GET",
+        "/hello?x=1",
+        "app.test",
+        &[("user-agent", "probe/1"), ("referer", "http://r.test/")],
+    )
+    .await;
+    assert_eq!(answer.status, 200);
+    let lines = wait_json(&path, 1).await;
+    assert_eq!(lines.len(), 1);
+    let line = &lines[0];
+    assert_eq!(line["method"], "GET");
+    assert_eq!(line["target"], "/hello?x=1");
+    assert_eq!(line["protocol"], "HTTP/1.1");
+    assert_eq!(line["status"], 200);
+    assert_eq!(line["bytes"], answer.body.len() as u64);
+    assert_eq!(line["client"], "127.0.0.1");
+    assert_eq!(line["user_agent"], "probe/1");
+    assert_eq!(line["referer"], "http://r.test/");
+    assert_eq!(line["route"], "/");
+    assert_eq!(line["pool"], "web");
+    assert_eq!(line["backend"], "a");
+    assert_eq!(line["attempts"], 1);
+    assert_eq!(line["ended_by"], "-");
+    assert_eq!(line["phase"], "-");
+    assert_eq!(line["tls_version"], Value::Null);
+    assert!(line["duration"].as_f64().unwrap() >= 0.0);
+}
+
+#[tokio::test]
+async fn a_text_line_is_combined_like_then_capatazs_fields() {
+    let sims = backends(&["a"]).await;
+    let dir = LogDir::new();
+    let path = dir.path("access.log");
+    let (_balancer, addr) = logging(ConfigText::sims(&sims), &path, "text", "").await;
+    let answer = exchange(addr, "GET", "/x", "app.test", &[("user-agent", "ua")]).await;
+    let lines = wait_lines(&path, 1).await;
+    let line = &lines[0];
+    assert!(line.starts_with("127.0.0.1 - - ["), "{line}");
+    let expected = format!(
+        "] \"GET /x HTTP/1.1\" 200 {} - \"ua\" listener=listener-0 route=\"/\" pool=web \
+         backend=a attempts=1 ended_by=- phase=- duration=",
+        answer.body.len()
+    );
+    assert!(line.contains(&expected), "{line}");
+    assert!(line.contains(" tls=- sni=- client_port="), "{line}");
+    assert!(line.ends_with(" truncated=false"), "{line}");
+}
+
+#[tokio::test]
+async fn over_tls_the_line_has_the_version_and_the_server_name() {
+    let sims = backends(&["a"]).await;
+    let pki = Pki::new();
+    let (cert, key) = pki.server("site", &["site.test"], None);
+    let dir = LogDir::new();
+    let path = dir.path("access.log");
+    let listener = Pki::listener(&[(&cert, &key)], "");
+    let (_balancer, addr) = logging(ConfigText::sims(&sims), &path, "json", &listener).await;
+    let client = tls_support::Client::trusting(&pki);
+    let mut stream = client.connect(addr, "site.test").await.expect("handshake");
+    let (head, _) = tls_support::get(&mut stream, "site.test")
+        .await
+        .expect("an answer");
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    let line = &wait_json(&path, 1).await[0];
+    assert_eq!(line["tls_version"], "TLSv1.3");
+    assert_eq!(line["sni"], "site.test");
+    assert_eq!(line["status"], 200);
+}
+
+#[tokio::test]
+async fn over_h2c_the_line_says_http2_and_the_path() {
+    let sims = backends(&["a"]).await;
+    let dir = LogDir::new();
+    let path = dir.path("access.log");
+    let (_balancer, addr) = logging(ConfigText::sims(&sims), &path, "json", "h2c = true").await;
+    let mut conn = h2client::connect(addr).await;
+    let answer = conn.get("app.test", "/two?q=2").await;
+    assert_eq!(answer.status, 200);
+    let line = &wait_json(&path, 1).await[0];
+    assert_eq!(line["protocol"], "HTTP/2.0");
+    assert_eq!(line["target"], "/two?q=2");
+    assert_eq!(line["backend"], "a");
+    assert_eq!(line["ended_by"], "-");
+}
+
+#[tokio::test]
+async fn a_line_per_request_on_a_keep_alive_connection() {
+    let sims = backends(&["a", "b"]).await;
+    let dir = LogDir::new();
+    let path = dir.path("access.log");
+    let (_balancer, addr) = logging(ConfigText::sims(&sims), &path, "json", "").await;
+    let mut client = Client::new(addr);
+    for i in 0..5 {
+        assert_eq!(client.get(&format!("/n{i}")).await.status, 200);
+    }
+    let lines = wait_json(&path, 5).await;
+    let mut targets: Vec<&str> = lines
+        .iter()
+        .map(|l| l["target"].as_str().unwrap())
+        .collect();
+    targets.sort();
+    assert_eq!(targets, ["/n0", "/n1", "/n2", "/n3", "/n4"]);
+}
+
+/// A head with a quote, a backslash and a tab in a header (hyper refuses a quote or
+/// a backslash in the target itself, and control bytes, 400, before the proxy sees them): the log keeps the
+/// request on one line of its own fields.
+const HOSTILE: &[u8] = b"GET /a?c=%0D%0A HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\
+    User-Agent: evil\" ended_by=client phase=body \\\tend\r\n\r\n";
+
+#[tokio::test]
+async fn injected_quotes_and_bytes_stay_escaped_on_one_text_line() {
+    let sims = backends(&["a"]).await;
+    let dir = LogDir::new();
+    let path = dir.path("access.log");
+    let (_balancer, addr) = logging(ConfigText::sims(&sims), &path, "text", "").await;
+    let reply = raw::raw_roundtrip(addr, HOSTILE).await;
+    assert_eq!(
+        raw::status_of(&reply),
+        Some(200),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+    let lines = wait_lines(&path, 1).await;
+    assert_eq!(lines.len(), 1);
+    let line = &lines[0];
+    assert!(line.contains("\"GET /a?c=%0D%0A HTTP/1.1\""), "{line}");
+    assert!(
+        line.contains("\"evil\\x22 ended_by=client phase=body \\x5C\\x09end\""),
+        "{line}"
+    );
+    // The real fields, once each.
+    assert_eq!(line.matches(" ended_by=-").count(), 1, "{line}");
+    // Only the quotes capataz writes: around the request, referer-less, the agent, route
+    // and SNI-less fields.
+    assert_eq!(line.matches('"').count(), 6, "{line}");
+}
+
+#[tokio::test]
+async fn injected_quotes_and_bytes_parse_back_from_json() {
+    let sims = backends(&["a"]).await;
+    let dir = LogDir::new();
+    let path = dir.path("access.log");
+    let (_balancer, addr) = logging(ConfigText::sims(&sims), &path, "json", "").await;
+    let reply = raw::raw_roundtrip(addr, HOSTILE).await;
+    assert_eq!(
+        raw::status_of(&reply),
+        Some(200),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+    let lines = wait_json(&path, 1).await;
+    assert_eq!(lines[0]["target"], "/a?c=%0D%0A");
+    assert_eq!(
+        lines[0]["user_agent"],
+        "evil\" ended_by=client phase=body \\\tend"
+    );
+    assert_eq!(lines[0]["ended_by"], "-");
+}
+
+#[tokio::test]
+async fn a_target_longer_than_the_bound_is_cut_and_marked() {
+    let sims = backends(&["a"]).await;
+    let dir = LogDir::new();
+    let path = dir.path("access.log");
+    let (_balancer, addr) = logging(ConfigText::sims(&sims), &path, "json", "").await;
+    let target = format!("/{}", "t".repeat(8000));
+    let answer = exchange(addr, "GET", &target, "app.test", &[]).await;
+    assert_eq!(answer.status, 200);
+    let line = &wait_json(&path, 1).await[0];
+    let logged = line["target"].as_str().unwrap();
+    assert_eq!(logged.len(), capataz::access_log::MAX_FIELD);
+    assert!(logged.ends_with("..."));
+    assert_eq!(line["truncated"], true);
+}
