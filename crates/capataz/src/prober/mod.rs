@@ -79,14 +79,20 @@ pub const USER_AGENT: &str = concat!("capataz/", env!("CARGO_PKG_VERSION"));
 ///
 /// `path` and `host` are written verbatim; the configuration guarantees they hold no control
 /// bytes.
+///
+/// This is the outcome alone, without [`probe_once_over`]'s content match: a gRPC check's
+/// serving status other than `SERVING` is only in that mismatch, so the health runtime always
+/// uses [`probe_once_over`] (or [`probe_h2`]).
 pub async fn probe_once(
     kind: CheckKind,
     addr: SocketAddr,
     path: &str,
     host: &str,
     timeout: Duration,
-) -> ProbeOutcome {
-    probe_once_over(kind, addr, path, host, timeout, None).await
+) -> Outcome {
+    probe_once_over(kind, addr, path, host, timeout, None)
+        .await
+        .outcome
 }
 
 /// [`probe_once`], with an HTTP probe over TLS by `tls` when given (a pool that speaks TLS to

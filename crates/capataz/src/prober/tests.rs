@@ -8,19 +8,6 @@ use tokio::sync::oneshot;
 
 const GENEROUS: Duration = Duration::from_secs(5);
 
-/// [`super::probe_once`]'s outcome; these probes have no content rules.
-async fn probe_once(
-    kind: CheckKind,
-    addr: SocketAddr,
-    path: &str,
-    host: &str,
-    timeout: Duration,
-) -> Outcome {
-    let outcome = super::probe_once(kind, addr, path, host, timeout).await;
-    assert_eq!(outcome.mismatch, None);
-    outcome.outcome
-}
-
 /// What the fake backend does once it has read the probe's request.
 enum Answer {
     /// Write these bytes and close.
