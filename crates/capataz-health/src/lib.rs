@@ -41,4 +41,4 @@ pub use rotation::{
     Eligible, Join, MinHealthy, Override, OverrideKind, Policy, Role, Rotation, WhenAllDown,
 };
 pub use rules::{GrpcCodes, ProbeResult, ProbeRule, StatusSet, TrafficResult, TrafficRule};
-pub use status::{parse_grpc_status, parse_status_line, Outcome};
+pub use status::{grpc_code_name, parse_grpc_status, parse_status_line, Outcome};

@@ -201,7 +201,8 @@ impl fmt::Debug for StatusSet {
     }
 }
 
-/// The probe rule: PASS only for a well-formed status line whose code is expected.
+/// The probe rule: PASS only for a well-formed status line whose code is expected, or for a
+/// gRPC health check whose call ended OK (`grpc-status` 0) and reported `SERVING`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProbeRule {
     /// The statuses that pass; 200-399 by default.
@@ -222,6 +223,8 @@ impl ProbeRule {
     pub fn judge(&self, outcome: Outcome) -> ProbeResult {
         match outcome {
             Outcome::Status(code) if self.expect.contains(code) => ProbeResult::Pass,
+            // A gRPC health call that ended OK; what it reported is the probe's mismatch.
+            Outcome::Grpc(0) => ProbeResult::Pass,
             // A TCP probe reads no status: the connection opening is the whole check.
             Outcome::Connected => ProbeResult::Pass,
             _ => ProbeResult::Fail,
@@ -373,6 +376,10 @@ mod tests {
             ("HTTP/2 200", "FAIL"),
             ("HTTP/1.1 200OK", "FAIL"),
             ("garbage", "FAIL"),
+            // A gRPC health call: only OK passes (the serving status is judged as a mismatch).
+            ("GRPC 0", "PASS"),
+            ("GRPC 12 UNIMPLEMENTED", "FAIL"),
+            ("GRPC 14", "FAIL"),
         ] {
             assert_eq!(probe(answer), expected, "probe {answer:?}");
         }

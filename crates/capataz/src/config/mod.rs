@@ -540,10 +540,14 @@ pub enum Algorithm {
 /// What an active check does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CheckKind {
-    /// `GET <path>` over a fresh connection; only the status line is read (default).
+    /// `GET <path>` over a fresh connection; only the status line is read (default). Over
+    /// TLS on a pool with `tls`, over HTTP/2 on a pool with `protocol = "h2"` or `"h2c"`.
     Http,
     /// A TCP connect within the timeout passes.
     Tcp,
+    /// The standard gRPC health check (`grpc.health.v1.Health/Check`) over HTTP/2: an OK call
+    /// that reports `SERVING` passes. HTTP/2 pools only.
+    Grpc,
     /// No active checks: the active side stays UP.
     None,
 }
@@ -594,6 +598,8 @@ pub struct ActiveCheckConfig {
     pub body: Option<String>,
     /// What the answer must hold beyond an expected status (default nothing).
     pub content: ContentRules,
+    /// The service a gRPC health check asks about (default empty: the server as a whole).
+    pub grpc_service: String,
 }
 
 impl ActiveCheckConfig {
@@ -615,6 +621,8 @@ pub const DEFAULT_BODY_LIMIT: usize = 16 * 1024;
 pub const MAX_BODY_LIMIT: usize = 1024 * 1024;
 /// The largest probe request body: 64 KiB.
 pub const MAX_PROBE_BODY: usize = 64 * 1024;
+/// The longest `grpc_service` name, in bytes.
+pub const MAX_GRPC_SERVICE: usize = 512;
 /// The most extra header fields of a probe request.
 pub const MAX_PROBE_HEADERS: usize = 32;
 

@@ -33,6 +33,7 @@ mod metrics;
 mod module_graph;
 mod pool_handle;
 mod probe_checks;
+mod probe_kinds;
 mod proxy_edge;
 mod proxy_protocol;
 mod reload_off_runtime;

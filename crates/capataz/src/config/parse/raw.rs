@@ -314,6 +314,7 @@ pub(super) struct RawActive {
     pub(super) body_limit: Option<Spanned<i64>>,
     pub(super) expect_header: Option<Spanned<String>>,
     pub(super) expect_header_contains: Option<Spanned<String>>,
+    pub(super) grpc_service: Option<Spanned<String>>,
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -321,6 +322,7 @@ pub(super) struct RawActive {
 pub(super) enum RawCheckKind {
     Http,
     Tcp,
+    Grpc,
     None,
 }
 

@@ -29,7 +29,7 @@ fn errors_name_the_line_and_key() {
         ),
         (
             "unknown variant",
-            &with_pool("[pools.web.active]\nkind = \"grpc\""),
+            &with_pool("[pools.web.active]\nkind = \"icmp\""),
             Some(8),
             "pools.web.active.kind",
         ),
