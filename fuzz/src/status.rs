@@ -25,13 +25,14 @@ pub fn check(line: &[u8]) {
         Outcome::Refused => assert_eq!(line, b"REFUSED"),
         Outcome::Reset => assert_eq!(line, b"RESET"),
         Outcome::Tls => assert_eq!(line, b"TLS"),
+        Outcome::Connected => assert_eq!(line, b"CONNECTED"),
         Outcome::Grpc(code) => {
             assert!(line.starts_with(b"GRPC "), "{line:?}");
             assert_eq!(&line[5..], code.to_string().as_bytes(), "{line:?}");
         }
         Outcome::Malformed => {
             assert_eq!(parsed, None, "{line:?}");
-            assert!(![&b"TIMEOUT"[..], b"REFUSED", b"RESET", b"TLS"].contains(&line));
+            assert!(![&b"TIMEOUT"[..], b"REFUSED", b"RESET", b"TLS", b"CONNECTED"].contains(&line));
         }
     }
 }

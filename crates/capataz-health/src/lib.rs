@@ -46,4 +46,4 @@ pub use rotation::{
     ShedChange, WhenAllDown,
 };
 pub use rules::{GrpcCodes, ProbeResult, ProbeRule, StatusSet, TrafficResult, TrafficRule};
-pub use status::{parse_grpc_status, parse_status_line, Outcome};
+pub use status::{grpc_code_name, parse_grpc_status, parse_status_line, Outcome};

@@ -88,6 +88,10 @@ pub enum Mismatch {
         /// The expected text.
         value: Snippet,
     },
+    /// A gRPC health check's call succeeded, and the serving status it reported is not
+    /// `SERVING` (1): `NOT_SERVING` (2), `SERVICE_UNKNOWN` (3), `UNKNOWN` (0) or a value the
+    /// protocol does not define.
+    GrpcServing(u64),
 }
 
 impl fmt::Display for Mismatch {
@@ -99,6 +103,13 @@ impl fmt::Display for Mismatch {
             Mismatch::HeaderLacks { name, value } => {
                 write!(f, "header {name} did not contain {value}")
             }
+            Mismatch::GrpcServing(status) => match status {
+                0 => f.write_str("gRPC health UNKNOWN"),
+                1 => f.write_str("gRPC health SERVING"),
+                2 => f.write_str("gRPC health NOT_SERVING"),
+                3 => f.write_str("gRPC health SERVICE_UNKNOWN"),
+                other => write!(f, "gRPC health status {other}"),
+            },
         }
     }
 }

@@ -23,7 +23,8 @@
 //!                          `IGNORED` for garbage (which changes nothing)
 //! ```
 //!
-//! An answer is `TIMEOUT`, `REFUSED`, `RESET`, `TLS`, `GRPC <code>` (a gRPC status, 0-255) or
+//! An answer is `TIMEOUT`, `REFUSED`, `RESET`, `TLS`, `CONNECTED` (a TCP probe's connection
+//! opened: it passes whatever the rule expects), `GRPC <code>` (a gRPC status, 0-255) or
 //! a status line as received. Words are separated by one space; a trailing carriage return is
 //! ignored; blank lines and `#` comments print nothing. Any other line prints one `ERR <reason>` line and changes nothing.
 //!

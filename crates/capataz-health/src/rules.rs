@@ -201,7 +201,8 @@ impl fmt::Debug for StatusSet {
     }
 }
 
-/// The probe rule: PASS only for a well-formed status line whose code is expected.
+/// The probe rule: PASS only for a well-formed status line whose code is expected, or for a
+/// gRPC health check whose call ended OK (`grpc-status` 0) and reported `SERVING`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProbeRule {
     /// The statuses that pass; 200-399 by default.
@@ -222,6 +223,10 @@ impl ProbeRule {
     pub fn judge(&self, outcome: Outcome) -> ProbeResult {
         match outcome {
             Outcome::Status(code) if self.expect.contains(code) => ProbeResult::Pass,
+            // A gRPC health call that ended OK; what it reported is the probe's mismatch.
+            Outcome::Grpc(0) => ProbeResult::Pass,
+            // A TCP probe reads no status: the connection opening is the whole check.
+            Outcome::Connected => ProbeResult::Pass,
             _ => ProbeResult::Fail,
         }
     }
@@ -308,7 +313,7 @@ impl TrafficRule {
             Outcome::Status(500..=599) => TrafficResult::Error,
             Outcome::Status(_) => TrafficResult::Ok,
             Outcome::Grpc(code) if self.grpc_errors.contains(code) => TrafficResult::Error,
-            Outcome::Grpc(_) => TrafficResult::Ok,
+            Outcome::Grpc(_) | Outcome::Connected => TrafficResult::Ok,
             Outcome::Timeout
             | Outcome::Refused
             | Outcome::Reset
@@ -321,6 +326,24 @@ impl TrafficRule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression: a TCP probe's connect was recorded as a 200, so `expect = "204"` failed
+    /// every backend of a `tcp` check.
+    #[test]
+    fn a_tcp_connect_passes_whatever_the_expected_statuses() {
+        let rule = ProbeRule {
+            expect: "204".parse().expect("a status list"),
+        };
+        assert_eq!(rule.judge(Outcome::Connected), ProbeResult::Pass);
+        assert_eq!(rule.judge(Outcome::Status(200)), ProbeResult::Fail);
+        assert_eq!(rule.judge(Outcome::Refused), ProbeResult::Fail);
+        assert_eq!(
+            TrafficRule::default().judge(Outcome::Connected),
+            TrafficResult::Ok
+        );
+        assert_eq!(Outcome::parse(b"CONNECTED"), Outcome::Connected);
+        assert_eq!(Outcome::Connected.to_string(), "TCP connect succeeded");
+    }
 
     fn probe(answer: &str) -> &'static str {
         ProbeRule::default()
@@ -353,6 +376,10 @@ mod tests {
             ("HTTP/2 200", "FAIL"),
             ("HTTP/1.1 200OK", "FAIL"),
             ("garbage", "FAIL"),
+            // A gRPC health call: only OK passes (the serving status is judged as a mismatch).
+            ("GRPC 0", "PASS"),
+            ("GRPC 12 UNIMPLEMENTED", "FAIL"),
+            ("GRPC 14", "FAIL"),
         ] {
             assert_eq!(probe(answer), expected, "probe {answer:?}");
         }

@@ -28,11 +28,17 @@ pub enum Outcome {
     /// spec; a status that is not a number within 0-255 is recorded as UNKNOWN, 2). Its HTTP
     /// status was 200: a gRPC answer with another HTTP status is judged by that status.
     Grpc(u8),
+    /// A TCP probe's connection opened. Nothing was read, so there is no status: it passes
+    /// whatever the probe rule expects of a status. (Before it existed a TCP connect was
+    /// recorded as a 200, which `expect = "204"` then failed on every backend.)
+    Connected,
 }
 
 impl Outcome {
     /// Reads the textual form used by `capataz replay` and probe logs: `TIMEOUT`, `REFUSED`,
-    /// `RESET`, `TLS`, `GRPC <code>` (a gRPC status, 0-255), or a status line as received. Anything
+    /// `RESET`, `TLS`, `CONNECTED` (a TCP probe's connection opened), `GRPC <code>` (a gRPC
+    /// status, 0-255, optionally followed by a space and its name, as the display writes it),
+    /// or a status line as received. Anything
     /// that is none of these is [`Outcome::Malformed`].
     pub fn parse(answer: &[u8]) -> Outcome {
         match answer {
@@ -40,10 +46,13 @@ impl Outcome {
             b"REFUSED" => Outcome::Refused,
             b"RESET" => Outcome::Reset,
             b"TLS" => Outcome::Tls,
-            [b'G', b'R', b'P', b'C', b' ', code @ ..] => match parse_grpc_status(code) {
-                Some(code) => Outcome::Grpc(code),
-                None => Outcome::Malformed,
-            },
+            b"CONNECTED" => Outcome::Connected,
+            [b'G', b'R', b'P', b'C', b' ', rest @ ..] => {
+                match parse_grpc_status(grpc_code_of(rest)) {
+                    Some(code) => Outcome::Grpc(code),
+                    None => Outcome::Malformed,
+                }
+            }
             line => match parse_status_line(line) {
                 Some(code) => Outcome::Status(code),
                 None => Outcome::Malformed,
@@ -61,8 +70,45 @@ impl fmt::Display for Outcome {
             Outcome::Reset => f.write_str("RESET"),
             Outcome::Malformed => f.write_str("malformed status line"),
             Outcome::Tls => f.write_str("TLS"),
-            Outcome::Grpc(code) => write!(f, "GRPC {code}"),
+            Outcome::Grpc(code) => match grpc_code_name(*code) {
+                Some(name) => write!(f, "GRPC {code} {name}"),
+                None => write!(f, "GRPC {code}"),
+            },
+            Outcome::Connected => f.write_str("TCP connect succeeded"),
         }
+    }
+}
+
+/// The name the gRPC spec gives a status code (`UNAVAILABLE` for 14), for codes 0-16.
+pub fn grpc_code_name(code: u8) -> Option<&'static str> {
+    const NAMES: [&str; 17] = [
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+    ];
+    NAMES.get(usize::from(code)).copied()
+}
+
+/// The code of `GRPC <code>` or `GRPC <code> <NAME>` (the name is what [`Outcome`]'s display
+/// adds, and is not checked).
+fn grpc_code_of(rest: &[u8]) -> &[u8] {
+    match rest.iter().position(|&b| b == b' ') {
+        Some(space) => &rest[..space],
+        None => rest,
     }
 }
 
@@ -198,7 +244,10 @@ mod tests {
         assert_eq!(Outcome::Status(503).to_string(), "HTTP 503");
         assert_eq!(Outcome::Timeout.to_string(), "TIMEOUT");
         assert_eq!(Outcome::Malformed.to_string(), "malformed status line");
-        assert_eq!(Outcome::Grpc(14).to_string(), "GRPC 14");
+        assert_eq!(Outcome::Grpc(14).to_string(), "GRPC 14 UNAVAILABLE");
+        assert_eq!(Outcome::Grpc(200).to_string(), "GRPC 200");
+        assert_eq!(Outcome::parse(b"GRPC 12 UNIMPLEMENTED"), Outcome::Grpc(12));
+        assert_eq!(Outcome::parse(b"GRPC 200"), Outcome::Grpc(200));
         assert_eq!(
             Outcome::parse(Outcome::Grpc(4).to_string().as_bytes()),
             Outcome::Grpc(4)

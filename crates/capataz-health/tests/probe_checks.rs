@@ -164,6 +164,43 @@ fn a_body_mismatch_fails_the_probe_and_names_the_text_in_the_reason() {
 }
 
 #[test]
+fn a_grpc_health_check_passes_only_serving_and_names_what_it_got() {
+    let mut r = rotation(Settings::default(), Policy::default(), 1);
+    let serving = ProbeOutcome::from(Outcome::Grpc(0));
+    assert_eq!(r.handle_probe(0, serving, S), ProbeResult::Pass);
+    let not_serving = ProbeOutcome {
+        outcome: Outcome::Grpc(0),
+        mismatch: Some(Mismatch::GrpcServing(2)),
+    };
+    for _ in 0..3 {
+        assert_eq!(r.handle_probe(0, not_serving, S), ProbeResult::Fail);
+    }
+    let down = drain(&mut r)
+        .into_iter()
+        .find_map(|e| match e {
+            Event::Transition(t) => Some(t),
+            _ => None,
+        })
+        .expect("DOWN");
+    assert_eq!(
+        down.to_string(),
+        "UP -> DOWN: 3 consecutive failed probes, last: GRPC 0 OK, gRPC health NOT_SERVING"
+    );
+    // A failed call fails whatever its code, and reads with the code's name.
+    let unimplemented = ProbeOutcome::from(Outcome::Grpc(12));
+    assert_eq!(r.handle_probe(0, unimplemented, S), ProbeResult::Fail);
+    assert_eq!(unimplemented.to_string(), "GRPC 12 UNIMPLEMENTED");
+    let unknown = ProbeOutcome {
+        outcome: Outcome::Grpc(0),
+        mismatch: Some(Mismatch::GrpcServing(3)),
+    };
+    assert_eq!(
+        unknown.to_string(),
+        "GRPC 0 OK, gRPC health SERVICE_UNKNOWN"
+    );
+}
+
+#[test]
 fn agent_down_and_weight_change_eligibility_never_the_verdict_or_streaks() {
     let mut r = rotation(Settings::default(), Policy::default(), 2);
     r.handle_probe(0, BAD, S);

@@ -455,6 +455,7 @@ fn check_accepted(line: &[u8]) -> Result<(), TestCaseError> {
         Outcome::Refused => prop_assert_eq!(line, b"REFUSED"),
         Outcome::Reset => prop_assert_eq!(line, b"RESET"),
         Outcome::Tls => prop_assert_eq!(line, b"TLS"),
+        Outcome::Connected => prop_assert_eq!(line, b"CONNECTED"),
         Outcome::Malformed => prop_assert_eq!(parsed, None),
         Outcome::Grpc(code) => {
             prop_assert!(line.starts_with(b"GRPC "), "{line:?}");

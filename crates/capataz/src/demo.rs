@@ -68,7 +68,7 @@ pub enum DemoError {
     Config(#[from] ConfigError),
     /// The balancer could not start (e.g. port 8080 or 9901 in use: try `--listen 127.0.0.1:8081`
     /// or `--admin 127.0.0.1:9902`).
-    #[error("{0} (pick another address with --listen or --admin)")]
+    #[error(transparent)]
     Start(#[from] StartError),
 }
 
@@ -173,7 +173,27 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     };
     let config = config::parse_str(&text, "<demo>")?;
     let (events, _) = broadcast::channel(1024);
-    let balancer = Balancer::start(&config, events).await?;
+    let balancer = Balancer::start(&config, events)
+        .await
+        .map_err(|error| match error {
+            // The demo's addresses come from its flags, not from a file.
+            StartError::Bind {
+                name,
+                key,
+                address,
+                error,
+            } => StartError::Bind {
+                key: match key.as_str() {
+                    "admin.address" => "--admin".into(),
+                    "listeners[0].address" => "--listen".into(),
+                    _ => "--tls".into(),
+                },
+                name,
+                address,
+                error,
+            },
+            other => other,
+        })?;
     let listen = balancer.local_addrs()[0];
     let admin = balancer
         .admin_addr()

@@ -24,10 +24,10 @@ enum Command {
     /// balancer on 127.0.0.1:8080, with every state change printed as it happens.
     Demo {
         /// Where the balancer listens.
-        #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+        #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR", value_parser = config::parse_listen_address)]
         listen: SocketAddr,
         /// Where the admin API and live dashboard listen.
-        #[arg(long, default_value = "127.0.0.1:9901", value_name = "ADDR")]
+        #[arg(long, default_value = "127.0.0.1:9901", value_name = "ADDR", value_parser = config::parse_listen_address)]
         admin: SocketAddr,
         /// Requests per second the built-in client sends so passive checks have traffic to
         /// judge (0 for none).
@@ -41,7 +41,7 @@ enum Command {
         log_format: Format,
         /// Also listen with TLS (default 127.0.0.1:8443), with a self-signed certificate for
         /// localhost generated at start.
-        #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:8443")]
+        #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:8443", value_parser = config::parse_listen_address)]
         tls: Option<SocketAddr>,
     },
     /// Run the balancer.
@@ -56,7 +56,7 @@ enum Command {
     /// Show every pool and backend: state, weights, last probe, and why (from the admin API).
     Status {
         /// The admin API's address.
-        #[arg(long, default_value = "127.0.0.1:9901", value_name = "ADDR")]
+        #[arg(long, default_value = "127.0.0.1:9901", value_name = "ADDR", value_parser = config::parse_listen_address)]
         admin: SocketAddr,
         /// Bearer token, if the admin API needs one (or CAPATAZ_ADMIN_TOKEN).
         #[arg(long, env = "CAPATAZ_ADMIN_TOKEN", hide_env_values = true)]
@@ -71,7 +71,8 @@ enum Command {
             long,
             global = true,
             default_value = "127.0.0.1:9901",
-            value_name = "ADDR"
+            value_name = "ADDR",
+            value_parser = config::parse_listen_address
         )]
         admin: SocketAddr,
         /// Bearer token, if the admin API needs one (or CAPATAZ_ADMIN_TOKEN).
@@ -307,10 +308,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             config: path,
             log_format,
         } => {
-            let config = match config::load(&path) {
+            let config = match config::load_all_errors(&path) {
                 Ok(config) => config,
-                Err(error) => {
-                    eprintln!("capataz: invalid configuration: {error}");
+                Err(errors) => {
+                    for error in errors.iter() {
+                        eprintln!("capataz: invalid configuration: {error}");
+                    }
                     return Ok(ExitCode::from(2));
                 }
             };
@@ -388,10 +391,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { file } => {
-            let config = match config::load(&file) {
+            let config = match config::load_all_errors(&file) {
                 Ok(config) => config,
-                Err(error) => {
-                    eprintln!("{error}");
+                Err(errors) => {
+                    eprintln!("{errors}");
+                    if errors.len() > 1 {
+                        eprintln!("{}: {} errors", file.display(), errors.len());
+                    }
                     return Ok(ExitCode::from(2));
                 }
             };

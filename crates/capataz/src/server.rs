@@ -47,14 +47,15 @@ impl Balancer {
     ) -> Result<Balancer, StartError> {
         // Bind everything first, so a config that cannot start leaves nothing running.
         let mut sockets = Vec::with_capacity(config.listeners.len());
-        for listener in &config.listeners {
-            sockets.push(bind_listener(listener)?);
+        for (index, listener) in config.listeners.iter().enumerate() {
+            sockets.push(bind_listener(index, listener)?);
         }
         let admin_socket = match &config.admin {
-            Some(admin) => Some(bind(admin.address).map_err(|source| StartError::Bind {
+            Some(admin) => Some(bind(admin.address).map_err(|error| StartError::Bind {
                 name: "admin".into(),
+                key: "admin.address".into(),
                 address: admin.address,
-                source,
+                error,
             })?),
             None => None,
         };

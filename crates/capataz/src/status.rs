@@ -487,7 +487,7 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
         "source": pool.config.source.kind(),
         "joined": rfc3339(view.info.joined),
         "active": {
-            "kind": match pool.config.active.kind { CheckKind::Http => "http", CheckKind::Tcp => "tcp", CheckKind::None => "none" },
+            "kind": match pool.config.active.kind { CheckKind::Http => "http", CheckKind::Tcp => "tcp", CheckKind::Grpc => "grpc", CheckKind::None => "none" },
             "state": health.active.state.as_str(),
             "fail_streak": health.active.fail_streak,
             "pass_streak": health.active.pass_streak,

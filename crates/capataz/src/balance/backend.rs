@@ -30,6 +30,7 @@ impl TrafficRing {
             Outcome::Reset => 1003,
             Outcome::Malformed => 1004,
             Outcome::Tls => 1005,
+            Outcome::Connected => 1006,
             Outcome::Grpc(code) => 2000 + u32::from(code),
         };
         let at = self.next.fetch_add(1, Ordering::Relaxed) % HISTORY;
@@ -48,6 +49,7 @@ impl TrafficRing {
                 1003 => Some(Outcome::Reset),
                 1004 => Some(Outcome::Malformed),
                 1005 => Some(Outcome::Tls),
+                1006 => Some(Outcome::Connected),
                 code @ 2000..=2255 => u8::try_from(code - 2000).ok().map(Outcome::Grpc),
                 code => u16::try_from(code).ok().map(Outcome::Status),
             })

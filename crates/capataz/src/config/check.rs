@@ -8,9 +8,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::{CheckKind, Config};
 
-/// How long a dead backend may keep receiving traffic, judged by `fall x interval`, before a
+/// How long a dead backend may keep receiving traffic, judged by `fall x (interval +
+/// timeout)` (each probe of a hung backend waits out its timeout, and the next starts one
+/// interval after it), before a warning says so.
+pub const DETECTION_BUDGET: Duration = Duration::from_secs(60);
+
+/// How long a recovered backend may stay out of the pool, judged by `rise x interval`, before a
 /// warning says so.
-const SLOW_DETECTION: Duration = Duration::from_secs(60);
+pub const RECOVERY_BUDGET: Duration = Duration::from_secs(300);
 
 /// A certificate expiring within this long gets a warning: 30 days, the window in which
 /// Let's Encrypt and most CAs expect a renewal.
@@ -22,21 +27,25 @@ const SLOW_WEBHOOK: Duration = Duration::from_secs(30);
 /// One suspicious setting.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Warning {
+    /// The configuration file (its `source`).
+    pub file: String,
     /// The dotted key path, e.g. `pools.web.active.rise`.
     pub key: String,
-    /// The 1-based line, when known. [`check`] works on the validated config, which keeps
-    /// lines only for TLS certificates, so it leaves this `None` for everything else.
+    /// The 1-based line of the key, or of the nearest table around it that was written (a
+    /// default raises warnings too); `None` for a config not read from text.
     pub line: Option<usize>,
     /// What is risky and what to do.
     pub message: String,
 }
 
+/// `file:line: key: message`, like a [`ConfigError`](super::ConfigError).
 impl fmt::Display for Warning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", super::parse::one_line(&self.file))?;
         if let Some(line) = self.line {
-            write!(f, "line {line}: ")?;
+            write!(f, ":{line}")?;
         }
-        write!(f, "{}: {}", self.key, self.message)
+        write!(f, ": {}: {}", self.key, self.message)
     }
 }
 
@@ -66,6 +75,7 @@ fn expiring_certificates(config: &Config, now: i64) -> Vec<Warning> {
                 continue;
             }
             warnings.push(Warning {
+                file: config.source.clone(),
                 key: format!("listeners[{index}].tls.certificates[{i}].cert"),
                 line: tls.certificate_lines.get(i).copied().flatten(),
                 message: format!(
@@ -89,8 +99,9 @@ fn check_settings(config: &Config) -> Vec<Warning> {
     let mut warnings = Vec::new();
     let mut warn = |key: String, message: String| {
         warnings.push(Warning {
+            file: config.source.clone(),
+            line: config.lines.nearest(&key),
             key,
-            line: None,
             message,
         })
     };
@@ -170,14 +181,39 @@ fn check_settings(config: &Config) -> Vec<Warning> {
                 ),
             );
         }
-        let detection = active.interval.saturating_mul(active.fall.get());
-        if detection > SLOW_DETECTION {
+        let expect_key = format!("{at}.active.expect");
+        if active.kind == CheckKind::Tcp && config.lines.written(&expect_key) {
+            warn(
+                expect_key,
+                "expect does nothing with kind = \"tcp\": a TCP probe passes when the connection \
+                 opens and reads no status (remove expect, or use kind = \"http\" to check a \
+                 status)"
+                    .into(),
+            );
+        }
+        let detection = active
+            .interval
+            .saturating_add(active.timeout)
+            .saturating_mul(active.fall.get());
+        if detection > DETECTION_BUDGET {
             warn(
                 format!("{at}.active.fall"),
                 format!(
-                    "fall {} x interval {:?} = {:?}: a dead backend keeps receiving traffic that \
-                     long before probes take it out (keep it within {:?}: lower fall or interval)",
-                    active.fall, active.interval, detection, SLOW_DETECTION
+                    "fall {} x (interval {:?} + timeout {:?}) = {:?}: a dead or hung backend keeps \
+                     receiving traffic that long before probes take it out (keep it within {:?}: \
+                     lower fall, interval or timeout)",
+                    active.fall, active.interval, active.timeout, detection, DETECTION_BUDGET
+                ),
+            );
+        }
+        let recovery = active.interval.saturating_mul(active.rise.get());
+        if recovery > RECOVERY_BUDGET {
+            warn(
+                format!("{at}.active.rise"),
+                format!(
+                    "rise {} x interval {:?} = {:?}: a backend that recovered stays out of the \
+                     pool that long (keep it within {:?}: lower rise or interval)",
+                    active.rise, active.interval, recovery, RECOVERY_BUDGET
                 ),
             );
         }

@@ -19,9 +19,12 @@ mod check;
 mod cidr;
 mod parse;
 
-pub use check::{check, Warning, CERTIFICATE_EXPIRY_WARNING};
+pub use check::{check, Warning, CERTIFICATE_EXPIRY_WARNING, DETECTION_BUDGET, RECOVERY_BUDGET};
 pub use cidr::{Cidr, CidrError};
-pub use parse::{load, parse_str, parse_unresolved, ConfigError, Unresolved};
+pub use parse::{
+    load, load_all_errors, parse_all_errors, parse_str, parse_unresolved, ConfigError,
+    ConfigErrors, Environment, KeyLines, Unresolved,
+};
 
 /// The longest duration a config value or an admin TTL may be: one year (`8760h`).
 pub const MAX_DURATION: Duration = parse::MAX_DURATION;
@@ -38,6 +41,17 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         ));
     }
     Ok(duration)
+}
+
+/// Parses an address to listen on, as in the config and on the command line: `ip:port`
+/// (`0.0.0.0:8080`, `[::1]:8080`) or `localhost:port`, which is `127.0.0.1:port` (the IPv4
+/// loopback: no name is looked up; write `[::1]:port` for IPv6's).
+pub fn parse_listen_address(text: &str) -> Result<SocketAddr, String> {
+    parse::listen_address(text).ok_or_else(|| {
+        format!(
+            r#"{text:?} is not an address to listen on (use ip:port or localhost:port, e.g. "127.0.0.1:8080", "[::1]:8080" or "localhost:8080")"#
+        )
+    })
 }
 
 /// A whole, validated configuration.
@@ -57,6 +71,8 @@ pub struct Config {
     pub alerts: AlertsConfig,
     /// Process-wide settings.
     pub server: ServerConfig,
+    /// The line each key was written on, for warnings (equal for any two configs).
+    pub lines: KeyLines,
 }
 
 /// Process-wide settings (`[server]`).
@@ -524,10 +540,14 @@ pub enum Algorithm {
 /// What an active check does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CheckKind {
-    /// `GET <path>` over a fresh connection; only the status line is read (default).
+    /// `GET <path>` over a fresh connection; only the status line is read (default). Over
+    /// TLS on a pool with `tls`, over HTTP/2 on a pool with `protocol = "h2"` or `"h2c"`.
     Http,
     /// A TCP connect within the timeout passes.
     Tcp,
+    /// The standard gRPC health check (`grpc.health.v1.Health/Check`) over HTTP/2: an OK call
+    /// that reports `SERVING` passes. HTTP/2 pools only.
+    Grpc,
     /// No active checks: the active side stays UP.
     None,
 }
@@ -578,6 +598,8 @@ pub struct ActiveCheckConfig {
     pub body: Option<String>,
     /// What the answer must hold beyond an expected status (default nothing).
     pub content: ContentRules,
+    /// The service a gRPC health check asks about (default empty: the server as a whole).
+    pub grpc_service: String,
 }
 
 impl ActiveCheckConfig {
@@ -599,6 +621,8 @@ pub const DEFAULT_BODY_LIMIT: usize = 16 * 1024;
 pub const MAX_BODY_LIMIT: usize = 1024 * 1024;
 /// The largest probe request body: 64 KiB.
 pub const MAX_PROBE_BODY: usize = 64 * 1024;
+/// The longest `grpc_service` name, in bytes.
+pub const MAX_GRPC_SERVICE: usize = 512;
 /// The most extra header fields of a probe request.
 pub const MAX_PROBE_HEADERS: usize = 32;
 

@@ -2,19 +2,27 @@
 //!
 //! Stage one (`raw`) deserializes into private `Raw*` structures that reject unknown keys and
 //! keep the byte span of every value that still needs checking (`toml::Spanned`). Stage two
-//! (`validate`) checks each value, fills in the defaults and builds the typed config. The first
-//! problem found, in either stage, becomes a [`ConfigError`] that names the file, the line, the
-//! dotted key and what to do about it.
+//! (`validate`) checks each value, fills in the defaults and builds the typed config. Before
+//! both, `env` expands `${VAR}` in string values. Each problem found becomes a [`ConfigError`]
+//! that names the file, the line, the dotted key and what to do about it; validation collects
+//! every one it can ([`ConfigErrors`], through the `*_all_errors` functions), and the
+//! single-error functions return the first.
 
+mod env;
+mod errors;
 mod locate;
 mod raw;
 mod resolve;
+mod secrets;
 mod tls_files;
 mod validate;
 mod values;
 
+pub use env::Environment;
+pub use errors::ConfigErrors;
+pub use locate::KeyLines;
 pub use resolve::Unresolved;
-pub(crate) use values::{parse_duration, MAX_DURATION};
+pub(crate) use values::{listen_address, parse_duration, MAX_DURATION};
 
 use std::path::Path;
 
@@ -95,7 +103,7 @@ fn key_part(key: &str) -> String {
 
 /// `text` with its control characters escaped (`\r`, `\u{1b}`), so that a message stays one
 /// line and cannot drive a terminal: keys, names and values from the file reach it verbatim.
-fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
     if !text.contains(char::is_control) {
         return text.into();
     }
@@ -113,6 +121,12 @@ fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
 /// Reads and validates the configuration file at `path`, and resolves its host names. This
 /// blocks (file IO, DNS): call it before the runtime starts or on its blocking pool.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    load_all_errors(path).map_err(ConfigErrors::into_first)
+}
+
+/// [`load`], with every error found rather than the first: those of validation, or when it
+/// passes, those of resolving names and reading files.
+pub fn load_all_errors(path: &Path) -> Result<Config, ConfigErrors> {
     use std::io::Read as _;
     let file = path.display().to_string();
     let io = |error| ConfigError::Io {
@@ -128,7 +142,7 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
         .read_to_string(&mut text)
         .map_err(io)?;
     if text.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(ConfigError::Invalid {
+        return Err(ConfigErrors::from(ConfigError::Invalid {
             file: one_line(&file).into_owned(),
             line: None,
             key: String::new(),
@@ -137,9 +151,9 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
                  right file?)",
                 MAX_CONFIG_BYTES >> 20
             ),
-        });
+        }));
     }
-    parse_str(&text, &file)
+    parse_all_errors(&text, &file, &Environment::process())?.resolve_all_errors()
 }
 
 /// The largest configuration file read: 64 MiB, hundreds of thousands of backends.
@@ -155,6 +169,18 @@ pub fn parse_str(text: &str, source: &str) -> Result<Config, ConfigError> {
 /// Parses and validates a configuration, checking the syntax of host names without resolving
 /// them: no IO, safe anywhere. [`Unresolved::resolve`] finishes the job.
 pub fn parse_unresolved(text: &str, source: &str) -> Result<Unresolved, ConfigError> {
+    parse_all_errors(text, source, &Environment::process()).map_err(ConfigErrors::into_first)
+}
+
+/// [`parse_unresolved`] with `${VAR}` looked up in `env`, and every error found rather than
+/// the first.
+pub fn parse_all_errors(
+    text: &str,
+    source: &str,
+    env: &Environment,
+) -> Result<Unresolved, ConfigErrors> {
+    let text = &*env::substitute(text, source, env)
+        .map_err(|errors| ConfigErrors::from_vec(errors).unwrap_or_else(no_error))?;
     let raw: RawConfig = toml::from_str(text).map_err(|error| {
         let span = error.span();
         ConfigError::Parse {
@@ -166,17 +192,30 @@ pub fn parse_unresolved(text: &str, source: &str) -> Result<Unresolved, ConfigEr
             message: parse_message(error.message()),
         }
     })?;
-    let validator = Validator {
-        file: source,
-        text,
-        lookups: Default::default(),
-        tls_loads: Default::default(),
+    let validator = Validator::new(source, text);
+    let config = validator.config(raw);
+    if let Some(errors) = ConfigErrors::from_vec(validator.errors.take()) {
+        return Err(errors);
+    }
+    let Some(config) = config else {
+        return Err(no_error());
     };
-    let config = validator.config(raw)?;
     Ok(Unresolved {
         config,
         lookups: validator.lookups.into_inner(),
         tls_loads: validator.tls_loads.into_inner(),
+        secrets: validator.secrets.into_inner(),
+    })
+}
+
+/// Stands for an error list that came out empty where it cannot be: a bug, told as such
+/// rather than a panic.
+fn no_error() -> ConfigErrors {
+    ConfigErrors::from(ConfigError::Invalid {
+        file: String::new(),
+        line: None,
+        key: String::new(),
+        message: "validation failed without saying why (a bug in capataz: please report it)".into(),
     })
 }
 

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::PoolRt;
-use crate::config::{AgentCheckConfig, CheckKind};
+use crate::config::{AgentCheckConfig, BackendProtocol, CheckKind};
 use crate::prober;
 
 impl PoolRt {
@@ -143,8 +143,12 @@ async fn probe_loop(pool: Arc<PoolRt>, backend: usize, mut rng: prober::Rng) {
     let intervals = super::probe_intervals(&pool.config);
     let rt = pool.backends[backend].clone();
     let host = active.host.clone().unwrap_or_else(|| rt.address.clone());
+    // An HTTP/2 pool's http probe, and every gRPC health check, speak HTTP/2.
+    let over_h2 = pool.config.protocol != BackendProtocol::Http1 && active.kind == CheckKind::Http
+        || active.kind == CheckKind::Grpc;
+    let h2 = over_h2.then(|| prober::H2Probe::new(active, &host, rt.upstream.tls().is_some()));
     // The plain probe (status line only, the benchmarked cost) unless the pool asks for more.
-    let checked = (active.kind == CheckKind::Http && !active.is_plain())
+    let checked = (!over_h2 && active.kind == CheckKind::Http && !active.is_plain())
         .then(|| prober::HttpProbe::new(active, &host));
     let mut interval = intervals.of(pool.cadence(backend));
     let mut wait = prober::first_delay(interval, &mut rng);
@@ -164,8 +168,14 @@ async fn probe_loop(pool: Arc<PoolRt>, backend: usize, mut rng: prober::Rng) {
             continue;
         }
         let started = Instant::now();
-        let cadence = match &checked {
-            Some(probe) => {
+        let cadence = match (&h2, &checked) {
+            (Some(probe), _) => {
+                let outcome =
+                    prober::probe_h2(probe, rt.upstream.addr(), active.timeout, rt.upstream.tls())
+                        .await;
+                pool.record_probe(backend, outcome, started.elapsed())
+            }
+            (None, Some(probe)) => {
                 let outcome = prober::probe_checked(
                     probe,
                     rt.upstream.addr(),
@@ -175,7 +185,7 @@ async fn probe_loop(pool: Arc<PoolRt>, backend: usize, mut rng: prober::Rng) {
                 .await;
                 pool.record_probe(backend, outcome, started.elapsed())
             }
-            None => {
+            (None, None) => {
                 let outcome = prober::probe_once_over(
                     active.kind,
                     rt.upstream.addr(),

@@ -116,7 +116,7 @@ pub fn engine_settings(config: &PoolConfig) -> Settings {
     let initial = match config.active.kind {
         // Nothing would ever bring a DOWN active side back without probes.
         CheckKind::None => State::Up,
-        CheckKind::Http | CheckKind::Tcp => config.active.initial,
+        CheckKind::Http | CheckKind::Tcp | CheckKind::Grpc => config.active.initial,
     };
     Settings {
         rise: config.active.rise,

@@ -177,22 +177,8 @@ where
         // The engine fails it on its status; the body would add nothing.
         return Ok(status);
     }
-    if let Some((name, value)) = &probe.rules.header {
-        let mut values = head.headers.get_all(name.as_str()).iter().peekable();
-        if values.peek().is_none() {
-            return Ok(with(status, Mismatch::HeaderAbsent(Snippet::new(name))));
-        }
-        if let Some(value) = value {
-            if !values.any(|v| contains(v.as_bytes(), value)) {
-                return Ok(with(
-                    status,
-                    Mismatch::HeaderLacks {
-                        name: Snippet::new(name),
-                        value: Snippet::new(value),
-                    },
-                ));
-            }
-        }
+    if let Some(mismatch) = header_mismatch(&probe.rules, &head.headers) {
+        return Ok(with(status, mismatch));
     }
     if !probe.rules.reads_body() {
         return Ok(status);
@@ -238,8 +224,25 @@ fn with(status: ProbeOutcome, mismatch: Mismatch) -> ProbeOutcome {
     }
 }
 
+/// The header rule `headers` break, if any (shared with the HTTP/2 probe).
+pub(super) fn header_mismatch(rules: &ContentRules, headers: &http::HeaderMap) -> Option<Mismatch> {
+    let (name, value) = rules.header.as_ref()?;
+    let mut values = headers.get_all(name.as_str()).iter().peekable();
+    if values.peek().is_none() {
+        return Some(Mismatch::HeaderAbsent(Snippet::new(name)));
+    }
+    let value = value.as_ref()?;
+    if values.any(|v| contains(v.as_bytes(), value)) {
+        return None;
+    }
+    Some(Mismatch::HeaderLacks {
+        name: Snippet::new(name),
+        value: Snippet::new(value),
+    })
+}
+
 /// The first body rule `body` breaks (`body_contains`, then `body_not_contains`).
-fn body_mismatch(rules: &ContentRules, body: &[u8]) -> Option<Mismatch> {
+pub(super) fn body_mismatch(rules: &ContentRules, body: &[u8]) -> Option<Mismatch> {
     if let Some(text) = &rules.body_contains {
         if !contains(body, text) {
             return Some(Mismatch::BodyLacks(Snippet::new(text)));

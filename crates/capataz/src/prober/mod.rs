@@ -25,7 +25,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use capataz_health::{parse_status_line, Outcome};
+use capataz_health::{parse_status_line, Outcome, ProbeOutcome};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -36,12 +36,16 @@ mod agent;
 #[cfg(test)]
 mod checked_tests;
 mod content;
+mod http2;
 #[cfg(test)]
 mod tests;
 mod timing;
 
 pub use agent::agent_once;
 pub use content::{probe_checked, request_bytes, HttpProbe, MAX_PROBE_HEAD};
+pub use http2::{
+    decode_health_response, encode_health_request, probe_h2, H2Probe, MAX_GRPC_MESSAGE,
+};
 pub use timing::{align_to_slot, first_delay, jittered, Rng, PROBE_SLOT};
 
 /// The longest status line read, line ending included; a longer one is [`Outcome::Malformed`].
@@ -57,9 +61,12 @@ pub const USER_AGENT: &str = concat!("capataz/", env!("CARGO_PKG_VERSION"));
 ///   reads only the status line, and judges it with [`parse_status_line`]: a well-formed line is
 ///   [`Outcome::Status`], anything else [`Outcome::Malformed`] (a backend answering the word
 ///   `TIMEOUT` is malformed, not a timeout).
-/// - [`CheckKind::Tcp`] passes when the connection is established. Since [`Outcome`] has no
-///   "connected" variant, success is a synthetic `Status(200)`, which the default probe rule
-///   (200-399) passes; a failure maps like an HTTP probe's.
+/// - [`CheckKind::Tcp`] passes when the connection is established: [`Outcome::Connected`],
+///   which passes whatever `expect` says (there is no status to judge); a failure maps like an
+///   HTTP probe's.
+/// - [`CheckKind::Grpc`] runs the gRPC health check of the server as a whole (service `""`)
+///   over HTTP/2, by prior knowledge or over TLS by `tls`, as [`probe_h2`] does; a pool that
+///   names a service or speaks HTTP/2 for its `http` probe uses [`H2Probe`] and [`probe_h2`].
 /// - [`CheckKind::None`] is `Status(200)` at once (the runtime never probes such pools).
 ///
 /// Failures: the deadline passing is [`Outcome::Timeout`]; a refused connection is
@@ -72,6 +79,10 @@ pub const USER_AGENT: &str = concat!("capataz/", env!("CARGO_PKG_VERSION"));
 ///
 /// `path` and `host` are written verbatim; the configuration guarantees they hold no control
 /// bytes.
+///
+/// This is the outcome alone, without [`probe_once_over`]'s content match: a gRPC check's
+/// serving status other than `SERVING` is only in that mismatch, so the health runtime always
+/// uses [`probe_once_over`] (or [`probe_h2`]).
 pub async fn probe_once(
     kind: CheckKind,
     addr: SocketAddr,
@@ -79,7 +90,9 @@ pub async fn probe_once(
     host: &str,
     timeout: Duration,
 ) -> Outcome {
-    probe_once_over(kind, addr, path, host, timeout, None).await
+    probe_once_over(kind, addr, path, host, timeout, None)
+        .await
+        .outcome
 }
 
 /// [`probe_once`], with an HTTP probe over TLS by `tls` when given (a pool that speaks TLS to
@@ -94,20 +107,25 @@ pub async fn probe_once_over(
     host: &str,
     timeout: Duration,
     tls: Option<&Connector>,
-) -> Outcome {
+) -> ProbeOutcome {
     let attempt = async {
         match kind {
+            CheckKind::Grpc => {
+                let probe = H2Probe::grpc("", host, tls.is_some());
+                return Ok(probe_h2(&probe, addr, timeout, tls).await);
+            }
             CheckKind::Http => http_probe(addr, path, host, tls).await,
             CheckKind::Tcp => TcpStream::connect(addr)
                 .await
-                .map(|_connected| Outcome::Status(200)),
+                .map(|_connected| Outcome::Connected),
             CheckKind::None => Ok(Outcome::Status(200)),
         }
+        .map(ProbeOutcome::from)
     };
     match tokio::time::timeout(timeout, attempt).await {
         Ok(Ok(outcome)) => outcome,
-        Ok(Err(error)) => classify_error(&error),
-        Err(_elapsed) => Outcome::Timeout,
+        Ok(Err(error)) => classify_error(&error).into(),
+        Err(_elapsed) => Outcome::Timeout.into(),
     }
 }
 

@@ -124,12 +124,16 @@ impl Shared {
     }
 }
 
-/// Binds `listener`'s address.
-pub(crate) fn bind_listener(listener: &ListenerConfig) -> Result<TcpListener, StartError> {
-    bind(listener.address).map_err(|source| StartError::Bind {
+/// Binds `listener`'s address; `index` is its place in the config, for the error.
+pub(crate) fn bind_listener(
+    index: usize,
+    listener: &ListenerConfig,
+) -> Result<TcpListener, StartError> {
+    bind(listener.address).map_err(|error| StartError::Bind {
         name: listener.name.clone(),
+        key: format!("listeners[{index}].address"),
         address: listener.address,
-        source,
+        error,
     })
 }
 

@@ -68,15 +68,18 @@ pub struct Shared {
 /// Why a balancer could not start, or a reload was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// A listener could not bind its address.
-    #[error("listener {name}: cannot listen on {address}: {source}")]
+    /// A listener could not bind its address. The message names the key (or flag) to change
+    /// and says what to do, once (the OS error is part of it, not a separate cause).
+    #[error("{}", bind_message(.key, *.address, .error))]
     Bind {
         /// The listener's name.
         name: String,
+        /// The key (`listeners[0].address`, `admin.address`) or flag (`--listen`) that set it.
+        key: String,
         /// Its address.
         address: SocketAddr,
         /// The OS error.
-        source: io::Error,
+        error: io::Error,
     },
     /// The new configuration is invalid.
     #[error("{0}")]
@@ -92,6 +95,25 @@ pub enum StartError {
         "reloading the configuration failed unexpectedly (a bug in capataz; please report it)"
     )]
     ReloadPanicked,
+}
+
+/// Why `address` (set by `key`) could not be listened on, and what to do about it.
+fn bind_message(key: &str, address: SocketAddr, error: &io::Error) -> String {
+    match error.kind() {
+        io::ErrorKind::AddrInUse => format!(
+            "{key} {address} is in use (another process listens there: pick another port or \
+             stop it)"
+        ),
+        io::ErrorKind::PermissionDenied => format!(
+            "{key} {address}: permission denied (a port below 1024 needs privileges: pick a \
+             port above 1023, or grant the process CAP_NET_BIND_SERVICE)"
+        ),
+        io::ErrorKind::AddrNotAvailable => format!(
+            "{key} {address} is not an address of this host (use one of its addresses, \
+             0.0.0.0 or [::])"
+        ),
+        _ => format!("{key} {address}: cannot listen there: {error} (change {key})"),
+    }
 }
 
 impl Shared {

@@ -124,9 +124,9 @@ impl Shared {
         };
         // Bind the listeners that are new, before changing anything.
         let mut fresh = Vec::new();
-        for listener in &config.listeners {
+        for (index, listener) in config.listeners.iter().enumerate() {
             if !listeners.iter().any(|l| l.address == listener.address) {
-                match bind_listener(listener) {
+                match bind_listener(index, listener) {
                     Ok(socket) => fresh.push((listener.clone(), socket)),
                     Err(error) => {
                         *lock(&self.listeners) = listeners;

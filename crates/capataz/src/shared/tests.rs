@@ -79,7 +79,7 @@ impl<T: Send + 'static> Balancer<T> {
                 .build()
                 .expect("a runtime");
             runtime.block_on(async move {
-                let socket = bind_listener(&config.listeners[0]).expect("bind the listener");
+                let socket = bind_listener(0, &config.listeners[0]).expect("bind the listener");
                 let (events, _) = broadcast::channel(1024);
                 let shared = Shared::start(&config, events, None, vec![socket]);
                 let _ = shared_tx.send(shared.clone());

@@ -348,7 +348,7 @@ async fn content_checks_of_a_tls_pool_run_over_tls() {
 }
 
 #[test]
-fn http2_pools_probe_with_tcp_by_default_and_refuse_the_http_probe() {
+fn http2_pools_probe_with_tcp_by_default_and_over_http2_when_asked() {
     let pool = |extra: &str| {
         let text = format!(
             "[[listeners]]\naddress = \"127.0.0.1:0\"\n[pools.web]\nbackends = [{{ address = \"127.0.0.1:9\" }}]\n{extra}"
@@ -359,7 +359,10 @@ fn http2_pools_probe_with_tcp_by_default_and_refuse_the_http_probe() {
     assert_eq!(h2c.active.kind, config::CheckKind::Tcp);
     let none = pool("protocol = \"h2c\"\nactive.kind = \"none\"").expect("valid");
     assert_eq!(none.active.kind, config::CheckKind::None);
-    let error = pool("protocol = \"h2c\"\nactive.kind = \"http\"").expect_err("refused");
+    // The http probe speaks HTTP/2 to an HTTP/2 pool (see probe_kinds.rs); grpc needs one.
+    let http = pool("protocol = \"h2c\"\nactive.kind = \"http\"").expect("valid");
+    assert_eq!(http.active.kind, config::CheckKind::Http);
+    let error = pool("active.kind = \"grpc\"").expect_err("refused on an HTTP/1.1 pool");
     assert_eq!(error.key(), "pools.web.active.kind");
 }
 

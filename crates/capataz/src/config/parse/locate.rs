@@ -4,6 +4,55 @@
 //! with only a byte span (syntax, unknown keys, wrong types).
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+/// The line each dotted key path (and table) was first written on, for messages about a
+/// validated config, such as warnings. Two of them always compare equal: where a key was
+/// written is not a setting, and a reload that only moves lines changes nothing.
+#[derive(Clone, Debug, Default)]
+pub struct KeyLines(Arc<HashMap<String, usize>>);
+
+impl KeyLines {
+    /// The keys of `text`, as [`key_at`] names them.
+    pub(crate) fn of(text: &str) -> KeyLines {
+        let mut lines = HashMap::new();
+        let _ = scan(text, |line| {
+            if let Some(key) = line.here {
+                lines.entry(key.to_owned()).or_insert(line.number);
+            }
+            ControlFlow::<()>::Continue(())
+        });
+        KeyLines(Arc::new(lines))
+    }
+
+    /// The line `key` was written on, if it was.
+    pub fn line(&self, key: &str) -> Option<usize> {
+        self.0.get(key).copied()
+    }
+
+    /// Whether `key` was written in the file (rather than left to its default).
+    pub fn written(&self, key: &str) -> bool {
+        self.0.contains_key(key)
+    }
+
+    /// The line of `key`, or of the nearest table around it that was written.
+    pub fn nearest(&self, key: &str) -> Option<usize> {
+        let mut key = key;
+        loop {
+            if let Some(line) = self.line(key) {
+                return Some(line);
+            }
+            key = &key[..key.rfind(['.', '['])?];
+        }
+    }
+}
+
+impl PartialEq for KeyLines {
+    fn eq(&self, _: &KeyLines) -> bool {
+        true
+    }
+}
 
 /// The 1-based line holding byte `offset`.
 pub(super) fn line_of(text: &str, offset: usize) -> usize {
@@ -20,6 +69,33 @@ pub(super) fn line_of(text: &str, offset: usize) -> usize {
 /// tables (`[[listeners]]` gives `listeners[0]`, `listeners[1]`, ...) and reads the key at the
 /// start of the offending line; inside a multi-line value it names the value's key.
 pub(super) fn key_at(text: &str, offset: usize) -> String {
+    let found = scan(text, |line| {
+        if offset < line.end || line.end == text.len() {
+            ControlFlow::Break(line.here.or(line.last_key).unwrap_or(line.table).to_owned())
+        } else {
+            ControlFlow::Continue(())
+        }
+    });
+    found.unwrap_or_default()
+}
+
+/// One line as [`scan`] sees it.
+struct Line<'a> {
+    /// Its 1-based number.
+    number: usize,
+    /// The byte offset just past it.
+    end: usize,
+    /// The key or table written on it, if any.
+    here: Option<&'a str>,
+    /// The last key written at or before it in its table.
+    last_key: Option<&'a str>,
+    /// The current table.
+    table: &'a str,
+}
+
+/// Walks the lines of `text` until `visit` breaks, following tables and arrays of tables;
+/// returns what it broke with. With no line at all, `visit` sees one empty line.
+fn scan<B>(text: &str, mut visit: impl FnMut(Line<'_>) -> ControlFlow<B>) -> Option<B> {
     let mut table = String::new();
     let mut last_key: Option<String> = None;
     // For each array of tables (by its written segments), the index of its current element.
@@ -27,9 +103,8 @@ pub(super) fn key_at(text: &str, offset: usize) -> String {
     // For each resolved array path (`listeners[0].routes`), how many elements it has so far.
     let mut counts: HashMap<String, usize> = HashMap::new();
     let mut line_start = 0;
-    for line in text.split_inclusive('\n') {
+    for (index, line) in text.split_inclusive('\n').enumerate() {
         let line_end = line_start + line.len();
-        let on_target = offset < line_end || line_end == text.len();
         let trimmed = line.trim_start();
         let mut here = None;
         if let Some(rest) = trimmed.strip_prefix("[[") {
@@ -57,12 +132,31 @@ pub(super) fn key_at(text: &str, offset: usize) -> String {
                 here = Some(key);
             }
         }
-        if on_target {
-            return here.or(last_key).unwrap_or(table);
+        let line = Line {
+            number: index + 1,
+            end: line_end,
+            here: here.as_deref(),
+            last_key: last_key.as_deref(),
+            table: &table,
+        };
+        if let ControlFlow::Break(found) = visit(line) {
+            return Some(found);
         }
         line_start = line_end;
     }
-    table
+    if text.is_empty() {
+        let line = Line {
+            number: 1,
+            end: 0,
+            here: None,
+            last_key: None,
+            table: "",
+        };
+        if let ControlFlow::Break(found) = visit(line) {
+            return Some(found);
+        }
+    }
+    None
 }
 
 /// Joins written segments into a path, adding the current index after each array of tables.

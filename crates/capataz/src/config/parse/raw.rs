@@ -53,6 +53,7 @@ pub(super) enum RawLogFormat {
 pub(super) struct RawAdmin {
     pub(super) address: Option<Spanned<String>>,
     pub(super) token: Option<Spanned<String>>,
+    pub(super) token_file: Option<Spanned<String>>,
     pub(super) open_read_only: Option<bool>,
     pub(super) metrics_backend_histograms: Option<bool>,
     pub(super) allowed_hosts: Option<Vec<Spanned<String>>>,
@@ -313,6 +314,7 @@ pub(super) struct RawActive {
     pub(super) body_limit: Option<Spanned<i64>>,
     pub(super) expect_header: Option<Spanned<String>>,
     pub(super) expect_header_contains: Option<Spanned<String>>,
+    pub(super) grpc_service: Option<Spanned<String>>,
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -320,6 +322,7 @@ pub(super) struct RawActive {
 pub(super) enum RawCheckKind {
     Http,
     Tcp,
+    Grpc,
     None,
 }
 

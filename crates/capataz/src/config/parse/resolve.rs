@@ -11,7 +11,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::ConfigError;
+use super::{ConfigError, ConfigErrors};
 use crate::config::Config;
 use crate::tls::Part;
 
@@ -47,6 +47,8 @@ pub struct Unresolved {
     pub(super) lookups: Vec<Lookup>,
     /// The pools' TLS files, read with the names (see `tls_files`).
     pub(super) tls_loads: Vec<super::tls_files::TlsLoad>,
+    /// Secret files (`admin.token_file`), read with the names (see `secrets`).
+    pub(super) secrets: Vec<super::secrets::SecretLoad>,
 }
 
 impl Unresolved {
@@ -60,7 +62,8 @@ impl Unresolved {
         self.lookups.iter().map(|lookup| lookup.host_port.as_str())
     }
 
-    /// The files still to be read: each TLS listener's certificates, keys and client CA.
+    /// The files still to be read: each TLS listener's certificates, keys and client CA, then
+    /// the secret files (`admin.token_file`).
     pub fn files(&self) -> impl Iterator<Item = &Path> {
         self.config
             .listeners
@@ -74,6 +77,7 @@ impl Unresolved {
                     .flat_map(|c| [c.cert.as_path(), c.key.as_path()])
                     .chain(settings.client_ca.iter().map(|(ca, _)| ca.as_path()))
             })
+            .chain(self.secrets.iter().map(|secret| secret.path.as_path()))
     }
 
     /// Resolves every name with the system resolver (the first address wins), loads every TLS
@@ -81,10 +85,26 @@ impl Unresolved {
     /// (CA bundles, client certificates, the system's roots when used), and returns the whole
     /// config. This blocks on DNS and file IO: call it off the runtime threads. Without names
     /// or files it returns at once.
-    pub fn resolve(mut self) -> Result<Config, ConfigError> {
-        load_tls(&mut self.config, unix_now())?;
+    pub fn resolve(self) -> Result<Config, ConfigError> {
+        self.resolve_all_errors().map_err(ConfigErrors::into_first)
+    }
+
+    /// [`Unresolved::resolve`], with every name that does not resolve and every secret file
+    /// that cannot be read reported, not only the first failure.
+    pub fn resolve_all_errors(mut self) -> Result<Config, ConfigErrors> {
+        let mut errors = Vec::new();
+        if let Err(error) = load_tls(&mut self.config, unix_now()) {
+            errors.push(error);
+        }
+        errors.extend(super::secrets::load_all(&mut self.config, &self.secrets));
         for lookup in &self.lookups {
-            let address = resolve_one(lookup)?;
+            let address = match resolve_one(lookup) {
+                Ok(address) => address,
+                Err(error) => {
+                    errors.push(error);
+                    continue;
+                }
+            };
             let slot = match &lookup.target {
                 Target::Backend { pool, index } => self
                     .config
@@ -105,8 +125,13 @@ impl Unresolved {
                 *slot = address;
             }
         }
-        super::tls_files::load_all(&mut self.config, &self.tls_loads)?;
-        Ok(self.config)
+        if let Err(error) = super::tls_files::load_all(&mut self.config, &self.tls_loads) {
+            errors.push(error);
+        }
+        match ConfigErrors::from_vec(errors) {
+            Some(errors) => Err(errors),
+            None => Ok(self.config),
+        }
     }
 }
 

@@ -1,13 +1,18 @@
 //! Stage two: every raw value checked, defaults filled in, the typed [`Config`] built.
 //!
-//! The first problem found is returned as a [`ConfigError::Invalid`] that names the line, the
-//! dotted key path (built here, so it is exact) and what to do. Each key's default is written
+//! Each problem found is a [`ConfigError::Invalid`] that names the line, the dotted key path
+//! (built here, so it is exact) and what to do. Problems accumulate (`report`): a bad value
+//! gets its default as a placeholder and validation goes on, a pool or listener that failed
+//! is left out of what follows it, so that `capataz check` lists every error in one run; the
+//! first one is still the one validation meets first. Each key's default is written
 //! once, at the call that reads it, and in docs/config.md. Host names are only checked for
 //! syntax here and queued as lookups for stage three (`resolve`): validation does no IO.
 //! `[admin]`, `[pools.*]` and `[alerts]` are validated in the submodules of the same names.
 
 mod access_log;
 mod admin;
+
+pub(super) use admin::check_admin_token;
 mod alerts;
 mod backend_tls;
 mod pool;
@@ -16,7 +21,7 @@ mod source;
 mod tls;
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::ops::{Range, RangeInclusive};
@@ -47,9 +52,44 @@ pub(super) struct Validator<'a> {
     pub(super) lookups: RefCell<Vec<Lookup>>,
     /// The pools' TLS files, for stage three to read.
     pub(super) tls_loads: RefCell<Vec<super::tls_files::TlsLoad>>,
+    /// Files holding secrets (`admin.token_file`), for stage three to read.
+    pub(super) secrets: RefCell<Vec<super::secrets::SecretLoad>>,
+    /// Every error met so far, in order.
+    pub(super) errors: RefCell<Vec<ConfigError>>,
+    /// Pools that failed validation: a route naming one is not a second error.
+    pub(super) failed_pools: RefCell<HashSet<String>>,
 }
 
-impl Validator<'_> {
+impl<'a> Validator<'a> {
+    /// A validator for `text`, which came from `file`.
+    pub(super) fn new(file: &'a str, text: &'a str) -> Validator<'a> {
+        Validator {
+            file,
+            text,
+            lookups: Default::default(),
+            tls_loads: Default::default(),
+            secrets: Default::default(),
+            errors: Default::default(),
+            failed_pools: Default::default(),
+        }
+    }
+
+    /// Records an error and lets validation go on.
+    pub(super) fn report(&self, error: ConfigError) {
+        self.errors.borrow_mut().push(error);
+    }
+
+    /// The value, or `None` once its error is recorded.
+    pub(super) fn keep<T>(&self, result: Result<T, ConfigError>) -> Option<T> {
+        result.map_err(|error| self.report(error)).ok()
+    }
+
+    /// How many errors were recorded so far: a check that compares values some of which may
+    /// be placeholders runs only if this did not grow while they were read.
+    pub(super) fn error_count(&self) -> usize {
+        self.errors.borrow().len()
+    }
+
     fn error(&self, span: Option<Range<usize>>, key: &str, message: String) -> ConfigError {
         ConfigError::Invalid {
             file: self.file.to_owned(),
@@ -59,12 +99,14 @@ impl Validator<'_> {
         }
     }
 
-    pub(super) fn config(&self, raw: RawConfig) -> Result<Config, ConfigError> {
-        let log = self.log(raw.log)?;
-        let server = self.server(raw.server)?;
-        let admin = raw.admin.map(|admin| self.admin(admin)).transpose()?;
-        if raw.pools.is_empty() {
-            return Err(self.error(
+    /// The config, or `None` when any error was recorded (see `errors`).
+    pub(super) fn config(&self, raw: RawConfig) -> Option<Config> {
+        let log = self.keep(self.log(raw.log));
+        let server = self.keep(self.server(raw.server));
+        let admin = raw.admin.map(|admin| self.keep(self.admin(admin)));
+        let declared_pools = !raw.pools.is_empty();
+        if !declared_pools {
+            self.report(self.error(
                 None,
                 "pools",
                 "at least one pool is needed (add a [pools.NAME] table with backends)".into(),
@@ -72,11 +114,17 @@ impl Validator<'_> {
         }
         let mut pools = Vec::with_capacity(raw.pools.len());
         for (name, pool) in raw.pools {
-            pools.push(self.pool(name, pool)?);
+            let written = name.get_ref().clone();
+            match self.keep(self.pool(name, pool)) {
+                Some(pool) => pools.push(pool),
+                None => {
+                    self.failed_pools.borrow_mut().insert(written);
+                }
+            }
         }
-        self.tracks(&pools)?;
+        self.keep(self.tracks(&pools));
         if raw.listeners.is_empty() {
-            return Err(self.error(
+            self.report(self.error(
                 None,
                 "listeners",
                 r#"at least one listener is needed (add a [[listeners]] table with address = "0.0.0.0:8080")"#.into(),
@@ -84,21 +132,35 @@ impl Validator<'_> {
         }
         let mut listeners = Vec::with_capacity(raw.listeners.len());
         let mut bound: HashMap<SocketAddr, String> = HashMap::new();
-        if let Some(admin) = &admin {
+        if let Some(Some(admin)) = &admin {
             bound.insert(admin.address, "admin".into());
         }
-        for (index, listener) in raw.listeners.into_iter().enumerate() {
-            listeners.push(self.listener(index, listener, &pools, &mut bound)?);
+        // Without pools every route would be a second error about the same thing.
+        if declared_pools {
+            for (index, listener) in raw.listeners.into_iter().enumerate() {
+                if let Some(listener) =
+                    self.keep(self.listener(index, listener, &pools, &mut bound))
+                {
+                    listeners.push(listener);
+                }
+            }
         }
-        let alerts = self.alerts(raw.alerts)?;
-        Ok(Config {
+        let alerts = self.keep(self.alerts(raw.alerts));
+        if self.error_count() > 0 {
+            return None;
+        }
+        Some(Config {
             source: self.file.to_owned(),
-            log,
-            admin,
+            log: log?,
+            admin: match admin {
+                None => None,
+                Some(admin) => Some(admin?),
+            },
             listeners,
             pools,
-            alerts,
-            server,
+            alerts: alerts?,
+            server: server?,
+            lines: super::locate::KeyLines::of(self.text),
         })
     }
 
@@ -214,12 +276,12 @@ impl Validator<'_> {
     }
 
     fn socket_addr(&self, value: &Spanned<String>, key: &str) -> Result<SocketAddr, ConfigError> {
-        value.get_ref().parse().map_err(|_| {
+        super::values::listen_address(value.get_ref()).ok_or_else(|| {
             self.error(
                 Some(value.span()),
                 key,
                 format!(
-                    r#"{:?} is not an ip:port address (use e.g. "0.0.0.0:8080" or "[::1]:8080")"#,
+                    r#"{:?} is not an address to listen on (use ip:port or localhost:port, e.g. "0.0.0.0:8080", "[::1]:8080" or "localhost:8080")"#,
                     value.get_ref()
                 ),
             )
@@ -248,7 +310,10 @@ impl Validator<'_> {
             ));
         };
         let key = format!("{at}.address");
-        let socket_addr = self.socket_addr(&address, &key)?;
+        // A bad address does not hide the listener's other errors.
+        let socket_addr = self
+            .keep(self.socket_addr(&address, &key))
+            .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
         // Port 0 asks the OS for a free port, so two such listeners do not collide.
         if socket_addr.port() != 0 {
             if let Some(other) = bound.insert(socket_addr, at.clone()) {
@@ -263,15 +328,18 @@ impl Validator<'_> {
             }
         }
         let mut routes = Vec::with_capacity(raw.routes.len().max(1));
+        // A pool that failed validation still counts as written.
+        let written_pools = pools.len() + self.failed_pools.borrow().len();
         if raw.routes.is_empty() {
-            if pools.len() != 1 {
-                return Err(self.error(
-                    Some(span),
+            if written_pools != 1 {
+                // Reported, and the listener's other keys are still checked.
+                self.report(self.error(
+                    Some(span.clone()),
                     &format!("{at}.routes"),
                     format!(
                         "a listener without routes needs exactly one pool, and there are {} \
                          (add [[listeners.routes]] tables that name a pool)",
-                        pools.len()
+                        written_pools
                     ),
                 ));
             }
@@ -282,7 +350,11 @@ impl Validator<'_> {
             });
         }
         for (route_index, route) in raw.routes.into_iter().enumerate() {
-            routes.push(self.route(&format!("{at}.routes[{route_index}]"), route, pools)?);
+            if let Some(route) =
+                self.keep(self.route(&format!("{at}.routes[{route_index}]"), route, pools))
+            {
+                routes.push(route);
+            }
         }
         Ok(ListenerConfig {
             name,
@@ -396,6 +468,14 @@ impl Validator<'_> {
             ));
         };
         let Some(pool_index) = pools.iter().position(|p| p.name == *pool.get_ref()) else {
+            if self.failed_pools.borrow().contains(pool.get_ref()) {
+                // Its own errors are reported; the config is refused, so any index will do.
+                return Ok(RouteConfig {
+                    host: None,
+                    path_prefix: "/".into(),
+                    pool: 0,
+                });
+            }
             return Err(self.error(
                 Some(pool.span()),
                 &format!("{at}.pool"),
@@ -465,13 +545,15 @@ impl Validator<'_> {
         }
     }
 
+    /// A name; a bad one is reported and the key path stands in for it.
     fn name(&self, name: Spanned<String>, key: &str) -> Result<String, ConfigError> {
         if name.get_ref().is_empty() || name.get_ref().chars().any(char::is_control) {
-            return Err(self.error(
+            self.report(self.error(
                 Some(name.span()),
                 key,
                 "a name must be non-empty text (or leave the key out for the default)".into(),
             ));
+            return Ok(key.to_owned());
         }
         Ok(name.into_inner())
     }
@@ -486,8 +568,19 @@ impl Validator<'_> {
         Ok(self.optional_duration(value, key)?.unwrap_or(default))
     }
 
-    /// A duration above zero, or `None` when the key is absent (the feature is off).
+    /// A duration above zero, or `None` when the key is absent (the feature is off). A bad
+    /// one is reported and reads as absent.
     fn optional_duration(
+        &self,
+        value: &Option<Spanned<Value>>,
+        key: &str,
+    ) -> Result<Option<Duration>, ConfigError> {
+        Ok(self
+            .keep(self.written_duration(value, key))
+            .unwrap_or_default())
+    }
+
+    fn written_duration(
         &self,
         value: &Option<Spanned<Value>>,
         key: &str,
@@ -528,7 +621,7 @@ impl Validator<'_> {
         }
     }
 
-    /// An integer within `range`, or `default` when the key is absent.
+    /// An integer within `range`, or `default` when the key is absent (or, reported, wrong).
     fn int(
         &self,
         value: &Option<Spanned<i64>>,
@@ -552,11 +645,12 @@ impl Validator<'_> {
                 range.end()
             )
         };
-        Err(self.error(
+        self.report(self.error(
             Some(value.span()),
             key,
             format!("{n} is out of range ({wanted})"),
-        ))
+        ));
+        Ok(default)
     }
 
     /// A count of at least one, such as `rise`.

@@ -194,6 +194,21 @@ pub(super) fn parse_http_url(text: &str) -> Result<HttpUrl<'_>, &'static str> {
     })
 }
 
+/// An address to listen on: `ip:port`, or `localhost:port` for `127.0.0.1:port`.
+pub(crate) fn listen_address(text: &str) -> Option<std::net::SocketAddr> {
+    if let Ok(address) = text.parse() {
+        return Some(address);
+    }
+    let (host, port) = text.rsplit_once(':')?;
+    if !host.eq_ignore_ascii_case("localhost") || !port.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(std::net::SocketAddr::from((
+        std::net::Ipv4Addr::LOCALHOST,
+        port.parse().ok()?,
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -100,7 +100,7 @@ async fn an_invalid_reload_is_refused_and_the_old_config_keeps_serving() {
             "bogus",
         ),
         // Valid, but a new listener cannot bind: nothing changes either.
-        (in_use, "cannot listen on"),
+        (in_use, "is in use (another process listens there"),
     ] {
         file.write(&bad);
         let reply = r.post("/reload").await;

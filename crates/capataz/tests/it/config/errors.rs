@@ -29,7 +29,7 @@ fn errors_name_the_line_and_key() {
         ),
         (
             "unknown variant",
-            &with_pool("[pools.web.active]\nkind = \"grpc\""),
+            &with_pool("[pools.web.active]\nkind = \"icmp\""),
             Some(8),
             "pools.web.active.kind",
         ),
@@ -232,8 +232,8 @@ fn errors_name_the_line_and_key() {
             "listeners[0].address",
         ),
         (
-            "listener address with a host name",
-            "[[listeners]]\naddress = \"localhost:8080\"\n[pools.web]\nbackends = [{ address = \"127.0.0.1:9001\" }]\n",
+            "listener address with a host name (only localhost is taken, as 127.0.0.1)",
+            "[[listeners]]\naddress = \"example.com:8080\"\n[pools.web]\nbackends = [{ address = \"127.0.0.1:9001\" }]\n",
             Some(2),
             "listeners[0].address",
         ),

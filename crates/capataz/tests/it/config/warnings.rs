@@ -26,8 +26,8 @@ fn warnings_for_foot_guns() {
             &["pools.web.active.fall"],
         ),
         (
-            "[pools.web.active]\ninterval = \"20s\"\nfall = 3",
-            &[], // exactly 60 s is fine
+            "[pools.web.active]\ninterval = \"19s\"\nfall = 3",
+            &[], // 3 x (19 s + 1 s timeout): exactly 60 s is fine
         ),
         (
             "[pools.web.active]\njitter = 0",
@@ -64,11 +64,11 @@ fn warnings_for_foot_guns() {
         assert_eq!(warnings_for(extra), *expected, "{extra}");
     }
     let warning = &check(&parse(&with_pool("[pools.web.active]\nrise = 1")))[0];
-    assert_eq!(warning.line, None);
+    assert_eq!(warning.line, Some(8));
     assert!(
         warning
             .to_string()
-            .starts_with("pools.web.active.rise: rise = 1"),
+            .starts_with("config.toml:8: pools.web.active.rise: rise = 1"),
         "{warning}"
     );
 }

@@ -197,7 +197,8 @@ fn check_warns_about_a_certificate_that_expires_within_30_days() {
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(
         stdout.starts_with(&format!(
-            "warning: line 6: listeners[0].tls.certificates[0].cert: {soon_pem}: the certificate expires on"
+            "warning: {}:6: listeners[0].tls.certificates[0].cert: {soon_pem}: the certificate expires on",
+            path.display()
         )),
         "{stdout}"
     );

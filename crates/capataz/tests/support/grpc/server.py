@@ -8,6 +8,10 @@ first line of output. Each call answers NAME + b":" + the request; with STATUS (
 code name such as UNAVAILABLE), every call fails with it instead (a trailers-only answer), and
 the health service says NOT_SERVING. It stops when its standard input closes, so it never
 outlives the test that started it.
+
+Each line on its standard input sets a serving status of the health service at run time:
+`SERVING` or `NOT_SERVING` (the server as a whole), or `SERVING shop.Cart` (a named service);
+a service never set answers NOT_FOUND. The server prints `ok` once the status is set.
 """
 
 import sys
@@ -49,7 +53,13 @@ def main():
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     print(port, flush=True)
-    sys.stdin.read()
+    for line in sys.stdin:
+        words = line.split()
+        if not words:
+            continue
+        status = health_pb2.HealthCheckResponse.ServingStatus.Value(words[0])
+        checker.set(words[1] if len(words) > 1 else "", status)
+        print("ok", flush=True)
     server.stop(0)
 
 

@@ -1,8 +1,13 @@
 //! `[admin]`: the admin listener's address, token and the hosts it answers to.
 
 use std::net::SocketAddr;
+use std::path::Path;
 
+use toml::Spanned;
+
+use super::super::locate::line_of;
 use super::super::raw::RawAdmin;
+use super::super::secrets::{SecretLoad, SecretTarget};
 use super::{ConfigError, Validator};
 use crate::config::AdminConfig;
 
@@ -15,23 +20,36 @@ impl Validator<'_> {
         let token = match raw.token {
             None => None,
             Some(token) => {
-                let ok = !token.get_ref().is_empty()
-                    && token.get_ref().bytes().all(|b| b.is_ascii_graphic());
-                if !ok {
-                    return Err(self.error(
-                        Some(token.span()),
-                        "admin.token",
-                        "the token must be non-empty printable ASCII without spaces \
-                         (leave the key out to disable authentication)"
-                            .into(),
-                    ));
+                if let Err(why) = check_admin_token(token.get_ref()) {
+                    return Err(self.error(Some(token.span()), "admin.token", why.into()));
                 }
                 Some(token.into_inner())
             }
         };
+        let token_file = match (raw.token_file, &token) {
+            (None, _) => false,
+            (Some(file), Some(_)) => {
+                return Err(self.error(
+                    Some(file.span()),
+                    "admin.token_file",
+                    "admin.token is set too (keep one of token and token_file)".into(),
+                ))
+            }
+            (Some(file), None) => {
+                let path = self.config_path(&file, "admin.token_file")?;
+                self.secrets.borrow_mut().push(SecretLoad {
+                    target: SecretTarget::AdminToken,
+                    path,
+                    file: self.file.to_owned(),
+                    line: Some(line_of(self.text, file.span().start)),
+                    key: "admin.token_file".into(),
+                });
+                true
+            }
+        };
         // The admin API can drain and disable backends: beyond this host it needs a token.
         // (The default address is loopback, so only a written address can fail here.)
-        if let (Some(written), None) = (&raw.address, &token) {
+        if let (Some(written), None, false) = (&raw.address, &token, token_file) {
             if !address.ip().to_canonical().is_loopback() {
                 return Err(self.error(
                     Some(written.span()),
@@ -81,5 +99,39 @@ impl Validator<'_> {
             allowed_hosts,
             metrics_backend_histograms: raw.metrics_backend_histograms.unwrap_or(false),
         })
+    }
+}
+
+impl Validator<'_> {
+    /// A file named in the config, joined to the config file's directory if relative.
+    fn config_path(
+        &self,
+        value: &Spanned<String>,
+        key: &str,
+    ) -> Result<std::path::PathBuf, ConfigError> {
+        if value.get_ref().is_empty() || value.get_ref().contains('\0') {
+            return Err(self.error(
+                Some(value.span()),
+                key,
+                "a file path must be non-empty (write the path of the file)".into(),
+            ));
+        }
+        let path = Path::new(value.get_ref());
+        Ok(match Path::new(self.file).parent() {
+            Some(dir) if path.is_relative() => dir.join(path),
+            _ => path.to_owned(),
+        })
+    }
+}
+
+/// Whether `token` may be the admin token: non-empty printable ASCII without spaces.
+pub(in super::super) fn check_admin_token(token: &str) -> Result<(), &'static str> {
+    if !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic()) {
+        Ok(())
+    } else {
+        Err(
+            "the token must be non-empty printable ASCII without spaces (leave the key out to \
+             disable authentication)",
+        )
     }
 }

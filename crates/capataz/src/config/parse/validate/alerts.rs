@@ -23,20 +23,23 @@ const QUEUE: std::ops::RangeInclusive<i64> = 1..=100_000;
 impl Validator<'_> {
     pub(super) fn alerts(&self, raw: RawAlerts) -> Result<AlertsConfig, ConfigError> {
         let debounce = self.optional_duration(&raw.debounce, "alerts.debounce")?;
+        // Each hook's errors are reported; the others are still checked.
         let webhooks = raw
             .webhooks
             .into_iter()
             .enumerate()
-            .map(|(index, webhook)| {
-                self.webhook(index, &format!("alerts.webhooks[{index}]"), webhook)
+            .filter_map(|(index, webhook)| {
+                self.keep(self.webhook(index, &format!("alerts.webhooks[{index}]"), webhook))
             })
-            .collect::<Result<_, _>>()?;
+            .collect();
         let commands = raw
             .commands
             .into_iter()
             .enumerate()
-            .map(|(index, command)| self.command(&format!("alerts.commands[{index}]"), command))
-            .collect::<Result<_, _>>()?;
+            .filter_map(|(index, command)| {
+                self.keep(self.command(&format!("alerts.commands[{index}]"), command))
+            })
+            .collect();
         Ok(AlertsConfig {
             debounce,
             webhooks,

@@ -24,7 +24,8 @@ use crate::config::{
     ActiveCheckConfig, AgentCheckConfig, Algorithm, AllDownPolicy, BackendConfig, BackendProtocol,
     CheckKind, ConnectionReuse, ContentRules, LatencyOutliersConfig, LoadSheddingConfig,
     PassiveCheckConfig, PoolConfig, RetryConfig, SuccessRateConfig, TrackTarget, UpstreamTimeouts,
-    DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT, MAX_MATCH_TEXT, MAX_PROBE_BODY, MAX_PROBE_HEADERS,
+    DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT, MAX_GRPC_SERVICE, MAX_MATCH_TEXT, MAX_PROBE_BODY,
+    MAX_PROBE_HEADERS,
 };
 use capataz_health::GrpcCodes;
 
@@ -116,19 +117,18 @@ impl Validator<'_> {
             Some(RawProtocol::H2c) => BackendProtocol::H2c,
         };
         let mut active = self.active(&format!("{at}.active"), raw.active)?;
-        if protocol != BackendProtocol::Http1 {
-            // The http probe speaks HTTP/1.1, which an HTTP/2 backend need not.
-            match explicit_kind {
-                None => active.kind = CheckKind::Tcp,
-                Some(RawCheckKind::Http) => {
-                    return Err(self.error(
-                        Some(name_span),
-                        &format!("{at}.active.kind"),
-                        r#"the "http" probe speaks HTTP/1.1, and this pool's backends speak HTTP/2 (use kind = "tcp", the default for HTTP/2 pools, or "none")"#.into(),
-                    ));
-                }
-                Some(_) => {}
+        match (protocol, explicit_kind) {
+            // An HTTP/2 pool's default check connects only: an HTTP/2 backend need not
+            // answer `GET /healthz`; `kind = "http"` probes it over HTTP/2.
+            (BackendProtocol::H2 | BackendProtocol::H2c, None) => active.kind = CheckKind::Tcp,
+            (BackendProtocol::Http1, Some(RawCheckKind::Grpc)) => {
+                return Err(self.error(
+                    Some(name_span),
+                    &format!("{at}.active.kind"),
+                    r#"the "grpc" check speaks HTTP/2, and this pool's backends speak HTTP/1.1 (set protocol = "h2c", or "h2" over TLS, as gRPC backends need; or use kind = "http" or "tcp")"#.into(),
+                ));
             }
+            _ => {}
         }
         let tls = match (raw.tls, protocol) {
             (Some(RawBackendTls::Flag(false)), BackendProtocol::H2) => {
@@ -385,12 +385,43 @@ impl Validator<'_> {
         let kind = match raw.kind {
             None | Some(RawCheckKind::Http) => CheckKind::Http,
             Some(RawCheckKind::Tcp) => CheckKind::Tcp,
+            Some(RawCheckKind::Grpc) => CheckKind::Grpc,
             Some(RawCheckKind::None) => CheckKind::None,
+        };
+        let grpc_service = match &raw.grpc_service {
+            None => String::new(),
+            Some(service) => {
+                if kind != CheckKind::Grpc {
+                    return Err(self.error(
+                        Some(service.span()),
+                        &format!("{at}.grpc_service"),
+                        r#"grpc_service names the service a gRPC health check asks about, and the check is not kind = "grpc" (set kind = "grpc", or remove grpc_service)"#.into(),
+                    ));
+                }
+                let name = service.get_ref();
+                if name.len() > MAX_GRPC_SERVICE || name.chars().any(char::is_control) {
+                    return Err(self.error(
+                        Some(service.span()),
+                        &format!("{at}.grpc_service"),
+                        format!(
+                            "this is not a gRPC service name (use the service's full name, e.g. \"shop.Cart\", at most {MAX_GRPC_SERVICE} bytes without control characters; empty asks about the whole server)"
+                        ),
+                    ));
+                }
+                name.clone()
+            }
         };
         let request = self.probe_request(at, kind, &raw)?;
         let content = self.content_rules(at, kind, &request.0, &raw)?;
         let path = match raw.path {
             None => "/healthz".to_owned(),
+            Some(path) if kind == CheckKind::Grpc => {
+                return Err(self.error(
+                    Some(path.span()),
+                    &format!("{at}.path"),
+                    r#"a gRPC health check calls /grpc.health.v1.Health/Check, not a path (remove path; grpc_service names the service to ask about)"#.into(),
+                ));
+            }
             Some(path) => {
                 if !path.get_ref().starts_with('/') || !is_token_text(path.get_ref()) {
                     return Err(self.error(
@@ -421,6 +452,13 @@ impl Validator<'_> {
                 Some(host.into_inner())
             }
         };
+        if let (CheckKind::Grpc, Some(expect)) = (kind, &raw.expect) {
+            return Err(self.error(
+                Some(expect.span()),
+                &format!("{at}.expect"),
+                r#"a gRPC health check passes on SERVING, not on an HTTP status (remove expect, or use kind = "http")"#.into(),
+            ));
+        }
         let expect = match raw.expect {
             None => StatusSet::default(),
             Some(expect) => expect.get_ref().parse::<StatusSet>().map_err(|error| {
@@ -482,6 +520,7 @@ impl Validator<'_> {
             headers: request.1,
             body: request.2,
             content,
+            grpc_service,
             timeout: self.duration(
                 &raw.timeout,
                 &format!("{at}.timeout"),
@@ -708,14 +747,17 @@ impl Validator<'_> {
         };
         match fraction {
             Some(f) if (0.0..=0.5).contains(&f) => Ok(f),
-            _ => Err(self.error(
-                Some(value.span()),
-                key,
-                format!(
-                    r#"{} is not a jitter within 0-50 % (use e.g. "10%", or a fraction such as 0.1)"#,
-                    value.get_ref()
-                ),
-            )),
+            _ => {
+                self.report(self.error(
+                    Some(value.span()),
+                    key,
+                    format!(
+                        r#"{} is not a jitter within 0-50 % (use e.g. "10%", or a fraction such as 0.1)"#,
+                        value.get_ref()
+                    ),
+                ));
+                Ok(0.1)
+            }
         }
     }
 
@@ -724,13 +766,15 @@ impl Validator<'_> {
         at: &str,
         raw: RawPassive,
     ) -> Result<PassiveCheckConfig, ConfigError> {
+        let errors_before = self.error_count();
         let ejection_key = format!("{at}.ejection_time");
         let max_key = format!("{at}.max_ejection_time");
         let ejection_time =
             self.duration(&raw.ejection_time, &ejection_key, Duration::from_secs(30))?;
         let max_ejection_time =
             self.duration(&raw.max_ejection_time, &max_key, Duration::from_secs(300))?;
-        if max_ejection_time < ejection_time {
+        // Compared only when both were read without error (not placeholders).
+        if max_ejection_time < ejection_time && self.error_count() == errors_before {
             // Point at the key that was written; max_ejection_time when both were.
             // (The defaults are ordered, so at least one of them was written.)
             let (span, key) = match (&raw.max_ejection_time, &raw.ejection_time) {
