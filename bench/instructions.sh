@@ -13,6 +13,8 @@
 # Usage: bench/instructions.sh [BIN...]   (default: build this tree, measure it, then HAProxy;
 #        the word `haproxy` measures HAProxy with the shared harness's haproxy.cfg on :9200)
 #        env: CONNS=50 DURATION=10s OTHER_CPU=1 RUN_DIR=/tmp/bench-instructions SHARED=../shared/bench
+#             CONFIG=bench/capataz.toml (capataz's config; bench/capataz-latency.toml has latency
+#             outliers on, for the cost of latency tracking: run both against the same binary)
 # Needs: valgrind (callgrind, callgrind_control, callgrind_annotate), wrk, nginx, curl, ss, and
 # haproxy to measure it.
 set -Eeuo pipefail
@@ -21,6 +23,7 @@ source "$(dirname "$0")/common.sh"
 
 CONNS=${CONNS:-50} DURATION=${DURATION:-10s} OTHER_CPU=${OTHER_CPU-1}
 RUN_DIR=${RUN_DIR:-/tmp/bench-instructions}
+CONFIG=${CONFIG:-$BENCH_DIR/capataz.toml}
 SHARED=${SHARED:-$ROOT_DIR/../shared/bench}
 mkdir -p "$RUN_DIR/nginx-backend"/{logs,tmp}
 
@@ -54,7 +57,7 @@ for bin in "${bins[@]}"; do
     else
         port=9400
         start capataz "" env CAPATAZ_WORKER_THREADS=1 valgrind --tool=callgrind \
-            --callgrind-out-file="$out" "$bin" run --config "$BENCH_DIR/capataz.toml"
+            --callgrind-out-file="$out" "$bin" run --config "$CONFIG"
     fi
     pid=$LAST_PID
     wait_port "$port" "$pid" 60

@@ -16,10 +16,13 @@
 //!   for (`disable_on_404`) and the minimum healthy share, with one
 //!   `poll_timeout`/`handle_timeout` for every timer.
 //! - [`probe`]: a probe's outcome with its body and header match ([`ProbeOutcome`]).
+//! - [`outliers`]: one backend's latency over a window ([`LatencyWindow`]), which the
+//!   pool judges against the pool's median (latency outliers).
 //! - [`cadence`]: which probe interval applies to a backend ([`Cadence`]).
 //! - [`replay`]: the line protocol that drives a pool from a script.
 
 pub mod cadence;
+pub mod outliers;
 pub mod pool;
 pub mod probe;
 mod reason;
@@ -30,15 +33,17 @@ mod settings;
 pub mod status;
 
 pub use cadence::{Cadence, ProbeIntervals};
+pub use outliers::{LatencyWindow, SuccessWindow};
 pub use pool::{
-    BackendHealth, Ejection, EjectionInfo, EjectionPolicy, Pool, Reason, Settings, Side, State,
-    Transition,
+    BackendHealth, Ejection, EjectionInfo, EjectionPolicy, LatencyOutliers, Percentile, Pool,
+    RateSentence, Reason, Settings, Side, SlowSentence, State, SuccessRate, Transition,
 };
 pub use probe::{Mismatch, ProbeOutcome, Snippet};
 pub use replay::Replay;
 pub use rotation::{
     AgentChange, AgentHold, AgentReport, AgentState, AllDown, BackupUse, Carried, Effective,
-    Eligible, Join, MinHealthy, Override, OverrideKind, Policy, Role, Rotation, WhenAllDown,
+    Eligible, Join, LoadShedding, MinHealthy, Override, OverrideKind, Policy, Role, Rotation, Shed,
+    ShedChange, WhenAllDown,
 };
 pub use rules::{GrpcCodes, ProbeResult, ProbeRule, StatusSet, TrafficResult, TrafficRule};
 pub use status::{grpc_code_name, parse_grpc_status, parse_status_line, Outcome};

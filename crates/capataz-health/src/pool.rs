@@ -21,10 +21,15 @@
 use std::time::Duration;
 
 use crate::cadence::Cadence;
+use crate::outliers::{lower_median, mean_stdev, permille, LatencyWindow, SuccessWindow};
 use crate::probe::ProbeOutcome;
-pub use crate::reason::{human_duration, EjectionInfo, Reason, Side, Transition};
+pub use crate::reason::{
+    human_duration, EjectionInfo, RateSentence, Reason, Side, SlowSentence, Transition,
+};
 use crate::rules::{ProbeResult, TrafficResult};
-pub use crate::settings::{EjectionPolicy, Settings, State};
+pub use crate::settings::{
+    EjectionPolicy, LatencyOutliers, Percentile, Settings, State, SuccessRate,
+};
 use crate::status::Outcome;
 
 /// The active side of one backend.
@@ -74,6 +79,9 @@ pub struct Passive {
     pub times_ejected: u32,
     /// When the backend last left probation with a good response.
     pub readmitted_at: Option<Duration>,
+    /// Consecutive judged latency windows in which the backend was an outlier (see
+    /// [`Settings::latency_outliers`]), 0 after a window in which it was not.
+    pub slow_windows: u32,
 }
 
 impl Passive {
@@ -106,6 +114,7 @@ impl BackendHealth {
                 ejection: Ejection::None,
                 times_ejected: 0,
                 readmitted_at: None,
+                slow_windows: 0,
             },
         }
     }
@@ -386,6 +395,132 @@ impl Pool {
         };
         let transition = reason.and_then(|reason| self.settle(backend, before, reason, now));
         (result, transition)
+    }
+
+    /// Judges one latency window of every backend (`windows[i]` is backend `i`'s; a backend
+    /// past the end of `windows` relayed nothing in it) with [`Settings::latency_outliers`],
+    /// and appends the transitions this causes to `out`. A backend that relayed fewer than
+    /// `min_requests` requests in the window is not judged and keeps its count of slow windows;
+    /// an ejected one is not judged and its count is cleared. The pool's median is the lower
+    /// median of the judged, non-ejected backends' percentile. A backend more than `factor`
+    /// times it (and at least `min_latency`) for `windows` judged windows in a row is ejected
+    /// like a passive error ejection (same timed ejection, probation and cap), and at once when
+    /// it is on probation. Without the detector, this does nothing.
+    pub fn latency_window(
+        &mut self,
+        windows: &[LatencyWindow],
+        now: Duration,
+        out: &mut Vec<Transition>,
+    ) {
+        let Some(rule) = self.settings.latency_outliers else {
+            return;
+        };
+        let judged = |b: usize, backends: &[BackendHealth]| -> Option<Duration> {
+            let w = windows.get(b)?;
+            (w.requests >= u64::from(rule.min_requests) && !backends[b].passive.is_ejected())
+                .then(|| w.value(rule.percentile))
+        };
+        let mut values: Vec<Duration> = (0..self.backends.len())
+            .filter_map(|b| judged(b, &self.backends))
+            .collect();
+        let Some(median) = lower_median(&mut values) else {
+            for health in &mut self.backends {
+                if health.passive.is_ejected() {
+                    health.passive.slow_windows = 0;
+                }
+            }
+            return;
+        };
+        let threshold = median.saturating_mul(rule.factor.get());
+        let policy = self.settings.ejection;
+        for backend in 0..self.backends.len() {
+            if self.backends[backend].passive.is_ejected() {
+                self.backends[backend].passive.slow_windows = 0;
+                continue;
+            }
+            let Some(value) = judged(backend, &self.backends) else {
+                continue;
+            };
+            let slow = value > threshold && value >= rule.min_latency;
+            let may_eject = self.ejected < self.max_ejected();
+            let health = &mut self.backends[backend];
+            let before = health.verdict();
+            let passive = &mut health.passive;
+            if !slow {
+                passive.slow_windows = 0;
+                continue;
+            }
+            passive.slow_windows = passive.slow_windows.saturating_add(1);
+            let on_probation = matches!(passive.ejection, Ejection::Probation { .. });
+            if !(passive.slow_windows >= rule.windows.get() || on_probation) || !may_eject {
+                continue;
+            }
+            let slow_windows = passive.slow_windows;
+            passive.slow_windows = 0;
+            passive.error_streak = 0;
+            let ejection = eject(passive, policy, now);
+            self.ejected += 1;
+            let reason = Reason::SlowTraffic {
+                percentile: rule.percentile,
+                latency: value,
+                median,
+                windows: slow_windows,
+                ejection,
+            };
+            out.extend(self.settle(backend, before, reason, now));
+        }
+    }
+
+    /// Judges one window of every backend's traffic outcomes (`windows[i]` is backend `i`'s)
+    /// with [`Settings::success_rate`], and appends the transitions this causes to `out`. The
+    /// backends judged are those with at least `min_requests` outcomes in the window and not
+    /// ejected; with fewer than `min_backends` of them nothing is judged. One whose success rate
+    /// is below `mean - stdev_factor x stdev` of the judged backends' rates is ejected like a
+    /// passive error ejection (same timed ejection, probation and cap). Without the detector,
+    /// this does nothing.
+    pub fn success_window(
+        &mut self,
+        windows: &[SuccessWindow],
+        now: Duration,
+        out: &mut Vec<Transition>,
+    ) {
+        let Some(rule) = self.settings.success_rate else {
+            return;
+        };
+        let judged: Vec<(usize, f64)> = (0..self.backends.len())
+            .filter_map(|b| {
+                let w = windows.get(b)?;
+                (w.requests >= u64::from(rule.min_requests.max(1))
+                    && !self.backends[b].passive.is_ejected())
+                .then(|| (b, w.rate()))
+            })
+            .collect();
+        if judged.len() < rule.min_backends.max(1) as usize {
+            return;
+        }
+        let rates: Vec<f64> = judged.iter().map(|&(_, rate)| rate).collect();
+        let (mean, stdev) = mean_stdev(&rates);
+        let threshold = mean - f64::from(rule.stdev_factor_milli) / 1000.0 * stdev;
+        let policy = self.settings.ejection;
+        for (backend, rate) in judged {
+            if rate >= threshold || self.ejected >= self.max_ejected() {
+                continue;
+            }
+            let health = &mut self.backends[backend];
+            let before = health.verdict();
+            let passive = &mut health.passive;
+            passive.error_streak = 0;
+            passive.slow_windows = 0;
+            let ejection = eject(passive, policy, now);
+            self.ejected += 1;
+            let reason = Reason::ErrorRate {
+                success_permille: permille(rate),
+                mean_permille: permille(mean),
+                threshold_permille: permille(threshold),
+                ejection,
+            };
+            out.extend(self.settle(backend, before, reason, now));
+        }
     }
 
     /// Ends every timed ejection due by `now`, putting those backends on probation, and appends

@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::probe::Mismatch;
-use crate::settings::State;
+use crate::settings::{Percentile, State};
 use crate::status::Outcome;
 
 /// Which side of the health checks caused a transition.
@@ -94,6 +94,33 @@ pub enum Reason {
         /// The tracked backend's active state.
         state: State,
     },
+    /// The latency-outlier detector ejected the backend: its `percentile` was more than the
+    /// configured factor times the pool's median for `windows` judged windows in a row (one,
+    /// on probation).
+    SlowTraffic {
+        /// The percentile compared.
+        percentile: Percentile,
+        /// The backend's latency at that percentile in the last window.
+        latency: Duration,
+        /// The pool's median of that percentile in the last window.
+        median: Duration,
+        /// The slow windows in a row.
+        windows: u32,
+        /// The ejection's length, with timed ejection.
+        ejection: Option<EjectionInfo>,
+    },
+    /// The success-rate detector ejected the backend: its success rate over the last window
+    /// was below the pool's mean minus `stdev_factor` standard deviations.
+    ErrorRate {
+        /// Its success rate, in tenths of a percent.
+        success_permille: u32,
+        /// The judged backends' mean success rate, in tenths of a percent.
+        mean_permille: u32,
+        /// The rate below which a backend was an outlier, in tenths of a percent.
+        threshold_permille: u32,
+        /// The ejection's length, with timed ejection.
+        ejection: Option<EjectionInfo>,
+    },
     /// A traffic error during probation ejected the backend again.
     ProbationFailed {
         /// The error.
@@ -124,7 +151,10 @@ impl Reason {
             | Reason::TrafficErrors { last, .. }
             | Reason::TrafficRecovered { last }
             | Reason::ProbationFailed { last, .. } => Some(last),
-            Reason::EjectionExpired { .. } | Reason::Tracked { .. } => None,
+            Reason::EjectionExpired { .. }
+            | Reason::Tracked { .. }
+            | Reason::SlowTraffic { .. }
+            | Reason::ErrorRate { .. } => None,
         }
     }
 }
@@ -218,7 +248,104 @@ impl fmt::Display for Reason {
             Reason::ProbationFailed { last, ejection } => {
                 write!(f, "traffic error on probation, last: {last}; {ejection}")
             }
+            Reason::ErrorRate {
+                success_permille,
+                mean_permille,
+                threshold_permille,
+                ejection,
+            } => {
+                write!(
+                    f,
+                    "{}",
+                    RateSentence {
+                        success_permille,
+                        mean_permille,
+                        threshold_permille
+                    }
+                )?;
+                match ejection {
+                    Some(ejection) => write!(f, "; {ejection}"),
+                    None => Ok(()),
+                }
+            }
+            Reason::SlowTraffic {
+                percentile,
+                latency,
+                median,
+                windows,
+                ejection,
+            } => {
+                write!(
+                    f,
+                    "{}",
+                    SlowSentence {
+                        percentile,
+                        latency,
+                        median,
+                        windows
+                    }
+                )?;
+                match ejection {
+                    Some(ejection) => write!(f, "; {ejection}"),
+                    None => Ok(()),
+                }
+            }
         }
+    }
+}
+
+/// `p99 412 ms against a pool median of 38 ms over the last 3 windows`: why the
+/// latency-outlier detector ejected a backend, without the ejection's length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlowSentence {
+    /// The percentile compared.
+    pub percentile: Percentile,
+    /// The backend's latency at it.
+    pub latency: Duration,
+    /// The pool's median.
+    pub median: Duration,
+    /// Slow windows in a row.
+    pub windows: u32,
+}
+
+impl fmt::Display for SlowSentence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {} against a pool median of {} ",
+            self.percentile,
+            human_duration(self.latency),
+            human_duration(self.median)
+        )?;
+        match self.windows {
+            1 => write!(f, "over the last window"),
+            n => write!(f, "over the last {n} windows"),
+        }
+    }
+}
+
+/// `success rate 80.0 % against a pool mean of 96.0 % (outliers below 80.8 %) over the last
+/// window`: why the success-rate detector ejected a backend, without the ejection's length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RateSentence {
+    /// Its success rate, in tenths of a percent.
+    pub success_permille: u32,
+    /// The pool's mean, in tenths of a percent.
+    pub mean_permille: u32,
+    /// The outlier threshold, in tenths of a percent.
+    pub threshold_permille: u32,
+}
+
+impl fmt::Display for RateSentence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pct = |p: u32| format!("{}.{} %", p / 10, p % 10);
+        write!(
+            f,
+            "success rate {} against a pool mean of {} (outliers below {}) over the last window",
+            pct(self.success_permille),
+            pct(self.mean_permille),
+            pct(self.threshold_permille)
+        )
     }
 }
 

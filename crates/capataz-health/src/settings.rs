@@ -48,6 +48,65 @@ impl EjectionPolicy {
     }
 }
 
+/// Which latency percentile the latency-outlier detector compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Percentile {
+    /// The median of a window's requests.
+    P50,
+    /// The 99th percentile of a window's requests.
+    P99,
+}
+
+impl Percentile {
+    /// `p50` or `p99`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Percentile::P50 => "p50",
+            Percentile::P99 => "p99",
+        }
+    }
+}
+
+impl fmt::Display for Percentile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The latency-outlier detector: a backend whose `percentile` over a window of its relayed
+/// traffic is more than `factor` times the pool's median of that percentile, and at least
+/// `min_latency`, for `windows` consecutive judged windows, is ejected like a passive error
+/// ejection. A window judges a backend only when it relayed at least `min_requests` requests
+/// in it; the pool's median is taken over the backends judged in that window and not ejected
+/// (the lower median for an even count).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LatencyOutliers {
+    /// Which percentile is compared.
+    pub percentile: Percentile,
+    /// How many times the pool's median makes an outlier (more than this).
+    pub factor: NonZeroU32,
+    /// Consecutive outlying windows that eject.
+    pub windows: NonZeroU32,
+    /// Requests a backend must relay within a window to be judged in it.
+    pub min_requests: u32,
+    /// A latency below this is never an outlier, whatever the median.
+    pub min_latency: Duration,
+}
+
+/// The success-rate detector (Envoy's `success_rate` outlier detection): each window, over
+/// the backends that relayed at least `min_requests` requests in it (and are not ejected),
+/// when there are at least `min_backends` of them, a backend whose success rate is below
+/// `mean - stdev_factor x stdev` of theirs is ejected like a passive error ejection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SuccessRate {
+    /// Requests a backend must relay within a window to be judged in it.
+    pub min_requests: u32,
+    /// Judged backends a window needs before it judges any.
+    pub min_backends: u32,
+    /// How many standard deviations below the mean make an outlier, in thousandths.
+    pub stdev_factor_milli: u32,
+}
+
 /// The engine's settings for one pool. The defaults are the replay protocol's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Settings {
@@ -78,6 +137,10 @@ pub struct Settings {
     /// Only that edge does it: a backend whose probes pass all along while its traffic fails
     /// (a "liar") stays ejected, because its active side never went DOWN.
     pub probes_end_ejection: bool,
+    /// The latency-outlier detector, or `None` (default) for none.
+    pub latency_outliers: Option<LatencyOutliers>,
+    /// The success-rate detector, or `None` (default) for none.
+    pub success_rate: Option<SuccessRate>,
 }
 
 const fn nz(n: u32) -> NonZeroU32 {
@@ -100,6 +163,8 @@ impl Default for Settings {
             ejection: None,
             max_ejected_percent: 100,
             probes_end_ejection: false,
+            latency_outliers: None,
+            success_rate: None,
         }
     }
 }

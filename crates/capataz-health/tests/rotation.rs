@@ -66,6 +66,7 @@ fn kinds(events: &[Event]) -> Vec<&'static str> {
             Event::AllDown { applied, .. } => applied.policy(),
             Event::Recovered { .. } => "recovered",
             Event::Agent(_) => "agent",
+            Event::Shedding(_) => "shedding",
             Event::Backups { .. } | Event::Standing(_) | Event::CloseTunnels { .. } => {
                 unreachable!("no backup, no drain, no tunnel closing here")
             }

@@ -55,6 +55,7 @@ fn kinds(events: &[Event]) -> Vec<String> {
             Event::Standing(s) => format!("standing:{}:{}", s.backend, s.to),
             Event::CloseTunnels { backend, .. } => format!("close_tunnels:{backend}"),
             Event::Agent(a) => format!("agent:{}:{}", a.backend, a.to),
+            Event::Shedding(s) => format!("shedding:{}", s.backend),
         })
         .collect()
 }

@@ -2,7 +2,7 @@
 //! and alert commands all use it).
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 pub use capataz_health::OverrideKind;
 use capataz_health::{AllDown, Transition};
@@ -97,6 +97,24 @@ pub enum Event {
         to: String,
         /// Whether the backend is in rotation by its own standing after the change.
         in_rotation: bool,
+        /// Why, as a sentence.
+        reason: String,
+        /// Wall-clock time.
+        time: SystemTime,
+    },
+    /// A backend asked to shed load (`429`, or `503` with `Retry-After`) and its weight is
+    /// reduced (`shedding: true`), or the time it asked for is over and its weight restored.
+    Shedding {
+        /// The pool.
+        pool: Arc<str>,
+        /// The backend.
+        backend: Arc<str>,
+        /// Whether it sheds load from now on (else the shed is over).
+        shedding: bool,
+        /// The status that asked (with `shedding`).
+        status: Option<u16>,
+        /// How long its weight stays reduced (with `shedding`).
+        duration: Option<Duration>,
         /// Why, as a sentence.
         reason: String,
         /// Wall-clock time.
@@ -217,6 +235,7 @@ impl Event {
             | Event::Backups { pool, .. }
             | Event::Eligibility { pool, .. }
             | Event::Agent { pool, .. }
+            | Event::Shedding { pool, .. }
             | Event::Membership { pool, .. } => pool,
         }
     }
@@ -227,7 +246,8 @@ impl Event {
             Event::Transition { backend, .. }
             | Event::Override { backend, .. }
             | Event::Eligibility { backend, .. }
-            | Event::Agent { backend, .. } => Some(backend),
+            | Event::Agent { backend, .. }
+            | Event::Shedding { backend, .. } => Some(backend),
             Event::AllDown { .. }
             | Event::Recovered { .. }
             | Event::Backups { .. }
@@ -236,7 +256,7 @@ impl Event {
     }
 
     /// The event's type: `transition`, `all_down`, `recovered`, `override`, `backups`,
-    /// `eligibility` or `agent`.
+    /// `eligibility`, `agent`, `shedding` or `membership`.
     pub fn kind(&self) -> &'static str {
         match self {
             Event::Transition { .. } => "transition",
@@ -246,6 +266,7 @@ impl Event {
             Event::Backups { .. } => "backups",
             Event::Eligibility { .. } => "eligibility",
             Event::Agent { .. } => "agent",
+            Event::Shedding { .. } => "shedding",
             Event::Membership { .. } => "membership",
         }
     }
@@ -260,6 +281,7 @@ impl Event {
             | Event::Backups { time, .. }
             | Event::Eligibility { time, .. }
             | Event::Agent { time, .. }
+            | Event::Shedding { time, .. }
             | Event::Membership { time, .. } => *time,
         }
     }
@@ -281,6 +303,12 @@ impl Event {
             Event::Agent {
                 from, to, reason, ..
             } => Some((from, to, reason.clone())),
+            Event::Shedding {
+                shedding, reason, ..
+            } => Some(match shedding {
+                true => ("full", "shedding", reason.clone()),
+                false => ("shedding", "full", reason.clone()),
+            }),
             Event::AllDown { .. }
             | Event::Recovered { .. }
             | Event::Backups { .. }
@@ -351,6 +379,12 @@ impl Event {
                 reason,
                 ..
             } => format!("pool={pool} backend={backend} agent {from} -> {to}: {reason}"),
+            Event::Shedding {
+                pool,
+                backend,
+                reason,
+                ..
+            } => format!("pool={pool} backend={backend} {reason}"),
         }
     }
 
@@ -393,6 +427,20 @@ impl Event {
             }
             Event::Agent { in_rotation, .. } => {
                 object.insert("in_rotation".into(), (*in_rotation).into());
+            }
+            Event::Shedding {
+                shedding,
+                status,
+                duration,
+                ..
+            } => {
+                object.insert("shedding".into(), (*shedding).into());
+                if let Some(status) = status {
+                    object.insert("status".into(), (*status).into());
+                }
+                if let Some(duration) = duration {
+                    object.insert("seconds".into(), duration.as_secs_f64().into());
+                }
             }
             Event::Membership { source, change, .. } => {
                 object.insert("source".into(), (*source).into());

@@ -7,7 +7,8 @@ use std::time::Duration;
 use capataz_health::pool::human_duration;
 use capataz_health::rotation::ramp::full_tenths;
 use capataz_health::{
-    AgentHold, Cadence, Effective, Ejection, EjectionPolicy, Reason, Role, State, TrafficRule,
+    AgentHold, Cadence, Effective, Ejection, EjectionPolicy, RateSentence, Reason, Role,
+    SlowSentence, State, TrafficRule,
 };
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize;
@@ -238,6 +239,34 @@ fn explain_standing(pool: &PoolRt, view: &BackendView) -> String {
                 Reason::ProbationFailed { last, .. } => {
                     format!("a traffic error on probation (last: {last})")
                 }
+                Reason::SlowTraffic {
+                    percentile,
+                    latency,
+                    median,
+                    windows,
+                    ..
+                } => format!(
+                    "a latency outlier: {}",
+                    SlowSentence {
+                        percentile,
+                        latency,
+                        median,
+                        windows
+                    }
+                ),
+                Reason::ErrorRate {
+                    success_permille,
+                    mean_permille,
+                    threshold_permille,
+                    ..
+                } => format!(
+                    "an error-rate outlier: {}",
+                    RateSentence {
+                        success_permille,
+                        mean_permille,
+                        threshold_permille
+                    }
+                ),
                 other => other.to_string(),
             },
             _ => format!("{limit} consecutive traffic errors"),
@@ -338,8 +367,24 @@ fn explain_standing(pool: &PoolRt, view: &BackendView) -> String {
     } else {
         String::new()
     };
-    let ramp = if view.effective_weight_tenths < view.agent.scale(full_tenths(view.backend.weight))
-    {
+    let full = view.agent.scale(full_tenths(view.backend.weight));
+    let (shed, full) = match (view.shed, config.passive.load_shedding) {
+        (Some(shed), Some(shedding)) => (
+            format!(
+                "; shedding load: answered {}, weight at {} % until {}",
+                shed.status,
+                shedding.weight_percent,
+                clock_of(shed.until)
+            ),
+            capataz_health::LoadShedding {
+                weight_percent: shedding.weight_percent,
+                max: shedding.max_retry_after,
+            }
+            .scaled(full),
+        ),
+        _ => (String::new(), full),
+    };
+    let ramp = if view.effective_weight_tenths < full {
         format!(
             "; slow start: weight {:.1} of {}",
             f64::from(view.effective_weight_tenths) / 10.0,
@@ -349,7 +394,7 @@ fn explain_standing(pool: &PoolRt, view: &BackendView) -> String {
         String::new()
     };
     format!(
-        "UP since {since}{probation}; failed probes in a row: {} of {fall}, traffic errors in a row: {} of {limit}{agent}{ramp}{next_probe}",
+        "UP since {since}{probation}; failed probes in a row: {} of {fall}, traffic errors in a row: {} of {limit}{agent}{shed}{ramp}{next_probe}",
         active.fail_streak, passive.error_streak
     )
 }
@@ -465,6 +510,12 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
             "consecutive_errors": pool.config.passive.consecutive_errors.get(),
             "ejection": ejection,
             "times_ejected": health.passive.times_ejected,
+            "slow_windows": health.passive.slow_windows,
+            "shedding": view.shed.map(|shed| json!({
+                "status": shed.status,
+                "until": rfc3339(pool.clock().wall(shed.until)),
+                "remaining_ms": shed.until.saturating_sub(view.now).as_millis() as u64,
+            })),
         },
         "history": { "probes": probes, "traffic": traffic },
         "last_transition": last_transition,

@@ -42,9 +42,70 @@ pub fn clock(time: SystemTime) -> String {
     format!("{h:02}:{mi:02}:{s:02}")
 }
 
+/// An HTTP-date in IMF-fixdate form (`Sun, 06 Nov 1994 08:49:37 GMT`, RFC 9110 5.6.7), the
+/// only form a sender may generate; `None` for anything else (the obsolete forms included).
+pub fn parse_http_date(text: &str) -> Option<SystemTime> {
+    let b = text.as_bytes();
+    if b.len() != 29 || &b[3..5] != b", " || &b[25..] != b" GMT" {
+        return None;
+    }
+    let num = |range: std::ops::Range<usize>| -> Option<i64> {
+        let digits = b.get(range)?;
+        if !digits.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        std::str::from_utf8(digits).ok()?.parse().ok()
+    };
+    const MONTHS: [&[u8]; 12] = [
+        b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov",
+        b"Dec",
+    ];
+    if b[7] != b' ' || b[11] != b' ' || b[16] != b' ' || b[19] != b':' || b[22] != b':' {
+        return None;
+    }
+    let day = num(5..7)?;
+    let month = MONTHS.iter().position(|m| *m == &b[8..11])? as i64 + 1;
+    let year = num(12..16)?;
+    let (h, mi, sec) = (num(17..19)?, num(20..22)?, num(23..25)?);
+    if !(1..=31).contains(&day) || h > 23 || mi > 59 || sec > 60 || year < 1970 {
+        return None;
+    }
+    // Howard Hinnant's days_from_civil.
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + h * 3600 + mi * 60 + sec;
+    Some(UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).ok()?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn http_dates_parse_and_anything_else_does_not() {
+        let t = parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").expect("valid");
+        assert_eq!(rfc3339(t), "1994-11-06T08:49:37.000Z");
+        let leap = parse_http_date("Tue, 29 Feb 2000 00:00:00 GMT").expect("valid");
+        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
+        for bad in [
+            "",
+            "Sunday, 06-Nov-94 08:49:37 GMT",
+            "Sun Nov  6 08:49:37 1994",
+            "Sun, 06 Nov 1994 08:49:37 UTC",
+            "Sun, 06 Xyz 1994 08:49:37 GMT",
+            "Sun, 99 Nov 1994 08:49:37 GMT",
+            "Sun, 06 Nov 1994 28:49:37 GMT",
+            "Sun, 0+ Nov 1994 08:49:37 GMT",
+            "Sun, 06 Nov 1994 08:49:37 GMT ",
+        ] {
+            assert_eq!(parse_http_date(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn known_instants() {

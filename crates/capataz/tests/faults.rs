@@ -989,6 +989,7 @@ impl Ledger {
                     panic!("nobody overrode anything, no backup, no drain, no source: {event:?}")
                 }
                 Event::Agent { .. } => panic!("no agent checks here: {event:?}"),
+                Event::Shedding { .. } => panic!("no load shedding here: {event:?}"),
             }
         }
         assert_eq!(self.count("all_down"), emptied, "{}", self.describe());

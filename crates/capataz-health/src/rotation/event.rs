@@ -397,6 +397,8 @@ pub enum Event {
     },
     /// A backend's effective state changed by itself (not a verdict, not an override).
     Standing(StandingChange),
+    /// A backend started shedding load (its weight reduced) or stopped (its weight restored).
+    Shedding(super::ShedChange),
     /// With `close_tunnels_on_down`, right after a backend's verdict went DOWN: close its
     /// upgraded connections.
     CloseTunnels {

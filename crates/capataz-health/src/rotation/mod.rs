@@ -39,6 +39,7 @@ mod event;
 mod policy;
 pub mod ramp;
 mod serving;
+mod shedding;
 mod standing;
 
 use std::collections::VecDeque;
@@ -50,8 +51,10 @@ pub use event::{
     OverrideKind, StandingCause, StandingChange,
 };
 pub use policy::{BackupUse, Carried, Eligible, Join, MinHealthy, Policy, Role, WhenAllDown};
+pub use shedding::{LoadShedding, Shed, ShedChange};
 
 use crate::cadence::Cadence;
+use crate::outliers::{LatencyWindow, SuccessWindow};
 use crate::pool::{Pool, Settings, State};
 use crate::probe::ProbeOutcome;
 use crate::rules::{ProbeResult, TrafficResult};
@@ -70,6 +73,8 @@ struct Member {
     self_drained: bool,
     /// What its agent last said.
     agent: AgentState,
+    /// The load shed it asked for, while it lasts.
+    shed: Option<Shed>,
 }
 
 impl Member {
@@ -147,6 +152,7 @@ impl Rotation {
                         requalify: None,
                         self_drained: false,
                         agent: AgentState::default(),
+                        shed: None,
                     }
                 }
                 Join::Kept(carried) => {
@@ -164,6 +170,8 @@ impl Rotation {
                         // A pool that no longer drains on 404 forgets the request.
                         self_drained: carried.self_drained && policy.disable_on_404,
                         agent: carried.agent,
+                        // A shed does not outlive a reload: the backend asks again if it must.
+                        shed: None,
                     }
                 }
             };
@@ -297,7 +305,61 @@ impl Rotation {
             (Some(since), Some(ramp)) => ramp::weight_tenths(member.weight, since, ramp, now),
             _ => ramp::full_tenths(member.weight),
         };
-        member.agent.scale(tenths)
+        let tenths = member.agent.scale(tenths);
+        match (member.shed, self.policy.load_shedding) {
+            (Some(shed), Some(shedding)) if shed.until > now => shedding.scaled(tenths),
+            _ => tenths,
+        }
+    }
+
+    /// The load shed `backend` asked for, while it lasts. Panics if `backend` is not an index.
+    pub fn shed(&self, backend: usize) -> Option<Shed> {
+        self.members[backend].shed
+    }
+
+    /// Records that `backend` answered `status` (`429`, or `503` with `Retry-After`) asking
+    /// for `retry_after` of relief, at `now`: with [`Policy::load_shedding`], its weight is
+    /// scaled down until `now + min(retry_after, max)` and the answer is not judged as traffic
+    /// at all; returns true. A shed already under way is extended (never shortened) without a
+    /// new event; a new one is reported as an [`Event::Shedding`]. Without load shedding this
+    /// does nothing and returns false (the caller then judges the answer as traffic). Panics if
+    /// `backend` is not an index.
+    pub fn handle_shed(
+        &mut self,
+        backend: usize,
+        status: u16,
+        retry_after: Duration,
+        now: Duration,
+    ) -> bool {
+        let Some(shedding) = self.policy.load_shedding else {
+            return false;
+        };
+        self.advance(now);
+        let duration = retry_after.min(shedding.max);
+        let until = now.saturating_add(duration);
+        let member = &mut self.members[backend];
+        match &mut member.shed {
+            Some(shed) if shed.until > now => {
+                if until > shed.until {
+                    shed.until = until;
+                    shed.duration = until.saturating_sub(now);
+                }
+            }
+            slot => {
+                let shed = Shed {
+                    status,
+                    duration,
+                    until,
+                };
+                *slot = Some(shed);
+                self.events.push_back(Event::Shedding(ShedChange {
+                    backend,
+                    shed: Some(shed),
+                    at: now,
+                }));
+            }
+        }
+        true
     }
 
     /// The backends new requests may go to at `now`, with their weights: the ones in rotation,
@@ -428,6 +490,34 @@ impl Rotation {
         result
     }
 
+    /// Judges one latency window of every backend at `now` (`windows[i]` is backend `i`'s):
+    /// see [`Pool::latency_window`]. An ejection it causes is a transition like any other.
+    pub fn handle_latency_window(&mut self, windows: &[LatencyWindow], now: Duration) {
+        self.advance(now);
+        let mut transitions = Vec::new();
+        self.pool.latency_window(windows, now, &mut transitions);
+        for &transition in &transitions {
+            self.record_transition(transition, now);
+        }
+        if !transitions.is_empty() {
+            self.settle(now);
+        }
+    }
+
+    /// Judges one window of every backend's traffic outcomes at `now` (`windows[i]` is
+    /// backend `i`'s): see [`Pool::success_window`].
+    pub fn handle_success_window(&mut self, windows: &[SuccessWindow], now: Duration) {
+        self.advance(now);
+        let mut transitions = Vec::new();
+        self.pool.success_window(windows, now, &mut transitions);
+        for &transition in &transitions {
+            self.record_transition(transition, now);
+        }
+        if !transitions.is_empty() {
+            self.settle(now);
+        }
+    }
+
     /// Records what `backend`'s agent answered at `now` (a parsed line; a failed exchange is
     /// no input at all) and returns the agent state now in force. A change is reported as an
     /// [`Event::Agent`], followed by the backups, all-down or recovered event it causes. The
@@ -491,7 +581,13 @@ impl Rotation {
             let (since, ramp) = (m.ramp_since?, self.policy.slow_start?);
             Some(ramp::next_step(since, ramp, self.now))
         });
-        ejections.into_iter().chain(overrides).chain(ramps).min()
+        let sheds = self.members.iter().filter_map(|m| m.shed.map(|s| s.until));
+        ejections
+            .into_iter()
+            .chain(overrides)
+            .chain(ramps)
+            .chain(sheds)
+            .min()
     }
 
     /// Runs every timer due by `now`: ejections end (into probation), overrides lapse, ramps
@@ -515,6 +611,14 @@ impl Rotation {
                 self.change_override(backend, None, None, OverrideCause::Lapsed, now);
             }
             let member = &mut self.members[backend];
+            if member.shed.is_some_and(|shed| shed.until <= now) {
+                member.shed = None;
+                self.events.push_back(Event::Shedding(ShedChange {
+                    backend,
+                    shed: None,
+                    at: now,
+                }));
+            }
             if let (Some(since), Some(ramp)) = (member.ramp_since, self.policy.slow_start) {
                 if ramp::end(since, ramp) <= now {
                     member.ramp_since = None;

@@ -39,6 +39,10 @@ pub struct Policy {
     /// ([`Event::CloseTunnels`](super::Event::CloseTunnels); HAProxy's `on-marked-down
     /// shutdown-sessions`; default false).
     pub close_tunnels_on_down: bool,
+    /// Whether a backend's `429`, or `503` with `Retry-After`, reduces its weight for that
+    /// long instead of counting as a traffic error ([`Rotation::handle_shed`](super::Rotation::handle_shed);
+    /// default `None`: off).
+    pub load_shedding: Option<super::LoadShedding>,
 }
 
 /// What role a backend plays in its pool.

@@ -117,6 +117,10 @@ pub(super) fn state(event: &Event) -> &'static str {
                 "agent_out_of_rotation"
             }
         }
+        Event::Shedding { shedding: true, .. } => "shedding",
+        Event::Shedding {
+            shedding: false, ..
+        } => "not_shedding",
         Event::AllDown { .. } | Event::Recovered { .. } => event.kind(),
         Event::Membership { change, .. } => change.as_str(),
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use capataz_health::Outcome;
 
+use super::LatencyBuckets;
 use crate::instruments::BackendMetrics;
 use crate::upstream::Upstream;
 
@@ -56,6 +57,32 @@ impl TrafficRing {
     }
 }
 
+/// One backend's judged traffic outcomes over the current window, written without a lock.
+#[derive(Debug, Default)]
+pub struct OutcomeCounts {
+    requests: AtomicU64,
+    errors: AtomicU64,
+}
+
+impl OutcomeCounts {
+    /// Counts one judged outcome.
+    #[inline]
+    pub(crate) fn record(&self, error: bool) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        if error {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Empties the counts and returns the window they held (an outcome counted meanwhile may
+    /// split across two windows; the error count is bounded by the request count).
+    pub fn drain(&self) -> capataz_health::SuccessWindow {
+        let requests = self.requests.swap(0, Ordering::Relaxed);
+        let errors = self.errors.swap(0, Ordering::Relaxed).min(requests);
+        capataz_health::SuccessWindow { requests, errors }
+    }
+}
+
 /// One backend at run time.
 #[derive(Debug)]
 pub struct BackendRt {
@@ -78,12 +105,27 @@ pub struct BackendRt {
     pub(crate) watched: AtomicBool,
     /// When the next probe is due, in engine milliseconds (`u64::MAX`: none scheduled).
     pub(crate) next_probe_ms: AtomicU64,
+    /// Its latencies over the current window, when its pool detects latency outliers.
+    pub latency: Option<LatencyBuckets>,
+    /// Its judged outcomes over the current window, when its pool detects success-rate
+    /// outliers.
+    pub outcomes: Option<OutcomeCounts>,
     /// Bumped to close its upgraded connections (`close_tunnels_on_down`); each tunnel to it
     /// holds a receiver. Shared with the same backend across a reload.
     pub(crate) tunnels: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl BackendRt {
+    /// Counts an attempt the backend answered with `status`, `elapsed` after it was sent: in
+    /// its metrics, and in its latency window when its pool detects latency outliers.
+    #[inline]
+    pub(crate) fn answered(&self, status: u16, elapsed: Duration) {
+        self.metrics.answered(status, elapsed);
+        if let Some(latency) = &self.latency {
+            latency.record(elapsed);
+        }
+    }
+
     /// Closes its upgraded connections that watch for it, and returns how many watched.
     pub(crate) fn close_tunnels(&self) -> usize {
         let open = self.tunnels.receiver_count();

@@ -10,6 +10,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime};
 
 use arc_swap::{ArcSwap, Guard};
 use capataz_health::{Outcome, TrafficResult, TrafficRule};
@@ -24,6 +25,10 @@ pub trait TrafficSink: Send + Sync {
     /// Judges one traffic outcome of backend `backend` of `pool` (one the fast path could not
     /// settle: an error, or a backend whose passive record is not clean).
     fn handle_traffic(&self, pool: &PoolHandle, backend: usize, outcome: Outcome);
+
+    /// Backend `backend` of `pool` answered `status` asking for `retry_after` of relief
+    /// (load shedding awareness is on).
+    fn handle_shed(&self, pool: &PoolHandle, backend: usize, status: u16, retry_after: Duration);
 }
 
 /// One pool as the request path sees it.
@@ -96,6 +101,41 @@ impl PoolHandle {
         self.backends.iter().position(|b| &*b.name == name)
     }
 
+    /// With load shedding awareness on, whether an answer with `status` and `headers` asks
+    /// the backend's weight down instead of being judged (`429`, or `503` with a usable
+    /// `Retry-After`), and for how long: the relief, bounded by the config's maximum; a `429`
+    /// without a usable `Retry-After` gets the config's default. Called for every answer head:
+    /// two comparisons unless it is a 429 or a 503.
+    #[inline]
+    pub(crate) fn shed_request(&self, status: u16, headers: &http::HeaderMap) -> Option<Duration> {
+        if status != 429 && status != 503 {
+            return None;
+        }
+        let shedding = self.config.passive.load_shedding?;
+        if !self.config.passive.enabled {
+            return None;
+        }
+        let asked = headers
+            .get(http::header::RETRY_AFTER)
+            .and_then(|value| parse_retry_after(value.as_bytes(), SystemTime::now()));
+        let relief = match (status, asked) {
+            (_, Some(asked)) => asked,
+            (429, None) => shedding.default_retry_after,
+            _ => return None,
+        };
+        Some(relief.min(shedding.max_retry_after))
+    }
+
+    /// Records that backend `backend` answered `status` asking for `retry_after` of relief (see
+    /// [`PoolHandle::shed_request`]): in its traffic ring, and for the engine, which reduces
+    /// its weight instead of judging the answer.
+    pub(crate) fn shed(&self, backend: usize, status: u16, retry_after: Duration) {
+        self.backends[backend].traffic.push(Outcome::Status(status));
+        if let Some(health) = self.health.upgrade() {
+            health.handle_shed(self, backend, status, retry_after);
+        }
+    }
+
     /// Records one traffic outcome of backend `backend`: in its ring always, and for the
     /// engine unless it is a good response from a backend with a clean passive record (one
     /// atomic load, no lock) or passive checks are off.
@@ -105,13 +145,56 @@ impl PoolHandle {
         if !self.config.passive.enabled {
             return;
         }
-        if !rt.watched.load(Ordering::Relaxed)
-            && self.traffic_rule.judge(outcome) == TrafficResult::Ok
-        {
+        let ok = self.traffic_rule.judge(outcome) == TrafficResult::Ok;
+        if let Some(outcomes) = &rt.outcomes {
+            outcomes.record(!ok);
+        }
+        if !rt.watched.load(Ordering::Relaxed) && ok {
             return;
         }
         if let Some(health) = self.health.upgrade() {
             health.handle_traffic(self, backend, outcome);
         }
+    }
+}
+
+/// A `Retry-After` value: delta-seconds (digits only, capped at a year, so no overflow), or
+/// an HTTP-date (IMF-fixdate) in the future, as the time from `now`; `None` for anything else
+/// or a date already past.
+pub(crate) fn parse_retry_after(value: &[u8], now: SystemTime) -> Option<Duration> {
+    const YEAR: u64 = 365 * 86_400;
+    let text = std::str::from_utf8(value).ok()?.trim();
+    if !text.is_empty() && text.len() <= 20 && text.bytes().all(|b| b.is_ascii_digit()) {
+        let secs = text.parse::<u64>().unwrap_or(u64::MAX).min(YEAR);
+        return Some(Duration::from_secs(secs));
+    }
+    let at = crate::timefmt::parse_http_date(text)?;
+    at.duration_since(now).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_takes_seconds_or_a_future_date_and_nothing_else() {
+        let now = crate::timefmt::parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").unwrap();
+        let at = |v: &str| parse_retry_after(v.as_bytes(), now);
+        assert_eq!(at("120"), Some(Duration::from_secs(120)));
+        assert_eq!(at(" 0 "), Some(Duration::ZERO));
+        assert_eq!(
+            at("99999999999999999999"),
+            Some(Duration::from_secs(365 * 86_400)),
+            "huge values are capped, never overflow"
+        );
+        assert_eq!(
+            at("Sun, 06 Nov 1994 08:50:07 GMT"),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(at("Sun, 06 Nov 1994 08:49:00 GMT"), None, "in the past");
+        for bad in ["", "-1", "1.5", "soon", "12 s", "\u{ff}"] {
+            assert_eq!(at(bad), None, "{bad:?}");
+        }
+        assert_eq!(parse_retry_after(&[0xff, b'1'], now), None);
     }
 }

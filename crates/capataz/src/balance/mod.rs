@@ -16,9 +16,11 @@ use crate::config::Algorithm;
 
 mod backend;
 mod handle;
+mod latency;
 
-pub use backend::{BackendRt, TrafficRing, HISTORY};
+pub use backend::{BackendRt, OutcomeCounts, TrafficRing, HISTORY};
 pub use handle::{PoolHandle, TrafficSink};
+pub use latency::LatencyBuckets;
 
 /// The longest precomputed round-robin schedule; larger weight sums are scaled down.
 const MAX_SCHEDULE: u64 = 65_536;

@@ -10,7 +10,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use capataz_health::{BackupUse, GrpcCodes, MinHealthy, State, StatusSet};
+use capataz_health::{BackupUse, GrpcCodes, MinHealthy, Percentile, State, StatusSet};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::tls::{ServerSettings, ServerTls};
@@ -673,6 +673,56 @@ pub struct PassiveCheckConfig {
     /// The `grpc-status` codes that count as errors (default 2, 4, 13, 14: UNKNOWN,
     /// DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE).
     pub grpc_error_codes: GrpcCodes,
+    /// The latency-outlier detector (`[pools.NAME.passive.latency_outliers]` with
+    /// `enabled = true`), or `None`.
+    pub latency_outliers: Option<LatencyOutliersConfig>,
+    /// Load shedding awareness (`[pools.NAME.passive.load_shedding]` with `enabled = true`),
+    /// or `None`.
+    pub load_shedding: Option<LoadSheddingConfig>,
+    /// The success-rate detector (`[pools.NAME.passive.success_rate]` with `enabled = true`),
+    /// or `None`.
+    pub success_rate: Option<SuccessRateConfig>,
+}
+
+/// The success-rate detector of one pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SuccessRateConfig {
+    /// How long one window lasts (default 10 s).
+    pub window: Duration,
+    /// Outcomes a backend must have within a window to be judged (default 100).
+    pub min_requests: u32,
+    /// Judged backends a window needs (default 5).
+    pub min_backends: u32,
+    /// Standard deviations below the mean that make an outlier, in thousandths (default 1900).
+    pub stdev_factor_milli: u32,
+}
+
+/// Load shedding awareness of one pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadSheddingConfig {
+    /// The weight while shedding, in percent of the backend's weight (default 10).
+    pub weight_percent: u8,
+    /// The longest relief granted, whatever `Retry-After` asks (default 300 s).
+    pub max_retry_after: Duration,
+    /// The relief a `429` without a usable `Retry-After` gets (default 1 s).
+    pub default_retry_after: Duration,
+}
+
+/// The latency-outlier detector of one pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LatencyOutliersConfig {
+    /// Which percentile is compared (default p99).
+    pub percentile: Percentile,
+    /// How many times the pool's median makes an outlier (default 3).
+    pub factor: NonZeroU32,
+    /// Consecutive outlying windows that eject (default 3).
+    pub windows: NonZeroU32,
+    /// How long one window lasts (default 10 s).
+    pub window: Duration,
+    /// Requests a backend must relay within a window to be judged (default 20).
+    pub min_requests: u32,
+    /// A latency below this is never an outlier (default 5 ms).
+    pub min_latency: Duration,
 }
 
 /// What a pool does when none of its backends is UP.

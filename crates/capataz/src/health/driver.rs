@@ -69,6 +69,19 @@ impl PoolRt {
         }
         let pool = self.clone();
         tasks.push(tokio::spawn(async move { pool.timer_loop().await }));
+        let passive = &self.config.passive;
+        if let Some(outliers) = passive.latency_outliers.filter(|_| passive.enabled) {
+            let pool = self.clone();
+            tasks.push(tokio::spawn(async move {
+                every(outliers.window, || pool.close_latency_window()).await
+            }));
+        }
+        if let Some(rate) = passive.success_rate.filter(|_| passive.enabled) {
+            let pool = self.clone();
+            tasks.push(tokio::spawn(async move {
+                every(rate.window, || pool.close_success_window()).await
+            }));
+        }
         let pool = self.clone();
         tasks.push(tokio::spawn(async move {
             let period = (pool.config.timeouts.idle / 2).max(Duration::from_millis(100));
@@ -103,6 +116,17 @@ impl PoolRt {
             }
             self.tick();
         }
+    }
+}
+
+/// Runs `close` every `window` forever: windows back to back from now; one closing late (a
+/// busy runtime) is simply longer, never skipped or doubled.
+async fn every(window: Duration, close: impl Fn()) {
+    let mut ticks = tokio::time::interval_at(Instant::now() + window, window);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        close();
     }
 }
 

@@ -30,13 +30,14 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime};
 
 use capataz_health::{
-    AgentReport, AgentState, BackendHealth, Cadence, Carried, EjectionPolicy, Join, Outcome,
-    Policy, ProbeIntervals, ProbeOutcome, ProbeRule, Role, Rotation, Settings, State, TrafficRule,
+    AgentReport, AgentState, BackendHealth, Cadence, Carried, EjectionPolicy, Join,
+    LatencyOutliers, LatencyWindow, LoadShedding, Outcome, Policy, ProbeIntervals, ProbeOutcome,
+    ProbeRule, Role, Rotation, Settings, State, SuccessRate, SuccessWindow, TrafficRule,
     Transition, WhenAllDown,
 };
 use tokio::sync::{broadcast, Notify};
 
-pub use crate::balance::{BackendRt, TrafficRing, HISTORY};
+pub use crate::balance::{BackendRt, LatencyBuckets, OutcomeCounts, TrafficRing, HISTORY};
 use crate::balance::{PoolHandle, TrafficSink};
 use crate::config::{AllDownPolicy, BackendProtocol, CheckKind, PoolConfig};
 pub use crate::events::{Event, OverrideKind};
@@ -140,6 +141,26 @@ pub fn engine_settings(config: &PoolConfig) -> Settings {
             0
         },
         probes_end_ejection: config.passive.probes_end_ejection,
+        latency_outliers: config
+            .passive
+            .latency_outliers
+            .filter(|_| config.passive.enabled)
+            .map(|l| LatencyOutliers {
+                percentile: l.percentile,
+                factor: l.factor,
+                windows: l.windows,
+                min_requests: l.min_requests,
+                min_latency: l.min_latency,
+            }),
+        success_rate: config
+            .passive
+            .success_rate
+            .filter(|_| config.passive.enabled)
+            .map(|r| SuccessRate {
+                min_requests: r.min_requests,
+                min_backends: r.min_backends,
+                stdev_factor_milli: r.stdev_factor_milli,
+            }),
     }
 }
 
@@ -170,6 +191,14 @@ pub fn engine_policy(config: &PoolConfig) -> Policy {
             (true, passes) => passes.map(NonZeroU32::get),
         },
         close_tunnels_on_down: config.close_tunnels_on_down,
+        load_shedding: config
+            .passive
+            .load_shedding
+            .filter(|_| config.passive.enabled)
+            .map(|l| LoadShedding {
+                weight_percent: l.weight_percent,
+                max: l.max_retry_after,
+            }),
     }
 }
 
@@ -331,6 +360,10 @@ impl PoolRt {
                 metrics: metrics.backend(&b.name),
                 watched: AtomicBool::new(false),
                 next_probe_ms: AtomicU64::new(u64::MAX),
+                latency: (config.passive.enabled && config.passive.latency_outliers.is_some())
+                    .then(LatencyBuckets::default),
+                outcomes: (config.passive.enabled && config.passive.success_rate.is_some())
+                    .then(OutcomeCounts::default),
                 // A kept backend keeps its tunnels' signal: a tunnel opened before a reload is
                 // still closed by a DOWN after it.
                 tunnels: match (&kept, previous) {
@@ -546,6 +579,64 @@ impl PoolRt {
         }
     }
 
+    /// Drains every backend's latency window (see [`LatencyBuckets`]) and hands the engine the
+    /// windows, which judges latency outliers; publishes what changed.
+    pub fn close_latency_window(&self) {
+        let windows: Vec<LatencyWindow> = self
+            .backends
+            .iter()
+            .map(|b| {
+                b.latency
+                    .as_ref()
+                    .map(LatencyBuckets::drain)
+                    .unwrap_or_default()
+            })
+            .collect();
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        let ejected = inner.engine.pool().ejected();
+        inner.engine.handle_latency_window(&windows, now);
+        for (i, rt) in self.backends.iter().enumerate() {
+            rt.watched
+                .store(inner.engine.needs_traffic(i), Ordering::Relaxed);
+        }
+        let timer = inner.engine.pool().ejected() > ejected;
+        self.publish(&mut inner, now, false);
+        drop(inner);
+        if timer {
+            self.timer.notify_one();
+        }
+    }
+
+    /// Drains every backend's outcome counts (see [`OutcomeCounts`]) and hands the engine the
+    /// windows, which judges success-rate outliers; publishes what changed.
+    pub fn close_success_window(&self) {
+        let windows: Vec<SuccessWindow> = self
+            .backends
+            .iter()
+            .map(|b| {
+                b.outcomes
+                    .as_ref()
+                    .map(OutcomeCounts::drain)
+                    .unwrap_or_default()
+            })
+            .collect();
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        let ejected = inner.engine.pool().ejected();
+        inner.engine.handle_success_window(&windows, now);
+        for (i, rt) in self.backends.iter().enumerate() {
+            rt.watched
+                .store(inner.engine.needs_traffic(i), Ordering::Relaxed);
+        }
+        let timer = inner.engine.pool().ejected() > ejected;
+        self.publish(&mut inner, now, false);
+        drop(inner);
+        if timer {
+            self.timer.notify_one();
+        }
+    }
+
     /// Runs the engine's timers due now (ejections ending, overrides lapsing, slow-start
     /// steps) and publishes what changed.
     pub fn tick(&self) {
@@ -598,5 +689,22 @@ impl TrafficSink for PoolRt {
     fn handle_traffic(&self, pool: &PoolHandle, backend: usize, outcome: Outcome) {
         debug_assert!(std::ptr::eq(pool, &*self.handle));
         self.judge_traffic(backend, outcome);
+    }
+
+    fn handle_shed(&self, pool: &PoolHandle, backend: usize, status: u16, retry_after: Duration) {
+        debug_assert!(std::ptr::eq(pool, &*self.handle));
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        let new = inner
+            .engine
+            .shed(backend)
+            .is_none_or(|shed| shed.until <= now);
+        inner.engine.handle_shed(backend, status, retry_after, now);
+        self.publish(&mut inner, now, false);
+        drop(inner);
+        if new {
+            // A new shed is a new timer.
+            self.timer.notify_one();
+        }
     }
 }

@@ -8,7 +8,9 @@
 use std::time::Duration;
 
 use capataz_health::pool::{human_duration, Active};
-use capataz_health::rotation::{AgentChange, Event as EngineEvent, OverrideCause, OverrideChange};
+use capataz_health::rotation::{
+    AgentChange, Event as EngineEvent, OverrideCause, OverrideChange, ShedChange,
+};
 use capataz_health::{AllDown, BackupUse, Role, State};
 
 use super::{Inner, PoolRt};
@@ -59,6 +61,7 @@ impl PoolRt {
                     time,
                 }),
                 EngineEvent::Agent(change) => self.emit(self.agent_event(&change)),
+                EngineEvent::Shedding(change) => self.emit(self.shed_event(&change)),
                 EngineEvent::Recovered { .. } => self.emit(Event::Recovered {
                     pool: self.name.clone(),
                     time,
@@ -143,6 +146,31 @@ impl PoolRt {
             kind: change.kind,
             from: change.from.as_str(),
             to: change.to.as_str(),
+            reason,
+            time: self.clock.wall(change.at),
+        }
+    }
+
+    fn shed_event(&self, change: &ShedChange) -> Event {
+        let percent = self
+            .config
+            .passive
+            .load_shedding
+            .map_or(100, |l| l.weight_percent);
+        let reason = match change.shed {
+            Some(shed) => format!(
+                "sheds load: answered {} asking for {} of relief; weight at {percent} % until then                  (not counted as an error)",
+                shed.status,
+                human_duration(shed.duration)
+            ),
+            None => "no longer sheds load: weight restored".to_owned(),
+        };
+        Event::Shedding {
+            pool: self.name.clone(),
+            backend: self.backends[change.backend].name.clone(),
+            shedding: change.shed.is_some(),
+            status: change.shed.map(|s| s.status),
+            duration: change.shed.map(|s| s.duration),
             reason,
             time: self.clock.wall(change.at),
         }

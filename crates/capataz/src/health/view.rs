@@ -74,6 +74,8 @@ pub struct BackendView {
     pub effective_weight_tenths: u32,
     /// What its agent last said (`up` at 100 % without agent checks).
     pub agent: AgentState,
+    /// The load shed it asked for (`429`, or `503` with `Retry-After`), while it lasts.
+    pub shed: Option<capataz_health::Shed>,
     /// Which probe interval applies to it now.
     pub cadence: Cadence,
     /// Engine time of the copy.
@@ -155,6 +157,7 @@ impl PoolRt {
             backend_index: i,
             effective_weight_tenths: engine.weight_tenths(i, now),
             agent: engine.agent(i),
+            shed: engine.shed(i).filter(|shed| shed.until > now),
             cadence: engine.cadence(i),
             now,
         }

@@ -195,7 +195,10 @@ impl BackendMetrics {
         };
         if matches!(
             transition.reason,
-            Reason::TrafficErrors { .. } | Reason::ProbationFailed { .. }
+            Reason::TrafficErrors { .. }
+                | Reason::ProbationFailed { .. }
+                | Reason::SlowTraffic { .. }
+                | Reason::ErrorRate { .. }
         ) {
             self.ejections.inc();
         }

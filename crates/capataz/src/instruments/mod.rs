@@ -294,7 +294,7 @@ impl Families {
         let ejections = Family::default();
         registry.register(
             "capataz_ejections",
-            "Backends taken out by passive checks (traffic errors, or a failed probation)",
+            "Backends taken out by passive checks (traffic errors, a failed probation, or latency outliers)",
             ejections.clone(),
         );
         let tls = TlsFamilies::register(registry);

@@ -639,9 +639,7 @@ async fn forward<'a>(
                 }
                 let status = answer.head.status.as_u16();
                 let answered_at = Instant::now();
-                backend
-                    .metrics
-                    .answered(status, answered_at.saturating_duration_since(sent_at));
+                backend.answered(status, answered_at.saturating_duration_since(sent_at));
                 let mut response = Response::new(RespBody::Full(None));
                 *response.status_mut() = answer.head.status;
                 *response.headers_mut() = answer.head.headers;
@@ -654,7 +652,11 @@ async fn forward<'a>(
                 if answer.framing.rewrite_length {
                     rewrite_length(response.headers_mut(), answer.framing.body);
                 }
-                lease.judge_at_end(Outcome::Status(status));
+                // A backend asking for relief gets less weight, not an error on its record.
+                match pool.shed_request(status, response.headers()) {
+                    Some(relief) => pool.shed(index, status, relief),
+                    None => lease.judge_at_end(Outcome::Status(status)),
+                }
                 *response.body_mut() = RespBody::upstream(
                     answer.stream,
                     answer.buf,
@@ -705,9 +707,7 @@ async fn forward_h2<'a>(
     };
     let status = response.status().as_u16();
     let answered_at = Instant::now();
-    backend
-        .metrics
-        .answered(status, answered_at.saturating_duration_since(sent_at));
+    backend.answered(status, answered_at.saturating_duration_since(sent_at));
     let (parts, body) = response.into_parts();
     let grpc_call = status == 200
         && parts
@@ -724,7 +724,11 @@ async fn forward_h2<'a>(
             Grpc::Pending
         }
         (false, _) => {
-            lease.judge_at_end(Outcome::Status(status));
+            // A backend asking for relief gets less weight, not an error on its record.
+            match pool.shed_request(status, &parts.headers) {
+                Some(relief) => pool.shed(index, status, relief),
+                None => lease.judge_at_end(Outcome::Status(status)),
+            }
             Grpc::No
         }
     };

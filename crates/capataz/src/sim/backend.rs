@@ -240,8 +240,13 @@ impl Shared {
         } else {
             &self.traffic_hits
         };
-        counter.fetch_add(1, Ordering::SeqCst);
+        let hit = counter.fetch_add(1, Ordering::SeqCst) + 1;
         self.hit.notify_waiters();
-        mode
+        match mode {
+            // Deterministic intermittent errors: the n-th, 2n-th, ... hit of its kind.
+            Mode::FailEvery(n, code) if n > 0 && hit % u64::from(n) == 0 => Mode::Status(code),
+            Mode::FailEvery(..) => Mode::Status(200),
+            mode => mode,
+        }
     }
 }

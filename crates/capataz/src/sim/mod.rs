@@ -56,6 +56,11 @@ pub enum Mode {
     Garbage,
     /// Answer with this status after this delay.
     Delay(Duration, u16),
+    /// Answer with this status and `Retry-After: N` (seconds): a backend shedding load.
+    RetryAfter(u16, u32),
+    /// Answer every n-th request of its kind (counting all since the backend started) with
+    /// this status, the others with 200: deterministic intermittent errors.
+    FailEvery(u32, u16),
 }
 
 /// Locks a mutex, ignoring poisoning: every critical section here leaves its data consistent.

@@ -105,8 +105,15 @@ async fn serve_connection(stream: &mut TcpStream, shared: &Shared) -> End {
             return End::Close;
         }
         let mode = shared.handle_request(request.path() == HEALTH_PATH);
+        let mut retry_after = None;
         let code = match mode {
             Mode::Status(code) => code,
+            // Resolved by `handle_request`.
+            Mode::FailEvery(_, code) => code,
+            Mode::RetryAfter(code, seconds) => {
+                retry_after = Some(seconds);
+                code
+            }
             Mode::Delay(delay, code) => {
                 tokio::time::sleep(delay).await;
                 code
@@ -122,7 +129,7 @@ async fn serve_connection(stream: &mut TcpStream, shared: &Shared) -> End {
                 return End::Close;
             }
         };
-        let response = request.response(code, &shared.name);
+        let response = request.response(code, &shared.name, retry_after);
         if stream.write_all(&response).await.is_err() || !request.keep_alive {
             return End::Close;
         }

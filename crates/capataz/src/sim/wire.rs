@@ -233,7 +233,7 @@ impl Request {
     }
 
     /// The bytes of the answer to this request.
-    pub(super) fn response(&self, code: u16, name: &str) -> Vec<u8> {
+    pub(super) fn response(&self, code: u16, name: &str, retry_after: Option<u32>) -> Vec<u8> {
         let reason = http::StatusCode::from_u16(code)
             .ok()
             .and_then(|status| status.canonical_reason())
@@ -248,6 +248,9 @@ impl Request {
         }
         if let Some(proto) = &self.forwarded_proto {
             out.push_str(&format!("X-Seen-Proto: {proto}\r\n"));
+        }
+        if let Some(seconds) = retry_after {
+            out.push_str(&format!("Retry-After: {seconds}\r\n"));
         }
         let bodyless = (100..200).contains(&code) || code == 204 || code == 304;
         if !bodyless {

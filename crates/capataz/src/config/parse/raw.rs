@@ -346,6 +346,40 @@ pub(super) struct RawPassive {
     pub(super) max_ejected_percent: Option<Spanned<i64>>,
     pub(super) probes_end_ejection: Option<bool>,
     pub(super) grpc_error_codes: Option<Spanned<Vec<Spanned<i64>>>>,
+    pub(super) latency_outliers: Option<RawLatencyOutliers>,
+    pub(super) load_shedding: Option<RawLoadShedding>,
+    pub(super) success_rate: Option<RawSuccessRate>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSuccessRate {
+    pub(super) enabled: Option<bool>,
+    pub(super) window: Option<Spanned<Value>>,
+    pub(super) min_requests: Option<Spanned<i64>>,
+    pub(super) min_backends: Option<Spanned<i64>>,
+    pub(super) stdev_factor: Option<Spanned<Value>>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLoadShedding {
+    pub(super) enabled: Option<bool>,
+    pub(super) weight_percent: Option<Spanned<i64>>,
+    pub(super) max_retry_after: Option<Spanned<Value>>,
+    pub(super) default_retry_after: Option<Spanned<Value>>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLatencyOutliers {
+    pub(super) enabled: Option<bool>,
+    pub(super) percentile: Option<Spanned<String>>,
+    pub(super) factor: Option<Spanned<i64>>,
+    pub(super) windows: Option<Spanned<i64>>,
+    pub(super) window: Option<Spanned<Value>>,
+    pub(super) min_requests: Option<Spanned<i64>>,
+    pub(super) min_latency: Option<Spanned<Value>>,
 }
 
 #[derive(Default, Deserialize)]

@@ -3,26 +3,29 @@
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::num::NonZeroU32;
 use std::ops::Range;
 use std::time::Duration;
 
-use capataz_health::{BackupUse, MinHealthy, State, StatusSet};
+use capataz_health::{BackupUse, MinHealthy, Percentile, State, StatusSet};
 use toml::{Spanned, Value};
 
 use super::super::locate::line_of;
 use super::super::raw::RawBackupUse;
 use super::super::raw::{
     RawActive, RawAgent, RawAlgorithm, RawAllDown, RawBackend, RawBackendTls, RawCheckKind,
-    RawInitial, RawPassive, RawPool, RawProtocol, RawRetries, RawReuse, RawTimeouts,
+    RawInitial, RawLatencyOutliers, RawLoadShedding, RawPassive, RawPool, RawProtocol, RawRetries,
+    RawReuse, RawSuccessRate, RawTimeouts,
 };
 use super::super::resolve::{Lookup, Target};
 use super::super::values::parse_percent;
 use super::{is_token_text, ConfigError, Validator, U32_MAX};
 use crate::config::{
     ActiveCheckConfig, AgentCheckConfig, Algorithm, AllDownPolicy, BackendConfig, BackendProtocol,
-    CheckKind, ConnectionReuse, ContentRules, PassiveCheckConfig, PoolConfig, RetryConfig,
-    TrackTarget, UpstreamTimeouts, DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT, MAX_GRPC_SERVICE,
-    MAX_MATCH_TEXT, MAX_PROBE_BODY, MAX_PROBE_HEADERS,
+    CheckKind, ConnectionReuse, ContentRules, LatencyOutliersConfig, LoadSheddingConfig,
+    PassiveCheckConfig, PoolConfig, RetryConfig, SuccessRateConfig, TrackTarget, UpstreamTimeouts,
+    DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT, MAX_GRPC_SERVICE, MAX_MATCH_TEXT, MAX_PROBE_BODY,
+    MAX_PROBE_HEADERS,
 };
 use capataz_health::GrpcCodes;
 
@@ -807,7 +810,149 @@ impl Validator<'_> {
             probes_end_ejection: raw.probes_end_ejection.unwrap_or(true),
             grpc_error_codes: self
                 .grpc_codes(&raw.grpc_error_codes, &format!("{at}.grpc_error_codes"))?,
+            latency_outliers: match raw.latency_outliers {
+                Some(raw) => self.latency_outliers(&format!("{at}.latency_outliers"), raw)?,
+                None => None,
+            },
+            load_shedding: match raw.load_shedding {
+                Some(raw) => self.load_shedding(&format!("{at}.load_shedding"), raw)?,
+                None => None,
+            },
+            success_rate: match raw.success_rate {
+                Some(raw) => self.success_rate(&format!("{at}.success_rate"), raw)?,
+                None => None,
+            },
         })
+    }
+
+    /// `[pools.NAME.passive.success_rate]`: checked whole even when not enabled.
+    fn success_rate(
+        &self,
+        at: &str,
+        raw: RawSuccessRate,
+    ) -> Result<Option<SuccessRateConfig>, ConfigError> {
+        let stdev_factor_milli = match &raw.stdev_factor {
+            None => 1900,
+            Some(value) => {
+                let n = match value.get_ref() {
+                    Value::Float(f) => Some(*f),
+                    Value::Integer(i) => Some(*i as f64),
+                    _ => None,
+                };
+                match n {
+                    Some(n) if (0.1..=10.0).contains(&n) => (n * 1000.0).round() as u32,
+                    _ => {
+                        return Err(self.error(
+                            Some(value.span()),
+                            &format!("{at}.stdev_factor"),
+                            format!(
+                                "{} is not a factor from 0.1 to 10 (use a number such as 1.9, \
+                                 Envoy's default)",
+                                value.get_ref()
+                            ),
+                        ))
+                    }
+                }
+            }
+        };
+        let config = SuccessRateConfig {
+            window: self.duration(
+                &raw.window,
+                &format!("{at}.window"),
+                Duration::from_secs(10),
+            )?,
+            min_requests: self.int(
+                &raw.min_requests,
+                &format!("{at}.min_requests"),
+                100,
+                1..=1_000_000,
+            )? as u32,
+            min_backends: self.int(
+                &raw.min_backends,
+                &format!("{at}.min_backends"),
+                5,
+                2..=100_000,
+            )? as u32,
+            stdev_factor_milli,
+        };
+        Ok(raw.enabled.unwrap_or(false).then_some(config))
+    }
+
+    /// `[pools.NAME.passive.load_shedding]`: checked whole even when not enabled.
+    fn load_shedding(
+        &self,
+        at: &str,
+        raw: RawLoadShedding,
+    ) -> Result<Option<LoadSheddingConfig>, ConfigError> {
+        let config = LoadSheddingConfig {
+            weight_percent: self.int(
+                &raw.weight_percent,
+                &format!("{at}.weight_percent"),
+                10,
+                1..=100,
+            )? as u8,
+            max_retry_after: self.duration(
+                &raw.max_retry_after,
+                &format!("{at}.max_retry_after"),
+                Duration::from_secs(300),
+            )?,
+            default_retry_after: self.duration(
+                &raw.default_retry_after,
+                &format!("{at}.default_retry_after"),
+                Duration::from_secs(1),
+            )?,
+        };
+        Ok(raw.enabled.unwrap_or(false).then_some(config))
+    }
+
+    /// `[pools.NAME.passive.latency_outliers]`: checked whole even when not enabled.
+    fn latency_outliers(
+        &self,
+        at: &str,
+        raw: RawLatencyOutliers,
+    ) -> Result<Option<LatencyOutliersConfig>, ConfigError> {
+        let percentile = match &raw.percentile {
+            None => Percentile::P99,
+            Some(text) => match text.get_ref().as_str() {
+                "p50" => Percentile::P50,
+                "p99" => Percentile::P99,
+                other => {
+                    return Err(self.error(
+                        Some(text.span()),
+                        &format!("{at}.percentile"),
+                        format!("{other:?} is not a percentile (use \"p50\" or \"p99\")"),
+                    ))
+                }
+            },
+        };
+        let config = LatencyOutliersConfig {
+            percentile,
+            factor: NonZeroU32::new(
+                self.int(&raw.factor, &format!("{at}.factor"), 3, 2..=1000)? as u32
+            )
+            .unwrap_or(NonZeroU32::MIN),
+            windows: NonZeroU32::new(
+                self.int(&raw.windows, &format!("{at}.windows"), 3, 1..=100)? as u32,
+            )
+            .unwrap_or(NonZeroU32::MIN),
+            window: self.duration(
+                &raw.window,
+                &format!("{at}.window"),
+                Duration::from_secs(10),
+            )?,
+            min_requests: self.int(
+                &raw.min_requests,
+                &format!("{at}.min_requests"),
+                20,
+                1..=1_000_000,
+            )? as u32,
+            min_latency: self.duration(
+                &raw.min_latency,
+                &format!("{at}.min_latency"),
+                Duration::from_millis(5),
+            )?,
+        };
+        Ok(raw.enabled.unwrap_or(false).then_some(config))
     }
 
     /// A list of gRPC status codes, each 1-16; the default set when absent.
