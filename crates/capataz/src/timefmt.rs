@@ -5,11 +5,19 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-fn parts(time: SystemTime) -> (i64, u32, u32, u32, u32, u32, u32) {
-    let since = time.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
-    let secs = since.as_secs() as i64;
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400) as u32;
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
+pub(crate) fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let month_from_march = (month + 9) % 12;
+    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+/// The (year, month, day) of a day since 1970-01-01 (Howard Hinnant's `civil_from_days`).
+pub(crate) fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -18,7 +26,14 @@ fn parts(time: SystemTime) -> (i64, u32, u32, u32, u32, u32, u32) {
     let mp = (5 * doy + 2) / 153;
     let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
     let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    (yoe + era * 400 + i64::from(month <= 2), month, day)
+}
+
+fn parts(time: SystemTime) -> (i64, u32, u32, u32, u32, u32, u32) {
+    let since = time.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+    let secs = since.as_secs() as i64;
+    let (year, month, day) = civil_from_days(secs.div_euclid(86_400));
+    let rem = secs.rem_euclid(86_400) as u32;
     (
         year,
         month,
@@ -70,14 +85,7 @@ pub fn parse_http_date(text: &str) -> Option<SystemTime> {
     if !(1..=31).contains(&day) || h > 23 || mi > 59 || sec > 60 || year < 1970 {
         return None;
     }
-    // Howard Hinnant's days_from_civil.
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
+    let days = days_from_civil(year, month, day);
     let secs = days * 86_400 + h * 3600 + mi * 60 + sec;
     Some(UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).ok()?))
 }

@@ -163,37 +163,18 @@ fn time(text: &[u8], generalized: bool) -> Option<i64> {
     if second > 60 {
         return None;
     }
-    Some(days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second)
+    Some(
+        crate::timefmt::days_from_civil(year, month, day) * 86_400
+            + hour * 3600
+            + minute * 60
+            + second,
+    )
 }
 
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let month_from_march = (month + 9) % 12;
-    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
-/// The (year, month, day) of a day since 1970-01-01 (Howard Hinnant's algorithm), within
-/// what a certificate can say (years 0 to 9999).
+/// The (year, month, day) of a day since 1970-01-01, within what a certificate can say
+/// (years 0 to 9999).
 pub(crate) fn civil_from_days(days: i64) -> (i32, u8, u8) {
-    let z = days.clamp(-719_468, 2_932_896) + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = crate::timefmt::civil_from_days(days.clamp(-719_468, 2_932_896));
     (year as i32, month as u8, day as u8)
 }
 
@@ -231,7 +212,7 @@ mod tests {
         for days in [-719_468, -1, 0, 11_016, 19_782, 20_788, 2_932_896] {
             let (y, m, d) = civil_from_days(days);
             assert_eq!(
-                days_from_civil(y.into(), m.into(), d.into()),
+                crate::timefmt::days_from_civil(y.into(), m.into(), d.into()),
                 days,
                 "{y}-{m}-{d}"
             );
