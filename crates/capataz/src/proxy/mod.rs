@@ -184,6 +184,11 @@ pub struct Proxy {
 }
 
 impl Proxy {
+    /// The listener's access log this proxy writes to, if it has one.
+    pub(crate) fn access_log(&self) -> Option<Arc<AccessLog>> {
+        self.access_log.as_ref().map(|(log, _)| log.clone())
+    }
+
     /// The handler of `listener`, whose routes' `pool` indexes refer to `pools` (the pools'
     /// request-path handles: the proxy never sees the health runtime), counting into
     /// `metrics`, the listener's.

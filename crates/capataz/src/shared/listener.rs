@@ -69,6 +69,25 @@ impl Shared {
         })
     }
 
+    /// What a listener reads per request with `config` in force: its proxy, routing to
+    /// `pool_handles`, counting into the listener's metrics and writing to `access_log`.
+    pub(super) fn listener_state(
+        &self,
+        config: &ListenerConfig,
+        pool_handles: &[Arc<PoolHandle>],
+        access_log: Option<Arc<AccessLog>>,
+    ) -> Arc<ListenerState> {
+        Arc::new(ListenerState {
+            config: config.clone(),
+            proxy: Arc::new(Proxy::new(
+                config,
+                pool_handles,
+                self.metrics.families().listener(&config.name),
+                access_log,
+            )),
+        })
+    }
+
     pub(super) fn spawn_listener(
         &self,
         listener: &ListenerConfig,
@@ -76,15 +95,11 @@ impl Shared {
         pools: &[Arc<PoolRt>],
     ) -> ListenerRt {
         let local = socket.local_addr().unwrap_or(listener.address);
-        let state = Arc::new(ArcSwap::from_pointee(ListenerState {
-            config: listener.clone(),
-            proxy: Arc::new(Proxy::new(
-                listener,
-                &handles(pools),
-                self.metrics.families().listener(&listener.name),
-                self.access_log(listener),
-            )),
-        }));
+        let state = Arc::new(ArcSwap::new(self.listener_state(
+            listener,
+            &handles(pools),
+            self.access_log(listener),
+        )));
         let (stop, stop_rx) = watch::channel(false);
         tracing::info!(listener = %listener.name, address = %local, "listening");
         let task = tokio::spawn(accept_loop(

@@ -10,13 +10,12 @@ use std::sync::{Arc, Weak};
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
-use super::listener::{handles, ListenerState};
+use super::listener::handles;
 use super::{lock, Shared};
 use crate::config::{BackendConfig, PoolConfig, PoolSource};
 use crate::events::{Event, MembershipChange};
 use crate::health::PoolRt;
 use crate::membership::{Answer, Guard, Source};
-use crate::proxy::Proxy;
 
 impl Shared {
     /// Stops the running membership tasks and starts one per pool of `pools` whose source is
@@ -151,16 +150,11 @@ impl Shared {
                 .iter()
                 .find(|l| l.address == listener.address)
             {
-                let metrics = self.metrics.families().listener(&new.name);
-                listener.state.store(Arc::new(ListenerState {
-                    config: new.clone(),
-                    proxy: Arc::new(Proxy::new(
-                        new,
-                        &pool_handles,
-                        metrics,
-                        self.access_log(new),
-                    )),
-                }));
+                // Same settings, same log: a membership update reopens nothing.
+                let log = listener.state.load().proxy.access_log();
+                listener
+                    .state
+                    .store(self.listener_state(new, &pool_handles, log));
             }
         }
         Some(counts)

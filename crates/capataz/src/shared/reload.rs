@@ -6,12 +6,10 @@ use std::sync::Arc;
 use tokio::runtime::Handle;
 use tokio::sync::OwnedMutexGuard;
 
-use super::listener::ListenerState;
 use super::{bind_listener, lock, Shared, StartError};
 use crate::config::{Config, PoolConfig};
 use crate::health::PoolRt;
 use crate::metrics::HistogramScope;
-use crate::proxy::Proxy;
 
 /// What a reload changed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -220,16 +218,11 @@ impl Shared {
                 Some(new) => {
                     let mut listener = listener;
                     listener.acme = self.spawn_acme(new);
-                    let metrics = self.metrics.families().listener(&new.name);
-                    listener.state.store(Arc::new(ListenerState {
-                        config: new.clone(),
-                        proxy: Arc::new(Proxy::new(
-                            new,
-                            &pool_handles,
-                            metrics,
-                            self.access_log(new),
-                        )),
-                    }));
+                    // A reload reopens the access log (log rotation).
+                    let log = self.access_log(new);
+                    listener
+                        .state
+                        .store(self.listener_state(new, &pool_handles, log));
                     kept_listeners.push(listener);
                 }
                 None => {
