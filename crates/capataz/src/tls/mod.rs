@@ -146,28 +146,41 @@ impl std::error::Error for LoadError {}
 /// an endless stream ends in an error, not in all the memory there is.
 const MAX_PEM_BYTES: u64 = 16 << 20;
 
-/// Reads a PEM file whole, bounded.
-fn read_pem(part: Part, file: &Path) -> Result<Vec<u8>, LoadError> {
-    let error = |message: String| LoadError {
-        part,
-        file: file.to_owned(),
-        message,
-    };
+/// Why a PEM file could not be read.
+#[derive(Debug)]
+pub(crate) enum PemRead {
+    /// Opening or reading it failed.
+    Io(std::io::Error),
+    /// It is larger than [`MAX_PEM_BYTES`].
+    TooLarge,
+}
+
+/// A PEM file's bytes, read whole but never more than [`MAX_PEM_BYTES`]: the one reader of
+/// TLS files, a listener's or a pool's.
+pub(crate) fn read_pem_file(file: &Path) -> Result<Vec<u8>, PemRead> {
     let mut bytes = Vec::new();
     std::fs::File::open(file)
         .and_then(|f| f.take(MAX_PEM_BYTES + 1).read_to_end(&mut bytes))
-        .map_err(|e| {
-            error(format!(
-                "cannot read it: {e} (check the path and its permissions)"
-            ))
-        })?;
+        .map_err(PemRead::Io)?;
     if bytes.len() as u64 > MAX_PEM_BYTES {
-        return Err(error(format!(
-            "larger than {} MiB, which no PEM certificate or key is (is it the right file?)",
-            MAX_PEM_BYTES >> 20
-        )));
+        return Err(PemRead::TooLarge);
     }
     Ok(bytes)
+}
+
+/// Reads a PEM file whole, bounded.
+fn read_pem(part: Part, file: &Path) -> Result<Vec<u8>, LoadError> {
+    read_pem_file(file).map_err(|why| LoadError {
+        part,
+        file: file.to_owned(),
+        message: match why {
+            PemRead::Io(e) => format!("cannot read it: {e} (check the path and its permissions)"),
+            PemRead::TooLarge => format!(
+                "larger than {} MiB, which no PEM certificate or key is (is it the right file?)",
+                MAX_PEM_BYTES >> 20
+            ),
+        },
+    })
 }
 
 /// The certificates of a PEM file, in order; at least one.

@@ -5,6 +5,7 @@
 //! certificate or no key, or a key that does not belong to its certificate is a
 //! [`ConfigError`] naming the file, the line and the key.
 
+use crate::tls::PemRead;
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
@@ -86,25 +87,16 @@ pub(super) fn load_all(config: &mut Config, loads: &[TlsLoad]) -> Result<(), Con
 }
 
 fn read(place: &Place) -> Result<Vec<u8>, ConfigError> {
-    // A CA bundle or a key is small; a path to an endless stream must not take all memory.
-    const MAX_PEM: u64 = 16 << 20;
-    use std::io::Read as _;
-    let mut bytes = Vec::new();
-    std::fs::File::open(&place.path)
-        .and_then(|file| file.take(MAX_PEM + 1).read_to_end(&mut bytes))
-        .map_err(|error| {
-            place.error(format!(
-                "cannot read {:?}: {error} (check the path and its permissions)",
-                place.path
-            ))
-        })?;
-    if bytes.len() as u64 > MAX_PEM {
-        return Err(place.error(format!(
+    crate::tls::read_pem_file(std::path::Path::new(&place.path)).map_err(|why| match why {
+        PemRead::Io(error) => place.error(format!(
+            "cannot read {:?}: {error} (check the path and its permissions)",
+            place.path
+        )),
+        PemRead::TooLarge => place.error(format!(
             "{:?} is larger than 16 MiB (is it the right file?)",
             place.path
-        )));
-    }
-    Ok(bytes)
+        )),
+    })
 }
 
 fn certificates(place: &Place) -> Result<Vec<CertificateDer<'static>>, ConfigError> {
