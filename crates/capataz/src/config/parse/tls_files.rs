@@ -5,7 +5,6 @@
 //! certificate or no key, or a key that does not belong to its certificate is a
 //! [`ConfigError`] naming the file, the line and the key.
 
-use crate::tls::PemRead;
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
@@ -14,6 +13,7 @@ use rustls::RootCertStore;
 
 use super::ConfigError;
 use crate::config::{ClientIdentity, Config};
+use crate::tls::PemRead;
 
 /// Where a file was named in the config.
 #[derive(Clone, Debug)]
