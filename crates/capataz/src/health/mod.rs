@@ -592,20 +592,7 @@ impl PoolRt {
                     .unwrap_or_default()
             })
             .collect();
-        let now = self.clock.now();
-        let mut inner = self.lock();
-        let ejected = inner.engine.pool().ejected();
-        inner.engine.handle_latency_window(&windows, now);
-        for (i, rt) in self.backends.iter().enumerate() {
-            rt.watched
-                .store(inner.engine.needs_traffic(i), Ordering::Relaxed);
-        }
-        let timer = inner.engine.pool().ejected() > ejected;
-        self.publish(&mut inner, now, false);
-        drop(inner);
-        if timer {
-            self.timer.notify_one();
-        }
+        self.judge_window(|engine, now| engine.handle_latency_window(&windows, now));
     }
 
     /// Drains every backend's outcome counts (see [`OutcomeCounts`]) and hands the engine the
@@ -621,10 +608,17 @@ impl PoolRt {
                     .unwrap_or_default()
             })
             .collect();
+        self.judge_window(|engine, now| engine.handle_success_window(&windows, now));
+    }
+
+    /// Hands the engine a closed window (`judge`, with the time), refreshes the backends'
+    /// `watched` flags, publishes what changed, and wakes the timer if the window ejected a
+    /// backend (its ejection ends on a timer).
+    fn judge_window(&self, judge: impl FnOnce(&mut Rotation, Duration)) {
         let now = self.clock.now();
         let mut inner = self.lock();
         let ejected = inner.engine.pool().ejected();
-        inner.engine.handle_success_window(&windows, now);
+        judge(&mut inner.engine, now);
         for (i, rt) in self.backends.iter().enumerate() {
             rt.watched
                 .store(inner.engine.needs_traffic(i), Ordering::Relaxed);
