@@ -5,6 +5,7 @@
 # target on 127.0.0.1:9400 (bench/capataz.toml), one worker thread (HAProxy runs one thread).
 # Arguments are passed to the harness; the default is the measurement:
 #   bench/peers.sh                       # = -d 5s -c "1 50" -r 11 -l split
+#   bench/peers.sh -P https|https-new|h2 ...   # TLS modes: bench/capataz-https.toml / -h2.toml
 # Eleven short rounds rather than three long ones: on a shared host a round lands in a quiet
 # or a busy minute, and more pairs average that out. After the harness's table comes a paired
 # view of capataz against HAProxy (median of per-round ratios, rounds won).
@@ -21,10 +22,21 @@ done
 cargo build --release --quiet --bin capataz
 args=("$@")
 [[ ${#args[@]} -gt 0 ]] || args=(-d 5s -c "1 50" -r 11 -l split)
+# The protocol mode (-P) picks capataz's config: plaintext, or TLS with the harness's certificate.
+mode=http
+for ((i = 0; i < ${#args[@]}; i++)); do
+    case ${args[i]} in -P) mode=${args[i+1]:-http} ;; -P*) mode=${args[i]#-P} ;; esac
+done
+case $mode in
+    http) config=bench/capataz.toml scheme=http ;;
+    https|https-new) config=bench/capataz-https.toml scheme=https ;;
+    h2) config=bench/capataz-h2.toml scheme=https ;;
+    *) echo "bench/peers.sh: unknown -P mode '$mode'" >&2; exit 2 ;;
+esac
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-EXTRA_NAME=capataz EXTRA_URL=http://127.0.0.1:9400/ \
-EXTRA_CMD="env CAPATAZ_WORKER_THREADS=1 $PWD/target/release/capataz run --config $PWD/bench/capataz.toml" \
+EXTRA_NAME=capataz EXTRA_URL=$scheme://127.0.0.1:9400/ \
+EXTRA_CMD="env CAPATAZ_WORKER_THREADS=1 $PWD/target/release/capataz run --config $PWD/$config" \
     bash "$HARNESS" "${args[@]}" 2>&1 | tee "$log"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || exit "${PIPESTATUS[0]}"
 
