@@ -6,6 +6,7 @@
 # Arguments are passed to the harness; the default is the measurement:
 #   bench/peers.sh                       # = -d 5s -c "1 50" -r 11 -l split
 #   bench/peers.sh -P https|https-new|h2 ...   # TLS modes: bench/capataz-https.toml / -h2.toml
+#   CONFIG=bench/capataz-latency.toml bench/peers.sh ...   # another plaintext config
 # Eleven short rounds rather than three long ones: on a shared host a round lands in a quiet
 # or a busy minute, and more pairs average that out. After the harness's table comes a paired
 # view of capataz against HAProxy (median of per-round ratios, rounds won).
@@ -28,7 +29,7 @@ for ((i = 0; i < ${#args[@]}; i++)); do
     case ${args[i]} in -P) mode=${args[i+1]:-http} ;; -P*) mode=${args[i]#-P} ;; esac
 done
 case $mode in
-    http) config=bench/capataz.toml scheme=http ;;
+    http) config=${CONFIG:-bench/capataz.toml} scheme=http ;;
     https|https-new) config=bench/capataz-https.toml scheme=https ;;
     h2) config=bench/capataz-h2.toml scheme=https ;;
     *) echo "bench/peers.sh: unknown -P mode '$mode'" >&2; exit 2 ;;

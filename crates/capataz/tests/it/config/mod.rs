@@ -4,6 +4,7 @@
 //! The helpers are here; the tests are in one module per concern.
 
 mod access_log;
+mod edge_example;
 mod errors;
 mod http2;
 mod log_level;
