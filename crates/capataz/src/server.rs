@@ -149,9 +149,19 @@ impl Balancer {
                 "shutdown deadline reached with connections still open; closing them"
             );
         }
+        // The access logs write the lines of the requests served: until the deadline, and at
+        // least ACCESS_LOG_GRACE after the connections closed (a deadline spent waiting for
+        // connections must not cost the lines of the requests that did end).
+        let flush_until = end.max(tokio::time::Instant::now() + ACCESS_LOG_GRACE);
+        if !self.shared.flush_access_logs(flush_until).await {
+            tracing::warn!("shutdown: the access log could not write all its lines in time");
+        }
         // Drop runs the rest.
     }
 }
+
+/// How long shutdown waits at least for the access logs to write their last lines.
+const ACCESS_LOG_GRACE: Duration = Duration::from_secs(2);
 
 impl Drop for Balancer {
     fn drop(&mut self) {

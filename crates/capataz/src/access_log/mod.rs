@@ -19,6 +19,7 @@ mod writer;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -261,6 +262,26 @@ impl AccessRecord {
     }
 }
 
+/// How far a log's writer has got: records handed to it against records it has finished
+/// with (written, or dropped by a failed write), and whether it has stopped.
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    /// Records handed to the writer's channel.
+    emitted: AtomicU64,
+    /// Records the writer has finished with.
+    done: AtomicU64,
+    /// Whether the writer has stopped (its channel closed and drained, or the runtime ending).
+    stopped: AtomicBool,
+}
+
+impl Progress {
+    /// Whether every record handed to the writer so far is finished with.
+    fn caught_up(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+            || self.done.load(Ordering::Acquire) >= self.emitted.load(Ordering::Acquire)
+    }
+}
+
 /// One listener's access log: the sending side of its writer's channel.
 #[derive(Debug)]
 pub struct AccessLog {
@@ -268,6 +289,7 @@ pub struct AccessLog {
     tx: mpsc::Sender<Box<AccessRecord>>,
     dropped: Counter,
     reopen: Arc<Notify>,
+    progress: Arc<Progress>,
 }
 
 impl AccessLog {
@@ -276,18 +298,21 @@ impl AccessLog {
     pub fn start(config: &AccessLogConfig, listener: &str, dropped: Counter) -> AccessLog {
         let (tx, rx) = mpsc::channel(config.buffer);
         let reopen = Arc::new(Notify::new());
+        let progress = Arc::new(Progress::default());
         tokio::spawn(writer::run(
             rx,
             config.clone(),
             listener.into(),
             dropped.clone(),
             reopen.clone(),
+            progress.clone(),
         ));
         AccessLog {
             config: config.clone(),
             tx,
             dropped,
             reopen,
+            progress,
         }
     }
 
@@ -295,7 +320,9 @@ impl AccessLog {
     /// with the buffer full (or the writer gone) the record is dropped and counted.
     pub fn emit(&self, mut record: Box<AccessRecord>) {
         record.duration = record.started.elapsed();
-        if self.tx.try_send(record).is_err() {
+        if self.tx.try_send(record).is_ok() {
+            self.progress.emitted.fetch_add(1, Ordering::AcqRel);
+        } else {
             self.dropped.inc();
         }
     }
@@ -313,6 +340,9 @@ impl AccessLog {
 #[derive(Debug, Default)]
 pub struct AccessLogs {
     by_listener: Mutex<HashMap<String, Arc<AccessLog>>>,
+    /// The progress of every writer started and not yet stopped, replaced logs included, for
+    /// [`AccessLogs::flush`].
+    writers: Mutex<Vec<Arc<Progress>>>,
 }
 
 impl AccessLogs {
@@ -336,8 +366,30 @@ impl AccessLogs {
             }
         }
         let log = Arc::new(AccessLog::start(config, &listener.name, dropped()));
+        let mut writers = self.writers.lock().unwrap_or_else(|e| e.into_inner());
+        writers.retain(|progress| !progress.stopped.load(Ordering::Acquire));
+        writers.push(log.progress.clone());
         logs.insert(listener.name.clone(), log.clone());
         Some(log)
+    }
+
+    /// Waits, until `deadline` at the latest, for every log's writer to have written the
+    /// records handed to it so far (at shutdown, once the connections are closed, so that no
+    /// line of a served request is lost); whether they all did.
+    pub async fn flush(&self, deadline: tokio::time::Instant) -> bool {
+        loop {
+            let caught_up = {
+                let writers = self.writers.lock().unwrap_or_else(|e| e.into_inner());
+                writers.iter().all(|progress| progress.caught_up())
+            };
+            if caught_up {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// Forgets the logs of listeners not in `names` (removed by a reload).

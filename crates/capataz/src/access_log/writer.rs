@@ -15,19 +15,45 @@ use std::sync::Arc;
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{mpsc, Notify};
 
-use super::{format, AccessRecord};
+use super::{format, AccessRecord, Progress};
 use crate::config::{AccessLogConfig, AccessLogFormat, AccessLogTarget};
 
 /// The most records formatted into one batch (one write).
 const MAX_BATCH: usize = 1024;
 
-/// Runs the writer until every sender is gone and the channel is drained.
+/// Runs the writer until every sender is gone and the channel is drained, counting in
+/// `progress` the records it has finished with (and marking it stopped when it returns, or is
+/// dropped with the runtime).
 pub(super) async fn run(
+    rx: mpsc::Receiver<Box<AccessRecord>>,
+    config: AccessLogConfig,
+    listener: Arc<str>,
+    dropped: Counter,
+    reopen: Arc<Notify>,
+    progress: Arc<Progress>,
+) {
+    let _stopped = Stopped(progress.clone());
+    write_batches(rx, config, listener, dropped, reopen, &progress).await;
+}
+
+/// Marks the writer stopped when dropped.
+struct Stopped(Arc<Progress>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        self.0
+            .stopped
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+async fn write_batches(
     mut rx: mpsc::Receiver<Box<AccessRecord>>,
     config: AccessLogConfig,
     listener: Arc<str>,
     dropped: Counter,
     reopen: Arc<Notify>,
+    progress: &Progress,
 ) {
     let mut sink = Some(Sink {
         target: config.target,
@@ -70,6 +96,9 @@ pub(super) async fn run(
         if !ok && lines > 0 {
             dropped.inc_by(lines as u64);
         }
+        progress
+            .done
+            .fetch_add(lines as u64, std::sync::atomic::Ordering::AcqRel);
         batch.clear();
         text = batch;
         sink = Some(owned);

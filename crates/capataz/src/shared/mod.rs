@@ -255,6 +255,12 @@ impl Shared {
         self.connections.load(Ordering::Relaxed)
     }
 
+    /// Waits, until `deadline` at the latest, for the access logs to have written every line
+    /// handed to them; whether they did.
+    pub(crate) async fn flush_access_logs(&self, deadline: tokio::time::Instant) -> bool {
+        self.access_logs.flush(deadline).await
+    }
+
     /// Tells everything to shut down and the client listeners to stop accepting; returns their
     /// accept loops, which end once their sockets are dropped.
     pub(crate) fn stop_accepting(&self) -> Vec<JoinHandle<()>> {

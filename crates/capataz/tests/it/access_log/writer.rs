@@ -125,3 +125,58 @@ async fn logging_text(text: &str) -> (capataz::server::Balancer, std::net::Socke
     let addr = balancer.local_addrs()[0];
     (balancer, addr)
 }
+
+/// Shutdown waits for the access log to write the lines of the requests it served, even when
+/// the log is behind: here a FIFO whose reader starts reading only as shutdown begins, so most
+/// lines are still waiting in the writer's buffer. The runtime is dropped as soon as shutdown
+/// returns (as `capataz run` exits): a line still waiting then would be lost.
+#[test]
+fn shutdown_writes_every_waiting_line_before_it_returns() {
+    let dir = LogDir::new();
+    let fifo = dir.path("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    // The reader opens the FIFO at once (so the writer's open succeeds) but reads only when
+    // told; a pipe holds 64 KiB, a few hundred lines, so the writer soon waits.
+    let (go, wait_go) = std::sync::mpsc::channel::<()>();
+    let reader_fifo = fifo.clone();
+    let reader = std::thread::spawn(move || {
+        let mut file = std::fs::File::open(&reader_fifo).expect("open the FIFO");
+        wait_go.recv().expect("told to read");
+        let mut text = String::new();
+        file.read_to_string(&mut text)
+            .expect("read the FIFO to its end");
+        text
+    });
+    let requests = 1500;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let sims = backends(&["a"]).await;
+        let config = ConfigText::sims(&sims).listener(&table(&fifo, "text", ""));
+        let (balancer, _) = crate::support::balancer::start(&config.build()).await;
+        let mut client = Client::new(balancer.local_addrs()[0]);
+        for _ in 0..requests {
+            assert_eq!(client.get("/").await.status, 200);
+        }
+        drop(client);
+        go.send(()).unwrap();
+        balancer.shutdown(Duration::from_secs(30)).await;
+    });
+    drop(runtime);
+    let text = reader.join().expect("the reader");
+    let lines = text
+        .lines()
+        .filter(|l| l.contains("\"GET / HTTP/1.1\" 200"))
+        .count();
+    assert_eq!(
+        lines, requests,
+        "lines written by the time shutdown returned"
+    );
+}
