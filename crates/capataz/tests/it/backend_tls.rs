@@ -13,6 +13,18 @@ use crate::support::balancer::{start, ConfigText};
 use crate::support::client::Client;
 use crate::support::events::transition_of;
 
+/// Quick checks for TLS pools, with a timeout that leaves room for a TLS handshake in a debug
+/// build on a loaded machine (`FAST_CHECKS`' 100 ms does not: a timed-out probe would hide the
+/// outcome under test).
+const TLS_CHECKS: &str = r#"
+[pools.web.active]
+interval = "30ms"
+timeout = "2s"
+jitter = "10%"
+rise = 2
+fall = 3
+"#;
+
 fn hello() -> Script {
     Arc::new(|_| Reply::text("hello"))
 }
@@ -294,7 +306,7 @@ async fn http_probes_of_a_tls_pool_run_over_tls() {
         .extra(&format!(
             "tls.ca_file = \"{}\"\n{}",
             pki.ca_file(),
-            crate::support::balancer::FAST_CHECKS
+            TLS_CHECKS
         ))
         .build();
     let (balancer, mut events) = start(&text).await;
@@ -322,7 +334,7 @@ async fn content_checks_of_a_tls_pool_run_over_tls() {
         .extra(&format!(
             "tls.ca_file = \"{}\"\n{}body_contains = \"hello\"\n",
             pki.ca_file(),
-            crate::support::balancer::FAST_CHECKS
+            TLS_CHECKS
         ))
         .build();
     let (balancer, mut events) = start(&text).await;
@@ -403,4 +415,35 @@ async fn large_bodies_stream_both_ways_over_tls() {
     }
     assert_eq!(backend.accepted(), 1);
     balancer.shutdown(crate::support::DEADLINE).await;
+}
+
+#[test]
+fn relative_tls_paths_of_a_pool_are_relative_to_the_config_file() {
+    let pki = Pki::new("relative");
+    let (cert, _key) = pki.leaf_files("client", &["capataz.test"]);
+    let ca = pki.ca_file();
+    let dir = std::path::Path::new(&ca).parent().unwrap().to_owned();
+    // Written as bare file names: they resolve next to the config file, not in the test's
+    // working directory (the crate's), where no such files are.
+    assert!(!std::path::Path::new("ca.pem").exists());
+    let text = r#"
+[[listeners]]
+address = "127.0.0.1:0"
+
+[pools.web]
+backends = [{ address = "127.0.0.1:9" }]
+active.kind = "none"
+[pools.web.tls]
+ca_file = "ca.pem"
+cert = "client.pem"
+key = "client.key"
+"#;
+    let path = dir.join("pool-tls.toml");
+    std::fs::write(&path, text).unwrap();
+    let config = config::load(&path).unwrap_or_else(|error| panic!("{error}"));
+    let tls = config.pools[0].tls.as_ref().unwrap();
+    assert_eq!(tls.ca_file.as_deref(), Some(ca.as_str()));
+    assert_eq!(tls.cert.as_deref(), Some(cert.as_str()));
+    assert!(!tls.roots.is_empty());
+    assert!(tls.identity.is_some());
 }

@@ -38,8 +38,14 @@ impl Validator<'_> {
                             .into(),
                     ));
                 }
+                // Relative to the config file's directory, as the listeners' TLS files are.
+                let path = std::path::Path::new(value.get_ref());
+                let path = match std::path::Path::new(self.file).parent() {
+                    Some(dir) if path.is_relative() => dir.join(path),
+                    _ => path.to_owned(),
+                };
                 Ok(Some(Place {
-                    path: value.get_ref().clone(),
+                    path: path.display().to_string(),
                     file: self.file.to_owned(),
                     line: Some(line_of(self.text, value.span().start)),
                     key,
