@@ -84,6 +84,9 @@ pub enum StartError {
     /// The new configuration is invalid.
     #[error("{0}")]
     Config(#[from] crate::config::ConfigError),
+    /// The new configuration file is invalid: every error found in it, in file order.
+    #[error("{}", errors_message(.0))]
+    Configs(crate::config::ConfigErrors),
     /// A reload needs a file, and the balancer was started from text.
     #[error("this balancer was not started from a file, so there is nothing to reload")]
     NoFile,
@@ -95,6 +98,16 @@ pub enum StartError {
         "reloading the configuration failed unexpectedly (a bug in capataz; please report it)"
     )]
     ReloadPanicked,
+}
+
+/// Every error of an invalid file on one line: the error itself when there is one, else
+/// "N errors: FIRST; SECOND; ...".
+fn errors_message(errors: &crate::config::ConfigErrors) -> String {
+    if errors.len() == 1 {
+        return errors.first().to_string();
+    }
+    let all: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    format!("{} errors: {}", errors.len(), all.join("; "))
 }
 
 /// Why `address` (set by `key`) could not be listened on, and what to do about it.

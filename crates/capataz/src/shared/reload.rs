@@ -40,7 +40,7 @@ impl Shared {
         // Taken before the read, so that reloads apply in the order their reads started.
         let serial = self.reload_lock.clone().lock_owned().await;
         self.off_runtime(serial, move |shared| {
-            let config = crate::config::load(&path)?;
+            let config = crate::config::load_all_errors(&path).map_err(StartError::Configs)?;
             shared.apply(config)
         })
         .await

@@ -125,6 +125,21 @@ async fn an_invalid_reload_is_refused_and_the_old_config_keeps_serving() {
         );
     }
     assert_eq!(r.balancer.local_addrs().len(), 1);
+
+    // Two mistakes in one file: the refusal names both, as `capataz check` does.
+    file.write(&config_text(
+        "",
+        &both,
+        &[],
+        &bad_interval.replace("\"100ms\"", "\"soon\""),
+    ));
+    let reply = r.post("/reload").await;
+    assert_eq!(reply.status, 422, "{}", reply.json);
+    let error = text(&reply.json, "/error");
+    assert!(error.contains("2 errors: "), "{error}");
+    assert!(error.contains("pools.web.active.interval"), "{error}");
+    assert!(error.contains("pools.web.active.timeout"), "{error}");
+    assert_eq!(r.balancer.shared().config(), config_before);
 }
 
 #[tokio::test]
