@@ -5,8 +5,8 @@
   probe_tls_report.py show ROW.json
   probe_tls_report.py table RESULTS_DIR
 
-WINDOWS_FILE: one line per window, "SECONDS PROXY_TICKS BACKEND_TICKS LOG_START LOG_END"
-(byte offsets into the log). Each log line (nginx log_format `probe`) is
+WINDOWS_FILE: one line per window, "SECONDS PROXY_TICKS BACKEND_TICKS LOG_START LOG_END WAIT_NS"
+(byte offsets into the log; WAIT_NS: how long the proxy's threads waited runnable, schedstat). Each log line (nginx log_format `probe`) is
 "$msec $ssl_session_reused $server_protocol $ssl_protocol $ssl_cipher $ssl_curve $status $request_uri".
 """
 
@@ -30,7 +30,7 @@ def run(target, rnd, clk, log, windows_file, extra):
     tally = {k: collections.Counter() for k in ("reused", "protocol", "tls", "cipher", "curve", "status", "uri")}
     with open(windows_file) as f:
         for line in f:
-            secs, pticks, bticks, start, end = line.split()
+            secs, pticks, bticks, start, end, wait = line.split()
             secs, pticks, bticks, start, end = float(secs), int(pticks), int(bticks), int(start), int(end)
             rows = read_lines(log, start, end)
             probes = len(rows)
@@ -47,11 +47,14 @@ def run(target, rnd, clk, log, windows_file, extra):
                 "backend_cpu_pct": round(100 * bcpu / secs, 2),
                 "backend_us_per_probe": round(bcpu * 1e6 / probes, 1) if probes else None,
                 "resumed": sum(1 for r in rows if len(r) > 1 and r[1] == "r"),
+                "runqueue_wait_pct": round(100 * int(wait) / 1e9 / secs, 2),
             })
     total_probes = sum(w["probes"] for w in windows)
     total_cpu = sum(w["cpu_s"] for w in windows)
     total_secs = sum(w["seconds"] for w in windows)
-    med = lambda k: round(statistics.median(w[k] for w in windows if w[k] is not None), 1)
+    def med(k):
+        xs = [w[k] for w in windows if w[k] is not None]
+        return round(statistics.median(xs), 1) if xs else None
     row = {"target": target, "round": int(rnd), "windows": windows, "probes": total_probes,
            "seconds": round(total_secs, 3), "probes_per_s": round(total_probes / total_secs, 1),
            "cpu_pct": round(100 * total_cpu / total_secs, 2),
@@ -59,6 +62,7 @@ def run(target, rnd, clk, log, windows_file, extra):
            "cpu_us_per_probe_median_window": med("cpu_us_per_probe"),
            "backend_us_per_probe_median_window": med("backend_us_per_probe"),
            "resumed": sum(w["resumed"] for w in windows),
+           "runqueue_wait_pct_median_window": med("runqueue_wait_pct"),
            "log": {k: dict(v.most_common()) for k, v in tally.items()}}
     row.update(json.loads(extra))
     print(json.dumps(row))
@@ -73,8 +77,9 @@ def show(path):
           f"{r['backend_us_per_probe_median_window']} us/probe; resumed {r['resumed']} of {r['probes']}; {extra}")
     print(f"      log: {r['log']}")
     for w in r["windows"]:
-        print(f"      window: {w['probes_per_s']:>7.0f}/s cpu {w['cpu_pct']:>6.2f}% {w['cpu_us_per_probe']:>7} us/probe, "
-              f"backends {w['backend_cpu_pct']:>6.2f}% {w['backend_us_per_probe']:>7} us/probe, resumed {w['resumed']}")
+        print(f"      window: {w['probes_per_s']:>7.0f}/s cpu {w['cpu_pct']:>6.2f}% {str(w['cpu_us_per_probe']):>7} us/probe, "
+              f"backends {w['backend_cpu_pct']:>6.2f}% {str(w['backend_us_per_probe']):>7} us/probe, resumed {w['resumed']}, "
+              f"proxy waited runnable {w['runqueue_wait_pct']}%")
 
 
 def table(res_dir):
@@ -88,14 +93,17 @@ def table(res_dir):
     for r in rows:
         if r["target"] not in order:
             order.append(r["target"])
-    m = lambda rs, k: statistics.median(r[k] for r in rs)
+    def m(rs, k):
+        xs = [r[k] for r in rs if r.get(k) is not None]
+        return statistics.median(xs) if xs else float("nan")
     print(f"{'target':<8} {'runs':>4} {'probes/s':>9} {'cpu%':>6} {'us/probe':>9} {'(per round)':<18} {'vs haproxy':>10} "
-          f"{'backend us/p':>12} {'resumed':>8} {'protocol / tls / curve':<40}")
+          f"{'backend us/p':>12} {'resumed':>8} {'waited%':>7} {'protocol / tls / curve':<40}")
     base = {r["round"]: r["cpu_us_per_probe_median_window"] for r in rows if r["target"] == "haproxy"}
     for t in order:
         rs = [r for r in rows if r["target"] == t]
-        per = ", ".join(f"{r['cpu_us_per_probe_median_window']:.1f}" for r in rs)
-        ratios = [r["cpu_us_per_probe_median_window"] / base[r["round"]] for r in rs if base.get(r["round"])]
+        per = ", ".join(str(r["cpu_us_per_probe_median_window"]) for r in rs)
+        ratios = [r["cpu_us_per_probe_median_window"] / base[r["round"]] for r in rs
+                  if base.get(r["round"]) and r["cpu_us_per_probe_median_window"]]
         vs = f"{statistics.median(ratios):.2f}x" if ratios and t != "haproxy" else ""
         resumed = sum(r["resumed"] for r in rs)
         probes = sum(r["probes"] for r in rs)
@@ -103,6 +111,7 @@ def table(res_dir):
         print(f"{t:<8} {len(rs):>4} {m(rs, 'probes_per_s'):>9.0f} {m(rs, 'cpu_pct'):>6.2f} "
               f"{m(rs, 'cpu_us_per_probe_median_window'):>9.1f} {'(' + per + ')':<18} {vs:>10} "
               f"{m(rs, 'backend_us_per_probe_median_window'):>12.1f} {f'{resumed}/{probes}':>8} "
+              f"{m(rs, 'runqueue_wait_pct_median_window'):>7.1f} "
               f"{kinds('protocol')} / {kinds('tls')} / {kinds('curve')}")
         if ratios and t != "haproxy":
             print(f"#   {t} / haproxy per round: {', '.join(f'{x:.2f}' for x in ratios)}")
@@ -111,7 +120,8 @@ def table(res_dir):
         print(f"# {r['target']} r{r['round']}: {extra} status {r['log']['status']} cipher {r['log']['cipher']}")
     print("# us/probe: the proxy's utime+stime / probes in nginx's log (median over windows); backend us/p: the")
     print("# same for nginx (+ the gRPC server); resumed: probes whose handshake nginx logged as resumed")
-    print("# ($ssl_session_reused = r) of all probes logged.")
+    print("# ($ssl_session_reused = r) of all probes logged; waited%: time the proxy's threads spent runnable")
+    print("# but not running (schedstat run delay) per second of the window, median: the neighbours' pressure.")
 
 
 if __name__ == "__main__":
