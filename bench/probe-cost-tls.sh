@@ -29,6 +29,9 @@
 #                   handshakes cost the backends' host
 # Medians over windows and rounds; the ratio capataz/HAProxy per round; capataz's /metrics
 # (capataz_probes_total) and HAProxy's stats (servers UP, chkfail) afterwards.
+# PERF=1 also runs `perf record -F 999 -g` on each proxy for 10 s from the start of its first
+# window (RES_DIR/TARGET-rN/perf.data, with a `perf report --sort dso,sym` summary beside it);
+# perf's own overhead then lands in that run's figures, so use it in a run of its own.
 #
 # Usage: bench/probe-cost-tls.sh   (env: MODE=https|h2|grpc BACKENDS=250 DURATION=60 WINDOW=10
 #                                   WARMUP=5 ROUNDS=1 RESUMPTION=off NICE=-10
@@ -218,7 +221,11 @@ measure() { # measure TARGET ROUND
     wait_port "$port" "$pid" 60
     log "$tgt round $r: listening; warm-up ${WARMUP}s"
     sleep "$WARMUP"
-    local w k0 k1 b0 b1 o0 o1 t0 t1 q0 q1 windows=()
+    local w k0 k1 b0 b1 o0 o1 t0 t1 q0 q1 windows=() perf_pid=""
+    if [[ -n ${PERF:-} ]]; then
+        perf record -F 999 -g -p "$pid" -o "$out/perf.data" -- sleep 10 >"$out/perf.log" 2>&1 &
+        perf_pid=$!
+    fi
     o0=$(log_bytes)
     for ((w = 0; w < DURATION / WINDOW; w++)); do
         k0=$(proc_ticks "$pid"); b0=$(backend_ticks); q0=$(wait_ns "$pid"); t0=$(date +%s.%N)
@@ -227,6 +234,10 @@ measure() { # measure TARGET ROUND
         windows+=("$(calc "$t1 - $t0") $(( k1 - k0 )) $(( b1 - b0 )) $o0 $o1 $(( q1 - q0 ))")
         o0=$o1
     done
+    if [[ -n $perf_pid ]]; then
+        wait "$perf_pid" || log "perf record failed: $(tail -2 "$out/perf.log")"
+        perf report -i "$out/perf.data" --no-children --sort dso,sym --stdio -g none >"$out/perf.txt" 2>/dev/null || true
+    fi
     local extra
     if [[ $tgt == capataz ]]; then
         curl -s --max-time 30 "http://127.0.0.1:$CAPATAZ_ADMIN/metrics" >"$out/metrics.txt" || true
