@@ -39,7 +39,7 @@
 #                                   RUN_DIR=/tmp/bench-probe-tls CAPATAZ_BIN=...)
 # Runtime: about 2.5 min per round with the defaults.
 # 250 backends, not probe-cost.sh's 10,000 (nor 1,000): a full handshake costs nginx about
-# 0.7 ms of CPU here, and HAProxy 2.6 (OpenSSL 3.0) about 2 ms per TLS check on its one thread,
+# 0.7-1 ms of CPU here, and HAProxy 2.6 (OpenSSL 3.0) about 2 ms per TLS check on its one thread,
 # so at 1,000 checks a second HAProxy falls behind (Layer6 timeouts, servers marked DOWN) and
 # its CPU per probe measures the collapse, not the probe; at 250 both proxies keep up with
 # room to spare. BACKENDS=1000 TARGETS=capataz shows capataz alone at 1,000.
