@@ -1,4 +1,5 @@
-# bench/common.sh - helpers shared by bench/failover.sh, bench/probe-cost.sh, bench/memory.sh.
+# bench/common.sh - helpers shared by bench/failover.sh, bench/probe-cost.sh, bench/probe-cost-tls.sh,
+# bench/memory.sh.
 # Sourced, not run. Every process is started with `start` (which records its PID) and stopped
 # by PID from the EXIT trap, whatever way the script ends; nothing is ever stopped by name.
 # Everything binds and targets 127.0.0.0/8 only.
