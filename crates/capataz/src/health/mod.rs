@@ -42,7 +42,9 @@ use crate::balance::{PoolHandle, TrafficSink};
 use crate::config::{AllDownPolicy, BackendProtocol, CheckKind, PoolConfig};
 pub use crate::events::{Event, OverrideKind};
 use crate::instruments::Families;
-use crate::tls::client::{client_config, server_name, Alpn, ClientSettings, Connector};
+use crate::tls::client::{
+    client_config, server_name, without_resumption, Alpn, ClientSettings, Connector,
+};
 use crate::upstream::Upstream;
 pub use backend::Clock;
 pub use membership::{Membership, MembershipState};
@@ -93,21 +95,33 @@ fn speaking(upstream: Upstream, protocol: BackendProtocol) -> Upstream {
 /// speaks TLS.
 fn with_tls(
     upstream: Upstream,
-    tls: Option<&Arc<rustls::ClientConfig>>,
+    tls: Option<&PoolTls>,
     config: &PoolConfig,
     address: &str,
 ) -> Upstream {
     let (Some(built), Some(settings)) = (tls, config.tls.as_ref()) else {
         return upstream;
     };
-    match server_name(settings.server_name.as_deref(), address) {
-        Some(name) => upstream.with_tls(Connector::new(built.clone(), name)),
-        // The config loader accepted the address, so it has a host part; without one the
-        // backend is still reached over TLS, verified against its IP address.
-        None => {
-            let ip = upstream.addr().ip();
-            upstream.with_tls(Connector::new(built.clone(), ip.into()))
-        }
+    // The config loader accepted the address, so it has a host part; without one the backend
+    // is still reached over TLS, verified against its IP address.
+    let name = server_name(settings.server_name.as_deref(), address)
+        .unwrap_or_else(|| upstream.addr().ip().into());
+    let connector = Connector::new(built.traffic.clone(), built.probes.clone(), name);
+    upstream.with_tls(connector)
+}
+
+/// A TLS pool's rustls client configurations: the traffic's, and the probes' (the same
+/// without session resumption).
+struct PoolTls {
+    traffic: Arc<rustls::ClientConfig>,
+    probes: Arc<rustls::ClientConfig>,
+}
+
+impl PoolTls {
+    fn of(config: &PoolConfig) -> Option<PoolTls> {
+        let traffic = tls_config(config)?;
+        let probes = without_resumption(&traffic);
+        Some(PoolTls { traffic, probes })
     }
 }
 
@@ -333,7 +347,7 @@ impl PoolRt {
             None => config.backends.iter().map(|_| None).collect(),
         };
         let membership = previous.map_or_else(Default::default, |p| p.membership.clone());
-        let tls = tls_config(&config);
+        let tls = PoolTls::of(&config);
         let mut joins = Vec::with_capacity(config.backends.len());
         let mut info = Vec::with_capacity(config.backends.len());
         let mut backends = Vec::with_capacity(config.backends.len());

@@ -117,7 +117,7 @@ async fn exchange(
     let stream = connect(addr).await?;
     match tls {
         None => exchange_on(probe, stream).await,
-        Some(tls) => match tls.connect(stream).await {
+        Some(tls) => match tls.connect_probe(stream).await {
             Ok(stream) => exchange_on(probe, stream).await,
             Err(error) if error.kind() == io::ErrorKind::InvalidData => Ok(Outcome::Tls.into()),
             Err(error) => Err(error),

@@ -171,7 +171,7 @@ async fn exchange(probe: &H2Probe, addr: SocketAddr, tls: Option<&Connector>) ->
     };
     match tls {
         None => over(probe, tcp).await,
-        Some(tls) => match tls.connect(tcp).await {
+        Some(tls) => match tls.connect_probe(tcp).await {
             Ok(stream) => over(probe, stream).await,
             Err(error) if error.kind() == std::io::ErrorKind::InvalidData => Outcome::Tls.into(),
             Err(error) => classify_error(&error).into(),

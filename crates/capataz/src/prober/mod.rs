@@ -146,7 +146,7 @@ async fn http_probe(
     let stream = connect(addr).await?;
     match tls {
         None => status_line(stream, path, host).await,
-        Some(tls) => match tls.connect(stream).await {
+        Some(tls) => match tls.connect_probe(stream).await {
             Ok(stream) => status_line(stream, path, host).await,
             Err(error) if error.kind() == io::ErrorKind::InvalidData => Ok(Outcome::Tls),
             Err(error) => Err(error),

@@ -97,10 +97,21 @@ pub fn server_name(explicit: Option<&str>, address: &str) -> Option<ServerName<'
     ServerName::try_from(host.to_owned()).ok()
 }
 
-/// Runs TLS handshakes with one backend.
+/// `config` with session resumption turned off: every handshake a full one, the backend's
+/// certificate verified each time (for probes: a resumed handshake would skip the certificate,
+/// so a probe would not see it replaced or expired until the session ticket lapsed).
+pub fn without_resumption(config: &Arc<ClientConfig>) -> Arc<ClientConfig> {
+    let mut fresh = ClientConfig::clone(config);
+    fresh.resumption = rustls::client::Resumption::disabled();
+    Arc::new(fresh)
+}
+
+/// Runs TLS handshakes with one backend: the traffic's (which resume sessions) and the
+/// probes' (full handshakes, see [`without_resumption`]).
 #[derive(Clone)]
 pub struct Connector {
     config: Arc<ClientConfig>,
+    probes: Arc<ClientConfig>,
     name: ServerName<'static>,
 }
 
@@ -113,9 +124,17 @@ impl std::fmt::Debug for Connector {
 }
 
 impl Connector {
-    /// Handshakes with `name` using `config`.
-    pub fn new(config: Arc<ClientConfig>, name: ServerName<'static>) -> Connector {
-        Connector { config, name }
+    /// Handshakes with `name` using `config` for traffic and `probes` for probes.
+    pub fn new(
+        config: Arc<ClientConfig>,
+        probes: Arc<ClientConfig>,
+        name: ServerName<'static>,
+    ) -> Connector {
+        Connector {
+            config,
+            probes,
+            name,
+        }
     }
 
     /// The TLS handshake over a connected `tcp`. The caller bounds it in time. An error is an
@@ -123,6 +142,14 @@ impl Connector {
     /// refused protocol).
     pub async fn connect(&self, tcp: TcpStream) -> io::Result<TlsStream<TcpStream>> {
         tokio_rustls::TlsConnector::from(self.config.clone())
+            .connect(self.name.clone(), tcp)
+            .await
+    }
+
+    /// A probe's TLS handshake over a connected `tcp`: as [`Connector::connect`], but always a
+    /// full handshake (no session resumed), so the certificate is verified on every probe.
+    pub async fn connect_probe(&self, tcp: TcpStream) -> io::Result<TlsStream<TcpStream>> {
+        tokio_rustls::TlsConnector::from(self.probes.clone())
             .connect(self.name.clone(), tcp)
             .await
     }

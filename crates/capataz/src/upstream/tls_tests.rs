@@ -48,7 +48,7 @@ async fn session() -> (BackendStream, ServerTls<TcpStream>) {
         alpn: Alpn::Http11,
     })
     .expect("client config");
-    let connector = Connector::new(config, ServerName::from(addr.ip()));
+    let connector = Connector::new(config.clone(), config, ServerName::from(addr.ip()));
     let connect = async {
         let tcp = TcpStream::connect(addr).await.expect("connect");
         connector.connect(tcp).await.expect("client handshake")

@@ -447,3 +447,28 @@ key = "client.key"
     assert!(!tls.roots.is_empty());
     assert!(tls.identity.is_some());
 }
+
+#[tokio::test]
+async fn every_probe_is_a_full_tls_handshake_while_traffic_resumes_sessions() {
+    let pki = Pki::new("fresh-probes");
+    // rustls's server keeps sessions by default: a client that offers one resumes it.
+    let backend = tls_backend("b", &pki, &["127.0.0.1"]).await;
+    let text = ConfigText::new(&[backend.entry()])
+        .extra(&format!(
+            "tls.ca_file = \"{}\"\n{TLS_CHECKS}",
+            pki.ca_file()
+        ))
+        .build();
+    let (balancer, _events) = start(&text).await;
+    crate::support::wait::wait_until("ten probes", || backend.hits() >= 10).await;
+    // Probes never resume: each one verifies the certificate the backend serves now.
+    assert_eq!(backend.resumed(), 0, "probes resumed a TLS session");
+    // Traffic does: each client connection gets a backend connection of its own (private
+    // reuse), each a handshake, and the later ones resume the first one's session.
+    let addr = balancer.local_addrs()[0];
+    for _ in 0..3 {
+        assert_eq!(Client::new(addr).get("/").await.status, 200);
+    }
+    assert!(backend.resumed() >= 1, "traffic resumed no session");
+    balancer.shutdown(crate::support::DEADLINE).await;
+}

@@ -159,6 +159,7 @@ pub struct HttpBackend {
     pub name: String,
     pub addr: SocketAddr,
     accepted: Arc<AtomicU64>,
+    resumed: Arc<AtomicU64>,
     hits: Arc<AtomicU64>,
     go_away: watch::Sender<u64>,
     task: tokio::task::JoinHandle<()>,
@@ -176,11 +177,13 @@ impl HttpBackend {
         let listener = TcpListener::bind(any()).await.expect("bind backend");
         let addr = listener.local_addr().expect("backend address");
         let accepted = Arc::new(AtomicU64::new(0));
+        let resumed = Arc::new(AtomicU64::new(0));
         let hits = Arc::new(AtomicU64::new(0));
         let (go_away, go_away_rx) = watch::channel(0u64);
         let backend_name = name.to_owned();
         let task = {
             let accepted = accepted.clone();
+            let resumed = resumed.clone();
             let hits = hits.clone();
             tokio::spawn(async move {
                 loop {
@@ -191,6 +194,7 @@ impl HttpBackend {
                     let tls = tls.clone();
                     let script = script.clone();
                     let hits = hits.clone();
+                    let resumed = resumed.clone();
                     let name = backend_name.clone();
                     let go_away = go_away_rx.clone();
                     tokio::spawn(async move {
@@ -205,6 +209,10 @@ impl HttpBackend {
                                 let Ok(stream) = acceptor.accept(tcp).await else {
                                     return;
                                 };
+                                let kind = stream.get_ref().1.handshake_kind();
+                                if kind == Some(rustls::HandshakeKind::Resumed) {
+                                    resumed.fetch_add(1, Ordering::Relaxed);
+                                }
                                 serve(TokioIo::new(stream), speaks, service, go_away).await;
                             }
                         }
@@ -216,6 +224,7 @@ impl HttpBackend {
             name: name.to_owned(),
             addr,
             accepted,
+            resumed,
             hits,
             go_away,
             task,
@@ -225,6 +234,11 @@ impl HttpBackend {
     /// Connections accepted so far.
     pub fn accepted(&self) -> u64 {
         self.accepted.load(Ordering::Relaxed)
+    }
+
+    /// TLS handshakes that resumed a session (no certificate sent), so far.
+    pub fn resumed(&self) -> u64 {
+        self.resumed.load(Ordering::Relaxed)
     }
 
     /// Requests received so far.
