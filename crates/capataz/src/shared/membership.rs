@@ -233,9 +233,7 @@ async fn follow(me: Weak<Shared>, config: PoolConfig, initial: Option<Vec<Backen
         for change in verdict.changes {
             shared.tell(&name, kind, change);
         }
-        if let Some(members) = verdict.apply {
-            shared.set_members(&name, &config.source, members).await;
-        }
+        // Noted before the update is applied, so the record agrees with its `updated` event.
         let holding = guard.holding();
         if holding {
             source.confirm_later();
@@ -243,6 +241,9 @@ async fn follow(me: Weak<Shared>, config: PoolConfig, initial: Option<Vec<Backen
         note(&shared, &name, |m| {
             m.held = if holding { held.or(m.held) } else { None };
         });
+        if let Some(members) = verdict.apply {
+            shared.set_members(&name, &config.source, members).await;
+        }
     }
 }
 

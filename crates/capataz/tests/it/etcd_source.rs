@@ -3,7 +3,8 @@
 //! probes, removed ones get no new requests), a bad value is skipped with an event naming its
 //! key, etcd killed and restarted keeps the membership (events for the failure and the
 //! recovery) and the watch resumes without missing a change made meanwhile, a compaction past
-//! the watch's revision is read again without missing anything, and a large drop waits for
+//! the watch's revision is read again without missing anything, a hung etcd (stopped, its
+//! connections open) is found by the keepalive check, and a large drop waits for
 //! confirmation.
 
 use std::time::Duration;
@@ -83,11 +84,14 @@ async fn etcd_puts_and_deletes_reach_traffic_added_gated_removed_drained() {
     );
     let pool = balancer.pool("web").expect("pool web");
     assert_eq!(names(&pool), vec!["a", "b"]);
-    for name in ["a", "b"] {
-        wait_for(&mut rx, "a backend UP after rise probes", |e| {
-            is_transition(e, name, State::Up)
+    // Both start DOWN (gated), in whichever order their rise probes pass.
+    let mut up = std::collections::HashSet::new();
+    while up.len() < 2 {
+        let event = wait_for(&mut rx, "both backends UP after rise probes", |e| {
+            is_transition(e, "a", State::Up) || is_transition(e, "b", State::Up)
         })
         .await;
+        up.insert(event.backend().map(str::to_owned));
     }
     let mut client = Client::new(balancer.local_addrs()[0]);
     for _ in 0..6 {
@@ -312,5 +316,29 @@ async fn etcd_a_large_drop_is_held_until_a_second_read_confirms_it() {
     wait_total(&mut rx, 1).await;
     assert_eq!(names(&balancer.pool("web").expect("pool")), vec!["a"]);
     assert_eq!(balancer.pool("web").expect("pool").membership.state().held, None);
+    balancer.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn etcd_a_hung_etcd_is_found_by_the_keepalive_check_and_the_membership_stays() {
+    let sims = backends(&["a"]).await;
+    let etcd = Etcd::start("hung").await;
+    etcd.put("/web/a", &value(&sims[0])).await;
+    let (balancer, mut rx) = balancer(&etcd, "kind = \"none\"").await;
+    wait_total(&mut rx, 1).await;
+    // Stopped: the watch's connection stays open and silent; the check (keepalive 1 s,
+    // timeout 1 s) times out.
+    etcd.pause(true);
+    let failing = wait_change(&mut rx, "a failing event", |c| {
+        matches!(c, MembershipChange::Failing { .. })
+    })
+    .await;
+    assert!(matches!(failing, MembershipChange::Failing { kept: 1, .. }), "{failing:?}");
+    assert_eq!(names(&balancer.pool("web").expect("pool")), vec!["a"]);
+    etcd.pause(false);
+    wait_change(&mut rx, "a restored event", |c| {
+        matches!(c, MembershipChange::Restored { kept: 1 })
+    })
+    .await;
     balancer.shutdown(Duration::from_secs(5)).await;
 }

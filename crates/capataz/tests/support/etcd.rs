@@ -154,9 +154,22 @@ impl Etcd {
     /// Kills etcd (SIGKILL, by PID): capataz's connections are cut.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
+            // A stopped etcd is killed all the same (SIGKILL needs no SIGCONT).
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Stops etcd (SIGSTOP) or lets it go on (SIGCONT): stopped, it keeps its connections
+    /// and answers nothing.
+    pub fn pause(&self, stop: bool) {
+        let pid = self.child.as_ref().expect("etcd runs").id();
+        let status = Command::new("kill")
+            .arg(if stop { "-STOP" } else { "-CONT" })
+            .arg(pid.to_string())
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -STOP/-CONT {pid} failed");
     }
 
     /// Kills etcd and starts it again, from its data, on the admin port only: capataz
