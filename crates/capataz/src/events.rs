@@ -120,12 +120,12 @@ pub enum Event {
         /// Wall-clock time.
         time: SystemTime,
     },
-    /// The pool's backend source (DNS) changed the pool's membership, failed, recovered, or
-    /// held a drop for confirmation.
+    /// The pool's backend source (DNS or etcd) changed the pool's membership, failed,
+    /// recovered, held a drop for confirmation, or skipped a key.
     Membership {
         /// The pool.
         pool: Arc<str>,
-        /// The source's kind (`dns`).
+        /// The source's kind (`dns` or `etcd`).
         source: &'static str,
         /// What happened.
         change: MembershipChange,
