@@ -47,7 +47,7 @@ pub enum Source {
     /// A DNS name re-resolved on its TTL.
     Dns {
         /// The resolver for the name.
-        resolver: DnsResolver,
+        resolver: Box<DnsResolver>,
         /// How long to wait before the next query (zero before the first).
         wait: Duration,
     },
@@ -62,7 +62,7 @@ impl Source {
         match config {
             PoolSource::Static => None,
             PoolSource::Dns(dns) => Some(DnsResolver::new(dns).map(|resolver| Source::Dns {
-                resolver,
+                resolver: Box::new(resolver),
                 wait: Duration::ZERO,
             })),
             PoolSource::Etcd(etcd) => Some(Ok(Source::Etcd(Box::new(EtcdWatch::new(etcd))))),

@@ -61,9 +61,11 @@ async fn wait_change(
 }
 
 async fn wait_total(rx: &mut broadcast::Receiver<Event>, total: usize) -> MembershipChange {
-    wait_change(rx, &format!("a membership update to {total}"), |c| {
-        matches!(c, MembershipChange::Updated { total: t, .. } if *t == total)
-    })
+    wait_change(
+        rx,
+        &format!("a membership update to {total}"),
+        |c| matches!(c, MembershipChange::Updated { total: t, .. } if *t == total),
+    )
     .await
 }
 
@@ -109,8 +111,16 @@ async fn etcd_puts_and_deletes_reach_traffic_added_gated_removed_drained() {
         }
     );
     let pool = balancer.pool("web").expect("pool web");
-    assert_ne!(pool.views()[2].health.active.state, State::Up, "c not gated");
-    assert_eq!(pool.views()[0].health.active.state, State::Up, "a lost its health");
+    assert_ne!(
+        pool.views()[2].health.active.state,
+        State::Up,
+        "c not gated"
+    );
+    assert_eq!(
+        pool.views()[0].health.active.state,
+        State::Up,
+        "a lost its health"
+    );
     wait_for(&mut rx, "c UP after rise probes", |e| {
         is_transition(e, "c", State::Up)
     })
@@ -129,8 +139,15 @@ async fn etcd_puts_and_deletes_reach_traffic_added_gated_removed_drained() {
     for _ in 0..10 {
         assert_eq!(client.get("/").await.status, 200);
     }
-    assert!(sims[2].traffic_hits() > 0, "the added backend got no request");
-    assert_eq!(sims[1].traffic_hits(), b_hits, "the removed backend still got requests");
+    assert!(
+        sims[2].traffic_hits() > 0,
+        "the added backend got no request"
+    );
+    assert_eq!(
+        sims[1].traffic_hits(),
+        b_hits,
+        "the removed backend still got requests"
+    );
 
     // /status, explain and the metrics say where the backends come from and how old the
     // membership is.
@@ -186,9 +203,11 @@ async fn etcd_a_bad_value_is_skipped_with_an_event_naming_its_key() {
     assert_eq!(names(&balancer.pool("web").expect("pool")), vec!["a", "b"]);
     // A bad value over a good key takes that backend out (it counts as absent).
     etcd.put("/web/b", r#"{"address": "not-an-ip:80"}"#).await;
-    wait_change(&mut rx, "the bad value over b skipped", |c| {
-        matches!(c, MembershipChange::Skipped { key, .. } if key == "/web/b")
-    })
+    wait_change(
+        &mut rx,
+        "the bad value over b skipped",
+        |c| matches!(c, MembershipChange::Skipped { key, .. } if key == "/web/b"),
+    )
     .await;
     wait_total(&mut rx, 1).await;
     assert_eq!(names(&balancer.pool("web").expect("pool")), vec!["a"]);
@@ -211,7 +230,10 @@ async fn etcd_killed_and_restarted_keeps_the_membership_and_resumes_without_miss
         matches!(c, MembershipChange::Failing { .. })
     })
     .await;
-    assert!(matches!(failing, MembershipChange::Failing { kept: 2, .. }), "{failing:?}");
+    assert!(
+        matches!(failing, MembershipChange::Failing { kept: 2, .. }),
+        "{failing:?}"
+    );
     assert_eq!(count(), 2, "a failing source emptied the pool");
     let mut client = Client::new(balancer.local_addrs()[0]);
     for _ in 0..4 {
@@ -242,7 +264,10 @@ async fn etcd_killed_and_restarted_keeps_the_membership_and_resumes_without_miss
             total: 3
         }
     );
-    assert_eq!(names(&balancer.pool("web").expect("pool")), vec!["a", "b", "c"]);
+    assert_eq!(
+        names(&balancer.pool("web").expect("pool")),
+        vec!["a", "b", "c"]
+    );
     // The watch runs again: a change now arrives too.
     etcd.delete("/web/a").await;
     wait_total(&mut rx, 2).await;
@@ -315,7 +340,10 @@ async fn etcd_a_large_drop_is_held_until_a_second_read_confirms_it() {
     .await;
     wait_total(&mut rx, 1).await;
     assert_eq!(names(&balancer.pool("web").expect("pool")), vec!["a"]);
-    assert_eq!(balancer.pool("web").expect("pool").membership.state().held, None);
+    assert_eq!(
+        balancer.pool("web").expect("pool").membership.state().held,
+        None
+    );
     balancer.shutdown(Duration::from_secs(5)).await;
 }
 
@@ -333,7 +361,10 @@ async fn etcd_a_hung_etcd_is_found_by_the_keepalive_check_and_the_membership_sta
         matches!(c, MembershipChange::Failing { .. })
     })
     .await;
-    assert!(matches!(failing, MembershipChange::Failing { kept: 1, .. }), "{failing:?}");
+    assert!(
+        matches!(failing, MembershipChange::Failing { kept: 1, .. }),
+        "{failing:?}"
+    );
     assert_eq!(names(&balancer.pool("web").expect("pool")), vec!["a"]);
     etcd.pause(false);
     wait_change(&mut rx, "a restored event", |c| {

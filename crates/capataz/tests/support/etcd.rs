@@ -92,7 +92,10 @@ impl Etcd {
                     std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default()
                 );
             }
-            assert!(Instant::now() < end, "etcd did not start within {DEADLINE:?}");
+            assert!(
+                Instant::now() < end,
+                "etcd did not start within {DEADLINE:?}"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -139,7 +142,9 @@ impl Etcd {
 
     /// The store's revision now.
     pub async fn revision(&self) -> i64 {
-        let out = self.must(&["get", "/", "--prefix", "--limit=1", "-w", "json"]).await;
+        let out = self
+            .must(&["get", "/", "--prefix", "--limit=1", "-w", "json"])
+            .await;
         let json: serde_json::Value = serde_json::from_str(&out).expect("etcdctl JSON");
         json["header"]["revision"].as_i64().expect("a revision")
     }
@@ -147,7 +152,8 @@ impl Etcd {
     /// Compacts the store up to its revision now: older revisions are gone.
     pub async fn compact(&self) -> i64 {
         let revision = self.revision().await;
-        self.must(&["compact", &revision.to_string(), "--physical"]).await;
+        self.must(&["compact", &revision.to_string(), "--physical"])
+            .await;
         revision
     }
 

@@ -73,7 +73,10 @@ async fn send(
     body: String,
 ) -> Result<Incoming, String> {
     let request = hyper::Request::post(path)
-        .header(hyper::header::HOST, format!("{}:{}", endpoint.host, endpoint.port))
+        .header(
+            hyper::header::HOST,
+            format!("{}:{}", endpoint.host, endpoint.port),
+        )
         .header(hyper::header::CONTENT_TYPE, "application/json")
         .body(Full::new(Bytes::from(body)))
         .map_err(|e| format!("building a request to {}: {e}", endpoint.url))?;

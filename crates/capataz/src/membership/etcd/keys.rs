@@ -147,11 +147,11 @@ fn backend(prefix: &[u8], key: &[u8], value: &[u8]) -> Result<BackendConfig, Str
             value.len()
         ));
     }
-    let json: serde_json::Value = serde_json::from_slice(value)
-        .map_err(|e| format!("the value is not JSON ({e})"))?;
-    let object = json.as_object().ok_or(
-        r#"the value is not a JSON object (write {"address": "ip:port", "weight": 1})"#,
-    )?;
+    let json: serde_json::Value =
+        serde_json::from_slice(value).map_err(|e| format!("the value is not JSON ({e})"))?;
+    let object = json
+        .as_object()
+        .ok_or(r#"the value is not a JSON object (write {"address": "ip:port", "weight": 1})"#)?;
     let address = match object.get("address") {
         Some(serde_json::Value::String(address)) => address,
         Some(_) => return Err("\"address\" is not a string".into()),
@@ -212,7 +212,10 @@ mod tests {
     use super::*;
 
     fn put(keys: &mut Keys, key: &str, value: &str, revision: i64) {
-        assert_eq!(keys.put(key.as_bytes().to_vec(), value.as_bytes(), revision), None);
+        assert_eq!(
+            keys.put(key.as_bytes().to_vec(), value.as_bytes(), revision),
+            None
+        );
     }
 
     fn names(members: &[BackendConfig]) -> Vec<(&str, &str, u32)> {
@@ -225,8 +228,18 @@ mod tests {
     #[test]
     fn values_make_backends_named_by_value_key_or_address() {
         let mut keys = Keys::new(b"/web/");
-        put(&mut keys, "/web/a", r#"{"address":"127.0.0.1:8001","weight":3}"#, 2);
-        put(&mut keys, "/web/b", r#"{"address":"[::1]:8002","name":"bee","x":1}"#, 3);
+        put(
+            &mut keys,
+            "/web/a",
+            r#"{"address":"127.0.0.1:8001","weight":3}"#,
+            2,
+        );
+        put(
+            &mut keys,
+            "/web/b",
+            r#"{"address":"[::1]:8002","name":"bee","x":1}"#,
+            3,
+        );
         put(&mut keys, "/web/", r#"{"address":"127.0.0.1:8003"}"#, 4);
         let (members, skipped) = keys.members();
         assert_eq!(
@@ -266,7 +279,10 @@ mod tests {
             // The same value again is not told again.
             assert!(keys.members().1.is_empty());
         }
-        let huge = format!(r#"{{"address":"127.0.0.1:1","pad":"{}"}}"#, "x".repeat(MAX_VALUE));
+        let huge = format!(
+            r#"{{"address":"127.0.0.1:1","pad":"{}"}}"#,
+            "x".repeat(MAX_VALUE)
+        );
         put(&mut keys, "/web/b", &huge, 30);
         assert!(keys.members().1[0].error.contains("more than the 4096"));
     }
@@ -274,8 +290,18 @@ mod tests {
     #[test]
     fn a_name_already_taken_by_an_earlier_key_is_skipped() {
         let mut keys = Keys::new(b"/web/");
-        put(&mut keys, "/web/a", r#"{"address":"127.0.0.1:8001","name":"x"}"#, 2);
-        put(&mut keys, "/web/b", r#"{"address":"127.0.0.1:8002","name":"x"}"#, 3);
+        put(
+            &mut keys,
+            "/web/a",
+            r#"{"address":"127.0.0.1:8001","name":"x"}"#,
+            2,
+        );
+        put(
+            &mut keys,
+            "/web/b",
+            r#"{"address":"127.0.0.1:8002","name":"x"}"#,
+            3,
+        );
         let (members, skipped) = keys.members();
         assert_eq!(names(&members), vec![("x", "127.0.0.1:8001", 1)]);
         assert_eq!(skipped[0].key, "/web/b");

@@ -205,7 +205,10 @@ impl EtcdWatch {
                 return Err(format!(
                     "{}: the watch was refused: {}",
                     endpoint.url,
-                    String::from_utf8_lossy(&first).chars().take(200).collect::<String>()
+                    String::from_utf8_lossy(&first)
+                        .chars()
+                        .take(200)
+                        .collect::<String>()
                 ))
             }
         }
@@ -248,13 +251,15 @@ impl EtcdWatch {
                 self.watch = None;
                 return Ok(false);
             }
-            return Err(format!("etcd cancelled the watch: {}", result.cancel_reason));
+            return Err(format!(
+                "etcd cancelled the watch: {}",
+                result.cancel_reason
+            ));
         }
         let mut changed = false;
         let mut dropped = Vec::new();
         for event in result.events {
-            let key =
-                wire::decode(&event.kv.key).ok_or("a key in a watch answer is not base64")?;
+            let key = wire::decode(&event.kv.key).ok_or("a key in a watch answer is not base64")?;
             match event.kind.as_str() {
                 "" | "PUT" => {
                     let value = wire::decode(&event.kv.value)

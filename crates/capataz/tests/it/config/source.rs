@@ -151,7 +151,10 @@ fn an_etcd_source_has_its_defaults_and_no_backends() {
 fn etcd_source_mistakes_name_their_key() {
     const ETCD: &str = "kind = \"etcd\"\nendpoints = [\"http://127.0.0.1:2379\"]\n";
     let cases: &[(&str, &str)] = &[
-        ("kind = \"etcd\"\nprefix = \"/web/\"\n", "pools.web.source.endpoints"),
+        (
+            "kind = \"etcd\"\nprefix = \"/web/\"\n",
+            "pools.web.source.endpoints",
+        ),
         (
             "kind = \"etcd\"\nendpoints = []\nprefix = \"/web/\"\n",
             "pools.web.source.endpoints",
@@ -196,5 +199,10 @@ fn etcd_source_mistakes_name_their_key() {
         "{DNS_POOL}kind = \"etcd\"\nendpoints = [\"https://127.0.0.1:2379\"]\nprefix = \"/w/\"\n"
     );
     let error = parse_str(&https, "config.toml").expect_err("https refused");
-    assert!(error.to_string().contains("TLS to etcd is not supported yet"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("TLS to etcd is not supported yet"),
+        "{error}"
+    );
 }

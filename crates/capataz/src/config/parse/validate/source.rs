@@ -52,7 +52,11 @@ impl Validator<'_> {
             ("ttl_min", raw.ttl_min.is_some(), &["dns"]),
             ("ttl_max", raw.ttl_max.is_some(), &["dns"]),
             ("timeout", raw.timeout.is_some(), &["dns", "etcd"]),
-            ("max_drop_percent", raw.max_drop_percent.is_some(), &["dns", "etcd"]),
+            (
+                "max_drop_percent",
+                raw.max_drop_percent.is_some(),
+                &["dns", "etcd"],
+            ),
             ("endpoints", raw.endpoints.is_some(), &["etcd"]),
             ("prefix", raw.prefix.is_some(), &["etcd"]),
             ("reconnect_min", raw.reconnect_min.is_some(), &["etcd"]),
@@ -211,7 +215,10 @@ impl Validator<'_> {
             return Err(self.error(
                 Some(list_span),
                 &format!("{at}.endpoints"),
-                format!("list 1 to {MAX_ENDPOINTS} etcd endpoints (it has {})", list.len()),
+                format!(
+                    "list 1 to {MAX_ENDPOINTS} etcd endpoints (it has {})",
+                    list.len()
+                ),
             ));
         }
         let mut endpoints = Vec::with_capacity(list.len());
@@ -341,7 +348,9 @@ fn etcd_endpoint(text: &str) -> Option<EtcdEndpoint> {
             && host.split('.').all(|label| {
                 !label.is_empty()
                     && label.len() <= 63
-                    && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
             }));
     host_ok.then(|| EtcdEndpoint {
         url: text.to_owned(),
