@@ -4,8 +4,9 @@
 //! key, etcd killed and restarted keeps the membership (events for the failure and the
 //! recovery) and the watch resumes without missing a change made meanwhile, a compaction past
 //! the watch's revision is read again without missing anything, a hung etcd (stopped, its
-//! connections open) is found by the keepalive check, and a large drop waits for
-//! confirmation.
+//! connections open) is found by the keepalive check, a backend whose lease expires leaves the
+//! pool, a large drop waits for confirmation, and a hostile gateway (an endless line, answers
+//! that are not JSON) is a failure that keeps the membership.
 
 use std::time::Duration;
 
@@ -371,5 +372,164 @@ async fn etcd_a_hung_etcd_is_found_by_the_keepalive_check_and_the_membership_sta
         matches!(c, MembershipChange::Restored { kept: 1 })
     })
     .await;
+    balancer.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn etcd_a_backend_whose_lease_expires_leaves_the_pool() {
+    let sims = backends(&["a", "b"]).await;
+    let etcd = Etcd::start("lease").await;
+    etcd.put("/web/a", &value(&sims[0])).await;
+    let lease = etcd.grant_lease(2).await;
+    etcd.put_with_lease("/web/b", &value(&sims[1]), &lease)
+        .await;
+    let (balancer, mut rx) = balancer(&etcd, "kind = \"none\"").await;
+    wait_total(&mut rx, 2).await;
+    // Nobody keeps the lease alive: etcd deletes b when it expires.
+    assert_eq!(
+        wait_total(&mut rx, 1).await,
+        MembershipChange::Updated {
+            added: 0,
+            removed: 1,
+            total: 1
+        }
+    );
+    assert_eq!(names(&balancer.pool("web").expect("pool")), vec!["a"]);
+    balancer.shutdown(Duration::from_secs(5)).await;
+}
+
+/// A hand-written gateway: a range answer with one backend (`address`), then a watch that is
+/// created and sends one line that never ends; or, with `garbage`, answers that are not JSON.
+async fn hostile_gateway(address: std::net::SocketAddr, garbage: bool) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let local = listener.local_addr().expect("address");
+    let key = "L3dlYi9h"; // "/web/a"
+    let value = encode(&format!(r#"{{"address":"{address}"}}"#));
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let value = value.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && head.len() < 65_536 {
+                    if socket.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).to_string();
+                if garbage {
+                    let _ = socket
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n<html")
+                        .await;
+                    return;
+                }
+                if head.starts_with("POST /v3/kv/range") {
+                    let body = format!(
+                        r#"{{"header":{{"revision":"5"}},"kvs":[{{"key":"{key}","value":"{value}","mod_revision":"5"}}],"count":"1"}}"#
+                    );
+                    let _ = socket
+                        .write_all(
+                            format!(
+                                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                                body.len()
+                            )
+                            .as_bytes(),
+                        )
+                        .await;
+                } else {
+                    let created = "{\"result\":{\"created\":true}}\n";
+                    let mut out = format!(
+                        "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{created}\r\n",
+                        created.len()
+                    )
+                    .into_bytes();
+                    let chunk = vec![b'x'; 1 << 20];
+                    if socket.write_all(&out).await.is_err() {
+                        return;
+                    }
+                    out.clear();
+                    out.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+                    out.extend_from_slice(&chunk);
+                    out.extend_from_slice(b"\r\n");
+                    // Without end, until capataz hangs up.
+                    while socket.write_all(&out).await.is_ok() {}
+                }
+            });
+        }
+    });
+    local
+}
+
+/// Base64 for the hand-written gateway.
+fn encode(text: &str) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes = text.as_bytes();
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn etcd_a_hostile_gateway_is_a_failure_that_keeps_the_membership() {
+    let sims = backends(&["a"]).await;
+    // An endless watch line: cut at the bound, a failure; the backend read before stays.
+    let gateway = hostile_gateway(sims[0].addr(), false).await;
+    let (balancer, mut rx) = start(&format!(
+        "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web.source]\nkind = \"etcd\"\n\
+         endpoints = [\"http://{gateway}\"]\nprefix = \"/web/\"\ntimeout = \"1s\"\n\
+         reconnect_min = \"5s\"\nreconnect_max = \"5s\"\n[pools.web.active]\nkind = \"none\"\n"
+    ))
+    .await;
+    wait_total(&mut rx, 1).await;
+    let failing = wait_change(&mut rx, "a failing event", |c| {
+        matches!(c, MembershipChange::Failing { .. })
+    })
+    .await;
+    let MembershipChange::Failing { error, kept } = failing else {
+        unreachable!("matched above")
+    };
+    assert!(error.contains("longer than"), "{error}");
+    assert_eq!(kept, 1);
+    assert_eq!(names(&balancer.pool("web").expect("pool")), vec!["a"]);
+    balancer.shutdown(Duration::from_secs(5)).await;
+
+    // Answers that are not JSON: a failure from the start, nothing in the pool, no panic.
+    let gateway = hostile_gateway(sims[0].addr(), true).await;
+    let (balancer, mut rx) = start(&format!(
+        "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web.source]\nkind = \"etcd\"\n\
+         endpoints = [\"http://{gateway}\"]\nprefix = \"/web/\"\ntimeout = \"1s\"\n\
+         [pools.web.active]\nkind = \"none\"\n"
+    ))
+    .await;
+    let failing = wait_change(&mut rx, "a failing event", |c| {
+        matches!(c, MembershipChange::Failing { .. })
+    })
+    .await;
+    assert!(
+        matches!(&failing, MembershipChange::Failing { error, kept: 0 } if error.contains("not JSON")),
+        "{failing:?}"
+    );
+    assert!(balancer.pool("web").expect("pool").backends.is_empty());
     balancer.shutdown(Duration::from_secs(5)).await;
 }

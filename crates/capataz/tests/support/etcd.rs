@@ -130,6 +130,24 @@ impl Etcd {
         self.must(&["put", key, value]).await;
     }
 
+    /// Grants a lease of `ttl_seconds`: its ID, for [`Etcd::put_with_lease`].
+    pub async fn grant_lease(&self, ttl_seconds: u32) -> String {
+        let out = self
+            .must(&["lease", "grant", &ttl_seconds.to_string()])
+            .await;
+        // "lease 694d7a1b2c3d4e5f granted with TTL(2s)"
+        out.split_whitespace()
+            .nth(1)
+            .unwrap_or_else(|| panic!("a lease ID in {out:?}"))
+            .to_owned()
+    }
+
+    /// Writes `value` at `key`, attached to `lease`: the key goes when the lease expires.
+    pub async fn put_with_lease(&self, key: &str, value: &str, lease: &str) {
+        self.must(&["put", &format!("--lease={lease}"), key, value])
+            .await;
+    }
+
     /// Deletes `key`.
     pub async fn delete(&self, key: &str) {
         self.must(&["del", key]).await;

@@ -130,6 +130,10 @@ pub(super) async fn call(
 pub(super) struct Watch {
     body: Incoming,
     buffer: Vec<u8>,
+    /// Where the lines not taken yet start in `buffer`.
+    start: usize,
+    /// How much of `buffer` is known to hold no newline (each byte is looked at once).
+    scanned: usize,
     _connection: Connection,
 }
 
@@ -155,6 +159,8 @@ impl Watch {
             Ok(Watch {
                 body,
                 buffer: Vec::new(),
+                start: 0,
+                scanned: 0,
                 _connection: connection,
             })
         };
@@ -165,10 +171,15 @@ impl Watch {
 
     /// A whole line already received, if any (without waiting).
     pub(super) fn buffered_line(&mut self) -> Option<Vec<u8>> {
-        let end = self.buffer.iter().position(|b| *b == b'\n')?;
-        let rest = self.buffer.split_off(end + 1);
-        let mut line = std::mem::replace(&mut self.buffer, rest);
-        line.pop();
+        let from = self.scanned.max(self.start);
+        let Some(found) = self.buffer[from..].iter().position(|b| *b == b'\n') else {
+            self.scanned = self.buffer.len();
+            return None;
+        };
+        let end = from + found;
+        let line = self.buffer[self.start..end].to_vec();
+        self.start = end + 1;
+        self.scanned = self.start;
         Some(line)
     }
 
@@ -179,11 +190,15 @@ impl Watch {
             if let Some(line) = self.buffered_line() {
                 return Ok(line);
             }
-            if self.buffer.len() > MAX_LINE {
+            if self.buffer.len() - self.start > MAX_LINE {
                 return Err(format!(
                     "the watch sent a line longer than {MAX_LINE} bytes"
                 ));
             }
+            // What was taken goes before more is read (each byte is moved at most once more).
+            self.buffer.drain(..self.start);
+            self.scanned -= self.start;
+            self.start = 0;
             match self.body.frame().await {
                 None => return Err("the watch stream ended".into()),
                 Some(Err(e)) => return Err(format!("the watch stream failed: {e}")),
