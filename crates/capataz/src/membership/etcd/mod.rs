@@ -100,13 +100,15 @@ impl EtcdWatch {
                     let line = match line {
                         Ok(line) => line,
                         Err(error) => {
+                            let error = self.say(&error);
                             self.fail();
-                            return Answer::Failed(self.say(&error));
+                            return Answer::Failed(error);
                         }
                     };
                     if let Err(error) = self.handle_lines(line) {
+                        let error = self.say(&error);
                         self.fail();
-                        return Answer::Failed(self.say(&error));
+                        return Answer::Failed(error);
                     }
                 }
                 () = tokio::time::sleep(keepalive) => {
@@ -126,6 +128,7 @@ impl EtcdWatch {
         }
     }
 
+    /// `error` prefixed with the endpoint in use (call it before [`EtcdWatch::fail`] moves on).
     fn say(&self, error: &str) -> String {
         format!("{}: {error}", self.config.endpoints[self.endpoint].url)
     }
