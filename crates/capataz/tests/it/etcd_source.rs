@@ -232,7 +232,7 @@ async fn etcd_killed_and_restarted_keeps_the_membership_and_resumes_without_miss
     })
     .await;
     assert!(
-        matches!(failing, MembershipChange::Failing { kept: 2, .. }),
+        matches!(&failing, MembershipChange::Failing { kept: 2, error } if error.starts_with(&etcd.endpoint())),
         "{failing:?}"
     );
     assert_eq!(count(), 2, "a failing source emptied the pool");
