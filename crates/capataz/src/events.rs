@@ -120,12 +120,12 @@ pub enum Event {
         /// Wall-clock time.
         time: SystemTime,
     },
-    /// The pool's backend source (DNS) changed the pool's membership, failed, recovered, or
-    /// held a drop for confirmation.
+    /// The pool's backend source (DNS or etcd) changed the pool's membership, failed,
+    /// recovered, held a drop for confirmation, or skipped a key.
     Membership {
         /// The pool.
         pool: Arc<str>,
-        /// The source's kind (`dns`).
+        /// The source's kind (`dns` or `etcd`).
         source: &'static str,
         /// What happened.
         change: MembershipChange,
@@ -175,10 +175,18 @@ pub enum MembershipChange {
         /// Backends after.
         to: usize,
     },
+    /// A key of the source (etcd) has a value that is no backend: it counts as absent, the
+    /// other keys still count. Said once per value written.
+    Skipped {
+        /// The key, as text (bytes that are not UTF-8 replaced).
+        key: String,
+        /// What is wrong with its value.
+        error: String,
+    },
 }
 
 impl MembershipChange {
-    /// `updated`, `failing`, `restored`, `drop_held` or `drop_confirmed`.
+    /// `updated`, `failing`, `restored`, `drop_held`, `drop_confirmed` or `skipped`.
     pub fn as_str(&self) -> &'static str {
         match self {
             MembershipChange::Updated { .. } => "updated",
@@ -186,6 +194,7 @@ impl MembershipChange {
             MembershipChange::Restored { .. } => "restored",
             MembershipChange::DropHeld { .. } => "drop_held",
             MembershipChange::DropConfirmed { .. } => "drop_confirmed",
+            MembershipChange::Skipped { .. } => "skipped",
         }
     }
 }
@@ -219,6 +228,10 @@ impl std::fmt::Display for MembershipChange {
             MembershipChange::DropConfirmed { from, to } => write!(
                 f,
                 "the next answer confirmed the drop from {from} to {to} backends; applied"
+            ),
+            MembershipChange::Skipped { key, error } => write!(
+                f,
+                "key {key:?} skipped: {error}; it counts as no backend, the other keys still count"
             ),
         }
     }
@@ -445,6 +458,9 @@ impl Event {
             Event::Membership { source, change, .. } => {
                 object.insert("source".into(), (*source).into());
                 object.insert("membership".into(), change.as_str().into());
+                if let MembershipChange::Skipped { key, .. } = change {
+                    object.insert("key".into(), key.clone().into());
+                }
             }
             Event::Recovered { .. } | Event::Eligibility { .. } => {}
         }

@@ -78,29 +78,50 @@ fn source_text(source: &PoolSource) -> Option<String> {
                 DnsRecord::Srv => "SRV",
             }
         )),
+        PoolSource::Etcd(etcd) => Some(format!("etcd {}", etcd.prefix)),
     }
 }
 
 /// The pool's source and what it last did, for `/status`: `kind`, and for a source other than
-/// `static`, `name`, `age_seconds` (since the source last answered; `null` before its first
+/// `static`, `age_seconds` (since the source last answered; `null` before its first
 /// answer), `confirmed_at`, `failing` (why, while it fails) and `held` (a drop held for
-/// confirmation: `from` and `to`).
+/// confirmation: `from` and `to`); a DNS source adds `name` and `record`, an etcd one `prefix`
+/// and `endpoints`.
 fn source_json(pool: &PoolRt) -> Value {
     let source = &pool.config.source;
     match source {
         PoolSource::Static => json!({ "kind": "static" }),
-        PoolSource::Dns(dns) => {
+        PoolSource::Dns(_) | PoolSource::Etcd(_) => {
             let state = pool.membership.state();
             let now = pool.clock().now();
-            json!({
+            let mut value = json!({
                 "kind": source.kind(),
-                "name": dns.name,
-                "record": match dns.record { DnsRecord::Address { .. } => "a", DnsRecord::Srv => "srv" },
                 "age_seconds": state.confirmed.map(|t| now.saturating_sub(t).as_secs_f64()),
                 "confirmed_at": state.confirmed_wall.map(rfc3339),
                 "failing": state.failing,
                 "held": state.held.map(|(from, to)| json!({ "from": from, "to": to })),
-            })
+            });
+            match source {
+                PoolSource::Dns(dns) => {
+                    value["name"] = dns.name.clone().into();
+                    value["record"] = match dns.record {
+                        DnsRecord::Address { .. } => "a",
+                        DnsRecord::Srv => "srv",
+                    }
+                    .into();
+                }
+                PoolSource::Etcd(etcd) => {
+                    value["prefix"] = etcd.prefix.clone().into();
+                    value["endpoints"] = etcd
+                        .endpoints
+                        .iter()
+                        .map(|e| e.url.clone())
+                        .collect::<Vec<_>>()
+                        .into();
+                }
+                PoolSource::Static => {}
+            }
+            value
         }
     }
 }

@@ -371,14 +371,17 @@ pub enum PoolSource {
     Static,
     /// A DNS name re-resolved on its TTL; the pool starts empty and follows the answers.
     Dns(DnsSource),
+    /// A key prefix watched in etcd; the pool starts empty and follows the keys.
+    Etcd(EtcdSource),
 }
 
 impl PoolSource {
-    /// `static` or `dns`, as written in `source.kind`.
+    /// `static`, `dns` or `etcd`, as written in `source.kind`.
     pub fn kind(&self) -> &'static str {
         match self {
             PoolSource::Static => "static",
             PoolSource::Dns(_) => "dns",
+            PoolSource::Etcd(_) => "etcd",
         }
     }
 
@@ -406,6 +409,43 @@ pub struct DnsSource {
     /// The share of the pool (percent) an update may remove without being held for
     /// confirmation (default 50).
     pub max_drop_percent: u8,
+}
+
+/// `[pools.NAME.source]` with `kind = "etcd"`: the keys under `prefix`, each value a backend
+/// (`{"address": "ip:port", "weight": N, "name": "..."}`), read through etcd's v3 JSON gateway.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdSource {
+    /// The etcd members to ask, in order: on a failure the next one is tried.
+    pub endpoints: Vec<EtcdEndpoint>,
+    /// The key prefix whose keys are the backends (not empty).
+    pub prefix: String,
+    /// How long connecting and one request (or the creation of a watch) may take (default 2 s).
+    pub timeout: Duration,
+    /// The first wait before reconnecting after a failure (default 500 ms); doubled on each
+    /// failure in a row up to `reconnect_max`, with jitter.
+    pub reconnect_min: Duration,
+    /// The longest wait between two reconnection attempts (default 30 s).
+    pub reconnect_max: Duration,
+    /// How long a watch may stay silent before the source checks that etcd still answers
+    /// (default 10 s); a check that passes confirms the membership (its age restarts).
+    pub keepalive: Duration,
+    /// How long after a large drop was held the source reads the keys again to confirm or
+    /// undo it, when no change comes first (default 5 s).
+    pub confirm_after: Duration,
+    /// The share of the pool (percent) an update may remove without being held for
+    /// confirmation (default 50).
+    pub max_drop_percent: u8,
+}
+
+/// One etcd endpoint: `http://host:port` (TLS to etcd is not supported yet).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdEndpoint {
+    /// The endpoint as written (for messages).
+    pub url: String,
+    /// The host: an IP address or a name (resolved when connecting, off the runtime threads).
+    pub host: String,
+    /// The port (default 2379).
+    pub port: u16,
 }
 
 /// The records a DNS source asks for.

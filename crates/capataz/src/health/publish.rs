@@ -274,7 +274,10 @@ impl PoolRt {
                 tracing::Level::WARN
             }
             Event::Membership {
-                change: MembershipChange::Failing { .. } | MembershipChange::DropHeld { .. },
+                change:
+                    MembershipChange::Failing { .. }
+                    | MembershipChange::DropHeld { .. }
+                    | MembershipChange::Skipped { .. },
                 ..
             } => tracing::Level::WARN,
             _ => tracing::Level::INFO,

@@ -5,10 +5,11 @@
 //! than the configured share is held until the next answer confirms it, and an unchanged
 //! answer changes nothing. What the guard lets through is applied by `shared` the way a
 //! reload is (kept backends keep their health; added ones are gated; removed ones drain).
-//! Only `dns` exists today; a watch-based source (etcd) is one more [`Source`] variant whose
-//! `next` awaits its watch instead of a TTL.
+//! `dns` asks again when the answer's TTL runs out; `etcd` ([`EtcdWatch`]) reads a key prefix
+//! once and then follows its watch.
 
 mod dns;
+mod etcd;
 mod guard;
 #[cfg(test)]
 mod tests;
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 use crate::config::{BackendConfig, PoolSource};
 pub use dns::DnsResolver;
+pub use etcd::EtcdWatch;
 pub use guard::{Guard, Verdict};
 
 /// The most backends one answer may bring: beyond it the rest are ignored (and said so), so a
@@ -30,6 +32,13 @@ pub enum Answer {
     Members(Vec<BackendConfig>),
     /// The source could not say (an error, a timeout, an unreachable server).
     Failed(String),
+    /// A key of the source (etcd) whose value is no backend: it counts as absent.
+    Skipped {
+        /// The key, as text.
+        key: String,
+        /// What is wrong with its value.
+        error: String,
+    },
 }
 
 /// A running backend source.
@@ -38,10 +47,12 @@ pub enum Source {
     /// A DNS name re-resolved on its TTL.
     Dns {
         /// The resolver for the name.
-        resolver: DnsResolver,
+        resolver: Box<DnsResolver>,
         /// How long to wait before the next query (zero before the first).
         wait: Duration,
     },
+    /// A key prefix in etcd, read then watched.
+    Etcd(Box<EtcdWatch>),
 }
 
 impl Source {
@@ -51,9 +62,10 @@ impl Source {
         match config {
             PoolSource::Static => None,
             PoolSource::Dns(dns) => Some(DnsResolver::new(dns).map(|resolver| Source::Dns {
-                resolver,
+                resolver: Box::new(resolver),
                 wait: Duration::ZERO,
             })),
+            PoolSource::Etcd(etcd) => Some(Ok(Source::Etcd(Box::new(EtcdWatch::new(etcd))))),
         }
     }
 
@@ -61,11 +73,21 @@ impl Source {
     pub fn kind(&self) -> &'static str {
         match self {
             Source::Dns { .. } => "dns",
+            Source::Etcd(_) => "etcd",
+        }
+    }
+
+    /// A drop is held: for etcd, read the keys again after `confirm_after` unless a change
+    /// comes first (DNS asks again on its TTL anyway).
+    pub fn confirm_later(&mut self) {
+        if let Source::Etcd(etcd) = self {
+            etcd.confirm_later();
         }
     }
 
     /// The next answer: for DNS, waits out the last answer's TTL (within the floor and the
-    /// ceiling; the floor after a failure), then asks again.
+    /// ceiling; the floor after a failure), then asks again; for etcd, the next change of the
+    /// keys, a keepalive's confirmation, or a failure.
     pub async fn next(&mut self) -> Answer {
         match self {
             Source::Dns { resolver, wait } => {
@@ -76,6 +98,7 @@ impl Source {
                 *wait = resolver.wait_for(ttl);
                 answer
             }
+            Source::Etcd(etcd) => etcd.next().await,
         }
     }
 }

@@ -170,7 +170,7 @@ impl Collector for LiveGauges {
         encode_gauges(
             &mut encoder,
             "capataz_pool_membership_age_seconds",
-            "Seconds since the pool's backend source (DNS) last answered; only pools with a source, once it answered.",
+            "Seconds since the pool's backend source (DNS or etcd) last answered; only pools with a source, once it answered.",
             self.pools
                 .iter()
                 .filter_map(|p| p.membership_age.map(|age| (&p.labels, age))),

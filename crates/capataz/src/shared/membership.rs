@@ -1,4 +1,4 @@
-//! Following a pool's backend source: one task per pool with a `dns` source (later `etcd`)
+//! Following a pool's backend source: one task per pool with a `dns` or `etcd` source
 //! turns the source's answers, through the pool's [`Guard`], into membership updates, and
 //! each update rebuilds that one pool the way a reload does ([`PoolRt::new`] from the old
 //! pool: kept backends carry their health, added ones are gated until `rise` probes, removed
@@ -180,6 +180,7 @@ async fn follow(me: Weak<Shared>, config: PoolConfig, initial: Option<Vec<Backen
     let (max_drop_percent, retry) = match &config.source {
         PoolSource::Static => return,
         PoolSource::Dns(dns) => (dns.max_drop_percent, dns.ttl_min),
+        PoolSource::Etcd(etcd) => (etcd.max_drop_percent, etcd.reconnect_min),
     };
     let mut guard = Guard::new(initial, max_drop_percent);
     // Building the source may read /etc/resolv.conf: off the runtime threads.
@@ -220,6 +221,10 @@ async fn follow(me: Weak<Shared>, config: PoolConfig, initial: Option<Vec<Backen
                 note(&shared, &name, |m| m.failing = Some(error.clone()));
                 guard.handle_failure(error)
             }
+            Answer::Skipped { key, error } => {
+                shared.tell(&name, kind, MembershipChange::Skipped { key, error });
+                continue;
+            }
         };
         let held = verdict.changes.iter().find_map(|c| match c {
             MembershipChange::DropHeld { from, to } => Some((*from, *to)),
@@ -228,13 +233,17 @@ async fn follow(me: Weak<Shared>, config: PoolConfig, initial: Option<Vec<Backen
         for change in verdict.changes {
             shared.tell(&name, kind, change);
         }
-        if let Some(members) = verdict.apply {
-            shared.set_members(&name, &config.source, members).await;
-        }
+        // Noted before the update is applied, so the record agrees with its `updated` event.
         let holding = guard.holding();
+        if holding {
+            source.confirm_later();
+        }
         note(&shared, &name, |m| {
             m.held = if holding { held.or(m.held) } else { None };
         });
+        if let Some(members) = verdict.apply {
+            shared.set_members(&name, &config.source, members).await;
+        }
     }
 }
 

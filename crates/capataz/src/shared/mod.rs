@@ -43,7 +43,7 @@ pub struct Shared {
     pools: ArcSwap<Vec<Arc<PoolRt>>>,
     /// The pools' tasks (probes, timer), by pool name.
     pool_tasks: Mutex<Vec<(Arc<str>, JoinHandle<()>)>>,
-    /// One task per pool whose backends come from a source (DNS).
+    /// One task per pool whose backends come from a source (DNS or etcd).
     membership_tasks: Mutex<membership::MembershipTasks>,
     listeners: Mutex<Vec<ListenerRt>>,
     events: broadcast::Sender<Event>,

@@ -23,6 +23,7 @@ mod config_deploy;
 mod config_dns;
 mod dns_source;
 mod eligibility;
+mod etcd_source;
 mod gray_failures;
 mod grpc;
 mod grpc_e2e;

@@ -28,11 +28,16 @@ impl Knot {
             fastrand::u64(..)
         ));
         std::fs::create_dir_all(dir.join("db")).expect("create the knot directory");
-        // A free port: bound once here, then handed to knotd (UDP and TCP).
-        let port = UdpSocket::bind("127.0.0.1:0")
-            .and_then(|s| s.local_addr())
-            .expect("a free port")
-            .port();
+        // A free port for both UDP and TCP: bound once here, then handed to knotd. Chosen by
+        // TCP (on a busy machine many TCP ports are taken by connections a UDP bind does not
+        // see, and knotd cannot listen on those), then checked free for UDP too.
+        let port = (0..100)
+            .find_map(|_| {
+                let tcp = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
+                let port = tcp.local_addr().ok()?.port();
+                UdpSocket::bind(("127.0.0.1", port)).ok().map(|_| port)
+            })
+            .expect("a port free for UDP and TCP");
         let mut knot = Knot {
             dir,
             port,

@@ -16,6 +16,7 @@ pub mod balancer;
 pub mod blocking;
 pub mod checks;
 pub mod client;
+pub mod etcd;
 pub mod events;
 pub mod h2client;
 pub mod h2frames;

@@ -185,6 +185,12 @@ pub(super) struct RawSource {
     pub(super) ttl_max: Option<Spanned<Value>>,
     pub(super) timeout: Option<Spanned<Value>>,
     pub(super) max_drop_percent: Option<Spanned<i64>>,
+    pub(super) endpoints: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) prefix: Option<Spanned<String>>,
+    pub(super) reconnect_min: Option<Spanned<Value>>,
+    pub(super) reconnect_max: Option<Spanned<Value>>,
+    pub(super) keepalive: Option<Spanned<Value>>,
+    pub(super) confirm_after: Option<Spanned<Value>>,
 }
 
 #[derive(Clone, Copy, Deserialize)]

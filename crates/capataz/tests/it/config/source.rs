@@ -1,8 +1,8 @@
-//! `[pools.NAME.source]`: `static` by default, `dns` with its keys and defaults, and the
-//! mistakes it refuses.
+//! `[pools.NAME.source]`: `static` by default, `dns` and `etcd` with their keys and defaults,
+//! and the mistakes they refuse.
 
 use super::*;
-use capataz::config::{DnsRecord, DnsSource, PoolSource};
+use capataz::config::{DnsRecord, DnsSource, EtcdEndpoint, EtcdSource, PoolSource};
 
 const DNS_POOL: &str = "[[listeners]]\naddress = \"127.0.0.1:8080\"\n\n[pools.web.source]\n";
 
@@ -55,7 +55,7 @@ fn a_dns_source_takes_srv_a_resolver_and_its_bounds() {
 #[test]
 fn dns_source_mistakes_name_their_key() {
     let cases: &[(&str, &str)] = &[
-        ("kind = \"etcd\"\n", "pools.web.source.kind"),
+        ("kind = \"consul\"\n", "pools.web.source.kind"),
         ("kind = \"dns\"\nport = 80\n", "pools.web.source.name"),
         (
             "kind = \"dns\"\nname = \"web.test\"\n",
@@ -111,4 +111,98 @@ fn a_dns_pool_refuses_a_backends_list() {
                 backends = [{ address = \"127.0.0.1:9001\" }]\n[pools.web.source]\n\
                 kind = \"dns\"\nname = \"web.test\"\nport = 80\n";
     check_err(text, Some(5), "pools.web.backends");
+}
+
+#[test]
+fn an_etcd_source_has_its_defaults_and_no_backends() {
+    let config = parse(&format!(
+        "{DNS_POOL}kind = \"etcd\"\nendpoints = [\"http://127.0.0.1:2379\", \"http://etcd-2\"]\n\
+         prefix = \"/services/web/\"\n"
+    ));
+    let pool = &config.pools[0];
+    assert!(pool.backends.is_empty());
+    assert_eq!(
+        pool.source,
+        PoolSource::Etcd(EtcdSource {
+            endpoints: vec![
+                EtcdEndpoint {
+                    url: "http://127.0.0.1:2379".into(),
+                    host: "127.0.0.1".into(),
+                    port: 2379
+                },
+                EtcdEndpoint {
+                    url: "http://etcd-2".into(),
+                    host: "etcd-2".into(),
+                    port: 2379
+                },
+            ],
+            prefix: "/services/web/".into(),
+            timeout: Duration::from_secs(2),
+            reconnect_min: Duration::from_millis(500),
+            reconnect_max: Duration::from_secs(30),
+            keepalive: Duration::from_secs(10),
+            confirm_after: Duration::from_secs(5),
+            max_drop_percent: 50,
+        })
+    );
+}
+
+#[test]
+fn etcd_source_mistakes_name_their_key() {
+    const ETCD: &str = "kind = \"etcd\"\nendpoints = [\"http://127.0.0.1:2379\"]\n";
+    let cases: &[(&str, &str)] = &[
+        (
+            "kind = \"etcd\"\nprefix = \"/web/\"\n",
+            "pools.web.source.endpoints",
+        ),
+        (
+            "kind = \"etcd\"\nendpoints = []\nprefix = \"/web/\"\n",
+            "pools.web.source.endpoints",
+        ),
+        (
+            "kind = \"etcd\"\nendpoints = [\"https://127.0.0.1:2379\"]\nprefix = \"/web/\"\n",
+            "pools.web.source.endpoints[0]",
+        ),
+        (
+            "kind = \"etcd\"\nendpoints = [\"http://a:1\", \"127.0.0.1:2379\"]\nprefix = \"/w/\"\n",
+            "pools.web.source.endpoints[1]",
+        ),
+        (ETCD, "pools.web.source.prefix"),
+        (&format!("{ETCD}prefix = \"\"\n"), "pools.web.source.prefix"),
+        (
+            &format!("{ETCD}prefix = \"/w/\"\nreconnect_min = \"5s\"\nreconnect_max = \"1s\"\n"),
+            "pools.web.source.reconnect_max",
+        ),
+        (
+            &format!("{ETCD}prefix = \"/w/\"\nkeepalive = \"0s\"\n"),
+            "pools.web.source.keepalive",
+        ),
+        (
+            &format!("{ETCD}prefix = \"/w/\"\nname = \"web.test\"\n"),
+            "pools.web.source.name",
+        ),
+        (
+            "kind = \"dns\"\nname = \"web.test\"\nport = 80\nprefix = \"/w/\"\n",
+            "pools.web.source.prefix",
+        ),
+    ];
+    for (table, key) in cases {
+        let text = format!("{DNS_POOL}{table}");
+        let error = parse_str(&text, "config.toml").expect_err(&format!("refused: {table}"));
+        assert!(
+            error.key().contains(key),
+            "{table}: key {:?}, want {key}: {error}",
+            error.key()
+        );
+    }
+    let https = format!(
+        "{DNS_POOL}kind = \"etcd\"\nendpoints = [\"https://127.0.0.1:2379\"]\nprefix = \"/w/\"\n"
+    );
+    let error = parse_str(&https, "config.toml").expect_err("https refused");
+    assert!(
+        error
+            .to_string()
+            .contains("TLS to etcd is not supported yet"),
+        "{error}"
+    );
 }

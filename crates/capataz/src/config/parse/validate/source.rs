@@ -1,4 +1,4 @@
-//! `[pools.NAME.source]`: where a pool's backends come from (`static`, the default, or `dns`).
+//! `[pools.NAME.source]`: where a pool's backends come from (`static`, the default, `dns` or `etcd`).
 
 use std::time::Duration;
 
@@ -6,10 +6,16 @@ use toml::Spanned;
 
 use super::super::raw::RawSource;
 use super::{ConfigError, Validator};
-use crate::config::{DnsRecord, DnsSource, PoolSource};
+use crate::config::{DnsRecord, DnsSource, EtcdEndpoint, EtcdSource, PoolSource};
 
 /// The longest DNS name (RFC 1035: 255 octets on the wire, 253 written).
 const MAX_NAME: usize = 253;
+
+/// The most etcd endpoints one source may list.
+const MAX_ENDPOINTS: usize = 16;
+
+/// The longest etcd key prefix, in bytes.
+const MAX_PREFIX: usize = 1024;
 
 impl Validator<'_> {
     pub(super) fn source(
@@ -24,41 +30,60 @@ impl Validator<'_> {
         let raw = raw.into_inner();
         let at = format!("{at}.source");
         let kind = raw.kind.as_ref().map(|k| k.get_ref().as_str());
-        match kind {
-            None | Some("static") => {
-                let extra = [
-                    ("name", raw.name.is_some()),
-                    ("record", raw.record.is_some()),
-                    ("port", raw.port.is_some()),
-                    ("resolver", raw.resolver.is_some()),
-                    ("ttl_min", raw.ttl_min.is_some()),
-                    ("ttl_max", raw.ttl_max.is_some()),
-                    ("timeout", raw.timeout.is_some()),
-                    ("max_drop_percent", raw.max_drop_percent.is_some()),
-                ];
-                if let Some((key, _)) = extra.iter().find(|(_, set)| *set) {
-                    return Err(self.error(
-                        Some(span),
-                        &format!("{at}.{key}"),
-                        format!(
-                            r#"{key} belongs to a dns source, and this source is static (set kind = "dns", or remove {key})"#
-                        ),
-                    ));
-                }
-                Ok(PoolSource::Static)
-            }
-            Some("dns") => self.dns_source(&at, span, raw).map(PoolSource::Dns),
+        let kind_name = match kind {
+            None | Some("static") => "static",
+            Some("dns") => "dns",
+            Some("etcd") => "etcd",
             Some(other) => {
                 let kind_span = raw.kind.as_ref().map(|k| k.span());
-                Err(self.error(
+                return Err(self.error(
                     kind_span,
                     &format!("{at}.kind"),
-                    format!(r#"{other:?} is not a backend source (use "static" or "dns")"#),
-                ))
+                    format!(r#"{other:?} is not a backend source (use "static", "dns" or "etcd")"#),
+                ));
             }
+        };
+        // Each key and the kinds it belongs to.
+        let keys: [(&str, bool, &[&str]); 14] = [
+            ("name", raw.name.is_some(), &["dns"]),
+            ("record", raw.record.is_some(), &["dns"]),
+            ("port", raw.port.is_some(), &["dns"]),
+            ("resolver", raw.resolver.is_some(), &["dns"]),
+            ("ttl_min", raw.ttl_min.is_some(), &["dns"]),
+            ("ttl_max", raw.ttl_max.is_some(), &["dns"]),
+            ("timeout", raw.timeout.is_some(), &["dns", "etcd"]),
+            (
+                "max_drop_percent",
+                raw.max_drop_percent.is_some(),
+                &["dns", "etcd"],
+            ),
+            ("endpoints", raw.endpoints.is_some(), &["etcd"]),
+            ("prefix", raw.prefix.is_some(), &["etcd"]),
+            ("reconnect_min", raw.reconnect_min.is_some(), &["etcd"]),
+            ("reconnect_max", raw.reconnect_max.is_some(), &["etcd"]),
+            ("keepalive", raw.keepalive.is_some(), &["etcd"]),
+            ("confirm_after", raw.confirm_after.is_some(), &["etcd"]),
+        ];
+        if let Some((key, _, kinds)) = keys
+            .iter()
+            .find(|(_, set, kinds)| *set && !kinds.contains(&kind_name))
+        {
+            let owner = kinds.join(" or ");
+            return Err(self.error(
+                Some(span),
+                &format!("{at}.{key}"),
+                format!(
+                    r#"{key} belongs to a {owner} source, and this source is {kind_name} (set kind = "{}", or remove {key})"#,
+                    kinds[0]
+                ),
+            ));
+        }
+        match kind_name {
+            "dns" => self.dns_source(&at, span, raw).map(PoolSource::Dns),
+            "etcd" => self.etcd_source(&at, span, raw).map(PoolSource::Etcd),
+            _ => Ok(PoolSource::Static),
         }
     }
-
     fn dns_source(
         &self,
         at: &str,
@@ -168,5 +193,197 @@ impl Validator<'_> {
                 0..=100,
             )? as u8,
         })
+    }
+
+    fn etcd_source(
+        &self,
+        at: &str,
+        span: std::ops::Range<usize>,
+        raw: RawSource,
+    ) -> Result<EtcdSource, ConfigError> {
+        let Some(list) = raw.endpoints else {
+            return Err(self.error(
+                Some(span),
+                &format!("{at}.endpoints"),
+                r#"an etcd source needs its endpoints (add endpoints = ["http://127.0.0.1:2379"])"#
+                    .into(),
+            ));
+        };
+        let list_span = list.span();
+        let list = list.into_inner();
+        if list.is_empty() || list.len() > MAX_ENDPOINTS {
+            return Err(self.error(
+                Some(list_span),
+                &format!("{at}.endpoints"),
+                format!(
+                    "list 1 to {MAX_ENDPOINTS} etcd endpoints (it has {})",
+                    list.len()
+                ),
+            ));
+        }
+        let mut endpoints = Vec::with_capacity(list.len());
+        for (index, value) in list.iter().enumerate() {
+            let key = format!("{at}.endpoints[{index}]");
+            let text = value.get_ref();
+            if text.starts_with("https://") {
+                return Err(self.error(
+                    Some(value.span()),
+                    &key,
+                    format!(
+                        "{text:?}: TLS to etcd is not supported yet (use an http:// endpoint, \
+                         e.g. on loopback or a private network)"
+                    ),
+                ));
+            }
+            let endpoint = etcd_endpoint(text).ok_or_else(|| {
+                self.error(
+                    Some(value.span()),
+                    &key,
+                    format!(
+                        r#"{text:?} is not an etcd endpoint (use "http://host:port", e.g. "http://10.0.0.5:2379")"#
+                    ),
+                )
+            })?;
+            endpoints.push(endpoint);
+        }
+        let Some(prefix) = raw.prefix else {
+            return Err(self.error(
+                Some(span),
+                &format!("{at}.prefix"),
+                r#"an etcd source needs the key prefix of its backends (add prefix = "/services/web/")"#
+                    .into(),
+            ));
+        };
+        let text = prefix.get_ref();
+        if text.is_empty() || text.len() > MAX_PREFIX || text.chars().any(char::is_control) {
+            return Err(self.error(
+                Some(prefix.span()),
+                &format!("{at}.prefix"),
+                format!(
+                    "{text:?} is not a key prefix (use 1 to {MAX_PREFIX} bytes of text without \
+                     control characters, e.g. \"/services/web/\")"
+                ),
+            ));
+        }
+        let reconnect_min = self.duration(
+            &raw.reconnect_min,
+            &format!("{at}.reconnect_min"),
+            Duration::from_millis(500),
+        )?;
+        let reconnect_max = self.duration(
+            &raw.reconnect_max,
+            &format!("{at}.reconnect_max"),
+            Duration::from_secs(30),
+        )?;
+        if reconnect_max < reconnect_min {
+            return Err(self.error(
+                raw.reconnect_max
+                    .as_ref()
+                    .or(raw.reconnect_min.as_ref())
+                    .map(|v| v.span()),
+                &format!("{at}.reconnect_max"),
+                "reconnect_max is below reconnect_min (the longest wait must be at least the first)"
+                    .into(),
+            ));
+        }
+        Ok(EtcdSource {
+            endpoints,
+            prefix: text.clone(),
+            timeout: self.duration(
+                &raw.timeout,
+                &format!("{at}.timeout"),
+                Duration::from_secs(2),
+            )?,
+            reconnect_min,
+            reconnect_max,
+            keepalive: self.duration(
+                &raw.keepalive,
+                &format!("{at}.keepalive"),
+                Duration::from_secs(10),
+            )?,
+            confirm_after: self.duration(
+                &raw.confirm_after,
+                &format!("{at}.confirm_after"),
+                Duration::from_secs(5),
+            )?,
+            max_drop_percent: self.int(
+                &raw.max_drop_percent,
+                &format!("{at}.max_drop_percent"),
+                50,
+                0..=100,
+            )? as u8,
+        })
+    }
+}
+
+/// `http://host:port` (a trailing `/` allowed; the port defaults to 2379): the host an IP
+/// address (IPv6 in brackets) or a DNS name.
+fn etcd_endpoint(text: &str) -> Option<EtcdEndpoint> {
+    let rest = text.strip_prefix("http://")?;
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.is_empty() || rest.contains(['/', '@', '?', '#']) {
+        return None;
+    }
+    let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
+        let (ip, after) = v6.split_once(']')?;
+        ip.parse::<std::net::Ipv6Addr>().ok()?;
+        let port = match after {
+            "" => None,
+            p => Some(p.strip_prefix(':')?),
+        };
+        (ip.to_owned(), port)
+    } else {
+        match rest.rsplit_once(':') {
+            Some((host, port)) => (host.to_owned(), Some(port)),
+            None => (rest.to_owned(), None),
+        }
+    };
+    let port = match port {
+        None => 2379,
+        Some(p) => p.parse::<u16>().ok().filter(|p| *p > 0)?,
+    };
+    let host_ok = host.parse::<std::net::IpAddr>().is_ok()
+        || (!host.is_empty()
+            && host.len() <= MAX_NAME
+            && host.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            }));
+    host_ok.then(|| EtcdEndpoint {
+        url: text.to_owned(),
+        host,
+        port,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::etcd_endpoint;
+
+    #[test]
+    fn etcd_endpoints_are_http_urls_with_a_host_and_an_optional_port() {
+        let e = etcd_endpoint("http://127.0.0.1:2379").expect("an endpoint");
+        assert_eq!((e.host.as_str(), e.port), ("127.0.0.1", 2379));
+        let e = etcd_endpoint("http://etcd-1.example:12379/").expect("an endpoint");
+        assert_eq!((e.host.as_str(), e.port), ("etcd-1.example", 12379));
+        let e = etcd_endpoint("http://[::1]:2379").expect("an endpoint");
+        assert_eq!((e.host.as_str(), e.port), ("::1", 2379));
+        assert_eq!(etcd_endpoint("http://etcd").map(|e| e.port), Some(2379));
+        for bad in [
+            "127.0.0.1:2379",
+            "http://",
+            "http://:2379",
+            "http://a:0",
+            "http://a:99999",
+            "http://a/v3",
+            "http://user@a:1",
+            "http://[::1",
+            "http://a b:1",
+        ] {
+            assert!(etcd_endpoint(bad).is_none(), "{bad}");
+        }
     }
 }

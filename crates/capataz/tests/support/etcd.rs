@@ -1,0 +1,218 @@
+//! A real etcd for the tests: Debian's `etcd-server` (3.4, installed by `.ci/deps/etcd.sh`), a
+//! single-node cluster on 127.0.0.1 with ephemeral ports and its own data directory in a
+//! temporary directory; the test's child process, killed by PID when dropped.
+//!
+//! It listens on two client ports: `client` (the one capataz is given) and `admin` (the one
+//! the test writes through, with `etcdctl`). [`Etcd::hide`] restarts it on `admin` alone, so
+//! the test can change keys (and compact the store) while capataz cannot reach etcd, then
+//! [`Etcd::restart`] brings `client` back: what capataz must catch up on is then known.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::DEADLINE;
+
+/// A running etcd and its files.
+pub struct Etcd {
+    dir: PathBuf,
+    client: u16,
+    admin: u16,
+    peer: u16,
+    child: Option<Child>,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+impl Etcd {
+    /// A fresh single-node etcd.
+    pub async fn start(tag: &str) -> Etcd {
+        let dir = std::env::temp_dir().join(format!(
+            "capataz-etcd-{tag}-{}-{}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        std::fs::create_dir_all(&dir).expect("create the etcd directory");
+        let mut etcd = Etcd {
+            dir,
+            client: free_port(),
+            admin: free_port(),
+            peer: free_port(),
+            child: None,
+        };
+        etcd.run(true).await;
+        etcd
+    }
+
+    /// The endpoint capataz is given, `http://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client)
+    }
+
+    fn admin_endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.admin)
+    }
+
+    async fn run(&mut self, with_client: bool) {
+        let mut listen = self.admin_endpoint();
+        if with_client {
+            listen = format!("{},{listen}", self.endpoint());
+        }
+        let peer = format!("http://127.0.0.1:{}", self.peer);
+        let log = std::fs::File::create(self.dir.join("etcd.log")).expect("the etcd log");
+        let child = Command::new("etcd")
+            .arg("--name=n1")
+            .arg(format!("--data-dir={}", self.dir.join("data").display()))
+            .arg(format!("--listen-client-urls={listen}"))
+            .arg(format!("--advertise-client-urls={}", self.admin_endpoint()))
+            .arg(format!("--listen-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--initial-cluster=n1={peer}"))
+            .arg("--logger=zap")
+            .arg("--log-level=warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("etcd runs (install it with .ci/deps/etcd.sh)");
+        self.child = Some(child);
+        let end = Instant::now() + DEADLINE;
+        loop {
+            if self.ctl(&["endpoint", "health"]).await.is_some() {
+                return;
+            }
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                panic!(
+                    "etcd exited at start ({status}): {}",
+                    std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default()
+                );
+            }
+            assert!(
+                Instant::now() < end,
+                "etcd did not start within {DEADLINE:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// `etcdctl` on the admin port: its standard output, or `None` when it failed.
+    async fn ctl(&self, args: &[&str]) -> Option<String> {
+        let output = tokio::process::Command::new("etcdctl")
+            .arg(format!("--endpoints={}", self.admin_endpoint()))
+            .arg("--dial-timeout=2s")
+            .arg("--command-timeout=5s")
+            .args(args)
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output()
+            .await
+            .expect("etcdctl runs (install it with .ci/deps/etcd.sh)");
+        output
+            .status
+            .success()
+            .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    async fn must(&self, args: &[&str]) -> String {
+        match self.ctl(args).await {
+            Some(out) => out,
+            None => panic!("etcdctl {args:?} failed"),
+        }
+    }
+
+    /// Writes `value` at `key`.
+    pub async fn put(&self, key: &str, value: &str) {
+        self.must(&["put", key, value]).await;
+    }
+
+    /// Grants a lease of `ttl_seconds`: its ID, for [`Etcd::put_with_lease`].
+    pub async fn grant_lease(&self, ttl_seconds: u32) -> String {
+        let out = self
+            .must(&["lease", "grant", &ttl_seconds.to_string()])
+            .await;
+        // "lease 694d7a1b2c3d4e5f granted with TTL(2s)"
+        out.split_whitespace()
+            .nth(1)
+            .unwrap_or_else(|| panic!("a lease ID in {out:?}"))
+            .to_owned()
+    }
+
+    /// Writes `value` at `key`, attached to `lease`: the key goes when the lease expires.
+    pub async fn put_with_lease(&self, key: &str, value: &str, lease: &str) {
+        self.must(&["put", &format!("--lease={lease}"), key, value])
+            .await;
+    }
+
+    /// Deletes `key`.
+    pub async fn delete(&self, key: &str) {
+        self.must(&["del", key]).await;
+    }
+
+    /// Deletes every key starting with `prefix`, in one revision.
+    pub async fn delete_prefix(&self, prefix: &str) {
+        self.must(&["del", "--prefix", prefix]).await;
+    }
+
+    /// The store's revision now.
+    pub async fn revision(&self) -> i64 {
+        let out = self
+            .must(&["get", "/", "--prefix", "--limit=1", "-w", "json"])
+            .await;
+        let json: serde_json::Value = serde_json::from_str(&out).expect("etcdctl JSON");
+        json["header"]["revision"].as_i64().expect("a revision")
+    }
+
+    /// Compacts the store up to its revision now: older revisions are gone.
+    pub async fn compact(&self) -> i64 {
+        let revision = self.revision().await;
+        self.must(&["compact", &revision.to_string(), "--physical"])
+            .await;
+        revision
+    }
+
+    /// Kills etcd (SIGKILL, by PID): capataz's connections are cut.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // A stopped etcd is killed all the same (SIGKILL needs no SIGCONT).
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops etcd (SIGSTOP) or lets it go on (SIGCONT): stopped, it keeps its connections
+    /// and answers nothing.
+    pub fn pause(&self, stop: bool) {
+        let pid = self.child.as_ref().expect("etcd runs").id();
+        let status = Command::new("kill")
+            .arg(if stop { "-STOP" } else { "-CONT" })
+            .arg(pid.to_string())
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -STOP/-CONT {pid} failed");
+    }
+
+    /// Kills etcd and starts it again, from its data, on the admin port only: capataz
+    /// cannot reach it, the test can.
+    pub async fn hide(&mut self) {
+        self.kill();
+        self.run(false).await;
+    }
+
+    /// Kills etcd and starts it again, from its data, on both ports.
+    pub async fn restart(&mut self) {
+        self.kill();
+        self.run(true).await;
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
