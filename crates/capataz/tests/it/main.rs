@@ -39,6 +39,7 @@ mod proxy_edge;
 mod proxy_protocol;
 mod reload_off_runtime;
 mod replay_cli;
+mod replay_what_if;
 mod request_path;
 mod scrape;
 mod tls;
