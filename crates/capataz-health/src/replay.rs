@@ -571,6 +571,22 @@ impl Replay {
     }
 }
 
+/// How an outcome is written in a script so that the protocol reads it back as the same
+/// outcome (`HTTP/1.1 503`, `TIMEOUT`, `GRPC 14`, `MALFORMED`, ...): what a recorder writes.
+pub fn answer(outcome: Outcome) -> std::borrow::Cow<'static, str> {
+    match outcome {
+        Outcome::Status(code) => format!("HTTP/1.1 {code}").into(),
+        Outcome::Grpc(code) => format!("GRPC {code}").into(),
+        Outcome::Timeout => "TIMEOUT".into(),
+        Outcome::Refused => "REFUSED".into(),
+        Outcome::Reset => "RESET".into(),
+        Outcome::Tls => "TLS".into(),
+        Outcome::Connected => "CONNECTED".into(),
+        // Any word the protocol does not know reads as malformed.
+        Outcome::Malformed => "MALFORMED".into(),
+    }
+}
+
 /// A rotation of `n` backends, all UP, under the balancer's default policy (with the load
 /// shedding of `options`).
 fn rotation(settings: Settings, options: ReplayOptions, n: usize, now: Duration) -> Rotation {

@@ -5,8 +5,9 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use capataz_health::replay::answer;
 use capataz_health::{
-    EjectionPolicy, LatencyOutliers, LoadShedding, Percentile, Replay, ReplayOptions, Settings,
+    EjectionPolicy, Outcome, LatencyOutliers, LoadShedding, Percentile, Replay, ReplayOptions, Settings,
     SuccessRate,
 };
 
@@ -225,4 +226,21 @@ fn a_jump_of_a_lifetime_takes_a_few_steps() {
         ),
     );
     assert_eq!(out, "OK\nOK\nOK\nOK\nOK\na UP\nb UP\n");
+}
+
+#[test]
+fn a_written_answer_reads_back_as_the_same_outcome() {
+    let mut outcomes = vec![
+        Outcome::Timeout,
+        Outcome::Refused,
+        Outcome::Reset,
+        Outcome::Tls,
+        Outcome::Connected,
+        Outcome::Malformed,
+    ];
+    outcomes.extend((100..=599).map(Outcome::Status));
+    outcomes.extend((0..=255).map(Outcome::Grpc));
+    for outcome in outcomes {
+        assert_eq!(Outcome::parse(answer(outcome).as_bytes()), outcome);
+    }
 }

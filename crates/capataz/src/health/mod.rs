@@ -487,6 +487,13 @@ impl PoolRt {
         let mut inner = self.lock();
         let result = inner.engine.handle_probe(backend, outcome, now);
         let cadence = inner.engine.cadence(backend);
+        let recorded = match outcome.mismatch {
+            Some(_) => Outcome::Malformed,
+            None => outcome.outcome,
+        };
+        self.handle
+            .tap
+            .record(backend, crate::balance::tap::Recorded::Probe(recorded));
         self.backends[backend].metrics.probe(result, latency);
         let probes = &mut inner.info[backend].probes;
         if probes.len() == HISTORY {
