@@ -517,6 +517,23 @@ impl PoolRt {
         cadence
     }
 
+    /// Per backend, in pool order, under one lock: the load-shedding relief it has left (zero
+    /// when it sheds nothing) and its latency windows judged slow in a row.
+    pub fn gray_state(&self) -> Vec<(Duration, u32)> {
+        let now = self.clock.now();
+        let inner = self.lock();
+        (0..self.backends.len())
+            .map(|i| {
+                let left = inner
+                    .engine
+                    .shed(i)
+                    .map_or(Duration::ZERO, |shed| shed.until.saturating_sub(now));
+                let slow = inner.engine.pool().backend(i).passive.slow_windows;
+                (left, slow)
+            })
+            .collect()
+    }
+
     /// The active state of backend `index` (which must exist).
     pub fn active_state(&self, index: usize) -> State {
         self.lock().engine.pool().backend(index).active.state

@@ -135,6 +135,19 @@ async fn a_recorded_log_replays_the_ejection_under_its_thresholds_and_not_under_
     while loops.join_next().await.is_some() {}
     let recorded = log.text.clone();
     drop(log);
+    // The detector's metrics, which promtool finds nothing to say about.
+    let page = crate::support::client::exchange(admin, "GET", "/metrics", &admin.to_string(), &[])
+        .await
+        .text();
+    assert!(
+        page.contains(
+            "capataz_outlier_ejections_total{pool=\"web\",backend=\"slow\",detector=\"latency\"} "
+        ),
+        "{page}"
+    );
+    assert!(page.contains("capataz_backend_slow_windows{pool=\"web\",backend=\"a\"} 0"));
+    let (code, findings) = crate::support::prometheus::promtool_check(&page);
+    assert_eq!((code, findings.trim()), (0, ""), "promtool:\n{findings}");
     balancer.shutdown(Duration::from_secs(1)).await;
 
     assert!(recorded.contains("\nTRAFFIC slow 1"), "latencies are recorded");
