@@ -57,7 +57,9 @@ impl LatencyWindow {
         }
         let at = |q_per_mille: u64| -> Duration {
             // The smallest latency with at least q of the requests at or below it.
-            let rank = (u128::from(requests) * u128::from(q_per_mille)).div_ceil(1000).max(1);
+            let rank = (u128::from(requests) * u128::from(q_per_mille))
+                .div_ceil(1000)
+                .max(1);
             let mut seen = 0u128;
             for (index, &count) in counts.iter().enumerate() {
                 seen += u128::from(count);

@@ -221,7 +221,10 @@ impl Replay {
                 }
                 Some(_) => err(
                     out,
-                    format_args!("AT cannot go back in time (the clock is at {} ms)", self.clock),
+                    format_args!(
+                        "AT cannot go back in time (the clock is at {} ms)",
+                        self.clock
+                    ),
                 ),
                 None => err(out, format_args!("AT needs a number of milliseconds")),
             };
@@ -474,7 +477,9 @@ impl Replay {
         let backend = *self.index.get(name)?;
         let (latency, rest) = split_word(rest?);
         let (status, relief) = split_word(rest?);
-        let status = u16::try_from(number(status)?).ok().filter(|s| (100..=599).contains(s))?;
+        let status = u16::try_from(number(status)?)
+            .ok()
+            .filter(|s| (100..=599).contains(s))?;
         let relief = Duration::from_millis(number(relief?)?);
         Some((backend, latency_us(latency)?, status, relief))
     }

@@ -74,30 +74,32 @@ fn settings() -> impl Strategy<Value = Settings> {
         any::<bool>(),
     )
         .prop_map(
-            |((rise, fall, errors), pct, (factor, windows, min_req, min_ms), rate, p99)| {
-                Settings {
-                    rise: NonZeroU32::new(rise).unwrap(),
-                    fall: NonZeroU32::new(fall).unwrap(),
-                    consecutive_errors: NonZeroU32::new(errors).unwrap(),
-                    ejection: Some(EjectionPolicy {
-                        base: Duration::from_secs(1),
-                        max: Duration::from_secs(10),
-                    }),
-                    max_ejected_percent: pct,
-                    latency_outliers: Some(LatencyOutliers {
-                        percentile: if p99 { Percentile::P99 } else { Percentile::P50 },
-                        factor: NonZeroU32::new(factor).unwrap(),
-                        windows: NonZeroU32::new(windows).unwrap(),
-                        min_requests: min_req,
-                        min_latency: Duration::from_millis(min_ms),
-                    }),
-                    success_rate: Some(SuccessRate {
-                        min_requests: rate.0,
-                        min_backends: rate.1,
-                        stdev_factor_milli: rate.2,
-                    }),
-                    ..Settings::default()
-                }
+            |((rise, fall, errors), pct, (factor, windows, min_req, min_ms), rate, p99)| Settings {
+                rise: NonZeroU32::new(rise).unwrap(),
+                fall: NonZeroU32::new(fall).unwrap(),
+                consecutive_errors: NonZeroU32::new(errors).unwrap(),
+                ejection: Some(EjectionPolicy {
+                    base: Duration::from_secs(1),
+                    max: Duration::from_secs(10),
+                }),
+                max_ejected_percent: pct,
+                latency_outliers: Some(LatencyOutliers {
+                    percentile: if p99 {
+                        Percentile::P99
+                    } else {
+                        Percentile::P50
+                    },
+                    factor: NonZeroU32::new(factor).unwrap(),
+                    windows: NonZeroU32::new(windows).unwrap(),
+                    min_requests: min_req,
+                    min_latency: Duration::from_millis(min_ms),
+                }),
+                success_rate: Some(SuccessRate {
+                    min_requests: rate.0,
+                    min_backends: rate.1,
+                    stdev_factor_milli: rate.2,
+                }),
+                ..Settings::default()
             },
         )
 }

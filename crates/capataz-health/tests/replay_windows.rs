@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use capataz_health::replay::answer;
 use capataz_health::{
-    EjectionPolicy, Outcome, LatencyOutliers, LoadShedding, Percentile, Replay, ReplayOptions, Settings,
-    SuccessRate,
+    EjectionPolicy, LatencyOutliers, LoadShedding, Outcome, Percentile, Replay, ReplayOptions,
+    Settings, SuccessRate,
 };
 
 const SECOND: Duration = Duration::from_secs(1);

@@ -144,7 +144,8 @@ impl Drop for Lease {
                 None => Some(answer),
             };
             if let Some(outcome) = outcome {
-                self.pool.observe_answered(self.index, outcome, self.latency);
+                self.pool
+                    .observe_answered(self.index, outcome, self.latency);
             }
         }
         if let Some((sender, answered_at)) = self.sender.take() {

@@ -442,7 +442,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             consecutive_errors,
             explain,
         } => {
-            let (mut settings, options) = if config.is_some() || pool.is_some() || !sets.is_empty() {
+            let (mut settings, options) = if config.is_some() || pool.is_some() || !sets.is_empty()
+            {
                 let text = match &config {
                     Some(path) => Some((
                         std::fs::read_to_string(path)

@@ -165,7 +165,9 @@ pub(super) fn events(shared: &Shared) -> Response<Body> {
 }
 
 /// A streamed body (events, records): frames as its task sends them, ending when it stops.
-pub(super) struct StreamBody(pub(super) tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, Infallible>>);
+pub(super) struct StreamBody(
+    pub(super) tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, Infallible>>,
+);
 
 impl hyper::body::Body for StreamBody {
     type Data = Bytes;

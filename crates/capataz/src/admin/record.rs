@@ -35,7 +35,13 @@ const CHECK: Duration = Duration::from_secs(1);
 /// A backend name as one word of the protocol: spaces and control bytes become `_`.
 fn word(name: &str) -> String {
     name.chars()
-        .map(|c| if c.is_whitespace() || c.is_control() { '_' } else { c })
+        .map(|c| {
+            if c.is_whitespace() || c.is_control() {
+                '_'
+            } else {
+                c
+            }
+        })
         .collect()
 }
 

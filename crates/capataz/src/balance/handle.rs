@@ -133,7 +133,13 @@ impl PoolHandle {
     /// Records that backend `backend` answered `status` asking for `retry_after` of relief (see
     /// [`PoolHandle::shed_request`]): in its traffic ring, and for the engine, which reduces
     /// its weight instead of judging the answer.
-    pub(crate) fn shed(&self, backend: usize, status: u16, retry_after: Duration, latency: Duration) {
+    pub(crate) fn shed(
+        &self,
+        backend: usize,
+        status: u16,
+        retry_after: Duration,
+        latency: Duration,
+    ) {
         self.backends[backend].traffic.push(Outcome::Status(status));
         self.tap.record(
             backend,

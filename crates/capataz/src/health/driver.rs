@@ -73,7 +73,10 @@ impl PoolRt {
         if let Some(outliers) = passive.latency_outliers.filter(|_| passive.enabled) {
             let pool = self.clone();
             tasks.push(tokio::spawn(async move {
-                every(pool.clock(), outliers.window, || pool.close_latency_window()).await
+                every(pool.clock(), outliers.window, || {
+                    pool.close_latency_window()
+                })
+                .await
             }));
         }
         if let Some(rate) = passive.success_rate.filter(|_| passive.enabled) {

@@ -10,8 +10,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram;
 
 use super::{
-    BackendLabels, Families, HistogramLabels, HistogramScope, OutlierLabels, PoolLabels, ProbeLabels,
-    RequestLabels, TransitionLabels,
+    BackendLabels, Families, HistogramLabels, HistogramScope, OutlierLabels, PoolLabels,
+    ProbeLabels, RequestLabels, TransitionLabels,
 };
 
 /// The answer classes of `capataz_requests_total`, in the order of [`BackendMetrics`] handles.

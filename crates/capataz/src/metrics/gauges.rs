@@ -104,7 +104,7 @@ impl LiveGauges {
                     } else {
                         0.0
                     },
-                    shedding: shedding_on.then(|| shed_left.as_secs_f64()),
+                    shedding: shedding_on.then_some(shed_left.as_secs_f64()),
                     slow_windows: latency_on.then_some(slow),
                 });
             }

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use capataz::sim::Mode;
 use capataz::server::Balancer;
+use capataz::sim::Mode;
 use capataz_health::{Reason, State};
 use tokio::sync::broadcast;
 use tokio::task::JoinSet;
@@ -120,7 +120,11 @@ async fn a_recorded_log_replays_the_ejection_under_its_thresholds_and_not_under_
     })
     .await;
     let t = *transition_of(&event, "slow", State::Down).unwrap();
-    assert!(matches!(t.reason, Reason::SlowTraffic { .. }), "{}", t.reason);
+    assert!(
+        matches!(t.reason, Reason::SlowTraffic { .. }),
+        "{}",
+        t.reason
+    );
     let ejected_ms = t.at.as_millis();
     // Keep recording past the ejection, so the log holds the window that ended there.
     let past = ejected_ms + 600;
@@ -150,7 +154,10 @@ async fn a_recorded_log_replays_the_ejection_under_its_thresholds_and_not_under_
     assert_eq!((code, findings.trim()), (0, ""), "promtool:\n{findings}");
     balancer.shutdown(Duration::from_secs(1)).await;
 
-    assert!(recorded.contains("\nTRAFFIC slow 1"), "latencies are recorded");
+    assert!(
+        recorded.contains("\nTRAFFIC slow 1"),
+        "latencies are recorded"
+    );
     assert!(!recorded.contains("# dropped"), "nothing was lost");
 
     let dir = std::env::temp_dir().join(format!(

@@ -49,7 +49,11 @@ fn text(bytes: &[u8]) -> String {
 #[test]
 fn set_turns_the_latency_detector_on_with_the_balancers_defaults() {
     let on = replay(
-        &["--explain", "--set", "passive.latency_outliers.enabled=true"],
+        &[
+            "--explain",
+            "--set",
+            "passive.latency_outliers.enabled=true",
+        ],
         &slow_log("100"),
     );
     assert!(on.status.success(), "{on:?}");

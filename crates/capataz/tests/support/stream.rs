@@ -21,7 +21,9 @@ pub struct Stream {
 /// Sends `GET path` to `admin` with `headers` (`"Name: value\r\n"` lines) and reads the head:
 /// returns its status and the stream of its body.
 pub async fn open(admin: SocketAddr, path: &str, headers: &str) -> (u16, Stream) {
-    let mut socket = TcpStream::connect(admin).await.expect("the admin API accepts");
+    let mut socket = TcpStream::connect(admin)
+        .await
+        .expect("the admin API accepts");
     let request = format!("GET {path} HTTP/1.1\r\nHost: {admin}\r\n{headers}\r\n");
     socket.write_all(request.as_bytes()).await.unwrap();
     let mut stream = Stream {
@@ -43,7 +45,10 @@ pub async fn open(admin: SocketAddr, path: &str, headers: &str) -> (u16, Stream)
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no status in {head:?}"));
-    if !head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    if !head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         // A plain error answer: read what came, as is.
         stream.text = String::from_utf8_lossy(&stream.raw).into_owned();
         stream.ended = true;
