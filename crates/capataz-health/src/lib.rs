@@ -39,7 +39,7 @@ pub use pool::{
     RateSentence, Reason, Settings, Side, SlowSentence, State, SuccessRate, Transition,
 };
 pub use probe::{Mismatch, ProbeOutcome, Snippet};
-pub use replay::Replay;
+pub use replay::{Replay, ReplayOptions};
 pub use rotation::{
     AgentChange, AgentHold, AgentReport, AgentState, AllDown, BackupUse, Carried, Effective,
     Eligible, Join, LoadShedding, MinHealthy, Override, OverrideKind, Policy, Role, Rotation, Shed,

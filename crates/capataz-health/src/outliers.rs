@@ -19,7 +19,63 @@ pub struct LatencyWindow {
     pub p99: Duration,
 }
 
+/// How many log-scale latency buckets a window has: 0-3 us one each, then four per power of
+/// two of microseconds up to 2^41 us (about 25 days), so a percentile is within 25 %.
+pub const LATENCY_BUCKETS: usize = 160;
+
+/// The bucket of a latency of `us` microseconds (longer ones share the last).
+pub fn latency_bucket(us: u64) -> usize {
+    if us < 4 {
+        return us as usize;
+    }
+    let us = us.min((1 << 41) - 1);
+    let bits = 63 - us.leading_zeros() as usize; // 2..=40
+    let sub = ((us >> (bits - 2)) & 3) as usize;
+    (bits - 1) * 4 + sub
+}
+
+/// The middle of bucket `index`, in microseconds.
+pub fn bucket_middle(index: usize) -> u64 {
+    if index < 4 {
+        return index as u64;
+    }
+    let bits = index / 4 + 1;
+    let sub = (index % 4) as u64;
+    let low = (4 + sub) << (bits - 2);
+    low + (1 << (bits - 2)) / 2
+}
+
 impl LatencyWindow {
+    /// The window the bucket counts `counts` hold (`counts[i]` requests in bucket `i`, see
+    /// [`latency_bucket`]): each percentile is the middle of the first bucket with at least
+    /// that share of the requests at or below it. The runtime's windows and the replay's are
+    /// both summarised by this.
+    pub fn from_buckets(counts: &[u64]) -> LatencyWindow {
+        let requests = counts.iter().fold(0u64, |sum, &c| sum.saturating_add(c));
+        if requests == 0 {
+            return LatencyWindow::default();
+        }
+        let at = |q_per_mille: u64| -> Duration {
+            // The smallest latency with at least q of the requests at or below it.
+            let rank = (u128::from(requests) * u128::from(q_per_mille))
+                .div_ceil(1000)
+                .max(1);
+            let mut seen = 0u128;
+            for (index, &count) in counts.iter().enumerate() {
+                seen += u128::from(count);
+                if seen >= rank {
+                    return Duration::from_micros(bucket_middle(index));
+                }
+            }
+            Duration::ZERO
+        };
+        LatencyWindow {
+            requests,
+            p50: at(500),
+            p99: at(990),
+        }
+    }
+
     /// The latency at `percentile`.
     pub fn value(&self, percentile: Percentile) -> Duration {
         match percentile {

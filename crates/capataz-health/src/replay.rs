@@ -21,6 +21,12 @@
 //!                          `75%`, comma or space separated; see `rotation::agent`)
 //!                          -> what the agent says now (`up`, `drain, weight 50%`), or
 //!                          `IGNORED` for garbage (which changes nothing)
+//! AT <ms>                  set the clock (never back); from then on lines do not move it -> OK
+//! TRAFFIC <b> <lat> <answer>  a traffic outcome that took <lat> milliseconds (decimal, up
+//!                          to 3 fraction digits; `-` for none: no answer came) -> OK | ERROR
+//! SHED <b> <lat> <status> <ms>  an answer asking for <ms> of relief (a `429`, or a `503` with
+//!                          `Retry-After`) -> SHED with load shedding on, else judged as
+//!                          traffic: OK | ERROR
 //! ```
 //!
 //! An answer is `TIMEOUT`, `REFUSED`, `RESET`, `TLS`, `CONNECTED` (a TCP probe's connection
@@ -29,8 +35,16 @@
 //! ignored; blank lines and `#` comments print nothing. Any other line prints one `ERR <reason>` line and changes nothing.
 //!
 //! Time: the session clock counts milliseconds, one per command line plus those `WAIT` adds,
-//! saturating at `u64::MAX`. `WAIT`, `OVERRIDE`, `ELIGIBLE` and (issue 14) `AGENT` came later; scripts without
-//! them print exactly what they always did. Overrides never change verdicts (`STATUS`,
+//! saturating at `u64::MAX`, until the first `AT`; from then on only `AT` and `WAIT` move it
+//! (a recorded log says when each line happened). With a latency-outlier or success-rate
+//! detector in the settings, its windows end at every multiple of its window length
+//! ([`ReplayOptions`]) on that clock: before a line runs at a later time, each window that
+//! ended is judged at its end (windows in which no backend had traffic are skipped: judging
+//! them changes nothing). `TRAFFIC` and `SHED` lines with a latency count in the latency
+//! window, `OBSERVE` and `TRAFFIC` lines (and `SHED` lines judged as traffic) in the success
+//! window. Once `AT` is used, each explained verdict change starts with `@<ms> `, its time.
+//! `WAIT`, `OVERRIDE`, `ELIGIBLE` and (issue 14) `AGENT`, `AT`, `TRAFFIC` and `SHED` came
+//! later; scripts without them print exactly what they always did. Overrides never change verdicts (`STATUS`,
 //! `HEALTHY`), only who gets traffic (`ELIGIBLE`), as in the balancer, whose all-down policy
 //! here is `fail_open` over backends proven healthy (every backend of a `POOL` starts UP).
 
@@ -39,8 +53,10 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Write as _;
 use std::time::Duration;
 
+use crate::outliers::{latency_bucket, LatencyWindow, SuccessWindow, LATENCY_BUCKETS};
 use crate::pool::{Pool, Settings, State, Transition};
-use crate::rotation::{AgentReport, Event, Join, OverrideKind, Policy, Rotation};
+use crate::rotation::{AgentReport, Event, Join, LoadShedding, OverrideKind, Policy, Rotation};
+use crate::rules::TrafficResult;
 use crate::status::Outcome;
 
 /// A fast, non-cryptographic hasher for backend names (FxHash). The names come from a script,
@@ -74,16 +90,54 @@ impl Hasher for FxHasher {
 
 type Index = HashMap<Box<[u8]>, usize, BuildHasherDefault<FxHasher>>;
 
+/// What a replay needs beyond the engine's [`Settings`]: the detectors' window lengths and
+/// load shedding (the balancer's `[pools.NAME.passive]` tables).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplayOptions {
+    /// How long a latency-outlier window lasts (default 10 s, as in the balancer).
+    pub latency_window: Duration,
+    /// How long a success-rate window lasts (default 10 s).
+    pub success_window: Duration,
+    /// Load shedding awareness, or `None` (default): `SHED` lines are then judged as traffic.
+    pub load_shedding: Option<LoadShedding>,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> ReplayOptions {
+        ReplayOptions {
+            latency_window: Duration::from_secs(10),
+            success_window: Duration::from_secs(10),
+            load_shedding: None,
+        }
+    }
+}
+
+/// The windows being filled: per backend, latency bucket counts and judged outcomes, and when
+/// each kind ends next (milliseconds on the session clock).
+#[derive(Debug)]
+struct Windows {
+    latency: Vec<[u64; LATENCY_BUCKETS]>,
+    success: Vec<SuccessWindow>,
+    /// Whether any backend had traffic in the current latency / success window.
+    latency_used: bool,
+    success_used: bool,
+    next_latency: u64,
+    next_success: u64,
+}
+
 /// A replay session: the pool, its backend names, and the settings every `POOL` starts from.
 #[derive(Debug)]
 pub struct Replay {
     settings: Settings,
+    options: ReplayOptions,
     rotation: Rotation,
     names: Vec<Box<[u8]>>,
     index: Index,
-    step: u64,
-    /// Milliseconds added by `WAIT`.
-    waited: u64,
+    /// The session clock, in milliseconds.
+    clock: u64,
+    /// Whether `AT` set the clock (lines no longer move it).
+    timed: bool,
+    windows: Windows,
     transitions: u64,
 }
 
@@ -91,17 +145,33 @@ impl Replay {
     /// An empty session; `POOL` creates backends with these settings (their initial state is
     /// always UP, as the protocol says).
     pub fn new(settings: Settings) -> Replay {
+        Replay::with_options(settings, ReplayOptions::default())
+    }
+
+    /// An empty session with the detectors' windows and load shedding of `options`.
+    pub fn with_options(settings: Settings, options: ReplayOptions) -> Replay {
         let settings = Settings {
             initial: State::Up,
             ..settings
         };
+        let latency_window = millis(options.latency_window);
+        let success_window = millis(options.success_window);
         Replay {
             settings,
-            rotation: rotation(settings, 0, Duration::ZERO),
+            options,
+            rotation: rotation(settings, options, 0, Duration::ZERO),
             names: Vec::new(),
             index: Index::default(),
-            step: 0,
-            waited: 0,
+            clock: 0,
+            timed: false,
+            windows: Windows {
+                latency: Vec::new(),
+                success: Vec::new(),
+                latency_used: false,
+                success_used: false,
+                next_latency: latency_window,
+                next_success: success_window,
+            },
             transitions: 0,
         }
     }
@@ -135,9 +205,32 @@ impl Replay {
         if line.is_empty() || line[0] == b'#' {
             return;
         }
-        self.step += 1;
-        let now = Duration::from_millis(self.step.saturating_add(self.waited));
         let (command, rest) = split_word(line);
+        let mut explain = explain;
+        // `AT` sets the clock itself: it may name the time the clock already shows.
+        if !self.timed && command != b"AT" {
+            self.clock = self.clock.saturating_add(1);
+        }
+        if command == b"AT" {
+            return match rest.and_then(number) {
+                Some(ms) if ms >= self.clock => {
+                    self.clock = ms;
+                    self.timed = true;
+                    self.advance_to(ms, explain.as_deref_mut());
+                    push_line(out, b"OK");
+                }
+                Some(_) => err(
+                    out,
+                    format_args!(
+                        "AT cannot go back in time (the clock is at {} ms)",
+                        self.clock
+                    ),
+                ),
+                None => err(out, format_args!("AT needs a number of milliseconds")),
+            };
+        }
+        self.close_windows(self.clock, explain.as_deref_mut());
+        let now = Duration::from_millis(self.clock);
         match command {
             b"PROBE" | b"OBSERVE" => {
                 let Some(rest) = rest else {
@@ -163,9 +256,54 @@ impl Replay {
                 let result = if command == b"PROBE" {
                     self.rotation.handle_probe(backend, outcome, now).as_str()
                 } else {
-                    self.rotation.handle_traffic(backend, outcome, now).as_str()
+                    self.traffic(backend, outcome, now).as_str()
                 };
                 push_line(out, result.as_bytes());
+            }
+            b"TRAFFIC" => {
+                let parsed = rest.and_then(|rest| {
+                    let (name, rest) = split_word(rest);
+                    let (latency, answer) = split_word(rest?);
+                    let answer = answer.filter(|a| !a.is_empty())?;
+                    Some((name, latency_us(latency)?, answer))
+                });
+                let Some((name, latency, answer)) = parsed else {
+                    return err(
+                        out,
+                        format_args!(
+                            "TRAFFIC needs a backend, a latency in milliseconds (or -) and an answer"
+                        ),
+                    );
+                };
+                let Some(&backend) = self.index.get(name) else {
+                    return err(out, format_args!("unknown backend {:?}", show(name)));
+                };
+                if let Some(us) = latency {
+                    self.count_latency(backend, us);
+                }
+                let result = self.traffic(backend, Outcome::parse(answer), now);
+                push_line(out, result.as_str().as_bytes());
+            }
+            b"SHED" => {
+                let Some((backend, latency, status, relief)) =
+                    rest.and_then(|rest| self.parse_shed(rest))
+                else {
+                    return err(
+                        out,
+                        format_args!(
+                            "SHED needs a backend, a latency in milliseconds (or -), a status code 100-599 and milliseconds of relief"
+                        ),
+                    );
+                };
+                if let Some(us) = latency {
+                    self.count_latency(backend, us);
+                }
+                if self.rotation.handle_shed(backend, status, relief, now) {
+                    push_line(out, b"SHED");
+                } else {
+                    let result = self.traffic(backend, Outcome::Status(status), now);
+                    push_line(out, result.as_str().as_bytes());
+                }
             }
             b"STATUS" | b"HEALTHY" | b"ELIGIBLE" if rest.is_some() => {
                 return err(out, format_args!("{} takes no arguments", show(command)));
@@ -190,9 +328,8 @@ impl Replay {
                 let Some(ms) = rest.and_then(number) else {
                     return err(out, format_args!("WAIT needs a number of milliseconds"));
                 };
-                self.waited = self.waited.saturating_add(ms);
-                let now = Duration::from_millis(self.step.saturating_add(self.waited));
-                self.rotation.handle_timeout(now);
+                self.clock = self.clock.saturating_add(ms);
+                self.advance_to(self.clock, explain.as_deref_mut());
                 push_line(out, b"OK");
             }
             b"OVERRIDE" => {
@@ -235,6 +372,116 @@ impl Replay {
         if self.rotation.has_events() {
             self.drain_events(explain);
         }
+    }
+
+    /// Judges a traffic outcome, counting it in the success window.
+    fn traffic(&mut self, backend: usize, outcome: Outcome, now: Duration) -> TrafficResult {
+        if self.settings.success_rate.is_some() {
+            let error = self.settings.traffic_rule.judge(outcome) == TrafficResult::Error;
+            let window = &mut self.windows.success[backend];
+            window.requests = window.requests.saturating_add(1);
+            window.errors = window.errors.saturating_add(u64::from(error));
+            self.windows.success_used = true;
+        }
+        self.rotation.handle_traffic(backend, outcome, now)
+    }
+
+    /// Counts an answer that took `us` microseconds in the latency window.
+    fn count_latency(&mut self, backend: usize, us: u64) {
+        if self.settings.latency_outliers.is_some() {
+            let count = &mut self.windows.latency[backend][latency_bucket(us)];
+            *count = count.saturating_add(1);
+            self.windows.latency_used = true;
+        }
+    }
+
+    /// Moves the session to `ms`: judges the windows that ended by then, runs the timers due.
+    fn advance_to(&mut self, ms: u64, mut explain: Option<&mut Vec<u8>>) {
+        self.close_windows(ms, explain.as_deref_mut());
+        self.rotation.handle_timeout(Duration::from_millis(ms));
+        if self.rotation.has_events() {
+            self.drain_events(explain);
+        }
+    }
+
+    /// Judges, in time order, every window that ended by `ms`, each at its end, and explains
+    /// what that changed. A window without traffic is skipped to the last one due (judging it
+    /// would change nothing), so a jump of any length takes a few steps. Once `AT` set the
+    /// clock, the engine's timers due by `ms` (ejections ending, override TTLs) run at their
+    /// own times too, in order with the windows, so each change is explained with its time.
+    fn close_windows(&mut self, ms: u64, explain: Option<&mut Vec<u8>>) {
+        let latency_on = self.settings.latency_outliers.is_some();
+        let success_on = self.settings.success_rate.is_some();
+        let latency_window = millis(self.options.latency_window);
+        let success_window = millis(self.options.success_window);
+        // A timer still due after it ran would loop forever: it runs once, then waits for `ms`.
+        let mut last_timer = None;
+        loop {
+            let timer = if self.timed {
+                self.rotation
+                    .poll_timeout()
+                    .map(|due| u64::try_from(due.as_millis()).unwrap_or(u64::MAX))
+                    .filter(|&due| due <= ms && Some(due) != last_timer)
+            } else {
+                None
+            };
+            let w = &mut self.windows;
+            // A window ending at the clock's end never ends (the clock saturates there).
+            let due = |on: bool, end: u64| on && end <= ms && end < u64::MAX;
+            let latency = Some(w.next_latency).filter(|&end| due(latency_on, end));
+            let success = Some(w.next_success).filter(|&end| due(success_on, end));
+            // The earliest first; at the same time timers, then latency, then success.
+            let Some(first) = [timer, latency, success].into_iter().flatten().min() else {
+                break;
+            };
+            if timer == Some(first) {
+                last_timer = timer;
+                self.rotation.handle_timeout(Duration::from_millis(first));
+            } else if latency == Some(first) {
+                w.next_latency = next_end(first, ms, latency_window, w.latency_used);
+                if w.latency_used {
+                    w.latency_used = false;
+                    let windows: Vec<LatencyWindow> = w
+                        .latency
+                        .iter_mut()
+                        .map(|counts| {
+                            let window = LatencyWindow::from_buckets(counts);
+                            *counts = [0; LATENCY_BUCKETS];
+                            window
+                        })
+                        .collect();
+                    self.rotation
+                        .handle_latency_window(&windows, Duration::from_millis(first));
+                }
+            } else {
+                w.next_success = next_end(first, ms, success_window, w.success_used);
+                if w.success_used {
+                    w.success_used = false;
+                    let windows = std::mem::replace(
+                        &mut w.success,
+                        vec![SuccessWindow::default(); self.names.len()],
+                    );
+                    self.rotation
+                        .handle_success_window(&windows, Duration::from_millis(first));
+                }
+            }
+        }
+        if self.rotation.has_events() {
+            self.drain_events(explain);
+        }
+    }
+
+    /// `<backend> <latency> <status> <ms>` of a `SHED` line.
+    fn parse_shed(&self, rest: &[u8]) -> Option<(usize, Option<u64>, u16, Duration)> {
+        let (name, rest) = split_word(rest);
+        let backend = *self.index.get(name)?;
+        let (latency, rest) = split_word(rest?);
+        let (status, relief) = split_word(rest?);
+        let status = u16::try_from(number(status)?)
+            .ok()
+            .filter(|s| (100..=599).contains(s))?;
+        let relief = Duration::from_millis(number(relief?)?);
+        Some((backend, latency_us(latency)?, status, relief))
     }
 
     /// Counts the verdict changes the last command caused and explains them.
@@ -304,26 +551,96 @@ impl Replay {
             }
             list.push(Box::from(name));
         }
-        self.rotation = rotation(self.settings, list.len(), now);
+        self.rotation = rotation(self.settings, self.options, list.len(), now);
+        if self.settings.latency_outliers.is_some() {
+            self.windows.latency = vec![[0; LATENCY_BUCKETS]; list.len()];
+        }
+        if self.settings.success_rate.is_some() {
+            self.windows.success = vec![SuccessWindow::default(); list.len()];
+        }
+        self.windows.latency_used = false;
+        self.windows.success_used = false;
         self.names = list;
         self.index = index;
         push_line(out, b"OK");
     }
 
     fn explain(&self, transition: &Transition, explain: &mut Vec<u8>) {
+        if self.timed {
+            // Writing to a Vec cannot fail.
+            let _ = write!(explain, "@{} ", transition.at.as_millis());
+        }
         explain.extend_from_slice(&self.names[transition.backend]);
         // Writing to a Vec cannot fail.
         let _ = writeln!(explain, " {transition}");
     }
 }
 
-/// A rotation of `n` backends, all UP, under the balancer's default policy.
-fn rotation(settings: Settings, n: usize, now: Duration) -> Rotation {
+/// How an outcome is written in a script so that the protocol reads it back as the same
+/// outcome (`HTTP/1.1 503`, `TIMEOUT`, `GRPC 14`, `MALFORMED`, ...): what a recorder writes.
+pub fn answer(outcome: Outcome) -> std::borrow::Cow<'static, str> {
+    match outcome {
+        Outcome::Status(code) => format!("HTTP/1.1 {code}").into(),
+        Outcome::Grpc(code) => format!("GRPC {code}").into(),
+        Outcome::Timeout => "TIMEOUT".into(),
+        Outcome::Refused => "REFUSED".into(),
+        Outcome::Reset => "RESET".into(),
+        Outcome::Tls => "TLS".into(),
+        Outcome::Connected => "CONNECTED".into(),
+        // Any word the protocol does not know reads as malformed.
+        Outcome::Malformed => "MALFORMED".into(),
+    }
+}
+
+/// A rotation of `n` backends, all UP, under the balancer's default policy (with the load
+/// shedding of `options`).
+fn rotation(settings: Settings, options: ReplayOptions, n: usize, now: Duration) -> Rotation {
     let join = Join::New {
         initial: State::Up,
         warm_up: false,
     };
-    Rotation::new(settings, Policy::default(), (0..n).map(|_| (1, join)), now)
+    let policy = Policy {
+        load_shedding: options.load_shedding,
+        ..Policy::default()
+    };
+    Rotation::new(settings, policy, (0..n).map(|_| (1, join)), now)
+}
+
+/// A window length in milliseconds, at least one.
+fn millis(window: Duration) -> u64 {
+    u64::try_from(window.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// When the window after the one ending at `end` ends: the next multiple of `window`, or,
+/// after an empty window, the first multiple of `window` after `ms` (the empty windows between
+/// change nothing).
+fn next_end(end: u64, ms: u64, window: u64, used: bool) -> u64 {
+    let from = if used { end } else { end.max(ms) };
+    (from / window).saturating_add(1).saturating_mul(window)
+}
+
+/// A latency: `-` (none: `Some(None)`), or decimal milliseconds with at most three fraction
+/// digits, as microseconds (`Some(Some(us))`); `None` for anything else.
+fn latency_us(word: &[u8]) -> Option<Option<u64>> {
+    if word == b"-" {
+        return Some(None);
+    }
+    let (whole, fraction) = match word.iter().position(|&b| b == b'.') {
+        Some(at) => (&word[..at], &word[at + 1..]),
+        None => (word, &b"0"[..]),
+    };
+    if whole.len() > 12 || fraction.is_empty() || fraction.len() > 3 {
+        return None;
+    }
+    if !fraction.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let ms = number(whole)?;
+    let mut us = 0;
+    for i in 0..3 {
+        us = us * 10 + fraction.get(i).map_or(0, |d| u64::from(d - b'0'));
+    }
+    Some(Some(ms * 1000 + us))
 }
 
 /// A decimal number that fits a u64, and nothing else.

@@ -85,6 +85,8 @@ pub struct Lease {
     verdict: Option<Outcome>,
     /// How the body failed before its end, if it did: judged instead of the answer.
     failed: Option<AttemptError>,
+    /// How long the answer's head took, for recorders.
+    latency: Option<Duration>,
 }
 
 impl Lease {
@@ -105,6 +107,7 @@ impl Lease {
             sender: None,
             verdict: None,
             failed: None,
+            latency: None,
         }
     }
 
@@ -124,6 +127,11 @@ impl Lease {
     pub(crate) fn judge_at_end(&mut self, answer: Outcome) {
         self.verdict = Some(answer);
     }
+
+    /// Notes that the answer's head came `latency` after the request was sent.
+    pub(crate) fn answered_after(&mut self, latency: Duration) {
+        self.latency = Some(latency);
+    }
 }
 
 impl Drop for Lease {
@@ -136,7 +144,8 @@ impl Drop for Lease {
                 None => Some(answer),
             };
             if let Some(outcome) = outcome {
-                self.pool.observe(self.index, outcome);
+                self.pool
+                    .observe_answered(self.index, outcome, self.latency);
             }
         }
         if let Some((sender, answered_at)) = self.sender.take() {

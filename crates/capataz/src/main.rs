@@ -93,20 +93,34 @@ enum Command {
     },
     /// Drive the health engine with the replay line protocol (from FILE, or stdin).
     ///
-    /// Commands: POOL <b1> <b2> ... | PROBE <b> <answer> | OBSERVE <b> <answer> | STATUS | HEALTHY.
+    /// Commands: POOL <b1> <b2> ... | PROBE <b> <answer> | OBSERVE <b> <answer> | STATUS |
+    /// HEALTHY | WAIT <ms> | OVERRIDE ... | ELIGIBLE | AGENT <b> <line> | AT <ms> |
+    /// TRAFFIC <b> <ms|-> <answer> | SHED <b> <ms|-> <status> <ms>.
     /// An answer is TIMEOUT, REFUSED, RESET, TLS, GRPC <code> or a status line as received.
     Replay {
         /// The script to run; standard input when absent.
         file: Option<PathBuf>,
-        /// Consecutive passing probes that bring a DOWN backend back UP.
-        #[arg(long, default_value = "2", value_name = "N")]
-        rise: NonZeroU32,
-        /// Consecutive failed probes that take an UP backend DOWN.
-        #[arg(long, default_value = "3", value_name = "N")]
-        fall: NonZeroU32,
-        /// Consecutive traffic errors that eject a backend.
-        #[arg(long, default_value = "3", value_name = "N")]
-        consecutive_errors: NonZeroU32,
+        /// Take the engine's settings from a pool of this config file (its passive checks,
+        /// detectors and load shedding), as the balancer would run it.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// The pool of --config (or of --set's defaults) to take; needed when there are several.
+        #[arg(long, value_name = "NAME")]
+        pool: Option<String>,
+        /// Write KEY=VALUE into the pool's table first (e.g.
+        /// passive.latency_outliers.factor=5); without --config, into a pool with every
+        /// default. Repeatable.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// Consecutive passing probes that bring a DOWN backend back UP [default: 2].
+        #[arg(long, value_name = "N")]
+        rise: Option<NonZeroU32>,
+        /// Consecutive failed probes that take an UP backend DOWN [default: 3].
+        #[arg(long, value_name = "N")]
+        fall: Option<NonZeroU32>,
+        /// Consecutive traffic errors that eject a backend [default: 3].
+        #[arg(long, value_name = "N")]
+        consecutive_errors: Option<NonZeroU32>,
         /// Also write each verdict change, with its reason, to standard error.
         #[arg(long)]
         explain: bool,
@@ -420,17 +434,38 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Replay {
             file,
+            config,
+            pool,
+            sets,
             rise,
             fall,
             consecutive_errors,
             explain,
         } => {
-            let settings = capataz_health::Settings {
-                rise,
-                fall,
-                consecutive_errors,
-                ..Default::default()
+            let (mut settings, options) = if config.is_some() || pool.is_some() || !sets.is_empty()
+            {
+                let text = match &config {
+                    Some(path) => Some((
+                        std::fs::read_to_string(path)
+                            .with_context(|| format!("cannot read {}", path.display()))?,
+                        path.display().to_string(),
+                    )),
+                    None => None,
+                };
+                let text = text.as_ref().map(|(t, s)| (t.as_str(), s.as_str()));
+                match capataz::replay::pool_settings(text, pool.as_deref(), &sets) {
+                    Ok(found) => found,
+                    Err(message) => {
+                        eprintln!("capataz replay: {message}");
+                        return Ok(ExitCode::from(2));
+                    }
+                }
+            } else {
+                Default::default()
             };
+            settings.rise = rise.unwrap_or(settings.rise);
+            settings.fall = fall.unwrap_or(settings.fall);
+            settings.consecutive_errors = consecutive_errors.unwrap_or(settings.consecutive_errors);
             let stdout = std::io::stdout().lock();
             let mut stderr = std::io::stderr().lock();
             let explain: Option<&mut dyn std::io::Write> =
@@ -439,9 +474,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Some(path) => {
                     let input = std::fs::File::open(path)
                         .with_context(|| format!("cannot open replay script {}", path.display()))?;
-                    capataz::replay::run(settings, input, stdout, explain)
+                    capataz::replay::run_with(settings, options, input, stdout, explain)
                 }
-                None => capataz::replay::run(settings, std::io::stdin().lock(), stdout, explain),
+                None => capataz::replay::run_with(
+                    settings,
+                    options,
+                    std::io::stdin().lock(),
+                    stdout,
+                    explain,
+                ),
             };
             match result {
                 Ok(_) => Ok(ExitCode::SUCCESS),

@@ -2,11 +2,137 @@
 //!
 //! It streams: a result is written as soon as its line is read whenever no further input is
 //! already buffered, so it can sit in an interactive pipe, and memory stays flat however long
-//! the script is.
+//! the script is. [`pool_settings`] takes the engine's settings from a pool of a config file
+//! (or the balancer's defaults) with `--set` changes, validated as the balancer would.
 
 use std::io::{self, BufRead, Write};
 
-use capataz_health::{Replay, Settings};
+use capataz_health::{Replay, ReplayOptions, Settings};
+
+use crate::config;
+use crate::health::{engine_policy, engine_settings};
+
+/// The config `--set` changes when no `--config` is given: one pool, every key its default.
+const DEFAULTS: &str = "[[listeners]]\naddress = \"127.0.0.1:1\"\n\n[pools.replay]\nbackends = [{ address = \"127.0.0.1:1\" }]\n";
+
+/// The engine settings and replay options of pool `pool` (the only pool when `None`) of the
+/// config `text` (read from `source`; the balancer's defaults when `None`), after each
+/// `KEY=VALUE` of `sets` is written into the pool's table (`passive.latency_outliers.factor=5`:
+/// the value is TOML, or a string when it is not). The result is validated exactly as the
+/// balancer validates its config (no name is resolved, no file read). The error is a message
+/// for the command line.
+pub fn pool_settings(
+    text: Option<(&str, &str)>,
+    pool: Option<&str>,
+    sets: &[String],
+) -> Result<(Settings, ReplayOptions), String> {
+    let (text, source) = text.unwrap_or((DEFAULTS, "the default settings"));
+    let changed;
+    let text = if sets.is_empty() {
+        text
+    } else {
+        changed = apply_sets(text, source, pool, sets)?;
+        changed.as_str()
+    };
+    let parsed = config::parse_unresolved(text, source).map_err(|e| e.to_string())?;
+    let pools = &parsed.config().pools;
+    let found = match pool {
+        Some(name) => pools.iter().find(|p| p.name == name),
+        None if pools.len() == 1 => pools.first(),
+        None => {
+            return Err(format!(
+                "{source} has {} pools; say which with --pool",
+                pools.len()
+            ))
+        }
+    };
+    let Some(found) = found else {
+        return Err(format!(
+            "{source} has no pool {:?}",
+            pool.unwrap_or_default()
+        ));
+    };
+    let passive = &found.passive;
+    let defaults = ReplayOptions::default();
+    let options = ReplayOptions {
+        latency_window: passive
+            .latency_outliers
+            .map_or(defaults.latency_window, |l| l.window),
+        success_window: passive
+            .success_rate
+            .map_or(defaults.success_window, |r| r.window),
+        load_shedding: engine_policy(found).load_shedding,
+    };
+    Ok((engine_settings(found), options))
+}
+
+/// `text` with each `KEY=VALUE` of `sets` written into pool `pool`'s table.
+fn apply_sets(
+    text: &str,
+    source: &str,
+    pool: Option<&str>,
+    sets: &[String],
+) -> Result<String, String> {
+    let mut table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| format!("{source}: {}", e.message()))?;
+    let pools = table
+        .get_mut("pools")
+        .and_then(toml::Value::as_table_mut)
+        .ok_or_else(|| format!("{source} has no [pools] table"))?;
+    let name = match pool {
+        Some(name) => name.to_owned(),
+        None if pools.len() == 1 => pools.keys().next().cloned().unwrap_or_default(),
+        None => {
+            return Err(format!(
+                "{source} has {} pools; say which with --pool",
+                pools.len()
+            ))
+        }
+    };
+    let target = pools
+        .get_mut(&name)
+        .and_then(toml::Value::as_table_mut)
+        .ok_or_else(|| format!("{source} has no pool {name:?}"))?;
+    for set in sets {
+        set_key(target, set)?;
+    }
+    toml::to_string(&table).map_err(|e| e.to_string())
+}
+
+/// Writes one `KEY=VALUE` into `pool` (a dotted key, each part a bare key).
+fn set_key(pool: &mut toml::Table, set: &str) -> Result<(), String> {
+    let Some((key, value)) = set.split_once('=') else {
+        return Err(format!("--set {set:?}: expected KEY=VALUE"));
+    };
+    let parts: Vec<&str> = key.split('.').collect();
+    let bare = |p: &&str| {
+        !p.is_empty()
+            && p.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    };
+    if !parts.iter().all(bare) {
+        return Err(format!(
+            "--set {set:?}: the key must be dotted bare keys, e.g. passive.latency_outliers.factor"
+        ));
+    }
+    let value = match format!("v = {value}").parse::<toml::Table>() {
+        Ok(mut parsed) => parsed.remove("v").unwrap_or_else(|| value.into()),
+        Err(_) => toml::Value::String(value.to_owned()),
+    };
+    let (last, path) = parts.split_last().expect("split gives one part at least");
+    let mut table = pool;
+    for part in path {
+        let next = table
+            .entry(part.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        table = next
+            .as_table_mut()
+            .ok_or_else(|| format!("--set {set:?}: {part} is not a table"))?;
+    }
+    table.insert(last.to_string(), value);
+    Ok(())
+}
 
 const BUFFER: usize = 256 * 1024;
 
@@ -16,11 +142,22 @@ pub fn run(
     settings: Settings,
     input: impl io::Read,
     output: impl Write,
+    explain: Option<&mut dyn Write>,
+) -> io::Result<u64> {
+    run_with(settings, ReplayOptions::default(), input, output, explain)
+}
+
+/// [`run`] with the detectors' windows and load shedding of `options`.
+pub fn run_with(
+    settings: Settings,
+    options: ReplayOptions,
+    input: impl io::Read,
+    output: impl Write,
     mut explain: Option<&mut dyn Write>,
 ) -> io::Result<u64> {
     let mut input = io::BufReader::with_capacity(BUFFER, input);
     let mut output = output;
-    let mut replay = Replay::new(settings);
+    let mut replay = Replay::with_options(settings, options);
     let mut line = Vec::with_capacity(256);
     let mut out = Vec::with_capacity(BUFFER + 4096);
     let mut notes = Vec::new();

@@ -7,6 +7,8 @@
 //! - `GET /status`, `GET /status/<pool>/<backend>` state, streaks, history and the explain
 //!   sentence;
 //! - `GET /events` a Server-Sent Events stream of health events;
+//! - `GET /record/<pool>` the pool's probe and traffic outcomes, streamed in the replay
+//!   protocol ([`record`]);
 //! - `GET /metrics` Prometheus text;
 //! - `POST /backends/<pool>/<backend>/{drain,down,up,maintenance,clear}[?ttl=30s]` manual overrides;
 //! - `POST /reload` re-read and apply the config file.
@@ -25,6 +27,7 @@
 mod guard;
 mod overrides;
 mod pages;
+mod record;
 mod routes;
 
 use std::convert::Infallible;

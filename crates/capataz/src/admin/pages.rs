@@ -152,7 +152,7 @@ pub(super) fn events(shared: &Shared) -> Response<Body> {
             }
         }
     });
-    let mut response = Response::new(BodyExt::boxed(SseBody(body_rx)));
+    let mut response = Response::new(BodyExt::boxed(StreamBody(body_rx)));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("text/event-stream"),
@@ -164,10 +164,12 @@ pub(super) fn events(shared: &Shared) -> Response<Body> {
     response
 }
 
-/// The SSE body: frames as the event task sends them, ending when it stops.
-struct SseBody(tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, Infallible>>);
+/// A streamed body (events, records): frames as its task sends them, ending when it stops.
+pub(super) struct StreamBody(
+    pub(super) tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, Infallible>>,
+);
 
-impl hyper::body::Body for SseBody {
+impl hyper::body::Body for StreamBody {
     type Data = Bytes;
     type Error = Infallible;
 

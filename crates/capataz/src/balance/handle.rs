@@ -15,6 +15,7 @@ use std::time::{Duration, SystemTime};
 use arc_swap::{ArcSwap, Guard};
 use capataz_health::{Outcome, TrafficResult, TrafficRule};
 
+use super::tap::{Recorded, Tap};
 use super::{BackendRt, Snapshot};
 use crate::budget::RetryBudget;
 use crate::config::PoolConfig;
@@ -48,6 +49,8 @@ pub struct PoolHandle {
     pub(crate) budget: RetryBudget,
     traffic_rule: TrafficRule,
     health: Weak<dyn TrafficSink>,
+    /// Where recorders listen (`GET /record/<pool>`).
+    pub tap: Tap,
 }
 
 impl std::fmt::Debug for PoolHandle {
@@ -80,6 +83,7 @@ impl PoolHandle {
             config,
             traffic_rule,
             health,
+            tap: Tap::default(),
         }
     }
 
@@ -129,8 +133,22 @@ impl PoolHandle {
     /// Records that backend `backend` answered `status` asking for `retry_after` of relief (see
     /// [`PoolHandle::shed_request`]): in its traffic ring, and for the engine, which reduces
     /// its weight instead of judging the answer.
-    pub(crate) fn shed(&self, backend: usize, status: u16, retry_after: Duration) {
+    pub(crate) fn shed(
+        &self,
+        backend: usize,
+        status: u16,
+        retry_after: Duration,
+        latency: Duration,
+    ) {
         self.backends[backend].traffic.push(Outcome::Status(status));
+        self.tap.record(
+            backend,
+            Recorded::Shed {
+                status,
+                latency,
+                relief: retry_after,
+            },
+        );
         if let Some(health) = self.health.upgrade() {
             health.handle_shed(self, backend, status, retry_after);
         }
@@ -140,8 +158,16 @@ impl PoolHandle {
     /// engine unless it is a good response from a backend with a clean passive record (one
     /// atomic load, no lock) or passive checks are off.
     pub fn observe(&self, backend: usize, outcome: Outcome) {
+        self.observe_answered(backend, outcome, None);
+    }
+
+    /// [`PoolHandle::observe`] of an exchange whose answer's head came `latency` after the
+    /// request was sent (`None`: no answer came), which recorders hear of.
+    pub fn observe_answered(&self, backend: usize, outcome: Outcome, latency: Option<Duration>) {
         let rt = &self.backends[backend];
         rt.traffic.push(outcome);
+        self.tap
+            .record(backend, Recorded::Traffic { outcome, latency });
         if !self.config.passive.enabled {
             return;
         }

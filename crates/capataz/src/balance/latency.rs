@@ -7,10 +7,8 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use capataz_health::outliers::{latency_bucket as bucket, LATENCY_BUCKETS as BUCKETS};
 use capataz_health::LatencyWindow;
-
-/// Buckets: 0-3 us one each, then four per power of two up to 2^41 us (about 25 days).
-const BUCKETS: usize = 160;
 
 /// Lock-free latency counts of one backend for the current window.
 #[derive(Debug)]
@@ -26,28 +24,6 @@ impl Default for LatencyBuckets {
     }
 }
 
-/// The bucket of a latency of `us` microseconds.
-fn bucket(us: u64) -> usize {
-    if us < 4 {
-        return us as usize;
-    }
-    let us = us.min((1 << 41) - 1);
-    let bits = 63 - us.leading_zeros() as usize; // 2..=40
-    let sub = ((us >> (bits - 2)) & 3) as usize;
-    (bits - 1) * 4 + sub
-}
-
-/// The middle of bucket `index`, in microseconds.
-fn middle(index: usize) -> u64 {
-    if index < 4 {
-        return index as u64;
-    }
-    let bits = index / 4 + 1;
-    let sub = (index % 4) as u64;
-    let low = (4 + sub) << (bits - 2);
-    low + (1 << (bits - 2)) / 2
-}
-
 impl LatencyBuckets {
     /// Counts one answered request that took `elapsed`.
     #[inline]
@@ -60,37 +36,17 @@ impl LatencyBuckets {
     /// in this window or the next, never in both).
     pub fn drain(&self) -> LatencyWindow {
         let mut counts = [0u64; BUCKETS];
-        let mut requests = 0u64;
         for (count, slot) in counts.iter_mut().zip(&self.counts) {
             *count = u64::from(slot.swap(0, Ordering::Relaxed));
-            requests += *count;
         }
-        let at = |q_per_mille: u64| -> Duration {
-            // The smallest latency with at least q of the requests at or below it.
-            let rank = (requests * q_per_mille).div_ceil(1000).max(1);
-            let mut seen = 0;
-            for (index, count) in counts.iter().enumerate() {
-                seen += count;
-                if seen >= rank {
-                    return Duration::from_micros(middle(index));
-                }
-            }
-            Duration::ZERO
-        };
-        if requests == 0 {
-            return LatencyWindow::default();
-        }
-        LatencyWindow {
-            requests,
-            p50: at(500),
-            p99: at(990),
-        }
+        LatencyWindow::from_buckets(&counts)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use capataz_health::outliers::bucket_middle as middle;
 
     #[test]
     fn buckets_are_monotonic_and_within_a_quarter() {

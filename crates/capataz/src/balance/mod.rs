@@ -17,6 +17,7 @@ use crate::config::Algorithm;
 mod backend;
 mod handle;
 mod latency;
+pub mod tap;
 
 pub use backend::{BackendRt, OutcomeCounts, TrafficRing, HISTORY};
 pub use handle::{PoolHandle, TrafficSink};

@@ -34,6 +34,11 @@ impl Clock {
         Instant::now().saturating_duration_since(self.origin)
     }
 
+    /// The engine time of `instant` (zero for one before the clock started).
+    pub fn at(&self, instant: Instant) -> Duration {
+        instant.saturating_duration_since(self.origin)
+    }
+
     /// The wall-clock time of engine time `t`, saturating at the year 9999.
     pub fn wall(&self, t: Duration) -> SystemTime {
         let last = UNIX_EPOCH + LAST_WALL;

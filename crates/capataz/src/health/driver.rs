@@ -73,13 +73,16 @@ impl PoolRt {
         if let Some(outliers) = passive.latency_outliers.filter(|_| passive.enabled) {
             let pool = self.clone();
             tasks.push(tokio::spawn(async move {
-                every(outliers.window, || pool.close_latency_window()).await
+                every(pool.clock(), outliers.window, || {
+                    pool.close_latency_window()
+                })
+                .await
             }));
         }
         if let Some(rate) = passive.success_rate.filter(|_| passive.enabled) {
             let pool = self.clone();
             tasks.push(tokio::spawn(async move {
-                every(rate.window, || pool.close_success_window()).await
+                every(pool.clock(), rate.window, || pool.close_success_window()).await
             }));
         }
         let pool = self.clone();
@@ -119,11 +122,17 @@ impl PoolRt {
     }
 }
 
-/// Runs `close` every `window` forever: windows back to back from now; one closing late (a
-/// busy runtime) is simply longer, never skipped or doubled.
-async fn every(window: Duration, close: impl Fn()) {
-    let mut ticks = tokio::time::interval_at(Instant::now() + window, window);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+/// Runs `close` every `window` forever, at each multiple of `window` on the engine clock (so
+/// a recorded log replays with the same windows: `capataz replay` ends them there too); a
+/// close that runs late does not move the next ones off that grid.
+async fn every(clock: super::Clock, window: Duration, close: impl Fn()) {
+    let window = window.max(Duration::from_millis(1));
+    let now = clock.now().as_nanos();
+    let step = window.as_nanos();
+    let first = (now / step + 1).saturating_mul(step);
+    let first = Duration::from_nanos(u64::try_from(first).unwrap_or(u64::MAX));
+    let mut ticks = tokio::time::interval_at(clock.instant(first), window);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         ticks.tick().await;
         close();

@@ -501,6 +501,13 @@ impl PoolRt {
         let mut inner = self.lock();
         let result = inner.engine.handle_probe(backend, outcome, now);
         let cadence = inner.engine.cadence(backend);
+        let recorded = match outcome.mismatch {
+            Some(_) => Outcome::Malformed,
+            None => outcome.outcome,
+        };
+        self.handle
+            .tap
+            .record(backend, crate::balance::tap::Recorded::Probe(recorded));
         self.backends[backend].metrics.probe(result, latency);
         let probes = &mut inner.info[backend].probes;
         if probes.len() == HISTORY {
@@ -522,6 +529,23 @@ impl PoolRt {
         );
         self.publish(&mut inner, now, false);
         cadence
+    }
+
+    /// Per backend, in pool order, under one lock: the load-shedding relief it has left (zero
+    /// when it sheds nothing) and its latency windows judged slow in a row.
+    pub fn gray_state(&self) -> Vec<(Duration, u32)> {
+        let now = self.clock.now();
+        let inner = self.lock();
+        (0..self.backends.len())
+            .map(|i| {
+                let left = inner
+                    .engine
+                    .shed(i)
+                    .map_or(Duration::ZERO, |shed| shed.until.saturating_sub(now));
+                let slow = inner.engine.pool().backend(i).passive.slow_windows;
+                (left, slow)
+            })
+            .collect()
     }
 
     /// The active state of backend `index` (which must exist).

@@ -10,8 +10,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram;
 
 use super::{
-    BackendLabels, Families, HistogramLabels, HistogramScope, PoolLabels, ProbeLabels,
-    RequestLabels, TransitionLabels,
+    BackendLabels, Families, HistogramLabels, HistogramScope, OutlierLabels, PoolLabels,
+    ProbeLabels, RequestLabels, TransitionLabels,
 };
 
 /// The answer classes of `capataz_requests_total`, in the order of [`BackendMetrics`] handles.
@@ -108,6 +108,11 @@ pub(crate) struct BackendMetrics {
     to_up: Counter,
     to_down: Counter,
     ejections: Counter,
+    /// `detector="latency"` and `"success_rate"`, created by the first such ejection, so
+    /// pools without the detectors add no series.
+    outliers: [OnceLock<Counter>; 2],
+    outlier_family: prometheus_client::metrics::family::Family<OutlierLabels, Counter>,
+    pool_backend: (String, String),
     latency: LatencyHistograms,
 }
 
@@ -156,6 +161,9 @@ impl BackendMetrics {
                 pool: pool.into(),
                 backend: backend.into(),
             }),
+            outliers: [OnceLock::new(), OnceLock::new()],
+            outlier_family: metrics.outlier_ejections.clone(),
+            pool_backend: (pool.into(), backend.into()),
             latency,
         }
     }
@@ -202,6 +210,20 @@ impl BackendMetrics {
         ) {
             self.ejections.inc();
         }
+        let (slot, detector) = match transition.reason {
+            Reason::SlowTraffic { .. } => (0, "latency"),
+            Reason::ErrorRate { .. } => (1, "success_rate"),
+            _ => return,
+        };
+        self.outliers[slot]
+            .get_or_init(|| {
+                self.outlier_family.get_or_create_owned(&OutlierLabels {
+                    pool: self.pool_backend.0.clone(),
+                    backend: self.pool_backend.1.clone(),
+                    detector,
+                })
+            })
+            .inc();
     }
 }
 

@@ -159,6 +159,14 @@ struct RequestLabels {
     class: &'static str,
 }
 
+/// The labels of an outlier ejection: which detector ejected.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutlierLabels {
+    pool: String,
+    backend: String,
+    detector: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ProbeLabels {
     pool: String,
@@ -186,6 +194,7 @@ pub struct Families {
     probe_duration: Latencies,
     transitions: Family<TransitionLabels, Counter>,
     ejections: Family<BackendLabels, Counter>,
+    outlier_ejections: Family<OutlierLabels, Counter>,
     client_requests: Family<ClientRequestLabels, Counter>,
     request_duration: Family<ListenerLabels, Timing>,
     connections_accepted: Family<ListenerLabels, Counter>,
@@ -297,6 +306,12 @@ impl Families {
             "Backends taken out by passive checks (traffic errors, a failed probation, or latency outliers)",
             ejections.clone(),
         );
+        let outlier_ejections = Family::default();
+        registry.register(
+            "capataz_outlier_ejections",
+            "Ejections by a gray-failure detector (detector = latency or success_rate), also counted in capataz_ejections_total",
+            outlier_ejections.clone(),
+        );
         let tls = TlsFamilies::register(registry);
         Families {
             tls,
@@ -309,6 +324,7 @@ impl Families {
             probe_duration,
             transitions,
             ejections,
+            outlier_ejections,
             client_requests,
             request_duration,
             connections_accepted,

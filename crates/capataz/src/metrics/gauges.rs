@@ -37,6 +37,10 @@ struct BackendGauges {
     in_flight: usize,
     weight_tenths: u32,
     probe_interval: f64,
+    /// Seconds of load-shedding relief left, in a pool with load shedding.
+    shedding: Option<f64>,
+    /// Latency windows judged slow in a row, in a pool with the latency-outlier detector.
+    slow_windows: Option<u32>,
 }
 
 #[derive(Debug)]
@@ -66,6 +70,14 @@ impl LiveGauges {
             let probed = pool.config.active.kind != CheckKind::None;
             let intervals = crate::health::probe_intervals(&pool.config);
             let cadences = pool.cadences();
+            let passive = &pool.config.passive;
+            let shedding_on = passive.enabled && passive.load_shedding.is_some();
+            let latency_on = passive.enabled && passive.latency_outliers.is_some();
+            let gray = if shedding_on || latency_on {
+                pool.gray_state()
+            } else {
+                Vec::new()
+            };
             for (i, ((backend, &(up, weight_tenths)), &cadence)) in pool
                 .backends
                 .iter()
@@ -73,6 +85,7 @@ impl LiveGauges {
                 .zip(&cadences)
                 .enumerate()
             {
+                let (shed_left, slow) = gray.get(i).copied().unwrap_or_default();
                 let tracks = pool
                     .config
                     .backends
@@ -91,6 +104,8 @@ impl LiveGauges {
                     } else {
                         0.0
                     },
+                    shedding: shedding_on.then_some(shed_left.as_secs_f64()),
+                    slow_windows: latency_on.then_some(slow),
                 });
             }
             pool_gauges.push(PoolGauges {
@@ -144,6 +159,22 @@ impl Collector for LiveGauges {
             "capataz_backend_probe_interval_seconds",
             "The time between the backend's probes now (interval, fast_interval or down_interval by its state; 0 without active checks or with track).",
             backends.iter().map(|b| (&b.labels, b.probe_interval)),
+        )?;
+        encode_gauges(
+            &mut encoder,
+            "capataz_backend_shedding_seconds",
+            "Seconds of load-shedding relief the backend has left (0 when it sheds nothing); only pools with load_shedding.",
+            backends
+                .iter()
+                .filter_map(|b| b.shedding.map(|left| (&b.labels, left))),
+        )?;
+        encode_gauges(
+            &mut encoder,
+            "capataz_backend_slow_windows",
+            "Latency windows in a row the backend was judged slow in (windows of them eject); only pools with latency_outliers.",
+            backends
+                .iter()
+                .filter_map(|b| b.slow_windows.map(|n| (&b.labels, i64::from(n)))),
         )?;
         encode_gauges(
             &mut encoder,

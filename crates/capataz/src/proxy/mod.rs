@@ -644,13 +644,15 @@ async fn forward<'a>(
                 }
                 let status = answer.head.status.as_u16();
                 let answered_at = Instant::now();
-                backend.answered(status, answered_at.saturating_duration_since(sent_at));
+                let latency = answered_at.saturating_duration_since(sent_at);
+                backend.answered(status, latency);
+                lease.answered_after(latency);
                 let mut response = Response::new(RespBody::Full(None));
                 *response.status_mut() = answer.head.status;
                 *response.headers_mut() = answer.head.headers;
                 if status == 101 {
                     // The connection becomes the tunnel; the passive side hears of the 101.
-                    pool.observe(index, Outcome::Status(status));
+                    pool.observe_answered(index, Outcome::Status(status), Some(latency));
                     drop(lease);
                     return Forwarded::Upgraded(response, answer.stream, answer.buf.freeze());
                 }
@@ -659,7 +661,7 @@ async fn forward<'a>(
                 }
                 // A backend asking for relief gets less weight, not an error on its record.
                 match pool.shed_request(status, response.headers()) {
-                    Some(relief) => pool.shed(index, status, relief),
+                    Some(relief) => pool.shed(index, status, relief, latency),
                     None => lease.judge_at_end(Outcome::Status(status)),
                 }
                 *response.body_mut() = RespBody::upstream(
@@ -711,8 +713,9 @@ async fn forward_h2<'a>(
         }
     };
     let status = response.status().as_u16();
-    let answered_at = Instant::now();
-    backend.answered(status, answered_at.saturating_duration_since(sent_at));
+    let latency = Instant::now().saturating_duration_since(sent_at);
+    backend.answered(status, latency);
+    lease.answered_after(latency);
     let (parts, body) = response.into_parts();
     let grpc_call = status == 200
         && parts
@@ -731,7 +734,7 @@ async fn forward_h2<'a>(
         (false, _) => {
             // A backend asking for relief gets less weight, not an error on its record.
             match pool.shed_request(status, &parts.headers) {
-                Some(relief) => pool.shed(index, status, relief),
+                Some(relief) => pool.shed(index, status, relief, latency),
                 None => lease.judge_at_end(Outcome::Status(status)),
             }
             Grpc::No

@@ -24,6 +24,7 @@ pub mod knot;
 pub mod pebble;
 pub mod prometheus;
 pub mod raw;
+pub mod stream;
 pub mod tls;
 pub mod wait;
 

@@ -47,7 +47,10 @@ async fn a_backend_with_one_error_in_five_is_caught_by_the_success_rate_detector
         "{}",
         t.reason
     );
-    assert!((750..=850).contains(&success_permille), "{}", t.reason);
+    // A window of n >= 10 requests with every 5th failing holds floor(n/5) or ceil(n/5)
+    // errors, by its phase: from 8/11 (72.7 %) to 12/14 (85.7 %) successes. (Windows end on
+    // the engine clock's grid, so the first one is usually shorter than `window`.)
+    assert!((727..=857).contains(&success_permille), "{}", t.reason);
     assert_eq!(ejection.nth, 1);
     let status = r.backend("flaky").await;
     let explain = status["explain"].as_str().unwrap_or_default();

@@ -48,6 +48,8 @@ fn busy_config(b: &[SimBackend]) -> String {
         )
         .extra(&format!(
             "[pools.web.active]\ninterval = \"50ms\"\ntimeout = \"500ms\"\n\n\
+             [pools.web.passive.latency_outliers]\nenabled = true\n\n\
+             [pools.web.passive.load_shedding]\nenabled = true\n\n\
              [pools.dead]\nbackends = [{{ name = \"x\", address = \"{dead}\" }}]\n\n\
              [pools.dead.active]\nkind = \"none\"\n\n\
              [[alerts.commands]]\ncommand = [\"false\"]\n"

@@ -31,6 +31,8 @@ async fn promtool_finds_nothing_to_say_about_the_classic_exposition() {
         "capataz_config_reloads_total",
         "capataz_alerts_failed_total",
         "capataz_backend_up",
+        "capataz_backend_shedding_seconds",
+        "capataz_backend_slow_windows",
     ] {
         assert!(
             page.contains(&format!("\n{name}{{")),
