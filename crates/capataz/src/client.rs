@@ -47,11 +47,11 @@
 //! A request counts as in progress from its head until its response body has been sent (or
 //! dropped). The watcher closes a connection by raising `close` and waking the connection's
 //! task: on a timeout the connection is dropped at once. On shutdown (a stop, or the drain of
-//! an upgrade) a request in progress is finished by hyper's graceful shutdown, and then the
-//! connection closes; an HTTP/1 connection at rest stays open for `DRAIN_IDLE_GRACE`, and a
-//! request that arrives meanwhile is answered with `Connection: close` (so a client that was
-//! about to reuse it is answered, not cut off), then it is dropped; an HTTP/2 connection gets
-//! a GOAWAY, and is dropped once its streams are done and `GOAWAY_GRACE` has passed.
+//! an upgrade) an HTTP/1 connection answers every request from then on with `Connection:
+//! close`, so its client opens the next connection elsewhere instead of sending its next
+//! request on a connection about to close; with no request in progress and no byte moved for
+//! `DRAIN_IDLE_GRACE`, it is dropped. An HTTP/2 connection gets a GOAWAY, and is dropped once
+//! its streams are done and `GOAWAY_GRACE` has passed.
 
 use std::future::{poll_fn, Future};
 use std::io;
@@ -112,8 +112,9 @@ pub(crate) enum Protocol {
 /// HTTP/2's connection preface (RFC 9113 section 3.4).
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// How long an HTTP/1 connection at rest stays open once the balancer drains (a shutdown or
-/// an upgrade), for a request already on its way to be answered with `Connection: close`.
+/// How long an HTTP/1 connection with no request in progress stays open once the balancer
+/// drains (a shutdown or an upgrade) and it moves no byte, for a request already on its way
+/// to be answered with `Connection: close`.
 const DRAIN_IDLE_GRACE: Duration = Duration::from_secs(1);
 
 /// How long an HTTP/2 connection closed for being idle has to go after its GOAWAY.
@@ -537,24 +538,26 @@ async fn watch_connection(
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut draining = *shutdown.borrow();
-    let mut drain_since: Option<Instant> = None;
+    // While draining: when the connection last moved a byte (or the drain began), and the
+    // byte counts then.
+    let mut drain_quiet: Option<(Instant, (u64, u64))> = None;
     let mut goaway_since: Option<Instant> = None;
     loop {
-        if draining && drain_since.is_none() {
+        if draining && drain_quiet.is_none() {
             let now = Instant::now();
-            drain_since = Some(now);
+            drain_quiet = Some((now, bytes_moved(&shared)));
             shared.draining.store(true, Ordering::Relaxed);
             if shared.h2.load(Ordering::Relaxed) {
                 // GOAWAY: the client opens no new stream here; those in progress finish.
                 shared.close(GRACEFUL);
                 goaway_since = Some(now);
-            } else if shared.active.load(Ordering::Relaxed) > 0 {
-                // Finish the request in progress, then close.
-                shared.close(GRACEFUL);
             }
-            // An HTTP/1 connection at rest stays open for `DRAIN_IDLE_GRACE`: a request that
-            // comes meanwhile is answered with `Connection: close` (a client of a busy
-            // keep-alive connection moves on without an error); an idle one is closed then.
+            // HTTP/1: the answer of every request from now on says `Connection: close`, and
+            // the client opens its next connection elsewhere; a connection with no request
+            // in progress that moves no byte for `DRAIN_IDLE_GRACE` is closed. (hyper's
+            // graceful shutdown is not used: an answer it had already sent as keep-alive
+            // would be followed by a close the client did not expect, racing its next
+            // request.)
         }
         tokio::select! {
             _ = &mut done => return,
@@ -566,13 +569,19 @@ async fn watch_connection(
                     // An HTTP/2 connection got its GOAWAY: gone by now, or dropped (once its
                     // streams are done, when draining).
                     let waited = now.saturating_duration_since(sent) >= GOAWAY_GRACE;
-                    if waited && (drain_since.is_none() || shared.active.load(Ordering::Relaxed) == 0) {
+                    if waited
+                        && (drain_quiet.is_none() || shared.active.load(Ordering::Relaxed) == 0)
+                    {
                         shared.close(ABORT);
                         return;
                     }
-                } else if let Some(since) = drain_since {
-                    if shared.active.load(Ordering::Relaxed) == 0
-                        && now.saturating_duration_since(since) >= DRAIN_IDLE_GRACE
+                } else if let Some((since, moved)) = &mut drain_quiet {
+                    let now_moved = bytes_moved(&shared);
+                    if now_moved != *moved {
+                        *since = now;
+                        *moved = now_moved;
+                    } else if shared.active.load(Ordering::Relaxed) == 0
+                        && now.saturating_duration_since(*since) >= DRAIN_IDLE_GRACE
                     {
                         shared.close(ABORT);
                         return;
@@ -592,6 +601,14 @@ async fn watch_connection(
             }
         }
     }
+}
+
+/// The bytes a connection has read and written so far.
+fn bytes_moved(shared: &Shared) -> (u64, u64) {
+    (
+        shared.reads.load(Ordering::Relaxed),
+        shared.writes.load(Ordering::Relaxed),
+    )
 }
 
 /// One look at the counters: whether a timeout has run out by `now`.

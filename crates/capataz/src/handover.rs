@@ -6,9 +6,10 @@
 //! The protocol, between two capataz processes only, is two environment variables the new
 //! process reads once and removes at its start (so its own children inherit neither):
 //!
-//! - `CAPATAZ_HANDOVER_LISTENERS`: `FD=CONFIGURED=BOUND` entries separated by commas, one per
-//!   listening socket (the client listeners and the admin listener): the descriptor number,
-//!   the address its configuration asked for (`127.0.0.1:0`, say) and the one it is bound to.
+//! - `CAPATAZ_HANDOVER_LISTENERS`: `KIND:FD=CONFIGURED=BOUND` entries separated by commas, one
+//!   per listening socket: its kind (`listener` for a client listener, `admin` for the admin
+//!   listener), the descriptor number, the address its configuration asked for
+//!   (`127.0.0.1:0`, say) and the one it is bound to.
 //! - `CAPATAZ_HANDOVER_READY_FD`: the descriptor of the new process's end of the socket pair.
 //!   It writes `READY\n` there once it accepts connections; the old process then stops
 //!   accepting and drains. An end of file first means the new process failed.
@@ -60,9 +61,37 @@ pub enum HandoverError {
     },
 }
 
+/// What a listening socket is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A client listener (`[[listeners]]`).
+    Listener,
+    /// The admin listener (`[admin]`).
+    Admin,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Listener => "listener",
+            Kind::Admin => "admin",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Kind> {
+        match text {
+            "listener" => Some(Kind::Listener),
+            "admin" => Some(Kind::Admin),
+            _ => None,
+        }
+    }
+}
+
 /// One listening socket handed over.
 #[derive(Debug)]
 pub struct Handed {
+    /// What it is for.
+    pub kind: Kind,
     /// The address the old process's configuration asked for.
     pub configured: SocketAddr,
     /// The address it is bound to.
@@ -105,7 +134,7 @@ impl Inherited {
             .to_str()
             .and_then(|s| s.parse::<RawFd>().ok())
             .ok_or_else(|| malformed(READY_VAR, "not a descriptor number".into()))?;
-        if entries.iter().any(|(fd, ..)| *fd == ready_fd) {
+        if entries.iter().any(|(_, fd, ..)| *fd == ready_fd) {
             return Err(malformed(READY_VAR, "names a listening socket's descriptor".into()));
         }
         let ready = checked_fd(ready_fd).map_err(|why| malformed(READY_VAR, why))?;
@@ -116,10 +145,11 @@ impl Inherited {
         }
         let ready = UnixStream::from(OwnedFd::from(ready));
         let mut sockets = Vec::with_capacity(entries.len());
-        for (fd, configured, bound) in entries {
+        for (kind, fd, configured, bound) in entries {
             let owned = checked_fd(fd).map_err(|why| HandoverError::NotAListener { fd, why })?;
             let socket = listening_tcp(owned).map_err(|why| HandoverError::NotAListener { fd, why })?;
             sockets.push(Handed {
+                kind,
                 configured,
                 bound,
                 socket,
@@ -128,18 +158,22 @@ impl Inherited {
         Ok(Inherited { sockets, ready })
     }
 
-    /// The inherited socket for a listener configured at `address`, if one was handed over:
-    /// the one the old process configured with the same address, or bound to it (a port 0
-    /// listener of the old configuration is found by the port it got). Each socket is taken
-    /// once.
-    pub fn take(&mut self, address: SocketAddr) -> Option<std::net::TcpListener> {
+    /// The inherited socket of `kind` for a listener configured at `address`, if one was
+    /// handed over: the first the old process configured with the same address, or else the
+    /// one bound to it (a port 0 listener of the old configuration is found by the port it
+    /// got). Each socket is taken once.
+    pub fn take(&mut self, kind: Kind, address: SocketAddr) -> Option<std::net::TcpListener> {
         let at = self
             .sockets
             .iter()
-            .position(|h| h.configured == address)
+            .position(|h| h.kind == kind && h.configured == address)
             .or_else(|| {
                 (address.port() != 0)
-                    .then(|| self.sockets.iter().position(|h| h.bound == address))
+                    .then(|| {
+                        self.sockets
+                            .iter()
+                            .position(|h| h.kind == kind && h.bound == address)
+                    })
                     .flatten()
             })?;
         Some(self.sockets.swap_remove(at).socket)
@@ -164,9 +198,12 @@ fn malformed(var: &'static str, why: String) -> HandoverError {
     HandoverError::Malformed { var, why }
 }
 
-/// `FD=CONFIGURED=BOUND,...`, each descriptor once.
-fn parse_entries(text: &str) -> Result<Vec<(RawFd, SocketAddr, SocketAddr)>, HandoverError> {
-    let mut entries: Vec<(RawFd, SocketAddr, SocketAddr)> = Vec::new();
+/// What one entry of the listeners variable says.
+type Entry = (Kind, RawFd, SocketAddr, SocketAddr);
+
+/// `KIND:FD=CONFIGURED=BOUND,...`, each descriptor once.
+fn parse_entries(text: &str) -> Result<Vec<Entry>, HandoverError> {
+    let mut entries: Vec<Entry> = Vec::new();
     if text.is_empty() {
         return Ok(entries);
     }
@@ -174,11 +211,14 @@ fn parse_entries(text: &str) -> Result<Vec<(RawFd, SocketAddr, SocketAddr)>, Han
         if entries.len() == MAX_SOCKETS {
             return Err(malformed(LISTENERS_VAR, format!("more than {MAX_SOCKETS} sockets")));
         }
-        let mut parts = entry.split('=');
+        let shape = || malformed(LISTENERS_VAR, format!("{entry:?} is not KIND:FD=ADDRESS=ADDRESS"));
+        let (kind, rest) = entry.split_once(':').ok_or_else(shape)?;
+        let kind = Kind::parse(kind).ok_or_else(shape)?;
+        let mut parts = rest.split('=');
         let (Some(fd), Some(configured), Some(bound), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
         else {
-            return Err(malformed(LISTENERS_VAR, format!("{entry:?} is not FD=ADDRESS=ADDRESS")));
+            return Err(shape());
         };
         let fd: RawFd = fd
             .parse()
@@ -188,10 +228,10 @@ fn parse_entries(text: &str) -> Result<Vec<(RawFd, SocketAddr, SocketAddr)>, Han
                 .map_err(|_| malformed(LISTENERS_VAR, format!("{text:?} is not an address")))
         };
         let (configured, bound) = (address(configured)?, address(bound)?);
-        if entries.iter().any(|(other, ..)| *other == fd) {
+        if entries.iter().any(|(_, other, ..)| *other == fd) {
             return Err(malformed(LISTENERS_VAR, format!("descriptor {fd} named twice")));
         }
-        entries.push((fd, configured, bound));
+        entries.push((kind, fd, configured, bound));
     }
     Ok(entries)
 }
@@ -237,6 +277,8 @@ fn listening_tcp(owned: OwnedFd) -> Result<std::net::TcpListener, String> {
 /// duplicate of its descriptor.
 #[derive(Debug)]
 pub struct Offered {
+    /// What it is for.
+    pub kind: Kind,
     /// The address its configuration asked for.
     pub configured: SocketAddr,
     /// The address it is bound to.
@@ -263,7 +305,12 @@ pub fn command(
             listeners.push(',');
         }
         let fd = offered.fd.as_raw_fd();
-        listeners.push_str(&format!("{fd}={}={}", offered.configured, offered.bound));
+        listeners.push_str(&format!(
+            "{}:{fd}={}={}",
+            offered.kind.name(),
+            offered.configured,
+            offered.bound
+        ));
         inherit.push(fd);
     }
     inherit.push(theirs.as_raw_fd());
@@ -301,12 +348,24 @@ mod tests {
 
     #[test]
     fn parse_entries_reads_descriptors_and_both_addresses() {
-        let entries = parse_entries("7=127.0.0.1:0=127.0.0.1:40123,9=[::1]:80=[::1]:80").unwrap();
+        let entries =
+            parse_entries("listener:7=127.0.0.1:0=127.0.0.1:40123,admin:9=[::1]:80=[::1]:80")
+                .unwrap();
         assert_eq!(
             entries,
             vec![
-                (7, "127.0.0.1:0".parse().unwrap(), "127.0.0.1:40123".parse().unwrap()),
-                (9, "[::1]:80".parse().unwrap(), "[::1]:80".parse().unwrap()),
+                (
+                    Kind::Listener,
+                    7,
+                    "127.0.0.1:0".parse().unwrap(),
+                    "127.0.0.1:40123".parse().unwrap()
+                ),
+                (
+                    Kind::Admin,
+                    9,
+                    "[::1]:80".parse().unwrap(),
+                    "[::1]:80".parse().unwrap()
+                ),
             ]
         );
         assert_eq!(parse_entries("").unwrap(), vec![]);
@@ -315,21 +374,21 @@ mod tests {
     #[test]
     fn parse_entries_refuses_hostile_text() {
         for text in [
-            "7",
-            "7=127.0.0.1:1",
-            "7=127.0.0.1:1=127.0.0.1:1=x",
-            "x=127.0.0.1:1=127.0.0.1:1",
-            "7=localhost:1=127.0.0.1:1",
-            "7=127.0.0.1:1=127.0.0.1:1,7=127.0.0.1:2=127.0.0.1:2",
+            "listener:7",
+            "7=127.0.0.1:1=127.0.0.1:1",
+            "other:7=127.0.0.1:1=127.0.0.1:1",
+            "listener:7=127.0.0.1:1",
+            "listener:7=127.0.0.1:1=127.0.0.1:1=x",
+            "listener:x=127.0.0.1:1=127.0.0.1:1",
+            "listener:7=localhost:1=127.0.0.1:1",
+            "listener:7=127.0.0.1:1=127.0.0.1:1,admin:7=127.0.0.1:2=127.0.0.1:2",
             ",",
-            "-1=127.0.0.1:1=127.0.0.1:1,",
+            "listener:-1=127.0.0.1:1=127.0.0.1:1,",
         ] {
             assert!(parse_entries(text).is_err(), "{text:?} was taken");
         }
-        let many = vec!["3=127.0.0.1:1=127.0.0.1:1"; MAX_SOCKETS + 1]
-            .iter()
-            .enumerate()
-            .map(|(i, _)| format!("{}=127.0.0.1:1=127.0.0.1:1", i + 3))
+        let many = (0..=MAX_SOCKETS)
+            .map(|i| format!("listener:{}=127.0.0.1:1=127.0.0.1:1", i + 3))
             .collect::<Vec<_>>()
             .join(",");
         assert!(parse_entries(&many).is_err());
@@ -364,24 +423,28 @@ mod tests {
         let mut inherited = Inherited {
             sockets: vec![
                 Handed {
+                    kind: Kind::Admin,
+                    configured: "127.0.0.1:0".parse().unwrap(),
+                    bound: b_bound,
+                    socket: b,
+                },
+                Handed {
+                    kind: Kind::Listener,
                     configured: "127.0.0.1:0".parse().unwrap(),
                     bound: a_bound,
                     socket: a,
                 },
-                Handed {
-                    configured: b_bound,
-                    bound: b_bound,
-                    socket: b,
-                },
             ],
             ready: ours,
         };
-        let taken = inherited.take("127.0.0.1:0".parse().unwrap()).unwrap();
+        let any = "127.0.0.1:0".parse().unwrap();
+        let taken = inherited.take(Kind::Listener, any).unwrap();
         assert_eq!(taken.local_addr().unwrap(), a_bound);
-        assert!(inherited.take("127.0.0.1:0".parse().unwrap()).is_none());
-        assert!(inherited.take(a_bound).is_none());
+        assert!(inherited.take(Kind::Listener, any).is_none());
+        assert!(inherited.take(Kind::Listener, a_bound).is_none());
+        assert!(inherited.take(Kind::Listener, b_bound).is_none(), "the admin socket");
         assert_eq!(inherited.untaken(), vec![b_bound]);
-        assert!(inherited.take(b_bound).is_some());
+        assert!(inherited.take(Kind::Admin, b_bound).is_some());
         assert!(inherited.untaken().is_empty());
     }
 }

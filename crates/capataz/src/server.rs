@@ -20,7 +20,7 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
-use crate::handover::{Inherited, Offered};
+use crate::handover::{Inherited, Kind, Offered};
 use crate::health::{Event, PoolRt};
 use crate::shared::{bind, bind_listener};
 pub use crate::shared::{ReloadSummary, Shared, StartError};
@@ -70,14 +70,14 @@ impl Balancer {
         mut inherited: Option<&mut Inherited>,
     ) -> Result<Balancer, StartError> {
         let held = inherited.is_some();
-        let mut take = |address: SocketAddr| -> Option<std::io::Result<TcpListener>> {
-            let socket = inherited.as_mut()?.take(address)?;
+        let mut take = |kind: Kind, address: SocketAddr| -> Option<std::io::Result<TcpListener>> {
+            let socket = inherited.as_mut()?.take(kind, address)?;
             Some(TcpListener::from_std(socket))
         };
         // Bind everything first, so a config that cannot start leaves nothing running.
         let mut sockets = Vec::with_capacity(config.listeners.len());
         for (index, listener) in config.listeners.iter().enumerate() {
-            let socket = match take(listener.address) {
+            let socket = match take(Kind::Listener, listener.address) {
                 Some(socket) => socket.map_err(|error| StartError::Bind {
                     name: listener.name.clone(),
                     key: format!("listeners[{index}].address"),
@@ -96,7 +96,7 @@ impl Balancer {
                     address: admin.address,
                     error,
                 };
-                let socket = match take(admin.address) {
+                let socket = match take(Kind::Admin, admin.address) {
                     Some(socket) => socket.map_err(bind_error)?,
                     None => bind(admin.address).map_err(bind_error)?,
                 };
@@ -161,6 +161,7 @@ impl Balancer {
                 ));
             };
             offered.push(Offered {
+                kind: Kind::Admin,
                 configured: *configured,
                 bound: self.admin_addr.unwrap_or(*configured),
                 fd: fd.try_clone()?,

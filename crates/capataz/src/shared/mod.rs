@@ -294,6 +294,7 @@ impl Shared {
             .iter()
             .map(|l| {
                 Ok(crate::handover::Offered {
+                    kind: crate::handover::Kind::Listener,
                     configured: l.address,
                     bound: l.local,
                     fd: match &l.offer {

@@ -42,3 +42,4 @@ mod replay_cli;
 mod request_path;
 mod scrape;
 mod tls;
+mod upgrade;
