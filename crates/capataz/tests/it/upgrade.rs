@@ -90,8 +90,43 @@ fn hits(backends: &[SimBackend]) -> u64 {
     backends.iter().map(SimBackend::traffic_hits).sum()
 }
 
+/// One upgrade of the process `pid` (`capataz`'s child or a later generation, whose log lines
+/// all reach `capataz`'s standard error): sends SIGUSR2, waits for the new process to accept
+/// and the old one to exit, checks what systemd was told, and returns the new process's pid,
+/// the time to its first accept and the time to the old one's exit, both from the signal.
+fn upgrade(capataz: &mut Capataz, pid: u32, notify: &NotifySocket) -> (u32, Duration, Duration) {
+    let mark = capataz.line_count();
+    let signalled = Instant::now();
+    signal(pid, "USR2");
+    let (_, started) = capataz.wait_line_after(mark, "the new process", |l| {
+        l.contains("upgrade: the new process started")
+    });
+    let new_pid = pid_in(&started);
+    capataz.adopt(new_pid);
+    capataz.wait_line_after(mark, "the takeover", |l| {
+        l.contains("took over from the old process")
+    });
+    let accepted = signalled.elapsed();
+    if pid == capataz.pid() {
+        let status = capataz.wait_exit();
+        assert!(status.success(), "the old process exited with {status}");
+    } else {
+        wait_for("the old process to exit", || gone(pid));
+    }
+    let exited = signalled.elapsed();
+    assert!(!gone(new_pid), "the new process is gone:\n{}", capataz.stderr());
+    // systemd is told who the main process is now, by both, and that the new one is ready.
+    let mut told = vec![notify.next(), notify.next()];
+    told.sort();
+    assert_eq!(
+        told,
+        vec![format!("MAINPID={new_pid}"), format!("MAINPID={new_pid}\nREADY=1")]
+    );
+    (new_pid, accepted, exited)
+}
+
 #[test]
-fn an_upgrade_under_load_drops_no_request_and_the_new_process_waits_for_its_own_probes() {
+fn upgrades_under_load_drop_no_request_and_each_new_process_waits_for_its_own_probes() {
     let rt = runtime();
     let backends = rt.block_on(async {
         vec![
@@ -101,75 +136,59 @@ fn an_upgrade_under_load_drops_no_request_and_the_new_process_waits_for_its_own_
     });
     let config = TempFile::new("upgrade.toml", &config_text(&backends));
     let notify = NotifySocket::at_path();
-    let mut old = Capataz::spawn(
+    let mut capataz = Capataz::spawn(
         &["run", "--config", config.text()],
         &[("NOTIFY_SOCKET", notify.name.as_str())],
     );
-    let addr = old.listening_on("front");
-    let admin = old.admin_on();
+    let addr = capataz.listening_on("front");
+    let admin = capataz.admin_on();
     assert_eq!(notify.next(), "READY=1");
 
-    // b's probes fail from now on; with fall = 100 the old process keeps it UP, so b still
-    // gets its share there. The new process must not send it anything: it never saw b pass.
+    // b's probes fail from now on; with fall = 100 the first process keeps it UP, so b still
+    // gets its share there. No later process may send it anything: none saw b pass.
     backends[1].set_health(Mode::Status(503));
     let stop = Arc::new(AtomicBool::new(false));
     let clients = load(addr, 4, 2, stop.clone());
     wait_for("300 requests before the upgrade", || hits(&backends) >= 300);
     assert!(backends[1].traffic_hits() > 0, "b served before the upgrade");
 
-    let mark = old.line_count();
-    let signalled = Instant::now();
-    old.signal("USR2");
-    let (_, started) = old.wait_line_after(mark, "the new process", |l| {
-        l.contains("upgrade: the new process started")
-    });
-    let new_pid = pid_in(&started);
-    old.adopt(new_pid);
-    old.wait_line_after(mark, "the takeover", |l| {
-        l.contains("took over from the old process")
-    });
-    let handed_over = signalled.elapsed();
-    let status = old.wait_exit();
-    let old_exited = signalled.elapsed();
-    assert!(status.success(), "the old process exited with {status}");
-    assert!(!gone(new_pid), "the new process is gone:\n{}", old.stderr());
-
-    // systemd is told who the main process is now, by both, and that the new one is ready.
-    let mut told = vec![notify.next(), notify.next()];
-    told.sort();
-    assert_eq!(
-        told,
-        vec![format!("MAINPID={new_pid}"), format!("MAINPID={new_pid}\nREADY=1")]
-    );
-
-    // Only the new process serves now; b, never seen passing by it, gets nothing.
-    let b_after = backends[1].traffic_hits();
-    let total_after = hits(&backends);
-    wait_for("300 requests after the upgrade", || {
-        hits(&backends) >= total_after + 300
-    });
+    // Twice: the first process's child upgrades in turn (its handover variables were
+    // consumed, its inherited sockets are its own).
+    let mut pid = capataz.pid();
+    let mut rounds = Vec::new();
+    for _ in 0..2 {
+        let (new_pid, accepted, exited) = upgrade(&mut capataz, pid, &notify);
+        pid = new_pid;
+        // Only the new process serves now; b, never seen passing by it, gets nothing.
+        let b_after = backends[1].traffic_hits();
+        let total_after = hits(&backends);
+        wait_for("300 requests after the upgrade", || {
+            hits(&backends) >= total_after + 300
+        });
+        assert_eq!(
+            backends[1].traffic_hits(),
+            b_after,
+            "the new process sent requests to b, which it has not seen pass"
+        );
+        rounds.push((accepted, exited));
+    }
     stop.store(true, Ordering::Relaxed);
     let report = clients.join().expect("the load");
-    assert_eq!(
-        backends[1].traffic_hits(),
-        b_after,
-        "the new process sent requests to b, which it has not seen pass"
-    );
     assert_eq!(report.errors, 0, "client errors: {:?}", report.samples);
-    assert!(report.ok >= 600, "{report:?}");
-    let (code, backend) = get(addr).expect("the new process answers");
+    assert!(report.ok >= 900, "{report:?}");
+    let (code, backend) = get(addr).expect("the newest process answers");
     assert_eq!((code, backend.as_str()), (200, "a"));
-    let admin_answer = get(admin).expect("the admin API answers from the new process");
+    let admin_answer = get(admin).expect("the admin API answers from the newest process");
     assert_ne!(admin_answer.0, 0);
     eprintln!(
-        "upgrade under load: {} requests, {} errors, {} connections; the new process \
-         accepted {:?} after SIGUSR2 and the old one exited {:?} after it",
-        report.ok, report.errors, report.connections, handed_over, old_exited
+        "upgrades under load: {} requests, {} errors, {} connections; per upgrade, from \
+         SIGUSR2, (the new process accepts, the old one has exited): {rounds:?}",
+        report.ok, report.errors, report.connections
     );
 
-    signal(new_pid, "TERM");
+    signal(pid, "TERM");
     assert_eq!(notify.next(), "STOPPING=1");
-    wait_for("the new process to exit", || gone(new_pid));
+    wait_for("the last process to exit", || gone(pid));
 }
 
 #[test]
