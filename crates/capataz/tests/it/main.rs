@@ -32,6 +32,7 @@ mod hostile_path;
 mod issue14_states;
 mod metrics;
 mod module_graph;
+mod packaging;
 mod pool_handle;
 mod probe_checks;
 mod probe_kinds;
