@@ -135,11 +135,17 @@ impl Inherited {
             .and_then(|s| s.parse::<RawFd>().ok())
             .ok_or_else(|| malformed(READY_VAR, "not a descriptor number".into()))?;
         if entries.iter().any(|(_, fd, ..)| *fd == ready_fd) {
-            return Err(malformed(READY_VAR, "names a listening socket's descriptor".into()));
+            return Err(malformed(
+                READY_VAR,
+                "names a listening socket's descriptor".into(),
+            ));
         }
         let ready = checked_fd(ready_fd).map_err(|why| malformed(READY_VAR, why))?;
         let ready = socket2::Socket::from(ready);
-        if ready.domain().map_err(|e| malformed(READY_VAR, e.to_string()))? != socket2::Domain::UNIX
+        if ready
+            .domain()
+            .map_err(|e| malformed(READY_VAR, e.to_string()))?
+            != socket2::Domain::UNIX
         {
             return Err(malformed(READY_VAR, "not a unix socket".into()));
         }
@@ -147,7 +153,8 @@ impl Inherited {
         let mut sockets = Vec::with_capacity(entries.len());
         for (kind, fd, configured, bound) in entries {
             let owned = checked_fd(fd).map_err(|why| HandoverError::NotAListener { fd, why })?;
-            let socket = listening_tcp(owned).map_err(|why| HandoverError::NotAListener { fd, why })?;
+            let socket =
+                listening_tcp(owned).map_err(|why| HandoverError::NotAListener { fd, why })?;
             sockets.push(Handed {
                 kind,
                 configured,
@@ -209,9 +216,17 @@ fn parse_entries(text: &str) -> Result<Vec<Entry>, HandoverError> {
     }
     for entry in text.split(',') {
         if entries.len() == MAX_SOCKETS {
-            return Err(malformed(LISTENERS_VAR, format!("more than {MAX_SOCKETS} sockets")));
+            return Err(malformed(
+                LISTENERS_VAR,
+                format!("more than {MAX_SOCKETS} sockets"),
+            ));
         }
-        let shape = || malformed(LISTENERS_VAR, format!("{entry:?} is not KIND:FD=ADDRESS=ADDRESS"));
+        let shape = || {
+            malformed(
+                LISTENERS_VAR,
+                format!("{entry:?} is not KIND:FD=ADDRESS=ADDRESS"),
+            )
+        };
         let (kind, rest) = entry.split_once(':').ok_or_else(shape)?;
         let kind = Kind::parse(kind).ok_or_else(shape)?;
         let mut parts = rest.split('=');
@@ -229,7 +244,10 @@ fn parse_entries(text: &str) -> Result<Vec<Entry>, HandoverError> {
         };
         let (configured, bound) = (address(configured)?, address(bound)?);
         if entries.iter().any(|(_, other, ..)| *other == fd) {
-            return Err(malformed(LISTENERS_VAR, format!("descriptor {fd} named twice")));
+            return Err(malformed(
+                LISTENERS_VAR,
+                format!("descriptor {fd} named twice"),
+            ));
         }
         entries.push((kind, fd, configured, bound));
     }
@@ -442,7 +460,10 @@ mod tests {
         assert_eq!(taken.local_addr().unwrap(), a_bound);
         assert!(inherited.take(Kind::Listener, any).is_none());
         assert!(inherited.take(Kind::Listener, a_bound).is_none());
-        assert!(inherited.take(Kind::Listener, b_bound).is_none(), "the admin socket");
+        assert!(
+            inherited.take(Kind::Listener, b_bound).is_none(),
+            "the admin socket"
+        );
         assert_eq!(inherited.untaken(), vec![b_bound]);
         assert!(inherited.take(Kind::Admin, b_bound).is_some());
         assert!(inherited.untaken().is_empty());

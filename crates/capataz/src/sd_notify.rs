@@ -114,7 +114,11 @@ mod tests {
     #[test]
     fn send_reaches_an_abstract_socket_named_with_an_at_sign() {
         use std::os::linux::net::SocketAddrExt as _;
-        let name = format!("capataz-notify-unit-{}-{}", std::process::id(), fastrand::u64(..));
+        let name = format!(
+            "capataz-notify-unit-{}-{}",
+            std::process::id(),
+            fastrand::u64(..)
+        );
         let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
             .expect("an abstract address");
         let socket = UnixDatagram::bind_addr(&address).expect("bind an abstract socket");

@@ -97,7 +97,8 @@ pub async fn start(
         error,
     };
     let sockets = balancer.offer_sockets().await.map_err(spawn_error)?;
-    let (mut command, ours, theirs) = handover::command(exe, args, &sockets).map_err(spawn_error)?;
+    let (mut command, ours, theirs) =
+        handover::command(exe, args, &sockets).map_err(spawn_error)?;
     let child = command.spawn().map_err(spawn_error)?;
     // The child has its copies now; ours close here, so an exit of the child is an end of
     // file on the readiness channel.
@@ -149,8 +150,7 @@ impl Started {
             Ok(Ok(true)) => Ok(pid),
             Ok(Ok(false)) if said.is_empty() => {
                 // The channel closed: the process ended (or closed it, which is as bad).
-                let status =
-                    tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
+                let status = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
                 match status {
                     Ok(Ok(status)) => Err(UpgradeError::Exited { pid, status }),
                     _ => {
@@ -189,7 +189,6 @@ impl Started {
             }
         }
     }
-
 }
 
 /// The longest time from a backend joining to its first probe's answer, over `config`'s
@@ -201,7 +200,10 @@ fn first_probe_bound(config: &Config) -> Duration {
         .iter()
         .filter(|pool| pool.active.kind != CheckKind::None)
         .map(|pool| {
-            let jitter = pool.active.interval.mul_f64(pool.active.jitter.clamp(0.0, 0.5));
+            let jitter = pool
+                .active
+                .interval
+                .mul_f64(pool.active.jitter.clamp(0.0, 0.5));
             pool.active.interval + jitter + pool.active.timeout
         })
         .max()

@@ -157,14 +157,7 @@ impl Shared {
                     pool.active.initial = capataz_health::State::Down;
                     pool.active.first_probe = true;
                 }
-                PoolRt::new(
-                    pool,
-                    events.clone(),
-                    clock,
-                    None,
-                    false,
-                    metrics.families(),
-                )
+                PoolRt::new(pool, events.clone(), clock, None, false, metrics.families())
             })
             .collect();
         let mut pool_tasks = Vec::new();

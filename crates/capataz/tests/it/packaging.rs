@@ -46,13 +46,16 @@ fn subcommands(args: &[&str]) -> Vec<String> {
 fn completions_name_every_subcommand_in_every_shell() {
     let top = subcommands(&[]);
     for expected in ["run", "check", "completions", "man", "ctl"] {
-        assert!(top.iter().any(|c| c == expected), "{expected} missing from {top:?}");
+        assert!(
+            top.iter().any(|c| c == expected),
+            "{expected} missing from {top:?}"
+        );
     }
     let ctl = subcommands(&["ctl"]);
     assert!(ctl.iter().any(|c| c == "drain"), "{ctl:?}");
     for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
-        let script = String::from_utf8(capataz(&["completions", shell]).stdout)
-            .expect("a UTF-8 script");
+        let script =
+            String::from_utf8(capataz(&["completions", shell]).stdout).expect("a UTF-8 script");
         for name in top.iter().chain(&ctl) {
             assert!(
                 script.contains(name.as_str()),
@@ -62,7 +65,10 @@ fn completions_name_every_subcommand_in_every_shell() {
     }
     // Flags too, and the choices of a value.
     let bash = String::from_utf8(capataz(&["completions", "bash"]).stdout).expect("UTF-8");
-    assert!(bash.contains("--config") && bash.contains("--log-format"), "{bash}");
+    assert!(
+        bash.contains("--config") && bash.contains("--log-format"),
+        "{bash}"
+    );
 }
 
 #[test]
@@ -78,7 +84,10 @@ fn completions_refuse_an_unknown_shell() {
 #[test]
 fn the_man_page_names_every_subcommand() {
     let page = String::from_utf8(capataz(&["man"]).stdout).expect("a UTF-8 page");
-    assert!(page.starts_with(".ie") || page.contains(".TH capataz 1"), "{page}");
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH capataz 1"),
+        "{page}"
+    );
     assert!(page.contains(".TH capataz 1"), "no title header:\n{page}");
     for name in subcommands(&[]) {
         // roff escapes the hyphen.
@@ -123,20 +132,31 @@ fn the_systemd_unit_passes_systemd_analyze_verify() {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(output.status.success(), "systemd-analyze verify failed:\n{said}");
+    assert!(
+        output.status.success(),
+        "systemd-analyze verify failed:\n{said}"
+    );
     // Unknown keys and the like are warnings only: none is acceptable.
-    assert!(said.trim().is_empty(), "systemd-analyze verify says:\n{said}");
+    assert!(
+        said.trim().is_empty(),
+        "systemd-analyze verify says:\n{said}"
+    );
 }
 
 #[test]
 fn the_license_files_match_the_cargo_license_field() {
     let manifest = std::fs::read_to_string(repo().join("Cargo.toml")).expect("Cargo.toml");
     assert!(
-        manifest.lines().any(|l| l == r#"license = "MIT OR Apache-2.0""#),
+        manifest
+            .lines()
+            .any(|l| l == r#"license = "MIT OR Apache-2.0""#),
         "the license field changed: update the LICENSE files and this test"
     );
     let mit = std::fs::read_to_string(repo().join("LICENSE-MIT")).expect("LICENSE-MIT");
-    assert!(mit.contains("Permission is hereby granted, free of charge"), "{mit}");
+    assert!(
+        mit.contains("Permission is hereby granted, free of charge"),
+        "{mit}"
+    );
     let apache = std::fs::read_to_string(repo().join("LICENSE-APACHE")).expect("LICENSE-APACHE");
     assert!(apache.contains("Apache License\n                           Version 2.0, January 2004"));
     assert!(apache.contains("END OF TERMS AND CONDITIONS"));

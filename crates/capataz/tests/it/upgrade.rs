@@ -114,13 +114,20 @@ fn upgrade(capataz: &mut Capataz, pid: u32, notify: &NotifySocket) -> (u32, Dura
         wait_for("the old process to exit", || gone(pid));
     }
     let exited = signalled.elapsed();
-    assert!(!gone(new_pid), "the new process is gone:\n{}", capataz.stderr());
+    assert!(
+        !gone(new_pid),
+        "the new process is gone:\n{}",
+        capataz.stderr()
+    );
     // systemd is told who the main process is now, by both, and that the new one is ready.
     let mut told = vec![notify.next(), notify.next()];
     told.sort();
     assert_eq!(
         told,
-        vec![format!("MAINPID={new_pid}"), format!("MAINPID={new_pid}\nREADY=1")]
+        vec![
+            format!("MAINPID={new_pid}"),
+            format!("MAINPID={new_pid}\nREADY=1")
+        ]
     );
     (new_pid, accepted, exited)
 }
@@ -150,7 +157,10 @@ fn upgrades_under_load_drop_no_request_and_each_new_process_waits_for_its_own_pr
     let stop = Arc::new(AtomicBool::new(false));
     let clients = load(addr, 4, 2, stop.clone());
     wait_for("300 requests before the upgrade", || hits(&backends) >= 300);
-    assert!(backends[1].traffic_hits() > 0, "b served before the upgrade");
+    assert!(
+        backends[1].traffic_hits() > 0,
+        "b served before the upgrade"
+    );
 
     // Twice (or CAPATAZ_UPGRADE_ROUNDS times, up to 50, for BENCHMARKS.md): the first
     // process's child upgrades in turn (its handover variables were consumed, its inherited

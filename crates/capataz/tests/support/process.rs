@@ -226,7 +226,10 @@ impl Drop for Capataz {
     fn drop(&mut self) {
         for &pid in &self.adopted {
             if !gone(pid) {
-                let _ = Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
+                let _ = Command::new("kill")
+                    .arg("-KILL")
+                    .arg(pid.to_string())
+                    .status();
             }
         }
         // Harmless when it has already exited and been reaped.
@@ -237,17 +240,22 @@ impl Drop for Capataz {
 
 /// The `address=` value of a log line.
 fn address_in(line: &str) -> SocketAddr {
-    let at = line.find("address=").unwrap_or_else(|| panic!("no address in {line}"));
+    let at = line
+        .find("address=")
+        .unwrap_or_else(|| panic!("no address in {line}"));
     let text: String = line[at + "address=".len()..]
         .chars()
         .take_while(|c| !c.is_whitespace())
         .collect();
-    text.parse().unwrap_or_else(|_| panic!("no address in {line}"))
+    text.parse()
+        .unwrap_or_else(|_| panic!("no address in {line}"))
 }
 
 /// The `pid=` value of a log line.
 pub fn pid_in(line: &str) -> u32 {
-    let at = line.find("pid=").unwrap_or_else(|| panic!("no pid in {line}"));
+    let at = line
+        .find("pid=")
+        .unwrap_or_else(|| panic!("no pid in {line}"));
     line[at + 4..]
         .chars()
         .take_while(char::is_ascii_digit)
@@ -272,7 +280,11 @@ impl NotifySocket {
         let path = std::env::temp_dir().join(format!("capataz-{}-{n}-notify", std::process::id()));
         let _ = std::fs::remove_file(&path);
         let socket = UnixDatagram::bind(&path).expect("bind the notification socket");
-        NotifySocket::ready(socket, path.to_str().expect("UTF-8 path").to_owned(), Some(path))
+        NotifySocket::ready(
+            socket,
+            path.to_str().expect("UTF-8 path").to_owned(),
+            Some(path),
+        )
     }
 
     /// A socket in the abstract namespace (`@name`).
@@ -329,7 +341,12 @@ pub struct LoadReport {
 /// per request, each sending `GET /` back to back until `stop` is set (or a minute passes).
 /// A client that sees an error counts it and goes on with a new connection; nothing is
 /// retried.
-pub fn load(addr: SocketAddr, keep_alive: usize, fresh: usize, stop: Arc<AtomicBool>) -> thread::JoinHandle<LoadReport> {
+pub fn load(
+    addr: SocketAddr,
+    keep_alive: usize,
+    fresh: usize,
+    stop: Arc<AtomicBool>,
+) -> thread::JoinHandle<LoadReport> {
     thread::spawn(move || {
         let ok = Arc::new(AtomicU64::new(0));
         let connections = Arc::new(AtomicU64::new(0));
@@ -337,8 +354,12 @@ pub fn load(addr: SocketAddr, keep_alive: usize, fresh: usize, stop: Arc<AtomicB
         let mut clients = Vec::new();
         for i in 0..keep_alive + fresh {
             let reuse = i < keep_alive;
-            let (stop, ok, connections, errors) =
-                (stop.clone(), ok.clone(), connections.clone(), errors.clone());
+            let (stop, ok, connections, errors) = (
+                stop.clone(),
+                ok.clone(),
+                connections.clone(),
+                errors.clone(),
+            );
             clients.push(thread::spawn(move || {
                 let end = Instant::now() + Duration::from_secs(60);
                 let mut stream: Option<Conn> = None;
@@ -409,9 +430,11 @@ impl Conn {
     /// Sends `GET /` and reads the answer: its status, and the connection if it may be reused.
     fn get(mut self, keep_alive: bool) -> std::io::Result<(u16, Option<Conn>)> {
         let connection = if keep_alive { "keep-alive" } else { "close" };
-        let request = format!("GET / HTTP/1.1\r\nHost: load.test\r\nConnection: {connection}\r\n\r\n");
+        let request =
+            format!("GET / HTTP/1.1\r\nHost: load.test\r\nConnection: {connection}\r\n\r\n");
         self.stream.write_all(request.as_bytes())?;
-        let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned());
+        let bad =
+            |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned());
         let head_end = loop {
             if let Some(at) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
                 break at + 4;
@@ -427,7 +450,8 @@ impl Conn {
         let header = |name: &str| {
             head.split("\r\n").find_map(|line| {
                 let (key, value) = line.split_once(':')?;
-                key.eq_ignore_ascii_case(name).then(|| value.trim().to_ascii_lowercase())
+                key.eq_ignore_ascii_case(name)
+                    .then(|| value.trim().to_ascii_lowercase())
             })
         };
         let length: usize = header("content-length")
