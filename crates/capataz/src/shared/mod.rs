@@ -135,7 +135,8 @@ impl Shared {
     }
 
     /// Like [`Shared::start`]; with `held` (a process taking over from an upgrading one) the
-    /// listeners do not accept until [`Shared::open`], and every probed backend starts DOWN
+    /// listeners do not accept and the alert hooks do not run until [`Shared::open`], and
+    /// every probed backend starts DOWN
     /// with its first probe deciding (`initial = "first-probe"`), so that nothing is sent to
     /// a backend this process has not seen answer.
     pub(crate) fn start_as(
@@ -189,7 +190,11 @@ impl Shared {
             swap_lock: tokio::sync::Mutex::new(()),
             alerts: Mutex::new(None),
         });
-        shared.restart_alerts(config);
+        // A held process's first verdicts re-establish what the old process knew: its alert
+        // hooks start when it takes over, not to page anyone for them.
+        if !held {
+            shared.restart_alerts(config);
+        }
         let pools = shared.pools.load_full();
         shared.restart_membership(&pools, &Default::default());
         let mut listeners = Vec::new();
@@ -269,8 +274,11 @@ impl Shared {
     }
 
     /// Lets the client listeners accept (they wait for it in a process started held).
+    /// Starts the alert hooks too, which a held process does not run before.
     pub(crate) fn open(&self) {
-        self.accepting.send_replace(true);
+        if !self.accepting.send_replace(true) {
+            self.restart_alerts(&self.config());
+        }
     }
 
     /// Whether the client listeners accept connections.
