@@ -110,7 +110,15 @@ impl Shared {
             self.access_log(listener),
         )));
         let (stop, stop_rx) = watch::channel(false);
-        tracing::info!(listener = %listener.name, address = %local, "listening");
+        if self.accepting() {
+            tracing::info!(listener = %listener.name, address = %local, "listening");
+        } else {
+            tracing::info!(
+                listener = %listener.name,
+                address = %local,
+                "listening, held: accepting once the takeover is ready"
+            );
+        }
         let task = tokio::spawn(accept_loop(
             socket,
             state.clone(),

@@ -22,6 +22,7 @@ mod config;
 mod config_deploy;
 mod config_dns;
 mod dns_source;
+mod drain;
 mod eligibility;
 mod gray_failures;
 mod grpc;
