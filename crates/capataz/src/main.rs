@@ -302,7 +302,7 @@ impl Signals {
                             continue;
                         };
                         tracing::info!(binary = %exe.display(), "SIGUSR2: starting a new process to take over");
-                        match capataz::upgrade::start(balancer, exe, &invocation.args).await {
+                        match capataz::upgrade::start(balancer, exe, &invocation.args) {
                             Ok(started) => {
                                 let within = capataz::upgrade::ready_within(&balancer.shared().config());
                                 tracing::info!(pid = started.pid(), "upgrade: the new process started; it probes its backends before it accepts (waiting up to {})", capataz_health::pool::human_duration(within));

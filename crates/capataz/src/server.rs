@@ -152,8 +152,8 @@ impl Balancer {
 
     /// Duplicates of every listening socket (the client listeners and the admin listener),
     /// for a binary upgrade to hand over.
-    pub async fn offer_sockets(&self) -> std::io::Result<Vec<Offered>> {
-        let mut offered = self.shared.offer_listeners().await?;
+    pub fn offer_sockets(&self) -> std::io::Result<Vec<Offered>> {
+        let mut offered = self.shared.offer_listeners()?;
         if self.admin_addr.is_some() {
             let Some((configured, fd)) = &self.admin_offer else {
                 return Err(std::io::Error::other(

@@ -86,17 +86,13 @@ pub struct Started {
 }
 
 /// Starts the new process: `exe` with `args` (how this one was started, without the program
-/// name), inheriting the balancer's listening sockets.
-pub async fn start(
-    balancer: &Balancer,
-    exe: &Path,
-    args: &[OsString],
-) -> Result<Started, UpgradeError> {
+/// name), inheriting the balancer's listening sockets. Call it within the tokio runtime.
+pub fn start(balancer: &Balancer, exe: &Path, args: &[OsString]) -> Result<Started, UpgradeError> {
     let spawn_error = |error| UpgradeError::Spawn {
         exe: exe.to_path_buf(),
         error,
     };
-    let sockets = balancer.offer_sockets().await.map_err(spawn_error)?;
+    let sockets = balancer.offer_sockets().map_err(spawn_error)?;
     let (mut command, ours, theirs) =
         handover::command(exe, args, &sockets).map_err(spawn_error)?;
     let child = command.spawn().map_err(spawn_error)?;

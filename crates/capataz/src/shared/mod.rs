@@ -287,10 +287,10 @@ impl Shared {
     }
 
     /// Duplicates of the client listeners' sockets, with the addresses they were configured
-    /// with and bound to, for a binary upgrade to hand over. Taken under the reload lock, so
-    /// no reload adds or removes a listener meanwhile.
-    pub(crate) async fn offer_listeners(&self) -> io::Result<Vec<crate::handover::Offered>> {
-        let _reload = self.reload_lock.lock().await;
+    /// with and bound to, for a binary upgrade to hand over: the listeners in force now (a
+    /// reload under way is not waited for; the new process reads the file itself and binds
+    /// what it does not inherit).
+    pub(crate) fn offer_listeners(&self) -> io::Result<Vec<crate::handover::Offered>> {
         lock(&self.listeners)
             .iter()
             .map(|l| {
