@@ -136,9 +136,8 @@ impl Shared {
 
     /// Like [`Shared::start`]; with `held` (a process taking over from an upgrading one) the
     /// listeners do not accept and the alert hooks do not run until [`Shared::open`], and
-    /// every probed backend starts DOWN
-    /// with its first probe deciding (`initial = "first-probe"`), so that nothing is sent to
-    /// a backend this process has not seen answer.
+    /// every probed backend starts DOWN with its first probe deciding (`initial =
+    /// "first-probe"`), so that nothing is sent to a backend this process has not seen pass.
     pub(crate) fn start_as(
         config: &Config,
         events: broadcast::Sender<Event>,
