@@ -46,10 +46,12 @@
 //!
 //! A request counts as in progress from its head until its response body has been sent (or
 //! dropped). The watcher closes a connection by raising `close` and waking the connection's
-//! task: on a timeout, or on shutdown while no request is in progress, the connection is
-//! dropped at once; on shutdown during a request, hyper's graceful shutdown finishes that
-//! request first and then closes (the watcher drops the connection at its next look once the
-//! request is done, should the client keep it open).
+//! task: on a timeout the connection is dropped at once. On shutdown (a stop, or the drain of
+//! an upgrade) an HTTP/1 connection answers every request from then on with `Connection:
+//! close`, so its client opens the next connection elsewhere instead of sending its next
+//! request on a connection about to close; with no request in progress and no byte moved for
+//! `DRAIN_IDLE_GRACE`, it is dropped. An HTTP/2 connection gets a GOAWAY, and is dropped once
+//! its streams are done and `GOAWAY_GRACE` has passed.
 
 use std::future::{poll_fn, Future};
 use std::io;
@@ -110,6 +112,11 @@ pub(crate) enum Protocol {
 /// HTTP/2's connection preface (RFC 9113 section 3.4).
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+/// How long an HTTP/1 connection with no request in progress stays open once the balancer
+/// drains (a shutdown or an upgrade) and it moves no byte, for a request already on its way
+/// to be answered with `Connection: close`.
+const DRAIN_IDLE_GRACE: Duration = Duration::from_secs(1);
+
 /// How long an HTTP/2 connection closed for being idle has to go after its GOAWAY.
 const GOAWAY_GRACE: Duration = Duration::from_secs(1);
 
@@ -156,6 +163,9 @@ struct Shared {
     reads_at_rest: AtomicU64,
     /// Set by the watcher: 0, `GRACEFUL` or `ABORT`.
     close: AtomicU8,
+    /// Set by the watcher when the balancer drains: every HTTP/1 answer from then on says
+    /// `Connection: close`.
+    draining: AtomicBool,
     /// The connection task's waker, registered on its first poll.
     waker: Mutex<Option<Waker>>,
 }
@@ -175,6 +185,7 @@ impl Shared {
             h2: AtomicBool::new(false),
             reads_at_rest: AtomicU64::new(0),
             close: AtomicU8::new(0),
+            draining: AtomicBool::new(false),
             waker: Mutex::new(None),
         }
     }
@@ -245,8 +256,11 @@ pub(crate) async fn serve<IO>(
         let client = client.clone();
         let mut request = InProgress::new(service_shared.clone());
         async move {
-            let response = proxy.handle(req, client).await;
+            let mut response = proxy.handle(req, client).await;
             request.answered();
+            if let Ok(response) = &mut response {
+                close_when_draining(&request.shared, response);
+            }
             response.map(|response| {
                 response.map(|body| Tracked {
                     body,
@@ -305,6 +319,22 @@ pub(crate) async fn serve<IO>(
     drop(done);
     shared.count_bytes();
     drop(open);
+}
+
+/// Adds `Connection: close` to an HTTP/1 answer of a draining connection, so that the client
+/// opens its next connection elsewhere (to the process that took over, after an upgrade)
+/// instead of sending its next request on a connection about to close. A protocol switch
+/// (`101`) is left alone: the connection becomes the tunnel.
+fn close_when_draining<B>(shared: &Shared, response: &mut http::Response<B>) {
+    if shared.draining.load(Ordering::Relaxed)
+        && !shared.h2.load(Ordering::Relaxed)
+        && response.status() != http::StatusCode::SWITCHING_PROTOCOLS
+    {
+        response.headers_mut().insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("close"),
+        );
+    }
 }
 
 /// hyper's HTTP/2 server with the listener's settings and the attack limits.
@@ -508,15 +538,26 @@ async fn watch_connection(
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut draining = *shutdown.borrow();
+    // While draining: when the connection last moved a byte (or the drain began), and the
+    // byte counts then.
+    let mut drain_quiet: Option<(Instant, (u64, u64))> = None;
     let mut goaway_since: Option<Instant> = None;
     loop {
-        if draining {
-            // Shutdown: finish a request in progress, drop the connection at rest.
-            let at_rest = shared.active.load(Ordering::Relaxed) == 0;
-            shared.close(if at_rest { ABORT } else { GRACEFUL });
-            if at_rest {
-                return;
+        if draining && drain_quiet.is_none() {
+            let now = Instant::now();
+            drain_quiet = Some((now, bytes_moved(&shared)));
+            shared.draining.store(true, Ordering::Relaxed);
+            if shared.h2.load(Ordering::Relaxed) {
+                // GOAWAY: the client opens no new stream here; those in progress finish.
+                shared.close(GRACEFUL);
+                goaway_since = Some(now);
             }
+            // HTTP/1: the answer of every request from now on says `Connection: close`, and
+            // the client opens its next connection elsewhere; a connection with no request
+            // in progress that moves no byte for `DRAIN_IDLE_GRACE` is closed. (hyper's
+            // graceful shutdown is not used: an answer it had already sent as keep-alive
+            // would be followed by a close the client did not expect, racing its next
+            // request.)
         }
         tokio::select! {
             _ = &mut done => return,
@@ -525,13 +566,27 @@ async fn watch_connection(
             }
             now = tick.tick() => {
                 if let Some(sent) = goaway_since {
-                    // An idle HTTP/2 connection got its GOAWAY: gone by now, or dropped.
-                    if now.saturating_duration_since(sent) >= GOAWAY_GRACE {
+                    // An HTTP/2 connection got its GOAWAY: gone by now, or dropped (once its
+                    // streams are done, when draining).
+                    let waited = now.saturating_duration_since(sent) >= GOAWAY_GRACE;
+                    if waited
+                        && (drain_quiet.is_none() || shared.active.load(Ordering::Relaxed) == 0)
+                    {
                         shared.close(ABORT);
                         return;
                     }
-                } else if !draining
-                    && timed_out(&shared, limits, now, &mut seen, &mut quiet_since, &mut head_since)
+                } else if let Some((since, moved)) = &mut drain_quiet {
+                    let now_moved = bytes_moved(&shared);
+                    if now_moved != *moved {
+                        *since = now;
+                        *moved = now_moved;
+                    } else if shared.active.load(Ordering::Relaxed) == 0
+                        && now.saturating_duration_since(*since) >= DRAIN_IDLE_GRACE
+                    {
+                        shared.close(ABORT);
+                        return;
+                    }
+                } else if timed_out(&shared, limits, now, &mut seen, &mut quiet_since, &mut head_since)
                 {
                     if shared.h2.load(Ordering::Relaxed) {
                         shared.close(GRACEFUL);
@@ -546,6 +601,14 @@ async fn watch_connection(
             }
         }
     }
+}
+
+/// The bytes a connection has read and written so far.
+fn bytes_moved(shared: &Shared) -> (u64, u64) {
+    (
+        shared.reads.load(Ordering::Relaxed),
+        shared.writes.load(Ordering::Relaxed),
+    )
 }
 
 /// One look at the counters: whether a timeout has run out by `now`.

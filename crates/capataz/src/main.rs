@@ -1,5 +1,6 @@
 //! The `capataz` executable.
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
@@ -8,7 +9,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use capataz::config::{self, LogFormat};
-use clap::{Parser, Subcommand, ValueEnum};
+use capataz::handover::Inherited;
+use capataz::sd_notify;
+use clap::{CommandFactory as _, Parser, Subcommand, ValueEnum};
 
 /// A load balancer that keeps its pool honest with active and passive health checks.
 #[derive(Parser, Debug)]
@@ -125,6 +128,18 @@ enum Command {
         #[arg(long)]
         explain: bool,
     },
+    /// Print a shell completion script for capataz to standard output.
+    ///
+    /// For example `capataz completions bash > /usr/share/bash-completion/completions/capataz`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print capataz's manual page (roff) to standard output.
+    ///
+    /// For example `capataz man > /usr/local/share/man/man1/capataz.1`.
+    Man,
 }
 
 /// What `capataz ctl` does.
@@ -172,12 +187,45 @@ struct Target {
     ttl: Option<String>,
 }
 
-/// The signals `capataz run` answers, installed before the balancer starts: a SIGHUP or
-/// SIGTERM sent as soon as "listening" is logged must find its handler, not the default action
-/// (which ends the process). `None` where they cannot be installed (then Ctrl-C only).
+/// The signals `capataz run` answers, installed before the balancer starts: a SIGHUP, SIGUSR2
+/// or SIGTERM sent as soon as "listening" is logged must find its handler, not the default
+/// action (which ends the process). `None` where they cannot be installed (then Ctrl-C only).
 struct Signals {
     #[cfg(unix)]
-    handlers: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+    handlers: Option<UnixSignals>,
+}
+
+#[cfg(unix)]
+struct UnixSignals {
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    usr2: tokio::signal::unix::Signal,
+}
+
+/// What a signal asks of `capataz run`.
+enum Asked {
+    /// SIGTERM or SIGINT: drain and exit.
+    Stop,
+    /// SIGHUP: reload the configuration file.
+    Reload,
+    /// SIGUSR2: hand over to a new process of the binary (a zero-downtime upgrade).
+    Upgrade,
+}
+
+/// How `capataz run` came to stop serving.
+enum Stopped {
+    /// Asked to stop.
+    Asked,
+    /// A new process (this pid) took over.
+    Upgraded(u32),
+}
+
+/// How this process was started, for an upgrade to start the binary at the same path the
+/// same way. Read at the start: once the file is replaced, `/proc/self/exe` names the old,
+/// deleted one.
+struct Invocation {
+    exe: Option<PathBuf>,
+    args: Vec<OsString>,
 }
 
 impl Signals {
@@ -189,8 +237,9 @@ impl Signals {
             let handlers = match (
                 signal(SignalKind::terminate()),
                 signal(SignalKind::hangup()),
+                signal(SignalKind::user_defined2()),
             ) {
-                (Ok(term), Ok(hup)) => Some((term, hup)),
+                (Ok(term), Ok(hup), Ok(usr2)) => Some(UnixSignals { term, hup, usr2 }),
                 _ => None,
             };
             Signals { handlers }
@@ -199,16 +248,52 @@ impl Signals {
         Signals {}
     }
 
-    /// Runs until SIGTERM or Ctrl-C; SIGHUP reloads the configuration file meanwhile.
-    async fn serve_until_stopped(self, balancer: &capataz::server::Balancer) {
+    /// The next signal that asks something.
+    async fn next(&mut self) -> Asked {
         #[cfg(unix)]
-        if let Some((mut term, mut hup)) = self.handlers {
-            loop {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => return,
-                    _ = term.recv() => return,
-                    _ = hup.recv() => {
+        if let Some(handlers) = &mut self.handlers {
+            return tokio::select! {
+                _ = tokio::signal::ctrl_c() => Asked::Stop,
+                _ = handlers.term.recv() => Asked::Stop,
+                _ = handlers.hup.recv() => Asked::Reload,
+                _ = handlers.usr2.recv() => Asked::Upgrade,
+            };
+        }
+        let _ = tokio::signal::ctrl_c().await;
+        Asked::Stop
+    }
+
+    /// Runs until SIGTERM or Ctrl-C, or until a new process took over after SIGUSR2; SIGHUP
+    /// reloads the configuration file meanwhile.
+    async fn serve_until_stopped(
+        mut self,
+        balancer: &capataz::server::Balancer,
+        invocation: &Invocation,
+    ) -> Stopped {
+        type Handing = std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<u32, capataz::upgrade::UpgradeError>>>,
+        >;
+        let mut handing: Option<(Handing, tokio::sync::oneshot::Sender<()>)> = None;
+        loop {
+            let handover = async {
+                match handing.as_mut() {
+                    Some((future, _)) => future.await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                asked = self.next() => match asked {
+                    Asked::Stop => {
+                        if let Some((future, cancel)) = handing.take() {
+                            tracing::info!("stopping: the upgrade in progress is abandoned");
+                            let _ = cancel.send(());
+                            let _ = future.await;
+                        }
+                        return Stopped::Asked;
+                    }
+                    Asked::Reload => {
                         tracing::info!("SIGHUP: reloading the configuration");
+                        notify("RELOADING=1");
                         // On a task of its own: a reload that takes long (a slow resolver, a
                         // file that never finishes arriving) must not keep this loop from
                         // seeing SIGTERM.
@@ -219,13 +304,49 @@ impl Signals {
                                     "reload refused, the running configuration stays: {e}"
                                 );
                             }
+                            notify("READY=1");
                         });
+                    }
+                    Asked::Upgrade if handing.is_some() => {
+                        tracing::warn!("SIGUSR2: an upgrade is already in progress; ignored");
+                    }
+                    Asked::Upgrade => {
+                        let Some(exe) = &invocation.exe else {
+                            tracing::error!("SIGUSR2: upgrade refused: the path of the running binary is unknown; this process keeps serving");
+                            continue;
+                        };
+                        tracing::info!(binary = %exe.display(), "SIGUSR2: starting a new process to take over");
+                        match capataz::upgrade::start(balancer, exe, &invocation.args) {
+                            Ok(started) => {
+                                let within = capataz::upgrade::ready_within(&balancer.shared().config());
+                                tracing::info!(pid = started.pid(), "upgrade: the new process started; it probes its backends before it accepts (waiting up to {})", capataz_health::pool::human_duration(within));
+                                let (cancel, cancelled) = tokio::sync::oneshot::channel();
+                                handing = Some((Box::pin(started.ready(within, cancelled)), cancel));
+                            }
+                            Err(e) => tracing::error!("upgrade failed, this process keeps serving: {e}"),
+                        }
+                    }
+                },
+                handed = handover => {
+                    handing = None;
+                    match handed {
+                        Ok(pid) => {
+                            // systemd follows the service to its new main process.
+                            notify(&format!("MAINPID={pid}"));
+                            return Stopped::Upgraded(pid);
+                        }
+                        Err(e) => tracing::error!("upgrade failed, this process keeps serving: {e}"),
                     }
                 }
             }
         }
-        let _ = balancer;
-        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Tells systemd `state` (see `capataz::sd_notify`); a failure is logged, never fatal.
+fn notify(state: &str) {
+    if let Err(error) = sd_notify::notify(state) {
+        tracing::warn!(%error, state, "cannot notify systemd (NOTIFY_SOCKET)");
     }
 }
 
@@ -287,8 +408,14 @@ fn stdout(text: &str) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
+    // Before any thread starts: this reads and removes the handover variables of an upgrade.
+    let inherited = Inherited::from_env();
+    let invocation = Invocation {
+        exe: std::env::current_exe().ok(),
+        args: std::env::args_os().skip(1).collect(),
+    };
     let cli = Cli::parse();
-    match run(cli) {
+    match run(cli, inherited, &invocation) {
         Ok(code) => code,
         Err(error) => {
             eprintln!("capataz: {error:#}");
@@ -297,7 +424,11 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+fn run(
+    cli: Cli,
+    inherited: Result<Option<Inherited>, capataz::handover::HandoverError>,
+    invocation: &Invocation,
+) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Demo {
             listen,
@@ -335,18 +466,76 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 log_format.map_or(config.log.format, LogFormat::from),
                 &config.log.level,
             );
+            // Only `run` takes sockets over; for any other command they are closed here.
+            let mut inherited = inherited.context("cannot take over from the upgrading process")?;
             let runtime = runtime()?;
             let served = runtime.block_on(async {
-                let signals = Signals::install();
+                let mut signals = Signals::install();
                 let (events, _) = tokio::sync::broadcast::channel(1024);
-                let balancer =
-                    capataz::server::Balancer::start_with_path(&config, events, Some(path)).await?;
-                signals.serve_until_stopped(&balancer).await;
+                let mut balancer = capataz::server::Balancer::start_taking_over(
+                    &config,
+                    events,
+                    Some(path),
+                    inherited.as_mut(),
+                )
+                .await?;
+                match inherited {
+                    Some(inherited) => {
+                        let within = capataz::upgrade::decide_within(&config);
+                        tracing::info!(
+                            "taking over from the upgrading process: probing every backend before accepting (up to {})",
+                            capataz_health::pool::human_duration(within)
+                        );
+                        let decided = capataz::upgrade::wait_decided(&balancer, within);
+                        let mut decided = Box::pin(decided);
+                        loop {
+                            tokio::select! {
+                                decided = &mut decided => match decided {
+                                    Ok(()) => break,
+                                    Err(waiting) => anyhow::bail!(
+                                        "not ready within {}: still waiting for the first probe of {}; the old process keeps serving",
+                                        capataz_health::pool::human_duration(within),
+                                        waiting.join(", ")
+                                    ),
+                                },
+                                asked = signals.next() => {
+                                    if matches!(asked, Asked::Stop) {
+                                        anyhow::bail!("stopped before the takeover; the old process keeps serving");
+                                    }
+                                    // A reload or an upgrade is for a process that serves.
+                                    tracing::warn!("signal ignored while taking over");
+                                }
+                            }
+                        }
+                        drop(decided);
+                        balancer.open();
+                        for address in inherited.untaken() {
+                            tracing::info!(%address, "closing an inherited socket the configuration no longer listens on");
+                        }
+                        if let Err(error) = inherited.ready() {
+                            tracing::warn!(%error, "cannot tell the old process that this one serves; it will stop when it sees this process is not ready");
+                        }
+                        notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
+                        tracing::info!("took over from the old process: accepting connections");
+                    }
+                    None => notify("READY=1"),
+                }
+                let stopped = signals.serve_until_stopped(&balancer, invocation).await;
                 let deadline = balancer.shared().config().server.shutdown_timeout;
-                tracing::info!(
-                    "stopping: no new connections; finishing requests in flight (up to {})",
-                    capataz_health::pool::human_duration(deadline)
-                );
+                match stopped {
+                    Stopped::Asked => {
+                        notify("STOPPING=1");
+                        tracing::info!(
+                            "stopping: no new connections; finishing requests in flight (up to {})",
+                            capataz_health::pool::human_duration(deadline)
+                        );
+                    }
+                    Stopped::Upgraded(pid) => tracing::info!(
+                        pid,
+                        "upgraded: the new process serves; this one stops accepting and finishes requests in flight (up to {})",
+                        capataz_health::pool::human_duration(deadline)
+                    ),
+                }
                 balancer.shutdown(deadline).await;
                 anyhow::Ok(())
             });
@@ -431,6 +620,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             ));
             stdout(&text)?;
             Ok(ExitCode::from(if warnings.is_empty() { 0 } else { 1 }))
+        }
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "capataz", &mut script);
+            stdout(&String::from_utf8_lossy(&script))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut page)
+                .context("cannot render the manual page")?;
+            stdout(&String::from_utf8_lossy(&page))?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Replay {
             file,

@@ -13,10 +13,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::os::fd::OwnedFd;
+
+use tokio::net::TcpListener;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
+use crate::handover::{Inherited, Kind, Offered};
 use crate::health::{Event, PoolRt};
 use crate::shared::{bind, bind_listener};
 pub use crate::shared::{ReloadSummary, Shared, StartError};
@@ -27,6 +31,11 @@ pub struct Balancer {
     shared: Arc<Shared>,
     admin_addr: Option<SocketAddr>,
     admin_task: Option<JoinHandle<()>>,
+    /// The admin socket of a balancer started held, served from [`Balancer::open`].
+    admin_held: Option<TcpListener>,
+    /// A duplicate of the admin socket's descriptor with its configured address, for a binary
+    /// upgrade to offer; dropped when shutting down, so the socket closes.
+    admin_offer: Option<(SocketAddr, OwnedFd)>,
 }
 
 impl Balancer {
@@ -45,37 +54,120 @@ impl Balancer {
         events: broadcast::Sender<Event>,
         path: Option<PathBuf>,
     ) -> Result<Balancer, StartError> {
+        Balancer::start_taking_over(config, events, path, None).await
+    }
+
+    /// Like [`Balancer::start_with_path`], in a process started by a binary upgrade when
+    /// `inherited` is given: each listener (and the admin listener) takes the inherited
+    /// socket for its address, if there is one, instead of binding; and the balancer starts
+    /// held: every probed backend starts DOWN and its first probe decides, and nothing is
+    /// accepted until [`Balancer::open`] (meanwhile the old process accepts from the same
+    /// sockets).
+    pub async fn start_taking_over(
+        config: &Config,
+        events: broadcast::Sender<Event>,
+        path: Option<PathBuf>,
+        mut inherited: Option<&mut Inherited>,
+    ) -> Result<Balancer, StartError> {
+        let held = inherited.is_some();
+        let mut take = |kind: Kind, address: SocketAddr| -> Option<std::io::Result<TcpListener>> {
+            let socket = inherited.as_mut()?.take(kind, address)?;
+            Some(TcpListener::from_std(socket))
+        };
         // Bind everything first, so a config that cannot start leaves nothing running.
         let mut sockets = Vec::with_capacity(config.listeners.len());
         for (index, listener) in config.listeners.iter().enumerate() {
-            sockets.push(bind_listener(index, listener)?);
+            let socket = match take(Kind::Listener, listener.address) {
+                Some(socket) => socket.map_err(|error| StartError::Bind {
+                    name: listener.name.clone(),
+                    key: format!("listeners[{index}].address"),
+                    address: listener.address,
+                    error,
+                })?,
+                None => bind_listener(index, listener)?,
+            };
+            sockets.push(socket);
         }
         let admin_socket = match &config.admin {
-            Some(admin) => Some(bind(admin.address).map_err(|error| StartError::Bind {
-                name: "admin".into(),
-                key: "admin.address".into(),
-                address: admin.address,
-                error,
-            })?),
+            Some(admin) => {
+                let bind_error = |error| StartError::Bind {
+                    name: "admin".into(),
+                    key: "admin.address".into(),
+                    address: admin.address,
+                    error,
+                };
+                let socket = match take(Kind::Admin, admin.address) {
+                    Some(socket) => socket.map_err(bind_error)?,
+                    None => bind(admin.address).map_err(bind_error)?,
+                };
+                Some((admin.address, socket))
+            }
             None => None,
         };
-        let shared = Shared::start(config, events, path, sockets);
-        let (admin_addr, admin_task) = match admin_socket {
-            Some(socket) => {
-                let addr = socket.local_addr().ok();
-                let task = tokio::spawn(crate::admin::serve(socket, shared.clone()));
-                if let Some(addr) = addr {
-                    tracing::info!(address = %addr, "admin API listening");
-                }
-                (addr, Some(task))
-            }
-            None => (None, None),
-        };
-        Ok(Balancer {
+        let shared = Shared::start_as(config, events, path, sockets, held);
+        let admin_offer = admin_socket.as_ref().and_then(|(configured, socket)| {
+            crate::handover::duplicate(socket)
+                .inspect_err(|error| {
+                    tracing::warn!(%error, "cannot duplicate the admin socket: a binary upgrade will be refused");
+                })
+                .ok()
+                .map(|fd| (*configured, fd))
+        });
+        let mut balancer = Balancer {
             shared,
-            admin_addr,
-            admin_task,
-        })
+            admin_addr: None,
+            admin_task: None,
+            admin_held: None,
+            admin_offer,
+        };
+        if let Some((_, socket)) = admin_socket {
+            balancer.admin_addr = socket.local_addr().ok();
+            if held {
+                balancer.admin_held = Some(socket);
+            } else {
+                balancer.serve_admin(socket);
+            }
+        }
+        Ok(balancer)
+    }
+
+    fn serve_admin(&mut self, socket: TcpListener) {
+        self.admin_task = Some(tokio::spawn(crate::admin::serve(
+            socket,
+            self.shared.clone(),
+        )));
+        if let Some(addr) = self.admin_addr {
+            tracing::info!(address = %addr, "admin API listening");
+        }
+    }
+
+    /// Starts accepting on every listener and the admin listener of a balancer started held
+    /// (does nothing on one that accepts already).
+    pub fn open(&mut self) {
+        self.shared.open();
+        if let Some(socket) = self.admin_held.take() {
+            self.serve_admin(socket);
+        }
+    }
+
+    /// Duplicates of every listening socket (the client listeners and the admin listener),
+    /// for a binary upgrade to hand over.
+    pub fn offer_sockets(&self) -> std::io::Result<Vec<Offered>> {
+        let mut offered = self.shared.offer_listeners()?;
+        if self.admin_addr.is_some() {
+            let Some((configured, fd)) = &self.admin_offer else {
+                return Err(std::io::Error::other(
+                    "the admin socket could not be duplicated at its start",
+                ));
+            };
+            offered.push(Offered {
+                kind: Kind::Admin,
+                configured: *configured,
+                bound: self.admin_addr.unwrap_or(*configured),
+                fd: fd.try_clone()?,
+            });
+        }
+        Ok(offered)
     }
 
     /// The addresses the listeners bound, in configuration order (useful with port 0).
@@ -122,6 +214,9 @@ impl Balancer {
     /// stops everything. Once it returns, the listening sockets are closed: a new connection is
     /// refused.
     pub async fn shutdown(mut self, deadline: Duration) {
+        // The duplicates would keep the sockets open (and queueing) after the accept loops end.
+        self.admin_offer = None;
+        self.admin_held = None;
         // Wait for the accept loops to end, which drops their sockets. Aborting them in `Drop`
         // is not enough: until a worker drops the aborted task, the kernel keeps queueing new
         // connections on the socket, to reset them later.

@@ -35,6 +35,10 @@ pub(super) struct ListenerRt {
     pub(super) task: JoinHandle<()>,
     /// The ACME task of a listener with `[listeners.tls.acme]`; replaced on every reload.
     pub(super) acme: Option<AcmeTask>,
+    /// A duplicate of the listening socket's descriptor, which a binary upgrade offers to the
+    /// new process. Dropped with the listener, so a stopped listener's socket closes. `None`
+    /// if it could not be made (out of descriptors): an upgrade is then refused.
+    pub(super) offer: Option<std::os::fd::OwnedFd>,
 }
 
 /// A listener's ACME task, aborted when dropped (the listener stopped, removed, or its TLS
@@ -95,18 +99,32 @@ impl Shared {
         pools: &[Arc<PoolRt>],
     ) -> ListenerRt {
         let local = socket.local_addr().unwrap_or(listener.address);
+        let offer = crate::handover::duplicate(&socket)
+            .inspect_err(|error| {
+                tracing::warn!(listener = %listener.name, %error, "cannot duplicate the listening socket: a binary upgrade will be refused");
+            })
+            .ok();
         let state = Arc::new(ArcSwap::new(self.listener_state(
             listener,
             &handles(pools),
             self.access_log(listener),
         )));
         let (stop, stop_rx) = watch::channel(false);
-        tracing::info!(listener = %listener.name, address = %local, "listening");
+        if self.accepting() {
+            tracing::info!(listener = %listener.name, address = %local, "listening");
+        } else {
+            tracing::info!(
+                listener = %listener.name,
+                address = %local,
+                "listening, held: accepting once the takeover is ready"
+            );
+        }
         let task = tokio::spawn(accept_loop(
             socket,
             state.clone(),
             stop_rx,
             self.shutdown.subscribe(),
+            self.accepting.subscribe(),
             self.connections.clone(),
             self.metrics
                 .families()
@@ -120,6 +138,7 @@ impl Shared {
             stop,
             task,
             acme: self.spawn_acme(listener),
+            offer,
         }
     }
 
@@ -168,9 +187,20 @@ async fn accept_loop(
     state: Arc<ArcSwap<ListenerState>>,
     mut stop: watch::Receiver<bool>,
     shutdown: watch::Receiver<bool>,
+    mut accepting: watch::Receiver<bool>,
     connections: Arc<AtomicUsize>,
     failures: HandshakeFailures,
 ) {
+    // A process taking over from an upgrading one holds its listeners until its backends are
+    // decided: connections wait in the shared queue, taken by the old process meanwhile.
+    tokio::select! {
+        open = accepting.wait_for(|open| *open) => {
+            if open.is_err() {
+                return;
+            }
+        }
+        _ = stop.changed() => return,
+    }
     loop {
         let accepted = tokio::select! {
             accepted = socket.accept() => accepted,

@@ -54,6 +54,9 @@ pub struct Shared {
     /// The listeners' access logs, kept across reloads.
     access_logs: crate::access_log::AccessLogs,
     shutdown: watch::Sender<bool>,
+    /// Whether the client listeners accept: false in a process taking over from an upgrading
+    /// one until its backends are decided ([`Shared::open`]); true otherwise.
+    accepting: watch::Sender<bool>,
     connections: Arc<AtomicUsize>,
     /// Held from the start of a reload to its end: reloads apply one at a time, in order.
     reload_lock: Arc<tokio::sync::Mutex<()>>,
@@ -134,11 +137,26 @@ impl Shared {
     /// client listeners `sockets` (bound from `config.listeners`, in order): builds the pools
     /// and the metrics, starts the pools' tasks, the alert hooks and the listeners. Must be
     /// called within a tokio runtime.
+    #[cfg(test)]
     pub(crate) fn start(
         config: &Config,
         events: broadcast::Sender<Event>,
         path: Option<PathBuf>,
         sockets: Vec<TcpListener>,
+    ) -> Arc<Shared> {
+        Shared::start_as(config, events, path, sockets, false)
+    }
+
+    /// Like [`Shared::start`]; with `held` (a process taking over from an upgrading one) the
+    /// listeners do not accept and the alert hooks do not run until [`Shared::open`], and
+    /// every probed backend starts DOWN with its first probe deciding (`initial =
+    /// "first-probe"`), so that nothing is sent to a backend this process has not seen pass.
+    pub(crate) fn start_as(
+        config: &Config,
+        events: broadcast::Sender<Event>,
+        path: Option<PathBuf>,
+        sockets: Vec<TcpListener>,
+        held: bool,
     ) -> Arc<Shared> {
         let clock = Clock::start();
         let metrics = Arc::new(Metrics::new(HistogramScope::of(config)));
@@ -147,14 +165,12 @@ impl Shared {
             .pools
             .iter()
             .map(|pool| {
-                PoolRt::new(
-                    pool.clone(),
-                    events.clone(),
-                    clock,
-                    None,
-                    false,
-                    metrics.families(),
-                )
+                let mut pool = pool.clone();
+                if held {
+                    pool.active.initial = capataz_health::State::Down;
+                    pool.active.first_probe = true;
+                }
+                PoolRt::new(pool, events.clone(), clock, None, false, metrics.families())
             })
             .collect();
         let mut pool_tasks = Vec::new();
@@ -166,6 +182,7 @@ impl Shared {
             );
         }
         let (shutdown, _) = watch::channel(false);
+        let (accepting, _) = watch::channel(!held);
         let shared = Arc::new_cyclic(|me| Shared {
             me: me.clone(),
             config: Mutex::new(Arc::new(config.clone())),
@@ -179,12 +196,17 @@ impl Shared {
             metrics,
             access_logs: Default::default(),
             shutdown,
+            accepting,
             connections: Arc::new(AtomicUsize::new(0)),
             reload_lock: Arc::new(tokio::sync::Mutex::new(())),
             swap_lock: tokio::sync::Mutex::new(()),
             alerts: Mutex::new(None),
         });
-        shared.restart_alerts(config);
+        // A held process's first verdicts re-establish what the old process knew: its alert
+        // hooks start when it takes over, not to page anyone for them.
+        if !held {
+            shared.restart_alerts(config);
+        }
         let pools = shared.pools.load_full();
         shared.restart_membership(&pools, &Default::default());
         let mut listeners = Vec::new();
@@ -261,6 +283,46 @@ impl Shared {
     /// The addresses the client listeners bound, in configuration order.
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
         lock(&self.listeners).iter().map(|l| l.local).collect()
+    }
+
+    /// Lets the client listeners accept (they wait for it in a process started held).
+    /// Starts the alert hooks too, which a held process does not run before.
+    pub(crate) fn open(&self) {
+        if !self.accepting.send_replace(true) {
+            self.restart_alerts(&self.config());
+        }
+    }
+
+    /// Whether the client listeners accept connections.
+    pub fn accepting(&self) -> bool {
+        *self.accepting.borrow()
+    }
+
+    /// Duplicates of the client listeners' sockets, with the addresses they were configured
+    /// with and bound to, for a binary upgrade to hand over: the listeners in force now (a
+    /// reload under way is not waited for; the new process reads the file itself and binds
+    /// what it does not inherit).
+    pub(crate) fn offer_listeners(&self) -> io::Result<Vec<crate::handover::Offered>> {
+        lock(&self.listeners)
+            .iter()
+            .map(|l| {
+                Ok(crate::handover::Offered {
+                    kind: crate::handover::Kind::Listener,
+                    configured: l.address,
+                    bound: l.local,
+                    fd: match &l.offer {
+                        Some(fd) => fd.try_clone()?,
+                        None => {
+                            return Err(io::Error::other(format!(
+                                "the socket of the listener on {} could not be duplicated at \
+                                 its start",
+                                l.local
+                            )))
+                        }
+                    },
+                })
+            })
+            .collect()
     }
 
     /// Client connections currently open.

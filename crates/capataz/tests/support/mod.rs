@@ -22,6 +22,7 @@ pub mod h2client;
 pub mod h2frames;
 pub mod knot;
 pub mod pebble;
+pub mod process;
 pub mod prometheus;
 pub mod raw;
 pub mod stream;
