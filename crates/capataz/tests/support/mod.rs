@@ -22,6 +22,7 @@ pub mod h2frames;
 pub mod knot;
 pub mod pebble;
 pub mod prometheus;
+pub mod proxied;
 pub mod raw;
 pub mod tls;
 pub mod wait;
