@@ -8,6 +8,13 @@
 //! before the socket's: one check per read, no layer per request. HTTP/1.1 is served by the
 //! same `http1::Builder` with or without detection.
 //!
+//! Memory of an idle connection: hyper's connection (its state and its 8 KB read and write
+//! buffers) is only built, boxed, once the client's first bytes are there (read here, up to
+//! 4 KB, on the stack of one poll, and handed to hyper first), so a connection that has sent
+//! nothing yet costs its socket, this future and its watcher task; the listener boxes its other
+//! stages (TLS handshake, PROXY header) for the same reason: a task is as big as its biggest
+//! stage for its whole life. See BENCHMARKS.md ("Memory per idle client connection").
+//!
 //! - `idle_timeout`: no request in progress and no byte moved either way for that long.
 //! - `header_read_timeout`: bytes of a request head arrived (after the previous response, or
 //!   since the accept) and the head is still not complete after that long, a slow-loris client.

@@ -13,6 +13,11 @@
 //!
 //! A connection is handed back only once the response it carried has been read to its end
 //! (see `body::Lease`), so an idle connection is always ready for the next request.
+//!
+//! A pool with `send_proxy_protocol` writes a PROXY protocol header naming the client first on
+//! each new connection (before TLS), within the connect deadline; such a pool reuses
+//! connections privately only (the config refuses shared reuse and HTTP/2 with it), so a
+//! connection only ever carries the client it names.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
