@@ -11,7 +11,9 @@ use capataz::server::Balancer;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use crate::support::backends_tls::Pki;
 use crate::support::balancer::{start, ConfigText};
+use crate::support::client::Client;
 use crate::support::proxied::ProxiedBackend;
 use crate::support::raw::read_reply;
 use crate::support::wait::wait_until;
@@ -105,6 +107,28 @@ async fn a_v2_header_passes_on_the_client_a_trusted_proxy_named() {
     assert_eq!(traffic[0].header, encode_v2(client, destination));
     assert_eq!(traffic[0].header[13], 0x21, "TCP over IPv6");
     assert_eq!(traffic[0].requests, ["/a"]);
+}
+
+#[tokio::test]
+async fn the_header_comes_before_the_tls_handshake_to_a_tls_pool() {
+    let pki = Pki::new("send-proxy");
+    let backend = ProxiedBackend::start_tls(pki.server(&["127.0.0.1"], &[])).await;
+    let pool = format!(
+        "send_proxy_protocol = \"v2\"\ntls = {{ ca_file = \"{}\" }}\n[pools.web.active]\nkind = \"none\"\n",
+        pki.ca_file()
+    );
+    let balancer = balancer(&backend, "", &pool).await;
+    let mut client = Client::new(balancer.local_addrs()[0]);
+    assert_eq!(client.get("/tls").await.status, 200);
+    let traffic = backend.traffic();
+    assert_eq!(traffic.len(), 1, "{traffic:?}");
+    assert!(traffic[0].valid);
+    // v2, PROXY command, TCP over IPv4, from the client to the listener.
+    assert_eq!(&traffic[0].header[12..14], &[0x21, 0x11]);
+    assert_eq!(&traffic[0].header[16..20], &[127, 0, 0, 1]);
+    let listener_port = balancer.local_addrs()[0].port().to_be_bytes();
+    assert_eq!(&traffic[0].header[26..28], &listener_port);
+    assert_eq!(traffic[0].requests, ["/tls"]);
 }
 
 #[tokio::test]

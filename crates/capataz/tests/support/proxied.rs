@@ -1,13 +1,15 @@
 //! A backend that expects a PROXY protocol header first on every connection (as a backend of a
 //! pool with `send_proxy_protocol` does), records each connection's header bytes, and answers
 //! HTTP/1.1 requests on it with `200 ok`, keep-alive. A connection that does not start with a
-//! valid header is recorded with what arrived, and closed.
+//! valid header is recorded with what arrived, and closed. [`ProxiedBackend::start_tls`]
+//! speaks TLS after the header, as a backend of a TLS pool with the option does.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use capataz::proxy_protocol::{parse, Parsed, MAX_HEADER};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use bytes::Bytes;
+use capataz::proxy_protocol::{parse, Parsed, Rewind, MAX_HEADER};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
@@ -37,6 +39,15 @@ impl Drop for ProxiedBackend {
 
 impl ProxiedBackend {
     pub async fn start() -> ProxiedBackend {
+        ProxiedBackend::serving(None).await
+    }
+
+    /// The same, with TLS by `config` after the header.
+    pub async fn start_tls(config: Arc<rustls::ServerConfig>) -> ProxiedBackend {
+        ProxiedBackend::serving(Some(config)).await
+    }
+
+    async fn serving(tls: Option<Arc<rustls::ServerConfig>>) -> ProxiedBackend {
         let listener = TcpListener::bind(super::any()).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -44,7 +55,7 @@ impl ProxiedBackend {
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let record = record.clone();
-                tokio::spawn(serve(stream, record));
+                tokio::spawn(serve(stream, record, tls.clone()));
             }
         });
         ProxiedBackend { addr, seen, task }
@@ -64,7 +75,11 @@ impl ProxiedBackend {
     }
 }
 
-async fn serve(mut stream: TcpStream, record: Arc<Mutex<Vec<Seen>>>) {
+async fn serve(
+    mut stream: TcpStream,
+    record: Arc<Mutex<Vec<Seen>>>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) {
     let index = {
         let mut all = record.lock().unwrap();
         all.push(Seen::default());
@@ -97,7 +112,27 @@ async fn serve(mut stream: TcpStream, record: Arc<Mutex<Vec<Seen>>>) {
         s.valid = true;
     });
     buf.drain(..length);
-    // Requests without bodies, answered in turn.
+    let rest = Rewind::new(Bytes::from(std::mem::take(&mut buf)), stream);
+    match tls {
+        None => requests(rest, Vec::new(), index, &record).await,
+        Some(config) => {
+            let Ok(stream) = tokio_rustls::TlsAcceptor::from(config).accept(rest).await else {
+                return;
+            };
+            requests(stream, Vec::new(), index, &record).await
+        }
+    }
+}
+
+/// Requests without bodies on `stream`, answered in turn.
+async fn requests<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    mut buf: Vec<u8>,
+    index: usize,
+    record: &Mutex<Vec<Seen>>,
+) {
+    let update = |f: &mut dyn FnMut(&mut Seen)| f(&mut record.lock().unwrap()[index]);
+    let mut chunk = [0u8; 4096];
     loop {
         while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             let head = String::from_utf8_lossy(&buf[..end]).into_owned();
