@@ -8,6 +8,13 @@
 //! before the socket's: one check per read, no layer per request. HTTP/1.1 is served by the
 //! same `http1::Builder` with or without detection.
 //!
+//! Memory of an idle connection: hyper's connection (its state and its 8 KB read and write
+//! buffers) is only built, boxed, once the client's first bytes are there (read here, up to
+//! 4 KB, on the stack of one poll, and handed to hyper first), so a connection that has sent
+//! nothing yet costs its socket, this future and its watcher task; the listener boxes its other
+//! stages (TLS handshake, PROXY header) for the same reason: a task is as big as its biggest
+//! stage for its whole life. See BENCHMARKS.md ("Memory per idle client connection").
+//!
 //! - `idle_timeout`: no request in progress and no byte moved either way for that long.
 //! - `header_read_timeout`: bytes of a request head arrived (after the previous response, or
 //!   since the accept) and the head is still not complete after that long, a slow-loris client.
@@ -55,6 +62,7 @@
 
 use std::future::{poll_fn, Future};
 use std::io;
+use std::mem::MaybeUninit;
 use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -274,25 +282,31 @@ pub(crate) async fn serve<IO>(
         shared: shared.clone(),
         prefix: None,
     };
-    let h2 = match protocol {
-        Protocol::Http1 => false,
-        Protocol::Http2 => true,
-        Protocol::Auto => match until_closed(&shared, sniff(&mut io)).await {
-            Some(Ok(h2)) => h2,
-            // The client went away, or a timeout or shutdown closed the connection.
-            Some(Err(_)) | None => {
-                drop(done);
-                shared.count_bytes();
-                return;
-            }
-        },
+    // Nothing of hyper's (its connection state and buffers) exists until the client's first
+    // bytes are there: an idle connection that has sent nothing yet is only this future, its
+    // socket and its watcher.
+    let first = match protocol {
+        Protocol::Http1 | Protocol::Http2 => until_closed(&shared, first_bytes(&mut io)).await,
+        Protocol::Auto => until_closed(&shared, sniff(&mut io)).await,
+    };
+    let h2 = match first {
+        Some(Ok(Some(h2))) => h2 || protocol == Protocol::Http2,
+        // The client closed without a byte, went away, or a timeout or shutdown closed the
+        // connection.
+        Some(Ok(None)) | Some(Err(_)) | None => {
+            drop(done);
+            shared.count_bytes();
+            return;
+        }
     };
     let refused = if h2 {
         shared.set_h2(&limits);
         let streams = usize::try_from(limits.http2.max_concurrent_streams).unwrap_or(usize::MAX);
         private.set_capacity(streams.min(MAX_PRIVATE_H2));
-        let conn = http2_builder(&limits).serve_connection(TokioIo::new(io), service);
-        drive(&shared, pin!(conn), |conn| conn.graceful_shutdown()).await
+        // Boxed, as the HTTP/1 connection below: this future stays small while it waits for
+        // the first bytes.
+        let mut conn = Box::pin(http2_builder(&limits).serve_connection(TokioIo::new(io), service));
+        drive(&shared, conn.as_mut(), |conn| conn.graceful_shutdown()).await
     } else {
         let mut builder = http1::Builder::new();
         // - half_close: a client's FIN after its request ends the request, not the connection,
@@ -308,10 +322,12 @@ pub(crate) async fn serve<IO>(
             .keep_alive(true)
             .half_close(true)
             .writev(false);
-        let conn = builder
-            .serve_connection(TokioIo::new(io), service)
-            .with_upgrades();
-        drive(&shared, pin!(conn), |conn| conn.graceful_shutdown()).await
+        let mut conn = Box::pin(
+            builder
+                .serve_connection(TokioIo::new(io), service)
+                .with_upgrades(),
+        );
+        drive(&shared, conn.as_mut(), |conn| conn.graceful_shutdown()).await
     };
     if refused {
         proxy().count_refused();
@@ -356,9 +372,34 @@ fn http2_builder(limits: &Limits) -> http2::Builder<TokioExecutor> {
     builder
 }
 
-/// Reads the start of the connection until it is HTTP/2's preface (`true`) or cannot be
-/// (`false`); what was read goes back to `io`, to be read again by hyper.
-async fn sniff<IO: AsyncRead + Unpin>(io: &mut CountingIo<IO>) -> io::Result<bool> {
+/// The most read by [`first_bytes`] (more is left to hyper's first read): a request head
+/// usually fits.
+const FIRST_READ: usize = 4096;
+
+/// Waits for the client's first bytes and reads them, to go back to `io` and be read again by
+/// hyper (`Some(false)`); `None` if the client closed without sending any. The buffer lives on
+/// the stack of one poll only, never in the connection's future.
+async fn first_bytes<IO: AsyncRead + Unpin>(io: &mut CountingIo<IO>) -> io::Result<Option<bool>> {
+    poll_fn(|cx| {
+        let mut buf = [MaybeUninit::<u8>::uninit(); FIRST_READ];
+        let mut read = ReadBuf::uninit(&mut buf);
+        match Pin::new(&mut *io).poll_read(cx, &mut read) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
+            Poll::Ready(Ok(())) if read.filled().is_empty() => Poll::Ready(Ok(None)),
+            Poll::Ready(Ok(())) => {
+                io.prefix = Some(Bytes::copy_from_slice(read.filled()));
+                Poll::Ready(Ok(Some(false)))
+            }
+        }
+    })
+    .await
+}
+
+/// Reads the start of the connection until it is HTTP/2's preface (`Some(true)`) or cannot
+/// be (`Some(false)`); what was read goes back to `io`, to be read again by hyper. `None` if
+/// the client closed without sending a byte.
+async fn sniff<IO: AsyncRead + Unpin>(io: &mut CountingIo<IO>) -> io::Result<Option<bool>> {
     let mut buf = [0u8; PREFACE.len()];
     let mut filled = 0;
     let h2 = loop {
@@ -366,6 +407,9 @@ async fn sniff<IO: AsyncRead + Unpin>(io: &mut CountingIo<IO>) -> io::Result<boo
         poll_fn(|cx| Pin::new(&mut *io).poll_read(cx, &mut read)).await?;
         let n = read.filled().len();
         if n == 0 {
+            if filled == 0 {
+                return Ok(None);
+            }
             // Closed before a whole preface or a differing byte: hyper sees the same end.
             break false;
         }
@@ -378,7 +422,7 @@ async fn sniff<IO: AsyncRead + Unpin>(io: &mut CountingIo<IO>) -> io::Result<boo
         }
     };
     io.prefix = Some(Bytes::copy_from_slice(&buf[..filled]));
-    Ok(h2)
+    Ok(Some(h2))
 }
 
 /// Polls `fut` until it ends or the watcher closes the connection (`None`).

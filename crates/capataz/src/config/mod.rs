@@ -332,6 +332,9 @@ pub struct PoolConfig {
     pub gate_new_backends: bool,
     /// Which client requests an idle backend connection may carry (default private).
     pub connection_reuse: ConnectionReuse,
+    /// The PROXY protocol header sent first on each backend connection, naming the client
+    /// (default: none). Only with private reuse and HTTP/1.1 backends.
+    pub send_proxy_protocol: Option<crate::proxy_protocol::Version>,
     /// Which backups serve while no primary is in rotation (default: the first one).
     pub backups: BackupUse,
     /// The minimum healthy share below which a `fail_open` pool fails open over its primaries

@@ -159,6 +159,12 @@ async fn probe_loop(pool: Arc<PoolRt>, backend: usize, mut rng: prober::Rng) {
     // The plain probe (status line only, the benchmarked cost) unless the pool asks for more.
     let checked = (!over_h2 && active.kind == CheckKind::Http && !active.is_plain())
         .then(|| prober::HttpProbe::new(active, &host));
+    // The PROXY protocol header of a pool that sends one: a probe carries no client.
+    let preamble = rt
+        .upstream
+        .proxy_protocol()
+        .map(crate::proxy_protocol::encode_local)
+        .unwrap_or_default();
     let mut interval = intervals.of(pool.cadence(backend));
     let mut wait = prober::first_delay(interval, &mut rng);
     loop {
@@ -185,23 +191,25 @@ async fn probe_loop(pool: Arc<PoolRt>, backend: usize, mut rng: prober::Rng) {
                 pool.record_probe(backend, outcome, started.elapsed())
             }
             (None, Some(probe)) => {
-                let outcome = prober::probe_checked(
+                let outcome = prober::probe_checked_sending(
                     probe,
                     rt.upstream.addr(),
                     active.timeout,
                     rt.upstream.tls(),
+                    &preamble,
                 )
                 .await;
                 pool.record_probe(backend, outcome, started.elapsed())
             }
             (None, None) => {
-                let outcome = prober::probe_once_over(
+                let outcome = prober::probe_once_sending(
                     active.kind,
                     rt.upstream.addr(),
                     &active.path,
                     &host,
                     active.timeout,
                     rt.upstream.tls(),
+                    &preamble,
                 )
                 .await;
                 pool.record_probe(backend, outcome, started.elapsed())

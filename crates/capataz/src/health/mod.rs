@@ -362,7 +362,8 @@ impl PoolRt {
                 weight: b.weight,
                 upstream: speaking(
                     with_tls(
-                        Upstream::new(b.socket_addr, config.timeouts.connect, config.timeouts.idle),
+                        Upstream::new(b.socket_addr, config.timeouts.connect, config.timeouts.idle)
+                            .with_proxy_protocol(config.send_proxy_protocol),
                         tls.as_ref(),
                         &config,
                         &b.address,

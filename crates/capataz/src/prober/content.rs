@@ -102,7 +102,19 @@ pub async fn probe_checked(
     timeout: Duration,
     tls: Option<&Connector>,
 ) -> ProbeOutcome {
-    match tokio::time::timeout(timeout, exchange(probe, addr, tls)).await {
+    probe_checked_sending(probe, addr, timeout, tls, &[]).await
+}
+
+/// [`probe_checked`], writing `preamble` first on the connection when it is not empty (see
+/// [`super::probe_once_sending`]).
+pub async fn probe_checked_sending(
+    probe: &HttpProbe,
+    addr: SocketAddr,
+    timeout: Duration,
+    tls: Option<&Connector>,
+    preamble: &[u8],
+) -> ProbeOutcome {
+    match tokio::time::timeout(timeout, exchange(probe, addr, tls, preamble)).await {
         Ok(Ok(outcome)) => outcome,
         Ok(Err(error)) => classify_error(&error).into(),
         Err(_elapsed) => Outcome::Timeout.into(),
@@ -113,8 +125,9 @@ async fn exchange(
     probe: &HttpProbe,
     addr: SocketAddr,
     tls: Option<&Connector>,
+    preamble: &[u8],
 ) -> io::Result<ProbeOutcome> {
-    let stream = connect(addr).await?;
+    let stream = connect(addr, preamble).await?;
     match tls {
         None => exchange_on(probe, stream).await,
         Some(tls) => match tls.connect_probe(stream).await {

@@ -165,7 +165,7 @@ pub async fn probe_h2(
 }
 
 async fn exchange(probe: &H2Probe, addr: SocketAddr, tls: Option<&Connector>) -> ProbeOutcome {
-    let tcp = match connect(addr).await {
+    let tcp = match connect(addr, &[]).await {
         Ok(tcp) => tcp,
         Err(error) => return classify_error(&error).into(),
     };

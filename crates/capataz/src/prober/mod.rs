@@ -42,7 +42,7 @@ mod tests;
 mod timing;
 
 pub use agent::agent_once;
-pub use content::{probe_checked, request_bytes, HttpProbe, MAX_PROBE_HEAD};
+pub use content::{probe_checked, probe_checked_sending, request_bytes, HttpProbe, MAX_PROBE_HEAD};
 pub use http2::{
     decode_health_response, encode_health_request, probe_h2, H2Probe, MAX_GRPC_MESSAGE,
 };
@@ -108,14 +108,32 @@ pub async fn probe_once_over(
     timeout: Duration,
     tls: Option<&Connector>,
 ) -> ProbeOutcome {
+    probe_once_sending(kind, addr, path, host, timeout, tls, &[]).await
+}
+
+/// [`probe_once_over`], writing `preamble` first on the connection (before TLS too) when it is
+/// not empty: the PROXY protocol header (`LOCAL` or `UNKNOWN`) of a pool that sends one to its
+/// backends. A `tcp` probe writes it and then closes.
+pub async fn probe_once_sending(
+    kind: CheckKind,
+    addr: SocketAddr,
+    path: &str,
+    host: &str,
+    timeout: Duration,
+    tls: Option<&Connector>,
+    preamble: &[u8],
+) -> ProbeOutcome {
     let attempt = async {
         match kind {
             CheckKind::Grpc => {
                 let probe = H2Probe::grpc("", host, tls.is_some());
                 return Ok(probe_h2(&probe, addr, timeout, tls).await);
             }
-            CheckKind::Http => http_probe(addr, path, host, tls).await,
-            CheckKind::Tcp => TcpStream::connect(addr)
+            CheckKind::Http => http_probe(addr, path, host, tls, preamble).await,
+            CheckKind::Tcp if preamble.is_empty() => TcpStream::connect(addr)
+                .await
+                .map(|_connected| Outcome::Connected),
+            CheckKind::Tcp => connect(addr, preamble)
                 .await
                 .map(|_connected| Outcome::Connected),
             CheckKind::None => Ok(Outcome::Status(200)),
@@ -142,8 +160,9 @@ async fn http_probe(
     path: &str,
     host: &str,
     tls: Option<&Connector>,
+    preamble: &[u8],
 ) -> io::Result<Outcome> {
-    let stream = connect(addr).await?;
+    let stream = connect(addr, preamble).await?;
     match tls {
         None => status_line(stream, path, host).await,
         Some(tls) => match tls.connect_probe(stream).await {
@@ -185,8 +204,8 @@ where
 }
 
 /// A probe's connection: Nagle off, and on Linux the handshake's last ACK held back to leave
-/// with the request.
-async fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
+/// with the request (or with `preamble`, written first when not empty).
+async fn connect(addr: SocketAddr, preamble: &[u8]) -> io::Result<TcpStream> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
@@ -199,7 +218,11 @@ async fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
     // together) instead of twice. Best effort; without it the probe works the same.
     #[cfg(target_os = "linux")]
     let _ = socket2::SockRef::from(&socket).set_tcp_quickack(false);
-    socket.connect(addr).await
+    let mut stream = socket.connect(addr).await?;
+    if !preamble.is_empty() {
+        stream.write_all(preamble).await?;
+    }
+    Ok(stream)
 }
 
 /// Judges a status line without its `\n`; one trailing `\r` is stripped.

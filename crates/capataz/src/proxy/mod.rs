@@ -510,6 +510,7 @@ impl Proxy {
             let attempt = forward(
                 &pool,
                 index,
+                &client,
                 outgoing,
                 &mut head,
                 lease,
@@ -585,6 +586,7 @@ enum Forwarded<'a> {
 async fn forward<'a>(
     pool: &Arc<PoolHandle>,
     index: usize,
+    client: &ClientInfo,
     outgoing: Outgoing<'a, ReqBody>,
     head: &mut Vec<u8>,
     mut lease: Lease,
@@ -600,11 +602,15 @@ async fn forward<'a>(
     // One clock reading serves the idle check, the deadline and the latency of a request sent
     // on a pooled connection; a fresh connection reads the clock again once connected.
     let started = Instant::now();
+    let addrs = Some((client.addr, client.destination()));
     loop {
         let conn = if fresh_only {
-            backend.upstream.connect().await
+            backend.upstream.connect(addrs).await
         } else {
-            backend.upstream.acquire(started, lease.private()).await
+            backend
+                .upstream
+                .acquire(started, lease.private(), addrs)
+                .await
         };
         let conn = match conn {
             Ok(conn) => conn,
@@ -869,6 +875,9 @@ pub struct ClientInfo {
     pub private: Arc<PrivateIdle>,
     /// What its TLS handshake settled, when the listener terminates TLS.
     pub tls: Option<TlsInfo>,
+    /// The address the client connected to (from a PROXY protocol header when one named it),
+    /// if known.
+    pub destination: Option<SocketAddr>,
 }
 
 impl ClientInfo {
@@ -882,7 +891,17 @@ impl ClientInfo {
             ip,
             private: Arc::new(PrivateIdle::new()),
             tls: None,
+            destination: None,
         }
+    }
+
+    /// The address the client connected to, for a PROXY protocol header to a backend: the
+    /// unspecified address of the client's family, port 0, when not known.
+    pub fn destination(&self) -> SocketAddr {
+        self.destination.unwrap_or_else(|| match self.addr {
+            SocketAddr::V4(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
+            SocketAddr::V6(_) => SocketAddr::from(([0u16; 8], 0)),
+        })
     }
 
     /// The info for a client at `addr` whose connection is TLS, as `tls` says.

@@ -300,6 +300,41 @@ pub fn encode_v2(source: SocketAddr, destination: SocketAddr) -> Vec<u8> {
     out
 }
 
+/// The header of a connection that carries no client, to a peer that expects one: version 2's
+/// `LOCAL` (no addresses) or version 1's `PROXY UNKNOWN` line. capataz's health probes send it
+/// to backends that get the PROXY protocol (HAProxy does the same for its checks).
+pub fn encode_local(version: Version) -> Vec<u8> {
+    match version {
+        Version::V1 => b"PROXY UNKNOWN\r\n".to_vec(),
+        Version::V2 => {
+            let mut out = Vec::with_capacity(16);
+            out.extend_from_slice(&V2_SIGNATURE);
+            // Version 2, command LOCAL; family and transport unspecified; no address bytes.
+            out.extend_from_slice(&[0x20, 0x00, 0, 0]);
+            out
+        }
+    }
+}
+
+/// A version of the PROXY protocol, as a pool sends it to its backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// The text line (`PROXY TCP4 ...\r\n`).
+    V1,
+    /// The binary header.
+    V2,
+}
+
+impl Version {
+    /// The header for a connection from `source` to `destination` in this version.
+    pub fn encode(self, source: SocketAddr, destination: SocketAddr) -> Vec<u8> {
+        match self {
+            Version::V1 => encode_v1(source, destination),
+            Version::V2 => encode_v2(source, destination),
+        }
+    }
+}
+
 fn v6(ip: IpAddr) -> Ipv6Addr {
     match ip {
         IpAddr::V4(v4) => v4.to_ipv6_mapped(),

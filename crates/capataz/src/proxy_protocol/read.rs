@@ -43,8 +43,9 @@ pub async fn read_header<S: AsyncRead + Unpin>(
         filled += n;
         match parse(&buf[..filled])? {
             Parsed::Header(header) => {
-                buf.truncate(filled);
-                let rest = Bytes::from(buf).slice(header.length..);
+                // A copy of what follows the header (often nothing), so that the buffer is not
+                // kept for the connection's life.
+                let rest = Bytes::copy_from_slice(&buf[header.length..filled]);
                 return Ok((header, rest));
             }
             Parsed::Incomplete if filled < MAX_HEADER => continue,

@@ -264,3 +264,19 @@ async fn read_header_fails_on_http_and_on_an_early_close() {
         Err(ReadError::Closed)
     ));
 }
+
+#[test]
+fn local_headers_read_back_as_local_in_both_versions() {
+    let v1 = encode_local(Version::V1);
+    assert_eq!(v1, b"PROXY UNKNOWN\r\n");
+    let v2 = encode_local(Version::V2);
+    assert_eq!(v2.len(), 16);
+    for bytes in [v1, v2] {
+        let h = header(&bytes);
+        assert_eq!(h.addresses, Addresses::Local);
+        assert_eq!(h.length, bytes.len());
+    }
+    let (s, d) = (addr("192.0.2.7:40000"), addr("198.51.100.1:443"));
+    assert_eq!(Version::V1.encode(s, d), encode_v1(s, d));
+    assert_eq!(Version::V2.encode(s, d), encode_v2(s, d));
+}

@@ -201,6 +201,9 @@ async fn accept_loop(
         }
         _ = stop.changed() => return,
     }
+    // The address clients connect to, for PROXY protocol headers to backends; read per
+    // connection only when the listener's address is a wildcard.
+    let bound = socket.local_addr().ok();
     loop {
         let accepted = tokio::select! {
             accepted = socket.accept() => accepted,
@@ -216,6 +219,10 @@ async fn accept_loop(
             }
         };
         let _ = stream.set_nodelay(true);
+        let local = match bound {
+            Some(bound) if !bound.ip().is_unspecified() => Some(bound),
+            _ => stream.local_addr().ok(),
+        };
         let state = state.clone();
         let shutdown = shutdown.clone();
         let connections = connections.clone();
@@ -258,9 +265,11 @@ async fn accept_loop(
             if proxy_protocol {
                 let mut stream = stream;
                 let mut signal = connection.shutdown.clone();
+                // Boxed, as every stage but the plain one below: the task's future is as big as
+                // its biggest stage, for the connection's whole life.
                 let read = tokio::time::timeout(
                     limits.header_read_timeout,
-                    proxy_protocol::read_header(&mut stream),
+                    Box::pin(proxy_protocol::read_header(&mut stream)),
                 );
                 let read = tokio::select! {
                     read = read => Some(read),
@@ -270,13 +279,15 @@ async fn accept_loop(
                     Some(Ok(Ok((header, rest)))) => {
                         // The client the proxy in front speaks for; LOCAL (the proxy's own
                         // health check) and UNKNOWN keep the connection's own address.
-                        let client = match header.addresses {
-                            Addresses::Proxied { source, .. } => source,
-                            Addresses::Local => peer,
+                        let (client, destination) = match header.addresses {
+                            Addresses::Proxied {
+                                source,
+                                destination,
+                            } => (source, Some(destination)),
+                            Addresses::Local => (peer, local),
                         };
-                        connection
-                            .serve(Rewind::new(rest, stream), client, proxy)
-                            .await;
+                        let stream = Rewind::new(rest, stream);
+                        Box::pin(connection.serve(stream, client, destination, proxy)).await;
                     }
                     Some(Ok(Err(error))) => {
                         tracing::debug!(%peer, %error, "PROXY protocol header refused");
@@ -287,7 +298,7 @@ async fn accept_loop(
                     None => {}
                 }
             } else {
-                connection.serve(stream, peer, proxy).await;
+                connection.serve(stream, peer, local, proxy).await;
             }
             connections.fetch_sub(1, Ordering::Relaxed);
         });
@@ -304,12 +315,13 @@ struct Connection {
 }
 
 impl Connection {
-    /// Serves `stream` for the client at `peer`: over TLS after a handshake on a TLS
-    /// listener, as it is otherwise.
+    /// Serves `stream` for the client at `peer`, which connected to `destination`: over TLS
+    /// after a handshake on a TLS listener, as it is otherwise.
     async fn serve<IO>(
         self,
         stream: IO,
         peer: SocketAddr,
+        destination: Option<SocketAddr>,
         proxy: impl Fn() -> Arc<Proxy> + Send + Sync + 'static,
     ) where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -323,12 +335,13 @@ impl Connection {
         } = self;
         match tls {
             None => {
-                let client = ClientInfo::new(peer);
+                let mut client = ClientInfo::new(peer);
+                client.destination = destination;
                 client::serve(stream, client, protocol, limits, proxy, shutdown).await
             }
             Some(tls) => {
                 let mut signal = shutdown.clone();
-                let done = handshake(&tls, stream, limits, &failures);
+                let done = Box::pin(handshake(&tls, stream, limits, &failures));
                 let done = tokio::select! {
                     done = done => done,
                     // A shutdown drops a connection still in its handshake, as one at rest.
@@ -345,8 +358,12 @@ impl Connection {
                     } else {
                         client::Protocol::Http1
                     };
-                    let client = ClientInfo::with_tls(peer, info);
-                    client::serve(stream, client, protocol, limits, proxy, shutdown).await;
+                    let mut client = ClientInfo::with_tls(peer, info);
+                    client.destination = destination;
+                    Box::pin(client::serve(
+                        stream, client, protocol, limits, proxy, shutdown,
+                    ))
+                    .await;
                 }
             }
         }

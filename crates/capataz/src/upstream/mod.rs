@@ -13,6 +13,11 @@
 //!
 //! A connection is handed back only once the response it carried has been read to its end
 //! (see `body::Lease`), so an idle connection is always ready for the next request.
+//!
+//! A pool with `send_proxy_protocol` writes a PROXY protocol header naming the client first on
+//! each new connection (before TLS), within the connect deadline; such a pool reuses
+//! connections privately only (the config refuses shared reuse and HTTP/2 with it), so a
+//! connection only ever carries the client it names.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,10 +39,16 @@ pub use private::{PrivateIdle, MAX_PRIVATE};
 pub(crate) use response::ResponseStream;
 pub use transport::{BackendStream, Transport};
 
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
+use crate::proxy_protocol::Version as ProxyVersion;
 use crate::tls::client::Connector;
+
+/// The client a request comes from, as a PROXY protocol header to a backend names it: its
+/// address and the address it connected to; `None` for no client (a `LOCAL` header).
+pub(crate) type ClientAddrs = Option<(SocketAddr, SocketAddr)>;
 
 /// The most idle connections kept per backend.
 const MAX_IDLE: usize = 512;
@@ -69,6 +80,9 @@ pub struct Upstream {
     tls: Option<Connector>,
     /// The multiplexed connection, when the pool speaks HTTP/2 (the idle set is then unused).
     h2: Option<H2Conns>,
+    /// The PROXY protocol header version written first on each new connection, if the pool
+    /// sends one (HTTP/1.1 pools with private reuse only: see `send_proxy_protocol`).
+    send_proxy: Option<ProxyVersion>,
 }
 
 /// The next `Upstream::id`.
@@ -85,7 +99,19 @@ impl Upstream {
             idle: Mutex::new(Vec::new()),
             tls: None,
             h2: None,
+            send_proxy: None,
         }
+    }
+
+    /// The same, writing a PROXY protocol header of `version` first on each new connection.
+    pub fn with_proxy_protocol(mut self, version: Option<ProxyVersion>) -> Upstream {
+        self.send_proxy = version;
+        self
+    }
+
+    /// The PROXY protocol version sent on new connections, if any.
+    pub fn proxy_protocol(&self) -> Option<ProxyVersion> {
+        self.send_proxy
     }
 
     /// The same, speaking HTTP/2 (over TLS if set up with [`Upstream::with_tls`], else h2c).
@@ -123,11 +149,13 @@ impl Upstream {
     /// An idle connection if one is still open, else a fresh one (a failed connect sent
     /// nothing): from `private` when given (the client connection's own set), else from the
     /// backend's shared set. `now` is the caller's reading of the clock, to judge idle time
-    /// without another.
+    /// without another. `client` (source, destination) is what a PROXY protocol header on a
+    /// fresh connection names, when the pool sends one.
     pub(crate) async fn acquire(
         &self,
         now: Instant,
         private: Option<&PrivateIdle>,
+        client: ClientAddrs,
     ) -> Result<Conn, AttemptError> {
         let idle = match private {
             Some(private) => private.take(self, now),
@@ -139,14 +167,31 @@ impl Upstream {
                 reused: true,
             });
         }
-        self.connect().await
+        self.connect(client).await
     }
 
-    /// A fresh connection, never a pooled one.
-    pub(crate) async fn connect(&self) -> Result<Conn, AttemptError> {
+    /// A fresh connection, never a pooled one; it starts with a PROXY protocol header naming
+    /// `client` when the pool sends one.
+    pub(crate) async fn connect(&self, client: ClientAddrs) -> Result<Conn, AttemptError> {
+        let started = tokio::time::Instant::now();
+        let mut tcp = self.connect_tcp().await?;
+        if let Some(version) = self.send_proxy {
+            let header = match client {
+                Some((source, destination)) => version.encode(source, destination),
+                None => crate::proxy_protocol::encode_local(version),
+            };
+            let deadline = started + self.connect_timeout;
+            // Part of connecting: within the connect deadline, and nothing of the request is
+            // sent if it fails.
+            match tokio::time::timeout_at(deadline, tcp.write_all(&header)).await {
+                Err(_) => return Err(AttemptError::ConnectTimeout),
+                Ok(Err(e)) => return Err(AttemptError::of_connect(&e)),
+                Ok(Ok(())) => {}
+            }
+        }
         let stream = match &self.tls {
-            None => BackendStream::Tcp(self.connect_tcp().await?),
-            Some(tls) => BackendStream::Tls(Box::new(self.connect_tls(tls).await?)),
+            None => BackendStream::Tcp(tcp),
+            Some(tls) => BackendStream::Tls(Box::new(self.handshake(tls, tcp, started).await?)),
         };
         Ok(Conn {
             stream,
@@ -173,6 +218,16 @@ impl Upstream {
     ) -> Result<TlsStream<TcpStream>, AttemptError> {
         let started = tokio::time::Instant::now();
         let tcp = self.connect_tcp().await?;
+        self.handshake(tls, tcp, started).await
+    }
+
+    /// The TLS handshake on `tcp`, within the connect deadline counted from `started`.
+    async fn handshake(
+        &self,
+        tls: &Connector,
+        tcp: TcpStream,
+        started: tokio::time::Instant,
+    ) -> Result<TlsStream<TcpStream>, AttemptError> {
         let deadline = started + self.connect_timeout;
         match tokio::time::timeout_at(deadline, tls.connect(tcp)).await {
             Err(_) => Err(AttemptError::ConnectTimeout),

@@ -46,5 +46,6 @@ mod replay_cli;
 mod replay_what_if;
 mod request_path;
 mod scrape;
+mod send_proxy;
 mod tls;
 mod upgrade;

@@ -24,6 +24,7 @@ pub mod knot;
 pub mod pebble;
 pub mod process;
 pub mod prometheus;
+pub mod proxied;
 pub mod raw;
 pub mod stream;
 pub mod tls;

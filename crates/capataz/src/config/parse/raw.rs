@@ -162,6 +162,7 @@ pub(super) struct RawPool {
     pub(super) slow_start: Option<Spanned<Value>>,
     pub(super) gate_new_backends: Option<bool>,
     pub(super) connection_reuse: Option<RawReuse>,
+    pub(super) send_proxy_protocol: Option<RawProxyVersion>,
     pub(super) backups: Option<RawBackupUse>,
     pub(super) min_healthy: Option<Spanned<i64>>,
     pub(super) min_healthy_percent: Option<Spanned<i64>>,
@@ -261,6 +262,13 @@ pub(super) struct RawAgent {
     pub(super) port: Option<Spanned<i64>>,
     pub(super) interval: Option<Spanned<Value>>,
     pub(super) timeout: Option<Spanned<Value>>,
+}
+
+#[derive(Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum RawProxyVersion {
+    V1,
+    V2,
 }
 
 #[derive(Clone, Copy, Deserialize)]

@@ -14,8 +14,8 @@ use super::super::locate::line_of;
 use super::super::raw::RawBackupUse;
 use super::super::raw::{
     RawActive, RawAgent, RawAlgorithm, RawAllDown, RawBackend, RawBackendTls, RawCheckKind,
-    RawInitial, RawLatencyOutliers, RawLoadShedding, RawPassive, RawPool, RawProtocol, RawRetries,
-    RawReuse, RawSuccessRate, RawTimeouts,
+    RawInitial, RawLatencyOutliers, RawLoadShedding, RawPassive, RawPool, RawProtocol,
+    RawProxyVersion, RawRetries, RawReuse, RawSuccessRate, RawTimeouts,
 };
 use super::super::resolve::{Lookup, Target};
 use super::super::values::parse_percent;
@@ -27,6 +27,7 @@ use crate::config::{
     DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT, MAX_GRPC_SERVICE, MAX_MATCH_TEXT, MAX_PROBE_BODY,
     MAX_PROBE_HEADERS,
 };
+use crate::proxy_protocol::Version as ProxyVersion;
 use capataz_health::GrpcCodes;
 
 /// A probe request's method, extra header fields and body.
@@ -156,6 +157,35 @@ impl Validator<'_> {
                 Some(self.backend_tls(&name, &at, name_span.clone(), table)?)
             }
         };
+        let connection_reuse = match raw.connection_reuse {
+            None | Some(RawReuse::Private) => ConnectionReuse::Private,
+            Some(RawReuse::Shared) => ConnectionReuse::Shared,
+        };
+        let send_proxy_protocol = match raw.send_proxy_protocol {
+            None => None,
+            Some(RawProxyVersion::V1) => Some(ProxyVersion::V1),
+            Some(RawProxyVersion::V2) => Some(ProxyVersion::V2),
+        };
+        if send_proxy_protocol.is_some() {
+            if protocol != BackendProtocol::Http1 {
+                return Err(self.error(
+                    Some(name_span),
+                    &format!("{at}.send_proxy_protocol"),
+                    "a PROXY protocol header names one client for a whole connection, and an \
+                     HTTP/2 backend connection carries many clients' requests at once (remove \
+                     send_proxy_protocol, or speak HTTP/1.1 to these backends)"
+                        .into(),
+                ));
+            }
+            if connection_reuse == ConnectionReuse::Shared {
+                return Err(self.error(
+                    Some(name_span),
+                    &format!("{at}.send_proxy_protocol"),
+                    r#"a PROXY protocol header names one client for a whole connection, and connection_reuse = "shared" lets any client's request reuse it (remove connection_reuse = "shared": the default, "private", keeps each backend connection to the client connection it was opened for)"#
+                        .into(),
+                ));
+            }
+        }
         Ok(PoolConfig {
             protocol,
             tls,
@@ -169,10 +199,8 @@ impl Validator<'_> {
             when_all_down,
             slow_start: self.optional_duration(&raw.slow_start, &format!("{at}.slow_start"))?,
             gate_new_backends: raw.gate_new_backends.unwrap_or(true),
-            connection_reuse: match raw.connection_reuse {
-                None | Some(RawReuse::Private) => ConnectionReuse::Private,
-                Some(RawReuse::Shared) => ConnectionReuse::Shared,
-            },
+            connection_reuse,
+            send_proxy_protocol,
             backups: match raw.backups {
                 None | Some(RawBackupUse::First) => BackupUse::First,
                 Some(RawBackupUse::All) => BackupUse::All,
