@@ -17,6 +17,7 @@ pub mod demo;
 pub mod events;
 pub mod h1;
 pub mod health;
+pub mod history;
 pub mod instruments;
 pub mod logging;
 pub mod membership;

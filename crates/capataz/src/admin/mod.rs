@@ -7,6 +7,9 @@
 //! - `GET /status`, `GET /status/<pool>/<backend>` state, streaks, history and the explain
 //!   sentence;
 //! - `GET /events` a Server-Sent Events stream of health events;
+//! - `GET /history/events` the last health events kept (500 at most), oldest first;
+//! - `GET /history/series` per pool and backend the request rate, error rate and latency
+//!   samples of the last 15 minutes, and per backend its state timeline over the last hour;
 //! - `GET /metrics` Prometheus text;
 //! - `POST /backends/<pool>/<backend>/{drain,down,up,maintenance,clear}[?ttl=30s]` manual overrides;
 //! - `POST /reload` re-read and apply the config file.

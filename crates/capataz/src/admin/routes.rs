@@ -109,6 +109,8 @@ pub(super) async fn handle(
         ["status"] if get => pages::status(&shared).await,
         ["status", pool, backend] if get => pages::backend_status(&shared, pool, backend),
         ["events"] if get => pages::events(&shared),
+        ["history", "events"] if get => pages::history_events(&shared),
+        ["history", "series"] if get => pages::history_series(&shared).await,
         ["metrics"] if get => {
             let accept = req.headers().get(header::ACCEPT).map(|v| v.as_bytes());
             pages::metrics(&shared, accept).await
@@ -136,7 +138,7 @@ pub(super) async fn handle(
                 )
             }
         },
-        [] | ["status"] | ["status", _, _] | ["events"] | ["metrics"] => {
+        [] | ["status"] | ["status", _, _] | ["events"] | ["metrics"] | ["history", "events" | "series"] => {
             not_allowed("GET, HEAD", "use GET")
         }
         ["backends", _, _, _] | ["reload"] => not_allowed("POST", "use POST"),
@@ -144,7 +146,7 @@ pub(super) async fn handle(
             StatusCode::NOT_FOUND,
             format!(
                 "no such endpoint: {method} {path} (see GET /, /status, /status/<pool>/<backend>, \
-                 /events, /metrics; POST /backends/<pool>/<backend>/<action>, /reload)"
+                 /events, /history/events, /history/series, /metrics; POST /backends/<pool>/<backend>/<action>, /reload)"
             ),
         ),
     }

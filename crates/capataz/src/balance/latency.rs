@@ -2,7 +2,9 @@
 //! path ([`LatencyBuckets`]): one relaxed `fetch_add` per answered request into a log-scale
 //! bucket (four per power of two of microseconds, so a percentile is within 25 %), drained
 //! once per window by the health runtime into the engine's
-//! [`LatencyWindow`](capataz_health::LatencyWindow).
+//! [`LatencyWindow`](capataz_health::LatencyWindow). [`LatencyTotals`] counts into the same
+//! buckets and is never drained: the dashboard's sampler (`history`) reads it every few seconds
+//! and takes the difference, so one relaxed `fetch_add` per answer is all it costs.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -65,18 +67,7 @@ impl LatencyBuckets {
             *count = u64::from(slot.swap(0, Ordering::Relaxed));
             requests += *count;
         }
-        let at = |q_per_mille: u64| -> Duration {
-            // The smallest latency with at least q of the requests at or below it.
-            let rank = (requests * q_per_mille).div_ceil(1000).max(1);
-            let mut seen = 0;
-            for (index, count) in counts.iter().enumerate() {
-                seen += count;
-                if seen >= rank {
-                    return Duration::from_micros(middle(index));
-                }
-            }
-            Duration::ZERO
-        };
+        let at = |q_per_mille: u64| percentile(&counts, requests, q_per_mille);
         if requests == 0 {
             return LatencyWindow::default();
         }
@@ -85,6 +76,90 @@ impl LatencyBuckets {
             p50: at(500),
             p99: at(990),
         }
+    }
+}
+
+/// The smallest latency with at least `q_per_mille` of the `requests` counted in `counts` (one
+/// count per bucket) at or below it; zero for no requests.
+fn percentile(counts: &[u64], requests: u64, q_per_mille: u64) -> Duration {
+    let rank = (requests * q_per_mille).div_ceil(1000).max(1);
+    let mut seen = 0;
+    for (index, count) in counts.iter().enumerate() {
+        seen += count;
+        if seen >= rank {
+            return Duration::from_micros(middle(index));
+        }
+    }
+    Duration::ZERO
+}
+
+/// One backend's latencies since it was built, in [`LatencyBuckets`]' buckets, never drained
+/// (a count wraps at `u32::MAX`; readers take differences with `wrapping_sub`).
+#[derive(Debug)]
+pub struct LatencyTotals {
+    counts: [AtomicU32; BUCKETS],
+}
+
+impl Default for LatencyTotals {
+    fn default() -> LatencyTotals {
+        LatencyTotals {
+            counts: std::array::from_fn(|_| AtomicU32::new(0)),
+        }
+    }
+}
+
+/// A copy of a [`LatencyTotals`] at one moment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LatencyCounts(Box<[u32; BUCKETS]>);
+
+impl LatencyTotals {
+    /// Counts one answered request that took `elapsed`.
+    #[inline]
+    pub(crate) fn record(&self, elapsed: Duration) {
+        let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        self.counts[bucket(us)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counts now.
+    pub fn read(&self) -> LatencyCounts {
+        let mut counts = Box::new([0u32; BUCKETS]);
+        for (count, slot) in counts.iter_mut().zip(&self.counts) {
+            *count = slot.load(Ordering::Relaxed);
+        }
+        LatencyCounts(counts)
+    }
+}
+
+impl LatencyCounts {
+    /// The requests counted since `earlier` (a copy of the same totals), with their p50 and
+    /// p99 (`None` for no requests).
+    pub fn since(&self, earlier: &LatencyCounts) -> (u64, Option<(Duration, Duration)>) {
+        let counts: Vec<u64> = self
+            .0
+            .iter()
+            .zip(earlier.0.iter())
+            .map(|(now, then)| u64::from(now.wrapping_sub(*then)))
+            .collect();
+        let requests: u64 = counts.iter().sum();
+        if requests == 0 {
+            return (0, None);
+        }
+        let p50 = percentile(&counts, requests, 500);
+        let p99 = percentile(&counts, requests, 990);
+        (requests, Some((p50, p99)))
+    }
+
+    /// The sum, bucket by bucket, of this and the requests `later` counted since `earlier`
+    /// (for a pool's figures, summed over its backends).
+    pub fn add_since(&mut self, later: &LatencyCounts, earlier: &LatencyCounts) {
+        for ((sum, now), then) in self.0.iter_mut().zip(later.0.iter()).zip(earlier.0.iter()) {
+            *sum = sum.wrapping_add(now.wrapping_sub(*then));
+        }
+    }
+
+    /// No requests at all.
+    pub fn zero() -> LatencyCounts {
+        LatencyCounts(Box::new([0u32; BUCKETS]))
     }
 }
 
@@ -139,5 +214,29 @@ mod tests {
         assert_eq!(buckets.drain(), LatencyWindow::default());
         buckets.record(Duration::MAX);
         assert_eq!(buckets.drain().requests, 1);
+    }
+
+    #[test]
+    fn totals_give_the_percentiles_of_the_requests_between_two_readings() {
+        let totals = LatencyTotals::default();
+        for _ in 0..10 {
+            totals.record(Duration::from_secs(2));
+        }
+        let before = totals.read();
+        for _ in 0..99 {
+            totals.record(Duration::from_micros(400));
+        }
+        totals.record(Duration::from_millis(50));
+        let after = totals.read();
+        let (requests, percentiles) = after.since(&before);
+        assert_eq!(requests, 100);
+        let (p50, p99) = percentiles.expect("requests were counted");
+        assert!((350..=450).contains(&p50.as_micros()), "{p50:?}");
+        assert!((350..=450).contains(&p99.as_micros()), "{p99:?}");
+        assert_eq!(after.since(&after), (0, None));
+        let mut pool = LatencyCounts::zero();
+        pool.add_since(&after, &before);
+        pool.add_since(&after, &before);
+        assert_eq!(pool.since(&LatencyCounts::zero()).0, 200);
     }
 }
