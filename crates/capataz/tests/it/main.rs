@@ -41,4 +41,5 @@ mod reload_off_runtime;
 mod replay_cli;
 mod request_path;
 mod scrape;
+mod terminal;
 mod tls;
