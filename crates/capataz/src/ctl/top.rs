@@ -278,6 +278,7 @@ pub async fn run(options: TopOptions, out: &mut dyn Write) -> Result<(), CtlErro
     let terminal = std::io::stdout().is_terminal();
     let _raw = RawInput::start();
     let mut quit = quit_key();
+    let mut input_open = true;
     let mut shown = 0u64;
     let interval = options.interval.max(Duration::from_millis(100));
     loop {
@@ -307,10 +308,18 @@ pub async fn run(options: TopOptions, out: &mut dyn Write) -> Result<(), CtlErro
         if options.iterations.is_some_and(|n| shown >= n) {
             return Ok(());
         }
-        tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
-            _ = &mut quit => return Ok(()),
-            _ = tokio::signal::ctrl_c() => return Ok(()),
+        let pause = tokio::time::sleep(interval);
+        tokio::pin!(pause);
+        loop {
+            tokio::select! {
+                _ = &mut pause => break,
+                key = &mut quit, if input_open => match key {
+                    Ok(()) => return Ok(()),
+                    // Standard input ended (or is not there): only Ctrl-C or the count stop it.
+                    Err(_) => input_open = false,
+                },
+                _ = tokio::signal::ctrl_c() => return Ok(()),
+            }
         }
     }
 }

@@ -18,10 +18,11 @@ use crate::support::client::Client;
 use crate::support::events::{is_transition, wait_for};
 use crate::support::raw::send_head;
 
-/// A balancer over backends `a` and `b` (probed every 30 ms) with an admin listener, once both
-/// are UP.
+/// A balancer over backends `a` and `b` (probed every 30 ms) with an admin listener (and
+/// `admin_lines` in its table), once both have passed a probe.
 async fn start(
     admin_lines: &str,
+    token: Option<&str>,
 ) -> (
     Balancer,
     Vec<SimBackend>,
@@ -32,12 +33,23 @@ async fn start(
         .admin(admin_lines)
         .extra(FAST_CHECKS)
         .build();
-    let (balancer, mut events) = balancer::start(&text).await;
-    for name in ["a", "b"] {
-        wait_for(&mut events, &format!("{name} UP"), |e| {
-            is_transition(e, name, State::Up)
-        })
-        .await;
+    let (balancer, events) = balancer::start(&text).await;
+    let admin = balancer.admin_addr().expect("the admin API runs");
+    let end = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let status = capataz::ctl::request(admin, http::Method::GET, "/status", token)
+            .await
+            .expect("GET /status");
+        let probed = status["pools"][0]["backends"].as_array().is_some_and(|b| {
+            b.len() == 2
+                && b.iter()
+                    .all(|b| b["state"] == "UP" && b["active"]["last_probe"]["result"] == "PASS")
+        });
+        if probed {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < end, "not probed: {status:#}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     (balancer, sims, events)
 }
@@ -79,7 +91,7 @@ async fn get_json(admin: SocketAddr, path: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_prints_a_table_and_sentences_and_json_on_request() {
-    let (balancer, _sims, _events) = start("").await;
+    let (balancer, _sims, _events) = start("", None).await;
     let admin = balancer.admin_addr().expect("the admin API runs");
 
     let output = capataz(args(&["status"], admin)).await;
@@ -154,7 +166,7 @@ async fn status_prints_a_table_and_sentences_and_json_on_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctl_says_what_it_did_in_a_sentence_and_json_on_request() {
-    let (balancer, _sims, _events) = start("").await;
+    let (balancer, _sims, _events) = start("", None).await;
     let admin = balancer.admin_addr().expect("the admin API runs");
 
     let output = capataz(args(&["ctl", "drain", "web", "b", "--ttl", "10m"], admin)).await;
@@ -162,7 +174,7 @@ async fn ctl_says_what_it_did_in_a_sentence_and_json_on_request() {
     assert!(output.status.success(), "{stdout}{stderr}");
     assert_eq!(
         stdout,
-        "web/b is DRAINING now: manual override drain for 10m.\n"
+        "web/b is DRAINING now: manual override drain for 600 s.\n"
     );
 
     let output = capataz(args(&["ctl", "clear", "web", "b", "--json"], admin)).await;
@@ -192,7 +204,7 @@ async fn ctl_says_what_it_did_in_a_sentence_and_json_on_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn top_prints_frames_with_rates_and_events_then_stops_after_its_iterations() {
-    let (balancer, sims, mut events) = start("").await;
+    let (balancer, sims, mut events) = start("", None).await;
     let admin = balancer.admin_addr().expect("the admin API runs");
     let listener = balancer.local_addrs()[0];
     sims[1].set_health(Mode::Status(503));
@@ -246,7 +258,7 @@ async fn top_prints_frames_with_rates_and_events_then_stops_after_its_iterations
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_history_keeps_events_samples_and_timelines_behind_the_token() {
-    let (balancer, sims, mut events) = start("token = \"s3cret\"").await;
+    let (balancer, sims, mut events) = start("token = \"s3cret\"", Some("s3cret")).await;
     let admin = balancer.admin_addr().expect("the admin API runs");
     for path in ["/history/events", "/history/series"] {
         let (status, answer) =
