@@ -363,7 +363,7 @@ mod tests {
         let text = frame(&reading, ([127, 0, 0, 1], 9901).into(), 10, false);
         assert!(text.contains("at 07:49:04 UTC"), "{text}");
         assert!(
-            text.contains("4.0 req/s, 5.0 % errors, p50 0.4 ms, p99 12 ms"),
+            text.contains("4.0 req/s, 5.0 % errors, p50 0.4 ms, p99 13 ms"),
             "{text}"
         );
         assert!(text.contains("40 us"), "a's p50 under 0.1 ms: {text}");
