@@ -54,22 +54,40 @@ impl History {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Keeps `event` (dropping the oldest past [`EVENTS`]) and, if it is about a backend, notes
-    /// that backend's state in its timeline.
+    /// Keeps `event` (dropping the oldest past [`EVENTS`]) and notes in their timelines the
+    /// state of the backend it is about, or of every backend of its pool for a pool's event
+    /// (backups taking over change who serves).
     pub fn record(&self, event: &Event, pools: &[Arc<PoolRt>]) {
-        let mark = event.backend().and_then(|backend| {
-            let pool = pools.iter().find(|p| &*p.name == event.pool())?;
-            let index = pool.index_of(backend)?;
-            Some((pool.clone(), timeline::Mark::of(pool, &pool.view_of(index))))
-        });
+        let marks: Vec<(Arc<str>, timeline::Mark)> =
+            match pools.iter().find(|p| &*p.name == event.pool()) {
+                None => Vec::new(),
+                Some(pool) => match event.backend() {
+                    Some(backend) => pool
+                        .index_of(backend)
+                        .map(|index| {
+                            (
+                                pool.name.clone(),
+                                timeline::Mark::of(pool, &pool.view_of(index)),
+                            )
+                        })
+                        .into_iter()
+                        .collect(),
+                    None => pool
+                        .views()
+                        .iter()
+                        .map(|view| (pool.name.clone(), timeline::Mark::of(pool, view)))
+                        .collect(),
+                },
+            };
+        let now = SystemTime::now();
         let mut inner = self.lock();
         if inner.events.len() == EVENTS {
             inner.events.pop_front();
             inner.dropped += 1;
         }
         inner.events.push_back(event.clone());
-        if let Some((pool, mark)) = mark {
-            inner.timelines.note(&pool.name, mark, SystemTime::now());
+        for (pool, mark) in marks {
+            inner.timelines.note(&pool, mark, now);
         }
     }
 
@@ -180,4 +198,37 @@ fn unix_ms(time: SystemTime) -> u64 {
     time.duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or(Duration::ZERO)
         .as_millis() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_event_record_keeps_the_last_500_and_counts_the_rest() {
+        let history = History::default();
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        for n in 0..(EVENTS as u64 + 100) {
+            let event = Event::Recovered {
+                pool: "web".into(),
+                time: start + Duration::from_secs(n),
+            };
+            history.record(&event, &[]);
+        }
+        history.missed(3);
+        let json = history.events_json();
+        let events = json["events"].as_array().expect("events");
+        assert_eq!(events.len(), EVENTS);
+        assert_eq!(json["dropped"], 100);
+        assert_eq!(json["missed"], 3);
+        assert_eq!(
+            events[0]["time"],
+            rfc3339(start + Duration::from_secs(100)),
+            "the oldest kept is the 101st"
+        );
+        assert_eq!(
+            events[EVENTS - 1]["time"],
+            rfc3339(start + Duration::from_secs(EVENTS as u64 + 99))
+        );
+    }
 }
