@@ -1,7 +1,11 @@
 //! `capataz status` and `capataz ctl`: the admin API from a terminal.
 //!
-//! A few plain HTTP/1.1 requests to the admin listener; the table is drawn from the same
-//! `/status` JSON the dashboard reads, so the terminal and the page never disagree.
+//! A few plain HTTP/1.1 requests to the admin listener; the tables and sentences are drawn from
+//! the same JSON the dashboard reads (`/status`, and for `capataz top` the history), so the
+//! terminal and the page never disagree; `--json` prints that JSON instead. `top` is the live
+//! view ([`top`]).
+
+pub mod top;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -128,49 +132,267 @@ fn percent_encode(text: &str) -> String {
     out
 }
 
+/// `value` as the admin API's JSON is printed with `--json`: pretty, with a final newline.
+pub fn pretty(value: &Value) -> String {
+    let mut text = serde_json::to_string_pretty(value).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
 fn cell(value: &Value) -> String {
     match value {
-        Value::String(s) => s.clone(),
+        Value::String(s) => printable(s),
         Value::Null => "-".into(),
-        other => other.to_string(),
+        other => printable(&other.to_string()),
     }
 }
 
-/// Renders `/status` as a table, one line per backend plus its explain sentence.
-pub fn render_status(status: &Value) -> String {
+/// `text` safe to print on a terminal: control characters (an escape sequence in a backend's
+/// name from the config, a newline) written as `\u{1b}` escapes.
+pub fn printable(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_owned();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// `HH:MM:SS` of an RFC 3339 time from the admin API (which writes UTC), or `-`.
+pub fn clock_of(value: &Value) -> String {
+    match value.as_str() {
+        Some(time)
+            if time.len() >= 19 && time.is_char_boundary(11) && time.is_char_boundary(19) =>
+        {
+            time[11..19].to_owned()
+        }
+        _ => "-".into(),
+    }
+}
+
+/// A latency in milliseconds for people, sub-millisecond ones as such (`0.4 ms`, `40 us`).
+pub fn human_ms(ms: f64) -> String {
+    if !ms.is_finite() || ms < 0.0 {
+        return "-".into();
+    }
+    if ms == 0.0 {
+        "0 ms".into()
+    } else if ms < 0.1 {
+        format!("{} us", ((ms * 1000.0).round() as u64).max(1))
+    } else if ms < 10.0 {
+        format!("{ms:.1} ms")
+    } else if ms < 1000.0 {
+        format!("{} ms", ms.round() as u64)
+    } else {
+        format!("{:.1} s", ms / 1000.0)
+    }
+}
+
+/// What qualifies a backend's state, as words: a manual override, an ejection and its cause,
+/// probation, requalification, load shedding, its agent, a backup's standing.
+pub fn notes_of(b: &Value) -> String {
+    let mut notes = Vec::new();
+    let o = &b["override"];
+    if o.is_object() {
+        let until = match o["until"].as_str() {
+            Some(_) => format!(" until {}", clock_of(&o["until"])),
+            None => String::new(),
+        };
+        notes.push(format!("manual {}{until}", cell(&o["kind"])));
+    }
+    let e = &b["passive"]["ejection"];
+    match e["state"].as_str() {
+        Some("ejected") => {
+            let cause = match e["cause"].as_str() {
+                Some("traffic_errors") => " (traffic errors)",
+                Some("probation_failed") => " (error on probation)",
+                Some("latency_outlier") => " (latency outlier)",
+                Some("error_rate") => " (error-rate outlier)",
+                _ => "",
+            };
+            let until = match e["until"].as_str() {
+                Some(_) => format!(" until {}", clock_of(&e["until"])),
+                None => String::new(),
+            };
+            notes.push(format!("ejected{cause}{until}"));
+        }
+        Some("probation") => notes.push("probation".into()),
+        _ => {}
+    }
+    if b["requalify"].is_object() {
+        notes.push(format!(
+            "requalifying {}/{}",
+            cell(&b["requalify"]["passes"]),
+            cell(&b["requalify"]["needs"])
+        ));
+    }
+    let shed = &b["passive"]["shedding"];
+    if shed.is_object() {
+        notes.push(format!(
+            "shedding (HTTP {}) until {}",
+            cell(&shed["status"]),
+            clock_of(&shed["until"])
+        ));
+    }
+    let agent = &b["agent"];
+    if agent.is_object()
+        && (agent["hold"].is_string() || agent["weight_percent"].as_u64().is_some_and(|w| w < 100))
+    {
+        notes.push(format!("agent: {}", cell(&agent["says"])));
+    }
+    if b["active"]["track"].is_string() {
+        notes.push(format!("tracks {}", cell(&b["active"]["track"])));
+    }
+    if b["role"] == "backup" {
+        notes.push(
+            if b["serving"] == true {
+                "backup, serving"
+            } else {
+                "backup, standing by"
+            }
+            .into(),
+        );
+    }
+    notes.join("; ")
+}
+
+/// Rows of cells laid out in columns (by characters), each line starting with `indent`; the
+/// last column is not padded.
+pub fn table(indent: &str, rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
     let mut out = String::new();
+    for row in rows {
+        let mut line = indent.to_owned();
+        for (c, text) in row.iter().enumerate() {
+            line.push_str(text);
+            if c + 1 < row.len() {
+                let pad = widths[c] - text.chars().count() + 2;
+                line.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// The weight column: the configured weight, or `effective of configured` when they differ.
+fn weight_of(b: &Value) -> String {
+    let effective = b["effective_weight"].as_f64();
+    let weight = b["weight"].as_f64();
+    match (effective, weight) {
+        (Some(e), Some(w)) if (e - w).abs() > f64::EPSILON => format!("{e:.1} of {w}"),
+        _ => cell(&b["weight"]),
+    }
+}
+
+/// The last probe: `HTTP 200 in 0.4 ms`, or `-`.
+fn last_probe_of(b: &Value) -> String {
+    let last = &b["active"]["last_probe"];
+    if !last.is_object() {
+        return "-".into();
+    }
+    match last["latency_ms"].as_f64() {
+        Some(ms) => format!("{} in {}", cell(&last["outcome"]), human_ms(ms)),
+        None => cell(&last["outcome"]),
+    }
+}
+
+/// Renders `/status` for a terminal: per pool a sentence and a table, one line per backend
+/// followed by its explain sentence. Times are UTC, as the admin API writes them.
+pub fn render_status(status: &Value) -> String {
+    let mut out = format!("capataz status at {} UTC\n", clock_of(&status["time"]));
     let empty = Vec::new();
     for pool in status["pools"].as_array().unwrap_or(&empty) {
+        out.push('\n');
         out.push_str(&format!(
-            "pool {}: {} of {} backends eligible{}\n",
+            "pool {}: {} of {} backends eligible; {}\n",
             cell(&pool["name"]),
             cell(&pool["healthy"]),
             cell(&pool["backends_total"]),
-            if pool["all_down"].as_bool() == Some(true) {
-                format!(" - ALL DOWN ({})", cell(&pool["when_all_down"]))
-            } else {
-                String::new()
-            }
+            cell(&pool["explain"]),
         ));
-        out.push_str(&format!(
-            "  {:<16} {:<12} {:<22} {:>6} {:>7} {:>9}  {}\n",
-            "BACKEND", "STATE", "ADDRESS", "WEIGHT", "EFFECT", "IN-FLIGHT", "LAST PROBE"
-        ));
-        for b in pool["backends"].as_array().unwrap_or(&empty) {
-            out.push_str(&format!(
-                "  {:<16} {:<12} {:<22} {:>6} {:>7} {:>9}  {}\n      {}\n",
+        let mut rows = vec![[
+            "BACKEND",
+            "ADDRESS",
+            "STATE",
+            "SINCE",
+            "WEIGHT",
+            "IN-FLIGHT",
+            "LAST PROBE",
+            "NOTES",
+        ]
+        .map(String::from)
+        .to_vec()];
+        let backends = pool["backends"].as_array().unwrap_or(&empty);
+        for b in backends {
+            rows.push(vec![
                 cell(&b["name"]),
-                cell(&b["state"]),
                 cell(&b["address"]),
-                cell(&b["weight"]),
-                cell(&b["effective_weight"]),
+                cell(&b["state"]),
+                clock_of(&b["since"]),
+                weight_of(b),
                 cell(&b["in_flight"]),
-                cell(&b["active"]["last_probe"]["outcome"]),
-                cell(&b["explain"]),
+                last_probe_of(b),
+                notes_of(b),
+            ]);
+        }
+        out.push_str(&table("  ", &rows));
+        out.push_str("  why:\n");
+        for b in backends {
+            out.push_str(&format!(
+                "    {}: {}\n",
+                cell(&b["name"]),
+                cell(&b["explain"])
             ));
         }
     }
     out
+}
+
+/// The sentence of an override's answer (`POST /backends/...`).
+pub fn render_override(answer: &Value) -> String {
+    let who = format!("{}/{}", cell(&answer["pool"]), cell(&answer["backend"]));
+    let state = cell(&answer["state"]);
+    let lasting = match answer["ttl_ms"].as_u64() {
+        Some(ms) => format!(
+            " for {}",
+            capataz_health::pool::human_duration(Duration::from_millis(ms))
+        ),
+        None => " until cleared".into(),
+    };
+    match answer["override"].as_str() {
+        Some(kind) => format!("{who} is {state} now: manual override {kind}{lasting}.\n"),
+        None => format!("{who}: override cleared; it is {state} now, as its health checks say.\n"),
+    }
+}
+
+/// The sentence of a reload's answer (`POST /reload`).
+pub fn render_reload(answer: &Value) -> String {
+    format!(
+        "reloaded: {} backends kept their health, {} added (gated until they pass their probes), \
+         {} removed (drained); {} listeners added, {} removed.\n",
+        cell(&answer["kept"]),
+        cell(&answer["added"]),
+        cell(&answer["removed"]),
+        cell(&answer["listeners_added"]),
+        cell(&answer["listeners_removed"]),
+    )
 }
 
 #[cfg(test)]

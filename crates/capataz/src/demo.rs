@@ -220,22 +220,32 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
         );
     }
     let crash_cycle = tokio::spawn(crash_cycle(Arc::new(backends.remove(2).1)));
-    let traffic = (options.rate > 0).then(|| tokio::spawn(traffic(listen, options.rate)));
-    match options.duration {
-        Some(duration) => tokio::time::sleep(duration).await,
+    let (stop_traffic, stop) = tokio::sync::oneshot::channel();
+    let traffic = (options.rate > 0).then(|| tokio::spawn(traffic(listen, options.rate, stop)));
+    let why = match options.duration {
+        Some(duration) => {
+            tokio::select! {
+                _ = tokio::time::sleep(duration) => format!("its {} s are over", duration.as_secs()),
+                _ = tokio::signal::ctrl_c() => "Ctrl-C".to_owned(),
+            }
+        }
         None => {
             let _ = tokio::signal::ctrl_c().await;
+            "Ctrl-C".to_owned()
         }
-    }
+    };
+    tracing::info!("demo: stopping ({why}): the traffic, the balancer and the backends");
     crash_cycle.abort();
+    let _ = stop_traffic.send(());
     if let Some(traffic) = traffic {
-        traffic.abort();
+        let _ = traffic.await;
     }
     balancer.shutdown(Duration::from_secs(2)).await;
     drop(backends);
     if let Some(dir) = certificate_dir {
         let _ = std::fs::remove_dir_all(dir);
     }
+    tracing::info!("demo: stopped");
     Ok(())
 }
 
@@ -287,29 +297,115 @@ async fn crash_cycle(crashy: Arc<SimBackend>) {
     }
 }
 
+/// Where the demo's requests went over a period, for its summary line.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Requests sent.
+    sent: u64,
+    /// Answers below 500, by the backend that wrote them (`capataz` when none did).
+    answered: BTreeMap<String, u64>,
+    /// Errors by who answered (a backend, or capataz itself for its own 5xx pages) and what.
+    errors: BTreeMap<(String, String), u64>,
+    /// Requests that got no answer at all.
+    unanswered: u64,
+}
+
+impl Tally {
+    fn count(&mut self, answer: Option<(u16, Option<String>)>) {
+        self.sent += 1;
+        match answer {
+            Some((status, backend)) if status < 500 => {
+                let who = backend.unwrap_or_else(|| format!("capataz (HTTP {status})"));
+                *self.answered.entry(who).or_default() += 1;
+            }
+            Some((status, backend)) => {
+                let key = match backend {
+                    Some(backend) => (backend, format!("HTTP {status}")),
+                    None => ("capataz".into(), format!("HTTP {status} of its own")),
+                };
+                *self.errors.entry(key).or_default() += 1;
+            }
+            None => self.unanswered += 1,
+        }
+    }
+
+    /// `12 requests; answered by steady 5, flaky 4; errors seen: liar 2 x HTTP 500, capataz 1 x
+    /// HTTP 502 of its own`: who answered, and each error with its count and what it was.
+    fn summary(&self) -> String {
+        if self.sent == 0 {
+            return "no requests".into();
+        }
+        let mut text = match self.sent {
+            1 => "1 request".to_owned(),
+            n => format!("{n} requests"),
+        };
+        if !self.answered.is_empty() {
+            let answered: Vec<String> = self
+                .answered
+                .iter()
+                .map(|(who, n)| format!("{who} {n}"))
+                .collect();
+            text.push_str(&format!("; answered by {}", answered.join(", ")));
+        }
+        let mut errors: Vec<String> = self
+            .errors
+            .iter()
+            .map(|((who, what), n)| format!("{who} {n} x {what}"))
+            .collect();
+        if self.unanswered > 0 {
+            errors.push(format!(
+                "{} x no answer (connection failed)",
+                self.unanswered
+            ));
+        }
+        match errors.is_empty() {
+            true => text.push_str("; no errors"),
+            false => text.push_str(&format!("; errors seen: {}", errors.join(", "))),
+        }
+        text
+    }
+}
+
 /// Sends `rate` GET requests per second over one keep-alive connection (reconnecting when it
-/// breaks) and prints every ten seconds where they went.
-async fn traffic(listen: SocketAddr, rate: u32) {
+/// breaks) and logs every ten seconds where they went, and once more, for the time since the
+/// last summary, when `stop` fires.
+async fn traffic(listen: SocketAddr, rate: u32, stop: tokio::sync::oneshot::Receiver<()>) {
     let period = Duration::from_secs(1) / rate.max(1);
     let mut tick = tokio::time::interval(period);
     let mut report = tokio::time::interval(Duration::from_secs(10));
     report.tick().await;
+    let mut since = tokio::time::Instant::now();
     let mut sender: Option<http1::SendRequest<Empty<Bytes>>> = None;
-    let mut tally: BTreeMap<String, u64> = BTreeMap::new();
+    let mut tally = Tally::default();
+    tokio::pin!(stop);
     loop {
         tokio::select! {
+            _ = &mut stop => {
+                tracing::info!(
+                    "demo traffic, last {} s: {}",
+                    since.elapsed().as_secs(),
+                    tally.summary()
+                );
+                return;
+            }
             _ = report.tick() => {
-                let summary: Vec<String> = tally.iter().map(|(k, v)| format!("{k} {v}")).collect();
-                tracing::info!("demo traffic, last 10 s: {}", if summary.is_empty() { "none".into() } else { summary.join(", ") });
-                tally.clear();
+                tracing::info!("demo traffic, last 10 s: {}", tally.summary());
+                tally = Tally::default();
+                since = tokio::time::Instant::now();
             }
             _ = tick.tick() => {
-                let label = match one_request(listen, &mut sender).await {
-                    Some((status, backend)) if status < 500 => backend.unwrap_or_else(|| format!("HTTP {status}")),
-                    Some((status, backend)) => format!("HTTP {status} from {}", backend.unwrap_or_else(|| "capataz".into())),
-                    None => "connection errors".into(),
+                let answer = tokio::select! {
+                    answer = one_request(listen, &mut sender) => answer,
+                    _ = &mut stop => {
+                        tracing::info!(
+                            "demo traffic, last {} s: {}",
+                            since.elapsed().as_secs(),
+                            tally.summary()
+                        );
+                        return;
+                    }
                 };
-                *tally.entry(label).or_default() += 1;
+                tally.count(answer);
             }
         }
     }
@@ -351,6 +447,30 @@ async fn one_request(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression: the summary read "HTTP 500 from liar 3, crashy 16, ...", as if every count
+    /// were a 500.
+    #[test]
+    fn the_traffic_summary_names_each_error_with_its_count() {
+        let mut tally = Tally::default();
+        for _ in 0..3 {
+            tally.count(Some((200, Some("steady".into()))));
+        }
+        tally.count(Some((200, Some("crashy".into()))));
+        tally.count(Some((500, Some("liar".into()))));
+        tally.count(Some((500, Some("liar".into()))));
+        tally.count(Some((502, None)));
+        tally.count(None);
+        assert_eq!(
+            tally.summary(),
+            "8 requests; answered by crashy 1, steady 3; errors seen: capataz 1 x HTTP 502 of its \
+             own, liar 2 x HTTP 500, 1 x no answer (connection failed)"
+        );
+        assert_eq!(Tally::default().summary(), "no requests");
+        let mut fine = Tally::default();
+        fine.count(Some((200, Some("steady".into()))));
+        assert_eq!(fine.summary(), "1 request; answered by steady 1; no errors");
+    }
 
     /// Sleeps until `at` after `start` and says whether crashy is running then.
     async fn running_at(crashy: &SimBackend, start: tokio::time::Instant, at: u64) -> bool {

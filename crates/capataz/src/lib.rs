@@ -18,6 +18,7 @@ pub mod events;
 pub mod h1;
 pub mod handover;
 pub mod health;
+pub mod history;
 pub mod instruments;
 pub mod logging;
 pub mod membership;

@@ -64,6 +64,28 @@ enum Command {
         /// Bearer token, if the admin API needs one (or CAPATAZ_ADMIN_TOKEN).
         #[arg(long, env = "CAPATAZ_ADMIN_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// Print the admin API's JSON (`GET /status`) instead of the tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A live terminal view of pools, backends and recent events (from the admin API); q or
+    /// Ctrl-C quits. Not on a terminal, it prints one frame after another.
+    Top {
+        /// The admin API's address.
+        #[arg(long, default_value = "127.0.0.1:9901", value_name = "ADDR", value_parser = config::parse_listen_address)]
+        admin: SocketAddr,
+        /// Bearer token, if the admin API needs one (or CAPATAZ_ADMIN_TOKEN).
+        #[arg(long, env = "CAPATAZ_ADMIN_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Seconds between frames (at least 0.1).
+        #[arg(long, default_value = "2", value_name = "SECONDS", value_parser = parse_interval)]
+        interval: Duration,
+        /// Stop after this many frames (default: until q or Ctrl-C).
+        #[arg(long, value_name = "N")]
+        iterations: Option<u64>,
+        /// How many of the most recent events to show.
+        #[arg(long, default_value = "10", value_name = "N")]
+        events: usize,
     },
     /// Act on a running balancer through its admin API: drain, force down or up, clear, reload.
     Ctl {
@@ -86,6 +108,9 @@ enum Command {
             hide_env_values = true
         )]
         token: Option<String>,
+        /// Print the admin API's JSON answer instead of a sentence.
+        #[arg(long, global = true)]
+        json: bool,
     },
     /// Validate a configuration and warn about known foot-guns.
     ///
@@ -185,6 +210,16 @@ struct Target {
     /// The override lapses after this long (e.g. 30s, 10m).
     #[arg(long)]
     ttl: Option<String>,
+}
+
+/// `--interval` of `capataz top`: seconds, at least 0.1 and at most an hour.
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    match text.parse::<f64>() {
+        Ok(seconds) if (0.1..=3600.0).contains(&seconds) => Ok(Duration::from_secs_f64(seconds)),
+        _ => Err(format!(
+            "{text:?} is not a number of seconds from 0.1 to 3600 (e.g. 2 or 0.5)"
+        )),
+    }
 }
 
 /// The signals `capataz run` answers, installed before the balancer starts: a SIGHUP, SIGUSR2
@@ -545,20 +580,43 @@ fn run(
             served?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Status { admin, token } => {
+        Command::Status { admin, token, json } => {
             let status = runtime()?.block_on(capataz::ctl::request(
                 admin,
                 http::Method::GET,
                 "/status",
                 token.as_deref(),
             ))?;
-            stdout(&capataz::ctl::render_status(&status))?;
+            if json {
+                stdout(&capataz::ctl::pretty(&status))?;
+            } else {
+                stdout(&capataz::ctl::render_status(&status))?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Top {
+            admin,
+            token,
+            interval,
+            iterations,
+            events,
+        } => {
+            let options = capataz::ctl::top::TopOptions {
+                admin,
+                token,
+                interval,
+                iterations,
+                events,
+            };
+            let mut out = std::io::stdout();
+            runtime()?.block_on(capataz::ctl::top::run(options, &mut out))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Ctl {
             action,
             admin,
             token,
+            json,
         } => {
             let path = match &action {
                 CtlAction::Reload => "/reload".to_string(),
@@ -588,8 +646,13 @@ fn run(
                 &path,
                 token.as_deref(),
             ))?;
-            let mut text = serde_json::to_string_pretty(&answer).unwrap_or_default();
-            text.push('\n');
+            let text = if json {
+                capataz::ctl::pretty(&answer)
+            } else if let CtlAction::Reload = action {
+                capataz::ctl::render_reload(&answer)
+            } else {
+                capataz::ctl::render_override(&answer)
+            };
             stdout(&text)?;
             Ok(ExitCode::SUCCESS)
         }

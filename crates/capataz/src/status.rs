@@ -434,6 +434,18 @@ fn short_health(pool: &PoolRt, view: &BackendView) -> String {
     )
 }
 
+/// What ejected a backend, by its last transition: `traffic_errors`, `probation_failed`,
+/// `latency_outlier`, `error_rate` (`null` if that transition says otherwise).
+fn ejection_cause(view: &BackendView) -> Option<&'static str> {
+    match view.info.last_transition?.1.reason {
+        Reason::TrafficErrors { .. } => Some("traffic_errors"),
+        Reason::ProbationFailed { .. } => Some("probation_failed"),
+        Reason::SlowTraffic { .. } => Some("latency_outlier"),
+        Reason::ErrorRate { .. } => Some("error_rate"),
+        _ => None,
+    }
+}
+
 /// The JSON of one backend (with its explain sentence).
 pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
     let clock = pool.clock();
@@ -443,6 +455,7 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
         Ejection::None => json!({ "state": "none" }),
         Ejection::Ejected { since, until, nth } => json!({
             "state": "ejected",
+            "cause": ejection_cause(view),
             "since": wall(since),
             "until": until.map(wall),
             "nth": nth,

@@ -1,6 +1,9 @@
 //! The admin dashboard in a real browser: headless Chromium, driven through ChromeDriver's W3C
 //! WebDriver HTTP API, loads `GET /` from a running balancer and must follow a backend from UP
-//! to DOWN as its probes fail, with the sentence that says why and the event in its log.
+//! to DOWN as its probes fail, with the sentence that says why and the event in its log; show
+//! the pool's and backends' charts with samples in them (latencies under a millisecond written
+//! as such), the DOWN period on the backend's timeline with the sentence on hover; and, loaded
+//! again, the event from the balancer's history.
 //!
 //! Without ChromeDriver the test says so loudly and passes, so `cargo test` works on a machine
 //! without a browser; with `CI` set it fails instead (`.ci/run` installs Debian's `chromium` and
@@ -8,8 +11,8 @@
 //! resolving to nothing and a dead proxy for anything not on loopback: it only reaches the
 //! balancer's admin listener.
 //!
-//! Set `CAPATAZ_DASHBOARD_PNG=/some/file.png` to keep a screenshot of the page with the DOWN
-//! backend.
+//! Screenshots are taken of the page with the DOWN backend and of the page loaded again; set
+//! `CAPATAZ_DASHBOARD_PNG=/some/file.png` to keep them (the second as `file-reloaded.png`).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -336,7 +339,22 @@ return {
     explain: text(el, ".explain"),
     probe_fails: el.querySelectorAll(".strip i.r-fail").length,
     strip_cells: el.querySelectorAll(".strip i").length,
+    down_segments: Array.from(el.querySelectorAll(".timeline rect.s-down")).map((r) => {
+      const title = r.querySelector("title");
+      return title ? title.textContent : "";
+    }),
+    up_segments: el.querySelectorAll(".timeline rect.s-up").length,
+    charts_with_data: Array.from(el.querySelectorAll("svg.chart"))
+      .filter((c) => Number(c.dataset.points) > 0).map((c) => c.getAttribute("class")),
+    chart_values: Array.from(el.querySelectorAll(".chart-value")).map((v) => v.textContent),
   })),
+  pool_charts: Array.from(document.querySelectorAll("section.pool")).map((el) => ({
+    pool: el.dataset.pool,
+    with_data: Array.from(el.querySelectorAll(".pool-charts svg.chart"))
+      .filter((c) => Number(c.dataset.points) > 0).map((c) => c.getAttribute("class")),
+    values: Array.from(el.querySelectorAll(".pool-charts .chart-value")).map((v) => v.textContent),
+  })),
+  legend: text(document, "#legend"),
   log: Array.from(document.querySelectorAll("#log li")).map((li) => li.textContent),
   images: document.querySelectorAll("#pools img").length,
   pwned: window.__pwned !== undefined,
@@ -482,17 +500,105 @@ fn dashboard_follows_a_backend_going_down() {
     assert_eq!(page["images"], 0, "a backend name became markup: {page:#}");
     assert_eq!(page["pwned"], false, "a backend name ran script: {page:#}");
 
-    if let Some(path) = std::env::var_os("CAPATAZ_DASHBOARD_PNG") {
-        let png = session.screenshot();
-        assert!(png.starts_with(b"\x89PNG"), "the screenshot is a PNG");
-        std::fs::write(&path, png).expect("write the screenshot");
-        eprintln!(
-            "screenshot of the dashboard: {}",
-            Path::new(&path).display()
-        );
+    screenshot(&session, "");
+
+    // The pool's charts fill with samples (one every 5 s) of the requests sent above, with
+    // loopback latencies under a millisecond written as such.
+    for _ in 0..6 {
+        get(listener);
     }
+    let page = wait_for_page(&session, "the pool's charts with samples", |page| {
+        page["pool_charts"].as_array().is_some_and(|pools| {
+            pools.iter().any(|p| {
+                p["pool"] == "web"
+                    && p["with_data"]
+                        .as_array()
+                        .is_some_and(|c| c.len() == 3 && c.iter().any(|c| c == "chart c-latency"))
+            })
+        }) && backend(page, "a").is_some_and(|a| {
+            a["charts_with_data"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c == "chart c-rate"))
+        })
+    });
+    let web = page["pool_charts"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["pool"] == "web"))
+        .expect("the web pool is on the page");
+    let latency = web["values"][2].as_str().unwrap_or_default();
+    assert!(
+        latency.starts_with("p50 ") && !latency.contains("p50 0 ms") && latency.contains(" · p99 "),
+        "the pool's latency is written, sub-millisecond ones as such: {web:#}"
+    );
+    assert!(
+        page["legend"]
+            .as_str()
+            .is_some_and(|l| l.contains("UTC") && l.contains("p99")),
+        "the legend says what the colours and lines mean: {page:#}"
+    );
+
+    // b's timeline shows its DOWN period, with the sentence of why on hover.
+    let page = wait_for_page(&session, "b's DOWN period on its timeline", |page| {
+        backend(page, "b").is_some_and(|b| {
+            b["down_segments"].as_array().is_some_and(|segments| {
+                segments.iter().any(|title| {
+                    title.as_str().is_some_and(|t| {
+                        t.contains("UTC DOWN") && t.contains("3 consecutive failed probes")
+                    })
+                })
+            }) && b["up_segments"].as_u64() >= Some(1)
+        })
+    });
+    let a_row = backend(&page, "a").expect("a is on the page");
+    assert_eq!(
+        a_row["down_segments"].as_array().map(Vec::len),
+        Some(0),
+        "a was never DOWN: {a_row:#}"
+    );
+
+    // Loaded again, the page shows the event from the balancer's history at once, though no
+    // new event comes (b stays DOWN).
+    session.navigate(&format!("http://{admin}/"));
+    let page = wait_for_page(&session, "b's DOWN event from the history", |page| {
+        page["log"].as_array().is_some_and(|log| {
+            log.iter()
+                .filter_map(Value::as_str)
+                .any(|line| line.contains("backend=b") && line.contains("UP → DOWN"))
+        })
+    });
+    assert!(
+        page["log"].as_array().is_some_and(|log| log
+            .iter()
+            .all(|line| line.as_str().is_some_and(|l| l.contains(" UTC")))),
+        "every logged time says UTC: {page:#}"
+    );
+    wait_for_page(&session, "b's timeline after the reload", |page| {
+        backend(page, "b")
+            .is_some_and(|b| b["down_segments"].as_array().is_some_and(|s| !s.is_empty()))
+    });
+    screenshot(&session, "-reloaded");
 
     session.delete();
     drop(driver);
     drop(balancer);
+}
+
+/// Takes a screenshot, checks it is a PNG, and keeps it when `CAPATAZ_DASHBOARD_PNG` names a
+/// file (`suffix` added before its extension).
+fn screenshot(session: &Session, suffix: &str) {
+    let png = session.screenshot();
+    assert!(png.starts_with(b"\x89PNG"), "the screenshot is a PNG");
+    if let Some(path) = std::env::var_os("CAPATAZ_DASHBOARD_PNG") {
+        let path = PathBuf::from(path);
+        let path = match suffix {
+            "" => path,
+            suffix => path.with_file_name(format!(
+                "{}{suffix}.png",
+                path.file_stem()
+                    .map_or_else(Default::default, |s| s.to_string_lossy())
+            )),
+        };
+        std::fs::write(&path, png).expect("write the screenshot");
+        eprintln!("screenshot of the dashboard: {}", path.display());
+    }
 }

@@ -9,6 +9,9 @@
 //! - `GET /events` a Server-Sent Events stream of health events;
 //! - `GET /record/<pool>` the pool's probe and traffic outcomes, streamed in the replay
 //!   protocol ([`record`]);
+//! - `GET /history/events` the last health events kept (500 at most), oldest first;
+//! - `GET /history/series` per pool and backend the request rate, error rate and latency
+//!   samples of the last 15 minutes, and per backend its state timeline over the last hour;
 //! - `GET /metrics` Prometheus text;
 //! - `POST /backends/<pool>/<backend>/{drain,down,up,maintenance,clear}[?ttl=30s]` manual overrides;
 //! - `POST /reload` re-read and apply the config file.

@@ -92,6 +92,33 @@ pub(super) async fn status(shared: &Shared) -> Response<Body> {
     }
 }
 
+/// `GET /history/events`: the last events the balancer kept, oldest first.
+pub(super) fn history_events(shared: &Shared) -> Response<Body> {
+    json_response(StatusCode::OK, &shared.history().events_json())
+}
+
+/// `GET /history/series`: per pool and backend the recent samples, and per backend its
+/// timeline over the last hour.
+pub(super) async fn history_series(shared: &Arc<Shared>) -> Response<Body> {
+    let pools = shared.pools();
+    let page = pools.clone();
+    let shared = shared.clone();
+    let built = build_page(&pools, move || {
+        let value = shared
+            .history()
+            .series_json(&page, std::time::SystemTime::now());
+        serde_json::to_vec(&value)
+    })
+    .await;
+    match built {
+        Some(Ok(mut body)) => {
+            body.push(b'\n');
+            full(StatusCode::OK, "application/json", body)
+        }
+        Some(Err(_)) | None => error(StatusCode::INTERNAL_SERVER_ERROR, "history encoding failed"),
+    }
+}
+
 /// `GET /metrics`: the counters and the live gauges, as OpenMetrics text or the classic
 /// Prometheus text format, as `accept` (the request's `Accept`) says (see
 /// [`Format::negotiate`]).

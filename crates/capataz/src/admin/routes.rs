@@ -110,6 +110,8 @@ pub(super) async fn handle(
         ["status", pool, backend] if get => pages::backend_status(&shared, pool, backend),
         ["events"] if get => pages::events(&shared),
         ["record", pool] if get => super::record::record(&shared, pool),
+        ["history", "events"] if get => pages::history_events(&shared),
+        ["history", "series"] if get => pages::history_series(&shared).await,
         ["metrics"] if get => {
             let accept = req.headers().get(header::ACCEPT).map(|v| v.as_bytes());
             pages::metrics(&shared, accept).await
@@ -137,7 +139,7 @@ pub(super) async fn handle(
                 )
             }
         },
-        [] | ["status"] | ["status", _, _] | ["events"] | ["record", _] | ["metrics"] => {
+        [] | ["status"] | ["status", _, _] | ["events"] | ["record", _] | ["metrics"] | ["history", "events" | "series"] => {
             not_allowed("GET, HEAD", "use GET")
         }
         ["backends", _, _, _] | ["reload"] => not_allowed("POST", "use POST"),
@@ -145,7 +147,7 @@ pub(super) async fn handle(
             StatusCode::NOT_FOUND,
             format!(
                 "no such endpoint: {method} {path} (see GET /, /status, /status/<pool>/<backend>, \
-                 /events, /record/<pool>, /metrics; POST /backends/<pool>/<backend>/<action>, /reload)"
+                 /events, /record/<pool>, /history/events, /history/series, /metrics; POST /backends/<pool>/<backend>/<action>, /reload)"
             ),
         ),
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use capataz_health::Outcome;
 
-use super::LatencyBuckets;
+use super::{LatencyBuckets, LatencyTotals};
 use crate::instruments::BackendMetrics;
 use crate::upstream::Upstream;
 
@@ -110,6 +110,9 @@ pub struct BackendRt {
     /// Its judged outcomes over the current window, when its pool detects success-rate
     /// outliers.
     pub outcomes: Option<OutcomeCounts>,
+    /// Its latencies since it joined, for the dashboard's charts; shared with the same backend
+    /// across a reload.
+    pub latency_totals: Arc<LatencyTotals>,
     /// Bumped to close its upgraded connections (`close_tunnels_on_down`); each tunnel to it
     /// holds a receiver. Shared with the same backend across a reload.
     pub(crate) tunnels: Arc<tokio::sync::watch::Sender<u64>>,
@@ -117,13 +120,21 @@ pub struct BackendRt {
 
 impl BackendRt {
     /// Counts an attempt the backend answered with `status`, `elapsed` after it was sent: in
-    /// its metrics, and in its latency window when its pool detects latency outliers.
+    /// its metrics, in its latency totals, and in its latency window when its pool detects
+    /// latency outliers.
     #[inline]
     pub(crate) fn answered(&self, status: u16, elapsed: Duration) {
         self.metrics.answered(status, elapsed);
+        self.latency_totals.record(elapsed);
         if let Some(latency) = &self.latency {
             latency.record(elapsed);
         }
+    }
+
+    /// Its attempts since it was built (or since a backend of the same names first was: the
+    /// counters are kept across reloads), and of those the ones answered 5xx or not at all.
+    pub fn attempts(&self) -> (u64, u64) {
+        self.metrics.attempts()
     }
 
     /// Closes its upgraded connections that watch for it, and returns how many watched.

@@ -2,7 +2,9 @@
 //! path ([`LatencyBuckets`]): one relaxed `fetch_add` per answered request into a log-scale
 //! bucket (four per power of two of microseconds, so a percentile is within 25 %), drained
 //! once per window by the health runtime into the engine's
-//! [`LatencyWindow`](capataz_health::LatencyWindow).
+//! [`LatencyWindow`](capataz_health::LatencyWindow). [`LatencyTotals`] counts into the same
+//! buckets and is never drained: the dashboard's sampler (`history`) reads it every few seconds
+//! and takes the difference, so one relaxed `fetch_add` per answer is all it costs.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -40,6 +42,74 @@ impl LatencyBuckets {
             *count = u64::from(slot.swap(0, Ordering::Relaxed));
         }
         LatencyWindow::from_buckets(&counts)
+    }
+}
+
+/// One backend's latencies since it was built, in [`LatencyBuckets`]' buckets, never drained
+/// (a count wraps at `u32::MAX`; readers take differences with `wrapping_sub`).
+#[derive(Debug)]
+pub struct LatencyTotals {
+    counts: [AtomicU32; BUCKETS],
+}
+
+impl Default for LatencyTotals {
+    fn default() -> LatencyTotals {
+        LatencyTotals {
+            counts: std::array::from_fn(|_| AtomicU32::new(0)),
+        }
+    }
+}
+
+/// A copy of a [`LatencyTotals`] at one moment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LatencyCounts(Box<[u32; BUCKETS]>);
+
+impl LatencyTotals {
+    /// Counts one answered request that took `elapsed`.
+    #[inline]
+    pub(crate) fn record(&self, elapsed: Duration) {
+        let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        self.counts[bucket(us)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counts now.
+    pub fn read(&self) -> LatencyCounts {
+        let mut counts = Box::new([0u32; BUCKETS]);
+        for (count, slot) in counts.iter_mut().zip(&self.counts) {
+            *count = slot.load(Ordering::Relaxed);
+        }
+        LatencyCounts(counts)
+    }
+}
+
+impl LatencyCounts {
+    /// The requests counted since `earlier` (a copy of the same totals), with their p50 and
+    /// p99 (`None` for no requests).
+    pub fn since(&self, earlier: &LatencyCounts) -> (u64, Option<(Duration, Duration)>) {
+        let counts: Vec<u64> = self
+            .0
+            .iter()
+            .zip(earlier.0.iter())
+            .map(|(now, then)| u64::from(now.wrapping_sub(*then)))
+            .collect();
+        let window = LatencyWindow::from_buckets(&counts);
+        if window.requests == 0 {
+            return (0, None);
+        }
+        (window.requests, Some((window.p50, window.p99)))
+    }
+
+    /// The sum, bucket by bucket, of this and the requests `later` counted since `earlier`
+    /// (for a pool's figures, summed over its backends).
+    pub fn add_since(&mut self, later: &LatencyCounts, earlier: &LatencyCounts) {
+        for ((sum, now), then) in self.0.iter_mut().zip(later.0.iter()).zip(earlier.0.iter()) {
+            *sum = sum.wrapping_add(now.wrapping_sub(*then));
+        }
+    }
+
+    /// No requests at all.
+    pub fn zero() -> LatencyCounts {
+        LatencyCounts(Box::new([0u32; BUCKETS]))
     }
 }
 
@@ -95,5 +165,29 @@ mod tests {
         assert_eq!(buckets.drain(), LatencyWindow::default());
         buckets.record(Duration::MAX);
         assert_eq!(buckets.drain().requests, 1);
+    }
+
+    #[test]
+    fn totals_give_the_percentiles_of_the_requests_between_two_readings() {
+        let totals = LatencyTotals::default();
+        for _ in 0..10 {
+            totals.record(Duration::from_secs(2));
+        }
+        let before = totals.read();
+        for _ in 0..99 {
+            totals.record(Duration::from_micros(400));
+        }
+        totals.record(Duration::from_millis(50));
+        let after = totals.read();
+        let (requests, percentiles) = after.since(&before);
+        assert_eq!(requests, 100);
+        let (p50, p99) = percentiles.expect("requests were counted");
+        assert!((350..=450).contains(&p50.as_micros()), "{p50:?}");
+        assert!((350..=450).contains(&p99.as_micros()), "{p99:?}");
+        assert_eq!(after.since(&after), (0, None));
+        let mut pool = LatencyCounts::zero();
+        pool.add_since(&after, &before);
+        pool.add_since(&after, &before);
+        assert_eq!(pool.since(&LatencyCounts::zero()).0, 200);
     }
 }

@@ -21,7 +21,7 @@ pub mod tap;
 
 pub use backend::{BackendRt, OutcomeCounts, TrafficRing, HISTORY};
 pub use handle::{PoolHandle, TrafficSink};
-pub use latency::LatencyBuckets;
+pub use latency::{LatencyBuckets, LatencyCounts, LatencyTotals};
 
 /// The longest precomputed round-robin schedule; larger weight sums are scaled down.
 const MAX_SCHEDULE: u64 = 65_536;

@@ -379,6 +379,10 @@ impl PoolRt {
                     .then(LatencyBuckets::default),
                 outcomes: (config.passive.enabled && config.passive.success_rate.is_some())
                     .then(OutcomeCounts::default),
+                latency_totals: match (&kept, previous) {
+                    (Some((i, ..)), Some(p)) => p.backends[*i].latency_totals.clone(),
+                    _ => Arc::default(),
+                },
                 // A kept backend keeps its tunnels' signal: a tunnel opened before a reload is
                 // still closed by a DOWN after it.
                 tunnels: match (&kept, previous) {

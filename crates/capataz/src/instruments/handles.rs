@@ -176,6 +176,13 @@ impl BackendMetrics {
             .observe(elapsed.as_secs_f64());
     }
 
+    /// Attempts counted, and of those the ones answered 5xx or not at all.
+    pub(crate) fn attempts(&self) -> (u64, u64) {
+        let total = self.requests.iter().map(Counter::get).sum();
+        let errors = self.requests[4].get() + self.requests[5].get();
+        (total, errors)
+    }
+
     /// Counts an attempt that got no answer: no connection, a reset, a timeout, or garbage.
     pub(crate) fn unanswered(&self) {
         self.requests[CLASSES.len() - 1].inc();

@@ -66,6 +66,9 @@ pub struct Shared {
     /// thread; the build takes it with `blocking_lock` on the blocking pool.
     swap_lock: tokio::sync::Mutex<()>,
     alerts: Mutex<Option<Alerts>>,
+    /// The recent past the dashboard shows (events, series, timelines), kept by a task of its
+    /// own (`history::run`).
+    history: Arc<crate::history::History>,
 }
 
 /// Why a balancer could not start, or a reload was refused.
@@ -201,7 +204,15 @@ impl Shared {
             reload_lock: Arc::new(tokio::sync::Mutex::new(())),
             swap_lock: tokio::sync::Mutex::new(()),
             alerts: Mutex::new(None),
+            history: Arc::default(),
         });
+        let me = Arc::downgrade(&shared);
+        tokio::spawn(crate::history::run(
+            shared.history.clone(),
+            shared.events.subscribe(),
+            move || me.upgrade().map(|shared| shared.pools()),
+            shared.shutdown_signal(),
+        ));
         // A held process's first verdicts re-establish what the old process knew: its alert
         // hooks start when it takes over, not to page anyone for them.
         if !held {
@@ -245,6 +256,11 @@ impl Shared {
     /// A new receiver of health events.
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
         self.events.subscribe()
+    }
+
+    /// The recent past: events, series and timelines.
+    pub fn history(&self) -> &crate::history::History {
+        &self.history
     }
 
     /// The alert hooks' delivery counters (`None` when no hook is configured).

@@ -631,4 +631,29 @@ fn demo_runs_for_its_duration_and_passive_checks_eject_the_liar() {
             .any(|l| l.contains("backend=liar UP -> DOWN:") && l.contains("traffic errors")),
         "the liar was not ejected by passive checks:\n{stderr}"
     );
+    // It says when it stops, with a last summary that names each error's status.
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("demo: stopping (its 8 s are over)")),
+        "the demo did not log its stop:\n{stderr}"
+    );
+    let summary = stderr
+        .lines()
+        .find(|l| l.contains("demo traffic, last "))
+        .unwrap_or_else(|| panic!("no traffic summary:\n{stderr}"));
+    assert!(
+        summary.contains(" requests; answered by ")
+            && !summary.contains("HTTP 500 from")
+            && (!summary.contains("liar")
+                || (summary.contains("liar ") && summary.contains(" x HTTP 500"))),
+        "{summary}"
+    );
+    assert!(
+        stderr
+            .lines()
+            .last()
+            .is_some_and(|l| l.contains("demo: stopped")),
+        "the demo's last line says it stopped:\n{stderr}"
+    );
 }

@@ -47,5 +47,6 @@ mod replay_what_if;
 mod request_path;
 mod scrape;
 mod send_proxy;
+mod terminal;
 mod tls;
 mod upgrade;
