@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use toml::Spanned;
+use toml::{Spanned, Value};
 
 use super::super::raw::RawSource;
 use super::{ConfigError, Validator};
@@ -17,7 +17,31 @@ const MAX_ENDPOINTS: usize = 16;
 /// The longest etcd key prefix, in bytes.
 const MAX_PREFIX: usize = 1024;
 
+/// One duration of a floor and ceiling pair: its key, its raw value and its default.
+type Bound<'a> = (&'a str, &'a Option<Spanned<Value>>, Duration);
+
 impl Validator<'_> {
+    /// A floor and a ceiling, under `at`, each with its default: an error on the ceiling (or
+    /// the floor, when only it is written) when the ceiling is below the floor, saying `why`.
+    fn duration_bounds(
+        &self,
+        at: &str,
+        (min_key, min_raw, min_default): Bound<'_>,
+        (max_key, max_raw, max_default): Bound<'_>,
+        why: &str,
+    ) -> Result<(Duration, Duration), ConfigError> {
+        let min = self.duration(min_raw, &format!("{at}.{min_key}"), min_default)?;
+        let max = self.duration(max_raw, &format!("{at}.{max_key}"), max_default)?;
+        if max < min {
+            return Err(self.error(
+                max_raw.as_ref().or(min_raw.as_ref()).map(|v| v.span()),
+                &format!("{at}.{max_key}"),
+                format!("{max_key} is below {min_key} ({why})"),
+            ));
+        }
+        Ok((min, max))
+    }
+
     pub(super) fn source(
         &self,
         at: &str,
@@ -155,26 +179,12 @@ impl Validator<'_> {
             None => None,
             Some(value) => Some(self.socket_addr(value, &format!("{at}.resolver"))?),
         };
-        let ttl_min = self.duration(
-            &raw.ttl_min,
-            &format!("{at}.ttl_min"),
-            Duration::from_secs(5),
+        let (ttl_min, ttl_max) = self.duration_bounds(
+            at,
+            ("ttl_min", &raw.ttl_min, Duration::from_secs(5)),
+            ("ttl_max", &raw.ttl_max, Duration::from_secs(300)),
+            "the ceiling must be at least the floor",
         )?;
-        let ttl_max = self.duration(
-            &raw.ttl_max,
-            &format!("{at}.ttl_max"),
-            Duration::from_secs(300),
-        )?;
-        if ttl_max < ttl_min {
-            return Err(self.error(
-                raw.ttl_max
-                    .as_ref()
-                    .or(raw.ttl_min.as_ref())
-                    .map(|v| v.span()),
-                &format!("{at}.ttl_max"),
-                "ttl_max is below ttl_min (the ceiling must be at least the floor)".into(),
-            ));
-        }
         Ok(DnsSource {
             name: text.clone(),
             record,
@@ -265,27 +275,16 @@ impl Validator<'_> {
                 ),
             ));
         }
-        let reconnect_min = self.duration(
-            &raw.reconnect_min,
-            &format!("{at}.reconnect_min"),
-            Duration::from_millis(500),
+        let (reconnect_min, reconnect_max) = self.duration_bounds(
+            at,
+            (
+                "reconnect_min",
+                &raw.reconnect_min,
+                Duration::from_millis(500),
+            ),
+            ("reconnect_max", &raw.reconnect_max, Duration::from_secs(30)),
+            "the longest wait must be at least the first",
         )?;
-        let reconnect_max = self.duration(
-            &raw.reconnect_max,
-            &format!("{at}.reconnect_max"),
-            Duration::from_secs(30),
-        )?;
-        if reconnect_max < reconnect_min {
-            return Err(self.error(
-                raw.reconnect_max
-                    .as_ref()
-                    .or(raw.reconnect_min.as_ref())
-                    .map(|v| v.span()),
-                &format!("{at}.reconnect_max"),
-                "reconnect_max is below reconnect_min (the longest wait must be at least the first)"
-                    .into(),
-            ));
-        }
         Ok(EtcdSource {
             endpoints,
             prefix: text.clone(),
