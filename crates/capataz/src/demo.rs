@@ -366,6 +366,15 @@ impl Tally {
     }
 }
 
+/// Logs the traffic summary of the time since `since`, when the demo stops.
+fn log_last(since: tokio::time::Instant, tally: &Tally) {
+    tracing::info!(
+        "demo traffic, last {} s: {}",
+        since.elapsed().as_secs(),
+        tally.summary()
+    );
+}
+
 /// Sends `rate` GET requests per second over one keep-alive connection (reconnecting when it
 /// breaks) and logs every ten seconds where they went, and once more, for the time since the
 /// last summary, when `stop` fires.
@@ -381,11 +390,7 @@ async fn traffic(listen: SocketAddr, rate: u32, stop: tokio::sync::oneshot::Rece
     loop {
         tokio::select! {
             _ = &mut stop => {
-                tracing::info!(
-                    "demo traffic, last {} s: {}",
-                    since.elapsed().as_secs(),
-                    tally.summary()
-                );
+                log_last(since, &tally);
                 return;
             }
             _ = report.tick() => {
@@ -397,11 +402,7 @@ async fn traffic(listen: SocketAddr, rate: u32, stop: tokio::sync::oneshot::Rece
                 let answer = tokio::select! {
                     answer = one_request(listen, &mut sender) => answer,
                     _ = &mut stop => {
-                        tracing::info!(
-                            "demo traffic, last {} s: {}",
-                            since.elapsed().as_secs(),
-                            tally.summary()
-                        );
+                        log_last(since, &tally);
                         return;
                     }
                 };

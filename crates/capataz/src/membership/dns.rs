@@ -103,13 +103,7 @@ impl DnsResolver {
     async fn addresses(&self, name: &str) -> Found<IpAddr> {
         match self.resolver.lookup_ip(name).await {
             Ok(found) => {
-                let ttl = found
-                    .as_lookup()
-                    .records()
-                    .iter()
-                    .map(|r| r.ttl())
-                    .min()
-                    .unwrap_or(0);
+                let ttl = min_ttl(found.as_lookup());
                 let mut ips: Vec<IpAddr> = found.iter().collect();
                 ips.sort_unstable();
                 ips.dedup();
@@ -137,13 +131,7 @@ impl DnsResolver {
                 };
             }
         };
-        let mut ttl = found
-            .as_lookup()
-            .records()
-            .iter()
-            .map(|r| r.ttl())
-            .min()
-            .unwrap_or(0);
+        let mut ttl = min_ttl(found.as_lookup());
         // By name, first (lowest priority) record wins: a target:port is one backend.
         let mut records: Vec<_> = found.iter().take(MAX_MEMBERS).collect();
         records.sort_by_key(|s| s.priority());
@@ -225,4 +213,9 @@ fn classify<T>(error: &ResolveError) -> Found<T> {
         }
     }
     Found::Failed(error.to_string())
+}
+
+/// The smallest TTL among an answer's records (0 for none).
+fn min_ttl(lookup: &hickory_resolver::lookup::Lookup) -> u32 {
+    lookup.records().iter().map(|r| r.ttl()).min().unwrap_or(0)
 }

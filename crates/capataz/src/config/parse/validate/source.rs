@@ -108,6 +108,8 @@ impl Validator<'_> {
             _ => Ok(PoolSource::Static),
         }
     }
+
+    /// `kind = "dns"`: the name, its records, resolver and TTL bounds.
     fn dns_source(
         &self,
         at: &str,
@@ -205,6 +207,7 @@ impl Validator<'_> {
         })
     }
 
+    /// `kind = "etcd"`: the endpoints, the key prefix and the watch's timings.
     fn etcd_source(
         &self,
         at: &str,
