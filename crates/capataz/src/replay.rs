@@ -5,7 +5,7 @@
 //! the script is. [`pool_settings`] takes the engine's settings from a pool of a config file
 //! (or the balancer's defaults) with `--set` changes, validated as the balancer would.
 
-use std::io::{self, BufRead, Write};
+use std::io::{self, BufRead, Read, Write};
 
 use capataz_health::{Replay, ReplayOptions, Settings};
 
@@ -135,6 +135,9 @@ fn set_key(pool: &mut toml::Table, set: &str) -> Result<(), String> {
 }
 
 const BUFFER: usize = 256 * 1024;
+/// The longest line read whole; a longer one prints `ERR`, changes nothing, and is skipped to
+/// its end without being held in memory.
+const MAX_LINE: usize = 64 * 1024;
 
 /// Runs the protocol over `input`, writing results to `output` and, when `explain` is given,
 /// each verdict change to it. Returns the number of verdict changes seen.
@@ -167,8 +170,17 @@ pub fn run_with(
             flush(&mut output, &mut out, &mut explain, &mut notes)?;
         }
         line.clear();
-        if input.read_until(b'\n', &mut line)? == 0 {
+        if (&mut input)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut line)?
+            == 0
+        {
             break;
+        }
+        if line.len() > MAX_LINE && line.last() != Some(&b'\n') {
+            skip_line(&mut input)?;
+            out.extend_from_slice(format!("ERR line longer than {MAX_LINE} bytes\n").as_bytes());
+            continue;
         }
         let notes_sink = if explain.is_some() {
             Some(&mut notes)
@@ -182,6 +194,22 @@ pub fn run_with(
     }
     flush(&mut output, &mut out, &mut explain, &mut notes)?;
     Ok(replay.transitions())
+}
+
+/// Skips the rest of an overlong line, to its line ending or the end of input.
+fn skip_line(input: &mut impl BufRead) -> io::Result<()> {
+    loop {
+        let buffer = input.fill_buf()?;
+        if buffer.is_empty() {
+            return Ok(());
+        }
+        if let Some(end) = buffer.iter().position(|&b| b == b'\n') {
+            input.consume(end + 1);
+            return Ok(());
+        }
+        let len = buffer.len();
+        input.consume(len);
+    }
 }
 
 fn flush(

@@ -248,6 +248,30 @@ fn exits_0_at_the_end_of_input() {
 }
 
 #[test]
+fn an_overlong_line_is_an_err_and_the_run_goes_on() {
+    // 64 KiB of line is read whole; 1 MiB more is skipped, never held, and the next line runs.
+    let mut script = b"POOL a\n".to_vec();
+    script.extend(std::iter::repeat_n(b'x', 1 << 20));
+    script.extend_from_slice(b"\nHEALTHY\n");
+    // The same at the very end of the input, without a line ending.
+    script.extend(std::iter::repeat_n(b'y', (64 << 10) + 1));
+    let output = replay(&[], &script);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(
+        text(&output.stdout),
+        "OK\nERR line longer than 65536 bytes\na\nERR line longer than 65536 bytes\n"
+    );
+    // A line of exactly the limit is read whole (an unknown command here).
+    let mut script = vec![b'z'; 64 << 10];
+    script.push(b'\n');
+    let output = replay(&[], &script);
+    assert!(
+        text(&output.stdout).starts_with("ERR unknown command"),
+        "{output:?}"
+    );
+}
+
+#[test]
 fn a_missing_file_is_a_clear_error() {
     let missing = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/no-such-script.in");
     let output = capataz()
