@@ -30,6 +30,7 @@
 mod guard;
 mod overrides;
 mod pages;
+mod query;
 mod record;
 mod routes;
 

@@ -8,7 +8,6 @@ use std::time::Duration;
 use http::{Response, StatusCode};
 use serde_json::json;
 
-use super::routes::percent_decode;
 use super::{error, json_response, Body};
 use crate::events::OverrideKind;
 use crate::shared::Shared;
@@ -18,36 +17,19 @@ use crate::shared::Shared;
 /// duration, a second `ttl`, or any other parameter (a typo such as `?tll=10m` would otherwise
 /// set an override until cleared). Public for the fuzz target.
 pub fn parse_ttl(query: Option<&str>) -> Result<Option<Duration>, String> {
-    let Some(query) = query else {
+    let Some(value) = super::query::single(query, "ttl", "?ttl=30s")? else {
         return Ok(None);
     };
-    let mut ttl = None;
-    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let decode = |text: &str| {
-            percent_decode(&text.replace('+', " "))
-                .ok_or_else(|| format!("the query {query:?} has a bad percent-encoding"))
-        };
-        let (key, value) = (decode(key)?, decode(value)?);
-        if key != "ttl" {
+    let ttl = match crate::config::parse_duration(&value) {
+        Ok(Duration::ZERO) => {
             return Err(format!(
-                "unknown query parameter {key:?} (the only one is ttl, e.g. ?ttl=30s)"
-            ));
+                "ttl: {value:?} is zero (use a duration above zero, e.g. \"30s\", or leave \
+                 ttl out for an override until cleared)"
+            ))
         }
-        if ttl.is_some() {
-            return Err("ttl is given twice (give it once)".into());
-        }
-        ttl = Some(match crate::config::parse_duration(&value) {
-            Ok(Duration::ZERO) => {
-                return Err(format!(
-                    "ttl: {value:?} is zero (use a duration above zero, e.g. \"30s\", or leave \
-                     ttl out for an override until cleared)"
-                ))
-            }
-            Ok(ttl) => ttl,
-            Err(e) => return Err(format!("ttl: {e}")),
-        });
-    }
+        Ok(ttl) => Some(ttl),
+        Err(e) => return Err(format!("ttl: {e}")),
+    };
     Ok(ttl)
 }
 

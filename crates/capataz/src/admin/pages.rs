@@ -97,10 +97,21 @@ pub(super) fn history_events(shared: &Shared) -> Response<Body> {
     json_response(StatusCode::OK, &shared.history().events_json())
 }
 
-/// `GET /history/series`: per pool and backend the recent samples, and per backend its
-/// timeline over the last hour.
-pub(super) async fn history_series(shared: &Arc<Shared>) -> Response<Body> {
+/// `GET /history/series[?pool=NAME]`: per pool (or only the pool named) and backend the recent
+/// samples, and per backend its timeline over the last hour.
+pub(super) async fn history_series(shared: &Arc<Shared>, query: Option<&str>) -> Response<Body> {
     let pools = shared.pools();
+    let wanted = match super::query::single(query, "pool", "?pool=web") {
+        Ok(wanted) => wanted,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    let pools = match wanted {
+        None => pools,
+        Some(name) => match pools.iter().find(|pool| *pool.name == *name) {
+            Some(pool) => Arc::new(vec![pool.clone()]),
+            None => return error(StatusCode::NOT_FOUND, format!("no pool named {name:?}")),
+        },
+    };
     let page = pools.clone();
     let shared = shared.clone();
     let built = build_page(&pools, move || {

@@ -111,7 +111,7 @@ pub(super) async fn handle(
         ["events"] if get => pages::events(&shared),
         ["record", pool] if get => super::record::record(&shared, pool),
         ["history", "events"] if get => pages::history_events(&shared),
-        ["history", "series"] if get => pages::history_series(&shared).await,
+        ["history", "series"] if get => pages::history_series(&shared, req.uri().query()).await,
         ["metrics"] if get => {
             let accept = req.headers().get(header::ACCEPT).map(|v| v.as_bytes());
             pages::metrics(&shared, accept).await

@@ -352,5 +352,22 @@ async fn the_history_keeps_events_samples_and_timelines_behind_the_token() {
             "column {column} as long as the others: {a:#}"
         );
     }
+    // `?pool=` keeps one pool; an unknown pool is 404, any other parameter 400.
+    let name = pool["name"].as_str().expect("a pool name").to_owned();
+    let (status, answer) =
+        send_head(admin, &authorized(&format!("/history/series?pool={name}"))).await;
+    assert_eq!(status, 200, "{answer}");
+    let one = json(&answer);
+    assert_eq!(one["pools"].as_array().map(Vec::len), Some(1), "{one:#}");
+    assert_eq!(one["pools"][0]["name"], name.as_str());
+    let (status, answer) = send_head(admin, &authorized("/history/series?pool=nope")).await;
+    assert_eq!(status, 404, "{answer}");
+    assert!(answer.contains(r#"no pool named \"nope\""#), "{answer}");
+    let (status, answer) = send_head(admin, &authorized("/history/series?pol=web")).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer.contains(r#"unknown query parameter \"pol\""#),
+        "{answer}"
+    );
     balancer.shutdown(Duration::from_secs(1)).await;
 }
