@@ -367,6 +367,8 @@ fn http2_builder(limits: &Limits) -> http2::Builder<TokioExecutor> {
         .max_pending_accept_reset_streams(MAX_PENDING_ACCEPT_RESETS)
         .max_local_error_reset_streams(MAX_LOCAL_ERROR_RESETS)
         .max_send_buf_size(MAX_SEND_BUF)
+        // Extended CONNECT (RFC 8441): WebSocket over HTTP/2, see `proxy/websocket.rs`.
+        .enable_connect_protocol()
         .keep_alive_interval(settings.keepalive_interval)
         .keep_alive_timeout(settings.keepalive_timeout);
     builder

@@ -38,6 +38,7 @@ use crate::upstream::{
 
 mod headers;
 mod pages;
+mod websocket;
 
 use headers::{
     add_forwarded_headers, head_size, origin_form, request_host, rewrite_length, strip_hop_by_hop,
@@ -324,12 +325,13 @@ impl Proxy {
                 "request header fields too large",
             ));
         }
-        if req.method() == Method::CONNECT && req.version() == Version::HTTP_2 {
-            // No tunnels over HTTP/2: neither CONNECT nor extended CONNECT (RFC 8441, which
-            // hyper's server does not accept unless asked, and capataz does not ask).
+        // The one tunnel over HTTP/2: a WebSocket by extended CONNECT (RFC 8441), relayed to an
+        // HTTP/1.1 backend as an upgrade. A plain CONNECT, or one for another protocol: 501.
+        let websocket = websocket::is_websocket_connect(&req);
+        if req.method() == Method::CONNECT && req.version() == Version::HTTP_2 && !websocket {
             return Ok(error_page(
                 StatusCode::NOT_IMPLEMENTED,
-                "CONNECT is not supported over HTTP/2",
+                "CONNECT over HTTP/2 is supported only as an extended CONNECT for websocket",
             ));
         }
         if !framing::request_codings_ok(req.headers()) {
@@ -369,7 +371,7 @@ impl Proxy {
             req.headers_mut().insert(header::HOST, value);
         }
         pool.budget.on_request();
-        let upgrade = wants_upgrade(req.headers());
+        let upgrade = websocket || wants_upgrade(req.headers());
         let h2 = pool.config.protocol != BackendProtocol::Http1;
         if upgrade && h2 {
             return Ok(error_page(
@@ -380,6 +382,9 @@ impl Proxy {
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
         strip_hop_by_hop(&mut parts.headers, upgrade);
+        if websocket {
+            websocket::to_http1_handshake(&mut parts.method, &mut parts.headers);
+        }
         if self.forwarded_headers {
             add_forwarded_headers(&mut parts.headers, &client);
         }
@@ -520,6 +525,13 @@ impl Proxy {
             );
             match attempt.await {
                 Forwarded::Response(mut response, status) => {
+                    if websocket && (200..300).contains(&status) {
+                        // Over HTTP/2 a 2xx would open the tunnel: the backend did not switch.
+                        return Ok(error_page(
+                            StatusCode::BAD_GATEWAY,
+                            "the backend answered the WebSocket handshake without switching protocols",
+                        ));
+                    }
                     let retry_status = matches!(status, 502..=504);
                     if retry_status && replayable && may_retry(&pool, &mut retries_left, &tried) {
                         failure = Some(Failure::Status(status));
@@ -530,7 +542,10 @@ impl Proxy {
                     tally.by = AnsweredBy::Backend;
                     return Ok(response);
                 }
-                Forwarded::Upgraded(response, stream, early) => {
+                Forwarded::Upgraded(mut response, stream, early) => {
+                    if websocket {
+                        websocket::to_h2_answer(&mut response);
+                    }
                     match client_upgrade {
                         Some(client_upgrade) => {
                             let closing = pool

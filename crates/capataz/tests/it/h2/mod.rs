@@ -8,6 +8,7 @@ mod attacks;
 mod requests;
 mod resilience;
 mod third_party;
+mod websocket;
 
 use std::net::SocketAddr;
 

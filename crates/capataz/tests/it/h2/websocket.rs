@@ -1,0 +1,157 @@
+//! WebSocket over HTTP/2 (RFC 8441): an extended CONNECT from hyper's HTTP/2 client reaches an
+//! HTTP/1.1 backend as the RFC 6455 handshake, and the stream carries the frames both ways.
+
+use std::sync::{Arc, Mutex};
+
+use http::{Method, StatusCode};
+use hyper::ext::Protocol;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::{balancer, echo_backend};
+use crate::support::h2client::{connect, empty};
+use crate::support::raw::{has_token, header, read_head, RawBackend};
+use crate::support::DEADLINE;
+
+/// A WebSocket backend: it keeps the handshake's head in `seen`, answers `101` (with the
+/// `Sec-WebSocket-Accept` a real server computes, here any) and `Sec-WebSocket-Protocol:
+/// chat`, then echoes every byte; a request without the upgrade fields gets a `200` page.
+async fn websocket_backend(seen: Arc<Mutex<Vec<String>>>) -> RawBackend {
+    RawBackend::start(move |mut stream, hits| {
+        let seen = seen.clone();
+        async move {
+            let mut buf = Vec::new();
+            let Some(head) = read_head(&mut stream, &mut buf).await else {
+                return;
+            };
+            hits.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            seen.lock().unwrap().push(head.clone());
+            let upgrade = has_token(&head, "connection", "upgrade")
+                && header(&head, "upgrade").is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+            if !upgrade {
+                let page = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\npage";
+                let _ = stream.write_all(page).await;
+                return;
+            }
+            let switch = "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n\
+                          Upgrade: websocket\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\
+                          Sec-WebSocket-Protocol: chat\r\n\r\n";
+            if stream.write_all(switch.as_bytes()).await.is_err() {
+                return;
+            }
+            let mut chunk = [0u8; 4096];
+            while let Ok(n) = stream.read(&mut chunk).await {
+                if n == 0 || stream.write_all(&chunk[..n]).await.is_err() {
+                    return;
+                }
+            }
+        }
+    })
+    .await
+}
+
+fn extended_connect(protocol: &'static str) -> http::Request<crate::support::h2client::H2Body> {
+    let mut req = http::Request::builder()
+        .method(Method::CONNECT)
+        .uri("http://app.test/chat?room=1")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-protocol", "chat")
+        .body(empty())
+        .unwrap();
+    req.extensions_mut().insert(Protocol::from_static(protocol));
+    req
+}
+
+#[tokio::test]
+async fn a_websocket_over_h2_reaches_an_http1_backend_and_echoes_both_ways() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let backend = websocket_backend(seen.clone()).await;
+    let (_balancer, addr, _events) = balancer(&[backend.entry("ws")], "", "").await;
+    let mut conn = connect(addr).await;
+    conn.sender.ready().await.unwrap();
+    let response = tokio::time::timeout(
+        DEADLINE,
+        conn.sender.send_request(extended_connect("websocket")),
+    )
+    .await
+    .expect("an answer in time")
+    .expect("an answer");
+    assert_eq!(response.status(), StatusCode::OK);
+    let headers = response.headers();
+    assert_eq!(headers.get("sec-websocket-protocol").unwrap(), "chat");
+    for gone in ["connection", "upgrade", "sec-websocket-accept"] {
+        assert!(
+            headers.get(gone).is_none(),
+            "{gone} is not relayed: {headers:?}"
+        );
+    }
+    // The backend got the HTTP/1.1 handshake for the same path, with a key of capataz's own.
+    let head = seen.lock().unwrap()[0].clone();
+    assert!(head.starts_with("GET /chat?room=1 HTTP/1.1\r\n"), "{head}");
+    assert!(has_token(&head, "connection", "upgrade"), "{head}");
+    assert_eq!(header(&head, "upgrade"), Some("websocket"), "{head}");
+    assert_eq!(header(&head, "sec-websocket-version"), Some("13"), "{head}");
+    assert_eq!(
+        header(&head, "sec-websocket-protocol"),
+        Some("chat"),
+        "{head}"
+    );
+    assert_eq!(header(&head, "host"), Some("app.test"), "{head}");
+    assert_eq!(
+        header(&head, "sec-websocket-key").map(str::len),
+        Some(24),
+        "{head}"
+    );
+
+    let mut tunnel = TokioIo::new(
+        tokio::time::timeout(DEADLINE, hyper::upgrade::on(response))
+            .await
+            .expect("the tunnel in time")
+            .expect("the stream becomes the tunnel"),
+    );
+    for message in [&b"\x81\x05hello"[..], &[7u8; 70_000][..]] {
+        tunnel.write_all(message).await.unwrap();
+        let mut echoed = vec![0u8; message.len()];
+        tokio::time::timeout(DEADLINE, tunnel.read_exact(&mut echoed))
+            .await
+            .expect("the echo in time")
+            .expect("echoed bytes");
+        assert_eq!(echoed, message);
+    }
+    // The connection's other streams go on beside the tunnel.
+    let page = conn
+        .send(crate::support::h2client::request(
+            Method::GET,
+            "app.test",
+            "/",
+            empty(),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        (page.status, page.text()),
+        (StatusCode::OK, "page".to_owned())
+    );
+    assert_eq!(backend.hits(), 2);
+}
+
+#[tokio::test]
+async fn a_backend_that_does_not_switch_gets_the_client_a_502_and_other_protocols_a_501() {
+    // The echo backend answers the handshake with a 200 page: over HTTP/2 a 2xx would open
+    // the tunnel, so the client gets a 502 instead.
+    let backend = echo_backend("echo").await;
+    let (_balancer, addr, _events) = balancer(&[backend.entry("echo")], "", "").await;
+    let mut conn = connect(addr).await;
+    let answer = conn.send(extended_connect("websocket")).await.unwrap();
+    assert_eq!(answer.status, StatusCode::BAD_GATEWAY, "{}", answer.text());
+    assert!(
+        answer.text().contains("without switching protocols"),
+        "{}",
+        answer.text()
+    );
+    assert_eq!(backend.hits(), 1);
+    // An extended CONNECT for any other protocol reaches no backend.
+    let answer = conn.send(extended_connect("connect-udp")).await.unwrap();
+    assert_eq!(answer.status, StatusCode::NOT_IMPLEMENTED);
+    assert_eq!(backend.hits(), 1);
+}
