@@ -168,7 +168,10 @@ follow() {
     etcd_cpu=$(cpu_pct "$etcd_k0" "$etcd_k1" "$(calc "$w1 - $w0")")
     t_catch=$($HELPER wait_pool 127.0.0.1:9720 web "$etcd_keys" 0 60)
     sleep 10
-    local after_rss; after_rss=$(mem_kb "$pid" VmRSS)
+    local after_rss series; after_rss=$(mem_kb "$pid" VmRSS)
+    # Backends with a series in /metrics (capataz_probes_total), against those in the pool.
+    series=$(curl -s --max-time 60 http://127.0.0.1:9720/metrics \
+        | grep '^capataz_probes_total{' | sed 's/.*backend="\([^"]*\)".*/\1/' | sort -u | wc -l)
     log "follow churn: $ops operations, capataz cpu ${churn_cpu}% (etcd ${etcd_cpu}%), peak rss ${peak} kB, after ${after_rss} kB; caught up ${t_catch}s after"
     stop_named "$pid"
     # the same backends as a static list
@@ -192,7 +195,7 @@ follow() {
         echo "etcd fill: ${fill}s for $n puts"
         echo "etcd source: membership loaded ${t_members}s, all UP ${t_up}s, peak RSS during load $(( rss_load / 1024 )) MiB"
         echo "etcd source steady: cpu ${steady_cpu}%, RSS $(( steady_rss / 1024 )) MiB, probes/s per backend (mean min max total) $steady_rate"
-        echo "etcd source churn: $ops ops in ${CHURN}s at $CHURN_RATE/s: cpu ${churn_cpu}% (etcd ${etcd_cpu}%), peak RSS $(( peak / 1024 )) MiB, RSS 10 s after $(( after_rss / 1024 )) MiB, caught up ${t_catch}s after the last op ($etcd_keys keys)"
+        echo "etcd source churn: $ops ops in ${CHURN}s at $CHURN_RATE/s: cpu ${churn_cpu}% (etcd ${etcd_cpu}%), peak RSS $(( peak / 1024 )) MiB, RSS 10 s after $(( after_rss / 1024 )) MiB, caught up ${t_catch}s after the last op ($etcd_keys keys); /metrics has probe series for $series backends"
         echo "static list: all UP ${s_up}s, steady cpu ${s_cpu}%, RSS $(( s_rss / 1024 )) MiB, probes/s per backend $s_rate"
     } | tee "$out"
 }
