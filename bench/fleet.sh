@@ -4,8 +4,9 @@
 #   follow   one capataz following 5,000 backends (FOLLOW_BACKENDS) from an etcd prefix, probes
 #            on (http GET /healthz, interval 1s, timeout 1s, rise 2, fall 3): the initial load
 #            (capataz start -> every backend in the pool -> every backend UP), the steady state
-#            (MEASURE s), churn (CHURN_RATE puts and deletes a second, half each, for CHURN s,
-#            new backends taken from 1,000 spare addresses), and the same 5,000 backends as a
+#            (MEASURE s), churn (CHURN_RATES: for each, that many puts and deletes a second,
+#            half each, for CHURN s, new backends taken from 1,000 spare addresses; then how
+#            long until a key written after the last one is in the pool), and the same 5,000 backends as a
 #            static list for comparison. Per phase: capataz's CPU (utime+stime from /proc, as a
 #            share of one core), VmRSS (end and peak), probes/s that reached the backends.
 #   death    N = 1 and 3 capataz (DEATH_NS) following 10 backends from etcd, probes as above:
@@ -26,7 +27,7 @@
 # instance's config (the shared-probing block), and LABEL names the column in the summary.
 #
 # Usage: bench/fleet.sh [follow|death|probes|all]   (default all)
-#   env: FOLLOW_BACKENDS=5000 CHURN_RATE=100 CHURN=30 MEASURE=30 DEATH_NS="1 3" DEATH_ROUNDS=5
+#   env: FOLLOW_BACKENDS=5000 CHURN_RATES="10 100" CHURN=30 CATCH_UP=120 MEASURE=30 DEATH_NS="1 3" DEATH_ROUNDS=5
 #        PROBE_NS="1 3 5" PROBE_BACKENDS=1000 PROXY_CPU=0 OTHER_CPU=1 EXTRA_CONFIG= LABEL=shared-off
 #        RUN_DIR=/tmp/bench-fleet CAPATAZ_BIN=...
 # Runtime: follow ~3 min, death ~1 min per N, probes ~45 s per N.
@@ -35,7 +36,7 @@ LOG_TAG=fleet
 source "$(dirname "$0")/common.sh"
 
 WHAT=${1:-all}
-FOLLOW_BACKENDS=${FOLLOW_BACKENDS:-5000} CHURN_RATE=${CHURN_RATE:-100} CHURN=${CHURN:-30}
+FOLLOW_BACKENDS=${FOLLOW_BACKENDS:-5000} CHURN_RATES=${CHURN_RATES:-"10 100"} CHURN=${CHURN:-30} CATCH_UP=${CATCH_UP:-120}
 MEASURE=${MEASURE:-30} DEATH_NS=${DEATH_NS:-"1 3"} DEATH_ROUNDS=${DEATH_ROUNDS:-5}
 PROBE_NS=${PROBE_NS:-"1 3 5"} PROBE_BACKENDS=${PROBE_BACKENDS:-1000}
 PROXY_CPU=${PROXY_CPU-0} OTHER_CPU=${OTHER_CPU-1}
@@ -116,8 +117,8 @@ capataz_conf() { # capataz_conf FILE INDEX PREFIX [static COUNT]
     grep -q ': valid' <<<"$out" || die "capataz check $file: $out"
 }
 
-start_capataz() { # start_capataz INDEX CONFIG CPU; sets LAST_PID
-    start "capataz$1" "$3" env CAPATAZ_WORKER_THREADS=1 "$CAPATAZ_BIN" run --config "$2"
+start_capataz() { # start_capataz INDEX CONFIG CPU [TAG]; sets LAST_PID
+    start "capataz${4:-}$1" "$3" env CAPATAZ_WORKER_THREADS=1 "$CAPATAZ_BIN" run --config "$2"
     wait_port $(( 9720 + $1 )) "$LAST_PID" 30
 }
 
@@ -127,6 +128,7 @@ cpu_pct() { calc "100 * ($2 - $1) / $CLK_TCK / $3"; }   # cpu_pct TICKS0 TICKS1 
 follow() {
     local n=$FOLLOW_BACKENDS out=$RES/follow.txt
     log "follow: $n backends from etcd, $SPARE spare addresses"
+    rm -f "$RUN_DIR/churn.state"
     start_listener listener $(( n + SPARE )) $PORT
     start_etcd
     local fill; fill=$($HELPER fill $ETCD /fleet/ 0 "$n" $PORT)
@@ -151,33 +153,47 @@ follow() {
     steady_rss=$(mem_kb "$pid" VmRSS)
     steady_rate=$(dump_rate "$DUMP_PATH" "$n")
     log "follow steady: cpu ${steady_cpu}% rss ${steady_rss} kB probes/s per backend (mean min max, total) $steady_rate"
-    # churn
-    local peak=0 r churn_out ops etcd_keys t_catch
-    k0=$(proc_ticks "$pid"); etcd_k0=$(proc_ticks "$ETCD_PID"); w0=$(date +%s.%N)
-    $HELPER churn $ETCD /fleet/ "$n" $SPARE $PORT "$CHURN_RATE" "$CHURN" >"$RUN_DIR/churn.out" &
-    local churner=$!
-    while kill -0 "$churner" 2>/dev/null; do
-        r=$(mem_kb "$pid" VmRSS); (( r > peak )) && peak=$r
-        sleep 1
+    # churn at each rate of CHURN_RATES in turn (each from where the last left the keys)
+    local -a churn_lines=()
+    local round=0 rate
+    for rate in $CHURN_RATES; do
+        round=$(( round + 1 ))
+        local peak=0 r ops etcd_keys t_catch updates0 updates1 churn_cpu etcd_cpu churn_rate sentinel
+        updates0=$(grep -c 'membership updated:' "$RUN_DIR/capataz0.log" || true)
+        dump; k0=$(proc_ticks "$pid"); etcd_k0=$(proc_ticks "$ETCD_PID"); w0=$(date +%s.%N)
+        $HELPER churn $ETCD /fleet/ "$n" $SPARE $PORT "$rate" "$CHURN" "$RUN_DIR/churn.state" >"$RUN_DIR/churn.out" &
+        local churner=$!
+        while kill -0 "$churner" 2>/dev/null; do
+            r=$(mem_kb "$pid" VmRSS); (( r > peak )) && peak=$r
+            sleep 1
+        done
+        wait "$churner" || die "churn failed"
+        k1=$(proc_ticks "$pid"); etcd_k1=$(proc_ticks "$ETCD_PID"); w1=$(date +%s.%N); dump
+        read -r ops _ etcd_keys <"$RUN_DIR/churn.out"
+        churn_cpu=$(cpu_pct "$k0" "$k1" "$(calc "$w1 - $w0")")
+        etcd_cpu=$(cpu_pct "$etcd_k0" "$etcd_k1" "$(calc "$w1 - $w0")")
+        # probes/s per pool member while churning (the addresses change, so: total / members)
+        churn_rate=$(awk -v n="$n" 'NR==1 { printf "%.3f", $4 / ((($2 - $1) / 1e9) * n) }' "$DUMP_PATH")
+        # Caught up: a key written right after the last operation is in the pool (the watch
+        # reports changes in order). Index n + SPARE + round: past every churned address.
+        sentinel=$(( n + SPARE + round ))
+        $HELPER fill $ETCD /fleet/ "$sentinel" 1 $PORT >/dev/null
+        t_catch=$($HELPER wait 127.0.0.1:9720 web "s$(printf %05d "$sentinel")" "$CATCH_UP" 2>/dev/null) \
+            || t_catch="over $CATCH_UP"
+        updates1=$(grep -c 'membership updated:' "$RUN_DIR/capataz0.log" || true)
+        sleep 10
+        local after_rss series; after_rss=$(mem_kb "$pid" VmRSS)
+        # Backends with a series in /metrics (capataz_probes_total), against those in the pool.
+        series=$(curl -s --max-time 60 http://127.0.0.1:9720/metrics \
+            | grep '^capataz_probes_total{' | sed 's/.*backend="\([^"]*\)".*/\1/' | sort -u | wc -l)
+        churn_lines+=("etcd source churn $round: $ops ops in ${CHURN}s at $rate/s: capataz cpu ${churn_cpu}% (etcd ${etcd_cpu}%), probes/s per member $churn_rate, $(( updates1 - updates0 )) membership updates applied, caught up ${t_catch}s after the last op (a key written then is in the pool), peak RSS $(( peak / 1024 )) MiB, RSS 10 s after $(( after_rss / 1024 )) MiB; /metrics has probe series for $series backends")
+        log "${churn_lines[-1]}"
     done
-    wait "$churner" || die "churn failed"
-    k1=$(proc_ticks "$pid"); etcd_k1=$(proc_ticks "$ETCD_PID"); w1=$(date +%s.%N)
-    read -r ops _ etcd_keys <"$RUN_DIR/churn.out"
-    local churn_cpu etcd_cpu
-    churn_cpu=$(cpu_pct "$k0" "$k1" "$(calc "$w1 - $w0")")
-    etcd_cpu=$(cpu_pct "$etcd_k0" "$etcd_k1" "$(calc "$w1 - $w0")")
-    t_catch=$($HELPER wait_pool 127.0.0.1:9720 web "$etcd_keys" 0 60)
-    sleep 10
-    local after_rss series; after_rss=$(mem_kb "$pid" VmRSS)
-    # Backends with a series in /metrics (capataz_probes_total), against those in the pool.
-    series=$(curl -s --max-time 60 http://127.0.0.1:9720/metrics \
-        | grep '^capataz_probes_total{' | sed 's/.*backend="\([^"]*\)".*/\1/' | sort -u | wc -l)
-    log "follow churn: $ops operations, capataz cpu ${churn_cpu}% (etcd ${etcd_cpu}%), peak rss ${peak} kB, after ${after_rss} kB; caught up ${t_catch}s after"
     stop_named "$pid"
     # the same backends as a static list
     capataz_conf "$RUN_DIR/static.toml" 0 /fleet/ static "$n"
     t0=$(date +%s.%N)
-    start_capataz 0 "$RUN_DIR/static.toml" "$PROXY_CPU"; pid=$LAST_PID
+    start_capataz 0 "$RUN_DIR/static.toml" "$PROXY_CPU" static; pid=$LAST_PID
     $HELPER wait_pool 127.0.0.1:9720 web "$n" "$n" 120 >/dev/null
     local s_up; s_up=$(calc "$(date +%s.%N) - $t0")
     sleep 5
@@ -195,7 +211,7 @@ follow() {
         echo "etcd fill: ${fill}s for $n puts"
         echo "etcd source: membership loaded ${t_members}s, all UP ${t_up}s, peak RSS during load $(( rss_load / 1024 )) MiB"
         echo "etcd source steady: cpu ${steady_cpu}%, RSS $(( steady_rss / 1024 )) MiB, probes/s per backend (mean min max total) $steady_rate"
-        echo "etcd source churn: $ops ops in ${CHURN}s at $CHURN_RATE/s: cpu ${churn_cpu}% (etcd ${etcd_cpu}%), peak RSS $(( peak / 1024 )) MiB, RSS 10 s after $(( after_rss / 1024 )) MiB, caught up ${t_catch}s after the last op ($etcd_keys keys); /metrics has probe series for $series backends"
+        printf '%s\n' "${churn_lines[@]}"
         echo "static list: all UP ${s_up}s, steady cpu ${s_cpu}%, RSS $(( s_rss / 1024 )) MiB, probes/s per backend $s_rate"
     } | tee "$out"
 }

@@ -2,12 +2,15 @@
 """etcd and capataz helpers of bench/fleet.sh (standard library only; loopback only).
 
   fleet_etcd.py fill ENDPOINT PREFIX FIRST COUNT PORT    put COUNT backends, indexes FIRST..
-  fleet_etcd.py churn ENDPOINT PREFIX COUNT SPARE PORT RATE SECONDS
+  fleet_etcd.py churn ENDPOINT PREFIX COUNT SPARE PORT RATE SECONDS [STATE]
                                                           RATE operations a second (half puts
                                                           of new backends from the SPARE
                                                           addresses after the first COUNT,
                                                           half deletes of present ones), then
-                                                          print the number of keys
+                                                          print the operations, the seconds
+                                                          and the number of keys; STATE, a
+                                                          file, carries the keys present from
+                                                          one run to the next
   fleet_etcd.py count ENDPOINT PREFIX                     keys under PREFIX
   fleet_etcd.py wait ADMIN POOL BACKEND TIMEOUT           until /status/POOL/BACKEND answers
   fleet_etcd.py wait_pool ADMIN POOL TOTAL HEALTHY TIMEOUT
@@ -122,8 +125,16 @@ def main():
         count, spare, port, rate, seconds = int(args[2]), int(args[3]), args[4], float(args[5]), float(args[6])
         etcd = Etcd(endpoint)
         present = list(range(count))
-        absent = list(range(count, count + spare))
-        rng = random.Random(12)
+        state = args[7] if len(args) > 7 else None
+        if state:
+            try:
+                with open(state) as f:
+                    present = [int(x) for x in f.read().split()]
+            except FileNotFoundError:
+                pass
+        taken = set(present)
+        absent = [i for i in range(count + spare) if i not in taken]
+        rng = random.Random(12 + len(absent))
         start = time.time()
         ops = 0
         while time.time() - start < seconds:
@@ -140,6 +151,9 @@ def main():
                 etcd.put(prefix, i, port)
                 present.append(i)
             ops += 1
+        if state:
+            with open(state, "w") as f:
+                f.write(" ".join(map(str, present)))
         print(f"{ops} {time.time() - start:.3f} {len(present)}")
     elif cmd == "count":
         print(Etcd(args[0]).count(args[1]))
