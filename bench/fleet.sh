@@ -16,6 +16,9 @@
 #            the last (= every instance excludes it). No client traffic: probes alone decide.
 #   probes   N = 1, 3, 5 capataz (PROBE_NS) following 1,000 backends (PROBE_BACKENDS): probes
 #            per backend per second, counted by the backends, over MEASURE s.
+#   burst    (not in `all`) BURST puts written at once into a pool of FOLLOW_BACKENDS: the time
+#            until the last one is in the pool, and in how many membership updates; with
+#            probes on, then with `active.kind = "none"`.
 #
 # Backends: bench/probe_listener.c (compiled here), one process binding one socket per address
 # 127.0.1.1, 127.0.1.2, ... port 9620 (each address explicitly), answering 200 and counting
@@ -26,9 +29,9 @@
 # Shared probing (issue 12 §2) is not merged yet: EXTRA_CONFIG=FILE appends FILE to every
 # instance's config (the shared-probing block), and LABEL names the column in the summary.
 #
-# Usage: bench/fleet.sh [follow|death|probes|all]   (default all)
+# Usage: bench/fleet.sh [follow|death|probes|burst|all]   (default all)
 #   env: FOLLOW_BACKENDS=5000 CHURN_RATES="10 100" CHURN=30 CATCH_UP=120 MEASURE=30 DEATH_NS="1 3" DEATH_ROUNDS=5
-#        PROBE_NS="1 3 5" PROBE_BACKENDS=1000 PROXY_CPU=0 OTHER_CPU=1 EXTRA_CONFIG= LABEL=shared-off
+#        PROBE_NS="1 3 5" PROBE_BACKENDS=1000 BURST=20 PROXY_CPU=0 OTHER_CPU=1 EXTRA_CONFIG= LABEL=shared-off
 #        RUN_DIR=/tmp/bench-fleet CAPATAZ_BIN=...
 # Runtime: follow ~3 min, death ~1 min per N, probes ~45 s per N.
 set -Eeuo pipefail
@@ -38,7 +41,7 @@ source "$(dirname "$0")/common.sh"
 WHAT=${1:-all}
 FOLLOW_BACKENDS=${FOLLOW_BACKENDS:-5000} CHURN_RATES=${CHURN_RATES:-"10 100"} CHURN=${CHURN:-30} CATCH_UP=${CATCH_UP:-120}
 MEASURE=${MEASURE:-30} DEATH_NS=${DEATH_NS:-"1 3"} DEATH_ROUNDS=${DEATH_ROUNDS:-5}
-PROBE_NS=${PROBE_NS:-"1 3 5"} PROBE_BACKENDS=${PROBE_BACKENDS:-1000}
+PROBE_NS=${PROBE_NS:-"1 3 5"} PROBE_BACKENDS=${PROBE_BACKENDS:-1000} BURST=${BURST:-20}
 PROXY_CPU=${PROXY_CPU-0} OTHER_CPU=${OTHER_CPU-1}
 EXTRA_CONFIG=${EXTRA_CONFIG:-} LABEL=${LABEL:-shared-off}
 RUN_DIR=${RUN_DIR:-/tmp/bench-fleet}
@@ -110,7 +113,11 @@ capataz_conf() { # capataz_conf FILE INDEX PREFIX [static COUNT]
         else
             printf '[pools.web.source]\nkind = "etcd"\nendpoints = ["%s"]\nprefix = "%s"\n\n' "$ETCD" "$prefix"
         fi
-        printf '[pools.web.active]\nkind = "http"\npath = "/healthz"\ninterval = "1s"\ntimeout = "1s"\nrise = 2\nfall = 3\n'
+        if [[ ${ACTIVE_KIND:-http} == none ]]; then
+            printf '[pools.web.active]\nkind = "none"\n'
+        else
+            printf '[pools.web.active]\nkind = "http"\npath = "/healthz"\ninterval = "1s"\ntimeout = "1s"\nrise = 2\nfall = 3\n'
+        fi
         if [[ -n $EXTRA_CONFIG ]]; then printf '\n'; cat "$EXTRA_CONFIG"; fi
     } >"$file"
     local out; out=$("$CAPATAZ_BIN" check "$file" 2>&1 || true)
@@ -317,11 +324,36 @@ probes() {
     stop_named "$ETCD_PID"; stop_named "$LISTENER"
 }
 
+# ------------------------------------------------------------------ burst --
+burst() { # BURST puts at once into a pool of FOLLOW_BACKENDS, probes on, then off
+    local n=$FOLLOW_BACKENDS out=$RES/burst.txt kind
+    : >"$out"
+    for kind in http none; do
+        start_listener listener $(( n + SPARE )) $PORT
+        start_etcd
+        $HELPER fill $ETCD /fleet/ 0 "$n" $PORT >/dev/null
+        ACTIVE_KIND=$kind capataz_conf "$RUN_DIR/burst.toml" 0 /fleet/
+        start_capataz 0 "$RUN_DIR/burst.toml" "$PROXY_CPU" "burst-$kind"
+        local pid=$LAST_PID
+        $HELPER wait 127.0.0.1:9720 web "s$(printf %05d $(( n - 1 )))" 60 >/dev/null
+        [[ $kind == none ]] || $HELPER wait_pool 127.0.0.1:9720 web "$n" "$n" 300 >/dev/null
+        sleep 5
+        local before after took
+        before=$(grep -c 'membership updated:' "$RUN_DIR/capatazburst-${kind}0.log" || true)
+        $HELPER fill $ETCD /fleet/ "$n" "$BURST" $PORT >/dev/null
+        took=$($HELPER wait 127.0.0.1:9720 web "s$(printf %05d $(( n + BURST - 1 )))" 600)
+        after=$(grep -c 'membership updated:' "$RUN_DIR/capatazburst-${kind}0.log" || true)
+        echo "burst ($LABEL): $BURST puts into $n backends, active kind $kind: all in the pool after ${took}s, in $(( after - before )) membership updates" | tee -a "$out"
+        stop_named "$pid"; stop_named "$ETCD_PID"; stop_named "$LISTENER"
+    done
+}
+
 case $WHAT in
     follow) follow ;;
     death) death ;;
     probes) probes ;;
+    burst) burst ;;
     all) follow; death; probes ;;
-    *) die "usage: bench/fleet.sh [follow|death|probes|all]" ;;
+    *) die "usage: bench/fleet.sh [follow|death|probes|burst|all]" ;;
 esac
 log "results: $RES"
