@@ -25,6 +25,7 @@ mod dns_source;
 mod drain;
 mod eligibility;
 mod etcd_source;
+mod fleet_scale_out;
 mod gray_failures;
 mod grpc;
 mod grpc_e2e;

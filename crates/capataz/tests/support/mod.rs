@@ -1,7 +1,8 @@
 //! Scaffolding shared by capataz's integration tests: a balancer started from a config string
 //! on ephemeral ports ([`balancer`]), HTTP clients ([`client`]) and blocking ones
 //! ([`blocking`]), switchable health and agent backends ([`checks`]), an event recorder ([`events`]), hand-written backends and raw sockets
-//! ([`raw`]), and waits with a generous deadline ([`wait`]). Scripted backends are [`capataz::sim::SimBackend`].
+//! ([`raw`]), a fleet of `capataz` processes ([`fleet`]) and a TCP relay that can be cut
+//! ([`relay`]), and waits with a generous deadline ([`wait`]). Scripted backends are [`capataz::sim::SimBackend`].
 //!
 //! Every address a test binds is `127.0.0.1:0`: the suite runs beside a `capataz demo` (8080,
 //! 9901) or another copy of itself.
@@ -18,6 +19,7 @@ pub mod checks;
 pub mod client;
 pub mod etcd;
 pub mod events;
+pub mod fleet;
 pub mod h2client;
 pub mod h2frames;
 pub mod knot;
@@ -26,6 +28,7 @@ pub mod process;
 pub mod prometheus;
 pub mod proxied;
 pub mod raw;
+pub mod relay;
 pub mod stream;
 pub mod tls;
 pub mod wait;
