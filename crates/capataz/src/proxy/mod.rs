@@ -24,6 +24,7 @@ use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
 
 use crate::access_log::{AccessLog, AccessRecord, Phase, Termination};
+use crate::acme::Http01Tokens;
 use crate::balance::PoolHandle;
 use crate::body::{grpc_status, Grpc, Lease, ReqBody, RespBody};
 use crate::config::{BackendProtocol, ConnectionReuse, ListenerConfig};
@@ -43,7 +44,7 @@ use headers::{
     add_forwarded_headers, head_size, origin_form, request_host, rewrite_length, strip_hop_by_hop,
     strip_port, wants_upgrade, RequestHost, MIN_HYPER_BUFFER,
 };
-use pages::{error_page, failure_page, reject_page, Failure};
+use pages::{error_page, failure_page, http01_page, reject_page, Failure};
 
 /// The most backends one request may try (first attempt plus retries).
 const MAX_TRIES: usize = 11;
@@ -181,6 +182,8 @@ pub struct Proxy {
     unrouted: RouteMetrics,
     /// The listener's access log, if it has one, and the names its records take.
     access_log: Option<(Arc<AccessLog>, Arc<PoolNames>)>,
+    /// The pending HTTP-01 tokens, answered before routing (plaintext listeners only).
+    http01: Option<Arc<Http01Tokens>>,
 }
 
 impl Proxy {
@@ -191,12 +194,13 @@ impl Proxy {
 
     /// The handler of `listener`, whose routes' `pool` indexes refer to `pools` (the pools'
     /// request-path handles: the proxy never sees the health runtime), counting into
-    /// `metrics`, the listener's.
+    /// `metrics`, the listener's, answering the pending HTTP-01 tokens of `http01` if given.
     pub(crate) fn new(
         listener: &ListenerConfig,
         pools: &[Arc<PoolHandle>],
         metrics: Arc<ListenerMetrics>,
         access_log: Option<Arc<AccessLog>>,
+        http01: Option<Arc<Http01Tokens>>,
     ) -> Proxy {
         let routes = &listener.routes;
         let access_log = access_log.map(|log| {
@@ -235,6 +239,7 @@ impl Proxy {
             unrouted: metrics.route("", ""),
             metrics,
             access_log,
+            http01,
         }
     }
 
@@ -340,6 +345,13 @@ impl Proxy {
             page.headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
             return Ok(page);
+        }
+        if let Some(answer) = self
+            .http01
+            .as_ref()
+            .and_then(|tokens| tokens.answer(req.method(), req.uri().path()))
+        {
+            return Ok(http01_page(answer));
         }
         let host = match request_host(&req) {
             Ok(host) => host,

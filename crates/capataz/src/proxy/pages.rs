@@ -1,8 +1,9 @@
-//! The answers capataz writes itself: its error pages.
+//! The answers capataz writes itself: its error pages and HTTP-01 key authorizations.
 
 use http::header::{self, HeaderValue};
 use http::{Response, StatusCode};
 
+use crate::acme::Http01Answer;
 use crate::balance::PoolHandle;
 use crate::body::RespBody;
 use crate::config::AllDownPolicy;
@@ -64,4 +65,26 @@ pub(super) fn reject_page(pool: &PoolHandle, all_down: bool) -> Response<RespBod
         .headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
     response
+}
+
+/// The answer to an HTTP-01 validation request (RFC 8555, section 8.3): the key authorization
+/// as `application/octet-stream`, or `405` with `Allow` for another method.
+pub(super) fn http01_page(answer: Http01Answer) -> Response<RespBody> {
+    match answer {
+        Http01Answer::KeyAuthorization(key_authorization) => {
+            let mut response = Response::new(RespBody::text(key_authorization));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            );
+            response
+        }
+        Http01Answer::MethodNotAllowed => {
+            let status = StatusCode::METHOD_NOT_ALLOWED;
+            let mut page = error_page(status, "an ACME challenge answers GET and HEAD only");
+            page.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+            page
+        }
+    }
 }

@@ -88,6 +88,8 @@ impl Shared {
                 pool_handles,
                 self.metrics.families().listener(&config.name),
                 access_log,
+                // HTTP-01 challenges are answered on plaintext listeners only.
+                config.tls.is_none().then(|| self.http01.clone()),
             )),
         })
     }
@@ -152,6 +154,7 @@ impl Shared {
         Some(AcmeTask(tokio::spawn(crate::acme::run(
             listener.name.clone(),
             certs,
+            self.http01.clone(),
             self.metrics.families().tls().clone(),
             self.shutdown.subscribe(),
         ))))

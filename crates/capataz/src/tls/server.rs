@@ -13,7 +13,7 @@ use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig, SupportedProtocolVersion};
 use tokio_rustls::TlsAcceptor;
 
-use super::acme::{AcmeCerts, AcmeSettings, ACME_TLS_ALPN};
+use super::acme::{AcmeCerts, AcmeSettings, Challenge, ACME_TLS_ALPN};
 use super::TlsInfo;
 use super::{read_certificates, read_key, x509, Alpn, ClientAuth, LoadError, MinVersion, Part};
 
@@ -188,7 +188,11 @@ impl ServerSettings {
         };
         let mut config = builder.with_cert_resolver(Arc::new(resolver));
         config.alpn_protocols = self.alpn();
-        if acme.is_some() {
+        if self
+            .acme
+            .as_ref()
+            .is_some_and(|a| a.challenge == Challenge::TlsAlpn01)
+        {
             // Last: only an ACME validator offers it, and the resolver answers it with the
             // challenge certificate alone.
             config.alpn_protocols.push(ACME_TLS_ALPN.to_vec());

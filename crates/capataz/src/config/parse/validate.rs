@@ -58,6 +58,8 @@ pub(super) struct Validator<'a> {
     pub(super) errors: RefCell<Vec<ConfigError>>,
     /// Pools that failed validation: a route naming one is not a second error.
     pub(super) failed_pools: RefCell<HashSet<String>>,
+    /// Whether the file has a listener without `tls` (where HTTP-01 challenges are answered).
+    pub(super) plaintext_listener: std::cell::Cell<bool>,
 }
 
 impl<'a> Validator<'a> {
@@ -71,6 +73,7 @@ impl<'a> Validator<'a> {
             secrets: Default::default(),
             errors: Default::default(),
             failed_pools: Default::default(),
+            plaintext_listener: Default::default(),
         }
     }
 
@@ -135,6 +138,8 @@ impl<'a> Validator<'a> {
         if let Some(Some(admin)) = &admin {
             bound.insert(admin.address, "admin".into());
         }
+        self.plaintext_listener
+            .set(raw.listeners.iter().any(|l| l.get_ref().tls.is_none()));
         // Without pools every route would be a second error about the same thing.
         if declared_pools {
             for (index, listener) in raw.listeners.into_iter().enumerate() {
