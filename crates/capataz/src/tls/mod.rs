@@ -19,6 +19,7 @@
 
 pub mod acme;
 pub mod client;
+pub mod ocsp;
 mod server;
 mod x509;
 
