@@ -34,6 +34,7 @@ mod hostile_path;
 mod issue14_states;
 mod metrics;
 mod module_graph;
+mod ocsp;
 mod packaging;
 mod pool_handle;
 mod probe_checks;

@@ -95,6 +95,7 @@ pub(super) struct RawTls {
     pub(super) alpn: Option<Vec<Spanned<String>>>,
     pub(super) client_ca: Option<Spanned<String>>,
     pub(super) client_auth: Option<Spanned<String>>,
+    pub(super) ocsp_fetch: Option<bool>,
     pub(super) acme: Option<Spanned<RawAcme>>,
 }
 
@@ -117,6 +118,7 @@ pub(super) struct RawCertificate {
     pub(super) cert: Option<Spanned<String>>,
     pub(super) key: Option<Spanned<String>>,
     pub(super) default: Option<bool>,
+    pub(super) ocsp_response: Option<Spanned<String>>,
 }
 
 #[derive(Default, Deserialize)]

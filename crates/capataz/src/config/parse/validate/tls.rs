@@ -64,7 +64,15 @@ impl Validator<'_> {
                 }
             }
             certificate_lines.push(Some(line_of(self.text, span.start)));
-            certificates.push(CertificateSource { cert, key: private });
+            let ocsp_response = match entry.ocsp_response {
+                None => None,
+                some => Some(self.tls_path(some, &format!("{key}.ocsp_response"), &span)?),
+            };
+            certificates.push(CertificateSource {
+                cert,
+                key: private,
+                ocsp_response,
+            });
         }
         let min_version = match &raw.min_version {
             None => MinVersion::Tls12,
@@ -122,6 +130,7 @@ impl Validator<'_> {
                 alpn,
                 client_ca,
                 acme,
+                ocsp_fetch: raw.ocsp_fetch.unwrap_or(false),
             },
             certificate_lines,
             client_ca_line,
