@@ -147,3 +147,60 @@ async fn a_response_file_is_stapled_checked_when_loaded_and_replaced_by_a_reload
         assert!(error.contains(why), "{error}");
     }
 }
+
+/// A responder that answers an endless body: the fetch stops reading at its bound, nothing is
+/// stapled, and the listener serves as before.
+#[tokio::test]
+async fn an_endless_responder_answer_is_cut_at_its_bound_and_nothing_is_stapled() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut ca = OcspCa::new();
+    let (good, good_key) = ca.leaf("good.test", 0x3001, false);
+    let hostile = tokio::net::TcpListener::bind(("127.0.0.1", ca.port))
+        .await
+        .expect("the responder's port");
+    let written = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let server = {
+        let (written, done) = (written.clone(), done.clone());
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = hostile.accept().await {
+                let (written, done) = (written.clone(), done.clone());
+                tokio::spawn(async move {
+                    let mut head = [0u8; 4096];
+                    let _ = socket.read(&mut head).await;
+                    let _ = socket
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/ocsp-response\r\n\r\n")
+                        .await;
+                    let chunk = vec![0x30u8; 64 * 1024];
+                    // At most 64 MiB, stopping when the client hangs up.
+                    for _ in 0..1024 {
+                        if socket.write_all(&chunk).await.is_err() {
+                            break;
+                        }
+                        written.fetch_add(chunk.len(), Ordering::Relaxed);
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
+                });
+            }
+        })
+    };
+    let b = backends(&["a"]).await;
+    let text = config_text(
+        &[entry(&good, &good_key, None)],
+        "ocsp_fetch = true",
+        b[0].addr(),
+    );
+    let (balancer, _) = start(&text).await;
+    crate::support::wait::wait_until("the fetch hung up on the endless answer", || {
+        done.load(Ordering::Relaxed) >= 1
+    })
+    .await;
+    let sent = written.load(Ordering::Relaxed);
+    assert!(sent < 32 << 20, "the fetch stopped reading early ({sent} bytes sent)");
+    let shown = stapled(balancer.local_addrs()[0], "good.test").await;
+    assert!(shown.contains("no response sent"), "{shown}");
+    balancer.shutdown(Duration::from_secs(5)).await;
+    server.abort();
+}
