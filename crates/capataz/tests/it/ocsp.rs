@@ -171,7 +171,9 @@ async fn an_endless_responder_answer_is_cut_at_its_bound_and_nothing_is_stapled(
                     let mut head = [0u8; 4096];
                     let _ = socket.read(&mut head).await;
                     let _ = socket
-                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/ocsp-response\r\n\r\n")
+                        .write_all(
+                            b"HTTP/1.1 200 OK\r\ncontent-type: application/ocsp-response\r\n\r\n",
+                        )
                         .await;
                     let chunk = vec![0x30u8; 64 * 1024];
                     // At most 64 MiB, stopping when the client hangs up.
@@ -198,7 +200,10 @@ async fn an_endless_responder_answer_is_cut_at_its_bound_and_nothing_is_stapled(
     })
     .await;
     let sent = written.load(Ordering::Relaxed);
-    assert!(sent < 32 << 20, "the fetch stopped reading early ({sent} bytes sent)");
+    assert!(
+        sent < 32 << 20,
+        "the fetch stopped reading early ({sent} bytes sent)"
+    );
     let shown = stapled(balancer.local_addrs()[0], "good.test").await;
     assert!(shown.contains("no response sent"), "{shown}");
     balancer.shutdown(Duration::from_secs(5)).await;
