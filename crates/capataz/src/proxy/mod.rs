@@ -44,7 +44,7 @@ use headers::{
     add_forwarded_headers, head_size, origin_form, request_host, rewrite_length, strip_hop_by_hop,
     strip_port, wants_upgrade, RequestHost, MIN_HYPER_BUFFER,
 };
-use pages::{error_page, failure_page, http01_page, reject_page, Failure};
+use pages::{error_page, failure_page, http01_page, https_redirect_page, reject_page, Failure};
 
 /// The most backends one request may try (first attempt plus retries).
 const MAX_TRIES: usize = 11;
@@ -184,6 +184,8 @@ pub struct Proxy {
     access_log: Option<(Arc<AccessLog>, Arc<PoolNames>)>,
     /// The pending HTTP-01 tokens, answered before routing (plaintext listeners only).
     http01: Option<Arc<Http01Tokens>>,
+    /// The HTTPS port every request is redirected to, instead of routing (`https_redirect`).
+    https_redirect: Option<u16>,
 }
 
 impl Proxy {
@@ -240,6 +242,7 @@ impl Proxy {
             metrics,
             access_log,
             http01,
+            https_redirect: listener.https_redirect,
         }
     }
 
@@ -362,6 +365,10 @@ impl Proxy {
                 return Ok(page);
             }
         };
+        if let Some(port) = self.https_redirect {
+            let host = host.as_str().map(strip_port);
+            return Ok(https_redirect_page(host, req.uri(), port));
+        }
         let route_host = if self.any_host { host.as_str() } else { None };
         let Some(route) = self.route(route_host, req.uri().path()) else {
             return Ok(error_page(

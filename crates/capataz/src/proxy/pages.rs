@@ -1,7 +1,7 @@
 //! The answers capataz writes itself: its error pages and HTTP-01 key authorizations.
 
 use http::header::{self, HeaderValue};
-use http::{Response, StatusCode};
+use http::{Response, StatusCode, Uri};
 
 use crate::acme::Http01Answer;
 use crate::balance::PoolHandle;
@@ -87,4 +87,32 @@ pub(super) fn http01_page(answer: Http01Answer) -> Response<RespBody> {
             page
         }
     }
+}
+
+/// The `308` to the same host (without its port), on HTTPS port `port` (written unless 443),
+/// with the same path and query; a request without a host gets `400`.
+pub(super) fn https_redirect_page(host: Option<&str>, uri: &Uri, port: u16) -> Response<RespBody> {
+    let Some(host) = host.filter(|h| !h.is_empty()) else {
+        return error_page(
+            StatusCode::BAD_REQUEST,
+            "a redirect to HTTPS needs the request's host",
+        );
+    };
+    let target = uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .filter(|p| p.starts_with('/'))
+        .unwrap_or("/");
+    let location = if port == 443 {
+        format!("https://{host}{target}")
+    } else {
+        format!("https://{host}:{port}{target}")
+    };
+    let Ok(value) = HeaderValue::from_str(&location) else {
+        return error_page(StatusCode::BAD_REQUEST, "the request's host or path");
+    };
+    let status = StatusCode::PERMANENT_REDIRECT;
+    let mut page = error_page(status, &location);
+    page.headers_mut().insert(header::LOCATION, value);
+    page
 }

@@ -77,6 +77,8 @@ pub(super) struct RawListener {
     pub(super) routes: Vec<Spanned<RawRoute>>,
     pub(super) tls: Option<RawTls>,
     pub(super) access_log: Option<Spanned<RawAccessLog>>,
+    pub(super) https_redirect: Option<Spanned<bool>>,
+    pub(super) https_redirect_port: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]

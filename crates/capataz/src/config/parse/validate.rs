@@ -361,7 +361,14 @@ impl<'a> Validator<'a> {
                 routes.push(route);
             }
         }
+        let https_redirect = self.https_redirect(
+            &at,
+            raw.tls.is_some(),
+            &raw.https_redirect,
+            &raw.https_redirect_port,
+        )?;
         Ok(ListenerConfig {
+            https_redirect,
             name,
             address: socket_addr,
             routes,
@@ -402,6 +409,39 @@ impl<'a> Validator<'a> {
                 .map(|log| self.access_log(&at, log))
                 .transpose()?,
         })
+    }
+
+    /// `https_redirect` and `https_redirect_port`: the port redirected to, on a plaintext
+    /// listener only.
+    fn https_redirect(
+        &self,
+        at: &str,
+        tls: bool,
+        on: &Option<Spanned<bool>>,
+        port: &Option<Spanned<i64>>,
+    ) -> Result<Option<u16>, ConfigError> {
+        let enabled = on.as_ref().is_some_and(|on| *on.get_ref());
+        if let (Some(on), true, true) = (on, enabled, tls) {
+            return Err(self.error(
+                Some(on.span()),
+                &format!("{at}.https_redirect"),
+                "a TLS listener already speaks HTTPS (set https_redirect on a plaintext \
+                 listener)"
+                    .into(),
+            ));
+        }
+        if let (Some(port), false) = (port, enabled) {
+            return Err(self.error(
+                Some(port.span()),
+                &format!("{at}.https_redirect_port"),
+                "https_redirect_port needs https_redirect = true".into(),
+            ));
+        }
+        if !enabled {
+            return Ok(None);
+        }
+        let port = self.int(port, &format!("{at}.https_redirect_port"), 443, 1..=65_535)?;
+        Ok(Some(port as u16))
     }
 
     fn http2(&self, at: &str, raw: &RawHttp2) -> Result<Http2Config, ConfigError> {

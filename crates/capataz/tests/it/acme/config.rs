@@ -203,3 +203,37 @@ fn http01_is_valid_beside_a_plaintext_listener_and_warns_without_one_on_port_80(
         .iter()
         .all(|w| !w.key.ends_with("acme.challenge")));
 }
+
+#[test]
+fn https_redirect_errors_name_the_line_and_the_key() {
+    let pki = Pki::new();
+    let path = pki.dir.join("redirect.toml");
+    for (listener, want) in [
+        (
+            "address = \"127.0.0.1:8443\"\nhttps_redirect = true\n[listeners.tls.acme]\n"
+                .to_owned()
+                + GOOD,
+            "5: listeners[0].https_redirect: a TLS listener already speaks HTTPS",
+        ),
+        (
+            "address = \"127.0.0.1:8080\"\nhttps_redirect_port = 8443".to_owned(),
+            "5: listeners[0].https_redirect_port: https_redirect_port needs https_redirect = true",
+        ),
+        (
+            "address = \"127.0.0.1:8080\"\nhttps_redirect = true\nhttps_redirect_port = 0"
+                .to_owned(),
+            "6: listeners[0].https_redirect_port: 0 is out of range",
+        ),
+    ] {
+        std::fs::write(
+            &path,
+            format!(
+                "[pools.web]\nbackends = [{{ address = \"127.0.0.1:9001\" }}]\n[[listeners]]\n{listener}\n"
+            ),
+        )
+        .unwrap();
+        let error = config::load(&path).expect_err(&listener).to_string();
+        let at = format!("{}:{want}", path.display());
+        assert!(error.starts_with(&at), "{error}\nwanted {at}");
+    }
+}

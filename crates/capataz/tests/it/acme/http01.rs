@@ -1,7 +1,8 @@
 //! HTTP-01: a TLS listener with `challenge = "http-01"` gets its certificate from pebble,
 //! which validates on the balancer's plaintext listener; and what a plaintext listener answers
 //! under `/.well-known/acme-challenge/` (a pending token to GET and HEAD, 405 to other methods,
-//! anything else routed as before), where a TLS listener answers nothing of it.
+//! anything else routed as before), where a TLS listener answers nothing of it; and
+//! `https_redirect`, which sends every other request of a plaintext listener to HTTPS.
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
@@ -229,5 +230,94 @@ async fn a_pending_token_is_answered_before_routing_to_get_and_head_on_plaintext
         .await
         .expect("an answer");
     assert_eq!((reply.status, reply.body.as_slice()), (200, &b"a\n"[..]));
+    balancer.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn https_redirect_sends_every_request_but_a_pending_token_to_https_with_its_path() {
+    let b = backends(&["a"]).await;
+    let text = |extra: &str| {
+        format!(
+            "[[listeners]]\naddress = \"127.0.0.1:0\"\nh2c = true\n{extra}\n\
+             [pools.web]\nbackends = [{{ name = \"a\", address = \"{}\" }}]\n",
+            b[0].addr()
+        )
+    };
+    let (balancer, _) = start(&text("https_redirect = true")).await;
+    let plain = balancer.local_addrs()[0];
+    let cases = [
+        (
+            "GET /a/b?x=1&y=%20 HTTP/1.1\r\nHost: Site.test:8080\r\n",
+            308,
+            Some("https://Site.test/a/b?x=1&y=%20"),
+        ),
+        (
+            "POST /form HTTP/1.1\r\nHost: [::1]:80\r\nContent-Length: 0\r\n",
+            308,
+            Some("https://[::1]/form"),
+        ),
+        (
+            "GET http://abs.test/p HTTP/1.1\r\nHost: abs.test\r\n",
+            308,
+            Some("https://abs.test/p"),
+        ),
+        (
+            "OPTIONS * HTTP/1.1\r\nHost: site.test\r\n",
+            308,
+            Some("https://site.test/"),
+        ),
+        ("GET / HTTP/1.0\r\n", 400, None),
+        (
+            "GET / HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n",
+            400,
+            None,
+        ),
+        ("GET / HTTP/1.1\r\nHost: a/b\r\n", 400, None),
+    ];
+    for (head, status, location) in cases {
+        let request = format!("{head}Connection: close\r\n\r\n");
+        let reply = roundtrip(plain, request.as_bytes())
+            .await
+            .expect("an answer");
+        assert_eq!(reply.status, status, "{head}: {}", reply.head);
+        assert_eq!(
+            crate::support::raw::header(&reply.head, "location"),
+            location,
+            "{head}"
+        );
+    }
+    // Over h2c, with the :authority.
+    let mut h2 = crate::support::h2client::connect(plain).await;
+    let answer = h2.get("h2.test:81", "/q?z").await;
+    assert_eq!(answer.status, 308);
+    assert_eq!(answer.header("location"), Some("https://h2.test/q?z"));
+    // A pending HTTP-01 token is answered, not redirected.
+    let owner = balancer.shared().http01().owner();
+    owner.set("tok", "tok.key");
+    let reply = roundtrip(
+        plain,
+        b"GET /.well-known/acme-challenge/tok HTTP/1.1\r\nHost: x.test\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .expect("an answer");
+    assert_eq!(
+        (reply.status, reply.body.as_slice()),
+        (200, &b"tok.key"[..])
+    );
+    assert_eq!(b[0].traffic_hits(), 0, "nothing was routed");
+    balancer.shutdown(Duration::from_secs(5)).await;
+
+    // Another port is written in the Location.
+    let (balancer, _) = start(&text("https_redirect = true\nhttps_redirect_port = 8443")).await;
+    let reply = roundtrip(
+        balancer.local_addrs()[0],
+        b"GET /p HTTP/1.1\r\nHost: site.test\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .expect("an answer");
+    assert_eq!(
+        crate::support::raw::header(&reply.head, "location"),
+        Some("https://site.test:8443/p")
+    );
     balancer.shutdown(Duration::from_secs(5)).await;
 }
