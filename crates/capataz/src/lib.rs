@@ -31,6 +31,7 @@ pub mod sd_notify;
 pub mod server;
 pub mod shared;
 pub mod sim;
+pub mod stapling;
 pub mod status;
 pub mod timefmt;
 pub mod tls;

@@ -5,14 +5,18 @@
 //!
 //! The task orders a certificate naming every domain when none is in force or when the one in
 //! force is within `renew_before` of its expiry, answers the TLS-ALPN-01 challenges through
-//! the listener's resolver (`tls::acme::AcmeCerts`), stores the chain and its new key in
+//! the listener's resolver (`tls::acme::AcmeCerts`) or the HTTP-01 ones through the balancer's
+//! plaintext listeners ([`Http01Tokens`], `http01.rs`), stores the chain and its new key in
 //! `storage` and puts them in force for the next handshakes, without a reload and without
 //! touching open connections. A failed order is retried with a jittered exponential backoff
 //! (10 s doubling to 1 h); the certificate in force keeps serving meanwhile. File IO runs on
 //! the blocking pool; the ACME protocol is instant-acme's over our own HTTP client (`http.rs`).
 
 mod http;
+mod http01;
 mod store;
+
+pub use http01::{Http01Answer, Http01Owner, Http01Tokens, CHALLENGE_PREFIX};
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -27,7 +31,8 @@ use tokio::sync::watch;
 
 use crate::instruments::TlsFamilies;
 use crate::tls::acme::{
-    certificate_request, challenge_certificate, issued_from_der, AcmeCerts, AcmeSettings, Issued,
+    certificate_request, challenge_certificate, issued_from_der, AcmeCerts, AcmeSettings,
+    Challenge, Issued,
 };
 
 /// The first retry after a failed order; it doubles per failure up to [`MAX_BACKOFF`].
@@ -43,22 +48,31 @@ const MAX_SLEEP: Duration = Duration::from_secs(12 * 3600);
 const ORDER_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Runs the ACME loop of listener `listener` until `shutdown` turns true (or the task is
-/// aborted by a reload).
+/// aborted by a reload). HTTP-01 tokens go to `http01`, which the plaintext listeners answer
+/// from; they are removed when the task ends, however it ends.
 pub async fn run(
     listener: String,
     certs: Arc<AcmeCerts>,
+    http01: Arc<Http01Tokens>,
     metrics: TlsFamilies,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let work = run_loop(&listener, &certs, &metrics);
+    let http01 = http01.owner();
+    let work = run_loop(&listener, &certs, &http01, &metrics);
     tokio::select! {
         () = work => {}
         _ = shutdown.wait_for(|down| *down) => {}
     }
     certs.clear_challenges();
+    http01.clear();
 }
 
-async fn run_loop(listener: &str, certs: &Arc<AcmeCerts>, metrics: &TlsFamilies) {
+async fn run_loop(
+    listener: &str,
+    certs: &Arc<AcmeCerts>,
+    http01: &Http01Owner,
+    metrics: &TlsFamilies,
+) {
     let settings = certs.settings().clone();
     let domains = settings.domains.join(",");
     let mut failures: u32 = 0;
@@ -96,11 +110,13 @@ async fn run_loop(listener: &str, certs: &Arc<AcmeCerts>, metrics: &TlsFamilies)
             }
         }
         let renewing = certs.issued().is_some();
-        let outcome = match tokio::time::timeout(ORDER_TIMEOUT, order(&settings, certs)).await {
+        let ordered = order(&settings, certs, http01);
+        let outcome = match tokio::time::timeout(ORDER_TIMEOUT, ordered).await {
             Ok(outcome) => outcome,
             Err(_) => Err(format!("the order took longer than {ORDER_TIMEOUT:?}")),
         };
         certs.clear_challenges();
+        http01.clear();
         match outcome {
             Ok(issued) => {
                 failures = 0;
@@ -222,7 +238,11 @@ async fn account(settings: &AcmeSettings) -> Result<Account, String> {
 }
 
 /// One order, from the account to the certificate stored on disk.
-async fn order(settings: &AcmeSettings, certs: &AcmeCerts) -> Result<Issued, String> {
+async fn order(
+    settings: &AcmeSettings,
+    certs: &AcmeCerts,
+    http01: &Http01Owner,
+) -> Result<Issued, String> {
     let account = account(settings).await?;
     let identifiers: Vec<Identifier> = settings
         .domains
@@ -266,14 +286,29 @@ async fn order(settings: &AcmeSettings, certs: &AcmeCerts) -> Result<Issued, Str
             AuthorizationStatus::Pending => {}
             other => return Err(format!("the authorization of {domain} is {other:?}")),
         }
+        let wanted = match settings.challenge {
+            Challenge::TlsAlpn01 => ChallengeType::TlsAlpn01,
+            Challenge::Http01 => ChallengeType::Http01,
+        };
         let challenge = authorization
             .challenges
             .iter()
-            .find(|c| c.r#type == ChallengeType::TlsAlpn01)
-            .ok_or_else(|| format!("the server offers no tls-alpn-01 challenge for {domain}"))?;
+            .find(|c| c.r#type == wanted)
+            .ok_or_else(|| {
+                format!(
+                    "the server offers no {} challenge for {domain}",
+                    settings.challenge.name()
+                )
+            })?;
         let key_authorization = order.key_authorization(challenge);
-        let certificate = challenge_certificate(domain, key_authorization.digest().as_ref())?;
-        certs.set_challenge(&domain.to_ascii_lowercase(), certificate);
+        match settings.challenge {
+            Challenge::TlsAlpn01 => {
+                let digest = key_authorization.digest();
+                let certificate = challenge_certificate(domain, digest.as_ref())?;
+                certs.set_challenge(&domain.to_ascii_lowercase(), certificate);
+            }
+            Challenge::Http01 => http01.set(&challenge.token, key_authorization.as_str()),
+        }
         ready.push(challenge.url.clone());
     }
     for url in &ready {
@@ -297,6 +332,7 @@ async fn order(settings: &AcmeSettings, certs: &AcmeCerts) -> Result<Issued, Str
         delay = (delay * 2).min(Duration::from_secs(5));
     }
     certs.clear_challenges();
+    http01.clear();
     let (csr, key_pem) = certificate_request(&settings.domains)?;
     if order.state().status == OrderStatus::Ready {
         order

@@ -116,6 +116,26 @@ fn check_settings(config: &Config) -> Vec<Warning> {
             );
         }
     }
+    let port_80 = config
+        .listeners
+        .iter()
+        .any(|l| l.tls.is_none() && l.address.port() == 80);
+    for (index, listener) in config.listeners.iter().enumerate() {
+        let http01 = listener
+            .tls
+            .as_ref()
+            .and_then(|tls| tls.settings.acme.as_ref())
+            .is_some_and(|acme| acme.challenge == crate::tls::acme::Challenge::Http01);
+        if http01 && !port_80 {
+            warn(
+                format!("listeners[{index}].tls.acme.challenge"),
+                "http-01 is validated on port 80 and no plaintext listener is on port 80: the \
+                 validation fails unless port 80 reaches one of them (by a port forward) or the \
+                 CA is a test server told another port"
+                    .into(),
+            );
+        }
+    }
     for pool in &config.pools {
         let at = format!("pools.{}", pool.name);
         if pool.tls.as_ref().is_some_and(|tls| !tls.verify) {

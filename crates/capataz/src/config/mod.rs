@@ -203,6 +203,9 @@ pub struct ListenerConfig {
     pub proxy_protocol: Option<ProxyProtocolConfig>,
     /// The access log (`[listeners.access_log]`); none when `None` (default).
     pub access_log: Option<AccessLogConfig>,
+    /// On a plaintext listener, the HTTPS port every request is redirected to (`308`) instead
+    /// of being routed (`https_redirect`, `https_redirect_port`); `None` (default) routes.
+    pub https_redirect: Option<u16>,
 }
 
 /// A listener's access log (`[listeners.access_log]`): one line per request.

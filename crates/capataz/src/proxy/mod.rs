@@ -24,6 +24,7 @@ use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
 
 use crate::access_log::{AccessLog, AccessRecord, Phase, Termination};
+use crate::acme::Http01Tokens;
 use crate::balance::PoolHandle;
 use crate::body::{grpc_status, Grpc, Lease, ReqBody, RespBody};
 use crate::config::{BackendProtocol, ConnectionReuse, ListenerConfig};
@@ -44,7 +45,7 @@ use headers::{
     add_forwarded_headers, head_size, origin_form, request_host, rewrite_length, strip_hop_by_hop,
     strip_port, wants_upgrade, RequestHost, MIN_HYPER_BUFFER,
 };
-use pages::{error_page, failure_page, reject_page, Failure};
+use pages::{error_page, failure_page, http01_page, https_redirect_page, reject_page, Failure};
 
 /// The most backends one request may try (first attempt plus retries).
 const MAX_TRIES: usize = 11;
@@ -182,6 +183,10 @@ pub struct Proxy {
     unrouted: RouteMetrics,
     /// The listener's access log, if it has one, and the names its records take.
     access_log: Option<(Arc<AccessLog>, Arc<PoolNames>)>,
+    /// The pending HTTP-01 tokens, answered before routing (plaintext listeners only).
+    http01: Option<Arc<Http01Tokens>>,
+    /// The HTTPS port every request is redirected to, instead of routing (`https_redirect`).
+    https_redirect: Option<u16>,
 }
 
 impl Proxy {
@@ -192,12 +197,13 @@ impl Proxy {
 
     /// The handler of `listener`, whose routes' `pool` indexes refer to `pools` (the pools'
     /// request-path handles: the proxy never sees the health runtime), counting into
-    /// `metrics`, the listener's.
+    /// `metrics`, the listener's, answering the pending HTTP-01 tokens of `http01` if given.
     pub(crate) fn new(
         listener: &ListenerConfig,
         pools: &[Arc<PoolHandle>],
         metrics: Arc<ListenerMetrics>,
         access_log: Option<Arc<AccessLog>>,
+        http01: Option<Arc<Http01Tokens>>,
     ) -> Proxy {
         let routes = &listener.routes;
         let access_log = access_log.map(|log| {
@@ -236,6 +242,8 @@ impl Proxy {
             unrouted: metrics.route("", ""),
             metrics,
             access_log,
+            http01,
+            https_redirect: listener.https_redirect,
         }
     }
 
@@ -343,6 +351,13 @@ impl Proxy {
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
             return Ok(page);
         }
+        if let Some(answer) = self
+            .http01
+            .as_ref()
+            .and_then(|tokens| tokens.answer(req.method(), req.uri().path()))
+        {
+            return Ok(http01_page(answer));
+        }
         let host = match request_host(&req) {
             Ok(host) => host,
             Err(why) => {
@@ -352,6 +367,10 @@ impl Proxy {
                 return Ok(page);
             }
         };
+        if let Some(port) = self.https_redirect {
+            let host = host.as_str().map(strip_port);
+            return Ok(https_redirect_page(host, req.uri(), port));
+        }
         let route_host = if self.any_host { host.as_str() } else { None };
         let Some(route) = self.route(route_host, req.uri().path()) else {
             return Ok(error_page(

@@ -1,8 +1,9 @@
-//! The answers capataz writes itself: its error pages.
+//! The answers capataz writes itself: its error pages and HTTP-01 key authorizations.
 
 use http::header::{self, HeaderValue};
-use http::{Response, StatusCode};
+use http::{Response, StatusCode, Uri};
 
+use crate::acme::Http01Answer;
 use crate::balance::PoolHandle;
 use crate::body::RespBody;
 use crate::config::AllDownPolicy;
@@ -64,4 +65,54 @@ pub(super) fn reject_page(pool: &PoolHandle, all_down: bool) -> Response<RespBod
         .headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
     response
+}
+
+/// The answer to an HTTP-01 validation request (RFC 8555, section 8.3): the key authorization
+/// as `application/octet-stream`, or `405` with `Allow` for another method.
+pub(super) fn http01_page(answer: Http01Answer) -> Response<RespBody> {
+    match answer {
+        Http01Answer::KeyAuthorization(key_authorization) => {
+            let mut response = Response::new(RespBody::text(key_authorization));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            );
+            response
+        }
+        Http01Answer::MethodNotAllowed => {
+            let status = StatusCode::METHOD_NOT_ALLOWED;
+            let mut page = error_page(status, "an ACME challenge answers GET and HEAD only");
+            page.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+            page
+        }
+    }
+}
+
+/// The `308` to the same host (without its port), on HTTPS port `port` (written unless 443),
+/// with the same path and query; a request without a host gets `400`.
+pub(super) fn https_redirect_page(host: Option<&str>, uri: &Uri, port: u16) -> Response<RespBody> {
+    let Some(host) = host.filter(|h| !h.is_empty()) else {
+        return error_page(
+            StatusCode::BAD_REQUEST,
+            "a redirect to HTTPS needs the request's host",
+        );
+    };
+    let target = uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .filter(|p| p.starts_with('/'))
+        .unwrap_or("/");
+    let location = if port == 443 {
+        format!("https://{host}{target}")
+    } else {
+        format!("https://{host}:{port}{target}")
+    };
+    let Ok(value) = HeaderValue::from_str(&location) else {
+        return error_page(StatusCode::BAD_REQUEST, "the request's host or path");
+    };
+    let status = StatusCode::PERMANENT_REDIRECT;
+    let mut page = error_page(status, &location);
+    page.headers_mut().insert(header::LOCATION, value);
+    page
 }

@@ -35,14 +35,17 @@ pub(super) struct ListenerRt {
     pub(super) task: JoinHandle<()>,
     /// The ACME task of a listener with `[listeners.tls.acme]`; replaced on every reload.
     pub(super) acme: Option<AcmeTask>,
+    /// The OCSP stapling task of a TLS listener with `ocsp_fetch` or something to say about
+    /// stapling; replaced on every reload.
+    pub(super) ocsp: Option<AcmeTask>,
     /// A duplicate of the listening socket's descriptor, which a binary upgrade offers to the
     /// new process. Dropped with the listener, so a stopped listener's socket closes. `None`
     /// if it could not be made (out of descriptors): an upgrade is then refused.
     pub(super) offer: Option<std::os::fd::OwnedFd>,
 }
 
-/// A listener's ACME task, aborted when dropped (the listener stopped, removed, or its TLS
-/// reloaded: the new `ServerTls` read the stored certificate again and gets a new task).
+/// A listener's ACME or OCSP stapling task, aborted when dropped (the listener stopped,
+/// removed, or its TLS reloaded: the new `ServerTls` read its files again and gets a new task).
 #[derive(Debug)]
 pub(super) struct AcmeTask(JoinHandle<()>);
 
@@ -88,6 +91,8 @@ impl Shared {
                 pool_handles,
                 self.metrics.families().listener(&config.name),
                 access_log,
+                // HTTP-01 challenges are answered on plaintext listeners only.
+                config.tls.is_none().then(|| self.http01.clone()),
             )),
         })
     }
@@ -138,6 +143,7 @@ impl Shared {
             stop,
             task,
             acme: self.spawn_acme(listener),
+            ocsp: self.spawn_stapling(listener),
             offer,
         }
     }
@@ -152,7 +158,24 @@ impl Shared {
         Some(AcmeTask(tokio::spawn(crate::acme::run(
             listener.name.clone(),
             certs,
+            self.http01.clone(),
             self.metrics.families().tls().clone(),
+            self.shutdown.subscribe(),
+        ))))
+    }
+}
+
+impl Shared {
+    /// Starts the OCSP stapling task of `listener`, if its TLS fetches responses or noted
+    /// something about stapling.
+    pub(super) fn spawn_stapling(&self, listener: &ListenerConfig) -> Option<AcmeTask> {
+        let loaded = listener.tls.as_ref()?.loaded.as_ref()?;
+        if loaded.ocsp_fetches().is_empty() && loaded.ocsp_notes().is_empty() {
+            return None;
+        }
+        Some(AcmeTask(tokio::spawn(crate::stapling::run(
+            listener.name.clone(),
+            loaded.clone(),
             self.shutdown.subscribe(),
         ))))
     }

@@ -53,6 +53,9 @@ pub struct Shared {
     metrics: Arc<Metrics>,
     /// The listeners' access logs, kept across reloads.
     access_logs: crate::access_log::AccessLogs,
+    /// The HTTP-01 tokens the ACME tasks are having validated, which every plaintext listener
+    /// answers; kept across reloads.
+    http01: Arc<crate::acme::Http01Tokens>,
     shutdown: watch::Sender<bool>,
     /// Whether the client listeners accept: false in a process taking over from an upgrading
     /// one until its backends are decided ([`Shared::open`]); true otherwise.
@@ -198,6 +201,7 @@ impl Shared {
             clock,
             metrics,
             access_logs: Default::default(),
+            http01: crate::acme::Http01Tokens::new(),
             shutdown,
             accepting,
             connections: Arc::new(AtomicUsize::new(0)),
@@ -279,6 +283,11 @@ impl Shared {
     /// This balancer's metrics (its own registry: nothing shared with another balancer).
     pub fn metrics(&self) -> Arc<Metrics> {
         self.metrics.clone()
+    }
+
+    /// The HTTP-01 tokens being validated, which the plaintext listeners answer.
+    pub fn http01(&self) -> &Arc<crate::acme::Http01Tokens> {
+        &self.http01
     }
 
     /// The configuration in force.

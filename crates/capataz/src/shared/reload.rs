@@ -218,6 +218,7 @@ impl Shared {
                 Some(new) => {
                     let mut listener = listener;
                     listener.acme = self.spawn_acme(new);
+                    listener.ocsp = self.spawn_stapling(new);
                     // A reload reopens the access log (log rotation).
                     let log = self.access_log(new);
                     listener

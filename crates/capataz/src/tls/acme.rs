@@ -22,6 +22,25 @@ pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
 /// The most domains one listener orders (one certificate holds them all).
 pub const MAX_DOMAINS: usize = 100;
 
+/// The challenge an ACME listener answers to prove it holds its domains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Challenge {
+    /// TLS-ALPN-01 (RFC 8737), on the TLS listener itself (port 443). The default.
+    TlsAlpn01,
+    /// HTTP-01 (RFC 8555, section 8.3), on the balancer's plaintext listeners (port 80).
+    Http01,
+}
+
+impl Challenge {
+    /// Its name in the config and in ACME (`tls-alpn-01`, `http-01`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Challenge::TlsAlpn01 => "tls-alpn-01",
+            Challenge::Http01 => "http-01",
+        }
+    }
+}
+
 /// `[listeners.tls.acme]`, validated.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AcmeSettings {
@@ -33,6 +52,8 @@ pub struct AcmeSettings {
     pub email: Option<String>,
     /// The directory holding the account key and the certificate.
     pub storage: PathBuf,
+    /// The challenge answered (default TLS-ALPN-01).
+    pub challenge: Challenge,
     /// How long before its expiry a certificate is renewed (default 30 days).
     pub renew_before: Duration,
     /// An extra root trusted for the directory's HTTPS (beside the system's roots).
@@ -253,6 +274,7 @@ mod tests {
             domains: vec!["a.test".into()],
             email: None,
             storage: dir.clone(),
+            challenge: Challenge::TlsAlpn01,
             renew_before: Duration::from_secs(1),
             ca_file: None,
         };

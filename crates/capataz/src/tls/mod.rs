@@ -19,7 +19,9 @@
 
 pub mod acme;
 pub mod client;
+pub mod ocsp;
 mod server;
+pub mod staple;
 mod x509;
 
 use std::fmt;
@@ -29,6 +31,7 @@ use std::path::{Path, PathBuf};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
+pub(crate) use server::date as server_date;
 pub use server::{
     failure_reason, CertificateInfo, CertificateSource, ServerSettings, ServerTls, FAILURE_REASONS,
 };
@@ -132,6 +135,8 @@ pub enum Part {
     ClientCa,
     /// The extra root trusted for the ACME directory (`[listeners.tls.acme]`'s `ca_file`).
     AcmeCaFile,
+    /// The OCSP response file of `certificates[i]`.
+    OcspResponse(usize),
 }
 
 impl fmt::Display for LoadError {

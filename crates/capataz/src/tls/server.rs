@@ -13,7 +13,9 @@ use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig, SupportedProtocolVersion};
 use tokio_rustls::TlsAcceptor;
 
-use super::acme::{AcmeCerts, AcmeSettings, ACME_TLS_ALPN};
+use super::acme::{AcmeCerts, AcmeSettings, Challenge, ACME_TLS_ALPN};
+use super::ocsp::{self, Refusal};
+use super::staple::{OcspFetch, StapleSlot};
 use super::TlsInfo;
 use super::{read_certificates, read_key, x509, Alpn, ClientAuth, LoadError, MinVersion, Part};
 
@@ -24,6 +26,8 @@ pub struct CertificateSource {
     pub cert: PathBuf,
     /// Its private key.
     pub key: PathBuf,
+    /// A DER OCSP response to staple as is (`ocsp_response`), checked when loaded.
+    pub ocsp_response: Option<PathBuf>,
 }
 
 /// What a listener's TLS is built from.
@@ -41,6 +45,9 @@ pub struct ServerSettings {
     pub client_ca: Option<(PathBuf, ClientAuth)>,
     /// Certificates obtained by ACME (`[listeners.tls.acme]`), beside the static ones.
     pub acme: Option<AcmeSettings>,
+    /// Whether the runtime fetches and staples the OCSP response of each static certificate
+    /// without an `ocsp_response` file (`ocsp_fetch`).
+    pub ocsp_fetch: bool,
 }
 
 /// Facts about one loaded certificate, for the expiry warning and metric.
@@ -80,6 +87,11 @@ pub struct ServerTls {
     certificates: Arc<[CertificateInfo]>,
     acme: Option<Arc<AcmeCerts>>,
     acme_note: Option<String>,
+    /// The certificates whose OCSP responses the runtime fetches.
+    ocsp_fetches: Arc<[OcspFetch]>,
+    /// What the load has to say about stapling (a response file not stapled, a certificate
+    /// whose response cannot be fetched), for the log when the listener starts.
+    ocsp_notes: Arc<[String]>,
 }
 
 impl std::fmt::Debug for ServerTls {
@@ -116,9 +128,24 @@ impl ServerSettings {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut keys = Vec::with_capacity(self.certificates.len());
         let mut certificates = Vec::with_capacity(self.certificates.len());
+        let mut ocsp_fetches = Vec::new();
+        let mut ocsp_notes = Vec::new();
         for (index, source) in self.certificates.iter().enumerate() {
             let (key, info) = load_one(index, source, &provider, now)?;
-            keys.push(Arc::new(key));
+            let slot = Arc::new(StapleSlot::new(key));
+            match &source.ocsp_response {
+                Some(file) => {
+                    if let Some(note) = staple_file(index, file, &slot, now)? {
+                        ocsp_notes.push(note);
+                    }
+                }
+                None if self.ocsp_fetch => match ocsp_fetch(index, source, &slot) {
+                    Ok(fetch) => ocsp_fetches.push(fetch),
+                    Err(note) => ocsp_notes.push(note),
+                },
+                None => {}
+            }
+            keys.push(slot);
             certificates.push(info);
         }
         let (acme, acme_note) = match &self.acme {
@@ -188,7 +215,11 @@ impl ServerSettings {
         };
         let mut config = builder.with_cert_resolver(Arc::new(resolver));
         config.alpn_protocols = self.alpn();
-        if acme.is_some() {
+        if self
+            .acme
+            .as_ref()
+            .is_some_and(|a| a.challenge == Challenge::TlsAlpn01)
+        {
             // Last: only an ACME validator offers it, and the resolver answers it with the
             // challenge certificate alone.
             config.alpn_protocols.push(ACME_TLS_ALPN.to_vec());
@@ -206,8 +237,96 @@ impl ServerSettings {
             certificates: certificates.into(),
             acme,
             acme_note,
+            ocsp_fetches: ocsp_fetches.into(),
+            ocsp_notes: ocsp_notes.into(),
         })
     }
+}
+
+/// The largest OCSP response file read: 1 MiB (a response is a few KiB).
+const MAX_OCSP_FILE: u64 = 1 << 20;
+
+/// Staples the response in `file` on `slot` if it passes the checks at `now`. A file that is
+/// not an OCSP response for the certificate is an error; a good one that is stale or not yet
+/// valid, or one saying the certificate is revoked or unknown, is not stapled and is returned
+/// as a note (a reload with a fresh file staples it).
+fn staple_file(
+    index: usize,
+    file: &std::path::Path,
+    slot: &StapleSlot,
+    now: i64,
+) -> Result<Option<String>, LoadError> {
+    use std::io::Read as _;
+    let error = |message: String| LoadError {
+        part: Part::OcspResponse(index),
+        file: file.to_owned(),
+        message,
+    };
+    let mut der = Vec::new();
+    std::fs::File::open(file)
+        .and_then(|f| f.take(MAX_OCSP_FILE + 1).read_to_end(&mut der))
+        .map_err(|e| {
+            error(format!(
+                "cannot read it: {e} (check the path and its permissions)"
+            ))
+        })?;
+    if der.len() as u64 > MAX_OCSP_FILE {
+        return Err(error(format!(
+            "larger than {} MiB, which no OCSP response is (is it the right file?)",
+            MAX_OCSP_FILE >> 20
+        )));
+    }
+    let chain = slot.chain();
+    let Some(leaf) = chain.first() else {
+        return Ok(None);
+    };
+    match ocsp::check(&der, leaf, chain.get(1), now) {
+        Ok(checked) => {
+            slot.staple(der, checked.until);
+            Ok(None)
+        }
+        Err(
+            why @ (Refusal::Revoked | Refusal::Unknown | Refusal::NotYetValid | Refusal::Stale(_)),
+        ) => Ok(Some(format!(
+            "{}: not stapled: {why} (write a fresh response and reload)",
+            file.display()
+        ))),
+        Err(why) => Err(error(format!(
+            "is not an OCSP response to staple for the certificate in certificates[{index}]: \
+             {why} (give the DER response of that certificate, e.g. from openssl ocsp -respout)"
+        ))),
+    }
+}
+
+/// What fetching the OCSP response of `certificates[index]` needs, or why it cannot be.
+fn ocsp_fetch(
+    index: usize,
+    source: &CertificateSource,
+    slot: &Arc<StapleSlot>,
+) -> Result<OcspFetch, String> {
+    let chain = slot.chain();
+    let file = source.cert.display();
+    let (Some(leaf), Some(issuer)) = (chain.first(), chain.get(1)) else {
+        return Err(format!(
+            "{file}: no OCSP response is fetched: the chain holds no issuer certificate after \
+             the server's (append the intermediate to the file)"
+        ));
+    };
+    let url = ocsp::responder_url(leaf).ok_or_else(|| {
+        format!(
+            "{file}: no OCSP response is fetched: the certificate names no http:// OCSP \
+             responder (its CA runs none)"
+        )
+    })?;
+    let request = ocsp::request(leaf, issuer)
+        .ok_or_else(|| format!("{file}: no OCSP request can be made for it"))?;
+    Ok(OcspFetch {
+        index,
+        file: source.cert.clone(),
+        slot: slot.clone(),
+        url,
+        request,
+    })
 }
 
 /// Loads `certificates[index]`: chain, key, that they match, and that it has not expired.
@@ -295,6 +414,17 @@ impl ServerTls {
         self.acme_note.as_deref()
     }
 
+    /// The certificates whose OCSP responses the runtime fetches (`ocsp_fetch`).
+    pub fn ocsp_fetches(&self) -> &[OcspFetch] {
+        &self.ocsp_fetches
+    }
+
+    /// What the load noted about stapling, for the log: response files not stapled,
+    /// certificates whose response cannot be fetched.
+    pub fn ocsp_notes(&self) -> &[String] {
+        &self.ocsp_notes
+    }
+
     /// Runs the server side of a handshake on `stream`. The caller bounds it in time.
     pub async fn accept<S>(
         &self,
@@ -367,7 +497,7 @@ pub const FAILURE_REASONS: [&str; 8] = [
 /// wins.
 #[derive(Debug)]
 struct SniResolver {
-    keys: Vec<Arc<CertifiedKey>>,
+    keys: Vec<Arc<StapleSlot>>,
     exact: HashMap<String, usize>,
     /// By the part after `*.`.
     wildcard: HashMap<String, usize>,
@@ -377,7 +507,7 @@ struct SniResolver {
 }
 
 impl SniResolver {
-    fn new(keys: Vec<Arc<CertifiedKey>>, infos: &[CertificateInfo], default: usize) -> Self {
+    fn new(keys: Vec<Arc<StapleSlot>>, infos: &[CertificateInfo], default: usize) -> Self {
         let mut exact = HashMap::new();
         let mut wildcard = HashMap::new();
         for (index, info) in infos.iter().enumerate() {
@@ -433,7 +563,9 @@ impl ResolvesServerCert for SniResolver {
                 return None;
             }
         }
-        self.keys.get(self.pick(name)).cloned()
+        self.keys
+            .get(self.pick(name))
+            .map(|slot| slot.current(super::staple::unix_now()))
     }
 }
 
@@ -484,6 +616,7 @@ mod tests {
             alpn: vec![Alpn::H2, Alpn::Http11],
             client_ca: None,
             acme: None,
+            ocsp_fetch: false,
         };
         let served: Vec<Vec<u8>> = [Alpn::H2, Alpn::Http11]
             .into_iter()

@@ -18,12 +18,15 @@ pub(crate) struct Facts {
     pub(crate) dns_names: Vec<String>,
 }
 
-const SEQUENCE: u8 = 0x30;
+pub(super) const SEQUENCE: u8 = 0x30;
 const UTC_TIME: u8 = 0x17;
-const GENERALIZED_TIME: u8 = 0x18;
-const OID: u8 = 0x06;
+pub(super) const GENERALIZED_TIME: u8 = 0x18;
+pub(super) const OID: u8 = 0x06;
 const BOOLEAN: u8 = 0x01;
-const OCTET_STRING: u8 = 0x04;
+pub(super) const OCTET_STRING: u8 = 0x04;
+pub(super) const INTEGER: u8 = 0x02;
+pub(super) const BIT_STRING: u8 = 0x03;
+pub(super) const ENUMERATED: u8 = 0x0a;
 /// `[0]` EXPLICIT, constructed: the version.
 const VERSION: u8 = 0xa0;
 /// `[3]` EXPLICIT, constructed: the extensions.
@@ -34,12 +37,20 @@ const DNS_NAME: u8 = 0x82;
 const SAN_OID: &[u8] = &[0x55, 0x1d, 0x11];
 
 /// A cursor over DER bytes.
-struct Der<'a>(&'a [u8]);
+pub(super) struct Der<'a>(pub(super) &'a [u8]);
 
 impl<'a> Der<'a> {
+    /// The next element whole (tag, length and contents), its tag and its contents.
+    pub(super) fn next_whole(&mut self) -> Option<(u8, &'a [u8], &'a [u8])> {
+        let start = self.0;
+        let (tag, contents) = self.next()?;
+        let used = start.len() - self.0.len();
+        Some((tag, contents, &start[..used]))
+    }
+
     /// The next element's tag and contents (short and long definite lengths, up to 4 length
     /// bytes; indefinite lengths are not DER).
-    fn next(&mut self) -> Option<(u8, &'a [u8])> {
+    pub(super) fn next(&mut self) -> Option<(u8, &'a [u8])> {
         let (&tag, rest) = self.0.split_first()?;
         let (&first, mut rest) = rest.split_first()?;
         let length = if first < 0x80 {
@@ -62,18 +73,18 @@ impl<'a> Der<'a> {
     }
 
     /// The next element, which must have `tag`.
-    fn expect(&mut self, tag: u8) -> Option<&'a [u8]> {
+    pub(super) fn expect(&mut self, tag: u8) -> Option<&'a [u8]> {
         match self.next()? {
             (found, contents) if found == tag => Some(contents),
             _ => None,
         }
     }
 
-    fn peek_tag(&self) -> Option<u8> {
+    pub(super) fn peek_tag(&self) -> Option<u8> {
         self.0.first().copied()
     }
 
-    fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 }
@@ -110,6 +121,99 @@ pub(crate) fn read(der: &[u8]) -> Option<Facts> {
     })
 }
 
+/// The fields of a certificate OCSP needs, as slices of its DER.
+#[derive(Debug)]
+pub(super) struct Parts<'a> {
+    /// The whole `TBSCertificate` (what the issuer signed).
+    pub(super) tbs: &'a [u8],
+    /// The serial number's contents.
+    pub(super) serial: &'a [u8],
+    /// The issuer `Name`, whole.
+    pub(super) issuer: &'a [u8],
+    /// The subject `Name`, whole.
+    pub(super) subject: &'a [u8],
+    /// The subject public key's algorithm identifier (contents) and key bits.
+    pub(super) key_algorithm: &'a [u8],
+    /// The subject public key's bits (the BIT STRING's contents after its unused-bits byte).
+    pub(super) key: &'a [u8],
+    /// The extensions (`SEQUENCE OF Extension` contents), if any.
+    pub(super) extensions: Option<&'a [u8]>,
+    /// The signature algorithm (contents) and the signature's bits.
+    pub(super) signature_algorithm: &'a [u8],
+    /// The signature's bits.
+    pub(super) signature: &'a [u8],
+}
+
+/// A certificate's [`Parts`]; `None` if the bytes are not the outline of one.
+pub(super) fn parts(der: &[u8]) -> Option<Parts<'_>> {
+    let mut certificate = Der(Der(der).expect(SEQUENCE)?);
+    let (tag, tbs_contents, tbs) = certificate.next_whole()?;
+    if tag != SEQUENCE {
+        return None;
+    }
+    let signature_algorithm = certificate.expect(SEQUENCE)?;
+    let signature = bits(certificate.expect(BIT_STRING)?)?;
+    let mut fields = Der(tbs_contents);
+    if fields.peek_tag() == Some(VERSION) {
+        fields.next()?;
+    }
+    let serial = fields.expect(INTEGER)?;
+    fields.expect(SEQUENCE)?; // signature
+    let (tag, _, issuer) = fields.next_whole()?;
+    if tag != SEQUENCE {
+        return None;
+    }
+    fields.expect(SEQUENCE)?; // validity
+    let (tag, _, subject) = fields.next_whole()?;
+    if tag != SEQUENCE {
+        return None;
+    }
+    let mut spki = Der(fields.expect(SEQUENCE)?);
+    let key_algorithm = spki.expect(SEQUENCE)?;
+    let key = bits(spki.expect(BIT_STRING)?)?;
+    let mut extensions = None;
+    while let Some((tag, contents)) = fields.next() {
+        if tag == EXTENSIONS {
+            extensions = Some(Der(contents).expect(SEQUENCE)?);
+        }
+    }
+    Some(Parts {
+        tbs,
+        serial,
+        issuer,
+        subject,
+        key_algorithm,
+        key,
+        extensions,
+        signature_algorithm,
+        signature,
+    })
+}
+
+/// The value (`extnValue`'s contents) of the extension `oid` among `extensions`.
+pub(super) fn extension<'a>(extensions: &'a [u8], oid: &[u8]) -> Option<&'a [u8]> {
+    let mut extensions = Der(extensions);
+    while !extensions.is_empty() {
+        let mut extension = Der(extensions.expect(SEQUENCE)?);
+        if extension.expect(OID)? != oid {
+            continue;
+        }
+        if extension.peek_tag() == Some(BOOLEAN) {
+            extension.next()?;
+        }
+        return extension.expect(OCTET_STRING);
+    }
+    None
+}
+
+/// A BIT STRING's bits, which must be whole bytes (no unused bits).
+fn bits(contents: &[u8]) -> Option<&[u8]> {
+    match contents.split_first()? {
+        (0, rest) => Some(rest),
+        _ => None,
+    }
+}
+
 /// The DNS names of the subjectAltName extension in `[3] { SEQUENCE OF Extension }`.
 fn san_names(explicit: &[u8]) -> Option<Vec<String>> {
     let mut extensions = Der(Der(explicit).expect(SEQUENCE)?);
@@ -135,7 +239,7 @@ fn san_names(explicit: &[u8]) -> Option<Vec<String>> {
 
 /// `YYMMDDHHMMSSZ` (UTCTime, years 1950-2049) or `YYYYMMDDHHMMSSZ` (GeneralizedTime) as Unix
 /// seconds. RFC 5280 requires seconds and `Z`; anything else is refused.
-fn time(text: &[u8], generalized: bool) -> Option<i64> {
+pub(super) fn time(text: &[u8], generalized: bool) -> Option<i64> {
     let digits = text.strip_suffix(b"Z")?;
     if digits.len() != if generalized { 14 } else { 12 } || !digits.iter().all(u8::is_ascii_digit) {
         return None;

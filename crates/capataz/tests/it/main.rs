@@ -35,6 +35,7 @@ mod hostile_path;
 mod issue14_states;
 mod metrics;
 mod module_graph;
+mod ocsp;
 mod packaging;
 mod pool_handle;
 mod probe_checks;

@@ -23,6 +23,7 @@ pub mod fleet;
 pub mod h2client;
 pub mod h2frames;
 pub mod knot;
+pub mod ocsp;
 pub mod pebble;
 pub mod process;
 pub mod prometheus;

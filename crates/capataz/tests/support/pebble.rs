@@ -51,6 +51,16 @@ impl Pebble {
     /// and issues certificates valid for `validity` seconds. Returns once pebble's directory
     /// accepts connections.
     pub fn start(tls_port: u16, validity: u64) -> Pebble {
+        Pebble::start_ports(tls_port, free_tcp_port(), validity)
+    }
+
+    /// As [`Pebble::start`], validating HTTP-01 on 127.0.0.1:`http_port` (TLS-ALPN-01 on a
+    /// port where nothing listens).
+    pub fn start_http01(http_port: u16, validity: u64) -> Pebble {
+        Pebble::start_ports(free_tcp_port(), http_port, validity)
+    }
+
+    fn start_ports(tls_port: u16, http_port: u16, validity: u64) -> Pebble {
         let pki = Pki::new();
         let (cert, key) = pki.server("pebble", &["localhost"], None);
         let dns_port = free_udp_port();
@@ -72,7 +82,7 @@ impl Pebble {
                 "managementListenAddress": management.to_string(),
                 "certificate": cert,
                 "privateKey": key,
-                "httpPort": free_tcp_port(),
+                "httpPort": http_port,
                 "tlsPort": tls_port,
                 "ocspResponderURL": "",
                 "externalAccountBindingRequired": false,

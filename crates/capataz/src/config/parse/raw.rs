@@ -77,6 +77,8 @@ pub(super) struct RawListener {
     pub(super) routes: Vec<Spanned<RawRoute>>,
     pub(super) tls: Option<RawTls>,
     pub(super) access_log: Option<Spanned<RawAccessLog>>,
+    pub(super) https_redirect: Option<Spanned<bool>>,
+    pub(super) https_redirect_port: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -95,6 +97,7 @@ pub(super) struct RawTls {
     pub(super) alpn: Option<Vec<Spanned<String>>>,
     pub(super) client_ca: Option<Spanned<String>>,
     pub(super) client_auth: Option<Spanned<String>>,
+    pub(super) ocsp_fetch: Option<bool>,
     pub(super) acme: Option<Spanned<RawAcme>>,
 }
 
@@ -117,6 +120,7 @@ pub(super) struct RawCertificate {
     pub(super) cert: Option<Spanned<String>>,
     pub(super) key: Option<Spanned<String>>,
     pub(super) default: Option<bool>,
+    pub(super) ocsp_response: Option<Spanned<String>>,
 }
 
 #[derive(Default, Deserialize)]

@@ -159,6 +159,10 @@ pub(super) fn load_tls(config: &mut Config, now: i64) -> Result<(), ConfigError>
                     tls.certificate_lines.get(i).copied().flatten(),
                     format!("{at}.certificates[{i}].key"),
                 ),
+                Part::OcspResponse(i) => (
+                    tls.certificate_lines.get(i).copied().flatten(),
+                    format!("{at}.certificates[{i}].ocsp_response"),
+                ),
                 Part::ClientCa => (tls.client_ca_line, format!("{at}.client_ca")),
                 Part::AcmeCaFile => (tls.acme_ca_line, format!("{at}.acme.ca_file")),
             };

@@ -58,6 +58,8 @@ pub(super) struct Validator<'a> {
     pub(super) errors: RefCell<Vec<ConfigError>>,
     /// Pools that failed validation: a route naming one is not a second error.
     pub(super) failed_pools: RefCell<HashSet<String>>,
+    /// Whether the file has a listener without `tls` (where HTTP-01 challenges are answered).
+    pub(super) plaintext_listener: std::cell::Cell<bool>,
 }
 
 impl<'a> Validator<'a> {
@@ -71,6 +73,7 @@ impl<'a> Validator<'a> {
             secrets: Default::default(),
             errors: Default::default(),
             failed_pools: Default::default(),
+            plaintext_listener: Default::default(),
         }
     }
 
@@ -135,6 +138,8 @@ impl<'a> Validator<'a> {
         if let Some(Some(admin)) = &admin {
             bound.insert(admin.address, "admin".into());
         }
+        self.plaintext_listener
+            .set(raw.listeners.iter().any(|l| l.get_ref().tls.is_none()));
         // Without pools every route would be a second error about the same thing.
         if declared_pools {
             for (index, listener) in raw.listeners.into_iter().enumerate() {
@@ -356,7 +361,14 @@ impl<'a> Validator<'a> {
                 routes.push(route);
             }
         }
+        let https_redirect = self.https_redirect(
+            &at,
+            raw.tls.is_some(),
+            &raw.https_redirect,
+            &raw.https_redirect_port,
+        )?;
         Ok(ListenerConfig {
+            https_redirect,
             name,
             address: socket_addr,
             routes,
@@ -397,6 +409,39 @@ impl<'a> Validator<'a> {
                 .map(|log| self.access_log(&at, log))
                 .transpose()?,
         })
+    }
+
+    /// `https_redirect` and `https_redirect_port`: the port redirected to, on a plaintext
+    /// listener only.
+    fn https_redirect(
+        &self,
+        at: &str,
+        tls: bool,
+        on: &Option<Spanned<bool>>,
+        port: &Option<Spanned<i64>>,
+    ) -> Result<Option<u16>, ConfigError> {
+        let enabled = on.as_ref().is_some_and(|on| *on.get_ref());
+        if let (Some(on), true, true) = (on, enabled, tls) {
+            return Err(self.error(
+                Some(on.span()),
+                &format!("{at}.https_redirect"),
+                "a TLS listener already speaks HTTPS (set https_redirect on a plaintext \
+                 listener)"
+                    .into(),
+            ));
+        }
+        if let (Some(port), false) = (port, enabled) {
+            return Err(self.error(
+                Some(port.span()),
+                &format!("{at}.https_redirect_port"),
+                "https_redirect_port needs https_redirect = true".into(),
+            ));
+        }
+        if !enabled {
+            return Ok(None);
+        }
+        let port = self.int(port, &format!("{at}.https_redirect_port"), 443, 1..=65_535)?;
+        Ok(Some(port as u16))
     }
 
     fn http2(&self, at: &str, raw: &RawHttp2) -> Result<Http2Config, ConfigError> {

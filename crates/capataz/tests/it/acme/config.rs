@@ -68,10 +68,15 @@ fn acme_settings_errors_name_the_line_and_the_key() {
             format!(r#"9: {at}.email: "nobody" is not an e-mail address"#),
         ),
         (
-            format!("{GOOD}\nchallenge = \"http-01\""),
+            format!("{GOOD}\nchallenge = \"dns-01\""),
             format!(
-                r#"9: {at}.challenge: "http-01" is not a challenge capataz answers (use "tls-alpn-01")"#
+                r#"9: {at}.challenge: "dns-01" is not a challenge capataz answers (use "tls-alpn-01" or "http-01")"#
             ),
+        ),
+        (
+            // The only listener is the TLS one: nowhere to answer HTTP-01.
+            format!("{GOOD}\nchallenge = \"http-01\""),
+            format!("9: {at}.challenge: http-01 is answered on the plaintext listeners"),
         ),
         (
             format!("{GOOD}\nrenew_before = \"30d\""),
@@ -160,4 +165,75 @@ fn the_documented_acme_example_is_valid() {
     let acme = tls.settings.acme.as_ref().expect("ACME");
     assert_eq!(acme.storage, Path::new("/var/lib/capataz/acme"));
     assert_eq!(acme.domains, ["example.com", "www.example.com"]);
+}
+
+#[test]
+fn http01_is_valid_beside_a_plaintext_listener_and_warns_without_one_on_port_80() {
+    use capataz::tls::acme::Challenge;
+    let pki = Pki::new();
+    let path = pki.dir.join("http01.toml");
+    let text = |plain: &str| {
+        format!(
+            "[pools.web]\nbackends = [{{ address = \"127.0.0.1:9001\" }}]\n\
+             [[listeners]]\naddress = \"{plain}\"\n\
+             [[listeners]]\naddress = \"127.0.0.1:8443\"\n\
+             [listeners.tls.acme]\n{GOOD}\nchallenge = \"http-01\"\n"
+        )
+    };
+    std::fs::write(&path, text("127.0.0.1:8080")).unwrap();
+    let config = config::load(&path).expect("valid");
+    let acme = config.listeners[1]
+        .tls
+        .as_ref()
+        .unwrap()
+        .settings
+        .acme
+        .clone();
+    assert_eq!(acme.expect("ACME").challenge, Challenge::Http01);
+    let warnings = config::check(&config);
+    let warning = warnings
+        .iter()
+        .find(|w| w.key == "listeners[1].tls.acme.challenge")
+        .expect("a warning about port 80");
+    assert_eq!(warning.line, Some(11));
+    assert!(warning.message.contains("port 80"), "{}", warning.message);
+    std::fs::write(&path, text("127.0.0.1:80")).unwrap();
+    let config = config::load(&path).expect("valid");
+    assert!(config::check(&config)
+        .iter()
+        .all(|w| !w.key.ends_with("acme.challenge")));
+}
+
+#[test]
+fn https_redirect_errors_name_the_line_and_the_key() {
+    let pki = Pki::new();
+    let path = pki.dir.join("redirect.toml");
+    for (listener, want) in [
+        (
+            "address = \"127.0.0.1:8443\"\nhttps_redirect = true\n[listeners.tls.acme]\n"
+                .to_owned()
+                + GOOD,
+            "5: listeners[0].https_redirect: a TLS listener already speaks HTTPS",
+        ),
+        (
+            "address = \"127.0.0.1:8080\"\nhttps_redirect_port = 8443".to_owned(),
+            "5: listeners[0].https_redirect_port: https_redirect_port needs https_redirect = true",
+        ),
+        (
+            "address = \"127.0.0.1:8080\"\nhttps_redirect = true\nhttps_redirect_port = 0"
+                .to_owned(),
+            "6: listeners[0].https_redirect_port: 0 is out of range",
+        ),
+    ] {
+        std::fs::write(
+            &path,
+            format!(
+                "[pools.web]\nbackends = [{{ address = \"127.0.0.1:9001\" }}]\n[[listeners]]\n{listener}\n"
+            ),
+        )
+        .unwrap();
+        let error = config::load(&path).expect_err(&listener).to_string();
+        let at = format!("{}:{want}", path.display());
+        assert!(error.starts_with(&at), "{error}\nwanted {at}");
+    }
 }

@@ -2,9 +2,11 @@
 //! orders a certificate from a real ACME server, pebble (`support::pebble`), answering its
 //! TLS-ALPN-01 challenge on the listener itself, serves it by SNI, stores it, serves the stored
 //! one after a restart without the server, and renews it when `renew_before` says so; the
-//! config's errors (`config.rs`) and what is served before any certificate (`pending.rs`).
+//! config's errors (`config.rs`), what is served before any certificate (`pending.rs`) and the
+//! HTTP-01 challenge (`http01.rs`).
 
 mod config;
+mod http01;
 mod pending;
 
 use std::net::SocketAddr;

@@ -12,7 +12,7 @@ use super::super::locate::line_of;
 use super::super::raw::{RawAcme, RawTls};
 use super::{ConfigError, Validator};
 use crate::config::ListenerTls;
-use crate::tls::acme::{AcmeSettings, MAX_DOMAINS};
+use crate::tls::acme::{AcmeSettings, Challenge, MAX_DOMAINS};
 use crate::tls::{Alpn, CertificateSource, ClientAuth, MinVersion, ServerSettings};
 
 const CERTIFICATES_EXAMPLE: &str = r#"certificates = [{ cert = "chain.pem", key = "key.pem" }]"#;
@@ -64,7 +64,15 @@ impl Validator<'_> {
                 }
             }
             certificate_lines.push(Some(line_of(self.text, span.start)));
-            certificates.push(CertificateSource { cert, key: private });
+            let ocsp_response = match entry.ocsp_response {
+                None => None,
+                some => Some(self.tls_path(some, &format!("{key}.ocsp_response"), &span)?),
+            };
+            certificates.push(CertificateSource {
+                cert,
+                key: private,
+                ocsp_response,
+            });
         }
         let min_version = match &raw.min_version {
             None => MinVersion::Tls12,
@@ -122,6 +130,7 @@ impl Validator<'_> {
                 alpn,
                 client_ca,
                 acme,
+                ocsp_fetch: raw.ocsp_fetch.unwrap_or(false),
             },
             certificate_lines,
             client_ca_line,
@@ -231,18 +240,31 @@ impl Validator<'_> {
         };
         let storage_span = storage.span();
         let storage = self.acme_path(storage, &format!("{at}.storage"), &storage_span)?;
-        if let Some(challenge) = &raw.challenge {
-            if challenge.get_ref() != "tls-alpn-01" {
-                return Err(self.error(
-                    Some(challenge.span()),
-                    &format!("{at}.challenge"),
-                    format!(
-                        r#"{:?} is not a challenge capataz answers (use "tls-alpn-01")"#,
-                        challenge.get_ref()
-                    ),
-                ));
-            }
-        }
+        let challenge = match &raw.challenge {
+            None => Challenge::TlsAlpn01,
+            Some(written) => match written.get_ref().as_str() {
+                "tls-alpn-01" => Challenge::TlsAlpn01,
+                "http-01" if !self.plaintext_listener.get() => {
+                    return Err(self.error(
+                        Some(written.span()),
+                        &format!("{at}.challenge"),
+                        "http-01 is answered on the plaintext listeners, and there is none (add \
+                         a [[listeners]] without tls, on port 80 for a public CA)"
+                            .into(),
+                    ))
+                }
+                "http-01" => Challenge::Http01,
+                other => {
+                    return Err(self.error(
+                        Some(written.span()),
+                        &format!("{at}.challenge"),
+                        format!(
+                            r#"{other:?} is not a challenge capataz answers (use "tls-alpn-01" or "http-01")"#
+                        ),
+                    ))
+                }
+            },
+        };
         let renew_before = self.duration(
             &raw.renew_before,
             &format!("{at}.renew_before"),
@@ -260,6 +282,7 @@ impl Validator<'_> {
             domains: names,
             email,
             storage,
+            challenge,
             renew_before,
             ca_file,
         })

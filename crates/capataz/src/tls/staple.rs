@@ -1,0 +1,104 @@
+//! OCSP stapling of a listener's static certificates: the slot the SNI resolver reads each
+//! certificate from ([`StapleSlot`]: the certificate alone, or with the OCSP response in force
+//! until it goes stale), and what the runtime needs to keep a response fetched
+//! ([`OcspFetch`]).
+//!
+//! A staple is never served past the time it was checked to be fresh until (its `nextUpdate`):
+//! the resolver compares it with the clock at every handshake, so a response that the runtime
+//! could not refresh in time, or one read from a file and never replaced, stops being stapled
+//! by itself.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwapOption;
+use rustls::pki_types::CertificateDer;
+use rustls::sign::CertifiedKey;
+
+/// One certificate as the resolver serves it.
+#[derive(Debug)]
+pub struct StapleSlot {
+    plain: Arc<CertifiedKey>,
+    stapled: ArcSwapOption<Stapled>,
+}
+
+#[derive(Debug)]
+struct Stapled {
+    key: Arc<CertifiedKey>,
+    /// Unix seconds after which it is not stapled.
+    until: i64,
+}
+
+impl StapleSlot {
+    /// A slot serving `key` without a staple.
+    pub(super) fn new(key: CertifiedKey) -> StapleSlot {
+        StapleSlot {
+            plain: Arc::new(key),
+            stapled: ArcSwapOption::empty(),
+        }
+    }
+
+    /// The certificate to serve at `now` (Unix seconds): with its response while it is fresh.
+    pub(super) fn current(&self, now: i64) -> Arc<CertifiedKey> {
+        match &*self.stapled.load() {
+            Some(stapled) if now < stapled.until => stapled.key.clone(),
+            _ => self.plain.clone(),
+        }
+    }
+
+    /// Staples `response` (a checked DER `OCSPResponse`) until `until` (Unix seconds).
+    pub fn staple(&self, response: Vec<u8>, until: i64) {
+        let mut key = (*self.plain).clone();
+        key.ocsp = Some(response);
+        self.stapled.store(Some(Arc::new(Stapled {
+            key: Arc::new(key),
+            until,
+        })));
+    }
+
+    /// Stops stapling (the certificate was found revoked).
+    pub fn unstaple(&self) {
+        self.stapled.store(None);
+    }
+
+    /// Until when the response in force is stapled, if one is.
+    pub fn stapled_until(&self) -> Option<i64> {
+        self.stapled.load().as_ref().map(|s| s.until)
+    }
+
+    /// The certificate chain.
+    pub fn chain(&self) -> &[CertificateDer<'static>] {
+        &self.plain.cert
+    }
+}
+
+/// A certificate whose OCSP response the runtime fetches (`ocsp_fetch = true`).
+#[derive(Clone, Debug)]
+pub struct OcspFetch {
+    /// The certificate's place in `certificates`.
+    pub index: usize,
+    /// Its chain's file, for the logs.
+    pub file: std::path::PathBuf,
+    /// The slot to staple into.
+    pub slot: Arc<StapleSlot>,
+    /// The responder's URL (`http://`), from the certificate's AIA.
+    pub url: String,
+    /// The DER `OCSPRequest`.
+    pub request: Vec<u8>,
+}
+
+impl OcspFetch {
+    /// The certificate and its issuer (the chain's second certificate, which a fetch needs;
+    /// always there: `ServerSettings::load` builds an `OcspFetch` only for such chains).
+    pub fn leaf_and_issuer(&self) -> Option<(&CertificateDer<'static>, &CertificateDer<'static>)> {
+        let chain = self.slot.chain();
+        Some((chain.first()?, chain.get(1)?))
+    }
+}
+
+/// The wall clock in Unix seconds.
+pub fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
