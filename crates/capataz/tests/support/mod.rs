@@ -17,6 +17,7 @@ pub mod blocking;
 pub mod checks;
 pub mod client;
 pub mod etcd;
+pub mod etcd_secure;
 pub mod events;
 pub mod h2client;
 pub mod h2frames;

@@ -74,9 +74,9 @@ async fn connect(endpoint: &EtcdEndpoint, deadline: Duration) -> Result<Connecti
                         .await
                         .map_err(|e| {
                             format!(
-                                "TLS with {} ({address}) failed: {} (check the source's \
-                                 tls.ca_file, tls.server_name, and tls.cert and tls.key when \
-                                 etcd asks for a client certificate)",
+                                "{}: the TLS handshake with {address} failed: {} (check the \
+                                 source's tls.ca_file, tls.server_name, and tls.cert and \
+                                 tls.key when etcd asks for a client certificate)",
                                 endpoint.url,
                                 chain(&e)
                             )
@@ -183,7 +183,18 @@ async fn send(
         .sender
         .send_request(request)
         .await
-        .map_err(|e| format!("{}{path}: {}", endpoint.url, chain(&e)))?;
+        .map_err(|e| {
+            let error = chain(&e);
+            // TLS 1.3: etcd checks the client certificate after the handshake, and says so
+            // with an alert on the first request.
+            let hint = if endpoint.access.tls.is_some() && error.contains("alert") {
+                " (etcd ended the TLS session: when it asks for client certificates, tls.cert \
+                 and tls.key must hold one its CA signed)"
+            } else {
+                ""
+            };
+            format!("{}{path}: {error}{hint}", endpoint.url)
+        })?;
     let (parts, body) = response.into_parts();
     if parts.status != hyper::StatusCode::OK {
         let text = Limited::new(body, 4096)

@@ -5,6 +5,7 @@
 
 mod access_log;
 mod edge_example;
+mod etcd_access;
 mod errors;
 mod http2;
 mod log_level;
