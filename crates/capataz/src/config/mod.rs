@@ -22,8 +22,8 @@ mod parse;
 
 pub use check::{check, Warning, CERTIFICATE_EXPIRY_WARNING, DETECTION_BUDGET, RECOVERY_BUDGET};
 pub use cidr::{Cidr, CidrError};
-pub use etcd_access::{EtcdAccess, EtcdAuth, EtcdSession, EtcdTls};
 pub(crate) use etcd_access::EtcdToken;
+pub use etcd_access::{EtcdAccess, EtcdAuth, EtcdSession, EtcdTls};
 pub use parse::{
     load, load_all_errors, parse_all_errors, parse_str, parse_unresolved, ConfigError,
     ConfigErrors, Environment, KeyLines, Unresolved,

@@ -148,7 +148,10 @@ async fn etcd_with_authentication_follows_puts_and_a_wrong_password_follows_noth
         }),
     )
     .await;
-    assert!(followed.is_err(), "followed with a wrong password: {followed:?}");
+    assert!(
+        followed.is_err(),
+        "followed with a wrong password: {followed:?}"
+    );
     assert_eq!(count(&balancer), 0);
     assert!(balancer
         .pool("web")

@@ -61,7 +61,10 @@ pub(crate) async fn wait_change(
     membership(&event).cloned().expect("a membership event")
 }
 
-pub(crate) async fn wait_total(rx: &mut broadcast::Receiver<Event>, total: usize) -> MembershipChange {
+pub(crate) async fn wait_total(
+    rx: &mut broadcast::Receiver<Event>,
+    total: usize,
+) -> MembershipChange {
     wait_change(
         rx,
         &format!("a membership update to {total}"),

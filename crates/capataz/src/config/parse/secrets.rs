@@ -95,8 +95,7 @@ pub(super) fn load_all(config: &mut Config, loads: &[SecretLoad]) -> Vec<ConfigE
             SecretTarget::EtcdPassword { pool } => {
                 if secret.is_empty() {
                     errors.push(load.error(
-                        "the password is empty (write the etcd user's password in the file)"
-                            .into(),
+                        "the password is empty (write the etcd user's password in the file)".into(),
                     ));
                     continue;
                 }

@@ -106,8 +106,9 @@ pub(super) fn load_all(config: &mut Config, loads: &[TlsLoad]) -> Result<(), Con
                     alpn: Alpn::Http11,
                 };
                 let client = client_config(settings).map_err(|error| {
-                    load.place
-                        .error(format!("cannot build the TLS client configuration: {error}"))
+                    load.place.error(format!(
+                        "cannot build the TLS client configuration: {error}"
+                    ))
                 })?;
                 let mut access = etcd
                     .endpoints

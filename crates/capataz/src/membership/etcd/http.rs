@@ -133,9 +133,13 @@ impl Refusal {
     /// one: authenticating again may help.
     fn is_auth(&self) -> bool {
         self.status == hyper::StatusCode::UNAUTHORIZED
-            || ["invalid auth token", "user name is empty", "auth store is old"]
-                .iter()
-                .any(|m| self.message.contains(m))
+            || [
+                "invalid auth token",
+                "user name is empty",
+                "auth store is old",
+            ]
+            .iter()
+            .any(|m| self.message.contains(m))
     }
 
     /// The refusal as an error of `path` on `endpoint`.
@@ -179,22 +183,18 @@ async fn send(
         .ready()
         .await
         .map_err(|e| format!("{}{path}: {}", endpoint.url, chain(&e)))?;
-    let response = connection
-        .sender
-        .send_request(request)
-        .await
-        .map_err(|e| {
-            let error = chain(&e);
-            // TLS 1.3: etcd checks the client certificate after the handshake, and says so
-            // with an alert on the first request.
-            let hint = if endpoint.access.tls.is_some() && error.contains("alert") {
-                " (etcd ended the TLS session: when it asks for client certificates, tls.cert \
+    let response = connection.sender.send_request(request).await.map_err(|e| {
+        let error = chain(&e);
+        // TLS 1.3: etcd checks the client certificate after the handshake, and says so
+        // with an alert on the first request.
+        let hint = if endpoint.access.tls.is_some() && error.contains("alert") {
+            " (etcd ended the TLS session: when it asks for client certificates, tls.cert \
                  and tls.key must hold one its CA signed)"
-            } else {
-                ""
-            };
-            format!("{}{path}: {error}{hint}", endpoint.url)
-        })?;
+        } else {
+            ""
+        };
+        format!("{}{path}: {error}{hint}", endpoint.url)
+    })?;
     let (parts, body) = response.into_parts();
     if parts.status != hyper::StatusCode::OK {
         let text = Limited::new(body, 4096)
@@ -292,7 +292,8 @@ async fn authorized(
         Ok(answer) => Ok((connection, answer, token, fresh)),
         Err(refusal) if !fresh && refusal.is_auth() => {
             tracing::debug!(endpoint = %endpoint.url, "etcd refused the token: authenticating again");
-            let (connection, answer, token) = reauthorized(endpoint, path, body, deadline, &token).await?;
+            let (connection, answer, token) =
+                reauthorized(endpoint, path, body, deadline, &token).await?;
             Ok((connection, answer, token, true))
         }
         Err(refusal) => Err(refusal.say(endpoint, path)),
@@ -463,8 +464,86 @@ fn refused_for_token(line: &[u8]) -> bool {
         .and_then(|line| line.result)
         .is_some_and(|result| {
             result.canceled
-                && ["permission denied", "invalid auth token", "user name is empty"]
-                    .iter()
-                    .any(|m| result.cancel_reason.contains(m))
+                && [
+                    "permission denied",
+                    "invalid auth token",
+                    "user name is empty",
+                ]
+                .iter()
+                .any(|m| result.cancel_reason.contains(m))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watch_refused_for_its_token_is_told_from_other_first_lines() {
+        // As etcd 3.4 answers a watch with a token it does not know, and with one from before
+        // a change of users (or without the right to read).
+        let unknown = br#"{"result":{"header":{"revision":"2"},"watch_id":"-1","created":true,"canceled":true,"cancel_reason":"rpc error: code = Unauthenticated desc = etcdserver: invalid auth token"}}"#;
+        let denied = br#"{"result":{"header":{"revision":"2"},"watch_id":"-1","created":true,"canceled":true,"cancel_reason":"rpc error: code = PermissionDenied desc = etcdserver: permission denied"}}"#;
+        assert!(refused_for_token(unknown));
+        assert!(refused_for_token(denied));
+        let created = br#"{"result":{"header":{"revision":"2"},"created":true}}"#;
+        let compacted = br#"{"result":{"canceled":true,"compact_revision":"5"}}"#;
+        for line in [&created[..], compacted, b"not json", b"", b"{\"result\":7}"] {
+            assert!(
+                !refused_for_token(line),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
+    }
+
+    #[test]
+    fn refusals_of_the_token_are_told_from_other_refusals() {
+        let refusal = |status: u16, message: &str| Refusal {
+            status: hyper::StatusCode::from_u16(status).expect("a status"),
+            message: message.into(),
+        };
+        assert!(refusal(401, "etcdserver: invalid auth token").is_auth());
+        assert!(refusal(400, "etcdserver: user name is empty").is_auth());
+        assert!(refusal(400, "etcdserver: revision of auth store is old").is_auth());
+        assert!(!refusal(
+            400,
+            "etcdserver: authentication failed, invalid user ID or password"
+        )
+        .is_auth());
+        assert!(!refusal(403, "etcdserver: permission denied").is_auth());
+    }
+
+    #[tokio::test]
+    async fn a_line_put_back_comes_first_and_the_rest_follows() {
+        // A watch over a connection is not needed to test the buffer: build one by hand.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let (mut socket, _) = listener.accept().await.expect("accept");
+            let mut head = [0u8; 1024];
+            let _ = socket.read(&mut head).await;
+            let _ = socket
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 16\r\n\r\nfirst\nsecond\nth")
+                .await;
+        });
+        let endpoint = crate::config::EtcdEndpoint {
+            url: format!("http://{address}"),
+            host: address.ip().to_string(),
+            port: address.port(),
+            access: Default::default(),
+        };
+        let mut watch = Watch::open(&endpoint, "{}".into(), Duration::from_secs(5))
+            .await
+            .expect("a watch");
+        let first = watch.next_line().await.expect("a line");
+        assert_eq!(first, b"first");
+        watch.unread(first);
+        assert_eq!(watch.next_line().await.expect("a line"), b"first");
+        assert_eq!(watch.next_line().await.expect("a line"), b"second");
+        assert!(watch.next_line().await.is_err(), "the stream ends mid-line");
+    }
 }

@@ -183,7 +183,10 @@ fn an_etcd_password_comes_from_the_environment_or_a_file_and_never_shows_in_debu
         .auth
         .clone()
         .expect("credentials");
-    assert_eq!(auth.password, "from-a-file-93ac", "the line break is not part of it");
+    assert_eq!(
+        auth.password, "from-a-file-93ac",
+        "the line break is not part of it"
+    );
     assert!(!format!("{config:?}").contains("from-a-file-93ac"));
     // An empty file is refused, naming the key.
     pki.write("etcd-password", "\n");
@@ -199,6 +202,9 @@ fn a_password_sent_in_clear_beyond_loopback_is_warned_about() {
         ));
         check(&config).iter().map(|w| w.key.clone()).collect()
     };
-    assert_eq!(warned("http://10.0.0.5:2379"), ["pools.web.source.username"]);
+    assert_eq!(
+        warned("http://10.0.0.5:2379"),
+        ["pools.web.source.username"]
+    );
     assert!(warned("http://127.0.0.1:2379").is_empty());
 }

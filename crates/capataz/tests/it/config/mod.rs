@@ -5,8 +5,8 @@
 
 mod access_log;
 mod edge_example;
-mod etcd_access;
 mod errors;
+mod etcd_access;
 mod http2;
 mod log_level;
 mod proxy_protocol;

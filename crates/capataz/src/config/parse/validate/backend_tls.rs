@@ -14,6 +14,10 @@ use super::super::tls_files::{Place, TlsLoad, TlsTarget};
 use super::{ConfigError, Validator};
 use crate::config::BackendTls;
 
+/// What a TLS table names: the CA bundle, the client certificate with its key, the server
+/// name.
+pub(super) type TlsTable = (Option<Place>, Option<(Place, Place)>, Option<String>);
+
 impl Validator<'_> {
     /// The TLS settings of pool `pool` (`at`: `pools.NAME`), its files queued for loading.
     pub(super) fn backend_tls(
@@ -53,12 +57,7 @@ impl Validator<'_> {
     /// The files and the server name of a TLS table at `at` (a pool's `tls`, an etcd
     /// source's `tls`): the CA bundle, the client certificate with its key, the name. Paths
     /// are joined to the config file's directory when relative.
-    #[allow(clippy::type_complexity)]
-    pub(super) fn tls_table(
-        &self,
-        at: &str,
-        raw: &RawTlsTable,
-    ) -> Result<(Option<Place>, Option<(Place, Place)>, Option<String>), ConfigError> {
+    pub(super) fn tls_table(&self, at: &str, raw: &RawTlsTable) -> Result<TlsTable, ConfigError> {
         let file =
             |value: &Option<Spanned<String>>, name: &str| -> Result<Option<Place>, ConfigError> {
                 let Some(value) = value else {

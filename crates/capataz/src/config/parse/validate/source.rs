@@ -110,9 +110,7 @@ impl Validator<'_> {
         }
         match kind_name {
             "dns" => self.dns_source(&at, span, raw).map(PoolSource::Dns),
-            "etcd" => self
-                .etcd_source(pool, &at, span, raw)
-                .map(PoolSource::Etcd),
+            "etcd" => self.etcd_source(pool, &at, span, raw).map(PoolSource::Etcd),
             _ => Ok(PoolSource::Static),
         }
     }
@@ -271,7 +269,8 @@ impl Validator<'_> {
             }
             endpoints.push(endpoint);
         }
-        let access = Arc::new(self.etcd_access(pool, at, span.clone(), https == Some(true), &mut raw)?);
+        let access =
+            Arc::new(self.etcd_access(pool, at, span.clone(), https == Some(true), &mut raw)?);
         for endpoint in &mut endpoints {
             endpoint.access = access.clone();
         }
@@ -386,7 +385,7 @@ mod tests {
     use super::etcd_endpoint;
 
     #[test]
-    fn etcd_endpoints_are_http_urls_with_a_host_and_an_optional_port() {
+    fn etcd_endpoints_are_http_or_https_urls_with_a_host_and_an_optional_port() {
         let e = etcd_endpoint("http://127.0.0.1:2379").expect("an endpoint");
         assert_eq!((e.host.as_str(), e.port), ("127.0.0.1", 2379));
         let e = etcd_endpoint("http://etcd-1.example:12379/").expect("an endpoint");
