@@ -5,9 +5,9 @@
 //! Both go through the endpoint's access: TLS for `https://` (verified, with the source's
 //! client certificate if any), and with credentials a token in the `Authorization` header,
 //! got from `/v3/auth/authenticate` on the connection before the first request, kept for
-//! every call of the source, and got again once when etcd refuses it (it expired, or etcd
-//! restarted and forgot it). Neither the password nor the token is ever logged or put in an
-//! error.
+//! every call of the source, and got again once when etcd refuses it (it expired, or a change
+//! of etcd's users and roles revoked it). Neither the password nor the token is ever logged
+//! or put in an error.
 
 use std::time::Duration;
 
@@ -129,8 +129,8 @@ struct Refusal {
 }
 
 impl Refusal {
-    /// Whether etcd refused the token (expired, revoked, lost in a restart) or the want of
-    /// one: authenticating again may help.
+    /// Whether etcd refused the token (expired, revoked) or the want of one: authenticating
+    /// again may help.
     fn is_auth(&self) -> bool {
         self.status == hyper::StatusCode::UNAUTHORIZED
             || [
@@ -278,8 +278,8 @@ async fn token(
 }
 
 /// Sends `body` to `path` on a new connection, with the source's token: when etcd refuses a
-/// token that was not fresh (expired, revoked, lost in etcd's restart), authenticates again
-/// once, on another connection, and sends again. The connection stays with the answer's body.
+/// token that was not fresh (expired, revoked), authenticates again once, on another
+/// connection, and sends again. The connection stays with the answer's body.
 async fn authorized(
     endpoint: &EtcdEndpoint,
     path: &str,
