@@ -514,6 +514,117 @@ mod tests {
         assert!(!refusal(403, "etcdserver: permission denied").is_auth());
     }
 
+    /// A gateway on loopback that answers every request on a connection with `answer` (a
+    /// whole HTTP/1.1 response), and an endpoint for it with `access`.
+    async fn scripted(answer: Vec<u8>, access: crate::config::EtcdAccess) -> EtcdEndpoint {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let answer = answer.clone();
+                tokio::spawn(async move {
+                    let mut request = [0u8; 4096];
+                    while matches!(socket.read(&mut request).await, Ok(n) if n > 0) {
+                        if socket.write_all(&answer).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        EtcdEndpoint {
+            url: format!("http://{address}"),
+            host: address.ip().to_string(),
+            port: address.port(),
+            access: std::sync::Arc::new(access),
+        }
+    }
+
+    fn with_user() -> crate::config::EtcdAccess {
+        crate::config::EtcdAccess {
+            tls: None,
+            auth: Some(crate::config::EtcdAuth {
+                username: "capataz".into(),
+                password: "secret-pw-4411".into(),
+                session: Default::default(),
+            }),
+        }
+    }
+
+    fn ok(body: &[u8]) -> Vec<u8> {
+        answer("200 OK", body)
+    }
+
+    fn answer(status: &str, body: &[u8]) -> Vec<u8> {
+        let mut answer = format!(
+            "HTTP/1.1 {status}\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        answer.extend_from_slice(body);
+        answer
+    }
+
+    #[tokio::test]
+    async fn a_hostile_authentication_answer_is_an_error_that_names_neither_secret() {
+        let deadline = Duration::from_secs(5);
+        let huge = format!(r#"{{"token":"{}"}}"#, "t".repeat(MAX_TOKEN_ANSWER));
+        for body in [
+            &br#"{"token":"a\r\nAuthorization: b"}"#[..],
+            br#"{"token":""}"#,
+            br#"{"token":7}"#,
+            b"not json",
+            huge.as_bytes(),
+        ] {
+            let endpoint = scripted(ok(body), with_user()).await;
+            let error = call(&endpoint, "/v3/kv/range", "{}".into(), deadline)
+                .await
+                .expect_err("no usable token");
+            assert!(error.contains("/v3/auth/authenticate"), "{error}");
+            assert!(!error.contains("secret-pw-4411"), "{error}");
+        }
+        // A refusal of the password says so, and not the password.
+        let refused = answer(
+            "400 Bad Request",
+            br#"{"message":"etcdserver: authentication failed, invalid user ID or password"}"#,
+        );
+        let endpoint = scripted(refused, with_user()).await;
+        let error = call(&endpoint, "/v3/kv/range", "{}".into(), deadline)
+            .await
+            .expect_err("refused");
+        assert!(
+            error.starts_with("authenticating as \"capataz\"") && error.contains("invalid user ID"),
+            "{error}"
+        );
+        assert!(!error.contains("secret-pw-4411"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_token_refused_right_after_authenticating_is_not_asked_again_in_a_loop() {
+        // A token in use refused; authenticating again refused as well: one more try, then
+        // the error (no loop), and no token kept.
+        let refused = answer(
+            "401 Unauthorized",
+            br#"{"message":"etcdserver: invalid auth token"}"#,
+        );
+        let endpoint = scripted(refused, with_user()).await;
+        let auth = endpoint.access.auth.as_ref().expect("credentials");
+        *auth.session.token.lock().await = EtcdToken::Token("old".into());
+        let error = call(
+            &endpoint,
+            "/v3/kv/range",
+            "{}".into(),
+            Duration::from_secs(5),
+        )
+        .await
+        .expect_err("refused");
+        assert!(error.contains("authenticating as"), "{error}");
+        assert!(matches!(*auth.session.token.lock().await, EtcdToken::None));
+    }
+
     #[tokio::test]
     async fn a_line_put_back_comes_first_and_the_rest_follows() {
         // A watch over a connection is not needed to test the buffer: build one by hand.
