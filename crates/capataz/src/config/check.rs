@@ -6,7 +6,7 @@
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::{CheckKind, Config};
+use super::{CheckKind, Config, PoolSource};
 
 /// How long a dead backend may keep receiving traffic, judged by `fall x (interval +
 /// timeout)` (each probe of a hung backend waits out its timeout, and the next starts one
@@ -146,6 +146,27 @@ fn check_settings(config: &Config) -> Vec<Warning> {
                  as ca_file, and server_name if their certificates name another host)"
                     .into(),
             );
+        }
+        if let PoolSource::Etcd(etcd) = &pool.source {
+            let clear = etcd.endpoints.iter().find(|e| {
+                e.access.auth.is_some()
+                    && e.access.tls.is_none()
+                    && !e
+                        .host
+                        .parse::<std::net::IpAddr>()
+                        .is_ok_and(|ip| ip.is_loopback())
+                    && e.host != "localhost"
+            });
+            if let Some(endpoint) = clear {
+                warn(
+                    format!("{at}.source.username"),
+                    format!(
+                        "{}: the etcd password and token travel in clear text over http:// \
+                         (use https:// endpoints with the source's tls settings)",
+                        endpoint.url
+                    ),
+                );
+            }
         }
         let active = &pool.active;
         let primaries = pool.backends.iter().filter(|b| !b.backup).count();

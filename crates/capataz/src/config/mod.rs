@@ -17,10 +17,13 @@ use crate::tls::{ServerSettings, ServerTls};
 
 mod check;
 mod cidr;
+mod etcd_access;
 mod parse;
 
 pub use check::{check, Warning, CERTIFICATE_EXPIRY_WARNING, DETECTION_BUDGET, RECOVERY_BUDGET};
 pub use cidr::{Cidr, CidrError};
+pub(crate) use etcd_access::EtcdToken;
+pub use etcd_access::{EtcdAccess, EtcdAuth, EtcdSession, EtcdTls};
 pub use parse::{
     load, load_all_errors, parse_all_errors, parse_str, parse_unresolved, ConfigError,
     ConfigErrors, Environment, KeyLines, Unresolved,
@@ -443,7 +446,7 @@ pub struct EtcdSource {
     pub max_drop_percent: u8,
 }
 
-/// One etcd endpoint: `http://host:port` (TLS to etcd is not supported yet).
+/// One etcd endpoint: `http://host:port` or `https://host:port`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EtcdEndpoint {
     /// The endpoint as written (for messages).
@@ -452,6 +455,8 @@ pub struct EtcdEndpoint {
     pub host: String,
     /// The port (default 2379).
     pub port: u16,
+    /// TLS (with an `https://` endpoint) and credentials, shared by the source's endpoints.
+    pub access: Arc<EtcdAccess>,
 }
 
 /// The records a DNS source asks for.

@@ -37,22 +37,22 @@ async fn balancer(etcd: &Etcd, checks: &str) -> (Balancer, broadcast::Receiver<E
     .await
 }
 
-fn value(sim: &SimBackend) -> String {
+pub(crate) fn value(sim: &SimBackend) -> String {
     format!(r#"{{"address": "{}", "weight": 1}}"#, sim.addr())
 }
 
-fn membership(event: &Event) -> Option<&MembershipChange> {
+pub(crate) fn membership(event: &Event) -> Option<&MembershipChange> {
     match event {
         Event::Membership { change, .. } => Some(change),
         _ => None,
     }
 }
 
-fn names(pool: &PoolRt) -> Vec<String> {
+pub(crate) fn names(pool: &PoolRt) -> Vec<String> {
     pool.backends.iter().map(|b| b.name.to_string()).collect()
 }
 
-async fn wait_change(
+pub(crate) async fn wait_change(
     rx: &mut broadcast::Receiver<Event>,
     what: &str,
     want: impl Fn(&MembershipChange) -> bool,
@@ -61,7 +61,10 @@ async fn wait_change(
     membership(&event).cloned().expect("a membership event")
 }
 
-async fn wait_total(rx: &mut broadcast::Receiver<Event>, total: usize) -> MembershipChange {
+pub(crate) async fn wait_total(
+    rx: &mut broadcast::Receiver<Event>,
+    total: usize,
+) -> MembershipChange {
     wait_change(
         rx,
         &format!("a membership update to {total}"),

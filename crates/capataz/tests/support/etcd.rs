@@ -21,6 +21,32 @@ pub struct Etcd {
     admin: u16,
     peer: u16,
     child: Option<Child>,
+    settings: EtcdSettings,
+}
+
+/// How etcd runs beyond the defaults (see `etcd_secure.rs` for the TLS and authentication
+/// set-ups made with them).
+#[derive(Clone, Debug, Default)]
+pub struct EtcdSettings {
+    /// The client port (the one capataz is given) serves TLS with this certificate and key,
+    /// and asks for a client certificate signed by this CA (`--client-cert-auth`). The admin
+    /// port stays plain HTTP.
+    pub tls: Option<EtcdServerTls>,
+    /// More flags for etcd (`--auth-token-ttl=2`, ...).
+    pub flags: Vec<String>,
+    /// `etcdctl --user` (`root:PASSWORD`), once authentication is on.
+    pub user: Option<String>,
+}
+
+/// etcd's TLS files.
+#[derive(Clone, Debug)]
+pub struct EtcdServerTls {
+    /// Its certificate.
+    pub cert: String,
+    /// Its key.
+    pub key: String,
+    /// The CA its clients' certificates must be signed by.
+    pub client_ca: String,
 }
 
 fn free_port() -> u16 {
@@ -33,6 +59,11 @@ fn free_port() -> u16 {
 impl Etcd {
     /// A fresh single-node etcd.
     pub async fn start(tag: &str) -> Etcd {
+        Etcd::start_with(tag, EtcdSettings::default()).await
+    }
+
+    /// A fresh single-node etcd run with `settings`.
+    pub async fn start_with(tag: &str, settings: EtcdSettings) -> Etcd {
         let dir = std::env::temp_dir().join(format!(
             "capataz-etcd-{tag}-{}-{}",
             std::process::id(),
@@ -45,14 +76,25 @@ impl Etcd {
             admin: free_port(),
             peer: free_port(),
             child: None,
+            settings,
         };
         etcd.run(true).await;
         etcd
     }
 
-    /// The endpoint capataz is given, `http://127.0.0.1:PORT`.
+    /// The endpoint capataz is given, `http://127.0.0.1:PORT` (`https://` with TLS).
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client)
+        let scheme = if self.settings.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.client)
+    }
+
+    /// The settings etcd runs with (a change counts from the next start or `etcdctl` call).
+    pub fn settings_mut(&mut self) -> &mut EtcdSettings {
+        &mut self.settings
     }
 
     fn admin_endpoint(&self) -> String {
@@ -66,7 +108,16 @@ impl Etcd {
         }
         let peer = format!("http://127.0.0.1:{}", self.peer);
         let log = std::fs::File::create(self.dir.join("etcd.log")).expect("the etcd log");
-        let child = Command::new("etcd")
+        let mut command = Command::new("etcd");
+        if let Some(tls) = &self.settings.tls {
+            command
+                .arg(format!("--cert-file={}", tls.cert))
+                .arg(format!("--key-file={}", tls.key))
+                .arg(format!("--trusted-ca-file={}", tls.client_ca))
+                .arg("--client-cert-auth");
+        }
+        command.args(&self.settings.flags);
+        let child = command
             .arg("--name=n1")
             .arg(format!("--data-dir={}", self.dir.join("data").display()))
             .arg(format!("--listen-client-urls={listen}"))
@@ -101,8 +152,12 @@ impl Etcd {
     }
 
     /// `etcdctl` on the admin port: its standard output, or `None` when it failed.
-    async fn ctl(&self, args: &[&str]) -> Option<String> {
-        let output = tokio::process::Command::new("etcdctl")
+    pub async fn ctl(&self, args: &[&str]) -> Option<String> {
+        let mut command = tokio::process::Command::new("etcdctl");
+        if let Some(user) = &self.settings.user {
+            command.arg(format!("--user={user}"));
+        }
+        let output = command
             .arg(format!("--endpoints={}", self.admin_endpoint()))
             .arg("--dial-timeout=2s")
             .arg("--command-timeout=5s")
@@ -118,7 +173,8 @@ impl Etcd {
             .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
-    async fn must(&self, args: &[&str]) -> String {
+    /// `etcdctl` on the admin port, which must succeed: its standard output.
+    pub async fn must(&self, args: &[&str]) -> String {
         match self.ctl(args).await {
             Some(out) => out,
             None => panic!("etcdctl {args:?} failed"),

@@ -18,6 +18,7 @@ pub mod blocking;
 pub mod checks;
 pub mod client;
 pub mod etcd;
+pub mod etcd_secure;
 pub mod events;
 pub mod fleet;
 pub mod h2client;

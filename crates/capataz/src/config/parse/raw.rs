@@ -196,6 +196,10 @@ pub(super) struct RawSource {
     pub(super) reconnect_max: Option<Spanned<Value>>,
     pub(super) keepalive: Option<Spanned<Value>>,
     pub(super) confirm_after: Option<Spanned<Value>>,
+    pub(super) tls: Option<Spanned<RawTlsTable>>,
+    pub(super) username: Option<Spanned<String>>,
+    pub(super) password: Option<Spanned<String>>,
+    pub(super) password_file: Option<Spanned<String>>,
 }
 
 #[derive(Clone, Copy, Deserialize)]

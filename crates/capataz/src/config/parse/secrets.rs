@@ -10,7 +10,7 @@ use std::io::Read as _;
 use std::path::PathBuf;
 
 use super::ConfigError;
-use crate::config::Config;
+use crate::config::{Config, EtcdAccess, PoolSource};
 
 /// The largest secret file read: 4 KiB.
 pub(super) const MAX_SECRET_BYTES: u64 = 4 << 10;
@@ -29,10 +29,15 @@ pub(super) struct SecretLoad {
 }
 
 /// Which setting a [`SecretLoad`] fills in.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(super) enum SecretTarget {
     /// `admin.token`.
     AdminToken,
+    /// The password of pool `pool`'s etcd source (`source.password_file`).
+    EtcdPassword {
+        /// The pool's name.
+        pool: String,
+    },
 }
 
 impl SecretLoad {
@@ -86,7 +91,16 @@ pub(super) fn load_all(config: &mut Config, loads: &[SecretLoad]) -> Vec<ConfigE
                 continue;
             }
         };
-        match load.target {
+        match &load.target {
+            SecretTarget::EtcdPassword { pool } => {
+                if secret.is_empty() {
+                    errors.push(load.error(
+                        "the password is empty (write the etcd user's password in the file)".into(),
+                    ));
+                    continue;
+                }
+                set_etcd_password(config, pool, secret);
+            }
             SecretTarget::AdminToken => {
                 if let Err(why) = super::validate::check_admin_token(&secret) {
                     errors.push(load.error(why.into()));
@@ -99,4 +113,29 @@ pub(super) fn load_all(config: &mut Config, loads: &[SecretLoad]) -> Vec<ConfigE
         }
     }
     errors
+}
+
+/// Puts `password` in the credentials of pool `pool`'s etcd source (one access, shared by its
+/// endpoints).
+fn set_etcd_password(config: &mut Config, pool: &str, password: String) {
+    let Some(PoolSource::Etcd(etcd)) = config
+        .pools
+        .iter_mut()
+        .find(|p| p.name == pool)
+        .map(|p| &mut p.source)
+    else {
+        return;
+    };
+    let mut access = etcd
+        .endpoints
+        .first()
+        .map(|e| EtcdAccess::clone(&e.access))
+        .unwrap_or_default();
+    if let Some(auth) = access.auth.as_mut() {
+        auth.password = password;
+    }
+    let access = std::sync::Arc::new(access);
+    for endpoint in &mut etcd.endpoints {
+        endpoint.access = access.clone();
+    }
 }

@@ -1,5 +1,5 @@
 //! Stage three, for TLS: the CA bundles, client certificates and keys of the pools' `tls`
-//! settings read from disk, and the system's trust roots when a pool verifies without a
+//! settings and of the etcd sources' `tls` read from disk, and the system's trust roots when a pool verifies without a
 //! `ca_file` (read once per load, however many pools use them). This is file IO: it runs
 //! where name resolution does, never on a runtime thread. An unreadable file, a file with no
 //! certificate or no key, or a key that does not belong to its certificate is a
@@ -12,7 +12,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::RootCertStore;
 
 use super::ConfigError;
-use crate::config::{ClientIdentity, Config};
+use crate::config::{ClientIdentity, Config, EtcdAccess, PoolSource};
+use crate::tls::client::{client_config, Alpn, ClientSettings};
 use crate::tls::PemRead;
 
 /// Where a file was named in the config.
@@ -37,11 +38,22 @@ impl Place {
     }
 }
 
-/// The TLS files of one pool, to read.
+/// What a [`TlsLoad`] is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TlsTarget {
+    /// The pool's backends (`[pools.NAME.tls]`).
+    Backends,
+    /// The pool's etcd source (`[pools.NAME.source.tls]`).
+    EtcdSource,
+}
+
+/// The TLS files of one pool (or of its etcd source), to read.
 #[derive(Clone, Debug)]
 pub(super) struct TlsLoad {
     /// The pool's name.
     pub(super) pool: String,
+    /// Whose files they are.
+    pub(super) target: TlsTarget,
     /// The CA bundle (`None`: the system's roots, when verifying).
     pub(super) ca: Option<Place>,
     /// The client certificate chain and key.
@@ -72,15 +84,45 @@ pub(super) fn load_all(config: &mut Config, loads: &[TlsLoad]) -> Result<(), Con
             Some((cert, key)) => Some(Arc::new(identity(cert, key)?)),
             None => None,
         };
-        // Validation queued one load per pool with TLS, so the pool and its settings exist.
-        if let Some(tls) = config
-            .pools
-            .iter_mut()
-            .find(|p| p.name == load.pool)
-            .and_then(|p| p.tls.as_mut())
-        {
-            tls.roots = roots;
-            tls.identity = identity;
+        let Some(pool) = config.pools.iter_mut().find(|p| p.name == load.pool) else {
+            continue;
+        };
+        match load.target {
+            TlsTarget::Backends => {
+                // Validation queued one load per pool with TLS, so its settings exist.
+                if let Some(tls) = pool.tls.as_mut() {
+                    tls.roots = roots;
+                    tls.identity = identity;
+                }
+            }
+            TlsTarget::EtcdSource => {
+                let PoolSource::Etcd(etcd) = &mut pool.source else {
+                    continue;
+                };
+                let settings = ClientSettings {
+                    roots: &roots,
+                    verify: true,
+                    identity: identity.as_ref().map(|id| (&id.chain[..], &id.key)),
+                    alpn: Alpn::Http11,
+                };
+                let client = client_config(settings).map_err(|error| {
+                    load.place.error(format!(
+                        "cannot build the TLS client configuration: {error}"
+                    ))
+                })?;
+                let mut access = etcd
+                    .endpoints
+                    .first()
+                    .map(|e| EtcdAccess::clone(&e.access))
+                    .unwrap_or_default();
+                if let Some(tls) = access.tls.as_mut() {
+                    tls.client = Some(client);
+                }
+                let access = Arc::new(access);
+                for endpoint in &mut etcd.endpoints {
+                    endpoint.access = access.clone();
+                }
+            }
         }
     }
     Ok(())

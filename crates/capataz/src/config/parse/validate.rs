@@ -15,6 +15,7 @@ mod admin;
 pub(super) use admin::check_admin_token;
 mod alerts;
 mod backend_tls;
+mod etcd_access;
 mod pool;
 mod proxy_protocol;
 mod source;

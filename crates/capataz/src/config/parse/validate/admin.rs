@@ -104,7 +104,7 @@ impl Validator<'_> {
 
 impl Validator<'_> {
     /// A file named in the config, joined to the config file's directory if relative.
-    fn config_path(
+    pub(super) fn config_path(
         &self,
         value: &Spanned<String>,
         key: &str,

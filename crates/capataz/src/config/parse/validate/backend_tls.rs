@@ -10,9 +10,13 @@ use toml::Spanned;
 
 use super::super::locate::line_of;
 use super::super::raw::RawTlsTable;
-use super::super::tls_files::{Place, TlsLoad};
+use super::super::tls_files::{Place, TlsLoad, TlsTarget};
 use super::{ConfigError, Validator};
 use crate::config::BackendTls;
+
+/// What a TLS table names: the CA bundle, the client certificate with its key, the server
+/// name.
+pub(super) type TlsTable = (Option<Place>, Option<(Place, Place)>, Option<String>);
 
 impl Validator<'_> {
     /// The TLS settings of pool `pool` (`at`: `pools.NAME`), its files queued for loading.
@@ -24,6 +28,36 @@ impl Validator<'_> {
         raw: RawTlsTable,
     ) -> Result<BackendTls, ConfigError> {
         let at = format!("{at}.tls");
+        let (ca, identity, server_name) = self.tls_table(&at, &raw)?;
+        let verify = raw.verify.as_ref().is_none_or(|v| *v.get_ref());
+        self.tls_loads.borrow_mut().push(TlsLoad {
+            pool: pool.to_owned(),
+            target: TlsTarget::Backends,
+            ca: ca.clone(),
+            identity: identity.clone(),
+            verify,
+            place: Place {
+                path: String::new(),
+                file: self.file.to_owned(),
+                line: Some(line_of(self.text, pool_span.start)),
+                key: at.clone(),
+            },
+        });
+        Ok(BackendTls {
+            ca_file: ca.map(|place| place.path),
+            server_name,
+            verify,
+            cert: identity.as_ref().map(|(cert, _)| cert.path.clone()),
+            key: identity.map(|(_, key)| key.path),
+            roots: Arc::new(rustls::RootCertStore::empty()),
+            identity: None,
+        })
+    }
+
+    /// The files and the server name of a TLS table at `at` (a pool's `tls`, an etcd
+    /// source's `tls`): the CA bundle, the client certificate with its key, the name. Paths
+    /// are joined to the config file's directory when relative.
+    pub(super) fn tls_table(&self, at: &str, raw: &RawTlsTable) -> Result<TlsTable, ConfigError> {
         let file =
             |value: &Option<Spanned<String>>, name: &str| -> Result<Option<Place>, ConfigError> {
                 let Some(value) = value else {
@@ -74,7 +108,7 @@ impl Validator<'_> {
                 ));
             }
         };
-        let server_name = match raw.server_name {
+        let server_name = match &raw.server_name {
             None => None,
             Some(name) => {
                 if ServerName::try_from(name.get_ref().as_str()).is_err() {
@@ -82,36 +116,15 @@ impl Validator<'_> {
                         Some(name.span()),
                         &format!("{at}.server_name"),
                         format!(
-                            "{:?} is not a DNS name or an IP address (use the name the backends' \
+                            "{:?} is not a DNS name or an IP address (use the name the \
                              certificates are issued for, e.g. \"api.internal\")",
                             name.get_ref()
                         ),
                     ));
                 }
-                Some(name.into_inner())
+                Some(name.get_ref().clone())
             }
         };
-        let verify = raw.verify.as_ref().is_none_or(|v| *v.get_ref());
-        self.tls_loads.borrow_mut().push(TlsLoad {
-            pool: pool.to_owned(),
-            ca: ca.clone(),
-            identity: identity.clone(),
-            verify,
-            place: Place {
-                path: String::new(),
-                file: self.file.to_owned(),
-                line: Some(line_of(self.text, pool_span.start)),
-                key: at.clone(),
-            },
-        });
-        Ok(BackendTls {
-            ca_file: ca.map(|place| place.path),
-            server_name,
-            verify,
-            cert: identity.as_ref().map(|(cert, _)| cert.path.clone()),
-            key: identity.map(|(_, key)| key.path),
-            roots: Arc::new(rustls::RootCertStore::empty()),
-            identity: None,
-        })
+        Ok((ca, identity, server_name))
     }
 }

@@ -59,7 +59,7 @@ impl Validator<'_> {
             None => None,
             Some(agent) => Some(self.agent(&format!("{at}.agent"), agent)?),
         };
-        let source = self.source(&at, raw.source.take())?;
+        let source = self.source(&name, &at, raw.source.take())?;
         let backends = if source.is_dynamic() {
             if let Some(first) = raw.backends.as_ref().and_then(|b| b.first()) {
                 return Err(self.error(

@@ -1,5 +1,6 @@
 //! `[pools.NAME.source]`: where a pool's backends come from (`static`, the default, `dns` or `etcd`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use toml::{Spanned, Value};
@@ -44,6 +45,7 @@ impl Validator<'_> {
 
     pub(super) fn source(
         &self,
+        pool: &str,
         at: &str,
         raw: Option<Spanned<RawSource>>,
     ) -> Result<PoolSource, ConfigError> {
@@ -68,7 +70,7 @@ impl Validator<'_> {
             }
         };
         // Each key and the kinds it belongs to.
-        let keys: [(&str, bool, &[&str]); 14] = [
+        let keys: [(&str, bool, &[&str]); 18] = [
             ("name", raw.name.is_some(), &["dns"]),
             ("record", raw.record.is_some(), &["dns"]),
             ("port", raw.port.is_some(), &["dns"]),
@@ -87,6 +89,10 @@ impl Validator<'_> {
             ("reconnect_max", raw.reconnect_max.is_some(), &["etcd"]),
             ("keepalive", raw.keepalive.is_some(), &["etcd"]),
             ("confirm_after", raw.confirm_after.is_some(), &["etcd"]),
+            ("tls", raw.tls.is_some(), &["etcd"]),
+            ("username", raw.username.is_some(), &["etcd"]),
+            ("password", raw.password.is_some(), &["etcd"]),
+            ("password_file", raw.password_file.is_some(), &["etcd"]),
         ];
         if let Some((key, _, kinds)) = keys
             .iter()
@@ -104,7 +110,7 @@ impl Validator<'_> {
         }
         match kind_name {
             "dns" => self.dns_source(&at, span, raw).map(PoolSource::Dns),
-            "etcd" => self.etcd_source(&at, span, raw).map(PoolSource::Etcd),
+            "etcd" => self.etcd_source(pool, &at, span, raw).map(PoolSource::Etcd),
             _ => Ok(PoolSource::Static),
         }
     }
@@ -207,14 +213,16 @@ impl Validator<'_> {
         })
     }
 
-    /// `kind = "etcd"`: the endpoints, the key prefix and the watch's timings.
+    /// `kind = "etcd"`: the endpoints, the key prefix, the watch's timings, TLS and
+    /// credentials.
     fn etcd_source(
         &self,
+        pool: &str,
         at: &str,
         span: std::ops::Range<usize>,
-        raw: RawSource,
+        mut raw: RawSource,
     ) -> Result<EtcdSource, ConfigError> {
-        let Some(list) = raw.endpoints else {
+        let Some(list) = raw.endpoints.take() else {
             return Err(self.error(
                 Some(span),
                 &format!("{at}.endpoints"),
@@ -235,29 +243,36 @@ impl Validator<'_> {
             ));
         }
         let mut endpoints = Vec::with_capacity(list.len());
+        let mut https = None;
         for (index, value) in list.iter().enumerate() {
             let key = format!("{at}.endpoints[{index}]");
             let text = value.get_ref();
-            if text.starts_with("https://") {
-                return Err(self.error(
-                    Some(value.span()),
-                    &key,
-                    format!(
-                        "{text:?}: TLS to etcd is not supported yet (use an http:// endpoint, \
-                         e.g. on loopback or a private network)"
-                    ),
-                ));
-            }
             let endpoint = etcd_endpoint(text).ok_or_else(|| {
                 self.error(
                     Some(value.span()),
                     &key,
                     format!(
-                        r#"{text:?} is not an etcd endpoint (use "http://host:port", e.g. "http://10.0.0.5:2379")"#
+                        r#"{text:?} is not an etcd endpoint (use "http://host:port" or "https://host:port", e.g. "https://10.0.0.5:2379")"#
                     ),
                 )
             })?;
+            let secure = text.starts_with("https://");
+            if *https.get_or_insert(secure) != secure {
+                return Err(self.error(
+                    Some(value.span()),
+                    &key,
+                    format!(
+                        "{text:?}: the endpoints mix http:// and https:// (write every endpoint \
+                         with the same scheme: https:// when etcd serves TLS)"
+                    ),
+                ));
+            }
             endpoints.push(endpoint);
+        }
+        let access =
+            Arc::new(self.etcd_access(pool, at, span.clone(), https == Some(true), &mut raw)?);
+        for endpoint in &mut endpoints {
+            endpoint.access = access.clone();
         }
         let Some(prefix) = raw.prefix else {
             return Err(self.error(
@@ -318,10 +333,13 @@ impl Validator<'_> {
     }
 }
 
-/// `http://host:port` (a trailing `/` allowed; the port defaults to 2379): the host an IP
-/// address (IPv6 in brackets) or a DNS name.
-fn etcd_endpoint(text: &str) -> Option<EtcdEndpoint> {
-    let rest = text.strip_prefix("http://")?;
+/// `http://host:port` or `https://host:port` (a trailing `/` allowed; the port defaults to
+/// 2379): the host an IP address (IPv6 in brackets) or a DNS name. Its access is plain (no
+/// TLS, no credentials) until the source's settings are put in.
+pub(crate) fn etcd_endpoint(text: &str) -> Option<EtcdEndpoint> {
+    let rest = text
+        .strip_prefix("http://")
+        .or_else(|| text.strip_prefix("https://"))?;
     let rest = rest.strip_suffix('/').unwrap_or(rest);
     if rest.is_empty() || rest.contains(['/', '@', '?', '#']) {
         return None;
@@ -358,6 +376,7 @@ fn etcd_endpoint(text: &str) -> Option<EtcdEndpoint> {
         url: text.to_owned(),
         host,
         port,
+        access: Arc::default(),
     })
 }
 
@@ -366,7 +385,7 @@ mod tests {
     use super::etcd_endpoint;
 
     #[test]
-    fn etcd_endpoints_are_http_urls_with_a_host_and_an_optional_port() {
+    fn etcd_endpoints_are_http_or_https_urls_with_a_host_and_an_optional_port() {
         let e = etcd_endpoint("http://127.0.0.1:2379").expect("an endpoint");
         assert_eq!((e.host.as_str(), e.port), ("127.0.0.1", 2379));
         let e = etcd_endpoint("http://etcd-1.example:12379/").expect("an endpoint");
@@ -374,6 +393,8 @@ mod tests {
         let e = etcd_endpoint("http://[::1]:2379").expect("an endpoint");
         assert_eq!((e.host.as_str(), e.port), ("::1", 2379));
         assert_eq!(etcd_endpoint("http://etcd").map(|e| e.port), Some(2379));
+        let e = etcd_endpoint("https://etcd-1.example").expect("an endpoint");
+        assert_eq!((e.host.as_str(), e.port), ("etcd-1.example", 2379));
         for bad in [
             "127.0.0.1:2379",
             "http://",
@@ -384,6 +405,9 @@ mod tests {
             "http://user@a:1",
             "http://[::1",
             "http://a b:1",
+            "https://",
+            "ftp://a:1",
+            "unix:///run/etcd.sock",
         ] {
             assert!(etcd_endpoint(bad).is_none(), "{bad}");
         }
