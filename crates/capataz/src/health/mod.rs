@@ -47,6 +47,7 @@ use crate::tls::client::{
 };
 use crate::upstream::Upstream;
 pub use backend::Clock;
+pub use driver::PoolTasks;
 pub use membership::{Membership, MembershipState};
 pub use view::{BackendInfo, BackendView, Override, ProbeRecord};
 
@@ -314,6 +315,47 @@ impl PoolRt {
         gate_new: bool,
         families: &Families,
     ) -> Arc<PoolRt> {
+        PoolRt::build(config, events, clock, previous, gate_new, families, false)
+    }
+
+    /// The same pool as `self` with the backends `members` (a membership update of a pool
+    /// whose backends come from a source: the configuration is otherwise the same). As
+    /// [`PoolRt::new`] from `self`, except that a kept backend (same name, address and weight)
+    /// is the very same [`BackendRt`] (its connections, in-flight count, traffic and probe
+    /// schedule), so its tasks go on ([`PoolTasks::carry`]) and only the added backends are
+    /// built: the cost follows the change, beside a copy of the pool's small per-backend state.
+    pub fn with_members(
+        &self,
+        members: Vec<crate::config::BackendConfig>,
+        gate_new: bool,
+        families: &Families,
+    ) -> Arc<PoolRt> {
+        let config = PoolConfig {
+            backends: members,
+            ..self.config.clone()
+        };
+        PoolRt::build(
+            config,
+            self.events.clone(),
+            self.clock,
+            Some(self),
+            gate_new,
+            families,
+            true,
+        )
+    }
+
+    /// [`PoolRt::new`]; with `share`, kept backends of the same weight share `previous`'s
+    /// [`BackendRt`] instead of getting a new one.
+    fn build(
+        config: PoolConfig,
+        events: broadcast::Sender<Event>,
+        clock: Clock,
+        previous: Option<&PoolRt>,
+        gate_new: bool,
+        families: &Families,
+        share: bool,
+    ) -> Arc<PoolRt> {
         let settings = engine_settings(&config);
         let metrics = families.pool(&config.name);
         let now = clock.now();
@@ -352,6 +394,27 @@ impl PoolRt {
         let mut info = Vec::with_capacity(config.backends.len());
         let mut backends = Vec::with_capacity(config.backends.len());
         for (b, kept) in config.backends.iter().zip(carried) {
+            let role = if b.backup {
+                Role::Backup
+            } else {
+                Role::Primary
+            };
+            // A membership update keeps a staying backend's runtime whole.
+            let same = match (&kept, previous) {
+                (Some((i, ..)), Some(p)) if share && p.backends[*i].weight == b.weight => {
+                    Some(p.backends[*i].clone())
+                }
+                _ => None,
+            };
+            let kept = match (same, kept) {
+                (Some(rt), Some((_, carried, record))) => {
+                    joins.push((b.weight, Join::Kept(carried), role));
+                    info.push(record);
+                    backends.push(rt);
+                    continue;
+                }
+                (_, kept) => kept,
+            };
             #[cfg(test)]
             if let Some(p) = previous {
                 tests::note_build_beside_old_pool(p.inner.try_lock().is_err());
@@ -389,11 +452,6 @@ impl PoolRt {
                     (Some((i, ..)), Some(p)) => p.backends[*i].tunnels.clone(),
                     _ => Arc::new(tokio::sync::watch::Sender::new(0)),
                 },
-            };
-            let role = if b.backup {
-                Role::Backup
-            } else {
-                Role::Primary
             };
             match (kept, previous) {
                 (Some((i, carried, record)), Some(p)) => {

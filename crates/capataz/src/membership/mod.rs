@@ -14,7 +14,7 @@ mod guard;
 #[cfg(test)]
 mod tests;
 
-use std::time::Duration;
+use tokio::time::Instant;
 
 use crate::config::{BackendConfig, PoolSource};
 pub use dns::DnsResolver;
@@ -48,8 +48,10 @@ pub enum Source {
     Dns {
         /// The resolver for the name.
         resolver: Box<DnsResolver>,
-        /// How long to wait before the next query (zero before the first).
-        wait: Duration,
+        /// When to ask next (`None`: at once, before the first query). A deadline, not a
+        /// delay, so that [`Source::next`] is cancel-safe: called again, it waits for the
+        /// same time.
+        due: Option<Instant>,
     },
     /// A key prefix in etcd, read then watched.
     Etcd(Box<EtcdWatch>),
@@ -63,7 +65,7 @@ impl Source {
             PoolSource::Static => None,
             PoolSource::Dns(dns) => Some(DnsResolver::new(dns).map(|resolver| Source::Dns {
                 resolver: Box::new(resolver),
-                wait: Duration::ZERO,
+                due: None,
             })),
             PoolSource::Etcd(etcd) => Some(Ok(Source::Etcd(Box::new(EtcdWatch::new(etcd))))),
         }
@@ -87,15 +89,16 @@ impl Source {
 
     /// The next answer: for DNS, waits out the last answer's TTL (within the floor and the
     /// ceiling; the floor after a failure), then asks again; for etcd, the next change of the
-    /// keys, a keepalive's confirmation, or a failure.
+    /// keys, a keepalive's confirmation, or a failure. Cancel-safe: an answer is never lost
+    /// by dropping the future (a DNS query or an etcd read under way is asked again).
     pub async fn next(&mut self) -> Answer {
         match self {
-            Source::Dns { resolver, wait } => {
-                if !wait.is_zero() {
-                    tokio::time::sleep(*wait).await;
+            Source::Dns { resolver, due } => {
+                if let Some(due) = *due {
+                    tokio::time::sleep_until(due).await;
                 }
                 let (answer, ttl) = resolver.query().await;
-                *wait = resolver.wait_for(ttl);
+                *due = Some(Instant::now() + resolver.wait_for(ttl));
                 answer
             }
             Source::Etcd(etcd) => etcd.next().await,

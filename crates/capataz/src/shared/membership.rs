@@ -96,23 +96,28 @@ impl Shared {
             old.backends.len().saturating_sub(kept),
             members.len(),
         );
-        let config = PoolConfig {
-            backends: members,
-            ..old.config.clone()
-        };
-        let gate = config.gate_new_backends;
-        let pool = PoolRt::new(
-            config,
-            self.events.clone(),
-            self.clock,
-            Some(old),
-            gate,
+        let pool = old.with_members(
+            members,
+            old.config.gate_new_backends,
             self.metrics.families(),
         );
         let mut next = (*pools).clone();
         next[index] = pool.clone();
-        // Among the pools in force, so a backend of this pool tracking another finds it.
-        let tasks = pool.spawn_tasks_among(&next);
+        {
+            // The backends that stay keep their tasks (no restart, no new phase); only the
+            // added ones get new ones, the removed ones' stop.
+            let mut running = lock(&self.pool_tasks);
+            let at = running.iter().position(|(p, _)| &**p == name);
+            let old_tasks = at
+                .map(|i| std::mem::take(&mut running[i].1))
+                .unwrap_or_default();
+            // Among the pools in force, so a backend of this pool tracking another finds it.
+            let tasks = old_tasks.carry(&pool, &next);
+            match at {
+                Some(i) => running[i].1 = tasks,
+                None => running.push((pool.name.clone(), tasks)),
+            }
+        }
         let next = Arc::new(next);
         self.pools.store(next.clone());
         drop(swap);
@@ -129,17 +134,6 @@ impl Shared {
                     total,
                 },
             );
-        }
-        {
-            let mut running = lock(&self.pool_tasks);
-            let (old_tasks, others): (Vec<_>, Vec<_>) = std::mem::take(&mut *running)
-                .into_iter()
-                .partition(|(pool, _)| &**pool == name);
-            *running = others;
-            running.extend(tasks.into_iter().map(|t| (next[index].name.clone(), t)));
-            for (_, task) in old_tasks {
-                task.abort();
-            }
         }
         // The listeners' routes hold the pools' handles: give them the new one.
         let config = self.config();
@@ -202,48 +196,119 @@ async fn follow(me: Weak<Shared>, config: PoolConfig, initial: Option<Vec<Backen
         tokio::time::sleep(retry).await;
     };
     let kind = source.kind();
+    let mut pending = Pending::default();
     loop {
-        let answer = source.next().await;
+        if pending.is_empty() {
+            let answer = source.next().await;
+            let Some(shared) = me.upgrade() else { return };
+            pending.read(&shared, &name, kind, answer);
+        }
         let Some(shared) = me.upgrade() else { return };
-        let verdict = match answer {
+        // What came since the last update, in order: the guard judges each failure, and the
+        // latest membership as a whole (a drop is measured against the membership in force).
+        let mut apply = None;
+        for answer in pending.take() {
+            let verdict = match answer {
+                Read::Members(members) => guard.handle_members(members),
+                Read::Failed(error) => guard.handle_failure(error),
+            };
+            let held = verdict.changes.iter().find_map(|c| match c {
+                MembershipChange::DropHeld { from, to } => Some((*from, *to)),
+                _ => None,
+            });
+            for change in verdict.changes {
+                shared.tell(&name, kind, change);
+            }
+            // Noted before the update is applied, so the record agrees with its `updated`
+            // event.
+            let holding = guard.holding();
+            if holding {
+                source.confirm_later();
+            }
+            note(&shared, &name, |m| {
+                m.held = if holding { held.or(m.held) } else { None };
+            });
+            if let Some(members) = verdict.apply {
+                apply = Some(members);
+            }
+        }
+        let Some(members) = apply else { continue };
+        // While the update is applied, the source is still read: what arrives meanwhile
+        // waits, merged, for the next update (one at most, however long this one takes).
+        let update = shared.set_members(&name, &config.source, members);
+        tokio::pin!(update);
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut update => break,
+                answer = source.next() => pending.read(&shared, &name, kind, answer),
+            }
+        }
+    }
+}
+
+/// An answer the guard is to judge.
+#[derive(Debug)]
+enum Read {
+    Members(Vec<BackendConfig>),
+    Failed(String),
+}
+
+/// The answers read since the guard last judged, merged so that one update at most waits:
+/// a failure (the first of its run) before the latest membership, that membership, and a
+/// failure after it. A later membership replaces an earlier one (both are whole), so the
+/// guard sees one membership per update, and each failure's run is still told, then its
+/// recovery.
+#[derive(Debug, Default)]
+struct Pending {
+    failed_before: Option<String>,
+    members: Option<Vec<BackendConfig>>,
+    failed_after: Option<String>,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.failed_before.is_none() && self.members.is_none() && self.failed_after.is_none()
+    }
+
+    /// Takes in one answer of the source: what it says about the source (when it last
+    /// answered, whether it fails) is noted at once, a skipped key told at once.
+    fn read(&mut self, shared: &Shared, name: &str, kind: &'static str, answer: Answer) {
+        match answer {
             Answer::Members(members) => {
                 let now = shared.clock.now();
                 let wall = shared.clock.wall(now);
-                note(&shared, &name, |m| {
+                note(shared, name, |m| {
                     m.confirmed = Some(now);
                     m.confirmed_wall = Some(wall);
                     m.failing = None;
                 });
-                guard.handle_members(members)
+                if let Some(error) = self.failed_after.take() {
+                    self.failed_before.get_or_insert(error);
+                }
+                self.members = Some(members);
             }
             Answer::Failed(error) => {
                 tracing::debug!(pool = %name, %error, "the backend source failed");
-                note(&shared, &name, |m| m.failing = Some(error.clone()));
-                guard.handle_failure(error)
+                note(shared, name, |m| m.failing = Some(error.clone()));
+                let slot = match self.members {
+                    Some(_) => &mut self.failed_after,
+                    None => &mut self.failed_before,
+                };
+                slot.get_or_insert(error);
             }
             Answer::Skipped { key, error } => {
-                shared.tell(&name, kind, MembershipChange::Skipped { key, error });
-                continue;
+                shared.tell(name, kind, MembershipChange::Skipped { key, error });
             }
-        };
-        let held = verdict.changes.iter().find_map(|c| match c {
-            MembershipChange::DropHeld { from, to } => Some((*from, *to)),
-            _ => None,
-        });
-        for change in verdict.changes {
-            shared.tell(&name, kind, change);
         }
-        // Noted before the update is applied, so the record agrees with its `updated` event.
-        let holding = guard.holding();
-        if holding {
-            source.confirm_later();
-        }
-        note(&shared, &name, |m| {
-            m.held = if holding { held.or(m.held) } else { None };
-        });
-        if let Some(members) = verdict.apply {
-            shared.set_members(&name, &config.source, members).await;
-        }
+    }
+
+    /// The merged answers, in order; empties it.
+    fn take(&mut self) -> Vec<Read> {
+        let before = self.failed_before.take().map(Read::Failed);
+        let members = self.members.take().map(Read::Members);
+        let after = self.failed_after.take().map(Read::Failed);
+        before.into_iter().chain(members).chain(after).collect()
     }
 }
 

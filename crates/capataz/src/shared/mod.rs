@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 use crate::alerts::{AlertStats, Alerts};
 use crate::config::Config;
 use crate::events::OverrideKind;
-use crate::health::{Clock, Event, OverrideError, PoolRt};
+use crate::health::{Clock, Event, OverrideError, PoolRt, PoolTasks};
 use crate::metrics::{HistogramScope, Metrics};
 use listener::ListenerRt;
 pub(crate) use listener::{bind, bind_listener};
@@ -42,7 +42,7 @@ pub struct Shared {
     config_path: Option<PathBuf>,
     pools: ArcSwap<Vec<Arc<PoolRt>>>,
     /// The pools' tasks (probes, timer), by pool name.
-    pool_tasks: Mutex<Vec<(Arc<str>, JoinHandle<()>)>>,
+    pool_tasks: Mutex<Vec<(Arc<str>, PoolTasks)>>,
     /// One task per pool whose backends come from a source (DNS or etcd).
     membership_tasks: Mutex<membership::MembershipTasks>,
     listeners: Mutex<Vec<ListenerRt>>,
@@ -179,14 +179,10 @@ impl Shared {
                 PoolRt::new(pool, events.clone(), clock, None, false, metrics.families())
             })
             .collect();
-        let mut pool_tasks = Vec::new();
-        for pool in &pools {
-            pool_tasks.extend(
-                pool.spawn_tasks_among(&pools)
-                    .into_iter()
-                    .map(|t| (pool.name.clone(), t)),
-            );
-        }
+        let pool_tasks = pools
+            .iter()
+            .map(|pool| (pool.name.clone(), pool.start_tasks(&pools)))
+            .collect();
         let (shutdown, _) = watch::channel(false);
         let (accepting, _) = watch::channel(!held);
         let shared = Arc::new_cyclic(|me| Shared {
@@ -385,8 +381,8 @@ impl Shared {
         for task in lock(&self.membership_tasks).drain(..) {
             task.abort();
         }
-        for (_, task) in lock(&self.pool_tasks).drain(..) {
-            task.abort();
+        for (_, tasks) in lock(&self.pool_tasks).drain(..) {
+            tasks.abort();
         }
     }
 }

@@ -185,14 +185,10 @@ impl Shared {
             .collect();
         let total_old: usize = old_pools.iter().map(|p| p.backends.len()).sum();
         summary.removed = total_old.saturating_sub(summary.kept);
-        let mut tasks = Vec::new();
-        for pool in &new_pools {
-            tasks.extend(
-                pool.spawn_tasks_among(&new_pools)
-                    .into_iter()
-                    .map(|t| (pool.name.clone(), t)),
-            );
-        }
+        let tasks: Vec<_> = new_pools
+            .iter()
+            .map(|pool| (pool.name.clone(), pool.start_tasks(&new_pools)))
+            .collect();
         let had_members: HashSet<&str> = old_pools
             .iter()
             .filter(|p| p.config.source.is_dynamic())
@@ -202,8 +198,8 @@ impl Shared {
         self.pools.store(Arc::new(new_pools));
         drop(swap);
         let old_tasks = std::mem::replace(&mut *lock(&self.pool_tasks), tasks);
-        for (_, task) in old_tasks {
-            task.abort();
+        for (_, tasks) in old_tasks {
+            tasks.abort();
         }
         let pools = self.pools.load_full();
         let pool_handles = super::listener::handles(&pools);
