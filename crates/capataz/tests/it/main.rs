@@ -24,6 +24,7 @@ mod config_dns;
 mod dns_source;
 mod drain;
 mod eligibility;
+mod etcd_churn;
 mod etcd_secure;
 mod etcd_source;
 mod fleet_scale_out;

@@ -1,0 +1,238 @@
+//! Following a churning etcd prefix without falling behind (issue 12, churn), against a real
+//! etcd (`support/etcd.rs`): a membership update keeps the backends that stay whole (the same
+//! runtime, the same probe task and due time) and frees the pool's old build, and the changes
+//! that arrive while an update is applied are applied together as one update, in order, each
+//! `updated` event saying what its update did.
+
+use std::sync::Arc;
+
+use capataz::config;
+use capataz::events::MembershipChange;
+use capataz::health::Event;
+use capataz::server::Balancer;
+use tokio::sync::broadcast;
+
+use crate::etcd_source::{membership, names, value, wait_total};
+use crate::support::balancer::{backends, start};
+use crate::support::etcd::Etcd;
+use crate::support::wait::wait_until;
+use crate::support::DEADLINE;
+
+/// Pool `web` following prefix `/web/` of `etcd`, probed with `checks`.
+fn config_text(etcd: &Etcd, checks: &str) -> String {
+    format!(
+        "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web.source]\nkind = \"etcd\"\n\
+         endpoints = [\"{}\"]\nprefix = \"/web/\"\ntimeout = \"1s\"\nreconnect_min = \"100ms\"\n\
+         reconnect_max = \"300ms\"\nkeepalive = \"1s\"\nconfirm_after = \"500ms\"\n\
+         [pools.web.active]\n{checks}\n",
+        etcd.endpoint()
+    )
+}
+
+/// Regression (issue 12, churn): each etcd change rebuilt the pool and restarted the probe
+/// task of every backend (a new random phase each), and old builds of a 5,000-backend pool
+/// piled up in memory. A backend that stays is now the same runtime with the same probe task
+/// (its next probe due when it was), a removed one's task ends, and the old build is freed.
+#[tokio::test]
+async fn etcd_an_update_keeps_the_backends_that_stay_and_frees_the_old_build() {
+    let sims = backends(&["a", "b", "c"]).await;
+    let etcd = Etcd::start("churn-keep").await;
+    etcd.put("/web/a", &value(&sims[0])).await;
+    etcd.put("/web/b", &value(&sims[1])).await;
+    // Probes an hour apart: a probe never moves a due time during the test.
+    let (balancer, mut rx) = start(&config_text(
+        &etcd,
+        "interval = \"1h\"\ntimeout = \"200ms\"\nrise = 1\n",
+    ))
+    .await;
+    wait_total(&mut rx, 2).await;
+    let first = balancer.pool("web").expect("pool web");
+    wait_until("the probe loops' first due times", || {
+        first.backends.iter().all(|b| b.next_probe().is_some())
+    })
+    .await;
+    let a = first.backends[0].clone();
+    let b = first.backends[1].clone();
+    let due = a.next_probe();
+    let old = Arc::downgrade(&first);
+    drop(first);
+
+    etcd.put("/web/c", &value(&sims[2])).await;
+    assert_eq!(
+        wait_total(&mut rx, 3).await,
+        MembershipChange::Updated {
+            added: 1,
+            removed: 0,
+            total: 3
+        }
+    );
+    let second = balancer.pool("web").expect("pool web");
+    assert!(Arc::ptr_eq(&second.backends[0], &a), "a was rebuilt");
+    assert_eq!(
+        second.backends[0].next_probe(),
+        due,
+        "a's probe task restarted"
+    );
+    wait_until("the old build freed", || old.strong_count() == 0).await;
+
+    etcd.delete("/web/b").await;
+    wait_total(&mut rx, 2).await;
+    let third = balancer.pool("web").expect("pool web");
+    assert_eq!(names(&third), vec!["a", "c"]);
+    assert!(Arc::ptr_eq(&third.backends[0], &a), "a was rebuilt");
+    assert!(
+        Arc::ptr_eq(&third.backends[1], &second.backends[2]),
+        "c was rebuilt"
+    );
+    assert_eq!(
+        third.backends[0].next_probe(),
+        due,
+        "a's probe task restarted"
+    );
+    let old = Arc::downgrade(&second);
+    drop(second);
+    drop(third);
+    wait_until("the removed backend's task ended", || {
+        Arc::strong_count(&b) == 1
+    })
+    .await;
+    wait_until("the old build freed", || old.strong_count() == 0).await;
+    balancer.shutdown(std::time::Duration::from_secs(5)).await;
+}
+
+/// Waits until the membership task has read another answer from etcd (its record's
+/// `confirmed` moved past `last`); returns the new value.
+async fn next_read(
+    balancer: &Balancer,
+    last: Option<std::time::Duration>,
+) -> Option<std::time::Duration> {
+    let pool = balancer.pool("web").expect("pool web");
+    wait_until("the source's next answer", || {
+        pool.membership.state().confirmed != last
+    })
+    .await;
+    pool.membership.state().confirmed
+}
+
+/// The `updated` events up to and including the one with `total` backends.
+async fn updates_until(rx: &mut broadcast::Receiver<Event>, total: usize) -> Vec<MembershipChange> {
+    let mut seen = Vec::new();
+    let end = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let event = match tokio::time::timeout_at(end, rx.recv()).await {
+            Ok(Ok(event)) => event,
+            Ok(Err(broadcast::error::RecvError::Lagged(n))) => panic!("lost {n} events"),
+            Ok(Err(e)) => panic!("event stream ended: {e}"),
+            Err(_) => panic!("no update to {total} within {DEADLINE:?}; saw {seen:?}"),
+        };
+        if let Some(change @ MembershipChange::Updated { total: t, .. }) = membership(&event) {
+            seen.push(change.clone());
+            if *t == total {
+                return seen;
+            }
+        }
+    }
+}
+
+/// Regression (issue 12, churn): each watch event was applied as its own update, so a burst
+/// of 20 puts into a 5,000-backend pool took 20 rebuilds (114 s) to be in force. Now the
+/// changes read while an update waits or runs are merged, and applied as one update. Here an
+/// update is held (a reload holds `reload_lock`, stuck reading its FIFO) while four more
+/// changes arrive: they come as one update, after the held one, with the right counts.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn etcd_changes_read_while_an_update_waits_are_applied_as_one_update() {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+
+    let sims = backends(&["a", "b", "c", "d", "e", "f"]).await;
+    let etcd = Etcd::start("churn-burst").await;
+    etcd.put("/web/a", &value(&sims[0])).await;
+    let path = std::env::temp_dir().join(format!("capataz-churn-{}.toml", std::process::id()));
+    std::fs::write(&path, config_text(&etcd, "kind = \"none\"\n")).expect("write config");
+    let config = config::load(&path).expect("valid config");
+    let (events, mut rx) = broadcast::channel(4096);
+    let balancer = Balancer::start_with_path(&config, events, Some(path.clone()))
+        .await
+        .expect("balancer starts");
+    wait_total(&mut rx, 1).await;
+    let mut read = balancer
+        .pool("web")
+        .expect("pool")
+        .membership
+        .state()
+        .confirmed;
+
+    // A reload holds `reload_lock` while it reads the config, a FIFO nobody writes yet.
+    std::fs::remove_file(&path).expect("remove config");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&path)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success(), "mkfifo failed");
+    let shared = balancer.shared().clone();
+    let reload = tokio::spawn(async move { shared.reload_from_file().await });
+    let mut writer = None;
+    wait_until("the reload reading its FIFO", || {
+        writer = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(0o4000) // O_NONBLOCK: opens once the reload is reading
+            .open(&path)
+            .ok();
+        writer.is_some()
+    })
+    .await;
+
+    // b's update waits for the reload; c, d and e come, a goes, meanwhile.
+    etcd.put("/web/b", &value(&sims[1])).await;
+    read = next_read(&balancer, read).await;
+    for (key, sim) in [
+        ("/web/c", &sims[2]),
+        ("/web/d", &sims[3]),
+        ("/web/e", &sims[4]),
+    ] {
+        etcd.put(key, &value(sim)).await;
+        read = next_read(&balancer, read).await;
+    }
+    etcd.delete("/web/a").await;
+    next_read(&balancer, read).await;
+    assert_eq!(names(&balancer.pool("web").expect("pool")), vec!["a"]);
+
+    // The reload fails (the file is not TOML) and lets the updates go.
+    let mut writer = writer.expect("the FIFO's write end");
+    writer.write_all(b"not [toml").expect("write the FIFO");
+    drop(writer);
+    assert!(reload.await.expect("reload task").is_err());
+    let _ = std::fs::remove_file(&path);
+
+    assert_eq!(
+        updates_until(&mut rx, 4).await,
+        vec![
+            MembershipChange::Updated {
+                added: 1,
+                removed: 0,
+                total: 2
+            },
+            MembershipChange::Updated {
+                added: 3,
+                removed: 1,
+                total: 4
+            },
+        ]
+    );
+    assert_eq!(
+        names(&balancer.pool("web").expect("pool")),
+        vec!["b", "c", "d", "e"]
+    );
+    // Nothing else was pending: the next change is an update of its own.
+    etcd.put("/web/f", &value(&sims[5])).await;
+    assert_eq!(
+        updates_until(&mut rx, 5).await,
+        vec![MembershipChange::Updated {
+            added: 1,
+            removed: 0,
+            total: 5
+        }]
+    );
+    balancer.shutdown(std::time::Duration::from_secs(5)).await;
+}
