@@ -17,8 +17,10 @@
 #   probes   N = 1, 3, 5 capataz (PROBE_NS) following 1,000 backends (PROBE_BACKENDS): probes
 #            per backend per second, counted by the backends, over MEASURE s.
 #   burst    (not in `all`) BURST puts written at once into a pool of FOLLOW_BACKENDS: the time
-#            until the last one is in the pool, and in how many membership updates; with
-#            probes on, then with `active.kind = "none"`.
+#            until the last one is in the pool, and in how many membership updates; then
+#            SINGLES puts one at a time, each waited for (the cost of one update: median, min,
+#            max), and capataz's RSS before the burst, after it and after the single puts;
+#            with probes on, then with `active.kind = "none"`.
 #
 # Backends: bench/probe_listener.c (compiled here), one process binding one socket per address
 # 127.0.1.1, 127.0.1.2, ... port 9620 (each address explicitly), answering 200 and counting
@@ -31,7 +33,7 @@
 #
 # Usage: bench/fleet.sh [follow|death|probes|burst|all]   (default all)
 #   env: FOLLOW_BACKENDS=5000 CHURN_RATES="10 100" CHURN=30 CATCH_UP=120 MEASURE=30 DEATH_NS="1 3" DEATH_ROUNDS=5
-#        PROBE_NS="1 3 5" PROBE_BACKENDS=1000 BURST=20 PROXY_CPU=0 OTHER_CPU=1 EXTRA_CONFIG= LABEL=shared-off
+#        PROBE_NS="1 3 5" PROBE_BACKENDS=1000 BURST=20 SINGLES=20 PROXY_CPU=0 OTHER_CPU=1 EXTRA_CONFIG= LABEL=shared-off
 #        RUN_DIR=/tmp/bench-fleet CAPATAZ_BIN=...
 # Runtime: follow ~3 min, death ~1 min per N, probes ~45 s per N.
 set -Eeuo pipefail
@@ -41,7 +43,7 @@ source "$(dirname "$0")/common.sh"
 WHAT=${1:-all}
 FOLLOW_BACKENDS=${FOLLOW_BACKENDS:-5000} CHURN_RATES=${CHURN_RATES:-"10 100"} CHURN=${CHURN:-30} CATCH_UP=${CATCH_UP:-120}
 MEASURE=${MEASURE:-30} DEATH_NS=${DEATH_NS:-"1 3"} DEATH_ROUNDS=${DEATH_ROUNDS:-5}
-PROBE_NS=${PROBE_NS:-"1 3 5"} PROBE_BACKENDS=${PROBE_BACKENDS:-1000} BURST=${BURST:-20}
+PROBE_NS=${PROBE_NS:-"1 3 5"} PROBE_BACKENDS=${PROBE_BACKENDS:-1000} BURST=${BURST:-20} SINGLES=${SINGLES:-20}
 PROXY_CPU=${PROXY_CPU-0} OTHER_CPU=${OTHER_CPU-1}
 EXTRA_CONFIG=${EXTRA_CONFIG:-} LABEL=${LABEL:-shared-off}
 RUN_DIR=${RUN_DIR:-/tmp/bench-fleet}
@@ -338,12 +340,25 @@ burst() { # BURST puts at once into a pool of FOLLOW_BACKENDS, probes on, then o
         $HELPER wait 127.0.0.1:9720 web "s$(printf %05d $(( n - 1 )))" 60 >/dev/null
         [[ $kind == none ]] || $HELPER wait_pool 127.0.0.1:9720 web "$n" "$n" 300 >/dev/null
         sleep 5
-        local before after took
+        local before after took rss0 rss1 rss2 t0 k
+        rss0=$(mem_kb "$pid" VmRSS)
         before=$(grep -c 'membership updated:' "$RUN_DIR/capatazburst-${kind}0.log" || true)
         $HELPER fill $ETCD /fleet/ "$n" "$BURST" $PORT >/dev/null
         took=$($HELPER wait 127.0.0.1:9720 web "s$(printf %05d $(( n + BURST - 1 )))" 600)
         after=$(grep -c 'membership updated:' "$RUN_DIR/capatazburst-${kind}0.log" || true)
+        rss1=$(mem_kb "$pid" VmRSS)
         echo "burst ($LABEL): $BURST puts into $n backends, active kind $kind: all in the pool after ${took}s, in $(( after - before )) membership updates" | tee -a "$out"
+        # One put at a time (SINGLES of them), each waited for: the cost of one update of a
+        # pool this size (from the put to the backend in /status), and RSS across them.
+        local -a singles=()
+        for ((k = 0; k < SINGLES; k++)); do
+            t0=$(date +%s.%N)
+            $HELPER fill $ETCD /fleet/ $(( n + BURST + k )) 1 $PORT >/dev/null
+            $HELPER wait 127.0.0.1:9720 web "s$(printf %05d $(( n + BURST + k )))" 600 >/dev/null
+            singles+=("$(calc "$(date +%s.%N) - $t0")")
+        done
+        rss2=$(mem_kb "$pid" VmRSS)
+        echo "single puts ($LABEL), active kind $kind: $SINGLES puts one at a time into $(( n + BURST )) backends, put to in the pool: $(printf '%s\n' "${singles[@]}" | sort -g | awk '{ v[NR] = $1 } END { printf "median %.3fs (min %.3f, max %.3f)", (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2), v[1], v[NR] }'); RSS before the burst $(( rss0 / 1024 )) MiB, after it $(( rss1 / 1024 )) MiB, after the single puts $(( rss2 / 1024 )) MiB" | tee -a "$out"
         stop_named "$pid"; stop_named "$ETCD_PID"; stop_named "$LISTENER"
     done
 }
