@@ -18,8 +18,9 @@
 #            per backend per second, counted by the backends, over MEASURE s.
 #   burst    (not in `all`) BURST puts written at once into a pool of FOLLOW_BACKENDS: the time
 #            until the last one is in the pool, and in how many membership updates; then
-#            SINGLES puts one at a time, each waited for (the cost of one update: median, min,
-#            max), and capataz's RSS before the burst, after it and after the single puts;
+#            SINGLES puts one at a time, each once the last is applied (the cost of one update:
+#            from the put to capataz's `membership updated` log line; median, min, max), and
+#            capataz's RSS before the burst, after it and after the single puts;
 #            with probes on, then with `active.kind = "none"`.
 #
 # Backends: bench/probe_listener.c (compiled here), one process binding one socket per address
@@ -340,7 +341,7 @@ burst() { # BURST puts at once into a pool of FOLLOW_BACKENDS, probes on, then o
         $HELPER wait 127.0.0.1:9720 web "s$(printf %05d $(( n - 1 )))" 60 >/dev/null
         [[ $kind == none ]] || $HELPER wait_pool 127.0.0.1:9720 web "$n" "$n" 300 >/dev/null
         sleep 5
-        local before after took rss0 rss1 rss2 t0 k
+        local before after took rss0 rss1 rss2
         rss0=$(mem_kb "$pid" VmRSS)
         before=$(grep -c 'membership updated:' "$RUN_DIR/capatazburst-${kind}0.log" || true)
         $HELPER fill $ETCD /fleet/ "$n" "$BURST" $PORT >/dev/null
@@ -348,17 +349,14 @@ burst() { # BURST puts at once into a pool of FOLLOW_BACKENDS, probes on, then o
         after=$(grep -c 'membership updated:' "$RUN_DIR/capatazburst-${kind}0.log" || true)
         rss1=$(mem_kb "$pid" VmRSS)
         echo "burst ($LABEL): $BURST puts into $n backends, active kind $kind: all in the pool after ${took}s, in $(( after - before )) membership updates" | tee -a "$out"
-        # One put at a time (SINGLES of them), each waited for: the cost of one update of a
-        # pool this size (from the put to the backend in /status), and RSS across them.
-        local -a singles=()
-        for ((k = 0; k < SINGLES; k++)); do
-            t0=$(date +%s.%N)
-            $HELPER fill $ETCD /fleet/ $(( n + BURST + k )) 1 $PORT >/dev/null
-            $HELPER wait 127.0.0.1:9720 web "s$(printf %05d $(( n + BURST + k )))" 600 >/dev/null
-            singles+=("$(calc "$(date +%s.%N) - $t0")")
-        done
+        # One put at a time (SINGLES of them), each once the last is applied: the cost of one
+        # update of a pool this size (from the put to capataz's `membership updated` log
+        # line), and RSS across them.
+        local singles
+        singles=$($HELPER updates $ETCD /fleet/ $(( n + BURST )) "$SINGLES" $PORT "$RUN_DIR/capatazburst-${kind}0.log" \
+            | sort -g | awk '{ v[NR] = $1 } END { printf "median %.3fs (min %.3f, max %.3f)", (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2), v[1], v[NR] }')
         rss2=$(mem_kb "$pid" VmRSS)
-        echo "single puts ($LABEL), active kind $kind: $SINGLES puts one at a time into $(( n + BURST )) backends, put to in the pool: $(printf '%s\n' "${singles[@]}" | sort -g | awk '{ v[NR] = $1 } END { printf "median %.3fs (min %.3f, max %.3f)", (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2), v[1], v[NR] }'); RSS before the burst $(( rss0 / 1024 )) MiB, after it $(( rss1 / 1024 )) MiB, after the single puts $(( rss2 / 1024 )) MiB" | tee -a "$out"
+        echo "single puts ($LABEL), active kind $kind: $SINGLES puts one at a time into $(( n + BURST )) backends, from the put to its update: $singles; RSS before the burst $(( rss0 / 1024 )) MiB, after it $(( rss1 / 1024 )) MiB, after the single puts $(( rss2 / 1024 )) MiB" | tee -a "$out"
         stop_named "$pid"; stop_named "$ETCD_PID"; stop_named "$LISTENER"
     done
 }

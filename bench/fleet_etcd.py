@@ -11,6 +11,12 @@
                                                           and the number of keys; STATE, a
                                                           file, carries the keys present from
                                                           one run to the next
+  fleet_etcd.py updates ENDPOINT PREFIX FIRST COUNT PORT LOG
+                                                          put COUNT backends one at a time, each
+                                                          once the last one's `membership
+                                                          updated` line is in capataz's JSON
+                                                          LOG; print for each the seconds from
+                                                          the put to that line's timestamp
   fleet_etcd.py count ENDPOINT PREFIX                     keys under PREFIX
   fleet_etcd.py wait ADMIN POOL BACKEND TIMEOUT           until /status/POOL/BACKEND answers
   fleet_etcd.py wait_pool ADMIN POOL TOTAL HEALTHY TIMEOUT
@@ -26,6 +32,7 @@ keep-alive connection. Every wait prints the seconds it took, and exits 1 at its
 """
 
 import base64
+import datetime
 import http.client
 import json
 import random
@@ -155,6 +162,28 @@ def main():
             with open(state, "w") as f:
                 f.write(" ".join(map(str, present)))
         print(f"{ops} {time.time() - start:.3f} {len(present)}")
+    elif cmd == "updates":
+        endpoint, prefix, first, count, port, log = args[0], args[1], int(args[2]), int(args[3]), args[4], args[5]
+        etcd = Etcd(endpoint)
+        for i in range(first, first + count):
+            with open(log, "rb") as f:
+                f.seek(0, 2)
+                offset = f.tell()
+            start = time.time()
+            etcd.put(prefix, i, port)
+            applied = None
+            while applied is None:
+                if time.time() - start > 600:
+                    raise SystemExit(f"no membership update in {log} within 600 s of put {i}")
+                time.sleep(0.002)
+                with open(log, "rb") as f:
+                    f.seek(offset)
+                    for line in f.read().decode(errors="replace").splitlines():
+                        if "membership updated:" in line:
+                            stamp = json.loads(line)["timestamp"].replace("Z", "+00:00")
+                            applied = datetime.datetime.fromisoformat(stamp).timestamp()
+                            break
+            print(f"{applied - start:.4f}")
     elif cmd == "count":
         print(Etcd(args[0]).count(args[1]))
     elif cmd == "wait":

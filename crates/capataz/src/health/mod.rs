@@ -236,6 +236,16 @@ impl Records {
             joined: since,
         }
     }
+
+    /// A copy that takes the probe history, leaving this record without it.
+    fn take(&mut self) -> Records {
+        Records {
+            probes: std::mem::take(&mut self.probes),
+            last_transition: self.last_transition,
+            since: self.since,
+            joined: self.joined,
+        }
+    }
 }
 
 /// What makes a backend the same one across a reload: its name and its address.
@@ -376,13 +386,21 @@ impl PoolRt {
         // traffic, and the admin API reading it, wait on that lock, on runtime threads.
         let carried: Vec<Option<(usize, Carried, Records)>> = match previous {
             Some(p) => {
-                let inner = p.lock();
+                let mut inner = p.lock();
                 config
                     .backends
                     .iter()
                     .map(|b| {
                         let i = *old_index.get(&BackendKey::new(&b.name, &b.address))?;
-                        Some((i, inner.engine.carry(i), inner.info[i].clone()))
+                        let record = if share {
+                            // A membership update retires the old build: its probe history
+                            // moves instead of being copied (megabytes at 5,000 backends,
+                            // each update, which the allocator's per-thread arenas kept).
+                            inner.info[i].take()
+                        } else {
+                            inner.info[i].clone()
+                        };
+                        Some((i, inner.engine.carry(i), record))
                     })
                     .collect()
             }
