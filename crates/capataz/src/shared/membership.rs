@@ -1,8 +1,16 @@
 //! Following a pool's backend source: one task per pool with a `dns` or `etcd` source
 //! turns the source's answers, through the pool's [`Guard`], into membership updates, and
-//! each update rebuilds that one pool the way a reload does ([`PoolRt::new`] from the old
-//! pool: kept backends carry their health, added ones are gated until `rise` probes, removed
-//! ones drain), under `reload_lock` and `swap_lock`, on the blocking pool.
+//! each update builds that one pool anew from the build in force ([`PoolRt::with_members`]:
+//! kept backends are the same runtime and carry their health, added ones are gated until
+//! `rise` probes, removed ones drain), under `reload_lock` and `swap_lock`, on the blocking
+//! pool. The kept backends' tasks go on ([`PoolTasks::carry`]), so an update costs in
+//! proportion to the change, not to the pool.
+//!
+//! Invariant: at most one update waits. While one is applied, the task keeps reading the
+//! source and merges what it reads ([`Pending`]): a later membership replaces an earlier one
+//! (each is whole), so a burst of changes is applied as one update, still through the guard.
+//!
+//! [`PoolTasks::carry`]: crate::health::PoolTasks::carry
 
 use std::collections::HashSet;
 use std::sync::{Arc, Weak};
