@@ -134,39 +134,35 @@ async fn updates_until(rx: &mut broadcast::Receiver<Event>, total: usize) -> Vec
     }
 }
 
-/// Regression (issue 12, churn): each watch event was applied as its own update, so a burst
-/// of 20 puts into a 5,000-backend pool took 20 rebuilds (114 s) to be in force. Now the
-/// changes read while an update waits or runs are merged, and applied as one update. Here an
-/// update is held (a reload holds `reload_lock`, stuck reading its FIFO) while four more
-/// changes arrive: they come as one update, after the held one, with the right counts.
+/// A balancer following `/web/` of `etcd` (no probes), started from a file so that it can
+/// reload, once its first update (to `total` backends) is in force.
 #[cfg(target_os = "linux")]
-#[tokio::test]
-async fn etcd_changes_read_while_an_update_waits_are_applied_as_one_update() {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-
-    let sims = backends(&["a", "b", "c", "d", "e", "f"]).await;
-    let etcd = Etcd::start("churn-burst").await;
-    etcd.put("/web/a", &value(&sims[0])).await;
-    let path = std::env::temp_dir().join(format!("capataz-churn-{}.toml", std::process::id()));
-    std::fs::write(&path, config_text(&etcd, "kind = \"none\"\n")).expect("write config");
+async fn from_file(
+    etcd: &Etcd,
+    tag: &str,
+    total: usize,
+) -> (Balancer, broadcast::Receiver<Event>, std::path::PathBuf) {
+    let path =
+        std::env::temp_dir().join(format!("capataz-churn-{tag}-{}.toml", std::process::id()));
+    std::fs::write(&path, config_text(etcd, "kind = \"none\"\n")).expect("write config");
     let config = config::load(&path).expect("valid config");
     let (events, mut rx) = broadcast::channel(4096);
     let balancer = Balancer::start_with_path(&config, events, Some(path.clone()))
         .await
         .expect("balancer starts");
-    wait_total(&mut rx, 1).await;
-    let mut read = balancer
-        .pool("web")
-        .expect("pool")
-        .membership
-        .state()
-        .confirmed;
+    wait_total(&mut rx, total).await;
+    (balancer, rx, path)
+}
 
-    // A reload holds `reload_lock` while it reads the config, a FIFO nobody writes yet.
-    std::fs::remove_file(&path).expect("remove config");
+/// A reload that holds `reload_lock` (so every membership update waits) while it reads its
+/// config, which `path` becomes: a FIFO nobody writes yet. [`release`] lets it go.
+#[cfg(target_os = "linux")]
+async fn hold_updates(balancer: &Balancer, path: &std::path::Path) -> Held {
+    use std::os::unix::fs::OpenOptionsExt;
+
+    std::fs::remove_file(path).expect("remove config");
     let made = std::process::Command::new("mkfifo")
-        .arg(&path)
+        .arg(path)
         .status()
         .expect("run mkfifo");
     assert!(made.success(), "mkfifo failed");
@@ -177,11 +173,63 @@ async fn etcd_changes_read_while_an_update_waits_are_applied_as_one_update() {
         writer = std::fs::OpenOptions::new()
             .write(true)
             .custom_flags(0o4000) // O_NONBLOCK: opens once the reload is reading
-            .open(&path)
+            .open(path)
             .ok();
         writer.is_some()
     })
     .await;
+    Held {
+        reload,
+        writer: writer.expect("the FIFO's write end"),
+        path: path.to_owned(),
+    }
+}
+
+/// A reload holding the membership updates back.
+#[cfg(target_os = "linux")]
+struct Held {
+    reload: tokio::task::JoinHandle<
+        Result<capataz::server::ReloadSummary, capataz::server::StartError>,
+    >,
+    writer: std::fs::File,
+    path: std::path::PathBuf,
+}
+
+/// Fails the held reload (its file is not TOML): the updates go on.
+#[cfg(target_os = "linux")]
+async fn release(held: Held) {
+    use std::io::Write;
+
+    let Held {
+        reload,
+        mut writer,
+        path,
+    } = held;
+    writer.write_all(b"not [toml").expect("write the FIFO");
+    drop(writer);
+    assert!(reload.await.expect("reload task").is_err());
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Regression (issue 12, churn): each watch event was applied as its own update, so a burst
+/// of 20 puts into a 5,000-backend pool took 20 rebuilds (114 s) to be in force. Now the
+/// changes read while an update waits or runs are merged, and applied as one update. Here an
+/// update is held (a reload holds `reload_lock`, stuck reading its FIFO) while four more
+/// changes arrive: they come as one update, after the held one, with the right counts.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn etcd_changes_read_while_an_update_waits_are_applied_as_one_update() {
+    let sims = backends(&["a", "b", "c", "d", "e", "f"]).await;
+    let etcd = Etcd::start("churn-burst").await;
+    etcd.put("/web/a", &value(&sims[0])).await;
+    let (balancer, mut rx, path) = from_file(&etcd, "burst", 1).await;
+    let mut read = balancer
+        .pool("web")
+        .expect("pool")
+        .membership
+        .state()
+        .confirmed;
+    let held = hold_updates(&balancer, &path).await;
 
     // b's update waits for the reload; c, d and e come, a goes, meanwhile.
     etcd.put("/web/b", &value(&sims[1])).await;
@@ -197,13 +245,7 @@ async fn etcd_changes_read_while_an_update_waits_are_applied_as_one_update() {
     etcd.delete("/web/a").await;
     next_read(&balancer, read).await;
     assert_eq!(names(&balancer.pool("web").expect("pool")), vec!["a"]);
-
-    // The reload fails (the file is not TOML) and lets the updates go.
-    let mut writer = writer.expect("the FIFO's write end");
-    writer.write_all(b"not [toml").expect("write the FIFO");
-    drop(writer);
-    assert!(reload.await.expect("reload task").is_err());
-    let _ = std::fs::remove_file(&path);
+    release(held).await;
 
     assert_eq!(
         updates_until(&mut rx, 4).await,
@@ -233,6 +275,72 @@ async fn etcd_changes_read_while_an_update_waits_are_applied_as_one_update() {
             removed: 0,
             total: 5
         }]
+    );
+    balancer.shutdown(std::time::Duration::from_secs(5)).await;
+}
+
+/// The drop guard judges a merged update as a whole: deletes that one by one stay within
+/// `max_drop_percent` (50 %), read while an update waits, are one drop of two thirds of the
+/// pool, held until a second read confirms it.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn etcd_deletes_merged_into_one_update_are_one_drop_for_the_guard() {
+    let sims = backends(&["a", "b", "c", "d"]).await;
+    let etcd = Etcd::start("churn-drop").await;
+    for (key, sim) in ["/web/a", "/web/b", "/web/c", "/web/d"].iter().zip(&sims) {
+        etcd.put(key, &value(sim)).await;
+    }
+    let (balancer, mut rx, path) = from_file(&etcd, "drop", 4).await;
+    let mut read = balancer
+        .pool("web")
+        .expect("pool")
+        .membership
+        .state()
+        .confirmed;
+    let held = hold_updates(&balancer, &path).await;
+    // b's removal (a quarter) waits; c's and d's (a third, then a half, one by one) come
+    // meanwhile.
+    for key in ["/web/b", "/web/c", "/web/d"] {
+        etcd.delete(key).await;
+        read = next_read(&balancer, read).await;
+    }
+    release(held).await;
+
+    assert_eq!(
+        wait_total(&mut rx, 3).await,
+        MembershipChange::Updated {
+            added: 0,
+            removed: 1,
+            total: 3
+        }
+    );
+    let held = crate::etcd_source::wait_change(&mut rx, "the drop held", |c| {
+        matches!(
+            c,
+            MembershipChange::DropHeld { .. } | MembershipChange::Updated { .. }
+        )
+    })
+    .await;
+    assert_eq!(held, MembershipChange::DropHeld { from: 3, to: 1 });
+    assert_eq!(
+        names(&balancer.pool("web").expect("pool")),
+        vec!["a", "c", "d"]
+    );
+    // The source reads the prefix again after `confirm_after`: confirmed, then applied.
+    assert_eq!(
+        crate::etcd_source::wait_change(&mut rx, "the drop confirmed", |c| {
+            !matches!(c, MembershipChange::Skipped { .. })
+        })
+        .await,
+        MembershipChange::DropConfirmed { from: 3, to: 1 }
+    );
+    assert_eq!(
+        wait_total(&mut rx, 1).await,
+        MembershipChange::Updated {
+            added: 0,
+            removed: 2,
+            total: 1
+        }
     );
     balancer.shutdown(std::time::Duration::from_secs(5)).await;
 }
