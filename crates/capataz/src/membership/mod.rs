@@ -30,6 +30,10 @@ pub const MAX_MEMBERS: usize = 10_000;
 pub enum Answer {
     /// The whole membership now, sorted by name, names unique.
     Members(Vec<BackendConfig>),
+    /// The membership changed (etcd: a watch response); [`Source::members`] says to what.
+    /// An etcd source says this rather than the whole membership, so that when changes come
+    /// faster than they are applied, the membership is built once per update, not per change.
+    Changed,
     /// The source could not say (an error, a timeout, an unreachable server).
     Failed(String),
     /// A key of the source (etcd) whose value is no backend: it counts as absent.
@@ -84,6 +88,16 @@ impl Source {
     pub fn confirm_later(&mut self) {
         if let Source::Etcd(etcd) = self {
             etcd.confirm_later();
+        }
+    }
+
+    /// The membership now, after a [`Answer::Changed`]: the keys skipped since last told
+    /// ([`Answer::Skipped`]), then [`Answer::Members`]. A DNS source never says `Changed`
+    /// (each of its answers is whole), and answers nothing here.
+    pub fn members(&mut self) -> Vec<Answer> {
+        match self {
+            Source::Dns { .. } => Vec::new(),
+            Source::Etcd(etcd) => etcd.members(),
         }
     }
 

@@ -212,6 +212,10 @@ async fn follow(me: Weak<Shared>, config: PoolConfig, initial: Option<Vec<Backen
             pending.read(&shared, &name, kind, answer);
         }
         let Some(shared) = me.upgrade() else { return };
+        if pending.changed {
+            // The source said it changed: its membership now, built once for this update.
+            pending.resolve(&shared, &name, kind, source.members());
+        }
         // What came since the last update, in order: the guard judges each failure, and the
         // latest membership as a whole (a drop is measured against the membership in force).
         let mut apply = None;
@@ -267,16 +271,22 @@ enum Read {
 /// failure after it. A later membership replaces an earlier one (both are whole), so the
 /// guard sees one membership per update, and each failure's run is still told, then its
 /// recovery.
+/// `changed` stands for a membership the source has yet to build ([`Source::members`]): the
+/// latest, like `members`.
 #[derive(Debug, Default)]
 struct Pending {
     failed_before: Option<String>,
     members: Option<Vec<BackendConfig>>,
+    changed: bool,
     failed_after: Option<String>,
 }
 
 impl Pending {
     fn is_empty(&self) -> bool {
-        self.failed_before.is_none() && self.members.is_none() && self.failed_after.is_none()
+        self.failed_before.is_none()
+            && self.members.is_none()
+            && !self.changed
+            && self.failed_after.is_none()
     }
 
     /// Takes in one answer of the source: what it says about the source (when it last
@@ -295,13 +305,29 @@ impl Pending {
                     self.failed_before.get_or_insert(error);
                 }
                 self.members = Some(members);
+                self.changed = false;
+            }
+            Answer::Changed => {
+                let now = shared.clock.now();
+                let wall = shared.clock.wall(now);
+                note(shared, name, |m| {
+                    m.confirmed = Some(now);
+                    m.confirmed_wall = Some(wall);
+                    m.failing = None;
+                });
+                if let Some(error) = self.failed_after.take() {
+                    self.failed_before.get_or_insert(error);
+                }
+                self.members = None;
+                self.changed = true;
             }
             Answer::Failed(error) => {
                 tracing::debug!(pool = %name, %error, "the backend source failed");
                 note(shared, name, |m| m.failing = Some(error.clone()));
-                let slot = match self.members {
-                    Some(_) => &mut self.failed_after,
-                    None => &mut self.failed_before,
+                let slot = if self.members.is_some() || self.changed {
+                    &mut self.failed_after
+                } else {
+                    &mut self.failed_before
                 };
                 slot.get_or_insert(error);
             }
@@ -311,8 +337,27 @@ impl Pending {
         }
     }
 
+    /// Puts the membership the source built (`answers`, from [`Source::members`]) in the place
+    /// of `changed`, telling the skipped keys; the record and the failures stay as read.
+    fn resolve(&mut self, shared: &Shared, name: &str, kind: &'static str, answers: Vec<Answer>) {
+        for answer in answers {
+            match answer {
+                Answer::Members(members) => {
+                    self.members = Some(members);
+                    self.changed = false;
+                }
+                Answer::Skipped { key, error } => {
+                    shared.tell(name, kind, MembershipChange::Skipped { key, error });
+                }
+                Answer::Changed | Answer::Failed(_) => {}
+            }
+        }
+    }
+
     /// The merged answers, in order; empties it.
     fn take(&mut self) -> Vec<Read> {
+        // Resolved before (a source that says `Changed` builds its members when asked).
+        self.changed = false;
         let before = self.failed_before.take().map(Read::Failed);
         let members = self.members.take().map(Read::Members);
         let after = self.failed_after.take().map(Read::Failed);

@@ -70,8 +70,9 @@ impl EtcdWatch {
         }
     }
 
-    /// The next answer: a change of the keys, a skipped key, a confirmation (a keepalive check
-    /// that passed, a reconnection), or a failure.
+    /// The next answer: a change of the keys ([`Answer::Changed`] for a watch response, the
+    /// whole membership after a read), a skipped key, a confirmation (a keepalive check that
+    /// passed, a reconnection), or a failure.
     pub async fn next(&mut self) -> Answer {
         loop {
             if let Some(answer) = self.pending.pop_front() {
@@ -227,7 +228,9 @@ impl EtcdWatch {
             changed |= self.handle_line(&line)?;
         }
         if changed {
-            self.push_members();
+            // The members are built when asked for ([`EtcdWatch::members`]): once per
+            // update, however many responses came meanwhile.
+            self.pending.push_back(Answer::Changed);
         }
         Ok(())
     }
@@ -294,6 +297,20 @@ impl EtcdWatch {
         serde_json::from_slice::<RangeResponse>(&body)
             .map(drop)
             .map_err(|e| format!("{}: a range answer is not JSON ({e})", endpoint.url))
+    }
+
+    /// The membership now, after the keys to tell about.
+    pub fn members(&mut self) -> Vec<Answer> {
+        let (members, skipped) = self.keys.members();
+        let mut answers: Vec<Answer> = skipped
+            .into_iter()
+            .map(|skipped| Answer::Skipped {
+                key: skipped.key,
+                error: skipped.error,
+            })
+            .collect();
+        answers.push(Answer::Members(members));
+        answers
     }
 
     /// Queues the membership, after the keys to tell about.
