@@ -260,7 +260,7 @@ async fn follow(me: Weak<Shared>, config: PoolConfig, initial: Option<Vec<Backen
 }
 
 /// An answer the guard is to judge.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 enum Read {
     Members(Vec<BackendConfig>),
     Failed(String),
@@ -374,3 +374,82 @@ fn note(shared: &Shared, name: &str, change: impl FnOnce(&mut crate::health::Mem
 
 /// The handles of the running membership tasks.
 pub(super) type MembershipTasks = Vec<JoinHandle<()>>;
+
+#[cfg(test)]
+mod tests {
+    use tokio::sync::broadcast;
+
+    use super::*;
+    use crate::config::Config;
+
+    fn config() -> Config {
+        crate::config::parse_str(
+            "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]\nbackends = [\
+             { name = \"a\", address = \"127.0.0.1:9\" }, { name = \"b\", address = \"127.0.0.1:9\" }]\n\
+             [pools.web.active]\nkind = \"none\"\n",
+            "<test>",
+        )
+        .expect("valid test config")
+    }
+
+    /// What the guard gets from `answers` read in a row (`None` for a `Changed` resolved to
+    /// `built`).
+    fn merged(shared: &Shared, answers: Vec<Answer>, built: Option<Vec<Answer>>) -> Vec<Read> {
+        let mut pending = Pending::default();
+        for answer in answers {
+            pending.read(shared, "web", "etcd", answer);
+        }
+        if let Some(built) = built {
+            assert!(pending.changed);
+            pending.resolve(shared, "web", "etcd", built);
+        }
+        let taken = pending.take();
+        assert!(pending.is_empty());
+        taken
+    }
+
+    /// Answers read while an update waits are bounded: the latest membership, with the first
+    /// failure before it and the first after it; a `Changed` is the source's membership then.
+    #[tokio::test]
+    async fn pending_keeps_the_latest_membership_and_the_failures_around_it() {
+        let config = config();
+        let (events, _rx) = broadcast::channel(16);
+        let shared = Shared::start(&config, events, None, Vec::new());
+        let all = config.pools[0].backends.clone();
+        let one = vec![all[0].clone()];
+        let m = |v: &Vec<BackendConfig>| Answer::Members(v.clone());
+        let f = |e: &str| Answer::Failed(e.to_owned());
+        assert_eq!(
+            merged(&shared, vec![m(&all), m(&one), m(&all)], None),
+            vec![Read::Members(all.clone())]
+        );
+        assert_eq!(
+            merged(&shared, vec![f("1"), f("2"), m(&one), f("3"), f("4")], None),
+            vec![
+                Read::Failed("1".into()),
+                Read::Members(one.clone()),
+                Read::Failed("3".into())
+            ]
+        );
+        // A failure between two memberships: said, then the recovery, with the later one.
+        assert_eq!(
+            merged(&shared, vec![m(&all), f("1"), m(&one)], None),
+            vec![Read::Failed("1".into()), Read::Members(one.clone())]
+        );
+        // `Changed` after a membership: the source's membership when judged wins.
+        assert_eq!(
+            merged(
+                &shared,
+                vec![m(&all), Answer::Changed, f("1")],
+                Some(vec![m(&one)])
+            ),
+            vec![Read::Members(one.clone()), Read::Failed("1".into())]
+        );
+        // A membership after `Changed`: it is the latest, nothing to build.
+        assert_eq!(
+            merged(&shared, vec![Answer::Changed, m(&all)], None),
+            vec![Read::Members(all.clone())]
+        );
+        shared.abort();
+    }
+}
