@@ -16,6 +16,7 @@
 
 use std::fmt;
 
+use crate::pool::Active;
 use crate::probe::Snippet;
 use crate::settings::State;
 use crate::status::Outcome;
@@ -159,6 +160,19 @@ impl Group {
             .iter()
             .find_map(|owner| published.iter().find(|(by, _)| by == owner))
     }
+}
+
+/// Whether an owner's active side is evidence worth publishing: it was probed (or took a
+/// published verdict), and a DOWN side is failing (a backend that joined DOWN and has not
+/// failed yet is only waiting for `rise` passes). Publishing the unproven DOWN of a fresh owner
+/// would take a backend the other owners see UP out of every follower's rotation, then back:
+/// a flap on every join.
+pub fn publishable(active: &Active) -> bool {
+    active.probed
+        && match active.state {
+            State::Up => true,
+            State::Down => active.fail_streak > 0,
+        }
 }
 
 /// Why an owner's active side is what it published, as far as the wire carries it: the

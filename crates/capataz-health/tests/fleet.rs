@@ -314,3 +314,33 @@ proptest! {
         prop_assert_eq!(probers, k.min(members.len()));
     }
 }
+
+#[test]
+fn a_fresh_owner_publishes_nothing_before_evidence() {
+    use capataz_health::fleet::publishable;
+    // Joined DOWN (gated), not probed: nothing to publish.
+    let mut fresh = Rotation::new(
+        Settings::default(),
+        Policy::default(),
+        [(
+            1,
+            Join::New {
+                initial: State::Down,
+                warm_up: false,
+            },
+        )],
+        Duration::ZERO,
+    );
+    assert!(!publishable(&fresh.pool().backend(0).active));
+    // A passing probe short of `rise`: still only waiting, nothing to publish.
+    fresh.handle_probe(0, Outcome::Status(200), S);
+    assert!(!publishable(&fresh.pool().backend(0).active));
+    // A failing probe is evidence of DOWN; `rise` passes are evidence of UP.
+    fresh.handle_probe(0, Outcome::Refused, 2 * S);
+    assert!(publishable(&fresh.pool().backend(0).active));
+    for i in 0..Settings::default().rise.get() {
+        fresh.handle_probe(0, Outcome::Status(200), (3 + i) * S);
+    }
+    assert_eq!(fresh.pool().verdict(0), State::Up);
+    assert!(publishable(&fresh.pool().backend(0).active));
+}

@@ -65,6 +65,8 @@ struct State {
     put: HashMap<(String, String), capataz_health::State>,
     /// What was last fed to each pool: (pool build, publisher, verdict), by (pool, address).
     applied: HashMap<(String, String), (usize, String, Verdict)>,
+    /// The backends this instance owned at the last scan.
+    owned: HashSet<(String, String)>,
     endpoint: usize,
     failures: u32,
 }
@@ -81,6 +83,7 @@ impl Task {
             joined_once: false,
             put: HashMap::new(),
             applied: HashMap::new(),
+            owned: HashSet::new(),
             endpoint: 0,
             failures: 0,
         };
@@ -198,8 +201,10 @@ impl Task {
             self.emit(FleetChange::Joined { members: count });
         }
         state.joined_once = true;
-        // What this instance published before may be gone with an old lease: publish again.
+        // What this instance published before may be gone with an old lease: publish again,
+        // after taking over what the others published for the backends it owns now.
         state.put.clear();
+        state.owned.clear();
         self.scan(state).await?;
         let mut watch = Watch::open(
             self.endpoint(state),
@@ -420,8 +425,24 @@ impl Task {
                 let mine = cut_off || group.owns(&key);
                 if mine {
                     owned += 1;
+                    if !cut_off && !state.owned.contains(&slot) {
+                        // Newly owned: start from what the previous owners published, so
+                        // that nothing flaps while ownership moves.
+                        if let Some((by, verdict)) = self.previous_owner(&slot, &key) {
+                            pool.record_published(
+                                index,
+                                Published {
+                                    by: Snippet::new(&by),
+                                    state: verdict.state,
+                                    why: verdict.why,
+                                },
+                            );
+                        }
+                    }
                     seen.insert(slot.clone());
-                    let (active, streak, last) = pool.active_published(index);
+                    let Some((active, streak, last)) = pool.active_published(index) else {
+                        continue;
+                    };
                     if state.put.get(&slot) != Some(&active) {
                         to_put.push((
                             slot.0,
@@ -463,6 +484,11 @@ impl Task {
             .counters
             .owned
             .store(owned, std::sync::atomic::Ordering::Relaxed);
+        state.owned = if cut_off {
+            HashSet::new()
+        } else {
+            seen.clone()
+        };
         if cut_off {
             // Nothing reaches etcd; publish when back.
             return Ok(());
@@ -492,6 +518,20 @@ impl Task {
             state.put.remove(&slot);
         }
         Ok(())
+    }
+}
+
+impl Task {
+    /// Of the verdicts other instances published for `slot`, the one a new owner starts from:
+    /// the publisher ranking highest for the backend (rendezvous score), as owners rank.
+    fn previous_owner(&self, slot: &(String, String), key: &str) -> Option<(String, Verdict)> {
+        let published = self.fleet.published();
+        published
+            .get(slot)?
+            .iter()
+            .filter(|(by, _)| *by != self.instance)
+            .max_by_key(|(by, _)| capataz_health::fleet::score(by, key))
+            .cloned()
     }
 }
 

@@ -584,16 +584,20 @@ impl PoolRt {
     }
 
     /// `backend`'s active side as an owner publishes it: its state, the streak that holds it
-    /// there (failures when DOWN, passes when UP) and the last probe's outcome, if any.
-    pub fn active_published(&self, backend: usize) -> (State, u32, Option<Outcome>) {
+    /// there (failures when DOWN, passes when UP) and the last probe's outcome, if any; `None`
+    /// while it is no evidence yet ([`capataz_health::fleet::publishable`]).
+    pub fn active_published(&self, backend: usize) -> Option<(State, u32, Option<Outcome>)> {
         let inner = self.lock();
         let active = inner.engine.pool().backend(backend).active;
+        if !capataz_health::fleet::publishable(&active) {
+            return None;
+        }
         let streak = match active.state {
             State::Up => active.pass_streak,
             State::Down => active.fail_streak,
         };
         let last = inner.info[backend].probes.back().map(|p| p.outcome.outcome);
-        (active.state, streak, last)
+        Some((active.state, streak, last))
     }
 
     /// Feeds the active verdict another instance published for `backend` (it owns its
