@@ -26,6 +26,7 @@ mod drain;
 mod eligibility;
 mod etcd_secure;
 mod etcd_source;
+mod fleet;
 mod fleet_scale_out;
 mod gray_failures;
 mod grpc;
