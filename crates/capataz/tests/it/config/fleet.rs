@@ -86,7 +86,7 @@ fn fleet_mistakes_name_their_key() {
             "needs its password",
         ),
         (
-            &"username = \"capataz\"\npassword_file = \"/nonexistent/fleet-pw\"\n",
+            "username = \"capataz\"\npassword_file = \"/nonexistent/fleet-pw\"\n",
             "fleet.password_file",
             "/nonexistent/fleet-pw",
         ),
