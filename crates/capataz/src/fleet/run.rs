@@ -5,7 +5,8 @@
 //! A session: grant a lease (or keep the last one, if etcd still has it), put the member key
 //! with it, read the group's keys at a revision, watch from the next one. Meanwhile keepalives
 //! every third of the lease, a scan every [`SCAN`] (new pools, ownership moves, verdicts to
-//! publish or withdraw), and each transition event publishes at once. A failed call ends the
+//! publish or withdraw), and transition events bring the next scan forward (within
+//! [`COALESCE`], so a burst costs one scan). A failed call ends the
 //! session; the next one starts after a short backoff on the next endpoint. Failing for longer
 //! than the lease, the instance is cut off: it owns every backend until a session succeeds.
 
@@ -38,6 +39,13 @@ const MAX_MEMBERS: usize = 1024;
 
 /// The most verdicts kept; more are ignored (with an event).
 const MAX_VERDICTS: usize = 200_000;
+
+/// The longest key of the group read, in bytes; longer ones are ignored (with an event).
+const MAX_KEY: usize = 1024;
+
+/// How long a transition waits for others to publish them together (a burst of transitions,
+/// a pool coming UP at start, costs one scan, not one per backend).
+const COALESCE: Duration = Duration::from_millis(20);
 
 /// The pools of the balancer, as it has them now (`None` once it is gone).
 pub(crate) type PoolsNow = Box<dyn Fn() -> Option<Arc<Vec<Arc<PoolRt>>>> + Send + Sync>;
@@ -256,7 +264,7 @@ impl Task {
                 event = events.recv() => {
                     match event {
                         Ok(Event::Transition { .. }) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                            self.scan(state).await?;
+                            scan_at = scan_at.min(Instant::now() + COALESCE);
                         }
                         Ok(_) => {}
                         Err(broadcast::error::RecvError::Closed) => {
@@ -344,6 +352,13 @@ impl Task {
         let Some(key) = b64decode(key).and_then(|k| String::from_utf8(k).ok()) else {
             return;
         };
+        if key.len() > MAX_KEY {
+            self.emit(FleetChange::Skipped {
+                key: format!("{}...", key.chars().take(64).collect::<String>()),
+                error: format!("the key is {} bytes, more than {MAX_KEY}", key.len()),
+            });
+            return;
+        }
         let Some(kind) = state.keys.parse(&key) else {
             return;
         };
