@@ -337,3 +337,63 @@ fn an_instance_cut_off_from_etcd_probes_everything_says_so_and_rejoins() {
     drop(relay);
     drop(etcd);
 }
+
+/// Waits for a `fleet` event `joined` (alone in its group) for `group`.
+async fn joined(seen: &mut tokio::sync::broadcast::Receiver<capataz::events::Event>, group: &str) {
+    use capataz::events::{Event, FleetChange};
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let event = tokio::time::timeout_at(deadline, seen.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no joined event for group {group}"))
+            .expect("events");
+        if let Event::Fleet {
+            group: g,
+            change: FleetChange::Joined { members: 1 },
+            ..
+        } = &event
+        {
+            if &**g == group {
+                return;
+            }
+        }
+    }
+}
+
+/// A reload applies `[fleet]`: added, it joins; changed, it joins the new group; removed, it
+/// stops (every backend probed here again, no `fleet` object in `/status`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_starts_changes_and_stops_shared_probing() {
+    use capataz::server::Balancer;
+
+    let etcd = Etcd::start("fleet-reload").await;
+    let base = "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]\nbackends = \
+                [{ address = \"127.0.0.1:9\" }]\n[pools.web.active]\nkind = \"none\"\n";
+    let with = |group: &str| {
+        format!(
+            "{base}\n[fleet]\nendpoints = [\"{}\"]\ngroup = \"{group}\"\ninstance = \"solo\"\n\
+             lease_ttl = \"2s\"\n",
+            etcd.endpoint()
+        )
+    };
+    let config = capataz::config::parse_str(base, "fleet.toml").expect("valid");
+    let (events, mut seen) = tokio::sync::broadcast::channel(1024);
+    let balancer = Balancer::start(&config, events).await.expect("started");
+    assert!(balancer.shared().fleet_status().is_none());
+
+    for group in ["one", "two"] {
+        let config = capataz::config::parse_str(&with(group), "fleet.toml").expect("valid");
+        balancer.reload(&config).await.expect("reloaded");
+        joined(&mut seen, group).await;
+        let status = balancer.shared().fleet_status().expect("a fleet object");
+        assert_eq!(status["group"], group);
+        assert_eq!(status["members"], serde_json::json!(["solo"]));
+        assert_eq!(status["backends"][0]["probed_here"], true);
+    }
+    let config = capataz::config::parse_str(base, "fleet.toml").expect("valid");
+    balancer.reload(&config).await.expect("reloaded");
+    assert!(balancer.shared().fleet_status().is_none());
+    assert!(balancer.shared().fleet().owns_backend("web", "127.0.0.1:9"));
+    balancer.shutdown(Duration::from_secs(1)).await;
+    drop(etcd);
+}
