@@ -4,9 +4,10 @@
 //!
 //! A session: grant a lease (or keep the last one, if etcd still has it), put the member key
 //! with it, read the group's keys at a revision, watch from the next one. Meanwhile keepalives
-//! every third of the lease, a scan every [`SCAN`] (new pools, ownership moves, verdicts to
-//! publish or withdraw), and transition events bring the next scan forward (within
-//! [`COALESCE`], so a burst costs one scan). A failed call ends the
+//! every third of the lease (on a task of their own, so a long scan never lets the lease
+//! lapse), a scan every [`SCAN`] (new pools, ownership moves, verdicts to publish or
+//! withdraw, written in transactions of [`TXN_OPS`]), and transition events bring the next
+//! scan forward (within [`COALESCE`], so a burst costs one scan). A failed call ends the
 //! session; the next one starts after a short backoff on the next endpoint. Failing for longer
 //! than the lease, the instance is cut off: it owns every backend until a session succeeds.
 
@@ -42,6 +43,9 @@ const MAX_VERDICTS: usize = 200_000;
 
 /// The longest key of the group read, in bytes; longer ones are ignored (with an event).
 const MAX_KEY: usize = 1024;
+
+/// The most operations in one transaction (etcd's `--max-txn-ops` defaults to 128).
+const TXN_OPS: usize = 100;
 
 /// How long a transition waits for others to publish them together (a burst of transitions,
 /// a pool coming UP at start, costs one scan, not one per backend).
@@ -178,7 +182,8 @@ impl Task {
     ) -> Result<std::convert::Infallible, Failed> {
         let lease = self.lease(state).await?;
         let member = state.keys.member(&self.instance);
-        self.put(state, &member, "{}", lease).await?;
+        self.write(state, &[(member, Some("{}".to_owned()))], lease)
+            .await?;
         // Read the group at a revision, then watch from the next one.
         let root = state.keys.root.clone();
         let answer = self
@@ -220,8 +225,37 @@ impl Task {
             self.config.timeout,
         )
         .await?;
-        let keepalive = (self.config.lease_ttl / 3).max(Duration::from_millis(500));
-        let mut keepalive_at = Instant::now() + keepalive;
+        // Keepalives run on their own, so a long scan (publishing thousands of verdicts) never
+        // lets the lease lapse; the task ends with the session.
+        let alive = Arc::new(std::sync::Mutex::new(Instant::now()));
+        let (lost_tx, mut lost) = tokio::sync::oneshot::channel::<Failed>();
+        let keeper = KeepAlive {
+            endpoint: self.endpoint(state).clone(),
+            timeout: self.config.timeout,
+            every: (self.config.lease_ttl / 3).max(Duration::from_millis(500)),
+            lease,
+            alive: alive.clone(),
+        };
+        let keeper = AbortOnDrop(tokio::spawn(async move {
+            let error = keeper.run().await;
+            let _ = lost_tx.send(error);
+        }));
+        let result = self.follow(state, events, &mut watch, &mut lost).await;
+        drop(keeper);
+        let alive = *alive.lock().unwrap_or_else(|e| e.into_inner());
+        state.last_ok = state.last_ok.max(alive);
+        result
+    }
+
+    /// The session's loop: the watch, the scans, the transition events, until one fails or
+    /// the keepalives do.
+    async fn follow(
+        &self,
+        state: &mut State,
+        events: &mut broadcast::Receiver<Event>,
+        watch: &mut Watch,
+        lost: &mut tokio::sync::oneshot::Receiver<Failed>,
+    ) -> Result<std::convert::Infallible, Failed> {
         let mut scan_at = Instant::now() + SCAN;
         loop {
             tokio::select! {
@@ -252,10 +286,8 @@ impl Task {
                     }
                     self.scan(state).await?;
                 }
-                () = tokio::time::sleep_until(keepalive_at) => {
-                    self.keepalive(state, lease).await?;
-                    state.last_ok = Instant::now();
-                    keepalive_at = Instant::now() + keepalive;
+                error = &mut *lost => {
+                    return Err(error.unwrap_or_else(|_| "the keepalives stopped".into()));
                 }
                 () = tokio::time::sleep_until(scan_at) => {
                     self.scan(state).await?;
@@ -279,7 +311,10 @@ impl Task {
     /// The lease to register with: the last one if etcd still has it, else a new one.
     async fn lease(&self, state: &mut State) -> Result<i64, Failed> {
         if let Some(lease) = state.lease {
-            if self.keepalive(state, lease).await.is_ok() {
+            if keepalive(self.endpoint(state), self.config.timeout, lease)
+                .await
+                .is_ok()
+            {
                 return Ok(lease);
             }
         }
@@ -302,48 +337,32 @@ impl Task {
         Ok(lease)
     }
 
-    async fn keepalive(&self, state: &State, lease: i64) -> Result<(), Failed> {
-        #[derive(Deserialize)]
-        struct Kept {
-            result: Option<KeptResult>,
+    /// Puts (`Some(value)`, with `lease`) and deletes (`None`) in transactions of at most
+    /// [`TXN_OPS`] operations (etcd's default limit is 128), one request each.
+    async fn write(
+        &self,
+        state: &State,
+        ops: &[(String, Option<String>)],
+        lease: i64,
+    ) -> Result<(), Failed> {
+        for chunk in ops.chunks(TXN_OPS) {
+            let success: Vec<serde_json::Value> = chunk
+                .iter()
+                .map(|(key, value)| match value {
+                    Some(value) => serde_json::json!({ "request_put": {
+                        "key": b64encode(key.as_bytes()),
+                        "value": b64encode(value.as_bytes()),
+                        "lease": lease.to_string(),
+                    }}),
+                    None => serde_json::json!({ "request_delete_range": {
+                        "key": b64encode(key.as_bytes()),
+                    }}),
+                })
+                .collect();
+            let body = serde_json::json!({ "success": success }).to_string();
+            self.call(state, "/v3/kv/txn", body).await?;
         }
-        #[derive(Deserialize)]
-        struct KeptResult {
-            #[serde(rename = "TTL", default)]
-            ttl: Option<String>,
-        }
-        let answer = self
-            .call(
-                state,
-                "/v3/lease/keepalive",
-                format!(r#"{{"ID": "{lease}"}}"#),
-            )
-            .await?;
-        let kept: Kept = serde_json::from_slice(&answer)
-            .map_err(|e| format!("etcd's keepalive answer is not readable: {e}"))?;
-        match kept
-            .result
-            .and_then(|r| r.ttl)
-            .and_then(|t| t.parse::<i64>().ok())
-        {
-            Some(ttl) if ttl > 0 => Ok(()),
-            _ => Err("the lease expired".into()),
-        }
-    }
-
-    async fn put(&self, state: &State, key: &str, value: &str, lease: i64) -> Result<(), Failed> {
-        let body = serde_json::json!({
-            "key": b64encode(key.as_bytes()),
-            "value": b64encode(value.as_bytes()),
-            "lease": lease.to_string(),
-        })
-        .to_string();
-        self.call(state, "/v3/kv/put", body).await.map(drop)
-    }
-
-    async fn delete(&self, state: &State, key: &str) -> Result<(), Failed> {
-        let body = serde_json::json!({ "key": b64encode(key.as_bytes()) }).to_string();
-        self.call(state, "/v3/kv/deleterange", body).await.map(drop)
+        Ok(())
     }
 
     /// Takes one key of the group (`value` `None`: deleted) into the members or the verdicts;
@@ -511,25 +530,37 @@ impl Task {
         let Some(lease) = state.lease else {
             return Ok(());
         };
-        for (pool, address, verdict) in to_put {
-            let key = state.keys.verdict(&pool, &address, &self.instance);
-            self.put(state, &key, &wire::encode(&verdict), lease)
-                .await?;
-            self.fleet
-                .counters
-                .published
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            state.put.insert((pool, address), verdict.state);
-        }
         let gone: Vec<(String, String)> = state
             .put
             .keys()
             .filter(|slot| !seen.contains(*slot))
             .cloned()
             .collect();
+        let mut ops: Vec<(String, Option<String>)> = to_put
+            .iter()
+            .map(|(pool, address, verdict)| {
+                (
+                    state.keys.verdict(pool, address, &self.instance),
+                    Some(wire::encode(verdict)),
+                )
+            })
+            .collect();
+        ops.extend(
+            gone.iter()
+                .map(|slot| (state.keys.verdict(&slot.0, &slot.1, &self.instance), None)),
+        );
+        if ops.is_empty() {
+            return Ok(());
+        }
+        self.write(state, &ops, lease).await?;
+        self.fleet
+            .counters
+            .published
+            .fetch_add(to_put.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        for (pool, address, verdict) in to_put {
+            state.put.insert((pool, address), verdict.state);
+        }
         for slot in gone {
-            let key = state.keys.verdict(&slot.0, &slot.1, &self.instance);
-            self.delete(state, &key).await?;
             state.put.remove(&slot);
         }
         Ok(())
@@ -547,6 +578,68 @@ impl Task {
             .filter(|(by, _)| *by != self.instance)
             .max_by_key(|(by, _)| capataz_health::fleet::score(by, key))
             .cloned()
+    }
+}
+
+/// One keepalive of `lease`: an error when etcd no longer has it.
+async fn keepalive(endpoint: &EtcdEndpoint, timeout: Duration, lease: i64) -> Result<(), Failed> {
+    #[derive(Deserialize)]
+    struct Kept {
+        result: Option<KeptResult>,
+    }
+    #[derive(Deserialize)]
+    struct KeptResult {
+        #[serde(rename = "TTL", default)]
+        ttl: Option<String>,
+    }
+    let answer = call(
+        endpoint,
+        "/v3/lease/keepalive",
+        format!(r#"{{"ID": "{lease}"}}"#),
+        timeout,
+    )
+    .await?;
+    let kept: Kept = serde_json::from_slice(&answer)
+        .map_err(|e| format!("etcd's keepalive answer is not readable: {e}"))?;
+    match kept
+        .result
+        .and_then(|r| r.ttl)
+        .and_then(|t| t.parse::<i64>().ok())
+    {
+        Some(ttl) if ttl > 0 => Ok(()),
+        _ => Err("the lease expired".into()),
+    }
+}
+
+/// The keepalives of one session, on their own task.
+struct KeepAlive {
+    endpoint: EtcdEndpoint,
+    timeout: Duration,
+    every: Duration,
+    lease: i64,
+    /// When etcd last confirmed the lease.
+    alive: Arc<std::sync::Mutex<Instant>>,
+}
+
+impl KeepAlive {
+    /// Keeps the lease alive every `every` until a keepalive fails; returns why.
+    async fn run(self) -> Failed {
+        loop {
+            tokio::time::sleep(self.every).await;
+            if let Err(error) = keepalive(&self.endpoint, self.timeout, self.lease).await {
+                return error;
+            }
+            *self.alive.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        }
+    }
+}
+
+/// A task aborted when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
