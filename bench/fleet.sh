@@ -29,8 +29,8 @@
 # can be killed. etcd: Debian's etcd-server (3.4), one node, data in RUN_DIR, client port 9701.
 # capataz instances: listener 9710+i, admin 9720+i, one worker thread each.
 #
-# Shared probing (issue 12 §2) is not merged yet: EXTRA_CONFIG=FILE appends FILE to every
-# instance's config (the shared-probing block), and LABEL names the column in the summary.
+# Shared probing (issue 12 §2): EXTRA_CONFIG=FILE appends FILE to every instance's config (a
+# [fleet] table, see BENCHMARKS.md "Fleets"), and LABEL names the column in the summary.
 #
 # Usage: bench/fleet.sh [follow|death|probes|burst|all]   (default all)
 #   env: FOLLOW_BACKENDS=5000 CHURN_RATES="10 100" CHURN=30 CATCH_UP=120 MEASURE=30 DEATH_NS="1 3" DEATH_ROUNDS=5

@@ -19,9 +19,12 @@
 //! - [`outliers`]: one backend's latency over a window ([`LatencyWindow`]), which the
 //!   pool judges against the pool's median (latency outliers).
 //! - [`cadence`]: which probe interval applies to a backend ([`Cadence`]).
+//! - [`fleet`]: shared probing across balancers: rendezvous ownership ([`Group`]) and the
+//!   verdicts owners publish ([`Published`]).
 //! - [`replay`]: the line protocol that drives a pool from a script.
 
 pub mod cadence;
+pub mod fleet;
 pub mod outliers;
 pub mod pool;
 pub mod probe;
@@ -33,6 +36,7 @@ mod settings;
 pub mod status;
 
 pub use cadence::{Cadence, ProbeIntervals};
+pub use fleet::{Group, Ownership, Published, PublishedWhy};
 pub use outliers::{LatencyWindow, SuccessWindow};
 pub use pool::{
     BackendHealth, Ejection, EjectionInfo, EjectionPolicy, LatencyOutliers, Percentile, Pool,

@@ -21,6 +21,7 @@
 use std::time::Duration;
 
 use crate::cadence::Cadence;
+use crate::fleet::Published;
 use crate::outliers::{lower_median, mean_stdev, permille, LatencyWindow, SuccessWindow};
 use crate::probe::ProbeOutcome;
 pub use crate::reason::{
@@ -322,6 +323,39 @@ impl Pool {
         active.fail_streak = 0;
         active.pass_streak = 0;
         self.settle(backend, before, Reason::Tracked { state }, now)
+    }
+
+    /// Sets the active side of `backend` to the verdict another member of the fleet group
+    /// published (its owner: this instance does not probe it), and returns the transition this
+    /// causes, if any. The streak that decided the owner's verdict becomes this side's streak,
+    /// so should this instance take the backend over, its own probes continue from there and
+    /// nothing flaps. Panics if `backend` is not an index of this pool.
+    pub fn publish(
+        &mut self,
+        backend: usize,
+        published: Published,
+        now: Duration,
+    ) -> Option<Transition> {
+        let health = &mut self.backends[backend];
+        let before = health.verdict();
+        let active = &mut health.active;
+        active.probed = true;
+        let streak = published.why.streak;
+        match published.state {
+            State::Up => {
+                active.pass_streak = streak;
+                active.fail_streak = 0;
+            }
+            State::Down => {
+                active.fail_streak = streak;
+                active.pass_streak = 0;
+            }
+        }
+        if active.state == published.state {
+            return None;
+        }
+        active.state = published.state;
+        self.settle(backend, before, Reason::Published(published), now)
     }
 
     /// Records one traffic outcome for `backend` and returns how the traffic rule judged it, with

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::fleet::Published;
 use crate::probe::Mismatch;
 use crate::settings::{Percentile, State};
 use crate::status::Outcome;
@@ -121,6 +122,9 @@ pub enum Reason {
         /// The ejection's length, with timed ejection.
         ejection: Option<EjectionInfo>,
     },
+    /// Another member of the balancer's fleet group owns the backend's probes and published
+    /// this active verdict (shared probing, `[fleet]`).
+    Published(Published),
     /// A traffic error during probation ejected the backend again.
     ProbationFailed {
         /// The error.
@@ -137,7 +141,8 @@ impl Reason {
             Reason::ProbesFailed { .. }
             | Reason::ProbesPassed { .. }
             | Reason::ProbesEndedEjection { .. }
-            | Reason::Tracked { .. } => Side::Active,
+            | Reason::Tracked { .. }
+            | Reason::Published(_) => Side::Active,
             _ => Side::Passive,
         }
     }
@@ -151,6 +156,7 @@ impl Reason {
             | Reason::TrafficErrors { last, .. }
             | Reason::TrafficRecovered { last }
             | Reason::ProbationFailed { last, .. } => Some(last),
+            Reason::Published(published) => published.why.last,
             Reason::EjectionExpired { .. }
             | Reason::Tracked { .. }
             | Reason::SlowTraffic { .. }
@@ -245,6 +251,7 @@ impl fmt::Display for Reason {
             Reason::Tracked { state } => {
                 write!(f, "the backend it tracks is {state} by its active checks")
             }
+            Reason::Published(published) => write!(f, "{published}"),
             Reason::ProbationFailed { last, ejection } => {
                 write!(f, "traffic error on probation, last: {last}; {ejection}")
             }

@@ -132,6 +132,89 @@ pub enum Event {
         /// Wall-clock time.
         time: SystemTime,
     },
+    /// Shared probing (`[fleet]`): this instance joined its group, lost it or found it again,
+    /// saw its members change, or skipped a value. About no pool (`pool()` is empty).
+    Fleet {
+        /// The group.
+        group: Arc<str>,
+        /// What happened.
+        change: FleetChange,
+        /// Wall-clock time.
+        time: SystemTime,
+    },
+}
+
+/// What happened to this instance's place in its fleet group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FleetChange {
+    /// It registered with its lease and reads the group: it probes its share of the backends.
+    Joined {
+        /// Live members, itself included.
+        members: usize,
+    },
+    /// It reaches etcd again after being cut off: it registered again and probes its share.
+    Reconnected {
+        /// Live members, itself included.
+        members: usize,
+    },
+    /// The group's live members changed (one joined, left, or lost its lease): ownership moves.
+    Members {
+        /// Live members now.
+        members: usize,
+    },
+    /// It could not reach etcd for longer than its lease: it probes every backend itself.
+    CutOff {
+        /// The last failure.
+        error: String,
+    },
+    /// A key of the group had a value that could not be read (too long, not a verdict): it was
+    /// ignored.
+    Skipped {
+        /// The key.
+        key: String,
+        /// Why.
+        error: String,
+    },
+}
+
+impl FleetChange {
+    /// `joined`, `reconnected`, `members`, `cut_off` or `skipped`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FleetChange::Joined { .. } => "joined",
+            FleetChange::Reconnected { .. } => "reconnected",
+            FleetChange::Members { .. } => "members",
+            FleetChange::CutOff { .. } => "cut_off",
+            FleetChange::Skipped { .. } => "skipped",
+        }
+    }
+}
+
+impl std::fmt::Display for FleetChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FleetChange::Joined { members } => write!(
+                f,
+                "joined the group ({members} live members); probing its share of the backends"
+            ),
+            FleetChange::Reconnected { members } => write!(
+                f,
+                "reaches etcd again and rejoined the group ({members} live members); probing \
+                 its share of the backends"
+            ),
+            FleetChange::Members { members } => {
+                write!(f, "the group has {members} live members; ownership moves")
+            }
+            FleetChange::CutOff { error } => write!(
+                f,
+                "cut off from etcd for longer than the lease ({error}); probing every backend \
+                 itself"
+            ),
+            FleetChange::Skipped { key, error } => {
+                write!(f, "key {key:?} skipped: {error}")
+            }
+        }
+    }
 }
 
 /// What a pool's backend source did to its membership.
@@ -250,6 +333,7 @@ impl Event {
             | Event::Agent { pool, .. }
             | Event::Shedding { pool, .. }
             | Event::Membership { pool, .. } => pool,
+            Event::Fleet { .. } => "",
         }
     }
 
@@ -264,12 +348,13 @@ impl Event {
             Event::AllDown { .. }
             | Event::Recovered { .. }
             | Event::Backups { .. }
-            | Event::Membership { .. } => None,
+            | Event::Membership { .. }
+            | Event::Fleet { .. } => None,
         }
     }
 
     /// The event's type: `transition`, `all_down`, `recovered`, `override`, `backups`,
-    /// `eligibility`, `agent`, `shedding` or `membership`.
+    /// `eligibility`, `agent`, `shedding`, `membership` or `fleet`.
     pub fn kind(&self) -> &'static str {
         match self {
             Event::Transition { .. } => "transition",
@@ -281,6 +366,7 @@ impl Event {
             Event::Agent { .. } => "agent",
             Event::Shedding { .. } => "shedding",
             Event::Membership { .. } => "membership",
+            Event::Fleet { .. } => "fleet",
         }
     }
 
@@ -295,7 +381,8 @@ impl Event {
             | Event::Eligibility { time, .. }
             | Event::Agent { time, .. }
             | Event::Shedding { time, .. }
-            | Event::Membership { time, .. } => *time,
+            | Event::Membership { time, .. }
+            | Event::Fleet { time, .. } => *time,
         }
     }
 
@@ -325,7 +412,8 @@ impl Event {
             Event::AllDown { .. }
             | Event::Recovered { .. }
             | Event::Backups { .. }
-            | Event::Membership { .. } => None,
+            | Event::Membership { .. }
+            | Event::Fleet { .. } => None,
         }
     }
 
@@ -366,6 +454,7 @@ impl Event {
                 change,
                 ..
             } => format!("pool={pool} source={source}: {change}"),
+            Event::Fleet { group, change, .. } => format!("fleet={group}: {change}"),
             Event::Backups {
                 pool,
                 serving,
@@ -460,6 +549,21 @@ impl Event {
                 object.insert("membership".into(), change.as_str().into());
                 if let MembershipChange::Skipped { key, .. } = change {
                     object.insert("key".into(), key.clone().into());
+                }
+            }
+            Event::Fleet { group, change, .. } => {
+                object.insert("group".into(), group.to_string().into());
+                object.insert("fleet".into(), change.as_str().into());
+                match change {
+                    FleetChange::Joined { members }
+                    | FleetChange::Reconnected { members }
+                    | FleetChange::Members { members } => {
+                        object.insert("members".into(), (*members).into());
+                    }
+                    FleetChange::Skipped { key, .. } => {
+                        object.insert("key".into(), key.clone().into());
+                    }
+                    FleetChange::CutOff { .. } => {}
                 }
             }
             Event::Recovered { .. } | Event::Eligibility { .. } => {}

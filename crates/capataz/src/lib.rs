@@ -15,6 +15,7 @@ pub mod config;
 pub mod ctl;
 pub mod demo;
 pub mod events;
+pub mod fleet;
 pub mod h1;
 pub mod handover;
 pub mod health;

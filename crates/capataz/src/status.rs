@@ -569,10 +569,14 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
 /// It is written backend by backend: each backend's JSON tree is built, written out and
 /// dropped before the next, so building the page costs its text plus one backend's tree.
 /// (With the whole tree built first, 10,000 backends took about 230 MB for a 10 MB page.)
-pub fn page(pools: &[Arc<PoolRt>], time: &str) -> serde_json::Result<Vec<u8>> {
+pub fn page(
+    pools: &[Arc<PoolRt>],
+    time: &str,
+    fleet: Option<Value>,
+) -> serde_json::Result<Vec<u8>> {
     let mut out = Vec::new();
     let mut serializer = serde_json::Serializer::with_formatter(&mut out, PrettyFormatter::new());
-    Page { pools, time }.serialize(&mut serializer)?;
+    Page { pools, time, fleet }.serialize(&mut serializer)?;
     out.push(b'\n');
     Ok(out)
 }
@@ -582,11 +586,16 @@ pub fn page(pools: &[Arc<PoolRt>], time: &str) -> serde_json::Result<Vec<u8>> {
 struct Page<'a> {
     pools: &'a [Arc<PoolRt>],
     time: &'a str,
+    /// Shared probing, with `[fleet]` on.
+    fleet: Option<Value>,
 }
 
 impl Serialize for Page<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(2))?;
+        let mut map = serializer.serialize_map(None)?;
+        if let Some(fleet) = &self.fleet {
+            map.serialize_entry("fleet", fleet)?;
+        }
         map.serialize_entry("pools", &Pools(self.pools))?;
         map.serialize_entry("time", self.time)?;
         map.end()

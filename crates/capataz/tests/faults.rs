@@ -985,8 +985,9 @@ impl Ledger {
                 Event::Override { .. }
                 | Event::Eligibility { .. }
                 | Event::Backups { .. }
-                | Event::Membership { .. } => {
-                    panic!("nobody overrode anything, no backup, no drain, no source: {event:?}")
+                | Event::Membership { .. }
+                | Event::Fleet { .. } => {
+                    panic!("nobody overrode anything, no backup, no drain, no source, no fleet: {event:?}")
                 }
                 Event::Agent { .. } => panic!("no agent checks here: {event:?}"),
                 Event::Shedding { .. } => panic!("no load shedding here: {event:?}"),

@@ -54,6 +54,7 @@ pub use policy::{BackupUse, Carried, Eligible, Join, MinHealthy, Policy, Role, W
 pub use shedding::{LoadShedding, Shed, ShedChange};
 
 use crate::cadence::Cadence;
+use crate::fleet::Published;
 use crate::outliers::{LatencyWindow, SuccessWindow};
 use crate::pool::{Pool, Settings, State};
 use crate::probe::ProbeOutcome;
@@ -454,6 +455,42 @@ impl Rotation {
         }
         let standing = if self.members[backend].requalify.is_some() {
             let (result, last) = match state {
+                State::Up => (ProbeResult::Pass, Outcome::Status(200)),
+                State::Down => (ProbeResult::Fail, Outcome::Refused),
+            };
+            self.after_probe(backend, result, last, now)
+        } else {
+            false
+        };
+        if transition.is_some() || standing {
+            self.settle(now);
+        }
+        self.pool.verdict(backend)
+    }
+
+    /// Records the active verdict the owner of `backend` published (shared probing: another
+    /// member of the fleet group probes it), at `now`: its active side follows it, with
+    /// [`Reason::Published`](crate::Reason::Published). Returns the backend's verdict after.
+    /// Panics if `backend` is not an index.
+    ///
+    /// Like a tracked reading, a published verdict stands in for a probe: ignored in
+    /// maintenance, counted as a pass (UP) or a failure (DOWN) while the backend requalifies.
+    pub fn handle_published(
+        &mut self,
+        backend: usize,
+        published: Published,
+        now: Duration,
+    ) -> State {
+        self.advance(now);
+        if self.in_maintenance(backend) {
+            return self.pool.verdict(backend);
+        }
+        let transition = self.pool.publish(backend, published, now);
+        if let Some(transition) = transition {
+            self.record_transition(transition, now);
+        }
+        let standing = if self.members[backend].requalify.is_some() {
+            let (result, last) = match published.state {
                 State::Up => (ProbeResult::Pass, Outcome::Status(200)),
                 State::Down => (ProbeResult::Fail, Outcome::Refused),
             };

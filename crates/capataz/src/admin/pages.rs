@@ -81,9 +81,10 @@ async fn build_page_of<T: Send + 'static>(
 pub(super) async fn status(shared: &Shared) -> Response<Body> {
     let pools = shared.pools();
     let page = pools.clone();
+    let fleet = shared.fleet().clone();
     let built = build_page(&pools, move || {
         let time = crate::timefmt::rfc3339(std::time::SystemTime::now());
-        crate::status::page(&page, &time)
+        crate::status::page(&page, &time, fleet.status(&page))
     })
     .await;
     match built {

@@ -123,5 +123,6 @@ pub(super) fn state(event: &Event) -> &'static str {
         } => "not_shedding",
         Event::AllDown { .. } | Event::Recovered { .. } => event.kind(),
         Event::Membership { change, .. } => change.as_str(),
+        Event::Fleet { change, .. } => change.as_str(),
     }
 }

@@ -74,6 +74,8 @@ pub struct Config {
     pub alerts: AlertsConfig,
     /// Process-wide settings.
     pub server: ServerConfig,
+    /// Shared probing with other instances (`[fleet]`), if configured.
+    pub fleet: Option<FleetConfig>,
     /// The line each key was written on, for warnings (equal for any two configs).
     pub lines: KeyLines,
 }
@@ -444,6 +446,28 @@ pub struct EtcdSource {
     /// The share of the pool (percent) an update may remove without being held for
     /// confirmation (default 50).
     pub max_drop_percent: u8,
+}
+
+/// `[fleet]`: the instances configured with the same etcd and group share the probing: each
+/// backend is probed by `owners` of them, which publish their verdicts for the others.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FleetConfig {
+    /// The etcd members to ask, in order (with the TLS and credentials of `[fleet]`).
+    pub endpoints: Vec<EtcdEndpoint>,
+    /// The key prefix the groups live under, without a trailing `/` (default `/capataz`).
+    pub prefix: String,
+    /// The group's name (required; key-safe).
+    pub group: String,
+    /// How many instances probe each backend (default 2, at least 1).
+    pub owners: usize,
+    /// The lease of this instance's membership, in whole seconds (default 10 s, at least 2 s):
+    /// a dead instance's backends are re-owned within it.
+    pub lease_ttl: Duration,
+    /// This instance's name in the group (`None`: the host's name and the first listener's
+    /// port, `HOST:PORT`).
+    pub instance: Option<String>,
+    /// How long connecting and one request to etcd may take (default 2 s).
+    pub timeout: Duration,
 }
 
 /// One etcd endpoint: `http://host:port` or `https://host:port`.

@@ -308,8 +308,9 @@ async fn probe_loop(seat: Arc<Seat>, mut rng: prober::Rng) {
         let Some((pool, backend)) = seat.get() else {
             return;
         };
-        if !pool.wants_probes(backend) {
-            // In maintenance: no probe; ask again one interval later.
+        if !pool.wants_probes(backend) || !pool.owns_probes(backend) {
+            // In maintenance, or probed by other instances of the fleet: no probe; ask again
+            // one interval later.
             rt.next_probe_ms.store(u64::MAX, Ordering::Relaxed);
             interval = active.interval;
             wait = prober::jittered(interval, active.jitter, &mut rng);

@@ -308,7 +308,21 @@ pub struct PoolRt {
     /// What the pool's backend source last did, shared with the pool's earlier and later
     /// builds.
     pub membership: Arc<Membership>,
+    /// Who probes which backend when instances share the probing (`[fleet]`), shared with the
+    /// pool's earlier and later builds; empty: this instance probes every backend.
+    pub probing: Arc<ProbingSlot>,
 }
+
+/// Whether this instance probes a backend (shared probing): asked by each probe loop before
+/// each probe. Implemented by the fleet runtime, which `health` does not know.
+pub trait ProbeOwnership: Send + Sync + std::fmt::Debug {
+    /// Whether this instance probes the backend at `address` of pool `pool`.
+    fn owns(&self, pool: &str, address: &str) -> bool;
+}
+
+/// Where a pool finds its [`ProbeOwnership`]: set once (by the balancer, when it has a fleet
+/// runtime), kept by every later build of the pool.
+pub type ProbingSlot = std::sync::OnceLock<Arc<dyn ProbeOwnership>>;
 
 impl PoolRt {
     /// A pool for `config`. Backends that `previous` (the same pool before a reload) has with
@@ -407,6 +421,7 @@ impl PoolRt {
             None => config.backends.iter().map(|_| None).collect(),
         };
         let membership = previous.map_or_else(Default::default, |p| p.membership.clone());
+        let probing = previous.map_or_else(Default::default, |p| p.probing.clone());
         let tls = PoolTls::of(&config);
         let mut joins = Vec::with_capacity(config.backends.len());
         let mut info = Vec::with_capacity(config.backends.len());
@@ -514,6 +529,7 @@ impl PoolRt {
                 clock,
                 timer: Notify::new(),
                 membership,
+                probing,
             }
         });
         let mut inner = pool.lock();
@@ -632,6 +648,41 @@ impl PoolRt {
     /// The active state of backend `index` (which must exist).
     pub fn active_state(&self, index: usize) -> State {
         self.lock().engine.pool().backend(index).active.state
+    }
+
+    /// Whether this instance probes `backend` (always, unless shared probing gives it to
+    /// other instances).
+    pub fn owns_probes(&self, backend: usize) -> bool {
+        match self.probing.get() {
+            Some(ownership) => ownership.owns(&self.name, &self.backends[backend].address),
+            None => true,
+        }
+    }
+
+    /// `backend`'s active side as an owner publishes it: its state, the streak that holds it
+    /// there (failures when DOWN, passes when UP) and the last probe's outcome, if any; `None`
+    /// while it is no evidence yet ([`capataz_health::fleet::publishable`]).
+    pub fn active_published(&self, backend: usize) -> Option<(State, u32, Option<Outcome>)> {
+        let inner = self.lock();
+        let active = inner.engine.pool().backend(backend).active;
+        if !capataz_health::fleet::publishable(&active) {
+            return None;
+        }
+        let streak = match active.state {
+            State::Up => active.pass_streak,
+            State::Down => active.fail_streak,
+        };
+        let last = inner.info[backend].probes.back().map(|p| p.outcome.outcome);
+        Some((active.state, streak, last))
+    }
+
+    /// Feeds the active verdict another instance published for `backend` (it owns its
+    /// probes) to the engine.
+    pub fn record_published(&self, backend: usize, published: capataz_health::Published) {
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        inner.engine.handle_published(backend, published, now);
+        self.publish(&mut inner, now, false);
     }
 
     /// Feeds the active state of the backend `backend` tracks to the engine.

@@ -9,7 +9,7 @@
 //! once and then follows its watch.
 
 mod dns;
-mod etcd;
+pub(crate) mod etcd;
 mod guard;
 #[cfg(test)]
 mod tests;

@@ -49,6 +49,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::alerts::AlertStats;
+use crate::fleet::FleetCounters;
 use crate::health::PoolRt;
 pub use crate::instruments::{Families, HistogramScope};
 use gauges::LiveGauges;
@@ -174,6 +175,8 @@ pub struct Metrics {
     /// The length of the last exposition, so the next one is written into a buffer allocated
     /// once.
     last_length: AtomicUsize,
+    /// Shared probing's counters, while `[fleet]` is on.
+    fleet: std::sync::Mutex<Option<Arc<FleetCounters>>>,
 }
 
 impl Metrics {
@@ -217,7 +220,14 @@ impl Metrics {
             reloads_failed,
             last_reload,
             last_length: AtomicUsize::new(0),
+            fleet: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Shows shared probing's gauges and counter from `counters` (`None`: `[fleet]` is off,
+    /// none are shown).
+    pub fn set_fleet(&self, counters: Option<Arc<FleetCounters>>) {
+        *self.fleet.lock().unwrap_or_else(|e| e.into_inner()) = counters;
     }
 
     /// Counts a reload: applied (`true`, also stamping the time) or refused.
@@ -259,6 +269,10 @@ impl Metrics {
         if let Some(stats) = alerts {
             register_alerts(&mut live, stats);
         }
+        let fleet = self.fleet.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(counters) = fleet {
+            register_fleet(&mut live, &counters);
+        }
         live.register_collector(Box::new(ProcessStats::read()));
         match format {
             Format::OpenMetrics => {
@@ -280,6 +294,36 @@ impl Metrics {
 fn unix_seconds(time: SystemTime) -> f64 {
     time.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0.0, |since| since.as_secs_f64())
+}
+
+fn register_fleet(registry: &mut Registry, counters: &FleetCounters) {
+    let gauge = |value: usize| {
+        let gauge = Gauge::<i64>::default();
+        gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+        gauge
+    };
+    registry.register(
+        "capataz_fleet_members",
+        "Live members of this instance's fleet group, itself included (0 while not joined or cut off)",
+        gauge(counters.members.load(Ordering::Relaxed)),
+    );
+    registry.register(
+        "capataz_fleet_owned_backends",
+        "Backends this instance probes (all of them while cut off from etcd)",
+        gauge(counters.owned.load(Ordering::Relaxed)),
+    );
+    registry.register(
+        "capataz_fleet_cut_off",
+        "1 while this instance cannot reach etcd for longer than its lease and probes every backend itself, else 0",
+        gauge(usize::from(counters.cut_off.load(Ordering::Relaxed))),
+    );
+    let published = Counter::<u64>::default();
+    published.inc_by(counters.published.load(Ordering::Relaxed));
+    registry.register(
+        "capataz_fleet_published",
+        "Active verdicts this instance published to etcd for backends it owns",
+        published,
+    );
 }
 
 fn register_alerts(registry: &mut Registry, stats: &AlertStats) {

@@ -129,20 +129,6 @@ impl Shared {
         let next = Arc::new(next);
         self.pools.store(next.clone());
         drop(swap);
-        // Told before anything else can happen to the new backends (their first probes are
-        // an interval away), so the update comes before their transitions.
-        let (added, removed, total) = counts;
-        if added + removed > 0 {
-            self.tell(
-                name,
-                source.kind(),
-                MembershipChange::Updated {
-                    added,
-                    removed,
-                    total,
-                },
-            );
-        }
         // The listeners' routes hold the pools' handles: give them the new one.
         let config = self.config();
         let pool_handles = handles(&next);
@@ -158,6 +144,21 @@ impl Shared {
                     .state
                     .store(self.listener_state(new, &pool_handles, log));
             }
+        }
+        // Told once the listeners route to the new pool (so that a client acting on the event
+        // reaches the new backends), and before anything else can happen to them (their first
+        // probes are an interval away), so the update comes before their transitions.
+        let (added, removed, total) = counts;
+        if added + removed > 0 {
+            self.tell(
+                name,
+                source.kind(),
+                MembershipChange::Updated {
+                    added,
+                    removed,
+                    total,
+                },
+            );
         }
         Some(counts)
     }

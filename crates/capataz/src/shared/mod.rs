@@ -26,7 +26,9 @@ use tokio::task::JoinHandle;
 
 use crate::alerts::{AlertStats, Alerts};
 use crate::config::Config;
+use crate::config::FleetConfig;
 use crate::events::OverrideKind;
+use crate::fleet::FleetRt;
 use crate::health::{Clock, Event, OverrideError, PoolRt, PoolTasks};
 use crate::metrics::{HistogramScope, Metrics};
 use listener::ListenerRt;
@@ -72,6 +74,10 @@ pub struct Shared {
     /// The recent past the dashboard shows (events, series, timelines), kept by a task of its
     /// own (`history::run`).
     history: Arc<crate::history::History>,
+    /// Shared probing: who probes which backend (every pool asks it), and the task keeping it
+    /// current with the settings it runs with (while `[fleet]` is on).
+    fleet: Arc<FleetRt>,
+    fleet_task: Mutex<Option<(FleetConfig, JoinHandle<()>)>>,
 }
 
 /// Why a balancer could not start, or a reload was refused.
@@ -205,6 +211,8 @@ impl Shared {
             swap_lock: tokio::sync::Mutex::new(()),
             alerts: Mutex::new(None),
             history: Arc::default(),
+            fleet: FleetRt::new(Arc::default()),
+            fleet_task: Mutex::new(None),
         });
         let me = Arc::downgrade(&shared);
         tokio::spawn(crate::history::run(
@@ -225,7 +233,56 @@ impl Shared {
             listeners.push(shared.spawn_listener(listener, socket, &pools));
         }
         *lock(&shared.listeners) = listeners;
+        shared.restart_fleet(config);
         shared
+    }
+
+    /// Starts, restarts or stops shared probing for `config`'s `[fleet]` (kept running when
+    /// its settings did not change). Every pool asks the fleet runtime before each probe;
+    /// without `[fleet]` it owns every backend.
+    pub(crate) fn restart_fleet(&self, config: &Config) {
+        let mut running = lock(&self.fleet_task);
+        if running.as_ref().map(|(settings, _)| settings) == config.fleet.as_ref() {
+            return;
+        }
+        if let Some((_, task)) = running.take() {
+            task.abort();
+        }
+        for pool in self.pools.load().iter() {
+            crate::fleet::run::attach(&pool.probing, &self.fleet);
+        }
+        self.fleet.set_cut_off(false);
+        self.fleet.published().clear();
+        let Some(settings) = config.fleet.clone() else {
+            self.fleet.set_group("", None);
+            self.metrics.set_fleet(None);
+            return;
+        };
+        let port = lock(&self.listeners).first().map_or(0, |l| l.local.port());
+        let instance = settings
+            .instance
+            .clone()
+            .unwrap_or_else(|| crate::fleet::default_instance(port));
+        self.metrics.set_fleet(Some(self.fleet.counters().clone()));
+        let me = self.me.clone();
+        let task = crate::fleet::run::Task {
+            fleet: self.fleet.clone(),
+            config: settings.clone(),
+            instance,
+            pools: Box::new(move || me.upgrade().map(|shared| shared.pools())),
+            events: self.events.clone(),
+        };
+        *running = Some((settings, tokio::spawn(task.run())));
+    }
+
+    /// Shared probing's runtime (it owns every backend without `[fleet]`).
+    pub fn fleet(&self) -> &Arc<FleetRt> {
+        &self.fleet
+    }
+
+    /// The `fleet` object of `/status`, with `[fleet]` on.
+    pub fn fleet_status(&self) -> Option<serde_json::Value> {
+        self.fleet.status(&self.pools())
     }
 
     /// The pools, in configuration order.
@@ -364,6 +421,9 @@ impl Shared {
         for task in lock(&self.membership_tasks).drain(..) {
             task.abort();
         }
+        if let Some((_, task)) = lock(&self.fleet_task).take() {
+            task.abort();
+        }
         let listeners = std::mem::take(&mut *lock(&self.listeners));
         for listener in &listeners {
             let _ = listener.stop.send(true);
@@ -379,6 +439,9 @@ impl Shared {
             listener.task.abort();
         }
         for task in lock(&self.membership_tasks).drain(..) {
+            task.abort();
+        }
+        if let Some((_, task)) = lock(&self.fleet_task).take() {
             task.abort();
         }
         for (_, tasks) in lock(&self.pool_tasks).drain(..) {

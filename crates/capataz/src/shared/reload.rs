@@ -195,6 +195,7 @@ impl Shared {
             .map(|p| &*p.name)
             .collect();
         self.restart_membership(&new_pools, &had_members);
+        self.restart_fleet(&config);
         self.pools.store(Arc::new(new_pools));
         drop(swap);
         let old_tasks = std::mem::replace(&mut *lock(&self.pool_tasks), tasks);

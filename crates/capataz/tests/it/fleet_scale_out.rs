@@ -11,11 +11,9 @@
 //! when the relay is mended (meanwhile `c` keeps its membership and says so); `b` SIGKILLed
 //! changes nothing for the others. Then: no client error through any live instance (`b`'s
 //! requests count until its kill), exactly one transition per real change per instance, and
-//! probes per backend per interval: today each of N instances probes every backend
-//! ([`probers_per_backend`]).
-//!
-//! Shared probing (issue 12 §2) is not on main yet: [`SHARED_PROBING`] is where its config
-//! block goes, and the probe assertion then expects `k` probers per backend instead of N.
+//! probes per backend per interval: with shared probing ([`SHARED_PROBING`], `[fleet]` with
+//! `owners = 2`) each backend is probed by `min(k, live)` instances ([`probers_per_backend`]);
+//! `c`, cut off from etcd, probes every backend itself.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -29,10 +27,20 @@ use crate::support::process::{gone, signal};
 use crate::support::relay::Relay;
 use crate::support::{any, DEADLINE};
 
-/// Shared probing: `None` today (every instance probes every backend). With issue 12 §2 this
-/// becomes `Some((k, block))`: `k` instances probe each backend, and `block` is the config
-/// table that turns it on (added to every instance's file).
-const SHARED_PROBING: Option<(usize, &str)> = None;
+/// Shared probing: `Some((k, block))`: `k` instances probe each backend, and `block` is the
+/// config table that turns it on (added to every instance's file, `ENDPOINT` replaced by the
+/// instance's etcd endpoint; `None` would have every instance probe every backend).
+const SHARED_PROBING: Option<(usize, &str)> = Some((
+    2,
+    r#"
+[fleet]
+endpoints = ["ENDPOINT"]
+group = "scale-out"
+owners = 2
+lease_ttl = "2s"
+timeout = "500ms"
+"#,
+));
 
 /// The probe interval of pool `web`.
 const INTERVAL: Duration = Duration::from_millis(100);
@@ -51,7 +59,9 @@ fn runtime() -> tokio::runtime::Runtime {
 /// An instance's config: listener `front` and the admin API on ephemeral ports, pool `web`
 /// from etcd at `endpoint`, probed every [`INTERVAL`], rise 2, fall 2.
 fn config(endpoint: &str) -> String {
-    let shared = SHARED_PROBING.map_or("", |(_, block)| block);
+    let shared = SHARED_PROBING.map_or(String::new(), |(_, block)| {
+        block.replace("ENDPOINT", endpoint)
+    });
     format!(
         r#"
 [admin]

@@ -27,6 +27,7 @@ mod eligibility;
 mod etcd_churn;
 mod etcd_secure;
 mod etcd_source;
+mod fleet;
 mod fleet_scale_out;
 mod gray_failures;
 mod grpc;

@@ -26,6 +26,24 @@ pub(super) struct RawConfig {
     pub(super) alerts: RawAlerts,
     #[serde(default)]
     pub(super) server: RawServer,
+    pub(super) fleet: Option<Spanned<RawFleet>>,
+}
+
+/// `[fleet]`: shared probing with other instances through etcd.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFleet {
+    pub(super) endpoints: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) prefix: Option<Spanned<String>>,
+    pub(super) group: Option<Spanned<String>>,
+    pub(super) owners: Option<Spanned<i64>>,
+    pub(super) lease_ttl: Option<Spanned<Value>>,
+    pub(super) instance: Option<Spanned<String>>,
+    pub(super) timeout: Option<Spanned<Value>>,
+    pub(super) tls: Option<Spanned<RawTlsTable>>,
+    pub(super) username: Option<Spanned<String>>,
+    pub(super) password: Option<Spanned<String>>,
+    pub(super) password_file: Option<Spanned<String>>,
 }
 
 #[derive(Default, Deserialize)]
@@ -178,7 +196,7 @@ pub(super) struct RawPool {
 }
 
 /// `[pools.NAME.source]`: where the pool's backends come from.
-#[derive(Deserialize)]
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawSource {
     pub(super) kind: Option<Spanned<String>>,

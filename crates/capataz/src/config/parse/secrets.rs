@@ -38,6 +38,8 @@ pub(super) enum SecretTarget {
         /// The pool's name.
         pool: String,
     },
+    /// The password of `[fleet]` (`fleet.password_file`).
+    FleetPassword,
 }
 
 impl SecretLoad {
@@ -101,6 +103,17 @@ pub(super) fn load_all(config: &mut Config, loads: &[SecretLoad]) -> Vec<ConfigE
                 }
                 set_etcd_password(config, pool, secret);
             }
+            SecretTarget::FleetPassword => {
+                if secret.is_empty() {
+                    errors.push(load.error(
+                        "the password is empty (write the etcd user's password in the file)".into(),
+                    ));
+                    continue;
+                }
+                if let Some(fleet) = config.fleet.as_mut() {
+                    set_password(&mut fleet.endpoints, secret);
+                }
+            }
             SecretTarget::AdminToken => {
                 if let Err(why) = super::validate::check_admin_token(&secret) {
                     errors.push(load.error(why.into()));
@@ -126,8 +139,12 @@ fn set_etcd_password(config: &mut Config, pool: &str, password: String) {
     else {
         return;
     };
-    let mut access = etcd
-        .endpoints
+    set_password(&mut etcd.endpoints, password);
+}
+
+/// Puts `password` in the credentials shared by etcd `endpoints`.
+fn set_password(endpoints: &mut [crate::config::EtcdEndpoint], password: String) {
+    let mut access = endpoints
         .first()
         .map(|e| EtcdAccess::clone(&e.access))
         .unwrap_or_default();
@@ -135,7 +152,7 @@ fn set_etcd_password(config: &mut Config, pool: &str, password: String) {
         auth.password = password;
     }
     let access = std::sync::Arc::new(access);
-    for endpoint in &mut etcd.endpoints {
+    for endpoint in endpoints {
         endpoint.access = access.clone();
     }
 }

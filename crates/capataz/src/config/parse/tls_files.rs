@@ -12,7 +12,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::RootCertStore;
 
 use super::ConfigError;
-use crate::config::{ClientIdentity, Config, EtcdAccess, PoolSource};
+use crate::config::{ClientIdentity, Config, EtcdAccess, EtcdEndpoint, PoolSource};
 use crate::tls::client::{client_config, Alpn, ClientSettings};
 use crate::tls::PemRead;
 
@@ -45,6 +45,8 @@ pub(super) enum TlsTarget {
     Backends,
     /// The pool's etcd source (`[pools.NAME.source.tls]`).
     EtcdSource,
+    /// `[fleet.tls]` (the load's pool is empty).
+    Fleet,
 }
 
 /// The TLS files of one pool (or of its etcd source), to read.
@@ -84,6 +86,12 @@ pub(super) fn load_all(config: &mut Config, loads: &[TlsLoad]) -> Result<(), Con
             Some((cert, key)) => Some(Arc::new(identity(cert, key)?)),
             None => None,
         };
+        if load.target == TlsTarget::Fleet {
+            if let Some(fleet) = config.fleet.as_mut() {
+                set_tls_client(&mut fleet.endpoints, &roots, identity.as_ref(), &load.place)?;
+            }
+            continue;
+        }
         let Some(pool) = config.pools.iter_mut().find(|p| p.name == load.pool) else {
             continue;
         };
@@ -99,31 +107,42 @@ pub(super) fn load_all(config: &mut Config, loads: &[TlsLoad]) -> Result<(), Con
                 let PoolSource::Etcd(etcd) = &mut pool.source else {
                     continue;
                 };
-                let settings = ClientSettings {
-                    roots: &roots,
-                    verify: true,
-                    identity: identity.as_ref().map(|id| (&id.chain[..], &id.key)),
-                    alpn: Alpn::Http11,
-                };
-                let client = client_config(settings).map_err(|error| {
-                    load.place.error(format!(
-                        "cannot build the TLS client configuration: {error}"
-                    ))
-                })?;
-                let mut access = etcd
-                    .endpoints
-                    .first()
-                    .map(|e| EtcdAccess::clone(&e.access))
-                    .unwrap_or_default();
-                if let Some(tls) = access.tls.as_mut() {
-                    tls.client = Some(client);
-                }
-                let access = Arc::new(access);
-                for endpoint in &mut etcd.endpoints {
-                    endpoint.access = access.clone();
-                }
+                set_tls_client(&mut etcd.endpoints, &roots, identity.as_ref(), &load.place)?;
             }
+            TlsTarget::Fleet => {}
         }
+    }
+    Ok(())
+}
+
+/// Builds the rustls client of etcd `endpoints` (which share one access) from the files read.
+fn set_tls_client(
+    endpoints: &mut [EtcdEndpoint],
+    roots: &Arc<RootCertStore>,
+    identity: Option<&Arc<ClientIdentity>>,
+    place: &Place,
+) -> Result<(), ConfigError> {
+    let settings = ClientSettings {
+        roots,
+        verify: true,
+        identity: identity.map(|id| (&id.chain[..], &id.key)),
+        alpn: Alpn::Http11,
+    };
+    let client = client_config(settings).map_err(|error| {
+        place.error(format!(
+            "cannot build the TLS client configuration: {error}"
+        ))
+    })?;
+    let mut access = endpoints
+        .first()
+        .map(|e| EtcdAccess::clone(&e.access))
+        .unwrap_or_default();
+    if let Some(tls) = access.tls.as_mut() {
+        tls.client = Some(client);
+    }
+    let access = Arc::new(access);
+    for endpoint in endpoints {
+        endpoint.access = access.clone();
     }
     Ok(())
 }

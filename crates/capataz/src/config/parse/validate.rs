@@ -16,6 +16,7 @@ pub(super) use admin::check_admin_token;
 mod alerts;
 mod backend_tls;
 mod etcd_access;
+mod fleet;
 mod pool;
 mod proxy_protocol;
 mod source;
@@ -44,6 +45,25 @@ const DURATION_EXAMPLES: &str = r#"e.g. "500ms", "2s", "1m""#;
 const U32_MAX: i64 = u32::MAX as i64;
 
 /// Turns the raw model into a [`Config`], with the text at hand to place errors.
+/// Whose etcd access is being read: an etcd source's, or the fleet's.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum EtcdOwner<'a> {
+    /// Pool `NAME`'s source (`[pools.NAME.source]`).
+    Pool(&'a str),
+    /// `[fleet]`.
+    Fleet,
+}
+
+impl EtcdOwner<'_> {
+    /// The pool's name, or the empty string for the fleet.
+    pub(super) fn pool(&self) -> &str {
+        match self {
+            EtcdOwner::Pool(pool) => pool,
+            EtcdOwner::Fleet => "",
+        }
+    }
+}
+
 pub(super) struct Validator<'a> {
     /// Where the text came from, for messages.
     pub(super) file: &'a str,
@@ -152,6 +172,7 @@ impl<'a> Validator<'a> {
             }
         }
         let alerts = self.keep(self.alerts(raw.alerts));
+        let fleet = raw.fleet.map(|fleet| self.keep(self.fleet(fleet)));
         if self.error_count() > 0 {
             return None;
         }
@@ -166,6 +187,10 @@ impl<'a> Validator<'a> {
             pools,
             alerts: alerts?,
             server: server?,
+            fleet: match fleet {
+                None => None,
+                Some(fleet) => Some(fleet?),
+            },
             lines: super::locate::KeyLines::of(self.text),
         })
     }

@@ -28,10 +28,10 @@ const MAX_TOKEN_ANSWER: usize = 64 << 10;
 
 /// The largest answer to a request (a range of up to `MAX_MEMBERS` keys of `MAX_VALUE`
 /// bytes, in base64, fits).
-pub(super) const MAX_ANSWER: usize = 64 << 20;
+pub(crate) const MAX_ANSWER: usize = 64 << 20;
 
 /// The longest line of a watch stream (one watch response, with its events).
-pub(super) const MAX_LINE: usize = 32 << 20;
+pub(crate) const MAX_LINE: usize = 32 << 20;
 
 /// A connection's request sender, its driver task aborted on drop.
 struct Connection {
@@ -319,7 +319,7 @@ async fn reauthorized(
 
 /// One request to `endpoint`: its whole answer (at most [`MAX_ANSWER`] bytes), within
 /// `deadline` from connecting to the last byte.
-pub(super) async fn call(
+pub(crate) async fn call(
     endpoint: &EtcdEndpoint,
     path: &str,
     body: String,
@@ -339,7 +339,7 @@ pub(super) async fn call(
 }
 
 /// A running watch: the stream of its answer, line by line.
-pub(super) struct Watch {
+pub(crate) struct Watch {
     body: Incoming,
     buffer: Vec<u8>,
     /// Where the lines not taken yet start in `buffer`.
@@ -362,7 +362,7 @@ impl Watch {
     /// `deadline`). With credentials and a token that was not fresh, the first line is looked
     /// at: a watch refused for its token (etcd checks it when the watch is created) is opened
     /// again after authenticating again; any other first line is left for [`Watch::next_line`].
-    pub(super) async fn open(
+    pub(crate) async fn open(
         endpoint: &EtcdEndpoint,
         request: String,
         deadline: Duration,
@@ -414,7 +414,7 @@ impl Watch {
     }
 
     /// A whole line already received, if any (without waiting).
-    pub(super) fn buffered_line(&mut self) -> Option<Vec<u8>> {
+    pub(crate) fn buffered_line(&mut self) -> Option<Vec<u8>> {
         let from = self.scanned.max(self.start);
         let Some(found) = self.buffer[from..].iter().position(|b| *b == b'\n') else {
             self.scanned = self.buffer.len();
@@ -429,7 +429,7 @@ impl Watch {
 
     /// The next line; an error when the stream ends, fails, or sends a line longer than
     /// [`MAX_LINE`]. Cancel-safe: what was read stays buffered.
-    pub(super) async fn next_line(&mut self) -> Result<Vec<u8>, String> {
+    pub(crate) async fn next_line(&mut self) -> Result<Vec<u8>, String> {
         loop {
             if let Some(line) = self.buffered_line() {
                 return Ok(line);

@@ -10,9 +10,9 @@
 //! new membership is the difference, nothing is missed. Answers are bounded: a read and a watch
 //! line in bytes, the keys in number ([`MAX_MEMBERS`]), each value in bytes ([`keys::MAX_VALUE`]).
 
-mod http;
+pub(crate) mod http;
 mod keys;
-mod wire;
+pub(crate) mod wire;
 
 use std::collections::VecDeque;
 use std::time::Duration;

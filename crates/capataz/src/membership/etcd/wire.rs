@@ -6,74 +6,74 @@ use serde::{Deserialize, Deserializer};
 
 /// The header every answer carries.
 #[derive(Debug, Default, Deserialize)]
-pub(super) struct Header {
+pub(crate) struct Header {
     /// The store's revision when the answer was made.
     #[serde(default, deserialize_with = "int64")]
-    pub(super) revision: i64,
+    pub(crate) revision: i64,
 }
 
 /// One key and its value.
 #[derive(Debug, Default, Deserialize)]
-pub(super) struct KeyValue {
+pub(crate) struct KeyValue {
     /// The key, base64.
     #[serde(default)]
-    pub(super) key: String,
+    pub(crate) key: String,
     /// The value, base64 (absent in a delete event).
     #[serde(default)]
-    pub(super) value: String,
+    pub(crate) value: String,
     /// The revision of the key's last change.
     #[serde(default, deserialize_with = "int64")]
-    pub(super) mod_revision: i64,
+    pub(crate) mod_revision: i64,
 }
 
 /// The answer to `/v3/kv/range`.
 #[derive(Debug, Default, Deserialize)]
-pub(super) struct RangeResponse {
+pub(crate) struct RangeResponse {
     #[serde(default)]
-    pub(super) header: Header,
+    pub(crate) header: Header,
     #[serde(default)]
-    pub(super) kvs: Vec<KeyValue>,
+    pub(crate) kvs: Vec<KeyValue>,
     /// More keys than the limit asked for.
     #[serde(default)]
-    pub(super) more: bool,
+    pub(crate) more: bool,
 }
 
 /// One line of the `/v3/watch` stream: a result, or an error that ends the stream.
 #[derive(Debug, Deserialize)]
-pub(super) struct WatchLine {
+pub(crate) struct WatchLine {
     #[serde(default)]
-    pub(super) result: Option<WatchResponse>,
+    pub(crate) result: Option<WatchResponse>,
     #[serde(default)]
-    pub(super) error: Option<serde_json::Value>,
+    pub(crate) error: Option<serde_json::Value>,
 }
 
 /// A watch response.
 #[derive(Debug, Default, Deserialize)]
-pub(super) struct WatchResponse {
+pub(crate) struct WatchResponse {
     /// The watch was created (the first response).
     #[serde(default)]
-    pub(super) created: bool,
+    pub(crate) created: bool,
     /// The watch was cancelled by the server.
     #[serde(default)]
-    pub(super) canceled: bool,
+    pub(crate) canceled: bool,
     /// With `canceled`: the revision the store was compacted to, when that was the cause.
     #[serde(default, deserialize_with = "int64")]
-    pub(super) compact_revision: i64,
+    pub(crate) compact_revision: i64,
     /// With `canceled`: why, when the server says.
     #[serde(default)]
-    pub(super) cancel_reason: String,
+    pub(crate) cancel_reason: String,
     #[serde(default)]
-    pub(super) events: Vec<WatchEvent>,
+    pub(crate) events: Vec<WatchEvent>,
 }
 
 /// One change of a key.
 #[derive(Debug, Default, Deserialize)]
-pub(super) struct WatchEvent {
+pub(crate) struct WatchEvent {
     /// `PUT` (also when absent: proto3 leaves the default out) or `DELETE`.
     #[serde(default, rename = "type")]
-    pub(super) kind: String,
+    pub(crate) kind: String,
     #[serde(default)]
-    pub(super) kv: KeyValue,
+    pub(crate) kv: KeyValue,
 }
 
 /// An int64 written as a string (proto3 JSON) or a number.
@@ -93,7 +93,7 @@ fn int64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
 /// The end of the range of keys starting with `prefix` (etcd's `range_end`): the prefix with
 /// its last byte below 0xff incremented and what follows dropped; `\0` (every key) when all
 /// its bytes are 0xff.
-pub(super) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
         if last < 0xff {
@@ -105,7 +105,7 @@ pub(super) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 }
 
 /// A range request for every key under `prefix` (at most `limit`), or only their count.
-pub(super) fn range_request(prefix: &[u8], limit: usize, count_only: bool) -> String {
+pub(crate) fn range_request(prefix: &[u8], limit: usize, count_only: bool) -> String {
     serde_json::json!({
         "key": encode(prefix),
         "range_end": encode(&prefix_end(prefix)),
@@ -116,7 +116,7 @@ pub(super) fn range_request(prefix: &[u8], limit: usize, count_only: bool) -> St
 }
 
 /// A watch request for every key under `prefix` from `revision` on.
-pub(super) fn watch_request(prefix: &[u8], revision: i64) -> String {
+pub(crate) fn watch_request(prefix: &[u8], revision: i64) -> String {
     serde_json::json!({
         "create_request": {
             "key": encode(prefix),
@@ -130,7 +130,7 @@ pub(super) fn watch_request(prefix: &[u8], revision: i64) -> String {
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 /// Standard base64 with padding.
-pub(super) fn encode(bytes: &[u8]) -> String {
+pub(crate) fn encode(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
         let b = [
@@ -151,7 +151,7 @@ pub(super) fn encode(bytes: &[u8]) -> String {
 }
 
 /// Standard base64, padding optional; `None` for anything else.
-pub(super) fn decode(text: &str) -> Option<Vec<u8>> {
+pub(crate) fn decode(text: &str) -> Option<Vec<u8>> {
     let text = text.trim_end_matches('=');
     if text.len() % 4 == 1 {
         return None;

@@ -7,6 +7,7 @@ mod access_log;
 mod edge_example;
 mod errors;
 mod etcd_access;
+mod fleet;
 mod http2;
 mod log_level;
 mod proxy_protocol;

@@ -13,7 +13,7 @@ use super::super::locate::line_of;
 use super::super::raw::RawSource;
 use super::super::secrets::{SecretLoad, SecretTarget};
 use super::super::tls_files::{Place, TlsLoad, TlsTarget};
-use super::{ConfigError, Validator};
+use super::{ConfigError, EtcdOwner, Validator};
 use crate::config::{EtcdAccess, EtcdAuth, EtcdTls};
 
 /// The longest user name, in bytes.
@@ -23,11 +23,11 @@ const MAX_USERNAME: usize = 256;
 const MAX_PASSWORD: usize = 4 << 10;
 
 impl Validator<'_> {
-    /// The TLS and the credentials of pool `pool`'s etcd source (`at`: `pools.NAME.source`),
+    /// The TLS and the credentials of `owner`'s etcd access (`at`: `pools.NAME.source` or `fleet`),
     /// whose endpoints are `https://` when `https`; their files queued for loading.
     pub(super) fn etcd_access(
         &self,
-        pool: &str,
+        owner: EtcdOwner<'_>,
         at: &str,
         span: Range<usize>,
         https: bool,
@@ -63,8 +63,11 @@ impl Validator<'_> {
                 }
                 let (ca, identity, server_name) = self.tls_table(&at, &table)?;
                 self.tls_loads.borrow_mut().push(TlsLoad {
-                    pool: pool.to_owned(),
-                    target: TlsTarget::EtcdSource,
+                    pool: owner.pool().to_owned(),
+                    target: match owner {
+                        EtcdOwner::Pool(_) => TlsTarget::EtcdSource,
+                        EtcdOwner::Fleet => TlsTarget::Fleet,
+                    },
                     ca: ca.clone(),
                     identity: identity.clone(),
                     verify: true,
@@ -84,14 +87,14 @@ impl Validator<'_> {
                 })
             }
         };
-        let auth = self.etcd_auth(pool, at, span, raw)?;
+        let auth = self.etcd_auth(owner, at, span, raw)?;
         Ok(EtcdAccess { tls, auth })
     }
 
     /// `username` with `password` or `password_file` (queued for loading), or none of them.
     fn etcd_auth(
         &self,
-        pool: &str,
+        owner: EtcdOwner<'_>,
         at: &str,
         span: Range<usize>,
         raw: &mut RawSource,
@@ -162,8 +165,11 @@ impl Validator<'_> {
                 let key = format!("{at}.password_file");
                 let path = self.config_path(&file, &key)?;
                 self.secrets.borrow_mut().push(SecretLoad {
-                    target: SecretTarget::EtcdPassword {
-                        pool: pool.to_owned(),
+                    target: match owner {
+                        EtcdOwner::Pool(pool) => SecretTarget::EtcdPassword {
+                            pool: pool.to_owned(),
+                        },
+                        EtcdOwner::Fleet => SecretTarget::FleetPassword,
                     },
                     path,
                     file: self.file.to_owned(),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use toml::{Spanned, Value};
 
 use super::super::raw::RawSource;
-use super::{ConfigError, Validator};
+use super::{ConfigError, EtcdOwner, Validator};
 use crate::config::{DnsRecord, DnsSource, EtcdEndpoint, EtcdSource, PoolSource};
 
 /// The longest DNS name (RFC 1035: 255 octets on the wire, 253 written).
@@ -113,6 +113,69 @@ impl Validator<'_> {
             "etcd" => self.etcd_source(pool, &at, span, raw).map(PoolSource::Etcd),
             _ => Ok(PoolSource::Static),
         }
+    }
+
+    /// The etcd endpoints under `at` (`endpoints`, each with the same scheme) with their
+    /// access (TLS and credentials, taken from `raw`), shared by all of them.
+    pub(super) fn etcd_endpoints(
+        &self,
+        owner: EtcdOwner<'_>,
+        at: &str,
+        span: std::ops::Range<usize>,
+        raw: &mut RawSource,
+    ) -> Result<Vec<EtcdEndpoint>, ConfigError> {
+        let Some(list) = raw.endpoints.take() else {
+            return Err(self.error(
+                Some(span),
+                &format!("{at}.endpoints"),
+                r#"etcd's endpoints are needed (add endpoints = ["http://127.0.0.1:2379"])"#.into(),
+            ));
+        };
+        let list_span = list.span();
+        let list = list.into_inner();
+        if list.is_empty() || list.len() > MAX_ENDPOINTS {
+            return Err(self.error(
+                Some(list_span),
+                &format!("{at}.endpoints"),
+                format!(
+                    "list 1 to {MAX_ENDPOINTS} etcd endpoints (it has {})",
+                    list.len()
+                ),
+            ));
+        }
+        let mut endpoints = Vec::with_capacity(list.len());
+        let mut https = None;
+        for (index, value) in list.iter().enumerate() {
+            let key = format!("{at}.endpoints[{index}]");
+            let text = value.get_ref();
+            let endpoint = etcd_endpoint(text).ok_or_else(|| {
+                self.error(
+                    Some(value.span()),
+                    &key,
+                    format!(
+                        r#"{text:?} is not an etcd endpoint (use "http://host:port" or "https://host:port", e.g. "https://10.0.0.5:2379")"#
+                    ),
+                )
+            })?;
+            let secure = text.starts_with("https://");
+            if *https.get_or_insert(secure) != secure {
+                return Err(self.error(
+                    Some(value.span()),
+                    &key,
+                    format!(
+                        "{text:?}: the endpoints mix http:// and https:// (write every endpoint \
+                         with the same scheme: https:// when etcd serves TLS)"
+                    ),
+                ));
+            }
+            endpoints.push(endpoint);
+        }
+        let access =
+            Arc::new(self.etcd_access(owner, at, span.clone(), https == Some(true), raw)?);
+        for endpoint in &mut endpoints {
+            endpoint.access = access.clone();
+        }
+        Ok(endpoints)
     }
 
     /// `kind = "dns"`: the name, its records, resolver and TTL bounds.
@@ -222,58 +285,7 @@ impl Validator<'_> {
         span: std::ops::Range<usize>,
         mut raw: RawSource,
     ) -> Result<EtcdSource, ConfigError> {
-        let Some(list) = raw.endpoints.take() else {
-            return Err(self.error(
-                Some(span),
-                &format!("{at}.endpoints"),
-                r#"an etcd source needs its endpoints (add endpoints = ["http://127.0.0.1:2379"])"#
-                    .into(),
-            ));
-        };
-        let list_span = list.span();
-        let list = list.into_inner();
-        if list.is_empty() || list.len() > MAX_ENDPOINTS {
-            return Err(self.error(
-                Some(list_span),
-                &format!("{at}.endpoints"),
-                format!(
-                    "list 1 to {MAX_ENDPOINTS} etcd endpoints (it has {})",
-                    list.len()
-                ),
-            ));
-        }
-        let mut endpoints = Vec::with_capacity(list.len());
-        let mut https = None;
-        for (index, value) in list.iter().enumerate() {
-            let key = format!("{at}.endpoints[{index}]");
-            let text = value.get_ref();
-            let endpoint = etcd_endpoint(text).ok_or_else(|| {
-                self.error(
-                    Some(value.span()),
-                    &key,
-                    format!(
-                        r#"{text:?} is not an etcd endpoint (use "http://host:port" or "https://host:port", e.g. "https://10.0.0.5:2379")"#
-                    ),
-                )
-            })?;
-            let secure = text.starts_with("https://");
-            if *https.get_or_insert(secure) != secure {
-                return Err(self.error(
-                    Some(value.span()),
-                    &key,
-                    format!(
-                        "{text:?}: the endpoints mix http:// and https:// (write every endpoint \
-                         with the same scheme: https:// when etcd serves TLS)"
-                    ),
-                ));
-            }
-            endpoints.push(endpoint);
-        }
-        let access =
-            Arc::new(self.etcd_access(pool, at, span.clone(), https == Some(true), &mut raw)?);
-        for endpoint in &mut endpoints {
-            endpoint.access = access.clone();
-        }
+        let endpoints = self.etcd_endpoints(EtcdOwner::Pool(pool), at, span.clone(), &mut raw)?;
         let Some(prefix) = raw.prefix else {
             return Err(self.error(
                 Some(span),

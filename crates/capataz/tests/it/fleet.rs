@@ -1,0 +1,399 @@
+//! Shared probing (issue 12 §2) with a real etcd and real `capataz run` processes: three
+//! instances of one group share the probing of six static backends (`owners = 1`, so each
+//! backend has exactly one prober), a dead backend is excluded by all (the others through the
+//! owner's published verdict, said in the reason), an instance SIGKILLed has its backends
+//! re-owned within one lease TTL without a transition, and an instance cut off from etcd
+//! probes every backend itself and says so, then rejoins.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use capataz::sim::SimBackend;
+use serde_json::Value;
+
+use crate::support::etcd::Etcd;
+use crate::support::fleet::{get, Instance};
+use crate::support::process::{gone, signal};
+use crate::support::prometheus::promtool_check;
+use crate::support::relay::Relay;
+use crate::support::{any, DEADLINE};
+
+/// The probe interval.
+const INTERVAL: Duration = Duration::from_millis(100);
+
+/// The fleet's lease.
+const LEASE: Duration = Duration::from_secs(2);
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+/// Instance `name`'s config: pool `web` of `backends`, probed every [`INTERVAL`], in group
+/// `group` through etcd at `endpoint`, one owner per backend.
+fn config(name: &str, endpoint: &str, group: &str, backends: &[SimBackend]) -> String {
+    let list: Vec<String> = backends
+        .iter()
+        .map(|b| format!(r#"{{ name = "{}", address = "{}" }}"#, b.name(), b.addr()))
+        .collect();
+    format!(
+        r#"
+[admin]
+address = "127.0.0.1:0"
+
+[[listeners]]
+name = "front"
+address = "127.0.0.1:0"
+
+[pools.web]
+backends = [{}]
+
+[pools.web.active]
+interval = "{}ms"
+timeout = "500ms"
+rise = 2
+fall = 2
+
+[fleet]
+endpoints = ["{endpoint}"]
+group = "{group}"
+instance = "{name}"
+owners = 1
+lease_ttl = "{}s"
+timeout = "500ms"
+"#,
+        list.join(", "),
+        INTERVAL.as_millis(),
+        LEASE.as_secs()
+    )
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let end = Instant::now() + DEADLINE;
+    while !done() {
+        assert!(Instant::now() < end, "no {what} within {DEADLINE:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn fleet(instance: &Instance) -> Value {
+    instance.json("/status")["fleet"].clone()
+}
+
+fn members(instance: &Instance) -> usize {
+    fleet(instance)["members"].as_array().map_or(0, Vec::len)
+}
+
+fn all_up(instance: &Instance, names: &[&str]) -> bool {
+    let serving = instance.serving("web");
+    names.iter().all(|n| serving.get(*n) == Some(&true))
+}
+
+/// One metric's value on `instance`'s classic exposition.
+fn metric(instance: &Instance, name: &str) -> f64 {
+    let (_, body) = get(instance.admin, "/metrics").expect("GET /metrics");
+    body.lines()
+        .find_map(|line| line.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing on {}:\n{body}", instance.name))
+}
+
+/// Which instances probe each backend over about 15 intervals (by `capataz_probes_total`).
+fn probers(live: &[&Instance], backends: &[SimBackend]) -> BTreeMap<String, Vec<String>> {
+    let before: Vec<_> = live.iter().map(|i| i.probes_sent("web")).collect();
+    let hits: u64 = backends.iter().map(SimBackend::health_hits).sum();
+    wait_for("15 intervals of probes", || {
+        backends.iter().map(SimBackend::health_hits).sum::<u64>()
+            >= hits + 15 * backends.len() as u64
+    });
+    let after: Vec<_> = live.iter().map(|i| i.probes_sent("web")).collect();
+    let mut out = BTreeMap::new();
+    for backend in backends {
+        let name = backend.name().to_owned();
+        let by: Vec<String> = live
+            .iter()
+            .zip(before.iter().zip(&after))
+            .filter(|(_, (b, a))| {
+                a.get(&name).copied().unwrap_or(0) > b.get(&name).copied().unwrap_or(0)
+            })
+            .map(|(i, _)| i.name.clone())
+            .collect();
+        out.insert(name, by);
+    }
+    out
+}
+
+fn sims(rt: &tokio::runtime::Runtime, n: usize) -> Vec<SimBackend> {
+    rt.block_on(async {
+        let mut out = Vec::new();
+        for i in 0..n {
+            out.push(
+                SimBackend::start(&format!("s{i}"), any())
+                    .await
+                    .expect("a backend"),
+            );
+        }
+        out
+    })
+}
+
+#[test]
+fn three_instances_share_the_probing_and_all_exclude_a_dead_backend() {
+    let rt = runtime();
+    let backends = sims(&rt, 6);
+    let names: Vec<&str> = backends.iter().map(SimBackend::name).collect();
+    let etcd = rt.block_on(Etcd::start("fleet-share"));
+    let fleet_of: Vec<Instance> = ["a", "b", "c"]
+        .iter()
+        .map(|n| Instance::start(n, &config(n, &etcd.endpoint(), "share", &backends)))
+        .collect();
+    let live: Vec<&Instance> = fleet_of.iter().collect();
+    for instance in &live {
+        wait_for("three members", || members(instance) == 3);
+        wait_for("every backend UP", || all_up(instance, &names));
+    }
+    // Each backend is probed by exactly one instance: the owner /status names.
+    let probed = probers(&live, &backends);
+    let status = fleet(live[0]);
+    assert_eq!(status["owners"], 1);
+    assert_eq!(status["group"], "share");
+    for entry in status["backends"].as_array().expect("backends") {
+        let backend = entry["backend"].as_str().unwrap_or_default();
+        let owners: Vec<String> = entry["owners"]
+            .as_array()
+            .expect("owners")
+            .iter()
+            .map(|o| o.as_str().unwrap_or_default().to_owned())
+            .collect();
+        assert_eq!(
+            probed[backend], owners,
+            "backend {backend}: probed by {probed:?}"
+        );
+    }
+    let owned: f64 = live
+        .iter()
+        .map(|i| metric(i, "capataz_fleet_owned_backends"))
+        .sum();
+    assert_eq!(owned, 6.0);
+    assert_eq!(metric(live[1], "capataz_fleet_members"), 3.0);
+    assert_eq!(metric(live[1], "capataz_fleet_cut_off"), 0.0);
+    assert!(metric(live[1], "capataz_fleet_published_total") >= 1.0);
+    let (_, page) = get(live[2].admin, "/metrics").expect("GET /metrics");
+    let (code, findings) = promtool_check(&page);
+    assert_eq!((code, findings.trim()), (0, ""), "promtool:\n{findings}");
+
+    // A backend dies: its owner sees it, every other instance follows the published verdict.
+    let dead = &backends[0];
+    let owner = probed[dead.name()][0].clone();
+    dead.crash();
+    let crashed = Instant::now();
+    for instance in &live {
+        wait_for("the dead backend excluded", || {
+            instance.serving("web").get(dead.name()) == Some(&false)
+        });
+    }
+    eprintln!(
+        "fleet: a dead backend excluded by all three after {:?}",
+        crashed.elapsed()
+    );
+    for instance in &live {
+        let reason: Vec<String> = instance
+            .events()
+            .iter()
+            .filter(|e| {
+                e["type"] == "transition" && e["backend"] == dead.name() && e["to"] == "DOWN"
+            })
+            .map(|e| e["reason"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        assert_eq!(reason.len(), 1, "instance {}: {reason:?}", instance.name);
+        if instance.name == owner {
+            assert!(reason[0].contains("failed probe"), "{reason:?}");
+        } else {
+            assert!(
+                reason[0].starts_with(&format!("DOWN as published by instance {owner} (")),
+                "instance {}: {reason:?}",
+                instance.name
+            );
+        }
+    }
+    drop(etcd);
+}
+
+#[test]
+fn a_killed_instance_is_re_owned_within_one_lease_and_nothing_flaps() {
+    let rt = runtime();
+    let backends = sims(&rt, 6);
+    let names: Vec<&str> = backends.iter().map(SimBackend::name).collect();
+    let etcd = rt.block_on(Etcd::start("fleet-kill"));
+    let fleet_of: Vec<Instance> = ["a", "b", "c"]
+        .iter()
+        .map(|n| Instance::start(n, &config(n, &etcd.endpoint(), "kill", &backends)))
+        .collect();
+    for instance in &fleet_of {
+        wait_for("three members", || members(instance) == 3);
+        wait_for("every backend UP", || all_up(instance, &names));
+    }
+    let b = &fleet_of[1];
+    let killed = Instant::now();
+    signal(b.process.pid(), "KILL");
+    wait_for("b to be gone", || gone(b.process.pid()));
+    let live = [&fleet_of[0], &fleet_of[2]];
+    for instance in live {
+        wait_for("b's lease to end", || members(instance) == 2);
+    }
+    let reowned = killed.elapsed();
+    eprintln!(
+        "fleet: a SIGKILLed instance's backends re-owned after {reowned:?} (lease {LEASE:?})"
+    );
+    assert!(
+        reowned < LEASE + Duration::from_millis(1500),
+        "re-owning took {reowned:?} with a lease of {LEASE:?}"
+    );
+    let probed = probers(&live, &backends);
+    for (backend, by) in &probed {
+        assert_eq!(by.len(), 1, "backend {backend}: probed by {by:?}");
+    }
+    // Nothing flapped: the backends of a static pool start UP, and no instance saw a
+    // transition while ownership moved.
+    for instance in live {
+        let transitions = instance.transitions();
+        assert!(
+            transitions.is_empty(),
+            "instance {}: {transitions:?}",
+            instance.name
+        );
+    }
+    drop(etcd);
+}
+
+#[test]
+fn an_instance_cut_off_from_etcd_probes_everything_says_so_and_rejoins() {
+    let rt = runtime();
+    let backends = sims(&rt, 6);
+    let names: Vec<&str> = backends.iter().map(SimBackend::name).collect();
+    let etcd = rt.block_on(Etcd::start("fleet-cut"));
+    let etcd_addr: SocketAddr = etcd
+        .endpoint()
+        .trim_start_matches("http://")
+        .parse()
+        .expect("etcd's address");
+    let relay = rt.block_on(Relay::start(etcd_addr));
+    let a = Instance::start("a", &config("a", &etcd.endpoint(), "cut", &backends));
+    let c = Instance::start(
+        "c",
+        &config("c", &format!("http://{}", relay.addr()), "cut", &backends),
+    );
+    for instance in [&a, &c] {
+        wait_for("two members", || members(instance) == 2);
+        wait_for("every backend UP", || all_up(instance, &names));
+    }
+    let fleet_events = |i: &Instance| -> Vec<String> {
+        i.events()
+            .iter()
+            .filter(|e| e["type"] == "fleet")
+            .map(|e| e["fleet"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert_eq!(fleet_events(&c), ["joined"]);
+    let shared = metric(&c, "capataz_fleet_owned_backends");
+    assert!(shared < 6.0, "c owns {shared} of 6 with two members");
+
+    relay.cut();
+    wait_for("c to say it is cut off", || {
+        fleet_events(&c).iter().any(|e| e == "cut_off")
+    });
+    assert_eq!(metric(&c, "capataz_fleet_cut_off"), 1.0);
+    assert_eq!(metric(&c, "capataz_fleet_owned_backends"), 6.0);
+    assert_eq!(fleet(&c)["cut_off"], true);
+    // c probes every backend itself; a, alone in the group now, too.
+    let probed = probers(&[&a, &c], &backends);
+    for (backend, by) in &probed {
+        assert_eq!(by, &["a", "c"], "backend {backend}");
+    }
+
+    relay.mend();
+    wait_for("c to rejoin", || {
+        fleet_events(&c).iter().any(|e| e == "reconnected")
+    });
+    wait_for("two members again", || members(&c) == 2 && members(&a) == 2);
+    assert_eq!(metric(&c, "capataz_fleet_cut_off"), 0.0);
+    let probed = probers(&[&a, &c], &backends);
+    for (backend, by) in &probed {
+        assert_eq!(by.len(), 1, "backend {backend}: probed by {by:?}");
+    }
+    // No transition through the cut and the rejoin (a static pool's backends start UP).
+    for instance in [&a, &c] {
+        let transitions = instance.transitions();
+        assert!(
+            transitions.is_empty(),
+            "instance {}: {transitions:?}",
+            instance.name
+        );
+    }
+    drop(relay);
+    drop(etcd);
+}
+
+/// Waits for a `fleet` event `joined` (alone in its group) for `group`.
+async fn joined(seen: &mut tokio::sync::broadcast::Receiver<capataz::events::Event>, group: &str) {
+    use capataz::events::{Event, FleetChange};
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let event = tokio::time::timeout_at(deadline, seen.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no joined event for group {group}"))
+            .expect("events");
+        if let Event::Fleet {
+            group: g,
+            change: FleetChange::Joined { members: 1 },
+            ..
+        } = &event
+        {
+            if &**g == group {
+                return;
+            }
+        }
+    }
+}
+
+/// A reload applies `[fleet]`: added, it joins; changed, it joins the new group; removed, it
+/// stops (every backend probed here again, no `fleet` object in `/status`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_starts_changes_and_stops_shared_probing() {
+    use capataz::server::Balancer;
+
+    let etcd = Etcd::start("fleet-reload").await;
+    let base = "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]\nbackends = \
+                [{ address = \"127.0.0.1:9\" }]\n[pools.web.active]\nkind = \"none\"\n";
+    let with = |group: &str| {
+        format!(
+            "{base}\n[fleet]\nendpoints = [\"{}\"]\ngroup = \"{group}\"\ninstance = \"solo\"\n\
+             lease_ttl = \"2s\"\n",
+            etcd.endpoint()
+        )
+    };
+    let config = capataz::config::parse_str(base, "fleet.toml").expect("valid");
+    let (events, mut seen) = tokio::sync::broadcast::channel(1024);
+    let balancer = Balancer::start(&config, events).await.expect("started");
+    assert!(balancer.shared().fleet_status().is_none());
+
+    for group in ["one", "two"] {
+        let config = capataz::config::parse_str(&with(group), "fleet.toml").expect("valid");
+        balancer.reload(&config).await.expect("reloaded");
+        joined(&mut seen, group).await;
+        let status = balancer.shared().fleet_status().expect("a fleet object");
+        assert_eq!(status["group"], group);
+        assert_eq!(status["members"], serde_json::json!(["solo"]));
+        assert_eq!(status["backends"][0]["probed_here"], true);
+    }
+    let config = capataz::config::parse_str(base, "fleet.toml").expect("valid");
+    balancer.reload(&config).await.expect("reloaded");
+    assert!(balancer.shared().fleet_status().is_none());
+    assert!(balancer.shared().fleet().owns_backend("web", "127.0.0.1:9"));
+    balancer.shutdown(Duration::from_secs(1)).await;
+    drop(etcd);
+}
