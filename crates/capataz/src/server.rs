@@ -205,6 +205,16 @@ impl Balancer {
         self.shared.open_connections()
     }
 
+    /// Client connections parked now: HTTP/1 connections quiet between requests, whose
+    /// hyper state (and its buffers) is released until their next bytes (see `client.rs`).
+    pub fn parked_connections(&self) -> usize {
+        self.shared
+            .metrics()
+            .families()
+            .parked()
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Applies a new configuration; see [`Shared::reload`].
     pub async fn reload(&self, config: &Config) -> Result<ReloadSummary, StartError> {
         self.shared.reload(config).await

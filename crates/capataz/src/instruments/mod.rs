@@ -42,6 +42,7 @@
 //! - Series of a backend removed by a reload keep their last value.
 
 use std::fmt;
+use std::sync::Arc;
 
 use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -203,6 +204,9 @@ pub struct Families {
     sent_bytes: Family<ListenerLabels, Counter>,
     access_log_dropped: Family<ListenerLabels, Counter>,
     tls: TlsFamilies,
+    /// Client connections parked now (HTTP/1 between requests, hyper's state released; see
+    /// `client.rs`). Not exported: the tests read it through `Balancer::parked_connections`.
+    parked: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Families {
@@ -332,7 +336,13 @@ impl Families {
             received_bytes,
             sent_bytes,
             access_log_dropped,
+            parked: Arc::default(),
         }
+    }
+
+    /// Client connections parked now (see `client.rs`).
+    pub(crate) fn parked(&self) -> &std::sync::atomic::AtomicUsize {
+        &self.parked
     }
 
     /// The counter of access log lines listener `listener` dropped.
