@@ -450,6 +450,7 @@ impl<'a> Parked<'a> {
     fn new(shared: &'a Shared) -> Parked<'a> {
         shared.park.store(PARKED, Ordering::Relaxed);
         shared.listener.parked().fetch_add(1, Ordering::Relaxed);
+        shared.listener.parks().fetch_add(1, Ordering::Relaxed);
         Parked(shared)
     }
 }

@@ -215,6 +215,15 @@ impl Balancer {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Times a client connection was parked (see [`Balancer::parked_connections`]).
+    pub fn parks(&self) -> u64 {
+        self.shared
+            .metrics()
+            .families()
+            .parks()
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Applies a new configuration; see [`Shared::reload`].
     pub async fn reload(&self, config: &Config) -> Result<ReloadSummary, StartError> {
         self.shared.reload(config).await

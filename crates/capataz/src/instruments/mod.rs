@@ -207,6 +207,8 @@ pub struct Families {
     /// Client connections parked now (HTTP/1 between requests, hyper's state released; see
     /// `client.rs`). Not exported: the tests read it through `Balancer::parked_connections`.
     parked: Arc<std::sync::atomic::AtomicUsize>,
+    /// Times a client connection was parked, ever (for the tests, as `parked`).
+    parks: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Families {
@@ -337,12 +339,18 @@ impl Families {
             sent_bytes,
             access_log_dropped,
             parked: Arc::default(),
+            parks: Arc::default(),
         }
     }
 
     /// Client connections parked now (see `client.rs`).
     pub(crate) fn parked(&self) -> &std::sync::atomic::AtomicUsize {
         &self.parked
+    }
+
+    /// Times a client connection was parked (see `client.rs`).
+    pub(crate) fn parks(&self) -> &std::sync::atomic::AtomicU64 {
+        &self.parks
     }
 
     /// The counter of access log lines listener `listener` dropped.
