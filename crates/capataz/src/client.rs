@@ -80,7 +80,7 @@ use tokio::time::Instant;
 
 use crate::body::RespBody;
 use crate::config::Http2Config;
-use crate::instruments::ListenerMetrics;
+use crate::instruments::{ListenerMetrics, OpenConnection};
 use crate::proxy::{ClientInfo, Proxy};
 use crate::upstream::PrivateIdle;
 
@@ -257,18 +257,25 @@ impl Shared {
 
 /// Serves one client connection, speaking `protocol`, until it closes, a timeout closes it,
 /// or shutdown drains it. `proxy` gives the routes in force, read per request so a reload
-/// applies to the next request. The IO is TCP, or TLS over it.
-pub(crate) async fn serve<IO>(
+/// applies to the next request. The IO is TCP, or TLS over it. `guard` is dropped with the
+/// returned future.
+///
+/// Not an `async fn`: the setup runs here, at the call, and the future returned holds only
+/// what serving needs (an `async fn` keeps its arguments, `stream` and `client` included, in
+/// its future for its whole life, beside what they were moved into).
+pub(crate) fn serve<IO>(
     stream: IO,
     client: ClientInfo,
     protocol: Protocol,
     limits: Limits,
     proxy: impl Fn() -> Arc<Proxy> + Send + Sync + 'static,
     shutdown: watch::Receiver<bool>,
-) where
+    guard: impl Send + 'static,
+) -> impl Future<Output = ()> + Send + 'static
+where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    // Counted open until this function returns.
+    // Counted open until the future ends.
     let open = proxy().metrics().connection();
     let proxy = Arc::new(proxy);
     let shared = Arc::new(Shared::new(open.listener().clone()));
@@ -303,11 +310,45 @@ pub(crate) async fn serve<IO>(
             })
         }
     });
-    let mut io = CountingIo {
+    let io = CountingIo {
         inner: stream,
         shared: shared.clone(),
         prefix: None,
     };
+    serving(
+        io,
+        shared,
+        service,
+        private,
+        protocol,
+        limits,
+        proxy,
+        (open, done, guard),
+    )
+}
+
+/// [`serve`]'s future, past the setup; `held` (the open connection's guard, the watcher's
+/// `done` and the caller's guard) is dropped at its end.
+#[allow(clippy::too_many_arguments)]
+async fn serving<IO, S, P, G>(
+    mut io: CountingIo<IO>,
+    shared: Arc<Shared>,
+    service: S,
+    private: Arc<PrivateIdle>,
+    protocol: Protocol,
+    limits: Limits,
+    proxy: Arc<P>,
+    held: (OpenConnection, oneshot::Sender<()>, G),
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = Tracked>
+        + Unpin
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    P: Fn() -> Arc<Proxy>,
+{
     // Nothing of hyper's (its connection state and buffers) exists until the client's first
     // bytes are there: an idle connection that has sent nothing yet is only this future, its
     // socket and its watcher.
@@ -320,8 +361,11 @@ pub(crate) async fn serve<IO>(
         // The client closed without a byte, went away, or a timeout or shutdown closed the
         // connection.
         Some(Ok(None)) | Some(Err(_)) | None => {
+            let (open, done, guard) = held;
             drop(done);
             shared.count_bytes();
+            drop(open);
+            drop(guard);
             return;
         }
     };
@@ -339,27 +383,30 @@ pub(crate) async fn serve<IO>(
     if refused {
         proxy().count_refused();
     }
+    // The watcher's `done` first, then the bytes, then the connection counted closed.
+    let (open, done, guard) = held;
     drop(done);
     shared.count_bytes();
     drop(open);
+    drop(guard);
 }
 
 /// hyper's HTTP/1 server with the listener's settings.
 fn http1_builder(limits: &Limits) -> http1::Builder {
     let mut builder = http1::Builder::new();
-        // - half_close: a client's FIN after its request ends the request, not the connection,
-        //   as with HAProxy (`option abortonclose` is off by default). It also spares a read
-        //   per request: without it hyper reads ahead while the request is in flight, to see a
-        //   FIN, and that read finds its buffer still shared with the request's headers and
-        //   allocates a new 8 KB one every time.
-        // - writev(false): each write is one `send`, not a `writev`, whose iovec import and VFS
-        //   layers cost the kernel more than copying a head and a small body into one buffer.
-        //   See BENCHMARKS.md.
-        builder
-            .max_buf_size(limits.max_buf)
-            .keep_alive(true)
-            .half_close(true)
-            .writev(false);
+    // - half_close: a client's FIN after its request ends the request, not the connection,
+    //   as with HAProxy (`option abortonclose` is off by default). It also spares a read
+    //   per request: without it hyper reads ahead while the request is in flight, to see a
+    //   FIN, and that read finds its buffer still shared with the request's headers and
+    //   allocates a new 8 KB one every time.
+    // - writev(false): each write is one `send`, not a `writev`, whose iovec import and VFS
+    //   layers cost the kernel more than copying a head and a small body into one buffer.
+    //   See BENCHMARKS.md.
+    builder
+        .max_buf_size(limits.max_buf)
+        .keep_alive(true)
+        .half_close(true)
+        .writev(false);
     builder
 }
 
@@ -494,7 +541,9 @@ where
                 if parking {
                     shared.park.store(SERVING, Ordering::Relaxed);
                 }
-                Poll::Ready(Run::Ended(ended.err().is_some_and(|e| refused_by_hyper(&e))))
+                Poll::Ready(Run::Ended(
+                    ended.err().is_some_and(|e| refused_by_hyper(&e)),
+                ))
             }
         }
     })

@@ -54,7 +54,7 @@ use prometheus_client::registry::{Registry, Unit};
 use crate::config::Config;
 
 pub(crate) use handles::{BackendMetrics, PoolMetrics};
-pub(crate) use listener::{AnsweredBy, ListenerMetrics, MethodClass, RouteMetrics};
+pub(crate) use listener::{AnsweredBy, ListenerMetrics, MethodClass, OpenConnection, RouteMetrics};
 pub(crate) use timing::Timing;
 
 mod handles;
