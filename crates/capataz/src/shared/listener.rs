@@ -405,8 +405,11 @@ impl Connection {
                     };
                     let mut client = ClientInfo::with_tls(peer, info);
                     client.destination = destination;
+                    // The TLS stream (rustls's connection state, inline) boxed apart: the
+                    // connection's future moves its socket between stages and keeps a slot for
+                    // it in more than one.
                     Box::pin(client::serve(
-                        stream,
+                        Box::new(stream),
                         client,
                         protocol,
                         limits,
