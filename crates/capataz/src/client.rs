@@ -456,13 +456,28 @@ where
             Run::Ended(refused) => return refused,
             Run::Parked => {}
         }
-        // Taken apart in a function of its own: nothing of hyper's (nor a second copy of the
-        // socket) stays in this future across the wait.
-        let Some((next_io, next_service)) = take_apart(*conn) else {
+        let Some(parts) = conn.into_parts() else {
             return false;
         };
-        (io, service) = (next_io, next_service);
+        io = parts.io.into_inner();
+        service = parts.service;
         let parked = Parked::new(shared);
+        // Bytes hyper read ahead (part of a next head) go back first, before any prefix hyper
+        // had not read yet. (An empty `read_buf` may still hold hyper's read buffer: dropped
+        // here, not kept across the wait.)
+        let ahead = parts.read_buf;
+        if !ahead.is_empty() {
+            io.prefix = Some(match io.prefix.take() {
+                Some(rest) => {
+                    let mut joined = Vec::with_capacity(ahead.len() + rest.len());
+                    joined.extend_from_slice(&ahead);
+                    joined.extend_from_slice(&rest);
+                    Bytes::from(joined)
+                }
+                None => Bytes::copy_from_slice(&ahead),
+            });
+        }
+        drop(ahead);
         if io.prefix.is_none() {
             match until_closed(shared, first_bytes(&mut io)).await {
                 Some(Ok(Some(_))) => {}
@@ -472,34 +487,6 @@ where
         }
         drop(parked);
     }
-}
-
-/// Takes a parked hyper connection apart: the socket, with any bytes hyper read ahead (part of
-/// a next head) to be read again first, before any prefix hyper had not read yet, and the
-/// service. (An empty `read_buf` may still hold hyper's read buffer: it is dropped here.)
-fn take_apart<IO, S>(
-    conn: http1::UpgradeableConnection<TokioIo<CountingIo<IO>>, S>,
-) -> Option<(CountingIo<IO>, S)>
-where
-    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = Tracked>,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let parts = conn.into_parts()?;
-    let mut io = parts.io.into_inner();
-    let ahead = parts.read_buf;
-    if !ahead.is_empty() {
-        io.prefix = Some(match io.prefix.take() {
-            Some(rest) => {
-                let mut joined = Vec::with_capacity(ahead.len() + rest.len());
-                joined.extend_from_slice(&ahead);
-                joined.extend_from_slice(&rest);
-                Bytes::from(joined)
-            }
-            None => Bytes::copy_from_slice(&ahead),
-        });
-    }
-    Some((io, parts.service))
 }
 
 /// A parked connection, counted in the balancer's parked connections while it lives; its drop
