@@ -13,7 +13,9 @@
 //! 4 KB, on the stack of one poll, and handed to hyper first), so a connection that has sent
 //! nothing yet costs its socket, this future and its watcher task; the listener boxes its other
 //! stages (TLS handshake, PROXY header) for the same reason: a task is as big as its biggest
-//! stage for its whole life. See BENCHMARKS.md ("Memory per idle client connection").
+//! stage for its whole life. An HTTP/1 connection quiet for a watcher period after a request
+//! gives hyper's connection back the same way (parked, see [`serve_http1`]) until its next
+//! bytes. See BENCHMARKS.md ("Memory per idle client connection").
 //!
 //! - `idle_timeout`: no request in progress and no byte moved either way for that long.
 //! - `header_read_timeout`: bytes of a request head arrived (after the previous response, or
