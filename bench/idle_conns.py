@@ -13,10 +13,16 @@ the first connection and two seconds after the last one is set up. MODE:
   h2          TLS with ALPN h2, after the client's preface + SETTINGS, the server's SETTINGS
               and both acknowledgements, no stream
   h2c         plaintext HTTP/2 with prior knowledge, the same exchange as h2
+With SETTLE=S in the environment (seconds, default 0), a first wave of N connections is opened
+the same way and left idle for S seconds before RSS_BEFORE is read, and the N connections
+measured are a second wave: what one more idle connection costs a process that has already
+served as many and let them settle (memory its allocator freed meanwhile is reused), rather
+than the peak of a burst from a fresh start. Both waves stay open until the end.
 Loopback only; standard library only; needs RLIMIT_NOFILE above N (raised here to the hard
 limit). Every connection is checked: the script fails if one is refused or closed.
 """
 
+import os
 import resource
 import socket
 import ssl
@@ -109,7 +115,9 @@ def main():
         sys.exit(f"unknown mode {mode}")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    if hard < n + 100:
+    settle = float(os.environ.get("SETTLE", "0"))
+    waves = 2 if settle > 0 else 1
+    if hard < waves * n + 100:
         sys.exit(f"RLIMIT_NOFILE hard limit {hard} is too low for {n} connections")
     ctx = None
     if mode in ("tls", "h2"):
@@ -117,12 +125,16 @@ def main():
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
         ctx.set_alpn_protocols(["h2"] if mode == "h2" else ["http/1.1"])
+    first = []
+    if settle > 0:
+        first = [open_one(port, mode, ctx) for _ in range(n)]
+        time.sleep(settle)
     before = rss(pid)
     socks = [open_one(port, mode, ctx) for _ in range(n)]
     time.sleep(2)
     after = rss(pid)
     # Still open? A proxy that closed some would look cheaper than it is.
-    for s in socks:
+    for s in first + socks:
         s.setblocking(False)
         try:
             if s.recv(1) == b"" and mode != "h2c":
@@ -130,7 +142,7 @@ def main():
         except (BlockingIOError, ssl.SSLWantReadError):
             pass
     print(f"{mode} {n} {before} {after} {(after - before) / n:.2f}")
-    for s in socks:
+    for s in first + socks:
         s.close()
 
 

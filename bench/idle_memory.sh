@@ -18,6 +18,12 @@
 # hard limit for every process started here (N up to about the hard limit minus 100).
 # Everything is on loopback; every process is stopped by its PID (bench/common.sh).
 #
+# SETTLE=S (seconds): each measurement is a second wave of N connections, opened S seconds after
+# a first wave of N (see bench/idle_conns.py): the cost of one more idle connection in a process
+# that has served as many and let them settle, not the peak of a burst. Twice the connections:
+# with plain-kept each proxy also holds a backend connection per client, so N up to about a
+# quarter of the descriptor limit.
+#
 # Usage: bench/idle_memory.sh   (env: CONNS="1000 9900" MODES="plain plain-kept tls h2 h2c"
 #        TARGETS="haproxy capataz" ROUNDS=3 BASE=9500 PROXY_CPU=0 OTHER_CPU=1
 #        RUN_DIR=/tmp/bench-idle-memory CAPATAZ_BIN=...)
@@ -26,6 +32,7 @@ set -Eeuo pipefail
 LOG_TAG=idle-memory
 source "$(dirname "$0")/common.sh"
 
+SETTLE=${SETTLE:-0}
 CONNS=${CONNS:-1000 9900} MODES=${MODES:-plain plain-kept tls h2 h2c}
 TARGETS=${TARGETS:-haproxy capataz} ROUNDS=${ROUNDS:-3} BASE=${BASE:-9500}
 PROXY_CPU=${PROXY_CPU-0} OTHER_CPU=${OTHER_CPU-1}
@@ -38,7 +45,8 @@ ulimit -n "$(ulimit -Hn)"
 # HAProxy refuses to start unless 2 x maxconn (a server side per client) fits in its descriptor
 # limit; a container whose hard limit is 20,000 (this one) allows 9,900 idle clients, not 10,000.
 MAXCONN=$(( ($(ulimit -n) - 200) / 2 ))
-for n in $CONNS; do (( n <= MAXCONN )) || die "N=$n is above what HAProxy can take with ulimit -n $(ulimit -n) (maxconn $MAXCONN)"; done
+WAVES=1; if [[ $SETTLE != 0 ]]; then WAVES=2; fi
+for n in $CONNS; do (( WAVES * n <= MAXCONN )) || die "$WAVES x N=$n is above what HAProxy can take with ulimit -n $(ulimit -n) (maxconn $MAXCONN)"; done
 need_tools nginx haproxy taskset ss openssl python3
 BACKEND=$((BASE + 1))
 declare -A PORT=(
@@ -163,7 +171,7 @@ for n in $CONNS; do
         for ((r = 1; r <= ROUNDS; r++)); do
             for t in $TARGETS; do
                 start_proxy "$t"
-                out=$( (pin "$OTHER_CPU" python3 "$BENCH_DIR/idle_conns.py" "$PX" "${PORT[$t:$mode]}" "$n" "$mode") 2>"$RUN_DIR/client.err") ||
+                out=$( (pin "$OTHER_CPU" env SETTLE="$SETTLE" python3 "$BENCH_DIR/idle_conns.py" "$PX" "${PORT[$t:$mode]}" "$n" "$mode") 2>"$RUN_DIR/client.err") ||
                     die "$t $mode $n: client failed: $(tail -3 "$RUN_DIR/client.err")"
                 read -r _ _ before after per <<<"$out"
                 printf '%s\t%s\t%d\t%d\t%d\t%d\t%s\n' "$t" "$mode" "$n" "$r" "$before" "$after" "$per" >>"$RES"
@@ -177,7 +185,7 @@ done
 {
     echo
     echo "# idle_memory.sh $STAMP: $(machine_line)"
-    echo "# KiB of VmRSS per idle client connection (after - before) / N, medians of $ROUNDS fresh starts; raw: $RES"
+    echo "# KiB of VmRSS per idle client connection (after - before) / N, medians of $ROUNDS fresh starts$( [[ $SETTLE != 0 ]] && echo ", second wave ${SETTLE} s after a first of N"); raw: $RES"
     printf '%-11s %7s' mode conns
     for t in $TARGETS; do printf ' %10s' "$t"; done
     if [[ $TARGETS == "haproxy capataz" ]]; then printf ' %9s' ratio; fi

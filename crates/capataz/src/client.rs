@@ -13,7 +13,9 @@
 //! 4 KB, on the stack of one poll, and handed to hyper first), so a connection that has sent
 //! nothing yet costs its socket, this future and its watcher task; the listener boxes its other
 //! stages (TLS handshake, PROXY header) for the same reason: a task is as big as its biggest
-//! stage for its whole life. See BENCHMARKS.md ("Memory per idle client connection").
+//! stage for its whole life. An HTTP/1 connection quiet for a watcher period after a request
+//! gives hyper's connection back the same way (parked, see [`serve_http1`]) until its next
+//! bytes. See BENCHMARKS.md ("Memory per idle client connection").
 //!
 //! - `idle_timeout`: no request in progress and no byte moved either way for that long.
 //! - `header_read_timeout`: bytes of a request head arrived (after the previous response, or
@@ -80,13 +82,20 @@ use tokio::time::Instant;
 
 use crate::body::RespBody;
 use crate::config::Http2Config;
-use crate::instruments::ListenerMetrics;
+use crate::instruments::{ListenerMetrics, OpenConnection};
 use crate::proxy::{ClientInfo, Proxy};
 use crate::upstream::PrivateIdle;
 
 /// `Shared::close` values, besides 0 (keep serving).
 const GRACEFUL: u8 = 1;
 const ABORT: u8 = 2;
+
+/// `Shared::park` values: an HTTP/1 connection serving (hyper's connection built), asked by
+/// the watcher to park, taking hyper's connection apart, parked (only the socket kept).
+const SERVING: u8 = 0;
+const PARK_ASKED: u8 = 1;
+const PARKING: u8 = 2;
+const PARKED: u8 = 3;
 
 /// The timeouts and buffer limit of one client connection.
 #[derive(Clone, Copy, Debug)]
@@ -174,6 +183,8 @@ struct Shared {
     /// Set by the watcher when the balancer drains: every HTTP/1 answer from then on says
     /// `Connection: close`.
     draining: AtomicBool,
+    /// HTTP/1 only: `SERVING`, `PARK_ASKED`, `PARKING` or `PARKED` (see [`serve_http1`]).
+    park: AtomicU8,
     /// The connection task's waker, registered on its first poll.
     waker: Mutex<Option<Waker>>,
 }
@@ -194,6 +205,7 @@ impl Shared {
             reads_at_rest: AtomicU64::new(0),
             close: AtomicU8::new(0),
             draining: AtomicBool::new(false),
+            park: AtomicU8::new(SERVING),
             waker: Mutex::new(None),
         }
     }
@@ -220,29 +232,52 @@ impl Shared {
         self.listener.add_bytes(received, sent);
     }
 
-    fn close(&self, how: u8) {
-        self.close.fetch_max(how, Ordering::Release);
+    /// Asks the connection's task to park its HTTP/1 connection (it decides: not if a request
+    /// started meanwhile).
+    fn ask_park(&self) {
+        if self
+            .park
+            .compare_exchange(SERVING, PARK_ASKED, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            self.wake();
+        }
+    }
+
+    fn wake(&self) {
         let waker = self.waker.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if let Some(waker) = waker {
             waker.wake();
         }
     }
+
+    fn close(&self, how: u8) {
+        self.close.fetch_max(how, Ordering::Release);
+        self.wake();
+    }
 }
 
 /// Serves one client connection, speaking `protocol`, until it closes, a timeout closes it,
 /// or shutdown drains it. `proxy` gives the routes in force, read per request so a reload
-/// applies to the next request. The IO is TCP, or TLS over it.
-pub(crate) async fn serve<IO>(
+/// applies to the next request. The IO is TCP, or TLS over it. `guard` is dropped with the
+/// returned future.
+///
+/// Not an `async fn`: the setup runs here, at the call, and the future returned holds only
+/// what serving needs (an `async fn` keeps its arguments, `stream` and `client` included, in
+/// its future for its whole life, beside what they were moved into).
+pub(crate) fn serve<IO>(
     stream: IO,
     client: ClientInfo,
     protocol: Protocol,
     limits: Limits,
     proxy: impl Fn() -> Arc<Proxy> + Send + Sync + 'static,
     shutdown: watch::Receiver<bool>,
-) where
+    guard: impl Send + 'static,
+) -> impl Future<Output = ()> + Send + 'static
+where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    // Counted open until this function returns.
+    // Counted open until the future ends.
     let open = proxy().metrics().connection();
     let proxy = Arc::new(proxy);
     let shared = Arc::new(Shared::new(open.listener().clone()));
@@ -277,11 +312,45 @@ pub(crate) async fn serve<IO>(
             })
         }
     });
-    let mut io = CountingIo {
+    let io = CountingIo {
         inner: stream,
         shared: shared.clone(),
         prefix: None,
     };
+    serving(
+        io,
+        shared,
+        service,
+        private,
+        protocol,
+        limits,
+        proxy,
+        (open, done, guard),
+    )
+}
+
+/// [`serve`]'s future, past the setup; `held` (the open connection's guard, the watcher's
+/// `done` and the caller's guard) is dropped at its end.
+#[allow(clippy::too_many_arguments)]
+async fn serving<IO, S, P, G>(
+    mut io: CountingIo<IO>,
+    shared: Arc<Shared>,
+    service: S,
+    private: Arc<PrivateIdle>,
+    protocol: Protocol,
+    limits: Limits,
+    proxy: Arc<P>,
+    held: (OpenConnection, oneshot::Sender<()>, G),
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = Tracked>
+        + Unpin
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    P: Fn() -> Arc<Proxy>,
+{
     // Nothing of hyper's (its connection state and buffers) exists until the client's first
     // bytes are there: an idle connection that has sent nothing yet is only this future, its
     // socket and its watcher.
@@ -294,8 +363,11 @@ pub(crate) async fn serve<IO>(
         // The client closed without a byte, went away, or a timeout or shutdown closed the
         // connection.
         Some(Ok(None)) | Some(Err(_)) | None => {
+            let (open, done, guard) = held;
             drop(done);
             shared.count_bytes();
+            drop(open);
+            drop(guard);
             return;
         }
     };
@@ -308,33 +380,176 @@ pub(crate) async fn serve<IO>(
         let mut conn = Box::pin(http2_builder(&limits).serve_connection(TokioIo::new(io), service));
         drive(&shared, conn.as_mut(), |conn| conn.graceful_shutdown()).await
     } else {
-        let mut builder = http1::Builder::new();
-        // - half_close: a client's FIN after its request ends the request, not the connection,
-        //   as with HAProxy (`option abortonclose` is off by default). It also spares a read
-        //   per request: without it hyper reads ahead while the request is in flight, to see a
-        //   FIN, and that read finds its buffer still shared with the request's headers and
-        //   allocates a new 8 KB one every time.
-        // - writev(false): each write is one `send`, not a `writev`, whose iovec import and VFS
-        //   layers cost the kernel more than copying a head and a small body into one buffer.
-        //   See BENCHMARKS.md.
-        builder
-            .max_buf_size(limits.max_buf)
-            .keep_alive(true)
-            .half_close(true)
-            .writev(false);
-        let mut conn = Box::pin(
-            builder
-                .serve_connection(TokioIo::new(io), service)
-                .with_upgrades(),
-        );
-        drive(&shared, conn.as_mut(), |conn| conn.graceful_shutdown()).await
+        serve_http1(&shared, io, service, &limits).await
     };
     if refused {
         proxy().count_refused();
     }
+    // The watcher's `done` first, then the bytes, then the connection counted closed.
+    let (open, done, guard) = held;
     drop(done);
     shared.count_bytes();
     drop(open);
+    drop(guard);
+}
+
+/// hyper's HTTP/1 server with the listener's settings.
+fn http1_builder(limits: &Limits) -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    // - half_close: a client's FIN after its request ends the request, not the connection,
+    //   as with HAProxy (`option abortonclose` is off by default). It also spares a read
+    //   per request: without it hyper reads ahead while the request is in flight, to see a
+    //   FIN, and that read finds its buffer still shared with the request's headers and
+    //   allocates a new 8 KB one every time.
+    // - writev(false): each write is one `send`, not a `writev`, whose iovec import and VFS
+    //   layers cost the kernel more than copying a head and a small body into one buffer.
+    //   See BENCHMARKS.md.
+    builder
+        .max_buf_size(limits.max_buf)
+        .keep_alive(true)
+        .half_close(true)
+        .writev(false);
+    builder
+}
+
+/// How a run of hyper's HTTP/1 connection ended.
+enum Run {
+    /// The connection is over; whether hyper refused a request head (`refused_by_hyper`).
+    Ended(bool),
+    /// Taken apart to park: the socket and any bytes read ahead are back.
+    Parked,
+}
+
+/// Serves HTTP/1 on `io`, parking between requests: once the connection has served a request
+/// and then stayed quiet (no request in progress, no head arriving, no byte either way) for a
+/// whole watcher period, the watcher asks, and hyper's connection (its state and its 8 KB read
+/// and write buffers) is taken apart: `graceful_shutdown` on an idle connection closes it
+/// at once without a byte written, the socket's shutdown is swallowed (`PARKING`), and
+/// `into_parts` gives back the socket, the service and any bytes read ahead. The parked
+/// connection is then this small future on its socket; at its next bytes a new hyper
+/// connection is built and reads them first, as on the first request. The timeouts, the drain
+/// and the counters are the watcher's, on the same `Shared`, parked or not. Returns whether
+/// hyper refused a request head.
+///
+/// hyper takes a connection apart only when it is idle: with a request in progress the task
+/// does not park (it checks `active` itself, the watcher's look may be stale), and a request
+/// whose answer was sent while its body is still unread is no longer in progress for the
+/// counters, but hyper then closes the connection after it in any case.
+async fn serve_http1<IO, S>(
+    shared: &Shared,
+    mut io: CountingIo<IO>,
+    mut service: S,
+    limits: &Limits,
+) -> bool
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = Tracked> + Unpin,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    loop {
+        // Boxed: this future stays small while the connection waits for bytes.
+        let mut conn = Box::new(
+            http1_builder(limits)
+                .serve_connection(TokioIo::new(io), service)
+                .with_upgrades(),
+        );
+        match run_http1(shared, &mut conn).await {
+            Run::Ended(refused) => return refused,
+            Run::Parked => {}
+        }
+        let Some(parts) = conn.into_parts() else {
+            return false;
+        };
+        io = parts.io.into_inner();
+        service = parts.service;
+        let parked = Parked::new(shared);
+        // Bytes hyper read ahead (part of a next head) go back first, before any prefix hyper
+        // had not read yet. (An empty `read_buf` may still hold hyper's read buffer: dropped
+        // here, not kept across the wait.)
+        let ahead = parts.read_buf;
+        if !ahead.is_empty() {
+            io.prefix = Some(match io.prefix.take() {
+                Some(rest) => {
+                    let mut joined = Vec::with_capacity(ahead.len() + rest.len());
+                    joined.extend_from_slice(&ahead);
+                    joined.extend_from_slice(&rest);
+                    Bytes::from(joined)
+                }
+                None => Bytes::copy_from_slice(&ahead),
+            });
+        }
+        drop(ahead);
+        if io.prefix.is_none() {
+            match until_closed(shared, first_bytes(&mut io)).await {
+                Some(Ok(Some(_))) => {}
+                // The client closed, went away, or a timeout or the drain closed the connection.
+                Some(Ok(None)) | Some(Err(_)) | None => return false,
+            }
+        }
+        drop(parked);
+    }
+}
+
+/// A parked connection, counted in the balancer's parked connections while it lives; its drop
+/// sets the connection serving again.
+struct Parked<'a>(&'a Shared);
+
+impl<'a> Parked<'a> {
+    fn new(shared: &'a Shared) -> Parked<'a> {
+        shared.park.store(PARKED, Ordering::Relaxed);
+        shared.listener.parked().fetch_add(1, Ordering::Relaxed);
+        shared.listener.parks().fetch_add(1, Ordering::Relaxed);
+        Parked(shared)
+    }
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.0.listener.parked().fetch_sub(1, Ordering::Relaxed);
+        self.0.park.store(SERVING, Ordering::Relaxed);
+    }
+}
+
+/// Drives hyper's HTTP/1 connection until it ends, the watcher aborts it, or it is taken apart
+/// to park ([`Run::Parked`]).
+async fn run_http1<T, S>(shared: &Shared, conn: &mut http1::UpgradeableConnection<T, S>) -> Run
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = Tracked> + Unpin,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut registered = false;
+    let mut parking = false;
+    poll_fn(|cx| {
+        register(shared, cx, &mut registered);
+        if shared.close.load(Ordering::Acquire) == ABORT {
+            return Poll::Ready(Run::Ended(false));
+        }
+        if !parking && shared.park.load(Ordering::Acquire) == PARK_ASKED {
+            if shared.active.load(Ordering::Relaxed) == 0 {
+                parking = true;
+                shared.park.store(PARKING, Ordering::Relaxed);
+                Pin::new(&mut *conn).graceful_shutdown();
+            } else {
+                // A request started since the watcher looked.
+                shared.park.store(SERVING, Ordering::Relaxed);
+            }
+        }
+        match Pin::new(&mut *conn).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(())) if parking => Poll::Ready(Run::Parked),
+            Poll::Ready(ended) => {
+                if parking {
+                    shared.park.store(SERVING, Ordering::Relaxed);
+                }
+                Poll::Ready(Run::Ended(
+                    ended.err().is_some_and(|e| refused_by_hyper(&e)),
+                ))
+            }
+        }
+    })
+    .await
 }
 
 /// Adds `Connection: close` to an HTTP/1 answer of a draining connection, so that the client
@@ -641,12 +856,25 @@ async fn watch_connection(
                         shared.close(ABORT);
                         return;
                     }
+                } else if parkable(&shared, now, quiet_since, period) {
+                    shared.ask_park();
                 }
                 shared.count_bytes();
                 private.reap();
             }
         }
     }
+}
+
+/// Whether an HTTP/1 connection can be parked (see [`serve_http1`]): it served a request, has
+/// none in progress and no head arriving, and moved no byte for a whole watcher period.
+fn parkable(shared: &Shared, now: Instant, quiet_since: Instant, period: Duration) -> bool {
+    !shared.h2.load(Ordering::Relaxed)
+        && shared.served.load(Ordering::Relaxed) > 0
+        && shared.active.load(Ordering::Relaxed) == 0
+        && shared.reads.load(Ordering::Relaxed) <= shared.reads_at_rest.load(Ordering::Relaxed)
+        && now.saturating_duration_since(quiet_since) >= period
+        && shared.park.load(Ordering::Relaxed) == SERVING
 }
 
 /// The bytes a connection has read and written so far.
@@ -778,7 +1006,12 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for CountingIo<IO> {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+        let this = self.get_mut();
+        if this.shared.park.load(Ordering::Relaxed) == PARKING {
+            // hyper's connection is being taken apart to park, not closed: the socket stays.
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.inner).poll_shutdown(cx)
     }
 }
 

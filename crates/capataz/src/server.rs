@@ -205,6 +205,25 @@ impl Balancer {
         self.shared.open_connections()
     }
 
+    /// Client connections parked now: HTTP/1 connections quiet between requests, whose
+    /// hyper state (and its buffers) is released until their next bytes (see `client.rs`).
+    pub fn parked_connections(&self) -> usize {
+        self.shared
+            .metrics()
+            .families()
+            .parked()
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Times a client connection was parked (see [`Balancer::parked_connections`]).
+    pub fn parks(&self) -> u64 {
+        self.shared
+            .metrics()
+            .families()
+            .parks()
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Applies a new configuration; see [`Shared::reload`].
     pub async fn reload(&self, config: &Config) -> Result<ReloadSummary, StartError> {
         self.shared.reload(config).await

@@ -101,6 +101,16 @@ impl Families {
 }
 
 impl ListenerMetrics {
+    /// The balancer's count of parked client connections (see `client.rs`).
+    pub(crate) fn parked(&self) -> &std::sync::atomic::AtomicUsize {
+        self.families.parked()
+    }
+
+    /// The balancer's count of client connections parked, ever.
+    pub(crate) fn parks(&self) -> &std::sync::atomic::AtomicU64 {
+        self.families.parks()
+    }
+
     /// The request counters of the route `route` (its host and path prefix, as written in the
     /// `route` label) to pool `pool`; `route` and `pool` empty for requests no route took.
     pub(crate) fn route(&self, route: &str, pool: &str) -> RouteMetrics {

@@ -42,6 +42,7 @@
 //! - Series of a backend removed by a reload keep their last value.
 
 use std::fmt;
+use std::sync::Arc;
 
 use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -53,7 +54,7 @@ use prometheus_client::registry::{Registry, Unit};
 use crate::config::Config;
 
 pub(crate) use handles::{BackendMetrics, PoolMetrics};
-pub(crate) use listener::{AnsweredBy, ListenerMetrics, MethodClass, RouteMetrics};
+pub(crate) use listener::{AnsweredBy, ListenerMetrics, MethodClass, OpenConnection, RouteMetrics};
 pub(crate) use timing::Timing;
 
 mod handles;
@@ -203,6 +204,11 @@ pub struct Families {
     sent_bytes: Family<ListenerLabels, Counter>,
     access_log_dropped: Family<ListenerLabels, Counter>,
     tls: TlsFamilies,
+    /// Client connections parked now (HTTP/1 between requests, hyper's state released; see
+    /// `client.rs`). Not exported: the tests read it through `Balancer::parked_connections`.
+    parked: Arc<std::sync::atomic::AtomicUsize>,
+    /// Times a client connection was parked, ever (for the tests, as `parked`).
+    parks: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Families {
@@ -332,7 +338,19 @@ impl Families {
             received_bytes,
             sent_bytes,
             access_log_dropped,
+            parked: Arc::default(),
+            parks: Arc::default(),
         }
+    }
+
+    /// Client connections parked now (see `client.rs`).
+    pub(crate) fn parked(&self) -> &std::sync::atomic::AtomicUsize {
+        &self.parked
+    }
+
+    /// Times a client connection was parked (see `client.rs`).
+    pub(crate) fn parks(&self) -> &std::sync::atomic::AtomicU64 {
+        &self.parks
     }
 
     /// The counter of access log lines listener `listener` dropped.

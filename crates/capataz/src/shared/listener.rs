@@ -277,7 +277,21 @@ async fn accept_loop(
         // The routes in force now: a reload applies to the next request on every connection.
         let proxy = move || state.load().proxy.clone();
         let failures = failures.clone();
+        let counted = Counted(connections);
+        if !proxy_protocol && tls.is_none() {
+            // The plain path, the common one: the task's future is the connection's own, with
+            // nothing around it (a task is as big as its future's biggest stage, for the
+            // connection's whole life, and an `async` block around it would also keep all it
+            // captured).
+            let mut client = ClientInfo::new(peer);
+            client.destination = local;
+            tokio::spawn(client::serve(
+                stream, client, protocol, limits, proxy, shutdown, counted,
+            ));
+            continue;
+        }
         tokio::spawn(async move {
+            let _counted = counted;
             let connection = Connection {
                 tls,
                 protocol,
@@ -323,8 +337,16 @@ async fn accept_loop(
             } else {
                 connection.serve(stream, peer, local, proxy).await;
             }
-            connections.fetch_sub(1, Ordering::Relaxed);
         });
+    }
+}
+
+/// One accepted connection, counted in the listener's open connections while it lives.
+struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -360,7 +382,7 @@ impl Connection {
             None => {
                 let mut client = ClientInfo::new(peer);
                 client.destination = destination;
-                client::serve(stream, client, protocol, limits, proxy, shutdown).await
+                client::serve(stream, client, protocol, limits, proxy, shutdown, ()).await
             }
             Some(tls) => {
                 let mut signal = shutdown.clone();
@@ -383,8 +405,17 @@ impl Connection {
                     };
                     let mut client = ClientInfo::with_tls(peer, info);
                     client.destination = destination;
+                    // The TLS stream (rustls's connection state, inline) boxed apart: the
+                    // connection's future moves its socket between stages and keeps a slot for
+                    // it in more than one.
                     Box::pin(client::serve(
-                        stream, client, protocol, limits, proxy, shutdown,
+                        Box::new(stream),
+                        client,
+                        protocol,
+                        limits,
+                        proxy,
+                        shutdown,
+                        (),
                     ))
                     .await;
                 }

@@ -190,3 +190,127 @@ async fn a_head_over_max_header_bytes_is_refused_with_431() {
     assert_eq!(client.connects, 1, "both requests on one connection");
     assert_eq!(b[0].traffic_hits(), 1, "only the small request reached it");
 }
+
+// ---- Parking: a quiet keep-alive connection without hyper's state --------------------------
+
+/// A watcher period of 50 ms (a quarter of the head timeout): a connection quiet after a
+/// request parks within about 100 ms.
+const PARKING: &str = "header_read_timeout = \"200ms\"\nidle_timeout = \"30s\"";
+
+/// Waits (within `DEADLINE`) until `done` holds.
+async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let waited = tokio::time::timeout(DEADLINE, async {
+        while !done() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "{what}: not within {DEADLINE:?}");
+}
+
+/// A POST of `body` to the counting backend, as bytes.
+fn post(path: &str, body: &[u8]) -> Vec<u8> {
+    let mut request = format!(
+        "POST {path} HTTP/1.1\r\nHost: app.test\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(body);
+    request
+}
+
+/// Reads one answer of the counting backend: its `<length> <fnv>` text.
+async fn counted(stream: &mut TcpStream, buf: &mut Vec<u8>) -> String {
+    let head = read_head(stream, buf).await.expect("an answer");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(!has_token(&head, "connection", "close"), "{head}");
+    let body = read_body(stream, buf, &head).await.expect("its body");
+    String::from_utf8(body).expect("text")
+}
+
+fn expected(body: &[u8]) -> String {
+    format!("{} {:x}", body.len(), fnv(body))
+}
+
+#[tokio::test]
+async fn a_parked_connection_serves_its_next_requests_byte_exact_pipelined_too() {
+    let backend = counting_backend().await;
+    let (balancer, _rx) = start(&config_text(&[backend.entry("c")], PARKING, QUIET)).await;
+    let mut stream = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
+    let mut buf = Vec::new();
+    let first = pattern(20_000);
+    stream.write_all(&post("/1", &first)).await.unwrap();
+    assert_eq!(counted(&mut stream, &mut buf).await, expected(&first));
+    wait_until("the quiet connection parks", || {
+        balancer.parked_connections() == 1
+    })
+    .await;
+    // Three requests in one write, the middle one with a body larger than any buffer: the
+    // parked connection's first read takes part of them, hyper the rest.
+    let (a, b, c) = (pattern(10), pattern(300_000), pattern(0));
+    let mut burst = post("/a", &a);
+    burst.extend(post("/b", &b));
+    burst.extend(post("/c", &c));
+    stream.write_all(&burst).await.unwrap();
+    assert_eq!(counted(&mut stream, &mut buf).await, expected(&a));
+    assert_eq!(counted(&mut stream, &mut buf).await, expected(&b));
+    assert_eq!(counted(&mut stream, &mut buf).await, expected(&c));
+    assert!(buf.is_empty(), "nothing more: {buf:?}");
+    // Quiet again: parked again, and served again.
+    wait_until("parked a second time", || balancer.parks() >= 2).await;
+    assert_eq!(balancer.parked_connections(), 1);
+    stream.write_all(&post("/d", &first)).await.unwrap();
+    assert_eq!(counted(&mut stream, &mut buf).await, expected(&first));
+    assert_eq!(backend.hits(), 5);
+    assert_eq!(backend.accepted(), 1, "one backend connection for them all");
+    assert_eq!(balancer.open_connections(), 1);
+}
+
+#[tokio::test]
+async fn bytes_read_ahead_of_a_parked_connection_are_kept() {
+    let backend = counting_backend().await;
+    let (balancer, _rx) = start(&config_text(&[backend.entry("c")], PARKING, QUIET)).await;
+    let mut stream = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
+    let mut buf = Vec::new();
+    // A request and the first half of the next one's head, in one write: hyper reads both,
+    // answers the first, and holds the half head when the connection parks.
+    let next = post("/2", b"second");
+    let mut write = post("/1", b"first");
+    write.extend_from_slice(&next[..20]);
+    stream.write_all(&write).await.unwrap();
+    assert_eq!(counted(&mut stream, &mut buf).await, expected(b"first"));
+    wait_until("the connection parks", || balancer.parks() >= 1).await;
+    stream.write_all(&next[20..]).await.unwrap();
+    assert_eq!(counted(&mut stream, &mut buf).await, expected(b"second"));
+    assert_eq!(backend.hits(), 2);
+}
+
+#[tokio::test]
+async fn a_parked_connection_is_closed_at_idle_timeout_and_by_a_client_close() {
+    let backend = counting_backend().await;
+    let (balancer, _rx) = start(&config_text(&[backend.entry("c")], TIMEOUTS, QUIET)).await;
+    let mut stream = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
+    let mut buf = Vec::new();
+    stream.write_all(&post("/1", b"x")).await.unwrap();
+    assert_eq!(counted(&mut stream, &mut buf).await, expected(b"x"));
+    let (took, got) = until_closed(&mut stream).await;
+    // Parked within the idle time (checked every 50 ms), closed at the idle timeout all the same.
+    assert!(balancer.parks() >= 1, "the connection parked first");
+    assert!(took >= Duration::from_millis(1400), "closed after {took:?}");
+    assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+    wait_until("the connection is gone", || {
+        balancer.open_connections() == 0 && balancer.parked_connections() == 0
+    })
+    .await;
+
+    // A parked connection whose client closes ends at once.
+    let mut stream = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
+    stream.write_all(&post("/2", b"y")).await.unwrap();
+    assert_eq!(counted(&mut stream, &mut buf).await, expected(b"y"));
+    wait_until("parked", || balancer.parked_connections() == 1).await;
+    drop(stream);
+    wait_until("the closed connection is gone", || {
+        balancer.open_connections() == 0 && balancer.parked_connections() == 0
+    })
+    .await;
+}
