@@ -462,7 +462,14 @@ impl Task {
                     if !cut_off && !state.owned.contains(&slot) {
                         // Newly owned: start from what the previous owners published, so
                         // that nothing flaps while ownership moves.
-                        if let Some((by, verdict)) = self.previous_owner(&slot, &key) {
+                        let handed = {
+                            let published = self.fleet.published();
+                            published
+                                .get(&slot)
+                                .and_then(|list| group.handed_over(&key, list))
+                                .cloned()
+                        };
+                        if let Some((by, verdict)) = handed {
                             pool.record_published(
                                 index,
                                 Published {
@@ -564,20 +571,6 @@ impl Task {
             state.put.remove(&slot);
         }
         Ok(())
-    }
-}
-
-impl Task {
-    /// Of the verdicts other instances published for `slot`, the one a new owner starts from:
-    /// the publisher ranking highest for the backend (rendezvous score), as owners rank.
-    fn previous_owner(&self, slot: &(String, String), key: &str) -> Option<(String, Verdict)> {
-        let published = self.fleet.published();
-        published
-            .get(slot)?
-            .iter()
-            .filter(|(by, _)| *by != self.instance)
-            .max_by_key(|(by, _)| capataz_health::fleet::score(by, key))
-            .cloned()
     }
 }
 
