@@ -397,3 +397,125 @@ async fn a_reload_starts_changes_and_stops_shared_probing() {
     balancer.shutdown(Duration::from_secs(1)).await;
     drop(etcd);
 }
+
+/// Instance `name`'s [`config`] with a lease of `lease` and `owners` owners per backend.
+fn config_with(
+    name: &str,
+    endpoint: &str,
+    group: &str,
+    backends: &[SimBackend],
+    lease: &str,
+    owners: usize,
+) -> String {
+    config(name, endpoint, group, backends)
+        .replace(
+            &format!("lease_ttl = \"{}s\"", LEASE.as_secs()),
+            &format!("lease_ttl = \"{lease}\""),
+        )
+        .replace("owners = 1", &format!("owners = {owners}"))
+}
+
+fn fleet_events(instance: &Instance) -> Vec<String> {
+    instance
+        .events()
+        .iter()
+        .filter(|e| e["type"] == "fleet")
+        .map(|e| e["fleet"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_second_instance_with_the_same_name_says_so_does_not_join_and_takes_over_once_free() {
+    let rt = runtime();
+    let backends = sims(&rt, 4);
+    let names: Vec<&str> = backends.iter().map(SimBackend::name).collect();
+    let etcd = rt.block_on(Etcd::start("fleet-twin"));
+    // A long lease: only a clean stop (revoking it) frees the name within the test's deadline.
+    let twin = config_with("lb", &etcd.endpoint(), "twin", &backends, "60s", 1);
+    let first = Instance::start("first", &twin);
+    wait_for("the first to join", || fleet(&first)["joined"] == true);
+    let second = Instance::start("second", &twin);
+    wait_for("the second to say its name is taken", || {
+        fleet_events(&second).contains(&"name_taken".to_owned())
+    });
+    let taken: Vec<Value> = second
+        .events()
+        .into_iter()
+        .filter(|e| e["fleet"] == "name_taken")
+        .collect();
+    assert_eq!(taken.len(), 1, "said once: {taken:?}");
+    assert_eq!(taken[0]["instance"], "lb");
+    assert!(
+        taken[0]["sentence"].as_str().unwrap_or_default()
+            .contains("already registered"),
+        "{:?}",
+        taken[0]
+    );
+    // The second is no member: it probes every backend itself and never joined; the first is
+    // the group's only member and still probes them all.
+    let status = fleet(&second);
+    assert_eq!(status["joined"], false, "{status}");
+    for entry in status["backends"].as_array().expect("backends") {
+        assert_eq!(entry["probed_here"], true, "{entry}");
+    }
+    assert!(!fleet_events(&second).contains(&"joined".to_owned()));
+    wait_for("every backend UP on the second", || all_up(&second, &names));
+    assert_eq!(members(&first), 1);
+    assert_eq!(fleet(&first)["joined"], true);
+    // The first stops cleanly: its lease is revoked and the second takes the name at once.
+    let stopped = Instant::now();
+    first.process.signal("TERM");
+    wait_for("the second to join", || fleet(&second)["joined"] == true);
+    assert!(
+        stopped.elapsed() < Duration::from_secs(30),
+        "the name was freed after {:?}, as if the lease had expired",
+        stopped.elapsed()
+    );
+    assert_eq!(members(&second), 1);
+    drop(etcd);
+}
+
+#[test]
+fn a_clean_stop_and_a_reload_hand_over_at_once_not_one_lease_later() {
+    let rt = runtime();
+    let backends = sims(&rt, 4);
+    let names: Vec<&str> = backends.iter().map(SimBackend::name).collect();
+    let etcd = rt.block_on(Etcd::start("fleet-stop"));
+    let a = Instance::start(
+        "a",
+        &config_with("a", &etcd.endpoint(), "stop", &backends, "60s", 1),
+    );
+    let b = Instance::start(
+        "b",
+        &config_with("b", &etcd.endpoint(), "stop", &backends, "60s", 1),
+    );
+    for instance in [&a, &b] {
+        wait_for("two members", || members(instance) == 2);
+        wait_for("every backend UP", || all_up(instance, &names));
+    }
+    // A reload that changes [fleet] registers again under the same name: the old lease is
+    // revoked first, so the name is not taken by this instance's own old registration.
+    b.rewrite(&config_with("b", &etcd.endpoint(), "stop", &backends, "60s", 2));
+    b.process.signal("HUP");
+    wait_for("b to take the new owners", || fleet(&b)["owners"] == 2);
+    wait_for("b to join again", || {
+        fleet_events(&b).iter().filter(|k| *k == "joined").count() == 2
+    });
+    assert_eq!(fleet(&b)["joined"], true);
+    assert!(!fleet_events(&b).contains(&"name_taken".to_owned()));
+    assert_eq!(members(&a), 2);
+    // A clean stop revokes the lease: a sees b leave within seconds, not after 60 s.
+    let stopped = Instant::now();
+    b.process.signal("TERM");
+    wait_for("b to leave the group", || members(&a) == 1);
+    let left = stopped.elapsed();
+    eprintln!("fleet: a cleanly stopped instance left the group after {left:?} (lease 60s)");
+    assert!(left < Duration::from_secs(30), "left after {left:?}");
+    wait_for("b to be gone", || gone(b.process.pid()));
+    // a owns every backend now and keeps them UP.
+    wait_for("a to own every backend", || {
+        metric(&a, "capataz_fleet_owned_backends") == 4.0
+    });
+    assert!(all_up(&a, &names));
+    drop(etcd);
+}
