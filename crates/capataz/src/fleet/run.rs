@@ -73,6 +73,9 @@ type Failed = String;
 struct State {
     keys: GroupKeys,
     members: HashSet<String>,
+    /// The lease each member (but this instance) is registered with: a verdict published in
+    /// its name counts only under that lease.
+    leases: HashMap<String, i64>,
     lease: Option<i64>,
     /// The last time etcd answered.
     last_ok: Instant,
@@ -102,6 +105,7 @@ impl Task {
         let mut state = State {
             keys: GroupKeys::new(&self.config.prefix, &self.config.group),
             members: HashSet::new(),
+            leases: HashMap::new(),
             lease: None,
             last_ok: Instant::now(),
             joined_once: false,
@@ -236,6 +240,7 @@ impl Task {
         let range: RangeResponse = serde_json::from_slice(&answer)
             .map_err(|e| format!("etcd's range answer is not readable: {e}"))?;
         state.members.clear();
+        state.leases.clear();
         self.fleet.published().clear();
         state.verdicts = 0;
         state.applied.clear();
@@ -514,8 +519,20 @@ impl Task {
             GroupKey::Member(name) => {
                 if value.is_none() {
                     state.members.remove(name);
-                } else if state.members.len() < MAX_MEMBERS {
+                    state.leases.remove(name);
+                } else if lease == 0 {
+                    // Never from an instance: it would be a member forever, owning backends
+                    // that nobody probes.
+                    state.members.remove(name);
+                    state.leases.remove(name);
+                    self.emit(FleetChange::Skipped {
+                        key: key.clone(),
+                        error: "a member written without a lease (instances register with one)"
+                            .into(),
+                    });
+                } else if state.members.contains(name) || state.members.len() < MAX_MEMBERS {
                     state.members.insert(name.to_owned());
+                    state.leases.insert(name.to_owned(), lease);
                 } else {
                     self.emit(FleetChange::Skipped {
                         key: key.clone(),
@@ -524,26 +541,28 @@ impl Task {
                 }
             }
             GroupKey::Verdict { pool, address, by } => {
-                let mut published = self.fleet.published();
                 let slot = (pool.to_owned(), address.to_owned());
                 let Some(value) = value else {
-                    if let Some(list) = published.get_mut(&slot) {
-                        let before = list.len();
-                        list.retain(|(who, _)| who != by);
-                        state.verdicts = state.verdicts.saturating_sub(before - list.len());
-                        if list.is_empty() {
-                            published.remove(&slot);
-                        }
-                    }
+                    self.forget(state, &slot, by);
                     return;
                 };
                 let verdict = match b64decode(value)
                     .ok_or_else(|| "the value is not base64".to_owned())
                     .and_then(|v| wire::decode(&v))
-                {
+                    .and_then(|verdict| match state.leases.get(by) {
+                        _ if lease == 0 => Err("a verdict written without a lease (instances \
+                                                publish with theirs)"
+                            .to_owned()),
+                        Some(&theirs) if theirs != lease => Err(format!(
+                            "a verdict written under lease {lease:x}, not the one instance \
+                             {by:?} is registered with"
+                        )),
+                        _ => Ok(verdict),
+                    }) {
                     Ok(verdict) => verdict,
                     Err(error) => {
-                        drop(published);
+                        // What the key held before is no verdict any more either.
+                        self.forget(state, &slot, by);
                         self.emit(FleetChange::Skipped {
                             key: key.clone(),
                             error,
@@ -551,6 +570,7 @@ impl Task {
                         return;
                     }
                 };
+                let mut published = self.fleet.published();
                 let known = published
                     .get(&slot)
                     .and_then(|list| list.iter().position(|(who, _)| who == by));
@@ -570,6 +590,19 @@ impl Task {
                 }
                 published.entry(slot).or_default().push((by.to_owned(), verdict));
                 state.verdicts += 1;
+            }
+        }
+    }
+
+    /// Drops the verdict `by` published for `slot`, if any.
+    fn forget(&self, state: &mut State, slot: &(String, String), by: &str) {
+        let mut published = self.fleet.published();
+        if let Some(list) = published.get_mut(slot) {
+            let before = list.len();
+            list.retain(|(who, _)| who != by);
+            state.verdicts = state.verdicts.saturating_sub(before - list.len());
+            if list.is_empty() {
+                published.remove(slot);
             }
         }
     }

@@ -519,3 +519,129 @@ fn a_clean_stop_and_a_reload_hand_over_at_once_not_one_lease_later() {
     assert!(all_up(&a, &names));
     drop(etcd);
 }
+
+/// The skipped keys `instance` said, as `(key, error)`.
+fn skipped(instance: &Instance) -> Vec<(String, String)> {
+    instance
+        .events()
+        .iter()
+        .filter(|e| e["type"] == "fleet" && e["fleet"] == "skipped")
+        .map(|e| {
+            (
+                e["key"].as_str().unwrap_or_default().to_owned(),
+                e["sentence"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn hostile_keys_under_the_group_are_skipped_and_never_count() {
+    let rt = runtime();
+    let backends = sims(&rt, 4);
+    let names: Vec<&str> = backends.iter().map(SimBackend::name).collect();
+    let etcd = rt.block_on(Etcd::start("fleet-hostile"));
+    let a = Instance::start("a", &config("a", &etcd.endpoint(), "hostile", &backends));
+    let b = Instance::start("b", &config("b", &etcd.endpoint(), "hostile", &backends));
+    for instance in [&a, &b] {
+        wait_for("two members", || members(instance) == 2);
+        wait_for("every backend UP", || all_up(instance, &names));
+    }
+    // A backend a probes and b follows dies: both see it DOWN.
+    let status = fleet(&b);
+    let dead_name = status["backends"]
+        .as_array()
+        .expect("backends")
+        .iter()
+        .find(|e| e["owners"] == serde_json::json!(["a"]))
+        .and_then(|e| e["backend"].as_str())
+        .expect("a backend owned by a")
+        .to_owned();
+    let dead = backends
+        .iter()
+        .find(|s| s.name() == dead_name)
+        .expect("the backend");
+    dead.crash();
+    for instance in [&a, &b] {
+        wait_for("the dead backend excluded", || {
+            instance.serving("web").get(dead.name()) == Some(&false)
+        });
+    }
+    let root = "/capataz/groups/hostile/";
+    let verdict = |pool: &str, by: &str| format!("{root}verdicts/{pool}/{}/{by}", dead.addr());
+    rt.block_on(async {
+        // Someone with etcdctl claims the dead backend is UP: in the owner's name without a
+        // lease, and in the name of an instance that does not exist, with one.
+        etcd.put(&verdict("web", "a"), r#"{"state":"UP","streak":9}"#)
+            .await;
+        let lease = etcd.grant_lease(60).await;
+        etcd.put_with_lease(&verdict("web", "mallory"), r#"{"state":"UP"}"#, &lease)
+            .await;
+        etcd.put_with_lease(&verdict("nopool", "mallory"), r#"{"state":"UP"}"#, &lease)
+            .await;
+        // Values that are no verdict.
+        let huge = format!(r#"{{"state":"UP","last":"{}"}}"#, "x".repeat(5000));
+        etcd.put_with_lease(&verdict("web", "huge"), &huge, &lease).await;
+        etcd.put_with_lease(&verdict("web", "json"), "{not json", &lease)
+            .await;
+        etcd.put_with_lease(&verdict("web", "state"), r#"{"state":"MAYBE"}"#, &lease)
+            .await;
+        // A member that would never expire.
+        etcd.put(&format!("{root}members/ghost"), "{}").await;
+    });
+    let want = [
+        (verdict("web", "a"), "without a lease"),
+        (verdict("web", "huge"), "bytes"),
+        (verdict("web", "json"), "not a verdict"),
+        (verdict("web", "state"), "neither UP nor DOWN"),
+        (format!("{root}members/ghost"), "without a lease"),
+    ];
+    for instance in [&a, &b] {
+        wait_for("the hostile keys skipped", || {
+            let said = skipped(instance);
+            want.iter()
+                .all(|(key, why)| said.iter().any(|(k, s)| k == key && s.contains(why)))
+        });
+        // Nothing counted: the ghost is no member, the backend is still out, never back UP.
+        assert_eq!(members(instance), 2, "instance {}", instance.name);
+        assert_eq!(
+            instance.serving("web").get(dead.name()),
+            Some(&false),
+            "instance {}",
+            instance.name
+        );
+        assert_eq!(
+            instance.transitions()[dead.name()],
+            ["UP->DOWN"],
+            "instance {}",
+            instance.name
+        );
+    }
+    let followed = fleet(&b)["backends"]
+        .as_array()
+        .expect("backends")
+        .iter()
+        .find(|e| e["backend"] == dead.name())
+        .map(|e| e["verdict_from"].clone());
+    assert_ne!(followed, Some(Value::from("mallory")));
+
+    // Someone overwrites a's registration: a says its name is taken and stops counting on it
+    // (it probes everything); once the key is deleted it registers again.
+    rt.block_on(etcd.put(&format!("{root}members/a"), "{}"));
+    wait_for("a to say its name is taken", || {
+        fleet_events(&a).contains(&"name_taken".to_owned())
+    });
+    wait_for("a to own every backend", || {
+        metric(&a, "capataz_fleet_owned_backends") == 4.0
+    });
+    wait_for("b to own every backend", || {
+        metric(&b, "capataz_fleet_owned_backends") == 4.0
+    });
+    rt.block_on(etcd.delete(&format!("{root}members/a")));
+    for instance in [&a, &b] {
+        wait_for("a to be a member again", || members(instance) == 2);
+    }
+    wait_for("a to join again", || fleet(&a)["joined"] == true);
+    assert!(a.process.pid() > 0 && !gone(a.process.pid()) && !gone(b.process.pid()));
+    drop(etcd);
+}
