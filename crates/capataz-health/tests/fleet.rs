@@ -162,7 +162,9 @@ fn a_new_owner_starts_only_from_a_live_members_verdict() {
         ("a".to_owned(), State::Up),
     ];
     assert_eq!(
-        group.handed_over(key, &published).map(|p| (p.0.as_str(), p.1)),
+        group
+            .handed_over(key, &published)
+            .map(|p| (p.0.as_str(), p.1)),
         Some(("b", State::Down))
     );
     assert_eq!(group.handed_over(key, &published[..1]), None);
@@ -172,11 +174,21 @@ fn a_new_owner_starts_only_from_a_live_members_verdict() {
     assert_eq!(alone.handed_over(key, &published), None);
     // Among live members, the best ranked wins, whatever the order.
     let both = vec![("c".to_owned(), State::Up), ("b".to_owned(), State::Down)];
-    let best = if score("b", key) > score("c", key) { "b" } else { "c" };
-    assert_eq!(group.handed_over(key, &both).map(|p| p.0.as_str()), Some(best));
+    let best = if score("b", key) > score("c", key) {
+        "b"
+    } else {
+        "c"
+    };
+    assert_eq!(
+        group.handed_over(key, &both).map(|p| p.0.as_str()),
+        Some(best)
+    );
     let mut reversed = both.clone();
     reversed.reverse();
-    assert_eq!(group.handed_over(key, &reversed).map(|p| p.0.as_str()), Some(best));
+    assert_eq!(
+        group.handed_over(key, &reversed).map(|p| p.0.as_str()),
+        Some(best)
+    );
     let _ = members;
 }
 

@@ -588,7 +588,10 @@ impl Task {
                     });
                     return;
                 }
-                published.entry(slot).or_default().push((by.to_owned(), verdict));
+                published
+                    .entry(slot)
+                    .or_default()
+                    .push((by.to_owned(), verdict));
                 state.verdicts += 1;
             }
         }

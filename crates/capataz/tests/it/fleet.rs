@@ -446,7 +446,9 @@ fn a_second_instance_with_the_same_name_says_so_does_not_join_and_takes_over_onc
     assert_eq!(taken.len(), 1, "said once: {taken:?}");
     assert_eq!(taken[0]["instance"], "lb");
     assert!(
-        taken[0]["sentence"].as_str().unwrap_or_default()
+        taken[0]["sentence"]
+            .as_str()
+            .unwrap_or_default()
             .contains("already registered"),
         "{:?}",
         taken[0]
@@ -495,7 +497,14 @@ fn a_clean_stop_and_a_reload_hand_over_at_once_not_one_lease_later() {
     }
     // A reload that changes [fleet] registers again under the same name: the old lease is
     // revoked first, so the name is not taken by this instance's own old registration.
-    b.rewrite(&config_with("b", &etcd.endpoint(), "stop", &backends, "60s", 2));
+    b.rewrite(&config_with(
+        "b",
+        &etcd.endpoint(),
+        "stop",
+        &backends,
+        "60s",
+        2,
+    ));
     b.process.signal("HUP");
     wait_for("b to take the new owners", || fleet(&b)["owners"] == 2);
     wait_for("b to join again", || {
@@ -581,7 +590,8 @@ fn hostile_keys_under_the_group_are_skipped_and_never_count() {
             .await;
         // Values that are no verdict.
         let huge = format!(r#"{{"state":"UP","last":"{}"}}"#, "x".repeat(5000));
-        etcd.put_with_lease(&verdict("web", "huge"), &huge, &lease).await;
+        etcd.put_with_lease(&verdict("web", "huge"), &huge, &lease)
+            .await;
         etcd.put_with_lease(&verdict("web", "json"), "{not json", &lease)
             .await;
         etcd.put_with_lease(&verdict("web", "state"), r#"{"state":"MAYBE"}"#, &lease)
