@@ -372,7 +372,7 @@ async fn a_reload_starts_changes_and_stops_shared_probing() {
     let with = |group: &str| {
         format!(
             "{base}\n[fleet]\nendpoints = [\"{}\"]\ngroup = \"{group}\"\ninstance = \"solo\"\n\
-             lease_ttl = \"2s\"\n",
+             lease_ttl = \"2s\"\ntimeout = \"500ms\"\n",
             etcd.endpoint()
         )
     };
