@@ -247,6 +247,15 @@ impl Task {
         for kv in &range.kvs {
             self.take(state, &kv.key, Some(&kv.value), kv.lease);
         }
+        if range.more {
+            self.emit(FleetChange::Skipped {
+                key: root.clone(),
+                error: format!(
+                    "the group has more than {} keys; the ones after them are ignored",
+                    MAX_VERDICTS + MAX_MEMBERS
+                ),
+            });
+        }
         if let Some(error) = state.lost.take() {
             return Err(error);
         }
