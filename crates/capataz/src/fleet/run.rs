@@ -2,8 +2,12 @@
 //! under it, reads then watches the group's keys (members and verdicts), publishes the active
 //! verdicts of the backends this instance owns, and feeds the others' verdicts to the pools.
 //!
-//! A session: grant a lease (or keep the last one, if etcd still has it), put the member key
-//! with it, read the group's keys at a revision, watch from the next one. Meanwhile keepalives
+//! A session: grant a lease (or keep the last one, if etcd still has it), create the member key
+//! with it if the name is free (held under another lease, the name is taken: the instance does
+//! not join, says so once, and tries again), read the group's keys at a revision, watch from
+//! the next one. Only what instances write counts: members and verdicts without a lease, and
+//! verdicts under another lease than their publisher's registration, are skipped. The lease
+//! is revoked when the task is replaced (a reload) or the balancer stops cleanly. Meanwhile keepalives
 //! every third of the lease (on a task of their own, so a long scan never lets the lease
 //! lapse), a scan every [`SCAN`] (new pools, ownership moves, verdicts to publish or
 //! withdraw, written in transactions of [`TXN_OPS`]), and transition events bring the next
