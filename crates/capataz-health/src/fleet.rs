@@ -162,6 +162,32 @@ impl Group {
     }
 }
 
+impl Group {
+    /// Of the verdicts published for the backend `key` (by publisher name), the one a new
+    /// owner starts from, so that nothing flaps while ownership moves: the live member (other
+    /// than this instance) ranking highest for the backend. A publisher that is not a live
+    /// member (a key written by someone else, a name no instance has) never counts; `None`
+    /// when no live member has published or this instance has not joined.
+    pub fn handed_over<'p, T>(
+        &self,
+        key: &str,
+        published: &'p [(String, T)],
+    ) -> Option<&'p (String, T)> {
+        if !self.joined() {
+            return None;
+        }
+        published
+            .iter()
+            .filter(|(by, _)| *by != self.me && self.members.binary_search(by).is_ok())
+            .max_by(|a, b| {
+                // Ties go to the smaller name, as owners rank.
+                score(&a.0, key)
+                    .cmp(&score(&b.0, key))
+                    .then_with(|| b.0.cmp(&a.0))
+            })
+    }
+}
+
 /// Whether an owner's active side is evidence worth publishing: it was probed (or took a
 /// published verdict), and a DOWN side is failing (a backend that joined DOWN and has not
 /// failed yet is only waiting for `rise` passes). Publishing the unproven DOWN of a fresh owner

@@ -146,6 +146,53 @@ fn decide_agrees_across_members_and_leaves_no_backend_unprobed() {
 }
 
 #[test]
+fn a_new_owner_starts_only_from_a_live_members_verdict() {
+    let members = names(&["a", "b", "c"]);
+    let group = Group::new(members.clone(), "a", 1);
+    let key = "web/127.0.0.1:8080";
+    // Someone with etcdctl writes a verdict under a name no instance has: ranking above the
+    // real previous owner (or alone), it must not be what the new owner starts from.
+    let stranger = (0..1000)
+        .map(|i| format!("x{i}"))
+        .find(|x| score(x, key) > score("b", key).max(score("c", key)))
+        .unwrap();
+    let published = vec![
+        (stranger.clone(), State::Up),
+        ("b".to_owned(), State::Down),
+        ("a".to_owned(), State::Up),
+    ];
+    assert_eq!(
+        group
+            .handed_over(key, &published)
+            .map(|p| (p.0.as_str(), p.1)),
+        Some(("b", State::Down))
+    );
+    assert_eq!(group.handed_over(key, &published[..1]), None);
+    // Its own old verdict is not a hand-over, nor is anything before it has joined.
+    assert_eq!(group.handed_over(key, &published[2..]), None);
+    let alone = Group::new(names(&["b"]), "a", 1);
+    assert_eq!(alone.handed_over(key, &published), None);
+    // Among live members, the best ranked wins, whatever the order.
+    let both = vec![("c".to_owned(), State::Up), ("b".to_owned(), State::Down)];
+    let best = if score("b", key) > score("c", key) {
+        "b"
+    } else {
+        "c"
+    };
+    assert_eq!(
+        group.handed_over(key, &both).map(|p| p.0.as_str()),
+        Some(best)
+    );
+    let mut reversed = both.clone();
+    reversed.reverse();
+    assert_eq!(
+        group.handed_over(key, &reversed).map(|p| p.0.as_str()),
+        Some(best)
+    );
+    let _ = members;
+}
+
+#[test]
 fn a_follower_takes_the_best_ranked_owners_verdict_and_ignores_others() {
     let members = names(&["a", "b", "c", "d"]);
     let key = keys(40)

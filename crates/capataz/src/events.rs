@@ -167,6 +167,13 @@ pub enum FleetChange {
         /// The last failure.
         error: String,
     },
+    /// Its name is registered in the group under another lease: another instance is
+    /// configured with the same `fleet.instance` (or the key was written by hand). It does not
+    /// join (it probes every backend itself) and tries again until the name is free.
+    NameTaken {
+        /// The name.
+        instance: String,
+    },
     /// A key of the group had a value that could not be read (too long, not a verdict): it was
     /// ignored.
     Skipped {
@@ -178,13 +185,14 @@ pub enum FleetChange {
 }
 
 impl FleetChange {
-    /// `joined`, `reconnected`, `members`, `cut_off` or `skipped`.
+    /// `joined`, `reconnected`, `members`, `cut_off`, `name_taken` or `skipped`.
     pub fn as_str(&self) -> &'static str {
         match self {
             FleetChange::Joined { .. } => "joined",
             FleetChange::Reconnected { .. } => "reconnected",
             FleetChange::Members { .. } => "members",
             FleetChange::CutOff { .. } => "cut_off",
+            FleetChange::NameTaken { .. } => "name_taken",
             FleetChange::Skipped { .. } => "skipped",
         }
     }
@@ -209,6 +217,12 @@ impl std::fmt::Display for FleetChange {
                 f,
                 "cut off from etcd for longer than the lease ({error}); probing every backend \
                  itself"
+            ),
+            FleetChange::NameTaken { instance } => write!(
+                f,
+                "instance name {instance:?} is already registered in the group under another \
+                 lease (another instance with the same fleet.instance?); not joining, probing \
+                 every backend itself until the name is free"
             ),
             FleetChange::Skipped { key, error } => {
                 write!(f, "key {key:?} skipped: {error}")
@@ -562,6 +576,9 @@ impl Event {
                     }
                     FleetChange::Skipped { key, .. } => {
                         object.insert("key".into(), key.clone().into());
+                    }
+                    FleetChange::NameTaken { instance } => {
+                        object.insert("instance".into(), instance.clone().into());
                     }
                     FleetChange::CutOff { .. } => {}
                 }

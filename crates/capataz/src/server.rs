@@ -247,6 +247,8 @@ impl Balancer {
             .checked_add(deadline)
             .or_else(|| now.checked_add(crate::config::MAX_DURATION))
             .unwrap_or(now);
+        // A clean stop leaves the fleet group now: the others re-own its backends at once.
+        self.shared.release_fleet(end).await;
         let accept_loops = accept_loops.into_iter().chain(self.admin_task.take());
         for mut task in accept_loops {
             if tokio::time::timeout_at(end, &mut task).await.is_err() {

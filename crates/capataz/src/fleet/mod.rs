@@ -74,10 +74,23 @@ pub struct FleetCounters {
 /// The verdicts published for one backend, by publisher.
 pub(crate) type Publications = Vec<(String, Verdict)>;
 
+/// The lease this instance's registration is written with, as the task last held it: what a
+/// clean stop or a reload revokes, so that the group moves this instance's backends at once
+/// instead of one lease later.
+#[derive(Clone, Debug)]
+pub(crate) struct HeldLease {
+    /// The endpoint that granted or last kept it.
+    pub(crate) endpoint: crate::config::EtcdEndpoint,
+    pub(crate) lease: i64,
+    pub(crate) timeout: std::time::Duration,
+}
+
 /// This instance's place in its fleet group.
 #[derive(Debug)]
 pub struct FleetRt {
     view: RwLock<View>,
+    /// The lease the task holds now, if any.
+    held: Mutex<Option<HeldLease>>,
     /// Published verdicts by (pool, address): what followers read.
     published: Mutex<HashMap<(String, String), Publications>>,
     counters: Arc<FleetCounters>,
@@ -101,9 +114,20 @@ impl FleetRt {
                 name: String::new(),
                 cut_off: false,
             }),
+            held: Mutex::new(None),
             published: Mutex::new(HashMap::new()),
             counters,
         })
+    }
+
+    /// Records the lease the task holds (`None`: none).
+    pub(crate) fn hold(&self, held: Option<HeldLease>) {
+        *self.held.lock().unwrap_or_else(|e| e.into_inner()) = held;
+    }
+
+    /// Takes the lease the task held, to revoke it once the task is stopped.
+    pub(crate) fn take_held(&self) -> Option<HeldLease> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     fn view(&self) -> std::sync::RwLockReadGuard<'_, View> {

@@ -2,8 +2,12 @@
 //! under it, reads then watches the group's keys (members and verdicts), publishes the active
 //! verdicts of the backends this instance owns, and feeds the others' verdicts to the pools.
 //!
-//! A session: grant a lease (or keep the last one, if etcd still has it), put the member key
-//! with it, read the group's keys at a revision, watch from the next one. Meanwhile keepalives
+//! A session: grant a lease (or keep the last one, if etcd still has it), create the member key
+//! with it if the name is free (held under another lease, the name is taken: the instance does
+//! not join, says so once, and tries again), read the group's keys at a revision, watch from
+//! the next one. Only what instances write counts: members and verdicts without a lease, and
+//! verdicts under another lease than their publisher's registration, are skipped. The lease
+//! is revoked when the task is replaced (a reload) or the balancer stops cleanly. Meanwhile keepalives
 //! every third of the lease (on a task of their own, so a long scan never lets the lease
 //! lapse), a scan every [`SCAN`] (new pools, ownership moves, verdicts to publish or
 //! withdraw, written in transactions of [`TXN_OPS`]), and transition events bring the next
@@ -21,7 +25,7 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use super::wire::{self, GroupKey, GroupKeys, Verdict};
-use super::{backend_key, FleetRt};
+use super::{backend_key, FleetRt, HeldLease};
 use crate::config::{EtcdEndpoint, FleetConfig};
 use crate::events::{Event, FleetChange};
 use crate::health::{PoolRt, ProbingSlot};
@@ -38,7 +42,8 @@ const SCAN: Duration = Duration::from_millis(500);
 /// The most members a group may have; more are ignored (with an event).
 const MAX_MEMBERS: usize = 1024;
 
-/// The most verdicts kept; more are ignored (with an event).
+/// The most verdicts kept, all backends and publishers together; more are ignored (with an
+/// event).
 const MAX_VERDICTS: usize = 200_000;
 
 /// The longest key of the group read, in bytes; longer ones are ignored (with an event).
@@ -61,6 +66,9 @@ pub(crate) struct Task {
     pub(crate) instance: String,
     pub(crate) pools: PoolsNow,
     pub(crate) events: broadcast::Sender<Event>,
+    /// The lease of the task this one replaces (a reload), revoked before registering: the
+    /// old registration must not hold this instance's name.
+    pub(crate) revoke: Option<HeldLease>,
 }
 
 /// What a session ended with.
@@ -69,6 +77,9 @@ type Failed = String;
 struct State {
     keys: GroupKeys,
     members: HashSet<String>,
+    /// The lease each member (but this instance) is registered with: a verdict published in
+    /// its name counts only under that lease.
+    leases: HashMap<String, i64>,
     lease: Option<i64>,
     /// The last time etcd answered.
     last_ok: Instant,
@@ -81,15 +92,24 @@ struct State {
     owned: HashSet<(String, String)>,
     endpoint: usize,
     failures: u32,
+    /// The verdicts held in `FleetRt::published`, all backends together.
+    verdicts: usize,
+    /// This session found this instance's name registered under another lease.
+    taken_now: bool,
+    /// The `name_taken` event was emitted and the name has not been won since.
+    taken_said: bool,
+    /// Why the session must end (this instance's registration was deleted or overwritten).
+    lost: Option<Failed>,
 }
 
 impl Task {
     /// Runs until aborted (or the balancer is gone).
-    pub(crate) async fn run(self) {
+    pub(crate) async fn run(mut self) {
         let mut events = self.events.subscribe();
         let mut state = State {
             keys: GroupKeys::new(&self.config.prefix, &self.config.group),
             members: HashSet::new(),
+            leases: HashMap::new(),
             lease: None,
             last_ok: Instant::now(),
             joined_once: false,
@@ -98,7 +118,14 @@ impl Task {
             owned: HashSet::new(),
             endpoint: 0,
             failures: 0,
+            verdicts: 0,
+            taken_now: false,
+            taken_said: false,
+            lost: None,
         };
+        if let Some(held) = self.revoke.take() {
+            revoke(&held).await;
+        }
         self.fleet
             .set_group(&self.config.group, Some(self.group(&state.members)));
         loop {
@@ -109,6 +136,21 @@ impl Task {
             state.failures = state.failures.saturating_add(1);
             state.endpoint = (state.endpoint + 1) % self.config.endpoints.len().max(1);
             tracing::debug!(group = %self.config.group, %error, "fleet session ended");
+            if std::mem::take(&mut state.taken_now) {
+                // etcd answers: this is no cut-off. Not a member, this instance probes every
+                // backend itself and publishes nothing under the name it does not hold.
+                state.last_ok = Instant::now();
+                state.members.clear();
+                self.fleet
+                    .set_group(&self.config.group, Some(self.group(&state.members)));
+                if !state.taken_said {
+                    state.taken_said = true;
+                    self.emit(FleetChange::NameTaken {
+                        instance: self.instance.clone(),
+                    });
+                }
+                self.scan(&mut state).await.ok();
+            }
             if !self.fleet.cut_off() && state.last_ok.elapsed() >= self.config.lease_ttl {
                 self.fleet.set_cut_off(true);
                 state.members.clear();
@@ -139,7 +181,10 @@ impl Task {
         };
         let level = match &event {
             Event::Fleet {
-                change: FleetChange::CutOff { .. } | FleetChange::Skipped { .. },
+                change:
+                    FleetChange::CutOff { .. }
+                    | FleetChange::Skipped { .. }
+                    | FleetChange::NameTaken { .. },
                 ..
             } => tracing::Level::WARN,
             _ => tracing::Level::INFO,
@@ -181,9 +226,12 @@ impl Task {
         events: &mut broadcast::Receiver<Event>,
     ) -> Result<std::convert::Infallible, Failed> {
         let lease = self.lease(state).await?;
-        let member = state.keys.member(&self.instance);
-        self.write(state, &[(member, Some("{}".to_owned()))], lease)
-            .await?;
+        self.fleet.hold(Some(HeldLease {
+            endpoint: self.endpoint(state).clone(),
+            lease,
+            timeout: self.config.timeout,
+        }));
+        self.register(state, lease).await?;
         // Read the group at a revision, then watch from the next one.
         let root = state.keys.root.clone();
         let answer = self
@@ -196,10 +244,24 @@ impl Task {
         let range: RangeResponse = serde_json::from_slice(&answer)
             .map_err(|e| format!("etcd's range answer is not readable: {e}"))?;
         state.members.clear();
+        state.leases.clear();
         self.fleet.published().clear();
+        state.verdicts = 0;
         state.applied.clear();
         for kv in &range.kvs {
-            self.take(state, &kv.key, Some(&kv.value));
+            self.take(state, &kv.key, Some(&kv.value), kv.lease);
+        }
+        if range.more {
+            self.emit(FleetChange::Skipped {
+                key: root.clone(),
+                error: format!(
+                    "the group has more than {} keys; the ones after them are ignored",
+                    MAX_VERDICTS + MAX_MEMBERS
+                ),
+            });
+        }
+        if let Some(error) = state.lost.take() {
+            return Err(error);
         }
         state.members.insert(self.instance.clone());
         state.last_ok = Instant::now();
@@ -207,10 +269,11 @@ impl Task {
         let count = state.members.len();
         self.fleet
             .set_group(&self.config.group, Some(self.group(&state.members)));
+        let was_taken = std::mem::take(&mut state.taken_said);
         if self.fleet.cut_off() {
             self.fleet.set_cut_off(false);
             self.emit(FleetChange::Reconnected { members: count });
-        } else if !state.joined_once {
+        } else if !state.joined_once || was_taken {
             self.emit(FleetChange::Joined { members: count });
         }
         state.joined_once = true;
@@ -274,7 +337,10 @@ impl Task {
                     let had: HashSet<String> = state.members.clone();
                     for event in &result.events {
                         let value = (event.kind != "DELETE").then_some(event.kv.value.as_str());
-                        self.take(state, &event.kv.key, value);
+                        self.take(state, &event.kv.key, value, event.kv.lease);
+                    }
+                    if let Some(error) = state.lost.take() {
+                        return Err(error);
                     }
                     // This instance is a member while its session lasts.
                     state.members.insert(self.instance.clone());
@@ -337,6 +403,63 @@ impl Task {
         Ok(lease)
     }
 
+    /// Registers this instance under `lease`: creates its member key if nobody has it, or puts
+    /// it again if it is this lease's already. Held under another lease, the name is taken
+    /// (another instance configured with the same name, or a key written by hand): refused,
+    /// with `taken_now` set.
+    async fn register(&self, state: &mut State, lease: i64) -> Result<(), Failed> {
+        #[derive(Deserialize)]
+        struct Answer {
+            #[serde(default)]
+            succeeded: bool,
+            #[serde(default)]
+            responses: Vec<Response>,
+        }
+        #[derive(Deserialize)]
+        struct Response {
+            #[serde(default)]
+            response_range: Option<RangeResponse>,
+        }
+        let member = state.keys.member(&self.instance);
+        let key = b64encode(member.as_bytes());
+        let body = serde_json::json!({
+            "compare": [{ "key": key, "target": "CREATE", "result": "EQUAL", "create_revision": "0" }],
+            "success": [{ "request_put": {
+                "key": key,
+                "value": b64encode(b"{}"),
+                "lease": lease.to_string(),
+            }}],
+            "failure": [{ "request_range": { "key": key } }],
+        })
+        .to_string();
+        let answer = self.call(state, "/v3/kv/txn", body).await?;
+        let answer: Answer = serde_json::from_slice(&answer)
+            .map_err(|e| format!("etcd's transaction answer is not readable: {e}"))?;
+        if answer.succeeded {
+            return Ok(());
+        }
+        let holder = answer
+            .responses
+            .into_iter()
+            .find_map(|r| r.response_range)
+            .and_then(|r| r.kvs.into_iter().next())
+            .map(|kv| kv.lease);
+        match holder {
+            Some(holder) if holder == lease => {
+                self.write(state, &[(member, Some("{}".to_owned()))], lease)
+                    .await
+            }
+            Some(holder) => {
+                state.taken_now = true;
+                Err(format!(
+                    "the name {:?} is registered under lease {holder:x}, not this instance's",
+                    self.instance
+                ))
+            }
+            None => Err("this instance's member key changed while registering".into()),
+        }
+    }
+
     /// Puts (`Some(value)`, with `lease`) and deletes (`None`) in transactions of at most
     /// [`TXN_OPS`] operations (etcd's default limit is 128), one request each.
     async fn write(
@@ -365,11 +488,25 @@ impl Task {
         Ok(())
     }
 
-    /// Takes one key of the group (`value` `None`: deleted) into the members or the verdicts;
-    /// anything unreadable is skipped with an event.
-    fn take(&self, state: &mut State, key: &str, value: Option<&str>) {
-        let Some(key) = b64decode(key).and_then(|k| String::from_utf8(k).ok()) else {
+    /// Takes one key of the group (`value` `None`: deleted; `lease`: the lease it is written
+    /// with) into the members or the verdicts; anything unreadable is skipped with an event.
+    /// This instance's own member key is not taken: deleted, or written under another lease,
+    /// it ends the session (`lost`), which registers again.
+    fn take(&self, state: &mut State, key: &str, value: Option<&str>, lease: i64) {
+        let Some(key) = b64decode(key) else {
             return;
+        };
+        let key = match String::from_utf8(key) {
+            Ok(key) => key,
+            Err(error) => {
+                let bytes = error.into_bytes();
+                let cut = &bytes[..bytes.len().min(64)];
+                self.emit(FleetChange::Skipped {
+                    key: String::from_utf8_lossy(cut).into_owned(),
+                    error: "the key is not UTF-8".into(),
+                });
+                return;
+            }
         };
         if key.len() > MAX_KEY {
             self.emit(FleetChange::Skipped {
@@ -382,11 +519,33 @@ impl Task {
             return;
         };
         match kind {
+            GroupKey::Member(name) if name == self.instance => match value {
+                None => state.lost = Some("this instance's registration was deleted".into()),
+                Some(_) if Some(lease) != state.lease => {
+                    state.taken_now = true;
+                    state.lost = Some(format!(
+                        "this instance's registration was written again under lease {lease:x}"
+                    ));
+                }
+                Some(_) => {}
+            },
             GroupKey::Member(name) => {
                 if value.is_none() {
                     state.members.remove(name);
-                } else if state.members.len() < MAX_MEMBERS {
+                    state.leases.remove(name);
+                } else if lease == 0 {
+                    // Never from an instance: it would be a member forever, owning backends
+                    // that nobody probes.
+                    state.members.remove(name);
+                    state.leases.remove(name);
+                    self.emit(FleetChange::Skipped {
+                        key: key.clone(),
+                        error: "a member written without a lease (instances register with one)"
+                            .into(),
+                    });
+                } else if state.members.contains(name) || state.members.len() < MAX_MEMBERS {
                     state.members.insert(name.to_owned());
+                    state.leases.insert(name.to_owned(), lease);
                 } else {
                     self.emit(FleetChange::Skipped {
                         key: key.clone(),
@@ -395,24 +554,28 @@ impl Task {
                 }
             }
             GroupKey::Verdict { pool, address, by } => {
-                let mut published = self.fleet.published();
                 let slot = (pool.to_owned(), address.to_owned());
                 let Some(value) = value else {
-                    if let Some(list) = published.get_mut(&slot) {
-                        list.retain(|(who, _)| who != by);
-                        if list.is_empty() {
-                            published.remove(&slot);
-                        }
-                    }
+                    self.forget(state, &slot, by);
                     return;
                 };
                 let verdict = match b64decode(value)
                     .ok_or_else(|| "the value is not base64".to_owned())
                     .and_then(|v| wire::decode(&v))
-                {
+                    .and_then(|verdict| match state.leases.get(by) {
+                        _ if lease == 0 => Err("a verdict written without a lease (instances \
+                                                publish with theirs)"
+                            .to_owned()),
+                        Some(&theirs) if theirs != lease => Err(format!(
+                            "a verdict written under lease {lease:x}, not the one instance \
+                             {by:?} is registered with"
+                        )),
+                        _ => Ok(verdict),
+                    }) {
                     Ok(verdict) => verdict,
                     Err(error) => {
-                        drop(published);
+                        // What the key held before is no verdict any more either.
+                        self.forget(state, &slot, by);
                         self.emit(FleetChange::Skipped {
                             key: key.clone(),
                             error,
@@ -420,20 +583,42 @@ impl Task {
                         return;
                     }
                 };
-                if !published.contains_key(&slot) && published.len() >= MAX_VERDICTS {
+                let mut published = self.fleet.published();
+                let known = published
+                    .get(&slot)
+                    .and_then(|list| list.iter().position(|(who, _)| who == by));
+                if let Some(at) = known {
+                    if let Some(list) = published.get_mut(&slot) {
+                        list[at].1 = verdict;
+                    }
+                    return;
+                }
+                if state.verdicts >= MAX_VERDICTS {
                     drop(published);
                     self.emit(FleetChange::Skipped {
                         key: key.clone(),
-                        error: format!("more than {MAX_VERDICTS} backends have verdicts"),
+                        error: format!("the group has more than {MAX_VERDICTS} verdicts"),
                     });
                     return;
                 }
-                let list = published.entry(slot).or_default();
-                if let Some(at) = list.iter().position(|(who, _)| who == by) {
-                    list[at].1 = verdict;
-                } else if list.len() < MAX_MEMBERS {
-                    list.push((by.to_owned(), verdict));
-                }
+                published
+                    .entry(slot)
+                    .or_default()
+                    .push((by.to_owned(), verdict));
+                state.verdicts += 1;
+            }
+        }
+    }
+
+    /// Drops the verdict `by` published for `slot`, if any.
+    fn forget(&self, state: &mut State, slot: &(String, String), by: &str) {
+        let mut published = self.fleet.published();
+        if let Some(list) = published.get_mut(slot) {
+            let before = list.len();
+            list.retain(|(who, _)| who != by);
+            state.verdicts = state.verdicts.saturating_sub(before - list.len());
+            if list.is_empty() {
+                published.remove(slot);
             }
         }
     }
@@ -446,7 +631,9 @@ impl Task {
             return Err("the balancer is gone".into());
         };
         let group = self.group(&state.members);
-        let cut_off = self.fleet.cut_off();
+        // Cut off, or not a member (not registered yet, or its name is taken): it probes every
+        // backend and publishes nothing.
+        let cut_off = self.fleet.cut_off() || !group.joined();
         let mut owned = 0;
         let mut to_put: Vec<(String, String, Verdict)> = Vec::new();
         let mut seen: HashSet<(String, String)> = HashSet::new();
@@ -462,7 +649,14 @@ impl Task {
                     if !cut_off && !state.owned.contains(&slot) {
                         // Newly owned: start from what the previous owners published, so
                         // that nothing flaps while ownership moves.
-                        if let Some((by, verdict)) = self.previous_owner(&slot, &key) {
+                        let handed = {
+                            let published = self.fleet.published();
+                            published
+                                .get(&slot)
+                                .and_then(|list| group.handed_over(&key, list))
+                                .cloned()
+                        };
+                        if let Some((by, verdict)) = handed {
                             pool.record_published(
                                 index,
                                 Published {
@@ -567,17 +761,13 @@ impl Task {
     }
 }
 
-impl Task {
-    /// Of the verdicts other instances published for `slot`, the one a new owner starts from:
-    /// the publisher ranking highest for the backend (rendezvous score), as owners rank.
-    fn previous_owner(&self, slot: &(String, String), key: &str) -> Option<(String, Verdict)> {
-        let published = self.fleet.published();
-        published
-            .get(slot)?
-            .iter()
-            .filter(|(by, _)| *by != self.instance)
-            .max_by_key(|(by, _)| capataz_health::fleet::score(by, key))
-            .cloned()
+/// Revokes a lease this instance held (best effort, within its timeout): its registration and
+/// verdicts go at once, so the group re-owns its backends now rather than one lease later.
+pub(crate) async fn revoke(held: &HeldLease) {
+    let body = format!(r#"{{"ID": "{}"}}"#, held.lease);
+    match call(&held.endpoint, "/v3/lease/revoke", body, held.timeout).await {
+        Ok(_) => tracing::debug!(lease = held.lease, "fleet lease revoked"),
+        Err(error) => tracing::debug!(lease = held.lease, %error, "fleet lease not revoked"),
     }
 }
 

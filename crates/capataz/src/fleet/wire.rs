@@ -179,6 +179,8 @@ mod tests {
             br#"{"state":"UP","last":"999"}"#,
             br#"{"state":"UP","streak":-1}"#,
             br#"{"state":"UP","extra":1}"#,
+            b"\xff\xfe{\"state\":\"UP\"}",
+            br#"{"state":"UP","last":"\ud800"}"#,
         ] {
             assert!(decode(bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }

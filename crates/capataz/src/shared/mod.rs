@@ -248,12 +248,19 @@ impl Shared {
         if let Some((_, task)) = running.take() {
             task.abort();
         }
+        // The old registration must not outlive the old task: the new task revokes it before
+        // registering (it would hold this instance's name for one more lease), or, with no new
+        // task, a task of its own does.
+        let previous = self.fleet.take_held();
         for pool in self.pools.load().iter() {
             crate::fleet::run::attach(&pool.probing, &self.fleet);
         }
         self.fleet.set_cut_off(false);
         self.fleet.published().clear();
         let Some(settings) = config.fleet.clone() else {
+            if let Some(held) = previous {
+                tokio::spawn(async move { crate::fleet::run::revoke(&held).await });
+            }
             self.fleet.set_group("", None);
             self.metrics.set_fleet(None);
             return;
@@ -271,6 +278,7 @@ impl Shared {
             instance,
             pools: Box::new(move || me.upgrade().map(|shared| shared.pools())),
             events: self.events.clone(),
+            revoke: previous,
         };
         *running = Some((settings, tokio::spawn(task.run())));
     }
@@ -429,6 +437,18 @@ impl Shared {
             let _ = listener.stop.send(true);
         }
         listeners.into_iter().map(|l| l.task).collect()
+    }
+
+    /// Revokes the fleet lease this instance held (its task is stopped by
+    /// [`Shared::stop_accepting`]), waiting until `end` at the latest: a clean stop hands its
+    /// backends over to the rest of the group at once instead of one lease later.
+    pub(crate) async fn release_fleet(&self, end: tokio::time::Instant) {
+        if let Some((_, task)) = lock(&self.fleet_task).take() {
+            task.abort();
+        }
+        if let Some(held) = self.fleet.take_held() {
+            let _ = tokio::time::timeout_at(end, crate::fleet::run::revoke(&held)).await;
+        }
     }
 
     /// Stops everything at once: the listeners and the pools' tasks.

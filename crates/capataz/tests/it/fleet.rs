@@ -372,7 +372,7 @@ async fn a_reload_starts_changes_and_stops_shared_probing() {
     let with = |group: &str| {
         format!(
             "{base}\n[fleet]\nendpoints = [\"{}\"]\ngroup = \"{group}\"\ninstance = \"solo\"\n\
-             lease_ttl = \"2s\"\n",
+             lease_ttl = \"2s\"\ntimeout = \"500ms\"\n",
             etcd.endpoint()
         )
     };
@@ -395,5 +395,263 @@ async fn a_reload_starts_changes_and_stops_shared_probing() {
     assert!(balancer.shared().fleet_status().is_none());
     assert!(balancer.shared().fleet().owns_backend("web", "127.0.0.1:9"));
     balancer.shutdown(Duration::from_secs(1)).await;
+    drop(etcd);
+}
+
+/// Instance `name`'s [`config`] with a lease of `lease` and `owners` owners per backend.
+fn config_with(
+    name: &str,
+    endpoint: &str,
+    group: &str,
+    backends: &[SimBackend],
+    lease: &str,
+    owners: usize,
+) -> String {
+    config(name, endpoint, group, backends)
+        .replace(
+            &format!("lease_ttl = \"{}s\"", LEASE.as_secs()),
+            &format!("lease_ttl = \"{lease}\""),
+        )
+        .replace("owners = 1", &format!("owners = {owners}"))
+}
+
+fn fleet_events(instance: &Instance) -> Vec<String> {
+    instance
+        .events()
+        .iter()
+        .filter(|e| e["type"] == "fleet")
+        .map(|e| e["fleet"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_second_instance_with_the_same_name_says_so_does_not_join_and_takes_over_once_free() {
+    let rt = runtime();
+    let backends = sims(&rt, 4);
+    let names: Vec<&str> = backends.iter().map(SimBackend::name).collect();
+    let etcd = rt.block_on(Etcd::start("fleet-twin"));
+    // A long lease: only a clean stop (revoking it) frees the name within the test's deadline.
+    let twin = config_with("lb", &etcd.endpoint(), "twin", &backends, "60s", 1);
+    let first = Instance::start("first", &twin);
+    wait_for("the first to join", || fleet(&first)["joined"] == true);
+    let second = Instance::start("second", &twin);
+    wait_for("the second to say its name is taken", || {
+        fleet_events(&second).contains(&"name_taken".to_owned())
+    });
+    let taken: Vec<Value> = second
+        .events()
+        .into_iter()
+        .filter(|e| e["fleet"] == "name_taken")
+        .collect();
+    assert_eq!(taken.len(), 1, "said once: {taken:?}");
+    assert_eq!(taken[0]["instance"], "lb");
+    assert!(
+        taken[0]["sentence"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("already registered"),
+        "{:?}",
+        taken[0]
+    );
+    // The second is no member: it probes every backend itself and never joined; the first is
+    // the group's only member and still probes them all.
+    let status = fleet(&second);
+    assert_eq!(status["joined"], false, "{status}");
+    for entry in status["backends"].as_array().expect("backends") {
+        assert_eq!(entry["probed_here"], true, "{entry}");
+    }
+    assert!(!fleet_events(&second).contains(&"joined".to_owned()));
+    wait_for("every backend UP on the second", || all_up(&second, &names));
+    assert_eq!(members(&first), 1);
+    assert_eq!(fleet(&first)["joined"], true);
+    // The first stops cleanly: its lease is revoked and the second takes the name at once.
+    let stopped = Instant::now();
+    first.process.signal("TERM");
+    wait_for("the second to join", || fleet(&second)["joined"] == true);
+    assert!(
+        stopped.elapsed() < Duration::from_secs(30),
+        "the name was freed after {:?}, as if the lease had expired",
+        stopped.elapsed()
+    );
+    assert_eq!(members(&second), 1);
+    drop(etcd);
+}
+
+#[test]
+fn a_clean_stop_and_a_reload_hand_over_at_once_not_one_lease_later() {
+    let rt = runtime();
+    let backends = sims(&rt, 4);
+    let names: Vec<&str> = backends.iter().map(SimBackend::name).collect();
+    let etcd = rt.block_on(Etcd::start("fleet-stop"));
+    let a = Instance::start(
+        "a",
+        &config_with("a", &etcd.endpoint(), "stop", &backends, "60s", 1),
+    );
+    let b = Instance::start(
+        "b",
+        &config_with("b", &etcd.endpoint(), "stop", &backends, "60s", 1),
+    );
+    for instance in [&a, &b] {
+        wait_for("two members", || members(instance) == 2);
+        wait_for("every backend UP", || all_up(instance, &names));
+    }
+    // A reload that changes [fleet] registers again under the same name: the old lease is
+    // revoked first, so the name is not taken by this instance's own old registration.
+    b.rewrite(&config_with(
+        "b",
+        &etcd.endpoint(),
+        "stop",
+        &backends,
+        "60s",
+        2,
+    ));
+    b.process.signal("HUP");
+    wait_for("b to take the new owners", || fleet(&b)["owners"] == 2);
+    wait_for("b to join again", || {
+        fleet_events(&b).iter().filter(|k| *k == "joined").count() == 2
+    });
+    assert_eq!(fleet(&b)["joined"], true);
+    assert!(!fleet_events(&b).contains(&"name_taken".to_owned()));
+    assert_eq!(members(&a), 2);
+    // A clean stop revokes the lease: a sees b leave within seconds, not after 60 s.
+    let stopped = Instant::now();
+    b.process.signal("TERM");
+    wait_for("b to leave the group", || members(&a) == 1);
+    let left = stopped.elapsed();
+    eprintln!("fleet: a cleanly stopped instance left the group after {left:?} (lease 60s)");
+    assert!(left < Duration::from_secs(30), "left after {left:?}");
+    wait_for("b to be gone", || gone(b.process.pid()));
+    // a owns every backend now and keeps them UP.
+    wait_for("a to own every backend", || {
+        metric(&a, "capataz_fleet_owned_backends") == 4.0
+    });
+    assert!(all_up(&a, &names));
+    drop(etcd);
+}
+
+/// The skipped keys `instance` said, as `(key, error)`.
+fn skipped(instance: &Instance) -> Vec<(String, String)> {
+    instance
+        .events()
+        .iter()
+        .filter(|e| e["type"] == "fleet" && e["fleet"] == "skipped")
+        .map(|e| {
+            (
+                e["key"].as_str().unwrap_or_default().to_owned(),
+                e["sentence"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn hostile_keys_under_the_group_are_skipped_and_never_count() {
+    let rt = runtime();
+    let backends = sims(&rt, 4);
+    let names: Vec<&str> = backends.iter().map(SimBackend::name).collect();
+    let etcd = rt.block_on(Etcd::start("fleet-hostile"));
+    let a = Instance::start("a", &config("a", &etcd.endpoint(), "hostile", &backends));
+    let b = Instance::start("b", &config("b", &etcd.endpoint(), "hostile", &backends));
+    for instance in [&a, &b] {
+        wait_for("two members", || members(instance) == 2);
+        wait_for("every backend UP", || all_up(instance, &names));
+    }
+    // A backend a probes and b follows dies: both see it DOWN.
+    let status = fleet(&b);
+    let dead_name = status["backends"]
+        .as_array()
+        .expect("backends")
+        .iter()
+        .find(|e| e["owners"] == serde_json::json!(["a"]))
+        .and_then(|e| e["backend"].as_str())
+        .expect("a backend owned by a")
+        .to_owned();
+    let dead = backends
+        .iter()
+        .find(|s| s.name() == dead_name)
+        .expect("the backend");
+    dead.crash();
+    for instance in [&a, &b] {
+        wait_for("the dead backend excluded", || {
+            instance.serving("web").get(dead.name()) == Some(&false)
+        });
+    }
+    let root = "/capataz/groups/hostile/";
+    let verdict = |pool: &str, by: &str| format!("{root}verdicts/{pool}/{}/{by}", dead.addr());
+    rt.block_on(async {
+        // Someone with etcdctl claims the dead backend is UP: in the owner's name without a
+        // lease, and in the name of an instance that does not exist, with one.
+        etcd.put(&verdict("web", "a"), r#"{"state":"UP","streak":9}"#)
+            .await;
+        let lease = etcd.grant_lease(60).await;
+        etcd.put_with_lease(&verdict("web", "mallory"), r#"{"state":"UP"}"#, &lease)
+            .await;
+        etcd.put_with_lease(&verdict("nopool", "mallory"), r#"{"state":"UP"}"#, &lease)
+            .await;
+        // Values that are no verdict.
+        let huge = format!(r#"{{"state":"UP","last":"{}"}}"#, "x".repeat(5000));
+        etcd.put_with_lease(&verdict("web", "huge"), &huge, &lease)
+            .await;
+        etcd.put_with_lease(&verdict("web", "json"), "{not json", &lease)
+            .await;
+        etcd.put_with_lease(&verdict("web", "state"), r#"{"state":"MAYBE"}"#, &lease)
+            .await;
+        // A member that would never expire.
+        etcd.put(&format!("{root}members/ghost"), "{}").await;
+    });
+    let want = [
+        (verdict("web", "a"), "without a lease"),
+        (verdict("web", "huge"), "bytes"),
+        (verdict("web", "json"), "not a verdict"),
+        (verdict("web", "state"), "neither UP nor DOWN"),
+        (format!("{root}members/ghost"), "without a lease"),
+    ];
+    for instance in [&a, &b] {
+        wait_for("the hostile keys skipped", || {
+            let said = skipped(instance);
+            want.iter()
+                .all(|(key, why)| said.iter().any(|(k, s)| k == key && s.contains(why)))
+        });
+        // Nothing counted: the ghost is no member, the backend is still out, never back UP.
+        assert_eq!(members(instance), 2, "instance {}", instance.name);
+        assert_eq!(
+            instance.serving("web").get(dead.name()),
+            Some(&false),
+            "instance {}",
+            instance.name
+        );
+        assert_eq!(
+            instance.transitions()[dead.name()],
+            ["UP->DOWN"],
+            "instance {}",
+            instance.name
+        );
+    }
+    let followed = fleet(&b)["backends"]
+        .as_array()
+        .expect("backends")
+        .iter()
+        .find(|e| e["backend"] == dead.name())
+        .map(|e| e["verdict_from"].clone());
+    assert_ne!(followed, Some(Value::from("mallory")));
+
+    // Someone overwrites a's registration: a says its name is taken and stops counting on it
+    // (it probes everything); once the key is deleted it registers again.
+    rt.block_on(etcd.put(&format!("{root}members/a"), "{}"));
+    wait_for("a to say its name is taken", || {
+        fleet_events(&a).contains(&"name_taken".to_owned())
+    });
+    wait_for("a to own every backend", || {
+        metric(&a, "capataz_fleet_owned_backends") == 4.0
+    });
+    wait_for("b to own every backend", || {
+        metric(&b, "capataz_fleet_owned_backends") == 4.0
+    });
+    rt.block_on(etcd.delete(&format!("{root}members/a")));
+    for instance in [&a, &b] {
+        wait_for("a to be a member again", || members(instance) == 2);
+    }
+    wait_for("a to join again", || fleet(&a)["joined"] == true);
+    assert!(a.process.pid() > 0 && !gone(a.process.pid()) && !gone(b.process.pid()));
     drop(etcd);
 }

@@ -60,6 +60,11 @@ impl Instance {
         }
     }
 
+    /// Replaces its config file with `config` (to be reloaded with `HUP`).
+    pub fn rewrite(&self, config: &str) {
+        self._config.write(config);
+    }
+
     /// `GET path` on its admin API, as JSON (panics on another status).
     pub fn json(&self, path: &str) -> Value {
         let (status, body) = get(self.admin, path)

@@ -24,6 +24,9 @@ pub(crate) struct KeyValue {
     /// The revision of the key's last change.
     #[serde(default, deserialize_with = "int64")]
     pub(crate) mod_revision: i64,
+    /// The lease the key is attached to (0: none).
+    #[serde(default, deserialize_with = "int64")]
+    pub(crate) lease: i64,
 }
 
 /// The answer to `/v3/kv/range`.

@@ -68,6 +68,16 @@ fn fleet_mistakes_name_their_key() {
         ("lease_ttl = \"1s\"\n", "fleet.lease_ttl", "at least 2s"),
         ("timeout = \"0s\"\n", "fleet.timeout", "is zero"),
         (
+            "lease_ttl = \"4s\"\ntimeout = \"2s\"\n",
+            "fleet.timeout",
+            "not less than half of fleet.lease_ttl (4 s)",
+        ),
+        (
+            "lease_ttl = \"3s\"\n",
+            "fleet.timeout",
+            "2 s is not less than half of fleet.lease_ttl (3 s)",
+        ),
+        (
             "instance = \"\"\n",
             "fleet.instance",
             "not an instance name",

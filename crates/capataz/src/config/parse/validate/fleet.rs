@@ -108,13 +108,33 @@ impl Validator<'_> {
             ));
         }
         let timeout = self.duration(&raw.timeout, "fleet.timeout", Duration::from_secs(2))?;
+        // Whole seconds: etcd's leases are.
+        let lease_ttl = Duration::from_secs(lease_ttl.as_secs());
+        // A keepalive comes a third of the lease after the last one; when it hangs for
+        // `timeout` and the next endpoint is tried, both must fit in the lease, or one slow
+        // etcd member lets the lease lapse (the group drops this instance) before it notices.
+        if timeout >= lease_ttl / 2 {
+            return Err(self.error(
+                raw.timeout
+                    .as_ref()
+                    .or(raw.lease_ttl.as_ref())
+                    .map(|v| v.span()),
+                "fleet.timeout",
+                format!(
+                    "{} is not less than half of fleet.lease_ttl ({}): a keepalive that waits \
+                     this long lets the lease expire before the next etcd endpoint is tried \
+                     (shorten fleet.timeout or lengthen fleet.lease_ttl)",
+                    capataz_health::pool::human_duration(timeout),
+                    capataz_health::pool::human_duration(lease_ttl)
+                ),
+            ));
+        }
         Ok(FleetConfig {
             endpoints,
             prefix,
             group: group.into_inner(),
             owners,
-            // Whole seconds: etcd's leases are.
-            lease_ttl: Duration::from_secs(lease_ttl.as_secs()),
+            lease_ttl,
             instance,
             timeout,
         })
