@@ -314,3 +314,237 @@ async fn a_parked_connection_is_closed_at_idle_timeout_and_by_a_client_close() {
     })
     .await;
 }
+
+// ---- Parking under hostile or unusual clients ----------------------------------------------
+
+/// `PARKING` with a 1 KB head limit, for the oversized heads.
+const PARKING_SMALL_HEADS: &str =
+    "header_read_timeout = \"200ms\"\nidle_timeout = \"30s\"\nmax_header_bytes = 1024";
+
+/// A connection that served one request and then parked (the balancer's park count grew).
+async fn parked_connection(balancer: &capataz::server::Balancer) -> TcpStream {
+    let parks = balancer.parks();
+    let mut stream = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
+    let mut buf = Vec::new();
+    stream.write_all(&post("/warm", b"w")).await.unwrap();
+    assert_eq!(counted(&mut stream, &mut buf).await, expected(b"w"));
+    assert!(buf.is_empty());
+    wait_until("the connection parks", || balancer.parks() > parks).await;
+    stream
+}
+
+/// What the client read until the balancer closed, without the `Date` header (the one part
+/// that may differ between two answers).
+async fn answer_until_closed(stream: &mut TcpStream) -> String {
+    let (_, got) = until_closed(stream).await;
+    String::from_utf8_lossy(&got)
+        .split("\r\n")
+        .filter(|line| !line.to_ascii_lowercase().starts_with("date:"))
+        .collect::<Vec<_>>()
+        .join("\r\n")
+}
+
+/// Each request that ends its connection gets, on a parked connection, exactly the answer it
+/// gets on a fresh one: HTTP/1.0, `Connection: close`, a request then a half-close (FIN), an
+/// oversized head (431), a malformed one (400).
+#[tokio::test]
+async fn after_a_park_closing_requests_get_the_answer_of_a_fresh_connection() {
+    let backend = counting_backend().await;
+    let (balancer, _rx) = start(&config_text(
+        &[backend.entry("c")],
+        PARKING_SMALL_HEADS,
+        QUIET,
+    ))
+    .await;
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: app.test\r\nX-Big: {}\r\n\r\n",
+        "y".repeat(4000)
+    );
+    let cases: Vec<(&str, Vec<u8>, bool)> = vec![
+        (
+            "HTTP/1.0",
+            b"POST /old HTTP/1.0\r\nContent-Length: 3\r\n\r\nold".to_vec(),
+            false,
+        ),
+        (
+            "Connection: close",
+            b"GET /c HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n".to_vec(),
+            false,
+        ),
+        ("half-close", post("/fin", b"then FIN"), true),
+        ("oversized head", big.into_bytes(), false),
+        (
+            "malformed head",
+            b"GET / HTTP/1.1\r\nHost app.test\r\n\r\n".to_vec(),
+            false,
+        ),
+    ];
+    let mut kept = Vec::new();
+    for (what, request, fin) in cases {
+        let mut answers = Vec::new();
+        for parked in [false, true] {
+            let mut stream = if parked {
+                parked_connection(&balancer).await
+            } else {
+                TcpStream::connect(balancer.local_addrs()[0]).await.unwrap()
+            };
+            stream.write_all(&request).await.unwrap();
+            if fin {
+                stream.shutdown().await.unwrap();
+            }
+            if what == "oversized head" {
+                // capataz measures a head under hyper's smallest buffer itself: a 431 on a
+                // connection that goes on.
+                let mut buf = Vec::new();
+                let head = read_head(&mut stream, &mut buf).await.expect("an answer");
+                let body = read_body(&mut stream, &mut buf, &head)
+                    .await
+                    .expect("its body");
+                let head: Vec<_> = head
+                    .split("\r\n")
+                    .filter(|line| !line.to_ascii_lowercase().starts_with("date:"))
+                    .collect();
+                answers.push(format!(
+                    "{}\r\n\r\n{}",
+                    head.join("\r\n"),
+                    String::from_utf8_lossy(&body)
+                ));
+                kept.push(stream);
+            } else {
+                answers.push(answer_until_closed(&mut stream).await);
+            }
+        }
+        assert!(answers[0].starts_with("HTTP/1."), "{what}: {}", answers[0]);
+        if what == "oversized head" {
+            assert!(answers[0].starts_with("HTTP/1.1 431"), "{}", answers[0]);
+        }
+        assert_eq!(answers[0], answers[1], "{what}: fresh, then parked");
+    }
+    drop(kept);
+    wait_until("every connection is gone", || {
+        balancer.open_connections() == 0 && balancer.parked_connections() == 0
+    })
+    .await;
+}
+
+/// `Expect: 100-continue` and a chunked body sent slowly, on a parked connection: the same
+/// interim answer and final answer as on a fresh one, and the connection goes on.
+#[tokio::test]
+async fn after_a_park_expect_continue_and_a_slow_chunked_body_are_served() {
+    let backend = counting_backend().await;
+    let (balancer, _rx) = start(&config_text(&[backend.entry("c")], PARKING, QUIET)).await;
+    let body = pattern(5000);
+    let mut kept = Vec::new();
+    for parked in [false, true] {
+        let mut stream = if parked {
+            parked_connection(&balancer).await
+        } else {
+            TcpStream::connect(balancer.local_addrs()[0]).await.unwrap()
+        };
+        let mut buf = Vec::new();
+        stream
+            .write_all(
+                format!(
+                    "POST /e HTTP/1.1\r\nHost: app.test\r\nExpect: 100-continue\r\n\
+                     Content-Length: {}\r\n\r\n",
+                    body.len()
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
+        let interim = read_head(&mut stream, &mut buf)
+            .await
+            .expect("100 Continue");
+        assert!(
+            interim.starts_with("HTTP/1.1 100"),
+            "parked {parked}: {interim}"
+        );
+        stream.write_all(&body).await.unwrap();
+        assert_eq!(counted(&mut stream, &mut buf).await, expected(&body));
+        // A chunked body in pieces, each after the balancer read the one before (no fixed
+        // sleep: the answer needs them all).
+        stream
+            .write_all(
+                b"POST /chunked HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n",
+            )
+            .await
+            .unwrap();
+        for piece in body.chunks(1000) {
+            stream
+                .write_all(format!("{:x}\r\n", piece.len()).as_bytes())
+                .await
+                .unwrap();
+            stream.write_all(piece).await.unwrap();
+            stream.write_all(b"\r\n").await.unwrap();
+            tokio::task::yield_now().await;
+        }
+        stream.write_all(b"0\r\n\r\n").await.unwrap();
+        assert_eq!(counted(&mut stream, &mut buf).await, expected(&body));
+        kept.push(stream);
+    }
+    assert_eq!(balancer.open_connections(), 2);
+}
+
+/// A slow-loris head on a parked connection is closed by `header_read_timeout`, as on a fresh
+/// one, not left to the (30 s) idle timeout.
+#[tokio::test]
+async fn a_slow_head_after_a_park_is_closed_by_header_read_timeout() {
+    let backend = counting_backend().await;
+    let (balancer, _rx) = start(&config_text(&[backend.entry("c")], PARKING, QUIET)).await;
+    let mut stream = parked_connection(&balancer).await;
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: a")
+        .await
+        .unwrap();
+    let (took, got) = until_closed(&mut stream).await;
+    assert!(took < Duration::from_secs(5), "closed after {took:?}");
+    assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+    wait_until("the connection is gone", || {
+        balancer.open_connections() == 0
+    })
+    .await;
+}
+
+/// A slow-loris head whose first bytes came in the same write as the request before it (hyper
+/// read them ahead, and the connection parks holding them) is still timed by
+/// `header_read_timeout`: the held bytes are a head arriving, not a quiet connection.
+#[tokio::test]
+async fn a_slow_head_read_ahead_before_a_park_is_closed_by_header_read_timeout() {
+    let backend = counting_backend().await;
+    let (balancer, _rx) = start(&config_text(&[backend.entry("c")], PARKING, QUIET)).await;
+    let mut stream = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
+    let mut buf = Vec::new();
+    let mut write = post("/1", b"first");
+    write.extend_from_slice(b"GET /slow HTTP/1.1\r\nHost: a");
+    stream.write_all(&write).await.unwrap();
+    assert_eq!(counted(&mut stream, &mut buf).await, expected(b"first"));
+    let (took, got) = until_closed(&mut stream).await;
+    assert!(took < Duration::from_secs(5), "closed after {took:?}");
+    assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+    assert_eq!(backend.hits(), 1);
+}
+
+/// A balancer's shutdown closes a parked connection promptly (the drain's idle grace, 1 s),
+/// and counts it closed.
+#[tokio::test]
+async fn shutdown_closes_a_parked_connection_promptly() {
+    let backend = counting_backend().await;
+    let (balancer, _rx) = start(&config_text(&[backend.entry("c")], PARKING, QUIET)).await;
+    let mut stream = parked_connection(&balancer).await;
+    assert_eq!(balancer.parked_connections(), 1);
+    let started = tokio::time::Instant::now();
+    let shutdown = tokio::spawn(balancer.shutdown(Duration::from_secs(15)));
+    let (took, got) = until_closed(&mut stream).await;
+    assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+    assert!(took < Duration::from_secs(4), "closed after {took:?}");
+    tokio::time::timeout(DEADLINE, shutdown)
+        .await
+        .expect("shutdown ends")
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "shutdown took {:?} (its open connections counted closed)",
+        started.elapsed()
+    );
+}
