@@ -469,6 +469,13 @@ where
         // here, not kept across the wait.)
         let ahead = parts.read_buf;
         if !ahead.is_empty() {
+            // Part of a head, read with the request before it (so counted in `reads_at_rest`
+            // when that one ended): a head arriving, timed by `header_read_timeout` from now,
+            // not a quiet connection (which would also park again at every period).
+            let reads = shared.reads.load(Ordering::Relaxed);
+            shared
+                .reads_at_rest
+                .store(reads.saturating_sub(ahead.len() as u64), Ordering::Relaxed);
             io.prefix = Some(match io.prefix.take() {
                 Some(rest) => {
                     let mut joined = Vec::with_capacity(ahead.len() + rest.len());
