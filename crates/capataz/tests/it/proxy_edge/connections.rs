@@ -548,3 +548,77 @@ async fn shutdown_closes_a_parked_connection_promptly() {
         started.elapsed()
     );
 }
+
+/// The value of the (one) metric line of `family` with labels, if present.
+fn metric(balancer: &capataz::server::Balancer, family: &str) -> Option<f64> {
+    let text = balancer
+        .shared()
+        .metrics()
+        .render(
+            &balancer.pools(),
+            None,
+            capataz::metrics::Format::OpenMetrics,
+        )
+        .expect("the metrics render");
+    text.lines()
+        .find(|line| line.starts_with(&format!("{family}{{")))
+        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+}
+
+/// Requests sent at every delay around the moment the connection parks (the watcher looks
+/// every 50 ms, a connection quiet for a look parks at the next): some arrive while the task
+/// is asked to park or taking hyper apart, some right after. Every answer is byte exact, on
+/// the one connection, and the byte counters match what went each way once it closes.
+#[tokio::test]
+async fn requests_racing_the_park_are_all_served_and_bytes_counted() {
+    let backend = counting_backend().await;
+    let (balancer, _rx) = start(&config_text(&[backend.entry("c")], PARKING, QUIET)).await;
+    let mut stream = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
+    let mut buf = Vec::new();
+    let (mut sent, mut received) = (0usize, 0usize);
+    let mut requests = 0;
+    for step in 0..60u64 {
+        let body = pattern(100 + step as usize * 37);
+        let request = post(&format!("/{step}"), &body);
+        // Split in two writes a step apart: a head can straddle the park too.
+        let cut = (step as usize * 7) % request.len();
+        stream.write_all(&request[..cut]).await.unwrap();
+        if step % 3 == 0 {
+            tokio::task::yield_now().await;
+        }
+        stream.write_all(&request[cut..]).await.unwrap();
+        sent += request.len();
+        let before = buf.len();
+        let head = read_head(&mut stream, &mut buf).await.expect("an answer");
+        assert!(head.starts_with("HTTP/1.1 200"), "step {step}: {head}");
+        let answer = read_body(&mut stream, &mut buf, &head)
+            .await
+            .expect("its body");
+        assert_eq!(
+            String::from_utf8(answer.clone()).unwrap(),
+            expected(&body),
+            "step {step}"
+        );
+        assert!(buf.is_empty() && before == 0);
+        received += head.len() + 4 + answer.len();
+        requests += 1;
+        // The time the feature works on: a delay from 0 to about 120 ms, around the park.
+        tokio::time::sleep(Duration::from_millis(step * 2)).await;
+    }
+    assert_eq!(backend.hits(), requests);
+    assert!(balancer.parks() >= 10, "parked {} times", balancer.parks());
+    assert_eq!(balancer.open_connections(), 1);
+    drop(stream);
+    wait_until("the connection is gone", || {
+        balancer.open_connections() == 0 && balancer.parked_connections() == 0
+    })
+    .await;
+    assert_eq!(
+        metric(&balancer, "capataz_client_received_bytes_total"),
+        Some(sent as f64)
+    );
+    assert_eq!(
+        metric(&balancer, "capataz_client_sent_bytes_total"),
+        Some(received as f64)
+    );
+}
