@@ -622,3 +622,69 @@ async fn requests_racing_the_park_are_all_served_and_bytes_counted() {
         Some(received as f64)
     );
 }
+
+/// The sum of `family`'s series whose labels hold every one of `labels`.
+fn metric_sum(balancer: &capataz::server::Balancer, family: &str, labels: &[&str]) -> f64 {
+    let text = balancer
+        .shared()
+        .metrics()
+        .render(
+            &balancer.pools(),
+            None,
+            capataz::metrics::Format::OpenMetrics,
+        )
+        .expect("the metrics render");
+    text.lines()
+        .filter(|line| line.starts_with(&format!("{family}{{")))
+        .filter(|line| labels.iter().all(|label| line.contains(label)))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A head over hyper's own limit after a park is refused by hyper as on a fresh connection:
+/// the connection closes, nothing reaches the backend, and the refusal is counted once each.
+#[tokio::test]
+async fn a_head_over_hypers_limit_after_a_park_is_refused_and_counted() {
+    let backend = counting_backend().await;
+    let (balancer, _rx) = start(&config_text(
+        &[backend.entry("c")],
+        "header_read_timeout = \"200ms\"\nidle_timeout = \"30s\"\nmax_header_bytes = 8192",
+        QUIET,
+    ))
+    .await;
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: app.test\r\nX-Big: {}\r\n\r\n",
+        "x".repeat(20 * 1024)
+    );
+    let refused = || {
+        metric_sum(
+            &balancer,
+            "capataz_client_requests_total",
+            &["answered_by=\"capataz\"", "class=\"4xx\""],
+        )
+    };
+    for (round, parked) in [false, true].into_iter().enumerate() {
+        let mut stream = if parked {
+            parked_connection(&balancer).await
+        } else {
+            TcpStream::connect(balancer.local_addrs()[0]).await.unwrap()
+        };
+        // The balancer may close before reading it all (a reset): the write may fail.
+        let _ = stream.write_all(big.as_bytes()).await;
+        let (_, got) = until_closed(&mut stream).await;
+        if !got.is_empty() {
+            assert_eq!(
+                status_of(&got),
+                Some(431),
+                "{}",
+                String::from_utf8_lossy(&got)
+            );
+        }
+        wait_until("the refusal is counted", || refused() == (round + 1) as f64).await;
+    }
+    assert_eq!(backend.hits(), 1, "only the warm-up request");
+    wait_until("every connection is gone", || {
+        balancer.open_connections() == 0 && balancer.parked_connections() == 0
+    })
+    .await;
+}
