@@ -269,7 +269,10 @@ async fn a_parked_connection_serves_its_next_requests_byte_exact_pipelined_too()
 #[tokio::test]
 async fn bytes_read_ahead_of_a_parked_connection_are_kept() {
     let backend = counting_backend().await;
-    let (balancer, _rx) = start(&config_text(&[backend.entry("c")], PARKING, QUIET)).await;
+    // The half head held is a head arriving, timed by `header_read_timeout` once parked: 2 s
+    // (a watcher period of 500 ms), for the test's second write to arrive well within it.
+    let listener = "header_read_timeout = \"2s\"\nidle_timeout = \"30s\"";
+    let (balancer, _rx) = start(&config_text(&[backend.entry("c")], listener, QUIET)).await;
     let mut stream = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
     let mut buf = Vec::new();
     // A request and the first half of the next one's head, in one write: hyper reads both,
