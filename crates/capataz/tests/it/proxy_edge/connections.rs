@@ -526,6 +526,8 @@ async fn a_slow_head_read_ahead_before_a_park_is_closed_by_header_read_timeout()
     assert!(took < Duration::from_secs(5), "closed after {took:?}");
     assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
     assert_eq!(backend.hits(), 1);
+    // Parked once, holding the half head; not again with a head arriving.
+    assert_eq!(balancer.parks(), 1);
 }
 
 /// A balancer's shutdown closes a parked connection promptly (the drain's idle grace, 1 s),
