@@ -469,6 +469,13 @@ where
         // here, not kept across the wait.)
         let ahead = parts.read_buf;
         if !ahead.is_empty() {
+            // Part of a head, read with the request before it (so counted in `reads_at_rest`
+            // when that one ended): a head arriving, timed by `header_read_timeout` from now,
+            // not a quiet connection (which would also park again at every period).
+            let reads = shared.reads.load(Ordering::Relaxed);
+            shared
+                .reads_at_rest
+                .store(reads.saturating_sub(ahead.len() as u64), Ordering::Relaxed);
             io.prefix = Some(match io.prefix.take() {
                 Some(rest) => {
                     let mut joined = Vec::with_capacity(ahead.len() + rest.len());
@@ -527,12 +534,20 @@ where
             return Poll::Ready(Run::Ended(false));
         }
         if !parking && shared.park.load(Ordering::Acquire) == PARK_ASKED {
-            if shared.active.load(Ordering::Relaxed) == 0 {
+            // Not with a request in progress, nor with bytes of a head read since the last
+            // request ended: the watcher may have looked before them (its loads are not one
+            // snapshot), and hyper's graceful shutdown on a connection that has not finished
+            // a request only turns keep-alive off: its answer would say `Connection: close`,
+            // and the connection, taken apart with its shutdown swallowed, stay open.
+            if shared.active.load(Ordering::Relaxed) == 0
+                && shared.reads.load(Ordering::Relaxed)
+                    <= shared.reads_at_rest.load(Ordering::Relaxed)
+            {
                 parking = true;
                 shared.park.store(PARKING, Ordering::Relaxed);
                 Pin::new(&mut *conn).graceful_shutdown();
             } else {
-                // A request started since the watcher looked.
+                // A request started, or a head began to arrive, since the watcher looked.
                 shared.park.store(SERVING, Ordering::Relaxed);
             }
         }

@@ -269,7 +269,10 @@ async fn a_parked_connection_serves_its_next_requests_byte_exact_pipelined_too()
 #[tokio::test]
 async fn bytes_read_ahead_of_a_parked_connection_are_kept() {
     let backend = counting_backend().await;
-    let (balancer, _rx) = start(&config_text(&[backend.entry("c")], PARKING, QUIET)).await;
+    // The half head held is a head arriving, timed by `header_read_timeout` once parked: 2 s
+    // (a watcher period of 500 ms), for the test's second write to arrive well within it.
+    let listener = "header_read_timeout = \"2s\"\nidle_timeout = \"30s\"";
+    let (balancer, _rx) = start(&config_text(&[backend.entry("c")], listener, QUIET)).await;
     let mut stream = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
     let mut buf = Vec::new();
     // A request and the first half of the next one's head, in one write: hyper reads both,
@@ -310,6 +313,382 @@ async fn a_parked_connection_is_closed_at_idle_timeout_and_by_a_client_close() {
     wait_until("parked", || balancer.parked_connections() == 1).await;
     drop(stream);
     wait_until("the closed connection is gone", || {
+        balancer.open_connections() == 0 && balancer.parked_connections() == 0
+    })
+    .await;
+}
+
+// ---- Parking under hostile or unusual clients ----------------------------------------------
+
+/// `PARKING` with a 1 KB head limit, for the oversized heads.
+const PARKING_SMALL_HEADS: &str =
+    "header_read_timeout = \"200ms\"\nidle_timeout = \"30s\"\nmax_header_bytes = 1024";
+
+/// A connection that served one request and then parked (the balancer's park count grew).
+async fn parked_connection(balancer: &capataz::server::Balancer) -> TcpStream {
+    let parks = balancer.parks();
+    let mut stream = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
+    let mut buf = Vec::new();
+    stream.write_all(&post("/warm", b"w")).await.unwrap();
+    assert_eq!(counted(&mut stream, &mut buf).await, expected(b"w"));
+    assert!(buf.is_empty());
+    wait_until("the connection parks", || balancer.parks() > parks).await;
+    stream
+}
+
+/// What the client read until the balancer closed, without the `Date` header (the one part
+/// that may differ between two answers).
+async fn answer_until_closed(stream: &mut TcpStream) -> String {
+    let (_, got) = until_closed(stream).await;
+    String::from_utf8_lossy(&got)
+        .split("\r\n")
+        .filter(|line| !line.to_ascii_lowercase().starts_with("date:"))
+        .collect::<Vec<_>>()
+        .join("\r\n")
+}
+
+/// Each request that ends its connection gets, on a parked connection, exactly the answer it
+/// gets on a fresh one: HTTP/1.0, `Connection: close`, a request then a half-close (FIN), an
+/// oversized head (431), a malformed one (400).
+#[tokio::test]
+async fn after_a_park_closing_requests_get_the_answer_of_a_fresh_connection() {
+    let backend = counting_backend().await;
+    let (balancer, _rx) = start(&config_text(
+        &[backend.entry("c")],
+        PARKING_SMALL_HEADS,
+        QUIET,
+    ))
+    .await;
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: app.test\r\nX-Big: {}\r\n\r\n",
+        "y".repeat(4000)
+    );
+    let cases: Vec<(&str, Vec<u8>, bool)> = vec![
+        (
+            "HTTP/1.0",
+            b"POST /old HTTP/1.0\r\nContent-Length: 3\r\n\r\nold".to_vec(),
+            false,
+        ),
+        (
+            "Connection: close",
+            b"GET /c HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n".to_vec(),
+            false,
+        ),
+        ("half-close", post("/fin", b"then FIN"), true),
+        ("oversized head", big.into_bytes(), false),
+        (
+            "malformed head",
+            b"GET / HTTP/1.1\r\nHost app.test\r\n\r\n".to_vec(),
+            false,
+        ),
+    ];
+    let mut kept = Vec::new();
+    for (what, request, fin) in cases {
+        let mut answers = Vec::new();
+        for parked in [false, true] {
+            let mut stream = if parked {
+                parked_connection(&balancer).await
+            } else {
+                TcpStream::connect(balancer.local_addrs()[0]).await.unwrap()
+            };
+            stream.write_all(&request).await.unwrap();
+            if fin {
+                stream.shutdown().await.unwrap();
+            }
+            if what == "oversized head" {
+                // capataz measures a head under hyper's smallest buffer itself: a 431 on a
+                // connection that goes on.
+                let mut buf = Vec::new();
+                let head = read_head(&mut stream, &mut buf).await.expect("an answer");
+                let body = read_body(&mut stream, &mut buf, &head)
+                    .await
+                    .expect("its body");
+                let head: Vec<_> = head
+                    .split("\r\n")
+                    .filter(|line| !line.to_ascii_lowercase().starts_with("date:"))
+                    .collect();
+                answers.push(format!(
+                    "{}\r\n\r\n{}",
+                    head.join("\r\n"),
+                    String::from_utf8_lossy(&body)
+                ));
+                kept.push(stream);
+            } else {
+                answers.push(answer_until_closed(&mut stream).await);
+            }
+        }
+        assert!(answers[0].starts_with("HTTP/1."), "{what}: {}", answers[0]);
+        if what == "oversized head" {
+            assert!(answers[0].starts_with("HTTP/1.1 431"), "{}", answers[0]);
+        }
+        assert_eq!(answers[0], answers[1], "{what}: fresh, then parked");
+    }
+    drop(kept);
+    wait_until("every connection is gone", || {
+        balancer.open_connections() == 0 && balancer.parked_connections() == 0
+    })
+    .await;
+}
+
+/// `Expect: 100-continue` and a chunked body sent slowly, on a parked connection: the same
+/// interim answer and final answer as on a fresh one, and the connection goes on.
+#[tokio::test]
+async fn after_a_park_expect_continue_and_a_slow_chunked_body_are_served() {
+    let backend = counting_backend().await;
+    let (balancer, _rx) = start(&config_text(&[backend.entry("c")], PARKING, QUIET)).await;
+    let body = pattern(5000);
+    let mut kept = Vec::new();
+    for parked in [false, true] {
+        let mut stream = if parked {
+            parked_connection(&balancer).await
+        } else {
+            TcpStream::connect(balancer.local_addrs()[0]).await.unwrap()
+        };
+        let mut buf = Vec::new();
+        stream
+            .write_all(
+                format!(
+                    "POST /e HTTP/1.1\r\nHost: app.test\r\nExpect: 100-continue\r\n\
+                     Content-Length: {}\r\n\r\n",
+                    body.len()
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
+        let interim = read_head(&mut stream, &mut buf)
+            .await
+            .expect("100 Continue");
+        assert!(
+            interim.starts_with("HTTP/1.1 100"),
+            "parked {parked}: {interim}"
+        );
+        stream.write_all(&body).await.unwrap();
+        assert_eq!(counted(&mut stream, &mut buf).await, expected(&body));
+        // A chunked body in pieces, each after the balancer read the one before (no fixed
+        // sleep: the answer needs them all).
+        stream
+            .write_all(
+                b"POST /chunked HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n",
+            )
+            .await
+            .unwrap();
+        for piece in body.chunks(1000) {
+            stream
+                .write_all(format!("{:x}\r\n", piece.len()).as_bytes())
+                .await
+                .unwrap();
+            stream.write_all(piece).await.unwrap();
+            stream.write_all(b"\r\n").await.unwrap();
+            tokio::task::yield_now().await;
+        }
+        stream.write_all(b"0\r\n\r\n").await.unwrap();
+        assert_eq!(counted(&mut stream, &mut buf).await, expected(&body));
+        kept.push(stream);
+    }
+    assert_eq!(balancer.open_connections(), 2);
+}
+
+/// A slow-loris head on a parked connection is closed by `header_read_timeout`, as on a fresh
+/// one, not left to the (30 s) idle timeout.
+#[tokio::test]
+async fn a_slow_head_after_a_park_is_closed_by_header_read_timeout() {
+    let backend = counting_backend().await;
+    let (balancer, _rx) = start(&config_text(&[backend.entry("c")], PARKING, QUIET)).await;
+    let mut stream = parked_connection(&balancer).await;
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: a")
+        .await
+        .unwrap();
+    let (took, got) = until_closed(&mut stream).await;
+    assert!(took < Duration::from_secs(5), "closed after {took:?}");
+    assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+    wait_until("the connection is gone", || {
+        balancer.open_connections() == 0
+    })
+    .await;
+}
+
+/// A slow-loris head whose first bytes came in the same write as the request before it (hyper
+/// read them ahead, and the connection parks holding them) is still timed by
+/// `header_read_timeout`: the held bytes are a head arriving, not a quiet connection.
+#[tokio::test]
+async fn a_slow_head_read_ahead_before_a_park_is_closed_by_header_read_timeout() {
+    let backend = counting_backend().await;
+    let (balancer, _rx) = start(&config_text(&[backend.entry("c")], PARKING, QUIET)).await;
+    let mut stream = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
+    let mut buf = Vec::new();
+    let mut write = post("/1", b"first");
+    write.extend_from_slice(b"GET /slow HTTP/1.1\r\nHost: a");
+    stream.write_all(&write).await.unwrap();
+    assert_eq!(counted(&mut stream, &mut buf).await, expected(b"first"));
+    let (took, got) = until_closed(&mut stream).await;
+    assert!(took < Duration::from_secs(5), "closed after {took:?}");
+    assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+    assert_eq!(backend.hits(), 1);
+    // Parked once, holding the half head; not again with a head arriving.
+    assert_eq!(balancer.parks(), 1);
+}
+
+/// A balancer's shutdown closes a parked connection promptly (the drain's idle grace, 1 s),
+/// and counts it closed.
+#[tokio::test]
+async fn shutdown_closes_a_parked_connection_promptly() {
+    let backend = counting_backend().await;
+    let (balancer, _rx) = start(&config_text(&[backend.entry("c")], PARKING, QUIET)).await;
+    let mut stream = parked_connection(&balancer).await;
+    assert_eq!(balancer.parked_connections(), 1);
+    let started = tokio::time::Instant::now();
+    let shutdown = tokio::spawn(balancer.shutdown(Duration::from_secs(15)));
+    let (took, got) = until_closed(&mut stream).await;
+    assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
+    assert!(took < Duration::from_secs(4), "closed after {took:?}");
+    tokio::time::timeout(DEADLINE, shutdown)
+        .await
+        .expect("shutdown ends")
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "shutdown took {:?} (its open connections counted closed)",
+        started.elapsed()
+    );
+}
+
+/// The value of the (one) metric line of `family` with labels, if present.
+fn metric(balancer: &capataz::server::Balancer, family: &str) -> Option<f64> {
+    let text = balancer
+        .shared()
+        .metrics()
+        .render(
+            &balancer.pools(),
+            None,
+            capataz::metrics::Format::OpenMetrics,
+        )
+        .expect("the metrics render");
+    text.lines()
+        .find(|line| line.starts_with(&format!("{family}{{")))
+        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+}
+
+/// Requests sent at every delay around the moment the connection parks (the watcher looks
+/// every 50 ms, a connection quiet for a look parks at the next): some arrive while the task
+/// is asked to park or taking hyper apart, some right after. Every answer is byte exact, on
+/// the one connection, and the byte counters match what went each way once it closes.
+#[tokio::test]
+async fn requests_racing_the_park_are_all_served_and_bytes_counted() {
+    let backend = counting_backend().await;
+    let (balancer, _rx) = start(&config_text(&[backend.entry("c")], PARKING, QUIET)).await;
+    let mut stream = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
+    let mut buf = Vec::new();
+    let (mut sent, mut received) = (0usize, 0usize);
+    let mut requests = 0;
+    for step in 0..60u64 {
+        let body = pattern(100 + step as usize * 37);
+        let request = post(&format!("/{step}"), &body);
+        // Split in two writes a step apart: a head can straddle the park too.
+        let cut = (step as usize * 7) % request.len();
+        stream.write_all(&request[..cut]).await.unwrap();
+        if step % 3 == 0 {
+            tokio::task::yield_now().await;
+        }
+        stream.write_all(&request[cut..]).await.unwrap();
+        sent += request.len();
+        let before = buf.len();
+        let head = read_head(&mut stream, &mut buf).await.expect("an answer");
+        assert!(head.starts_with("HTTP/1.1 200"), "step {step}: {head}");
+        let answer = read_body(&mut stream, &mut buf, &head)
+            .await
+            .expect("its body");
+        assert_eq!(
+            String::from_utf8(answer.clone()).unwrap(),
+            expected(&body),
+            "step {step}"
+        );
+        assert!(buf.is_empty() && before == 0);
+        received += head.len() + 4 + answer.len();
+        requests += 1;
+        // The time the feature works on: a delay from 0 to about 120 ms, around the park.
+        tokio::time::sleep(Duration::from_millis(step * 2)).await;
+    }
+    assert_eq!(backend.hits(), requests);
+    assert!(balancer.parks() >= 10, "parked {} times", balancer.parks());
+    assert_eq!(balancer.open_connections(), 1);
+    drop(stream);
+    wait_until("the connection is gone", || {
+        balancer.open_connections() == 0 && balancer.parked_connections() == 0
+    })
+    .await;
+    assert_eq!(
+        metric(&balancer, "capataz_client_received_bytes_total"),
+        Some(sent as f64)
+    );
+    assert_eq!(
+        metric(&balancer, "capataz_client_sent_bytes_total"),
+        Some(received as f64)
+    );
+}
+
+/// The sum of `family`'s series whose labels hold every one of `labels`.
+fn metric_sum(balancer: &capataz::server::Balancer, family: &str, labels: &[&str]) -> f64 {
+    let text = balancer
+        .shared()
+        .metrics()
+        .render(
+            &balancer.pools(),
+            None,
+            capataz::metrics::Format::OpenMetrics,
+        )
+        .expect("the metrics render");
+    text.lines()
+        .filter(|line| line.starts_with(&format!("{family}{{")))
+        .filter(|line| labels.iter().all(|label| line.contains(label)))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A head over hyper's own limit after a park is refused by hyper as on a fresh connection:
+/// the connection closes, nothing reaches the backend, and the refusal is counted once each.
+#[tokio::test]
+async fn a_head_over_hypers_limit_after_a_park_is_refused_and_counted() {
+    let backend = counting_backend().await;
+    let (balancer, _rx) = start(&config_text(
+        &[backend.entry("c")],
+        "header_read_timeout = \"200ms\"\nidle_timeout = \"30s\"\nmax_header_bytes = 8192",
+        QUIET,
+    ))
+    .await;
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: app.test\r\nX-Big: {}\r\n\r\n",
+        "x".repeat(20 * 1024)
+    );
+    let refused = || {
+        metric_sum(
+            &balancer,
+            "capataz_client_requests_total",
+            &["answered_by=\"capataz\"", "class=\"4xx\""],
+        )
+    };
+    for (round, parked) in [false, true].into_iter().enumerate() {
+        let mut stream = if parked {
+            parked_connection(&balancer).await
+        } else {
+            TcpStream::connect(balancer.local_addrs()[0]).await.unwrap()
+        };
+        // The balancer may close before reading it all (a reset): the write may fail.
+        let _ = stream.write_all(big.as_bytes()).await;
+        let (_, got) = until_closed(&mut stream).await;
+        if !got.is_empty() {
+            assert_eq!(
+                status_of(&got),
+                Some(431),
+                "{}",
+                String::from_utf8_lossy(&got)
+            );
+        }
+        wait_until("the refusal is counted", || refused() == (round + 1) as f64).await;
+    }
+    assert_eq!(backend.hits(), 1, "only the warm-up request");
+    wait_until("every connection is gone", || {
         balancer.open_connections() == 0 && balancer.parked_connections() == 0
     })
     .await;

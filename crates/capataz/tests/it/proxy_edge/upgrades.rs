@@ -4,39 +4,7 @@ use super::*;
 
 #[tokio::test]
 async fn websocket_upgrade_passes_through_and_echoes_both_ways() {
-    // Plain requests get `200 plain` (keep-alive); an upgrade request gets a 101 and an echo.
-    let echo = RawBackend::start(|mut stream, hits| async move {
-        let mut buf = Vec::new();
-        loop {
-            let Some(head) = read_head(&mut stream, &mut buf).await else {
-                return;
-            };
-            hits.fetch_add(1, Ordering::SeqCst);
-            let upgrade = has_token(&head, "connection", "upgrade")
-                && header(&head, "upgrade").is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
-            if upgrade {
-                break;
-            }
-            let plain = b"HTTP/1.1 200 OK\r\nX-Backend: echo\r\nContent-Length: 5\r\n\r\nplain";
-            if stream.write_all(plain).await.is_err() {
-                return;
-            }
-        }
-        let switch = b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
-        if stream.write_all(switch).await.is_err() {
-            return;
-        }
-        if !buf.is_empty() && stream.write_all(&buf).await.is_err() {
-            return;
-        }
-        let mut chunk = [0u8; 4096];
-        while let Ok(n) = stream.read(&mut chunk).await {
-            if n == 0 || stream.write_all(&chunk[..n]).await.is_err() {
-                return;
-            }
-        }
-    })
-    .await;
+    let echo = echo_backend().await;
     let (balancer, _rx) = start(&config_text(&[echo.entry("echo")], "", QUIET)).await;
     let mut client = TcpStream::connect(balancer.local_addrs()[0])
         .await
@@ -90,4 +58,103 @@ async fn websocket_upgrade_passes_through_and_echoes_both_ways() {
         .expect("the tunnel closes after the client's FIN")
         .expect("a clean close");
     assert!(rest.is_empty());
+}
+
+/// Plain requests get `200 plain` (keep-alive); an upgrade request gets a 101 and an echo.
+async fn echo_backend() -> RawBackend {
+    RawBackend::start(|mut stream, hits| async move {
+        let mut buf = Vec::new();
+        loop {
+            let Some(head) = read_head(&mut stream, &mut buf).await else {
+                return;
+            };
+            hits.fetch_add(1, Ordering::SeqCst);
+            let upgrade = has_token(&head, "connection", "upgrade")
+                && header(&head, "upgrade").is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+            if upgrade {
+                break;
+            }
+            let plain = b"HTTP/1.1 200 OK\r\nX-Backend: echo\r\nContent-Length: 5\r\n\r\nplain";
+            if stream.write_all(plain).await.is_err() {
+                return;
+            }
+        }
+        let switch = b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
+        if stream.write_all(switch).await.is_err() {
+            return;
+        }
+        if !buf.is_empty() && stream.write_all(&buf).await.is_err() {
+            return;
+        }
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = stream.read(&mut chunk).await {
+            if n == 0 || stream.write_all(&chunk[..n]).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await
+}
+
+/// A WebSocket upgrade on a parked connection (quiet for a watcher period after a plain
+/// request) gets its 101 and a tunnel that echoes both ways, even once quiet again.
+#[tokio::test]
+async fn a_websocket_upgrade_on_a_parked_connection_passes_through() {
+    let echo = echo_backend().await;
+    let (balancer, _rx) = start(&config_text(
+        &[echo.entry("echo")],
+        "header_read_timeout = \"200ms\"\nidle_timeout = \"30s\"",
+        QUIET,
+    ))
+    .await;
+    let mut client = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
+    let mut buf = Vec::new();
+    client
+        .write_all(b"GET /plain HTTP/1.1\r\nHost: app.test\r\n\r\n")
+        .await
+        .unwrap();
+    let head = read_head(&mut client, &mut buf).await.expect("an answer");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(
+        read_body(&mut client, &mut buf, &head).await.unwrap(),
+        b"plain"
+    );
+    crate::support::wait::wait_until("the connection parks", || balancer.parks() >= 1).await;
+    client
+        .write_all(
+            b"GET /chat HTTP/1.1\r\nHost: app.test\r\nConnection: Upgrade\r\n\
+              Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let head = tokio::time::timeout(DEADLINE, read_head(&mut client, &mut buf))
+        .await
+        .expect("a 101 in time")
+        .expect("a response head");
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(buf.is_empty(), "no bytes may follow a 101 head unasked");
+    let parks = balancer.parks();
+    for message in [&b"hello"[..], &[7u8; 3000][..]] {
+        client.write_all(message).await.unwrap();
+        let echoed = tokio::time::timeout(
+            DEADLINE,
+            read_exact_buf(&mut client, &mut buf, message.len()),
+        )
+        .await
+        .expect("echo in time")
+        .expect("echoed bytes");
+        assert_eq!(echoed, message);
+    }
+    // Quiet for several watcher periods (50 ms): a tunnel is not an HTTP connection to park.
+    // The one wait of the test on time itself: nothing to wait on but its passing.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    client.write_all(b"still there").await.unwrap();
+    let echoed = tokio::time::timeout(DEADLINE, read_exact_buf(&mut client, &mut buf, 11))
+        .await
+        .expect("echo in time")
+        .expect("echoed bytes");
+    assert_eq!(echoed, b"still there");
+    assert_eq!(balancer.parks(), parks, "the tunnel never parks");
+    assert_eq!(balancer.parked_connections(), 0);
+    assert_eq!(echo.hits(), 2);
 }

@@ -107,3 +107,74 @@ async fn shutdown_drops_a_connection_still_in_its_handshake_at_once() {
         .expect("the shutdown ends at once");
     closed_after(&mut silent).await;
 }
+
+/// An HTTPS connection parks like a plain one (its TLS stream kept, no `close_notify` sent by
+/// the park): the answer after a park is the answer before it, a `Connection: close` request
+/// after a park gets its answer and a clean close, and a shutdown closes a parked connection
+/// promptly and counts it closed.
+#[tokio::test]
+async fn a_parked_tls_connection_answers_as_before_and_closes_cleanly() {
+    let pki = Pki::new();
+    let (cert, key) = pki.server("site", &["site.test"], None);
+    let (b, balancer) = tls_balancer(
+        &[(&cert, &key)],
+        "",
+        "header_read_timeout = \"200ms\"\nidle_timeout = \"30s\"",
+    )
+    .await;
+    let addr = balancer.local_addrs()[0];
+    let client = Client::trusting(&pki);
+    let mut stream = client.connect(addr, "site.test").await.expect("handshake");
+    let without_date = |(head, body): (String, String)| {
+        let head: Vec<_> = head
+            .lines()
+            .filter(|l| !l.starts_with("date:"))
+            .map(str::to_owned)
+            .collect();
+        (head, body)
+    };
+    let before = without_date(get(&mut stream, "site.test").await.expect("an answer"));
+    crate::support::wait::wait_until("the connection parks", || balancer.parks() >= 1).await;
+    let after = without_date(
+        get(&mut stream, "site.test")
+            .await
+            .expect("an answer after a park"),
+    );
+    assert_eq!(before, after);
+    crate::support::wait::wait_until("parked again", || balancer.parks() >= 2).await;
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: site.test\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(DEADLINE, stream.read_to_end(&mut rest))
+        .await
+        .expect("closed after the answer")
+        .expect("a clean TLS close (close_notify)");
+    let text = String::from_utf8_lossy(&rest);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.ends_with(&before.1), "{text}");
+    crate::support::wait::wait_until("the connection is counted closed", || {
+        balancer.open_connections() == 0 && balancer.parked_connections() == 0
+    })
+    .await;
+    assert_eq!(b[0].traffic_hits(), 3);
+
+    // Parked again on a new connection, then the balancer shuts down.
+    let mut stream = client.connect(addr, "site.test").await.expect("handshake");
+    assert!(get(&mut stream, "site.test").await.is_some());
+    crate::support::wait::wait_until("parked", || balancer.parked_connections() == 1).await;
+    let started = tokio::time::Instant::now();
+    tokio::time::timeout(DEADLINE, balancer.shutdown(Duration::from_secs(15)))
+        .await
+        .expect("the shutdown ends");
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(DEADLINE, stream.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "the parked connection is closed");
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+}
