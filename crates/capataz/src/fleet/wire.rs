@@ -2,7 +2,7 @@
 //! verdict an owner publishes (`{"state":"DOWN","streak":3,"last":"REFUSED"}`), and reading
 //! them back, bounded and refusing anything else.
 
-use capataz_health::{Outcome, PublishedWhy, State};
+use capataz_health::{replay, Outcome, PublishedWhy, State};
 use serde::{Deserialize, Serialize};
 
 /// The longest value read (a verdict is about 50 bytes).
@@ -87,7 +87,10 @@ pub(crate) fn encode(verdict: &Verdict) -> String {
     let wire = Wire {
         state: verdict.state.as_str().to_owned(),
         streak: verdict.why.streak,
-        last: verdict.why.last.map(outcome_text),
+        last: verdict
+            .why
+            .last
+            .map(|outcome| replay::answer(outcome).into_owned()),
     };
     // A struct of strings and a number always serializes.
     serde_json::to_string(&wire).unwrap_or_default()
@@ -124,30 +127,12 @@ pub(crate) fn decode(value: &[u8]) -> Result<Verdict, String> {
     })
 }
 
-/// `200` for a status, else the replay protocol's words (`TIMEOUT`, `GRPC 14`, ...).
-fn outcome_text(outcome: Outcome) -> String {
-    match outcome {
-        Outcome::Status(code) => code.to_string(),
-        Outcome::Timeout => "TIMEOUT".into(),
-        Outcome::Refused => "REFUSED".into(),
-        Outcome::Reset => "RESET".into(),
-        Outcome::Malformed => "MALFORMED".into(),
-        Outcome::Tls => "TLS".into(),
-        Outcome::Connected => "CONNECTED".into(),
-        Outcome::Grpc(code) => format!("GRPC {code}"),
-    }
-}
-
+/// An outcome written as `capataz replay` scripts write it (`HTTP/1.1 503`, `TIMEOUT`,
+/// `GRPC 14`, `MALFORMED`, ...), read back with [`Outcome::parse`]; any other text is refused,
+/// not read as malformed.
 fn parse_outcome(text: &str) -> Option<Outcome> {
-    if let Ok(code) = text.parse::<u16>() {
-        return (100..=599).contains(&code).then_some(Outcome::Status(code));
-    }
-    if text == "MALFORMED" {
-        return Some(Outcome::Malformed);
-    }
     match Outcome::parse(text.as_bytes()) {
-        Outcome::Malformed => None,
-        Outcome::Status(_) => None,
+        Outcome::Malformed if text != "MALFORMED" => None,
         outcome => Some(outcome),
     }
 }
