@@ -181,7 +181,15 @@ fn three_instances_share_the_probing_and_all_exclude_a_dead_backend() {
     assert_eq!(owned, 6.0);
     assert_eq!(metric(live[1], "capataz_fleet_members"), 3.0);
     assert_eq!(metric(live[1], "capataz_fleet_cut_off"), 0.0);
-    assert!(metric(live[1], "capataz_fleet_published_total") >= 1.0);
+    // Every instance that owns a backend publishes its verdicts. Which instance owns what
+    // follows from the backends' ephemeral ports, so an instance may own none (b owns none of
+    // six in about 9 % of runs).
+    for instance in &live {
+        if metric(instance, "capataz_fleet_owned_backends") >= 1.0 {
+            let published = metric(instance, "capataz_fleet_published_total");
+            assert!(published >= 1.0, "{} published {published}", instance.name);
+        }
+    }
     let (_, page) = get(live[2].admin, "/metrics").expect("GET /metrics");
     let (code, findings) = promtool_check(&page);
     assert_eq!((code, findings.trim()), (0, ""), "promtool:\n{findings}");
@@ -299,8 +307,16 @@ fn an_instance_cut_off_from_etcd_probes_everything_says_so_and_rejoins() {
             .collect()
     };
     assert_eq!(fleet_events(&c), ["joined"]);
+    // With two members c owns the backends /status names it the owner of (which ones
+    // follows from the backends' ephemeral ports; all six in 1 of 64 runs).
     let shared = metric(&c, "capataz_fleet_owned_backends");
-    assert!(shared < 6.0, "c owns {shared} of 6 with two members");
+    let named = fleet(&c)["backends"]
+        .as_array()
+        .expect("backends")
+        .iter()
+        .filter(|e| e["owners"] == serde_json::json!(["c"]))
+        .count();
+    assert_eq!(shared, named as f64, "c's owned backends against /status");
 
     relay.cut();
     wait_for("c to say it is cut off", || {
