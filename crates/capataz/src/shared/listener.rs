@@ -227,6 +227,9 @@ async fn accept_loop(
     // The address clients connect to, for PROXY protocol headers to backends; read per
     // connection only when the listener's address is a wildcard.
     let bound = socket.local_addr().ok();
+    // The watcher of the connections accepted with the limits in force (a reload that changes
+    // them starts another; the old one ends with its last connection).
+    let mut watcher: Option<client::Watch> = None;
     loop {
         let accepted = tokio::select! {
             accepted = socket.accept() => accepted,
@@ -247,7 +250,6 @@ async fn accept_loop(
             _ => stream.local_addr().ok(),
         };
         let state = state.clone();
-        let shutdown = shutdown.clone();
         let connections = connections.clone();
         connections.fetch_add(1, Ordering::Relaxed);
         let (limits, protocol, tls, proxy_protocol) = {
@@ -274,6 +276,10 @@ async fn accept_loop(
                 .is_some_and(|pp| pp.trusted.iter().any(|block| block.contains(peer.ip())));
             (limits, protocol, tls, proxy_protocol)
         };
+        if watcher.as_ref().is_none_or(|w| *w.limits() != limits) {
+            watcher = Some(client::Watch::start(limits, shutdown.clone()));
+        }
+        let Some(watch) = &watcher else { continue };
         // The routes in force now: a reload applies to the next request on every connection.
         let proxy = move || state.load().proxy.clone();
         let failures = failures.clone();
@@ -286,16 +292,18 @@ async fn accept_loop(
             let mut client = ClientInfo::new(peer);
             client.destination = local;
             tokio::spawn(client::serve(
-                stream, client, protocol, limits, proxy, shutdown, counted,
+                stream, client, protocol, watch, proxy, counted,
             ));
             continue;
         }
+        let watch = watch.clone();
+        let shutdown = shutdown.clone();
         tokio::spawn(async move {
             let _counted = counted;
             let connection = Connection {
                 tls,
                 protocol,
-                limits,
+                watch,
                 shutdown,
                 failures,
             };
@@ -354,7 +362,7 @@ impl Drop for Counted {
 struct Connection {
     tls: Option<ServerTls>,
     protocol: client::Protocol,
-    limits: client::Limits,
+    watch: client::Watch,
     shutdown: watch::Receiver<bool>,
     failures: HandshakeFailures,
 }
@@ -374,15 +382,16 @@ impl Connection {
         let Connection {
             tls,
             protocol,
-            limits,
+            watch,
             shutdown,
             failures,
         } = self;
+        let limits = *watch.limits();
         match tls {
             None => {
                 let mut client = ClientInfo::new(peer);
                 client.destination = destination;
-                client::serve(stream, client, protocol, limits, proxy, shutdown, ()).await
+                client::serve(stream, client, protocol, &watch, proxy, ()).await
             }
             Some(tls) => {
                 let mut signal = shutdown.clone();
@@ -412,9 +421,8 @@ impl Connection {
                         Box::new(stream),
                         client,
                         protocol,
-                        limits,
+                        &watch,
                         proxy,
-                        shutdown,
                         (),
                     ))
                     .await;

@@ -11,7 +11,7 @@
 //! Memory of an idle connection: hyper's connection (its state and its 8 KB read and write
 //! buffers) is only built, boxed, once the client's first bytes are there (read here, up to
 //! 4 KB, on the stack of one poll, and handed to hyper first), so a connection that has sent
-//! nothing yet costs its socket, this future and its watcher task; the listener boxes its other
+//! nothing yet costs its socket, this future and a line in its watcher; the listener boxes its other
 //! stages (TLS handshake, PROXY header) for the same reason: a task is as big as its biggest
 //! stage for its whole life. An HTTP/1 connection quiet for a watcher period after a request
 //! gives hyper's connection back the same way (parked, see [`serve_http1`]) until its next
@@ -23,9 +23,10 @@
 //!   The wait for the next request on a keep-alive connection is idle time, not header time.
 //!
 //! Neither costs anything per request: the socket is wrapped in [`CountingIo`], which adds to a
-//! counter per read and per write, and a watcher task per connection looks at the counters a
-//! few times per timeout (every quarter of the shorter one, 20 ms to 1 s). A timeout therefore
-//! fires between its value and its value plus that period. hyper's own `header_read_timeout`
+//! counter per read and per write, and a watcher ([`Watch`], one task per listener for all its
+//! connections) looks at the counters a few times per timeout (every quarter of the shorter
+//! one, 20 ms to 1 s). A timeout therefore fires between its value and its value plus that
+//! period. hyper's own `header_read_timeout`
 //! is not used: it arms a fresh boxed timer per request and also counts the keep-alive wait.
 //!
 //! The watcher also closes the connection's private idle backend connections (see
@@ -77,14 +78,15 @@ use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::{oneshot, watch};
-use tokio::time::Instant;
 
 use crate::body::RespBody;
 use crate::config::Http2Config;
 use crate::instruments::{ListenerMetrics, OpenConnection};
 use crate::proxy::{ClientInfo, Proxy};
 use crate::upstream::PrivateIdle;
+
+mod watch;
+pub(crate) use watch::Watch;
 
 /// `Shared::close` values, besides 0 (keep serving).
 const GRACEFUL: u8 = 1;
@@ -98,7 +100,7 @@ const PARKING: u8 = 2;
 const PARKED: u8 = 3;
 
 /// The timeouts and buffer limit of one client connection.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Limits {
     /// See the module documentation.
     pub(crate) idle_timeout: Duration,
@@ -187,6 +189,8 @@ struct Shared {
     park: AtomicU8,
     /// The connection task's waker, registered on its first poll.
     waker: Mutex<Option<Waker>>,
+    /// Set when the connection has ended: the watcher forgets it.
+    ended: AtomicBool,
 }
 
 impl Shared {
@@ -207,6 +211,7 @@ impl Shared {
             draining: AtomicBool::new(false),
             park: AtomicU8::new(SERVING),
             waker: Mutex::new(None),
+            ended: AtomicBool::new(false),
         }
     }
 
@@ -269,9 +274,8 @@ pub(crate) fn serve<IO>(
     stream: IO,
     client: ClientInfo,
     protocol: Protocol,
-    limits: Limits,
+    watch: &Watch,
     proxy: impl Fn() -> Arc<Proxy> + Send + Sync + 'static,
-    shutdown: watch::Receiver<bool>,
     guard: impl Send + 'static,
 ) -> impl Future<Output = ()> + Send + 'static
 where
@@ -280,17 +284,12 @@ where
     // Counted open until the future ends.
     let open = proxy().metrics().connection();
     let proxy = Arc::new(proxy);
+    let limits = *watch.limits();
     let shared = Arc::new(Shared::new(open.listener().clone()));
     let client = Arc::new(client);
     let private = client.private.clone();
-    let (done, watcher_done) = oneshot::channel::<()>();
-    tokio::spawn(watch_connection(
-        shared.clone(),
-        client.private.clone(),
-        limits,
-        shutdown,
-        watcher_done,
-    ));
+    watch.add(shared.clone(), Arc::downgrade(&private));
+    let done = Ended(shared.clone());
 
     let service_shared = shared.clone();
     let service_proxy = proxy.clone();
@@ -330,7 +329,7 @@ where
 }
 
 /// [`serve`]'s future, past the setup; `held` (the open connection's guard, the watcher's
-/// `done` and the caller's guard) is dropped at its end.
+/// [`Ended`] and the caller's guard) is dropped at its end.
 #[allow(clippy::too_many_arguments)]
 async fn serving<IO, S, P, G>(
     mut io: CountingIo<IO>,
@@ -340,7 +339,7 @@ async fn serving<IO, S, P, G>(
     protocol: Protocol,
     limits: Limits,
     proxy: Arc<P>,
-    held: (OpenConnection, oneshot::Sender<()>, G),
+    held: (OpenConnection, Ended, G),
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     S: hyper::service::HttpService<hyper::body::Incoming, ResBody = Tracked>
@@ -385,12 +384,21 @@ async fn serving<IO, S, P, G>(
     if refused {
         proxy().count_refused();
     }
-    // The watcher's `done` first, then the bytes, then the connection counted closed.
+    // The watcher's line first, then the bytes, then the connection counted closed.
     let (open, done, guard) = held;
     drop(done);
     shared.count_bytes();
     drop(open);
     drop(guard);
+}
+
+/// Tells the watcher, when dropped, that the connection has ended (however its future ends).
+struct Ended(Arc<Shared>);
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        self.0.ended.store(true, Ordering::Release);
+    }
 }
 
 /// hyper's HTTP/1 server with the listener's settings.
@@ -797,155 +805,6 @@ impl Body for Tracked {
     }
 }
 
-/// Watches one connection's counters for its timeouts, and the balancer's shutdown, and reaps
-/// the idle backend connections private to it.
-async fn watch_connection(
-    shared: Arc<Shared>,
-    private: Arc<PrivateIdle>,
-    limits: Limits,
-    mut shutdown: watch::Receiver<bool>,
-    mut done: oneshot::Receiver<()>,
-) {
-    let period = (limits.idle_timeout.min(limits.header_read_timeout) / 4)
-        .clamp(Duration::from_millis(20), Duration::from_secs(1));
-    let mut quiet_since = Instant::now();
-    let mut head_since: Option<Instant> = None;
-    let mut seen = (0, 0, 0);
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut draining = *shutdown.borrow();
-    // While draining: when the connection last moved a byte (or the drain began), and the
-    // byte counts then.
-    let mut drain_quiet: Option<(Instant, (u64, u64))> = None;
-    let mut goaway_since: Option<Instant> = None;
-    loop {
-        if draining && drain_quiet.is_none() {
-            let now = Instant::now();
-            drain_quiet = Some((now, bytes_moved(&shared)));
-            shared.draining.store(true, Ordering::Relaxed);
-            if shared.h2.load(Ordering::Relaxed) {
-                // GOAWAY: the client opens no new stream here; those in progress finish.
-                shared.close(GRACEFUL);
-                goaway_since = Some(now);
-            }
-            // HTTP/1: the answer of every request from now on says `Connection: close`, and
-            // the client opens its next connection elsewhere; a connection with no request
-            // in progress that moves no byte for `DRAIN_IDLE_GRACE` is closed. (hyper's
-            // graceful shutdown is not used: an answer it had already sent as keep-alive
-            // would be followed by a close the client did not expect, racing its next
-            // request.)
-        }
-        tokio::select! {
-            _ = &mut done => return,
-            changed = shutdown.changed(), if !draining => {
-                draining = changed.is_err() || *shutdown.borrow();
-            }
-            now = tick.tick() => {
-                if let Some(sent) = goaway_since {
-                    // An HTTP/2 connection got its GOAWAY: gone by now, or dropped (once its
-                    // streams are done, when draining).
-                    let waited = now.saturating_duration_since(sent) >= GOAWAY_GRACE;
-                    if waited
-                        && (drain_quiet.is_none() || shared.active.load(Ordering::Relaxed) == 0)
-                    {
-                        shared.close(ABORT);
-                        return;
-                    }
-                } else if let Some((since, moved)) = &mut drain_quiet {
-                    let now_moved = bytes_moved(&shared);
-                    if now_moved != *moved {
-                        *since = now;
-                        *moved = now_moved;
-                    } else if shared.active.load(Ordering::Relaxed) == 0
-                        && now.saturating_duration_since(*since) >= DRAIN_IDLE_GRACE
-                    {
-                        shared.close(ABORT);
-                        return;
-                    }
-                } else if timed_out(&shared, limits, now, &mut seen, &mut quiet_since, &mut head_since)
-                {
-                    if shared.h2.load(Ordering::Relaxed) {
-                        shared.close(GRACEFUL);
-                        goaway_since = Some(now);
-                    } else {
-                        shared.close(ABORT);
-                        return;
-                    }
-                } else if parkable(&shared, now, quiet_since, period) {
-                    shared.ask_park();
-                }
-                shared.count_bytes();
-                private.reap();
-            }
-        }
-    }
-}
-
-/// Whether an HTTP/1 connection can be parked (see [`serve_http1`]): it served a request, has
-/// none in progress and no head arriving, and moved no byte for a whole watcher period.
-fn parkable(shared: &Shared, now: Instant, quiet_since: Instant, period: Duration) -> bool {
-    !shared.h2.load(Ordering::Relaxed)
-        && shared.served.load(Ordering::Relaxed) > 0
-        && shared.active.load(Ordering::Relaxed) == 0
-        && shared.reads.load(Ordering::Relaxed) <= shared.reads_at_rest.load(Ordering::Relaxed)
-        && now.saturating_duration_since(quiet_since) >= period
-        && shared.park.load(Ordering::Relaxed) == SERVING
-}
-
-/// The bytes a connection has read and written so far.
-fn bytes_moved(shared: &Shared) -> (u64, u64) {
-    (
-        shared.reads.load(Ordering::Relaxed),
-        shared.writes.load(Ordering::Relaxed),
-    )
-}
-
-/// One look at the counters: whether a timeout has run out by `now`.
-fn timed_out(
-    shared: &Shared,
-    limits: Limits,
-    now: Instant,
-    seen: &mut (u64, u64, u64),
-    quiet_since: &mut Instant,
-    head_since: &mut Option<Instant>,
-) -> bool {
-    let reads = shared.reads.load(Ordering::Relaxed);
-    let counters = (
-        reads,
-        shared.writes.load(Ordering::Relaxed),
-        shared.served.load(Ordering::Relaxed),
-    );
-    let h2 = shared.h2.load(Ordering::Relaxed);
-    let wrote = counters.1 != seen.1;
-    // HTTP/2 moves frames of its own (PING, SETTINGS, WINDOW_UPDATE): only streams count.
-    let moved = if h2 {
-        counters.2 != seen.2
-    } else {
-        counters != *seen
-    };
-    *seen = counters;
-    if shared.active.load(Ordering::Relaxed) > 0 {
-        *quiet_since = now;
-        *head_since = None;
-        return false;
-    }
-    // HTTP/2 has no head to time between requests: only idleness counts.
-    if !h2 && reads > shared.reads_at_rest.load(Ordering::Relaxed) {
-        // A head is arriving. (A write means a response is still going out, pipelined
-        // requests queued behind it; the head's time starts after.)
-        if wrote {
-            *head_since = None;
-        }
-        let since = *head_since.get_or_insert(now);
-        return now.saturating_duration_since(since) >= limits.header_read_timeout;
-    }
-    *head_since = None;
-    if moved {
-        *quiet_since = now;
-    }
-    now.saturating_duration_since(*quiet_since) >= limits.idle_timeout
-}
-
 /// The client socket (TCP, or TLS over it), counting the bytes read and written.
 struct CountingIo<IO> {
     inner: IO,
@@ -1035,13 +894,13 @@ mod tests {
     use super::*;
     use crate::instruments::{Families, HistogramScope};
 
-    fn new_shared() -> Shared {
+    pub(super) fn new_shared() -> Shared {
         let mut registry = prometheus_client::registry::Registry::default();
         let families = Families::register(&mut registry, HistogramScope::Pool);
         Shared::new(families.listener("test"))
     }
 
-    fn limits() -> Limits {
+    pub(super) fn limits() -> Limits {
         Limits {
             idle_timeout: Duration::from_secs(10),
             header_read_timeout: Duration::from_secs(2),
@@ -1049,48 +908,6 @@ mod tests {
             max_header_list: 16384,
             http2: Http2Config::default(),
         }
-    }
-
-    /// Looks at `shared` every second for `secs` seconds, bumping reads (and writes, if
-    /// `writes`) before each look (a chatty peer); the second at which a timeout ran out, if
-    /// one did.
-    fn chatty_for(shared: &Shared, secs: u64, writes: bool) -> Option<u64> {
-        let start = Instant::now();
-        let (mut seen, mut quiet, mut head) = ((0, 0, 0), start, None);
-        (1..=secs).find(|s| {
-            shared.reads.fetch_add(1, Ordering::Relaxed);
-            if writes {
-                shared.writes.fetch_add(1, Ordering::Relaxed);
-            }
-            let now = start + Duration::from_secs(*s);
-            timed_out(shared, limits(), now, &mut seen, &mut quiet, &mut head)
-        })
-    }
-
-    #[test]
-    fn http2_frames_without_a_stream_are_idle_time_not_a_head() {
-        let shared = new_shared();
-        shared.set_h2(&limits());
-        // PINGs and acks every second, no stream: closed at idle_timeout, never as a slow head.
-        assert_eq!(chatty_for(&shared, 30, true), Some(10));
-        let shared = new_shared();
-        shared.set_h2(&limits());
-        assert_eq!(chatty_for(&shared, 30, false), Some(10));
-    }
-
-    #[test]
-    fn http1_bytes_without_a_request_are_a_head_arriving() {
-        // Bytes since the first look, no request: the head's 2 s run out at the third look.
-        let shared = new_shared();
-        assert_eq!(chatty_for(&shared, 30, false), Some(3));
-    }
-
-    #[test]
-    fn an_http2_stream_in_progress_is_never_idle() {
-        let shared = new_shared();
-        shared.set_h2(&limits());
-        shared.active.fetch_add(1, Ordering::Relaxed);
-        assert_eq!(chatty_for(&shared, 60, true), None);
     }
 
     #[test]

@@ -1,0 +1,379 @@
+//! The watcher: one task per listener (per set of [`Limits`]) that looks at the counters of
+//! every connection it serves a few times per timeout, closes those whose timeout ran out,
+//! drains them on shutdown, asks quiet HTTP/1 connections to park, adds their bytes to the
+//! listener's counters and reaps their private idle backend connections.
+//!
+//! One task for all connections, not one each: a task, its timer and the channel that ended
+//! it cost an idle connection about as much memory as its socket and its own task together
+//! (see BENCHMARKS.md, "Memory per idle client connection"). A connection is a line in the
+//! watcher's list (its [`Shared`] and what the watcher remembers of it), added when it starts
+//! and dropped at the first look after it ended.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::{Limits, Shared, ABORT, DRAIN_IDLE_GRACE, GOAWAY_GRACE, GRACEFUL, SERVING};
+use crate::upstream::PrivateIdle;
+
+/// A listener's watcher, for the connections it accepts with one set of [`Limits`]. Cloning
+/// it is cheap; its task ends once every handle is gone and so are its connections.
+#[derive(Clone)]
+pub(crate) struct Watch(Arc<Inner>);
+
+struct Inner {
+    limits: Limits,
+    /// Connections started since the watcher's last look, taken in at its next.
+    started: Mutex<Vec<Watched>>,
+    /// Whether the balancer drains (a stop, or an upgrade's handover).
+    draining: AtomicBool,
+}
+
+impl Watch {
+    /// Starts the watcher of connections served with `limits`; `shutdown` says when the
+    /// balancer drains. Needs a tokio runtime.
+    pub(crate) fn start(limits: Limits, shutdown: watch::Receiver<bool>) -> Watch {
+        let inner = Arc::new(Inner {
+            limits,
+            started: Mutex::new(Vec::new()),
+            draining: AtomicBool::new(*shutdown.borrow()),
+        });
+        tokio::spawn(run(Arc::downgrade(&inner), limits, shutdown));
+        Watch(inner)
+    }
+
+    /// The limits of the connections it watches.
+    pub(crate) fn limits(&self) -> &Limits {
+        &self.0.limits
+    }
+
+    /// Watches a connection from now on, until `shared.ended` is set.
+    pub(super) fn add(&self, shared: Arc<Shared>, private: Weak<PrivateIdle>) {
+        if self.0.draining.load(Ordering::Relaxed) {
+            // Every answer from now on says `Connection: close`, before the watcher's next look.
+            shared.draining.store(true, Ordering::Relaxed);
+        }
+        let line = Watched::new(shared, private, Instant::now());
+        self.0
+            .started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(line);
+    }
+}
+
+/// The watcher's task: looks at every connection each period, and at once when the balancer
+/// starts to drain. Ends when no [`Watch`] is left (the listener moved on to other limits, or
+/// stopped) and its last connection has ended.
+async fn run(inner: Weak<Inner>, limits: Limits, mut shutdown: watch::Receiver<bool>) {
+    let period = period(&limits);
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut lines: Vec<Watched> = Vec::new();
+    let mut draining = *shutdown.borrow();
+    loop {
+        let now = tokio::select! {
+            changed = shutdown.changed(), if !draining => {
+                draining = changed.is_err() || *shutdown.borrow();
+                if !draining {
+                    continue;
+                }
+                Instant::now()
+            }
+            now = tick.tick() => now,
+        };
+        match inner.upgrade() {
+            Some(inner) => {
+                if draining {
+                    inner.draining.store(true, Ordering::Relaxed);
+                }
+                let mut started = inner.started.lock().unwrap_or_else(|e| e.into_inner());
+                lines.append(&mut started);
+            }
+            None if lines.is_empty() => return,
+            None => {}
+        }
+        lines.retain_mut(|line| line.look(&limits, period, draining, now));
+        if lines.capacity() > 2 * lines.len() + 64 {
+            lines.shrink_to_fit();
+        }
+    }
+}
+
+/// How often the watcher looks: a quarter of the shorter timeout, 20 ms to 1 s. A timeout
+/// therefore fires between its value and its value plus this period.
+fn period(limits: &Limits) -> Duration {
+    (limits.idle_timeout.min(limits.header_read_timeout) / 4)
+        .clamp(Duration::from_millis(20), Duration::from_secs(1))
+}
+
+/// One connection, and what the watcher remembers of it between looks.
+struct Watched {
+    shared: Arc<Shared>,
+    /// The connection's private idle backend connections (gone with the connection).
+    private: Weak<PrivateIdle>,
+    /// The counters at the last look (reads, writes, requests served).
+    seen: (u64, u64, u64),
+    /// Since when the connection has been quiet (see [`timed_out`]).
+    quiet_since: Instant,
+    /// Since when a request head has been arriving.
+    head_since: Option<Instant>,
+    /// While draining: when the connection last moved a byte (or the drain began), and the
+    /// byte counts then.
+    drain_quiet: Option<(Instant, (u64, u64))>,
+    /// When an HTTP/2 connection got its GOAWAY.
+    goaway_since: Option<Instant>,
+}
+
+impl Watched {
+    fn new(shared: Arc<Shared>, private: Weak<PrivateIdle>, now: Instant) -> Watched {
+        Watched {
+            shared,
+            private,
+            seen: (0, 0, 0),
+            quiet_since: now,
+            head_since: None,
+            drain_quiet: None,
+            goaway_since: None,
+        }
+    }
+
+    /// One look at the connection at `now`; whether to keep watching it.
+    fn look(&mut self, limits: &Limits, period: Duration, draining: bool, now: Instant) -> bool {
+        let shared = &*self.shared;
+        if shared.ended.load(Ordering::Acquire) {
+            return false;
+        }
+        if draining && self.drain_quiet.is_none() {
+            self.drain_quiet = Some((now, bytes_moved(shared)));
+            shared.draining.store(true, Ordering::Relaxed);
+            if shared.h2.load(Ordering::Relaxed) {
+                // GOAWAY: the client opens no new stream here; those in progress finish.
+                shared.close(GRACEFUL);
+                self.goaway_since = Some(now);
+            }
+            // HTTP/1: the answer of every request from now on says `Connection: close`, and
+            // the client opens its next connection elsewhere; a connection with no request in
+            // progress that moves no byte for `DRAIN_IDLE_GRACE` is closed. (hyper's graceful
+            // shutdown is not used: an answer it had already sent as keep-alive would be
+            // followed by a close the client did not expect, racing its next request.)
+            return true;
+        }
+        if let Some(sent) = self.goaway_since {
+            // An HTTP/2 connection got its GOAWAY: gone by now, or dropped (once its streams
+            // are done, when draining).
+            let waited = now.saturating_duration_since(sent) >= GOAWAY_GRACE;
+            if waited && (self.drain_quiet.is_none() || shared.active.load(Ordering::Relaxed) == 0)
+            {
+                shared.close(ABORT);
+                return false;
+            }
+        } else if let Some((since, moved)) = &mut self.drain_quiet {
+            let now_moved = bytes_moved(shared);
+            if now_moved != *moved {
+                *since = now;
+                *moved = now_moved;
+            } else if shared.active.load(Ordering::Relaxed) == 0
+                && now.saturating_duration_since(*since) >= DRAIN_IDLE_GRACE
+            {
+                shared.close(ABORT);
+                return false;
+            }
+        } else if timed_out(
+            shared,
+            limits,
+            now,
+            &mut self.seen,
+            &mut self.quiet_since,
+            &mut self.head_since,
+        ) {
+            if shared.h2.load(Ordering::Relaxed) {
+                shared.close(GRACEFUL);
+                self.goaway_since = Some(now);
+            } else {
+                shared.close(ABORT);
+                return false;
+            }
+        } else if parkable(shared, now, self.quiet_since, period) {
+            shared.ask_park();
+        }
+        shared.count_bytes();
+        if let Some(private) = self.private.upgrade() {
+            private.reap();
+        }
+        true
+    }
+}
+
+/// Whether an HTTP/1 connection can be parked (see `serve_http1`): it served a request, has
+/// none in progress and no head arriving, and moved no byte for a whole watcher period.
+fn parkable(shared: &Shared, now: Instant, quiet_since: Instant, period: Duration) -> bool {
+    !shared.h2.load(Ordering::Relaxed)
+        && shared.served.load(Ordering::Relaxed) > 0
+        && shared.active.load(Ordering::Relaxed) == 0
+        && shared.reads.load(Ordering::Relaxed) <= shared.reads_at_rest.load(Ordering::Relaxed)
+        && now.saturating_duration_since(quiet_since) >= period
+        && shared.park.load(Ordering::Relaxed) == SERVING
+}
+
+/// The bytes a connection has read and written so far.
+fn bytes_moved(shared: &Shared) -> (u64, u64) {
+    (
+        shared.reads.load(Ordering::Relaxed),
+        shared.writes.load(Ordering::Relaxed),
+    )
+}
+
+/// One look at the counters: whether a timeout has run out by `now`.
+fn timed_out(
+    shared: &Shared,
+    limits: &Limits,
+    now: Instant,
+    seen: &mut (u64, u64, u64),
+    quiet_since: &mut Instant,
+    head_since: &mut Option<Instant>,
+) -> bool {
+    let reads = shared.reads.load(Ordering::Relaxed);
+    let counters = (
+        reads,
+        shared.writes.load(Ordering::Relaxed),
+        shared.served.load(Ordering::Relaxed),
+    );
+    let h2 = shared.h2.load(Ordering::Relaxed);
+    let wrote = counters.1 != seen.1;
+    // HTTP/2 moves frames of its own (PING, SETTINGS, WINDOW_UPDATE): only streams count.
+    let moved = if h2 {
+        counters.2 != seen.2
+    } else {
+        counters != *seen
+    };
+    *seen = counters;
+    if shared.active.load(Ordering::Relaxed) > 0 {
+        *quiet_since = now;
+        *head_since = None;
+        return false;
+    }
+    // HTTP/2 has no head to time between requests: only idleness counts.
+    if !h2 && reads > shared.reads_at_rest.load(Ordering::Relaxed) {
+        // A head is arriving. (A write means a response is still going out, pipelined
+        // requests queued behind it; the head's time starts after.)
+        if wrote {
+            *head_since = None;
+        }
+        let since = *head_since.get_or_insert(now);
+        return now.saturating_duration_since(since) >= limits.header_read_timeout;
+    }
+    *head_since = None;
+    if moved {
+        *quiet_since = now;
+    }
+    now.saturating_duration_since(*quiet_since) >= limits.idle_timeout
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{limits, new_shared};
+    use super::*;
+
+    /// Looks at `shared` every second for `secs` seconds, bumping reads (and writes, if
+    /// `writes`) before each look (a chatty peer); the second at which a timeout ran out, if
+    /// one did.
+    fn chatty_for(shared: &Shared, secs: u64, writes: bool) -> Option<u64> {
+        let start = Instant::now();
+        let (mut seen, mut quiet, mut head) = ((0, 0, 0), start, None);
+        (1..=secs).find(|s| {
+            shared.reads.fetch_add(1, Ordering::Relaxed);
+            if writes {
+                shared.writes.fetch_add(1, Ordering::Relaxed);
+            }
+            let now = start + Duration::from_secs(*s);
+            timed_out(shared, &limits(), now, &mut seen, &mut quiet, &mut head)
+        })
+    }
+
+    #[test]
+    fn http2_frames_without_a_stream_are_idle_time_not_a_head() {
+        let shared = new_shared();
+        shared.set_h2(&limits());
+        // PINGs and acks every second, no stream: closed at idle_timeout, never as a slow head.
+        assert_eq!(chatty_for(&shared, 30, true), Some(10));
+        let shared = new_shared();
+        shared.set_h2(&limits());
+        assert_eq!(chatty_for(&shared, 30, false), Some(10));
+    }
+
+    #[test]
+    fn http1_bytes_without_a_request_are_a_head_arriving() {
+        // Bytes since the first look, no request: the head's 2 s run out at the third look.
+        let shared = new_shared();
+        assert_eq!(chatty_for(&shared, 30, false), Some(3));
+    }
+
+    #[test]
+    fn an_http2_stream_in_progress_is_never_idle() {
+        let shared = new_shared();
+        shared.set_h2(&limits());
+        shared.active.fetch_add(1, Ordering::Relaxed);
+        assert_eq!(chatty_for(&shared, 60, true), None);
+    }
+
+    /// Connections of one watcher: an idle one is closed after `idle_timeout` (within a period),
+    /// an ended one leaves the list, and the task ends once its handles and connections are
+    /// gone.
+    #[tokio::test(start_paused = true)]
+    async fn one_task_times_out_its_connections_and_ends_with_them() {
+        let (tx, shutdown) = watch::channel(false);
+        let watch = Watch::start(limits(), shutdown);
+        let idle = Arc::new(new_shared());
+        let busy = Arc::new(new_shared());
+        busy.active.fetch_add(1, Ordering::Relaxed);
+        watch.add(idle.clone(), Weak::new());
+        watch.add(busy.clone(), Weak::new());
+        tokio::time::sleep(Duration::from_millis(9_900)).await;
+        assert_eq!(idle.close.load(Ordering::Relaxed), 0);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(idle.close.load(Ordering::Relaxed), ABORT);
+        assert_eq!(busy.close.load(Ordering::Relaxed), 0);
+        drop(watch);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        // The busy connection keeps the task: it still holds its line.
+        assert_eq!(Arc::strong_count(&busy), 2);
+        assert_eq!(tx.receiver_count(), 1);
+        busy.ended.store(true, Ordering::Release);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(Arc::strong_count(&busy), 1);
+        assert_eq!(Arc::strong_count(&idle), 1);
+        // The task has ended: its receiver of the shutdown signal is gone.
+        assert_eq!(tx.receiver_count(), 0);
+    }
+
+    /// A drain reaches every connection at once, not at the next period: an HTTP/2 one gets
+    /// its GOAWAY, an HTTP/1 one answers with `Connection: close` from then on, and one added
+    /// while draining too.
+    #[tokio::test(start_paused = true)]
+    async fn a_drain_reaches_every_connection_at_once() {
+        let (tx, shutdown) = watch::channel(false);
+        let watch = Watch::start(limits(), shutdown);
+        let h1 = Arc::new(new_shared());
+        let h2 = Arc::new(new_shared());
+        h2.set_h2(&limits());
+        watch.add(h1.clone(), Weak::new());
+        watch.add(h2.clone(), Weak::new());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        tx.send_replace(true);
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+        assert!(h1.draining.load(Ordering::Relaxed));
+        assert_eq!(h2.close.load(Ordering::Relaxed), GRACEFUL);
+        let late = Arc::new(new_shared());
+        watch.add(late.clone(), Weak::new());
+        assert!(late.draining.load(Ordering::Relaxed));
+        // Quiet for `DRAIN_IDLE_GRACE`: the HTTP/1 connections are closed.
+        tokio::time::sleep(DRAIN_IDLE_GRACE + Duration::from_millis(600)).await;
+        assert_eq!(h1.close.load(Ordering::Relaxed), ABORT);
+        assert_eq!(late.close.load(Ordering::Relaxed), ABORT);
+    }
+}
