@@ -908,7 +908,7 @@ pub struct ClientInfo {
     /// `upstream::PrivateIdle`).
     pub private: Arc<PrivateIdle>,
     /// What its TLS handshake settled, when the listener terminates TLS.
-    pub tls: Option<TlsInfo>,
+    pub tls: Option<Box<TlsInfo>>,
     /// The address the client connected to (from a PROXY protocol header when one named it),
     /// if known.
     pub destination: Option<SocketAddr>,
@@ -941,7 +941,7 @@ impl ClientInfo {
     /// The info for a client at `addr` whose connection is TLS, as `tls` says.
     pub fn with_tls(addr: SocketAddr, tls: TlsInfo) -> ClientInfo {
         ClientInfo {
-            tls: Some(tls),
+            tls: Some(Box::new(tls)),
             ..ClientInfo::new(addr)
         }
     }
