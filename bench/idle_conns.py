@@ -18,6 +18,8 @@ the same way and left idle for S seconds before RSS_BEFORE is read, and the N co
 measured are a second wave: what one more idle connection costs a process that has already
 served as many and let them settle (memory its allocator freed meanwhile is reused), rather
 than the peak of a burst from a fresh start. Both waves stay open until the end.
+With HOLD=S (seconds, default 2), RSS_AFTER is read S seconds after the last connection is set
+up instead of two.
 Loopback only; standard library only; needs RLIMIT_NOFILE above N (raised here to the hard
 limit). Every connection is checked: the script fails if one is refused or closed.
 """
@@ -116,6 +118,7 @@ def main():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     settle = float(os.environ.get("SETTLE", "0"))
+    hold = float(os.environ.get("HOLD", "2"))
     waves = 2 if settle > 0 else 1
     if hard < waves * n + 100:
         sys.exit(f"RLIMIT_NOFILE hard limit {hard} is too low for {n} connections")
@@ -131,7 +134,7 @@ def main():
         time.sleep(settle)
     before = rss(pid)
     socks = [open_one(port, mode, ctx) for _ in range(n)]
-    time.sleep(2)
+    time.sleep(hold)
     after = rss(pid)
     # Still open? A proxy that closed some would look cheaper than it is.
     for s in first + socks:

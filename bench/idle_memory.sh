@@ -24,6 +24,9 @@
 # with plain-kept each proxy also holds a backend connection per client, so N up to about a
 # quarter of the descriptor limit.
 #
+# HOLD=S (seconds, default 2): VmRSS "after" is read S seconds after the last connection is set
+# up, not 2: with plain-kept, once every connection has been quiet long enough to park.
+#
 # Usage: bench/idle_memory.sh   (env: CONNS="1000 9900" MODES="plain plain-kept tls h2 h2c"
 #        TARGETS="haproxy capataz" ROUNDS=3 BASE=9500 PROXY_CPU=0 OTHER_CPU=1
 #        RUN_DIR=/tmp/bench-idle-memory CAPATAZ_BIN=...)
@@ -32,7 +35,7 @@ set -Eeuo pipefail
 LOG_TAG=idle-memory
 source "$(dirname "$0")/common.sh"
 
-SETTLE=${SETTLE:-0}
+SETTLE=${SETTLE:-0} HOLD=${HOLD:-2}
 CONNS=${CONNS:-1000 9900} MODES=${MODES:-plain plain-kept tls h2 h2c}
 TARGETS=${TARGETS:-haproxy capataz} ROUNDS=${ROUNDS:-3} BASE=${BASE:-9500}
 PROXY_CPU=${PROXY_CPU-0} OTHER_CPU=${OTHER_CPU-1}
@@ -171,7 +174,7 @@ for n in $CONNS; do
         for ((r = 1; r <= ROUNDS; r++)); do
             for t in $TARGETS; do
                 start_proxy "$t"
-                out=$( (pin "$OTHER_CPU" env SETTLE="$SETTLE" python3 "$BENCH_DIR/idle_conns.py" "$PX" "${PORT[$t:$mode]}" "$n" "$mode") 2>"$RUN_DIR/client.err") ||
+                out=$( (pin "$OTHER_CPU" env SETTLE="$SETTLE" HOLD="$HOLD" python3 "$BENCH_DIR/idle_conns.py" "$PX" "${PORT[$t:$mode]}" "$n" "$mode") 2>"$RUN_DIR/client.err") ||
                     die "$t $mode $n: client failed: $(tail -3 "$RUN_DIR/client.err")"
                 read -r _ _ before after per <<<"$out"
                 printf '%s\t%s\t%d\t%d\t%d\t%d\t%s\n' "$t" "$mode" "$n" "$r" "$before" "$after" "$per" >>"$RES"
@@ -185,7 +188,7 @@ done
 {
     echo
     echo "# idle_memory.sh $STAMP: $(machine_line)"
-    echo "# KiB of VmRSS per idle client connection (after - before) / N, medians of $ROUNDS fresh starts$( [[ $SETTLE != 0 ]] && echo ", second wave ${SETTLE} s after a first of N"); raw: $RES"
+    echo "# KiB of VmRSS per idle client connection (after - before) / N, medians of $ROUNDS fresh starts, read ${HOLD} s after the last$( [[ $SETTLE != 0 ]] && echo ", second wave ${SETTLE} s after a first of N"); raw: $RES"
     printf '%-11s %7s' mode conns
     for t in $TARGETS; do printf ' %10s' "$t"; done
     if [[ $TARGETS == "haproxy capataz" ]]; then printf ' %9s' ratio; fi
