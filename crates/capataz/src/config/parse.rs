@@ -341,7 +341,10 @@ mod tests {
         let small = best(&pool(5_000));
         let text = pool(50_000);
         let large = best(&text);
-        assert!(large < small * 40, "5,000 backends: {small:?}; 50,000: {large:?}");
+        assert!(
+            large < small * 40,
+            "5,000 backends: {small:?}; 50,000: {large:?}"
+        );
         let config = parse_unresolved(&text, "<t>").expect("valid");
         drop(config);
         let duplicate = text.replace("name = \"b49999\"", "name = \"b7\"");
