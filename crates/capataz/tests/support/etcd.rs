@@ -7,7 +7,6 @@
 //! the test can change keys (and compact the store) while capataz cannot reach etcd, then
 //! [`Etcd::restart`] brings `client` back: what capataz must catch up on is then known.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -49,12 +48,30 @@ pub struct EtcdServerTls {
     pub client_ca: String,
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("a free port")
-        .port()
+/// Three distinct ports free a moment ago on loopback, for etcd's client, admin and peer
+/// listeners (etcd takes fixed ports, not `:0`). The three are held together, so they differ;
+/// they are bound without `SO_REUSEADDR` (which `std` sets), so the kernel hands out no port
+/// that a connection or a closing socket still holds. Released before etcd binds them, they
+/// may still be taken meanwhile: [`Etcd::start_with`] then starts again on others.
+fn free_ports() -> [u16; 3] {
+    let bind = || -> std::io::Result<(socket2::Socket, u16)> {
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+        socket.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())?;
+        let port = socket
+            .local_addr()?
+            .as_socket()
+            .map(|a| a.port())
+            .unwrap_or_default();
+        Ok((socket, port))
+    };
+    let held: Vec<(socket2::Socket, u16)> = (0..3)
+        .map(|_| bind().expect("a free port on 127.0.0.1"))
+        .collect();
+    [held[0].1, held[1].1, held[2].1]
 }
+
+/// How many times [`Etcd::start_with`] picks new ports when one was taken before etcd bound it.
+const PORT_ATTEMPTS: usize = 8;
 
 impl Etcd {
     /// A fresh single-node etcd.
@@ -70,15 +87,31 @@ impl Etcd {
             fastrand::u64(..)
         ));
         std::fs::create_dir_all(&dir).expect("create the etcd directory");
+        let [client, admin, peer] = free_ports();
         let mut etcd = Etcd {
             dir,
-            client: free_port(),
-            admin: free_port(),
-            peer: free_port(),
+            client,
+            admin,
+            peer,
             child: None,
             settings,
         };
-        etcd.run(true).await;
+        // A port released by `free_ports` can be taken before etcd binds it (about one start
+        // in ten while the fleet tests run beside each other): then on three new ones. Nothing
+        // has used the ports yet, and the data directory is fresh.
+        for _ in 1..PORT_ATTEMPTS {
+            match etcd.run(true).await {
+                Ok(()) => return etcd,
+                Err(log) if log.contains("address already in use") => {
+                    let _ = std::fs::remove_dir_all(etcd.dir.join("data"));
+                    [etcd.client, etcd.admin, etcd.peer] = free_ports();
+                }
+                Err(log) => panic!("etcd exited at start: {log}"),
+            }
+        }
+        if let Err(log) = etcd.run(true).await {
+            panic!("etcd exited at start on {PORT_ATTEMPTS} sets of ports: {log}");
+        }
         etcd
     }
 
@@ -101,7 +134,9 @@ impl Etcd {
         format!("http://127.0.0.1:{}", self.admin)
     }
 
-    async fn run(&mut self, with_client: bool) {
+    /// Starts etcd on the ports chosen and waits until it answers; `Err` with its log when it
+    /// exited instead.
+    async fn run(&mut self, with_client: bool) -> Result<(), String> {
         let mut listen = self.admin_endpoint();
         if with_client {
             listen = format!("{},{listen}", self.endpoint());
@@ -134,14 +169,19 @@ impl Etcd {
         self.child = Some(child);
         let end = Instant::now() + DEADLINE;
         loop {
-            if self.ctl(&["endpoint", "health"]).await.is_some() {
-                return;
+            let healthy = self.ctl(&["endpoint", "health"]).await.is_some();
+            // Healthy and still running: an etcd that took the admin port first (one of
+            // another test, given the same free port) would answer too.
+            let exited = self.child.as_mut().map(Child::try_wait);
+            if healthy && matches!(exited, Some(Ok(None))) {
+                return Ok(());
             }
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
-                panic!(
-                    "etcd exited at start ({status}): {}",
+            if let Some(Ok(Some(status))) = exited {
+                self.child = None;
+                return Err(format!(
+                    "({status}): {}",
                     std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default()
-                );
+                ));
             }
             assert!(
                 Instant::now() < end,
@@ -256,19 +296,43 @@ impl Etcd {
     /// cannot reach it, the test can.
     pub async fn hide(&mut self) {
         self.kill();
-        self.run(false).await;
+        self.run_again(false).await;
     }
 
     /// Kills etcd and starts it again, from its data, on both ports.
     pub async fn restart(&mut self) {
         self.kill();
-        self.run(true).await;
+        self.run_again(true).await;
+    }
+
+    /// Starts etcd again on its ports (capataz knows the client one): while one of them is
+    /// taken by another socket, again after a moment, for at most the deadline.
+    async fn run_again(&mut self, with_client: bool) {
+        let end = Instant::now() + DEADLINE;
+        loop {
+            match self.run(with_client).await {
+                Ok(()) => return,
+                Err(log) if log.contains("address already in use") && Instant::now() < end => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(log) => panic!("etcd exited at its restart: {log}"),
+            }
+        }
     }
 }
 
 impl Drop for Etcd {
     fn drop(&mut self) {
         self.kill();
+        if std::thread::panicking() {
+            // A failed test: what etcd said (slow applies, refused requests) may be why.
+            let log = std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("etcd's log (last {} lines):", tail.len());
+            for line in tail.iter().rev() {
+                eprintln!("  {line}");
+            }
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
