@@ -16,6 +16,9 @@ use super::DEADLINE;
 /// A running etcd and its files.
 pub struct Etcd {
     dir: PathBuf,
+    /// Its member name, unique to this etcd: [`Etcd::run`] checks that the etcd answering on
+    /// the admin port is this one.
+    name: String,
     client: u16,
     admin: u16,
     peer: u16,
@@ -88,8 +91,10 @@ impl Etcd {
         ));
         std::fs::create_dir_all(&dir).expect("create the etcd directory");
         let [client, admin, peer] = free_ports();
+        let name = format!("{tag}-{}", fastrand::u64(..));
         let mut etcd = Etcd {
             dir,
+            name,
             client,
             admin,
             peer,
@@ -153,13 +158,13 @@ impl Etcd {
         }
         command.args(&self.settings.flags);
         let child = command
-            .arg("--name=n1")
+            .arg(format!("--name={}", self.name))
             .arg(format!("--data-dir={}", self.dir.join("data").display()))
             .arg(format!("--listen-client-urls={listen}"))
             .arg(format!("--advertise-client-urls={}", self.admin_endpoint()))
             .arg(format!("--listen-peer-urls={peer}"))
             .arg(format!("--initial-advertise-peer-urls={peer}"))
-            .arg(format!("--initial-cluster=n1={peer}"))
+            .arg(format!("--initial-cluster={}={peer}", self.name))
             .arg("--logger=zap")
             .arg("--log-level=warn")
             .stdout(Stdio::null())
@@ -169,9 +174,13 @@ impl Etcd {
         self.child = Some(child);
         let end = Instant::now() + DEADLINE;
         loop {
-            let healthy = self.ctl(&["endpoint", "health"]).await.is_some();
-            // Healthy and still running: an etcd that took the admin port first (one of
-            // another test, given the same free port) would answer too.
+            // Healthy, and this etcd: an etcd that took the admin port first (one of another
+            // test, given the same free port) would answer too, and this one would have exited.
+            let healthy = self.ctl(&["endpoint", "health"]).await.is_some()
+                && self
+                    .ctl(&["member", "list"])
+                    .await
+                    .is_some_and(|members| members.contains(&format!(", {}, ", self.name)));
             let exited = self.child.as_mut().map(Child::try_wait);
             if healthy && matches!(exited, Some(Ok(None))) {
                 return Ok(());
