@@ -306,7 +306,14 @@ fn an_instance_cut_off_from_etcd_probes_everything_says_so_and_rejoins() {
             .map(|e| e["fleet"].as_str().unwrap_or_default().to_owned())
             .collect()
     };
-    assert_eq!(fleet_events(&c), ["joined"]);
+    // c joined once and was never cut off. Which of a and c registers first is a race between
+    // two processes: c may join alone and see a come (a `members` event) or join with a there.
+    let said = fleet_events(&c);
+    assert!(
+        said.first().map(String::as_str) == Some("joined")
+            && said[1..].iter().all(|e| e == "members"),
+        "c's fleet events: {said:?}"
+    );
     // With two members c owns the backends /status names it the owner of (which ones
     // follows from the backends' ephemeral ports; all six in 1 of 64 runs).
     let shared = metric(&c, "capataz_fleet_owned_backends");
