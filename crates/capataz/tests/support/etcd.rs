@@ -22,6 +22,8 @@ pub struct Etcd {
     client: u16,
     admin: u16,
     peer: u16,
+    /// The three ports, held (see [`free_ports`]).
+    _held: [super::ReservedPort; 3],
     child: Option<Child>,
     settings: EtcdSettings,
 }
@@ -51,26 +53,16 @@ pub struct EtcdServerTls {
     pub client_ca: String,
 }
 
-/// Three distinct ports free a moment ago on loopback, for etcd's client, admin and peer
-/// listeners (etcd takes fixed ports, not `:0`). The three are held together, so they differ;
-/// they are bound without `SO_REUSEADDR` (which `std` sets), so the kernel hands out no port
-/// that a connection or a closing socket still holds. Released before etcd binds them, they
-/// may still be taken meanwhile: [`Etcd::start_with`] then starts again on others.
-fn free_ports() -> [u16; 3] {
-    let bind = || -> std::io::Result<(socket2::Socket, u16)> {
-        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
-        socket.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())?;
-        let port = socket
-            .local_addr()?
-            .as_socket()
-            .map(|a| a.port())
-            .unwrap_or_default();
-        Ok((socket, port))
-    };
-    let held: Vec<(socket2::Socket, u16)> = (0..3)
-        .map(|_| bind().expect("a free port on 127.0.0.1"))
-        .collect();
-    [held[0].1, held[1].1, held[2].1]
+/// Three distinct loopback ports for etcd's client, admin and peer listeners (etcd takes fixed
+/// ports, not `:0`), held for the etcd's whole life (see [`super::ReservedPort`]; etcd binds
+/// them with `SO_REUSEADDR` all the same): no other test's listener takes one before etcd binds
+/// it, or while it is killed and started again on it.
+fn free_ports() -> [super::ReservedPort; 3] {
+    [
+        super::reserve_port(),
+        super::reserve_port(),
+        super::reserve_port(),
+    ]
 }
 
 /// How many times [`Etcd::start_with`] picks new ports when one was taken before etcd bound it.
@@ -90,26 +82,31 @@ impl Etcd {
             fastrand::u64(..)
         ));
         std::fs::create_dir_all(&dir).expect("create the etcd directory");
-        let [client, admin, peer] = free_ports();
+        let held = free_ports();
         let name = format!("{tag}-{}", fastrand::u64(..));
         let mut etcd = Etcd {
             dir,
             name,
-            client,
-            admin,
-            peer,
+            client: held[0].port,
+            admin: held[1].port,
+            peer: held[2].port,
+            _held: held,
             child: None,
             settings,
         };
-        // A port released by `free_ports` can be taken before etcd binds it (about one start
-        // in ten while the fleet tests run beside each other): then on three new ones. Nothing
-        // has used the ports yet, and the data directory is fresh.
+        // Released ports were taken before etcd bound them in about one start in ten while the
+        // fleet tests ran beside each other; held, none should be. Should one be all the same
+        // (a program binding it explicitly), etcd starts on three new ones: nothing has used
+        // the ports yet, and the data directory is fresh.
         for _ in 1..PORT_ATTEMPTS {
             match etcd.run(true).await {
                 Ok(()) => return etcd,
                 Err(log) if log.contains("address already in use") => {
                     let _ = std::fs::remove_dir_all(etcd.dir.join("data"));
-                    [etcd.client, etcd.admin, etcd.peer] = free_ports();
+                    let held = free_ports();
+                    [etcd.client, etcd.admin, etcd.peer] =
+                        [held[0].port, held[1].port, held[2].port];
+                    etcd._held = held;
                 }
                 Err(log) => panic!("etcd exited at start: {log}"),
             }
