@@ -134,11 +134,26 @@ max_ejected_percent = 50
 attempts = 0
 "#;
 
+/// [`PASSIVE`] with ejections of `ejection` (at most `max`).
+fn passive_ejecting_for(ejection: &str, max: &str) -> String {
+    PASSIVE
+        .replace(
+            "ejection_time = \"300ms\"",
+            &format!("ejection_time = \"{ejection}\""),
+        )
+        .replace(
+            "max_ejection_time = \"2s\"",
+            &format!("max_ejection_time = \"{max}\""),
+        )
+}
+
 #[tokio::test]
 async fn passive_checks_eject_a_backend_whose_probes_pass_and_readmit_it_on_probation() {
     let b = backends(&["good", "liar"]).await;
     b[1].set_traffic(Mode::Status(500));
-    let (balancer, mut rx) = start(&config_text(&b, &[], PASSIVE)).await;
+    // An ejection of 2 s, not 300 ms: the requests sent while it lasts are checked, and on a
+    // loaded machine 300 ms could pass before the first of them is answered.
+    let (balancer, mut rx) = start(&config_text(&b, &[], &passive_ejecting_for("2s", "4s"))).await;
     let mut client = Client::new(balancer.local_addrs()[0]);
     // Round robin alternates, so the liar's third 500 comes with the sixth request.
     let mut errors = 0;
@@ -161,16 +176,29 @@ async fn passive_checks_eject_a_backend_whose_probes_pass_and_readmit_it_on_prob
         } => {
             assert_eq!(last, capataz_health::Outcome::Status(500));
             assert_eq!(ejection.nth, 1);
-            assert_eq!(ejection.duration, Duration::from_millis(300));
+            assert_eq!(ejection.duration, Duration::from_secs(2));
         }
         other => panic!("unexpected reason {other:?}"),
     }
-    // While ejected, no traffic reaches it.
+    // While ejected, no traffic reaches it: every request answered while the engine still
+    // says so went to the good one (a request answered once the ejection ended may reach
+    // either, and ends the check).
+    let pool = balancer.pool("web").unwrap();
     let hits = b[1].traffic_hits();
+    let mut while_ejected = 0;
     for _ in 0..20 {
-        assert_eq!(client.get("/").await.backend.as_deref(), Some("good"));
+        let backend = client.get("/").await.backend;
+        if !pool.health()[1].passive.is_ejected() {
+            break;
+        }
+        assert_eq!(backend.as_deref(), Some("good"));
+        assert_eq!(b[1].traffic_hits(), hits);
+        while_ejected += 1;
     }
-    assert_eq!(b[1].traffic_hits(), hits);
+    assert!(
+        while_ejected > 0,
+        "no request was answered during the ejection"
+    );
     // After the ejection time it is back on probation.
     let event = wait_for(&mut rx, "liar on probation", |e| {
         transition_of(e, "liar", State::Up).is_some()
@@ -313,7 +341,10 @@ async fn passive_checks_never_eject_more_than_their_share() {
     for backend in &b {
         backend.set_traffic(Mode::Status(500));
     }
-    let (balancer, mut rx) = start(&config_text(&b, &[], PASSIVE)).await;
+    // Ejections that outlast the test: one ending (300 ms would, on a loaded machine, before
+    // the 40 requests are through) brings a backend back on probation, a transition more.
+    let passive = passive_ejecting_for("60s", "120s");
+    let (balancer, mut rx) = start(&config_text(&b, &[], &passive)).await;
     let mut client = Client::new(balancer.local_addrs()[0]);
     for _ in 0..40 {
         client.get("/").await;

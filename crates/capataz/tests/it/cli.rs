@@ -27,12 +27,6 @@ fn capataz() -> Command {
     Command::new(env!("CARGO_BIN_EXE_capataz"))
 }
 
-/// A port that was free a moment ago on 127.0.0.1.
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().expect("a bound address").port()
-}
-
 /// A file in the temporary directory, with a name unique to this process and call, removed on
 /// drop.
 struct TempFile {
@@ -385,7 +379,10 @@ fn check_of_a_missing_file_exits_2_and_names_it() {
 
 #[test]
 fn run_with_an_invalid_config_exits_2_and_binds_nothing() {
-    let port = free_port();
+    // Held for the test (see `support::ReservedPort`): a port released before the run is soon
+    // another test's listener, and the last check would fail on it.
+    let reserved = crate::support::reserve_port();
+    let port = reserved.port;
     let text = format!(
         r#"
 [[listeners]]
@@ -413,8 +410,10 @@ timeout = "soon"
         "want {expected:?} in:\n{stderr}"
     );
     assert!(!stderr.contains("listening"), "{stderr}");
-    // It never bound its listener: the port is still free (nothing else should have taken it).
+    // It never bound its listener: the port is still free (held, nobody else took it; a
+    // listener with SO_REUSEADDR, as std's, binds and listens beside the reservation).
     TcpListener::bind(("127.0.0.1", port)).expect("the listener's port is still free");
+    drop(reserved);
 }
 
 /// `capataz run` in front of two backends, `alpha` and `beta`, probed every 50 ms.

@@ -383,11 +383,21 @@ async fn etcd_a_backend_whose_lease_expires_leaves_the_pool() {
     let sims = backends(&["a", "b"]).await;
     let etcd = Etcd::start("lease").await;
     etcd.put("/web/a", &value(&sims[0])).await;
+    let (balancer, mut rx) = balancer(&etcd, "kind = \"none\"").await;
+    wait_total(&mut rx, 1).await;
+    // b comes with a lease of 2 s once the balancer watches: it sees the put, whenever the
+    // lease ends (granted before the balancer started, a slow start could miss b entirely).
     let lease = etcd.grant_lease(2).await;
     etcd.put_with_lease("/web/b", &value(&sims[1]), &lease)
         .await;
-    let (balancer, mut rx) = balancer(&etcd, "kind = \"none\"").await;
-    wait_total(&mut rx, 2).await;
+    assert_eq!(
+        wait_total(&mut rx, 2).await,
+        MembershipChange::Updated {
+            added: 1,
+            removed: 0,
+            total: 2
+        }
+    );
     // Nobody keeps the lease alive: etcd deletes b when it expires.
     assert_eq!(
         wait_total(&mut rx, 1).await,

@@ -125,7 +125,20 @@ fn wait_serving(instance: &Instance, names: &[String]) {
 /// Over a stretch of about 20 intervals, with `live` instances up: each backend is probed by
 /// exactly the instances [`probers_per_backend`] says (by each one's `capataz_probes_total`),
 /// and gets about that many probes per interval (counted by the backend itself).
+///
+/// With shared probing it first waits until every live instance sees as many members in the
+/// group as there are live instances: until then ownership is still moving (an instance SIGKILLed leaves
+/// the group only when its lease ends, up to a lease and etcd's expiry check later), and its
+/// backends get fewer probes than the stretch expects.
 fn check_probe_load(live: &[&Instance], backends: &[&SimBackend]) {
+    if SHARED_PROBING.is_some() {
+        for instance in live {
+            wait_for(
+                &format!("{} to see {} members", instance.name, live.len()),
+                || instance.fleet_members().len() == live.len(),
+            );
+        }
+    }
     let probers = probers_per_backend(live.len(), SHARED_PROBING.map(|(k, _)| k));
     let before: Vec<_> = live.iter().map(|i| i.probes_sent("web")).collect();
     let hits_before: Vec<u64> = backends.iter().map(|b| b.health_hits()).collect();

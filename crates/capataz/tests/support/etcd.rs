@@ -7,7 +7,6 @@
 //! the test can change keys (and compact the store) while capataz cannot reach etcd, then
 //! [`Etcd::restart`] brings `client` back: what capataz must catch up on is then known.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -17,9 +16,14 @@ use super::DEADLINE;
 /// A running etcd and its files.
 pub struct Etcd {
     dir: PathBuf,
+    /// Its member name, unique to this etcd: [`Etcd::run`] checks that the etcd answering on
+    /// the admin port is this one.
+    name: String,
     client: u16,
     admin: u16,
     peer: u16,
+    /// The three ports, held (see [`free_ports`]).
+    _held: [super::ReservedPort; 3],
     child: Option<Child>,
     settings: EtcdSettings,
 }
@@ -49,12 +53,20 @@ pub struct EtcdServerTls {
     pub client_ca: String,
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("a free port")
-        .port()
+/// Three distinct loopback ports for etcd's client, admin and peer listeners (etcd takes fixed
+/// ports, not `:0`), held for the etcd's whole life (see [`super::ReservedPort`]; etcd binds
+/// them with `SO_REUSEADDR` all the same): no other test's listener takes one before etcd binds
+/// it, or while it is killed and started again on it.
+fn free_ports() -> [super::ReservedPort; 3] {
+    [
+        super::reserve_port(),
+        super::reserve_port(),
+        super::reserve_port(),
+    ]
 }
+
+/// How many times [`Etcd::start_with`] picks new ports when one was taken before etcd bound it.
+const PORT_ATTEMPTS: usize = 8;
 
 impl Etcd {
     /// A fresh single-node etcd.
@@ -70,15 +82,38 @@ impl Etcd {
             fastrand::u64(..)
         ));
         std::fs::create_dir_all(&dir).expect("create the etcd directory");
+        let held = free_ports();
+        let name = format!("{tag}-{}", fastrand::u64(..));
         let mut etcd = Etcd {
             dir,
-            client: free_port(),
-            admin: free_port(),
-            peer: free_port(),
+            name,
+            client: held[0].port,
+            admin: held[1].port,
+            peer: held[2].port,
+            _held: held,
             child: None,
             settings,
         };
-        etcd.run(true).await;
+        // Released ports were taken before etcd bound them in about one start in ten while the
+        // fleet tests ran beside each other; held, none should be. Should one be all the same
+        // (a program binding it explicitly), etcd starts on three new ones: nothing has used
+        // the ports yet, and the data directory is fresh.
+        for _ in 1..PORT_ATTEMPTS {
+            match etcd.run(true).await {
+                Ok(()) => return etcd,
+                Err(log) if log.contains("address already in use") => {
+                    let _ = std::fs::remove_dir_all(etcd.dir.join("data"));
+                    let held = free_ports();
+                    [etcd.client, etcd.admin, etcd.peer] =
+                        [held[0].port, held[1].port, held[2].port];
+                    etcd._held = held;
+                }
+                Err(log) => panic!("etcd exited at start: {log}"),
+            }
+        }
+        if let Err(log) = etcd.run(true).await {
+            panic!("etcd exited at start on {PORT_ATTEMPTS} sets of ports: {log}");
+        }
         etcd
     }
 
@@ -101,7 +136,9 @@ impl Etcd {
         format!("http://127.0.0.1:{}", self.admin)
     }
 
-    async fn run(&mut self, with_client: bool) {
+    /// Starts etcd on the ports chosen and waits until it answers; `Err` with its log when it
+    /// exited instead.
+    async fn run(&mut self, with_client: bool) -> Result<(), String> {
         let mut listen = self.admin_endpoint();
         if with_client {
             listen = format!("{},{listen}", self.endpoint());
@@ -118,13 +155,13 @@ impl Etcd {
         }
         command.args(&self.settings.flags);
         let child = command
-            .arg("--name=n1")
+            .arg(format!("--name={}", self.name))
             .arg(format!("--data-dir={}", self.dir.join("data").display()))
             .arg(format!("--listen-client-urls={listen}"))
             .arg(format!("--advertise-client-urls={}", self.admin_endpoint()))
             .arg(format!("--listen-peer-urls={peer}"))
             .arg(format!("--initial-advertise-peer-urls={peer}"))
-            .arg(format!("--initial-cluster=n1={peer}"))
+            .arg(format!("--initial-cluster={}={peer}", self.name))
             .arg("--logger=zap")
             .arg("--log-level=warn")
             .stdout(Stdio::null())
@@ -134,14 +171,23 @@ impl Etcd {
         self.child = Some(child);
         let end = Instant::now() + DEADLINE;
         loop {
-            if self.ctl(&["endpoint", "health"]).await.is_some() {
-                return;
+            // Healthy, and this etcd: an etcd that took the admin port first (one of another
+            // test, given the same free port) would answer too, and this one would have exited.
+            let healthy = self.ctl(&["endpoint", "health"]).await.is_some()
+                && self
+                    .ctl(&["member", "list"])
+                    .await
+                    .is_some_and(|members| members.contains(&format!(", {}, ", self.name)));
+            let exited = self.child.as_mut().map(Child::try_wait);
+            if healthy && matches!(exited, Some(Ok(None))) {
+                return Ok(());
             }
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
-                panic!(
-                    "etcd exited at start ({status}): {}",
+            if let Some(Ok(Some(status))) = exited {
+                self.child = None;
+                return Err(format!(
+                    "({status}): {}",
                     std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default()
-                );
+                ));
             }
             assert!(
                 Instant::now() < end,
@@ -256,19 +302,43 @@ impl Etcd {
     /// cannot reach it, the test can.
     pub async fn hide(&mut self) {
         self.kill();
-        self.run(false).await;
+        self.run_again(false).await;
     }
 
     /// Kills etcd and starts it again, from its data, on both ports.
     pub async fn restart(&mut self) {
         self.kill();
-        self.run(true).await;
+        self.run_again(true).await;
+    }
+
+    /// Starts etcd again on its ports (capataz knows the client one): while one of them is
+    /// taken by another socket, again after a moment, for at most the deadline.
+    async fn run_again(&mut self, with_client: bool) {
+        let end = Instant::now() + DEADLINE;
+        loop {
+            match self.run(with_client).await {
+                Ok(()) => return,
+                Err(log) if log.contains("address already in use") && Instant::now() < end => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(log) => panic!("etcd exited at its restart: {log}"),
+            }
+        }
     }
 }
 
 impl Drop for Etcd {
     fn drop(&mut self) {
         self.kill();
+        if std::thread::panicking() {
+            // A failed test: what etcd said (slow applies, refused requests) may be why.
+            let log = std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("etcd's log (last {} lines):", tail.len());
+            for line in tail.iter().rev() {
+                eprintln!("  {line}");
+            }
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -135,6 +135,21 @@ impl Instance {
         out
     }
 
+    /// The live members of its fleet group as it sees them (`/status`'s `fleet.members`; none
+    /// without `[fleet]`), sorted.
+    pub fn fleet_members(&self) -> Vec<String> {
+        let mut members: Vec<String> = self.json("/status")["fleet"]["members"]
+            .as_array()
+            .map(|m| {
+                m.iter()
+                    .map(|n| n.as_str().unwrap_or_default().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        members.sort();
+        members
+    }
+
     /// Its `membership` events, oldest first: the change (`updated`, `failing`, ...) of each.
     pub fn membership_events(&self) -> Vec<String> {
         self.events()

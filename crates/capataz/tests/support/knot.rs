@@ -15,6 +15,9 @@ use super::DEADLINE;
 pub struct Knot {
     dir: PathBuf,
     port: u16,
+    /// The TCP port, held for knotd's whole life (see [`super::ReservedPort`]): a restart
+    /// finds it free, not taken by another test's listener meanwhile.
+    _tcp: super::ReservedPort,
     serial: u32,
     child: Option<Child>,
 }
@@ -28,19 +31,21 @@ impl Knot {
             fastrand::u64(..)
         ));
         std::fs::create_dir_all(dir.join("db")).expect("create the knot directory");
-        // A free port for both UDP and TCP: bound once here, then handed to knotd. Chosen by
-        // TCP (on a busy machine many TCP ports are taken by connections a UDP bind does not
-        // see, and knotd cannot listen on those), then checked free for UDP too.
-        let port = (0..100)
+        // A free port for both UDP and TCP, handed to knotd. Chosen by TCP (on a busy machine
+        // many TCP ports are taken by connections a UDP bind does not see, and knotd cannot
+        // listen on those) and held for knotd's life (knotd binds it with SO_REUSEADDR all the
+        // same), then checked free for UDP too. A restart on a port released meanwhile failed
+        // ("cannot bind address ... TCP (address already in use)", five times).
+        let tcp = (0..100)
             .find_map(|_| {
-                let tcp = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
-                let port = tcp.local_addr().ok()?.port();
-                UdpSocket::bind(("127.0.0.1", port)).ok().map(|_| port)
+                let tcp = super::reserve_port();
+                UdpSocket::bind(("127.0.0.1", tcp.port)).ok().map(|_| tcp)
             })
             .expect("a port free for UDP and TCP");
         let mut knot = Knot {
             dir,
-            port,
+            port: tcp.port,
+            _tcp: tcp,
             serial: 0,
             child: None,
         };

@@ -45,3 +45,33 @@ pub const DEADLINE: Duration = Duration::from_secs(20);
 pub fn any() -> SocketAddr {
     ([127, 0, 0, 1], 0).into()
 }
+
+/// A loopback port held for a listener that must be given its port before it binds (the
+/// balancer an ACME server validates against, started again on the same port). A port found
+/// free and released is often taken by someone else's `127.0.0.1:0` before the listener binds
+/// it on a busy machine; held like this (bound with `SO_REUSEADDR`, never listening) the
+/// kernel hands it to no one binding port 0, while a listener that sets `SO_REUSEADDR`
+/// (capataz's, Go's) still binds and listens on it. Released when dropped.
+pub struct ReservedPort {
+    _socket: socket2::Socket,
+    /// The port.
+    pub port: u16,
+}
+
+/// Reserves a free loopback port (see [`ReservedPort`]).
+pub fn reserve_port() -> ReservedPort {
+    let socket =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("a socket");
+    socket.set_reuse_address(true).expect("SO_REUSEADDR");
+    socket.bind(&any().into()).expect("bind 127.0.0.1:0");
+    let port = socket
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .map(|a| a.port())
+        .expect("a bound port");
+    ReservedPort {
+        _socket: socket,
+        port,
+    }
+}

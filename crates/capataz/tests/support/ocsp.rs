@@ -4,14 +4,15 @@
 //! `openssl s_client -status` to see what a server staples.
 //!
 //! The responder is a separate process whose port is in the certificates it answers for, so
-//! it cannot bind port 0: the port is one the kernel handed out and released just before (as
-//! `support::pebble`'s). It is killed when [`Responder`] drops.
+//! it cannot bind port 0: the port is held by the [`OcspCa`] for its life
+//! ([`super::ReservedPort`]; `openssl ocsp` binds with `SO_REUSEADDR` all the same), so no
+//! other test's listener takes it before the responder starts or between two responders. It
+//! is killed when [`Responder`] drops.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use super::pebble::free_tcp_port;
 use super::tls::Pki;
 
 /// A CA (ECDSA P-256, `ocsp-ca.pem` and `ocsp-ca.key`) in a temporary directory, whose leaves
@@ -21,6 +22,8 @@ pub struct OcspCa {
     pub pki: Pki,
     /// The responder's port, written in every leaf.
     pub port: u16,
+    /// The port, held.
+    _held: super::ReservedPort,
     ca: rcgen::Certificate,
     key: rcgen::KeyPair,
     /// The index lines so far (`V` or `R`, per leaf).
@@ -39,9 +42,11 @@ impl OcspCa {
         let ca = params.self_signed(&key).unwrap();
         std::fs::write(pki.dir.join("ocsp-ca.pem"), ca.pem()).unwrap();
         std::fs::write(pki.dir.join("ocsp-ca.key"), key.serialize_pem()).unwrap();
+        let held = super::reserve_port();
         OcspCa {
             pki,
-            port: free_tcp_port(),
+            port: held.port,
+            _held: held,
             ca,
             key,
             index: Vec::new(),

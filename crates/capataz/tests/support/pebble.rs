@@ -5,8 +5,11 @@
 //!
 //! Both are separate processes whose ports are given on their command lines and in pebble's
 //! config file, so they cannot bind port 0: each port is one the kernel handed out for
-//! `127.0.0.1:0` and that was released just before (a narrow race with other programs,
-//! accepted for a test). Both processes are killed, by their `Child`, when [`Pebble`] drops.
+//! `127.0.0.1:0` and that was released just before. Another program (often another test's
+//! pebble) can take one first; then this pebble exits while the other answers on the port. So
+//! a start counts only when both processes still run and pebble's two HTTPS ports present the
+//! certificate of this PKI; otherwise both are started again on new ports. Both processes are
+//! killed, by their `Child`, when [`Pebble`] drops.
 
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -61,6 +64,20 @@ impl Pebble {
     }
 
     fn start_ports(tls_port: u16, http_port: u16, validity: u64) -> Pebble {
+        const ATTEMPTS: usize = 8;
+        for _ in 1..ATTEMPTS {
+            match Pebble::try_start(tls_port, http_port, validity) {
+                Ok(pebble) => return pebble,
+                Err(why) => eprintln!("pebble did not start ({why}); again on other ports"),
+            }
+        }
+        Pebble::try_start(tls_port, http_port, validity)
+            .unwrap_or_else(|why| panic!("pebble did not start {ATTEMPTS} times: {why}"))
+    }
+
+    /// One start on fresh ports (and a fresh PKI): the pebble, or why it is not this one
+    /// answering (the processes are killed and the files removed as it drops).
+    fn try_start(tls_port: u16, http_port: u16, validity: u64) -> Result<Pebble, String> {
         let pki = Pki::new();
         let (cert, key) = pki.server("pebble", &["localhost"], None);
         let dns_port = free_udp_port();
@@ -103,7 +120,7 @@ impl Pebble {
             .stderr(log)
             .spawn()
             .expect("pebble starts (run .ci/deps/pebble.sh)");
-        let pebble = Pebble {
+        let mut pebble = Pebble {
             pebble,
             dns,
             pki,
@@ -111,18 +128,45 @@ impl Pebble {
             management,
         };
         for port in [listen, management.port(), dns_management] {
-            wait_for_port(port);
+            pebble.wait_for_port(port)?;
         }
-        pebble
+        // The HTTPS ports are this pebble's if they present this PKI's certificate; its
+        // processes must still run (the DNS server's ports answer nothing that says whose).
+        for port in [listen, management.port()] {
+            if let Err(e) = pebble.handshake(port) {
+                return Err(format!("port {port}: {e}\n{}", pebble.log()));
+            }
+        }
+        pebble.running()?;
+        Ok(pebble)
     }
 
-    /// pebble's log so far, for a failed assertion's message.
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.pki.dir.join("pebble.log")).unwrap_or_default()
+    /// `Err` if pebble or its DNS server has exited (a port of its was taken, say).
+    fn running(&mut self) -> Result<(), String> {
+        let exited = [&mut self.pebble, &mut self.dns]
+            .into_iter()
+            .find_map(|child| child.try_wait().ok().flatten());
+        match exited {
+            Some(status) => Err(format!("a process exited ({status})\n{}", self.log())),
+            None => Ok(()),
+        }
     }
 
-    /// The root pebble issues under (`/roots/0` of its management API), as PEM.
-    pub fn root_pem(&self) -> String {
+    /// Waits until something listens on 127.0.0.1:`port`, while both processes run.
+    fn wait_for_port(&mut self, port: u16) -> Result<(), String> {
+        let end = Instant::now() + super::DEADLINE;
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            self.running()?;
+            if Instant::now() >= end {
+                return Err(format!("nothing listens on port {port}"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// A TLS client trusting this PKI's CA alone, for `localhost`.
+    fn tls_client(&self) -> rustls::ClientConnection {
         let mut roots = rustls::RootCertStore::empty();
         for cert in CertificateDer::pem_file_iter(self.pki.ca_path()).expect("the CA") {
             roots.add(cert.expect("a CA")).expect("added");
@@ -135,8 +179,29 @@ impl Pebble {
         .with_root_certificates(roots)
         .with_no_client_auth();
         let name = ServerName::try_from("localhost").expect("a name");
-        let mut connection =
-            rustls::ClientConnection::new(Arc::new(config), name).expect("a TLS client");
+        rustls::ClientConnection::new(Arc::new(config), name).expect("a TLS client")
+    }
+
+    /// A TLS handshake with 127.0.0.1:`port`, verified against this PKI.
+    fn handshake(&self, port: u16) -> std::io::Result<()> {
+        let mut connection = self.tls_client();
+        let mut tcp = TcpStream::connect(("127.0.0.1", port))?;
+        tcp.set_read_timeout(Some(Duration::from_secs(20)))?;
+        tcp.set_write_timeout(Some(Duration::from_secs(20)))?;
+        while connection.is_handshaking() {
+            connection.complete_io(&mut tcp)?;
+        }
+        Ok(())
+    }
+
+    /// pebble's log so far, for a failed assertion's message.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.pki.dir.join("pebble.log")).unwrap_or_default()
+    }
+
+    /// The root pebble issues under (`/roots/0` of its management API), as PEM.
+    pub fn root_pem(&self) -> String {
+        let mut connection = self.tls_client();
         let mut tcp = TcpStream::connect(self.management).expect("pebble's management API");
         tcp.set_read_timeout(Some(Duration::from_secs(20))).ok();
         let mut tls = rustls::Stream::new(&mut connection, &mut tcp);
@@ -150,14 +215,6 @@ impl Pebble {
             .find("-----BEGIN CERTIFICATE-----")
             .unwrap_or_else(|| panic!("no root in {answer:?}"));
         answer[start..].to_owned()
-    }
-}
-
-fn wait_for_port(port: u16) {
-    let end = Instant::now() + super::DEADLINE;
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < end, "nothing listens on port {port}");
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -48,7 +48,10 @@ fn orders(balancer: &Balancer, line: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_certificate_is_issued_by_http01_on_the_plaintext_listener_stored_served_and_renewed() {
-    let http_port = free_tcp_port();
+    // The balancer's plaintext port, held for the whole test: pebble validates against it,
+    // and the balancer is started on it again.
+    let reserved = crate::support::reserve_port();
+    let http_port = reserved.port;
     // Valid 10 days: a restart with renew_before = 720h renews it at once.
     let pebble = Pebble::start_http01(http_port, 10 * 86_400);
     let storage = storage_dir(&pebble);

@@ -19,7 +19,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 
 use crate::support::balancer::{backends, start};
-use crate::support::pebble::{free_tcp_port, Pebble};
+use crate::support::pebble::Pebble;
+use crate::support::reserve_port;
 use crate::support::tls::{get, Client, Pki};
 
 const DOMAIN: &str = "acme.capataz.test";
@@ -97,7 +98,10 @@ fn storage_dir(pebble: &Pebble) -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_certificate_is_ordered_served_by_sni_stored_kept_by_a_reload_and_served_after_a_restart_without_the_server(
 ) {
-    let port = free_tcp_port();
+    // The balancer's port, held for the whole test: pebble validates against it, and the
+    // balancer is started on it again.
+    let reserved = reserve_port();
+    let port = reserved.port;
     let pebble = Pebble::start(port, 90 * 86_400);
     // Outlives pebble's own directory: the storage, the roots the client trusts, the CA copy.
     let scratch = Pki::new();
@@ -186,7 +190,10 @@ async fn a_certificate_is_ordered_served_by_sni_stored_kept_by_a_reload_and_serv
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stored_certificate_within_renew_before_is_renewed_with_a_new_serial() {
-    let port = free_tcp_port();
+    // The balancer's port, held for the whole test: pebble validates against it, and the
+    // balancer is started on it again.
+    let reserved = reserve_port();
+    let port = reserved.port;
     // Valid 10 days: renewing 30 days (720h) ahead means renewing the stored one at once.
     let pebble = Pebble::start(port, 10 * 86_400);
     let storage = storage_dir(&pebble);

@@ -9,8 +9,10 @@ use super::*;
 async fn until_issued_an_acme_domain_gets_the_static_default_or_a_failed_handshake() {
     let pki = Pki::new();
     let (cert, key) = pki.server("site", &["site.test"], None);
-    // Nothing listens there: every order fails at once.
-    let dead = format!("https://127.0.0.1:{}/dir", free_tcp_port());
+    // Nothing listens there (held, so no other test's server comes to): every order fails at
+    // once.
+    let nobody = reserve_port();
+    let dead = format!("https://127.0.0.1:{}/dir", nobody.port);
     let acme = format!(
         "[listeners.tls.acme]\ndirectory = {dead:?}\ndomains = [{DOMAIN:?}]\nstorage = {:?}\n",
         pki.dir.join("acme").display().to_string()

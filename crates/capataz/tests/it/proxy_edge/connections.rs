@@ -89,7 +89,17 @@ async fn keep_alive_serves_a_hundred_requests_on_one_connection() {
 
 /// Reads until the balancer closes the connection; returns how long that took and what came.
 async fn until_closed(stream: &mut TcpStream) -> (Duration, Vec<u8>) {
-    let start = tokio::time::Instant::now();
+    until_closed_since(stream, tokio::time::Instant::now()).await
+}
+
+/// As [`until_closed`], the time counted from `start`. A lower bound on when the balancer
+/// closes (a timeout) must count from before the balancer's timer starts (the connect, the
+/// request), not from when the test got round to reading: on a loaded machine the test may
+/// look 100 ms after the timer started, and the close then seems early.
+async fn until_closed_since(
+    stream: &mut TcpStream,
+    start: tokio::time::Instant,
+) -> (Duration, Vec<u8>) {
     let mut buf = Vec::new();
     let read = tokio::time::timeout(DEADLINE, async {
         while fill(stream, &mut buf).await.is_ok_and(|n| n > 0) {}
@@ -108,12 +118,13 @@ const TIMEOUTS: &str = "header_read_timeout = \"200ms\"\nidle_timeout = \"1500ms
 async fn a_head_that_never_completes_is_closed_after_header_read_timeout() {
     let b = backends(&["a"]).await;
     let (balancer, _rx) = start(&config_text(&sims(&b), TIMEOUTS, QUIET)).await;
+    let connecting = tokio::time::Instant::now();
     let mut stream = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
     stream
         .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n")
         .await
         .unwrap();
-    let (took, got) = until_closed(&mut stream).await;
+    let (took, got) = until_closed_since(&mut stream, connecting).await;
     // Closed by the header timeout (200 ms, checked every 50 ms), well before the idle one.
     assert!(took >= Duration::from_millis(150), "closed after {took:?}");
     assert!(took < Duration::from_millis(1400), "closed after {took:?}");
@@ -126,9 +137,11 @@ async fn a_quiet_keep_alive_connection_lasts_idle_timeout_not_header_read_timeou
     let b = backends(&["a"]).await;
     let (balancer, _rx) = start(&config_text(&sims(&b), TIMEOUTS, QUIET)).await;
     // A connection that never sends a byte is idle from the start.
+    let connecting = tokio::time::Instant::now();
     let mut silent = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
-    let silent = tokio::spawn(async move { until_closed(&mut silent).await });
+    let silent = tokio::spawn(async move { until_closed_since(&mut silent, connecting).await });
     let mut stream = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
+    let sent = tokio::time::Instant::now();
     stream
         .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
         .await
@@ -140,7 +153,7 @@ async fn a_quiet_keep_alive_connection_lasts_idle_timeout_not_header_read_timeou
         .await
         .expect("its body");
     // The wait for the next request is idle time (1.5 s), not header time (200 ms).
-    let (took, got) = until_closed(&mut stream).await;
+    let (took, got) = until_closed_since(&mut stream, sent).await;
     assert!(took >= Duration::from_millis(1400), "closed after {took:?}");
     assert!(got.is_empty(), "{}", String::from_utf8_lossy(&got));
     let (took, got) = silent.await.unwrap();
@@ -294,9 +307,10 @@ async fn a_parked_connection_is_closed_at_idle_timeout_and_by_a_client_close() {
     let (balancer, _rx) = start(&config_text(&[backend.entry("c")], TIMEOUTS, QUIET)).await;
     let mut stream = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
     let mut buf = Vec::new();
+    let sent = tokio::time::Instant::now();
     stream.write_all(&post("/1", b"x")).await.unwrap();
     assert_eq!(counted(&mut stream, &mut buf).await, expected(b"x"));
-    let (took, got) = until_closed(&mut stream).await;
+    let (took, got) = until_closed_since(&mut stream, sent).await;
     // Parked within the idle time (checked every 50 ms), closed at the idle timeout all the same.
     assert!(balancer.parks() >= 1, "the connection parked first");
     assert!(took >= Duration::from_millis(1400), "closed after {took:?}");

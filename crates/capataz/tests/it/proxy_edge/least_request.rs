@@ -5,7 +5,11 @@ use super::*;
 #[tokio::test]
 async fn least_request_sends_most_traffic_to_the_fast_backend() {
     let b = backends(&["slow", "fast"]).await;
-    b[0].set_traffic(Mode::Delay(Duration::from_millis(100), 200));
+    // With both backends as the two choices, each request goes to the one with fewer in
+    // flight, so the slow one's share is about the fast one's latency over its own. At 100 ms
+    // that was 20 to 25 % under load (the fast one answering in 20 to 25 ms; 9 of 27 runs
+    // failed, three copies of several modules at once); at 500 ms it stays near 5 %.
+    b[0].set_traffic(Mode::Delay(Duration::from_millis(500), 200));
     let extra = format!("algorithm = \"least_request\"\n{QUIET}");
     let (balancer, _rx) = start(&config_text(&sims(&b), "", &extra)).await;
     let addr = balancer.local_addrs()[0];

@@ -27,19 +27,14 @@ pub(super) struct Busy {
     pub(super) balancer: Balancer,
     pub(super) admin: SocketAddr,
     pub(super) _backends: Vec<SimBackend>,
-}
-
-/// An address nothing listens on (bound, then released).
-fn closed_port() -> SocketAddr {
-    let socket = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    socket.local_addr().expect("address")
+    /// The port of pool `dead`'s backend, held so that nothing listens there.
+    pub(super) _dead: support::ReservedPort,
 }
 
 /// The config of [`busy`]: listener `front` with routes `/api/` to pool `web` (backends `a`
 /// and `b`, probed) and `/dead/` to pool `dead` (one backend on a closed port, not probed), and
 /// an alert command that always fails.
-fn busy_config(b: &[SimBackend]) -> String {
-    let dead = closed_port();
+fn busy_config(b: &[SimBackend], dead: SocketAddr) -> String {
     ConfigText::sims(b)
         .admin("")
         .listener(
@@ -90,7 +85,10 @@ pub(super) fn sample_names(text: &str) -> BTreeSet<String> {
 /// Starts [`busy_config`]'s balancer and sends it one of every kind of traffic.
 pub(super) async fn busy() -> Busy {
     let b = backends(&["a", "b"]).await;
-    let text = busy_config(&b);
+    // Held, not released: a released port is soon another test's listener, and then pool
+    // `dead` answers.
+    let dead = support::reserve_port();
+    let text = busy_config(&b, SocketAddr::from(([127, 0, 0, 1], dead.port)));
     let (balancer, _rx) = start(&text).await;
     let proxy = balancer.local_addrs()[0];
     let admin = balancer.admin_addr().expect("the admin listener runs");
@@ -120,5 +118,6 @@ pub(super) async fn busy() -> Busy {
         balancer,
         admin,
         _backends: b,
+        _dead: dead,
     }
 }
