@@ -85,6 +85,7 @@ use crate::instruments::{ListenerMetrics, OpenConnection};
 use crate::proxy::{ClientInfo, Proxy};
 use crate::upstream::PrivateIdle;
 
+mod trim;
 mod watch;
 pub(crate) use watch::Watch;
 
@@ -464,7 +465,7 @@ where
         );
         match run_http1(shared, &mut conn).await {
             Run::Ended(refused) => return refused,
-            Run::Parked => {}
+            Run::Parked => trim::parked(),
         }
         let Some(parts) = conn.into_parts() else {
             return false;

@@ -97,6 +97,7 @@ async fn run(inner: Weak<Inner>, limits: Limits, mut shutdown: watch::Receiver<b
             None => {}
         }
         lines.retain_mut(|line| line.look(&limits, period, draining, now));
+        super::trim::maybe();
         if lines.capacity() > 2 * lines.len() + 64 {
             lines.shrink_to_fit();
         }
