@@ -22,7 +22,12 @@ use crate::upstream::PrivateIdle;
 /// A listener's watcher, for the connections it accepts with one set of [`Limits`]. Cloning
 /// it is cheap; its task ends once every handle is gone and so are its connections.
 #[derive(Clone)]
-pub(crate) struct Watch(Arc<Inner>);
+pub(crate) struct Watch(Arc<Handle>);
+
+/// What every [`Watch`] holds: the task sees through a `Weak` of it when the last one is
+/// gone, and holds [`Inner`] itself, so that connections added just before (still in
+/// `started`) are not lost with the handles.
+struct Handle(Arc<Inner>);
 
 struct Inner {
     limits: Limits,
@@ -41,34 +46,35 @@ impl Watch {
             started: Mutex::new(Vec::new()),
             draining: AtomicBool::new(*shutdown.borrow()),
         });
-        tokio::spawn(run(Arc::downgrade(&inner), limits, shutdown));
-        Watch(inner)
+        let handle = Arc::new(Handle(inner.clone()));
+        tokio::spawn(run(inner, Arc::downgrade(&handle), shutdown));
+        Watch(handle)
     }
 
     /// The limits of the connections it watches.
     pub(crate) fn limits(&self) -> &Limits {
-        &self.0.limits
+        &self.0 .0.limits
     }
 
     /// Watches a connection from now on, until `shared.ended` is set.
     pub(super) fn add(&self, shared: Arc<Shared>, private: Weak<PrivateIdle>) {
-        if self.0.draining.load(Ordering::Relaxed) {
+        let inner = &self.0 .0;
+        let mut started = inner.started.lock().unwrap_or_else(|e| e.into_inner());
+        // Read under the lock: the task marks `draining` before it takes `started`, so a line
+        // it did not take in its drain's look sees the mark here.
+        if inner.draining.load(Ordering::Relaxed) {
             // Every answer from now on says `Connection: close`, before the watcher's next look.
             shared.draining.store(true, Ordering::Relaxed);
         }
-        let line = Watched::new(shared, private, Instant::now());
-        self.0
-            .started
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(line);
+        started.push(Watched::new(shared, private, Instant::now()));
     }
 }
 
 /// The watcher's task: looks at every connection each period, and at once when the balancer
 /// starts to drain. Ends when no [`Watch`] is left (the listener moved on to other limits, or
 /// stopped) and its last connection has ended.
-async fn run(inner: Weak<Inner>, limits: Limits, mut shutdown: watch::Receiver<bool>) {
+async fn run(inner: Arc<Inner>, handles: Weak<Handle>, mut shutdown: watch::Receiver<bool>) {
+    let limits = inner.limits;
     let period = period(&limits);
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -85,18 +91,20 @@ async fn run(inner: Weak<Inner>, limits: Limits, mut shutdown: watch::Receiver<b
             }
             now = tick.tick() => now,
         };
-        match inner.upgrade() {
-            Some(inner) => {
-                if draining {
-                    inner.draining.store(true, Ordering::Relaxed);
-                }
-                let mut started = inner.started.lock().unwrap_or_else(|e| e.into_inner());
-                lines.append(&mut started);
-            }
-            None if lines.is_empty() => return,
-            None => {}
+        // Read before `started` is taken: with no handle left, no connection can be added any
+        // more, and what `started` holds now is its last.
+        let orphaned = handles.strong_count() == 0;
+        if draining {
+            inner.draining.store(true, Ordering::Relaxed);
+        }
+        {
+            let mut started = inner.started.lock().unwrap_or_else(|e| e.into_inner());
+            lines.append(&mut started);
         }
         lines.retain_mut(|line| line.look(&limits, period, draining, now));
+        if orphaned && lines.is_empty() {
+            return;
+        }
         if lines.capacity() > 2 * lines.len() + 64 {
             lines.shrink_to_fit();
         }
@@ -375,5 +383,53 @@ mod tests {
         tokio::time::sleep(DRAIN_IDLE_GRACE + Duration::from_millis(600)).await;
         assert_eq!(h1.close.load(Ordering::Relaxed), ABORT);
         assert_eq!(late.close.load(Ordering::Relaxed), ABORT);
+    }
+
+    /// Regression: a connection added after the watcher's last look, just before the listener
+    /// let go of its last handle (a reload that changed the limits starts another watcher at
+    /// the next accept, a removed or stopped listener drops it), was lost with the handles:
+    /// never timed out, never drained.
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_added_just_before_the_last_handle_went_is_still_timed_out() {
+        let (_tx, shutdown) = watch::channel(false);
+        let watch = Watch::start(limits(), shutdown);
+        // Past the watcher's first look.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let idle = Arc::new(new_shared());
+        watch.add(idle.clone(), Weak::new());
+        drop(watch);
+        tokio::time::sleep(Duration::from_millis(10_600)).await;
+        assert_eq!(idle.close.load(Ordering::Relaxed), ABORT);
+        // Then the task ended, its line dropped.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(Arc::strong_count(&idle), 1);
+    }
+
+    /// Regression: the same when the balancer shuts down, which stops the accept loop (its
+    /// handle gone) as it tells the watcher to drain: the connection is drained at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_added_just_before_shutdown_stops_the_listener_is_drained() {
+        let (tx, shutdown) = watch::channel(false);
+        let watch = Watch::start(limits(), shutdown);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let h1 = Arc::new(new_shared());
+        let h2 = Arc::new(new_shared());
+        h2.set_h2(&limits());
+        watch.add(h1.clone(), Weak::new());
+        watch.add(h2.clone(), Weak::new());
+        tx.send_replace(true);
+        drop(watch);
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+        assert!(h1.draining.load(Ordering::Relaxed));
+        assert_eq!(h2.close.load(Ordering::Relaxed), GRACEFUL);
+        tokio::time::sleep(DRAIN_IDLE_GRACE + Duration::from_millis(600)).await;
+        assert_eq!(h1.close.load(Ordering::Relaxed), ABORT);
+        assert_eq!(h2.close.load(Ordering::Relaxed), ABORT);
+        assert_eq!(
+            tx.receiver_count(),
+            0,
+            "the task ended with its connections"
+        );
     }
 }
