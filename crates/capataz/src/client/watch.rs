@@ -97,8 +97,8 @@ impl Watch {
 
 /// The watcher's task: looks at every connection each period, and at once when the balancer
 /// starts to drain; with no connection, it sleeps until one comes (an idle listener costs no
-/// wakeup), looks at it at once and then every period. Ends when no [`Watch`] is left (the listener moved on to other limits, or
-/// stopped) and its last connection has ended.
+/// wakeup), looks at it at once and then every period. Ends when no [`Watch`] is left (the
+/// listener moved on to other limits, or stopped) and its last connection has ended.
 async fn run(inner: Arc<Inner>, handles: Weak<Handle>, mut shutdown: watch::Receiver<bool>) {
     let limits = inner.limits;
     let period = period(&limits);
