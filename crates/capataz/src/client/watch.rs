@@ -124,6 +124,9 @@ async fn run(inner: Arc<Inner>, handles: Weak<Handle>, mut shutdown: watch::Rece
         // Read before `started` is taken: with no handle left, no connection can be added any
         // more, and what `started` holds now is its last.
         let orphaned = handles.strong_count() == 0;
+        // The count is read relaxed: the fence orders the last handle's drop (a release)
+        // and every push before it ahead of the take below.
+        std::sync::atomic::fence(Ordering::Acquire);
         if draining {
             inner.draining.store(true, Ordering::Relaxed);
         }
