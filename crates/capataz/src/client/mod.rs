@@ -393,12 +393,21 @@ async fn serving<IO, S, P, G>(
     drop(guard);
 }
 
-/// Tells the watcher, when dropped, that the connection has ended (however its future ends).
+/// Tells the watcher, when dropped, that the connection has ended (however its future ends),
+/// and lets go of the task's waker: the watcher keeps the line until its next look, and a
+/// waker keeps the task's whole allocation (its future's slot) alive.
 struct Ended(Arc<Shared>);
 
 impl Drop for Ended {
     fn drop(&mut self) {
+        let waker = self
+            .0
+            .waker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         self.0.ended.store(true, Ordering::Release);
+        drop(waker);
     }
 }
 
@@ -935,5 +944,25 @@ mod tests {
             drop(InProgress::new(shared.clone()));
         }
         assert_eq!(shared.close.load(Ordering::Relaxed), 0);
+    }
+
+    /// Regression: the watcher keeps an ended connection's line until its next look (up to a
+    /// period), and the line held the task's waker, which keeps the task's whole allocation
+    /// (its future's slot, a few KB) alive: under churn, a period's worth of ended tasks.
+    #[test]
+    fn an_ended_connection_lets_go_of_its_waker() {
+        struct Count;
+        impl std::task::Wake for Count {
+            fn wake(self: Arc<Self>) {}
+        }
+        let task = Arc::new(Count);
+        let shared = Arc::new(new_shared());
+        let waker = Waker::from(task.clone());
+        register(&shared, &Context::from_waker(&waker), &mut false);
+        drop(waker);
+        assert_eq!(Arc::strong_count(&task), 2);
+        drop(Ended(shared.clone()));
+        assert!(shared.ended.load(Ordering::Relaxed));
+        assert_eq!(Arc::strong_count(&task), 1, "the waker is still held");
     }
 }

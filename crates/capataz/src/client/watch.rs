@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use super::{Limits, Shared, ABORT, DRAIN_IDLE_GRACE, GOAWAY_GRACE, GRACEFUL, SERVING};
@@ -22,7 +22,19 @@ use crate::upstream::PrivateIdle;
 /// A listener's watcher, for the connections it accepts with one set of [`Limits`]. Cloning
 /// it is cheap; its task ends once every handle is gone and so are its connections.
 #[derive(Clone)]
-pub(crate) struct Watch(Arc<Inner>);
+pub(crate) struct Watch(Arc<Handle>);
+
+/// What every [`Watch`] holds: the task sees through a `Weak` of it when the last one is
+/// gone, and holds [`Inner`] itself, so that connections added just before (still in
+/// `started`) are not lost with the handles.
+struct Handle(Arc<Inner>);
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // A watcher asleep (no connection) wakes to end.
+        self.0.wake.notify_one();
+    }
+}
 
 struct Inner {
     limits: Limits,
@@ -30,6 +42,11 @@ struct Inner {
     started: Mutex<Vec<Watched>>,
     /// Whether the balancer drains (a stop, or an upgrade's handover).
     draining: AtomicBool,
+    /// Wakes a watcher asleep with no connection: one was added, or the last handle went.
+    wake: Notify,
+    /// The looks so far.
+    #[cfg(test)]
+    looks: std::sync::atomic::AtomicU64,
 }
 
 impl Watch {
@@ -40,35 +57,50 @@ impl Watch {
             limits,
             started: Mutex::new(Vec::new()),
             draining: AtomicBool::new(*shutdown.borrow()),
+            wake: Notify::new(),
+            #[cfg(test)]
+            looks: std::sync::atomic::AtomicU64::new(0),
         });
-        tokio::spawn(run(Arc::downgrade(&inner), limits, shutdown));
-        Watch(inner)
+        let handle = Arc::new(Handle(inner.clone()));
+        tokio::spawn(run(inner, Arc::downgrade(&handle), shutdown));
+        Watch(handle)
+    }
+
+    /// The watcher's looks so far.
+    #[cfg(test)]
+    fn looks(&self) -> u64 {
+        self.0 .0.looks.load(Ordering::Relaxed)
     }
 
     /// The limits of the connections it watches.
     pub(crate) fn limits(&self) -> &Limits {
-        &self.0.limits
+        &self.0 .0.limits
     }
 
     /// Watches a connection from now on, until `shared.ended` is set.
     pub(super) fn add(&self, shared: Arc<Shared>, private: Weak<PrivateIdle>) {
-        if self.0.draining.load(Ordering::Relaxed) {
+        let inner = &self.0 .0;
+        let mut started = inner.started.lock().unwrap_or_else(|e| e.into_inner());
+        // Read under the lock: the task marks `draining` before it takes `started`, so a line
+        // it did not take in its drain's look sees the mark here.
+        if inner.draining.load(Ordering::Relaxed) {
             // Every answer from now on says `Connection: close`, before the watcher's next look.
             shared.draining.store(true, Ordering::Relaxed);
         }
-        let line = Watched::new(shared, private, Instant::now());
-        self.0
-            .started
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(line);
+        started.push(Watched::new(shared, private, Instant::now()));
+        if started.len() == 1 {
+            // The watcher may be asleep, with no connection.
+            inner.wake.notify_one();
+        }
     }
 }
 
 /// The watcher's task: looks at every connection each period, and at once when the balancer
-/// starts to drain. Ends when no [`Watch`] is left (the listener moved on to other limits, or
-/// stopped) and its last connection has ended.
-async fn run(inner: Weak<Inner>, limits: Limits, mut shutdown: watch::Receiver<bool>) {
+/// starts to drain; with no connection, it sleeps until one comes (an idle listener costs no
+/// wakeup), looks at it at once and then every period. Ends when no [`Watch`] is left (the
+/// listener moved on to other limits, or stopped) and its last connection has ended.
+async fn run(inner: Arc<Inner>, handles: Weak<Handle>, mut shutdown: watch::Receiver<bool>) {
+    let limits = inner.limits;
     let period = period(&limits);
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -83,21 +115,32 @@ async fn run(inner: Weak<Inner>, limits: Limits, mut shutdown: watch::Receiver<b
                 }
                 Instant::now()
             }
-            now = tick.tick() => now,
-        };
-        match inner.upgrade() {
-            Some(inner) => {
-                if draining {
-                    inner.draining.store(true, Ordering::Relaxed);
-                }
-                let mut started = inner.started.lock().unwrap_or_else(|e| e.into_inner());
-                lines.append(&mut started);
+            now = tick.tick(), if !lines.is_empty() => now,
+            () = inner.wake.notified(), if lines.is_empty() => {
+                tick.reset();
+                Instant::now()
             }
-            None if lines.is_empty() => return,
-            None => {}
+        };
+        // Read before `started` is taken: with no handle left, no connection can be added any
+        // more, and what `started` holds now is its last.
+        let orphaned = handles.strong_count() == 0;
+        // The count is read relaxed: the fence orders the last handle's drop (a release)
+        // and every push before it ahead of the take below.
+        std::sync::atomic::fence(Ordering::Acquire);
+        if draining {
+            inner.draining.store(true, Ordering::Relaxed);
+        }
+        {
+            let mut started = inner.started.lock().unwrap_or_else(|e| e.into_inner());
+            lines.append(&mut started);
         }
         lines.retain_mut(|line| line.look(&limits, period, draining, now));
         super::trim::maybe();
+        #[cfg(test)]
+        inner.looks.fetch_add(1, Ordering::Relaxed);
+        if orphaned && lines.is_empty() {
+            return;
+        }
         if lines.capacity() > 2 * lines.len() + 64 {
             lines.shrink_to_fit();
         }
@@ -376,5 +419,126 @@ mod tests {
         tokio::time::sleep(DRAIN_IDLE_GRACE + Duration::from_millis(600)).await;
         assert_eq!(h1.close.load(Ordering::Relaxed), ABORT);
         assert_eq!(late.close.load(Ordering::Relaxed), ABORT);
+    }
+
+    /// Regression: a connection added after the watcher's last look, just before the listener
+    /// let go of its last handle (a reload that changed the limits starts another watcher at
+    /// the next accept, a removed or stopped listener drops it), was lost with the handles:
+    /// never timed out, never drained.
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_added_just_before_the_last_handle_went_is_still_timed_out() {
+        let (_tx, shutdown) = watch::channel(false);
+        let watch = Watch::start(limits(), shutdown);
+        // Past the watcher's first look.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let idle = Arc::new(new_shared());
+        watch.add(idle.clone(), Weak::new());
+        drop(watch);
+        tokio::time::sleep(Duration::from_millis(10_600)).await;
+        assert_eq!(idle.close.load(Ordering::Relaxed), ABORT);
+        // Then the task ended, its line dropped.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(Arc::strong_count(&idle), 1);
+    }
+
+    /// Regression: the same when the balancer shuts down, which stops the accept loop (its
+    /// handle gone) as it tells the watcher to drain: the connection is drained at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_added_just_before_shutdown_stops_the_listener_is_drained() {
+        let (tx, shutdown) = watch::channel(false);
+        let watch = Watch::start(limits(), shutdown);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let h1 = Arc::new(new_shared());
+        let h2 = Arc::new(new_shared());
+        h2.set_h2(&limits());
+        watch.add(h1.clone(), Weak::new());
+        watch.add(h2.clone(), Weak::new());
+        tx.send_replace(true);
+        drop(watch);
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+        assert!(h1.draining.load(Ordering::Relaxed));
+        assert_eq!(h2.close.load(Ordering::Relaxed), GRACEFUL);
+        tokio::time::sleep(DRAIN_IDLE_GRACE + Duration::from_millis(600)).await;
+        assert_eq!(h1.close.load(Ordering::Relaxed), ABORT);
+        assert_eq!(h2.close.load(Ordering::Relaxed), ABORT);
+        assert_eq!(
+            tx.receiver_count(),
+            0,
+            "the task ended with its connections"
+        );
+    }
+
+    /// A watcher with no connection sleeps (an idle listener costs no wakeup) until one is
+    /// added, which it looks at at once and then every period; and it still ends once its
+    /// handles are gone while it sleeps.
+    #[tokio::test(start_paused = true)]
+    async fn a_watcher_without_connections_sleeps_until_one_comes() {
+        let (tx, shutdown) = watch::channel(false);
+        let watch = Watch::start(limits(), shutdown);
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert!(watch.looks() <= 1, "{} looks in an hour", watch.looks());
+        let idle = Arc::new(new_shared());
+        watch.add(idle.clone(), Weak::new());
+        tokio::task::yield_now().await;
+        let looks = watch.looks();
+        // Timed out as ever: after idle_timeout, within a period.
+        tokio::time::sleep(Duration::from_millis(9_900)).await;
+        assert_eq!(idle.close.load(Ordering::Relaxed), 0);
+        assert!(
+            watch.looks() >= looks + 19,
+            "{} looks",
+            watch.looks() - looks
+        );
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(idle.close.load(Ordering::Relaxed), ABORT);
+        // Its line gone, the watcher sleeps again; then its handles go.
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert!(
+            watch.looks() <= looks + 25,
+            "{} looks",
+            watch.looks() - looks
+        );
+        drop(watch);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(tx.receiver_count(), 0, "the task ended");
+    }
+
+    /// What one look at 10,000 idle HTTP/1 connections costs (each with its set of private
+    /// backend connections, empty): the median of 101 looks. A measurement, printed, for
+    /// BENCHMARKS.md; run in release:
+    /// `cargo test -p capataz --release --lib look_at_ten_thousand -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement, to run in release"]
+    fn look_at_ten_thousand_idle_connections() {
+        let limits = limits();
+        let period = period(&limits);
+        let start = Instant::now();
+        let privates: Vec<Arc<PrivateIdle>> =
+            (0..10_000).map(|_| Arc::new(PrivateIdle::new())).collect();
+        let mut lines: Vec<Watched> = privates
+            .iter()
+            .map(|private| {
+                let shared = Arc::new(new_shared());
+                shared.served.store(1, Ordering::Relaxed);
+                // Parked already: the look finds nothing to do but its counters.
+                shared.park.store(super::super::PARKED, Ordering::Relaxed);
+                Watched::new(shared, Arc::downgrade(private), start)
+            })
+            .collect();
+        let mut took: Vec<std::time::Duration> = (1..=101)
+            .map(|n| {
+                let now = start + Duration::from_millis(n);
+                let began = std::time::Instant::now();
+                lines.retain_mut(|line| line.look(&limits, period, false, now));
+                began.elapsed()
+            })
+            .collect();
+        assert_eq!(lines.len(), 10_000);
+        took.sort();
+        println!(
+            "one look at 10,000 idle connections: median {:?} (min {:?}, max {:?})",
+            took[50], took[0], took[100]
+        );
     }
 }

@@ -205,7 +205,7 @@ pub struct Families {
     access_log_dropped: Family<ListenerLabels, Counter>,
     tls: TlsFamilies,
     /// Client connections parked now (HTTP/1 between requests, hyper's state released; see
-    /// `client.rs`). Not exported: the tests read it through `Balancer::parked_connections`.
+    /// `client/mod.rs`). Not exported: the tests read it through `Balancer::parked_connections`.
     parked: Arc<std::sync::atomic::AtomicUsize>,
     /// Times a client connection was parked, ever (for the tests, as `parked`).
     parks: Arc<std::sync::atomic::AtomicU64>,
@@ -343,12 +343,12 @@ impl Families {
         }
     }
 
-    /// Client connections parked now (see `client.rs`).
+    /// Client connections parked now (see `client/mod.rs`).
     pub(crate) fn parked(&self) -> &std::sync::atomic::AtomicUsize {
         &self.parked
     }
 
-    /// Times a client connection was parked (see `client.rs`).
+    /// Times a client connection was parked (see `client/mod.rs`).
     pub(crate) fn parks(&self) -> &std::sync::atomic::AtomicU64 {
         &self.parks
     }

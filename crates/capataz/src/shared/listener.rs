@@ -276,10 +276,10 @@ async fn accept_loop(
                 .is_some_and(|pp| pp.trusted.iter().any(|block| block.contains(peer.ip())));
             (limits, protocol, tls, proxy_protocol)
         };
-        if watcher.as_ref().is_none_or(|w| *w.limits() != limits) {
-            watcher = Some(client::Watch::start(limits, shutdown.clone()));
-        }
-        let Some(watch) = &watcher else { continue };
+        let watch: &client::Watch = match &mut watcher {
+            Some(watch) if *watch.limits() == limits => watch,
+            slot => slot.insert(client::Watch::start(limits, shutdown.clone())),
+        };
         // The routes in force now: a reload applies to the next request on every connection.
         let proxy = move || state.load().proxy.clone();
         let failures = failures.clone();

@@ -15,6 +15,7 @@ mod retries;
 mod routing;
 mod streaming;
 mod upgrades;
+mod watcher;
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
