@@ -524,6 +524,7 @@ impl<'a> Parked<'a> {
     fn new(shared: &'a Shared) -> Parked<'a> {
         shared.park.store(PARKED, Ordering::Relaxed);
         shared.listener.parked().fetch_add(1, Ordering::Relaxed);
+        shared.listener.parked_now().inc();
         shared.listener.parks().fetch_add(1, Ordering::Relaxed);
         Parked(shared)
     }
@@ -532,6 +533,7 @@ impl<'a> Parked<'a> {
 impl Drop for Parked<'_> {
     fn drop(&mut self) {
         self.0.listener.parked().fetch_sub(1, Ordering::Relaxed);
+        self.0.listener.parked_now().dec();
         self.0.park.store(SERVING, Ordering::Relaxed);
     }
 }

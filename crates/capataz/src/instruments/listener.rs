@@ -77,6 +77,7 @@ pub(crate) struct ListenerMetrics {
     listener: String,
     accepted: Counter,
     open: Gauge,
+    parked_now: Gauge,
     received: Counter,
     sent: Counter,
     duration: Timing,
@@ -93,6 +94,7 @@ impl Families {
             listener: listener.into(),
             accepted: self.connections_accepted.get_or_create_owned(&labels),
             open: self.connections_open.get_or_create_owned(&labels),
+            parked_now: self.connections_parked.get_or_create_owned(&labels),
             received: self.received_bytes.get_or_create_owned(&labels),
             sent: self.sent_bytes.get_or_create_owned(&labels),
             duration: self.request_duration.get_or_create_owned(&labels),
@@ -104,6 +106,11 @@ impl ListenerMetrics {
     /// The balancer's count of parked client connections (see `client/mod.rs`).
     pub(crate) fn parked(&self) -> &std::sync::atomic::AtomicUsize {
         self.families.parked()
+    }
+
+    /// This listener's gauge of parked client connections.
+    pub(crate) fn parked_now(&self) -> &Gauge {
+        &self.parked_now
     }
 
     /// The balancer's count of client connections parked, ever.

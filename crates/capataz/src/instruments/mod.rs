@@ -200,12 +200,14 @@ pub struct Families {
     request_duration: Family<ListenerLabels, Timing>,
     connections_accepted: Family<ListenerLabels, Counter>,
     connections_open: Family<ListenerLabels, Gauge>,
+    connections_parked: Family<ListenerLabels, Gauge>,
     received_bytes: Family<ListenerLabels, Counter>,
     sent_bytes: Family<ListenerLabels, Counter>,
     access_log_dropped: Family<ListenerLabels, Counter>,
     tls: TlsFamilies,
     /// Client connections parked now (HTTP/1 between requests, hyper's state released; see
-    /// `client/mod.rs`). Not exported: the tests read it through `Balancer::parked_connections`.
+    /// `client/mod.rs`), balancer-wide, for the tests (`Balancer::parked_connections`); per
+    /// listener in `connections_parked`.
     parked: Arc<std::sync::atomic::AtomicUsize>,
     /// Times a client connection was parked, ever (for the tests, as `parked`).
     parks: Arc<std::sync::atomic::AtomicU64>,
@@ -240,6 +242,13 @@ impl Families {
             "capataz_client_connections_open",
             "Client connections open now",
             connections_open.clone(),
+        );
+        let connections_parked = Family::default();
+        registry.register(
+            "capataz_client_connections_parked",
+            "Client connections parked now: HTTP/1 keep-alive connections quiet between requests, \
+             holding only their socket",
+            connections_parked.clone(),
         );
         let received_bytes = Family::default();
         registry.register_with_unit(
@@ -335,6 +344,7 @@ impl Families {
             request_duration,
             connections_accepted,
             connections_open,
+            connections_parked,
             received_bytes,
             sent_bytes,
             access_log_dropped,

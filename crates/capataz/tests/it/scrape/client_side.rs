@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use tokio::io::AsyncWriteExt;
+
 use super::{busy, exchange, scrape};
 use crate::support;
 use crate::support::balancer::{backends, start, ConfigText};
@@ -154,6 +156,59 @@ async fn connections_and_bytes_are_counted_per_listener() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Polls `admin`'s `/metrics` until `series` has `want`.
+async fn wait_for_value(admin: std::net::SocketAddr, series: &str, want: f64) {
+    let end = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let (_, page) = scrape(admin, None).await;
+        if value(&page, series) == Some(want) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < end,
+            "{series} never {want}:\n{page}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_quiet_keep_alive_connection_counts_as_parked_until_it_closes() {
+    let b = backends(&["a"]).await;
+    // A watcher period of 250 ms: a connection parks within about half a second of its answer.
+    let text = ConfigText::sims(&b)
+        .admin("")
+        .listener("name = \"kept\"\nheader_read_timeout = \"1s\"")
+        .extra("[pools.web.active]\nkind = \"none\"\n")
+        .build();
+    let (balancer, _rx) = start(&text).await;
+    let admin = balancer.admin_addr().unwrap();
+    let parked = "capataz_client_connections_parked{listener=\"kept\"}";
+    let (_, page) = scrape(admin, None).await;
+    assert_eq!(value(&page, parked), Some(0.0), "{page}");
+    let mut stream = tokio::net::TcpStream::connect(balancer.local_addrs()[0])
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    stream
+        .write_all(b"GET /x HTTP/1.1\r\nHost: capataz\r\n\r\n")
+        .await
+        .unwrap();
+    let reply = support::raw::read_reply(&mut stream, &mut buf).await;
+    assert_eq!(reply.map(|r| r.status), Some(200));
+    wait_for_value(admin, parked, 1.0).await;
+    assert_eq!(balancer.parked_connections(), 1);
+    // Closed by the client: no longer parked, nor open.
+    drop(stream);
+    wait_for_value(admin, parked, 0.0).await;
+    wait_for_value(
+        admin,
+        "capataz_client_connections_open{listener=\"kept\"}",
+        0.0,
+    )
+    .await;
 }
 
 #[tokio::test]
