@@ -172,13 +172,13 @@ impl FleetRt {
     }
 
     /// Whether this instance probes the backend at `address` of `pool` (see the module's
-    /// invariants).
+    /// invariants): the group's answer, every backend without `[fleet]`. (Cut off, the group
+    /// set has no members, and the engine's `Group` says an instance outside it owns all.)
     pub fn owns_backend(&self, pool: &str, address: &str) -> bool {
-        let view = self.view();
-        match &view.group {
-            Some(group) if !view.cut_off => group.owns(&backend_key(pool, address)),
-            _ => true,
-        }
+        self.view()
+            .group
+            .as_ref()
+            .is_none_or(|group| group.owns(&backend_key(pool, address)))
     }
 
     /// The `fleet` object of `/status` (`None` without `[fleet]`): the group, this instance,
@@ -193,11 +193,7 @@ impl FleetRt {
         for pool in pools {
             for backend in pool.backends.iter() {
                 let key = backend_key(&pool.name, &backend.address);
-                let owners: Vec<&str> = if view.cut_off {
-                    vec![group.me()]
-                } else {
-                    group.owners(&key)
-                };
+                let owners = group.owners(&key);
                 let mine = owners.contains(&group.me());
                 let from = if mine {
                     Some(group.me().to_owned())

@@ -631,9 +631,9 @@ impl Task {
             return Err("the balancer is gone".into());
         };
         let group = self.group(&state.members);
-        // Cut off, or not a member (not registered yet, or its name is taken): it probes every
-        // backend and publishes nothing.
-        let cut_off = self.fleet.cut_off() || !group.joined();
+        // Not a member (cut off, whose members are cleared; not registered yet; or its name is
+        // taken): the group makes it own every backend, and it publishes nothing.
+        let cut_off = !group.joined();
         let mut owned = 0;
         let mut to_put: Vec<(String, String, Verdict)> = Vec::new();
         let mut seen: HashSet<(String, String)> = HashSet::new();
