@@ -142,6 +142,19 @@ impl ConfigText {
     }
 }
 
+/// `balancer`'s metrics page, in the OpenMetrics form `/metrics` serves.
+pub fn metrics_text(balancer: &Balancer) -> String {
+    balancer
+        .shared()
+        .metrics()
+        .render(
+            &balancer.pools(),
+            None,
+            capataz::metrics::Format::OpenMetrics,
+        )
+        .expect("the metrics render")
+}
+
 /// `text` parsed, which must be a valid config.
 pub fn parse(text: &str) -> config::Config {
     config::parse_str(text, "<test>").expect("valid test config")

@@ -34,16 +34,7 @@ async fn http01_balancer(
 }
 
 fn orders(balancer: &Balancer, line: &str) -> bool {
-    balancer
-        .shared()
-        .metrics()
-        .render(
-            &balancer.pools(),
-            None,
-            capataz::metrics::Format::OpenMetrics,
-        )
-        .expect("metrics")
-        .contains(line)
+    crate::support::balancer::metrics_text(balancer).contains(line)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -66,15 +57,7 @@ async fn a_certificate_is_issued_by_http01_on_the_plaintext_listener_stored_serv
     ));
     // pebble's TLS-ALPN-01 port has nothing behind it: it validated on the plaintext
     // listener, which answered the validation itself (GET, 2xx, by capataz, before routing).
-    let text = balancer
-        .shared()
-        .metrics()
-        .render(
-            &balancer.pools(),
-            None,
-            capataz::metrics::Format::OpenMetrics,
-        )
-        .expect("metrics");
+    let text = crate::support::balancer::metrics_text(&balancer);
     assert!(
         text.lines()
             .any(|l| l.starts_with("capataz_client_requests_total{")

@@ -123,15 +123,7 @@ async fn a_certificate_is_ordered_served_by_sni_stored_kept_by_a_reload_and_serv
         let account = std::fs::metadata(storage.join("account.json")).expect("the account");
         assert_eq!(account.permissions().mode() & 0o777, 0o600);
     }
-    let text = balancer
-        .shared()
-        .metrics()
-        .render(
-            &balancer.pools(),
-            None,
-            capataz::metrics::Format::OpenMetrics,
-        )
-        .expect("metrics");
+    let text = crate::support::balancer::metrics_text(&balancer);
     assert!(
         text.contains("capataz_acme_orders_total{listener=\"listener-0\",result=\"issued\"} 1"),
         "{text}"
@@ -155,15 +147,7 @@ async fn a_certificate_is_ordered_served_by_sni_stored_kept_by_a_reload_and_serv
     );
     assert!(get(&mut stream, DOMAIN).await.is_some());
     let orders = |result: &str| {
-        let text = balancer
-            .shared()
-            .metrics()
-            .render(
-                &balancer.pools(),
-                None,
-                capataz::metrics::Format::OpenMetrics,
-            )
-            .expect("metrics");
+        let text = crate::support::balancer::metrics_text(&balancer);
         text.lines()
             .filter(|l| l.starts_with("capataz_acme_orders_total{") && l.contains(result))
             .count()

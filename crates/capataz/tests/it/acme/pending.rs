@@ -41,15 +41,7 @@ async fn until_issued_an_acme_domain_gets_the_static_default_or_a_failed_handsha
         "no challenge is pending"
     );
     crate::support::wait::wait_until("a failed order is counted", || {
-        let text = balancer
-            .shared()
-            .metrics()
-            .render(
-                &balancer.pools(),
-                None,
-                capataz::metrics::Format::OpenMetrics,
-            )
-            .expect("metrics");
+        let text = crate::support::balancer::metrics_text(&balancer);
         text.contains("capataz_acme_orders_total{listener=\"listener-0\",result=\"failed\"} 1")
     })
     .await;
@@ -113,15 +105,7 @@ async fn an_endless_directory_answer_fails_the_order_within_its_bound() {
     );
     let (balancer, _) = start(&text).await;
     crate::support::wait::wait_until("the failed order is counted", || {
-        let text = balancer
-            .shared()
-            .metrics()
-            .render(
-                &balancer.pools(),
-                None,
-                capataz::metrics::Format::OpenMetrics,
-            )
-            .expect("metrics");
+        let text = crate::support::balancer::metrics_text(&balancer);
         text.contains("capataz_acme_orders_total{listener=\"listener-0\",result=\"failed\"} 1")
     })
     .await;

@@ -570,15 +570,7 @@ async fn shutdown_closes_a_parked_connection_promptly() {
 
 /// The value of the (one) metric line of `family` with labels, if present.
 fn metric(balancer: &capataz::server::Balancer, family: &str) -> Option<f64> {
-    let text = balancer
-        .shared()
-        .metrics()
-        .render(
-            &balancer.pools(),
-            None,
-            capataz::metrics::Format::OpenMetrics,
-        )
-        .expect("the metrics render");
+    let text = crate::support::balancer::metrics_text(balancer);
     text.lines()
         .find(|line| line.starts_with(&format!("{family}{{")))
         .and_then(|line| line.rsplit(' ').next()?.parse().ok())
@@ -644,15 +636,7 @@ async fn requests_racing_the_park_are_all_served_and_bytes_counted() {
 
 /// The sum of `family`'s series whose labels hold every one of `labels`.
 fn metric_sum(balancer: &capataz::server::Balancer, family: &str, labels: &[&str]) -> f64 {
-    let text = balancer
-        .shared()
-        .metrics()
-        .render(
-            &balancer.pools(),
-            None,
-            capataz::metrics::Format::OpenMetrics,
-        )
-        .expect("the metrics render");
+    let text = crate::support::balancer::metrics_text(balancer);
     text.lines()
         .filter(|line| line.starts_with(&format!("{family}{{")))
         .filter(|line| labels.iter().all(|label| line.contains(label)))

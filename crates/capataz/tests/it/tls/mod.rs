@@ -39,15 +39,7 @@ async fn tls_balancer(
 
 /// The value of the metric line starting with `series` (labels included), if present.
 fn metric(balancer: &Balancer, series: &str) -> Option<f64> {
-    let text = balancer
-        .shared()
-        .metrics()
-        .render(
-            &balancer.pools(),
-            None,
-            capataz::metrics::Format::OpenMetrics,
-        )
-        .expect("the metrics render");
+    let text = crate::support::balancer::metrics_text(balancer);
     text.lines()
         .find_map(|line| line.strip_prefix(series))
         .and_then(|rest| rest.trim().parse().ok())
