@@ -21,6 +21,11 @@ use tokio_util::codec::{LengthDelimitedCodec, LengthDelimitedCodecError};
 // 16 MB "sane default" taken from golang http2
 const DEFAULT_SETTINGS_MAX_HEADER_LIST_SIZE: usize = 16 << 20;
 
+// capataz: the read buffer's capacity when it is allocated (first read, or first read after it
+// was released while the connection was idle): tokio-util's FramedRead INITIAL_CAPACITY, the
+// size upstream starts with.
+const READ_BUFFER_CAPACITY: usize = 8 * 1024;
+
 #[derive(Debug)]
 pub struct FramedRead<T> {
     inner: InnerFramedRead<T, LengthDelimitedCodec>,
@@ -66,6 +71,16 @@ impl<T> FramedRead<T> {
 
     pub fn get_ref(&self) -> &T {
         self.inner.get_ref()
+    }
+
+    // capataz: frees the read buffer if it holds no bytes (no partial frame), and the HPACK
+    // decoder's scratch buffer; `poll_next` and the decoder allocate them again when needed.
+    pub(crate) fn release_buffers_if_empty(&mut self) {
+        let buf = self.inner.read_buffer_mut();
+        if buf.is_empty() && buf.capacity() != 0 {
+            *buf = BytesMut::new();
+        }
+        self.decoder.hpack.release_buffer();
     }
 
     pub fn get_mut(&mut self) -> &mut T {
@@ -419,6 +434,12 @@ where
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let span = tracing::trace_span!("FramedRead::poll_next");
         let _e = span.enter();
+        // capataz: allocate the read buffer before reading if it has not been yet or was
+        // released (capacity 0, hence empty): otherwise tokio-util's FramedRead reserves 1 byte
+        // and the first reads are a few bytes each.
+        if self.inner.read_buffer().capacity() == 0 {
+            *self.inner.read_buffer_mut() = BytesMut::with_capacity(READ_BUFFER_CAPACITY);
+        }
         loop {
             tracing::trace!("poll");
             let bytes = match ready!(Pin::new(&mut self.inner).poll_next(cx)) {

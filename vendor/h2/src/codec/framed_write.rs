@@ -93,7 +93,9 @@ where
             final_flush_done: false,
             encoder: Encoder {
                 hpack: hpack::Encoder::default(),
-                buf: Cursor::new(BytesMut::with_capacity(DEFAULT_BUFFER_CAPACITY)),
+                // capataz: no write buffer until a frame is buffered (`Encoder::buffer`
+                // allocates it); upstream allocates DEFAULT_BUFFER_CAPACITY here.
+                buf: Cursor::new(BytesMut::new()),
                 next: None,
                 last_data_frame: None,
                 max_frame_size: frame::DEFAULT_MAX_FRAME_SIZE,
@@ -228,6 +230,14 @@ where
 
         tracing::debug!(frame = ?item, "send");
 
+        // capataz: the write buffer is allocated here, as upstream allocates it in `new`, if it
+        // was not allocated yet or was released while the connection was idle. Capacity 0
+        // means len 0 and position 0 (released only when empty).
+        if self.buf.get_ref().capacity() == 0 {
+            debug_assert_eq!(self.buf.position(), 0);
+            *self.buf.get_mut() = BytesMut::with_capacity(DEFAULT_BUFFER_CAPACITY);
+        }
+
         match item {
             Frame::Data(mut v) => {
                 // Ensure that the payload is not greater than the max frame.
@@ -307,9 +317,13 @@ where
     }
 
     fn has_capacity(&self) -> bool {
-        self.next.is_none()
-            && (self.buf.get_ref().capacity() - self.buf.get_ref().len()
-                >= self.min_buffer_capacity)
+        // capataz: an unallocated write buffer (capacity 0) counts as the empty
+        // DEFAULT_BUFFER_CAPACITY buffer that `buffer` will allocate for it.
+        let capacity = match self.buf.get_ref().capacity() {
+            0 => DEFAULT_BUFFER_CAPACITY,
+            capacity => capacity,
+        };
+        self.next.is_none() && (capacity - self.buf.get_ref().len() >= self.min_buffer_capacity)
     }
 
     fn is_empty(&self) -> bool {
@@ -327,6 +341,18 @@ impl<B> Encoder<B> {
 }
 
 impl<T, B> FramedWrite<T, B> {
+    // capataz: frees the write buffer when nothing is buffered in it (no frame, no
+    // CONTINUATION or DATA frame pending); the next `buffer` allocates it again. Called by
+    // `proto::Connection::poll` when the connection is idle (flushed, no stream).
+    pub(crate) fn release_buffer_if_empty(&mut self) {
+        if self.encoder.next.is_none()
+            && self.encoder.buf.get_ref().is_empty()
+            && self.encoder.buf.get_ref().capacity() != 0
+        {
+            self.encoder.buf = Cursor::new(BytesMut::new());
+        }
+    }
+
     /// Returns the max frame size that can be sent
     pub fn max_frame_size(&self) -> usize {
         self.encoder.max_frame_size()

@@ -42,12 +42,17 @@ where
         let framed_write = FramedWrite::new(io);
 
         // Delimit the frames
-        let delimited = length_delimited::Builder::new()
+        //
+        // capataz: `FramedRead::with_capacity(.., 0)` instead of the builder's `new_read`
+        // (which is `FramedRead::new`, an 8 KB read buffer from the start): the read buffer is
+        // allocated by `framed_read::FramedRead::poll_next` when it first reads.
+        let codec = length_delimited::Builder::new()
             .big_endian()
             .length_field_length(3)
             .length_adjustment(9)
             .num_skip(0) // Don't skip the header
-            .new_read(framed_write);
+            .new_codec();
+        let delimited = tokio_util::codec::FramedRead::with_capacity(framed_write, codec, 0);
 
         let mut inner = FramedRead::new(delimited);
 
@@ -103,6 +108,14 @@ impl<T, B> Codec<T, B> {
     /// Set the max header list size that can be received.
     pub fn set_max_recv_header_list_size(&mut self, val: usize) {
         self.inner.set_max_header_list_size(val);
+    }
+
+    // capataz: frees the read and write buffers and the HPACK decoder's scratch buffer, each
+    // only if nothing is in it; they are allocated again when next used. For an idle
+    // connection (no stream, everything flushed): see `proto::Connection::poll`.
+    pub(crate) fn release_buffers_if_empty(&mut self) {
+        self.inner.release_buffers_if_empty();
+        self.inner.get_mut().release_buffer_if_empty();
     }
 
     /// Get a reference to the inner stream.

@@ -158,7 +158,19 @@ impl Decoder {
             max_size_update: None,
             last_max_update: size,
             table: Table::new(size),
-            buffer: BytesMut::with_capacity(4096),
+            // capataz: allocated when a Huffman-coded string is first decoded (see
+            // `decode_string`); upstream allocates it here.
+            buffer: BytesMut::new(),
+        }
+    }
+
+    // capataz: frees the scratch buffer for Huffman-decoded strings (the connection is idle);
+    // `decode_string` allocates it again. It is always empty between two `decode` calls
+    // (`huffman::decode` splits off everything it writes), but the allocation it came from
+    // stays alive, shared with the header values decoded from it, as long as it has room.
+    pub(crate) fn release_buffer(&mut self) {
+        if self.buffer.is_empty() && self.buffer.capacity() != 0 {
+            self.buffer = BytesMut::new();
         }
     }
 
@@ -333,6 +345,12 @@ impl Decoder {
 
         let offset = (buf.position() - old_pos) as usize;
         if huff {
+            // capataz: the scratch buffer's first allocation, as upstream's `new` makes it (or
+            // the next one, once it is full: then `huffman::decode` would allocate at least
+            // as much, the capacity upstream created it with).
+            if self.buffer.capacity() == 0 {
+                self.buffer = BytesMut::with_capacity(4096);
+            }
             let ret = {
                 let raw = &buf.chunk()[..len];
                 huffman::decode(raw, &mut self.buffer).map(|buf| StringMarker {
