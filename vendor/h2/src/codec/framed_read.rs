@@ -73,14 +73,13 @@ impl<T> FramedRead<T> {
         self.inner.get_ref()
     }
 
-    // capataz: frees the read buffer if it holds no bytes (no partial frame), and the HPACK
-    // decoder's scratch buffer; `poll_next` and the decoder allocate them again when needed.
-    pub(crate) fn release_buffers_if_empty(&mut self) {
+    // capataz: frees the read buffer if it holds no bytes (no partial frame); `poll_next`
+    // allocates it again before it next reads.
+    pub(crate) fn release_buffer_if_empty(&mut self) {
         let buf = self.inner.read_buffer_mut();
         if buf.is_empty() && buf.capacity() != 0 {
             *buf = BytesMut::new();
         }
-        self.decoder.hpack.release_buffer();
     }
 
     pub fn get_mut(&mut self) -> &mut T {

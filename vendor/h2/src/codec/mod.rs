@@ -110,11 +110,11 @@ impl<T, B> Codec<T, B> {
         self.inner.set_max_header_list_size(val);
     }
 
-    // capataz: frees the read and write buffers and the HPACK decoder's scratch buffer, each
-    // only if nothing is in it; they are allocated again when next used. For an idle
-    // connection (no stream, everything flushed): see `proto::Connection::poll`.
+    // capataz: frees the read and the write buffer, each only if nothing is in it; they are
+    // allocated again when next used. For an idle connection (no stream, everything
+    // flushed): see `proto::Connection::poll`.
     pub(crate) fn release_buffers_if_empty(&mut self) {
-        self.inner.release_buffers_if_empty();
+        self.inner.release_buffer_if_empty();
         self.inner.get_mut().release_buffer_if_empty();
     }
 

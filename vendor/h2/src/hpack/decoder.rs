@@ -164,16 +164,6 @@ impl Decoder {
         }
     }
 
-    // capataz: frees the scratch buffer for Huffman-decoded strings (the connection is idle);
-    // `decode_string` allocates it again. It is always empty between two `decode` calls
-    // (`huffman::decode` splits off everything it writes), but the allocation it came from
-    // stays alive, shared with the header values decoded from it, as long as it has room.
-    pub(crate) fn release_buffer(&mut self) {
-        if self.buffer.is_empty() && self.buffer.capacity() != 0 {
-            self.buffer = BytesMut::new();
-        }
-    }
-
     /// Queues a potential size update
     #[allow(dead_code)]
     pub fn queue_size_update(&mut self, size: usize) {

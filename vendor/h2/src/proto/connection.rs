@@ -333,10 +333,10 @@ where
                             }
 
                             // capataz: the connection waits with everything flushed (above);
-                            // if it has no stream either, it is idle: free its read, write
-                            // and HPACK scratch buffers (each only if empty) rather than hold
-                            // about 28 KB until it is used again. They are allocated again
-                            // when a frame is next read or buffered.
+                            // if it has no stream either, it is idle: free its read and write
+                            // buffers (each only if empty) rather than hold 24 KB until it is
+                            // used again. They are allocated again when a frame is next read
+                            // or buffered.
                             if !self.inner.streams.has_streams() {
                                 self.codec.release_buffers_if_empty();
                             }
