@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# bench/instructions-h2c.sh - user-space instructions per HTTP/2 request through capataz,
+# counted by callgrind, for comparing builds on a noisy machine (bench/instructions.sh does the
+# same for HTTP/1.1 with wrk). The client speaks h2c (plaintext HTTP/2, prior knowledge) to a
+# listener with `h2c = true`; capataz forwards over HTTP/1.1 keep-alive to one nginx backend.
+#
+# h2load sends a fixed number of requests (N, after a warm-up of 500) in each SHAPE:
+#   "-c1 -m1"    one connection, one stream at a time: the connection has no stream between
+#                two requests (what the patched h2 in vendor/h2 frees its buffers on)
+#   "-c10 -m10"  ten connections of ten concurrent streams
+# Counting starts after the warm-up (callgrind_control -z) and is dumped after the N requests;
+# instructions / N. A fresh capataz under callgrind for each build and shape.
+#
+# Usage: bench/instructions-h2c.sh [BIN...]   (default: build this tree and measure it)
+#        env: N=4000 SHAPES="-c1 -m1|-c10 -m10" BASE=9750 OTHER_CPU=1
+#             RUN_DIR=/tmp/bench-instructions-h2c
+# Needs: valgrind (callgrind), h2load (nghttp2-client), nginx, ss. Loopback only; every
+# process is stopped by its PID (bench/common.sh). About 10 s per build and shape.
+set -Eeuo pipefail
+LOG_TAG=instructions-h2c
+source "$(dirname "$0")/common.sh"
+
+N=${N:-4000} SHAPES=${SHAPES:--c1 -m1|-c10 -m10} BASE=${BASE:-9750} OTHER_CPU=${OTHER_CPU-1}
+RUN_DIR=${RUN_DIR:-/tmp/bench-instructions-h2c}
+BACKEND=$((BASE + 1)) LISTENER=$((BASE + 2))
+mkdir -p "$RUN_DIR/nginx-backend"/{logs,tmp}
+need_tools valgrind callgrind_control callgrind_annotate h2load nginx ss
+for p in "$BACKEND" "$LISTENER"; do
+    if port_busy "$p"; then die "127.0.0.1:$p already in use (set BASE=...)"; fi
+done
+bins=("$@")
+if [[ ${#bins[@]} -eq 0 ]]; then
+    build_capataz
+    bins=("$CAPATAZ_BIN")
+fi
+
+cat >"$RUN_DIR/nginx-backend/nginx.conf" <<NGINX
+worker_processes 1;
+daemon off;
+pid nginx.pid;
+error_log logs/error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    keepalive_timeout 300s;
+    keepalive_requests 1000000;
+    client_body_temp_path tmp/client_body;
+    proxy_temp_path tmp/proxy;
+    fastcgi_temp_path tmp/fastcgi;
+    uwsgi_temp_path tmp/uwsgi;
+    scgi_temp_path tmp/scgi;
+    server {
+        listen 127.0.0.1:$BACKEND;
+        location / { return 200 "ok\n"; }
+    }
+}
+NGINX
+cat >"$RUN_DIR/capataz.toml" <<CAPATAZ
+[log]
+level = "warn"
+
+[[listeners]]
+name = "h2c"
+address = "127.0.0.1:$LISTENER"
+forwarded_headers = false
+h2c = true
+
+[pools.bench]
+backends = [{ name = "b1", address = "127.0.0.1:$BACKEND" }]
+[pools.bench.active]
+kind = "none"
+CAPATAZ
+
+start backend "$OTHER_CPU" nginx -p "$RUN_DIR/nginx-backend/" -c "$RUN_DIR/nginx-backend/nginx.conf" -e "$RUN_DIR/nginx-backend/logs/error.log"
+wait_port "$BACKEND" "$LAST_PID"
+
+IFS='|' read -r -a shapes <<<"$SHAPES"
+for bin in "${bins[@]}"; do
+    for shape in "${shapes[@]}"; do
+        read -r -a h2args <<<"$shape"
+        out=$RUN_DIR/$(basename "$bin")${shape// /}.cg
+        rm -f "$out" "$out".*
+        start capataz "" env CAPATAZ_WORKER_THREADS=1 valgrind --tool=callgrind \
+            --callgrind-out-file="$out" "$bin" run --config "$RUN_DIR/capataz.toml"
+        pid=$LAST_PID
+        wait_port "$LISTENER" "$pid" 60
+        (pin "$OTHER_CPU" h2load "${h2args[@]}" -n 500 "http://127.0.0.1:$LISTENER/" >/dev/null)
+        callgrind_control -z "$pid" >/dev/null
+        (pin "$OTHER_CPU" h2load "${h2args[@]}" -n "$N" "http://127.0.0.1:$LISTENER/" >"$out.h2load")
+        callgrind_control -d "$pid" >/dev/null
+        stop_named "$pid"
+        ok=$(awk '/^requests:/ {print $8}' "$out.h2load")
+        [[ $ok == "$N" ]] || die "$bin $shape: $ok of $N requests succeeded (see $out.h2load)"
+        ir=$(callgrind_annotate "$out.1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+        printf '%s\t%s\trequests %s\tinstructions %s\tper request %s\n' "$bin" "$shape" "$N" "$ir" \
+            "$(calc "int($ir / $N)")"
+    done
+done
