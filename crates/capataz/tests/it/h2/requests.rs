@@ -106,6 +106,42 @@ async fn request_bodies_reach_the_backend_sized_or_chunked() {
     assert_eq!(body, "body=100000");
 }
 
+/// One stream at a time on one connection: between two requests the connection has no stream,
+/// and h2 (patched, `vendor/h2`) frees its read and write buffers, then allocates them again
+/// for the next frame. Heads and bodies larger than those buffers (8 and 16 KB) must still
+/// come through whole, both ways, request after request.
+#[tokio::test]
+async fn requests_one_at_a_time_larger_than_the_buffers_come_through_whole() {
+    let backend = echo_backend("echo").await;
+    let (_balancer, addr, _events) =
+        balancer(&[backend.entry("echo")], "max_header_bytes = 65536", "").await;
+    let mut conn = connect(addr).await;
+    for round in 0..6u8 {
+        // A 40 KB field: HEADERS and CONTINUATION frames in, and the backend's echo of the
+        // head, over 40 KB, as the answer's DATA frames out.
+        let value = char::from(b'a' + round).to_string().repeat(40_000);
+        let mut big = request(
+            Method::POST,
+            "app.test",
+            &format!("/round/{round}"),
+            full(vec![round; 50_000]),
+        );
+        big.headers_mut()
+            .insert("x-big", value.parse().expect("a valid field value"));
+        let answer = conn.send(big).await.expect("a big request answered");
+        assert_eq!(answer.status, StatusCode::OK, "round {round}");
+        let (line, fields, body) = backend_head(&answer.text());
+        assert_eq!(line, format!("POST /round/{round} HTTP/1.1"));
+        assert_eq!(field(&fields, "x-big"), [value.as_str()], "round {round}");
+        assert_eq!(body, "body=50000", "round {round}");
+        // And a small one in between, on the same connection.
+        let small = conn.get("app.test", "/small").await;
+        assert_eq!(small.status, StatusCode::OK, "round {round}");
+        assert!(small.text().ends_with("body=0"), "{}", small.text());
+    }
+    assert_eq!(backend.hits(), 12);
+}
+
 #[tokio::test]
 async fn te_trailers_is_accepted_and_not_relayed_and_forwarded_headers_append() {
     let backend = echo_backend("echo").await;
