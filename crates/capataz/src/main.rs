@@ -13,6 +13,22 @@ use capataz::handover::Inherited;
 use capataz::sd_notify;
 use clap::{CommandFactory as _, Parser, Subcommand, ValueEnum};
 
+/// jemalloc, not the system allocator (glibc's): with many idle connections, the small
+/// allocations that outlive a request (a backend socket's registration, the pooled connection)
+/// sit in glibc's heap between the freed buffers of the requests and keep their pages resident;
+/// jemalloc keeps each size class on pages of its own. Its background threads give pages unused
+/// for a second back to the system, so resident memory falls after a burst even when nothing
+/// allocates (BENCHMARKS.md, "jemalloc"). `_RJEM_MALLOC_CONF` in the environment overrides these
+/// options.
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's options, read when it starts.
+#[cfg(not(target_env = "msvc"))]
+#[export_name = "_rjem_malloc_conf"]
+pub static MALLOC_CONF: &[u8] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+
 /// A load balancer that keeps its pool honest with active and passive health checks.
 #[derive(Parser, Debug)]
 #[command(name = "capataz", version, about)]

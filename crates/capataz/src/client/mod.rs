@@ -85,7 +85,6 @@ use crate::instruments::{ListenerMetrics, OpenConnection};
 use crate::proxy::{ClientInfo, Proxy};
 use crate::upstream::PrivateIdle;
 
-mod trim;
 mod watch;
 pub(crate) use watch::Watch;
 
@@ -472,9 +471,8 @@ where
                 .serve_connection(TokioIo::new(io), service)
                 .with_upgrades(),
         );
-        match run_http1(shared, &mut conn).await {
-            Run::Ended(refused) => return refused,
-            Run::Parked => trim::parked(),
+        if let Run::Ended(refused) = run_http1(shared, &mut conn).await {
+            return refused;
         }
         // Moved out of its box first, so the box (700 bytes) is freed now, not kept through
         // the wait below until the end of this loop's turn.

@@ -135,7 +135,6 @@ async fn run(inner: Arc<Inner>, handles: Weak<Handle>, mut shutdown: watch::Rece
             lines.append(&mut started);
         }
         lines.retain_mut(|line| line.look(&limits, period, draining, now));
-        super::trim::maybe();
         #[cfg(test)]
         inner.looks.fetch_add(1, Ordering::Relaxed);
         if orphaned && lines.is_empty() {
