@@ -97,6 +97,11 @@ impl PrivateIdle {
         if conns.len() >= self.capacity.load(Ordering::Relaxed) {
             conns.remove(0);
         }
+        if conns.capacity() == 0 {
+            // Room for one: an HTTP/1 client connection keeps one backend connection at a
+            // time (a first push would make room for four, 216 bytes more for each idle client).
+            conns.reserve_exact(1);
+        }
         conns.push(Parked {
             backend: upstream.id,
             stream,
