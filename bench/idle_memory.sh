@@ -20,7 +20,9 @@
 #
 # SETTLE=S (seconds): each measurement is a second wave of N connections, opened S seconds after
 # a first wave of N (see bench/idle_conns.py): the cost of one more idle connection in a process
-# that has served as many and let them settle, not the peak of a burst. Twice the connections:
+# that has served as many and let them settle, not the peak of a burst. With plain-kept, give
+# HOLD=8 too: capataz's allocator gives the first wave's freed memory back within about a
+# second, so the second wave's own burst is what HOLD=2 would read. Twice the connections:
 # with plain-kept each proxy also holds a backend connection per client, so N up to about a
 # quarter of the descriptor limit.
 #
