@@ -295,3 +295,99 @@ async fn a_goaway_from_the_client_on_an_idle_connection_closes_it_cleanly() {
     );
     assert_eq!(backend.hits(), 1);
 }
+
+#[tokio::test]
+async fn answer_heads_larger_than_the_write_buffer_come_whole_after_idle_moments() {
+    // A 40 KB answer head: h2 writes it as HEADERS then CONTINUATION frames, the rest of the
+    // block pending in its encoder between flushes of its 16 KB write buffer.
+    let backend = RawBackend::start(|mut stream, hits| async move {
+        let mut buf = Vec::new();
+        while let Some(head) = read_head(&mut stream, &mut buf).await {
+            let n = hits.fetch_add(1, std::sync::atomic::Ordering::SeqCst) as usize;
+            if read_body(&mut stream, &mut buf, &head).await.is_none() {
+                return;
+            }
+            let pad = char::from(b'a' + (n % 26) as u8)
+                .to_string()
+                .repeat(40_000 + n);
+            let answer = format!("HTTP/1.1 200 OK\r\nX-Pad: {pad}\r\nContent-Length: 2\r\n\r\nok");
+            if stream.write_all(answer.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    let (_balancer, addr, _events) = balancer(&[backend.entry("pad")], "", "").await;
+    let (mut read, mut write, _) = handshake(addr).await;
+    for (n, id) in [1u32, 3, 5, 7].into_iter().enumerate() {
+        ping_barrier(&mut read, &mut write, *b"beforeit").await;
+        write
+            .write_all(&headers(
+                id,
+                &request_block("GET", "app.test", "/pad"),
+                true,
+                true,
+            ))
+            .await
+            .unwrap();
+        // HEADERS without END_HEADERS, then CONTINUATION frames to END_HEADERS: the block whole.
+        let seen = read_until(&mut read, |f| f.kind == h2frames::HEADERS && f.stream == id).await;
+        let first = seen.last().unwrap();
+        assert_eq!(first.payload.first(), Some(&STATUS_200));
+        let mut block = first.payload.clone();
+        let mut flags = first.flags;
+        while flags & h2frames::END_HEADERS == 0 {
+            let next = tokio::time::timeout(DEADLINE, read_frame(&mut read))
+                .await
+                .expect("the rest of the block in time")
+                .expect("the connection stays open");
+            assert_eq!((next.kind, next.stream), (h2frames::CONTINUATION, id));
+            block.extend_from_slice(&next.payload);
+            flags = next.flags;
+        }
+        // The value is sent as a literal (too large for HPACK's table), possibly Huffman-coded:
+        // its length at least shows it whole (Huffman codes a letter in at least 5 bits).
+        assert!(
+            block.len() > (40_000 + n) * 5 / 8,
+            "{} bytes of block",
+            block.len()
+        );
+        let body = answer_body_after_head(&mut read, id).await;
+        assert_eq!(body, b"ok");
+    }
+    // And decoded by hyper's client, one request at a time on one connection: the value whole.
+    // (hyper's client takes heads up to 16 KB unless told more.)
+    let stream = TcpStream::connect(addr).await.expect("connect");
+    let (sender, conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .max_header_list_size(1 << 20)
+            .handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .expect("HTTP/2 handshake");
+    let mut conn = crate::support::h2client::H2Conn {
+        sender,
+        conn: tokio::spawn(conn),
+    };
+    for n in 4..8usize {
+        let answer = conn.get("app.test", "/pad").await;
+        let pad = char::from(b'a' + (n % 26) as u8)
+            .to_string()
+            .repeat(40_000 + n);
+        assert_eq!(answer.header("x-pad"), Some(pad.as_str()), "request {n}");
+        assert_eq!(answer.body.as_ref(), b"ok");
+    }
+    assert_eq!(backend.hits(), 8);
+}
+
+/// The DATA of `stream` to END_STREAM, its head already read.
+async fn answer_body_after_head(read: &mut OwnedReadHalf, stream: u32) -> Vec<u8> {
+    let mut body = Vec::new();
+    loop {
+        let seen = read_until(read, |f| f.kind == DATA && f.stream == stream).await;
+        let data = seen.last().unwrap();
+        body.extend_from_slice(&data.payload);
+        if data.flags & END_STREAM != 0 {
+            return body;
+        }
+    }
+}
