@@ -391,3 +391,46 @@ async fn answer_body_after_head(read: &mut OwnedReadHalf, stream: u32) -> Vec<u8
         }
     }
 }
+
+#[tokio::test]
+async fn a_large_answer_to_a_client_that_reads_late_comes_whole_and_the_connection_serves_on() {
+    // The client opens its windows wide and reads nothing for a while once the request is at
+    // the backend: h2's write buffer stays half-written while the sockets are full, and if the
+    // answer's end reaches h2 before the client reads, its last DATA frame (END_STREAM) waits
+    // there with its stream over: no stream, but not flushed (the connection is not idle).
+    const SIZE: usize = 8 << 20;
+    let backend = large_backend(SIZE).await;
+    let (_balancer, addr, _events) = balancer(&[backend.entry("big")], "", "").await;
+    let stream = TcpStream::connect(addr).await.expect("connect");
+    let _ = stream.set_nodelay(true);
+    let (mut read, mut write) = stream.into_split();
+    let mut start = PREFACE.to_vec();
+    start.extend(settings(&[(0x4, (1 << 31) - 1)]));
+    start.extend(window_update(0, (1 << 31) - 1 - 65_535));
+    write.write_all(&start).await.unwrap();
+    let server = read_frame(&mut read).await.expect("the server's SETTINGS");
+    assert_eq!(server.kind, h2frames::SETTINGS);
+    write.write_all(&settings_ack()).await.unwrap();
+    for (round, id) in [1u32, 3].into_iter().enumerate() {
+        write
+            .write_all(&headers(
+                id,
+                &request_block("GET", "app.test", "/big"),
+                true,
+                true,
+            ))
+            .await
+            .unwrap();
+        crate::support::wait::wait_until("the request at the backend", || {
+            backend.hits() == round as u64 + 1
+        })
+        .await;
+        // Long enough for the answer to fill the sockets between them; not needed for the
+        // result, which is read whole in any case.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let body = answer_body(&mut read, id).await;
+        assert_eq!(body.len(), SIZE, "round {round}");
+        assert!(body == pattern(SIZE), "round {round}: the body differs");
+        ping_barrier(&mut read, &mut write, *b"afterbig").await;
+    }
+}
