@@ -276,3 +276,61 @@ async fn a_client_body_that_stalls_is_the_clients_fault() {
     );
     balancer.shutdown(DEADLINE).await;
 }
+
+/// One `h2c` backend connection, requests one at a time: between two of them the connection
+/// has no stream, and h2 (patched, `vendor/h2`) frees its read and write buffers. Request heads
+/// larger than the read buffer (8 KB; the backend's h2 answers 431 to a head over 16 KB),
+/// answer heads larger than both (40 KB: HEADERS and CONTINUATION frames) and bodies larger
+/// than both must come through whole both ways, request after request, on that one connection.
+#[tokio::test]
+async fn h2c_requests_one_at_a_time_larger_than_the_buffers_come_through_whole() {
+    let script: Script = Arc::new(|parts| {
+        let size: usize = parts.uri.path()[1..].parse().unwrap_or(0);
+        let big = parts.headers.get("x-big").map_or(0, |v| v.len());
+        Reply::Ok {
+            status: 200,
+            headers: vec![
+                ("x-big-len", big.to_string()),
+                ("x-pad", "p".repeat(40_000)),
+            ],
+            body: Bytes::from((0..size).map(|i| b'a' + (i % 26) as u8).collect::<Vec<_>>()),
+            trailers: None,
+        }
+    });
+    let backend = HttpBackend::start("b", Speaks::H2, None, script).await;
+    let text = ConfigText::new(&[backend.entry()])
+        .listener("max_header_bytes = 65536")
+        .extra(QUIET_H2C)
+        .build();
+    let (balancer, _events) = start(&text).await;
+    let mut client = Client::strict(balancer.local_addrs()[0]);
+    for round in 0..6usize {
+        let size = 100_000 + round;
+        let request = http::Request::builder()
+            .method("POST")
+            .uri(format!("/{size}"))
+            .header("host", "app.test")
+            .header("x-big", "x".repeat(15_000 + round))
+            .body(Bytes::from(vec![b'q'; 50_000]))
+            .expect("a request");
+        let answer = client.request(request).await;
+        assert_eq!(answer.status, 200, "round {round}: {}", answer.text());
+        assert_eq!(
+            answer.headers.get("x-big-len").map(|v| v.to_str().unwrap()),
+            Some((15_000 + round).to_string().as_str()),
+            "round {round}"
+        );
+        assert_eq!(answer.headers.get("x-pad").map(|v| v.len()), Some(40_000));
+        let expected: Vec<u8> = (0..size).map(|i| b'a' + (i % 26) as u8).collect();
+        assert!(answer.body == expected, "round {round}: the body differs");
+        // And a small one in between.
+        assert_eq!(client.get("/0").await.status, 200, "round {round}");
+    }
+    assert_eq!(backend.hits(), 12);
+    assert_eq!(
+        backend.accepted(),
+        1,
+        "every request on one backend connection"
+    );
+    balancer.shutdown(DEADLINE).await;
+}
