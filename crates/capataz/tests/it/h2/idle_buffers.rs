@@ -45,6 +45,21 @@ async fn read_until(read: &mut OwnedReadHalf, want: impl Fn(&Frame) -> bool) -> 
     }
 }
 
+/// A connection to `addr` past its start: the preface and `first` (the client's SETTINGS and
+/// whatever follows them) sent, the server's SETTINGS read and acknowledged.
+async fn open_with(addr: std::net::SocketAddr, first: Vec<u8>) -> (OwnedReadHalf, OwnedWriteHalf) {
+    let stream = TcpStream::connect(addr).await.expect("connect");
+    let _ = stream.set_nodelay(true);
+    let (mut read, mut write) = stream.into_split();
+    let mut start = PREFACE.to_vec();
+    start.extend(first);
+    write.write_all(&start).await.unwrap();
+    let server = read_frame(&mut read).await.expect("the server's SETTINGS");
+    assert_eq!(server.kind, h2frames::SETTINGS);
+    write.write_all(&settings_ack()).await.unwrap();
+    (read, write)
+}
+
 /// A PING with `payload`, and its acknowledgement read: once it is, the balancer has read
 /// everything sent before it and flushed its answer (and, with no stream open, gone idle).
 async fn ping_barrier(read: &mut OwnedReadHalf, write: &mut OwnedWriteHalf, payload: [u8; 8]) {
@@ -159,15 +174,7 @@ async fn a_large_answer_held_by_a_closed_window_comes_whole_as_it_opens() {
     let backend = large_backend(SIZE).await;
     let (_balancer, addr, _events) = balancer(&[backend.entry("big")], "", "").await;
     // SETTINGS_INITIAL_WINDOW_SIZE = 0: no stream may carry DATA until its window is opened.
-    let stream = TcpStream::connect(addr).await.expect("connect");
-    let _ = stream.set_nodelay(true);
-    let (mut read, mut write) = stream.into_split();
-    let mut start = PREFACE.to_vec();
-    start.extend(settings(&[(0x4, 0)]));
-    write.write_all(&start).await.unwrap();
-    let server = read_frame(&mut read).await.expect("the server's SETTINGS");
-    assert_eq!(server.kind, h2frames::SETTINGS);
-    write.write_all(&settings_ack()).await.unwrap();
+    let (mut read, mut write) = open_with(addr, settings(&[(0x4, 0)])).await;
     for (round, id) in [1u32, 3].into_iter().enumerate() {
         write
             .write_all(&headers(
@@ -401,16 +408,9 @@ async fn a_large_answer_to_a_client_that_reads_late_comes_whole_and_the_connecti
     const SIZE: usize = 8 << 20;
     let backend = large_backend(SIZE).await;
     let (_balancer, addr, _events) = balancer(&[backend.entry("big")], "", "").await;
-    let stream = TcpStream::connect(addr).await.expect("connect");
-    let _ = stream.set_nodelay(true);
-    let (mut read, mut write) = stream.into_split();
-    let mut start = PREFACE.to_vec();
-    start.extend(settings(&[(0x4, (1 << 31) - 1)]));
+    let mut start = settings(&[(0x4, (1 << 31) - 1)]);
     start.extend(window_update(0, (1 << 31) - 1 - 65_535));
-    write.write_all(&start).await.unwrap();
-    let server = read_frame(&mut read).await.expect("the server's SETTINGS");
-    assert_eq!(server.kind, h2frames::SETTINGS);
-    write.write_all(&settings_ack()).await.unwrap();
+    let (mut read, mut write) = open_with(addr, start).await;
     for (round, id) in [1u32, 3].into_iter().enumerate() {
         write
             .write_all(&headers(
