@@ -318,42 +318,40 @@ async fn probe_loop(seat: Arc<Seat>, mut rng: prober::Rng) {
         }
         drop(pool);
         let started = Instant::now();
-        // Each probe's future boxed: with its TLS and HTTP/2 states it is about 10 KB, which
-        // every backend's task would otherwise hold while it sleeps between probes (100 MB at
-        // 10,000 backends, heaptrack); a box per probe costs far less than the probe.
-        let outcome: capataz_health::ProbeOutcome = match (&h2, &checked) {
-            (Some(probe), _) => {
-                Box::pin(prober::probe_h2(
-                    probe,
-                    rt.upstream.addr(),
-                    active.timeout,
-                    rt.upstream.tls(),
-                ))
-                .await
+        // The probe's future boxed for its length: with its TLS and HTTP/2 states it is about
+        // 10 KB, which every backend's task would otherwise hold while it sleeps between probes
+        // (100 MB at 10,000 backends, heaptrack); a box per probe costs far less than the probe.
+        let outcome: capataz_health::ProbeOutcome = Box::pin(async {
+            match (&h2, &checked) {
+                (Some(probe), _) => {
+                    prober::probe_h2(probe, rt.upstream.addr(), active.timeout, rt.upstream.tls())
+                        .await
+                }
+                (None, Some(probe)) => {
+                    prober::probe_checked_sending(
+                        probe,
+                        rt.upstream.addr(),
+                        active.timeout,
+                        rt.upstream.tls(),
+                        &preamble,
+                    )
+                    .await
+                }
+                (None, None) => {
+                    prober::probe_once_sending(
+                        active.kind,
+                        rt.upstream.addr(),
+                        &active.path,
+                        &host,
+                        active.timeout,
+                        rt.upstream.tls(),
+                        &preamble,
+                    )
+                    .await
+                }
             }
-            (None, Some(probe)) => {
-                Box::pin(prober::probe_checked_sending(
-                    probe,
-                    rt.upstream.addr(),
-                    active.timeout,
-                    rt.upstream.tls(),
-                    &preamble,
-                ))
-                .await
-            }
-            (None, None) => {
-                Box::pin(prober::probe_once_sending(
-                    active.kind,
-                    rt.upstream.addr(),
-                    &active.path,
-                    &host,
-                    active.timeout,
-                    rt.upstream.tls(),
-                    &preamble,
-                ))
-                .await
-            }
-        };
+        })
+        .await;
         // Where the backend is now: an update may have moved it while the probe ran.
         let Some((pool, backend)) = seat.get() else {
             return;

@@ -211,11 +211,20 @@ pub async fn read_to_end(read: &mut OwnedReadHalf, deadline: Duration) -> Ending
 /// A connection that has sent its preface and an empty SETTINGS frame, and acknowledged the
 /// server's SETTINGS (the first frame read, returned with the halves).
 pub async fn handshake(addr: SocketAddr) -> (OwnedReadHalf, OwnedWriteHalf, Frame) {
+    handshake_with(addr, settings(&[])).await
+}
+
+/// [`handshake`] with `first` after the preface instead of an empty SETTINGS frame (the
+/// client's SETTINGS, and whatever else it sends at once).
+pub async fn handshake_with(
+    addr: SocketAddr,
+    first: Vec<u8>,
+) -> (OwnedReadHalf, OwnedWriteHalf, Frame) {
     let stream = TcpStream::connect(addr).await.expect("connect");
     let _ = stream.set_nodelay(true);
     let (mut read, mut write) = stream.into_split();
     let mut start = PREFACE.to_vec();
-    start.extend(settings(&[]));
+    start.extend(first);
     write.write_all(&start).await.expect("send the preface");
     let server = read_frame(&mut read)
         .await

@@ -15,9 +15,8 @@ use tokio::net::TcpStream;
 
 use super::{balancer, echo_backend};
 use crate::support::h2frames::{
-    self, continuation, frame, handshake, headers, ping, read_frame, read_to_end, request_block,
-    settings, settings_ack, Frame, DATA, END_STREAM, GOAWAY, NO_ERROR, PING, PREFACE,
-    WINDOW_UPDATE,
+    self, continuation, frame, handshake, handshake_with, headers, ping, read_frame, read_to_end,
+    request_block, settings, Frame, DATA, END_STREAM, GOAWAY, NO_ERROR, PING, WINDOW_UPDATE,
 };
 use crate::support::raw::{ok_answer, read_body, read_head, RawBackend};
 use crate::support::DEADLINE;
@@ -43,21 +42,6 @@ async fn read_until(read: &mut OwnedReadHalf, want: impl Fn(&Frame) -> bool) -> 
             return seen;
         }
     }
-}
-
-/// A connection to `addr` past its start: the preface and `first` (the client's SETTINGS and
-/// whatever follows them) sent, the server's SETTINGS read and acknowledged.
-async fn open_with(addr: std::net::SocketAddr, first: Vec<u8>) -> (OwnedReadHalf, OwnedWriteHalf) {
-    let stream = TcpStream::connect(addr).await.expect("connect");
-    let _ = stream.set_nodelay(true);
-    let (mut read, mut write) = stream.into_split();
-    let mut start = PREFACE.to_vec();
-    start.extend(first);
-    write.write_all(&start).await.unwrap();
-    let server = read_frame(&mut read).await.expect("the server's SETTINGS");
-    assert_eq!(server.kind, h2frames::SETTINGS);
-    write.write_all(&settings_ack()).await.unwrap();
-    (read, write)
 }
 
 /// A PING with `payload`, and its acknowledgement read: once it is, the balancer has read
@@ -174,7 +158,7 @@ async fn a_large_answer_held_by_a_closed_window_comes_whole_as_it_opens() {
     let backend = large_backend(SIZE).await;
     let (_balancer, addr, _events) = balancer(&[backend.entry("big")], "", "").await;
     // SETTINGS_INITIAL_WINDOW_SIZE = 0: no stream may carry DATA until its window is opened.
-    let (mut read, mut write) = open_with(addr, settings(&[(0x4, 0)])).await;
+    let (mut read, mut write, _) = handshake_with(addr, settings(&[(0x4, 0)])).await;
     for (round, id) in [1u32, 3].into_iter().enumerate() {
         write
             .write_all(&headers(
@@ -410,7 +394,7 @@ async fn a_large_answer_to_a_client_that_reads_late_comes_whole_and_the_connecti
     let (_balancer, addr, _events) = balancer(&[backend.entry("big")], "", "").await;
     let mut start = settings(&[(0x4, (1 << 31) - 1)]);
     start.extend(window_update(0, (1 << 31) - 1 - 65_535));
-    let (mut read, mut write) = open_with(addr, start).await;
+    let (mut read, mut write, _) = handshake_with(addr, start).await;
     for (round, id) in [1u32, 3].into_iter().enumerate() {
         write
             .write_all(&headers(
