@@ -26,7 +26,7 @@ use tokio::io::AsyncWriteExt;
 use crate::access_log::{AccessLog, AccessRecord, Phase, Termination};
 use crate::acme::Http01Tokens;
 use crate::balance::PoolHandle;
-use crate::body::{grpc_status, Grpc, Lease, ReqBody, RespBody};
+use crate::body::{grpc_status, BodyRead, Grpc, Lease, ReqBody, RespBody};
 use crate::config::{BackendProtocol, ConnectionReuse, ListenerConfig};
 use crate::h1::chunked;
 use crate::h1::framing::{self, BodyLength};
@@ -423,11 +423,13 @@ impl Proxy {
         let h2_resend =
             (h2 && bodiless).then(|| (parts.method.clone(), uri.clone(), parts.headers.clone()));
         let mut head = Vec::with_capacity(256);
+        // Its client connection hears when the body has been read (bodiless: it knows).
+        let hook = (!bodiless).then(|| client.body_read.clone()).flatten();
         let mut pending = Some(Outgoing::Request(build_request(
             parts.method,
             uri,
             parts.headers,
-            ReqBody::Incoming(body),
+            ReqBody::Incoming(body, hook),
         )));
         let mut tried = Tried::default();
         let mut failure = None;
@@ -912,6 +914,8 @@ pub struct ClientInfo {
     /// The address the client connected to (from a PROXY protocol header when one named it),
     /// if known.
     pub destination: Option<SocketAddr>,
+    /// Told when a request's body has been read to its end (set by the client connection).
+    pub(crate) body_read: Option<Arc<dyn BodyRead>>,
 }
 
 impl ClientInfo {
@@ -926,6 +930,7 @@ impl ClientInfo {
             private: Arc::new(PrivateIdle::new()),
             tls: None,
             destination: None,
+            body_read: None,
         }
     }
 
