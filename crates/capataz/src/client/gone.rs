@@ -61,12 +61,13 @@ impl PeerWatch {
         self.set_unless_half_closed(next);
     }
 
-    /// The body of the request in progress has been read to its end. (From any task: an
-    /// HTTP/2 backend's client reads it in a task of its own.)
-    pub(super) fn body_read(&self) {
-        let _ = self
-            .0
-            .compare_exchange(READING, WATCHING, Ordering::Relaxed, Ordering::Relaxed);
+    /// The body of the request in progress has been read to its end: whether it is watched
+    /// from now on. (From any task: an HTTP/2 backend's client reads it in a task of its
+    /// own, and the connection's task must then be woken to start watching.)
+    pub(super) fn body_read(&self) -> bool {
+        self.0
+            .compare_exchange(READING, WATCHING, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// The request has its answer, or was dropped: nothing to watch until the next.
@@ -259,11 +260,11 @@ mod tests {
         watch.start(false);
         assert!(look(&watch, &server).is_pending());
         watch.stop();
-        watch.body_read();
+        assert!(!watch.body_read());
         assert!(look(&watch, &server).is_pending());
         // The body read: watched.
         watch.start(false);
-        watch.body_read();
+        assert!(watch.body_read());
         assert_eq!(
             look(&watch, &server),
             Poll::Ready(io::ErrorKind::ConnectionReset)

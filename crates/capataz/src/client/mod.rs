@@ -41,6 +41,10 @@
 //! listener's `max_header_bytes` and h2's CONTINUATION limit, and the wait for them by
 //! `idle_timeout`.
 //!
+//! An HTTP/1 client that resets its connection while its request waits for an answer is seen
+//! gone at once, not when the answer is written ([`gone`]): the connection ends, which drops
+//! the request as an HTTP/2 stream reset does. A half-close (FIN) is not an abort.
+//!
 //! A client that cancels its HTTP/2 requests before their answers (RST_STREAM, the "rapid
 //! reset" attack, CVE-2023-44487) has its connection dropped once it has cancelled more than
 //! `max_concurrent_streams` requests beyond those it let finish: each cancelled request may
@@ -270,7 +274,11 @@ impl Shared {
 
 impl BodyRead for Shared {
     fn body_read(&self) {
-        self.peer.body_read();
+        if self.peer.body_read() {
+            // Read by another task (an HTTP/2 backend's client): the connection's task starts
+            // watching at its next turn, now.
+            self.wake();
+        }
     }
 }
 
@@ -777,12 +785,15 @@ impl InProgress {
     }
 
     /// The request has its answer (whatever happens to its body). Counted for HTTP/2 only,
-    /// the one protocol with a cancel limit: HTTP/1.1 pays no atomic write for it.
+    /// the one protocol with a cancel limit; over HTTP/1.1 its client is no longer watched
+    /// for going away.
     fn answered(&mut self) {
         self.answered = true;
-        self.shared.peer.stop();
         if self.shared.h2.load(Ordering::Relaxed) {
             self.shared.answered.fetch_add(1, Ordering::Relaxed);
+        } else {
+            // Its client is no longer watched for (see `gone.rs`).
+            self.shared.peer.stop();
         }
     }
 }
@@ -790,7 +801,9 @@ impl InProgress {
 impl Drop for InProgress {
     fn drop(&mut self) {
         let shared = &self.shared;
-        shared.peer.stop();
+        if !shared.h2.load(Ordering::Relaxed) {
+            shared.peer.stop();
+        }
         if self.answered {
             shared.listener.request_took(self.started.elapsed());
         }

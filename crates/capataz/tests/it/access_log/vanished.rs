@@ -21,6 +21,7 @@ use tokio::net::TcpStream;
 use tokio::sync::broadcast;
 
 use crate::support::access_log::{table, wait_json, LogDir};
+use crate::support::backends_tls::{HttpBackend, Reply, Script, Speaks};
 use crate::support::balancer::{metrics_text, start, ConfigText};
 use crate::support::client::exchange;
 use crate::support::events::count_transitions;
@@ -237,6 +238,76 @@ async fn a_client_that_vanished_over_tls_is_not_logged_as_served() {
     let (tcp, _) = client.into_inner();
     reset(tcp);
     assert_vanished(&path, "headers", &seen, &balancer, admin, &mut events).await;
+}
+
+#[tokio::test]
+async fn a_client_that_vanished_behind_a_proxy_protocol_header_is_not_logged_as_served() {
+    // The header and the request in one write: the request is read from what capataz read
+    // past the header, and the reset is still the socket's.
+    let (backend, seen) = slow_backend(THINKING).await;
+    let dir = LogDir::new();
+    let path = dir.path("access.log");
+    let listener = "proxy_protocol = { trusted = [\"127.0.0.0/8\"] }";
+    let (balancer, mut events, addr, admin) = balancer(&backend, &path, listener).await;
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    client
+        .write_all(
+            b"PROXY TCP4 192.0.2.7 127.0.0.1 5555 80\r\nGET /slow HTTP/1.1\r\nHost: app.test\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    wait_until("the backend has the request", || {
+        Seen::get(&seen.received) == 1
+    })
+    .await;
+    reset(client);
+    assert_vanished(&path, "headers", &seen, &balancer, admin, &mut events).await;
+    assert_eq!(wait_json(&path, 1).await[0]["client"], "192.0.2.7");
+}
+
+#[tokio::test]
+async fn a_client_that_vanished_after_its_upload_to_an_http2_pool_is_not_logged_as_served() {
+    // An HTTP/2 backend's client reads the body in a task of its own, which then tells the
+    // connection to start watching; the backend's stream is reset (its in-flight slot freed).
+    let uploads = Arc::new(AtomicU64::new(0));
+    let seen = uploads.clone();
+    let script: Script = Arc::new(move |_| {
+        // Called once the backend has read the body to its end.
+        seen.fetch_add(1, Ordering::SeqCst);
+        Reply::Hang
+    });
+    let backend = HttpBackend::start("slow", Speaks::H2, None, script).await;
+    let dir = LogDir::new();
+    let path = dir.path("access.log");
+    let config = ConfigText::new(&[backend.entry()])
+        .listener(&format!("name = \"front\"\n{}", table(&path, "json", "")))
+        .extra("protocol = \"h2c\"\n[pools.web.active]\nkind = \"none\"\n[pools.web.passive]\nconsecutive_errors = 1\n");
+    let (balancer, mut events) = start(&config.build()).await;
+    let addr = balancer.local_addrs()[0];
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    client
+        .write_all(b"POST /upload HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\n\r\nhello")
+        .await
+        .unwrap();
+    wait_until("the backend has the request and its body", || {
+        uploads.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    reset(client);
+    let line = &wait_json(&path, 1).await[0];
+    assert_eq!(line["status"], Value::Null, "{line}");
+    assert_eq!(line["ended_by"], "client", "{line}");
+    assert_eq!(line["phase"], "send", "{line}");
+    wait_connections_closed(&balancer).await;
+    let in_flight = "capataz_backend_in_flight{pool=\"web\",backend=\"slow\"}";
+    wait_until("the backend's stream dropped", || {
+        sample(&metrics_text(&balancer), in_flight) == Some(0.0)
+    })
+    .await;
+    let page = metrics_text(&balancer);
+    let errors = "capataz_requests_total{pool=\"web\",backend=\"slow\",class=\"error\"}";
+    assert_eq!(sample(&page, errors), Some(0.0));
+    assert_eq!(count_transitions(&mut events), 0, "no transition");
 }
 
 #[tokio::test]
