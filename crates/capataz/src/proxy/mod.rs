@@ -423,8 +423,10 @@ impl Proxy {
         let h2_resend =
             (h2 && bodiless).then(|| (parts.method.clone(), uri.clone(), parts.headers.clone()));
         let mut head = Vec::with_capacity(256);
-        // Its client connection hears when the body has been read (bodiless: it knows).
-        let hook = (!bodiless).then(|| client.body_read.clone()).flatten();
+        // An HTTP/1 client connection hears when the body has been read (bodiless: it knows).
+        let hook = (!bodiless && parts.version != Version::HTTP_2)
+            .then(|| client.body_read.clone())
+            .flatten();
         let mut pending = Some(Outgoing::Request(build_request(
             parts.method,
             uri,
