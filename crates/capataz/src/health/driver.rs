@@ -228,7 +228,11 @@ impl PoolRt {
             let notified = self.timer.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let due = self.lock().engine.poll_timeout();
+            let due = {
+                let mut inner = self.lock();
+                inner.armed = inner.engine.poll_timeout();
+                inner.armed
+            };
             match due {
                 Some(due) => {
                     tokio::select! {
