@@ -103,7 +103,11 @@ impl PoolHandle {
             all_down,
             ..
         } = eligible;
-        if !self.snapshot.load().says(&backends, &member_weights, all_down) {
+        if !self
+            .snapshot
+            .load()
+            .says(&backends, &member_weights, all_down)
+        {
             let snapshot = Snapshot::new(backends, member_weights, all_down);
             self.snapshot.store(Arc::new(snapshot));
         }

@@ -97,7 +97,6 @@ impl BackendView {
     pub fn state(&self) -> &'static str {
         self.effective.as_str()
     }
-
 }
 
 impl PoolRt {

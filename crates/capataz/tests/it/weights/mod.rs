@@ -112,13 +112,21 @@ impl Reported {
 
     /// Backend `name`'s reported effective weight.
     fn weight(&self, name: &str) -> f64 {
-        let i = self.names.iter().position(|n| n == name).expect("a backend");
+        let i = self
+            .names
+            .iter()
+            .position(|n| n == name)
+            .expect("a backend");
         self.weights[i]
     }
 
     /// Whether backend `name` is reported serving.
     fn serving(&self, name: &str) -> bool {
-        let i = self.names.iter().position(|n| n == name).expect("a backend");
+        let i = self
+            .names
+            .iter()
+            .position(|n| n == name)
+            .expect("a backend");
         self.serving[i]
     }
 }

@@ -41,7 +41,10 @@ async fn slow_start_ramps_the_traffic_not_only_the_reported_weight() {
         .wait_reported("b2 back to its full weight", |r| r.weight("b2") == 1.0)
         .await;
     let window = scene.window(40).await;
-    assert!(window.stable(), "nothing changes after the ramp: {window:?}");
+    assert!(
+        window.stable(),
+        "nothing changes after the ramp: {window:?}"
+    );
     window.check("after the ramp");
     scene.stop().await;
 }
