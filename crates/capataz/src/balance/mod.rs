@@ -5,8 +5,10 @@
 //!
 //! A snapshot is rebuilt when the engine's decision changes (a verdict, an override, a weight
 //! step of slow start, a load shed), and the request path reads it without a lock. It holds
-//! every backend's weight: the one value the picker uses and `/status` and the metrics report. Round robin walks a schedule precomputed with nginx's smooth weighted algorithm (so a
-//! weight-3 backend is spread out, not picked three times in a row) through one atomic counter.
+//! every backend's weight: the one value the picker uses and `/status` and the metrics
+//! report. Round robin walks a schedule precomputed with nginx's smooth weighted algorithm (so
+//! a weight-3 backend is spread out, not picked three times in a row) through one atomic
+//! counter.
 //! Building that schedule costs one sort of the backends plus, per slot, one comparison per
 //! distinct weight: linear in backends for equal weights, so a rebuild in a pool of thousands
 //! (an override, a verdict change) never holds a runtime thread for long.
