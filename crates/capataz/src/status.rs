@@ -40,7 +40,7 @@ fn ms(d: Duration) -> f64 {
 pub fn explain(pool: &PoolRt, view: &BackendView) -> String {
     let mut sentence = explain_standing(pool, view);
     if view.role == Role::Backup {
-        let serving = view.serving(&pool.snapshot());
+        let serving = view.serving;
         sentence.push_str(match (serving, pool.on_backups().is_some()) {
             (true, true) => "; backup: serving while no primary is in rotation",
             (true, false) => "; backup: the pool fails open over it",
@@ -558,7 +558,7 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
         "effective_weight": f64::from(view.effective_weight_tenths) / 10.0,
         "override": override_,
         "role": match view.role { Role::Primary => "primary", Role::Backup => "backup" },
-        "serving": view.serving(&pool.snapshot()),
+        "serving": view.serving,
         "requalify": view.requalifying.map(|(has, needs)| json!({ "passes": has, "needs": needs })),
         "explain": explain(pool, view),
     })

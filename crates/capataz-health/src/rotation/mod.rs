@@ -299,7 +299,9 @@ impl Rotation {
     }
 
     /// The weight of `backend` at `now`, in tenths of the configured unit (lower while it
-    /// ramps, and scaled by the weight its agent reports).
+    /// ramps, and scaled by the weight its agent reports and by a load shed). It changes with
+    /// time only at the steps [`Rotation::poll_timeout`] announces, so a snapshot of it built
+    /// at each timeout is exact until the next.
     pub fn weight_tenths(&self, backend: usize, now: Duration) -> u32 {
         let member = &self.members[backend];
         let tenths = match (member.ramp_since, self.policy.slow_start) {
@@ -364,16 +366,18 @@ impl Rotation {
     }
 
     /// The backends new requests may go to at `now`, with their weights: the ones in rotation,
-    /// or when there are none, the all-down policy's choice (possibly nobody).
+    /// or when there are none, the all-down policy's choice (possibly nobody); and every
+    /// backend's weight, the one value the runtime both picks by and reports.
     pub fn eligible(&self, now: Duration) -> Eligible {
         let backends = self.serving_backends();
-        let weights = backends
-            .iter()
-            .map(|&i| self.weight_tenths(i, now))
+        let member_weights: Vec<u32> = (0..self.members.len())
+            .map(|i| self.weight_tenths(i, now))
             .collect();
+        let weights = backends.iter().map(|&i| member_weights[i]).collect();
         Eligible {
             backends,
             weights,
+            member_weights,
             all_down: self.all_down.is_some(),
         }
     }

@@ -144,6 +144,9 @@ pub struct Eligible {
     pub backends: Vec<usize>,
     /// Their weights in tenths of the configured unit (same order).
     pub weights: Vec<u32>,
+    /// Every backend's weight in tenths, in pool order, in rotation or not (what it has or
+    /// would have there): `weights` are these at `backends`.
+    pub member_weights: Vec<u32>,
     /// Whether the all-down policy chose `backends`: no backend is in rotation, or fewer
     /// primaries than the minimum healthy share.
     pub all_down: bool,

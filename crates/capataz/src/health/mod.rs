@@ -276,6 +276,9 @@ impl Eq for BackendKey<'_> {}
 struct Inner {
     engine: Rotation,
     info: Vec<Records>,
+    /// The engine time the timer sleeps until (`None`: it waits for a wake-up only). Set by
+    /// the timer when it reads `poll_timeout`, and by `publish` when it wakes it earlier.
+    armed: Option<Duration>,
 }
 
 /// Why an override could not be applied.
@@ -524,7 +527,11 @@ impl PoolRt {
                     settings.traffic_rule,
                     sink,
                 )),
-                inner: Mutex::new(Inner { engine, info }),
+                inner: Mutex::new(Inner {
+                    engine,
+                    info,
+                    armed: None,
+                }),
                 events,
                 clock,
                 timer: Notify::new(),
@@ -811,9 +818,9 @@ impl PoolRt {
             rt.watched
                 .store(inner.engine.needs_traffic(i), Ordering::Relaxed);
         }
-        // Time alone moves slow-start weights.
-        let ramps = self.config.slow_start.is_some();
-        self.publish(&mut inner, now, ramps);
+        // Time alone moves weights (slow start's steps): always rebuild, which changes
+        // nothing when no weight moved.
+        self.publish(&mut inner, now, true);
     }
 
     /// Sets (`Some`) or clears (`None`) a manual override on the backend named `backend`, for

@@ -55,3 +55,4 @@ mod send_proxy;
 mod terminal;
 mod tls;
 mod upgrade;
+mod weights;
