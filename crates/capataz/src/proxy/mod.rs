@@ -733,7 +733,7 @@ async fn forward_h2<'a>(
     let Some(conns) = backend.upstream.h2() else {
         return Forwarded::Failed(AttemptError::ConnectLocal);
     };
-    h2_target(
+    let host = h2_target(
         &mut request,
         backend.upstream.tls().is_some(),
         &backend.address,
@@ -745,6 +745,9 @@ async fn forward_h2<'a>(
             charge(pool, index, error);
             // Back to how the proxy built it, for another backend.
             *request.uri_mut() = origin_form(request.uri());
+            if let Some(host) = host {
+                request.headers_mut().insert(header::HOST, host);
+            }
             return Forwarded::NotSent(Outgoing::Request(request), error);
         }
         Err(H2Failure::Failed(error)) => {
@@ -802,12 +805,19 @@ fn trailer_names(headers: &mut HeaderMap) -> Option<HeaderValue> {
 }
 
 /// Makes `request` (origin-form, as the proxy builds it) an HTTP/2 request: the scheme, and
-/// the authority from its Host (kept, the same value), else the backend's address. A gRPC
-/// call gets `TE: trailers`, which gRPC servers require (hop-by-hop, it was stripped).
-fn h2_target(request: &mut Request<ReqBody>, tls: bool, backend_address: &str) {
-    let authority = request
-        .headers()
-        .get(header::HOST)
+/// the authority from its Host, else the backend's address. The `Host` field itself is taken
+/// out: `:authority` carries it (RFC 9113 section 8.3.1), and a backend may refuse a request
+/// with both (nginx: "client sent duplicate host header", 400). A gRPC call gets `TE:
+/// trailers`, which gRPC servers require (hop-by-hop, it was stripped). Returns the `Host`
+/// taken out, to put back if the request goes to another backend.
+fn h2_target(
+    request: &mut Request<ReqBody>,
+    tls: bool,
+    backend_address: &str,
+) -> Option<HeaderValue> {
+    let host = request.headers_mut().remove(header::HOST);
+    let authority = host
+        .as_ref()
         .and_then(|host| http::uri::Authority::try_from(host.as_bytes()).ok())
         .or_else(|| http::uri::Authority::try_from(backend_address).ok());
     let mut parts = http::uri::Parts::default();
@@ -834,6 +844,7 @@ fn h2_target(request: &mut Request<ReqBody>, tls: bool, backend_address: &str) {
             .headers_mut()
             .insert(header::TE, HeaderValue::from_static("trailers"));
     }
+    host
 }
 
 /// Feeds a failed attempt to the passive side if it was the backend's fault; a failure that
