@@ -43,7 +43,7 @@ mod websocket;
 
 use headers::{
     add_forwarded_headers, head_size, origin_form, request_host, rewrite_length, strip_hop_by_hop,
-    strip_port, wants_upgrade, RequestHost, MIN_HYPER_BUFFER,
+    strip_port, too_many_fields, wants_upgrade, RequestHost, MIN_HYPER_BUFFER,
 };
 use pages::{error_page, failure_page, http01_page, https_redirect_page, reject_page, Failure};
 
@@ -278,6 +278,15 @@ impl Proxy {
         req: Request<Incoming>,
         client: Arc<ClientInfo>,
     ) -> Result<Response<RespBody>, Infallible> {
+        if req.version() == Version::HTTP_2 && too_many_fields(req.uri(), req.headers()) {
+            // As an HTTP/1.1 head with as many, which hyper refuses before the proxy sees it:
+            // 431, counted as a refused head, not logged.
+            self.count_refused();
+            return Ok(error_page(
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "too many header fields",
+            ));
+        }
         let method = MethodClass::of(req.method());
         let mut tally = Tally {
             route: None,

@@ -5,6 +5,7 @@
 //! `curl --http2-prior-knowledge`.
 
 mod attacks;
+mod heads;
 mod idle_buffers;
 mod requests;
 mod resilience;
