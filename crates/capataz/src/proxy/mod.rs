@@ -33,8 +33,8 @@ use crate::h1::framing::{self, BodyLength};
 use crate::instruments::{AnsweredBy, ListenerMetrics, MethodClass, RouteMetrics};
 use crate::tls::TlsInfo;
 use crate::upstream::{
-    self, AttemptError, BackendStream, ExchangeError, ExchangeTimeouts, H2Failure, Outgoing,
-    PrivateIdle, Transport,
+    self, AttemptError, BackendSlots, BackendStream, ExchangeError, ExchangeTimeouts, H2Failure,
+    Outgoing, PrivateIdle, Transport,
 };
 
 mod headers;
@@ -446,6 +446,13 @@ impl Proxy {
             request_body: self.request_body_timeout,
         };
         loop {
+            // Each attempt on an HTTP/1.1 pool holds one of the client connection's backend
+            // slots (HTTP/2 clients: `max_backend_connections`); it waits for one if need be.
+            let slot = if h2 {
+                None
+            } else {
+                client.backend_slots.acquire().await
+            };
             let snapshot = pool.snapshot();
             let picked =
                 snapshot.pick(pool.config.algorithm, &pool.cursor, tried.as_slice(), |b| {
@@ -539,7 +546,8 @@ impl Proxy {
                 ConnectionReuse::Private => Some(client.private.clone()),
                 ConnectionReuse::Shared => None,
             };
-            let lease = Lease::new(pool.clone(), index, private);
+            let mut lease = Lease::new(pool.clone(), index, private);
+            lease.hold(slot);
             let attempt = forward(
                 &pool,
                 index,
@@ -932,6 +940,8 @@ pub struct ClientInfo {
     /// The address the client connected to (from a PROXY protocol header when one named it),
     /// if known.
     pub destination: Option<SocketAddr>,
+    /// The backend connections its requests may hold at once (limited for HTTP/2).
+    pub backend_slots: BackendSlots,
 }
 
 impl ClientInfo {
@@ -946,6 +956,7 @@ impl ClientInfo {
             private: Arc::new(PrivateIdle::new()),
             tls: None,
             destination: None,
+            backend_slots: BackendSlots::default(),
         }
     }
 

@@ -84,10 +84,7 @@ async fn nginx_sees_the_clients_host(
 async fn h2_over_tls_to_nginx_sends_authority_without_a_duplicate_host() {
     let pki = Pki::new("nginx-h2");
     let nginx = Nginx::start("h2", &pki);
-    let pool = format!(
-        "protocol = \"h2\"\ntls.ca_file = \"{}\"\n",
-        pki.ca_file()
-    );
+    let pool = format!("protocol = \"h2\"\ntls.ca_file = \"{}\"\n", pki.ca_file());
     let balancer = balancer_over(&[("nginx".into(), nginx.tls_addr())], &pool).await;
     nginx_sees_the_clients_host(&balancer, &nginx, "HTTP/2.0", "https").await;
     balancer.shutdown(DEADLINE).await;

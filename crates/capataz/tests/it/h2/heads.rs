@@ -32,11 +32,17 @@ async fn http2_heads_over_100_header_fields_get_431_as_over_http1() {
     .await;
     // HTTP/2: `:authority` (the Host) and 99 fields pass, and 100 tiny ones do not.
     let mut conn = connect(addr).await;
-    for (fields, status) in [(99, StatusCode::OK), (100, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE), (300, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)] {
+    for (fields, status) in [
+        (99, StatusCode::OK),
+        (100, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE),
+        (300, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE),
+    ] {
         let mut req = request(Method::GET, "app.test", "/", empty());
         for i in 0..fields {
-            req.headers_mut()
-                .insert(format!("x-{i}").parse::<http::HeaderName>().unwrap(), HeaderValue::from_static("v"));
+            req.headers_mut().insert(
+                format!("x-{i}").parse::<http::HeaderName>().unwrap(),
+                HeaderValue::from_static("v"),
+            );
         }
         let answer = conn.send(req).await.expect("an answer");
         assert_eq!(answer.status, status, "{fields} fields and :authority");
@@ -56,7 +62,10 @@ async fn http2_heads_over_100_header_fields_get_431_as_over_http1() {
     assert_eq!(client.get("/").await.status, 200);
     let logged = wait_json(&path, 3).await;
     assert_eq!(lines(&path).len(), 3, "{logged:?}");
-    assert!(logged.iter().all(|line| line["status"] == 200), "{logged:?}");
+    assert!(
+        logged.iter().all(|line| line["status"] == 200),
+        "{logged:?}"
+    );
 }
 
 #[tokio::test]
@@ -64,12 +73,8 @@ async fn malformed_request_trailers_reset_the_stream_and_charge_nothing() {
     let backend = echo_backend("echo").await;
     let logs = LogDir::new();
     let path = logs.path("access.log");
-    let (balancer, addr, _events) = balancer(
-        &[backend.entry("echo")],
-        &table(&path, "json", ""),
-        "",
-    )
-    .await;
+    let (balancer, addr, _events) =
+        balancer(&[backend.entry("echo")], &table(&path, "json", ""), "").await;
     let (mut read, mut write, _) = handshake(addr).await;
     let malformed: [(&str, &str); 8] = [
         (":path", "/other"),
@@ -85,7 +90,12 @@ async fn malformed_request_trailers_reset_the_stream_and_charge_nothing() {
     for field in malformed.iter().copied().chain([("x-checksum", "abc")]) {
         // A POST whose body is on its way, then its trailers.
         write
-            .write_all(&headers(id, &request_block("POST", "app.test", "/up"), false, true))
+            .write_all(&headers(
+                id,
+                &request_block("POST", "app.test", "/up"),
+                false,
+                true,
+            ))
             .await
             .unwrap();
         write.write_all(&data(id, b"abc", false)).await.unwrap();
@@ -94,7 +104,9 @@ async fn malformed_request_trailers_reset_the_stream_and_charge_nothing() {
             .await
             .unwrap();
         let ended = loop {
-            let frame = read_frame(&mut read).await.expect("the connection stays open");
+            let frame = read_frame(&mut read)
+                .await
+                .expect("the connection stays open");
             if frame.stream == id && matches!(frame.kind, HEADERS | RST_STREAM) {
                 break frame;
             }

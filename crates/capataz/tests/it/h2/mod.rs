@@ -9,6 +9,7 @@ mod heads;
 mod idle_buffers;
 mod requests;
 mod resilience;
+mod slow_readers;
 mod third_party;
 mod websocket;
 
