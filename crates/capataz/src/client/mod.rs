@@ -47,6 +47,11 @@
 //! have reached a backend, and the stream limit alone does not bound them, since a reset stream
 //! frees its slot at once.
 //!
+//! An HTTP/2 stream whose client takes nothing of its answer for the pool's `body_idle` (a
+//! window it keeps shut) is ended, letting go of its backend connection (`stall.rs`), and one
+//! connection's streams hold at most `max_backend_connections` backend connections at once
+//! (`ClientInfo::backend_slots`).
+//!
 //! Metrics cost the request path little: the counters are the bytes read and written, so the
 //! watcher adds them to the listener's byte counters at each look (and the connection's end
 //! adds the rest), and a request reads the clock when it starts and when its answer ends, for
