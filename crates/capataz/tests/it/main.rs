@@ -34,6 +34,7 @@ mod grpc;
 mod grpc_e2e;
 mod h2;
 mod h2_backends;
+mod h2_nginx;
 mod hostile_path;
 mod issue14_states;
 mod metrics;
