@@ -207,30 +207,43 @@ struct Terminal {
     resized: Option<Signal>,
 }
 
-/// Writes the lines of a frame: on a terminal over the last one (each line cleared to its end,
-/// the rest of the screen below the last), else whole under `--- frame N ---`.
+/// Writes the lines of a frame: on a terminal of `rows` lines over the last frame (each line
+/// cleared before it is written, the screen below the last one cleared), else whole under
+/// `--- frame N ---`. A line is cleared first, not after: the cursor stays on the last column
+/// after a line as wide as the screen, and clearing from there would erase that column.
 fn draw(
     out: &mut dyn Write,
     lines: &[String],
-    on_terminal: bool,
+    rows: Option<usize>,
     shown: u64,
 ) -> std::io::Result<()> {
-    let text = if on_terminal {
-        let mut text = String::from("\x1b[H");
-        text.push_str(&lines.join("\x1b[K\r\n"));
-        text.push_str("\x1b[K\x1b[J");
-        text
-    } else {
-        let mut text = format!(
-            "{}--- frame {} ---\n",
-            if shown > 0 { "\n" } else { "" },
-            shown + 1
-        );
-        for line in lines {
-            text.push_str(line);
-            text.push('\n');
+    let text = match rows {
+        Some(rows) => {
+            let mut text = String::from("\x1b[H");
+            for (i, line) in lines.iter().enumerate() {
+                if i > 0 {
+                    text.push_str("\r\n");
+                }
+                text.push_str("\x1b[K");
+                text.push_str(line);
+            }
+            if lines.len() < rows {
+                text.push_str("\r\n\x1b[J");
+            }
+            text
         }
-        text
+        None => {
+            let mut text = format!(
+                "{}--- frame {} ---\n",
+                if shown > 0 { "\n" } else { "" },
+                shown + 1
+            );
+            for line in lines {
+                text.push_str(line);
+                text.push('\n');
+            }
+            text
+        }
     };
     out.write_all(text.as_bytes())?;
     out.flush()
@@ -267,7 +280,7 @@ async fn frames(
         };
         let size = terminal.as_ref().map(|t| t.size);
         // A reader that went away (`capataz top | head`) is a way to stop.
-        if draw(out, &now.lines(options, size), size.is_some(), shown).is_err() {
+        if draw(out, &now.lines(options, size), size.map(|s| s.rows), shown).is_err() {
             return Ok(());
         }
         shown += 1;
@@ -290,7 +303,7 @@ async fn frames(
                     // Redrawn at once at the new size, from the reading shown.
                     if let Some(t) = terminal.as_mut() {
                         t.size = screen_size().await;
-                        if draw(out, &now.lines(options, Some(t.size)), true, shown).is_err() {
+                        if draw(out, &now.lines(options, Some(t.size)), Some(t.size.rows), shown).is_err() {
                             return Ok(());
                         }
                     }

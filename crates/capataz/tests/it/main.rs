@@ -54,4 +54,5 @@ mod scrape;
 mod send_proxy;
 mod terminal;
 mod tls;
+mod top_screen;
 mod upgrade;
