@@ -3,10 +3,12 @@
 //! to DOWN as its probes fail, with the sentence that says why and the event in its log; show
 //! the pool's and backends' charts with samples in them (latencies under a millisecond written
 //! as such), the DOWN period on the backend's timeline with the sentence on hover; and, loaded
-//! again, the event from the balancer's history.
+//! again, the event from the balancer's history. Two more tests (issue 22): one colour per kind
+//! of state on badge, timeline and legend (`dashboard/states.rs`), and charts and timelines
+//! over the history a young instance has, not a fixed window (`dashboard/charts.rs`).
 //!
-//! Without ChromeDriver the test says so loudly and passes, so `cargo test` works on a machine
-//! without a browser; with `CI` set it fails instead (`.ci/run` installs Debian's `chromium` and
+//! Without ChromeDriver the tests say so loudly and passes, so `cargo test` works on a machine
+//! without a browser; with `CI` set they fail instead (`.ci/run` installs Debian's `chromium` and
 //! `chromium-driver`). Chromium runs with its background networking off, every host name
 //! resolving to nothing and a dead proxy for anything not on loopback: it only reaches the
 //! balancer's admin listener.
