@@ -188,14 +188,14 @@ pub async fn run(options: TopOptions, out: &mut dyn Write) -> Result<(), CtlErro
     if !terminal {
         return frames(&options, out, None).await;
     }
-    let mut screen = Terminal {
+    let mut terminal = Terminal {
         size: screen_size().await,
         resized: signal(SignalKind::window_change()).ok(),
     };
     // No line wrapping (a line the terminal finds too wide is clipped, not wrapped) and no
     // cursor while the frames are drawn; both back on the way out.
     let _ = write!(out, "\x1b[?7l\x1b[?25l");
-    let result = frames(&options, out, Some(&mut screen)).await;
+    let result = frames(&options, out, Some(&mut terminal)).await;
     let _ = write!(out, "\x1b[?7h\x1b[?25h\r\n");
     let _ = out.flush();
     result
@@ -257,6 +257,8 @@ async fn recv(signal: Option<&mut Signal>) -> Option<()> {
     }
 }
 
+/// Reads and draws a frame every interval (on `terminal`, fitted to its size, and again at
+/// once when it is resized) until a way to stop comes.
 async fn frames(
     options: &TopOptions,
     out: &mut dyn Write,
@@ -303,7 +305,8 @@ async fn frames(
                     // Redrawn at once at the new size, from the reading shown.
                     if let Some(t) = terminal.as_mut() {
                         t.size = screen_size().await;
-                        if draw(out, &now.lines(options, Some(t.size)), Some(t.size.rows), shown).is_err() {
+                        let lines = now.lines(options, Some(t.size));
+                        if draw(out, &lines, Some(t.size.rows), shown).is_err() {
                             return Ok(());
                         }
                     }
