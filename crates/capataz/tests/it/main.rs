@@ -55,5 +55,6 @@ mod scrape;
 mod send_proxy;
 mod terminal;
 mod tls;
+mod top_screen;
 mod upgrade;
 mod weights;
