@@ -19,14 +19,18 @@ use crate::support::client::Client;
 use crate::support::events::{is_transition, wait_for};
 use crate::support::knot::Knot;
 
-/// A balancer with one listener and pool `web` following `source` (the inside of
+/// The config of one listener and pool `web` following `source` (the inside of
 /// `[pools.web.source]`), with `checks` (the inside of `[pools.web.active]`).
-pub(crate) async fn balancer(source: &str, checks: &str) -> (Balancer, broadcast::Receiver<Event>) {
-    start(&format!(
+pub(crate) fn text(source: &str, checks: &str) -> String {
+    format!(
         "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web.source]\nkind = \"dns\"\n\
          ttl_min = \"1s\"\ntimeout = \"500ms\"\n{source}\n[pools.web.active]\n{checks}\n"
-    ))
-    .await
+    )
+}
+
+/// A balancer started from [`text`].
+pub(crate) async fn balancer(source: &str, checks: &str) -> (Balancer, broadcast::Receiver<Event>) {
+    start(&text(source, checks)).await
 }
 
 pub(crate) fn membership(event: &Event) -> Option<&MembershipChange> {
@@ -40,7 +44,10 @@ pub(crate) fn names(pool: &PoolRt) -> Vec<String> {
     pool.backends.iter().map(|b| b.name.to_string()).collect()
 }
 
-pub(crate) async fn wait_updated(rx: &mut broadcast::Receiver<Event>, total: usize) -> MembershipChange {
+pub(crate) async fn wait_updated(
+    rx: &mut broadcast::Receiver<Event>,
+    total: usize,
+) -> MembershipChange {
     let event = wait_for(rx, &format!("a membership update to {total}"), |e| {
         matches!(membership(e), Some(MembershipChange::Updated { total: t, .. }) if *t == total)
     })

@@ -191,7 +191,13 @@ impl Server {
             .into_iter()
             .find(|t| t.code() == qtype);
         let reply = kind
-            .and_then(|k| self.script.lock().expect("script lock").get(&(name, k)).cloned())
+            .and_then(|k| {
+                self.script
+                    .lock()
+                    .expect("script lock")
+                    .get(&(name, k))
+                    .cloned()
+            })
             .unwrap_or(Reply::NxDomain);
         // Header: the query's ID and RD bit; QR and AA set; one question.
         let mut out = query[..2].to_vec();
@@ -233,7 +239,11 @@ impl Server {
                 }
             }
             Reply::NoData | Reply::NxDomain => {
-                let rcode = if matches!(reply, Reply::NxDomain) { 3 } else { 0 };
+                let rcode = if matches!(reply, Reply::NxDomain) {
+                    3
+                } else {
+                    0
+                };
                 header(&mut out, 0, rcode, 0, 1);
                 let mut soa = Vec::new();
                 encode_name(&mut soa, "ns.test.");

@@ -72,6 +72,8 @@ pub(super) fn classify<T>(
                 code => Found::Failed(format!("the server answered {}", code_name(code))),
             };
         }
+        // Said without hickory's "proto error: " in front.
+        return Found::Failed(proto.to_string());
     }
     Found::Failed(error.to_string())
 }
@@ -172,10 +174,19 @@ mod tests {
             classify(ok(vec![a([10, 0, 0, 2], 30), a([10, 0, 0, 1], 5)]), ip),
             Found::Records(vec![v4([10, 0, 0, 2]), v4([10, 0, 0, 1])], 5)
         );
-        assert_eq!(classify(none(ResponseCode::NoError, true, false), ip), Found::NoData);
+        assert_eq!(
+            classify(none(ResponseCode::NoError, true, false), ip),
+            Found::NoData
+        );
         // Without the SOA (as some embedded servers answer), still no record.
-        assert_eq!(classify(none(ResponseCode::NoError, false, false), ip), Found::NoData);
-        assert_eq!(classify(none(ResponseCode::NXDomain, true, false), ip), Found::NxDomain);
+        assert_eq!(
+            classify(none(ResponseCode::NoError, false, false), ip),
+            Found::NoData
+        );
+        assert_eq!(
+            classify(none(ResponseCode::NXDomain, true, false), ip),
+            Found::NxDomain
+        );
         assert_eq!(
             classify(none(ResponseCode::NoError, false, true), ip),
             Found::Failed("the server answered with a referral".into())
@@ -185,12 +196,17 @@ mod tests {
             Found::Failed("the server answered SERVFAIL".into())
         );
         let timeout = ResolveError::from(ProtoError::from(ProtoErrorKind::Timeout));
-        assert!(matches!(classify(Err(timeout), ip), Found::Failed(_)));
+        assert_eq!(
+            classify(Err(timeout), ip),
+            Found::Failed("request timed out".into())
+        );
         // Records, none of them an address.
         let txt = Record::from_rdata(
             name(),
             5,
-            RData::TXT(hickory_resolver::proto::rr::rdata::TXT::new(vec!["x".into()])),
+            RData::TXT(hickory_resolver::proto::rr::rdata::TXT::new(vec![
+                "x".into()
+            ])),
         );
         assert!(matches!(classify(ok(vec![txt]), ip), Found::Failed(_)));
     }
@@ -217,7 +233,10 @@ mod tests {
         let v6 = IpAddr::from([0, 0, 0, 0, 0, 0, 0, 1u16]);
         assert_eq!(
             addresses(
-                Found::Records(vec![IpAddr::from([10, 0, 0, 2]), IpAddr::from([10, 0, 0, 1])], 9),
+                Found::Records(
+                    vec![IpAddr::from([10, 0, 0, 2]), IpAddr::from([10, 0, 0, 1])],
+                    9
+                ),
                 Found::Records(vec![v6], 3)
             ),
             Found::Records(

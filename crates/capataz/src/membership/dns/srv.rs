@@ -237,7 +237,10 @@ mod tests {
             ]),
             &HashMap::new(),
         );
-        assert_eq!(summary(&placed), vec![("c.test:80".into(), at(3, 80), 1, false)]);
+        assert_eq!(
+            summary(&placed),
+            vec![("c.test:80".into(), at(3, 80), 1, false)]
+        );
         assert_eq!(placed.unresolved[0].trouble, TargetTrouble::NoRecords);
     }
 
@@ -271,14 +274,24 @@ mod tests {
         );
         // A host the lookups never reported counts as failed, never as absent.
         let placed = place(three(), &BTreeMap::new(), &known);
-        assert_eq!(summary(&placed), vec![("b.test:80".into(), at(9, 80), 20, false)]);
+        assert_eq!(
+            summary(&placed),
+            vec![("b.test:80".into(), at(9, 80), 20, false)]
+        );
         assert_eq!(placed.ttl, None);
     }
 
     #[test]
     fn the_lowest_priority_record_of_a_target_and_port_wins() {
-        let got = targets(&[srv(3, 1, 80, "a.test."), srv(1, 2, 80, "a.test."), srv(2, 3, 81, "a.test.")]);
-        let got: Vec<(&str, u16, u16)> = got.iter().map(|t| (&*t.name, t.weight, t.priority)).collect();
+        let got = targets(&[
+            srv(3, 1, 80, "a.test."),
+            srv(1, 2, 80, "a.test."),
+            srv(2, 3, 81, "a.test."),
+        ]);
+        let got: Vec<(&str, u16, u16)> = got
+            .iter()
+            .map(|t| (&*t.name, t.weight, t.priority))
+            .collect();
         assert_eq!(got, vec![("a.test:80", 2, 1), ("a.test:81", 3, 2)]);
     }
 
@@ -306,8 +319,16 @@ mod tests {
         );
         // The same standing again: nothing. Another failure text of the same kind: nothing.
         assert!(changes(&left, &left, &[]).is_empty());
-        let slow = vec![u("b.test:80", failed("A: request timed out"), Some(at(2, 80)))];
-        let slower = vec![u("b.test:80", failed("AAAA: request timed out"), Some(at(2, 80)))];
+        let slow = vec![u(
+            "b.test:80",
+            failed("A: request timed out"),
+            Some(at(2, 80)),
+        )];
+        let slower = vec![u(
+            "b.test:80",
+            failed("AAAA: request timed out"),
+            Some(at(2, 80)),
+        )];
         assert!(changes(&slow, &slower, &[]).is_empty());
         assert_eq!(
             changes(&left, &slow, &[]),
