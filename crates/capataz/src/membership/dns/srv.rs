@@ -30,9 +30,10 @@ pub(super) struct Target {
 }
 
 /// The targets of `records`, sorted by name: a target and port is one backend, the record of
-/// the lowest priority naming it wins.
+/// the lowest priority naming it wins. A record whose target is `.` says the service is not
+/// offered there (RFC 2782): it names no backend.
 pub(super) fn targets(records: &[SRV]) -> Vec<Target> {
-    let mut records: Vec<&SRV> = records.iter().collect();
+    let mut records: Vec<&SRV> = records.iter().filter(|s| !s.target().is_root()).collect();
     records.sort_by_key(|s| s.priority());
     let mut by_name: BTreeMap<String, Target> = BTreeMap::new();
     for srv in records {
@@ -282,7 +283,8 @@ mod tests {
     }
 
     #[test]
-    fn the_lowest_priority_record_of_a_target_and_port_wins() {
+    fn the_lowest_priority_record_of_a_target_and_port_wins_and_the_root_is_no_target() {
+        assert!(targets(&[srv(0, 1, 80, ".")]).is_empty());
         let got = targets(&[
             srv(3, 1, 80, "a.test."),
             srv(1, 2, 80, "a.test."),
