@@ -85,8 +85,10 @@ fn source_text(source: &PoolSource) -> Option<String> {
 /// The pool's source and what it last did, for `/status`: `kind`, and for a source other than
 /// `static`, `age_seconds` (since the source last answered; `null` before its first
 /// answer), `confirmed_at`, `failing` (why, while it fails) and `held` (a drop held for
-/// confirmation: `from` and `to`); a DNS source adds `name` and `record`, an etcd one `prefix`
-/// and `endpoints`.
+/// confirmation: `from` and `to`); a DNS source adds `name`, `record` and `unresolved` (the
+/// SRV targets without an address: `target`, `reason`, and `kept`, the last known address it
+/// stays at while its lookup fails, else `null`: left out), an etcd one `prefix` and
+/// `endpoints`.
 fn source_json(pool: &PoolRt) -> Value {
     let source = &pool.config.source;
     match source {
@@ -103,6 +105,17 @@ fn source_json(pool: &PoolRt) -> Value {
             });
             match source {
                 PoolSource::Dns(dns) => {
+                    value["unresolved"] = state
+                        .unresolved
+                        .iter()
+                        .map(|u| {
+                            json!({
+                                "target": u.target,
+                                "reason": u.trouble.to_string(),
+                                "kept": u.kept.map(|a| a.to_string()),
+                            })
+                        })
+                        .collect();
                     value["name"] = dns.name.clone().into();
                     value["record"] = match dns.record {
                         DnsRecord::Address { .. } => "a",

@@ -289,7 +289,9 @@ impl PoolRt {
                 change:
                     MembershipChange::Failing { .. }
                     | MembershipChange::DropHeld { .. }
-                    | MembershipChange::Skipped { .. },
+                    | MembershipChange::Skipped { .. }
+                    | MembershipChange::TargetLeftOut { .. }
+                    | MembershipChange::TargetFailing { .. },
                 ..
             } => tracing::Level::WARN,
             _ => tracing::Level::INFO,

@@ -23,6 +23,7 @@ pub mod events;
 pub mod fleet;
 pub mod h2client;
 pub mod h2frames;
+pub mod hostile_dns;
 pub mod knot;
 pub mod nginx;
 pub mod ocsp;
