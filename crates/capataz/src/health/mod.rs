@@ -20,6 +20,8 @@ mod driver;
 mod membership;
 mod publish;
 #[cfg(test)]
+mod reported;
+#[cfg(test)]
 mod tests;
 mod view;
 
@@ -569,17 +571,6 @@ impl PoolRt {
     /// One backend's verdict.
     pub fn verdict(&self, backend: usize) -> State {
         self.lock().engine.pool().verdict(backend)
-    }
-
-    /// What the pool does with no backend in rotation, as the engine applies it now (`None`
-    /// while a backend is in rotation).
-    pub fn all_down(&self) -> Option<capataz_health::AllDown> {
-        self.lock().engine.all_down()
-    }
-
-    /// The backups serving now, if no primary is in rotation and some backup is.
-    pub fn on_backups(&self) -> Option<capataz_health::rotation::OnBackups> {
-        self.lock().engine.on_backups()
     }
 
     /// Passing probes in a row a backend needs after maintenance before traffic (0: none).
