@@ -39,11 +39,14 @@ fn ms(d: Duration) -> f64 {
 pub fn explain(pool: &PoolRt, view: &BackendView) -> String {
     let mut sentence = explain_standing(pool, view);
     if view.role == Role::Backup {
-        sentence.push_str(match (view.serving, view.on_backups) {
-            (true, true) => "; backup: serving while no primary is in rotation",
-            (true, false) => "; backup: the pool fails open over it",
-            (false, true) => "; backup: another backup serves (backups = \"first\")",
-            (false, false) => "; backup: standing by while a primary is in rotation",
+        // Said from the snapshot (serving, on backups) and its own standing: a backup out of
+        // rotation itself neither stands by nor waits for another.
+        sentence.push_str(match (view.serving, view.on_backups, view.eligible) {
+            (true, true, _) => "; backup: serving while no primary is in rotation",
+            (true, false, _) => "; backup: the pool fails open over it",
+            (false, _, false) => "; backup: out of rotation itself",
+            (false, true, true) => "; backup: another backup serves (backups = \"first\")",
+            (false, false, true) => "; backup: standing by while a primary is in rotation",
         });
     }
     if let Some(source) = source_text(&pool.config.source) {

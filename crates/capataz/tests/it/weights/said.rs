@@ -50,7 +50,7 @@ fn serving_names(pool: &Value) -> Vec<String> {
 #[tokio::test]
 async fn who_serves_is_said_the_same_three_ways_and_the_traffic_goes_there() {
     let b = backends(&["a", "b", "c", "d"]).await;
-    let text = config(
+    let config = config(
         &[
             member(&b[0], 1, ""),
             member(&b[1], 1, ""),
@@ -60,20 +60,24 @@ async fn who_serves_is_said_the_same_three_ways_and_the_traffic_goes_there() {
         "backups = \"all\"",
         "",
     );
-    let mut scene = Scene::start(&text, b).await;
+    let mut scene = Scene::start(&config, b).await;
     scene.check_windows("primaries serve", 1).await;
     let pool = pool_status(&scene).await;
     assert_eq!(pool["on_backups"], Value::Null, "{pool:#}");
     assert_eq!(serving_names(&pool), ["a", "b"]);
-    assert_eq!(gauge(&scene, "capataz_pool_on_backups", "pool=\"web\""), 0.0);
+    assert_eq!(
+        gauge(&scene, "capataz_pool_on_backups", "pool=\"web\""),
+        0.0
+    );
 
     // The backups take over: the event, /status and the gauge name the same set.
     scene.backend("a").set_health(Mode::Status(503));
     scene.backend("b").set_health(Mode::Status(503));
     let event = scene
-        .wait_for("the backups take over", |e| {
-            matches!(e, Event::Backups { serving, .. } if !serving.is_empty())
-        })
+        .wait_for(
+            "the backups take over",
+            |e| matches!(e, Event::Backups { serving, .. } if !serving.is_empty()),
+        )
         .await;
     let Event::Backups { serving, .. } = event else {
         unreachable!("matched above")
@@ -83,8 +87,15 @@ async fn who_serves_is_said_the_same_three_ways_and_the_traffic_goes_there() {
     let pool = pool_status(&scene).await;
     assert_eq!(pool["on_backups"], serde_json::json!(said), "{pool:#}");
     assert_eq!(serving_names(&pool), said, "serving flags");
-    assert_eq!(gauge(&scene, "capataz_pool_on_backups", "pool=\"web\""), 1.0);
-    let before: Vec<u64> = scene.backends.iter().map(SimBackend::traffic_hits).collect();
+    assert_eq!(
+        gauge(&scene, "capataz_pool_on_backups", "pool=\"web\""),
+        1.0
+    );
+    let before: Vec<u64> = scene
+        .backends
+        .iter()
+        .map(SimBackend::traffic_hits)
+        .collect();
     scene.check_windows("the backups serve", 2).await;
     for (i, name) in ["a", "b"].iter().enumerate() {
         assert_eq!(
@@ -98,7 +109,9 @@ async fn who_serves_is_said_the_same_three_ways_and_the_traffic_goes_there() {
     scene.backend("c").set_health(Mode::Status(503));
     scene.backend("d").set_health(Mode::Status(503));
     let event = scene
-        .wait_for("the all-down policy", |e| matches!(e, Event::AllDown { .. }))
+        .wait_for("the all-down policy", |e| {
+            matches!(e, Event::AllDown { .. })
+        })
         .await;
     let Event::AllDown { policy, .. } = event else {
         unreachable!("matched above")
@@ -110,7 +123,10 @@ async fn who_serves_is_said_the_same_three_ways_and_the_traffic_goes_there() {
     assert_eq!(pool["on_backups"], Value::Null, "{pool:#}");
     assert_eq!(serving_names(&pool), ["a", "b", "c", "d"]);
     assert_eq!(gauge(&scene, "capataz_pool_all_down", "pool=\"web\""), 1.0);
-    assert_eq!(gauge(&scene, "capataz_pool_on_backups", "pool=\"web\""), 0.0);
+    assert_eq!(
+        gauge(&scene, "capataz_pool_on_backups", "pool=\"web\""),
+        0.0
+    );
     scene.check_windows("failing open over all four", 2).await;
 
     // a comes back: the pool recovers, said three ways, and only a serves.
@@ -119,15 +135,26 @@ async fn who_serves_is_said_the_same_three_ways_and_the_traffic_goes_there() {
         .wait_for("a UP", |e| is_transition(e, "a", State::Up))
         .await;
     scene
-        .wait_for("the pool recovers", |e| matches!(e, Event::Recovered { .. }))
+        .wait_for("the pool recovers", |e| {
+            matches!(e, Event::Recovered { .. })
+        })
         .await;
     let pool = pool_status(&scene).await;
     assert_eq!(pool["all_down"], false, "{pool:#}");
     assert_eq!(pool["all_down_policy"], Value::Null, "{pool:#}");
     assert_eq!(serving_names(&pool), ["a"]);
+    // Regression (issue 22): a backup DOWN itself was said to be "standing by".
+    let c = &pool["backends"][2];
+    assert!(
+        text(c, "explain").ends_with("; backup: out of rotation itself"),
+        "{c:#}"
+    );
     assert_eq!(gauge(&scene, "capataz_pool_all_down", "pool=\"web\""), 0.0);
     let reported = scene.check_windows("a alone", 1).await;
-    assert!(reported.serving("a") && !reported.serving("d"), "{reported:?}");
+    assert!(
+        reported.serving("a") && !reported.serving("d"),
+        "{reported:?}"
+    );
     scene.stop().await;
 }
 
@@ -158,12 +185,25 @@ async fn in_flight_reported_is_what_each_backend_holds_and_least_request_evens_i
     for n in 1..=6u64 {
         held.spawn(async move { Client::new(addr).get("/").await.status });
         let end = tokio::time::Instant::now() + DEADLINE;
-        while scene.backends.iter().map(SimBackend::traffic_hits).sum::<u64>() < n {
-            assert!(tokio::time::Instant::now() < end, "request {n} never arrived");
+        while scene
+            .backends
+            .iter()
+            .map(SimBackend::traffic_hits)
+            .sum::<u64>()
+            < n
+        {
+            assert!(
+                tokio::time::Instant::now() < end,
+                "request {n} never arrived"
+            );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
-    let holding: Vec<u64> = scene.backends.iter().map(SimBackend::traffic_hits).collect();
+    let holding: Vec<u64> = scene
+        .backends
+        .iter()
+        .map(SimBackend::traffic_hits)
+        .collect();
     let host = scene.admin.to_string();
     let status = exchange(scene.admin, "GET", "/status", &host, &[])
         .await
@@ -192,7 +232,10 @@ async fn in_flight_reported_is_what_each_backend_holds_and_least_request_evens_i
         .await
         .json();
     for i in 0..2 {
-        assert_eq!(status["pools"][0]["backends"][i]["in_flight"], 0, "all answered");
+        assert_eq!(
+            status["pools"][0]["backends"][i]["in_flight"], 0,
+            "all answered"
+        );
     }
     scene.stop().await;
 }
