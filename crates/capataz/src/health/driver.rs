@@ -221,7 +221,7 @@ impl PoolRt {
 
     /// Sleeps until the engine's next timeout (or until an input may have moved it earlier),
     /// then hands the engine the time.
-    pub(super) async fn timer_loop(&self) {
+    async fn timer_loop(&self) {
         loop {
             // Register for a wake-up before reading the timeout, so an input that lands in
             // between is not missed.

@@ -20,8 +20,6 @@ mod driver;
 mod membership;
 mod publish;
 #[cfg(test)]
-mod reported;
-#[cfg(test)]
 mod tests;
 mod view;
 

@@ -5,43 +5,25 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use capataz::balance::TrafficSink;
+use capataz::health::{Event, OverrideKind, PoolRt};
 use capataz_health::{Ejection, Outcome};
-use prometheus_client::registry::Registry;
 use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
 
-use super::*;
-use crate::instruments::{Families, HistogramScope};
+use crate::support::balancer::lone_pool;
 
 /// Pool `web` of backends `a` and `b` (never probed), with `extra` in the pool's tables, and
-/// its running timer; the receiver of its events.
-fn pool_with_timer(
-    extra: &str,
-) -> (
-    Arc<PoolRt>,
-    broadcast::Receiver<Event>,
-    tokio::task::JoinHandle<()>,
-) {
+/// its running tasks (the timer among them); the receiver of its events.
+fn pool_with_timer(extra: &str) -> (Arc<PoolRt>, broadcast::Receiver<Event>, Vec<JoinHandle<()>>) {
     let text = format!(
         "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]\nbackends = [\
          {{ name = \"a\", address = \"127.0.0.1:9\" }}, {{ name = \"b\", address = \"127.0.0.1:9\" }}]\n\
          [pools.web.active]\nkind = \"none\"\n{extra}"
     );
-    let config = crate::config::parse_str(&text, "<test>").expect("valid test config");
-    let families = Families::register(&mut Registry::default(), HistogramScope::Pool);
-    let (events, rx) = broadcast::channel(64);
-    let pool = PoolRt::new(
-        config.pools[0].clone(),
-        events,
-        Clock::start(),
-        None,
-        false,
-        &families,
-    );
-    let timer = {
-        let pool = pool.clone();
-        tokio::spawn(async move { pool.timer_loop().await })
-    };
-    (pool, rx, timer)
+    let (pool, events) = lone_pool(&text);
+    let tasks = pool.spawn_tasks();
+    (pool, events, tasks)
 }
 
 /// Lets every ready task run (the timer included), without moving the paused clock.
@@ -57,7 +39,7 @@ async fn settle() {
 fn assert_shed_reported_as_acted(pool: &PoolRt, moment: &str) {
     let view = pool.view_of(1);
     let weight = pool.snapshot().weight(1).expect("b has a weight");
-    let json = crate::status::backend_json(pool, &view);
+    let json = capataz::status::backend_json(pool, &view);
     let explain = json["explain"].as_str().unwrap_or_default().to_owned();
     assert_eq!(view.effective_weight_tenths, weight, "{moment}");
     assert_eq!(
@@ -86,7 +68,7 @@ fn assert_shed_reported_as_acted(pool: &PoolRt, moment: &str) {
 /// ramp: the report and the snapshot change together.
 #[tokio::test(start_paused = true)]
 async fn a_shed_is_reported_exactly_while_the_picker_weighs_it() {
-    let (pool, mut events, timer) = pool_with_timer(
+    let (pool, mut events, tasks) = pool_with_timer(
         "[pools.web.passive.load_shedding]\nenabled = true\nweight_percent = 25\n\
          max_retry_after = \"2s\"\n",
     );
@@ -120,7 +102,9 @@ async fn a_shed_is_reported_exactly_while_the_picker_weighs_it() {
         Some(pool.clock().wall(until)),
         "the event at the end"
     );
-    timer.abort();
+    for task in tasks {
+        task.abort();
+    }
 }
 
 /// Waits, on paused time, until engine time `at`, then lets the timer run.
@@ -134,10 +118,10 @@ async fn until_engine_time(pool: &PoolRt, at: Duration) {
 /// time, it is back, and the event says so at that very time.
 #[tokio::test(start_paused = true)]
 async fn every_reported_until_is_when_the_picker_readmits() {
-    let (pool, mut events, timer) =
+    let (pool, mut events, tasks) =
         pool_with_timer("[pools.web.passive]\nconsecutive_errors = 1\nejection_time = \"3s\"\n");
     settle().await;
-    let wall = |t: Duration| crate::timefmt::rfc3339(pool.clock().wall(t));
+    let wall = |t: Duration| capataz::timefmt::rfc3339(pool.clock().wall(t));
 
     // b ejected by one traffic error: /status says until when.
     pool.observe(1, Outcome::Refused);
@@ -147,7 +131,7 @@ async fn every_reported_until_is_when_the_picker_readmits() {
     else {
         panic!("b ejected with a timer: {:?}", pool.view_of(1).health);
     };
-    let json = crate::status::backend_json(&pool, &pool.view_of(1));
+    let json = capataz::status::backend_json(&pool, &pool.view_of(1));
     assert_eq!(
         json["passive"]["ejection"]["until"],
         wall(until),
@@ -178,7 +162,7 @@ async fn every_reported_until_is_when_the_picker_readmits() {
         .override_
         .and_then(|o| o.until)
         .expect("a drained with a TTL");
-    let json = crate::status::backend_json(&pool, &pool.view_of(0));
+    let json = capataz::status::backend_json(&pool, &pool.view_of(0));
     assert_eq!(json["override"]["until"], wall(lapse), "{json:#}");
     until_engine_time(&pool, lapse - Duration::from_millis(1)).await;
     assert_eq!(pool.snapshot().eligible, [1], "still drained just before");
@@ -191,5 +175,7 @@ async fn every_reported_until_is_when_the_picker_readmits() {
         _ => None,
     });
     assert_eq!(lapsed, Some(pool.clock().wall(lapse)), "the lapse's time");
-    timer.abort();
+    for task in tasks {
+        task.abort();
+    }
 }
