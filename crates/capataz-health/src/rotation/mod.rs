@@ -309,9 +309,21 @@ impl Rotation {
             _ => ramp::full_tenths(member.weight),
         };
         let tenths = member.agent.scale(tenths);
+        // A shed lasts until the timeout at its end clears it (and says so in an event), not
+        // until a clock reading passes it: the weight and the shed reported are one state.
         match (member.shed, self.policy.load_shedding) {
-            (Some(shed), Some(shedding)) if shed.until > now => shedding.scaled(tenths),
+            (Some(_), Some(shedding)) => shedding.scaled(tenths),
             _ => tenths,
+        }
+    }
+
+    /// Whether `backend`'s slow start is under way as of the last input: its weight is below
+    /// the one its agent and any load shed leave it, and rises at the steps
+    /// [`Rotation::poll_timeout`] announces. Panics if `backend` is not an index.
+    pub fn ramping(&self, backend: usize) -> bool {
+        match (self.members[backend].ramp_since, self.policy.slow_start) {
+            (Some(since), Some(ramp)) => ramp::end(since, ramp) > self.now,
+            _ => false,
         }
     }
 
@@ -379,6 +391,8 @@ impl Rotation {
             weights,
             member_weights,
             all_down: self.all_down.is_some(),
+            applied: self.all_down,
+            on_backups: self.on_backups,
         }
     }
 

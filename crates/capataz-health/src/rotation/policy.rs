@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{AgentState, Override};
+use super::{AgentState, AllDown, OnBackups, Override};
 use crate::pool::{BackendHealth, State};
 
 /// What a pool does when no backend is in rotation, as configured.
@@ -150,4 +150,9 @@ pub struct Eligible {
     /// Whether the all-down policy chose `backends`: no backend is in rotation, or fewer
     /// primaries than the minimum healthy share.
     pub all_down: bool,
+    /// The all-down policy applied, while `all_down` ([`Rotation::all_down`](super::Rotation::all_down)).
+    pub applied: Option<AllDown>,
+    /// The backups serving, while no primary is in rotation
+    /// ([`Rotation::on_backups`](super::Rotation::on_backups)).
+    pub on_backups: Option<OnBackups>,
 }

@@ -97,19 +97,8 @@ impl PoolHandle {
     /// one says the same already (the health runtime's publishing; a rebuild that would change
     /// nothing costs no schedule).
     pub(crate) fn publish(&self, eligible: Eligible) {
-        let Eligible {
-            backends,
-            member_weights,
-            all_down,
-            ..
-        } = eligible;
-        if !self
-            .snapshot
-            .load()
-            .says(&backends, &member_weights, all_down)
-        {
-            let snapshot = Snapshot::new(backends, member_weights, all_down);
-            self.snapshot.store(Arc::new(snapshot));
+        if !self.snapshot.load().says(&eligible) {
+            self.snapshot.store(Arc::new(Snapshot::of(eligible)));
         }
     }
 

@@ -15,6 +15,9 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use capataz_health::rotation::OnBackups;
+use capataz_health::{AllDown, Eligible};
+
 use crate::config::Algorithm;
 
 mod backend;
@@ -29,8 +32,9 @@ pub use latency::{LatencyBuckets, LatencyCounts, LatencyTotals};
 /// The longest precomputed round-robin schedule; larger weight sums are scaled down.
 const MAX_SCHEDULE: u64 = 65_536;
 
-/// The backends a pool may send new requests to and every backend's weight, as the engine
-/// last decided them.
+/// The backends a pool may send new requests to, every backend's weight, and why those serve
+/// (the all-down policy applied, the backups in use), as the engine last decided them: what
+/// the picker reads, and what `/status`, the metrics and the events report.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
     /// Indexes (into the pool's backends) of the eligible backends, in pool order.
@@ -38,6 +42,10 @@ pub struct Snapshot {
     /// Whether no backend is UP (then `eligible` is every backend under fail-open, or empty
     /// under reject).
     pub all_down: bool,
+    /// The all-down policy applied, while `all_down`.
+    pub applied: Option<AllDown>,
+    /// The backups serving (they are `eligible`), while no primary is in rotation.
+    pub on_backups: Option<OnBackups>,
     /// Every backend's weight in tenths, in pool order (eligible or not).
     weights: Vec<u32>,
     schedule: Vec<u32>,
@@ -55,15 +63,34 @@ impl Snapshot {
         Snapshot {
             eligible,
             all_down,
+            applied: None,
+            on_backups: None,
             weights,
             schedule,
         }
     }
 
-    /// Whether this snapshot already says `eligible`, `weights` and `all_down` (a rebuild
-    /// would change nothing).
-    pub fn says(&self, eligible: &[usize], weights: &[u32], all_down: bool) -> bool {
-        self.eligible == eligible && self.weights == weights && self.all_down == all_down
+    /// The snapshot of what the engine decided.
+    pub fn of(eligible: Eligible) -> Snapshot {
+        Snapshot {
+            applied: eligible.applied,
+            on_backups: eligible.on_backups,
+            ..Snapshot::new(
+                eligible.backends,
+                eligible.member_weights,
+                eligible.all_down,
+            )
+        }
+    }
+
+    /// Whether this snapshot already says what `eligible` says (a rebuild would change
+    /// nothing).
+    pub fn says(&self, eligible: &Eligible) -> bool {
+        self.eligible == eligible.backends
+            && self.weights == eligible.member_weights
+            && self.all_down == eligible.all_down
+            && self.applied == eligible.applied
+            && self.on_backups == eligible.on_backups
     }
 
     /// Backend `backend`'s weight in tenths of its configured unit: in rotation, what the

@@ -571,17 +571,6 @@ impl PoolRt {
         self.lock().engine.pool().verdict(backend)
     }
 
-    /// What the pool does with no backend in rotation, as the engine applies it now (`None`
-    /// while a backend is in rotation).
-    pub fn all_down(&self) -> Option<capataz_health::AllDown> {
-        self.lock().engine.all_down()
-    }
-
-    /// The backups serving now, if no primary is in rotation and some backup is.
-    pub fn on_backups(&self) -> Option<capataz_health::rotation::OnBackups> {
-        self.lock().engine.on_backups()
-    }
-
     /// Passing probes in a row a backend needs after maintenance before traffic (0: none).
     pub fn requalify_passes(&self) -> u32 {
         self.lock().engine.requalify_passes()

@@ -17,7 +17,7 @@ use capataz_health::pool::{human_duration, Active};
 use capataz_health::rotation::{
     AgentChange, Event as EngineEvent, OverrideCause, OverrideChange, ShedChange,
 };
-use capataz_health::{AllDown, BackupUse, Role, State};
+use capataz_health::{AllDown, State};
 
 use super::{Inner, PoolRt};
 use crate::events::{Event, MembershipChange};
@@ -81,20 +81,17 @@ impl PoolRt {
                 EngineEvent::Backups {
                     on, to_primaries, ..
                 } => {
-                    let serving = match on {
-                        None => Vec::new(),
-                        Some(on) => match self.config.backups {
-                            BackupUse::First => vec![self.backends[on.first].name.clone()],
-                            // The set as it stands now (later events may have changed it;
-                            // then one of them reports the change again).
-                            BackupUse::All => (0..self.backends.len())
-                                .filter(|&i| {
-                                    inner.engine.role(i) == Role::Backup
-                                        && inner.engine.in_rotation(i)
-                                })
-                                .map(|i| self.backends[i].name.clone())
-                                .collect(),
-                        },
+                    // The backups the snapshot just published serves, as `/status` lists them
+                    // (later events may have changed the set; then one of them reports the
+                    // change again).
+                    let snapshot = self.handle.snapshot();
+                    let serving = match (on, snapshot.on_backups) {
+                        (Some(_), Some(_)) => snapshot
+                            .eligible
+                            .iter()
+                            .map(|&i| self.backends[i].name.clone())
+                            .collect(),
+                        _ => Vec::new(),
                     };
                     self.emit(Event::Backups {
                         pool: self.name.clone(),

@@ -79,16 +79,22 @@ pub struct BackendView {
     /// Whether it is in the pool's snapshot: new requests may go to it (backups and
     /// fail-open included).
     pub serving: bool,
+    /// Whether the pool's snapshot says its backups serve (no primary in rotation).
+    pub on_backups: bool,
+    /// Whether its slow start is under way (the engine's [`Rotation::ramping`]): its
+    /// effective weight is the ramp's step, below what its agent and any load shed leave it.
+    ///
+    /// [`Rotation::ramping`]: capataz_health::Rotation::ramping
+    pub ramping: bool,
     /// What its agent last said (`up` at 100 % without agent checks).
     pub agent: AgentState,
-    /// The load shed it asked for (`429`, or `503` with `Retry-After`), while it lasts.
+    /// The load shed it asked for (`429`, or `503` with `Retry-After`), while the engine
+    /// holds it: until the timeout at its end, exactly while the snapshot's weight is shed.
     pub shed: Option<capataz_health::Shed>,
     /// Which probe interval applies to it now.
     pub cadence: Cadence,
     /// Engine time of the copy.
     pub now: Duration,
-    /// Its index in the pool.
-    pub backend_index: usize,
 }
 
 impl BackendView {
@@ -100,30 +106,44 @@ impl BackendView {
 }
 
 impl PoolRt {
-    /// Per backend, in pool order: whether it may get new requests now (its verdict and any
-    /// override, as [`PoolRt::views`] says in `eligible`) and its effective weight in tenths
-    /// (the snapshot's), without copying every record.
+    /// Per backend, in pool order: whether it is in rotation by its own standing (its verdict
+    /// and any override, as [`PoolRt::views`] says in `eligible`) and its effective weight in
+    /// tenths (the snapshot's), without copying every record.
     pub fn eligibility(&self) -> Vec<(bool, u32)> {
+        self.eligibility_beside_snapshot().1
+    }
+
+    /// [`PoolRt::eligibility`], with the snapshot it was read beside (under one lock).
+    pub fn eligibility_beside_snapshot(&self) -> (Arc<Snapshot>, Vec<(bool, u32)>) {
         let inner = self.lock();
         let snapshot = self.snapshot();
-        (0..self.backends.len())
+        let eligibility = (0..self.backends.len())
             .map(|i| {
                 (
                     inner.engine.in_rotation(i),
                     snapshot.weight(i).unwrap_or_default(),
                 )
             })
-            .collect()
+            .collect();
+        (Arc::clone(&snapshot), eligibility)
     }
 
     /// A consistent copy of everything known about every backend.
     pub fn views(&self) -> Vec<BackendView> {
+        self.standing().1
+    }
+
+    /// The pool's snapshot (who serves, the all-down policy applied, the backups in use: what
+    /// the picker reads) and a copy of everything known about every backend, under one lock:
+    /// a report built from both describes one decision.
+    pub fn standing(&self) -> (Arc<Snapshot>, Vec<BackendView>) {
         let now = self.clock.now();
         let inner = self.lock();
         let snapshot = self.snapshot();
-        (0..self.backends.len())
+        let views = (0..self.backends.len())
             .map(|i| self.view(&inner, &snapshot, i, now))
-            .collect()
+            .collect();
+        (Arc::clone(&snapshot), views)
     }
 
     /// A consistent copy of everything known about backend `index` (which must exist), without
@@ -159,11 +179,12 @@ impl PoolRt {
             effective: engine.effective(i),
             role: engine.role(i),
             requalifying: engine.requalifying(i),
-            backend_index: i,
             effective_weight_tenths: snapshot.weight(i).unwrap_or_default(),
             serving: snapshot.serves(i),
+            on_backups: snapshot.on_backups.is_some(),
+            ramping: engine.ramping(i),
             agent: engine.agent(i),
-            shed: engine.shed(i).filter(|shed| shed.until > now),
+            shed: engine.shed(i),
             cadence: engine.cadence(i),
             now,
         }

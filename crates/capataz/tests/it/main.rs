@@ -52,6 +52,7 @@ mod record_replay;
 mod reload_off_runtime;
 mod replay_cli;
 mod replay_what_if;
+mod reported;
 mod request_path;
 mod scrape;
 mod send_proxy;

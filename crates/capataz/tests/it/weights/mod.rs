@@ -1,6 +1,7 @@
 //! What `/status` says a backend weighs is what its traffic shows (issue 22 §1), for every
 //! modifier of a weight: slow start's ramp, an agent's percent, load shedding, an outlier
-//! ejected, backups taking over and handing back.
+//! ejected, backups taking over and handing back; and who serves and what is in flight, as
+//! `/status`, the metrics and the events say it (`said`).
 //!
 //! A real balancer on loopback over scripted backends. A client sends windows of requests
 //! through it, one at a time, and each backend's share of a window, counted at the backend, is
@@ -19,6 +20,7 @@
 //! says how many comparable windows it needs.
 
 mod modifiers;
+mod said;
 mod slow_start;
 
 use std::time::Duration;
