@@ -29,7 +29,9 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use crate::access_log::{self, AccessLog, AccessRecord, Termination};
 use crate::balance::PoolHandle;
 use crate::h1::framing::Framing;
-use crate::upstream::{self, AttemptError, BackendStream, Phase, PrivateIdle, ResponseStream};
+use crate::upstream::{
+    self, AttemptError, BackendStream, Phase, PrivateIdle, ResponseStream, Slot,
+};
 
 /// A request body on its way to a backend.
 #[derive(Debug, Default)]
@@ -113,6 +115,8 @@ pub struct Lease {
     failed: Option<AttemptError>,
     /// How long the answer's head took, for recorders.
     latency: Option<Duration>,
+    /// The client connection's slot this attempt holds, if it takes one (`upstream::slots`).
+    _slot: Option<Slot>,
 }
 
 impl Lease {
@@ -134,7 +138,13 @@ impl Lease {
             verdict: None,
             failed: None,
             latency: None,
+            _slot: None,
         }
+    }
+
+    /// Holds `slot` (the client connection's, see `upstream::slots`) until the lease ends.
+    pub(crate) fn hold(&mut self, slot: Option<Slot>) {
+        self._slot = slot;
     }
 
     /// The client connection's own idle set, under the private reuse policy.
@@ -540,6 +550,20 @@ impl H2RespBody {
                 }
                 Poll::Pending
             }
+        }
+    }
+}
+
+impl RespBody {
+    /// How long a client may leave this body's next frame untaken (HTTP/2 streams, see
+    /// `client/stall.rs`): its pool's `timeouts.body_idle` while it holds a backend's answer,
+    /// `None` for capataz's own.
+    pub(crate) fn client_idle(&self) -> Option<Duration> {
+        match self {
+            RespBody::Upstream(body) => Some(body.inner.body_idle()),
+            RespBody::H2(body) => Some(body.body_idle),
+            RespBody::Full(_) => None,
+            RespBody::Logged(body) => body.inner.client_idle(),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The health events the runtime publishes, and their JSON form (the `/events` stream, webhooks
 //! and alert commands all use it).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -280,10 +281,70 @@ pub enum MembershipChange {
         /// What is wrong with its value.
         error: String,
     },
+    /// An SRV target (DNS) is left out: it has no address, or its lookup fails and no address
+    /// is known for it. The other targets still count. Said when its standing changes.
+    TargetLeftOut {
+        /// The backend it would be, `host:port`.
+        target: String,
+        /// Why.
+        trouble: TargetTrouble,
+    },
+    /// An SRV target's (DNS) address lookup fails: it stays at its last known address. Said
+    /// when its standing changes.
+    TargetFailing {
+        /// The backend, `host:port`.
+        target: String,
+        /// Why the lookup failed.
+        error: String,
+        /// The address it stays at.
+        kept: SocketAddr,
+    },
+    /// An SRV target (DNS) left out or failing resolves again.
+    TargetRestored {
+        /// The backend, `host:port`.
+        target: String,
+        /// Its address now.
+        address: SocketAddr,
+    },
+}
+
+/// Why an SRV target has no address from the last answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TargetTrouble {
+    /// The target's name does not exist (NXDOMAIN).
+    NxDomain,
+    /// The name has neither an A nor an AAAA record (NODATA on both).
+    NoRecords,
+    /// A lookup of the target failed (a timeout, SERVFAIL, REFUSED, an answer the resolver
+    /// could not read): which record type, and why.
+    Failed(String),
+}
+
+impl std::fmt::Display for TargetTrouble {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TargetTrouble::NxDomain => f.write_str("no address: NXDOMAIN"),
+            TargetTrouble::NoRecords => f.write_str("no address: no A or AAAA record"),
+            TargetTrouble::Failed(error) => write!(f, "lookup failed: {error}"),
+        }
+    }
+}
+
+/// An SRV target (DNS) the last answer gave no address: left out of the pool (`kept` is
+/// `None`), or kept at its last known address while its lookup fails.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unresolved {
+    /// The backend it is or would be, `host:port`.
+    pub target: String,
+    /// Why it has no address now.
+    pub trouble: TargetTrouble,
+    /// The last known address it stays at (only while its lookup fails).
+    pub kept: Option<SocketAddr>,
 }
 
 impl MembershipChange {
-    /// `updated`, `failing`, `restored`, `drop_held`, `drop_confirmed` or `skipped`.
+    /// `updated`, `failing`, `restored`, `drop_held`, `drop_confirmed`, `skipped`,
+    /// `target_left_out`, `target_failing` or `target_restored`.
     pub fn as_str(&self) -> &'static str {
         match self {
             MembershipChange::Updated { .. } => "updated",
@@ -292,6 +353,9 @@ impl MembershipChange {
             MembershipChange::DropHeld { .. } => "drop_held",
             MembershipChange::DropConfirmed { .. } => "drop_confirmed",
             MembershipChange::Skipped { .. } => "skipped",
+            MembershipChange::TargetLeftOut { .. } => "target_left_out",
+            MembershipChange::TargetFailing { .. } => "target_failing",
+            MembershipChange::TargetRestored { .. } => "target_restored",
         }
     }
 }
@@ -329,6 +393,24 @@ impl std::fmt::Display for MembershipChange {
             MembershipChange::Skipped { key, error } => write!(
                 f,
                 "key {key:?} skipped: {error}; it counts as no backend, the other keys still count"
+            ),
+            MembershipChange::TargetLeftOut { target, trouble } => write!(
+                f,
+                "SRV target {target} left out ({trouble}); the other targets still count, and \
+                 it is asked again with them"
+            ),
+            MembershipChange::TargetFailing {
+                target,
+                error,
+                kept,
+            } => write!(
+                f,
+                "SRV target {target}: lookup failed ({error}); it stays at its last known \
+                 address {kept}"
+            ),
+            MembershipChange::TargetRestored { target, address } => write!(
+                f,
+                "SRV target {target} resolves again ({address}); it counts again"
             ),
         }
     }
@@ -561,8 +643,16 @@ impl Event {
             Event::Membership { source, change, .. } => {
                 object.insert("source".into(), (*source).into());
                 object.insert("membership".into(), change.as_str().into());
-                if let MembershipChange::Skipped { key, .. } = change {
-                    object.insert("key".into(), key.clone().into());
+                match change {
+                    MembershipChange::Skipped { key, .. } => {
+                        object.insert("key".into(), key.clone().into());
+                    }
+                    MembershipChange::TargetLeftOut { target, .. }
+                    | MembershipChange::TargetFailing { target, .. }
+                    | MembershipChange::TargetRestored { target, .. } => {
+                        object.insert("target".into(), target.clone().into());
+                    }
+                    _ => {}
                 }
             }
             Event::Fleet { group, change, .. } => {

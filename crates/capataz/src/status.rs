@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capataz_health::pool::human_duration;
-use capataz_health::rotation::ramp::full_tenths;
 use capataz_health::{
     AgentHold, Cadence, Effective, Ejection, EjectionPolicy, RateSentence, Reason, Role,
     SlowSentence, State, TrafficRule,
@@ -40,12 +39,14 @@ fn ms(d: Duration) -> f64 {
 pub fn explain(pool: &PoolRt, view: &BackendView) -> String {
     let mut sentence = explain_standing(pool, view);
     if view.role == Role::Backup {
-        let serving = view.serving(&pool.snapshot());
-        sentence.push_str(match (serving, pool.on_backups().is_some()) {
-            (true, true) => "; backup: serving while no primary is in rotation",
-            (true, false) => "; backup: the pool fails open over it",
-            (false, true) => "; backup: another backup serves (backups = \"first\")",
-            (false, false) => "; backup: standing by while a primary is in rotation",
+        // Said from the snapshot (serving, on backups) and its own standing: a backup out of
+        // rotation itself neither stands by nor waits for another.
+        sentence.push_str(match (view.serving, view.on_backups, view.eligible) {
+            (true, true, _) => "; backup: serving while no primary is in rotation",
+            (true, false, _) => "; backup: the pool fails open over it",
+            (false, _, false) => "; backup: out of rotation itself",
+            (false, true, true) => "; backup: another backup serves (backups = \"first\")",
+            (false, false, true) => "; backup: standing by while a primary is in rotation",
         });
     }
     if let Some(source) = source_text(&pool.config.source) {
@@ -85,8 +86,10 @@ fn source_text(source: &PoolSource) -> Option<String> {
 /// The pool's source and what it last did, for `/status`: `kind`, and for a source other than
 /// `static`, `age_seconds` (since the source last answered; `null` before its first
 /// answer), `confirmed_at`, `failing` (why, while it fails) and `held` (a drop held for
-/// confirmation: `from` and `to`); a DNS source adds `name` and `record`, an etcd one `prefix`
-/// and `endpoints`.
+/// confirmation: `from` and `to`); a DNS source adds `name`, `record` and `unresolved` (the
+/// SRV targets without an address: `target`, `reason`, and `kept`, the last known address it
+/// stays at while its lookup fails, else `null`: left out), an etcd one `prefix` and
+/// `endpoints`.
 fn source_json(pool: &PoolRt) -> Value {
     let source = &pool.config.source;
     match source {
@@ -103,6 +106,17 @@ fn source_json(pool: &PoolRt) -> Value {
             });
             match source {
                 PoolSource::Dns(dns) => {
+                    value["unresolved"] = state
+                        .unresolved
+                        .iter()
+                        .map(|u| {
+                            json!({
+                                "target": u.target,
+                                "reason": u.trouble.to_string(),
+                                "kept": u.kept.map(|a| a.to_string()),
+                            })
+                        })
+                        .collect();
                     value["name"] = dns.name.clone().into();
                     value["record"] = match dns.record {
                         DnsRecord::Address { .. } => "a",
@@ -388,24 +402,18 @@ fn explain_standing(pool: &PoolRt, view: &BackendView) -> String {
     } else {
         String::new()
     };
-    let full = view.agent.scale(full_tenths(view.backend.weight));
-    let (shed, full) = match (view.shed, config.passive.load_shedding) {
-        (Some(shed), Some(shedding)) => (
-            format!(
-                "; shedding load: answered {}, weight at {} % until {}",
-                shed.status,
-                shedding.weight_percent,
-                clock_of(shed.until)
-            ),
-            capataz_health::LoadShedding {
-                weight_percent: shedding.weight_percent,
-                max: shedding.max_retry_after,
-            }
-            .scaled(full),
+    let shed = match (view.shed, config.passive.load_shedding) {
+        (Some(shed), Some(shedding)) => format!(
+            "; shedding load: answered {}, weight at {} % until {}",
+            shed.status,
+            shedding.weight_percent,
+            clock_of(shed.until)
         ),
-        _ => (String::new(), full),
+        _ => String::new(),
     };
-    let ramp = if view.effective_weight_tenths < full {
+    // Whether it ramps is the engine's word, and the weight the snapshot's: the one the
+    // picker uses.
+    let ramp = if view.ramping {
         format!(
             "; slow start: weight {:.1} of {}",
             f64::from(view.effective_weight_tenths) / 10.0,
@@ -558,7 +566,7 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
         "effective_weight": f64::from(view.effective_weight_tenths) / 10.0,
         "override": override_,
         "role": match view.role { Role::Primary => "primary", Role::Backup => "backup" },
-        "serving": view.serving(&pool.snapshot()),
+        "serving": view.serving,
         "requalify": view.requalifying.map(|(has, needs)| json!({ "passes": has, "needs": needs })),
         "explain": explain(pool, view),
     })
@@ -620,17 +628,17 @@ struct PoolPage<'a>(&'a PoolRt);
 impl Serialize for PoolPage<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let pool = self.0;
-        let views = pool.views();
-        let all_down = pool.snapshot().all_down;
+        // One snapshot, the picker's, says who serves and why; the views were copied beside it.
+        let (snapshot, views) = pool.standing();
+        let all_down = snapshot.all_down;
         let healthy = views.iter().filter(|v| v.eligible).count();
         let when_all_down = match pool.config.when_all_down {
             AllDownPolicy::FailOpen => "fail_open",
             AllDownPolicy::Reject { .. } => "reject",
         };
-        let all_down_now = pool.all_down();
+        let all_down_now = snapshot.applied;
         let applied = all_down_now.map(|applied| applied.policy());
-        let on_backups = pool.on_backups().map(|_| {
-            let snapshot = pool.snapshot();
+        let on_backups = snapshot.on_backups.map(|_| {
             snapshot
                 .eligible
                 .iter()

@@ -299,7 +299,9 @@ impl Rotation {
     }
 
     /// The weight of `backend` at `now`, in tenths of the configured unit (lower while it
-    /// ramps, and scaled by the weight its agent reports).
+    /// ramps, and scaled by the weight its agent reports and by a load shed). It changes with
+    /// time only at the steps [`Rotation::poll_timeout`] announces, so a snapshot of it built
+    /// at each timeout is exact until the next.
     pub fn weight_tenths(&self, backend: usize, now: Duration) -> u32 {
         let member = &self.members[backend];
         let tenths = match (member.ramp_since, self.policy.slow_start) {
@@ -307,9 +309,21 @@ impl Rotation {
             _ => ramp::full_tenths(member.weight),
         };
         let tenths = member.agent.scale(tenths);
+        // A shed lasts until the timeout at its end clears it (and says so in an event), not
+        // until a clock reading passes it: the weight and the shed reported are one state.
         match (member.shed, self.policy.load_shedding) {
-            (Some(shed), Some(shedding)) if shed.until > now => shedding.scaled(tenths),
+            (Some(_), Some(shedding)) => shedding.scaled(tenths),
             _ => tenths,
+        }
+    }
+
+    /// Whether `backend`'s slow start is under way as of the last input: its weight is below
+    /// the one its agent and any load shed leave it, and rises at the steps
+    /// [`Rotation::poll_timeout`] announces. Panics if `backend` is not an index.
+    pub fn ramping(&self, backend: usize) -> bool {
+        match (self.members[backend].ramp_since, self.policy.slow_start) {
+            (Some(since), Some(ramp)) => ramp::end(since, ramp) > self.now,
+            _ => false,
         }
     }
 
@@ -364,17 +378,21 @@ impl Rotation {
     }
 
     /// The backends new requests may go to at `now`, with their weights: the ones in rotation,
-    /// or when there are none, the all-down policy's choice (possibly nobody).
+    /// or when there are none, the all-down policy's choice (possibly nobody); and every
+    /// backend's weight, the one value the runtime both picks by and reports.
     pub fn eligible(&self, now: Duration) -> Eligible {
         let backends = self.serving_backends();
-        let weights = backends
-            .iter()
-            .map(|&i| self.weight_tenths(i, now))
+        let member_weights: Vec<u32> = (0..self.members.len())
+            .map(|i| self.weight_tenths(i, now))
             .collect();
+        let weights = backends.iter().map(|&i| member_weights[i]).collect();
         Eligible {
             backends,
             weights,
+            member_weights,
             all_down: self.all_down.is_some(),
+            applied: self.all_down,
+            on_backups: self.on_backups,
         }
     }
 

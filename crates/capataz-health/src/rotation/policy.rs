@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{AgentState, Override};
+use super::{AgentState, AllDown, OnBackups, Override};
 use crate::pool::{BackendHealth, State};
 
 /// What a pool does when no backend is in rotation, as configured.
@@ -144,7 +144,15 @@ pub struct Eligible {
     pub backends: Vec<usize>,
     /// Their weights in tenths of the configured unit (same order).
     pub weights: Vec<u32>,
+    /// Every backend's weight in tenths, in pool order, in rotation or not (what it has or
+    /// would have there): `weights` are these at `backends`.
+    pub member_weights: Vec<u32>,
     /// Whether the all-down policy chose `backends`: no backend is in rotation, or fewer
     /// primaries than the minimum healthy share.
     pub all_down: bool,
+    /// The all-down policy applied, while `all_down` ([`Rotation::all_down`](super::Rotation::all_down)).
+    pub applied: Option<AllDown>,
+    /// The backups serving, while no primary is in rotation
+    /// ([`Rotation::on_backups`](super::Rotation::on_backups)).
+    pub on_backups: Option<OnBackups>,
 }

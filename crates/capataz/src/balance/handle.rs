@@ -13,7 +13,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use arc_swap::{ArcSwap, Guard};
-use capataz_health::{Outcome, TrafficResult, TrafficRule};
+use capataz_health::{Eligible, Outcome, TrafficResult, TrafficRule};
 
 use super::tap::{Recorded, Tap};
 use super::{BackendRt, Snapshot};
@@ -93,10 +93,12 @@ impl PoolHandle {
         self.snapshot.load()
     }
 
-    /// Replaces the snapshot if `snapshot` differs from it (the health runtime's publishing).
-    pub(crate) fn publish(&self, snapshot: Snapshot) {
-        if **self.snapshot.load() != snapshot {
-            self.snapshot.store(Arc::new(snapshot));
+    /// Replaces the snapshot with one built from what the engine decided, unless the current
+    /// one says the same already (the health runtime's publishing; a rebuild that would change
+    /// nothing costs no schedule).
+    pub(crate) fn publish(&self, eligible: Eligible) {
+        if !self.snapshot.load().says(&eligible) {
+            self.snapshot.store(Arc::new(Snapshot::of(eligible)));
         }
     }
 

@@ -3,14 +3,20 @@
 //! backend: smooth weighted round robin and least outstanding requests (two random choices),
 //! both over an immutable [`Snapshot`] of the eligible backends.
 //!
-//! A snapshot is rebuilt only when a verdict changes, and the request path reads it without a
-//! lock. Round robin walks a schedule precomputed with nginx's smooth weighted algorithm (so a
-//! weight-3 backend is spread out, not picked three times in a row) through one atomic counter.
+//! A snapshot is rebuilt when the engine's decision changes (a verdict, an override, a weight
+//! step of slow start, a load shed), and the request path reads it without a lock. It holds
+//! every backend's weight: the one value the picker uses and `/status` and the metrics
+//! report. Round robin walks a schedule precomputed with nginx's smooth weighted algorithm (so
+//! a weight-3 backend is spread out, not picked three times in a row) through one atomic
+//! counter.
 //! Building that schedule costs one sort of the backends plus, per slot, one comparison per
 //! distinct weight: linear in backends for equal weights, so a rebuild in a pool of thousands
 //! (an override, a verdict change) never holds a runtime thread for long.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+use capataz_health::rotation::OnBackups;
+use capataz_health::{AllDown, Eligible};
 
 use crate::config::Algorithm;
 
@@ -26,7 +32,9 @@ pub use latency::{LatencyBuckets, LatencyCounts, LatencyTotals};
 /// The longest precomputed round-robin schedule; larger weight sums are scaled down.
 const MAX_SCHEDULE: u64 = 65_536;
 
-/// The backends a pool may send new requests to, as of the last verdict change.
+/// The backends a pool may send new requests to, every backend's weight, and why those serve
+/// (the all-down policy applied, the backups in use), as the engine last decided them: what
+/// the picker reads, and what `/status`, the metrics and the events report.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
     /// Indexes (into the pool's backends) of the eligible backends, in pool order.
@@ -34,21 +42,66 @@ pub struct Snapshot {
     /// Whether no backend is UP (then `eligible` is every backend under fail-open, or empty
     /// under reject).
     pub all_down: bool,
+    /// The all-down policy applied, while `all_down`.
+    pub applied: Option<AllDown>,
+    /// The backups serving (they are `eligible`), while no primary is in rotation.
+    pub on_backups: Option<OnBackups>,
+    /// Every backend's weight in tenths, in pool order (eligible or not).
     weights: Vec<u32>,
     schedule: Vec<u32>,
 }
 
 impl Snapshot {
-    /// A snapshot over `eligible` (indexes into the pool) with their `weights` (same order).
+    /// A snapshot over `eligible` (indexes into the pool, ascending) with every backend's
+    /// `weights` in tenths (in pool order; an eligible index past its end weighs 1).
     pub fn new(eligible: Vec<usize>, weights: Vec<u32>, all_down: bool) -> Snapshot {
-        debug_assert_eq!(eligible.len(), weights.len());
-        let schedule = smooth_schedule(&weights);
+        let serving: Vec<u32> = eligible
+            .iter()
+            .map(|&i| weights.get(i).copied().unwrap_or(1))
+            .collect();
+        let schedule = smooth_schedule(&serving);
         Snapshot {
             eligible,
             all_down,
+            applied: None,
+            on_backups: None,
             weights,
             schedule,
         }
+    }
+
+    /// The snapshot of what the engine decided.
+    pub fn of(eligible: Eligible) -> Snapshot {
+        Snapshot {
+            applied: eligible.applied,
+            on_backups: eligible.on_backups,
+            ..Snapshot::new(
+                eligible.backends,
+                eligible.member_weights,
+                eligible.all_down,
+            )
+        }
+    }
+
+    /// Whether this snapshot already says what `eligible` says (a rebuild would change
+    /// nothing).
+    pub fn says(&self, eligible: &Eligible) -> bool {
+        self.eligible == eligible.backends
+            && self.weights == eligible.member_weights
+            && self.all_down == eligible.all_down
+            && self.applied == eligible.applied
+            && self.on_backups == eligible.on_backups
+    }
+
+    /// Backend `backend`'s weight in tenths of its configured unit: in rotation, what the
+    /// picker gives it; out of it, what it would get there. `None` past the pool's end.
+    pub fn weight(&self, backend: usize) -> Option<u32> {
+        self.weights.get(backend).copied()
+    }
+
+    /// Whether new requests may go to backend `backend`.
+    pub fn serves(&self, backend: usize) -> bool {
+        self.eligible.binary_search(&backend).is_ok()
     }
 
     /// Picks a backend index not in `exclude`, or `None` if every eligible backend is excluded.
@@ -108,7 +161,8 @@ impl Snapshot {
             [Some(a), Some(b)] => {
                 // Compare outstanding requests per unit of weight without dividing.
                 let load = |s: usize| in_flight(self.eligible[s]) as u64;
-                let (wa, wb) = (u64::from(self.weights[a]), u64::from(self.weights[b]));
+                let weight = |s: usize| u64::from(self.weight(self.eligible[s]).unwrap_or(1));
+                let (wa, wb) = (weight(a), weight(b));
                 if load(b) * wa < load(a) * wb {
                     b
                 } else {
@@ -262,6 +316,31 @@ mod tests {
             prop_assert_eq!(smooth_schedule(&weights), reference_schedule(&weights));
         }
 
+        /// In any run of consecutive slots of the schedule (wrapping around, as the cursor
+        /// does), each backend is picked fewer than 2 times away from its weight's share of
+        /// the run: the bound the weight-versus-traffic tests (`tests/it/weights`) compare
+        /// with.
+        #[test]
+        fn any_run_of_the_schedule_is_within_two_of_its_share(
+            weights in prop::collection::vec(1u32..100, 1..6),
+            start in 0usize..10_000,
+            len in 1usize..400,
+        ) {
+            let schedule = smooth_schedule(&weights);
+            let total: u32 = weights.iter().sum();
+            let mut picks = vec![0u32; weights.len()];
+            for step in 0..len {
+                picks[schedule[(start + step) % schedule.len()] as usize] += 1;
+            }
+            for (i, &weight) in weights.iter().enumerate() {
+                let share = len as f64 * f64::from(weight) / f64::from(total);
+                prop_assert!(
+                    (f64::from(picks[i]) - share).abs() < 2.0,
+                    "{weights:?} from {start} for {len}: {picks:?}"
+                );
+            }
+        }
+
         /// The same with sums past `MAX_SCHEDULE`, where weights are scaled down first.
         #[test]
         fn scaled_schedule_is_the_smooth_weighted_sequence(
@@ -312,7 +391,7 @@ mod tests {
 
     #[test]
     fn round_robin_follows_weights_smoothly() {
-        let snapshot = Snapshot::new(vec![0, 2, 5], vec![5, 1, 1], false);
+        let snapshot = Snapshot::new(vec![0, 2, 5], vec![5, 0, 1, 0, 0, 1], false);
         assert_eq!(snapshot.schedule, vec![0, 0, 1, 0, 2, 0, 0]);
         let c = counts(&snapshot, 700, &[]);
         assert_eq!((c[0], c[2], c[5]), (500, 100, 100));

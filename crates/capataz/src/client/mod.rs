@@ -51,6 +51,11 @@
 //! have reached a backend, and the stream limit alone does not bound them, since a reset stream
 //! frees its slot at once.
 //!
+//! An HTTP/2 stream whose client takes nothing of its answer for the pool's `body_idle` (a
+//! window it keeps shut) is ended, letting go of its backend connection (`stall.rs`), and one
+//! connection's streams hold at most `max_backend_connections` backend connections at once
+//! (`ClientInfo::backend_slots`).
+//!
 //! Metrics cost the request path little: the counters are the bytes read and written, so the
 //! watcher adds them to the listener's byte counters at each look (and the connection's end
 //! adds the rest), and a request reads the clock when it starts and when its answer ends, for
@@ -80,19 +85,20 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::body::{BodyRead, RespBody};
 use crate::config::Http2Config;
 use crate::instruments::{ListenerMetrics, OpenConnection};
 use crate::proxy::{ClientInfo, Proxy};
-use crate::upstream::PrivateIdle;
 
 mod gone;
+mod stall;
 mod watch;
 pub(crate) use gone::PeekPeer;
 use gone::PeerWatch;
+use stall::{Stall, StreamExec};
 pub(crate) use watch::Watch;
 
 /// `Shared::close` values, besides 0 (keep serving).
@@ -156,9 +162,9 @@ const MAX_LOCAL_ERROR_RESETS: usize = 1024;
 /// The most response bytes buffered per HTTP/2 stream ahead of the client's reading.
 const MAX_SEND_BUF: usize = 64 * 1024;
 
-/// The most idle backend connections an HTTP/2 client connection keeps for itself (its
-/// `max_concurrent_streams`, up to this): its streams run side by side, each on a backend
-/// connection of its own.
+/// The most idle backend connections an HTTP/2 client connection keeps for itself (as many as
+/// its streams may hold at once, `max_backend_connections` or `max_concurrent_streams` if
+/// fewer, up to this): its streams run side by side, each on a backend connection of its own.
 const MAX_PRIVATE_H2: usize = 128;
 
 /// What the connection's task, its requests and its watcher share.
@@ -310,8 +316,8 @@ where
     // The proxy tells the connection when a request's body has been read to its end.
     client.body_read = Some(shared.clone());
     let client = Arc::new(client);
-    let private = client.private.clone();
-    watch.add(shared.clone(), Arc::downgrade(&private));
+    watch.add(shared.clone(), Arc::downgrade(&client.private));
+    let info = client.clone();
     let done = Ended(shared.clone());
 
     let service_shared = shared.clone();
@@ -331,9 +337,18 @@ where
                 close_when_draining(&request.shared, response);
             }
             response.map(|response| {
-                response.map(|body| Tracked {
-                    body,
-                    _request: request,
+                response.map(|body| {
+                    // An HTTP/2 stream's guard times how long the client leaves the answer
+                    // untaken (`stall.rs`).
+                    let stall = Stall::current();
+                    if let Some(stall) = &stall {
+                        stall.answer(body.client_idle());
+                    }
+                    Tracked {
+                        body,
+                        stall,
+                        _request: request,
+                    }
                 })
             })
         }
@@ -347,7 +362,7 @@ where
         io,
         shared,
         service,
-        private,
+        info,
         protocol,
         limits,
         proxy,
@@ -362,7 +377,7 @@ async fn serving<IO, S, P, G>(
     mut io: CountingIo<IO>,
     shared: Arc<Shared>,
     service: S,
-    private: Arc<PrivateIdle>,
+    client: Arc<ClientInfo>,
     protocol: Protocol,
     limits: Limits,
     proxy: Arc<P>,
@@ -400,7 +415,12 @@ async fn serving<IO, S, P, G>(
     let refused = if h2 {
         shared.set_h2(&limits);
         let streams = usize::try_from(limits.http2.max_concurrent_streams).unwrap_or(usize::MAX);
-        private.set_capacity(streams.min(MAX_PRIVATE_H2));
+        let held = usize::try_from(limits.http2.max_backend_connections).unwrap_or(usize::MAX);
+        client.backend_slots.limit(held);
+        // No more backend connections are in use at once than its streams may hold.
+        client
+            .private
+            .set_capacity(streams.min(held).min(MAX_PRIVATE_H2));
         // Boxed, as the HTTP/1 connection below: this future stays small while it waits for
         // the first bytes.
         let mut conn = Box::pin(http2_builder(&limits).serve_connection(TokioIo::new(io), service));
@@ -633,9 +653,11 @@ fn close_when_draining<B>(shared: &Shared, response: &mut http::Response<B>) {
 }
 
 /// hyper's HTTP/2 server with the listener's settings and the attack limits.
-fn http2_builder(limits: &Limits) -> http2::Builder<TokioExecutor> {
+fn http2_builder(limits: &Limits) -> http2::Builder<StreamExec> {
     let settings = &limits.http2;
-    let mut builder = http2::Builder::new(TokioExecutor::new());
+    // Each stream's task runs under a guard that ends it when the client leaves its answer
+    // untaken for the pool's `body_idle` (`stall.rs`).
+    let mut builder = http2::Builder::new(StreamExec);
     builder
         .timer(TokioTimer::new())
         .max_concurrent_streams(settings.max_concurrent_streams)
@@ -827,9 +849,11 @@ impl Drop for InProgress {
     }
 }
 
-/// A response body that keeps its request in progress until hyper is done with it.
+/// A response body that keeps its request in progress until hyper is done with it, and over
+/// HTTP/2 tells its stream's guard when hyper holds what it gave (`stall.rs`).
 struct Tracked {
     body: RespBody,
+    stall: Option<Arc<Stall>>,
     _request: InProgress,
 }
 
@@ -841,7 +865,12 @@ impl Body for Tracked {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.body).poll_frame(cx);
+        if let Some(stall) = &this.stall {
+            stall.polled(matches!(polled, Poll::Ready(Some(Ok(_)))));
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {

@@ -250,6 +250,9 @@ pub enum AccessLogFormat {
 pub struct Http2Config {
     /// Streams a client may have open at once (default 100).
     pub max_concurrent_streams: u32,
+    /// Backend connections (HTTP/1.1 pools) the streams of one connection may hold at once
+    /// (default 32); a stream beyond them waits for one to be let go.
+    pub max_backend_connections: u32,
     /// The flow-control window of each stream, in bytes (default 256 KiB): how much of one
     /// request body a client may send ahead of capataz forwarding it.
     pub initial_stream_window_size: u32,
@@ -269,6 +272,7 @@ impl Default for Http2Config {
     fn default() -> Http2Config {
         Http2Config {
             max_concurrent_streams: 100,
+            max_backend_connections: 32,
             initial_stream_window_size: 256 * 1024,
             initial_connection_window_size: 1024 * 1024,
             max_frame_size: 16_384,

@@ -1,19 +1,28 @@
 //! `capataz top`: a live terminal view of pools, backends and events, redrawn every interval
 //! from the admin API (`/status`, `/history/series`, `/history/events`).
 //!
-//! On a terminal it clears the screen before each frame and colours the states with plain ANSI
-//! escapes; anywhere else (a pipe, a file, a test) it prints the frames one after another,
-//! uncoloured, each under a line of its own. It stops on `q` (read from standard input: on a
-//! terminal without waiting for Enter, through `stty`), on Ctrl-C, or after `iterations`
-//! frames.
+//! On a terminal each frame is fitted to the terminal's size ([`frame`] says how) and drawn
+//! over the last one from the top left corner, states coloured with plain ANSI escapes; the
+//! size is read with `stty size` (else `COLUMNS` and `LINES`, else 80x24) at the start and again
+//! on each `SIGWINCH`, which redraws the frame at once. While it runs the terminal's line
+//! wrapping and cursor are off, and both are restored when it stops. Anywhere else (a pipe, a
+//! file, a test) it prints whole frames one after another, uncoloured, each under a line of its
+//! own. It stops on `q` (read from standard input: on a terminal without waiting for Enter,
+//! through `stty`), on Ctrl-C or `SIGTERM`, or after `iterations` frames.
+
+mod fit;
+mod frame;
 
 use std::io::{IsTerminal, Read, Write};
 use std::net::SocketAddr;
+use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
-use super::{cell, clock_of, human_ms, notes_of, printable, request, table, CtlError};
+use super::{printable, request, CtlError};
+pub use frame::Screen;
 
 /// How `capataz top` runs.
 #[derive(Clone, Debug)]
@@ -47,165 +56,64 @@ async fn read(options: &TopOptions) -> Result<Reading, CtlError> {
     })
 }
 
-/// The last sample of a series object: requests per second, error share in percent, p50 and
-/// p99 in milliseconds (each `None` when unknown).
-fn last_sample(series: &Value) -> (Option<f64>, Option<f64>, Option<f64>, Option<f64>) {
-    let last = |key: &str| series[key].as_array().and_then(|a| a.last()).cloned();
-    let requests = last("requests").and_then(|v| v.as_f64());
-    let seconds = last("seconds").and_then(|v| v.as_f64());
-    let errors = last("errors").and_then(|v| v.as_f64());
-    let rate = match (requests, seconds) {
-        (Some(r), Some(s)) if s > 0.0 => Some(r / s),
-        _ => None,
-    };
-    let error_pct = match (requests, errors) {
-        (Some(r), Some(e)) if r > 0.0 => Some(100.0 * e / r),
-        _ => None,
-    };
-    let p50 = last("p50_ms").and_then(|v| v.as_f64());
-    let p99 = last("p99_ms").and_then(|v| v.as_f64());
-    (rate, error_pct, p50, p99)
+/// What the screen shows: a reading, or why the last one failed.
+enum Shown {
+    Reading(Reading),
+    Failure(String),
 }
 
-fn rate_text(rate: Option<f64>) -> String {
-    match rate {
-        Some(r) if r >= 10.0 => format!("{r:.0}"),
-        Some(r) => format!("{r:.1}"),
-        None => "-".into(),
-    }
-}
-
-fn pct_text(pct: Option<f64>) -> String {
-    pct.map_or_else(|| "-".into(), |p| format!("{p:.1}"))
-}
-
-fn ms_text(ms: Option<f64>) -> String {
-    ms.map_or_else(|| "-".into(), human_ms)
-}
-
-/// The ANSI colour of a state: green UP, red DOWN, yellow anything else.
-fn coloured(state: &str, colour: bool) -> String {
-    if !colour {
-        return state.to_owned();
-    }
-    let code = match state {
-        "UP" => "32",
-        "DOWN" | "FORCED_DOWN" => "31",
-        _ => "33",
-    };
-    format!("\x1b[{code}m{state}\x1b[0m")
-}
-
-/// One frame, as text. `colour` adds ANSI colours to the states (the table's columns are laid
-/// out on the plain text first).
-fn frame(reading: &Reading, admin: SocketAddr, events: usize, colour: bool) -> String {
-    let mut out = format!(
-        "capataz top: {admin} at {} UTC (q or Ctrl-C quits)\n",
-        clock_of(&reading.status["time"])
-    );
-    let empty = Vec::new();
-    let series_pools = reading.series["pools"].as_array().unwrap_or(&empty);
-    for pool in reading.status["pools"].as_array().unwrap_or(&empty) {
-        let series = series_pools.iter().find(|p| p["name"] == pool["name"]);
-        let (rate, errors, p50, p99) =
-            series.map_or((None, None, None, None), |p| last_sample(&p["series"]));
-        out.push('\n');
-        out.push_str(&format!(
-            "pool {}: {} of {} eligible; {} req/s, {} % errors, p50 {}, p99 {}; {}\n",
-            cell(&pool["name"]),
-            cell(&pool["healthy"]),
-            cell(&pool["backends_total"]),
-            rate_text(rate),
-            pct_text(errors),
-            ms_text(p50),
-            ms_text(p99),
-            cell(&pool["explain"]),
-        ));
-        let mut rows = vec![[
-            "BACKEND",
-            "STATE",
-            "WEIGHT",
-            "IN-FLIGHT",
-            "REQ/S",
-            "ERR%",
-            "P50",
-            "P99",
-            "NOTES",
-        ]
-        .map(String::from)
-        .to_vec()];
-        let backends = pool["backends"].as_array().unwrap_or(&empty);
-        for b in backends {
-            let backend_series = series.and_then(|p| {
-                p["backends"]
-                    .as_array()?
-                    .iter()
-                    .find(|s| s["name"] == b["name"])
-            });
-            let (rate, errors, p50, p99) =
-                backend_series.map_or((None, None, None, None), |s| last_sample(&s["series"]));
-            let weight = match (b["effective_weight"].as_f64(), b["weight"].as_f64()) {
-                (Some(e), Some(w)) if (e - w).abs() > f64::EPSILON => format!("{e:.1}/{w}"),
-                _ => cell(&b["weight"]),
-            };
-            rows.push(vec![
-                cell(&b["name"]),
-                cell(&b["state"]),
-                weight,
-                cell(&b["in_flight"]),
-                rate_text(rate),
-                pct_text(errors),
-                ms_text(p50),
-                ms_text(p99),
-                notes_of(b),
-            ]);
-        }
-        let text = table("  ", &rows);
-        if colour {
-            // Colour the state cell of each backend line (the second column), after layout.
-            for (line, b) in text
-                .lines()
-                .zip(std::iter::once(&Value::Null).chain(backends))
-            {
-                let state = cell(&b["state"]);
-                let name = cell(&b["name"]);
-                let prefix = format!("  {name}");
-                match (line.strip_prefix(&prefix), b.is_null()) {
-                    (Some(rest), false) => {
-                        let gap = rest.len() - rest.trim_start().len();
-                        let after = &rest[gap..];
-                        let tail = after.strip_prefix(state.as_str()).unwrap_or(after);
-                        out.push_str(&prefix);
-                        out.push_str(&rest[..gap]);
-                        out.push_str(&coloured(&state, true));
-                        out.push_str(tail);
-                    }
-                    _ => out.push_str(line),
-                }
-                out.push('\n');
+impl Shown {
+    /// The lines of its frame, fitted to `screen` when there is one.
+    fn lines(&self, options: &TopOptions, screen: Option<Screen>) -> Vec<String> {
+        match self {
+            Shown::Reading(reading) => frame::frame(
+                reading,
+                options.admin,
+                options.events,
+                screen,
+                screen.is_some(),
+            ),
+            Shown::Failure(text) => {
+                let line = fit::Line::plain(text.as_str());
+                vec![line.render(screen.map(|s| s.columns), false)]
             }
-        } else {
-            out.push_str(&text);
         }
     }
-    let kept = reading.events["events"].as_array().unwrap_or(&empty);
-    out.push_str(&format!(
-        "\nrecent events ({} of {} kept):\n",
-        kept.len().min(events),
-        kept.len()
-    ));
-    if kept.is_empty() {
-        out.push_str("  none yet\n");
+}
+
+/// The terminal's size: `stty size` on the controlling terminal, else `COLUMNS` and `LINES`
+/// (each on its own), else 80x24.
+async fn screen_size() -> Screen {
+    let from_stty = async {
+        let tty = std::fs::File::open("/dev/tty").ok()?;
+        let output = tokio::process::Command::new("stty")
+            .arg("size")
+            .stdin(Stdio::from(tty))
+            .stderr(Stdio::null())
+            .output()
+            .await
+            .ok()
+            .filter(|o| o.status.success())?;
+        let text = String::from_utf8(output.stdout).ok()?;
+        let mut numbers = text.split_whitespace().map(|n| n.parse::<usize>().ok());
+        let (rows, columns) = (numbers.next()??, numbers.next()??);
+        // A terminal that does not know its size says 0 0.
+        (rows > 0 && columns > 0).then_some(Screen { columns, rows })
+    };
+    if let Some(screen) = from_stty.await {
+        return screen;
     }
-    for event in kept.iter().rev().take(events) {
-        out.push_str(&format!(
-            "  {} UTC  {:<11}  {}\n",
-            clock_of(&event["time"]),
-            cell(&event["type"]),
-            cell(&event["sentence"]),
-        ));
+    let env = |name: &str, default: usize| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(default)
+    };
+    Screen {
+        columns: env("COLUMNS", 80),
+        rows: env("LINES", 24),
     }
-    out
 }
 
 /// Puts the terminal on standard input in a mode where `q` arrives without Enter (and is not
@@ -271,37 +179,110 @@ fn quit_key() -> tokio::sync::oneshot::Receiver<()> {
     rx
 }
 
-/// Runs `capataz top` until `q`, Ctrl-C or `options.iterations` frames, writing frames to
-/// `out`. Fails only if the first reading fails (the admin API is not there); later failures
-/// are shown in place of a frame, and reading goes on.
+/// Runs `capataz top` until `q`, Ctrl-C, `SIGTERM` or `options.iterations` frames, writing
+/// frames to `out`. Fails only if the first reading fails (the admin API is not there); later
+/// failures are shown in place of a frame, and reading goes on.
 pub async fn run(options: TopOptions, out: &mut dyn Write) -> Result<(), CtlError> {
     let terminal = std::io::stdout().is_terminal();
     let _raw = RawInput::start();
+    if !terminal {
+        return frames(&options, out, None).await;
+    }
+    let mut terminal = Terminal {
+        size: screen_size().await,
+        resized: signal(SignalKind::window_change()).ok(),
+    };
+    // No line wrapping (a line the terminal finds too wide is clipped, not wrapped) and no
+    // cursor while the frames are drawn; both back on the way out.
+    let _ = write!(out, "\x1b[?7l\x1b[?25l");
+    let result = frames(&options, out, Some(&mut terminal)).await;
+    let _ = write!(out, "\x1b[?7h\x1b[?25h\r\n");
+    let _ = out.flush();
+    result
+}
+
+/// The terminal drawn on: its size, and the `SIGWINCH`es that change it.
+struct Terminal {
+    size: Screen,
+    resized: Option<Signal>,
+}
+
+/// Writes the lines of a frame: on a terminal of `rows` lines over the last frame (each line
+/// cleared before it is written, the screen below the last one cleared), else whole under
+/// `--- frame N ---`. A line is cleared first, not after: the cursor stays on the last column
+/// after a line as wide as the screen, and clearing from there would erase that column.
+fn draw(
+    out: &mut dyn Write,
+    lines: &[String],
+    rows: Option<usize>,
+    shown: u64,
+) -> std::io::Result<()> {
+    let text = match rows {
+        Some(rows) => {
+            let mut text = String::from("\x1b[H");
+            for (i, line) in lines.iter().enumerate() {
+                if i > 0 {
+                    text.push_str("\r\n");
+                }
+                text.push_str("\x1b[K");
+                text.push_str(line);
+            }
+            if lines.len() < rows {
+                text.push_str("\r\n\x1b[J");
+            }
+            text
+        }
+        None => {
+            let mut text = format!(
+                "{}--- frame {} ---\n",
+                if shown > 0 { "\n" } else { "" },
+                shown + 1
+            );
+            for line in lines {
+                text.push_str(line);
+                text.push('\n');
+            }
+            text
+        }
+    };
+    out.write_all(text.as_bytes())?;
+    out.flush()
+}
+
+/// The next of a signal's deliveries, or never without the signal.
+async fn recv(signal: Option<&mut Signal>) -> Option<()> {
+    match signal {
+        Some(signal) => signal.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Reads and draws a frame every interval (on `terminal`, fitted to its size, and again at
+/// once when it is resized) until a way to stop comes.
+async fn frames(
+    options: &TopOptions,
+    out: &mut dyn Write,
+    mut terminal: Option<&mut Terminal>,
+) -> Result<(), CtlError> {
     let mut quit = quit_key();
     let mut input_open = true;
     let mut shown = 0u64;
     let interval = options.interval.max(Duration::from_millis(100));
+    let mut term = signal(SignalKind::terminate()).ok();
     loop {
-        let text = match read(&options).await {
-            Ok(reading) => frame(&reading, options.admin, options.events, terminal),
+        let now = match read(options).await {
+            Ok(reading) => Shown::Reading(reading),
             Err(error) if shown == 0 => return Err(error),
-            Err(error) => format!(
-                "capataz top: {}: {} (retrying every {})\n",
+            Err(error) => Shown::Failure(format!(
+                "capataz top: {}: {} (retrying every {})",
                 options.admin,
                 printable(&error.to_string()),
                 capataz_health::pool::human_duration(interval)
-            ),
+            )),
         };
-        let written = if terminal {
-            write!(out, "\x1b[H\x1b[2J{text}")
-        } else {
-            if shown > 0 {
-                let _ = writeln!(out);
-            }
-            write!(out, "--- frame {} ---\n{text}", shown + 1)
-        };
+        let size = terminal.as_ref().map(|t| t.size);
         // A reader that went away (`capataz top | head`) is a way to stop.
-        if written.and_then(|()| out.flush()).is_err() {
+        if draw(out, &now.lines(options, size), size.map(|s| s.rows), shown).is_err() {
             return Ok(());
         }
         shown += 1;
@@ -319,66 +300,18 @@ pub async fn run(options: TopOptions, out: &mut dyn Write) -> Result<(), CtlErro
                     Err(_) => input_open = false,
                 },
                 _ = tokio::signal::ctrl_c() => return Ok(()),
+                _ = recv(term.as_mut()) => return Ok(()),
+                Some(()) = recv(terminal.as_mut().and_then(|t| t.resized.as_mut())) => {
+                    // Redrawn at once at the new size, from the reading shown.
+                    if let Some(t) = terminal.as_mut() {
+                        t.size = screen_size().await;
+                        let lines = now.lines(options, Some(t.size));
+                        if draw(out, &lines, Some(t.size.rows), shown).is_err() {
+                            return Ok(());
+                        }
+                    }
+                }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn a_frame_shows_rates_latencies_notes_and_events_without_control_bytes() {
-        let reading = Reading {
-            status: json!({
-                "time": "2026-12-01T07:49:04.123Z",
-                "pools": [{
-                    "name": "web", "healthy": 1, "backends_total": 2,
-                    "explain": "served by its primary backends in rotation",
-                    "backends": [
-                        { "name": "a", "state": "UP", "weight": 1, "effective_weight": 1.0,
-                          "in_flight": 0, "role": "primary", "passive": {}, "active": {} },
-                        { "name": "b\u{1b}[2J", "state": "DOWN", "weight": 2,
-                          "effective_weight": 2.0, "in_flight": 0, "role": "backup",
-                          "serving": false, "active": { "track": "db/primary" },
-                          "passive": { "ejection": { "state": "ejected",
-                            "cause": "latency_outlier", "until": "2026-12-01T07:50:00.000Z" } } }
-                    ]
-                }]
-            }),
-            series: json!({ "pools": [{
-                "name": "web",
-                "series": { "requests": [10, 20], "seconds": [5.0, 5.0], "errors": [0, 1],
-                            "p50_ms": [0.4, 0.41], "p99_ms": [1.0, 12.5] },
-                "backends": [{ "name": "a", "series": { "requests": [20], "seconds": [5.0],
-                    "errors": [0], "p50_ms": [0.04], "p99_ms": [0.9] } }]
-            }]}),
-            events: json!({ "events": [
-                { "time": "2026-12-01T07:48:59.000Z", "type": "transition",
-                  "sentence": "pool=web backend=b UP -> DOWN: 3 consecutive failed probes" }
-            ]}),
-        };
-        let text = frame(&reading, ([127, 0, 0, 1], 9901).into(), 10, false);
-        assert!(text.contains("at 07:49:04 UTC"), "{text}");
-        assert!(
-            text.contains("4.0 req/s, 5.0 % errors, p50 0.4 ms, p99 13 ms"),
-            "{text}"
-        );
-        assert!(text.contains("40 us"), "a's p50 under 0.1 ms: {text}");
-        assert!(
-            text.contains(
-                "ejected (latency outlier) until 07:50:00; tracks db/primary; backup, standing by"
-            ),
-            "{text}"
-        );
-        assert!(text.contains("07:48:59 UTC  transition"), "{text}");
-        assert!(
-            !text.contains('\u{1b}'),
-            "a name's escape is shown, not sent: {text}"
-        );
-        let coloured = frame(&reading, ([127, 0, 0, 1], 9901).into(), 10, true);
-        assert!(coloured.contains("\x1b[32mUP\x1b[0m"), "{coloured}");
     }
 }

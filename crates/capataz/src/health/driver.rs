@@ -228,7 +228,11 @@ impl PoolRt {
             let notified = self.timer.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let due = self.lock().engine.poll_timeout();
+            let due = {
+                let mut inner = self.lock();
+                inner.armed = inner.engine.poll_timeout();
+                inner.armed
+            };
             match due {
                 Some(due) => {
                     tokio::select! {
@@ -415,6 +419,7 @@ async fn agent_loop(seat: Arc<Seat>, agent: AgentCheckConfig, mut rng: prober::R
 
 #[cfg(test)]
 mod tests {
+    use capataz_health::Outcome;
     use prometheus_client::registry::Registry;
     use tokio::sync::broadcast;
 
@@ -462,6 +467,58 @@ mod tests {
         assert!(first.iter().all(Option::is_some), "{first:?}");
         assert_eq!(first, first_probes(42).await);
         assert_ne!(first, first_probes(43).await);
+    }
+
+    /// Regression (issue 22): a probe that brought a backend UP began its slow start but did
+    /// not wake the timer, which slept with nothing due; so the snapshot kept the ramp's first
+    /// weight (10 %) for good while `/status` computed the weight afresh. Now the snapshot,
+    /// which `/status` reads too, takes every step of the ramp on time.
+    #[tokio::test(start_paused = true)]
+    async fn a_ramp_begun_by_a_probe_steps_the_snapshot_weight_on_time() {
+        let text = "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]\nbackends = [\
+            { name = \"a\", address = \"127.0.0.1:9\" }, { name = \"b\", address = \"127.0.0.1:9\" }]\n\
+            slow_start = \"2s\"\n[pools.web.active]\ninterval = \"1h\"\nrise = 1\nfall = 1\n";
+        let config = crate::config::parse_str(text, "<test>").expect("valid test config");
+        let families = Families::register(&mut Registry::default(), HistogramScope::Pool);
+        let (events, _rx) = broadcast::channel(64);
+        let pool = PoolRt::new(
+            config.pools[0].clone(),
+            events,
+            Clock::start(),
+            None,
+            false,
+            &families,
+        );
+        // Only the timer runs (asleep with nothing due): the probes are fed by hand.
+        let timer = {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.timer_loop().await })
+        };
+        let settle = || async {
+            for _ in 0..100 {
+                tokio::task::yield_now().await;
+            }
+        };
+        settle().await;
+        let probe = |outcome: Outcome| pool.record_probe(1, outcome, Duration::ZERO);
+        probe(Outcome::Refused);
+        settle().await;
+        assert_eq!(pool.snapshot().eligible, [0]);
+        probe(Outcome::Status(200));
+        assert_eq!(pool.snapshot().eligible, [0, 1]);
+        // Steps of 100 ms (a twentieth of 2 s); looked at in the middle of each.
+        let steps = [
+            1, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10,
+        ];
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        for (k, &tenths) in steps.iter().enumerate() {
+            settle().await;
+            let weight = pool.snapshot().weight(1);
+            assert_eq!(weight, Some(tenths), "step {k}");
+            assert_eq!(pool.view_of(1).effective_weight_tenths, tenths, "step {k}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        timer.abort();
     }
 
     /// A pool `web` of backends `names` (each at a refused port) probed every 10 s.

@@ -1,10 +1,12 @@
 //! What a pool's backend source last did ([`Membership`]): when the registry last answered,
-//! whether it is failing now, and whether a drop is held. Shared by every rebuild of the same
+//! whether it is failing now, whether a drop is held, and which SRV targets have no address. Shared by every rebuild of the same
 //! pool (a reload or a membership update), so the age shown by the metrics and `/status` is
 //! the source's, not the pool object's.
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
+
+use crate::events::Unresolved;
 
 /// A pool's membership record (a static pool keeps the default: never updated).
 #[derive(Debug, Default)]
@@ -23,6 +25,9 @@ pub struct MembershipState {
     pub failing: Option<String>,
     /// A drop held for confirmation: the backends in force and those the source answered.
     pub held: Option<(usize, usize)>,
+    /// The SRV targets (DNS) the source's last answer gave no address, sorted: left out, or
+    /// kept at their last known address while their lookup fails.
+    pub unresolved: Vec<Unresolved>,
 }
 
 impl Membership {

@@ -276,6 +276,9 @@ impl Eq for BackendKey<'_> {}
 struct Inner {
     engine: Rotation,
     info: Vec<Records>,
+    /// The engine time the timer sleeps until (`None`: it waits for a wake-up only). Set by
+    /// the timer when it reads `poll_timeout`, and by `publish` when it wakes it earlier.
+    armed: Option<Duration>,
 }
 
 /// Why an override could not be applied.
@@ -524,7 +527,11 @@ impl PoolRt {
                     settings.traffic_rule,
                     sink,
                 )),
-                inner: Mutex::new(Inner { engine, info }),
+                inner: Mutex::new(Inner {
+                    engine,
+                    info,
+                    armed: None,
+                }),
                 events,
                 clock,
                 timer: Notify::new(),
@@ -562,17 +569,6 @@ impl PoolRt {
     /// One backend's verdict.
     pub fn verdict(&self, backend: usize) -> State {
         self.lock().engine.pool().verdict(backend)
-    }
-
-    /// What the pool does with no backend in rotation, as the engine applies it now (`None`
-    /// while a backend is in rotation).
-    pub fn all_down(&self) -> Option<capataz_health::AllDown> {
-        self.lock().engine.all_down()
-    }
-
-    /// The backups serving now, if no primary is in rotation and some backup is.
-    pub fn on_backups(&self) -> Option<capataz_health::rotation::OnBackups> {
-        self.lock().engine.on_backups()
     }
 
     /// Passing probes in a row a backend needs after maintenance before traffic (0: none).
@@ -811,9 +807,9 @@ impl PoolRt {
             rt.watched
                 .store(inner.engine.needs_traffic(i), Ordering::Relaxed);
         }
-        // Time alone moves slow-start weights.
-        let ramps = self.config.slow_start.is_some();
-        self.publish(&mut inner, now, ramps);
+        // Time alone moves weights (slow start's steps): always rebuild, which changes
+        // nothing when no weight moved.
+        self.publish(&mut inner, now, true);
     }
 
     /// Sets (`Some`) or clears (`None`) a manual override on the backend named `backend`, for

@@ -4,6 +4,12 @@
 //! Events leave in the engine's order, which is causal: an override or a transition comes
 //! before the all-down or recovered event it caused. The snapshot is swapped before any of them
 //! is logged, so a listener that reacts to an event already sees its effect.
+//!
+//! The snapshot carries every backend's weight as the engine computed it at that moment; the
+//! picker, `/status`, the metrics and the dashboard all read it there, never the engine again.
+//! Weights that move with time alone (slow start's steps) move only at the engine's timeouts,
+//! so publishing wakes the timer whenever what it published brings the next timeout earlier
+//! than the one the timer sleeps until (a ramp that just began, a new ejection or shed).
 
 use std::time::Duration;
 
@@ -11,17 +17,17 @@ use capataz_health::pool::{human_duration, Active};
 use capataz_health::rotation::{
     AgentChange, Event as EngineEvent, OverrideCause, OverrideChange, ShedChange,
 };
-use capataz_health::{AllDown, BackupUse, Role, State};
+use capataz_health::{AllDown, State};
 
 use super::{Inner, PoolRt};
-use crate::balance::Snapshot;
 use crate::events::{Event, MembershipChange};
 use crate::logging;
 
 impl PoolRt {
     /// Drains the engine's events: records transitions, rebuilds the snapshot if anything
-    /// happened (or when `rebuild`: time alone moves slow-start weights), and logs and
-    /// broadcasts each event. A probe that changes nothing costs no rebuild.
+    /// happened (or when `rebuild`: time alone moves slow-start weights), wakes the timer if
+    /// the next timeout moved earlier, and logs and broadcasts each event. A probe that changes
+    /// nothing costs no rebuild.
     pub(super) fn publish(&self, inner: &mut Inner, now: Duration, rebuild: bool) {
         let time = self.clock.wall(now);
         let mut events = Vec::new();
@@ -34,9 +40,15 @@ impl PoolRt {
             events.push(event);
         }
         if rebuild || !events.is_empty() {
-            let eligible = inner.engine.eligible(now);
-            let snapshot = Snapshot::new(eligible.backends, eligible.weights, eligible.all_down);
-            self.handle.publish(snapshot);
+            self.handle.publish(inner.engine.eligible(now));
+            // Whatever made these events may have started a timer (a ramp, an ejection, a
+            // shed): the timer must not sleep past it.
+            if let Some(due) = inner.engine.poll_timeout() {
+                if inner.armed.is_none_or(|armed| due < armed) {
+                    inner.armed = Some(due);
+                    self.timer.notify_one();
+                }
+            }
         }
         for event in events {
             match event {
@@ -69,20 +81,17 @@ impl PoolRt {
                 EngineEvent::Backups {
                     on, to_primaries, ..
                 } => {
-                    let serving = match on {
-                        None => Vec::new(),
-                        Some(on) => match self.config.backups {
-                            BackupUse::First => vec![self.backends[on.first].name.clone()],
-                            // The set as it stands now (later events may have changed it;
-                            // then one of them reports the change again).
-                            BackupUse::All => (0..self.backends.len())
-                                .filter(|&i| {
-                                    inner.engine.role(i) == Role::Backup
-                                        && inner.engine.in_rotation(i)
-                                })
-                                .map(|i| self.backends[i].name.clone())
-                                .collect(),
-                        },
+                    // The backups the snapshot just published serves, as `/status` lists them
+                    // (later events may have changed the set; then one of them reports the
+                    // change again).
+                    let snapshot = self.handle.snapshot();
+                    let serving = match (on, snapshot.on_backups) {
+                        (Some(_), Some(_)) => snapshot
+                            .eligible
+                            .iter()
+                            .map(|&i| self.backends[i].name.clone())
+                            .collect(),
+                        _ => Vec::new(),
                     };
                     self.emit(Event::Backups {
                         pool: self.name.clone(),
@@ -277,7 +286,9 @@ impl PoolRt {
                 change:
                     MembershipChange::Failing { .. }
                     | MembershipChange::DropHeld { .. }
-                    | MembershipChange::Skipped { .. },
+                    | MembershipChange::Skipped { .. }
+                    | MembershipChange::TargetLeftOut { .. }
+                    | MembershipChange::TargetFailing { .. },
                 ..
             } => tracing::Level::WARN,
             _ => tracing::Level::INFO,

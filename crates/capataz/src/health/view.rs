@@ -1,5 +1,7 @@
 //! What the admin API and the metrics see of a pool: consistent copies taken under the lock
-//! ([`BackendView`]), never recomputed outside the engine.
+//! ([`BackendView`]), never recomputed outside the engine. Whether a backend serves and its
+//! weight are read from the snapshot the request path picks from (swapped under the same
+//! lock), so what is reported is what the picker does.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -10,6 +12,7 @@ use capataz_health::{
 };
 
 use super::{BackendRt, Inner, OverrideKind, PoolRt};
+use crate::balance::Snapshot;
 
 /// One probe, as the admin API shows it.
 #[derive(Clone, Copy, Debug)]
@@ -70,18 +73,28 @@ pub struct BackendView {
     pub role: Role,
     /// While it requalifies after maintenance: passing probes in a row so far, and needed.
     pub requalifying: Option<(u32, u32)>,
-    /// Its effective weight, in tenths of a weight unit.
+    /// Its effective weight, in tenths of a weight unit: the pool's snapshot's, the one the
+    /// picker uses.
     pub effective_weight_tenths: u32,
+    /// Whether it is in the pool's snapshot: new requests may go to it (backups and
+    /// fail-open included).
+    pub serving: bool,
+    /// Whether the pool's snapshot says its backups serve (no primary in rotation).
+    pub on_backups: bool,
+    /// Whether its slow start is under way (the engine's [`Rotation::ramping`]): its
+    /// effective weight is the ramp's step, below what its agent and any load shed leave it.
+    ///
+    /// [`Rotation::ramping`]: capataz_health::Rotation::ramping
+    pub ramping: bool,
     /// What its agent last said (`up` at 100 % without agent checks).
     pub agent: AgentState,
-    /// The load shed it asked for (`429`, or `503` with `Retry-After`), while it lasts.
+    /// The load shed it asked for (`429`, or `503` with `Retry-After`), while the engine
+    /// holds it: until the timeout at its end, exactly while the snapshot's weight is shed.
     pub shed: Option<capataz_health::Shed>,
     /// Which probe interval applies to it now.
     pub cadence: Cadence,
     /// Engine time of the copy.
     pub now: Duration,
-    /// Its index in the pool.
-    pub backend_index: usize,
 }
 
 impl BackendView {
@@ -90,38 +103,47 @@ impl BackendView {
     pub fn state(&self) -> &'static str {
         self.effective.as_str()
     }
-
-    /// Whether it is in the pool's snapshot now: new requests may go to it.
-    pub fn serving(&self, snapshot: &crate::balance::Snapshot) -> bool {
-        let index = self.backend_index;
-        snapshot.eligible.binary_search(&index).is_ok()
-    }
 }
 
 impl PoolRt {
-    /// Per backend, in pool order: whether it may get new requests now (its verdict and any
-    /// override, as [`PoolRt::views`] says in `eligible`) and its effective weight in tenths,
-    /// without copying every record.
+    /// Per backend, in pool order: whether it is in rotation by its own standing (its verdict
+    /// and any override, as [`PoolRt::views`] says in `eligible`) and its effective weight in
+    /// tenths (the snapshot's), without copying every record.
     pub fn eligibility(&self) -> Vec<(bool, u32)> {
-        let now = self.clock.now();
+        self.eligibility_beside_snapshot().1
+    }
+
+    /// [`PoolRt::eligibility`], with the snapshot it was read beside (under one lock).
+    pub fn eligibility_beside_snapshot(&self) -> (Arc<Snapshot>, Vec<(bool, u32)>) {
         let inner = self.lock();
-        (0..self.backends.len())
+        let snapshot = self.snapshot();
+        let eligibility = (0..self.backends.len())
             .map(|i| {
                 (
                     inner.engine.in_rotation(i),
-                    inner.engine.weight_tenths(i, now),
+                    snapshot.weight(i).unwrap_or_default(),
                 )
             })
-            .collect()
+            .collect();
+        (Arc::clone(&snapshot), eligibility)
     }
 
     /// A consistent copy of everything known about every backend.
     pub fn views(&self) -> Vec<BackendView> {
+        self.standing().1
+    }
+
+    /// The pool's snapshot (who serves, the all-down policy applied, the backups in use: what
+    /// the picker reads) and a copy of everything known about every backend, under one lock:
+    /// a report built from both describes one decision.
+    pub fn standing(&self) -> (Arc<Snapshot>, Vec<BackendView>) {
         let now = self.clock.now();
         let inner = self.lock();
-        (0..self.backends.len())
-            .map(|i| self.view(&inner, i, now))
-            .collect()
+        let snapshot = self.snapshot();
+        let views = (0..self.backends.len())
+            .map(|i| self.view(&inner, &snapshot, i, now))
+            .collect();
+        (Arc::clone(&snapshot), views)
     }
 
     /// A consistent copy of everything known about backend `index` (which must exist), without
@@ -129,10 +151,13 @@ impl PoolRt {
     pub fn view_of(&self, index: usize) -> BackendView {
         let now = self.clock.now();
         let inner = self.lock();
-        self.view(&inner, index, now)
+        let snapshot = self.snapshot();
+        self.view(&inner, &snapshot, index, now)
     }
 
-    fn view(&self, inner: &Inner, i: usize, now: Duration) -> BackendView {
+    /// Backend `i`'s view; `snapshot` was loaded under the lock `inner` comes from, so it is
+    /// the one the engine's state published.
+    fn view(&self, inner: &Inner, snapshot: &Snapshot, i: usize, now: Duration) -> BackendView {
         let engine = &inner.engine;
         let records = &inner.info[i];
         BackendView {
@@ -154,10 +179,12 @@ impl PoolRt {
             effective: engine.effective(i),
             role: engine.role(i),
             requalifying: engine.requalifying(i),
-            backend_index: i,
-            effective_weight_tenths: engine.weight_tenths(i, now),
+            effective_weight_tenths: snapshot.weight(i).unwrap_or_default(),
+            serving: snapshot.serves(i),
+            on_backups: snapshot.on_backups.is_some(),
+            ramping: engine.ramping(i),
             agent: engine.agent(i),
-            shed: engine.shed(i).filter(|shed| shed.until > now),
+            shed: engine.shed(i),
             cadence: engine.cadence(i),
             now,
         }

@@ -72,7 +72,7 @@ impl Mark {
             backend: view.backend.name.clone(),
             at: view.info.override_.map_or(view.info.since, |o| o.since),
             state: view.state(),
-            serving: view.serving(&pool.snapshot()),
+            serving: view.serving,
             note: notes.join(", "),
             explain,
         }

@@ -6,7 +6,9 @@
 //! answer changes nothing. What the guard lets through is applied by `shared` the way a
 //! reload is (kept backends keep their health; added ones are gated; removed ones drain).
 //! `dns` asks again when the answer's TTL runs out; `etcd` ([`EtcdWatch`]) reads a key prefix
-//! once and then follows its watch.
+//! once and then follows its watch. An SRV target without an address is that target's
+//! trouble, not the source's: [`Answer::Targets`] says it beside the membership, which holds
+//! the other targets.
 
 mod dns;
 pub(crate) mod etcd;
@@ -14,9 +16,12 @@ mod guard;
 #[cfg(test)]
 mod tests;
 
+use std::collections::VecDeque;
+
 use tokio::time::Instant;
 
 use crate::config::{BackendConfig, PoolSource};
+use crate::events::{MembershipChange, Unresolved};
 pub use dns::DnsResolver;
 pub use etcd::EtcdWatch;
 pub use guard::{Guard, Verdict};
@@ -43,6 +48,14 @@ pub enum Answer {
         /// What is wrong with its value.
         error: String,
     },
+    /// The SRV targets (DNS) of the answer that follows that have no address now, and what
+    /// to tell about the targets whose standing changed since the last answer.
+    Targets {
+        /// The targets without an address, sorted.
+        unresolved: Vec<Unresolved>,
+        /// `TargetLeftOut`, `TargetFailing` and `TargetRestored` changes.
+        changes: Vec<MembershipChange>,
+    },
 }
 
 /// A running backend source.
@@ -56,6 +69,8 @@ pub enum Source {
         /// delay, so that [`Source::next`] is cancel-safe: called again, it waits for the
         /// same time.
         due: Option<Instant>,
+        /// The rest of the last query's answers, told before the next query.
+        queued: VecDeque<Answer>,
     },
     /// A key prefix in etcd, read then watched.
     Etcd(Box<EtcdWatch>),
@@ -70,6 +85,7 @@ impl Source {
             PoolSource::Dns(dns) => Some(DnsResolver::new(dns).map(|resolver| Source::Dns {
                 resolver: Box::new(resolver),
                 due: None,
+                queued: VecDeque::new(),
             })),
             PoolSource::Etcd(etcd) => Some(Ok(Source::Etcd(Box::new(EtcdWatch::new(etcd))))),
         }
@@ -80,6 +96,14 @@ impl Source {
         match self {
             Source::Dns { .. } => "dns",
             Source::Etcd(_) => "etcd",
+        }
+    }
+
+    /// Picks up where the pool's previous source left off (a reload): the `members` in force
+    /// and the SRV targets told `unresolved` (DNS; etcd starts afresh from its prefix).
+    pub fn resume(&mut self, members: &[BackendConfig], unresolved: Vec<Unresolved>) {
+        if let Source::Dns { resolver, .. } = self {
+            resolver.resume(members, unresolved);
         }
     }
 
@@ -101,20 +125,28 @@ impl Source {
         }
     }
 
-    /// The next answer: for DNS, waits out the last answer's TTL (within the floor and the
-    /// ceiling; the floor after a failure), then asks again; for etcd, the next change of the
+    /// The next answer: for DNS, the rest of the last query's answers, else waits out the
+    /// last answer's TTL (within the floor and the ceiling; the floor after a failure), then
+    /// asks again; for etcd, the next change of the
     /// keys, a keepalive's confirmation, or a failure. Cancel-safe: an answer is never lost
     /// by dropping the future (a DNS query or an etcd read under way is asked again).
     pub async fn next(&mut self) -> Answer {
         match self {
-            Source::Dns { resolver, due } => {
+            Source::Dns {
+                resolver,
+                due,
+                queued,
+            } => loop {
+                if let Some(answer) = queued.pop_front() {
+                    return answer;
+                }
                 if let Some(due) = *due {
                     tokio::time::sleep_until(due).await;
                 }
-                let (answer, ttl) = resolver.query().await;
+                let (answers, ttl) = resolver.query().await;
                 *due = Some(Instant::now() + resolver.wait_for(ttl));
-                answer
-            }
+                queued.extend(answers);
+            },
             Source::Etcd(etcd) => etcd.next().await,
         }
     }

@@ -66,7 +66,7 @@ impl LiveGauges {
         let mut backends = Vec::with_capacity(count);
         let mut pool_gauges = Vec::with_capacity(pools.len());
         for pool in pools {
-            let eligible = pool.eligibility();
+            let (snapshot, eligible) = pool.eligibility_beside_snapshot();
             let probed = pool.config.active.kind != CheckKind::None;
             let intervals = crate::health::probe_intervals(&pool.config);
             let cadences = pool.cadences();
@@ -113,8 +113,8 @@ impl LiveGauges {
                     pool: pool.name.clone(),
                 },
                 healthy: eligible.iter().filter(|(up, _)| *up).count(),
-                all_down: pool.snapshot().all_down,
-                on_backups: pool.on_backups().is_some(),
+                all_down: snapshot.all_down,
+                on_backups: snapshot.on_backups.is_some(),
                 membership_age: pool
                     .config
                     .source

@@ -30,6 +30,26 @@ pub(super) fn rewrite_length(headers: &mut HeaderMap, body: BodyLength) {
     }
 }
 
+/// The most header fields a request head may carry, whatever its protocol; more get 431.
+/// HTTP/1.1 heads are held to it by hyper (its default, `http1::Builder::max_headers`: setting
+/// it, even to the same number, moves hyper's parse from the stack to a heap allocation per
+/// request); HTTP/2 heads here, by [`too_many_fields`].
+pub(crate) const MAX_HEADER_FIELDS: usize = 100;
+
+/// Whether an HTTP/2 request's header fields are more than [`MAX_HEADER_FIELDS`], counted as
+/// they would be in the HTTP/1.1 head it becomes: the pseudo-header fields are its request
+/// line, except `:authority`, which is its `Host` (counted, unless a `host` field is there
+/// too), and the `cookie` crumbs HTTP/2 may split a `Cookie` into (RFC 9113 section 8.2.3)
+/// are one field.
+pub(super) fn too_many_fields(uri: &Uri, headers: &HeaderMap) -> bool {
+    if headers.len() < MAX_HEADER_FIELDS {
+        return false;
+    }
+    let crumbs = headers.get_all(header::COOKIE).iter().count();
+    let host = uri.authority().is_some() && !headers.contains_key(header::HOST);
+    headers.len() - crumbs.saturating_sub(1) + usize::from(host) > MAX_HEADER_FIELDS
+}
+
 /// hyper's smallest read buffer; heads larger than the limit but within it are checked here.
 pub(super) const MIN_HYPER_BUFFER: usize = 8192;
 
@@ -316,6 +336,34 @@ pub(super) fn add_forwarded_headers(headers: &mut HeaderMap, client: &ClientInfo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_h2_head_counts_its_fields_as_the_http1_head_it_becomes() {
+        // `fields` regular fields (with `crumbs` of them cookie crumbs), `:authority`, and
+        // perhaps a `host` field too; whether that is too many.
+        let too_many = |fields: usize, crumbs: usize, host: bool| {
+            let mut req = Request::builder()
+                .version(Version::HTTP_2)
+                .uri("http://app.test/");
+            for i in 0..fields - crumbs - usize::from(host) {
+                req = req.header(format!("x-{i}"), "v");
+            }
+            for i in 0..crumbs {
+                req = req.header("cookie", format!("c{i}=v"));
+            }
+            if host {
+                req = req.header("host", "app.test");
+            }
+            let (parts, ()) = req.body(()).unwrap().into_parts();
+            too_many_fields(&parts.uri, &parts.headers)
+        };
+        assert!(!too_many(99, 0, false), "99 and :authority as Host: 100");
+        assert!(too_many(100, 0, false), "100 and :authority as Host: 101");
+        assert!(!too_many(100, 0, true), "100 with Host");
+        assert!(too_many(101, 0, true));
+        assert!(!too_many(150, 52, false), "52 crumbs are one Cookie: 100");
+        assert!(too_many(150, 51, false));
+    }
 
     #[test]
     fn host_values_follow_the_uri_host_grammar() {

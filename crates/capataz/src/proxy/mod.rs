@@ -33,8 +33,8 @@ use crate::h1::framing::{self, BodyLength};
 use crate::instruments::{AnsweredBy, ListenerMetrics, MethodClass, RouteMetrics};
 use crate::tls::TlsInfo;
 use crate::upstream::{
-    self, AttemptError, BackendStream, ExchangeError, ExchangeTimeouts, H2Failure, Outgoing,
-    PrivateIdle, Transport,
+    self, AttemptError, BackendSlots, BackendStream, ExchangeError, ExchangeTimeouts, H2Failure,
+    Outgoing, PrivateIdle, Transport,
 };
 
 mod headers;
@@ -43,7 +43,7 @@ mod websocket;
 
 use headers::{
     add_forwarded_headers, head_size, origin_form, request_host, rewrite_length, strip_hop_by_hop,
-    strip_port, wants_upgrade, RequestHost, MIN_HYPER_BUFFER,
+    strip_port, too_many_fields, wants_upgrade, RequestHost, MIN_HYPER_BUFFER,
 };
 use pages::{error_page, failure_page, http01_page, https_redirect_page, reject_page, Failure};
 
@@ -278,6 +278,15 @@ impl Proxy {
         req: Request<Incoming>,
         client: Arc<ClientInfo>,
     ) -> Result<Response<RespBody>, Infallible> {
+        if req.version() == Version::HTTP_2 && too_many_fields(req.uri(), req.headers()) {
+            // As an HTTP/1.1 head with as many, which hyper refuses before the proxy sees it:
+            // 431, counted as a refused head, not logged.
+            self.count_refused();
+            return Ok(error_page(
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "too many header fields",
+            ));
+        }
         let method = MethodClass::of(req.method());
         let mut tally = Tally {
             route: None,
@@ -441,6 +450,13 @@ impl Proxy {
             request_body: self.request_body_timeout,
         };
         loop {
+            // Each attempt on an HTTP/1.1 pool holds one of the client connection's backend
+            // slots (HTTP/2 clients: `max_backend_connections`); it waits for one if need be.
+            let slot = if h2 {
+                None
+            } else {
+                client.backend_slots.acquire().await
+            };
             let snapshot = pool.snapshot();
             let picked =
                 snapshot.pick(pool.config.algorithm, &pool.cursor, tried.as_slice(), |b| {
@@ -534,7 +550,8 @@ impl Proxy {
                 ConnectionReuse::Private => Some(client.private.clone()),
                 ConnectionReuse::Shared => None,
             };
-            let lease = Lease::new(pool.clone(), index, private);
+            let mut lease = Lease::new(pool.clone(), index, private);
+            lease.hold(slot);
             let attempt = forward(
                 &pool,
                 index,
@@ -737,7 +754,7 @@ async fn forward_h2<'a>(
     let Some(conns) = backend.upstream.h2() else {
         return Forwarded::Failed(AttemptError::ConnectLocal);
     };
-    h2_target(
+    let host = h2_target(
         &mut request,
         backend.upstream.tls().is_some(),
         &backend.address,
@@ -749,6 +766,9 @@ async fn forward_h2<'a>(
             charge(pool, index, error);
             // Back to how the proxy built it, for another backend.
             *request.uri_mut() = origin_form(request.uri());
+            if let Some(host) = host {
+                request.headers_mut().insert(header::HOST, host);
+            }
             return Forwarded::NotSent(Outgoing::Request(request), error);
         }
         Err(H2Failure::Failed(error)) => {
@@ -806,12 +826,19 @@ fn trailer_names(headers: &mut HeaderMap) -> Option<HeaderValue> {
 }
 
 /// Makes `request` (origin-form, as the proxy builds it) an HTTP/2 request: the scheme, and
-/// the authority from its Host (kept, the same value), else the backend's address. A gRPC
-/// call gets `TE: trailers`, which gRPC servers require (hop-by-hop, it was stripped).
-fn h2_target(request: &mut Request<ReqBody>, tls: bool, backend_address: &str) {
-    let authority = request
-        .headers()
-        .get(header::HOST)
+/// the authority from its Host, else the backend's address. The `Host` field itself is taken
+/// out: `:authority` carries it (RFC 9113 section 8.3.1), and a backend may refuse a request
+/// with both (nginx: "client sent duplicate host header", 400). A gRPC call gets `TE:
+/// trailers`, which gRPC servers require (hop-by-hop, it was stripped). Returns the `Host`
+/// taken out, to put back if the request goes to another backend.
+fn h2_target(
+    request: &mut Request<ReqBody>,
+    tls: bool,
+    backend_address: &str,
+) -> Option<HeaderValue> {
+    let host = request.headers_mut().remove(header::HOST);
+    let authority = host
+        .as_ref()
         .and_then(|host| http::uri::Authority::try_from(host.as_bytes()).ok())
         .or_else(|| http::uri::Authority::try_from(backend_address).ok());
     let mut parts = http::uri::Parts::default();
@@ -838,6 +865,7 @@ fn h2_target(request: &mut Request<ReqBody>, tls: bool, backend_address: &str) {
             .headers_mut()
             .insert(header::TE, HeaderValue::from_static("trailers"));
     }
+    host
 }
 
 /// Feeds a failed attempt to the passive side if it was the backend's fault; a failure that
@@ -916,6 +944,8 @@ pub struct ClientInfo {
     /// The address the client connected to (from a PROXY protocol header when one named it),
     /// if known.
     pub destination: Option<SocketAddr>,
+    /// The backend connections its requests may hold at once (limited for HTTP/2).
+    pub backend_slots: BackendSlots,
     /// Told when a request's body has been read to its end (set by the client connection).
     pub(crate) body_read: Option<Arc<dyn BodyRead>>,
 }
@@ -932,6 +962,7 @@ impl ClientInfo {
             private: Arc::new(PrivateIdle::new()),
             tls: None,
             destination: None,
+            backend_slots: BackendSlots::default(),
             body_read: None,
         }
     }

@@ -204,6 +204,12 @@ async fn follow(me: Weak<Shared>, config: PoolConfig, initial: Option<Vec<Backen
         drop(shared);
         tokio::time::sleep(retry).await;
     };
+    // After a reload: failing SRV targets stay where they were, and what was told about the
+    // targets is not told again.
+    if let Some(pool) = me.upgrade().and_then(|shared| shared.pool(&name)) {
+        let unresolved = pool.membership.state().unresolved;
+        source.resume(&pool.config.backends, unresolved);
+    }
     let kind = source.kind();
     let mut pending = Pending::default();
     loop {
@@ -291,7 +297,8 @@ impl Pending {
     }
 
     /// Takes in one answer of the source: what it says about the source (when it last
-    /// answered, whether it fails) is noted at once, a skipped key told at once.
+    /// answered, whether it fails, which SRV targets have no address) is noted at once, a
+    /// skipped key or a target's change told at once.
     fn read(&mut self, shared: &Shared, name: &str, kind: &'static str, answer: Answer) {
         match answer {
             Answer::Members(members) => {
@@ -335,6 +342,15 @@ impl Pending {
             Answer::Skipped { key, error } => {
                 shared.tell(name, kind, MembershipChange::Skipped { key, error });
             }
+            Answer::Targets {
+                unresolved,
+                changes,
+            } => {
+                note(shared, name, |m| m.unresolved = unresolved);
+                for change in changes {
+                    shared.tell(name, kind, change);
+                }
+            }
         }
     }
 
@@ -350,7 +366,7 @@ impl Pending {
                 Answer::Skipped { key, error } => {
                     shared.tell(name, kind, MembershipChange::Skipped { key, error });
                 }
-                Answer::Changed | Answer::Failed(_) => {}
+                Answer::Changed | Answer::Failed(_) | Answer::Targets { .. } => {}
             }
         }
     }

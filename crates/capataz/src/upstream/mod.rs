@@ -29,6 +29,7 @@ mod exchange;
 mod h2;
 mod private;
 mod response;
+mod slots;
 pub mod transport;
 
 pub use error::{AttemptError, AttemptPhase, Fault};
@@ -37,6 +38,7 @@ pub(crate) use h2::{classify as classify_h2, exchange_h2, H2Failure, Phase};
 pub use h2::{H2Body, H2Conns};
 pub use private::{PrivateIdle, MAX_PRIVATE};
 pub(crate) use response::ResponseStream;
+pub use slots::{BackendSlots, Slot};
 pub use transport::{BackendStream, Transport};
 
 use tokio::io::AsyncWriteExt;

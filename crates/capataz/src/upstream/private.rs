@@ -10,7 +10,7 @@
 //! connections, as HAProxy's default `http-reuse safe` does for a session's first request.
 //!
 //! Each set holds at most [`MAX_PRIVATE`] connections (the oldest is closed to make room), or
-//! for an HTTP/2 client connection as many as it may have streams at once (at most
+//! for an HTTP/2 client connection as many as its streams may hold at once (at most
 //! `MAX_PRIVATE_H2` in `client`), so a client connection holds at most that many backend
 //! sockets while it is idle, and none
 //! longer than the backend's `timeouts.idle`: the client connection's watcher reaps the set on

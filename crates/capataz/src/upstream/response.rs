@@ -59,6 +59,11 @@ impl<S: Transport> ResponseStream<S> {
         self.reader.is_done()
     }
 
+    /// How long the backend may leave the body waiting.
+    pub(crate) fn body_idle(&self) -> Duration {
+        self.body_idle
+    }
+
     /// The bytes of the body still to come, when known.
     pub(crate) fn remaining(&self) -> Option<u64> {
         self.reader.remaining()

@@ -19,28 +19,35 @@ use crate::support::client::Client;
 use crate::support::events::{is_transition, wait_for};
 use crate::support::knot::Knot;
 
-/// A balancer with one listener and pool `web` following `source` (the inside of
+/// The config of one listener and pool `web` following `source` (the inside of
 /// `[pools.web.source]`), with `checks` (the inside of `[pools.web.active]`).
-async fn balancer(source: &str, checks: &str) -> (Balancer, broadcast::Receiver<Event>) {
-    start(&format!(
+pub(crate) fn text(source: &str, checks: &str) -> String {
+    format!(
         "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web.source]\nkind = \"dns\"\n\
          ttl_min = \"1s\"\ntimeout = \"500ms\"\n{source}\n[pools.web.active]\n{checks}\n"
-    ))
-    .await
+    )
 }
 
-fn membership(event: &Event) -> Option<&MembershipChange> {
+/// A balancer started from [`text`].
+pub(crate) async fn balancer(source: &str, checks: &str) -> (Balancer, broadcast::Receiver<Event>) {
+    start(&text(source, checks)).await
+}
+
+pub(crate) fn membership(event: &Event) -> Option<&MembershipChange> {
     match event {
         Event::Membership { change, .. } => Some(change),
         _ => None,
     }
 }
 
-fn names(pool: &PoolRt) -> Vec<String> {
+pub(crate) fn names(pool: &PoolRt) -> Vec<String> {
     pool.backends.iter().map(|b| b.name.to_string()).collect()
 }
 
-async fn wait_updated(rx: &mut broadcast::Receiver<Event>, total: usize) -> MembershipChange {
+pub(crate) async fn wait_updated(
+    rx: &mut broadcast::Receiver<Event>,
+    total: usize,
+) -> MembershipChange {
     let event = wait_for(rx, &format!("a membership update to {total}"), |e| {
         matches!(membership(e), Some(MembershipChange::Updated { total: t, .. }) if *t == total)
     })
@@ -49,7 +56,7 @@ async fn wait_updated(rx: &mut broadcast::Receiver<Event>, total: usize) -> Memb
 }
 
 /// Sim backends on 127.0.0.1, 127.0.0.2, ... all on one port (loopback is 127/8).
-async fn same_port_backends(n: u8) -> (Vec<SimBackend>, u16) {
+pub(crate) async fn same_port_backends(n: u8) -> (Vec<SimBackend>, u16) {
     let first = SimBackend::start("b1", ([127, 0, 0, 1], 0).into())
         .await
         .expect("backend");
@@ -66,7 +73,7 @@ async fn same_port_backends(n: u8) -> (Vec<SimBackend>, u16) {
     (all, port)
 }
 
-const CHECKS: &str = "interval = \"30ms\"\ntimeout = \"200ms\"\nrise = 2\nfall = 3\n";
+pub(crate) const CHECKS: &str = "interval = \"30ms\"\ntimeout = \"200ms\"\nrise = 2\nfall = 3\n";
 
 #[tokio::test]
 async fn dns_a_records_are_followed_added_backends_gated_removed_ones_drained() {

@@ -230,6 +230,60 @@ async fn trailers_are_relayed_to_an_http1_client_that_asks() {
     balancer.shutdown(DEADLINE).await;
 }
 
+/// A trailer section with a field that cannot come after the content is malformed (RFC 9113
+/// section 8.1): capataz's HTTP/2 client resets the stream, and the answer is broken, charged
+/// to the backend, never relayed with its trailers cut down.
+#[tokio::test]
+async fn malformed_trailers_from_an_h2_backend_break_its_answer() {
+    let backend = HttpBackend::start(
+        "b",
+        Speaks::H2,
+        None,
+        Arc::new(|_| {
+            let mut trailers = http::HeaderMap::new();
+            trailers.insert("content-length", "7".parse().expect("a value"));
+            Reply::Ok {
+                status: 200,
+                headers: vec![("trailer", "content-length".into())],
+                body: Bytes::from_static(b"payload"),
+                trailers: Some(trailers),
+            }
+        }),
+    )
+    .await;
+    let text = ConfigText::new(&[backend.entry()]).extra(QUIET_H2C).build();
+    let (balancer, _events) = start(&text).await;
+    let stream = tokio::net::TcpStream::connect(balancer.local_addrs()[0])
+        .await
+        .expect("connect");
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    tokio::spawn(conn);
+    let request = http::Request::builder()
+        .uri("/")
+        .header("host", "app.test")
+        .header("te", "trailers")
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let whole = tokio::time::timeout(DEADLINE, async {
+        match sender.send_request(request).await {
+            Ok(response) => response.into_body().collect().await.is_ok(),
+            Err(_) => false,
+        }
+    })
+    .await
+    .expect("in time");
+    assert!(!whole, "the answer is cut, not ended as if whole");
+    let pool = balancer.pool("web").expect("pool");
+    crate::support::wait::wait_until("the broken answer judged", || {
+        !pool.backends[0].traffic.recent().is_empty()
+    })
+    .await;
+    assert_eq!(pool.backends[0].traffic.recent(), vec![Outcome::Reset]);
+    balancer.shutdown(DEADLINE).await;
+}
+
 #[tokio::test]
 async fn no_head_within_response_header_is_a_timeout() {
     let backend = HttpBackend::start("slow", Speaks::H2, None, Arc::new(|_| Reply::Hang)).await;

@@ -1,7 +1,7 @@
 //! Scaffolding shared by capataz's integration tests: a balancer started from a config string
 //! on ephemeral ports ([`balancer`]), HTTP clients ([`client`]) and blocking ones
 //! ([`blocking`]), switchable health and agent backends ([`checks`]), an event recorder ([`events`]), hand-written backends and raw sockets
-//! ([`raw`]), a fleet of `capataz` processes ([`fleet`]) and a TCP relay that can be cut
+//! ([`raw`]), a real nginx backend ([`nginx`]), a fleet of `capataz` processes ([`fleet`]) and a TCP relay that can be cut
 //! ([`relay`]), and waits with a generous deadline ([`wait`]). Scripted backends are [`capataz::sim::SimBackend`].
 //!
 //! Every address a test binds is `127.0.0.1:0`: the suite runs beside a `capataz demo` (8080,
@@ -23,7 +23,9 @@ pub mod events;
 pub mod fleet;
 pub mod h2client;
 pub mod h2frames;
+pub mod hostile_dns;
 pub mod knot;
+pub mod nginx;
 pub mod ocsp;
 pub mod pebble;
 pub mod process;

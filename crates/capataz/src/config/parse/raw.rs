@@ -145,6 +145,7 @@ pub(super) struct RawCertificate {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawHttp2 {
     pub(super) max_concurrent_streams: Option<Spanned<i64>>,
+    pub(super) max_backend_connections: Option<Spanned<i64>>,
     pub(super) initial_stream_window_size: Option<Spanned<i64>>,
     pub(super) initial_connection_window_size: Option<Spanned<i64>>,
     pub(super) max_frame_size: Option<Spanned<i64>>,

@@ -485,6 +485,12 @@ impl<'a> Validator<'a> {
                 default.max_concurrent_streams,
                 1..=10_000,
             )?,
+            max_backend_connections: int(
+                &raw.max_backend_connections,
+                "max_backend_connections",
+                default.max_backend_connections,
+                1..=10_000,
+            )?,
             initial_stream_window_size: int(
                 &raw.initial_stream_window_size,
                 "initial_stream_window_size",

@@ -12,6 +12,7 @@ fn http2_is_off_by_default_and_its_settings_have_defaults() {
         listener.http2,
         Http2Config {
             max_concurrent_streams: 100,
+            max_backend_connections: 32,
             initial_stream_window_size: 262_144,
             initial_connection_window_size: 1_048_576,
             max_frame_size: 16_384,
@@ -27,7 +28,8 @@ fn http2_is_off_by_default_and_its_settings_have_defaults() {
 #[test]
 fn http2_settings_are_read() {
     let text = "[[listeners]]\naddress = \"127.0.0.1:8080\"\nh2c = true\n\n\
-        [listeners.http2]\nmax_concurrent_streams = 7\ninitial_stream_window_size = 65535\n\
+        [listeners.http2]\nmax_concurrent_streams = 7\nmax_backend_connections = 3\n\
+        initial_stream_window_size = 65535\n\
         initial_connection_window_size = 2147483647\nmax_frame_size = 16777215\n\
         keepalive_interval = \"15s\"\nkeepalive_timeout = \"3s\"\n\n\
         [pools.web]\nbackends = [{ address = \"127.0.0.1:9001\" }]\n";
@@ -37,6 +39,7 @@ fn http2_settings_are_read() {
         listener.http2,
         Http2Config {
             max_concurrent_streams: 7,
+            max_backend_connections: 3,
             initial_stream_window_size: 65_535,
             initial_connection_window_size: 2_147_483_647,
             max_frame_size: 16_777_215,
@@ -51,6 +54,8 @@ fn http2_settings_out_of_bounds_name_their_key() {
     for (line, key) in [
         ("max_concurrent_streams = 0", "max_concurrent_streams"),
         ("max_concurrent_streams = 10001", "max_concurrent_streams"),
+        ("max_backend_connections = 0", "max_backend_connections"),
+        ("max_backend_connections = 10001", "max_backend_connections"),
         (
             "initial_stream_window_size = 65534",
             "initial_stream_window_size",

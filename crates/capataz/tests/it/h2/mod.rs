@@ -5,9 +5,11 @@
 //! `curl --http2-prior-knowledge`.
 
 mod attacks;
+mod heads;
 mod idle_buffers;
 mod requests;
 mod resilience;
+mod slow_readers;
 mod third_party;
 mod websocket;
 

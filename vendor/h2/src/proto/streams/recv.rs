@@ -419,6 +419,16 @@ impl Recv {
         frame: frame::Headers,
         stream: &mut store::Ptr,
     ) -> Result<(), Error> {
+        // capataz: a trailer section with a pseudo-header field (RFC 9113 section 8.1), or with
+        // a field that cannot come after the content (`content-length`, `host`, `te`: RFC 9110
+        // section 6.5.1, the fields HAProxy refuses there too), is malformed: a stream error,
+        // never trailers silently cut down to their regular fields. (Connection-specific
+        // fields are refused for every header block, in `HeaderBlock::load`.)
+        if malformed_trailers(&frame) {
+            proto_err!(stream: "recv_trailers: malformed trailers; stream={:?};", stream.id);
+            return Err(Error::library_reset(stream.id, Reason::PROTOCOL_ERROR));
+        }
+
         // Transition the state
         stream.state.recv_close()?;
 
@@ -1267,6 +1277,22 @@ impl Recv {
             Poll::Ready(None)
         }
     }
+}
+
+// capataz: see `Recv::recv_trailers`.
+fn malformed_trailers(frame: &frame::Headers) -> bool {
+    let pseudo = frame.pseudo();
+    let any_pseudo = pseudo.method.is_some()
+        || pseudo.scheme.is_some()
+        || pseudo.authority.is_some()
+        || pseudo.path.is_some()
+        || pseudo.protocol.is_some()
+        || pseudo.status.is_some();
+    let fields = frame.fields();
+    any_pseudo
+        || fields.contains_key(http::header::CONTENT_LENGTH)
+        || fields.contains_key(http::header::HOST)
+        || fields.contains_key(http::header::TE)
 }
 
 #[cfg(test)]
