@@ -36,11 +36,24 @@ use crate::upstream::{
 /// A request body on its way to a backend.
 #[derive(Debug, Default)]
 pub enum ReqBody {
-    /// The client's body, streamed.
-    Incoming(Incoming),
+    /// The client's body, streamed; the hook, if any, hears when it has been read to its end.
+    Incoming(Incoming, Option<Arc<dyn BodyRead>>),
     /// No body (a retry of a bodiless request).
     #[default]
     Empty,
+}
+
+/// Hears that a client's request body has been read to its end: its HTTP/1 connection then
+/// watches for the client going away while the answer is awaited (`client/gone.rs`).
+pub trait BodyRead: Send + Sync {
+    /// The body has been read to its end.
+    fn body_read(&self);
+}
+
+impl std::fmt::Debug for dyn BodyRead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BodyRead")
+    }
 }
 
 impl Body for ReqBody {
@@ -52,21 +65,34 @@ impl Body for ReqBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
-            ReqBody::Incoming(body) => Pin::new(body).poll_frame(cx),
+            ReqBody::Incoming(body, hook) => {
+                let polled = Pin::new(&mut *body).poll_frame(cx);
+                let ended = match &polled {
+                    Poll::Ready(None) => true,
+                    Poll::Ready(Some(Ok(_))) => body.is_end_stream(),
+                    _ => false,
+                };
+                if ended {
+                    if let Some(hook) = hook.take() {
+                        hook.body_read();
+                    }
+                }
+                polled
+            }
             ReqBody::Empty => Poll::Ready(None),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
-            ReqBody::Incoming(body) => body.is_end_stream(),
+            ReqBody::Incoming(body, _) => body.is_end_stream(),
             ReqBody::Empty => true,
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            ReqBody::Incoming(body) => body.size_hint(),
+            ReqBody::Incoming(body, _) => body.size_hint(),
             ReqBody::Empty => SizeHint::with_exact(0),
         }
     }

@@ -41,6 +41,10 @@
 //! listener's `max_header_bytes` and h2's CONTINUATION limit, and the wait for them by
 //! `idle_timeout`.
 //!
+//! An HTTP/1 client that resets its connection while its request waits for an answer is seen
+//! gone at once, not when the answer is written ([`gone`]): the connection ends, which drops
+//! the request as an HTTP/2 stream reset does. A half-close (FIN) is not an abort.
+//!
 //! A client that cancels its HTTP/2 requests before their answers (RST_STREAM, the "rapid
 //! reset" attack, CVE-2023-44487) has its connection dropped once it has cancelled more than
 //! `max_concurrent_streams` requests beyond those it let finish: each cancelled request may
@@ -84,13 +88,16 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::body::RespBody;
+use crate::body::{BodyRead, RespBody};
 use crate::config::Http2Config;
 use crate::instruments::{ListenerMetrics, OpenConnection};
 use crate::proxy::{ClientInfo, Proxy};
 
+mod gone;
 mod stall;
 mod watch;
+pub(crate) use gone::PeekPeer;
+use gone::PeerWatch;
 use stall::{Stall, StreamExec};
 pub(crate) use watch::Watch;
 
@@ -197,6 +204,8 @@ struct Shared {
     waker: Mutex<Option<Waker>>,
     /// Set when the connection has ended: the watcher forgets it.
     ended: AtomicBool,
+    /// HTTP/1: whether the request in progress is watched for its client going away.
+    peer: PeerWatch,
 }
 
 impl Shared {
@@ -218,6 +227,7 @@ impl Shared {
             park: AtomicU8::new(SERVING),
             waker: Mutex::new(None),
             ended: AtomicBool::new(false),
+            peer: PeerWatch::default(),
         }
     }
 
@@ -268,6 +278,16 @@ impl Shared {
     }
 }
 
+impl BodyRead for Shared {
+    fn body_read(&self) {
+        if self.peer.body_read() {
+            // Read by another task (an HTTP/2 backend's client): the connection's task starts
+            // watching at its next turn, now.
+            self.wake();
+        }
+    }
+}
+
 /// Serves one client connection, speaking `protocol`, until it closes, a timeout closes it,
 /// or shutdown drains it. `proxy` gives the routes in force, read per request so a reload
 /// applies to the next request. The IO is TCP, or TLS over it. `guard` is dropped with the
@@ -285,13 +305,16 @@ pub(crate) fn serve<IO>(
     guard: impl Send + 'static,
 ) -> impl Future<Output = ()> + Send + 'static
 where
-    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    IO: AsyncRead + AsyncWrite + PeekPeer + Unpin + Send + 'static,
 {
     // Counted open until the future ends.
     let open = proxy().metrics().connection();
     let proxy = Arc::new(proxy);
     let limits = *watch.limits();
     let shared = Arc::new(Shared::new(open.listener().clone()));
+    let mut client = client;
+    // The proxy tells the connection when a request's body has been read to its end.
+    client.body_read = Some(shared.clone());
     let client = Arc::new(client);
     watch.add(shared.clone(), Arc::downgrade(&client.private));
     let info = client.clone();
@@ -299,10 +322,14 @@ where
 
     let service_shared = shared.clone();
     let service_proxy = proxy.clone();
-    let service = service_fn(move |req| {
+    let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
         let proxy = service_proxy();
         let client = client.clone();
         let mut request = InProgress::new(service_shared.clone());
+        if !service_shared.h2.load(Ordering::Relaxed) {
+            // Watched for its client going away while it waits (see `gone.rs`).
+            service_shared.peer.start(req.body().is_end_stream());
+        }
         async move {
             let mut response = proxy.handle(req, client).await;
             request.answered();
@@ -356,7 +383,7 @@ async fn serving<IO, S, P, G>(
     proxy: Arc<P>,
     held: (OpenConnection, Ended, G),
 ) where
-    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    IO: AsyncRead + AsyncWrite + PeekPeer + Unpin + Send + 'static,
     S: hyper::service::HttpService<hyper::body::Incoming, ResBody = Tracked>
         + Unpin
         + Send
@@ -433,8 +460,9 @@ impl Drop for Ended {
 /// hyper's HTTP/1 server with the listener's settings.
 fn http1_builder(limits: &Limits) -> http1::Builder {
     let mut builder = http1::Builder::new();
-    // - half_close: a client's FIN after its request ends the request, not the connection,
-    //   as with HAProxy (`option abortonclose` is off by default). It also spares a read
+    // - half_close: a client's FIN after its request is a half-close, not an abort: the
+    //   request goes on and is answered, as with HAProxy (`option abortonclose` is off by
+    //   default); a reset is seen by the peek of `gone.rs` meanwhile. It also spares a read
     //   per request: without it hyper reads ahead while the request is in flight, to see a
     //   FIN, and that read finds its buffer still shared with the request's headers and
     //   allocates a new 8 KB one every time.
@@ -479,7 +507,7 @@ async fn serve_http1<IO, S>(
     limits: &Limits,
 ) -> bool
 where
-    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    IO: AsyncRead + AsyncWrite + PeekPeer + Unpin + Send + 'static,
     S: hyper::service::HttpService<hyper::body::Incoming, ResBody = Tracked> + Unpin,
     S::Future: Send + 'static,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -779,11 +807,15 @@ impl InProgress {
     }
 
     /// The request has its answer (whatever happens to its body). Counted for HTTP/2 only,
-    /// the one protocol with a cancel limit: HTTP/1.1 pays no atomic write for it.
+    /// the one protocol with a cancel limit; over HTTP/1.1 its client is no longer watched
+    /// for going away.
     fn answered(&mut self) {
         self.answered = true;
         if self.shared.h2.load(Ordering::Relaxed) {
             self.shared.answered.fetch_add(1, Ordering::Relaxed);
+        } else {
+            // Its client is no longer watched for (see `gone.rs`).
+            self.shared.peer.stop();
         }
     }
 }
@@ -791,6 +823,9 @@ impl InProgress {
 impl Drop for InProgress {
     fn drop(&mut self) {
         let shared = &self.shared;
+        if !shared.h2.load(Ordering::Relaxed) {
+            shared.peer.stop();
+        }
         if self.answered {
             shared.listener.request_took(self.started.elapsed());
         }
@@ -890,7 +925,7 @@ impl<IO> CountingIo<IO> {
     }
 }
 
-impl<IO: AsyncWrite + Unpin> AsyncWrite for CountingIo<IO> {
+impl<IO: AsyncWrite + PeekPeer + Unpin> AsyncWrite for CountingIo<IO> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -917,8 +952,15 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for CountingIo<IO> {
         self.inner.is_write_vectored()
     }
 
+    /// hyper flushes at the end of every turn of an HTTP/1 connection, even with nothing to
+    /// write: while a request waits for its answer, that is where its client is seen gone
+    /// (see `gone.rs`), and the error ends the connection.
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+        let this = self.get_mut();
+        if let Poll::Ready(error) = this.shared.peer.poll_gone(&this.inner, cx) {
+            return Poll::Ready(Err(error));
+        }
+        Pin::new(&mut this.inner).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -26,7 +26,7 @@ use tokio::io::AsyncWriteExt;
 use crate::access_log::{AccessLog, AccessRecord, Phase, Termination};
 use crate::acme::Http01Tokens;
 use crate::balance::PoolHandle;
-use crate::body::{grpc_status, Grpc, Lease, ReqBody, RespBody};
+use crate::body::{grpc_status, BodyRead, Grpc, Lease, ReqBody, RespBody};
 use crate::config::{BackendProtocol, ConnectionReuse, ListenerConfig};
 use crate::h1::chunked;
 use crate::h1::framing::{self, BodyLength};
@@ -432,11 +432,15 @@ impl Proxy {
         let h2_resend =
             (h2 && bodiless).then(|| (parts.method.clone(), uri.clone(), parts.headers.clone()));
         let mut head = Vec::with_capacity(256);
+        // An HTTP/1 client connection hears when the body has been read (bodiless: it knows).
+        let hook = (!bodiless && parts.version != Version::HTTP_2)
+            .then(|| client.body_read.clone())
+            .flatten();
         let mut pending = Some(Outgoing::Request(build_request(
             parts.method,
             uri,
             parts.headers,
-            ReqBody::Incoming(body),
+            ReqBody::Incoming(body, hook),
         )));
         let mut tried = Tried::default();
         let mut failure = None;
@@ -942,6 +946,8 @@ pub struct ClientInfo {
     pub destination: Option<SocketAddr>,
     /// The backend connections its requests may hold at once (limited for HTTP/2).
     pub backend_slots: BackendSlots,
+    /// Told when a request's body has been read to its end (set by the client connection).
+    pub(crate) body_read: Option<Arc<dyn BodyRead>>,
 }
 
 impl ClientInfo {
@@ -957,6 +963,7 @@ impl ClientInfo {
             tls: None,
             destination: None,
             backend_slots: BackendSlots::default(),
+            body_read: None,
         }
     }
 

@@ -72,6 +72,11 @@ impl<S> Rewind<S> {
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
+
+    /// How many bytes of the prefix are still to be read.
+    pub fn unread(&self) -> usize {
+        self.prefix.len()
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {

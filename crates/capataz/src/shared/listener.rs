@@ -377,7 +377,7 @@ impl Connection {
         destination: Option<SocketAddr>,
         proxy: impl Fn() -> Arc<Proxy> + Send + Sync + 'static,
     ) where
-        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        IO: AsyncRead + AsyncWrite + client::PeekPeer + Unpin + Send + 'static,
     {
         let Connection {
             tls,

@@ -1,10 +1,12 @@
 //! The access log (issue 11 section 4): one line per request, with who ended it and where,
 //! written off the request path. `lines.rs`: the fields over HTTP/1.1, TLS and h2c, both
 //! formats, escaping; `endings.rs`: who ended a request (backend, client, capataz) and in
-//! which phase; `writer.rs`: a stalled writer drops and counts, a reload reopens the file.
+//! which phase; `writer.rs`: a stalled writer drops and counts, a reload reopens the file;
+//! `vanished.rs`: an HTTP/1.1 client that resets while its request waits (issue 22).
 
 mod endings;
 mod lines;
+mod vanished;
 mod writer;
 
 use std::net::SocketAddr;
