@@ -379,3 +379,37 @@ async fn a_pipelined_request_behind_a_slow_one_is_answered_in_turn() {
     assert!(lines.iter().all(|l| l["ended_by"] == "-"), "{lines:?}");
     assert_eq!(Seen::get(&seen.cancelled), 0);
 }
+
+/// Review: the same for a chunked upload (its end is the last chunk, not a length) and for
+/// one that waited for `100 Continue` before sending its body.
+#[tokio::test]
+async fn a_client_that_vanished_after_a_chunked_or_expect_continue_upload_is_seen_gone() {
+    for (i, request) in [
+        &b"POST /upload HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n\
+           5\r\nhello\r\n0\r\n\r\n"[..],
+        &b"POST /upload HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\n\
+           Expect: 100-continue\r\n\r\n"[..],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (backend, seen) = slow_backend(THINKING).await;
+        let dir = LogDir::new();
+        let path = dir.path("access.log");
+        let (balancer, mut events, addr, admin) = balancer(&backend, &path, "").await;
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client.write_all(request).await.unwrap();
+        if i == 1 {
+            let mut buf = Vec::new();
+            let head = raw::read_head(&mut client, &mut buf).await.expect("100");
+            assert!(head.starts_with("HTTP/1.1 100"), "{head}");
+            client.write_all(b"hello").await.unwrap();
+        }
+        wait_until("the backend has the request and its body", || {
+            Seen::get(&seen.received) == 1
+        })
+        .await;
+        reset(client);
+        assert_vanished(&path, "send", &seen, &balancer, admin, &mut events).await;
+    }
+}
