@@ -413,3 +413,51 @@ async fn a_client_that_vanished_after_a_chunked_or_expect_continue_upload_is_see
         assert_vanished(&path, "send", &seen, &balancer, admin, &mut events).await;
     }
 }
+
+/// This process's CPU time so far (user and system), in clock ticks (`/proc/self/stat`).
+fn cpu_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    // The fields after the command's closing parenthesis; utime and stime are the 14th and
+    // 15th of the line, the 12th and 13th after it.
+    let rest = &stat[stat.rfind(')').expect("the command") + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// Review: a socket that stays readable while its request waits (pipelined bytes left unread,
+/// or the end of a half-closed stream) must not make the connection's task poll in a loop:
+/// the watch stops looking at it, and nothing else is woken by it.
+#[tokio::test]
+async fn a_socket_left_readable_while_a_request_waits_costs_no_cpu() {
+    for half_close in [false, true] {
+        let (backend, seen) = slow_backend(THINKING).await;
+        let dir = LogDir::new();
+        let path = dir.path("access.log");
+        let (_balancer, _events, addr, _admin) = balancer(&backend, &path, "").await;
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client
+            .write_all(b"GET /first HTTP/1.1\r\nHost: app.test\r\n\r\n")
+            .await
+            .unwrap();
+        wait_until("the backend has the first request", || {
+            Seen::get(&seen.received) == 1
+        })
+        .await;
+        if half_close {
+            client.shutdown().await.unwrap();
+        } else {
+            // Half a pipelined head: unread until the first answer is sent.
+            client.write_all(b"GET /second HTTP/1.1\r\n").await.unwrap();
+        }
+        // A measurement window, not a synchronisation: a task spinning on the readable socket
+        // would take a whole core for it (150 ticks at 100 Hz).
+        let before = cpu_ticks();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let spent = cpu_ticks() - before;
+        assert!(
+            spent < 50,
+            "{spent} ticks of CPU in 1.5 s (half_close: {half_close})"
+        );
+        assert_eq!(Seen::get(&seen.cancelled), 0);
+    }
+}
