@@ -461,3 +461,50 @@ async fn a_socket_left_readable_while_a_request_waits_costs_no_cpu() {
         assert_eq!(Seen::get(&seen.cancelled), 0);
     }
 }
+
+/// The sockets this process holds open.
+fn open_sockets() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy().starts_with("socket:"))
+        .count()
+}
+
+/// Review: many clients resetting at once leak nothing: every backend connection is closed,
+/// every client connection counted closed, every socket let go, one log line each.
+#[tokio::test]
+async fn many_clients_resetting_at_once_leak_nothing() {
+    const CLIENTS: usize = 40;
+    let (backend, seen) = slow_backend(THINKING).await;
+    let dir = LogDir::new();
+    let path = dir.path("access.log");
+    let (balancer, _events, addr, _admin) = balancer(&backend, &path, "").await;
+    let sockets = open_sockets();
+    let mut clients = Vec::new();
+    for i in 0..CLIENTS {
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET /slow/{i} HTTP/1.1\r\nHost: app.test\r\n\r\n");
+        client.write_all(request.as_bytes()).await.unwrap();
+        clients.push(client);
+    }
+    wait_until("the backend has every request", || {
+        Seen::get(&seen.received) == CLIENTS as u64
+    })
+    .await;
+    clients.into_iter().for_each(reset);
+    wait_until("every backend connection closed by capataz", || {
+        Seen::get(&seen.cancelled) == CLIENTS as u64
+    })
+    .await;
+    wait_connections_closed(&balancer).await;
+    let lines = wait_json(&path, CLIENTS).await;
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["ended_by"] == "client" && l["status"] == Value::Null),
+        "{lines:?}"
+    );
+    wait_until("every socket let go", || open_sockets() <= sockets).await;
+    assert_eq!(Seen::get(&seen.answered), 0);
+}
