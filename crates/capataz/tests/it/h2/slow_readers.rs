@@ -352,3 +352,42 @@ async fn a_client_taking_less_than_a_frame_per_body_idle_is_not_cut() {
     assert_eq!(received, size);
     drop(opener.await);
 }
+
+/// Review: streams the client cancels while they wait for a backend connection give up their
+/// place and take none: once the holder lets its connection go, the next stream gets it, and
+/// the cancelled ones never reach the backend.
+#[tokio::test]
+async fn streams_cancelled_while_waiting_for_a_backend_connection_leak_no_slot() {
+    let backend = sized_backend(1 << 20).await;
+    let (_balancer, addr, _events) = balancer(
+        &[backend.entry("b0")],
+        "[listeners.http2]\nmax_backend_connections = 1",
+        "timeouts.body_idle = \"1s\"",
+    )
+    .await;
+    let (mut read, mut write) = shut_window_client(addr).await;
+    // Stream 1 holds the one backend connection; 3 and 5 wait, and are cancelled.
+    open_streams(&mut write, 3).await;
+    wait_until("stream 1 at the backend", || backend.hits() == 1).await;
+    let mut cancels = crate::support::h2frames::rst_stream(3, CANCEL);
+    cancels.extend(crate::support::h2frames::rst_stream(5, CANCEL));
+    write.write_all(&cancels).await.unwrap();
+    assert_eq!(until_reset(&mut read, 1, 1).await, vec![(1, CANCEL)]);
+    // The slot is free again: a new stream gets it.
+    write
+        .write_all(&headers(
+            7,
+            &request_block("GET", "app.test", "/"),
+            true,
+            true,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(until_reset(&mut read, 1, 1).await, vec![(7, CANCEL)]);
+    assert_eq!(
+        backend.hits(),
+        2,
+        "the cancelled streams never reached the backend"
+    );
+    drop(write);
+}
