@@ -183,6 +183,10 @@ MALLOC_CONF syntax), over capataz's own
 Set by systemd for a \fBType=notify\fR service: \fBcapataz run\fR sends READY=1,
 RELOADING=1, STOPPING=1 and MAINPID= there.
 .TP
+\fBPATH\fR
+\fBcapataz demo\fR looks for capataz on it: when this binary is not there, its banner names the
+binary by its path (such as target/debug/capataz) in the commands it suggests.
+.TP
 \fBSSL_CERT_FILE\fR, \fBSSL_CERT_DIR\fR
 Where the system's CA certificates are, instead of the platform's usual place.
 .TP

@@ -156,7 +156,7 @@ fn the_example_config_passes_check_strict_and_documents_only_real_keys() {
     assert_eq!(output.status.code(), Some(0), "{}", text(&output));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
-        !stdout.contains("warning") && stdout.contains(" 0 warnings)"),
+        !stdout.contains("warning:") && stdout.contains(" 0 warnings)"),
         "{stdout}"
     );
     // The path the systemd unit runs it from, and the line that installs it there.

@@ -278,8 +278,13 @@ fn variables_read() -> BTreeSet<String> {
                     }
                 }
             }
-            if let Some((_, rest)) = line.split_once("env = \"") {
-                read.insert(rest.split('"').next().unwrap_or_default().to_owned());
+            // clap's `env = "NAME"`, not `target_env = "..."`.
+            for (at, _) in line.match_indices("env = \"") {
+                let before = line[..at].chars().next_back();
+                if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+                    let rest = &line[at + "env = \"".len()..];
+                    read.insert(rest.split('"').next().unwrap_or_default().to_owned());
+                }
             }
             if line.contains("from_default_env") {
                 read.insert("RUST_LOG".to_owned());
