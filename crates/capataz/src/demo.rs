@@ -274,10 +274,12 @@ impl ThisBinary {
             std::fs::canonicalize(path)
                 .is_ok_and(|p| std::fs::canonicalize(&exe).is_ok_and(|e| e == p))
         };
-        let on_path = std::env::var_os("PATH").is_some_and(|paths| {
-            std::env::split_paths(&paths).any(|dir| same(&dir.join("capataz")))
+        let found = std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join("capataz"))
+                .find(|path| path.is_file())
         });
-        if on_path {
+        if found.as_deref().is_some_and(same) {
             return ThisBinary {
                 command: "capataz".to_owned(),
                 note: String::new(),
@@ -288,9 +290,13 @@ impl ThisBinary {
             .and_then(|cwd| exe.strip_prefix(cwd).ok().map(std::path::Path::to_path_buf))
             .unwrap_or_else(|| exe.clone());
         let command = shown.display().to_string();
+        let why = match found {
+            Some(other) => format!("the capataz on PATH is {}", other.display()),
+            None => "capataz is not on PATH".to_owned(),
+        };
         ThisBinary {
             note: format!(
-                "capataz is not on PATH: this binary is {command}; `cargo install --locked --path crates/capataz` installs it in ~/.cargo/bin\n"
+                "{why}: this binary is {command}; `cargo install --locked --path crates/capataz` installs it in ~/.cargo/bin\n"
             ),
             command,
         }
