@@ -506,7 +506,8 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// Prints a command-line usage error as clap does and exits 2, as clap does for its own.
+/// Prints a command-line usage error as clap does, and gives exit status 2, as clap does for
+/// its own.
 fn usage_error(error: &clap::Error) -> anyhow::Result<ExitCode> {
     error.print().context("cannot write to standard error")?;
     Ok(ExitCode::from(2))
