@@ -180,6 +180,39 @@ fn wrong_types_say_what_is_allowed() {
     }
 }
 
+/// The sample messages of docs/config.md are what capataz says.
+#[test]
+fn the_sample_messages_of_the_reference_are_what_capataz_says() {
+    let doc = include_str!("../../../../../docs/config.md");
+    let second = |entry: &str| {
+        format!(
+            "{LISTENER}[pools.web]\nalgorithm = \"round_robin\"\nretry_after = \"5s\"\nbackends = [\n  \
+             {{ address = \"127.0.0.1:9001\" }},\n  {{ address = \"127.0.0.1:9002\", {entry} }},\n]\n"
+        )
+    };
+    let said = |text: &str| errors(text).expect("an error").to_string();
+    for entry in ["weight = 1.5", "colour = \"red\""] {
+        let line = format!("    {}\n", said(&second(entry)));
+        assert!(doc.contains(&line), "docs/config.md lacks {line:?}");
+    }
+    let round_robin = said(&format!(
+        "{LISTENER}[pools.web]\nbackends = [{{ address = \"127.0.0.1:9001\" }}]\n\
+         algorithm = \"round-robin\"\n"
+    ));
+    let sample = round_robin.split_once(": ").expect("placed").1;
+    assert!(
+        doc.replace('\n', " ").contains(sample),
+        "docs/config.md lacks {sample:?}"
+    );
+    let typo = said(&second("wieght = 2"));
+    let sample = typo.split_once("(the keys").expect("listed").0;
+    let sample = sample.split_once(": unknown").expect("unknown key").1;
+    assert!(
+        doc.contains(&format!("`unknown{sample}(the keys here are ...)`")),
+        "{sample:?}"
+    );
+}
+
 /// A file with several validation errors still gets every one, in validation's order, each on
 /// the line of its own key.
 #[test]
