@@ -369,6 +369,50 @@ mod tests {
         );
     }
 
+    /// Each error's line is looked up by its key path in the parsed text: a lookup per
+    /// segment, not a scan, so that 50,000 bad weights are placed in linear time (a scan of the
+    /// list per error took minutes).
+    #[test]
+    fn fifty_thousand_errors_are_placed_in_linear_time() {
+        let pool = |n: usize| {
+            let mut text = String::from(
+                "[[listeners]]\naddress = \"127.0.0.1:8080\"\n[pools.web]\nbackends = [\n",
+            );
+            for i in 0..n {
+                text.push_str(&format!(
+                    "{{ address = \"127.0.0.1:{}\", weight = 0 }},\n",
+                    1 + i % 60_000
+                ));
+            }
+            text.push_str("]\n");
+            text
+        };
+        let env = Environment::from_pairs::<&str, &str>([]);
+        let best = |text: &str| {
+            (0..2)
+                .map(|_| {
+                    let started = std::time::Instant::now();
+                    let errors = parse_all_errors(text, "<t>", &env).expect_err("bad weights");
+                    (started.elapsed(), errors)
+                })
+                .min_by_key(|(elapsed, _)| *elapsed)
+                .expect("two runs")
+        };
+        let (small, _) = best(&pool(5_000));
+        let text = pool(50_000);
+        let (large, errors) = best(&text);
+        assert!(
+            large < small * 40,
+            "5,000 errors: {small:?}; 50,000: {large:?}"
+        );
+        assert_eq!(errors.len(), 50_000);
+        let last = errors.iter().last().expect("errors").to_string();
+        assert!(
+            last.starts_with("<t>:50004: pools.web.backends[49999].weight: 0 is out of range"),
+            "{last}"
+        );
+    }
+
     /// Regression: the file was read whole, however large: `capataz check /dev/zero` (or a
     /// config path pointing at an endless stream) grew until memory ran out.
     #[cfg(unix)]

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use toml::{Spanned, Value};
 
-use super::locate::line_of;
+use super::locate::LineStarts;
 use super::place::Document;
 use super::raw::{RawConfig, RawHttp2, RawListener, RawLog, RawLogFormat, RawRoute, RawServer};
 use super::resolve::Lookup;
@@ -85,6 +85,8 @@ pub(super) struct Validator<'a> {
     /// The text parsed again with its spans, to place errors by their key path; read only on
     /// the way to an error.
     document: OnceCell<Option<Document<'a>>>,
+    /// Where each line of the text starts, built when a line is first asked for.
+    lines: OnceCell<LineStarts>,
 }
 
 impl<'a> Validator<'a> {
@@ -100,6 +102,7 @@ impl<'a> Validator<'a> {
             failed_pools: Default::default(),
             plaintext_listener: Default::default(),
             document: OnceCell::new(),
+            lines: OnceCell::new(),
         }
     }
 
@@ -140,11 +143,19 @@ impl<'a> Validator<'a> {
             .and_then(|document| document.nearest(key));
         match (span, written) {
             (Some(span), Some(written)) if written.covers(span.start) => {
-                Some(line_of(self.text, span.start))
+                Some(self.line_at(span.start))
             }
             (_, Some(written)) => Some(written.line),
-            (span, None) => span.map(|span| line_of(self.text, span.start)),
+            (span, None) => span.map(|span| self.line_at(span.start)),
         }
+    }
+
+    /// The 1-based line holding byte `offset` of the text. A binary search, as thousands of
+    /// backends (their host names, their errors) each ask for one.
+    pub(super) fn line_at(&self, offset: usize) -> usize {
+        self.lines
+            .get_or_init(|| LineStarts::of(self.text))
+            .line(offset)
     }
 
     /// The config, or `None` when any error was recorded (see `errors`).
