@@ -103,8 +103,8 @@ fn tls_settings_errors_name_the_line_and_the_key() {
     pki.server("site", &["site.test"], None);
     let cert = r#"certificates = [{ cert = "site.pem", key = "site.key" }]"#;
     for (tls, want) in [
-        ("min_version = \"1.3\"", "3: listeners[0].tls.certificates: TLS needs at least one certificate".to_owned()),
-        ("certificates = []", "3: listeners[0].tls.certificates: TLS needs at least one certificate".into()),
+        ("min_version = \"1.3\"", "5: listeners[0].tls.certificates: TLS needs at least one certificate".to_owned()),
+        ("certificates = []", "6: listeners[0].tls.certificates: TLS needs at least one certificate".into()),
         (r#"certificates = [{ cert = "site.pem" }]"#, "6: listeners[0].tls.certificates[0].key: every certificate needs cert and key files".into()),
         (&format!("{cert}\nmin_version = \"1.1\""), r#"7: listeners[0].tls.min_version: "1.1" is not a TLS version"#.into()),
         (&format!("{cert}\nmin_version = 1.3"), r#"7: listeners[0].tls.min_version: 1.3 is not a TLS version (use "1.2" or "1.3")"#.into()),
@@ -117,7 +117,7 @@ fn tls_settings_errors_name_the_line_and_the_key() {
                               { cert = "site.pem", key = "site.key", default = true }]"#,
             "7: listeners[0].tls.certificates[1].default: listeners[0].tls.certificates[0] is already the default".into(),
         ),
-        (&format!("{cert}\nsession_tickets = true"), "7: listeners[0].tls.session_tickets: unknown field".into()),
+        (&format!("{cert}\nsession_tickets = true"), "7: listeners[0].tls.session_tickets: unknown key \"session_tickets\"".into()),
     ] {
         let error = error_of(&pki, tls);
         assert!(error.starts_with(&want), "{error}\nwanted {want}");
