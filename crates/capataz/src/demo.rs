@@ -195,6 +195,7 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
             other => other,
         })?;
     let listen = balancer.local_addrs()[0];
+    let this_binary = ThisBinary::find();
     let admin = balancer
         .admin_addr()
         .map_or_else(|| "-".to_string(), |a| a.to_string());
@@ -206,7 +207,9 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
          \x20 liar    /healthz says 200, real requests get 500: only passive checks catch it\n\
          probes every 1 s (rise 2, fall 3); 3 traffic errors in a row eject for 10 s x n.\n\
          Every state change is logged below. Try: curl http://{listen}/   (Ctrl-C to stop)\n\
-         Dashboard: http://{admin}/   status: capataz status --admin {admin}\n"
+         Dashboard: http://{admin}/   status: {capataz} status --admin {admin}\n{where_it_is}",
+        capataz = this_binary.command,
+        where_it_is = this_binary.note,
     );
     if let (Some(tls), Some(dir)) = (balancer.local_addrs().get(1), &certificate_dir) {
         println!(
@@ -251,6 +254,55 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
 
 /// Generates a self-signed certificate for `localhost` and 127.0.0.1 into `dir` (created
 /// private to the user) and returns the config text of a TLS listener on `address` using it.
+/// How to run this binary's other commands from the shell the demo was started in: `capataz`
+/// when that is this binary on PATH, otherwise its path (`target/debug/capataz` after `cargo
+/// run`), with a line saying how to put it on PATH.
+struct ThisBinary {
+    command: String,
+    note: String,
+}
+
+impl ThisBinary {
+    fn find() -> ThisBinary {
+        let Ok(exe) = std::env::current_exe() else {
+            return ThisBinary {
+                command: "capataz".to_owned(),
+                note: String::new(),
+            };
+        };
+        let same = |path: &std::path::Path| {
+            std::fs::canonicalize(path)
+                .is_ok_and(|p| std::fs::canonicalize(&exe).is_ok_and(|e| e == p))
+        };
+        let found = std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join("capataz"))
+                .find(|path| path.is_file())
+        });
+        if found.as_deref().is_some_and(same) {
+            return ThisBinary {
+                command: "capataz".to_owned(),
+                note: String::new(),
+            };
+        }
+        let shown = std::env::current_dir()
+            .ok()
+            .and_then(|cwd| exe.strip_prefix(cwd).ok().map(std::path::Path::to_path_buf))
+            .unwrap_or_else(|| exe.clone());
+        let command = shown.display().to_string();
+        let why = match found {
+            Some(other) => format!("the capataz on PATH is {}", other.display()),
+            None => "capataz is not on PATH".to_owned(),
+        };
+        ThisBinary {
+            note: format!(
+                "{why}: this binary is {command}; `cargo install --locked --path crates/capataz` installs it in ~/.cargo/bin\n"
+            ),
+            command,
+        }
+    }
+}
+
 fn write_demo_certificate(dir: &std::path::Path, address: SocketAddr) -> Result<String, DemoError> {
     let fail = |why: String| DemoError::Certificate {
         dir: dir.display().to_string(),

@@ -22,6 +22,7 @@ pub mod health;
 pub mod history;
 pub mod instruments;
 pub mod logging;
+pub mod manual;
 pub mod membership;
 pub mod metrics;
 pub mod prober;

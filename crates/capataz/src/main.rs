@@ -19,19 +19,20 @@ use clap::{CommandFactory as _, Parser, Subcommand, ValueEnum};
 /// jemalloc keeps each size class on pages of its own. Its background threads give pages unused
 /// for a second back to the system, so resident memory falls after a burst even when nothing
 /// allocates (BENCHMARKS.md, "jemalloc"). `_RJEM_MALLOC_CONF` in the environment overrides these
-/// options.
-#[cfg(not(target_env = "msvc"))]
+/// options. The `jemalloc` feature (on by default) brings it; without it (the README's quick
+/// demo build), the system allocator.
+#[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// jemalloc's options, read when it starts.
-#[cfg(not(target_env = "msvc"))]
+#[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
 #[export_name = "_rjem_malloc_conf"]
 pub static MALLOC_CONF: &[u8] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
 
 /// A load balancer that keeps its pool honest with active and passive health checks.
 #[derive(Parser, Debug)]
-#[command(name = "capataz", version, about)]
+#[command(name = "capataz", version, about, subcommand_value_name = "COMMAND")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -64,10 +65,12 @@ enum Command {
         tls: Option<SocketAddr>,
     },
     /// Run the balancer.
+    ///
+    /// `capataz run FILE` and `capataz run --config FILE` are the same. SIGTERM or SIGINT
+    /// drains and exits 0, SIGHUP reloads the file, SIGUSR2 upgrades the binary.
     Run {
-        /// The configuration file (TOML; see docs/config.md).
-        #[arg(long, short, value_name = "FILE")]
-        config: PathBuf,
+        #[command(flatten)]
+        file: ConfigFile,
         /// Log format (overrides the config's `log.format`).
         #[arg(long, value_enum)]
         log_format: Option<Format>,
@@ -130,10 +133,16 @@ enum Command {
     },
     /// Validate a configuration and warn about known foot-guns.
     ///
-    /// Exit status: 0 fine, 1 valid with warnings, 2 invalid.
+    /// `capataz check FILE` and `capataz check --config FILE` are the same. Exit status: 0
+    /// valid (with or without warnings), 1 valid with warnings under --strict, 2 invalid or
+    /// unreadable.
     Check {
-        /// The configuration file.
-        file: PathBuf,
+        #[command(flatten)]
+        file: ConfigFile,
+        /// Exit 1 when the file is valid but has warnings (by default warnings are printed
+        /// and the exit status is 0).
+        #[arg(long)]
+        strict: bool,
     },
     /// Drive the health engine with the replay line protocol (from FILE, or stdin).
     ///
@@ -177,7 +186,7 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print capataz's manual page (roff) to standard output.
+    /// Print capataz's manual page, capataz(1), in roff, to standard output.
     ///
     /// For example `capataz man > /usr/local/share/man/man1/capataz.1`.
     Man,
@@ -226,6 +235,58 @@ struct Target {
     /// The override lapses after this long (e.g. 30s, 10m).
     #[arg(long)]
     ttl: Option<String>,
+}
+
+/// The configuration file of `run` and `check`, as an argument or as `--config`: `capataz run
+/// FILE` and `capataz run --config FILE` alike.
+#[derive(clap::Args, Debug)]
+struct ConfigFile {
+    /// The configuration file (TOML; see docs/config.md).
+    #[arg(value_name = "FILE")]
+    file: Option<PathBuf>,
+    /// The configuration file, given as an option instead of FILE.
+    #[arg(long, short, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+impl ConfigFile {
+    /// The file, given once in either form (or twice naming the same file); otherwise the usage
+    /// error of `subcommand`.
+    fn path(self, subcommand: &str) -> Result<PathBuf, clap::Error> {
+        let usage = |kind, message: String| {
+            let mut cli = Cli::command();
+            cli.build();
+            match cli.find_subcommand_mut(subcommand) {
+                Some(command) => command.error(kind, message),
+                None => cli.error(kind, message),
+            }
+        };
+        match (self.file, self.config) {
+            (Some(file), None) | (None, Some(file)) => Ok(file),
+            (Some(file), Some(config)) if same_file(&file, &config) => Ok(file),
+            (Some(file), Some(config)) => Err(usage(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!(
+                    "two configuration files, {} and --config {}: give one (FILE or --config FILE)",
+                    file.display(),
+                    config.display()
+                ),
+            )),
+            (None, None) => Err(usage(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                format!("no configuration file: capataz {subcommand} FILE (or --config FILE)"),
+            )),
+        }
+    }
+}
+
+/// Whether two paths name one file: the same text, or the same file once resolved.
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    a == b
+        || matches!(
+            (std::fs::canonicalize(a), std::fs::canonicalize(b)),
+            (Ok(a), Ok(b)) if a == b
+        )
 }
 
 /// `--interval` of `capataz top`: seconds, at least 0.1 and at most an hour.
@@ -445,6 +506,13 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
+/// Prints a command-line usage error as clap does, and gives exit status 2, as clap does for
+/// its own.
+fn usage_error(error: &clap::Error) -> anyhow::Result<ExitCode> {
+    error.print().context("cannot write to standard error")?;
+    Ok(ExitCode::from(2))
+}
+
 /// Writes `text` to standard output. A reader that went away (`capataz status | head -1`) is a
 /// normal way to stop, not a panic as with `print!`.
 fn stdout(text: &str) -> anyhow::Result<()> {
@@ -500,10 +568,11 @@ fn run(
             runtime()?.block_on(capataz::demo::run(options))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run {
-            config: path,
-            log_format,
-        } => {
+        Command::Run { file, log_format } => {
+            let path = match file.path("run") {
+                Ok(path) => path,
+                Err(usage) => return usage_error(&usage),
+            };
             let config = match config::load_all_errors(&path) {
                 Ok(config) => config,
                 Err(errors) => {
@@ -672,7 +741,11 @@ fn run(
             stdout(&text)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Check { file } => {
+        Command::Check { file, strict } => {
+            let file = match file.path("check") {
+                Ok(path) => path,
+                Err(usage) => return usage_error(&usage),
+            };
             let config = match config::load_all_errors(&file) {
                 Ok(config) => config,
                 Err(errors) => {
@@ -698,7 +771,11 @@ fn run(
                 warnings.len()
             ));
             stdout(&text)?;
-            Ok(ExitCode::from(if warnings.is_empty() { 0 } else { 1 }))
+            Ok(ExitCode::from(if strict && !warnings.is_empty() {
+                1
+            } else {
+                0
+            }))
         }
         Command::Completions { shell } => {
             let mut script = Vec::new();
@@ -707,11 +784,9 @@ fn run(
             Ok(ExitCode::SUCCESS)
         }
         Command::Man => {
-            let mut page = Vec::new();
-            clap_mangen::Man::new(Cli::command())
-                .render(&mut page)
-                .context("cannot render the manual page")?;
-            stdout(&String::from_utf8_lossy(&page))?;
+            let page =
+                capataz::manual::render(Cli::command()).context("cannot render the manual page")?;
+            stdout(&page)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Replay {

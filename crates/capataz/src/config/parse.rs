@@ -11,12 +11,14 @@
 mod env;
 mod errors;
 mod locate;
+mod place;
 mod raw;
 mod resolve;
 mod secrets;
 mod tls_files;
 mod validate;
 mod values;
+mod wording;
 
 pub use env::Environment;
 pub use errors::ConfigErrors;
@@ -181,17 +183,7 @@ pub fn parse_all_errors(
 ) -> Result<Unresolved, ConfigErrors> {
     let text = &*env::substitute(text, source, env)
         .map_err(|errors| ConfigErrors::from_vec(errors).unwrap_or_else(no_error))?;
-    let raw: RawConfig = toml::from_str(text).map_err(|error| {
-        let span = error.span();
-        ConfigError::Parse {
-            file: source.to_owned(),
-            line: span.as_ref().map(|span| line_of(text, span.start)),
-            key: span
-                .map(|span| key_at(text, span.start))
-                .unwrap_or_default(),
-            message: parse_message(error.message()),
-        }
-    })?;
+    let raw: RawConfig = toml::from_str(text).map_err(|error| toml_error(text, source, &error))?;
     let validator = Validator::new(source, text);
     let config = validator.config(raw);
     if let Some(errors) = ConfigErrors::from_vec(validator.errors.take()) {
@@ -219,22 +211,44 @@ fn no_error() -> ConfigErrors {
     })
 }
 
-/// The toml message on one line, with a hint for the common cases.
-fn parse_message(message: &str) -> String {
-    let message = message
-        .trim()
-        .replace('\n', "; ")
-        .replace("expected i64", "expected an integer");
-    let hint = if message.starts_with("unknown field") {
-        "check the spelling; docs/config.md lists every key"
-    } else if message.starts_with("unknown variant") {
-        "use one of the values listed"
-    } else if message.starts_with("invalid type") || message.starts_with("invalid value") {
-        "docs/config.md gives each key's type"
-    } else {
-        "this is not valid TOML here"
+/// The TOML parser's error, placed and in the operator's words. When the text is TOML, the
+/// error is about a value's type or an unknown key, placed by the parsed document (which sees
+/// into inline tables and lists); otherwise it is a syntax error, placed by the line scanner.
+fn toml_error(text: &str, source: &str, error: &toml::de::Error) -> ConfigError {
+    let offset = error.span().map(|span| span.start);
+    let scanned = |offset: Option<usize>| {
+        let line = offset.map(|offset| line_of(text, offset));
+        (
+            line,
+            offset
+                .map(|offset| key_at(text, offset))
+                .unwrap_or_default(),
+        )
     };
-    format!("{message} ({hint})")
+    let (line, key, message) = match place::Document::parse(text) {
+        Some(document) => match offset.and_then(|offset| document.place(offset)) {
+            Some(place) => {
+                let message = wording::shape_message(error.message(), &place.found, &place.key);
+                (Some(place.line), place.key, message)
+            }
+            // Not placed in the document: the scanner's best effort.
+            None => {
+                let (line, key) = scanned(offset);
+                let message = wording::shape_message(error.message(), "this value", &key);
+                (line, key, message)
+            }
+        },
+        None => {
+            let (line, key) = scanned(offset);
+            (line, key, wording::syntax_message(error.message()))
+        }
+    };
+    ConfigError::Parse {
+        file: source.to_owned(),
+        line,
+        key,
+        message,
+    }
 }
 
 #[cfg(test)]
@@ -249,7 +263,7 @@ mod tests {
     fn a_control_character_in_the_file_split_the_one_line_error() {
         for (text, shown) in [
             ("[\"\r\"", "<t>:1: \\r: invalid basic string"),
-            ("\"a\\rb\" = 1\n", "<t>:1: a\\rb: unknown field `a\\rb`"),
+            ("\"a\\rb\" = 1\n", "<t>:1: a\\rb: unknown key \"a\\rb\""),
             (
                 "[[listeners]]\naddress = \"127.0.0.1:8080\"\n[pools.\"a\\nb\"]\n",
                 "<t>:3: pools.a\\nb: \"a\\nb\" is not a pool name",
@@ -355,6 +369,50 @@ mod tests {
         );
     }
 
+    /// Each error's line is looked up by its key path in the parsed text: a lookup per
+    /// segment, not a scan, so that 50,000 bad weights are placed in linear time (a scan of the
+    /// list per error took minutes).
+    #[test]
+    fn fifty_thousand_errors_are_placed_in_linear_time() {
+        let pool = |n: usize| {
+            let mut text = String::from(
+                "[[listeners]]\naddress = \"127.0.0.1:8080\"\n[pools.web]\nbackends = [\n",
+            );
+            for i in 0..n {
+                text.push_str(&format!(
+                    "{{ address = \"127.0.0.1:{}\", weight = 0 }},\n",
+                    1 + i % 60_000
+                ));
+            }
+            text.push_str("]\n");
+            text
+        };
+        let env = Environment::from_pairs::<&str, &str>([]);
+        let best = |text: &str| {
+            (0..2)
+                .map(|_| {
+                    let started = std::time::Instant::now();
+                    let errors = parse_all_errors(text, "<t>", &env).expect_err("bad weights");
+                    (started.elapsed(), errors)
+                })
+                .min_by_key(|(elapsed, _)| *elapsed)
+                .expect("two runs")
+        };
+        let (small, _) = best(&pool(5_000));
+        let text = pool(50_000);
+        let (large, errors) = best(&text);
+        assert!(
+            large < small * 40,
+            "5,000 errors: {small:?}; 50,000: {large:?}"
+        );
+        assert_eq!(errors.len(), 50_000);
+        let last = errors.iter().last().expect("errors").to_string();
+        assert!(
+            last.starts_with("<t>:50004: pools.web.backends[49999].weight: 0 is out of range"),
+            "{last}"
+        );
+    }
+
     /// Regression: the file was read whole, however large: `capataz check /dev/zero` (or a
     /// config path pointing at an endless stream) grew until memory ran out.
     #[cfg(unix)]
@@ -382,6 +440,66 @@ mod tests {
         fn any_text_through_the_duration_parser_is_fine(text in "\\PC{0,40}") {
             if let Ok(duration) = crate::config::parse_duration(&text) {
                 proptest::prop_assert!(duration <= crate::config::MAX_DURATION);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod explore {
+    #[test]
+    fn explore() {
+        let base = "[[listeners]]\naddress = \"127.0.0.1:8080\"\n[pools.web]\n";
+        for extra in [
+            "backends = [{ address = \"127.0.0.1:9001\" }]\nactive = []",
+            "backends = [{ address = \"127.0.0.1:9001\" }]\nactive = 5",
+            "backends = [{ address = \"127.0.0.1:9001\" }]\nactive = [\"http\"]",
+            "backends = []",
+            "algorithm = \"round_robin\"\n\nbackends = []",
+            "backends = [\n { address = \"127.0.0.1:9001\" },\n { address = \"127.0.0.1:9002\", weight = 1.5 },\n]",
+            "backends = [\n { address = \"127.0.0.1:9001\" },\n { address = \"127.0.0.1:9002\", backup = \"yes\" },\n]",
+            "backends = [\n { address = \"127.0.0.1:9001\" },\n { address = \"127.0.0.1:9002\", colour = \"red\" },\n]",
+            "backends = [\n { address = \"127.0.0.1:9001\" },\n { address = \"127.0.0.1:9002\", wieght = 2 },\n]",
+            "backends = 5",
+            "backends = [5]",
+            "backends = [{ address = \"127.0.0.1:9001\" }]\nalgorithm = 5",
+            "backends = [{ address = \"127.0.0.1:9001\" }]\nalgorithm = \"round-robin\"",
+            "backends = [{ address = \"127.0.0.1:9001\" }]\nalgorithm = {}",
+            "backends = [{ address = \"127.0.0.1:9001\" }]\ntls = 5",
+            "backends = [{ address = \"127.0.0.1:9001\" }]\ntls = { colour = 1 }",
+            "backends = [{ address = \"127.0.0.1:9001\" }]\nactive.headers = 5",
+            "backends = [{ address = \"127.0.0.1:9001\" }]\nactive.headers = { a = 5 }",
+            "backends = [{ address = \"127.0.0.1:9001\" }]\nactive.rise = 99999999999999999999",
+            "backends = [{ address = \"127.0.0.1:9001\" }]\nactive.rise = 2024-01-01",
+            "backends = [{ address = \"127.0.0.1:9001\" }]\npassive.grpc_error_codes = [\"a\"]",
+            "backends = [{ address = \"127.0.0.1:9001\" }]\n[pools.web.passive.success_rate]\ncolour = 1",
+            "backends = [{ address = \"127.0.0.1:9001\" }]\n[pools.web.active]\ninitial = \"first_probe\"",
+            "backends = [{ address = \"127.0.0.1:9001\" }]\n[[pools.web.x]]\na = 1",
+            "backends = [{ address = \"127.0.0.1:9001\", agent_port = 99 }]",
+        ] {
+            let text = format!("{base}{extra}\n");
+            match super::parse_all_errors(&text, "c.toml", &super::Environment::process()) {
+                Ok(_) => eprintln!("{extra:?}\n  OK"),
+                Err(e) => eprintln!("{extra:?}\n  {e}"),
+            }
+        }
+        for text in [
+            "listeners = 5",
+            "listeners = [5]",
+            "[[listeners]]\ntls = 5",
+            "[[listeners]]\n[listeners.tls]\ncertificates = [{ cert = 5 }]",
+            "pools = []",
+            "[pools]\nweb = 5",
+            "[log]\nformat = 5",
+            "log = []",
+            "[[alerts.commands]]\nqueue = \"x\"",
+            "[fleet]\nendpoints = [1]",
+            "[admin]\nallowed_hosts = \"x\"",
+            "[logging]\nx=1",
+        ] {
+            match super::parse_unresolved(text, "c.toml") {
+                Ok(_) => eprintln!("{text:?}\n  OK"),
+                Err(e) => eprintln!("{text:?}\n  {e}"),
             }
         }
     }

@@ -432,7 +432,7 @@ fn a_closed_standard_output_is_not_a_panic() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(
         output.status.code(),
-        Some(1),
+        Some(0),
         "valid with a warning: {stderr}"
     );
     let _ = std::fs::remove_dir_all(&dir);

@@ -190,7 +190,8 @@ fn tls_settings_parse_with_their_defaults() {
     assert!(plain.tls.is_none());
     let typo = pool("[pools.web.tls]\nca_fil = \"/x.pem\"").expect_err("an unknown key");
     assert!(
-        typo.to_string().contains("unknown field `ca_fil`"),
+        typo.to_string()
+            .contains("unknown key \"ca_fil\": did you mean \"ca_file\"?"),
         "{typo}"
     );
     // The system's roots: loaded, or (on a host without any) a clear error.
@@ -267,13 +268,13 @@ fn tls_config_errors_name_the_line_and_key() {
         ),
         (
             "protocol = \"h2c\"\ntls = true".to_owned(),
-            4,
+            7,
             "pools.web.tls",
             "HTTP/2 without TLS",
         ),
         (
             "protocol = \"h2\"\ntls = false".to_owned(),
-            4,
+            7,
             "pools.web.tls",
             "HTTP/2 over TLS",
         ),

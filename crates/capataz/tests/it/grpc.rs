@@ -9,7 +9,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Stdio};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use capataz_health::{Outcome, State};
@@ -18,6 +18,7 @@ use hyper_util::rt::TokioIo;
 
 use crate::support::balancer::{start, ConfigText};
 use crate::support::events::{transition_of, wait_for};
+use crate::support::grpc;
 use crate::support::DEADLINE;
 
 /// A Python gRPC server; killed when dropped (its stdin closes, and it is killed anyway).
@@ -30,15 +31,14 @@ pub(super) struct GrpcServer {
 impl GrpcServer {
     /// `server.py name [status]`, once it listens.
     pub(super) fn start(name: &str, failing: Option<&str>) -> GrpcServer {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/grpc/server.py");
-        let mut command = Command::new("python3");
-        command.arg(script).arg(name).args(failing);
+        let mut command = grpc::peer("server.py");
+        command.arg(name).args(failing);
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .expect("python3 runs (the gRPC tests need it)");
+            .unwrap_or_else(|e| panic!("{e}: {}", grpc::missing()));
         let stdin = child.stdin.take().expect("stdin");
         let mut line = String::new();
         BufReader::new(child.stdout.take().expect("stdout"))
@@ -46,8 +46,8 @@ impl GrpcServer {
             .expect("the server's port");
         let port: u16 = line.trim().parse().unwrap_or_else(|_| {
             panic!(
-                "the gRPC server did not start (got {line:?}); install grpcio with \
-                 .ci/deps/grpcio.sh"
+                "the gRPC server did not start (got {line:?}); {}",
+                grpc::missing()
             )
         });
         GrpcServer {

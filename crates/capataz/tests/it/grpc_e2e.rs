@@ -3,12 +3,11 @@
 //! ALPN, to real gRPC servers behind an `h2c` pool. The answers' statuses travel in HTTP/2
 //! trailers both ways; an UNAVAILABLE backend is ejected while calls keep being answered.
 
-use std::process::Command;
-
 use capataz_health::State;
 
 use crate::support::balancer::{start, ConfigText};
 use crate::support::events::{transition_of, wait_for};
+use crate::support::grpc;
 use crate::support::tls::Pki;
 use crate::support::DEADLINE;
 
@@ -20,16 +19,15 @@ async fn grpc_client(
     calls: usize,
     tls: Option<(String, &str)>,
 ) -> Vec<(String, String)> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/grpc/client.py");
-    let mut command = Command::new("python3");
-    command.arg(script).arg(target).arg(calls.to_string());
+    let mut command = grpc::peer("client.py");
+    command.arg(target).arg(calls.to_string());
     if let Some((ca, name)) = tls {
         command.arg(ca).arg(name);
     }
     let output = tokio::task::spawn_blocking(move || command.output())
         .await
         .expect("the client task")
-        .expect("python3 runs (the gRPC tests need it: .ci/deps/grpcio.sh)");
+        .unwrap_or_else(|e| panic!("{e}: {}", grpc::missing()));
     assert!(
         output.status.success(),
         "the gRPC client failed: {}",

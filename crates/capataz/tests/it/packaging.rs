@@ -1,5 +1,5 @@
-//! What ships around the binary: shell completions and the manual page generated from the
-//! command line's definition, the systemd unit, and the license files.
+//! What ships around the binary: shell completions generated from the command line's
+//! definition, the systemd unit, and the license files (the manual page: `manual.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -79,23 +79,6 @@ fn completions_refuse_an_unknown_shell() {
         .expect("the capataz binary runs");
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("tcsh"));
-}
-
-#[test]
-fn the_man_page_names_every_subcommand() {
-    let page = String::from_utf8(capataz(&["man"]).stdout).expect("a UTF-8 page");
-    assert!(
-        page.starts_with(".ie") || page.contains(".TH capataz 1"),
-        "{page}"
-    );
-    assert!(page.contains(".TH capataz 1"), "no title header:\n{page}");
-    for name in subcommands(&[]) {
-        // roff escapes the hyphen.
-        assert!(
-            page.contains(&format!("capataz\\-{name}(1)")),
-            "the man page does not name {name}:\n{page}"
-        );
-    }
 }
 
 #[test]

@@ -10,7 +10,7 @@
 
 use std::io::{BufRead, BufReader, Lines, Write};
 use std::net::SocketAddr;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +21,7 @@ use capataz_health::{Outcome, State};
 use crate::support::backends_tls::{HttpBackend, Pki, Reply, Script, Speaks};
 use crate::support::balancer::{start, ConfigText};
 use crate::support::events::{transition_of, wait_for};
+use crate::support::grpc;
 use crate::support::wait::wait_until;
 
 fn explain(pool: &PoolRt, backend: usize) -> String {
@@ -37,20 +38,21 @@ struct HealthServer {
 
 impl HealthServer {
     fn start() -> HealthServer {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/grpc/server.py");
-        let mut child = Command::new("python3")
-            .arg(script)
+        let mut child = grpc::peer("server.py")
             .arg("g")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .expect("python3 runs (the gRPC tests need it)");
+            .unwrap_or_else(|e| panic!("{e}: {}", grpc::missing()));
         let stdin = child.stdin.take().expect("stdin");
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
         let line = stdout.next().and_then(Result::ok).unwrap_or_default();
         let port: u16 = line.trim().parse().unwrap_or_else(|_| {
-            panic!("the gRPC server did not start (got {line:?}); run .ci/deps/grpcio.sh")
+            panic!(
+                "the gRPC server did not start (got {line:?}); {}",
+                grpc::missing()
+            )
         });
         HealthServer {
             child,

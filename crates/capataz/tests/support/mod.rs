@@ -21,6 +21,7 @@ pub mod etcd;
 pub mod etcd_secure;
 pub mod events;
 pub mod fleet;
+pub mod grpc;
 pub mod h2client;
 pub mod h2frames;
 pub mod hostile_dns;

@@ -54,6 +54,22 @@ impl PartialEq for KeyLines {
     }
 }
 
+/// Where each line of a text starts, to find the line of many offsets in a large file: each
+/// look-up is a binary search, where [`line_of`] counts the newlines before the offset.
+pub(super) struct LineStarts(Vec<usize>);
+
+impl LineStarts {
+    pub(super) fn of(text: &str) -> LineStarts {
+        let newlines = text.bytes().enumerate().filter(|&(_, b)| b == b'\n');
+        LineStarts(newlines.map(|(at, _)| at).collect())
+    }
+
+    /// The 1-based line holding byte `offset`, as [`line_of`] gives it.
+    pub(super) fn line(&self, offset: usize) -> usize {
+        self.0.partition_point(|&newline| newline < offset) + 1
+    }
+}
+
 /// The 1-based line holding byte `offset`.
 pub(super) fn line_of(text: &str, offset: usize) -> usize {
     let end = offset.min(text.len());
@@ -252,5 +268,15 @@ backends = [
         assert_eq!(line_of("a\nb\nc", 0), 1);
         assert_eq!(line_of("a\nb\nc", 2), 2);
         assert_eq!(line_of("a\nb\nc", 99), 3);
+        for text in ["a\nb\nc", "", "\n\n", "ab\n"] {
+            let starts = LineStarts::of(text);
+            for offset in 0..text.len() + 3 {
+                assert_eq!(
+                    starts.line(offset),
+                    line_of(text, offset),
+                    "{text:?} {offset}"
+                );
+            }
+        }
     }
 }

@@ -5,15 +5,51 @@
 //! keeps its byte span. Tables are never wrapped in `Spanned`: toml 0.8 cannot give a span to a
 //! table that is only implied by a dotted key (`active.rise = 2`) and fails to deserialize it.
 //! Array elements (listeners, routes, backends, alert hooks) always have one, so they are
-//! spanned.
+//! spanned. Tables and enums are read through `shapes`, so that serde's messages about them
+//! say "a table" and `one of "a", "b"` rather than Rust's names for them.
+
+mod shapes;
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use toml::{Spanned, Value};
 
+use shapes::{choice, tables, Table as _};
+
+tables!(
+    RawConfig,
+    RawFleet,
+    RawServer,
+    RawLog,
+    RawAdmin,
+    RawListener,
+    RawAccessLog,
+    RawTls,
+    RawAcme,
+    RawCertificate,
+    RawHttp2,
+    RawProxyProtocol,
+    RawRoute,
+    RawPool,
+    RawSource,
+    RawTlsTable,
+    RawAgent,
+    RawBackend,
+    RawActive,
+    RawPassive,
+    RawSuccessRate,
+    RawLoadShedding,
+    RawLatencyOutliers,
+    RawRetries,
+    RawTimeouts,
+    RawAlerts,
+    RawWebhook,
+    RawCommand,
+);
+
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) log: RawLog,
@@ -31,7 +67,7 @@ pub(super) struct RawConfig {
 
 /// `[fleet]`: shared probing with other instances through etcd.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawFleet {
     pub(super) endpoints: Option<Spanned<Vec<Spanned<String>>>>,
     pub(super) prefix: Option<Spanned<String>>,
@@ -47,27 +83,27 @@ pub(super) struct RawFleet {
 }
 
 #[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawServer {
     pub(super) shutdown_timeout: Option<Spanned<Value>>,
 }
 
 #[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawLog {
     pub(super) format: Option<RawLogFormat>,
     pub(super) level: Option<Spanned<String>>,
 }
 
-#[derive(Clone, Copy, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(super) enum RawLogFormat {
-    Text,
-    Json,
+choice! {
+    RawLogFormat {
+        Text = "text",
+        Json = "json",
+    }
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawAdmin {
     pub(super) address: Option<Spanned<String>>,
     pub(super) token: Option<Spanned<String>>,
@@ -78,7 +114,7 @@ pub(super) struct RawAdmin {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawListener {
     pub(super) name: Option<Spanned<String>>,
     pub(super) address: Option<Spanned<String>>,
@@ -100,7 +136,7 @@ pub(super) struct RawListener {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawAccessLog {
     pub(super) path: Option<Spanned<String>>,
     pub(super) format: Option<Spanned<String>>,
@@ -108,7 +144,7 @@ pub(super) struct RawAccessLog {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawTls {
     pub(super) certificates: Option<Vec<Spanned<RawCertificate>>>,
     pub(super) min_version: Option<Spanned<Value>>,
@@ -121,7 +157,7 @@ pub(super) struct RawTls {
 
 /// `[listeners.tls.acme]`.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawAcme {
     pub(super) directory: Option<Spanned<String>>,
     pub(super) domains: Option<Spanned<Vec<Spanned<String>>>>,
@@ -133,7 +169,7 @@ pub(super) struct RawAcme {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawCertificate {
     pub(super) cert: Option<Spanned<String>>,
     pub(super) key: Option<Spanned<String>>,
@@ -142,7 +178,7 @@ pub(super) struct RawCertificate {
 }
 
 #[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawHttp2 {
     pub(super) max_concurrent_streams: Option<Spanned<i64>>,
     pub(super) max_backend_connections: Option<Spanned<i64>>,
@@ -154,13 +190,13 @@ pub(super) struct RawHttp2 {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawProxyProtocol {
     pub(super) trusted: Option<Vec<Spanned<String>>>,
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawRoute {
     pub(super) host: Option<Spanned<String>>,
     pub(super) path_prefix: Option<Spanned<String>>,
@@ -168,7 +204,7 @@ pub(super) struct RawRoute {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawPool {
     pub(super) backends: Option<Vec<Spanned<RawBackend>>>,
     pub(super) algorithm: Option<RawAlgorithm>,
@@ -198,7 +234,7 @@ pub(super) struct RawPool {
 
 /// `[pools.NAME.source]`: where the pool's backends come from.
 #[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawSource {
     pub(super) kind: Option<Spanned<String>>,
     pub(super) name: Option<Spanned<String>>,
@@ -221,19 +257,19 @@ pub(super) struct RawSource {
     pub(super) password_file: Option<Spanned<String>>,
 }
 
-#[derive(Clone, Copy, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(super) enum RawBackupUse {
-    First,
-    All,
+choice! {
+    RawBackupUse {
+        First = "first",
+        All = "all",
+    }
 }
 
-#[derive(Clone, Copy, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(super) enum RawProtocol {
-    Http1,
-    H2,
-    H2c,
+choice! {
+    RawProtocol {
+        Http1 = "http1",
+        H2 = "h2",
+        H2c = "h2c",
+    }
 }
 
 /// `tls = true | false`, or a `[pools.NAME.tls]` table (which turns TLS on).
@@ -243,7 +279,7 @@ pub(super) enum RawBackendTls {
 }
 
 #[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawTlsTable {
     pub(super) ca_file: Option<Spanned<String>>,
     pub(super) server_name: Option<Spanned<String>>,
@@ -253,9 +289,9 @@ pub(super) struct RawTlsTable {
 }
 
 impl<'de> Deserialize<'de> for RawBackendTls {
-    /// A boolean or a table. The table goes through serde's `MapAccessDeserializer`, so its
-    /// values still come from the TOML deserializer and keep their spans, and unknown keys
-    /// are still refused.
+    /// A boolean or a table. The table is read by the derived code through serde's
+    /// `MapAccessDeserializer`, so its values still come from the TOML deserializer and keep
+    /// their spans, and unknown keys are still refused.
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<RawBackendTls, D::Error> {
@@ -275,8 +311,7 @@ impl<'de> Deserialize<'de> for RawBackendTls {
                 self,
                 map: A,
             ) -> Result<RawBackendTls, A::Error> {
-                RawTlsTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))
-                    .map(RawBackendTls::Table)
+                RawTlsTable::from_map(map).map(RawBackendTls::Table)
             }
         }
         deserializer.deserialize_any(Visitor)
@@ -284,29 +319,29 @@ impl<'de> Deserialize<'de> for RawBackendTls {
 }
 
 #[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawAgent {
     pub(super) port: Option<Spanned<i64>>,
     pub(super) interval: Option<Spanned<Value>>,
     pub(super) timeout: Option<Spanned<Value>>,
 }
 
-#[derive(Clone, Copy, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(super) enum RawProxyVersion {
-    V1,
-    V2,
+choice! {
+    RawProxyVersion {
+        V1 = "v1",
+        V2 = "v2",
+    }
 }
 
-#[derive(Clone, Copy, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(super) enum RawReuse {
-    Private,
-    Shared,
+choice! {
+    RawReuse {
+        Private = "private",
+        Shared = "shared",
+    }
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawBackend {
     pub(super) name: Option<Spanned<String>>,
     pub(super) address: Option<Spanned<String>>,
@@ -316,22 +351,22 @@ pub(super) struct RawBackend {
     pub(super) track: Option<Spanned<String>>,
 }
 
-#[derive(Clone, Copy, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(super) enum RawAlgorithm {
-    RoundRobin,
-    LeastRequest,
+choice! {
+    RawAlgorithm {
+        RoundRobin = "round_robin",
+        LeastRequest = "least_request",
+    }
 }
 
-#[derive(Clone, Copy, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(super) enum RawAllDown {
-    FailOpen,
-    Reject,
+choice! {
+    RawAllDown {
+        FailOpen = "fail_open",
+        Reject = "reject",
+    }
 }
 
 #[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawActive {
     pub(super) kind: Option<RawCheckKind>,
     pub(super) path: Option<Spanned<String>>,
@@ -358,26 +393,25 @@ pub(super) struct RawActive {
     pub(super) grpc_service: Option<Spanned<String>>,
 }
 
-#[derive(Clone, Copy, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(super) enum RawCheckKind {
-    Http,
-    Tcp,
-    Grpc,
-    None,
+choice! {
+    RawCheckKind {
+        Http = "http",
+        Tcp = "tcp",
+        Grpc = "grpc",
+        None = "none",
+    }
 }
 
-#[derive(Clone, Copy, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(super) enum RawInitial {
-    Up,
-    Down,
-    #[serde(rename = "first-probe", alias = "first_probe")]
-    FirstProbe,
+choice! {
+    RawInitial {
+        Up = "up",
+        Down = "down",
+        FirstProbe = "first-probe" | "first_probe",
+    }
 }
 
 #[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawPassive {
     pub(super) enabled: Option<bool>,
     pub(super) consecutive_errors: Option<Spanned<i64>>,
@@ -393,7 +427,7 @@ pub(super) struct RawPassive {
 }
 
 #[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawSuccessRate {
     pub(super) enabled: Option<bool>,
     pub(super) window: Option<Spanned<Value>>,
@@ -403,7 +437,7 @@ pub(super) struct RawSuccessRate {
 }
 
 #[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawLoadShedding {
     pub(super) enabled: Option<bool>,
     pub(super) weight_percent: Option<Spanned<i64>>,
@@ -412,7 +446,7 @@ pub(super) struct RawLoadShedding {
 }
 
 #[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawLatencyOutliers {
     pub(super) enabled: Option<bool>,
     pub(super) percentile: Option<Spanned<String>>,
@@ -424,7 +458,7 @@ pub(super) struct RawLatencyOutliers {
 }
 
 #[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawRetries {
     pub(super) attempts: Option<Spanned<i64>>,
     pub(super) budget_percent: Option<Spanned<i64>>,
@@ -432,7 +466,7 @@ pub(super) struct RawRetries {
 }
 
 #[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawTimeouts {
     pub(super) connect: Option<Spanned<Value>>,
     pub(super) response_header: Option<Spanned<Value>>,
@@ -441,7 +475,7 @@ pub(super) struct RawTimeouts {
 }
 
 #[derive(Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawAlerts {
     pub(super) debounce: Option<Spanned<Value>>,
     #[serde(default)]
@@ -451,7 +485,7 @@ pub(super) struct RawAlerts {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawWebhook {
     pub(super) url: Option<Spanned<String>>,
     pub(super) timeout: Option<Spanned<Value>>,
@@ -463,7 +497,7 @@ pub(super) struct RawWebhook {
 /// `command` stays a [`Value`] so that a plain string (a shell line) gets a message that says
 /// to write an array, rather than serde's "expected a sequence".
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawCommand {
     pub(super) command: Option<Spanned<Value>>,
     pub(super) timeout: Option<Spanned<Value>>,

@@ -22,7 +22,7 @@ mod proxy_protocol;
 mod source;
 mod tls;
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
@@ -31,7 +31,8 @@ use std::time::Duration;
 
 use toml::{Spanned, Value};
 
-use super::locate::line_of;
+use super::locate::LineStarts;
+use super::place::Document;
 use super::raw::{RawConfig, RawHttp2, RawListener, RawLog, RawLogFormat, RawRoute, RawServer};
 use super::resolve::Lookup;
 use super::values::{check_log_level, parse_duration, MAX_DURATION};
@@ -81,6 +82,11 @@ pub(super) struct Validator<'a> {
     pub(super) failed_pools: RefCell<HashSet<String>>,
     /// Whether the file has a listener without `tls` (where HTTP-01 challenges are answered).
     pub(super) plaintext_listener: std::cell::Cell<bool>,
+    /// The text parsed again with its spans, to place errors by their key path; read only on
+    /// the way to an error.
+    document: OnceCell<Option<Document<'a>>>,
+    /// Where each line of the text starts, built when a line is first asked for.
+    lines: OnceCell<LineStarts>,
 }
 
 impl<'a> Validator<'a> {
@@ -95,6 +101,8 @@ impl<'a> Validator<'a> {
             errors: Default::default(),
             failed_pools: Default::default(),
             plaintext_listener: Default::default(),
+            document: OnceCell::new(),
+            lines: OnceCell::new(),
         }
     }
 
@@ -117,10 +125,37 @@ impl<'a> Validator<'a> {
     fn error(&self, span: Option<Range<usize>>, key: &str, message: String) -> ConfigError {
         ConfigError::Invalid {
             file: self.file.to_owned(),
-            line: span.map(|span| line_of(self.text, span.start)),
+            line: self.line(span, key),
             key: key.to_owned(),
             message,
         }
+    }
+
+    /// The line a message about `key` points at: that of the key where it was written
+    /// (`backends = []`, not its `[pools.web]`), or else of the nearest table around it that
+    /// was (the one that lacks it); but that of `span` when it lies within what was written
+    /// there (an element of a list, a key of the table), or when nothing was.
+    fn line(&self, span: Option<Range<usize>>, key: &str) -> Option<usize> {
+        let written = self
+            .document
+            .get_or_init(|| Document::parse(self.text))
+            .as_ref()
+            .and_then(|document| document.nearest(key));
+        match (span, written) {
+            (Some(span), Some(written)) if written.covers(span.start) => {
+                Some(self.line_at(span.start))
+            }
+            (_, Some(written)) => Some(written.line),
+            (span, None) => span.map(|span| self.line_at(span.start)),
+        }
+    }
+
+    /// The 1-based line holding byte `offset` of the text. A binary search, as thousands of
+    /// backends (their host names, their errors) each ask for one.
+    pub(super) fn line_at(&self, offset: usize) -> usize {
+        self.lines
+            .get_or_init(|| LineStarts::of(self.text))
+            .line(offset)
     }
 
     /// The config, or `None` when any error was recorded (see `errors`).

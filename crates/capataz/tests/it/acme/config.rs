@@ -92,7 +92,7 @@ fn acme_settings_errors_name_the_line_and_the_key() {
         ),
         (
             format!("{GOOD}\nhttp_port = 80"),
-            format!("9: {at}.http_port: unknown field"),
+            format!("9: {at}.http_port: unknown key \"http_port\""),
         ),
     ] {
         let error = load(&pki.dir, &acme).expect_err(&acme);

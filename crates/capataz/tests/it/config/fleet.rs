@@ -83,7 +83,7 @@ fn fleet_mistakes_name_their_key() {
             "not an instance name",
         ),
         ("prefix = \"/\"\n", "fleet.prefix", "not a key prefix"),
-        ("color = \"red\"\n", "fleet", "unknown field"),
+        ("color = \"red\"\n", "fleet.color", "unknown key \"color\""),
         (
             "[fleet.tls]\nca_file = \"/ca.pem\"\n",
             "fleet.tls",

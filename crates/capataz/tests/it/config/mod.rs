@@ -10,6 +10,7 @@ mod etcd_access;
 mod fleet;
 mod http2;
 mod log_level;
+mod operator_words;
 mod proxy_protocol;
 mod source;
 mod values;

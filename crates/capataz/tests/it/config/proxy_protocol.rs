@@ -62,7 +62,9 @@ fn proxy_protocol_errors_name_the_block_and_what_to_write() {
         "listeners[0].proxy_protocol",
     );
     assert!(
-        error.to_string().contains("unknown field `version`"),
+        error
+            .to_string()
+            .contains("unknown key \"version\" (the keys here are trusted)"),
         "{error}"
     );
 }

@@ -34,7 +34,7 @@ backends = []
 /// Where each error of `MANY` is, in the order validation meets them: the pools by name, then
 /// the listeners.
 const MANY_PLACES: [(usize, &str); 6] = [
-    (22, "pools.api.backends"),
+    (23, "pools.api.backends"),
     (16, "pools.web.backends[0].weight"),
     (19, "pools.web.active.interval"),
     (20, "pools.web.active.rise"),
@@ -66,7 +66,7 @@ fn validation_reports_every_independent_error_in_file_order_of_checks() {
     let first = config::parse_unresolved(MANY, "app.toml").unwrap_err();
     assert_eq!(
         (first.line(), first.key()),
-        (Some(22), "pools.api.backends")
+        (Some(23), "pools.api.backends")
     );
 }
 
@@ -105,6 +105,35 @@ fn capataz_check_prints_every_error_and_exits_2() {
     }
     assert_eq!(lines[6], format!("{path}: 6 errors"));
     assert!(out.stdout.is_empty(), "{}", out.stdout);
+}
+
+/// Regression (issue 22): a wrong type inside a backend's inline table was printed as
+/// `pools.web.backends: invalid type: floating point `1.5`, expected i64`, and `active = []`
+/// as "expected struct RawActive with 23 elements".
+#[test]
+fn capataz_check_prints_a_wrong_type_in_the_operators_words_at_its_key() {
+    let dir = TempDir::new("words");
+    let head = "[[listeners]]\naddress = \"127.0.0.1:0\"\n[pools.web]\nbackends = [\n  \
+                { address = \"127.0.0.1:9001\" },\n";
+    for (body, line) in [
+        (
+            "  { address = \"127.0.0.1:9002\", weight = 1.5 },\n]\n",
+            "6: pools.web.backends[1].weight: 1.5 is not a whole number (write digits without \
+             quotes or a decimal point, e.g. 3)",
+        ),
+        (
+            "]\nactive = []\n",
+            "7: pools.web.active: a list is not a table (write a [pools.web.active] section with \
+             its keys on the lines below it, or active = { key = value, ... })",
+        ),
+    ] {
+        let file = dir.write("app.toml", &format!("{head}{body}"));
+        let path = shown(&file);
+        let out = capataz(&["check", &path], &[]);
+        assert_eq!(out.code, Some(2), "{}{}", out.stdout, out.stderr);
+        assert_eq!(out.stderr, format!("{path}:{line}\n"));
+        assert!(out.stdout.is_empty(), "{}", out.stdout);
+    }
 }
 
 #[test]

@@ -5,7 +5,6 @@ use std::path::Path;
 
 use toml::Spanned;
 
-use super::super::locate::line_of;
 use super::super::raw::RawAdmin;
 use super::super::secrets::{SecretLoad, SecretTarget};
 use super::{ConfigError, Validator};
@@ -41,7 +40,7 @@ impl Validator<'_> {
                     target: SecretTarget::AdminToken,
                     path,
                     file: self.file.to_owned(),
-                    line: Some(line_of(self.text, file.span().start)),
+                    line: Some(self.line_at(file.span().start)),
                     key: "admin.token_file".into(),
                 });
                 true

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use toml::{Spanned, Value};
 
-use super::super::locate::line_of;
 use super::super::raw::{RawAlerts, RawCommand, RawWebhook};
 use super::super::resolve::{Lookup, Target};
 use super::super::values::parse_http_url;
@@ -104,7 +103,7 @@ impl Validator<'_> {
             target: Target::Webhook { index },
             host_port: host_port.to_owned(),
             file: self.file.to_owned(),
-            line: Some(line_of(self.text, span.start)),
+            line: Some(self.line_at(span.start)),
             key: key.to_owned(),
             subject: format!("{url:?}: {host_port:?}"),
             advice: r#"use a host that resolves, e.g. "http://127.0.0.1:9000/hook""#,

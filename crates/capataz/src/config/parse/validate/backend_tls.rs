@@ -8,7 +8,6 @@ use std::sync::Arc;
 use rustls::pki_types::ServerName;
 use toml::Spanned;
 
-use super::super::locate::line_of;
 use super::super::raw::RawTlsTable;
 use super::super::tls_files::{Place, TlsLoad, TlsTarget};
 use super::{ConfigError, Validator};
@@ -39,7 +38,7 @@ impl Validator<'_> {
             place: Place {
                 path: String::new(),
                 file: self.file.to_owned(),
-                line: Some(line_of(self.text, pool_span.start)),
+                line: Some(self.line_at(pool_span.start)),
                 key: at.clone(),
             },
         });
@@ -81,7 +80,7 @@ impl Validator<'_> {
                 Ok(Some(Place {
                     path: path.display().to_string(),
                     file: self.file.to_owned(),
-                    line: Some(line_of(self.text, value.span().start)),
+                    line: Some(self.line_at(value.span().start)),
                     key,
                 }))
             };

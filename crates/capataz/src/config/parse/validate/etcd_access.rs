@@ -9,7 +9,6 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::super::locate::line_of;
 use super::super::raw::RawSource;
 use super::super::secrets::{SecretLoad, SecretTarget};
 use super::super::tls_files::{Place, TlsLoad, TlsTarget};
@@ -74,7 +73,7 @@ impl Validator<'_> {
                     place: Place {
                         path: String::new(),
                         file: self.file.to_owned(),
-                        line: Some(line_of(self.text, table_span.start)),
+                        line: Some(self.line_at(table_span.start)),
                         key: at,
                     },
                 });
@@ -173,7 +172,7 @@ impl Validator<'_> {
                     },
                     path,
                     file: self.file.to_owned(),
-                    line: Some(line_of(self.text, file.span().start)),
+                    line: Some(self.line_at(file.span().start)),
                     key,
                 });
                 // Read in stage three.

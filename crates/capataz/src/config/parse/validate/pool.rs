@@ -10,7 +10,6 @@ use std::time::Duration;
 use capataz_health::{BackupUse, MinHealthy, Percentile, State, StatusSet};
 use toml::{Spanned, Value};
 
-use super::super::locate::line_of;
 use super::super::raw::RawBackupUse;
 use super::super::raw::{
     RawActive, RawAgent, RawAlgorithm, RawAllDown, RawBackend, RawBackendTls, RawCheckKind,
@@ -397,7 +396,7 @@ impl Validator<'_> {
             target: target(),
             host_port: text.clone(),
             file: self.file.to_owned(),
-            line: Some(line_of(self.text, address.span().start)),
+            line: Some(self.line_at(address.span().start)),
             key: key.to_owned(),
             subject: format!("{text:?}"),
             advice: ADVICE,

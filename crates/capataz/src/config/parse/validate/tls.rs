@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 
 use toml::{Spanned, Value};
 
-use super::super::locate::line_of;
 use super::super::raw::{RawAcme, RawTls};
 use super::{ConfigError, Validator};
 use crate::config::ListenerTls;
@@ -29,7 +28,7 @@ impl Validator<'_> {
             .acme
             .as_ref()
             .and_then(|acme| acme.get_ref().ca_file.as_ref())
-            .map(|ca| line_of(self.text, ca.span().start));
+            .map(|ca| self.line_at(ca.span().start));
         let acme = match raw.acme {
             None => None,
             Some(acme) => Some(self.acme(&at, acme)?),
@@ -63,7 +62,7 @@ impl Validator<'_> {
                     ));
                 }
             }
-            certificate_lines.push(Some(line_of(self.text, span.start)));
+            certificate_lines.push(Some(self.line_at(span.start)));
             let ocsp_response = match entry.ocsp_response {
                 None => None,
                 some => Some(self.tls_path(some, &format!("{key}.ocsp_response"), &span)?),
@@ -102,7 +101,7 @@ impl Validator<'_> {
                 ))
             }
             (Some(ca), auth) => {
-                let line = line_of(self.text, ca.span().start);
+                let line = self.line_at(ca.span().start);
                 let span = ca.span();
                 let file = self.tls_path(Some(ca), &format!("{at}.client_ca"), &span)?;
                 let auth = match auth {
