@@ -138,3 +138,30 @@ fn without_load_shedding_nothing_happens() {
     assert_eq!(r.eligible(2 * S).weights, vec![100, 100, 100]);
     assert_eq!(r.poll_timeout(), None);
 }
+
+/// Found by review: `Retry-After: 0` asked for a relief of nothing, yet every such answer made a
+/// new shed that ended at once: two events (on, off), two snapshot rebuilds, two log lines and
+/// a timer wake-up per answer, so a backend answering `429` with `Retry-After: 0` to every
+/// request made capataz rebuild its pool's snapshot twice per request. A zero relief is a
+/// shedding answer (never judged) that changes no weight.
+#[test]
+fn a_retry_after_of_zero_changes_no_weight_and_makes_no_event() {
+    let mut r = rotation(Some(TEN_PERCENT));
+    sheds(&mut r);
+    for i in 1..=100u32 {
+        let now = S + Duration::from_millis(u64::from(i));
+        assert!(
+            r.handle_shed(1, 429, Duration::ZERO, now),
+            "a shedding answer"
+        );
+        r.handle_timeout(now);
+    }
+    assert!(sheds(&mut r).is_empty());
+    assert_eq!(r.shed(1), None);
+    assert_eq!(r.poll_timeout(), None);
+    assert_eq!(r.eligible(2 * S).weights, vec![100, 100, 100]);
+    // During a relief, it neither ends nor shortens it.
+    assert!(r.handle_shed(1, 429, 30 * S, 2 * S));
+    assert!(r.handle_shed(1, 429, Duration::ZERO, 3 * S));
+    assert_eq!(r.shed(1).map(|s| s.until), Some(32 * S));
+}

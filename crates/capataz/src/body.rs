@@ -43,6 +43,30 @@ pub enum ReqBody {
     Empty,
 }
 
+/// Fields a trailer section must not carry (RFC 9110 section 6.5.1: they frame or route the
+/// message, so they cannot come after its content; RFC 9113 section 8.2.2: connection-specific),
+/// dropped from a client's request trailers before they go on. An HTTP/2 client's are refused
+/// by h2 itself (`vendor/h2/CAPATAZ.md`); an HTTP/1.1 client's chunked trailers come through
+/// hyper as sent, and an HTTP/2 backend would reset the stream on them (charged to the backend
+/// as a reset: one client's bytes could eject it). HAProxy leaves them out too.
+const FORBIDDEN_TRAILERS: [http::header::HeaderName; 8] = [
+    http::header::CONTENT_LENGTH,
+    http::header::HOST,
+    http::header::TE,
+    http::header::TRANSFER_ENCODING,
+    http::header::CONNECTION,
+    http::header::UPGRADE,
+    http::header::HeaderName::from_static("keep-alive"),
+    http::header::HeaderName::from_static("proxy-connection"),
+];
+
+/// Drops the [`FORBIDDEN_TRAILERS`] from a request's trailer section.
+fn strip_forbidden_trailers(trailers: &mut http::HeaderMap) {
+    for name in &FORBIDDEN_TRAILERS {
+        trailers.remove(name);
+    }
+}
+
 /// Hears that a client's request body has been read to its end: its HTTP/1 connection then
 /// watches for the client going away while the answer is awaited (`client/gone.rs`).
 pub trait BodyRead: Send + Sync {
@@ -66,7 +90,12 @@ impl Body for ReqBody {
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
             ReqBody::Incoming(body, hook) => {
-                let polled = Pin::new(&mut *body).poll_frame(cx);
+                let mut polled = Pin::new(&mut *body).poll_frame(cx);
+                if let Poll::Ready(Some(Ok(frame))) = &mut polled {
+                    if let Some(trailers) = frame.trailers_mut() {
+                        strip_forbidden_trailers(trailers);
+                    }
+                }
                 let ended = match &polled {
                     Poll::Ready(None) => true,
                     Poll::Ready(Some(Ok(_))) => body.is_end_stream(),

@@ -187,6 +187,10 @@ RELOADING=1, STOPPING=1 and MAINPID= there.
 \fBcapataz demo\fR looks for capataz on it: when this binary is not there, its banner names the
 binary by its path (such as target/debug/capataz) in the commands it suggests.
 .TP
+\fBCOLUMNS\fR, \fBLINES\fR
+The terminal's width and height for \fBcapataz top\fR when \fBstty size\fR cannot tell them
+(default 80 and 24).
+.TP
 \fBSSL_CERT_FILE\fR, \fBSSL_CERT_DIR\fR
 Where the system's CA certificates are, instead of the platform's usual place.
 .TP

@@ -351,6 +351,12 @@ impl Rotation {
         };
         self.advance(now);
         let duration = retry_after.min(shedding.max);
+        if duration.is_zero() {
+            // `Retry-After: 0` asks for no relief: a shedding answer (never judged) that
+            // changes no weight. A shed of nothing would start and end at once, two events
+            // and two snapshot rebuilds for every such answer.
+            return true;
+        }
         let until = now.saturating_add(duration);
         let member = &mut self.members[backend];
         match &mut member.shed {

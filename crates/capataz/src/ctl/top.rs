@@ -103,16 +103,16 @@ async fn screen_size() -> Screen {
     if let Some(screen) = from_stty.await {
         return screen;
     }
-    let env = |name: &str, default: usize| {
-        std::env::var(name)
+    let size = |value: Result<String, std::env::VarError>, default: usize| {
+        value
             .ok()
             .and_then(|v| v.trim().parse::<usize>().ok())
             .filter(|&n| n > 0)
             .unwrap_or(default)
     };
     Screen {
-        columns: env("COLUMNS", 80),
-        rows: env("LINES", 24),
+        columns: size(std::env::var("COLUMNS"), 80),
+        rows: size(std::env::var("LINES"), 24),
     }
 }
 

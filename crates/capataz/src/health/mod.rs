@@ -855,11 +855,14 @@ impl TrafficSink for PoolRt {
         debug_assert!(std::ptr::eq(pool, &*self.handle));
         let now = self.clock.now();
         let mut inner = self.lock();
-        let new = inner
-            .engine
-            .shed(backend)
-            .is_none_or(|shed| shed.until <= now);
+        let was = inner.engine.shed(backend).filter(|shed| shed.until > now);
         inner.engine.handle_shed(backend, status, retry_after, now);
+        // A relief of nothing (`Retry-After: 0`) starts no shed, and needs no timer.
+        let new = was.is_none()
+            && inner
+                .engine
+                .shed(backend)
+                .is_some_and(|shed| shed.until > now);
         self.publish(&mut inner, now, false);
         drop(inner);
         if new {

@@ -451,11 +451,15 @@ impl Proxy {
         };
         loop {
             // Each attempt on an HTTP/1.1 pool holds one of the client connection's backend
-            // slots (HTTP/2 clients: `max_backend_connections`); it waits for one if need be.
+            // slots (HTTP/2 clients: `max_backend_connections`); a bodiless one waits for one
+            // if need be, one with a body never does (`upstream::slots`: its unread body would
+            // hold the connection's window that the streams holding the slots need).
             let slot = if h2 {
                 None
-            } else {
+            } else if bodiless {
                 client.backend_slots.acquire().await
+            } else {
+                client.backend_slots.try_acquire()
             };
             let snapshot = pool.snapshot();
             let picked =

@@ -5,9 +5,13 @@
 //! backend connection. Over HTTP/2 each of its streams forwarded to an HTTP/1.1 pool holds one
 //! of its own, from its attempt to the end of its answer: without a bound below the stream
 //! limit, one client connection could keep that many backend connections (and the backends'
-//! workers behind them) busy. A stream beyond the bound waits, in order, for one of the
-//! others' to be let go; it holds nothing of a backend meanwhile. Streams to HTTP/2 pools share
-//! one connection per backend and take no slot.
+//! workers behind them) busy. A bodiless stream beyond the bound waits, in order, for one of
+//! the others' to be let go; it holds nothing of a backend meanwhile. A stream with a request
+//! body never waits: it takes a slot if one is free and goes on without one otherwise, because
+//! the body its client sends while it waits, unread, would fill the connection's flow-control
+//! window, and the streams holding the slots could then receive nothing more of their own
+//! bodies (each would time out with 408, then the next). Streams to HTTP/2 pools share one
+//! connection per backend and take no slot.
 
 use std::sync::{Arc, OnceLock};
 
@@ -39,6 +43,13 @@ impl BackendSlots {
         let permit = slots.acquire_owned().await.ok()?;
         Some(Slot { _permit: permit })
     }
+
+    /// A slot if one is free now, without waiting; `None` otherwise (or without a limit).
+    /// For a stream with a request body, which must never wait (see the module docs).
+    pub(crate) fn try_acquire(&self) -> Option<Slot> {
+        let permit = self.0.get()?.clone().try_acquire_owned().ok()?;
+        Some(Slot { _permit: permit })
+    }
 }
 
 #[cfg(test)]
@@ -65,5 +76,16 @@ mod tests {
         assert!(!waiting.is_finished(), "the third waits");
         drop(first);
         assert!(waiting.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn try_acquire_takes_a_free_slot_and_never_waits() {
+        let slots = BackendSlots::default();
+        assert!(slots.try_acquire().is_none(), "no limit, nothing held");
+        slots.limit(1);
+        let first = slots.try_acquire().expect("a free slot");
+        assert!(slots.try_acquire().is_none(), "none free: no wait, no slot");
+        drop(first);
+        assert!(slots.try_acquire().is_some());
     }
 }

@@ -388,3 +388,43 @@ async fn h2c_requests_one_at_a_time_larger_than_the_buffers_come_through_whole()
     );
     balancer.shutdown(DEADLINE).await;
 }
+
+/// Found by review: an HTTP/1.1 client's chunked request may end with a trailer section that
+/// HTTP/2 calls malformed (`content-length`, `host`). Relayed as it came to an HTTP/2 backend,
+/// the backend's h2 reset the stream (PROTOCOL_ERROR), the client got 502 and the reset was
+/// charged to the backend: one client's bytes ejected a healthy backend (`consecutive_errors`
+/// such requests). Those fields are left out of forwarded request trailers, as HAProxy does.
+#[tokio::test]
+async fn malformed_request_trailers_from_an_http1_client_are_not_charged_to_an_h2_backend() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let backend = HttpBackend::start("b", Speaks::H2, None, hello()).await;
+    let text = ConfigText::new(&[backend.entry()])
+        .extra(&format!("{QUIET_H2C}retries.attempts = 0\n"))
+        .build();
+    let (balancer, _events) = start(&text).await;
+    let mut stream = tokio::net::TcpStream::connect(balancer.local_addrs()[0])
+        .await
+        .expect("connect");
+    stream
+        .write_all(
+            b"POST /upload HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\
+              Trailer: content-length\r\nConnection: close\r\n\r\n\
+              5\r\nhello\r\n0\r\ncontent-length: 5\r\n\r\n",
+        )
+        .await
+        .expect("write");
+    let mut reply = Vec::new();
+    tokio::time::timeout(DEADLINE, stream.read_to_end(&mut reply))
+        .await
+        .expect("an answer in time")
+        .expect("read");
+    let reply = String::from_utf8_lossy(&reply);
+    let pool = balancer.pool("web").expect("pool");
+    let charged = pool.backends[0].traffic.recent();
+    assert!(
+        !charged.contains(&Outcome::Reset),
+        "the client's malformed trailers were charged to the backend: {charged:?}; the client got: {reply}"
+    );
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    balancer.shutdown(DEADLINE).await;
+}

@@ -379,3 +379,132 @@ async fn a_pipelined_request_behind_a_slow_one_is_answered_in_turn() {
     assert!(lines.iter().all(|l| l["ended_by"] == "-"), "{lines:?}");
     assert_eq!(Seen::get(&seen.cancelled), 0);
 }
+
+/// Review: the same for a chunked upload (its end is the last chunk, not a length) and for
+/// one that waited for `100 Continue` before sending its body.
+#[tokio::test]
+async fn a_client_that_vanished_after_a_chunked_or_expect_continue_upload_is_seen_gone() {
+    for (i, request) in [
+        &b"POST /upload HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n\
+           5\r\nhello\r\n0\r\n\r\n"[..],
+        &b"POST /upload HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\n\
+           Expect: 100-continue\r\n\r\n"[..],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (backend, seen) = slow_backend(THINKING).await;
+        let dir = LogDir::new();
+        let path = dir.path("access.log");
+        let (balancer, mut events, addr, admin) = balancer(&backend, &path, "").await;
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client.write_all(request).await.unwrap();
+        if i == 1 {
+            let mut buf = Vec::new();
+            let head = raw::read_head(&mut client, &mut buf).await.expect("100");
+            assert!(head.starts_with("HTTP/1.1 100"), "{head}");
+            client.write_all(b"hello").await.unwrap();
+        }
+        wait_until("the backend has the request and its body", || {
+            Seen::get(&seen.received) == 1
+        })
+        .await;
+        reset(client);
+        assert_vanished(&path, "send", &seen, &balancer, admin, &mut events).await;
+    }
+}
+
+/// This process's CPU time so far (user and system), in clock ticks (`/proc/self/stat`).
+fn cpu_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    // The fields after the command's closing parenthesis; utime and stime are the 14th and
+    // 15th of the line, the 12th and 13th after it.
+    let rest = &stat[stat.rfind(')').expect("the command") + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// Review: a socket that stays readable while its request waits (pipelined bytes left unread,
+/// or the end of a half-closed stream) must not make the connection's task poll in a loop:
+/// the watch stops looking at it, and nothing else is woken by it.
+#[tokio::test]
+async fn a_socket_left_readable_while_a_request_waits_costs_no_cpu() {
+    for half_close in [false, true] {
+        let (backend, seen) = slow_backend(THINKING).await;
+        let dir = LogDir::new();
+        let path = dir.path("access.log");
+        let (_balancer, _events, addr, _admin) = balancer(&backend, &path, "").await;
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client
+            .write_all(b"GET /first HTTP/1.1\r\nHost: app.test\r\n\r\n")
+            .await
+            .unwrap();
+        wait_until("the backend has the first request", || {
+            Seen::get(&seen.received) == 1
+        })
+        .await;
+        if half_close {
+            client.shutdown().await.unwrap();
+        } else {
+            // Half a pipelined head: unread until the first answer is sent.
+            client.write_all(b"GET /second HTTP/1.1\r\n").await.unwrap();
+        }
+        // A measurement window, not a synchronisation: a task spinning on the readable socket
+        // would take a whole core for it (150 ticks at 100 Hz).
+        let before = cpu_ticks();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let spent = cpu_ticks() - before;
+        assert!(
+            spent < 50,
+            "{spent} ticks of CPU in 1.5 s (half_close: {half_close})"
+        );
+        assert_eq!(Seen::get(&seen.cancelled), 0);
+    }
+}
+
+/// The sockets this process holds open.
+fn open_sockets() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy().starts_with("socket:"))
+        .count()
+}
+
+/// Review: many clients resetting at once leak nothing: every backend connection is closed,
+/// every client connection counted closed, every socket let go, one log line each.
+#[tokio::test]
+async fn many_clients_resetting_at_once_leak_nothing() {
+    const CLIENTS: usize = 40;
+    let (backend, seen) = slow_backend(THINKING).await;
+    let dir = LogDir::new();
+    let path = dir.path("access.log");
+    let (balancer, _events, addr, _admin) = balancer(&backend, &path, "").await;
+    let sockets = open_sockets();
+    let mut clients = Vec::new();
+    for i in 0..CLIENTS {
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET /slow/{i} HTTP/1.1\r\nHost: app.test\r\n\r\n");
+        client.write_all(request.as_bytes()).await.unwrap();
+        clients.push(client);
+    }
+    wait_until("the backend has every request", || {
+        Seen::get(&seen.received) == CLIENTS as u64
+    })
+    .await;
+    clients.into_iter().for_each(reset);
+    wait_until("every backend connection closed by capataz", || {
+        Seen::get(&seen.cancelled) == CLIENTS as u64
+    })
+    .await;
+    wait_connections_closed(&balancer).await;
+    let lines = wait_json(&path, CLIENTS).await;
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["ended_by"] == "client" && l["status"] == Value::Null),
+        "{lines:?}"
+    );
+    wait_until("every socket let go", || open_sockets() <= sockets).await;
+    assert_eq!(Seen::get(&seen.answered), 0);
+}

@@ -214,3 +214,126 @@ async fn streams_beyond_max_backend_connections_wait_for_one_to_be_let_go() {
     assert_eq!(charged(&balancer, 0).len(), 7);
     drop(write);
 }
+
+/// A POST stream of `length` bytes of body, its body to follow.
+fn post_headers(stream: u32, length: usize) -> Vec<u8> {
+    let block = crate::support::h2frames::hpack(&[
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":authority", "app.test"),
+        (":path", "/upload"),
+        ("content-length", &length.to_string()),
+    ]);
+    headers(stream, &block, false, true)
+}
+
+/// Found by review: a stream waiting for one of `max_backend_connections` does not read its
+/// body, and what its client sent of it meanwhile counts against the connection's window. A
+/// client uploading on more streams than the cap (a browser sending several files, a gRPC
+/// client) fills the connection window with the waiting streams' bodies, and the stream that
+/// holds the backend connection can no longer receive its own body: it waits until
+/// `request_body_timeout` (408), then the next one does the same. The stream holding the slot
+/// must be able to finish its upload.
+#[tokio::test]
+async fn uploads_waiting_for_a_backend_connection_do_not_starve_the_one_that_has_it() {
+    let backend = crate::support::raw::length_backend().await;
+    let (_balancer, addr, _events) = balancer(
+        &[backend.entry("b0")],
+        "request_body_timeout = \"3s\"\n\
+         [listeners.http2]\nmax_backend_connections = 1\n\
+         initial_connection_window_size = 65535\ninitial_stream_window_size = 65535",
+        "",
+    )
+    .await;
+    let (mut read, mut write, _) = handshake_with(addr, settings(&[])).await;
+    // Stream 1 takes the one backend connection, its body still to come.
+    write.write_all(&post_headers(1, 1000)).await.unwrap();
+    wait_until("stream 1 connected to the backend", || {
+        backend.accepted() == 1
+    })
+    .await;
+    // Stream 3 waits for it, its whole body sent: the connection's window is used up.
+    let mut burst = post_headers(3, 65535);
+    let body = vec![b'y'; 65535];
+    let mut chunks = body.chunks(16384).peekable();
+    while let Some(chunk) = chunks.next() {
+        burst.extend(crate::support::h2frames::data(
+            3,
+            chunk,
+            chunks.peek().is_none(),
+        ));
+    }
+    write.write_all(&burst).await.unwrap();
+    // A client keeping to flow control sends stream 1's body once the connection's window
+    // opens again.
+    let answered = async {
+        let mut sent = false;
+        loop {
+            let frame = read_frame(&mut read)
+                .await
+                .expect("the connection stays open");
+            match (frame.kind, frame.stream) {
+                (WINDOW_UPDATE, 0) if !sent => {
+                    write
+                        .write_all(&crate::support::h2frames::data(1, &[b'x'; 1000], true))
+                        .await
+                        .unwrap();
+                    sent = true;
+                }
+                (HEADERS, 1) => return (sent, frame.payload),
+                (RST_STREAM, 1) => return (sent, Vec::new()),
+                _ => {}
+            }
+        }
+    };
+    let (sent, head) = tokio::time::timeout(DEADLINE, answered)
+        .await
+        .expect("stream 1 answered in time");
+    assert!(
+        sent,
+        "stream 1 was answered (or reset) before the connection's window let its body through: \
+         the waiting stream's body held it"
+    );
+    // `:status: 200`, the static table's index 8.
+    assert_eq!(head.first(), Some(&0x88), "{head:?}");
+    drop(write);
+}
+
+/// Review: streams the client cancels while they wait for a backend connection give up their
+/// place and take none: once the holder lets its connection go, the next stream gets it, and
+/// the cancelled ones never reach the backend.
+#[tokio::test]
+async fn streams_cancelled_while_waiting_for_a_backend_connection_leak_no_slot() {
+    let backend = sized_backend(1 << 20).await;
+    let (_balancer, addr, _events) = balancer(
+        &[backend.entry("b0")],
+        "[listeners.http2]\nmax_backend_connections = 1",
+        "timeouts.body_idle = \"1s\"",
+    )
+    .await;
+    let (mut read, mut write) = shut_window_client(addr).await;
+    // Stream 1 holds the one backend connection; 3 and 5 wait, and are cancelled.
+    open_streams(&mut write, 3).await;
+    wait_until("stream 1 at the backend", || backend.hits() == 1).await;
+    let mut cancels = crate::support::h2frames::rst_stream(3, CANCEL);
+    cancels.extend(crate::support::h2frames::rst_stream(5, CANCEL));
+    write.write_all(&cancels).await.unwrap();
+    assert_eq!(until_reset(&mut read, 1, 1).await, vec![(1, CANCEL)]);
+    // The slot is free again: a new stream gets it.
+    write
+        .write_all(&headers(
+            7,
+            &request_block("GET", "app.test", "/"),
+            true,
+            true,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(until_reset(&mut read, 1, 1).await, vec![(7, CANCEL)]);
+    assert_eq!(
+        backend.hits(),
+        2,
+        "the cancelled streams never reached the backend"
+    );
+    drop(write);
+}
