@@ -415,8 +415,11 @@ async fn a_client_that_vanished_after_a_chunked_or_expect_continue_upload_is_see
 }
 
 /// This process's CPU time so far (user and system), in clock ticks (`/proc/self/stat`).
+/// The CPU this thread has used, in clock ticks. The thread's, not the process's: the other
+/// tests of this binary run beside this one, while this test's runtime (a current-thread
+/// one), and so the balancer's connection tasks, run on this thread alone.
 fn cpu_ticks() -> u64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("/proc/thread-self/stat");
     // The fields after the command's closing parenthesis; utime and stime are the 14th and
     // 15th of the line, the 12th and 13th after it.
     let rest = &stat[stat.rfind(')').expect("the command") + 2..];
