@@ -414,7 +414,6 @@ async fn a_client_that_vanished_after_a_chunked_or_expect_continue_upload_is_see
     }
 }
 
-/// This process's CPU time so far (user and system), in clock ticks (`/proc/self/stat`).
 /// The CPU this thread has used, in clock ticks. The thread's, not the process's: the other
 /// tests of this binary run beside this one, while this test's runtime (a current-thread
 /// one), and so the balancer's connection tasks, run on this thread alone.
@@ -465,12 +464,35 @@ async fn a_socket_left_readable_while_a_request_waits_costs_no_cpu() {
     }
 }
 
-/// The sockets this process holds open.
-fn open_sockets() -> usize {
+/// The accepted connections of the listener at `listener` that this process still holds:
+/// sockets of `/proc/net/tcp` on its address and port, other than the listening one, whose
+/// inode is one of this process's descriptors. Other tests of this binary open sockets of
+/// their own meanwhile, so a count of all of them would not tell.
+fn held_connections(listener: SocketAddr) -> usize {
+    let SocketAddr::V4(v4) = listener else {
+        panic!("an IPv4 listener")
+    };
+    let local = format!(
+        "{:08X}:{:04X}",
+        u32::from_le_bytes(v4.ip().octets()),
+        v4.port()
+    );
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let inodes: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // local_address, then st (0A is LISTEN), then the inode, tenth.
+            (fields.get(1) == Some(&local.as_str()) && fields.get(3) != Some(&"0A"))
+                .then(|| fields.get(9).map(|inode| format!("socket:[{inode}]")))
+                .flatten()
+        })
+        .collect();
     std::fs::read_dir("/proc/self/fd")
         .expect("/proc/self/fd")
         .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
-        .filter(|target| target.to_string_lossy().starts_with("socket:"))
+        .filter(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
         .count()
 }
 
@@ -483,7 +505,6 @@ async fn many_clients_resetting_at_once_leak_nothing() {
     let dir = LogDir::new();
     let path = dir.path("access.log");
     let (balancer, _events, addr, _admin) = balancer(&backend, &path, "").await;
-    let sockets = open_sockets();
     let mut clients = Vec::new();
     for i in 0..CLIENTS {
         let mut client = TcpStream::connect(addr).await.unwrap();
@@ -495,6 +516,8 @@ async fn many_clients_resetting_at_once_leak_nothing() {
         Seen::get(&seen.received) == CLIENTS as u64
     })
     .await;
+    // The measure sees them while they are open (so its 0 below means let go).
+    assert_eq!(held_connections(addr), CLIENTS);
     clients.into_iter().for_each(reset);
     wait_until("every backend connection closed by capataz", || {
         Seen::get(&seen.cancelled) == CLIENTS as u64
@@ -508,6 +531,9 @@ async fn many_clients_resetting_at_once_leak_nothing() {
             .all(|l| l["ended_by"] == "client" && l["status"] == Value::Null),
         "{lines:?}"
     );
-    wait_until("every socket let go", || open_sockets() <= sockets).await;
+    wait_until("every accepted socket let go", || {
+        held_connections(addr) == 0
+    })
+    .await;
     assert_eq!(Seen::get(&seen.answered), 0);
 }
