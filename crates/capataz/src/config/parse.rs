@@ -322,23 +322,32 @@ mod tests {
         assert!(started.elapsed() < std::time::Duration::from_secs(1));
     }
 
+    /// A config of one listener and pool `web` with `n` backends, backend `i` written as
+    /// `backend(i)` (an inline table), one per line from line 5.
+    fn pool_of(n: usize, backend: impl Fn(usize) -> String) -> String {
+        let mut text = String::from(
+            "[[listeners]]\naddress = \"127.0.0.1:8080\"\n[pools.web]\nbackends = [\n",
+        );
+        for i in 0..n {
+            text.push_str(&backend(i));
+            text.push_str(",\n");
+        }
+        text.push_str("]\n");
+        text
+    }
+
     /// Regression: a pool's backend names were checked for duplicates by scanning every earlier
     /// backend, so a pool of 50,000 backends took half a minute of CPU to validate (on the
     /// blocking pool during a reload, holding every later reload back).
     #[test]
     fn a_pool_of_fifty_thousand_backends_validates_in_linear_time() {
         let pool = |n: usize| {
-            let mut text = String::from(
-                "[[listeners]]\naddress = \"127.0.0.1:8080\"\n[pools.web]\nbackends = [\n",
-            );
-            for i in 0..n {
-                text.push_str(&format!(
-                    "{{ name = \"b{i}\", address = \"127.0.0.1:{}\" }},\n",
+            pool_of(n, |i| {
+                format!(
+                    "{{ name = \"b{i}\", address = \"127.0.0.1:{}\" }}",
                     1 + i % 60_000
-                ));
-            }
-            text.push_str("]\n");
-            text
+                )
+            })
         };
         // Ten times the backends must cost about ten times the time, not a hundred (the
         // quadratic scan). A ratio, best of two, so a loaded machine does not fail it.
@@ -375,17 +384,12 @@ mod tests {
     #[test]
     fn fifty_thousand_errors_are_placed_in_linear_time() {
         let pool = |n: usize| {
-            let mut text = String::from(
-                "[[listeners]]\naddress = \"127.0.0.1:8080\"\n[pools.web]\nbackends = [\n",
-            );
-            for i in 0..n {
-                text.push_str(&format!(
-                    "{{ address = \"127.0.0.1:{}\", weight = 0 }},\n",
+            pool_of(n, |i| {
+                format!(
+                    "{{ address = \"127.0.0.1:{}\", weight = 0 }}",
                     1 + i % 60_000
-                ));
-            }
-            text.push_str("]\n");
-            text
+                )
+            })
         };
         let env = Environment::from_pairs::<&str, &str>([]);
         let best = |text: &str| {

@@ -427,23 +427,28 @@ mod tests {
     use crate::health::Clock;
     use crate::instruments::{Families, HistogramScope};
 
-    /// When each of four backends is first probed, with `fastrand` seeded with `seed`.
-    async fn first_probes(seed: u64) -> Vec<Option<Duration>> {
-        let text = "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]\nbackends = [\
-            { name = \"a\", address = \"127.0.0.1:9\" }, { name = \"b\", address = \"127.0.0.1:9\" },\
-            { name = \"c\", address = \"127.0.0.1:9\" }, { name = \"d\", address = \"127.0.0.1:9\" }]\n\
-            [pools.web.active]\ninterval = \"10s\"\n";
+    /// The health runtime of the first pool of config `text`, its tasks not started.
+    fn pool_of(text: &str) -> Arc<PoolRt> {
         let config = crate::config::parse_str(text, "<test>").expect("valid test config");
         let families = Families::register(&mut Registry::default(), HistogramScope::Pool);
         let (events, _rx) = broadcast::channel(64);
-        let pool = PoolRt::new(
+        PoolRt::new(
             config.pools[0].clone(),
             events,
             Clock::start(),
             None,
             false,
             &families,
-        );
+        )
+    }
+
+    /// When each of four backends is first probed, with `fastrand` seeded with `seed`.
+    async fn first_probes(seed: u64) -> Vec<Option<Duration>> {
+        let text = "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]\nbackends = [\
+            { name = \"a\", address = \"127.0.0.1:9\" }, { name = \"b\", address = \"127.0.0.1:9\" },\
+            { name = \"c\", address = \"127.0.0.1:9\" }, { name = \"d\", address = \"127.0.0.1:9\" }]\n\
+            [pools.web.active]\ninterval = \"10s\"\n";
+        let pool = pool_of(text);
         fastrand::seed(seed);
         let tasks = pool.spawn_tasks();
         for _ in 0..1000 {
@@ -478,17 +483,7 @@ mod tests {
         let text = "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]\nbackends = [\
             { name = \"a\", address = \"127.0.0.1:9\" }, { name = \"b\", address = \"127.0.0.1:9\" }]\n\
             slow_start = \"2s\"\n[pools.web.active]\ninterval = \"1h\"\nrise = 1\nfall = 1\n";
-        let config = crate::config::parse_str(text, "<test>").expect("valid test config");
-        let families = Families::register(&mut Registry::default(), HistogramScope::Pool);
-        let (events, _rx) = broadcast::channel(64);
-        let pool = PoolRt::new(
-            config.pools[0].clone(),
-            events,
-            Clock::start(),
-            None,
-            false,
-            &families,
-        );
+        let pool = pool_of(text);
         // Only the timer runs (asleep with nothing due): the probes are fed by hand.
         let timer = {
             let pool = pool.clone();

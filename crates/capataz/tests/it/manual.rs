@@ -7,6 +7,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::support::process::subcommands;
+
 fn page() -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_capataz"))
         .arg("man")
@@ -50,26 +52,6 @@ fn rendered(page: &str) -> (String, String) {
         }
     }
     (plain, String::from_utf8_lossy(&output.stderr).into_owned())
-}
-
-/// The subcommands `capataz <args> --help` lists (without `help`).
-fn subcommands(args: &[&str]) -> Vec<String> {
-    let output = Command::new(env!("CARGO_BIN_EXE_capataz"))
-        .args(args)
-        .arg("--help")
-        .output()
-        .expect("the capataz binary runs");
-    let help = String::from_utf8(output.stdout).expect("UTF-8 help");
-    help.split("Commands:")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no command list in:\n{help}"))
-        .lines()
-        .skip(1)
-        .take_while(|line| line.starts_with("  "))
-        .filter_map(|line| line.split_whitespace().next())
-        .filter(|name| *name != "help")
-        .map(str::to_owned)
-        .collect()
 }
 
 #[test]

@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use crate::support::process::subcommands;
+
 fn capataz(args: &[&str]) -> Output {
     let output = Command::new(env!("CARGO_BIN_EXE_capataz"))
         .args(args)
@@ -20,26 +22,6 @@ fn capataz(args: &[&str]) -> Output {
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The subcommands `capataz <args> --help` lists (without `help`).
-fn subcommands(args: &[&str]) -> Vec<String> {
-    let mut args = args.to_vec();
-    args.push("--help");
-    let help = String::from_utf8(capataz(&args).stdout).expect("UTF-8 help");
-    let listed: Vec<String> = help
-        .split("Commands:")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no command list in:\n{help}"))
-        .lines()
-        .skip(1)
-        .take_while(|line| line.starts_with("  "))
-        .filter_map(|line| line.split_whitespace().next())
-        .filter(|name| *name != "help")
-        .map(str::to_owned)
-        .collect();
-    assert!(!listed.is_empty(), "{help}");
-    listed
 }
 
 #[test]

@@ -36,22 +36,7 @@ async fn start(
         .build();
     let (balancer, events) = balancer::start(&text).await;
     let admin = balancer.admin_addr().expect("the admin API runs");
-    let end = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let status = capataz::ctl::request(admin, http::Method::GET, "/status", token)
-            .await
-            .expect("GET /status");
-        let probed = status["pools"][0]["backends"].as_array().is_some_and(|b| {
-            b.len() == 2
-                && b.iter()
-                    .all(|b| b["state"] == "UP" && b["active"]["last_probe"]["result"] == "PASS")
-        });
-        if probed {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < end, "not probed: {status:#}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    balancer::wait_probed_up(admin, token, 2).await;
     (balancer, sims, events)
 }
 

@@ -176,22 +176,7 @@ async fn top_fits_an_80x24_terminal_with_many_backends_and_events() {
         .build();
     let (balancer, mut events) = balancer::start(&text).await;
     let admin = balancer.admin_addr().expect("the admin API runs");
-    let end = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let status = capataz::ctl::request(admin, http::Method::GET, "/status", None)
-            .await
-            .expect("GET /status");
-        let probed = status["pools"][0]["backends"].as_array().is_some_and(|b| {
-            b.len() == 30
-                && b.iter()
-                    .all(|b| b["state"] == "UP" && b["active"]["last_probe"]["result"] == "PASS")
-        });
-        if probed {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < end, "not probed: {status:#}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    balancer::wait_probed_up(admin, None, 30).await;
     make_events(admin, &names).await;
     // The last three go DOWN: far down the table, they must be among the rows shown.
     for sim in &sims[27..] {

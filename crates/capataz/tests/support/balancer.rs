@@ -184,3 +184,25 @@ pub fn lone_pool(text: &str) -> (Arc<PoolRt>, broadcast::Receiver<Event>) {
     );
     (pool, rx)
 }
+
+/// Waits until the first pool's `/status` (through `admin`, with `token` if given) lists
+/// `count` backends, each UP with a passing last probe (polled every 20 ms, within
+/// [`super::DEADLINE`]).
+pub async fn wait_probed_up(admin: SocketAddr, token: Option<&str>, count: usize) {
+    let end = tokio::time::Instant::now() + super::DEADLINE;
+    loop {
+        let status = capataz::ctl::request(admin, http::Method::GET, "/status", token)
+            .await
+            .expect("GET /status");
+        let probed = status["pools"][0]["backends"].as_array().is_some_and(|b| {
+            b.len() == count
+                && b.iter()
+                    .all(|b| b["state"] == "UP" && b["active"]["last_probe"]["result"] == "PASS")
+        });
+        if probed {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < end, "not probed: {status:#}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

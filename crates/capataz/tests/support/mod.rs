@@ -34,6 +34,7 @@ pub mod prometheus;
 pub mod proxied;
 pub mod raw;
 pub mod relay;
+pub mod sockets;
 pub mod stream;
 pub mod tls;
 pub mod wait;

@@ -478,3 +478,32 @@ impl Conn {
         Ok(())
     }
 }
+
+/// The subcommands `capataz <args> --help` lists, without `help` (clap's own): for the tests
+/// that check the docs, the manual and the completions name every one and no other.
+pub fn subcommands(args: &[&str]) -> Vec<String> {
+    let output = Command::new(env!("CARGO_BIN_EXE_capataz"))
+        .args(args)
+        .arg("--help")
+        .output()
+        .expect("the capataz binary runs");
+    assert!(
+        output.status.success(),
+        "capataz {args:?} --help: {}",
+        output.status
+    );
+    let help = String::from_utf8(output.stdout).expect("UTF-8 help");
+    let listed: Vec<String> = help
+        .split("Commands:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no command list in:\n{help}"))
+        .lines()
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(str::to_owned)
+        .collect();
+    assert!(!listed.is_empty(), "{help}");
+    listed
+}

@@ -26,6 +26,7 @@ use crate::support::balancer::{metrics_text, start, ConfigText};
 use crate::support::client::exchange;
 use crate::support::events::count_transitions;
 use crate::support::raw::{self, RawBackend};
+use crate::support::sockets::held_tcp_sockets;
 use crate::support::wait::wait_until;
 use crate::support::{tls, DEADLINE};
 
@@ -464,38 +465,6 @@ async fn a_socket_left_readable_while_a_request_waits_costs_no_cpu() {
     }
 }
 
-/// The accepted connections of the listener at `listener` that this process still holds:
-/// sockets of `/proc/net/tcp` on its address and port, other than the listening one, whose
-/// inode is one of this process's descriptors. Other tests of this binary open sockets of
-/// their own meanwhile, so a count of all of them would not tell.
-fn held_connections(listener: SocketAddr) -> usize {
-    let SocketAddr::V4(v4) = listener else {
-        panic!("an IPv4 listener")
-    };
-    let local = format!(
-        "{:08X}:{:04X}",
-        u32::from_le_bytes(v4.ip().octets()),
-        v4.port()
-    );
-    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
-    let inodes: Vec<String> = table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            // local_address, then st (0A is LISTEN), then the inode, tenth.
-            (fields.get(1) == Some(&local.as_str()) && fields.get(3) != Some(&"0A"))
-                .then(|| fields.get(9).map(|inode| format!("socket:[{inode}]")))
-                .flatten()
-        })
-        .collect();
-    std::fs::read_dir("/proc/self/fd")
-        .expect("/proc/self/fd")
-        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
-        .filter(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
-        .count()
-}
-
 /// Review: many clients resetting at once leak nothing: every backend connection is closed,
 /// every client connection counted closed, every socket let go, one log line each.
 #[tokio::test]
@@ -517,7 +486,7 @@ async fn many_clients_resetting_at_once_leak_nothing() {
     })
     .await;
     // The measure sees them while they are open (so its 0 below means let go).
-    assert_eq!(held_connections(addr), CLIENTS);
+    assert_eq!(held_tcp_sockets(addr, false), CLIENTS);
     clients.into_iter().for_each(reset);
     wait_until("every backend connection closed by capataz", || {
         Seen::get(&seen.cancelled) == CLIENTS as u64
@@ -532,7 +501,7 @@ async fn many_clients_resetting_at_once_leak_nothing() {
         "{lines:?}"
     );
     wait_until("every accepted socket let go", || {
-        held_connections(addr) == 0
+        held_tcp_sockets(addr, false) == 0
     })
     .await;
     assert_eq!(Seen::get(&seen.answered), 0);

@@ -77,33 +77,9 @@ async fn closed(addr: SocketAddr) -> bool {
     }
 }
 
-/// Whether one of this process's descriptors is a TCP socket listening on `addr` (IPv4), from
-/// `/proc/net/tcp` and `/proc/self/fd`.
+/// Whether one of this process's descriptors is a TCP socket listening on `addr` (IPv4; any
+/// other is taken as listening).
 #[cfg(target_os = "linux")]
 fn listening_here(addr: SocketAddr) -> bool {
-    let std::net::IpAddr::V4(ip) = addr.ip() else {
-        return true;
-    };
-    let [a, b, c, d] = ip.octets();
-    let local = format!("{d:02X}{c:02X}{b:02X}{a:02X}:{:04X}", addr.port());
-    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
-    let listening: Vec<String> = table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            // local_address, then st (0A is LISTEN), then the inode, tenth.
-            (fields.get(1) == Some(&local.as_str()) && fields.get(3) == Some(&"0A"))
-                .then(|| fields.get(9).map(|inode| format!("socket:[{inode}]")))
-                .flatten()
-        })
-        .collect();
-    if listening.is_empty() {
-        return false;
-    }
-    std::fs::read_dir("/proc/self/fd")
-        .expect("/proc/self/fd")
-        .flatten()
-        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
-        .any(|target| listening.iter().any(|l| target.as_os_str() == l.as_str()))
+    !addr.is_ipv4() || crate::support::sockets::held_tcp_sockets(addr, true) > 0
 }
