@@ -170,24 +170,29 @@ async fn assert_vanished(
     assert_eq!(count_transitions(events), 0, "no transition");
 }
 
-#[tokio::test]
-async fn a_client_that_vanished_is_not_logged_as_served() {
+/// A client sends `request` on a new connection to a balancer over a slow backend (with
+/// `listener` lines in its listener), and resets the connection once the backend has it:
+/// [`assert_vanished`] in `phase`. The access log's lines, for more checks.
+async fn sent_then_reset(request: &[u8], listener: &str, phase: &str) -> Vec<Value> {
     let (backend, seen) = slow_backend(THINKING).await;
     let dir = LogDir::new();
     let path = dir.path("access.log");
-    let (balancer, mut events, addr, admin) = balancer(&backend, &path, "").await;
+    let (balancer, mut events, addr, admin) = balancer(&backend, &path, listener).await;
     let mut client = TcpStream::connect(addr).await.unwrap();
-    client
-        .write_all(b"GET /slow HTTP/1.1\r\nHost: app.test\r\n\r\n")
-        .await
-        .unwrap();
-    wait_until("the backend has the request", || {
+    client.write_all(request).await.unwrap();
+    wait_until("the backend has the request (and its body)", || {
         Seen::get(&seen.received) == 1
     })
     .await;
     reset(client);
-    assert_vanished(&path, "headers", &seen, &balancer, admin, &mut events).await;
-    let line = &wait_json(&path, 1).await[0];
+    assert_vanished(&path, phase, &seen, &balancer, admin, &mut events).await;
+    wait_json(&path, 1).await
+}
+
+#[tokio::test]
+async fn a_client_that_vanished_is_not_logged_as_served() {
+    let request = b"GET /slow HTTP/1.1\r\nHost: app.test\r\n\r\n";
+    let line = &sent_then_reset(request, "", "headers").await[0];
     assert_eq!(line["target"], "/slow");
     assert_eq!(line["protocol"], "HTTP/1.1");
 }
@@ -196,21 +201,8 @@ async fn a_client_that_vanished_is_not_logged_as_served() {
 async fn a_client_that_vanished_after_its_upload_is_ended_by_the_client_in_send() {
     // Its body was read whole, then the client waited, then reset: the same, in `send` (a
     // request with a body is in `send` until its answer's head, as HAProxy's `CH`-like row).
-    let (backend, seen) = slow_backend(THINKING).await;
-    let dir = LogDir::new();
-    let path = dir.path("access.log");
-    let (balancer, mut events, addr, admin) = balancer(&backend, &path, "").await;
-    let mut client = TcpStream::connect(addr).await.unwrap();
-    client
-        .write_all(b"POST /upload HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\n\r\nhello")
-        .await
-        .unwrap();
-    wait_until("the backend has the request and its body", || {
-        Seen::get(&seen.received) == 1
-    })
-    .await;
-    reset(client);
-    assert_vanished(&path, "send", &seen, &balancer, admin, &mut events).await;
+    let request = b"POST /upload HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\n\r\nhello";
+    sent_then_reset(request, "", "send").await;
 }
 
 #[tokio::test]
@@ -245,25 +237,11 @@ async fn a_client_that_vanished_over_tls_is_not_logged_as_served() {
 async fn a_client_that_vanished_behind_a_proxy_protocol_header_is_not_logged_as_served() {
     // The header and the request in one write: the request is read from what capataz read
     // past the header, and the reset is still the socket's.
-    let (backend, seen) = slow_backend(THINKING).await;
-    let dir = LogDir::new();
-    let path = dir.path("access.log");
     let listener = "proxy_protocol = { trusted = [\"127.0.0.0/8\"] }";
-    let (balancer, mut events, addr, admin) = balancer(&backend, &path, listener).await;
-    let mut client = TcpStream::connect(addr).await.unwrap();
-    client
-        .write_all(
-            b"PROXY TCP4 192.0.2.7 127.0.0.1 5555 80\r\nGET /slow HTTP/1.1\r\nHost: app.test\r\n\r\n",
-        )
-        .await
-        .unwrap();
-    wait_until("the backend has the request", || {
-        Seen::get(&seen.received) == 1
-    })
-    .await;
-    reset(client);
-    assert_vanished(&path, "headers", &seen, &balancer, admin, &mut events).await;
-    assert_eq!(wait_json(&path, 1).await[0]["client"], "192.0.2.7");
+    let request =
+        b"PROXY TCP4 192.0.2.7 127.0.0.1 5555 80\r\nGET /slow HTTP/1.1\r\nHost: app.test\r\n\r\n";
+    let lines = sent_then_reset(request, listener, "headers").await;
+    assert_eq!(lines[0]["client"], "192.0.2.7");
 }
 
 #[tokio::test]
@@ -385,34 +363,32 @@ async fn a_pipelined_request_behind_a_slow_one_is_answered_in_turn() {
 /// one that waited for `100 Continue` before sending its body.
 #[tokio::test]
 async fn a_client_that_vanished_after_a_chunked_or_expect_continue_upload_is_seen_gone() {
-    for (i, request) in [
-        &b"POST /upload HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n\
-           5\r\nhello\r\n0\r\n\r\n"[..],
-        &b"POST /upload HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\n\
-           Expect: 100-continue\r\n\r\n"[..],
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let (backend, seen) = slow_backend(THINKING).await;
-        let dir = LogDir::new();
-        let path = dir.path("access.log");
-        let (balancer, mut events, addr, admin) = balancer(&backend, &path, "").await;
-        let mut client = TcpStream::connect(addr).await.unwrap();
-        client.write_all(request).await.unwrap();
-        if i == 1 {
-            let mut buf = Vec::new();
-            let head = raw::read_head(&mut client, &mut buf).await.expect("100");
-            assert!(head.starts_with("HTTP/1.1 100"), "{head}");
-            client.write_all(b"hello").await.unwrap();
-        }
-        wait_until("the backend has the request and its body", || {
-            Seen::get(&seen.received) == 1
-        })
-        .await;
-        reset(client);
-        assert_vanished(&path, "send", &seen, &balancer, admin, &mut events).await;
-    }
+    let chunked = b"POST /upload HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n\
+        5\r\nhello\r\n0\r\n\r\n";
+    sent_then_reset(chunked, "", "send").await;
+
+    let (backend, seen) = slow_backend(THINKING).await;
+    let dir = LogDir::new();
+    let path = dir.path("access.log");
+    let (balancer, mut events, addr, admin) = balancer(&backend, &path, "").await;
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    client
+        .write_all(
+            b"POST /upload HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\n\
+              Expect: 100-continue\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let head = raw::read_head(&mut client, &mut buf).await.expect("100");
+    assert!(head.starts_with("HTTP/1.1 100"), "{head}");
+    client.write_all(b"hello").await.unwrap();
+    wait_until("the backend has the request and its body", || {
+        Seen::get(&seen.received) == 1
+    })
+    .await;
+    reset(client);
+    assert_vanished(&path, "send", &seen, &balancer, admin, &mut events).await;
 }
 
 /// The CPU this thread has used, in clock ticks. The thread's, not the process's: the other
