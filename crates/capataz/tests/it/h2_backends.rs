@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use capataz::server::Balancer;
 use capataz_health::{Outcome, State};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
@@ -182,18 +183,26 @@ async fn a_stream_reset_by_the_backend_is_a_passive_error() {
     balancer.shutdown(DEADLINE).await;
 }
 
-#[tokio::test]
-async fn trailers_are_relayed_to_an_http1_client_that_asks() {
+/// An HTTP/2 backend answering `payload` with one trailer field `name: value`, a balancer
+/// over it, and an HTTP/1.1 client connection to the balancer.
+async fn trailer_backend(
+    name: &'static str,
+    value: &'static str,
+) -> (
+    HttpBackend,
+    Balancer,
+    hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+) {
     let backend = HttpBackend::start(
         "b",
         Speaks::H2,
         None,
-        Arc::new(|_| {
+        Arc::new(move |_| {
             let mut trailers = http::HeaderMap::new();
-            trailers.insert("x-checksum", "abc123".parse().expect("a value"));
+            trailers.insert(name, value.parse().expect("a value"));
             Reply::Ok {
                 status: 200,
-                headers: vec![("trailer", "x-checksum".into())],
+                headers: vec![("trailer", name.into())],
                 body: Bytes::from_static(b"payload"),
                 trailers: Some(trailers),
             }
@@ -205,16 +214,27 @@ async fn trailers_are_relayed_to_an_http1_client_that_asks() {
     let stream = tokio::net::TcpStream::connect(balancer.local_addrs()[0])
         .await
         .expect("connect");
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .expect("handshake");
     tokio::spawn(conn);
-    let request = http::Request::builder()
+    (backend, balancer, sender)
+}
+
+/// A bodiless request that accepts trailers.
+fn te_request() -> http::Request<Full<Bytes>> {
+    http::Request::builder()
         .uri("/")
         .header("host", "app.test")
         .header("te", "trailers")
         .body(Full::new(Bytes::new()))
-        .expect("request");
+        .expect("request")
+}
+
+#[tokio::test]
+async fn trailers_are_relayed_to_an_http1_client_that_asks() {
+    let (_backend, balancer, mut sender) = trailer_backend("x-checksum", "abc123").await;
+    let request = te_request();
     let response = tokio::time::timeout(DEADLINE, sender.send_request(request))
         .await
         .expect("in time")
@@ -235,37 +255,8 @@ async fn trailers_are_relayed_to_an_http1_client_that_asks() {
 /// to the backend, never relayed with its trailers cut down.
 #[tokio::test]
 async fn malformed_trailers_from_an_h2_backend_break_its_answer() {
-    let backend = HttpBackend::start(
-        "b",
-        Speaks::H2,
-        None,
-        Arc::new(|_| {
-            let mut trailers = http::HeaderMap::new();
-            trailers.insert("content-length", "7".parse().expect("a value"));
-            Reply::Ok {
-                status: 200,
-                headers: vec![("trailer", "content-length".into())],
-                body: Bytes::from_static(b"payload"),
-                trailers: Some(trailers),
-            }
-        }),
-    )
-    .await;
-    let text = ConfigText::new(&[backend.entry()]).extra(QUIET_H2C).build();
-    let (balancer, _events) = start(&text).await;
-    let stream = tokio::net::TcpStream::connect(balancer.local_addrs()[0])
-        .await
-        .expect("connect");
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake");
-    tokio::spawn(conn);
-    let request = http::Request::builder()
-        .uri("/")
-        .header("host", "app.test")
-        .header("te", "trailers")
-        .body(Full::new(Bytes::new()))
-        .expect("request");
+    let (_backend, balancer, mut sender) = trailer_backend("content-length", "7").await;
+    let request = te_request();
     let whole = tokio::time::timeout(DEADLINE, async {
         match sender.send_request(request).await {
             Ok(response) => response.into_body().collect().await.is_ok(),
