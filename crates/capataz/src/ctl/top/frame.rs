@@ -403,6 +403,13 @@ mod tests {
 
     const ADMIN: ([u8; 4], u16) = ([127, 0, 0, 1], 9901);
 
+    /// The frame of `reading` (10 s between readings, no colours) on a screen of `columns`
+    /// by `rows`.
+    fn on_screen(reading: &Reading, columns: usize, rows: usize) -> Vec<String> {
+        let screen = Screen { columns, rows };
+        frame(reading, ADMIN.into(), 10, Some(screen), false)
+    }
+
     #[test]
     fn a_frame_fits_its_screen_with_the_header_the_first_rows_and_what_is_not_up() {
         let screen = Screen {
@@ -465,26 +472,8 @@ mod tests {
             rows: 60,
         };
         assert_eq!(frame(&r, ADMIN.into(), 10, Some(big), false), lines);
-        let small = frame(
-            &reading(40, 40),
-            ADMIN.into(),
-            10,
-            Some(Screen {
-                columns: 80,
-                rows: 24,
-            }),
-            false,
-        );
-        let large = frame(
-            &reading(40, 40),
-            ADMIN.into(),
-            10,
-            Some(Screen {
-                columns: 120,
-                rows: 40,
-            }),
-            false,
-        );
+        let small = on_screen(&reading(40, 40), 80, 24);
+        let large = on_screen(&reading(40, 40), 120, 40);
         let rows = |lines: &[String]| {
             lines
                 .iter()
@@ -503,16 +492,7 @@ mod tests {
     fn long_names_give_way_and_many_pools_are_counted_not_drawn() {
         let mut r = reading(2, 1);
         r.status["pools"][0]["backends"][0]["name"] = json!("n".repeat(300));
-        let lines = frame(
-            &r,
-            ADMIN.into(),
-            10,
-            Some(Screen {
-                columns: 80,
-                rows: 24,
-            }),
-            false,
-        );
+        let lines = on_screen(&r, 80, 24);
         let row = lines
             .iter()
             .find(|l| l.starts_with("  nnn"))
@@ -524,26 +504,11 @@ mod tests {
         let pools: Vec<Value> = (0..20).map(|_| r.status["pools"][0].clone()).collect();
         r.status["pools"] = Value::Array(pools);
         for rows in [24, 10, 3, 1] {
-            let lines = frame(
-                &r,
-                ADMIN.into(),
-                10,
-                Some(Screen { columns: 80, rows }),
-                false,
-            );
+            let lines = on_screen(&r, 80, rows);
             assert!(lines.len() <= rows, "{rows}: {lines:#?}");
             assert!(lines.iter().all(|l| width(l) <= 80));
         }
-        let lines = frame(
-            &r,
-            ADMIN.into(),
-            10,
-            Some(Screen {
-                columns: 80,
-                rows: 24,
-            }),
-            false,
-        );
+        let lines = on_screen(&r, 80, 24);
         assert!(
             lines
                 .iter()
