@@ -63,6 +63,21 @@ fn member<'a>(backend: &'a SimBackend, weight: u32, keys: &str) -> Member<'a> {
     }
 }
 
+/// [`config`] over primaries `b[0]` and `b[1]` (weight 1) and backups `b[2]` (weight 1)
+/// and `b[3]` (weight 3), all of which serve when the primaries are out (`backups = "all"`).
+fn with_backups(b: &[SimBackend]) -> String {
+    config(
+        &[
+            member(&b[0], 1, ""),
+            member(&b[1], 1, ""),
+            member(&b[2], 1, "backup = true"),
+            member(&b[3], 3, "backup = true"),
+        ],
+        "backups = \"all\"",
+        "",
+    )
+}
+
 /// An admin listener, a client listener and pool `web` over `members`, with `pool_keys` in
 /// the pool's table, the fast [`CHECKS`], no retries, and then `tables` (the pool's other
 /// sub-tables).

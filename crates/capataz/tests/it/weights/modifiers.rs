@@ -159,16 +159,7 @@ fn backups_serving(event: &Event) -> Option<(usize, bool)> {
 #[tokio::test]
 async fn backups_take_the_traffic_by_their_weights_and_hand_it_back() {
     let b = backends(&["a", "b", "c", "d"]).await;
-    let text = config(
-        &[
-            member(&b[0], 1, ""),
-            member(&b[1], 1, ""),
-            member(&b[2], 1, "backup = true"),
-            member(&b[3], 3, "backup = true"),
-        ],
-        "backups = \"all\"",
-        "",
-    );
+    let text = with_backups(&b);
     let mut scene = Scene::start(&text, b).await;
     let reported = scene.check_windows("primaries serve", 2).await;
     assert!(!reported.serving("c") && !reported.serving("d"));

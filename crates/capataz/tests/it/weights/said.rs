@@ -50,16 +50,7 @@ fn serving_names(pool: &Value) -> Vec<String> {
 #[tokio::test]
 async fn who_serves_is_said_the_same_three_ways_and_the_traffic_goes_there() {
     let b = backends(&["a", "b", "c", "d"]).await;
-    let config = config(
-        &[
-            member(&b[0], 1, ""),
-            member(&b[1], 1, ""),
-            member(&b[2], 1, "backup = true"),
-            member(&b[3], 3, "backup = true"),
-        ],
-        "backups = \"all\"",
-        "",
-    );
+    let config = with_backups(&b);
     let mut scene = Scene::start(&config, b).await;
     scene.check_windows("primaries serve", 1).await;
     let pool = pool_status(&scene).await;
