@@ -28,10 +28,10 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use crate::access_log::{self, AccessLog, AccessRecord, Termination};
 use crate::balance::PoolHandle;
-use crate::h1::framing::Framing;
 use crate::upstream::{
     self, AttemptError, BackendStream, Phase, PrivateIdle, ResponseStream, Slot,
 };
+use capataz_h1::framing::Framing;
 
 /// A request body on its way to a backend.
 #[derive(Debug, Default)]

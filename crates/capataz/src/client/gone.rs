@@ -37,7 +37,7 @@ use std::task::{Context, Poll};
 use tokio::io::ReadBuf;
 use tokio::net::TcpStream;
 
-use crate::proxy_protocol::Rewind;
+use capataz_proxy_protocol::Rewind;
 
 /// No request is watched (none in progress, or answered).
 const IDLE: u8 = 0;

@@ -346,7 +346,7 @@ pub struct PoolConfig {
     pub connection_reuse: ConnectionReuse,
     /// The PROXY protocol header sent first on each backend connection, naming the client
     /// (default: none). Only with private reuse and HTTP/1.1 backends.
-    pub send_proxy_protocol: Option<crate::proxy_protocol::Version>,
+    pub send_proxy_protocol: Option<capataz_proxy_protocol::Version>,
     /// Which backups serve while no primary is in rotation (default: the first one).
     pub backups: BackupUse,
     /// The minimum healthy share below which a `fail_open` pool fails open over its primaries

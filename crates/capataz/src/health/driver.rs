@@ -296,7 +296,7 @@ async fn probe_loop(seat: Arc<Seat>, mut rng: prober::Rng) {
     let preamble = rt
         .upstream
         .proxy_protocol()
-        .map(crate::proxy_protocol::encode_local)
+        .map(capataz_proxy_protocol::encode_local)
         .unwrap_or_default();
     let mut interval = intervals.of(pool.cadence(backend));
     drop(pool);

@@ -7,9 +7,9 @@
 //! (an unexpected one fails whatever the body says).
 //!
 //! Reading is bounded: the status line is judged by [`parse_status_line`] (through
-//! [`super::judge_line`]) before anything else, the head by [`h1::head::parse`] within
+//! [`super::judge_line`]) before anything else, the head by [`capataz_h1::head::parse`] within
 //! [`MAX_PROBE_HEAD`] bytes, and the body, framed by its `Content-Length`, its chunks or the
-//! close ([`h1::body::BodyReader`]), only up to the rule's `body_limit`; the probe's one
+//! close ([`capataz_h1::body::BodyReader`]), only up to the rule's `body_limit`; the probe's one
 //! deadline covers all of it. Substrings are matched without a regex: a configured text is
 //! UTF-8, so it is searched for in each run of valid UTF-8 of the body with `str::contains`
 //! (linear time, whatever the backend sends), and never across an invalid byte.
@@ -27,7 +27,6 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::{classify_error, connect, judge_line, USER_AGENT};
 use crate::config::{ActiveCheckConfig, ContentRules};
-use crate::h1;
 use crate::tls::client::Connector;
 
 /// The largest response head a checked probe reads (status line and header fields).
@@ -165,7 +164,7 @@ where
             }
         };
         let head = loop {
-            match h1::head::parse(&mut buf, MAX_PROBE_HEAD) {
+            match capataz_h1::head::parse(&mut buf, MAX_PROBE_HEAD) {
                 Ok(Some(head)) => break head,
                 Ok(None) => {
                     if read_more(&mut stream, &mut buf).await? == 0 {
@@ -196,20 +195,20 @@ where
     if !probe.rules.reads_body() {
         return Ok(status);
     }
-    let Ok(framing) = h1::framing::response(&probe.method, &head) else {
+    let Ok(framing) = capataz_h1::framing::response(&probe.method, &head) else {
         return Ok(Outcome::Malformed.into());
     };
     let limit = probe.rules.body_limit;
-    let mut reader = h1::body::BodyReader::new(framing);
+    let mut reader = capataz_h1::body::BodyReader::new(framing);
     let mut body: Vec<u8> = Vec::with_capacity(limit.min(16 * 1024));
     while body.len() < limit && !reader.is_done() {
         match reader.decode(&mut buf) {
-            Ok(h1::body::Step::Data(data)) => {
+            Ok(capataz_h1::body::Step::Data(data)) => {
                 let take = data.len().min(limit - body.len());
                 body.extend_from_slice(&data[..take]);
             }
-            Ok(h1::body::Step::End) => break,
-            Ok(h1::body::Step::NeedMore) => {
+            Ok(capataz_h1::body::Step::End) => break,
+            Ok(capataz_h1::body::Step::NeedMore) => {
                 if read_more(&mut stream, &mut buf).await? == 0 && reader.handle_eof().is_err() {
                     return Ok(Outcome::Reset.into());
                 }

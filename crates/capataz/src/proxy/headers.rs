@@ -7,7 +7,7 @@ use http::{Request, Uri, Version};
 use hyper::body::Incoming;
 
 use super::ClientInfo;
-use crate::h1::framing::BodyLength;
+use capataz_h1::framing::BodyLength;
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");

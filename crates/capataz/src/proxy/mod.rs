@@ -28,14 +28,14 @@ use crate::acme::Http01Tokens;
 use crate::balance::PoolHandle;
 use crate::body::{grpc_status, BodyRead, Grpc, Lease, ReqBody, RespBody};
 use crate::config::{BackendProtocol, ConnectionReuse, ListenerConfig};
-use crate::h1::chunked;
-use crate::h1::framing::{self, BodyLength};
 use crate::instruments::{AnsweredBy, ListenerMetrics, MethodClass, RouteMetrics};
 use crate::tls::TlsInfo;
 use crate::upstream::{
     self, AttemptError, BackendSlots, BackendStream, ExchangeError, ExchangeTimeouts, H2Failure,
     Outgoing, PrivateIdle, Transport,
 };
+use capataz_h1::chunked;
+use capataz_h1::framing::{self, BodyLength};
 
 mod headers;
 mod pages;

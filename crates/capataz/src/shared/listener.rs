@@ -21,9 +21,9 @@ use crate::config::ListenerConfig;
 use crate::health::PoolRt;
 use crate::instruments::HandshakeFailures;
 use crate::proxy::{ClientInfo, Proxy};
-use crate::proxy_protocol::{self, Addresses, Rewind};
 use crate::tls::acme::ACME_TLS_ALPN;
 use crate::tls::{ServerTls, TlsInfo};
+use capataz_proxy_protocol::{Addresses, Rewind};
 
 /// One client-facing listener at run time.
 #[derive(Debug)]
@@ -314,7 +314,7 @@ async fn accept_loop(
                 // its biggest stage, for the connection's whole life.
                 let read = tokio::time::timeout(
                     limits.header_read_timeout,
-                    Box::pin(proxy_protocol::read_header(&mut stream)),
+                    Box::pin(capataz_proxy_protocol::read_header(&mut stream)),
                 );
                 let read = tokio::select! {
                     read = read => Some(read),

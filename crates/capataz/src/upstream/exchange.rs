@@ -18,9 +18,9 @@ use hyper::body::{Body, Frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{AttemptError, Transport, FIRST_READ, MAX_HEAD, READ_SIZE};
-use crate::h1::framing::{self, Framing};
-use crate::h1::head::{self, ResponseHead};
-use crate::h1::request::{self, RequestBody};
+use capataz_h1::framing::{self, Framing};
+use capataz_h1::head::{self, ResponseHead};
+use capataz_h1::request::{self, RequestBody};
 
 /// The deadlines of one exchange (see the module documentation).
 #[derive(Clone, Copy, Debug)]

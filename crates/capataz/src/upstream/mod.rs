@@ -45,8 +45,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
-use crate::proxy_protocol::Version as ProxyVersion;
 use crate::tls::client::Connector;
+use capataz_proxy_protocol::Version as ProxyVersion;
 
 /// The client a request comes from, as a PROXY protocol header to a backend names it: its
 /// address and the address it connected to; `None` for no client (a `LOCAL` header).
@@ -180,7 +180,7 @@ impl Upstream {
         if let Some(version) = self.send_proxy {
             let header = match client {
                 Some((source, destination)) => version.encode(source, destination),
-                None => crate::proxy_protocol::encode_local(version),
+                None => capataz_proxy_protocol::encode_local(version),
             };
             let deadline = started + self.connect_timeout;
             // Part of connecting: within the connect deadline, and nothing of the request is

@@ -1,4 +1,4 @@
-//! A backend's response body read from its connection: the IO around `h1::body::BodyReader`.
+//! A backend's response body read from its connection: the IO around `capataz_h1::body::BodyReader`.
 //!
 //! It reads from any [`Transport`] into one buffer, hands the reader what arrived, and times
 //! the backend's silences: a body the backend sends nothing of for `body_idle` while capataz
@@ -15,8 +15,8 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 
 use super::{AttemptError, Transport, READ_SIZE};
-use crate::h1::body::{BodyReader, Step};
-use crate::h1::framing::Framing;
+use capataz_h1::body::{BodyReader, Step};
+use capataz_h1::framing::Framing;
 
 /// A response body on its way from a backend's connection.
 pub(crate) struct ResponseStream<S> {

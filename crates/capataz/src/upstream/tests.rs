@@ -92,7 +92,7 @@ async fn read_request(backend: &mut DuplexStream, body_len: usize) -> Vec<u8> {
 async fn read_body(
     stream: DuplexStream,
     buf: BytesMut,
-    framing: crate::h1::framing::Framing,
+    framing: capataz_h1::framing::Framing,
 ) -> (Vec<u8>, Option<DuplexStream>) {
     let mut body = ResponseStream::new(stream, buf, framing, TIMEOUTS.body_idle);
     let mut out = Vec::new();

@@ -164,32 +164,7 @@ fn the_runtime_modules_have_no_cycle() {
         ("body", "health"),
         ("balance", "health"),
         ("proxy", "health"),
-        ("h1", "upstream"),
     ] {
         assert!(!graph[from].contains(to), "{from} imports {to}");
-    }
-}
-
-/// `h1` is sans-IO: framing code that never names tokio or a socket type, so a new transport
-/// (TLS) touches none of it.
-#[test]
-fn h1_does_no_io() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/h1");
-    for entry in std::fs::read_dir(&dir).expect("read src/h1") {
-        let path = entry.expect("a directory entry").path();
-        let text = std::fs::read_to_string(&path).expect("read a source file");
-        for word in [
-            "tokio",
-            "TcpStream",
-            "std::net",
-            "std::io::Read",
-            "AsyncRead",
-        ] {
-            let code = text
-                .lines()
-                .filter(|line| !line.trim_start().starts_with("//"))
-                .any(|line| line.contains(word));
-            assert!(!code, "{} names {word}", path.display());
-        }
     }
 }

@@ -4,9 +4,9 @@
 
 use std::net::SocketAddr;
 
-use capataz::proxy_protocol::{encode_v1, encode_v2};
 use capataz::server::Balancer;
 use capataz::sim::SimBackend;
+use capataz_proxy_protocol::{encode_v1, encode_v2};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 

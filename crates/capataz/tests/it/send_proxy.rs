@@ -6,8 +6,8 @@
 use std::net::SocketAddr;
 
 use capataz::config;
-use capataz::proxy_protocol::{encode_local, encode_v1, encode_v2, Version};
 use capataz::server::Balancer;
+use capataz_proxy_protocol::{encode_local, encode_v1, encode_v2, Version};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use capataz::proxy_protocol::{parse, Parsed, Rewind, MAX_HEADER};
+use capataz_proxy_protocol::{parse, Parsed, Rewind, MAX_HEADER};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;

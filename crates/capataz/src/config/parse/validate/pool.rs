@@ -26,8 +26,8 @@ use crate::config::{
     DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT, MAX_GRPC_SERVICE, MAX_MATCH_TEXT, MAX_PROBE_BODY,
     MAX_PROBE_HEADERS,
 };
-use crate::proxy_protocol::Version as ProxyVersion;
 use capataz_health::GrpcCodes;
+use capataz_proxy_protocol::Version as ProxyVersion;
 
 /// A probe request's method, extra header fields and body.
 type ProbeRequest = (String, Vec<(String, String)>, Option<String>);

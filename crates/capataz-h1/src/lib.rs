@@ -8,7 +8,8 @@
 //! backend connection then holds only its socket (no dispatch channel, task or buffers), and a
 //! request goes out from the task that received it. See BENCHMARKS.md, Memory.
 //!
-//! Public so that the `h1_response` fuzz target (`fuzz/`) can drive it.
+//! A crate of its own, without tokio or any socket type among its dependencies: the compiler
+//! keeps it sans-IO. The `h1_response` fuzz target (`fuzz/`) drives it.
 
 pub mod body;
 pub mod chunked;

@@ -169,7 +169,7 @@ fn has_token(headers: &HeaderMap, token: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::h1::head;
+    use crate::head;
 
     fn framing(method: &Method, text: &str) -> Result<Framing, FramingError> {
         let mut buf = bytes::BytesMut::from(text.as_bytes());
