@@ -1,4 +1,4 @@
-//! Checks for the `h1_response` target: capataz's reading of a backend's answer (`capataz::h1`)
+//! Checks for the `h1_response` target: capataz's reading of a backend's answer (`capataz_h1`)
 //! on any bytes, arriving in pieces of any size.
 //!
 //! The first byte picks the request method (GET or HEAD) and the size of the pieces the rest
@@ -7,10 +7,10 @@
 //! chunked body must not yield more bytes than arrived, nor data from an empty buffer.
 
 use bytes::BytesMut;
-use capataz::h1::body::{BodyError, BodyReader, Step};
-use capataz::h1::chunked::{Decoded, Decoder};
-use capataz::h1::framing::{self, BodyLength, Framing};
-use capataz::h1::head;
+use capataz_h1::body::{BodyError, BodyReader, Step};
+use capataz_h1::chunked::{Decoded, Decoder};
+use capataz_h1::framing::{self, BodyLength, Framing};
+use capataz_h1::head;
 use http::Method;
 
 /// The same limit as capataz's backend connections.

@@ -543,6 +543,7 @@ fn main() -> ExitCode {
     }
 }
 
+/// The subcommand's function, by the command line.
 fn run(
     cli: Cli,
     inherited: Result<Option<Inherited>, capataz::handover::HandoverError>,
@@ -556,227 +557,38 @@ fn run(
             duration,
             log_format,
             tls,
-        } => {
-            init_logging(log_format.into(), "info");
-            let options = capataz::demo::DemoOptions {
+        } => demo(
+            capataz::demo::DemoOptions {
                 listen,
                 admin,
                 rate,
                 duration: duration.map(Duration::from_secs),
                 tls,
-            };
-            runtime()?.block_on(capataz::demo::run(options))?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Run { file, log_format } => {
-            let path = match file.path("run") {
-                Ok(path) => path,
-                Err(usage) => return usage_error(&usage),
-            };
-            let config = match config::load_all_errors(&path) {
-                Ok(config) => config,
-                Err(errors) => {
-                    for error in errors.iter() {
-                        eprintln!("capataz: invalid configuration: {error}");
-                    }
-                    return Ok(ExitCode::from(2));
-                }
-            };
-            init_logging(
-                log_format.map_or(config.log.format, LogFormat::from),
-                &config.log.level,
-            );
-            // Only `run` takes sockets over; for any other command they are closed here.
-            let mut inherited = inherited.context("cannot take over from the upgrading process")?;
-            let runtime = runtime()?;
-            let served = runtime.block_on(async {
-                let mut signals = Signals::install();
-                let (events, _) = tokio::sync::broadcast::channel(1024);
-                let mut balancer = capataz::server::Balancer::start_taking_over(
-                    &config,
-                    events,
-                    Some(path),
-                    inherited.as_mut(),
-                )
-                .await?;
-                match inherited {
-                    Some(inherited) => {
-                        let within = capataz::upgrade::decide_within(&config);
-                        tracing::info!(
-                            "taking over from the upgrading process: probing every backend before accepting (up to {})",
-                            capataz_health::pool::human_duration(within)
-                        );
-                        let decided = capataz::upgrade::wait_decided(&balancer, within);
-                        let mut decided = Box::pin(decided);
-                        loop {
-                            tokio::select! {
-                                decided = &mut decided => match decided {
-                                    Ok(()) => break,
-                                    Err(waiting) => anyhow::bail!(
-                                        "not ready within {}: still waiting for the first probe of {}; the old process keeps serving",
-                                        capataz_health::pool::human_duration(within),
-                                        waiting.join(", ")
-                                    ),
-                                },
-                                asked = signals.next() => {
-                                    if matches!(asked, Asked::Stop) {
-                                        anyhow::bail!("stopped before the takeover; the old process keeps serving");
-                                    }
-                                    // A reload or an upgrade is for a process that serves.
-                                    tracing::warn!("signal ignored while taking over");
-                                }
-                            }
-                        }
-                        drop(decided);
-                        balancer.open();
-                        for address in inherited.untaken() {
-                            tracing::info!(%address, "closing an inherited socket the configuration no longer listens on");
-                        }
-                        if let Err(error) = inherited.ready() {
-                            tracing::warn!(%error, "cannot tell the old process that this one serves; it will stop when it sees this process is not ready");
-                        }
-                        notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
-                        tracing::info!("took over from the old process: accepting connections");
-                    }
-                    None => notify("READY=1"),
-                }
-                let stopped = signals.serve_until_stopped(&balancer, invocation).await;
-                let deadline = balancer.shared().config().server.shutdown_timeout;
-                match stopped {
-                    Stopped::Asked => {
-                        notify("STOPPING=1");
-                        tracing::info!(
-                            "stopping: no new connections; finishing requests in flight (up to {})",
-                            capataz_health::pool::human_duration(deadline)
-                        );
-                    }
-                    Stopped::Upgraded(pid) => tracing::info!(
-                        pid,
-                        "upgraded: the new process serves; this one stops accepting and finishes requests in flight (up to {})",
-                        capataz_health::pool::human_duration(deadline)
-                    ),
-                }
-                balancer.shutdown(deadline).await;
-                anyhow::Ok(())
-            });
-            // Dropping the runtime would wait for every blocking task, and a reload may still
-            // be reading a file that never finishes arriving: give them a moment, then exit.
-            runtime.shutdown_timeout(Duration::from_secs(1));
-            served?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Status { admin, token, json } => {
-            let status = runtime()?.block_on(capataz::ctl::request(
-                admin,
-                http::Method::GET,
-                "/status",
-                token.as_deref(),
-            ))?;
-            if json {
-                stdout(&capataz::ctl::pretty(&status))?;
-            } else {
-                stdout(&capataz::ctl::render_status(&status))?;
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+            },
+            log_format,
+        ),
+        Command::Run { file, log_format } => serve(file, log_format, inherited, invocation),
+        Command::Status { admin, token, json } => status(admin, token.as_deref(), json),
         Command::Top {
             admin,
             token,
             interval,
             iterations,
             events,
-        } => {
-            let options = capataz::ctl::top::TopOptions {
-                admin,
-                token,
-                interval,
-                iterations,
-                events,
-            };
-            let mut out = std::io::stdout();
-            runtime()?.block_on(capataz::ctl::top::run(options, &mut out))?;
-            Ok(ExitCode::SUCCESS)
-        }
+        } => top(capataz::ctl::top::TopOptions {
+            admin,
+            token,
+            interval,
+            iterations,
+            events,
+        }),
         Command::Ctl {
             action,
             admin,
             token,
             json,
-        } => {
-            let path = match &action {
-                CtlAction::Reload => "/reload".to_string(),
-                CtlAction::Drain { target }
-                | CtlAction::Down { target }
-                | CtlAction::Up { target }
-                | CtlAction::Maintenance { target }
-                | CtlAction::Clear { target } => {
-                    let verb = match action {
-                        CtlAction::Drain { .. } => "drain",
-                        CtlAction::Down { .. } => "down",
-                        CtlAction::Up { .. } => "up",
-                        CtlAction::Maintenance { .. } => "maintenance",
-                        _ => "clear",
-                    };
-                    capataz::ctl::override_path(
-                        &target.pool,
-                        &target.backend,
-                        verb,
-                        target.ttl.as_deref(),
-                    )
-                }
-            };
-            let answer = runtime()?.block_on(capataz::ctl::request(
-                admin,
-                http::Method::POST,
-                &path,
-                token.as_deref(),
-            ))?;
-            let text = if json {
-                capataz::ctl::pretty(&answer)
-            } else if let CtlAction::Reload = action {
-                capataz::ctl::render_reload(&answer)
-            } else {
-                capataz::ctl::render_override(&answer)
-            };
-            stdout(&text)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Check { file, strict } => {
-            let file = match file.path("check") {
-                Ok(path) => path,
-                Err(usage) => return usage_error(&usage),
-            };
-            let config = match config::load_all_errors(&file) {
-                Ok(config) => config,
-                Err(errors) => {
-                    eprintln!("{errors}");
-                    if errors.len() > 1 {
-                        eprintln!("{}: {} errors", file.display(), errors.len());
-                    }
-                    return Ok(ExitCode::from(2));
-                }
-            };
-            let warnings = config::check(&config);
-            let mut text = String::new();
-            for warning in &warnings {
-                text.push_str(&format!("warning: {warning}\n"));
-            }
-            let backends: usize = config.pools.iter().map(|p| p.backends.len()).sum();
-            text.push_str(&format!(
-                "{}: valid ({} listeners, {} pools, {} backends, {} warnings)\n",
-                file.display(),
-                config.listeners.len(),
-                config.pools.len(),
-                backends,
-                warnings.len()
-            ));
-            stdout(&text)?;
-            Ok(ExitCode::from(if strict && !warnings.is_empty() {
-                1
-            } else {
-                0
-            }))
-        }
+        } => ctl(&action, admin, token.as_deref(), json),
+        Command::Check { file, strict } => check(file, strict),
         Command::Completions { shell } => {
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "capataz", &mut script);
@@ -798,55 +610,307 @@ fn run(
             fall,
             consecutive_errors,
             explain,
-        } => {
-            let (mut settings, options) = if config.is_some() || pool.is_some() || !sets.is_empty()
-            {
-                let text = match &config {
-                    Some(path) => Some((
-                        std::fs::read_to_string(path)
-                            .with_context(|| format!("cannot read {}", path.display()))?,
-                        path.display().to_string(),
-                    )),
-                    None => None,
-                };
-                let text = text.as_ref().map(|(t, s)| (t.as_str(), s.as_str()));
-                match capataz::replay::pool_settings(text, pool.as_deref(), &sets) {
-                    Ok(found) => found,
-                    Err(message) => {
-                        eprintln!("capataz replay: {message}");
-                        return Ok(ExitCode::from(2));
-                    }
-                }
-            } else {
-                Default::default()
-            };
-            settings.rise = rise.unwrap_or(settings.rise);
-            settings.fall = fall.unwrap_or(settings.fall);
-            settings.consecutive_errors = consecutive_errors.unwrap_or(settings.consecutive_errors);
-            let stdout = std::io::stdout().lock();
-            let mut stderr = std::io::stderr().lock();
-            let explain: Option<&mut dyn std::io::Write> =
-                if explain { Some(&mut stderr) } else { None };
-            let result = match &file {
-                Some(path) => {
-                    let input = std::fs::File::open(path)
-                        .with_context(|| format!("cannot open replay script {}", path.display()))?;
-                    capataz::replay::run_with(settings, options, input, stdout, explain)
-                }
-                None => capataz::replay::run_with(
-                    settings,
-                    options,
-                    std::io::stdin().lock(),
-                    stdout,
-                    explain,
+        } => replay(
+            ReplayArgs {
+                config,
+                pool,
+                sets,
+                rise,
+                fall,
+                consecutive_errors,
+            },
+            file.as_deref(),
+            explain,
+        ),
+    }
+}
+
+/// `capataz demo`.
+fn demo(options: capataz::demo::DemoOptions, log_format: Format) -> anyhow::Result<ExitCode> {
+    init_logging(log_format.into(), "info");
+    runtime()?.block_on(capataz::demo::run(options))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `capataz run`: load the file, take over from an upgrading process if there is one, serve
+/// until asked to stop or upgraded, then drain.
+fn serve(
+    file: ConfigFile,
+    log_format: Option<Format>,
+    inherited: Result<Option<Inherited>, capataz::handover::HandoverError>,
+    invocation: &Invocation,
+) -> anyhow::Result<ExitCode> {
+    let path = match file.path("run") {
+        Ok(path) => path,
+        Err(usage) => return usage_error(&usage),
+    };
+    let config = match config::load_all_errors(&path) {
+        Ok(config) => config,
+        Err(errors) => {
+            for error in errors.iter() {
+                eprintln!("capataz: invalid configuration: {error}");
+            }
+            return Ok(ExitCode::from(2));
+        }
+    };
+    init_logging(
+        log_format.map_or(config.log.format, LogFormat::from),
+        &config.log.level,
+    );
+    // Only `run` takes sockets over; for any other command they are closed here.
+    let mut inherited = inherited.context("cannot take over from the upgrading process")?;
+    let runtime = runtime()?;
+    let served = runtime.block_on(async {
+        let mut signals = Signals::install();
+        let (events, _) = tokio::sync::broadcast::channel(1024);
+        let mut balancer = capataz::server::Balancer::start_taking_over(
+            &config,
+            events,
+            Some(path),
+            inherited.as_mut(),
+        )
+        .await?;
+        match inherited {
+            Some(inherited) => take_over(&mut balancer, inherited, &config, &mut signals).await?,
+            None => notify("READY=1"),
+        }
+        let stopped = signals.serve_until_stopped(&balancer, invocation).await;
+        let deadline = balancer.shared().config().server.shutdown_timeout;
+        match stopped {
+            Stopped::Asked => {
+                notify("STOPPING=1");
+                tracing::info!(
+                    "stopping: no new connections; finishing requests in flight (up to {})",
+                    capataz_health::pool::human_duration(deadline)
+                );
+            }
+            Stopped::Upgraded(pid) => tracing::info!(
+                pid,
+                "upgraded: the new process serves; this one stops accepting and finishes requests in flight (up to {})",
+                capataz_health::pool::human_duration(deadline)
+            ),
+        }
+        balancer.shutdown(deadline).await;
+        anyhow::Ok(())
+    });
+    // Dropping the runtime would wait for every blocking task, and a reload may still be
+    // reading a file that never finishes arriving: give them a moment, then exit.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    served?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The new process of an upgrade: probe every backend before accepting (up to the configured
+/// bound), then open the listeners, close the inherited sockets no longer listened on, and tell
+/// the old process (and systemd) that this one serves. A stop or a bound passed first is an
+/// error: the old process keeps serving.
+async fn take_over(
+    balancer: &mut capataz::server::Balancer,
+    inherited: Inherited,
+    config: &config::Config,
+    signals: &mut Signals,
+) -> anyhow::Result<()> {
+    let within = capataz::upgrade::decide_within(config);
+    tracing::info!(
+        "taking over from the upgrading process: probing every backend before accepting (up to {})",
+        capataz_health::pool::human_duration(within)
+    );
+    let decided = capataz::upgrade::wait_decided(balancer, within);
+    let mut decided = Box::pin(decided);
+    loop {
+        tokio::select! {
+            decided = &mut decided => match decided {
+                Ok(()) => break,
+                Err(waiting) => anyhow::bail!(
+                    "not ready within {}: still waiting for the first probe of {}; the old process keeps serving",
+                    capataz_health::pool::human_duration(within),
+                    waiting.join(", ")
                 ),
-            };
-            match result {
-                Ok(_) => Ok(ExitCode::SUCCESS),
-                // A closed pipe downstream (`capataz replay | head`) is a normal way to stop.
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
-                Err(e) => Err(e).context("replay failed"),
+            },
+            asked = signals.next() => {
+                if matches!(asked, Asked::Stop) {
+                    anyhow::bail!("stopped before the takeover; the old process keeps serving");
+                }
+                // A reload or an upgrade is for a process that serves.
+                tracing::warn!("signal ignored while taking over");
             }
         }
+    }
+    drop(decided);
+    balancer.open();
+    for address in inherited.untaken() {
+        tracing::info!(%address, "closing an inherited socket the configuration no longer listens on");
+    }
+    if let Err(error) = inherited.ready() {
+        tracing::warn!(%error, "cannot tell the old process that this one serves; it will stop when it sees this process is not ready");
+    }
+    notify(&format!("MAINPID={}\nREADY=1", std::process::id()));
+    tracing::info!("took over from the old process: accepting connections");
+    Ok(())
+}
+
+/// `capataz status`.
+fn status(admin: SocketAddr, token: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
+    let status = runtime()?.block_on(capataz::ctl::request(
+        admin,
+        http::Method::GET,
+        "/status",
+        token,
+    ))?;
+    if json {
+        stdout(&capataz::ctl::pretty(&status))?;
+    } else {
+        stdout(&capataz::ctl::render_status(&status))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `capataz top`.
+fn top(options: capataz::ctl::top::TopOptions) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout();
+    runtime()?.block_on(capataz::ctl::top::run(options, &mut out))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `capataz ctl`.
+fn ctl(
+    action: &CtlAction,
+    admin: SocketAddr,
+    token: Option<&str>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let path = match action {
+        CtlAction::Reload => "/reload".to_string(),
+        CtlAction::Drain { target }
+        | CtlAction::Down { target }
+        | CtlAction::Up { target }
+        | CtlAction::Maintenance { target }
+        | CtlAction::Clear { target } => {
+            let verb = match action {
+                CtlAction::Drain { .. } => "drain",
+                CtlAction::Down { .. } => "down",
+                CtlAction::Up { .. } => "up",
+                CtlAction::Maintenance { .. } => "maintenance",
+                _ => "clear",
+            };
+            capataz::ctl::override_path(&target.pool, &target.backend, verb, target.ttl.as_deref())
+        }
+    };
+    let answer = runtime()?.block_on(capataz::ctl::request(
+        admin,
+        http::Method::POST,
+        &path,
+        token,
+    ))?;
+    let text = if json {
+        capataz::ctl::pretty(&answer)
+    } else if let CtlAction::Reload = action {
+        capataz::ctl::render_reload(&answer)
+    } else {
+        capataz::ctl::render_override(&answer)
+    };
+    stdout(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `capataz check`: 2 for an invalid file, 1 for warnings under `--strict`, else 0.
+fn check(file: ConfigFile, strict: bool) -> anyhow::Result<ExitCode> {
+    let file = match file.path("check") {
+        Ok(path) => path,
+        Err(usage) => return usage_error(&usage),
+    };
+    let config = match config::load_all_errors(&file) {
+        Ok(config) => config,
+        Err(errors) => {
+            eprintln!("{errors}");
+            if errors.len() > 1 {
+                eprintln!("{}: {} errors", file.display(), errors.len());
+            }
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let warnings = config::check(&config);
+    let mut text = String::new();
+    for warning in &warnings {
+        text.push_str(&format!("warning: {warning}\n"));
+    }
+    let backends: usize = config.pools.iter().map(|p| p.backends.len()).sum();
+    text.push_str(&format!(
+        "{}: valid ({} listeners, {} pools, {} backends, {} warnings)\n",
+        file.display(),
+        config.listeners.len(),
+        config.pools.len(),
+        backends,
+        warnings.len()
+    ));
+    stdout(&text)?;
+    Ok(ExitCode::from(if strict && !warnings.is_empty() {
+        1
+    } else {
+        0
+    }))
+}
+
+/// What `capataz replay` takes to pick a pool's settings.
+struct ReplayArgs {
+    config: Option<PathBuf>,
+    pool: Option<String>,
+    sets: Vec<String>,
+    rise: Option<NonZeroU32>,
+    fall: Option<NonZeroU32>,
+    consecutive_errors: Option<NonZeroU32>,
+}
+
+/// `capataz replay`: the settings from a config's pool (with `--set` edits) or the defaults,
+/// then the script from FILE or standard input.
+fn replay(
+    args: ReplayArgs,
+    file: Option<&std::path::Path>,
+    explain: bool,
+) -> anyhow::Result<ExitCode> {
+    let (mut settings, options) =
+        if args.config.is_some() || args.pool.is_some() || !args.sets.is_empty() {
+            let text = match &args.config {
+                Some(path) => Some((
+                    std::fs::read_to_string(path)
+                        .with_context(|| format!("cannot read {}", path.display()))?,
+                    path.display().to_string(),
+                )),
+                None => None,
+            };
+            let text = text.as_ref().map(|(t, s)| (t.as_str(), s.as_str()));
+            match capataz::replay::pool_settings(text, args.pool.as_deref(), &args.sets) {
+                Ok(found) => found,
+                Err(message) => {
+                    eprintln!("capataz replay: {message}");
+                    return Ok(ExitCode::from(2));
+                }
+            }
+        } else {
+            Default::default()
+        };
+    settings.rise = args.rise.unwrap_or(settings.rise);
+    settings.fall = args.fall.unwrap_or(settings.fall);
+    settings.consecutive_errors = args
+        .consecutive_errors
+        .unwrap_or(settings.consecutive_errors);
+    let stdout = std::io::stdout().lock();
+    let mut stderr = std::io::stderr().lock();
+    let explain: Option<&mut dyn std::io::Write> = if explain { Some(&mut stderr) } else { None };
+    let result = match file {
+        Some(path) => {
+            let input = std::fs::File::open(path)
+                .with_context(|| format!("cannot open replay script {}", path.display()))?;
+            capataz::replay::run_with(settings, options, input, stdout, explain)
+        }
+        None => {
+            capataz::replay::run_with(settings, options, std::io::stdin().lock(), stdout, explain)
+        }
+    };
+    match result {
+        Ok(_) => Ok(ExitCode::SUCCESS),
+        // A closed pipe downstream (`capataz replay | head`) is a normal way to stop.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
+        Err(e) => Err(e).context("replay failed"),
     }
 }
