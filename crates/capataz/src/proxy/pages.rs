@@ -10,7 +10,7 @@ use crate::config::AllDownPolicy;
 use crate::upstream::{self, AttemptError};
 
 /// Why the last attempt of a request did not give the client an answer.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Failure {
     /// The attempt failed.
     Attempt(AttemptError),
