@@ -6,7 +6,7 @@
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::{CheckKind, Config, PoolSource};
+use super::{CheckKind, Config, PoolConfig, PoolSource};
 
 /// How long a dead backend may keep receiving traffic, judged by `fall x (interval +
 /// timeout)` (each probe of a hung backend waits out its timeout, and the next starts one
@@ -96,18 +96,44 @@ fn expiring_certificates(config: &Config, now: i64) -> Vec<Warning> {
 
 /// The warnings about settings, which do not depend on the time.
 fn check_settings(config: &Config) -> Vec<Warning> {
-    let mut warnings = Vec::new();
-    let mut warn = |key: String, message: String| {
-        warnings.push(Warning {
-            file: config.source.clone(),
-            line: config.lines.nearest(&key),
+    let mut w = Warnings {
+        config,
+        list: Vec::new(),
+    };
+    check_admin(&mut w);
+    check_listeners(&mut w);
+    for pool in &config.pools {
+        check_pool(&mut w, pool);
+        if pool.active.kind != CheckKind::None {
+            check_active(&mut w, pool);
+        }
+    }
+    check_alerts(&mut w);
+    w.list
+}
+
+/// The warnings found so far, each placed in `config`'s file by its key.
+struct Warnings<'a> {
+    config: &'a Config,
+    list: Vec<Warning>,
+}
+
+impl Warnings<'_> {
+    fn warn(&mut self, key: String, message: String) {
+        self.list.push(Warning {
+            file: self.config.source.clone(),
+            line: self.config.lines.nearest(&key),
             key,
             message,
-        })
-    };
-    if let Some(admin) = &config.admin {
+        });
+    }
+}
+
+/// An admin API whose read-only opening opens everything.
+fn check_admin(w: &mut Warnings<'_>) {
+    if let Some(admin) = &w.config.admin {
         if admin.open_read_only && admin.token.is_none() {
-            warn(
+            w.warn(
                 "admin.open_read_only".into(),
                 "open_read_only does nothing without a token: every endpoint, the ones that \
                  change backends included, is open to anyone who reaches the admin address \
@@ -116,6 +142,11 @@ fn check_settings(config: &Config) -> Vec<Warning> {
             );
         }
     }
+}
+
+/// An http-01 challenge with no plaintext listener on port 80.
+fn check_listeners(w: &mut Warnings<'_>) {
+    let config = w.config;
     let port_80 = config
         .listeners
         .iter()
@@ -127,7 +158,7 @@ fn check_settings(config: &Config) -> Vec<Warning> {
             .and_then(|tls| tls.settings.acme.as_ref())
             .is_some_and(|acme| acme.challenge == crate::tls::acme::Challenge::Http01);
         if http01 && !port_80 {
-            warn(
+            w.warn(
                 format!("listeners[{index}].tls.acme.challenge"),
                 "http-01 is validated on port 80 and no plaintext listener is on port 80: the \
                  validation fails unless port 80 reaches one of them (by a port forward) or the \
@@ -136,140 +167,148 @@ fn check_settings(config: &Config) -> Vec<Warning> {
             );
         }
     }
-    for pool in &config.pools {
-        let at = format!("pools.{}", pool.name);
-        if pool.tls.as_ref().is_some_and(|tls| !tls.verify) {
-            warn(
-                format!("{at}.tls.verify"),
-                "verify = false accepts any certificate: traffic to the backends is encrypted, \
-                 but to whoever answers, a man in the middle included (give the backends' CA \
-                 as ca_file, and server_name if their certificates name another host)"
-                    .into(),
-            );
-        }
-        if let PoolSource::Etcd(etcd) = &pool.source {
-            let clear = etcd.endpoints.iter().find(|e| {
-                e.access.auth.is_some()
-                    && e.access.tls.is_none()
-                    && !e
-                        .host
-                        .parse::<std::net::IpAddr>()
-                        .is_ok_and(|ip| ip.is_loopback())
-                    && e.host != "localhost"
-            });
-            if let Some(endpoint) = clear {
-                warn(
-                    format!("{at}.source.username"),
-                    format!(
-                        "{}: the etcd password and token travel in clear text over http:// \
-                         (use https:// endpoints with the source's tls settings)",
-                        endpoint.url
-                    ),
-                );
-            }
-        }
-        let active = &pool.active;
-        let primaries = pool.backends.iter().filter(|b| !b.backup).count();
-        // A pool whose backends come from a source has none in the file to count.
-        if !pool.source.is_dynamic()
-            && usize::try_from(pool.min_healthy.count).is_ok_and(|n| n > primaries)
-        {
-            warn(
-                format!("{at}.min_healthy"),
+}
+
+/// A pool's backend TLS, etcd credentials, `min_healthy`, and no health checking at all.
+fn check_pool(w: &mut Warnings<'_>, pool: &PoolConfig) {
+    let at = format!("pools.{}", pool.name);
+    if pool.tls.as_ref().is_some_and(|tls| !tls.verify) {
+        w.warn(
+            format!("{at}.tls.verify"),
+            "verify = false accepts any certificate: traffic to the backends is encrypted, \
+             but to whoever answers, a man in the middle included (give the backends' CA \
+             as ca_file, and server_name if their certificates name another host)"
+                .into(),
+        );
+    }
+    if let PoolSource::Etcd(etcd) = &pool.source {
+        let clear = etcd.endpoints.iter().find(|e| {
+            e.access.auth.is_some()
+                && e.access.tls.is_none()
+                && !e
+                    .host
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+                && e.host != "localhost"
+        });
+        if let Some(endpoint) = clear {
+            w.warn(
+                format!("{at}.source.username"),
                 format!(
-                    "min_healthy = {} is above the pool's {primaries} primaries, so it counts \
-                     as {primaries}: the pool fails open as soon as any primary is out (lower \
-                     it, or add primaries)",
-                    pool.min_healthy.count
+                    "{}: the etcd password and token travel in clear text over http:// \
+                     (use https:// endpoints with the source's tls settings)",
+                    endpoint.url
                 ),
-            );
-        }
-        if active.kind == CheckKind::None {
-            if !pool.passive.enabled {
-                warn(
-                    at.clone(),
-                    "no health checking at all: active.kind is \"none\" and passive checks are \
-                     disabled, so a dead backend keeps receiving traffic (enable one of them)"
-                        .into(),
-                );
-            }
-            // The other active settings do nothing without probes.
-            continue;
-        }
-        if active.rise.get() == 1 {
-            warn(
-                format!("{at}.active.rise"),
-                "rise = 1 brings a backend back on one lucky probe, so a flapping backend keeps \
-                 flapping in and out of the pool (use 2 or more)"
-                    .into(),
-            );
-        }
-        if active.fall.get() == 1 {
-            warn(
-                format!("{at}.active.fall"),
-                "fall = 1 takes a healthy backend out on one lost probe, so the pool flaps \
-                 (use 2 or more)"
-                    .into(),
-            );
-        }
-        if active.timeout >= active.interval {
-            warn(
-                format!("{at}.active.timeout"),
-                format!(
-                    "the probe timeout ({:?}) is not shorter than the interval ({:?}), so a \
-                     hung backend stretches every probe cycle (make the timeout shorter)",
-                    active.timeout, active.interval
-                ),
-            );
-        }
-        let expect_key = format!("{at}.active.expect");
-        if active.kind == CheckKind::Tcp && config.lines.written(&expect_key) {
-            warn(
-                expect_key,
-                "expect does nothing with kind = \"tcp\": a TCP probe passes when the connection \
-                 opens and reads no status (remove expect, or use kind = \"http\" to check a \
-                 status)"
-                    .into(),
-            );
-        }
-        let detection = active
-            .interval
-            .saturating_add(active.timeout)
-            .saturating_mul(active.fall.get());
-        if detection > DETECTION_BUDGET {
-            warn(
-                format!("{at}.active.fall"),
-                format!(
-                    "fall {} x (interval {:?} + timeout {:?}) = {:?}: a dead or hung backend keeps \
-                     receiving traffic that long before probes take it out (keep it within {:?}: \
-                     lower fall, interval or timeout)",
-                    active.fall, active.interval, active.timeout, detection, DETECTION_BUDGET
-                ),
-            );
-        }
-        let recovery = active.interval.saturating_mul(active.rise.get());
-        if recovery > RECOVERY_BUDGET {
-            warn(
-                format!("{at}.active.rise"),
-                format!(
-                    "rise {} x interval {:?} = {:?}: a backend that recovered stays out of the \
-                     pool that long (keep it within {:?}: lower rise or interval)",
-                    active.rise, active.interval, recovery, RECOVERY_BUDGET
-                ),
-            );
-        }
-        if active.jitter == 0.0 {
-            warn(
-                format!("{at}.active.jitter"),
-                "jitter 0 sends the probes of all backends in lockstep, in bursts \
-                 (use e.g. \"10%\")"
-                    .into(),
             );
         }
     }
-    for (index, webhook) in config.alerts.webhooks.iter().enumerate() {
+    let primaries = pool.backends.iter().filter(|b| !b.backup).count();
+    // A pool whose backends come from a source has none in the file to count.
+    if !pool.source.is_dynamic()
+        && usize::try_from(pool.min_healthy.count).is_ok_and(|n| n > primaries)
+    {
+        w.warn(
+            format!("{at}.min_healthy"),
+            format!(
+                "min_healthy = {} is above the pool's {primaries} primaries, so it counts \
+                 as {primaries}: the pool fails open as soon as any primary is out (lower \
+                 it, or add primaries)",
+                pool.min_healthy.count
+            ),
+        );
+    }
+    if pool.active.kind == CheckKind::None && !pool.passive.enabled {
+        w.warn(
+            at,
+            "no health checking at all: active.kind is \"none\" and passive checks are \
+             disabled, so a dead backend keeps receiving traffic (enable one of them)"
+                .into(),
+        );
+    }
+}
+
+/// A pool's active checks: streak lengths, the timeout beside the interval, an `expect` a TCP
+/// probe ignores, how long detection and recovery take, and probes in lockstep.
+fn check_active(w: &mut Warnings<'_>, pool: &PoolConfig) {
+    let at = format!("pools.{}", pool.name);
+    let active = &pool.active;
+    if active.rise.get() == 1 {
+        w.warn(
+            format!("{at}.active.rise"),
+            "rise = 1 brings a backend back on one lucky probe, so a flapping backend keeps \
+             flapping in and out of the pool (use 2 or more)"
+                .into(),
+        );
+    }
+    if active.fall.get() == 1 {
+        w.warn(
+            format!("{at}.active.fall"),
+            "fall = 1 takes a healthy backend out on one lost probe, so the pool flaps \
+             (use 2 or more)"
+                .into(),
+        );
+    }
+    if active.timeout >= active.interval {
+        w.warn(
+            format!("{at}.active.timeout"),
+            format!(
+                "the probe timeout ({:?}) is not shorter than the interval ({:?}), so a \
+                 hung backend stretches every probe cycle (make the timeout shorter)",
+                active.timeout, active.interval
+            ),
+        );
+    }
+    let expect_key = format!("{at}.active.expect");
+    if active.kind == CheckKind::Tcp && w.config.lines.written(&expect_key) {
+        w.warn(
+            expect_key,
+            "expect does nothing with kind = \"tcp\": a TCP probe passes when the connection \
+             opens and reads no status (remove expect, or use kind = \"http\" to check a \
+             status)"
+                .into(),
+        );
+    }
+    let detection = active
+        .interval
+        .saturating_add(active.timeout)
+        .saturating_mul(active.fall.get());
+    if detection > DETECTION_BUDGET {
+        w.warn(
+            format!("{at}.active.fall"),
+            format!(
+                "fall {} x (interval {:?} + timeout {:?}) = {:?}: a dead or hung backend keeps \
+                 receiving traffic that long before probes take it out (keep it within {:?}: \
+                 lower fall, interval or timeout)",
+                active.fall, active.interval, active.timeout, detection, DETECTION_BUDGET
+            ),
+        );
+    }
+    let recovery = active.interval.saturating_mul(active.rise.get());
+    if recovery > RECOVERY_BUDGET {
+        w.warn(
+            format!("{at}.active.rise"),
+            format!(
+                "rise {} x interval {:?} = {:?}: a backend that recovered stays out of the \
+                 pool that long (keep it within {:?}: lower rise or interval)",
+                active.rise, active.interval, recovery, RECOVERY_BUDGET
+            ),
+        );
+    }
+    if active.jitter == 0.0 {
+        w.warn(
+            format!("{at}.active.jitter"),
+            "jitter 0 sends the probes of all backends in lockstep, in bursts \
+             (use e.g. \"10%\")"
+                .into(),
+        );
+    }
+}
+
+/// A webhook timeout long enough to hold the alerts queued behind it.
+fn check_alerts(w: &mut Warnings<'_>) {
+    for (index, webhook) in w.config.alerts.webhooks.iter().enumerate() {
         if webhook.timeout >= SLOW_WEBHOOK {
-            warn(
+            w.warn(
                 format!("alerts.webhooks[{index}].timeout"),
                 format!(
                     "a timeout of {:?} lets one hung endpoint hold every alert queued behind it \
@@ -280,5 +319,4 @@ fn check_settings(config: &Config) -> Vec<Warning> {
             );
         }
     }
-    warnings
 }
