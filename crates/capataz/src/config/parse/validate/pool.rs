@@ -21,10 +21,10 @@ use super::super::values::parse_percent;
 use super::{is_token_text, ConfigError, Validator, U32_MAX};
 use crate::config::{
     ActiveCheckConfig, AgentCheckConfig, Algorithm, AllDownPolicy, BackendConfig, BackendProtocol,
-    CheckKind, ConnectionReuse, ContentRules, LatencyOutliersConfig, LoadSheddingConfig,
-    PassiveCheckConfig, PoolConfig, RetryConfig, SuccessRateConfig, TrackTarget, UpstreamTimeouts,
-    DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT, MAX_GRPC_SERVICE, MAX_MATCH_TEXT, MAX_PROBE_BODY,
-    MAX_PROBE_HEADERS,
+    BackendTls, CheckKind, ConnectionReuse, ContentRules, LatencyOutliersConfig,
+    LoadSheddingConfig, PassiveCheckConfig, PoolConfig, RetryConfig, SuccessRateConfig,
+    TrackTarget, UpstreamTimeouts, DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT, MAX_GRPC_SERVICE,
+    MAX_MATCH_TEXT, MAX_PROBE_BODY, MAX_PROBE_HEADERS,
 };
 use capataz_health::GrpcCodes;
 use capataz_proxy_protocol::Version as ProxyVersion;
@@ -40,19 +40,7 @@ impl Validator<'_> {
     ) -> Result<PoolConfig, ConfigError> {
         let name_span = name.span();
         let name = name.into_inner();
-        let valid_name = !name.is_empty()
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-        if !valid_name {
-            return Err(self.error(
-                Some(name_span),
-                &format!("pools.{name}"),
-                format!(
-                    "{name:?} is not a pool name (use letters, digits, '_', '.' and '-', e.g. [pools.web])"
-                ),
-            ));
-        }
+        self.pool_name(&name, &name_span)?;
         let at = format!("pools.{name}");
         let agent = match raw.agent.take() {
             None => None,
@@ -110,81 +98,24 @@ impl Validator<'_> {
             ));
         }
         let min_healthy = self.min_healthy(&at, &raw, when_all_down)?;
-        let explicit_kind = raw.active.kind;
         let protocol = match raw.protocol {
             None | Some(RawProtocol::Http1) => BackendProtocol::Http1,
             Some(RawProtocol::H2) => BackendProtocol::H2,
             Some(RawProtocol::H2c) => BackendProtocol::H2c,
         };
-        let mut active = self.active(&format!("{at}.active"), raw.active)?;
-        match (protocol, explicit_kind) {
-            // An HTTP/2 pool's default check connects only: an HTTP/2 backend need not
-            // answer `GET /healthz`; `kind = "http"` probes it over HTTP/2.
-            (BackendProtocol::H2 | BackendProtocol::H2c, None) => active.kind = CheckKind::Tcp,
-            (BackendProtocol::Http1, Some(RawCheckKind::Grpc)) => {
-                return Err(self.error(
-                    Some(name_span),
-                    &format!("{at}.active.kind"),
-                    r#"the "grpc" check speaks HTTP/2, and this pool's backends speak HTTP/1.1 (set protocol = "h2c", or "h2" over TLS, as gRPC backends need; or use kind = "http" or "tcp")"#.into(),
-                ));
-            }
-            _ => {}
-        }
-        let tls = match (raw.tls, protocol) {
-            (Some(RawBackendTls::Flag(false)), BackendProtocol::H2) => {
-                return Err(self.error(
-                    Some(name_span),
-                    &format!("{at}.tls"),
-                    r#"protocol = "h2" is HTTP/2 over TLS, and tls is false (remove tls = false, or use protocol = "h2c" for HTTP/2 without TLS)"#.into(),
-                ));
-            }
-            (Some(RawBackendTls::Flag(true) | RawBackendTls::Table(_)), BackendProtocol::H2c) => {
-                return Err(self.error(
-                    Some(name_span),
-                    &format!("{at}.tls"),
-                    r#"protocol = "h2c" is HTTP/2 without TLS, and tls is on (use protocol = "h2" for HTTP/2 over TLS, or remove the tls settings)"#.into(),
-                ));
-            }
-            (
-                None | Some(RawBackendTls::Flag(false)),
-                BackendProtocol::Http1 | BackendProtocol::H2c,
-            ) => None,
-            (None | Some(RawBackendTls::Flag(true)), _) => {
-                Some(self.backend_tls(&name, &at, name_span.clone(), Default::default())?)
-            }
-            (Some(RawBackendTls::Table(table)), _) => {
-                Some(self.backend_tls(&name, &at, name_span.clone(), table)?)
-            }
-        };
+        let active = self.pool_active(&at, &name_span, protocol, raw.active)?;
+        let tls = self.pool_tls(&name, &at, &name_span, raw.tls, protocol)?;
         let connection_reuse = match raw.connection_reuse {
             None | Some(RawReuse::Private) => ConnectionReuse::Private,
             Some(RawReuse::Shared) => ConnectionReuse::Shared,
         };
-        let send_proxy_protocol = match raw.send_proxy_protocol {
-            None => None,
-            Some(RawProxyVersion::V1) => Some(ProxyVersion::V1),
-            Some(RawProxyVersion::V2) => Some(ProxyVersion::V2),
-        };
-        if send_proxy_protocol.is_some() {
-            if protocol != BackendProtocol::Http1 {
-                return Err(self.error(
-                    Some(name_span),
-                    &format!("{at}.send_proxy_protocol"),
-                    "a PROXY protocol header names one client for a whole connection, and an \
-                     HTTP/2 backend connection carries many clients' requests at once (remove \
-                     send_proxy_protocol, or speak HTTP/1.1 to these backends)"
-                        .into(),
-                ));
-            }
-            if connection_reuse == ConnectionReuse::Shared {
-                return Err(self.error(
-                    Some(name_span),
-                    &format!("{at}.send_proxy_protocol"),
-                    r#"a PROXY protocol header names one client for a whole connection, and connection_reuse = "shared" lets any client's request reuse it (remove connection_reuse = "shared": the default, "private", keeps each backend connection to the client connection it was opened for)"#
-                        .into(),
-                ));
-            }
-        }
+        let send_proxy_protocol = self.send_proxy(
+            &at,
+            &name_span,
+            raw.send_proxy_protocol,
+            protocol,
+            connection_reuse,
+        )?;
         Ok(PoolConfig {
             protocol,
             tls,
@@ -209,6 +140,125 @@ impl Validator<'_> {
             source,
             agent,
         })
+    }
+
+    /// A pool's name: letters, digits, `_`, `.` and `-`.
+    fn pool_name(&self, name: &str, name_span: &Range<usize>) -> Result<(), ConfigError> {
+        let valid_name = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+        if !valid_name {
+            return Err(self.error(
+                Some(name_span.clone()),
+                &format!("pools.{name}"),
+                format!(
+                    "{name:?} is not a pool name (use letters, digits, '_', '.' and '-', e.g. [pools.web])"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `[pools.NAME.active]`; an HTTP/2 pool's default check a TCP connect, a gRPC check only
+    /// over HTTP/2.
+    fn pool_active(
+        &self,
+        at: &str,
+        name_span: &Range<usize>,
+        protocol: BackendProtocol,
+        raw: RawActive,
+    ) -> Result<ActiveCheckConfig, ConfigError> {
+        let explicit_kind = raw.kind;
+        let mut active = self.active(&format!("{at}.active"), raw)?;
+        match (protocol, explicit_kind) {
+            // An HTTP/2 pool's default check connects only: an HTTP/2 backend need not
+            // answer `GET /healthz`; `kind = "http"` probes it over HTTP/2.
+            (BackendProtocol::H2 | BackendProtocol::H2c, None) => active.kind = CheckKind::Tcp,
+            (BackendProtocol::Http1, Some(RawCheckKind::Grpc)) => {
+                return Err(self.error(
+                    Some(name_span.clone()),
+                    &format!("{at}.active.kind"),
+                    r#"the "grpc" check speaks HTTP/2, and this pool's backends speak HTTP/1.1 (set protocol = "h2c", or "h2" over TLS, as gRPC backends need; or use kind = "http" or "tcp")"#.into(),
+                ));
+            }
+            _ => {}
+        }
+        Ok(active)
+    }
+
+    /// TLS to the backends: required by `h2`, refused with `h2c`, else as `tls` says.
+    fn pool_tls(
+        &self,
+        name: &str,
+        at: &str,
+        name_span: &Range<usize>,
+        raw: Option<RawBackendTls>,
+        protocol: BackendProtocol,
+    ) -> Result<Option<BackendTls>, ConfigError> {
+        Ok(match (raw, protocol) {
+            (Some(RawBackendTls::Flag(false)), BackendProtocol::H2) => {
+                return Err(self.error(
+                    Some(name_span.clone()),
+                    &format!("{at}.tls"),
+                    r#"protocol = "h2" is HTTP/2 over TLS, and tls is false (remove tls = false, or use protocol = "h2c" for HTTP/2 without TLS)"#.into(),
+                ));
+            }
+            (Some(RawBackendTls::Flag(true) | RawBackendTls::Table(_)), BackendProtocol::H2c) => {
+                return Err(self.error(
+                    Some(name_span.clone()),
+                    &format!("{at}.tls"),
+                    r#"protocol = "h2c" is HTTP/2 without TLS, and tls is on (use protocol = "h2" for HTTP/2 over TLS, or remove the tls settings)"#.into(),
+                ));
+            }
+            (
+                None | Some(RawBackendTls::Flag(false)),
+                BackendProtocol::Http1 | BackendProtocol::H2c,
+            ) => None,
+            (None | Some(RawBackendTls::Flag(true)), _) => {
+                Some(self.backend_tls(name, at, name_span.clone(), Default::default())?)
+            }
+            (Some(RawBackendTls::Table(table)), _) => {
+                Some(self.backend_tls(name, at, name_span.clone(), table)?)
+            }
+        })
+    }
+
+    /// `send_proxy_protocol`: one client per connection, so HTTP/1.1 and private reuse only.
+    fn send_proxy(
+        &self,
+        at: &str,
+        name_span: &Range<usize>,
+        raw: Option<RawProxyVersion>,
+        protocol: BackendProtocol,
+        connection_reuse: ConnectionReuse,
+    ) -> Result<Option<ProxyVersion>, ConfigError> {
+        let send_proxy_protocol = match raw {
+            None => None,
+            Some(RawProxyVersion::V1) => Some(ProxyVersion::V1),
+            Some(RawProxyVersion::V2) => Some(ProxyVersion::V2),
+        };
+        if send_proxy_protocol.is_some() {
+            if protocol != BackendProtocol::Http1 {
+                return Err(self.error(
+                    Some(name_span.clone()),
+                    &format!("{at}.send_proxy_protocol"),
+                    "a PROXY protocol header names one client for a whole connection, and an \
+                     HTTP/2 backend connection carries many clients' requests at once (remove \
+                     send_proxy_protocol, or speak HTTP/1.1 to these backends)"
+                        .into(),
+                ));
+            }
+            if connection_reuse == ConnectionReuse::Shared {
+                return Err(self.error(
+                    Some(name_span.clone()),
+                    &format!("{at}.send_proxy_protocol"),
+                    r#"a PROXY protocol header names one client for a whole connection, and connection_reuse = "shared" lets any client's request reuse it (remove connection_reuse = "shared": the default, "private", keeps each backend connection to the client connection it was opened for)"#
+                        .into(),
+                ));
+            }
+        }
+        Ok(send_proxy_protocol)
     }
 
     /// `[pools.<name>.agent]`: its port is required (there is no conventional agent port).
@@ -415,93 +465,12 @@ impl Validator<'_> {
             Some(RawCheckKind::Grpc) => CheckKind::Grpc,
             Some(RawCheckKind::None) => CheckKind::None,
         };
-        let grpc_service = match &raw.grpc_service {
-            None => String::new(),
-            Some(service) => {
-                if kind != CheckKind::Grpc {
-                    return Err(self.error(
-                        Some(service.span()),
-                        &format!("{at}.grpc_service"),
-                        r#"grpc_service names the service a gRPC health check asks about, and the check is not kind = "grpc" (set kind = "grpc", or remove grpc_service)"#.into(),
-                    ));
-                }
-                let name = service.get_ref();
-                if name.len() > MAX_GRPC_SERVICE || name.chars().any(char::is_control) {
-                    return Err(self.error(
-                        Some(service.span()),
-                        &format!("{at}.grpc_service"),
-                        format!(
-                            "this is not a gRPC service name (use the service's full name, e.g. \"shop.Cart\", at most {MAX_GRPC_SERVICE} bytes without control characters; empty asks about the whole server)"
-                        ),
-                    ));
-                }
-                name.clone()
-            }
-        };
+        let grpc_service = self.grpc_service(at, kind, raw.grpc_service.as_ref())?;
         let request = self.probe_request(at, kind, &raw)?;
         let content = self.content_rules(at, kind, &request.0, &raw)?;
-        let path = match raw.path {
-            None => "/healthz".to_owned(),
-            Some(path) if kind == CheckKind::Grpc => {
-                return Err(self.error(
-                    Some(path.span()),
-                    &format!("{at}.path"),
-                    r#"a gRPC health check calls /grpc.health.v1.Health/Check, not a path (remove path; grpc_service names the service to ask about)"#.into(),
-                ));
-            }
-            Some(path) => {
-                if !path.get_ref().starts_with('/') || !is_token_text(path.get_ref()) {
-                    return Err(self.error(
-                        Some(path.span()),
-                        &format!("{at}.path"),
-                        format!(
-                            r#"{:?} is not a request path (start it with "/" and leave out spaces, e.g. "/healthz")"#,
-                            path.get_ref()
-                        ),
-                    ));
-                }
-                path.into_inner()
-            }
-        };
-        let host = match raw.host {
-            None => None,
-            Some(host) => {
-                if host.get_ref().is_empty() || !is_token_text(host.get_ref()) {
-                    return Err(self.error(
-                        Some(host.span()),
-                        &format!("{at}.host"),
-                        format!(
-                            r#"{:?} is not a Host header value (use e.g. "app.internal", without spaces)"#,
-                            host.get_ref()
-                        ),
-                    ));
-                }
-                Some(host.into_inner())
-            }
-        };
-        if let (CheckKind::Grpc, Some(expect)) = (kind, &raw.expect) {
-            return Err(self.error(
-                Some(expect.span()),
-                &format!("{at}.expect"),
-                r#"a gRPC health check passes on SERVING, not on an HTTP status (remove expect, or use kind = "http")"#.into(),
-            ));
-        }
-        let expect = match raw.expect {
-            None => StatusSet::default(),
-            Some(expect) => expect.get_ref().parse::<StatusSet>().map_err(|error| {
-                // The error quotes the offending item; skip it when that is the whole list.
-                let quoted = format!("{:?}", expect.get_ref());
-                let detail = error.to_string();
-                let detail = detail
-                    .strip_prefix(&format!("{quoted}: "))
-                    .unwrap_or(&detail);
-                self.error(
-                    Some(expect.span()),
-                    &format!("{at}.expect"),
-                    format!(r#"{quoted} is not a status list: {detail} (use e.g. "200-299,302")"#),
-                )
-            })?,
-        };
+        let path = self.probe_path(at, kind, raw.path)?;
+        let host = self.probe_host(at, raw.host)?;
+        let expect = self.probe_expect(at, kind, raw.expect)?;
         let disable_on_404 = raw.disable_on_404.unwrap_or(false);
         if disable_on_404 && kind != CheckKind::Http {
             return Err(self.error(
@@ -561,6 +530,126 @@ impl Validator<'_> {
                 Some(RawInitial::Down | RawInitial::FirstProbe) => State::Down,
             },
             first_probe: matches!(raw.initial, Some(RawInitial::FirstProbe)),
+        })
+    }
+
+    /// A gRPC check's service name (only with `kind = "grpc"`; empty: the whole server).
+    fn grpc_service(
+        &self,
+        at: &str,
+        kind: CheckKind,
+        service: Option<&Spanned<String>>,
+    ) -> Result<String, ConfigError> {
+        Ok(match service {
+            None => String::new(),
+            Some(service) => {
+                if kind != CheckKind::Grpc {
+                    return Err(self.error(
+                        Some(service.span()),
+                        &format!("{at}.grpc_service"),
+                        r#"grpc_service names the service a gRPC health check asks about, and the check is not kind = "grpc" (set kind = "grpc", or remove grpc_service)"#.into(),
+                    ));
+                }
+                let name = service.get_ref();
+                if name.len() > MAX_GRPC_SERVICE || name.chars().any(char::is_control) {
+                    return Err(self.error(
+                        Some(service.span()),
+                        &format!("{at}.grpc_service"),
+                        format!(
+                            "this is not a gRPC service name (use the service's full name, e.g. \"shop.Cart\", at most {MAX_GRPC_SERVICE} bytes without control characters; empty asks about the whole server)"
+                        ),
+                    ));
+                }
+                name.clone()
+            }
+        })
+    }
+
+    /// The probe's path (`/healthz` by default; none for gRPC).
+    fn probe_path(
+        &self,
+        at: &str,
+        kind: CheckKind,
+        raw: Option<Spanned<String>>,
+    ) -> Result<String, ConfigError> {
+        Ok(match raw {
+            None => "/healthz".to_owned(),
+            Some(path) if kind == CheckKind::Grpc => {
+                return Err(self.error(
+                    Some(path.span()),
+                    &format!("{at}.path"),
+                    r#"a gRPC health check calls /grpc.health.v1.Health/Check, not a path (remove path; grpc_service names the service to ask about)"#.into(),
+                ));
+            }
+            Some(path) => {
+                if !path.get_ref().starts_with('/') || !is_token_text(path.get_ref()) {
+                    return Err(self.error(
+                        Some(path.span()),
+                        &format!("{at}.path"),
+                        format!(
+                            r#"{:?} is not a request path (start it with "/" and leave out spaces, e.g. "/healthz")"#,
+                            path.get_ref()
+                        ),
+                    ));
+                }
+                path.into_inner()
+            }
+        })
+    }
+
+    /// The probe's Host header value, if set.
+    fn probe_host(
+        &self,
+        at: &str,
+        raw: Option<Spanned<String>>,
+    ) -> Result<Option<String>, ConfigError> {
+        Ok(match raw {
+            None => None,
+            Some(host) => {
+                if host.get_ref().is_empty() || !is_token_text(host.get_ref()) {
+                    return Err(self.error(
+                        Some(host.span()),
+                        &format!("{at}.host"),
+                        format!(
+                            r#"{:?} is not a Host header value (use e.g. "app.internal", without spaces)"#,
+                            host.get_ref()
+                        ),
+                    ));
+                }
+                Some(host.into_inner())
+            }
+        })
+    }
+
+    /// The statuses a probe passes on (not for gRPC, which passes on SERVING).
+    fn probe_expect(
+        &self,
+        at: &str,
+        kind: CheckKind,
+        raw: Option<Spanned<String>>,
+    ) -> Result<StatusSet, ConfigError> {
+        if let (CheckKind::Grpc, Some(expect)) = (kind, &raw) {
+            return Err(self.error(
+                Some(expect.span()),
+                &format!("{at}.expect"),
+                r#"a gRPC health check passes on SERVING, not on an HTTP status (remove expect, or use kind = "http")"#.into(),
+            ));
+        }
+        Ok(match raw {
+            None => StatusSet::default(),
+            Some(expect) => expect.get_ref().parse::<StatusSet>().map_err(|error| {
+                // The error quotes the offending item; skip it when that is the whole list.
+                let quoted = format!("{:?}", expect.get_ref());
+                let detail = error.to_string();
+                let detail = detail
+                    .strip_prefix(&format!("{quoted}: "))
+                    .unwrap_or(&detail);
+                self.error(
+                    Some(expect.span()),
+                    &format!("{at}.expect"),
+                    format!(r#"{quoted} is not a status list: {detail} (use e.g. "200-299,302")"#),
+                )
+            })?,
         })
     }
 
