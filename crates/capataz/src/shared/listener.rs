@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_rustls::server::TlsStream;
@@ -252,30 +252,7 @@ async fn accept_loop(
         let state = state.clone();
         let connections = connections.clone();
         connections.fetch_add(1, Ordering::Relaxed);
-        let (limits, protocol, tls, proxy_protocol) = {
-            let current = state.load();
-            let config = &current.config;
-            let limits = client::Limits {
-                idle_timeout: config.idle_timeout,
-                header_read_timeout: config.header_read_timeout,
-                max_buf: config.max_header_bytes.max(8192),
-                max_header_list: u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX),
-                http2: config.http2,
-            };
-            let protocol = if config.h2c {
-                client::Protocol::Auto
-            } else {
-                client::Protocol::Http1
-            };
-            // The certificates in force now: a reload applies to the next handshake.
-            let tls = config.tls.as_ref().and_then(|t| t.loaded.clone());
-            // Whether this peer is one the listener trusts to send a PROXY protocol header.
-            let proxy_protocol = config
-                .proxy_protocol
-                .as_ref()
-                .is_some_and(|pp| pp.trusted.iter().any(|block| block.contains(peer.ip())));
-            (limits, protocol, tls, proxy_protocol)
-        };
+        let (limits, protocol, tls, proxy_protocol) = in_force(&state.load().config, peer);
         let watch: &client::Watch = match &mut watcher {
             Some(watch) if *watch.limits() == limits => watch,
             slot => slot.insert(client::Watch::start(limits, shutdown.clone())),
@@ -308,44 +285,94 @@ async fn accept_loop(
                 failures,
             };
             if proxy_protocol {
-                let mut stream = stream;
-                let mut signal = connection.shutdown.clone();
-                // Boxed, as every stage but the plain one below: the task's future is as big as
-                // its biggest stage, for the connection's whole life.
-                let read = tokio::time::timeout(
+                let addresses = (peer, local);
+                serve_proxied(
+                    connection,
+                    stream,
+                    addresses,
                     limits.header_read_timeout,
-                    Box::pin(capataz_proxy_protocol::read_header(&mut stream)),
-                );
-                let read = tokio::select! {
-                    read = read => Some(read),
-                    _ = shutting_down(&mut signal) => None,
-                };
-                match read {
-                    Some(Ok(Ok((header, rest)))) => {
-                        // The client the proxy in front speaks for; LOCAL (the proxy's own
-                        // health check) and UNKNOWN keep the connection's own address.
-                        let (client, destination) = match header.addresses {
-                            Addresses::Proxied {
-                                source,
-                                destination,
-                            } => (source, Some(destination)),
-                            Addresses::Local => (peer, local),
-                        };
-                        let stream = Rewind::new(rest, stream);
-                        Box::pin(connection.serve(stream, client, destination, proxy)).await;
-                    }
-                    Some(Ok(Err(error))) => {
-                        tracing::debug!(%peer, %error, "PROXY protocol header refused");
-                    }
-                    Some(Err(_)) => {
-                        tracing::debug!(%peer, "PROXY protocol header timed out");
-                    }
-                    None => {}
-                }
+                    proxy,
+                )
+                .await;
             } else {
                 connection.serve(stream, peer, local, proxy).await;
             }
         });
+    }
+}
+
+/// What a connection accepted now gets from the listener's settings in force (a reload
+/// applies to the next connection): its limits, its protocols, the certificates (a reload
+/// applies to the next handshake) and whether `peer` is trusted to send a PROXY protocol
+/// header.
+fn in_force(
+    config: &ListenerConfig,
+    peer: SocketAddr,
+) -> (client::Limits, client::Protocol, Option<ServerTls>, bool) {
+    let limits = client::Limits {
+        idle_timeout: config.idle_timeout,
+        header_read_timeout: config.header_read_timeout,
+        max_buf: config.max_header_bytes.max(8192),
+        max_header_list: u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX),
+        http2: config.http2,
+    };
+    let protocol = if config.h2c {
+        client::Protocol::Auto
+    } else {
+        client::Protocol::Http1
+    };
+    let tls = config.tls.as_ref().and_then(|t| t.loaded.clone());
+    let proxy_protocol = config
+        .proxy_protocol
+        .as_ref()
+        .is_some_and(|pp| pp.trusted.iter().any(|block| block.contains(peer.ip())));
+    (limits, protocol, tls, proxy_protocol)
+}
+
+/// A connection from a trusted proxy: its PROXY protocol header read within `timeout` (or
+/// until shutdown), then served as the client it names. `(peer, local)`: the connection's own
+/// addresses, kept for a LOCAL or UNKNOWN header.
+async fn serve_proxied<F>(
+    connection: Connection,
+    mut stream: TcpStream,
+    (peer, local): (SocketAddr, Option<SocketAddr>),
+    timeout: Duration,
+    proxy: F,
+) where
+    F: Fn() -> Arc<Proxy> + Send + Sync + 'static,
+{
+    let mut signal = connection.shutdown.clone();
+    // Boxed, as every stage but the plain one: the task's future is as big as its biggest
+    // stage, for the connection's whole life.
+    let read = tokio::time::timeout(
+        timeout,
+        Box::pin(capataz_proxy_protocol::read_header(&mut stream)),
+    );
+    let read = tokio::select! {
+        read = read => Some(read),
+        _ = shutting_down(&mut signal) => None,
+    };
+    match read {
+        Some(Ok(Ok((header, rest)))) => {
+            // The client the proxy in front speaks for; LOCAL (the proxy's own health check)
+            // and UNKNOWN keep the connection's own address.
+            let (client, destination) = match header.addresses {
+                Addresses::Proxied {
+                    source,
+                    destination,
+                } => (source, Some(destination)),
+                Addresses::Local => (peer, local),
+            };
+            let stream = Rewind::new(rest, stream);
+            Box::pin(connection.serve(stream, client, destination, proxy)).await;
+        }
+        Some(Ok(Err(error))) => {
+            tracing::debug!(%peer, %error, "PROXY protocol header refused");
+        }
+        Some(Err(_)) => {
+            tracing::debug!(%peer, "PROXY protocol header timed out");
+        }
+        None => {}
     }
 }
 
