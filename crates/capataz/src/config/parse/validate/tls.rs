@@ -170,6 +170,44 @@ impl Validator<'_> {
         let Some(domains) = raw.domains else {
             return Err(missing("domains", r#"domains = ["example.com"]"#));
         };
+        let names = self.acme_domains(&at, domains)?;
+        let email = self.acme_email(&at, raw.email)?;
+        let Some(storage) = raw.storage else {
+            return Err(missing("storage", r#"storage = "/var/lib/capataz/acme""#));
+        };
+        let storage_span = storage.span();
+        let storage = self.acme_path(storage, &format!("{at}.storage"), &storage_span)?;
+        let challenge = self.acme_challenge(&at, raw.challenge.as_ref())?;
+        let renew_before = self.duration(
+            &raw.renew_before,
+            &format!("{at}.renew_before"),
+            std::time::Duration::from_secs(30 * 24 * 3600),
+        )?;
+        let ca_file = match raw.ca_file {
+            None => None,
+            Some(ca) => {
+                let span = ca.span();
+                Some(self.acme_path(ca, &format!("{at}.ca_file"), &span)?)
+            }
+        };
+        Ok(AcmeSettings {
+            directory: url.clone(),
+            domains: names,
+            email,
+            storage,
+            challenge,
+            renew_before,
+            ca_file,
+        })
+    }
+
+    /// `domains`: 1 to `MAX_DOMAINS` DNS names, each once, lowercased, without the final dot
+    /// (no wildcard, no IP address).
+    fn acme_domains(
+        &self,
+        at: &str,
+        domains: Spanned<Vec<Spanned<String>>>,
+    ) -> Result<Vec<String>, ConfigError> {
         let domains_span = domains.span();
         let written = domains.into_inner();
         if written.is_empty() || written.len() > MAX_DOMAINS {
@@ -214,7 +252,16 @@ impl Validator<'_> {
             }
             names.push(lower);
         }
-        let email = match raw.email {
+        Ok(names)
+    }
+
+    /// `email`, without a `mailto:`, if given.
+    fn acme_email(
+        &self,
+        at: &str,
+        raw: Option<Spanned<String>>,
+    ) -> Result<Option<String>, ConfigError> {
+        Ok(match raw {
             None => None,
             Some(email) => {
                 let text = email
@@ -233,13 +280,16 @@ impl Validator<'_> {
                 }
                 Some(text.to_owned())
             }
-        };
-        let Some(storage) = raw.storage else {
-            return Err(missing("storage", r#"storage = "/var/lib/capataz/acme""#));
-        };
-        let storage_span = storage.span();
-        let storage = self.acme_path(storage, &format!("{at}.storage"), &storage_span)?;
-        let challenge = match &raw.challenge {
+        })
+    }
+
+    /// `challenge`: `tls-alpn-01` by default; `http-01` only with a plaintext listener.
+    fn acme_challenge(
+        &self,
+        at: &str,
+        raw: Option<&Spanned<String>>,
+    ) -> Result<Challenge, ConfigError> {
+        Ok(match raw {
             None => Challenge::TlsAlpn01,
             Some(written) => match written.get_ref().as_str() {
                 "tls-alpn-01" => Challenge::TlsAlpn01,
@@ -263,27 +313,6 @@ impl Validator<'_> {
                     ))
                 }
             },
-        };
-        let renew_before = self.duration(
-            &raw.renew_before,
-            &format!("{at}.renew_before"),
-            std::time::Duration::from_secs(30 * 24 * 3600),
-        )?;
-        let ca_file = match raw.ca_file {
-            None => None,
-            Some(ca) => {
-                let span = ca.span();
-                Some(self.acme_path(ca, &format!("{at}.ca_file"), &span)?)
-            }
-        };
-        Ok(AcmeSettings {
-            directory: url.clone(),
-            domains: names,
-            email,
-            storage,
-            challenge,
-            renew_before,
-            ca_file,
         })
     }
 
