@@ -231,80 +231,10 @@ impl Replay {
         }
         self.close_windows(self.clock, explain.as_deref_mut());
         let now = Duration::from_millis(self.clock);
-        match command {
-            b"PROBE" | b"OBSERVE" => {
-                let Some(rest) = rest else {
-                    return err(
-                        out,
-                        format_args!("{} needs a backend and an answer", show(command)),
-                    );
-                };
-                let (name, answer) = split_word(rest);
-                let Some(&backend) = self.index.get(name) else {
-                    return err(out, format_args!("unknown backend {:?}", show(name)));
-                };
-                let answer = match answer {
-                    Some(answer) if !answer.is_empty() => answer,
-                    _ => {
-                        return err(
-                            out,
-                            format_args!("{} {} needs an answer", show(command), show(name)),
-                        )
-                    }
-                };
-                let outcome = Outcome::parse(answer);
-                let result = if command == b"PROBE" {
-                    self.rotation.handle_probe(backend, outcome, now).as_str()
-                } else {
-                    self.traffic(backend, outcome, now).as_str()
-                };
-                push_line(out, result.as_bytes());
-            }
-            b"TRAFFIC" => {
-                let parsed = rest.and_then(|rest| {
-                    let (name, rest) = split_word(rest);
-                    let (latency, answer) = split_word(rest?);
-                    let answer = answer.filter(|a| !a.is_empty())?;
-                    Some((name, latency_us(latency)?, answer))
-                });
-                let Some((name, latency, answer)) = parsed else {
-                    return err(
-                        out,
-                        format_args!(
-                            "TRAFFIC needs a backend, a latency in milliseconds (or -) and an answer"
-                        ),
-                    );
-                };
-                let Some(&backend) = self.index.get(name) else {
-                    return err(out, format_args!("unknown backend {:?}", show(name)));
-                };
-                if let Some(us) = latency {
-                    self.count_latency(backend, us);
-                }
-                let result = self.traffic(backend, Outcome::parse(answer), now);
-                push_line(out, result.as_str().as_bytes());
-            }
-            b"SHED" => {
-                let Some((backend, latency, status, relief)) =
-                    rest.and_then(|rest| self.parse_shed(rest))
-                else {
-                    return err(
-                        out,
-                        format_args!(
-                            "SHED needs a backend, a latency in milliseconds (or -), a status code 100-599 and milliseconds of relief"
-                        ),
-                    );
-                };
-                if let Some(us) = latency {
-                    self.count_latency(backend, us);
-                }
-                if self.rotation.handle_shed(backend, status, relief, now) {
-                    push_line(out, b"SHED");
-                } else {
-                    let result = self.traffic(backend, Outcome::Status(status), now);
-                    push_line(out, result.as_str().as_bytes());
-                }
-            }
+        let ran = match command {
+            b"PROBE" | b"OBSERVE" => self.run_answer(command, rest, now, out),
+            b"TRAFFIC" => self.run_traffic(rest, now, out),
+            b"SHED" => self.run_shed(rest, now, out),
             b"STATUS" | b"HEALTHY" | b"ELIGIBLE" if rest.is_some() => {
                 return err(out, format_args!("{} takes no arguments", show(command)));
             }
@@ -314,53 +244,42 @@ impl Replay {
                     out.push(b' ');
                     push_line(out, health.verdict().as_str().as_bytes());
                 }
+                Ok(())
             }
             b"HEALTHY" => {
                 let up = self.pool().backends().iter().enumerate();
                 let up = up.filter(|(_, health)| health.verdict() == State::Up);
                 self.list(up.map(|(i, _)| i), out);
+                Ok(())
             }
             b"ELIGIBLE" => {
                 let eligible = self.rotation.eligible(now).backends;
                 self.list(eligible.into_iter(), out);
+                Ok(())
             }
-            b"WAIT" => {
-                let Some(ms) = rest.and_then(number) else {
-                    return err(out, format_args!("WAIT needs a number of milliseconds"));
-                };
-                self.clock = self.clock.saturating_add(ms);
-                self.advance_to(self.clock, explain.as_deref_mut());
-                push_line(out, b"OK");
-            }
-            b"OVERRIDE" => {
-                let Some((backend, kind, ttl)) = rest.and_then(|rest| self.parse_override(rest))
-                else {
-                    return err(
-                        out,
-                        format_args!(
-                            "OVERRIDE needs a backend, up|down|drain|clear, and optionally milliseconds"
-                        ),
-                    );
-                };
-                let state = self.rotation.set_override(backend, kind, ttl, now);
-                push_line(out, state.as_str().as_bytes());
-            }
-            b"AGENT" => {
-                let Some(rest) = rest else {
-                    return err(out, format_args!("AGENT needs a backend and an answer"));
-                };
-                let (name, answer) = split_word(rest);
-                let Some(&backend) = self.index.get(name) else {
-                    return err(out, format_args!("unknown backend {:?}", show(name)));
-                };
-                match AgentReport::parse(answer.unwrap_or_default()) {
-                    Some(report) => {
-                        let state = self.rotation.handle_agent(backend, report, now);
-                        push_line(out, state.to_string().as_bytes());
-                    }
-                    None => push_line(out, b"IGNORED"),
+            b"WAIT" => match rest.and_then(number) {
+                Some(ms) => {
+                    self.clock = self.clock.saturating_add(ms);
+                    self.advance_to(self.clock, explain.as_deref_mut());
+                    push_line(out, b"OK");
+                    Ok(())
                 }
-            }
+                None => refuse(out, format_args!("WAIT needs a number of milliseconds")),
+            },
+            b"OVERRIDE" => match rest.and_then(|rest| self.parse_override(rest)) {
+                Some((backend, kind, ttl)) => {
+                    let state = self.rotation.set_override(backend, kind, ttl, now);
+                    push_line(out, state.as_str().as_bytes());
+                    Ok(())
+                }
+                None => refuse(
+                    out,
+                    format_args!(
+                        "OVERRIDE needs a backend, up|down|drain|clear, and optionally milliseconds"
+                    ),
+                ),
+            },
+            b"AGENT" => self.run_agent(rest, now, out),
             b"POOL" => {
                 return match rest {
                     Some(names) => self.replace_pool(names, now, out),
@@ -369,9 +288,116 @@ impl Replay {
             }
             _ => return err(out, format_args!("unknown command {:?}", show(command))),
         };
-        if self.rotation.has_events() {
+        // A refused line changed nothing: what earlier lines left is drained by the next.
+        if ran.is_ok() && self.rotation.has_events() {
             self.drain_events(explain);
         }
+    }
+
+    /// `PROBE name answer` or `OBSERVE name answer`.
+    fn run_answer(
+        &mut self,
+        command: &[u8],
+        rest: Option<&[u8]>,
+        now: Duration,
+        out: &mut Vec<u8>,
+    ) -> Ran {
+        let Some(rest) = rest else {
+            return refuse(
+                out,
+                format_args!("{} needs a backend and an answer", show(command)),
+            );
+        };
+        let (name, answer) = split_word(rest);
+        let Some(&backend) = self.index.get(name) else {
+            return refuse(out, format_args!("unknown backend {:?}", show(name)));
+        };
+        let answer = match answer {
+            Some(answer) if !answer.is_empty() => answer,
+            _ => {
+                return refuse(
+                    out,
+                    format_args!("{} {} needs an answer", show(command), show(name)),
+                )
+            }
+        };
+        let outcome = Outcome::parse(answer);
+        let result = if command == b"PROBE" {
+            self.rotation.handle_probe(backend, outcome, now).as_str()
+        } else {
+            self.traffic(backend, outcome, now).as_str()
+        };
+        push_line(out, result.as_bytes());
+        Ok(())
+    }
+
+    /// `TRAFFIC name latency answer`.
+    fn run_traffic(&mut self, rest: Option<&[u8]>, now: Duration, out: &mut Vec<u8>) -> Ran {
+        let parsed = rest.and_then(|rest| {
+            let (name, rest) = split_word(rest);
+            let (latency, answer) = split_word(rest?);
+            let answer = answer.filter(|a| !a.is_empty())?;
+            Some((name, latency_us(latency)?, answer))
+        });
+        let Some((name, latency, answer)) = parsed else {
+            return refuse(
+                out,
+                format_args!(
+                    "TRAFFIC needs a backend, a latency in milliseconds (or -) and an answer"
+                ),
+            );
+        };
+        let Some(&backend) = self.index.get(name) else {
+            return refuse(out, format_args!("unknown backend {:?}", show(name)));
+        };
+        if let Some(us) = latency {
+            self.count_latency(backend, us);
+        }
+        let result = self.traffic(backend, Outcome::parse(answer), now);
+        push_line(out, result.as_str().as_bytes());
+        Ok(())
+    }
+
+    /// `SHED name latency status relief`.
+    fn run_shed(&mut self, rest: Option<&[u8]>, now: Duration, out: &mut Vec<u8>) -> Ran {
+        let Some((backend, latency, status, relief)) = rest.and_then(|rest| self.parse_shed(rest))
+        else {
+            return refuse(
+                out,
+                format_args!(
+                    "SHED needs a backend, a latency in milliseconds (or -), a status code 100-599 and milliseconds of relief"
+                ),
+            );
+        };
+        if let Some(us) = latency {
+            self.count_latency(backend, us);
+        }
+        if self.rotation.handle_shed(backend, status, relief, now) {
+            push_line(out, b"SHED");
+        } else {
+            let result = self.traffic(backend, Outcome::Status(status), now);
+            push_line(out, result.as_str().as_bytes());
+        }
+        Ok(())
+    }
+
+    /// `AGENT name answer`.
+    fn run_agent(&mut self, rest: Option<&[u8]>, now: Duration, out: &mut Vec<u8>) -> Ran {
+        let Some(rest) = rest else {
+            return refuse(out, format_args!("AGENT needs a backend and an answer"));
+        };
+        let (name, answer) = split_word(rest);
+        let Some(&backend) = self.index.get(name) else {
+            return refuse(out, format_args!("unknown backend {:?}", show(name)));
+        };
+        match AgentReport::parse(answer.unwrap_or_default()) {
+            Some(report) => {
+                let state = self.rotation.handle_agent(backend, report, now);
+                push_line(out, state.to_string().as_bytes());
+            }
+            None => push_line(out, b"IGNORED"),
+        }
+        Ok(())
     }
 
     /// Judges a traffic outcome, counting it in the success window.
@@ -665,6 +691,18 @@ fn push_line(out: &mut Vec<u8>, text: &[u8]) {
 
 fn show(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
     String::from_utf8_lossy(bytes)
+}
+
+/// Whether a line ran (`Err`: it was refused, with an `ERR` line written).
+type Ran = Result<(), Refused>;
+
+/// A line refused.
+struct Refused;
+
+/// Writes the `ERR` line of a refused line.
+fn refuse(out: &mut Vec<u8>, reason: std::fmt::Arguments<'_>) -> Ran {
+    err(out, reason);
+    Err(Refused)
 }
 
 fn err(out: &mut Vec<u8>, reason: std::fmt::Arguments<'_>) {
