@@ -40,7 +40,7 @@ mod h2;
 mod h2_backends;
 mod h2_nginx;
 mod hostile_path;
-mod issue14_states;
+mod member_states;
 mod manual;
 mod metrics;
 mod module_graph;

@@ -1,4 +1,4 @@
-//! The eligibility states of issue 14, end to end on loopback: backups that take over and hand
+//! The members' own states, end to end on loopback: backups that take over and hand
 //! back, a `404` on the health route that drains (`disable_on_404`), maintenance that stops
 //! probes and requalifies, and failing open below the minimum healthy share.
 //!
