@@ -118,18 +118,16 @@ pub fn override_path(pool: &str, backend: &str, verb: &str, ttl: Option<&str>) -
     path
 }
 
-/// `text` with every byte but the unreserved ones of RFC 3986 (letters, digits, `-._~`)
-/// written as `%XX`.
+/// Every byte but the unreserved ones of RFC 3986 (letters, digits, `-._~`).
+const NOT_UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// `text` with every byte but the unreserved ones of RFC 3986 written as `%XX`.
 fn percent_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
+    percent_encoding::utf8_percent_encode(text, NOT_UNRESERVED).to_string()
 }
 
 /// `value` as the admin API's JSON is printed with `--json`: pretty, with a final newline.

@@ -17,6 +17,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full, Limited};
 use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::tls::ocsp::{self, Refusal};
 use crate::tls::staple::{unix_now, OcspFetch};
@@ -150,8 +151,7 @@ async fn exchange(url: &str, request: &[u8]) -> Result<Vec<u8>, String> {
         .await
         .map_err(|e| e.to_string())?;
     // The connection lives as long as this exchange (the caller's timeout drops it).
-    let connection = tokio::spawn(connection);
-    let _abort = AbortOnDrop(connection);
+    let _connection = AbortOnDropHandle::new(tokio::spawn(connection));
     let req = http::Request::post(path)
         .header(http::header::HOST, authority)
         .header(http::header::CONTENT_TYPE, "application/ocsp-request")
@@ -170,14 +170,6 @@ async fn exchange(url: &str, request: &[u8]) -> Result<Vec<u8>, String> {
         .await
         .map_err(|e| format!("reading the answer (at most {MAX_ANSWER} bytes): {e}"))?;
     Ok(body.to_bytes().to_vec())
-}
-
-struct AbortOnDrop(tokio::task::JoinHandle<Result<(), hyper::Error>>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 #[cfg(test)]

@@ -1,11 +1,15 @@
-//! Wall-clock times for people and for JSON: RFC 3339 in UTC, and `HH:MM:SS` for sentences.
+//! Wall-clock times for people and for JSON: RFC 3339 in UTC, and `HH:MM:SS` for sentences;
+//! and HTTP-dates read (`Retry-After`).
 //!
 //! A few lines of civil-calendar arithmetic (Howard Hinnant's `civil_from_days`) instead of a
-//! date-time dependency; only UTC is ever written.
+//! date-time dependency; only UTC is ever written. HTTP-dates are read by `httpdate`, already
+//! in the build through hyper.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`):
+/// the inverse of [`civil_from_days`], which the tests check it against.
+#[cfg(test)]
 pub(crate) fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     let year = if month <= 2 { year - 1 } else { year };
     let era = year.div_euclid(400);
@@ -58,36 +62,16 @@ pub fn clock(time: SystemTime) -> String {
 }
 
 /// An HTTP-date in IMF-fixdate form (`Sun, 06 Nov 1994 08:49:37 GMT`, RFC 9110 5.6.7), the
-/// only form a sender may generate; `None` for anything else (the obsolete forms included).
+/// only form a sender may generate; `None` for anything else: the obsolete forms, a weekday
+/// that is not the date's, a day the month does not have, a year before 1970.
 pub fn parse_http_date(text: &str) -> Option<SystemTime> {
+    // httpdate also reads the obsolete forms (RFC 850, asctime) and trims spaces: only the
+    // 29 bytes of IMF-fixdate, `Sun, ` first, are given to it.
     let b = text.as_bytes();
-    if b.len() != 29 || &b[3..5] != b", " || &b[25..] != b" GMT" {
+    if b.len() != 29 || b.get(3..5) != Some(b", ") {
         return None;
     }
-    let num = |range: std::ops::Range<usize>| -> Option<i64> {
-        let digits = b.get(range)?;
-        if !digits.iter().all(u8::is_ascii_digit) {
-            return None;
-        }
-        std::str::from_utf8(digits).ok()?.parse().ok()
-    };
-    const MONTHS: [&[u8]; 12] = [
-        b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov",
-        b"Dec",
-    ];
-    if b[7] != b' ' || b[11] != b' ' || b[16] != b' ' || b[19] != b':' || b[22] != b':' {
-        return None;
-    }
-    let day = num(5..7)?;
-    let month = MONTHS.iter().position(|m| *m == &b[8..11])? as i64 + 1;
-    let year = num(12..16)?;
-    let (h, mi, sec) = (num(17..19)?, num(20..22)?, num(23..25)?);
-    if !(1..=31).contains(&day) || h > 23 || mi > 59 || sec > 60 || year < 1970 {
-        return None;
-    }
-    let days = days_from_civil(year, month, day);
-    let secs = days * 86_400 + h * 3600 + mi * 60 + sec;
-    Some(UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).ok()?))
+    httpdate::parse_http_date(text).ok()
 }
 
 #[cfg(test)]
@@ -100,6 +84,8 @@ mod tests {
         assert_eq!(rfc3339(t), "1994-11-06T08:49:37.000Z");
         let leap = parse_http_date("Tue, 29 Feb 2000 00:00:00 GMT").expect("valid");
         assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.000Z");
+        let last = parse_http_date("Fri, 31 Dec 9999 23:59:59 GMT").expect("valid");
+        assert_eq!(rfc3339(last), "9999-12-31T23:59:59.000Z");
         for bad in [
             "",
             "Sunday, 06-Nov-94 08:49:37 GMT",
@@ -110,6 +96,12 @@ mod tests {
             "Sun, 06 Nov 1994 28:49:37 GMT",
             "Sun, 0+ Nov 1994 08:49:37 GMT",
             "Sun, 06 Nov 1994 08:49:37 GMT ",
+            " Sun, 06 Nov 1994 08:49:37 GMT",
+            "Mon, 06 Nov 1994 08:49:37 GMT",
+            "Tue, 31 Feb 2000 00:00:00 GMT",
+            "Wed, 31 Dec 1969 23:59:59 GMT",
+            "Sun, 06 Nov 1994 08:49:60 GMT",
+            "Sun,\u{a0}6 Nov 1994 08:49:37 GMT",
         ] {
             assert_eq!(parse_http_date(bad), None, "{bad:?}");
         }

@@ -156,25 +156,35 @@ pub(super) async fn handle(
 /// `text` with its `%XX` escapes decoded; `None` if an escape is malformed or the bytes are
 /// not UTF-8.
 pub(super) fn percent_decode(text: &str) -> Option<String> {
-    if !text.contains('%') {
-        return Some(text.to_owned());
+    // percent-encoding passes a malformed escape (`%zz`, a lone `%`) through as written: here
+    // it is the client's error.
+    let well_formed = text.split('%').skip(1).all(|after| {
+        after
+            .as_bytes()
+            .get(..2)
+            .is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+    });
+    if !well_formed {
+        return None;
     }
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3)?;
-            let hex = std::str::from_utf8(hex).ok()?;
-            if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return None;
-            }
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
+    let decoded = percent_encoding::percent_decode_str(text)
+        .decode_utf8()
+        .ok()?;
+    Some(decoded.into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_decode;
+
+    #[test]
+    fn escapes_are_decoded_and_a_malformed_one_is_refused() {
+        assert_eq!(percent_decode("web").as_deref(), Some("web"));
+        assert_eq!(percent_decode("web%202%2Fx").as_deref(), Some("web 2/x"));
+        assert_eq!(percent_decode("w%C3%a9b").as_deref(), Some("w\u{e9}b"));
+        assert_eq!(percent_decode("%25").as_deref(), Some("%"));
+        for bad in ["%", "%4", "%zz", "a%%41", "%4g", "%FF", "%C3"] {
+            assert_eq!(percent_decode(bad), None, "{bad:?}");
         }
     }
-    String::from_utf8(out).ok()
 }

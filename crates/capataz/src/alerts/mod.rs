@@ -177,12 +177,3 @@ enum DeliveryError {
     #[error("the command was killed after running for {0:?}")]
     Killed(Duration),
 }
-
-/// Aborts a task when dropped.
-struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}

@@ -11,8 +11,9 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+use tokio_util::task::AbortOnDropHandle;
 
-use super::{AbortOnDrop, Alert, AlertStats, DeliveryError};
+use super::{Alert, AlertStats, DeliveryError};
 use crate::config::WebhookConfig;
 
 /// The `User-Agent` of webhook requests.
@@ -81,7 +82,7 @@ async fn post(hook: &WebhookConfig, body: Bytes) -> Result<(), DeliveryError> {
     let (mut sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
     // The connection runs beside the request. The guard stops it when this attempt ends,
     // including when its timeout drops this future.
-    let _connection = AbortOnDrop(tokio::spawn(async move {
+    let _connection = AbortOnDropHandle::new(tokio::spawn(async move {
         let _ = connection.await;
     }));
     let request = http::Request::post(&hook.path)

@@ -5,37 +5,20 @@ use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
 
-/// An IP address block: a network address and a prefix length. Built only by [`FromStr`], which
-/// refuses host bits set beyond the prefix (`10.1.2.3/8` is a typo for `10.0.0.0/8` or for
-/// `10.1.2.3/32`, and guessing either is unsafe in an allow-list).
+use ipnet::IpNet;
+
+/// An IP address block: a network address and a prefix length (an `ipnet::IpNet`). Built only
+/// by [`FromStr`], which refuses host bits set beyond the prefix (`10.1.2.3/8` is a typo for
+/// `10.0.0.0/8` or for `10.1.2.3/32`, and guessing either is unsafe in an allow-list).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cidr {
-    network: IpAddr,
-    prefix: u8,
-}
+pub struct Cidr(IpNet);
 
 impl Cidr {
     /// Whether `ip` is inside the block. An IPv4-mapped IPv6 address (`::ffff:10.0.0.1`, how a
     /// dual-stack socket sees an IPv4 client) is judged as the IPv4 address it carries.
     pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.network, ip.to_canonical()) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                mask32(self.prefix) & u32::from(ip) == u32::from(net)
-            }
-            (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                mask128(self.prefix) & u128::from(ip) == u128::from(net)
-            }
-            _ => false,
-        }
+        self.0.contains(&ip.to_canonical())
     }
-}
-
-fn mask32(prefix: u8) -> u32 {
-    u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0)
-}
-
-fn mask128(prefix: u8) -> u128 {
-    u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0)
 }
 
 /// Why a text is not an address block.
@@ -55,45 +38,43 @@ pub enum CidrError {
 impl FromStr for Cidr {
     type Err = CidrError;
 
+    /// `address` or `address/prefix`, read in two parts so that an error names the part
+    /// (ipnet's own parser says only that the whole is not a network).
     fn from_str(text: &str) -> Result<Cidr, CidrError> {
         let (address, prefix) = match text.split_once('/') {
             Some((address, prefix)) => (address, Some(prefix)),
             None => (text, None),
         };
-        let network: IpAddr = address
+        let address: IpAddr = address
             .parse()
             .map_err(|_| CidrError::Address(address.to_string()))?;
-        let bits = if network.is_ipv4() { 32 } else { 128 };
-        let prefix = match prefix {
-            None => bits,
+        let net = match prefix {
+            None => IpNet::from(address),
             Some(prefix) => {
-                let digits = !prefix.is_empty()
-                    && prefix.len() <= 3
-                    && prefix.bytes().all(|b| b.is_ascii_digit());
-                match prefix.parse::<u8>() {
-                    Ok(value) if digits && value <= bits => value,
-                    _ => return Err(CidrError::Prefix(prefix.to_string(), bits)),
+                let bits = if address.is_ipv4() { 32 } else { 128 };
+                let bad = || CidrError::Prefix(prefix.to_string(), bits);
+                // Digits only, at most three: no sign, no `0128`.
+                if prefix.is_empty()
+                    || prefix.len() > 3
+                    || !prefix.bytes().all(|b| b.is_ascii_digit())
+                {
+                    return Err(bad());
                 }
+                let length = prefix.parse::<u8>().map_err(|_| bad())?;
+                IpNet::new(address, length).map_err(|_| bad())?
             }
         };
-        let masked = match network {
-            IpAddr::V4(v4) => IpAddr::from((u32::from(v4) & mask32(prefix)).to_be_bytes()),
-            IpAddr::V6(v6) => IpAddr::from((u128::from(v6) & mask128(prefix)).to_be_bytes()),
-        };
-        let cidr = Cidr {
-            network: masked,
-            prefix,
-        };
-        if masked != network {
-            return Err(CidrError::HostBits(text.to_string(), cidr));
+        let network = Cidr(net.trunc());
+        if net.addr() != net.network() {
+            return Err(CidrError::HostBits(text.to_string(), network));
         }
-        Ok(cidr)
+        Ok(network)
     }
 }
 
 impl fmt::Display for Cidr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.network, self.prefix)
+        self.0.fmt(f)
     }
 }
 
@@ -145,11 +126,33 @@ mod tests {
                 "{bad}"
             );
         }
+        let v6 = "2001:db8::1/32".parse::<Cidr>().unwrap_err();
+        assert_eq!(
+            v6,
+            CidrError::HostBits("2001:db8::1/32".into(), cidr("2001:db8::/32"))
+        );
         for bad in ["", "localhost", "10.0.0/8", "10.0.0.0.0"] {
             assert!(
                 matches!(bad.parse::<Cidr>(), Err(CidrError::Address(_))),
                 "{bad}"
             );
         }
+    }
+
+    /// The words an operator reads (the config error adds the file, line and key).
+    #[test]
+    fn errors_read_as_before() {
+        let error = |text: &str| text.parse::<Cidr>().unwrap_err().to_string();
+        assert_eq!(
+            error("10.1.2.3/8"),
+            "10.1.2.3/8 has bits set past its prefix length (did you mean 10.0.0.0/8?)"
+        );
+        assert_eq!(
+            error("::/129"),
+            "the prefix length \"129\" is not a number from 0 to 128"
+        );
+        assert_eq!(error("localhost/8"), "\"localhost\" is not an IP address");
+        assert_eq!(cidr("::1").to_string(), "::1/128");
+        assert_eq!(cidr("2001:db8::/32").to_string(), "2001:db8::/32");
     }
 }

@@ -23,6 +23,7 @@ use capataz_health::{Group, Published, Snippet};
 use serde::Deserialize;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::wire::{self, GroupKey, GroupKeys, Verdict};
 use super::{backend_key, FleetRt, HeldLease};
@@ -299,7 +300,7 @@ impl Task {
             lease,
             alive: alive.clone(),
         };
-        let keeper = AbortOnDrop(tokio::spawn(async move {
+        let keeper = AbortOnDropHandle::new(tokio::spawn(async move {
             let error = keeper.run().await;
             let _ = lost_tx.send(error);
         }));
@@ -821,15 +822,6 @@ impl KeepAlive {
             }
             *self.alive.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
         }
-    }
-}
-
-/// A task aborted when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

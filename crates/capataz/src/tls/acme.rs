@@ -171,7 +171,8 @@ pub fn issued_from_der(
 ) -> Result<Issued, String> {
     let provider: CryptoProvider = rustls::crypto::ring::default_provider();
     let first = chain.first().ok_or("the chain holds no certificate")?;
-    let facts = x509::read(first).ok_or("its first certificate is not readable X.509")?;
+    let facts = x509::read(first)
+        .map_err(|e| format!("its first certificate is not readable X.509 ({e})"))?;
     if facts.not_after <= now {
         return Err(format!(
             "the certificate expired on {}",

@@ -347,8 +347,10 @@ fn load_one(
         file: source.key.clone(),
         message,
     };
-    let facts = x509::read(&chain[0]).ok_or_else(|| {
-        cert_error("its first certificate is not a readable X.509 certificate".into())
+    let facts = x509::read(&chain[0]).map_err(|e| {
+        cert_error(format!(
+            "its first certificate is not a readable X.509 certificate ({e})"
+        ))
     })?;
     if facts.not_after <= now {
         return Err(cert_error(format!(
