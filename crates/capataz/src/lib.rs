@@ -7,6 +7,7 @@ pub mod access_log;
 pub mod acme;
 pub mod admin;
 pub mod alerts;
+mod atomic_enum;
 pub mod balance;
 pub mod body;
 mod budget;

@@ -31,7 +31,7 @@
 //! with `RST_STREAM`, which hyper already sees.
 
 use std::io;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
 use tokio::io::ReadBuf;
@@ -39,25 +39,42 @@ use tokio::net::TcpStream;
 
 use capataz_proxy_protocol::Rewind;
 
-/// No request is watched (none in progress, or answered).
-const IDLE: u8 = 0;
-/// A request is in progress and hyper is still reading its body.
-const READING: u8 = 1;
-/// A request is in progress, its body read (or bodiless), its answer not ready yet.
-const WATCHING: u8 = 2;
-/// The client half-closed the connection: it is never watched again.
-const HALF_CLOSED: u8 = 3;
+use crate::atomic_enum::atomic_enum;
+
+atomic_enum! {
+    /// Whether the HTTP/1 request in progress is watched, and what was seen of the client.
+    enum Watched in WatchedCell {
+        /// No request is watched (none in progress, or answered).
+        Idle,
+        /// A request is in progress and hyper is still reading its body.
+        Reading,
+        /// A request is in progress, its body read (or bodiless), its answer not ready yet.
+        Watching,
+        /// The client half-closed the connection: it is never watched again.
+        HalfClosed,
+    }
+}
 
 /// Whether the HTTP/1 request in progress on a connection is watched for its client going
 /// away, and what was seen of the client (see the module documentation).
-#[derive(Debug, Default)]
-pub(super) struct PeerWatch(AtomicU8);
+#[derive(Debug)]
+pub(super) struct PeerWatch(WatchedCell);
+
+impl Default for PeerWatch {
+    fn default() -> PeerWatch {
+        PeerWatch(WatchedCell::new(Watched::Idle))
+    }
+}
 
 impl PeerWatch {
     /// A request starts: watched from now on if it has no body, else once its body is read.
     /// (In the connection's task.)
     pub(super) fn start(&self, bodiless: bool) {
-        let next = if bodiless { WATCHING } else { READING };
+        let next = if bodiless {
+            Watched::Watching
+        } else {
+            Watched::Reading
+        };
         self.set_unless_half_closed(next);
     }
 
@@ -66,27 +83,30 @@ impl PeerWatch {
     /// own, and the connection's task must then be woken to start watching.)
     pub(super) fn body_read(&self) -> bool {
         self.0
-            .compare_exchange(READING, WATCHING, Ordering::Relaxed, Ordering::Relaxed)
+            .compare_exchange(
+                Watched::Reading,
+                Watched::Watching,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
             .is_ok()
     }
 
     /// The request has its answer, or was dropped: nothing to watch until the next.
     pub(super) fn stop(&self) {
-        self.set_unless_half_closed(IDLE);
+        self.set_unless_half_closed(Watched::Idle);
     }
 
-    fn set_unless_half_closed(&self, next: u8) {
-        let _ = self
-            .0
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| {
-                (now != HALF_CLOSED).then_some(next)
-            });
+    fn set_unless_half_closed(&self, next: Watched) {
+        let _ = self.0.update(Ordering::Relaxed, |now| {
+            (now != Watched::HalfClosed).then_some(next)
+        });
     }
 
     /// Whether the client half-closed the connection (seen while a request was watched).
     #[cfg(test)]
     pub(super) fn half_closed(&self) -> bool {
-        self.0.load(Ordering::Relaxed) == HALF_CLOSED
+        self.0.load(Ordering::Relaxed) == Watched::HalfClosed
     }
 
     /// `Ready` with the socket's error if the client of a watched request went away; else
@@ -97,7 +117,7 @@ impl PeerWatch {
         socket: &S,
         cx: &mut Context<'_>,
     ) -> Poll<io::Error> {
-        if self.0.load(Ordering::Relaxed) != WATCHING {
+        if self.0.load(Ordering::Relaxed) != Watched::Watching {
             return Poll::Pending;
         }
         match socket.poll_peek_peer(cx) {
@@ -108,15 +128,18 @@ impl PeerWatch {
             }
             Poll::Ready(Ok(0)) => {
                 // A FIN: the client still reads, and gets its answer.
-                self.0.store(HALF_CLOSED, Ordering::Relaxed);
+                self.0.store(Watched::HalfClosed, Ordering::Relaxed);
                 Poll::Pending
             }
             Poll::Ready(Ok(_)) => {
                 // Bytes wait unread (the readiness stays set): not looked at again for this
                 // request, or every turn of the connection would peek at them.
-                let _ =
-                    self.0
-                        .compare_exchange(WATCHING, IDLE, Ordering::Relaxed, Ordering::Relaxed);
+                let _ = self.0.compare_exchange(
+                    Watched::Watching,
+                    Watched::Idle,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
                 Poll::Pending
             }
         }
@@ -239,7 +262,7 @@ mod tests {
         client.write_all(b"GET /next HTTP/1.1\r\n").await.unwrap();
         poll_fn(|cx| match watch.poll_gone(&server, cx) {
             Poll::Ready(error) => panic!("{error}"),
-            Poll::Pending if watch.0.load(Ordering::Relaxed) == IDLE => Poll::Ready(()),
+            Poll::Pending if watch.0.load(Ordering::Relaxed) == Watched::Idle => Poll::Ready(()),
             Poll::Pending => Poll::Pending,
         })
         .await;

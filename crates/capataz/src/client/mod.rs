@@ -76,7 +76,7 @@ use std::future::{poll_fn, Future};
 use std::io;
 use std::mem::MaybeUninit;
 use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -96,21 +96,38 @@ use crate::proxy::{ClientInfo, Proxy};
 mod gone;
 mod stall;
 mod watch;
+use crate::atomic_enum::atomic_enum;
 pub(crate) use gone::PeekPeer;
 use gone::PeerWatch;
 use stall::{Stall, StreamExec};
 pub(crate) use watch::Watch;
 
-/// `Shared::close` values, besides 0 (keep serving).
-const GRACEFUL: u8 = 1;
-const ABORT: u8 = 2;
+atomic_enum! {
+    /// What the watcher asks of a connection (`Shared::close`), only ever raised: keep serving,
+    /// close gracefully, or close at once.
+    enum Close in CloseCell {
+        /// Keep serving.
+        Open,
+        /// Finish what is in progress, then close (an HTTP/2 GOAWAY).
+        Graceful,
+        /// Close now.
+        Abort,
+    }
+}
 
-/// `Shared::park` values: an HTTP/1 connection serving (hyper's connection built), asked by
-/// the watcher to park, taking hyper's connection apart, parked (only the socket kept).
-const SERVING: u8 = 0;
-const PARK_ASKED: u8 = 1;
-const PARKING: u8 = 2;
-const PARKED: u8 = 3;
+atomic_enum! {
+    /// Where an HTTP/1 connection is in parking (`Shared::park`; see [`serve_http1`]).
+    enum Park in ParkCell {
+        /// Serving: hyper's connection built.
+        Serving,
+        /// Asked by the watcher to park.
+        Asked,
+        /// Taking hyper's connection apart.
+        Parking,
+        /// Parked: only the socket kept.
+        Parked,
+    }
+}
 
 /// The timeouts and buffer limit of one client connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,13 +210,13 @@ struct Shared {
     /// `reads` when the last request was served (0 before the first): more reads than this and
     /// no request active means a request head is arriving.
     reads_at_rest: AtomicU64,
-    /// Set by the watcher: 0, `GRACEFUL` or `ABORT`.
-    close: AtomicU8,
+    /// Set by the watcher.
+    close: CloseCell,
     /// Set by the watcher when the balancer drains: every HTTP/1 answer from then on says
     /// `Connection: close`.
     draining: AtomicBool,
-    /// HTTP/1 only: `SERVING`, `PARK_ASKED`, `PARKING` or `PARKED` (see [`serve_http1`]).
-    park: AtomicU8,
+    /// HTTP/1 only (see [`serve_http1`]).
+    park: ParkCell,
     /// The connection task's waker, registered on its first poll.
     waker: Mutex<Option<Waker>>,
     /// Set when the connection has ended: the watcher forgets it.
@@ -222,9 +239,9 @@ impl Shared {
             cancel_limit: AtomicU64::new(u64::MAX),
             h2: AtomicBool::new(false),
             reads_at_rest: AtomicU64::new(0),
-            close: AtomicU8::new(0),
+            close: CloseCell::new(Close::Open),
             draining: AtomicBool::new(false),
-            park: AtomicU8::new(SERVING),
+            park: ParkCell::new(Park::Serving),
             waker: Mutex::new(None),
             ended: AtomicBool::new(false),
             peer: PeerWatch::default(),
@@ -258,7 +275,12 @@ impl Shared {
     fn ask_park(&self) {
         if self
             .park
-            .compare_exchange(SERVING, PARK_ASKED, Ordering::AcqRel, Ordering::Relaxed)
+            .compare_exchange(
+                Park::Serving,
+                Park::Asked,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
             .is_ok()
         {
             self.wake();
@@ -272,7 +294,7 @@ impl Shared {
         }
     }
 
-    fn close(&self, how: u8) {
+    fn close(&self, how: Close) {
         self.close.fetch_max(how, Ordering::Release);
         self.wake();
     }
@@ -489,7 +511,7 @@ enum Run {
 /// and then stayed quiet (no request in progress, no head arriving, no byte either way) for a
 /// whole watcher period, the watcher asks, and hyper's connection (its state and its 8 KB read
 /// and write buffers) is taken apart: `graceful_shutdown` on an idle connection closes it
-/// at once without a byte written, the socket's shutdown is swallowed (`PARKING`), and
+/// at once without a byte written, the socket's shutdown is swallowed (`Park::Parking`), and
 /// `into_parts` gives back the socket, the service and any bytes read ahead. The parked
 /// connection is then this small future on its socket; at its next bytes a new hyper
 /// connection is built and reads them first, as on the first request. The timeouts, the drain
@@ -571,7 +593,7 @@ struct Parked<'a>(&'a Shared);
 
 impl<'a> Parked<'a> {
     fn new(shared: &'a Shared) -> Parked<'a> {
-        shared.park.store(PARKED, Ordering::Relaxed);
+        shared.park.store(Park::Parked, Ordering::Relaxed);
         shared.listener.parked().fetch_add(1, Ordering::Relaxed);
         shared.listener.parked_now().inc();
         shared.listener.parks().fetch_add(1, Ordering::Relaxed);
@@ -583,7 +605,7 @@ impl Drop for Parked<'_> {
     fn drop(&mut self) {
         self.0.listener.parked().fetch_sub(1, Ordering::Relaxed);
         self.0.listener.parked_now().dec();
-        self.0.park.store(SERVING, Ordering::Relaxed);
+        self.0.park.store(Park::Serving, Ordering::Relaxed);
     }
 }
 
@@ -599,10 +621,10 @@ where
     let mut parking = false;
     poll_fn(|cx| {
         register(shared, cx, &mut registered);
-        if shared.close.load(Ordering::Acquire) == ABORT {
+        if shared.close.load(Ordering::Acquire) == Close::Abort {
             return Poll::Ready(Run::Ended(false));
         }
-        if !parking && shared.park.load(Ordering::Acquire) == PARK_ASKED {
+        if !parking && shared.park.load(Ordering::Acquire) == Park::Asked {
             // Not with a request in progress, nor with bytes of a head read since the last
             // request ended: the watcher may have looked before them (its loads are not one
             // snapshot), and hyper's graceful shutdown on a connection that has not finished
@@ -613,11 +635,11 @@ where
                     <= shared.reads_at_rest.load(Ordering::Relaxed)
             {
                 parking = true;
-                shared.park.store(PARKING, Ordering::Relaxed);
+                shared.park.store(Park::Parking, Ordering::Relaxed);
                 Pin::new(&mut *conn).graceful_shutdown();
             } else {
                 // A request started, or a head began to arrive, since the watcher looked.
-                shared.park.store(SERVING, Ordering::Relaxed);
+                shared.park.store(Park::Serving, Ordering::Relaxed);
             }
         }
         match Pin::new(&mut *conn).poll(cx) {
@@ -625,7 +647,7 @@ where
             Poll::Ready(Ok(())) if parking => Poll::Ready(Run::Parked),
             Poll::Ready(ended) => {
                 if parking {
-                    shared.park.store(SERVING, Ordering::Relaxed);
+                    shared.park.store(Park::Serving, Ordering::Relaxed);
                 }
                 Poll::Ready(Run::Ended(
                     ended.err().is_some_and(|e| refused_by_hyper(&e)),
@@ -734,7 +756,7 @@ async fn until_closed<F: Future>(shared: &Shared, fut: F) -> Option<F::Output> {
     let mut registered = false;
     poll_fn(|cx| {
         register(shared, cx, &mut registered);
-        if shared.close.load(Ordering::Acquire) == ABORT {
+        if shared.close.load(Ordering::Acquire) == Close::Abort {
             return Poll::Ready(None);
         }
         fut.as_mut().poll(cx).map(Some)
@@ -754,8 +776,8 @@ where
     poll_fn(|cx| {
         register(shared, cx, &mut registered);
         match shared.close.load(Ordering::Acquire) {
-            ABORT => return Poll::Ready(false),
-            GRACEFUL if !closing => {
+            Close::Abort => return Poll::Ready(false),
+            Close::Graceful if !closing => {
                 closing = true;
                 graceful(conn.as_mut());
             }
@@ -843,7 +865,7 @@ impl Drop for InProgress {
                 .saturating_add(shared.cancel_limit.load(Ordering::Relaxed));
             if cancelled > allowed {
                 tracing::debug!(cancelled, "client cancels its requests: connection dropped");
-                shared.close(ABORT);
+                shared.close(Close::Abort);
             }
         }
     }
@@ -965,7 +987,7 @@ impl<IO: AsyncWrite + PeekPeer + Unpin> AsyncWrite for CountingIo<IO> {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.shared.park.load(Ordering::Relaxed) == PARKING {
+        if this.shared.park.load(Ordering::Relaxed) == Park::Parking {
             // hyper's connection is being taken apart to park, not closed: the socket stays.
             return Poll::Ready(Ok(()));
         }
@@ -1006,7 +1028,7 @@ mod tests {
         }
         for cancelled in 1..=7 {
             drop(InProgress::new(shared.clone()));
-            let closed = shared.close.load(Ordering::Relaxed) == ABORT;
+            let closed = shared.close.load(Ordering::Relaxed) == Close::Abort;
             assert_eq!(closed, cancelled > 5, "after {cancelled} cancelled");
         }
     }
@@ -1017,7 +1039,7 @@ mod tests {
         for _ in 0..1000 {
             drop(InProgress::new(shared.clone()));
         }
-        assert_eq!(shared.close.load(Ordering::Relaxed), 0);
+        assert_eq!(shared.close.load(Ordering::Relaxed), Close::Open);
     }
 
     /// Regression: the watcher keeps an ended connection's line until its next look (up to a

@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use super::{Limits, Shared, ABORT, DRAIN_IDLE_GRACE, GOAWAY_GRACE, GRACEFUL, SERVING};
+use super::{Close, Limits, Park, Shared, DRAIN_IDLE_GRACE, GOAWAY_GRACE};
 use crate::upstream::PrivateIdle;
 
 /// A listener's watcher, for the connections it accepts with one set of [`Limits`]. Cloning
@@ -195,7 +195,7 @@ impl Watched {
             shared.draining.store(true, Ordering::Relaxed);
             if shared.h2.load(Ordering::Relaxed) {
                 // GOAWAY: the client opens no new stream here; those in progress finish.
-                shared.close(GRACEFUL);
+                shared.close(Close::Graceful);
                 self.goaway_since = Some(now);
             }
             // HTTP/1: the answer of every request from now on says `Connection: close`, and
@@ -211,7 +211,7 @@ impl Watched {
             let waited = now.saturating_duration_since(sent) >= GOAWAY_GRACE;
             if waited && (self.drain_quiet.is_none() || shared.active.load(Ordering::Relaxed) == 0)
             {
-                shared.close(ABORT);
+                shared.close(Close::Abort);
                 return false;
             }
         } else if let Some((since, moved)) = &mut self.drain_quiet {
@@ -222,7 +222,7 @@ impl Watched {
             } else if shared.active.load(Ordering::Relaxed) == 0
                 && now.saturating_duration_since(*since) >= DRAIN_IDLE_GRACE
             {
-                shared.close(ABORT);
+                shared.close(Close::Abort);
                 return false;
             }
         } else if timed_out(
@@ -234,10 +234,10 @@ impl Watched {
             &mut self.head_since,
         ) {
             if shared.h2.load(Ordering::Relaxed) {
-                shared.close(GRACEFUL);
+                shared.close(Close::Graceful);
                 self.goaway_since = Some(now);
             } else {
-                shared.close(ABORT);
+                shared.close(Close::Abort);
                 return false;
             }
         } else if parkable(shared, now, self.quiet_since, period) {
@@ -259,7 +259,7 @@ fn parkable(shared: &Shared, now: Instant, quiet_since: Instant, period: Duratio
         && shared.active.load(Ordering::Relaxed) == 0
         && shared.reads.load(Ordering::Relaxed) <= shared.reads_at_rest.load(Ordering::Relaxed)
         && now.saturating_duration_since(quiet_since) >= period
-        && shared.park.load(Ordering::Relaxed) == SERVING
+        && shared.park.load(Ordering::Relaxed) == Park::Serving
 }
 
 /// The bytes a connection has read and written so far.
@@ -376,10 +376,10 @@ mod tests {
         watch.add(idle.clone(), Weak::new());
         watch.add(busy.clone(), Weak::new());
         tokio::time::sleep(Duration::from_millis(9_900)).await;
-        assert_eq!(idle.close.load(Ordering::Relaxed), 0);
+        assert_eq!(idle.close.load(Ordering::Relaxed), Close::Open);
         tokio::time::sleep(Duration::from_millis(600)).await;
-        assert_eq!(idle.close.load(Ordering::Relaxed), ABORT);
-        assert_eq!(busy.close.load(Ordering::Relaxed), 0);
+        assert_eq!(idle.close.load(Ordering::Relaxed), Close::Abort);
+        assert_eq!(busy.close.load(Ordering::Relaxed), Close::Open);
         drop(watch);
         tokio::time::sleep(Duration::from_secs(2)).await;
         // The busy connection keeps the task: it still holds its line.
@@ -410,14 +410,14 @@ mod tests {
         tokio::task::yield_now().await;
         tokio::task::yield_now().await;
         assert!(h1.draining.load(Ordering::Relaxed));
-        assert_eq!(h2.close.load(Ordering::Relaxed), GRACEFUL);
+        assert_eq!(h2.close.load(Ordering::Relaxed), Close::Graceful);
         let late = Arc::new(new_shared());
         watch.add(late.clone(), Weak::new());
         assert!(late.draining.load(Ordering::Relaxed));
         // Quiet for `DRAIN_IDLE_GRACE`: the HTTP/1 connections are closed.
         tokio::time::sleep(DRAIN_IDLE_GRACE + Duration::from_millis(600)).await;
-        assert_eq!(h1.close.load(Ordering::Relaxed), ABORT);
-        assert_eq!(late.close.load(Ordering::Relaxed), ABORT);
+        assert_eq!(h1.close.load(Ordering::Relaxed), Close::Abort);
+        assert_eq!(late.close.load(Ordering::Relaxed), Close::Abort);
     }
 
     /// Regression: a connection added after the watcher's last look, just before the listener
@@ -434,7 +434,7 @@ mod tests {
         watch.add(idle.clone(), Weak::new());
         drop(watch);
         tokio::time::sleep(Duration::from_millis(10_600)).await;
-        assert_eq!(idle.close.load(Ordering::Relaxed), ABORT);
+        assert_eq!(idle.close.load(Ordering::Relaxed), Close::Abort);
         // Then the task ended, its line dropped.
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(Arc::strong_count(&idle), 1);
@@ -457,10 +457,10 @@ mod tests {
         tokio::task::yield_now().await;
         tokio::task::yield_now().await;
         assert!(h1.draining.load(Ordering::Relaxed));
-        assert_eq!(h2.close.load(Ordering::Relaxed), GRACEFUL);
+        assert_eq!(h2.close.load(Ordering::Relaxed), Close::Graceful);
         tokio::time::sleep(DRAIN_IDLE_GRACE + Duration::from_millis(600)).await;
-        assert_eq!(h1.close.load(Ordering::Relaxed), ABORT);
-        assert_eq!(h2.close.load(Ordering::Relaxed), ABORT);
+        assert_eq!(h1.close.load(Ordering::Relaxed), Close::Abort);
+        assert_eq!(h2.close.load(Ordering::Relaxed), Close::Abort);
         assert_eq!(
             tx.receiver_count(),
             0,
@@ -483,14 +483,14 @@ mod tests {
         let looks = watch.looks();
         // Timed out as ever: after idle_timeout, within a period.
         tokio::time::sleep(Duration::from_millis(9_900)).await;
-        assert_eq!(idle.close.load(Ordering::Relaxed), 0);
+        assert_eq!(idle.close.load(Ordering::Relaxed), Close::Open);
         assert!(
             watch.looks() >= looks + 19,
             "{} looks",
             watch.looks() - looks
         );
         tokio::time::sleep(Duration::from_millis(600)).await;
-        assert_eq!(idle.close.load(Ordering::Relaxed), ABORT);
+        assert_eq!(idle.close.load(Ordering::Relaxed), Close::Abort);
         // Its line gone, the watcher sleeps again; then its handles go.
         tokio::time::sleep(Duration::from_secs(3600)).await;
         assert!(
@@ -521,7 +521,9 @@ mod tests {
                 let shared = Arc::new(new_shared());
                 shared.served.store(1, Ordering::Relaxed);
                 // Parked already: the look finds nothing to do but its counters.
-                shared.park.store(super::super::PARKED, Ordering::Relaxed);
+                shared
+                    .park
+                    .store(super::super::Park::Parked, Ordering::Relaxed);
                 Watched::new(shared, Arc::downgrade(private), start)
             })
             .collect();

@@ -20,7 +20,9 @@
 use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::atomic_enum::atomic_enum;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -277,13 +279,23 @@ struct Progress {
     frames: AtomicU64,
     /// Whether the last poll waited on the client.
     waiting_on_client: AtomicBool,
-    /// The client's failure, if its body failed: 0 none, else `CLIENT_*`.
-    client: AtomicU8,
+    /// The client's failure, if its body failed.
+    client: ClientFailureCell,
 }
 
-const CLIENT_STALLED: u8 = 1;
-const CLIENT_MALFORMED: u8 = 2;
-const CLIENT_GONE: u8 = 3;
+atomic_enum! {
+    /// How the client's body failed, if it did.
+    enum ClientFailure in ClientFailureCell {
+        /// It did not (yet).
+        None,
+        /// It stalled.
+        Stalled,
+        /// It was malformed.
+        Malformed,
+        /// The client went away.
+        Gone,
+    }
+}
 
 impl Progress {
     fn new(ended: bool) -> Progress {
@@ -292,7 +304,7 @@ impl Progress {
             notify: Notify::new(),
             frames: AtomicU64::new(0),
             waiting_on_client: AtomicBool::new(false),
-            client: AtomicU8::new(0),
+            client: ClientFailureCell::new(ClientFailure::None),
         }
     }
 
@@ -304,9 +316,9 @@ impl Progress {
 
     fn fail(&self, why: AttemptError) {
         let code = match why {
-            AttemptError::ClientBodyStalled => CLIENT_STALLED,
-            AttemptError::ClientBodyMalformed => CLIENT_MALFORMED,
-            _ => CLIENT_GONE,
+            AttemptError::ClientBodyStalled => ClientFailure::Stalled,
+            AttemptError::ClientBodyMalformed => ClientFailure::Malformed,
+            _ => ClientFailure::Gone,
         };
         self.client.store(code, Ordering::Release);
         self.notify.notify_one();
@@ -314,10 +326,10 @@ impl Progress {
 
     fn client_failure(&self) -> Option<AttemptError> {
         match self.client.load(Ordering::Acquire) {
-            CLIENT_STALLED => Some(AttemptError::ClientBodyStalled),
-            CLIENT_MALFORMED => Some(AttemptError::ClientBodyMalformed),
-            CLIENT_GONE => Some(AttemptError::ClientGone),
-            _ => None,
+            ClientFailure::Stalled => Some(AttemptError::ClientBodyStalled),
+            ClientFailure::Malformed => Some(AttemptError::ClientBodyMalformed),
+            ClientFailure::Gone => Some(AttemptError::ClientGone),
+            ClientFailure::None => None,
         }
     }
 }
