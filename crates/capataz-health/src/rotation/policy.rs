@@ -135,6 +135,10 @@ pub struct Carried {
     pub self_drained: bool,
     /// What its agent last said.
     pub agent: AgentState,
+    /// Since when its verdict holds: its last transition, or when it joined.
+    pub since: Duration,
+    /// Its last verdict change.
+    pub last: Option<crate::Transition>,
 }
 
 /// The backends a pool may send new requests to, with their weights.
