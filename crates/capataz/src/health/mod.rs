@@ -213,6 +213,7 @@ pub fn engine_policy(config: &PoolConfig) -> Policy {
             .map(|l| LoadShedding {
                 weight_percent: l.weight_percent,
                 max: l.max_retry_after,
+                default_relief: l.default_retry_after,
             }),
     }
 }
@@ -524,7 +525,7 @@ impl PoolRt {
                     config,
                     backends,
                     metrics,
-                    settings.traffic_rule,
+                    (settings.traffic_rule, engine.policy().load_shedding),
                     sink,
                 )),
                 inner: Mutex::new(Inner {
