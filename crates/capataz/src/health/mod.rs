@@ -33,7 +33,7 @@ use capataz_health::{
     AgentReport, AgentState, BackendHealth, Cadence, Carried, EjectionPolicy, Join,
     LatencyOutliers, LatencyWindow, LoadShedding, Outcome, Policy, ProbeIntervals, ProbeOutcome,
     ProbeRule, Role, Rotation, Settings, State, SuccessRate, SuccessWindow, TrafficRule,
-    Transition, WhenAllDown,
+    WhenAllDown,
 };
 use tokio::sync::{broadcast, Notify};
 
@@ -49,7 +49,7 @@ use crate::upstream::Upstream;
 pub use backend::Clock;
 pub use driver::PoolTasks;
 pub use membership::{Membership, MembershipState};
-pub use view::{BackendInfo, BackendView, Override, ProbeRecord};
+pub use view::{BackendInfo, BackendView, ProbeRecord};
 
 /// The rustls client configuration of a pool that speaks TLS to its backends, built once per
 /// pool from the material its config loaded. The config loader checked the client key, so
@@ -222,19 +222,15 @@ pub fn engine_policy(config: &PoolConfig) -> Policy {
 #[derive(Clone, Debug)]
 struct Records {
     pub(super) probes: VecDeque<ProbeRecord>,
-    pub(super) last_transition: Option<(SystemTime, Transition)>,
-    pub(super) since: SystemTime,
     /// When the backend joined the pool (kept while it stays, across reloads and updates).
     pub(super) joined: SystemTime,
 }
 
 impl Records {
-    fn new(since: SystemTime) -> Records {
+    fn new(joined: SystemTime) -> Records {
         Records {
             probes: VecDeque::with_capacity(HISTORY),
-            last_transition: None,
-            since,
-            joined: since,
+            joined,
         }
     }
 
@@ -242,8 +238,6 @@ impl Records {
     fn take(&mut self) -> Records {
         Records {
             probes: std::mem::take(&mut self.probes),
-            last_transition: self.last_transition,
-            since: self.since,
             joined: self.joined,
         }
     }
@@ -280,6 +274,9 @@ struct Inner {
     /// The engine time the timer sleeps until (`None`: it waits for a wake-up only). Set by
     /// the timer when it reads `poll_timeout`, and by `publish` when it wakes it earlier.
     armed: Option<Duration>,
+    /// The engine time the handle's snapshot was last built at (from `eligible`): the
+    /// standings reported are asked at this time, so their weights are the picker's.
+    published: Duration,
 }
 
 /// Why an override could not be applied.
@@ -512,7 +509,10 @@ impl PoolRt {
             }
             backends.push(Arc::new(rt));
         }
-        let engine = Rotation::with_roles(settings, engine_policy(&config), joins, now);
+        let mut engine = Rotation::with_roles(settings, engine_policy(&config), joins, now);
+        for (i, b) in config.backends.iter().enumerate() {
+            engine.set_tracks(i, b.track.is_some());
+        }
         // A kept backend may carry an error streak, an ejection or a probation: its traffic
         // must reach the engine from the first response.
         for (i, rt) in backends.iter().enumerate() {
@@ -532,6 +532,7 @@ impl PoolRt {
                     engine,
                     info,
                     armed: None,
+                    published: now,
                 }),
                 events,
                 clock,
@@ -665,12 +666,8 @@ impl PoolRt {
         if !capataz_health::fleet::publishable(&active) {
             return None;
         }
-        let streak = match active.state {
-            State::Up => active.pass_streak,
-            State::Down => active.fail_streak,
-        };
         let last = inner.info[backend].probes.back().map(|p| p.outcome.outcome);
-        Some((active.state, streak, last))
+        Some((active.state, active.streak(), last))
     }
 
     /// Feeds the active verdict another instance published for `backend` (it owns its

@@ -24,23 +24,16 @@ use crate::events::{Event, MembershipChange};
 use crate::logging;
 
 impl PoolRt {
-    /// Drains the engine's events: records transitions, rebuilds the snapshot if anything
-    /// happened (or when `rebuild`: time alone moves slow-start weights), wakes the timer if
-    /// the next timeout moved earlier, and logs and broadcasts each event. A probe that changes
-    /// nothing costs no rebuild.
+    /// Drains the engine's events, rebuilds the snapshot if anything happened (or when
+    /// `rebuild`: time alone moves slow-start weights), wakes the timer if the next timeout
+    /// moved earlier, and logs and broadcasts each event. A probe that changes nothing costs no
+    /// rebuild.
     pub(super) fn publish(&self, inner: &mut Inner, now: Duration, rebuild: bool) {
         let time = self.clock.wall(now);
-        let mut events = Vec::new();
-        while let Some(event) = inner.engine.poll_event() {
-            if let EngineEvent::Transition(transition) = &event {
-                let info = &mut inner.info[transition.backend];
-                info.last_transition = Some((time, *transition));
-                info.since = time;
-            }
-            events.push(event);
-        }
+        let events: Vec<EngineEvent> = std::iter::from_fn(|| inner.engine.poll_event()).collect();
         if rebuild || !events.is_empty() {
             self.handle.publish(inner.engine.eligible(now));
+            inner.published = now;
             // Whatever made these events may have started a timer (a ramp, an ejection, a
             // shed): the timer must not sleep past it.
             if let Some(due) = inner.engine.poll_timeout() {
