@@ -218,7 +218,8 @@ pub fn engine_policy(config: &PoolConfig) -> Policy {
     }
 }
 
-/// What the runtime remembers of one backend beside its engine state.
+/// What the runtime remembers of one backend beside its engine state (the engine keeps its
+/// last transition and since when its verdict holds).
 #[derive(Clone, Debug)]
 struct Records {
     pub(super) probes: VecDeque<ProbeRecord>,
@@ -571,11 +572,6 @@ impl PoolRt {
     /// One backend's verdict.
     pub fn verdict(&self, backend: usize) -> State {
         self.lock().engine.pool().verdict(backend)
-    }
-
-    /// Passing probes in a row a backend needs after maintenance before traffic (0: none).
-    pub fn requalify_passes(&self) -> u32 {
-        self.lock().engine.requalify_passes()
     }
 
     /// Whether the engine wants `backend` probed now (not while it is in maintenance).
