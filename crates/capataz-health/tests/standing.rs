@@ -171,8 +171,16 @@ fn ejection_wins_over_failing_probes_and_says_what_ejected_it() {
         panic!("ejected, probes fine: {s:?}")
     };
     assert_eq!((since, until, nth), (S, Some(31 * S), 1));
-    assert!(matches!(reason, Some(Reason::TrafficErrors { streak: 3, .. })));
-    assert_eq!(s.back, Back::EjectionEnds { until: Some(31 * S) });
+    assert!(matches!(
+        reason,
+        Some(Reason::TrafficErrors { streak: 3, .. })
+    ));
+    assert_eq!(
+        s.back,
+        Back::EjectionEnds {
+            until: Some(31 * S)
+        }
+    );
     // Probes fail behind the ejection: it still decides, and says what probes need.
     probes(&mut r, 0, BAD, 3, 2 * S);
     let Cause::Ejected { probes, .. } = standing(&r, 0, 2 * S).cause else {
@@ -292,7 +300,10 @@ fn maintenance_wins_over_the_agent_and_requalifying_over_its_drain() {
     let s = standing(&r, 0, 4 * S);
     assert_eq!(s.cause, Cause::AgentMaintenance);
     assert_eq!(s.back, Back::LeavingMaintenance { passes: 2 });
-    assert_eq!(s.requalifying, None, "maintenance forgets the requalification");
+    assert_eq!(
+        s.requalifying, None,
+        "maintenance forgets the requalification"
+    );
 }
 
 #[test]
@@ -301,10 +312,23 @@ fn an_override_wins_over_everything_and_says_when_it_lapses() {
     agent(&mut r, 0, "maint", S);
     traffic(&mut r, 0, BAD, 3, S);
     let cases = [
-        (OverrideKind::Drain, Back::OverrideEnds { until: Some(12 * S) }),
-        (OverrideKind::Down, Back::OverrideEnds { until: Some(12 * S) }),
+        (
+            OverrideKind::Drain,
+            Back::OverrideEnds {
+                until: Some(12 * S),
+            },
+        ),
+        (
+            OverrideKind::Down,
+            Back::OverrideEnds {
+                until: Some(12 * S),
+            },
+        ),
         (OverrideKind::Up, Back::InRotation),
-        (OverrideKind::Maintenance, Back::LeavingMaintenance { passes: 2 }),
+        (
+            OverrideKind::Maintenance,
+            Back::LeavingMaintenance { passes: 2 },
+        ),
     ];
     for (kind, back) in cases {
         r.set_override(0, Some(kind), Some(10 * S), 2 * S);
@@ -355,7 +379,10 @@ fn the_weight_is_the_pickers_through_a_ramp_an_agent_and_a_shed() {
     let s = standing(&r, 0, at);
     assert_eq!(s.weight_tenths, 5);
     let shed = s.shed.expect("shedding");
-    assert_eq!((shed.status, shed.until, shed.weight_percent), (429, at + 5 * S, 50));
+    assert_eq!(
+        (shed.status, shed.until, shed.weight_percent),
+        (429, at + 5 * S, 50)
+    );
 }
 
 #[test]

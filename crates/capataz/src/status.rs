@@ -94,13 +94,12 @@ fn ejection_cause(view: &BackendView) -> Option<&'static str> {
     }
 }
 
-/// The JSON of one backend (with its explain sentence).
-pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
+/// A backend's passive ejection, for `/status`: `state` (`none`, `ejected`, `probation`), and
+/// when ejected its `cause`, `since`, `until`, `nth` and `duration_ms`.
+fn ejection_json(pool: &PoolRt, view: &BackendView) -> Value {
     let clock = pool.clock();
     let wall = |t: Duration| rfc3339(clock.wall(t));
-    let standing = &view.standing;
-    let health = &standing.health;
-    let ejection = match health.passive.ejection {
+    match view.standing.health.passive.ejection {
         Ejection::None => json!({ "state": "none" }),
         Ejection::Ejected { since, until, nth } => json!({
             "state": "ejected",
@@ -111,16 +110,12 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
             "duration_ms": until.map(|u| u.saturating_sub(since).as_millis() as u64),
         }),
         Ejection::Probation { since } => json!({ "state": "probation", "since": wall(since) }),
-    };
-    let last_probe = view.info.probes.back().map(|p| {
-        json!({
-            "outcome": p.outcome.outcome.to_string(),
-            "mismatch": p.outcome.mismatch.map(|m| m.to_string()),
-            "result": p.result.as_str(),
-            "latency_ms": ms(p.latency),
-            "at": rfc3339(p.at),
-        })
-    });
+    }
+}
+
+/// A backend's recent probes and traffic outcomes, oldest first, each with how its rule
+/// judged it.
+fn history_json(pool: &PoolRt, view: &BackendView) -> Value {
     let probes: Vec<Value> = view
         .info
         .probes
@@ -138,6 +133,24 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
         .into_iter()
         .map(|o| json!({ "outcome": o.to_string(), "result": rule.judge(o).as_str() }))
         .collect();
+    json!({ "probes": probes, "traffic": traffic })
+}
+
+/// The JSON of one backend (with its explain sentence).
+pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
+    let clock = pool.clock();
+    let wall = |t: Duration| rfc3339(clock.wall(t));
+    let standing = &view.standing;
+    let health = &standing.health;
+    let last_probe = view.info.probes.back().map(|p| {
+        json!({
+            "outcome": p.outcome.outcome.to_string(),
+            "mismatch": p.outcome.mismatch.map(|m| m.to_string()),
+            "result": p.result.as_str(),
+            "latency_ms": ms(p.latency),
+            "at": rfc3339(p.at),
+        })
+    });
     let last_transition = standing.last_transition.map(|t| {
         json!({
             "at": wall(t.at),
@@ -192,7 +205,7 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
             "enabled": pool.config.passive.enabled,
             "error_streak": health.passive.error_streak,
             "consecutive_errors": pool.config.passive.consecutive_errors.get(),
-            "ejection": ejection,
+            "ejection": ejection_json(pool, view),
             "times_ejected": health.passive.times_ejected,
             "slow_windows": health.passive.slow_windows,
             "shedding": standing.shed.map(|shed| json!({
@@ -201,7 +214,7 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
                 "remaining_ms": shed.until.saturating_sub(view.now).as_millis() as u64,
             })),
         },
-        "history": { "probes": probes, "traffic": traffic },
+        "history": history_json(pool, view),
         "last_transition": last_transition,
         "in_flight": view.backend.in_flight.load(std::sync::atomic::Ordering::Relaxed),
         "weight": view.backend.weight,

@@ -103,7 +103,10 @@ mod tests {
         assert_eq!(SHEDDING.relief(429, Some(30 * S)), Some(30 * S));
         assert_eq!(SHEDDING.relief(503, Some(30 * S)), Some(30 * S));
         // `Retry-After: 0` asks for no relief: still a shedding answer, never judged.
-        assert_eq!(SHEDDING.relief(503, Some(Duration::ZERO)), Some(Duration::ZERO));
+        assert_eq!(
+            SHEDDING.relief(503, Some(Duration::ZERO)),
+            Some(Duration::ZERO)
+        );
     }
 
     #[test]

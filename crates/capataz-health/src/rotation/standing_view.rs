@@ -240,7 +240,10 @@ impl Rotation {
             return (Cause::AgentMaintenance, Back::LeavingMaintenance { passes });
         }
         if let Some((has, needs)) = self.requalifying(backend) {
-            return (Cause::Requalifying { has, needs }, Back::Passes { has, needs });
+            return (
+                Cause::Requalifying { has, needs },
+                Back::Passes { has, needs },
+            );
         }
         let self_draining = self.effective(backend) == Effective::SelfDraining;
         if member.agent.holds_out() {
@@ -262,10 +265,18 @@ impl Rotation {
                 State::Up => Back::InRotation,
                 State::Down => Back::TrackedUp,
             };
-            return (Cause::Tracked { state: active.state }, back);
+            return (
+                Cause::Tracked {
+                    state: active.state,
+                },
+                back,
+            );
         }
         if let Ejection::Ejected { since, until, nth } = health.passive.ejection {
-            let reason = member.last.filter(|t| t.to == State::Down).map(|t| t.reason);
+            let reason = member
+                .last
+                .filter(|t| t.to == State::Down)
+                .map(|t| t.reason);
             let probes = (active.state == State::Down).then(|| ProbesDown {
                 ends_ejection: self.pool.settings().probes_end_ejection && until.is_some(),
                 ..self.probes_down(backend)

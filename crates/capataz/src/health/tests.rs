@@ -167,11 +167,20 @@ async fn the_shedding_event_reads_as_one_sentence() {
     );
     let relief = pool.shed_request(503, &{
         let mut headers = http::HeaderMap::new();
-        headers.insert(http::header::RETRY_AFTER, "30".parse().expect("a header value"));
+        headers.insert(
+            http::header::RETRY_AFTER,
+            "30".parse().expect("a header value"),
+        );
         headers
     });
     assert_eq!(relief, Some(std::time::Duration::from_secs(30)));
-    TrafficSink::handle_shed(&*pool, pool.handle(), 0, 503, std::time::Duration::from_secs(30));
+    TrafficSink::handle_shed(
+        &*pool,
+        pool.handle(),
+        0,
+        503,
+        std::time::Duration::from_secs(30),
+    );
     let sentence = loop {
         match rx.try_recv().expect("the shedding event") {
             event @ Event::Shedding { .. } => break event.sentence(),

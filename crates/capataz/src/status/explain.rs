@@ -386,7 +386,13 @@ impl<'a> Said<'a> {
                 );
             }
             DownWhy::NeverProven => {
-                match self.view.info.probes.back().and_then(|p| p.outcome.mismatch) {
+                match self
+                    .view
+                    .info
+                    .probes
+                    .back()
+                    .and_then(|p| p.outcome.mismatch)
+                {
                     Some(mismatch) => format!(
                         "not yet proven healthy (new backends start DOWN); last probe: {mismatch}"
                     ),

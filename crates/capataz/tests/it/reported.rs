@@ -130,7 +130,10 @@ async fn every_reported_until_is_when_the_picker_readmits() {
         until: Some(until), ..
     } = pool.view_of(1).standing.health.passive.ejection
     else {
-        panic!("b ejected with a timer: {:?}", pool.view_of(1).standing.health);
+        panic!(
+            "b ejected with a timer: {:?}",
+            pool.view_of(1).standing.health
+        );
     };
     let json = capataz::status::backend_json(&pool, &pool.view_of(1));
     assert_eq!(
