@@ -47,7 +47,7 @@ pub use replay::{Replay, ReplayOptions};
 pub use rotation::{
     AgentChange, AgentHold, AgentReport, AgentState, AllDown, BackupUse, Carried, Effective,
     Eligible, Join, LoadShedding, MinHealthy, Override, OverrideKind, Policy, Role, Rotation, Shed,
-    ShedChange, WhenAllDown,
+    ShedChange, Standing, WhenAllDown,
 };
 pub use rules::{GrpcCodes, ProbeResult, ProbeRule, StatusSet, TrafficResult, TrafficRule};
 pub use status::{grpc_code_name, parse_grpc_status, parse_status_line, Outcome};

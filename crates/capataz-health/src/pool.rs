@@ -47,6 +47,17 @@ pub struct Active {
     pub probed: bool,
 }
 
+impl Active {
+    /// The streak that holds the active side in its state: passes while UP, failures while
+    /// DOWN (what a hidden active change reports, and what an owner publishes).
+    pub fn streak(&self) -> u32 {
+        match self.state {
+            State::Up => self.pass_streak,
+            State::Down => self.fail_streak,
+        }
+    }
+}
+
 /// Where a backend stands with passive checks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ejection {

@@ -126,6 +126,7 @@ proptest! {
             load_shedding: Some(LoadShedding {
                 weight_percent,
                 max: Duration::from_secs(60),
+                default_relief: Duration::from_secs(5),
             }),
             ..Policy::default()
         };

@@ -33,6 +33,7 @@ fn rotation(shedding: Option<LoadShedding>) -> Rotation {
 const TEN_PERCENT: LoadShedding = LoadShedding {
     weight_percent: 10,
     max: Duration::from_secs(300),
+    default_relief: Duration::from_secs(5),
 };
 
 fn sheds(r: &mut Rotation) -> Vec<ShedChange> {
@@ -57,7 +58,8 @@ fn a_429_reduces_the_weight_for_its_retry_after_and_then_restores_it() {
             shed: Some(Shed {
                 status: 429,
                 duration: 30 * S,
-                until: 31 * S
+                until: 31 * S,
+                weight_percent: 10,
             }),
             at: S,
         }]
@@ -113,6 +115,7 @@ fn the_weight_never_drops_to_zero() {
             load_shedding: Some(LoadShedding {
                 weight_percent: 1,
                 max: Duration::from_secs(300),
+                default_relief: Duration::from_secs(5),
             }),
             ..Policy::default()
         },

@@ -145,6 +145,7 @@ fn shed_lines_reduce_weight_with_load_shedding_and_are_judged_without() {
         load_shedding: Some(LoadShedding {
             weight_percent: 10,
             max: 300 * SECOND,
+            default_relief: 5 * SECOND,
         }),
         ..ReplayOptions::default()
     };

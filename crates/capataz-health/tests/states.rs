@@ -121,6 +121,42 @@ fn every_backup_in_rotation_serves_with_backups_all() {
     assert_eq!(r.eligible(2 * S).backends, [1, 3]);
 }
 
+/// What a backups event carries is what the snapshot built right after it serves: the runtime
+/// names them from the event alone.
+#[test]
+fn a_backups_event_names_the_backups_serving_at_its_time() {
+    let serving = |events: Vec<Event>| -> Vec<Vec<usize>> {
+        events
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Backups { serving, .. } => Some(serving),
+                _ => None,
+            })
+            .collect()
+    };
+    let all = Policy {
+        backups: BackupUse::All,
+        ..Policy::default()
+    };
+    let mut r = rotation(all, &[P, B, B, B]);
+    r.set_override(2, Some(OverrideKind::Drain), None, S);
+    fail(&mut r, 0, 2 * S);
+    assert_eq!(serving(events(&mut r)), [vec![1, 3]]);
+    assert_eq!(r.eligible(2 * S).backends, [1, 3]);
+    // Each change of who serves names its own set: the first backup leaves, then the drained
+    // one is cleared; the primary's return hands back with none.
+    fail(&mut r, 1, 3 * S);
+    assert_eq!(serving(events(&mut r)), [vec![3]]);
+    r.set_override(2, None, None, 4 * S);
+    assert_eq!(serving(events(&mut r)), [vec![2, 3]]);
+    pass(&mut r, 0, 5 * S);
+    assert_eq!(serving(events(&mut r)), [Vec::<usize>::new()]);
+
+    let mut r = rotation(Policy::default(), &[P, B, B]);
+    fail(&mut r, 0, S);
+    assert_eq!(serving(events(&mut r)), [vec![1]], "the first backup only");
+}
+
 #[test]
 fn the_all_down_policy_applies_only_when_the_backups_are_out_too() {
     let mut r = rotation(Policy::default(), &[P, B]);

@@ -360,8 +360,9 @@ pub struct ActiveChange {
     pub at: Duration,
 }
 
-/// One thing a [`Rotation`](super::Rotation) reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// One thing a [`Rotation`](super::Rotation) reports, with what its consumers need to say it
+/// (no need to ask the rotation again after draining events).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
     /// A backend's verdict changed.
     Transition(Transition),
@@ -389,6 +390,9 @@ pub enum Event {
     Backups {
         /// The backups serving now, or `None` once they hand back (or are out too).
         on: Option<OnBackups>,
+        /// Which backups serve, in pool order, at the time of the event (empty with `on:
+        /// None`): what the snapshot built right after it names.
+        serving: Vec<usize>,
         /// With `on: None`, whether primaries serve again (else the backups are out too, and an
         /// all-down event follows).
         to_primaries: bool,

@@ -41,6 +41,7 @@ pub mod ramp;
 mod serving;
 mod shedding;
 mod standing;
+mod standing_view;
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -52,6 +53,7 @@ pub use event::{
 };
 pub use policy::{BackupUse, Carried, Eligible, Join, MinHealthy, Policy, Role, WhenAllDown};
 pub use shedding::{LoadShedding, Shed, ShedChange};
+pub use standing_view::{Back, Cause, DownWhy, Probation, ProbesDown, Standing};
 
 use crate::cadence::Cadence;
 use crate::fleet::Published;
@@ -76,6 +78,12 @@ struct Member {
     agent: AgentState,
     /// The load shed it asked for, while it lasts.
     shed: Option<Shed>,
+    /// Since when its verdict holds: its last transition, or when it joined.
+    since: Duration,
+    /// Its last verdict change (with its index in this rotation).
+    last: Option<crate::Transition>,
+    /// Whether it tracks another backend's active state ([`Rotation::set_tracks`]).
+    tracks: bool,
 }
 
 impl Member {
@@ -154,6 +162,9 @@ impl Rotation {
                         self_drained: false,
                         agent: AgentState::default(),
                         shed: None,
+                        since: now,
+                        last: None,
+                        tracks: false,
                     }
                 }
                 Join::Kept(carried) => {
@@ -173,6 +184,12 @@ impl Rotation {
                         agent: carried.agent,
                         // A shed does not outlive a reload: the backend asks again if it must.
                         shed: None,
+                        since: carried.since,
+                        last: carried.last.map(|t| crate::Transition {
+                            backend: rotation.members.len(),
+                            ..t
+                        }),
+                        tracks: false,
                     }
                 }
             };
@@ -295,7 +312,16 @@ impl Rotation {
             requalify: member.requalify,
             self_drained: member.self_drained,
             agent: member.agent,
+            since: member.since,
+            last: member.last,
         }
+    }
+
+    /// Says whether `backend` tracks another backend's active state (HAProxy's `track`, fed by
+    /// [`Rotation::handle_tracked`]): its [`Standing`] then says so. Panics if `backend` is not
+    /// an index.
+    pub fn set_tracks(&mut self, backend: usize, tracks: bool) {
+        self.members[backend].tracks = tracks;
     }
 
     /// The weight of `backend` at `now`, in tenths of the configured unit (lower while it
@@ -371,6 +397,7 @@ impl Rotation {
                     status,
                     duration,
                     until,
+                    weight_percent: shedding.weight_percent,
                 };
                 *slot = Some(shed);
                 self.events.push_back(Event::Shedding(ShedChange {
@@ -439,14 +466,10 @@ impl Rotation {
             None => {
                 let active = self.pool.backend(backend).active;
                 if active.state != active_before {
-                    let streak = match active.state {
-                        State::Up => active.pass_streak,
-                        State::Down => active.fail_streak,
-                    };
                     self.events.push_back(Event::ActiveChange(ActiveChange {
                         backend,
                         state: active.state,
-                        streak,
+                        streak: active.streak(),
                         last: outcome,
                         at: now,
                     }));
@@ -478,10 +501,7 @@ impl Rotation {
             self.record_transition(transition, now);
         }
         let standing = if self.members[backend].requalify.is_some() {
-            let (result, last) = match state {
-                State::Up => (ProbeResult::Pass, Outcome::Status(200)),
-                State::Down => (ProbeResult::Fail, Outcome::Refused),
-            };
+            let (result, last) = reading_as_probe(state);
             self.after_probe(backend, result, last, now)
         } else {
             false
@@ -514,10 +534,7 @@ impl Rotation {
             self.record_transition(transition, now);
         }
         let standing = if self.members[backend].requalify.is_some() {
-            let (result, last) = match published.state {
-                State::Up => (ProbeResult::Pass, Outcome::Status(200)),
-                State::Down => (ProbeResult::Fail, Outcome::Refused),
-            };
+            let (result, last) = reading_as_probe(published.state);
             self.after_probe(backend, result, last, now)
         } else {
             false
@@ -707,6 +724,8 @@ impl Rotation {
     /// Records a verdict change (the caller settles the pool's state after).
     fn record_transition(&mut self, transition: crate::Transition, now: Duration) {
         let member = &mut self.members[transition.backend];
+        member.since = now;
+        member.last = Some(transition);
         if transition.to == State::Up {
             member.proven = true;
             if self.policy.slow_start.is_some() {
@@ -756,5 +775,15 @@ impl Rotation {
         }));
         self.settle(now);
         to
+    }
+}
+
+/// What an active state read elsewhere (a tracked backend's, an owner's published verdict)
+/// counts as where a probe of the backend itself would count (requalifying after
+/// maintenance): UP a pass, DOWN a failure.
+fn reading_as_probe(state: State) -> (ProbeResult, Outcome) {
+    match state {
+        State::Up => (ProbeResult::Pass, Outcome::Status(200)),
+        State::Down => (ProbeResult::Fail, Outcome::Refused),
     }
 }

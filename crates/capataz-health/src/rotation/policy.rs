@@ -104,6 +104,9 @@ impl MinHealthy {
 }
 
 /// How a backend joins a [`Rotation`](super::Rotation).
+// A join lives only while a rotation is built (one per backend, on a reload): boxing what a
+// kept backend carries would cost an allocation per backend for no memory kept.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Join {
     /// A new backend: its active side starts in `initial` (DOWN for a gated backend), and it is
@@ -135,6 +138,10 @@ pub struct Carried {
     pub self_drained: bool,
     /// What its agent last said.
     pub agent: AgentState,
+    /// Since when its verdict holds: its last transition, or when it joined.
+    pub since: Duration,
+    /// Its last verdict change.
+    pub last: Option<crate::Transition>,
 }
 
 /// The backends a pool may send new requests to, with their weights.

@@ -40,6 +40,7 @@ impl Rotation {
         if self.on_backups.is_some() && on_backups.is_none() {
             self.events.push_back(Event::Backups {
                 on: None,
+                serving: Vec::new(),
                 to_primaries: all_down.is_none(),
                 at: now,
             });
@@ -47,9 +48,10 @@ impl Rotation {
         if self.all_down.is_some() && all_down.is_none() {
             self.events.push_back(Event::Recovered { at: now });
         }
-        if on_backups.is_some() && on_backups != self.on_backups {
+        if let Some(on) = on_backups.filter(|_| on_backups != self.on_backups) {
             self.events.push_back(Event::Backups {
                 on: on_backups,
+                serving: self.backups_serving(on),
                 to_primaries: false,
                 at: now,
             });
@@ -67,10 +69,7 @@ impl Rotation {
     pub(super) fn serving_backends(&self) -> Vec<usize> {
         let all = 0..self.len();
         match (self.on_backups, self.all_down) {
-            (Some(on), _) => match self.policy.backups {
-                BackupUse::First => vec![on.first],
-                BackupUse::All => all.filter(|&i| self.is_backup_in_rotation(i)).collect(),
-            },
+            (Some(on), _) => self.backups_serving(on),
             (None, None) => all
                 .filter(|&i| self.members[i].role == Role::Primary && self.in_rotation(i))
                 .collect(),
@@ -84,6 +83,16 @@ impl Rotation {
                 all.filter(|&i| self.may_fail_open_to(i)).collect()
             }
             (None, Some(AllDown::Reject | AllDown::NoneToFailOpen { .. })) => Vec::new(),
+        }
+    }
+
+    /// The backups that serve while `on` (no primary in rotation), in pool order.
+    fn backups_serving(&self, on: OnBackups) -> Vec<usize> {
+        match self.policy.backups {
+            BackupUse::First => vec![on.first],
+            BackupUse::All => (0..self.len())
+                .filter(|&i| self.is_backup_in_rotation(i))
+                .collect(),
         }
     }
 

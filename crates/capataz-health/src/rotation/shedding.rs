@@ -1,7 +1,9 @@
 //! Load shedding awareness: a backend that answers `429`, or `503` with `Retry-After`, asks for
-//! less traffic, not to be judged. [`Rotation::handle_shed`](super::Rotation::handle_shed)
-//! scales its weight down to [`LoadShedding::weight_percent`] for the time it asked (at most
-//! [`LoadShedding::max`]), then restores it; the answer never counts as a traffic error.
+//! less traffic, not to be judged. [`LoadShedding::relief`] decides whether an answer asks and
+//! for how long (the admission rule the request path applies to every answer head);
+//! [`Rotation::handle_shed`](super::Rotation::handle_shed) scales its weight down to
+//! [`LoadShedding::weight_percent`] for that time (at most [`LoadShedding::max`]), then
+//! restores it; the answer never counts as a traffic error.
 
 use std::time::Duration;
 
@@ -12,9 +14,32 @@ pub struct LoadShedding {
     pub weight_percent: u8,
     /// The longest a shed lasts, whatever the backend asked.
     pub max: Duration,
+    /// The relief a `429` without a usable `Retry-After` gets.
+    pub default_relief: Duration,
 }
 
 impl LoadShedding {
+    /// Whether an answer with `status` may ask for relief at all (`429` or `503`): two
+    /// comparisons, asked of every answer head before any header is read.
+    #[inline]
+    pub fn may_ask(status: u16) -> bool {
+        status == 429 || status == 503
+    }
+
+    /// The relief an answer with `status` asks for, given the `Retry-After` it carried
+    /// (`asked`; `None` when absent or unusable), bounded by [`LoadShedding::max`]: what it
+    /// asked, or [`LoadShedding::default_relief`] for a `429` that said nothing usable. `None`:
+    /// the answer asks for nothing (any other status, or a `503` without a usable
+    /// `Retry-After`) and is judged as traffic.
+    pub fn relief(&self, status: u16, asked: Option<Duration>) -> Option<Duration> {
+        let relief = match (status, asked) {
+            (429 | 503, Some(asked)) => asked,
+            (429, None) => self.default_relief,
+            _ => return None,
+        };
+        Some(relief.min(self.max))
+    }
+
     /// `weight_tenths` scaled down for a shedding backend (at least 1).
     pub fn scaled(&self, weight_tenths: u32) -> u32 {
         let scaled = u64::from(weight_tenths) * u64::from(self.weight_percent.min(100)) / 100;
@@ -43,4 +68,62 @@ pub struct Shed {
     pub duration: Duration,
     /// When it ends.
     pub until: Duration,
+    /// The backend's weight meanwhile, in percent of what it would be
+    /// ([`LoadShedding::weight_percent`]).
+    pub weight_percent: u8,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    const SHEDDING: LoadShedding = LoadShedding {
+        weight_percent: 10,
+        max: Duration::from_secs(300),
+        default_relief: Duration::from_secs(5),
+    };
+
+    #[test]
+    fn only_a_429_or_a_503_may_ask_for_relief() {
+        for status in [429, 503] {
+            assert!(LoadShedding::may_ask(status));
+        }
+        for status in [200, 404, 500, 502, 504, 0, u16::MAX] {
+            assert!(!LoadShedding::may_ask(status), "{status}");
+            assert_eq!(SHEDDING.relief(status, Some(S)), None, "{status}");
+        }
+    }
+
+    #[test]
+    fn a_429_gets_the_default_relief_a_503_needs_retry_after() {
+        assert_eq!(SHEDDING.relief(429, None), Some(5 * S));
+        assert_eq!(SHEDDING.relief(503, None), None, "judged as traffic");
+        assert_eq!(SHEDDING.relief(429, Some(30 * S)), Some(30 * S));
+        assert_eq!(SHEDDING.relief(503, Some(30 * S)), Some(30 * S));
+        // `Retry-After: 0` asks for no relief: still a shedding answer, never judged.
+        assert_eq!(
+            SHEDDING.relief(503, Some(Duration::ZERO)),
+            Some(Duration::ZERO)
+        );
+    }
+
+    #[test]
+    fn relief_is_clamped_to_the_maximum() {
+        assert_eq!(SHEDDING.relief(429, Some(301 * S)), Some(300 * S));
+        assert_eq!(SHEDDING.relief(503, Some(Duration::MAX)), Some(300 * S));
+        let long_default = LoadShedding {
+            default_relief: 900 * S,
+            ..SHEDDING
+        };
+        assert_eq!(long_default.relief(429, None), Some(300 * S));
+    }
+
+    #[test]
+    fn the_shed_weight_is_scaled_and_never_zero() {
+        assert_eq!(SHEDDING.scaled(100), 10);
+        assert_eq!(SHEDDING.scaled(1), 1);
+        assert_eq!(SHEDDING.scaled(u32::MAX), 429_496_729);
+    }
 }

@@ -13,7 +13,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use arc_swap::{ArcSwap, Guard};
-use capataz_health::{Eligible, Outcome, TrafficResult, TrafficRule};
+use capataz_health::{Eligible, LoadShedding, Outcome, TrafficResult, TrafficRule};
 
 use super::tap::{Recorded, Tap};
 use super::{BackendRt, Snapshot};
@@ -48,6 +48,8 @@ pub struct PoolHandle {
     /// The retry budget.
     pub(crate) budget: RetryBudget,
     traffic_rule: TrafficRule,
+    /// The engine's load-shedding rule (`None`: shedding answers are judged as traffic).
+    load_shedding: Option<LoadShedding>,
     health: Weak<dyn TrafficSink>,
     /// Where recorders listen (`GET /record/<pool>`).
     pub tap: Tap,
@@ -65,14 +67,16 @@ impl std::fmt::Debug for PoolHandle {
 
 impl PoolHandle {
     /// A handle over `backends` for `config`, with an empty snapshot (the health runtime
-    /// publishes the first one); outcomes the fast path cannot settle go to `health`.
+    /// publishes the first one), judging answers by the engine's `rules` (its traffic rule and
+    /// load-shedding rule); outcomes the fast path cannot settle go to `health`.
     pub(crate) fn new(
         config: PoolConfig,
         backends: Vec<Arc<BackendRt>>,
         metrics: PoolMetrics,
-        traffic_rule: TrafficRule,
+        rules: (TrafficRule, Option<LoadShedding>),
         health: Weak<dyn TrafficSink>,
     ) -> PoolHandle {
+        let (traffic_rule, load_shedding) = rules;
         PoolHandle {
             name: config.name.as_str().into(),
             budget: RetryBudget::new(config.retries.budget_percent, config.retries.min_budget),
@@ -82,6 +86,7 @@ impl PoolHandle {
             backends,
             config,
             traffic_rule,
+            load_shedding,
             health,
             tap: Tap::default(),
         }
@@ -108,28 +113,19 @@ impl PoolHandle {
     }
 
     /// With load shedding awareness on, whether an answer with `status` and `headers` asks
-    /// the backend's weight down instead of being judged (`429`, or `503` with a usable
-    /// `Retry-After`), and for how long: the relief, bounded by the config's maximum; a `429`
-    /// without a usable `Retry-After` gets the config's default. Called for every answer head:
+    /// the backend's weight down instead of being judged, and for how long: the engine's rule
+    /// ([`LoadShedding::relief`]) on the `Retry-After` read here. Called for every answer head:
     /// two comparisons unless it is a 429 or a 503.
     #[inline]
     pub(crate) fn shed_request(&self, status: u16, headers: &http::HeaderMap) -> Option<Duration> {
-        if status != 429 && status != 503 {
+        if !LoadShedding::may_ask(status) {
             return None;
         }
-        let shedding = self.config.passive.load_shedding?;
-        if !self.config.passive.enabled {
-            return None;
-        }
+        let shedding = self.load_shedding?;
         let asked = headers
             .get(http::header::RETRY_AFTER)
             .and_then(|value| parse_retry_after(value.as_bytes(), SystemTime::now()));
-        let relief = match (status, asked) {
-            (_, Some(asked)) => asked,
-            (429, None) => shedding.default_retry_after,
-            _ => return None,
-        };
-        Some(relief.min(shedding.max_retry_after))
+        shedding.relief(status, asked)
     }
 
     /// Records that backend `backend` answered `status` asking for `retry_after` of relief (see

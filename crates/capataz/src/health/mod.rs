@@ -33,7 +33,7 @@ use capataz_health::{
     AgentReport, AgentState, BackendHealth, Cadence, Carried, EjectionPolicy, Join,
     LatencyOutliers, LatencyWindow, LoadShedding, Outcome, Policy, ProbeIntervals, ProbeOutcome,
     ProbeRule, Role, Rotation, Settings, State, SuccessRate, SuccessWindow, TrafficRule,
-    Transition, WhenAllDown,
+    WhenAllDown,
 };
 use tokio::sync::{broadcast, Notify};
 
@@ -49,7 +49,7 @@ use crate::upstream::Upstream;
 pub use backend::Clock;
 pub use driver::PoolTasks;
 pub use membership::{Membership, MembershipState};
-pub use view::{BackendInfo, BackendView, Override, ProbeRecord};
+pub use view::{BackendInfo, BackendView, ProbeRecord};
 
 /// The rustls client configuration of a pool that speaks TLS to its backends, built once per
 /// pool from the material its config loaded. The config loader checked the client key, so
@@ -213,27 +213,25 @@ pub fn engine_policy(config: &PoolConfig) -> Policy {
             .map(|l| LoadShedding {
                 weight_percent: l.weight_percent,
                 max: l.max_retry_after,
+                default_relief: l.default_retry_after,
             }),
     }
 }
 
-/// What the runtime remembers of one backend beside its engine state.
+/// What the runtime remembers of one backend beside its engine state (the engine keeps its
+/// last transition and since when its verdict holds).
 #[derive(Clone, Debug)]
 struct Records {
     pub(super) probes: VecDeque<ProbeRecord>,
-    pub(super) last_transition: Option<(SystemTime, Transition)>,
-    pub(super) since: SystemTime,
     /// When the backend joined the pool (kept while it stays, across reloads and updates).
     pub(super) joined: SystemTime,
 }
 
 impl Records {
-    fn new(since: SystemTime) -> Records {
+    fn new(joined: SystemTime) -> Records {
         Records {
             probes: VecDeque::with_capacity(HISTORY),
-            last_transition: None,
-            since,
-            joined: since,
+            joined,
         }
     }
 
@@ -241,8 +239,6 @@ impl Records {
     fn take(&mut self) -> Records {
         Records {
             probes: std::mem::take(&mut self.probes),
-            last_transition: self.last_transition,
-            since: self.since,
             joined: self.joined,
         }
     }
@@ -279,6 +275,9 @@ struct Inner {
     /// The engine time the timer sleeps until (`None`: it waits for a wake-up only). Set by
     /// the timer when it reads `poll_timeout`, and by `publish` when it wakes it earlier.
     armed: Option<Duration>,
+    /// The engine time the handle's snapshot was last built at (from `eligible`): the
+    /// standings reported are asked at this time, so their weights are the picker's.
+    published: Duration,
 }
 
 /// Why an override could not be applied.
@@ -511,7 +510,10 @@ impl PoolRt {
             }
             backends.push(Arc::new(rt));
         }
-        let engine = Rotation::with_roles(settings, engine_policy(&config), joins, now);
+        let mut engine = Rotation::with_roles(settings, engine_policy(&config), joins, now);
+        for (i, b) in config.backends.iter().enumerate() {
+            engine.set_tracks(i, b.track.is_some());
+        }
         // A kept backend may carry an error streak, an ejection or a probation: its traffic
         // must reach the engine from the first response.
         for (i, rt) in backends.iter().enumerate() {
@@ -524,13 +526,14 @@ impl PoolRt {
                     config,
                     backends,
                     metrics,
-                    settings.traffic_rule,
+                    (settings.traffic_rule, engine.policy().load_shedding),
                     sink,
                 )),
                 inner: Mutex::new(Inner {
                     engine,
                     info,
                     armed: None,
+                    published: now,
                 }),
                 events,
                 clock,
@@ -569,11 +572,6 @@ impl PoolRt {
     /// One backend's verdict.
     pub fn verdict(&self, backend: usize) -> State {
         self.lock().engine.pool().verdict(backend)
-    }
-
-    /// Passing probes in a row a backend needs after maintenance before traffic (0: none).
-    pub fn requalify_passes(&self) -> u32 {
-        self.lock().engine.requalify_passes()
     }
 
     /// Whether the engine wants `backend` probed now (not while it is in maintenance).
@@ -664,12 +662,8 @@ impl PoolRt {
         if !capataz_health::fleet::publishable(&active) {
             return None;
         }
-        let streak = match active.state {
-            State::Up => active.pass_streak,
-            State::Down => active.fail_streak,
-        };
         let last = inner.info[backend].probes.back().map(|p| p.outcome.outcome);
-        Some((active.state, streak, last))
+        Some((active.state, active.streak(), last))
     }
 
     /// Feeds the active verdict another instance published for `backend` (it owns its

@@ -3,7 +3,9 @@
 //!
 //! Events leave in the engine's order, which is causal: an override or a transition comes
 //! before the all-down or recovered event it caused. The snapshot is swapped before any of them
-//! is logged, so a listener that reacts to an event already sees its effect.
+//! is logged, so a listener that reacts to an event already sees its effect. Each event carries
+//! what its sentence needs (which backups serve, the streak behind an active change, a shed's
+//! weight): they are rendered as drained, without asking the engine again.
 //!
 //! The snapshot carries every backend's weight as the engine computed it at that moment; the
 //! picker, `/status`, the metrics and the dashboard all read it there, never the engine again.
@@ -13,9 +15,9 @@
 
 use std::time::Duration;
 
-use capataz_health::pool::{human_duration, Active};
+use capataz_health::pool::human_duration;
 use capataz_health::rotation::{
-    AgentChange, Event as EngineEvent, OverrideCause, OverrideChange, ShedChange,
+    ActiveChange, AgentChange, Event as EngineEvent, OverrideCause, OverrideChange, ShedChange,
 };
 use capataz_health::{AllDown, State};
 
@@ -24,23 +26,16 @@ use crate::events::{Event, MembershipChange};
 use crate::logging;
 
 impl PoolRt {
-    /// Drains the engine's events: records transitions, rebuilds the snapshot if anything
-    /// happened (or when `rebuild`: time alone moves slow-start weights), wakes the timer if
-    /// the next timeout moved earlier, and logs and broadcasts each event. A probe that changes
-    /// nothing costs no rebuild.
+    /// Drains the engine's events, rebuilds the snapshot if anything happened (or when
+    /// `rebuild`: time alone moves slow-start weights), wakes the timer if the next timeout
+    /// moved earlier, and logs and broadcasts each event. A probe that changes nothing costs no
+    /// rebuild.
     pub(super) fn publish(&self, inner: &mut Inner, now: Duration, rebuild: bool) {
         let time = self.clock.wall(now);
-        let mut events = Vec::new();
-        while let Some(event) = inner.engine.poll_event() {
-            if let EngineEvent::Transition(transition) = &event {
-                let info = &mut inner.info[transition.backend];
-                info.last_transition = Some((time, *transition));
-                info.since = time;
-            }
-            events.push(event);
-        }
+        let events: Vec<EngineEvent> = std::iter::from_fn(|| inner.engine.poll_event()).collect();
         if rebuild || !events.is_empty() {
             self.handle.publish(inner.engine.eligible(now));
+            inner.published = now;
             // Whatever made these events may have started a timer (a ramp, an ejection, a
             // shed): the timer must not sleep past it.
             if let Some(due) = inner.engine.poll_timeout() {
@@ -62,10 +57,7 @@ impl PoolRt {
                         time,
                     });
                 }
-                EngineEvent::ActiveChange(change) => {
-                    let active = inner.engine.pool().backend(change.backend).active;
-                    self.log_hidden_active_change(change.backend, active, change.last);
-                }
+                EngineEvent::ActiveChange(change) => self.log_hidden_active_change(&change),
                 EngineEvent::Override(change) => self.emit(self.override_event(&change)),
                 EngineEvent::AllDown { applied, .. } => self.emit(Event::AllDown {
                     pool: self.name.clone(),
@@ -79,27 +71,18 @@ impl PoolRt {
                     time,
                 }),
                 EngineEvent::Backups {
-                    on, to_primaries, ..
-                } => {
-                    // The backups the snapshot just published serves, as `/status` lists them
-                    // (later events may have changed the set; then one of them reports the
-                    // change again).
-                    let snapshot = self.handle.snapshot();
-                    let serving = match (on, snapshot.on_backups) {
-                        (Some(_), Some(_)) => snapshot
-                            .eligible
-                            .iter()
-                            .map(|&i| self.backends[i].name.clone())
-                            .collect(),
-                        _ => Vec::new(),
-                    };
-                    self.emit(Event::Backups {
-                        pool: self.name.clone(),
-                        serving,
-                        to_primaries,
-                        time,
-                    });
-                }
+                    serving,
+                    to_primaries,
+                    ..
+                } => self.emit(Event::Backups {
+                    pool: self.name.clone(),
+                    serving: serving
+                        .iter()
+                        .map(|&i| self.backends[i].name.clone())
+                        .collect(),
+                    to_primaries,
+                    time,
+                }),
                 EngineEvent::CloseTunnels { backend, .. } => {
                     let rt = &self.backends[backend];
                     let open = rt.close_tunnels();
@@ -161,16 +144,13 @@ impl PoolRt {
     }
 
     fn shed_event(&self, change: &ShedChange) -> Event {
-        let percent = self
-            .config
-            .passive
-            .load_shedding
-            .map_or(100, |l| l.weight_percent);
         let reason = match change.shed {
             Some(shed) => format!(
-                "sheds load: answered {} asking for {} of relief; weight at {percent} % until then                  (not counted as an error)",
+                "sheds load: answered {} asking for {} of relief; weight at {} % until then \
+                 (not counted as an error)",
                 shed.status,
-                human_duration(shed.duration)
+                human_duration(shed.duration),
+                shed.weight_percent,
             ),
             None => "no longer sheds load: weight restored".to_owned(),
         };
@@ -218,32 +198,23 @@ impl PoolRt {
         }
     }
 
-    fn log_hidden_active_change(
-        &self,
-        backend: usize,
-        active: Active,
-        outcome: capataz_health::Outcome,
-    ) {
+    fn log_hidden_active_change(&self, change: &ActiveChange) {
         // The verdict did not move (passive checks hold the backend out), but an operator
         // still wants to know what the probes concluded.
-        let name = &self.backends[backend].name;
-        let streak = match active.state {
-            State::Up => active.pass_streak,
-            State::Down => active.fail_streak,
-        };
+        let name = &self.backends[change.backend].name;
         let sentence = format!(
             "pool={} backend={} active checks say {} after {} consecutive {} probes \
              (last: {}); the verdict stays DOWN: ejected by passive checks",
             self.name,
             name,
-            active.state,
-            streak,
-            if active.state == State::Up {
+            change.state,
+            change.streak,
+            if change.state == State::Up {
                 "passing"
             } else {
                 "failed"
             },
-            outcome
+            change.last
         );
         logging::emit(
             tracing::Level::INFO,
@@ -252,7 +223,7 @@ impl PoolRt {
                 event: "active_change",
                 pool: Some(&self.name),
                 backend: Some(name),
-                to: Some(active.state.as_str()),
+                to: Some(change.state.as_str()),
                 side: Some("active"),
                 ..Default::default()
             },

@@ -145,3 +145,51 @@ async fn a_kept_backends_error_streak_is_cleared_by_a_good_response_after_a_relo
     second.observe(0, Outcome::Status(502));
     assert_eq!(second.snapshot().eligible.len(), n);
 }
+
+/// Regression: the event a backend's shedding answer raised said `weight at 10 % until then`
+/// and then eighteen spaces before `(not counted as an error)`, a line break of the source
+/// written into the sentence (the log line, the event's `reason` and the alert hooks' text).
+#[tokio::test(start_paused = true)]
+async fn the_shedding_event_reads_as_one_sentence() {
+    let text = "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]\nbackends = [\n\
+        { name = \"b0\", address = \"127.0.0.1:1\" },\n]\n[pools.web.active]\nkind = \"none\"\n\
+        [pools.web.passive.load_shedding]\nenabled = true\n";
+    let config = crate::config::parse_str(text, "<test>").expect("valid test config");
+    let families = Families::register(&mut Registry::default(), HistogramScope::Pool);
+    let (events, mut rx) = broadcast::channel(64);
+    let pool = PoolRt::new(
+        config.pools[0].clone(),
+        events,
+        Clock::start(),
+        None,
+        false,
+        &families,
+    );
+    let relief = pool.shed_request(503, &{
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            http::header::RETRY_AFTER,
+            "30".parse().expect("a header value"),
+        );
+        headers
+    });
+    assert_eq!(relief, Some(std::time::Duration::from_secs(30)));
+    TrafficSink::handle_shed(
+        &*pool,
+        pool.handle(),
+        0,
+        503,
+        std::time::Duration::from_secs(30),
+    );
+    let sentence = loop {
+        match rx.try_recv().expect("the shedding event") {
+            event @ Event::Shedding { .. } => break event.sentence(),
+            _ => continue,
+        }
+    };
+    assert_eq!(
+        sentence,
+        "pool=web backend=b0 sheds load: answered 503 asking for 30 s of relief; weight at 10 % \
+         until then (not counted as an error)"
+    );
+}

@@ -1,17 +1,17 @@
 //! What the admin API and the metrics see of a pool: consistent copies taken under the lock
-//! ([`BackendView`]), never recomputed outside the engine. Whether a backend serves and its
-//! weight are read from the snapshot the request path picks from (swapped under the same
-//! lock), so what is reported is what the picker does.
+//! ([`BackendView`]), never recomputed outside the engine: each backend's standing is the
+//! engine's one value, rendered as it is. Whether a backend serves is read from the snapshot
+//! the request path picks from (swapped under the same lock), and its weight is the
+//! standing's at the time that snapshot was built, so what is reported is what the picker
+//! does.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use capataz_health::{
-    AgentState, BackendHealth, Cadence, Effective, ProbeOutcome, ProbeResult, Role, Transition,
-};
+use capataz_health::{ProbeOutcome, ProbeResult, Standing};
 
-use super::{BackendRt, Inner, OverrideKind, PoolRt};
+use super::{BackendRt, Inner, PoolRt};
 use crate::balance::Snapshot;
 
 /// One probe, as the admin API shows it.
@@ -27,30 +27,13 @@ pub struct ProbeRecord {
     pub at: SystemTime,
 }
 
-/// A manual override in force, as the admin API shows it.
-#[derive(Clone, Copy, Debug)]
-pub struct Override {
-    /// What it does.
-    pub kind: OverrideKind,
-    /// When it was set.
-    pub since: SystemTime,
-    /// When it lapses, on the engine clock (`None`: until cleared).
-    pub until: Option<Duration>,
-}
-
-/// The records of one backend and its manual override, as the admin API shows them.
+/// The records of one backend, as the admin API shows them.
 #[derive(Clone, Debug)]
 pub struct BackendInfo {
     /// Recent probes, oldest first.
     pub probes: VecDeque<ProbeRecord>,
-    /// The last verdict change and when it happened.
-    pub last_transition: Option<(SystemTime, Transition)>,
-    /// Since when the current verdict holds (start, or the last transition).
-    pub since: SystemTime,
     /// When it joined the pool.
     pub joined: SystemTime,
-    /// The manual override, if any.
-    pub override_: Option<Override>,
 }
 
 /// A copy of everything known about one backend at one moment, for the admin API.
@@ -60,48 +43,30 @@ pub struct BackendView {
     pub index: usize,
     /// The backend.
     pub backend: Arc<BackendRt>,
-    /// Its engine state.
-    pub health: BackendHealth,
-    /// Its records and override.
+    /// Where it stands, as the engine says (`Rotation::standing`): its effective state, the
+    /// rule that decides it, since when, what brings it back, its health, agent, shed and
+    /// cadence, and its weight as of the snapshot the picker reads.
+    pub standing: Standing,
+    /// Its records.
     pub info: BackendInfo,
-    /// Whether new requests may go to it by its own standing (its verdict, any override,
-    /// requalification or drain), before the pool's backup and all-down rules.
-    pub eligible: bool,
-    /// Its effective state (the engine's `Effective`).
-    pub effective: Effective,
-    /// Primary or backup.
-    pub role: Role,
-    /// While it requalifies after maintenance: passing probes in a row so far, and needed.
-    pub requalifying: Option<(u32, u32)>,
-    /// Its effective weight, in tenths of a weight unit: the pool's snapshot's, the one the
-    /// picker uses.
+    /// Its effective weight in tenths of a weight unit: the standing's, which is the pool's
+    /// snapshot's, the one the picker uses.
     pub effective_weight_tenths: u32,
     /// Whether it is in the pool's snapshot: new requests may go to it (backups and
     /// fail-open included).
     pub serving: bool,
     /// Whether the pool's snapshot says its backups serve (no primary in rotation).
     pub on_backups: bool,
-    /// Whether its slow start is under way (the engine's [`Rotation::ramping`]): its
-    /// effective weight is the ramp's step, below what its agent and any load shed leave it.
-    ///
-    /// [`Rotation::ramping`]: capataz_health::Rotation::ramping
-    pub ramping: bool,
-    /// What its agent last said (`up` at 100 % without agent checks).
-    pub agent: AgentState,
-    /// The load shed it asked for (`429`, or `503` with `Retry-After`), while the engine
-    /// holds it: until the timeout at its end, exactly while the snapshot's weight is shed.
-    pub shed: Option<capataz_health::Shed>,
-    /// Which probe interval applies to it now.
-    pub cadence: Cadence,
     /// Engine time of the copy.
     pub now: Duration,
 }
 
 impl BackendView {
-    /// The effective state: the override's (`DRAINING`, `FORCED_DOWN`, `FORCED_UP`), else the
-    /// verdict (`UP`, `DOWN`).
+    /// The effective state: the override's (`DRAINING`, `FORCED_DOWN`, `FORCED_UP`,
+    /// `MAINTENANCE`), else its own (`REQUALIFYING`, `SELF_DRAINING`), else the verdict (`UP`,
+    /// `DOWN`).
     pub fn state(&self) -> &'static str {
-        self.effective.as_str()
+        self.standing.effective.as_str()
     }
 }
 
@@ -156,36 +121,23 @@ impl PoolRt {
     }
 
     /// Backend `i`'s view; `snapshot` was loaded under the lock `inner` comes from, so it is
-    /// the one the engine's state published.
+    /// the one the engine's state published, built at `inner.published`: the standing asked at
+    /// that time has the snapshot's weight.
     fn view(&self, inner: &Inner, snapshot: &Snapshot, i: usize, now: Duration) -> BackendView {
-        let engine = &inner.engine;
+        let standing = inner.engine.standing(i, inner.published);
+        debug_assert_eq!(Some(standing.weight_tenths), snapshot.weight(i));
         let records = &inner.info[i];
         BackendView {
             index: i,
             backend: self.backends[i].clone(),
-            health: *engine.pool().backend(i),
+            standing,
             info: BackendInfo {
                 probes: records.probes.clone(),
-                last_transition: records.last_transition,
-                since: records.since,
                 joined: records.joined,
-                override_: engine.override_of(i).map(|o| Override {
-                    kind: o.kind,
-                    since: self.clock.wall(o.since),
-                    until: o.until,
-                }),
             },
-            eligible: engine.in_rotation(i),
-            effective: engine.effective(i),
-            role: engine.role(i),
-            requalifying: engine.requalifying(i),
-            effective_weight_tenths: snapshot.weight(i).unwrap_or_default(),
+            effective_weight_tenths: standing.weight_tenths,
             serving: snapshot.serves(i),
             on_backups: snapshot.on_backups.is_some(),
-            ramping: engine.ramping(i),
-            agent: engine.agent(i),
-            shed: engine.shed(i),
-            cadence: engine.cadence(i),
             now,
         }
     }

@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use capataz_health::rotation::Cause;
 use capataz_health::{Ejection, Role};
 use serde_json::{json, Value};
 
@@ -43,20 +44,21 @@ impl Mark {
     /// The mark of `view` now (its `at` is when its state began, as far as the view says).
     pub fn of(pool: &PoolRt, view: &BackendView) -> Mark {
         let mut notes = Vec::new();
-        match view.health.passive.ejection {
+        let standing = &view.standing;
+        match standing.health.passive.ejection {
             Ejection::Ejected { .. } => notes.push("ejected".to_owned()),
             Ejection::Probation { .. } => notes.push("probation".to_owned()),
             Ejection::None => {}
         }
-        if view.shed.is_some() {
+        if standing.shed.is_some() {
             notes.push("shedding".to_owned());
         }
-        if view.agent.holds_out() {
-            notes.push(format!("agent {}", view.agent));
-        } else if view.agent.weight_percent < 100 {
-            notes.push(format!("agent weight {}%", view.agent.weight_percent));
+        if standing.agent.holds_out() {
+            notes.push(format!("agent {}", standing.agent));
+        } else if standing.agent.weight_percent < 100 {
+            notes.push(format!("agent weight {}%", standing.agent.weight_percent));
         }
-        if view.role == Role::Backup {
+        if standing.role == Role::Backup {
             notes.push("backup".to_owned());
         }
         let mut explain = crate::status::explain(pool, view);
@@ -70,7 +72,10 @@ impl Mark {
         }
         Mark {
             backend: view.backend.name.clone(),
-            at: view.info.override_.map_or(view.info.since, |o| o.since),
+            at: pool.clock().wall(match standing.cause {
+                Cause::Override(o) => o.since,
+                _ => standing.since,
+            }),
             state: view.state(),
             serving: view.serving,
             note: notes.join(", "),

@@ -320,7 +320,7 @@ async fn http_probes_of_a_tls_pool_run_over_tls() {
     // The good backend answered its probes over TLS all along.
     crate::support::wait::wait_until("probes of good", || good.hits() >= 3).await;
     let pool = balancer.pool("web").expect("pool");
-    assert_eq!(pool.views()[0].health.verdict(), State::Up);
+    assert_eq!(pool.views()[0].standing.health.verdict(), State::Up);
     balancer.shutdown(crate::support::DEADLINE).await;
 }
 
@@ -356,7 +356,7 @@ async fn content_checks_of_a_tls_pool_run_over_tls() {
     // The good backend's body was read over TLS and matched all along.
     crate::support::wait::wait_until("probes of good", || good.hits() >= 3).await;
     let pool = balancer.pool("web").expect("pool");
-    assert_eq!(pool.views()[0].health.verdict(), State::Up);
+    assert_eq!(pool.views()[0].standing.health.verdict(), State::Up);
     balancer.shutdown(crate::support::DEADLINE).await;
 }
 

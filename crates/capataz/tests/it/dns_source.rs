@@ -127,7 +127,7 @@ async fn dns_a_records_are_followed_added_backends_gated_removed_ones_drained() 
     assert_eq!(names(&pool), vec![a.clone(), c.clone()]);
     // The kept backend kept its verdict; the added one waits for its rise probes (its
     // transition to UP below).
-    assert_eq!(pool.views()[0].health.active.state, State::Up);
+    assert_eq!(pool.views()[0].standing.health.active.state, State::Up);
     let removed_hits = sims[1].traffic_hits();
     wait_for(&mut rx, "the added backend UP after rise probes", |e| {
         is_transition(e, &c, State::Up)
@@ -381,7 +381,7 @@ async fn a_reload_keeps_a_dns_pools_membership_and_health() {
     assert!(pool
         .views()
         .iter()
-        .all(|v| v.health.active.state == State::Up));
+        .all(|v| v.standing.health.active.state == State::Up));
     balancer.shutdown(Duration::from_secs(5)).await;
 }
 

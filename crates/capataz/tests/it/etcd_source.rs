@@ -116,12 +116,12 @@ async fn etcd_puts_and_deletes_reach_traffic_added_gated_removed_drained() {
     );
     let pool = balancer.pool("web").expect("pool web");
     assert_ne!(
-        pool.views()[2].health.active.state,
+        pool.views()[2].standing.health.active.state,
         State::Up,
         "c not gated"
     );
     assert_eq!(
-        pool.views()[0].health.active.state,
+        pool.views()[0].standing.health.active.state,
         State::Up,
         "a lost its health"
     );

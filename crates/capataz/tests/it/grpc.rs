@@ -215,7 +215,7 @@ async fn grpc_error_codes_decide_what_counts() {
     );
     let views = pool.views();
     assert_eq!(
-        views[0].health.verdict(),
+        views[0].standing.health.verdict(),
         State::Up,
         "UNAVAILABLE is not counted here"
     );

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use capataz::balance::TrafficSink;
 use capataz::health::{Event, OverrideKind, PoolRt};
+use capataz_health::rotation::Cause;
 use capataz_health::{Ejection, Outcome};
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
@@ -78,7 +79,7 @@ async fn a_shed_is_reported_exactly_while_the_picker_weighs_it() {
 
     TrafficSink::handle_shed(&*pool, pool.handle(), 1, 503, Duration::from_secs(60));
     settle().await;
-    let until = pool.view_of(1).shed.expect("b sheds").until;
+    let until = pool.view_of(1).standing.shed.expect("b sheds").until;
     assert!(pool.snapshot().weight(1) < Some(10));
     assert_shed_reported_as_acted(&pool, "during the shed");
 
@@ -127,9 +128,12 @@ async fn every_reported_until_is_when_the_picker_readmits() {
     pool.observe(1, Outcome::Refused);
     let Ejection::Ejected {
         until: Some(until), ..
-    } = pool.view_of(1).health.passive.ejection
+    } = pool.view_of(1).standing.health.passive.ejection
     else {
-        panic!("b ejected with a timer: {:?}", pool.view_of(1).health);
+        panic!(
+            "b ejected with a timer: {:?}",
+            pool.view_of(1).standing.health
+        );
     };
     let json = capataz::status::backend_json(&pool, &pool.view_of(1));
     assert_eq!(
@@ -156,12 +160,11 @@ async fn every_reported_until_is_when_the_picker_readmits() {
     // a drained for 2 s: /status says until when.
     pool.set_override("a", Some(OverrideKind::Drain), Some(Duration::from_secs(2)))
         .expect("a exists");
-    let lapse = pool
-        .view_of(0)
-        .info
-        .override_
-        .and_then(|o| o.until)
-        .expect("a drained with a TTL");
+    let lapse = match pool.view_of(0).standing.cause {
+        Cause::Override(o) => o.until,
+        _ => None,
+    }
+    .expect("a drained with a TTL");
     let json = capataz::status::backend_json(&pool, &pool.view_of(0));
     assert_eq!(json["override"]["until"], wall(lapse), "{json:#}");
     until_engine_time(&pool, lapse - Duration::from_millis(1)).await;
