@@ -199,11 +199,14 @@ async fn top_fits_an_80x24_terminal_with_many_backends_and_events() {
         env!("CARGO_BIN_EXE_capataz")
     );
     let tmux = std::sync::Arc::new(Tmux::start(&command, 80, 24));
+    // A whole frame: tmux may be read while top is still drawing one, its events not all
+    // there yet.
     let screen = wait_for_screen(&tmux, "a frame with every backend DOWN", |screen| {
+        let events_at = screen.iter().position(|l| l.starts_with("recent events ("));
         screen
             .iter()
             .any(|l| l.contains("pool web: 27 of 30 eligible"))
-            && screen.iter().any(|l| l.starts_with("recent events ("))
+            && events_at.is_some_and(|at| screen.len() - at > 5)
     })
     .await;
     let all = screen.join("\n");
