@@ -56,9 +56,41 @@ pub enum HandoverError {
     NotAListener {
         /// The descriptor.
         fd: RawFd,
-        /// What is wrong.
-        why: String,
+        /// What is wrong (in the message, so not also its source: `{:#}` would say it twice).
+        why: DescriptorError,
     },
+}
+
+/// Why an inherited descriptor cannot be taken as a listening TCP socket.
+#[derive(Debug, thiserror::Error)]
+pub enum DescriptorError {
+    /// 0, 1 or 2 (or negative).
+    #[error("descriptor {0} is a standard stream")]
+    StandardStream(RawFd),
+    /// Not open in this process.
+    #[error("descriptor {0} is not open")]
+    NotOpen(RawFd),
+    /// Close-on-exec could not be set.
+    #[error("descriptor {fd}: {source}")]
+    CloseOnExec {
+        /// The descriptor.
+        fd: RawFd,
+        /// The system's error.
+        source: std::io::Error,
+    },
+    /// The socket's domain, type or state could not be read, or it could not be made
+    /// non-blocking.
+    #[error(transparent)]
+    Socket(#[from] std::io::Error),
+    /// Not an IPv4 or IPv6 socket.
+    #[error("not an IP socket")]
+    NotIp,
+    /// Not a stream socket.
+    #[error("not a stream socket")]
+    NotStream,
+    /// A stream socket that is not listening.
+    #[error("not listening")]
+    NotListening,
 }
 
 /// What a listening socket is for.
@@ -140,7 +172,7 @@ impl Inherited {
                 "names a listening socket's descriptor".into(),
             ));
         }
-        let ready = checked_fd(ready_fd).map_err(|why| malformed(READY_VAR, why))?;
+        let ready = checked_fd(ready_fd).map_err(|why| malformed(READY_VAR, why.to_string()))?;
         let ready = socket2::Socket::from(ready);
         if ready
             .domain()
@@ -255,13 +287,13 @@ fn parse_entries(text: &str) -> Result<Vec<Entry>, HandoverError> {
 }
 
 /// Takes ownership of descriptor `fd` after checking it is open and not a standard stream.
-fn checked_fd(fd: RawFd) -> Result<OwnedFd, String> {
+fn checked_fd(fd: RawFd) -> Result<OwnedFd, DescriptorError> {
     if fd <= 2 {
-        return Err(format!("descriptor {fd} is a standard stream"));
+        return Err(DescriptorError::StandardStream(fd));
     }
     // Whether it is open, without touching it: /proc lists this process's descriptors.
     if std::fs::symlink_metadata(format!("/proc/self/fd/{fd}")).is_err() {
-        return Err(format!("descriptor {fd} is not open"));
+        return Err(DescriptorError::NotOpen(fd));
     }
     // SAFETY: the descriptor is open (above), is none of the standard streams, is named once
     // in the environment (checked by the parser), and nothing else in this process knows its
@@ -270,24 +302,24 @@ fn checked_fd(fd: RawFd) -> Result<OwnedFd, String> {
     // Not passed on to this process's own children (alert commands, a later upgrade).
     socket2::SockRef::from(&owned)
         .set_cloexec(true)
-        .map_err(|e| format!("descriptor {fd}: {e}"))?;
+        .map_err(|source| DescriptorError::CloseOnExec { fd, source })?;
     Ok(owned)
 }
 
 /// The socket in `owned`, if it is a listening TCP socket, set non-blocking for tokio.
-fn listening_tcp(owned: OwnedFd) -> Result<std::net::TcpListener, String> {
+fn listening_tcp(owned: OwnedFd) -> Result<std::net::TcpListener, DescriptorError> {
     let socket = socket2::Socket::from(owned);
-    let domain = socket.domain().map_err(|e| e.to_string())?;
+    let domain = socket.domain()?;
     if domain != socket2::Domain::IPV4 && domain != socket2::Domain::IPV6 {
-        return Err("not an IP socket".into());
+        return Err(DescriptorError::NotIp);
     }
-    if socket.r#type().map_err(|e| e.to_string())? != socket2::Type::STREAM {
-        return Err("not a stream socket".into());
+    if socket.r#type()? != socket2::Type::STREAM {
+        return Err(DescriptorError::NotStream);
     }
-    if !socket.is_listener().map_err(|e| e.to_string())? {
-        return Err("not listening".into());
+    if !socket.is_listener()? {
+        return Err(DescriptorError::NotListening);
     }
-    socket.set_nonblocking(true).map_err(|e| e.to_string())?;
+    socket.set_nonblocking(true)?;
     Ok(socket.into())
 }
 

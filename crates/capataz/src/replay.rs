@@ -15,6 +15,59 @@ use crate::health::{engine_policy, engine_settings};
 /// The config `--set` changes when no `--config` is given: one pool, every key its default.
 const DEFAULTS: &str = "[[listeners]]\naddress = \"127.0.0.1:1\"\n\n[pools.replay]\nbackends = [{ address = \"127.0.0.1:1\" }]\n";
 
+/// Why `capataz replay` cannot take a pool's settings: a message for the command line.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    /// The config (with the `--set` changes) is not valid.
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    /// The config is not TOML (where it came from, and the parser's message).
+    #[error("{origin}: {}", .error.message())]
+    Toml {
+        /// Where the text came from.
+        origin: String,
+        /// The parser's error.
+        #[source]
+        error: toml::de::Error,
+    },
+    /// The changed config cannot be written back (toml's error).
+    #[error(transparent)]
+    Write(#[from] toml::ser::Error),
+    /// The config has no `[pools]` table (where it came from).
+    #[error("{0} has no [pools] table")]
+    NoPools(String),
+    /// More than one pool and no `--pool`.
+    #[error("{origin} has {count} pools; say which with --pool")]
+    WhichPool {
+        /// Where the text came from.
+        origin: String,
+        /// How many pools it has.
+        count: usize,
+    },
+    /// No pool of that name.
+    #[error("{origin} has no pool {name:?}")]
+    NoPool {
+        /// Where the text came from.
+        origin: String,
+        /// The name asked for.
+        name: String,
+    },
+    /// A `--set` without `=`.
+    #[error("--set {0:?}: expected KEY=VALUE")]
+    NotKeyValue(String),
+    /// A `--set` whose key is not dotted bare keys.
+    #[error("--set {0:?}: the key must be dotted bare keys, e.g. passive.latency_outliers.factor")]
+    BadKey(String),
+    /// A `--set` through a key that is not a table.
+    #[error("--set {set:?}: {part} is not a table")]
+    NotATable {
+        /// The `--set` as given.
+        set: String,
+        /// The part of its key that is not a table.
+        part: String,
+    },
+}
+
 /// The engine settings and replay options of pool `pool` (the only pool when `None`) of the
 /// config `text` (read from `source`; the balancer's defaults when `None`), after each
 /// `KEY=VALUE` of `sets` is written into the pool's table (`passive.latency_outliers.factor=5`:
@@ -25,7 +78,7 @@ pub fn pool_settings(
     text: Option<(&str, &str)>,
     pool: Option<&str>,
     sets: &[String],
-) -> Result<(Settings, ReplayOptions), String> {
+) -> Result<(Settings, ReplayOptions), SettingsError> {
     let (text, source) = text.unwrap_or((DEFAULTS, "the default settings"));
     let changed;
     let text = if sets.is_empty() {
@@ -34,23 +87,23 @@ pub fn pool_settings(
         changed = apply_sets(text, source, pool, sets)?;
         changed.as_str()
     };
-    let parsed = config::parse_unresolved(text, source).map_err(|e| e.to_string())?;
+    let parsed = config::parse_unresolved(text, source)?;
     let pools = &parsed.config().pools;
     let found = match pool {
         Some(name) => pools.iter().find(|p| p.name == name),
         None if pools.len() == 1 => pools.first(),
         None => {
-            return Err(format!(
-                "{source} has {} pools; say which with --pool",
-                pools.len()
-            ))
+            return Err(SettingsError::WhichPool {
+                origin: source.to_owned(),
+                count: pools.len(),
+            })
         }
     };
     let Some(found) = found else {
-        return Err(format!(
-            "{source} has no pool {:?}",
-            pool.unwrap_or_default()
-        ));
+        return Err(SettingsError::NoPool {
+            origin: source.to_owned(),
+            name: pool.unwrap_or_default().to_owned(),
+        });
     };
     let passive = &found.passive;
     let defaults = ReplayOptions::default();
@@ -72,38 +125,42 @@ fn apply_sets(
     source: &str,
     pool: Option<&str>,
     sets: &[String],
-) -> Result<String, String> {
-    let mut table: toml::Table = text
-        .parse()
-        .map_err(|e: toml::de::Error| format!("{source}: {}", e.message()))?;
+) -> Result<String, SettingsError> {
+    let mut table: toml::Table = text.parse().map_err(|error| SettingsError::Toml {
+        origin: source.to_owned(),
+        error,
+    })?;
     let pools = table
         .get_mut("pools")
         .and_then(toml::Value::as_table_mut)
-        .ok_or_else(|| format!("{source} has no [pools] table"))?;
+        .ok_or_else(|| SettingsError::NoPools(source.to_owned()))?;
     let name = match pool {
         Some(name) => name.to_owned(),
         None if pools.len() == 1 => pools.keys().next().cloned().unwrap_or_default(),
         None => {
-            return Err(format!(
-                "{source} has {} pools; say which with --pool",
-                pools.len()
-            ))
+            return Err(SettingsError::WhichPool {
+                origin: source.to_owned(),
+                count: pools.len(),
+            })
         }
     };
     let target = pools
         .get_mut(&name)
         .and_then(toml::Value::as_table_mut)
-        .ok_or_else(|| format!("{source} has no pool {name:?}"))?;
+        .ok_or_else(|| SettingsError::NoPool {
+            origin: source.to_owned(),
+            name: name.clone(),
+        })?;
     for set in sets {
         set_key(target, set)?;
     }
-    toml::to_string(&table).map_err(|e| e.to_string())
+    Ok(toml::to_string(&table)?)
 }
 
 /// Writes one `KEY=VALUE` into `pool` (a dotted key, each part a bare key).
-fn set_key(pool: &mut toml::Table, set: &str) -> Result<(), String> {
+fn set_key(pool: &mut toml::Table, set: &str) -> Result<(), SettingsError> {
     let Some((key, value)) = set.split_once('=') else {
-        return Err(format!("--set {set:?}: expected KEY=VALUE"));
+        return Err(SettingsError::NotKeyValue(set.to_owned()));
     };
     let parts: Vec<&str> = key.split('.').collect();
     let bare = |p: &&str| {
@@ -112,9 +169,7 @@ fn set_key(pool: &mut toml::Table, set: &str) -> Result<(), String> {
                 .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
     };
     if !parts.iter().all(bare) {
-        return Err(format!(
-            "--set {set:?}: the key must be dotted bare keys, e.g. passive.latency_outliers.factor"
-        ));
+        return Err(SettingsError::BadKey(set.to_owned()));
     }
     let value = match format!("v = {value}").parse::<toml::Table>() {
         Ok(mut parsed) => parsed.remove("v").unwrap_or_else(|| value.into()),
@@ -128,7 +183,10 @@ fn set_key(pool: &mut toml::Table, set: &str) -> Result<(), String> {
             .or_insert_with(|| toml::Value::Table(toml::Table::new()));
         table = next
             .as_table_mut()
-            .ok_or_else(|| format!("--set {set:?}: {part} is not a table"))?;
+            .ok_or_else(|| SettingsError::NotATable {
+                set: set.to_owned(),
+                part: part.to_string(),
+            })?;
     }
     table.insert(last.to_string(), value);
     Ok(())

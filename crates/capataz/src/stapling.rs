@@ -129,46 +129,65 @@ fn backoff(failures: u32) -> Duration {
         .mul_f64(0.75 + fastrand::f64() * 0.5)
 }
 
+/// Why a fetch got no answer to check.
+#[derive(Debug, thiserror::Error)]
+enum FetchError {
+    #[error("no whole answer within {0:?}")]
+    Timeout(Duration),
+    #[error("a bad URL: {0}")]
+    Url(#[source] http::uri::InvalidUri),
+    #[error("the URL has no host")]
+    NoHost,
+    #[error("connecting: {0}")]
+    Connect(#[source] std::io::Error),
+    #[error(transparent)]
+    Handshake(hyper::Error),
+    #[error(transparent)]
+    Request(#[from] http::Error),
+    #[error("sending the request: {0}")]
+    Send(#[source] hyper::Error),
+    #[error("the responder answered HTTP {0}")]
+    Status(http::StatusCode),
+    #[error("reading the answer (at most {MAX_ANSWER} bytes): {0}")]
+    Read(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
 /// POSTs `request` to `url` and returns the answer's body, within [`FETCH_TIMEOUT`].
-async fn ask(url: &str, request: &[u8]) -> Result<Vec<u8>, String> {
+async fn ask(url: &str, request: &[u8]) -> Result<Vec<u8>, FetchError> {
     match tokio::time::timeout(FETCH_TIMEOUT, exchange(url, request)).await {
         Ok(result) => result,
-        Err(_) => Err(format!("no whole answer within {FETCH_TIMEOUT:?}")),
+        Err(_) => Err(FetchError::Timeout(FETCH_TIMEOUT)),
     }
 }
 
-async fn exchange(url: &str, request: &[u8]) -> Result<Vec<u8>, String> {
-    let uri: http::Uri = url.parse().map_err(|e| format!("a bad URL: {e}"))?;
-    let host = uri.host().ok_or("the URL has no host")?;
+async fn exchange(url: &str, request: &[u8]) -> Result<Vec<u8>, FetchError> {
+    let uri: http::Uri = url.parse().map_err(FetchError::Url)?;
+    let host = uri.host().ok_or(FetchError::NoHost)?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let port = uri.port_u16().unwrap_or(80);
     let authority = uri.authority().map_or(host, |a| a.as_str());
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
     let tcp = tokio::net::TcpStream::connect((host, port))
         .await
-        .map_err(|e| format!("connecting: {e}"))?;
+        .map_err(FetchError::Connect)?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(FetchError::Handshake)?;
     // The connection lives as long as this exchange (the caller's timeout drops it).
     let _connection = AbortOnDropHandle::new(tokio::spawn(connection));
     let req = http::Request::post(path)
         .header(http::header::HOST, authority)
         .header(http::header::CONTENT_TYPE, "application/ocsp-request")
         .header(http::header::ACCEPT, "application/ocsp-response")
-        .body(Full::new(Bytes::copy_from_slice(request)))
-        .map_err(|e| e.to_string())?;
-    let response = sender
-        .send_request(req)
-        .await
-        .map_err(|e| format!("sending the request: {e}"))?;
+        .body(Full::new(Bytes::copy_from_slice(request)))?;
+    let response = sender.send_request(req).await.map_err(FetchError::Send)?;
     if response.status() != http::StatusCode::OK {
-        return Err(format!("the responder answered HTTP {}", response.status()));
+        return Err(FetchError::Status(response.status()));
     }
     let body = Limited::new(response.into_body(), MAX_ANSWER)
         .collect()
         .await
-        .map_err(|e| format!("reading the answer (at most {MAX_ANSWER} bytes): {e}"))?;
+        .map_err(FetchError::Read)?;
     Ok(body.to_bytes().to_vec())
 }
 

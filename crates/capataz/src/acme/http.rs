@@ -5,7 +5,7 @@
 
 use std::error::Error as StdError;
 use std::future::Future;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +30,27 @@ const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a connection may live, body included.
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 
+/// Why the client cannot be made (the listener's `ca_file`, or rustls).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum AcmeHttpError {
+    #[error("{}: cannot read it: {source}", file.display())]
+    Read {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: is not valid PEM: {source}", file.display())]
+    Pem {
+        file: PathBuf,
+        #[source]
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("{}: holds no usable CA certificate", .0.display())]
+    NoCa(PathBuf),
+    #[error(transparent)]
+    Tls(#[from] rustls::Error),
+}
+
 /// instant-acme's [`HttpClient`] over hyper and tokio-rustls.
 pub(super) struct AcmeHttp {
     tls: TlsConnector,
@@ -38,7 +59,7 @@ pub(super) struct AcmeHttp {
 impl AcmeHttp {
     /// The client trusting the system's roots and `ca_file`. Blocks on file IO: call it on the
     /// blocking pool.
-    pub(super) fn new(ca_file: Option<&Path>) -> Result<AcmeHttp, String> {
+    pub(super) fn new(ca_file: Option<&Path>) -> Result<AcmeHttp, AcmeHttpError> {
         let mut roots = RootCertStore::empty();
         let native = rustls_native_certs::load_native_certs();
         roots.add_parsable_certificates(native.certs);
@@ -46,19 +67,18 @@ impl AcmeHttp {
             let bytes = read_bounded(file)?;
             let certs = CertificateDer::pem_slice_iter(&bytes)
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("{}: is not valid PEM: {e}", file.display()))?;
+                .map_err(|source| AcmeHttpError::Pem {
+                    file: file.to_owned(),
+                    source,
+                })?;
             let (added, _) = roots.add_parsable_certificates(certs);
             if added == 0 {
-                return Err(format!(
-                    "{}: holds no usable CA certificate",
-                    file.display()
-                ));
+                return Err(AcmeHttpError::NoCa(file.to_owned()));
             }
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
+            .with_safe_default_protocol_versions()?
             .with_root_certificates(roots)
             .with_no_client_auth();
         Ok(AcmeHttp {
@@ -67,12 +87,15 @@ impl AcmeHttp {
     }
 }
 
-fn read_bounded(file: &Path) -> Result<Vec<u8>, String> {
+fn read_bounded(file: &Path) -> Result<Vec<u8>, AcmeHttpError> {
     use std::io::Read as _;
     let mut bytes = Vec::new();
     std::fs::File::open(file)
         .and_then(|f| f.take(16 << 20).read_to_end(&mut bytes))
-        .map_err(|e| format!("{}: cannot read it: {e}", file.display()))?;
+        .map_err(|source| AcmeHttpError::Read {
+            file: file.to_owned(),
+            source,
+        })?;
     Ok(bytes)
 }
 

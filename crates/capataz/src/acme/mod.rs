@@ -12,6 +12,7 @@
 //! (10 s doubling to 1 h); the certificate in force keeps serving meanwhile. File IO runs on
 //! the blocking pool; the ACME protocol is instant-acme's over our own HTTP client (`http.rs`).
 
+mod error;
 mod http;
 mod http01;
 mod store;
@@ -29,6 +30,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::watch;
 
+use self::error::OrderError;
 use crate::instruments::TlsFamilies;
 use crate::tls::acme::{
     certificate_request, challenge_certificate, issued_from_der, AcmeCerts, AcmeSettings,
@@ -113,7 +115,7 @@ async fn run_loop(
         let ordered = order(&settings, certs, http01);
         let outcome = match tokio::time::timeout(ORDER_TIMEOUT, ordered).await {
             Ok(outcome) => outcome,
-            Err(_) => Err(format!("the order took longer than {ORDER_TIMEOUT:?}")),
+            Err(_) => Err(OrderError::Timeout(ORDER_TIMEOUT)),
         };
         certs.clear_challenges();
         http01.clear();
@@ -175,25 +177,24 @@ fn unix_to_system(unix: i64) -> SystemTime {
 }
 
 async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, String> + Send + 'static,
-) -> Result<T, String> {
+    work: impl FnOnce() -> Result<T, OrderError> + Send + 'static,
+) -> Result<T, OrderError> {
     tokio::task::spawn_blocking(work)
         .await
-        .map_err(|e| format!("a blocking step failed: {e}"))?
+        .map_err(OrderError::Blocking)?
 }
 
 /// The account: the stored one if it was made with this directory, else a new one (stored).
-async fn account(settings: &AcmeSettings) -> Result<Account, String> {
+async fn account(settings: &AcmeSettings) -> Result<Account, OrderError> {
     let ca_file = settings.ca_file.clone();
     let http = || {
         let ca_file = ca_file.clone();
-        blocking(move || http::AcmeHttp::new(ca_file.as_deref()))
+        blocking(move || Ok(http::AcmeHttp::new(ca_file.as_deref())?))
     };
     let path = settings.account_path();
     let stored = {
         let path = path.clone();
-        blocking(move || store::read_account(&path).map_err(|e| format!("{}: {e}", path.display())))
-            .await?
+        blocking(move || store::read_account(&path).map_err(OrderError::file(&path))).await?
     };
     if let Some(bytes) = stored {
         let directory = serde_json::from_slice::<serde_json::Value>(&bytes)
@@ -207,7 +208,7 @@ async fn account(settings: &AcmeSettings) -> Result<Account, String> {
             if let Ok(credentials) = serde_json::from_slice::<AccountCredentials>(&bytes) {
                 return Account::from_credentials_and_http(credentials, Box::new(http().await?))
                     .await
-                    .map_err(|e| format!("the stored account: {e}"));
+                    .map_err(OrderError::StoredAccount);
             }
         }
         tracing::info!(
@@ -228,12 +229,10 @@ async fn account(settings: &AcmeSettings) -> Result<Account, String> {
         Box::new(http().await?),
     )
     .await
-    .map_err(|e| format!("creating the account: {e}"))?;
-    let bytes = serde_json::to_vec(&credentials).map_err(|e| e.to_string())?;
-    blocking(move || {
-        store::write_atomic(&path, &bytes, true).map_err(|e| format!("{}: {e}", path.display()))
-    })
-    .await?;
+    .map_err(OrderError::CreateAccount)?;
+    let bytes = serde_json::to_vec(&credentials)?;
+    blocking(move || store::write_atomic(&path, &bytes, true).map_err(OrderError::file(&path)))
+        .await?;
     Ok(account)
 }
 
@@ -242,7 +241,7 @@ async fn order(
     settings: &AcmeSettings,
     certs: &AcmeCerts,
     http01: &Http01Owner,
-) -> Result<Issued, String> {
+) -> Result<Issued, OrderError> {
     let account = account(settings).await?;
     let identifiers: Vec<Identifier> = settings
         .domains
@@ -262,29 +261,57 @@ async fn order(
         {
             // The server forgot the account: make a new one at the next attempt.
             let path = settings.account_path();
-            let _ = blocking(move || std::fs::remove_file(&path).map_err(|e| e.to_string())).await;
-            return Err(format!(
-                "the server does not know the stored account: {problem}"
-            ));
+            let _ = blocking(move || std::fs::remove_file(&path).map_err(OrderError::file(&path)))
+                .await;
+            return Err(OrderError::UnknownAccount(problem));
         }
-        Err(error) => return Err(format!("creating the order: {error}")),
+        Err(error) => return Err(OrderError::CreateOrder(error)),
     };
+    let ready = authorize(&mut order, settings, certs, http01).await?;
+    for url in &ready {
+        order
+            .set_challenge_ready(url)
+            .await
+            .map_err(OrderError::ChallengeReady)?;
+    }
+    wait_ready(&mut order).await?;
+    certs.clear_challenges();
+    http01.clear();
+    let (csr, key_pem) = certificate_request(&settings.domains)?;
+    if order.state().status == OrderStatus::Ready {
+        order.finalize(&csr).await.map_err(OrderError::Finalize)?;
+    }
+    let chain_pem = certificate(&mut order).await?;
+    check_and_store(settings, chain_pem, key_pem).await
+}
+
+/// Answers the pending authorizations' challenges (TLS-ALPN-01 through `certs`, HTTP-01
+/// through `http01`) and returns the challenges' URLs to tell the server about.
+async fn authorize(
+    order: &mut instant_acme::Order,
+    settings: &AcmeSettings,
+    certs: &AcmeCerts,
+    http01: &Http01Owner,
+) -> Result<Vec<String>, OrderError> {
     let authorizations = order
         .authorizations()
         .await
-        .map_err(|e| format!("reading the authorizations: {e}"))?;
+        .map_err(OrderError::Authorizations)?;
     let mut ready = Vec::new();
     for authorization in &authorizations {
         let Identifier::Dns(domain) = &authorization.identifier;
         if !settings.domains.contains(&domain.to_ascii_lowercase()) {
-            return Err(format!(
-                "the server asks to validate {domain:?}, which was not ordered"
-            ));
+            return Err(OrderError::NotOrdered(domain.clone()));
         }
         match authorization.status {
             AuthorizationStatus::Valid => continue,
             AuthorizationStatus::Pending => {}
-            other => return Err(format!("the authorization of {domain} is {other:?}")),
+            status => {
+                return Err(OrderError::Authorization {
+                    domain: domain.clone(),
+                    status,
+                })
+            }
         }
         let wanted = match settings.challenge {
             Challenge::TlsAlpn01 => ChallengeType::TlsAlpn01,
@@ -294,11 +321,9 @@ async fn order(
             .challenges
             .iter()
             .find(|c| c.r#type == wanted)
-            .ok_or_else(|| {
-                format!(
-                    "the server offers no {} challenge for {domain}",
-                    settings.challenge.name()
-                )
+            .ok_or_else(|| OrderError::NoChallenge {
+                kind: settings.challenge.name(),
+                domain: domain.clone(),
             })?;
         let key_authorization = order.key_authorization(challenge);
         match settings.challenge {
@@ -311,74 +336,73 @@ async fn order(
         }
         ready.push(challenge.url.clone());
     }
-    for url in &ready {
-        order
-            .set_challenge_ready(url)
-            .await
-            .map_err(|e| format!("answering a challenge: {e}"))?;
-    }
+    Ok(ready)
+}
+
+/// Polls the order until the server has validated it (or found it invalid).
+async fn wait_ready(order: &mut instant_acme::Order) -> Result<(), OrderError> {
     let mut delay = Duration::from_millis(250);
     loop {
-        let state = order
-            .refresh()
-            .await
-            .map_err(|e| format!("polling the order: {e}"))?;
+        let state = order.refresh().await.map_err(OrderError::Poll)?;
         match state.status {
-            OrderStatus::Ready | OrderStatus::Valid | OrderStatus::Processing => break,
-            OrderStatus::Invalid => return Err(why_invalid(&mut order).await),
+            OrderStatus::Ready | OrderStatus::Valid | OrderStatus::Processing => return Ok(()),
+            OrderStatus::Invalid => return Err(why_invalid(order).await),
             OrderStatus::Pending => {}
         }
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(5));
     }
-    certs.clear_challenges();
-    http01.clear();
-    let (csr, key_pem) = certificate_request(&settings.domains)?;
-    if order.state().status == OrderStatus::Ready {
-        order
-            .finalize(&csr)
-            .await
-            .map_err(|e| format!("finalizing the order: {e}"))?;
-    }
+}
+
+/// Polls the finalized order until the server hands out the certificate chain (PEM).
+async fn certificate(order: &mut instant_acme::Order) -> Result<String, OrderError> {
     let mut delay = Duration::from_millis(250);
-    let chain_pem = loop {
+    loop {
         match order.certificate().await {
-            Ok(Some(chain)) => break chain,
+            Ok(Some(chain)) => return Ok(chain),
             Ok(None) => {}
-            Err(error) => return Err(format!("fetching the certificate: {error}")),
+            Err(error) => return Err(OrderError::Fetch(error)),
         }
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(5));
-    };
+    }
+}
+
+/// Checks the chain and key the order produced and stores them.
+async fn check_and_store(
+    settings: &AcmeSettings,
+    chain_pem: String,
+    key_pem: String,
+) -> Result<Issued, OrderError> {
     let chain = CertificateDer::pem_slice_iter(chain_pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("the certificate is not valid PEM: {e}"))?;
-    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| e.to_string())?;
+        .map_err(OrderError::ChainPem)?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(OrderError::KeyPem)?;
     let cert_path = settings.cert_path();
-    let issued = issued_from_der(chain, key, &cert_path, unix_now())
-        .map_err(|why| format!("the server's certificate: {why}"))?;
+    let issued =
+        issued_from_der(chain, key, &cert_path, unix_now()).map_err(OrderError::Certificate)?;
     if let Some(missing) = settings
         .domains
         .iter()
         .find(|d| !issued.info.names.contains(d))
     {
-        return Err(format!("the server's certificate does not name {missing}"));
+        return Err(OrderError::Unnamed(missing.clone()));
     }
     let key_path = settings.key_path();
     blocking(move || {
         // The key first: a crash between the two renames leaves a pair that does not match,
         // which the next start reports and orders again.
         store::write_atomic(&key_path, key_pem.as_bytes(), true)
-            .map_err(|e| format!("{}: {e}", key_path.display()))?;
+            .map_err(OrderError::file(&key_path))?;
         store::write_atomic(&cert_path, chain_pem.as_bytes(), false)
-            .map_err(|e| format!("{}: {e}", cert_path.display()))
+            .map_err(OrderError::file(&cert_path))
     })
     .await?;
     Ok(issued)
 }
 
 /// Why an order turned invalid: the failed challenges' problems, as the server worded them.
-async fn why_invalid(order: &mut instant_acme::Order) -> String {
+async fn why_invalid(order: &mut instant_acme::Order) -> OrderError {
     let mut reasons = Vec::new();
     if let Some(problem) = &order.state().error {
         reasons.push(problem.to_string());
@@ -393,11 +417,7 @@ async fn why_invalid(order: &mut instant_acme::Order) -> String {
             }
         }
     }
-    if reasons.is_empty() {
-        "the order became invalid".into()
-    } else {
-        format!("the order became invalid: {}", reasons.join("; "))
-    }
+    OrderError::Invalid(reasons)
 }
 
 #[cfg(test)]

@@ -50,7 +50,8 @@ use tokio::sync::Semaphore;
 
 use crate::shared::Shared;
 
-pub use overrides::parse_ttl;
+pub use overrides::{parse_ttl, TtlError};
+pub use query::QueryError;
 
 type Body = BoxBody<Bytes, Infallible>;
 

@@ -8,7 +8,9 @@ use std::time::Duration;
 use http::{Response, StatusCode};
 use serde_json::json;
 
+use super::query::QueryError;
 use super::{error, json_response, Body};
+use crate::config::DurationError;
 use crate::events::OverrideKind;
 use crate::shared::Shared;
 
@@ -16,21 +18,32 @@ use crate::shared::Shared;
 /// without one; an error for zero, above [`crate::config::MAX_DURATION`], a value that is not a
 /// duration, a second `ttl`, or any other parameter (a typo such as `?tll=10m` would otherwise
 /// set an override until cleared). Public for the fuzz target.
-pub fn parse_ttl(query: Option<&str>) -> Result<Option<Duration>, String> {
+pub fn parse_ttl(query: Option<&str>) -> Result<Option<Duration>, TtlError> {
     let Some(value) = super::query::single(query, "ttl", "?ttl=30s")? else {
         return Ok(None);
     };
-    let ttl = match crate::config::parse_duration(&value) {
-        Ok(Duration::ZERO) => {
-            return Err(format!(
-                "ttl: {value:?} is zero (use a duration above zero, e.g. \"30s\", or leave \
-                 ttl out for an override until cleared)"
-            ))
-        }
-        Ok(ttl) => Some(ttl),
-        Err(e) => return Err(format!("ttl: {e}")),
-    };
-    Ok(ttl)
+    match crate::config::parse_duration(&value) {
+        Ok(Duration::ZERO) => Err(TtlError::Zero(value)),
+        Ok(ttl) => Ok(Some(ttl)),
+        Err(e) => Err(TtlError::Duration(e)),
+    }
+}
+
+/// Why an override's `ttl` is refused, the rest of a 400 answer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TtlError {
+    /// The query string itself.
+    #[error(transparent)]
+    Query(#[from] QueryError),
+    /// A zero TTL (the value as written).
+    #[error(
+        "ttl: {0:?} is zero (use a duration above zero, e.g. \"30s\", or leave ttl out for an \
+         override until cleared)"
+    )]
+    Zero(String),
+    /// Not a duration, or above the maximum.
+    #[error("ttl: {0}")]
+    Duration(#[source] DurationError),
 }
 
 pub(super) async fn override_backend(
@@ -55,7 +68,7 @@ pub(super) async fn override_backend(
     };
     let ttl = match parse_ttl(query) {
         Ok(ttl) => ttl,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
     if kind.is_none() && ttl.is_some() {
         return error(

@@ -104,7 +104,7 @@ pub(super) async fn history_series(shared: &Arc<Shared>, query: Option<&str>) ->
     let pools = shared.pools();
     let wanted = match super::query::single(query, "pool", "?pool=web") {
         Ok(wanted) => wanted,
-        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+        Err(message) => return error(StatusCode::BAD_REQUEST, message.to_string()),
     };
     let pools = match wanted {
         None => pools,

@@ -4,14 +4,35 @@
 
 use super::routes::percent_decode;
 
+/// Why a query string is refused, the rest of a 400 answer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    /// An escape is not `%XX`, or the bytes are not UTF-8 (the query, as sent).
+    #[error("the query {0:?} has a bad percent-encoding")]
+    BadEncoding(String),
+    /// A parameter other than the one allowed.
+    #[error("unknown query parameter {key:?} (the only one is {name}, e.g. {example})")]
+    Unknown {
+        /// The parameter given.
+        key: String,
+        /// The one allowed.
+        name: &'static str,
+        /// A right query.
+        example: &'static str,
+    },
+    /// The parameter twice (its name).
+    #[error("{0} is given twice (give it once)")]
+    Twice(&'static str),
+}
+
 /// The value of the only parameter `name` allowed in `query` (`+` and percent-encoding
 /// decoded): `None` without a query or without the parameter; an error naming the problem for
 /// a bad percent-encoding, another parameter (`example` shows a right one), or `name` twice.
 pub(super) fn single(
     query: Option<&str>,
-    name: &str,
-    example: &str,
-) -> Result<Option<String>, String> {
+    name: &'static str,
+    example: &'static str,
+) -> Result<Option<String>, QueryError> {
     let Some(query) = query else {
         return Ok(None);
     };
@@ -20,16 +41,14 @@ pub(super) fn single(
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         let decode = |text: &str| {
             percent_decode(&text.replace('+', " "))
-                .ok_or_else(|| format!("the query {query:?} has a bad percent-encoding"))
+                .ok_or_else(|| QueryError::BadEncoding(query.to_owned()))
         };
         let (key, value) = (decode(key)?, decode(value)?);
         if key != name {
-            return Err(format!(
-                "unknown query parameter {key:?} (the only one is {name}, e.g. {example})"
-            ));
+            return Err(QueryError::Unknown { key, name, example });
         }
         if found.is_some() {
-            return Err(format!("{name} is given twice (give it once)"));
+            return Err(QueryError::Twice(name));
         }
         found = Some(value);
     }
@@ -49,10 +68,16 @@ mod tests {
             Ok(Some("a/b c".into()))
         );
         let other = single(Some("pol=web"), "pool", "?pool=web").unwrap_err();
-        assert!(other.contains("unknown query parameter \"pol\""), "{other}");
+        assert_eq!(
+            other.to_string(),
+            "unknown query parameter \"pol\" (the only one is pool, e.g. ?pool=web)"
+        );
         let twice = single(Some("pool=a&pool=b"), "pool", "?pool=web").unwrap_err();
-        assert_eq!(twice, "pool is given twice (give it once)");
+        assert_eq!(twice.to_string(), "pool is given twice (give it once)");
         let bad = single(Some("pool=%zz"), "pool", "?pool=web").unwrap_err();
-        assert!(bad.contains("bad percent-encoding"), "{bad}");
+        assert_eq!(
+            bad.to_string(),
+            "the query \"pool=%zz\" has a bad percent-encoding"
+        );
     }
 }

@@ -19,6 +19,7 @@ mod check;
 mod cidr;
 mod etcd_access;
 mod parse;
+mod text_errors;
 
 pub use check::{check, Warning, CERTIFICATE_EXPIRY_WARNING, DETECTION_BUDGET, RECOVERY_BUDGET};
 pub use cidr::{Cidr, CidrError};
@@ -28,20 +29,18 @@ pub use parse::{
     load, load_all_errors, parse_all_errors, parse_str, parse_unresolved, ConfigError,
     ConfigErrors, Environment, KeyLines, Unresolved,
 };
+pub use text_errors::{DurationError, ListenAddressError};
 
 /// The longest duration a config value or an admin TTL may be: one year (`8760h`).
 pub const MAX_DURATION: Duration = parse::MAX_DURATION;
 
 /// Parses a duration written as in the config (`500ms`, `2s`, `1.5m`, `1h`), for the command
 /// line and the admin API. Above [`MAX_DURATION`] is an error, never a panic later.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let duration = parse::parse_duration(text).ok_or_else(|| {
-        format!("{text:?} is not a duration (use e.g. \"500ms\", \"30s\", \"5m\")")
-    })?;
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
+    let duration =
+        parse::parse_duration(text).ok_or_else(|| DurationError::NotADuration(text.to_owned()))?;
     if duration > MAX_DURATION {
-        return Err(format!(
-            "{text:?} is above the maximum of 8760h (one year); use a shorter duration"
-        ));
+        return Err(DurationError::AboveMaximum(text.to_owned()));
     }
     Ok(duration)
 }
@@ -49,12 +48,8 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// Parses an address to listen on, as in the config and on the command line: `ip:port`
 /// (`0.0.0.0:8080`, `[::1]:8080`) or `localhost:port`, which is `127.0.0.1:port` (the IPv4
 /// loopback: no name is looked up; write `[::1]:port` for IPv6's).
-pub fn parse_listen_address(text: &str) -> Result<SocketAddr, String> {
-    parse::listen_address(text).ok_or_else(|| {
-        format!(
-            r#"{text:?} is not an address to listen on (use ip:port or localhost:port, e.g. "127.0.0.1:8080", "[::1]:8080" or "localhost:8080")"#
-        )
-    })
+pub fn parse_listen_address(text: &str) -> Result<SocketAddr, ListenAddressError> {
+    parse::listen_address(text).ok_or_else(|| ListenAddressError(text.to_owned()))
 }
 
 /// A whole, validated configuration.

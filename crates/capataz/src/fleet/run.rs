@@ -562,7 +562,7 @@ impl Task {
                 };
                 let verdict = match b64decode(value)
                     .ok_or_else(|| "the value is not base64".to_owned())
-                    .and_then(|v| wire::decode(&v))
+                    .and_then(|v| wire::decode(&v).map_err(|e| e.to_string()))
                     .and_then(|verdict| match state.leases.get(by) {
                         _ if lease == 0 => Err("a verdict written without a lease (instances \
                                                 publish with theirs)"

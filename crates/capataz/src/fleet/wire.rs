@@ -96,27 +96,33 @@ pub(crate) fn encode(verdict: &Verdict) -> String {
     serde_json::to_string(&wire).unwrap_or_default()
 }
 
+/// Why a value is not a verdict (the `reason` of a skipped key).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum VerdictError {
+    #[error("the value is {0} bytes, more than a verdict's {MAX_VALUE}")]
+    TooLong(usize),
+    #[error("not a verdict ({0}); expected {{\"state\": \"UP\"|\"DOWN\", ...}}")]
+    NotJson(#[source] serde_json::Error),
+    #[error("state {0:?} is neither UP nor DOWN")]
+    State(String),
+    #[error("last {0:?} is not a probe outcome")]
+    Last(String),
+}
+
 /// The verdict in `value`, or why it is none.
-pub(crate) fn decode(value: &[u8]) -> Result<Verdict, String> {
+pub(crate) fn decode(value: &[u8]) -> Result<Verdict, VerdictError> {
     if value.len() > MAX_VALUE {
-        return Err(format!(
-            "the value is {} bytes, more than a verdict's {MAX_VALUE}",
-            value.len()
-        ));
+        return Err(VerdictError::TooLong(value.len()));
     }
-    let wire: Wire = serde_json::from_slice(value).map_err(|e| {
-        format!("not a verdict ({e}); expected {{\"state\": \"UP\"|\"DOWN\", ...}}")
-    })?;
+    let wire: Wire = serde_json::from_slice(value).map_err(VerdictError::NotJson)?;
     let state = match wire.state.as_str() {
         "UP" => State::Up,
         "DOWN" => State::Down,
-        other => return Err(format!("state {other:?} is neither UP nor DOWN")),
+        other => return Err(VerdictError::State(other.to_owned())),
     };
     let last = match wire.last {
         None => None,
-        Some(text) => Some(
-            parse_outcome(&text).ok_or_else(|| format!("last {text:?} is not a probe outcome"))?,
-        ),
+        Some(text) => Some(parse_outcome(&text).ok_or(VerdictError::Last(text))?),
     };
     Ok(Verdict {
         state,
@@ -155,7 +161,7 @@ mod tests {
                 state: State::Down,
                 why: PublishedWhy { streak: 3, last },
             };
-            assert_eq!(decode(encode(&verdict).as_bytes()), Ok(verdict));
+            assert_eq!(decode(encode(&verdict).as_bytes()).ok(), Some(verdict));
         }
         for bad in [
             &b"{}"[..],
@@ -170,7 +176,10 @@ mod tests {
             assert!(decode(bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
         let huge = format!(r#"{{"state":"UP","last":"{}"}}"#, "x".repeat(5000));
-        assert!(decode(huge.as_bytes()).unwrap_err().contains("bytes"));
+        assert!(decode(huge.as_bytes())
+            .unwrap_err()
+            .to_string()
+            .contains("bytes"));
     }
 
     #[test]

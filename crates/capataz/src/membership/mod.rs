@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use crate::config::{BackendConfig, PoolSource};
 use crate::events::{MembershipChange, Unresolved};
-pub use dns::DnsResolver;
+pub use dns::{DnsResolver, DnsSetupError};
 pub use etcd::EtcdWatch;
 pub use guard::{Guard, Verdict};
 
@@ -79,7 +79,7 @@ pub enum Source {
 impl Source {
     /// The running source for `config` (`None` for a static pool). Reads /etc/resolv.conf
     /// when a DNS source names no resolver: call it off the runtime threads.
-    pub fn start(config: &PoolSource) -> Option<Result<Source, String>> {
+    pub fn start(config: &PoolSource) -> Option<Result<Source, DnsSetupError>> {
         match config {
             PoolSource::Static => None,
             PoolSource::Dns(dns) => Some(DnsResolver::new(dns).map(|resolver| Source::Dns {

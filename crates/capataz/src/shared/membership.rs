@@ -193,7 +193,7 @@ async fn follow(me: Weak<Shared>, config: PoolConfig, initial: Option<Vec<Backen
         let error = match started {
             Ok(Some(Ok(source))) => break source,
             Ok(None) => return,
-            Ok(Some(Err(error))) => error,
+            Ok(Some(Err(error))) => error.to_string(),
             Err(_) => "starting the source failed unexpectedly".to_owned(),
         };
         let Some(shared) = me.upgrade() else { return };

@@ -161,6 +161,40 @@ impl AcmeCerts {
     }
 }
 
+/// Why a chain and a key cannot be put in force.
+#[derive(Debug, thiserror::Error)]
+pub enum IssuedError {
+    /// The chain is empty.
+    #[error("the chain holds no certificate")]
+    NoCertificate,
+    /// The first certificate is not DER X.509.
+    #[error("its first certificate is not readable X.509 ({0})")]
+    Unreadable(#[source] x509_cert::der::Error),
+    /// The certificate's `notAfter` (Unix seconds) has passed.
+    #[error("the certificate expired on {}", super::server::date(*.0))]
+    Expired(i64),
+    /// rustls cannot sign with the key.
+    #[error("the key is not usable: {0}")]
+    Key(#[source] rustls::Error),
+    /// The key is not the certificate's.
+    #[error("the key does not match the certificate: {0}")]
+    Mismatch(#[source] rustls::Error),
+}
+
+/// Why a TLS-ALPN-01 challenge certificate cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ChallengeError {
+    /// The key authorization's digest is not a SHA-256 (its length).
+    #[error("a digest of {0} bytes, not 32")]
+    Digest(usize),
+    /// rcgen could not make the certificate or its key.
+    #[error(transparent)]
+    Certificate(#[from] rcgen::Error),
+    /// rustls cannot sign with the key.
+    #[error(transparent)]
+    Key(#[from] rustls::Error),
+}
+
 /// Builds an [`Issued`] from a PEM chain and a PKCS#8 key: the key must match and the
 /// certificate must not have expired at `now`. `file` names the chain in the facts.
 pub fn issued_from_der(
@@ -168,25 +202,19 @@ pub fn issued_from_der(
     key: PrivateKeyDer<'static>,
     file: &Path,
     now: i64,
-) -> Result<Issued, String> {
+) -> Result<Issued, IssuedError> {
     let provider: CryptoProvider = rustls::crypto::ring::default_provider();
-    let first = chain.first().ok_or("the chain holds no certificate")?;
-    let facts = x509::read(first)
-        .map_err(|e| format!("its first certificate is not readable X.509 ({e})"))?;
+    let first = chain.first().ok_or(IssuedError::NoCertificate)?;
+    let facts = x509::read(first).map_err(IssuedError::Unreadable)?;
     if facts.not_after <= now {
-        return Err(format!(
-            "the certificate expired on {}",
-            super::server::date(facts.not_after)
-        ));
+        return Err(IssuedError::Expired(facts.not_after));
     }
     let signing = provider
         .key_provider
         .load_private_key(key)
-        .map_err(|e| format!("the key is not usable: {e}"))?;
+        .map_err(IssuedError::Key)?;
     let certified = CertifiedKey::new(chain.clone(), signing);
-    certified
-        .keys_match()
-        .map_err(|e| format!("the key does not match the certificate: {e}"))?;
+    certified.keys_match().map_err(IssuedError::Mismatch)?;
     Ok(Issued {
         key: Arc::new(certified),
         info: CertificateInfo::new(file.to_owned(), facts.dns_names, facts.not_after, &chain),
@@ -220,24 +248,22 @@ fn load_stored(settings: &AcmeSettings, now: i64) -> Result<Issued, Option<Strin
 /// The TLS-ALPN-01 challenge certificate for `domain` (RFC 8737): self-signed, naming only the
 /// domain, with the `acmeIdentifier` extension holding `digest` (the SHA-256 of the key
 /// authorization, 32 bytes).
-pub fn challenge_certificate(domain: &str, digest: &[u8]) -> Result<Arc<CertifiedKey>, String> {
+pub fn challenge_certificate(
+    domain: &str,
+    digest: &[u8],
+) -> Result<Arc<CertifiedKey>, ChallengeError> {
     if digest.len() != 32 {
-        return Err(format!("a digest of {} bytes, not 32", digest.len()));
+        return Err(ChallengeError::Digest(digest.len()));
     }
-    let mut params =
-        rcgen::CertificateParams::new(vec![domain.to_owned()]).map_err(|e| e.to_string())?;
+    let mut params = rcgen::CertificateParams::new(vec![domain.to_owned()])?;
     params
         .custom_extensions
         .push(rcgen::CustomExtension::new_acme_identifier(digest));
-    let key =
-        rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| e.to_string())?;
-    let cert = params.self_signed(&key).map_err(|e| e.to_string())?;
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let cert = params.self_signed(&key)?;
     let provider = rustls::crypto::ring::default_provider();
     let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-    let signing = provider
-        .key_provider
-        .load_private_key(der)
-        .map_err(|e| e.to_string())?;
+    let signing = provider.key_provider.load_private_key(der)?;
     Ok(Arc::new(CertifiedKey::new(
         vec![cert.der().clone()],
         signing,
@@ -245,12 +271,11 @@ pub fn challenge_certificate(domain: &str, digest: &[u8]) -> Result<Arc<Certifie
 }
 
 /// A new private key (ECDSA P-256) and a CSR for `domains`: `(CSR DER, key PEM)`.
-pub fn certificate_request(domains: &[String]) -> Result<(Vec<u8>, String), String> {
-    let mut params = rcgen::CertificateParams::new(domains.to_vec()).map_err(|e| e.to_string())?;
+pub fn certificate_request(domains: &[String]) -> Result<(Vec<u8>, String), rcgen::Error> {
+    let mut params = rcgen::CertificateParams::new(domains.to_vec())?;
     params.distinguished_name = rcgen::DistinguishedName::new();
-    let key =
-        rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| e.to_string())?;
-    let csr = params.serialize_request(&key).map_err(|e| e.to_string())?;
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?;
+    let csr = params.serialize_request(&key)?;
     Ok((csr.der().to_vec(), key.serialize_pem()))
 }
 
@@ -263,7 +288,8 @@ mod tests {
         let key = challenge_certificate("a.test", &[7; 32]).expect("built");
         let facts = x509::read(&key.cert[0]).expect("readable");
         assert_eq!(facts.dns_names, vec!["a.test".to_string()]);
-        assert!(challenge_certificate("a.test", &[7; 31]).is_err());
+        let refused = challenge_certificate("a.test", &[7; 31]).expect_err("refused");
+        assert_eq!(refused.to_string(), "a digest of 31 bytes, not 32");
     }
 
     #[test]

@@ -141,7 +141,7 @@ impl ServerSettings {
                 }
                 None if self.ocsp_fetch => match ocsp_fetch(index, source, &slot) {
                     Ok(fetch) => ocsp_fetches.push(fetch),
-                    Err(note) => ocsp_notes.push(note),
+                    Err(note) => ocsp_notes.push(note.to_string()),
                 },
                 None => {}
             }
@@ -298,28 +298,38 @@ fn staple_file(
     }
 }
 
+/// Why no OCSP response is fetched for a certificate (its chain's file), for a note.
+#[derive(Debug, thiserror::Error)]
+enum NoFetch {
+    #[error(
+        "{}: no OCSP response is fetched: the chain holds no issuer certificate after the \
+         server's (append the intermediate to the file)",
+        .0.display()
+    )]
+    ChainWithoutIssuer(PathBuf),
+    #[error(
+        "{}: no OCSP response is fetched: the certificate names no http:// OCSP responder (its \
+         CA runs none)",
+        .0.display()
+    )]
+    NoResponderUrl(PathBuf),
+    #[error("{}: no OCSP request can be made for it", .0.display())]
+    RequestNotMade(PathBuf),
+}
+
 /// What fetching the OCSP response of `certificates[index]` needs, or why it cannot be.
 fn ocsp_fetch(
     index: usize,
     source: &CertificateSource,
     slot: &Arc<StapleSlot>,
-) -> Result<OcspFetch, String> {
+) -> Result<OcspFetch, NoFetch> {
     let chain = slot.chain();
-    let file = source.cert.display();
+    let file = || source.cert.clone();
     let (Some(leaf), Some(issuer)) = (chain.first(), chain.get(1)) else {
-        return Err(format!(
-            "{file}: no OCSP response is fetched: the chain holds no issuer certificate after \
-             the server's (append the intermediate to the file)"
-        ));
+        return Err(NoFetch::ChainWithoutIssuer(file()));
     };
-    let url = ocsp::responder_url(leaf).ok_or_else(|| {
-        format!(
-            "{file}: no OCSP response is fetched: the certificate names no http:// OCSP \
-             responder (its CA runs none)"
-        )
-    })?;
-    let request = ocsp::request(leaf, issuer)
-        .ok_or_else(|| format!("{file}: no OCSP request can be made for it"))?;
+    let url = ocsp::responder_url(leaf).ok_or_else(|| NoFetch::NoResponderUrl(file()))?;
+    let request = ocsp::request(leaf, issuer).ok_or_else(|| NoFetch::RequestNotMade(file()))?;
     Ok(OcspFetch {
         index,
         file: source.cert.clone(),

@@ -62,15 +62,15 @@ impl Environment {
     }
 
     /// The variable's value, `None` if unset; an error if it is not UTF-8.
-    fn var(&self, name: &str) -> Result<Option<String>, String> {
+    fn var(&self, name: &str) -> Result<Option<String>, ExpandError> {
         match &self.fixed {
             Some(vars) => Ok(vars.get(name).cloned()),
             None => match std::env::var(name) {
                 Ok(value) => Ok(Some(value)),
                 Err(std::env::VarError::NotPresent) => Ok(None),
-                Err(std::env::VarError::NotUnicode(_)) => Err(format!(
-                    "environment variable {name} is not valid UTF-8 (set it to text)"
-                )),
+                Err(std::env::VarError::NotUnicode(_)) => Err(ExpandError::NotUnicode {
+                    name: name.to_owned(),
+                }),
             },
         }
     }
@@ -126,7 +126,7 @@ pub(super) fn substitute<'t>(
                 }
                 edits.push((span, literal));
             }
-            Err(why) => errors.push(error(why)),
+            Err(why) => errors.push(error(why.to_string())),
         }
     }
     if !errors.is_empty() {
@@ -151,8 +151,41 @@ pub(super) fn substitute<'t>(
     Ok(out.into())
 }
 
+/// How to write a reference, for the errors about one.
+const HINT: &str = "write ${NAME} or ${NAME:-default}, NAME of letters, digits and '_' not \
+                    starting with a digit; $${ is a literal ${";
+
+/// Why a string value cannot be expanded: the rest of a config error at its key.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(super) enum ExpandError {
+    #[error("environment variable {name} is not valid UTF-8 (set it to text)")]
+    NotUnicode { name: String },
+    #[error(
+        "environment variable {name} is not set (set it, give a default with \
+         ${{{name}:-default}}, or write $${{ for a literal ${{)"
+    )]
+    NotSet { name: String },
+    #[error("\"${{\" is not followed by a variable name ({HINT})")]
+    NoName,
+    #[error("${{{name}:- has no closing \"}}\" ({HINT})")]
+    Unclosed { name: String },
+    #[error(
+        "the default of ${{{name}}} holds a \"${{\": substitution does not nest (write the \
+         default literally, or $${{ for a literal ${{)"
+    )]
+    Nested { name: String },
+    /// Not a reference (its first 40 characters after `${`).
+    #[error("\"${{{shown}\" is not a variable reference ({HINT})")]
+    NotAReference { shown: String },
+    #[error(
+        "the value is longer than {} KiB once expanded (keep large values out of variables)",
+        MAX_EXPANDED >> 10
+    )]
+    TooLong,
+}
+
 /// Expands `value`: `None` when it holds nothing to expand (not even a `$${`).
-pub(super) fn expand(value: &str, env: &Environment) -> Result<Option<String>, String> {
+pub(super) fn expand(value: &str, env: &Environment) -> Result<Option<String>, ExpandError> {
     if !value.contains("${") {
         return Ok(None);
     }
@@ -173,28 +206,19 @@ pub(super) fn expand(value: &str, env: &Environment) -> Result<Option<String>, S
             rest = after;
         }
         if out.len() > MAX_EXPANDED {
-            return Err(too_long());
+            return Err(ExpandError::TooLong);
         }
     }
     out.push_str(rest);
     if out.len() > MAX_EXPANDED {
-        return Err(too_long());
+        return Err(ExpandError::TooLong);
     }
     Ok(Some(out))
 }
 
-fn too_long() -> String {
-    format!(
-        "the value is longer than {} KiB once expanded (keep large values out of variables)",
-        MAX_EXPANDED >> 10
-    )
-}
-
 /// Reads `NAME}` or `NAME:-default}` from `inner` (just after `${`): the text it stands for and
 /// what follows the `}`.
-fn variable<'a>(inner: &'a str, env: &Environment) -> Result<(String, &'a str), String> {
-    const HINT: &str = "write ${NAME} or ${NAME:-default}, NAME of letters, digits and '_' not \
-                        starting with a digit; $${ is a literal ${";
+fn variable<'a>(inner: &'a str, env: &Environment) -> Result<(String, &'a str), ExpandError> {
     let name_len = inner
         .char_indices()
         .find(|&(i, c)| !(c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit())))
@@ -202,29 +226,26 @@ fn variable<'a>(inner: &'a str, env: &Environment) -> Result<(String, &'a str), 
     let name = &inner[..name_len];
     let after = &inner[name_len..];
     if name.is_empty() {
-        return Err(format!(
-            "\"${{\" is not followed by a variable name ({HINT})"
-        ));
+        return Err(ExpandError::NoName);
     }
     let (default, tail) = if let Some(tail) = after.strip_prefix('}') {
         (None, tail)
     } else if let Some(rest) = after.strip_prefix(":-") {
         let Some(end) = rest.find('}') else {
-            return Err(format!("${{{name}:- has no closing \"}}\" ({HINT})"));
+            return Err(ExpandError::Unclosed {
+                name: name.to_owned(),
+            });
         };
         let default = &rest[..end];
         if default.contains("${") {
-            return Err(format!(
-                "the default of ${{{name}}} holds a \"${{\": substitution does not nest (write \
-                 the default literally, or $${{ for a literal ${{)"
-            ));
+            return Err(ExpandError::Nested {
+                name: name.to_owned(),
+            });
         }
         (Some(default), &rest[end + 1..])
     } else {
         let shown: String = inner.chars().take(40).collect();
-        return Err(format!(
-            "\"${{{shown}\" is not a variable reference ({HINT})"
-        ));
+        return Err(ExpandError::NotAReference { shown });
     };
     let value = env.var(name)?;
     let text = match (value, default) {
@@ -232,14 +253,13 @@ fn variable<'a>(inner: &'a str, env: &Environment) -> Result<(String, &'a str), 
         (Some(value), Some(_)) if !value.is_empty() => value,
         (_, Some(default)) => default.to_owned(),
         (None, None) => {
-            return Err(format!(
-                "environment variable {name} is not set (set it, give a default with \
-                 ${{{name}:-default}}, or write $${{ for a literal ${{)"
-            ))
+            return Err(ExpandError::NotSet {
+                name: name.to_owned(),
+            })
         }
     };
     if text.len() > MAX_EXPANDED {
-        return Err(too_long());
+        return Err(ExpandError::TooLong);
     }
     Ok((text, tail))
 }
@@ -422,7 +442,7 @@ mod tests {
             ("${A:-x", "has no closing"),
             ("${A:-${B}}", "does not nest"),
         ] {
-            let error = expand(value, &env).unwrap_err();
+            let error = expand(value, &env).unwrap_err().to_string();
             assert!(error.contains(says), "{value}: {error}");
         }
     }
@@ -433,9 +453,11 @@ mod tests {
         let env = Environment::from_pairs([("BIG", big.as_str()), ("HALF", &big[..40_000])]);
         assert!(expand("${BIG}", &env)
             .unwrap_err()
+            .to_string()
             .contains("longer than 64 KiB"));
         assert!(expand("${HALF}${HALF}", &env)
             .unwrap_err()
+            .to_string()
             .contains("longer than 64 KiB"));
     }
 

@@ -52,12 +52,9 @@ pub(super) const MAX_LOG_LEVEL_BYTES: usize = 1024;
 /// exponential time to parse. A text with no directive at all (empty, blanks, commas) is
 /// refused too: it would silence every log line. The error is the rest of a sentence about the
 /// text.
-pub(super) fn check_log_level(text: &str) -> Result<(), String> {
+pub(super) fn check_log_level(text: &str) -> Result<(), LogLevelError> {
     if text.len() > MAX_LOG_LEVEL_BYTES {
-        return Err(format!(
-            "is {} bytes long, more than the {MAX_LOG_LEVEL_BYTES} allowed",
-            text.len()
-        ));
+        return Err(LogLevelError::TooLong(text.len()));
     }
     let is_level = |word: &str| {
         ["off", "error", "warn", "info", "debug", "trace"]
@@ -71,30 +68,41 @@ pub(super) fn check_log_level(text: &str) -> Result<(), String> {
                 .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b':')
     };
     if text.split(',').all(|directive| directive.trim().is_empty()) {
-        return Err(
-            "has no directive, which would silence every log line (write \"off\" to mean that)"
-                .to_owned(),
-        );
+        return Err(LogLevelError::NoDirective);
     }
     for directive in text.split(',').map(str::trim) {
         if directive.contains(['[', ']', '{', '}']) {
-            return Err(format!(
-                "has a span or field filter ({directive:?}), which log.level does not accept \
-                 (filter by target and level only; RUST_LOG can still set such filters)"
-            ));
+            return Err(LogLevelError::SpanOrField(directive.to_owned()));
         }
         let ok = match directive.split_once('=') {
             None => directive.is_empty() || is_level(directive) || is_target(directive),
             Some((target, level)) => is_target(target) && is_level(level),
         };
         if !ok {
-            return Err(format!(
-                "has {directive:?}, which is neither a level (off, error, warn, info, debug, \
-                 trace) nor TARGET=LEVEL"
-            ));
+            return Err(LogLevelError::NotADirective(directive.to_owned()));
         }
     }
     Ok(())
+}
+
+/// Why a `log.level` filter is refused: the rest of a sentence about the text.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(super) enum LogLevelError {
+    /// Longer than [`MAX_LOG_LEVEL_BYTES`] (its length).
+    #[error("is {0} bytes long, more than the {MAX_LOG_LEVEL_BYTES} allowed")]
+    TooLong(usize),
+    #[error("has no directive, which would silence every log line (write \"off\" to mean that)")]
+    NoDirective,
+    #[error(
+        "has a span or field filter ({0:?}), which log.level does not accept (filter by target \
+         and level only; RUST_LOG can still set such filters)"
+    )]
+    SpanOrField(String),
+    #[error(
+        "has {0:?}, which is neither a level (off, error, warn, info, debug, trace) nor \
+         TARGET=LEVEL"
+    )]
+    NotADirective(String),
 }
 
 /// Parses `10%` or `2.5%` into a fraction (0.1, 0.025).
@@ -295,7 +303,7 @@ mod tests {
         ] {
             match parse_http_url(bad) {
                 Ok(url) => panic!("{bad:?} parsed as {url:?}"),
-                Err(error) => assert!(error.contains(why), "{bad:?}: {error}"),
+                Err(error) => assert!(error.to_string().contains(why), "{bad:?}: {error}"),
             }
         }
     }
@@ -330,7 +338,7 @@ mod tests {
         ] {
             match check_log_level(bad) {
                 Ok(()) => panic!("{bad:?} accepted"),
-                Err(error) => assert!(error.contains(why), "{bad:?}: {error}"),
+                Err(error) => assert!(error.to_string().contains(why), "{bad:?}: {error}"),
             }
         }
         assert!(check_log_level(&"info,".repeat(300)).is_err());

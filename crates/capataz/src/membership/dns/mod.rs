@@ -50,10 +50,18 @@ impl std::fmt::Debug for DnsResolver {
     }
 }
 
+/// Why a DNS source cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum DnsSetupError {
+    /// /etc/resolv.conf cannot be read (hickory's error).
+    #[error("cannot read the system's resolver configuration: {0}")]
+    SystemConf(#[source] hickory_resolver::ResolveError),
+}
+
 impl DnsResolver {
     /// A resolver for `config`: its `resolver` address, else the nameservers of
     /// /etc/resolv.conf (read here: call it off the runtime threads).
-    pub fn new(config: &DnsSource) -> Result<DnsResolver, String> {
+    pub fn new(config: &DnsSource) -> Result<DnsResolver, DnsSetupError> {
         let (servers, mut options) = match config.resolver {
             Some(address) => (
                 ResolverConfig::from_parts(
@@ -64,7 +72,7 @@ impl DnsResolver {
                 ResolverOpts::default(),
             ),
             None => hickory_resolver::system_conf::read_system_conf()
-                .map_err(|e| format!("cannot read the system's resolver configuration: {e}"))?,
+                .map_err(DnsSetupError::SystemConf)?,
         };
         options.timeout = config.timeout;
         options.attempts = 1;
