@@ -7,7 +7,10 @@ use tokio::runtime::Handle;
 use tokio::sync::OwnedMutexGuard;
 
 use super::{bind_listener, lock, Shared, StartError};
-use crate::config::{Config, PoolConfig};
+use tokio::net::TcpListener;
+
+use super::listener::ListenerRt;
+use crate::config::{Config, ListenerConfig, PoolConfig};
 use crate::health::PoolRt;
 use crate::metrics::HistogramScope;
 
@@ -91,28 +94,81 @@ impl Shared {
     /// has entered the runtime (the std locks it takes are never held across an await).
     fn apply(&self, mut config: Config) -> Result<ReloadSummary, StartError> {
         let old_config = self.config();
-        // The admin listener stays where it was bound, so it keeps the `[admin]` settings it was
-        // started with unless the new table is for the same address: a token must not vanish
-        // from a listener on a network address because the new file moves it to loopback or
-        // drops the table.
-        let admin_moved = old_config.admin.as_ref().map(|a| a.address)
-            != config.admin.as_ref().map(|a| a.address);
-        if admin_moved {
-            tracing::warn!(
-                "the new config moves or removes [admin]; the admin listener keeps its address \
-                 and its settings (token, open_read_only, allowed_hosts) until the next restart"
-            );
-            config.admin = old_config.admin.clone();
+        keep_started_settings(&old_config, &mut config);
+        let (listeners, fresh) = self.take_listeners_and_bind(&config)?;
+        // From reading the old pools' state to swapping in the new ones, no override may land
+        // on an old pool (it would be lost).
+        let swap = self.swap_lock.blocking_lock();
+        let old_pools = self.pools.load_full();
+        let mut summary = ReloadSummary::default();
+        let new_pools = self.build_pools(&config, &old_pools, &mut summary);
+        let total_old: usize = old_pools.iter().map(|p| p.backends.len()).sum();
+        summary.removed = total_old.saturating_sub(summary.kept);
+        let tasks: Vec<_> = new_pools
+            .iter()
+            .map(|pool| (pool.name.clone(), pool.start_tasks(&new_pools)))
+            .collect();
+        let had_members: HashSet<&str> = old_pools
+            .iter()
+            .filter(|p| p.config.source.is_dynamic())
+            .map(|p| &*p.name)
+            .collect();
+        self.restart_membership(&new_pools, &had_members);
+        self.restart_fleet(&config);
+        self.pools.store(Arc::new(new_pools));
+        drop(swap);
+        let old_tasks = std::mem::replace(&mut *lock(&self.pool_tasks), tasks);
+        for (_, tasks) in old_tasks {
+            tasks.abort();
         }
-        // Logging is set up once, at start: the config in force keeps saying what it does.
-        if old_config.log != config.log {
-            tracing::warn!(
-                "[log] in the new config differs from the one the process started with; \
-                 logging is set up at start, so it takes effect at the next restart"
-            );
-            config.log = old_config.log.clone();
+        let pools = self.pools.load_full();
+        let kept_listeners = self.update_listeners(listeners, fresh, &config, &pools, &mut summary);
+        let names: Vec<&str> = config.listeners.iter().map(|l| l.name.as_str()).collect();
+        self.access_logs.retain(&names);
+        let mut running = lock(&self.listeners);
+        if *self.shutdown.borrow() {
+            // Shutdown began meanwhile and found none to stop: stop them here.
+            for listener in &kept_listeners {
+                let _ = listener.stop.send(true);
+            }
         }
-        let mut listeners = {
+        running.extend(kept_listeners);
+        drop(running);
+        // Switching live would leave the other scope's series in the same families (per-backend
+        // ones would not even go away), so the scope stays until the process restarts.
+        let scope = self.metrics.families().scope();
+        if HistogramScope::of(&config) != scope {
+            tracing::warn!(
+                kept = %scope,
+                "admin.metrics_backend_histograms in the new config differs from the one the \
+                 process started with; it takes effect at the next restart"
+            );
+        }
+        if old_config.alerts != config.alerts {
+            self.restart_alerts(&config);
+        }
+        self.metrics.families().tls().set_certificates(&config);
+        *lock(&self.config) = Arc::new(config);
+        tracing::info!(
+            kept = summary.kept,
+            added = summary.added,
+            removed = summary.removed,
+            "configuration reloaded: {} backends kept their health, {} added, {} removed",
+            summary.kept,
+            summary.added,
+            summary.removed
+        );
+        Ok(summary)
+    }
+
+    /// The listeners running now, taken out, and the ones the new config adds, bound: on an
+    /// error the running ones are put back and nothing has changed. Refused once shutdown
+    /// began.
+    fn take_listeners_and_bind(
+        &self,
+        config: &Config,
+    ) -> Result<(Vec<ListenerRt>, Vec<Fresh>), StartError> {
+        let listeners = {
             let mut running = lock(&self.listeners);
             // Checked under the listeners' lock, which shutdown takes after raising the flag.
             if *self.shutdown.borrow() {
@@ -133,15 +189,21 @@ impl Shared {
                 }
             }
         }
-        // From reading the old pools' state to swapping in the new ones, no override may land
-        // on an old pool (it would be lost).
-        let swap = self.swap_lock.blocking_lock();
-        let old_pools = self.pools.load_full();
-        let mut summary = ReloadSummary::default();
+        Ok((listeners, fresh))
+    }
+
+    /// The new pools, each built from the old pool of its name (its backends' health kept),
+    /// counting in `summary` the backends kept and added.
+    fn build_pools(
+        &self,
+        config: &Config,
+        old_pools: &[Arc<PoolRt>],
+        summary: &mut ReloadSummary,
+    ) -> Vec<Arc<PoolRt>> {
         // The old pools by name, so that a config of many pools is matched in linear time.
         let old_by_name: HashMap<&str, &Arc<PoolRt>> =
             old_pools.iter().map(|p| (&*p.name, p)).collect();
-        let new_pools: Vec<Arc<PoolRt>> = config
+        config
             .pools
             .iter()
             .map(|pool| {
@@ -182,31 +244,23 @@ impl Shared {
                     self.metrics.families(),
                 )
             })
-            .collect();
-        let total_old: usize = old_pools.iter().map(|p| p.backends.len()).sum();
-        summary.removed = total_old.saturating_sub(summary.kept);
-        let tasks: Vec<_> = new_pools
-            .iter()
-            .map(|pool| (pool.name.clone(), pool.start_tasks(&new_pools)))
-            .collect();
-        let had_members: HashSet<&str> = old_pools
-            .iter()
-            .filter(|p| p.config.source.is_dynamic())
-            .map(|p| &*p.name)
-            .collect();
-        self.restart_membership(&new_pools, &had_members);
-        self.restart_fleet(&config);
-        self.pools.store(Arc::new(new_pools));
-        drop(swap);
-        let old_tasks = std::mem::replace(&mut *lock(&self.pool_tasks), tasks);
-        for (_, tasks) in old_tasks {
-            tasks.abort();
-        }
-        let pools = self.pools.load_full();
-        let pool_handles = super::listener::handles(&pools);
-        // Keep, update or stop the existing listeners.
+            .collect()
+    }
+
+    /// The running listeners kept (with the new routes, ACME and stapling tasks, and a
+    /// reopened access log: log rotation) or stopped, and the fresh ones started; counted in
+    /// `summary`.
+    fn update_listeners(
+        &self,
+        listeners: Vec<ListenerRt>,
+        fresh: Vec<Fresh>,
+        config: &Config,
+        pools: &[Arc<PoolRt>],
+        summary: &mut ReloadSummary,
+    ) -> Vec<ListenerRt> {
+        let pool_handles = super::listener::handles(pools);
         let mut kept_listeners = Vec::new();
-        for listener in listeners.drain(..) {
+        for listener in listeners {
             match config
                 .listeners
                 .iter()
@@ -230,44 +284,38 @@ impl Shared {
             }
         }
         for (listener, socket) in fresh {
-            kept_listeners.push(self.spawn_listener(&listener, socket, &pools));
+            kept_listeners.push(self.spawn_listener(&listener, socket, pools));
             summary.listeners_added += 1;
         }
-        let names: Vec<&str> = config.listeners.iter().map(|l| l.name.as_str()).collect();
-        self.access_logs.retain(&names);
-        let mut running = lock(&self.listeners);
-        if *self.shutdown.borrow() {
-            // Shutdown began meanwhile and found none to stop: stop them here.
-            for listener in &kept_listeners {
-                let _ = listener.stop.send(true);
-            }
-        }
-        running.extend(kept_listeners);
-        drop(running);
-        // Switching live would leave the other scope's series in the same families (per-backend
-        // ones would not even go away), so the scope stays until the process restarts.
-        let scope = self.metrics.families().scope();
-        if HistogramScope::of(&config) != scope {
-            tracing::warn!(
-                kept = %scope,
-                "admin.metrics_backend_histograms in the new config differs from the one the \
-                 process started with; it takes effect at the next restart"
-            );
-        }
-        if old_config.alerts != config.alerts {
-            self.restart_alerts(&config);
-        }
-        self.metrics.families().tls().set_certificates(&config);
-        *lock(&self.config) = Arc::new(config);
-        tracing::info!(
-            kept = summary.kept,
-            added = summary.added,
-            removed = summary.removed,
-            "configuration reloaded: {} backends kept their health, {} added, {} removed",
-            summary.kept,
-            summary.added,
-            summary.removed
+        kept_listeners
+    }
+}
+
+/// A listener the new config adds, and its socket, bound.
+type Fresh = (ListenerConfig, TcpListener);
+
+/// What a reload does not change: the admin listener's address and settings (unless the new
+/// table is for the same address) and logging, set up at start.
+fn keep_started_settings(old_config: &Config, config: &mut Config) {
+    // The admin listener stays where it was bound, so it keeps the `[admin]` settings it was
+    // started with unless the new table is for the same address: a token must not vanish from
+    // a listener on a network address because the new file moves it to loopback or drops the
+    // table.
+    let admin_moved =
+        old_config.admin.as_ref().map(|a| a.address) != config.admin.as_ref().map(|a| a.address);
+    if admin_moved {
+        tracing::warn!(
+            "the new config moves or removes [admin]; the admin listener keeps its address \
+             and its settings (token, open_read_only, allowed_hosts) until the next restart"
         );
-        Ok(summary)
+        config.admin = old_config.admin.clone();
+    }
+    // Logging is set up once, at start: the config in force keeps saying what it does.
+    if old_config.log != config.log {
+        tracing::warn!(
+            "[log] in the new config differs from the one the process started with; logging \
+             is set up at start, so it takes effect at the next restart"
+        );
+        config.log = old_config.log.clone();
     }
 }
