@@ -3,6 +3,12 @@
 //! The health decisions live in the pure `capataz-health` crate; this crate does the IO around
 //! them: configuration, probes, the proxy, logging, the demo and the `replay` driver.
 
+// The layers below the runtime, crates of their own (Cargo keeps them from importing it), under
+// the names the runtime's modules have always used.
+pub use capataz_config as config;
+pub use capataz_timefmt as timefmt;
+pub use capataz_tls as tls;
+
 pub mod access_log;
 pub mod acme;
 pub mod admin;
@@ -12,7 +18,6 @@ pub mod balance;
 pub mod body;
 mod budget;
 mod client;
-pub mod config;
 pub mod ctl;
 pub mod demo;
 pub mod events;
@@ -34,7 +39,5 @@ pub mod shared;
 pub mod sim;
 pub mod stapling;
 pub mod status;
-pub mod timefmt;
-pub mod tls;
 pub mod upgrade;
 pub mod upstream;

@@ -205,14 +205,30 @@ fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
-/// Every environment variable the code of `src/` reads: `env::var("NAME")` and
+/// The `src/` of every crate of the workspace (the runtime's layers are crates of their own).
+fn every_src() -> Vec<PathBuf> {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&crates)
+        .expect("read crates/")
+        .map(|entry| entry.expect("an entry").path().join("src"))
+        .filter(|src| src.is_dir())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// Every environment variable the code of the crates' `src/` reads: `env::var("NAME")` and
 /// `env::var_os(CONST)` (with `const CONST: &str = "NAME"`), clap's `env = "NAME"`, tracing's
 /// default filter (RUST_LOG), jemalloc's options (_RJEM_MALLOC_CONF), and the system roots of
 /// rustls-native-certs (SSL_CERT_FILE, SSL_CERT_DIR). A read of a name held in a variable is
 /// allowed in one place only: the config file's `${NAME}` substitution.
 fn variables_read() -> BTreeSet<String> {
     let mut files = Vec::new();
-    let mut stack = vec![src()];
+    let mut stack = every_src();
+    assert!(
+        stack.iter().any(|dir| dir.ends_with("capataz/src")),
+        "{stack:?}"
+    );
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).expect("read src") {
             let path = entry.expect("an entry").path();
@@ -252,7 +268,7 @@ fn variables_read() -> BTreeSet<String> {
                         read.insert(value.clone());
                     } else {
                         assert!(
-                            path.ends_with("config/parse/env.rs"),
+                            path.ends_with("capataz-config/src/parse/env.rs"),
                             "{}: reads the variable named by {argument}: add it to the manual \
                              and to this test",
                             path.display()
