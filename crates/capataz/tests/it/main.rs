@@ -43,6 +43,7 @@ mod hostile_path;
 mod issue14_states;
 mod manual;
 mod metrics;
+mod missing_tools;
 mod module_graph;
 mod ocsp;
 mod packaging;
