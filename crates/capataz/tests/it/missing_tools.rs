@@ -32,3 +32,25 @@ fn a_script_that_does_not_exist_is_refused() {
 fn a_missing_path_fails_saying_what_it_is() {
     require_path(&repo().join("no/such/file"), "a file no test has");
 }
+
+#[test]
+fn the_local_tier_is_the_end_to_end_tests_less_the_peers_tier() {
+    // .config/nextest.toml writes the `peers` expression twice: in `peers`, and negated in
+    // `local`. Different, a test would run in both tiers or in neither.
+    let text = std::fs::read_to_string(repo().join(".config/nextest.toml")).expect("nextest.toml");
+    let config: toml::Table = text.parse().expect("nextest.toml is TOML");
+    let filter = |profile: &str| {
+        let filter = config["profile"][profile]["default-filter"]
+            .as_str()
+            .unwrap_or_else(|| panic!("profile.{profile}.default-filter"));
+        filter.split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    assert_eq!(
+        filter("local"),
+        format!(
+            "package(capataz) & kind(test) & not ( {} )",
+            filter("peers")
+        )
+    );
+    assert_eq!(filter("fast"), "not (package(capataz) & kind(test))");
+}

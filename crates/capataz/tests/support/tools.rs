@@ -2,7 +2,9 @@
 //! pebble, Prometheus, OpenSSL, curl, h2load, ChromeDriver, tmux, groff, systemd-analyze) and
 //! the files beside the repository. One rule for all: a test never skips because one is
 //! missing, it fails, saying what to install and with which `.ci/deps` script (the scripts
-//! `.ci/test` and CI run).
+//! `.ci/test` and CI run). Such tests form the `peers` tier (`.config/nextest.toml`, README.md
+//! "Tests"): run in the `fast` or `local` tier, [`require_tool`] fails too, saying so, so that
+//! a test that needs a peer cannot hide among those that do not.
 
 use std::path::{Path, PathBuf};
 
@@ -15,10 +17,16 @@ pub fn repo() -> PathBuf {
 /// Where the program `name` is (where Debian's packages put it, `/usr/bin` or `/usr/sbin`, first;
 /// then `PATH`), or a failure saying to run `.ci/deps/<script>.sh`, which installs it.
 pub fn require_tool(name: &str, script: &str) -> PathBuf {
+    if let Ok(tier @ ("fast" | "local")) = std::env::var("NEXTEST_PROFILE").as_deref() {
+        panic!(
+            "this test runs `{name}`, a real peer, in the `{tier}` tier: its module belongs to \
+             the `peers` tier's filter in .config/nextest.toml"
+        );
+    }
     find_tool(name, script).unwrap_or_else(|missing| panic!("{missing}"))
 }
 
-/// [`require_tool`]'s search: the program's path, or what to say when it is missing.
+/// [`require_tool`] without the tier rule: the program's path, or what to say when it is missing.
 pub fn find_tool(name: &str, script: &str) -> Result<PathBuf, String> {
     let deps = format!(".ci/deps/{script}.sh");
     assert!(
