@@ -33,7 +33,7 @@ trap 'rm -rf "$work"' EXIT
 # The pinned crate, checksum verified, unpacked as $work/upstream (without NOT_VENDORED).
 upstream() {
     local cache=${CARGO_HOME:-$HOME/.cargo}/registry/cache crate
-    crate=$(find "$cache" -maxdepth 2 -name "h2-$VERSION.crate" 2>/dev/null | head -n 1)
+    crate=$(find "$cache" -maxdepth 2 -name "h2-$VERSION.crate" 2>/dev/null | head -n 1 || true)
     if [ -z "$crate" ]; then
         mkdir "$work/fetch"
         printf '[package]\nname = "fetch-h2"\nversion = "0.0.0"\nedition = "2021"\n[lib]\npath = "lib.rs"\n[dependencies]\nh2 = "=%s"\n' \
