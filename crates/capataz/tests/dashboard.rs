@@ -7,9 +7,9 @@
 //! of state on badge, timeline and legend (`dashboard/states.rs`), and charts and timelines
 //! over the history a young instance has, not a fixed window (`dashboard/charts.rs`).
 //!
-//! Without ChromeDriver the tests say so loudly and passes, so `cargo test` works on a machine
-//! without a browser; with `CI` set they fail instead (`.ci/run` installs Debian's `chromium` and
-//! `chromium-driver`). Chromium runs with its background networking off, every host name
+//! Without ChromeDriver the tests fail, saying how to install it (Debian's `chromium` and
+//! `chromium-driver`, by `.ci/deps/chromium.sh`, which `.ci/test` and CI run); they are the
+//! `peers` tier's (README.md, "Tests"). Chromium runs with its background networking off, every host name
 //! resolving to nothing and a dead proxy for anything not on loopback: it only reaches the
 //! balancer's admin listener.
 //!
@@ -44,28 +44,9 @@ use webdriver::{find_chromedriver, Driver, Session};
 /// How long the page gets to show what the balancer knows (it needs well under a second).
 const DEADLINE: Duration = Duration::from_secs(30);
 
-/// ChromeDriver started, or `None` (said loudly on standard error) when it is not installed
-/// and `CI` is not set; under `CI` a missing ChromeDriver fails `test`.
-fn browser(test: &str) -> Option<Driver> {
-    let Some(chromedriver) = find_chromedriver() else {
-        if std::env::var_os("CI").is_some() {
-            panic!(
-                "chromedriver is not installed, and CI must run the browser test: install \
-                 Debian's `chromium` and `chromium-driver` (.ci/run does) or set CHROMEDRIVER"
-            );
-        }
-        // Straight to the process's stderr: libtest hides what `eprintln!` prints in a test
-        // that passes, and a skip must not pass unnoticed.
-        let _ = std::io::stderr().write_all(
-            format!(
-                "\n*** SKIPPED {test}: no chromedriver found ($CHROMEDRIVER, /usr/bin, PATH).\n\
-                 *** Install Debian's chromium and chromium-driver to run the browser test.\n\n"
-            )
-            .as_bytes(),
-        );
-        return None;
-    };
-    Some(Driver::start(&chromedriver))
+/// ChromeDriver started (a missing one fails the test, saying how to install it).
+fn browser() -> Driver {
+    Driver::start(&find_chromedriver())
 }
 
 /// A balancer on a runtime of its own (this thread drives the browser with blocking IO) over
@@ -219,9 +200,7 @@ fn get(addr: SocketAddr) {
 
 #[test]
 fn dashboard_follows_a_backend_going_down() {
-    let Some(driver) = browser("dashboard_follows_a_backend_going_down") else {
-        return;
-    };
+    let driver = browser();
     let started = start_balancer(&["a", "b", HOSTILE_NAME], &[1, 2, 1], FAST_CHECKS);
     let (balancer, b) = (&started.balancer, &started.sims[1]);
     let admin = balancer.admin_addr().expect("the admin API runs");

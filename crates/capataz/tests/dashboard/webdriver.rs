@@ -12,16 +12,13 @@ use serde_json::{json, Value};
 
 use super::DEADLINE;
 
-/// Where ChromeDriver is: `$CHROMEDRIVER`, `/usr/bin/chromedriver`, or `chromedriver` on `PATH`.
-pub(crate) fn find_chromedriver() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("CHROMEDRIVER") {
-        return Some(PathBuf::from(path));
+/// Where ChromeDriver is: `$CHROMEDRIVER`, `/usr/bin/chromedriver` or `chromedriver` on
+/// `PATH`; or a failure saying how to install it.
+pub(crate) fn find_chromedriver() -> PathBuf {
+    match std::env::var_os("CHROMEDRIVER") {
+        Some(path) => PathBuf::from(path),
+        None => crate::support::tools::require_tool("chromedriver", "chromium"),
     }
-    let paths = std::env::var_os("PATH").unwrap_or_default();
-    std::iter::once(PathBuf::from("/usr/bin"))
-        .chain(std::env::split_paths(&paths))
-        .map(|dir| dir.join("chromedriver"))
-        .find(|path| path.is_file())
 }
 
 /// A ChromeDriver process on a free loopback port, killed (by its PID) when dropped, with a

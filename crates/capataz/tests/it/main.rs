@@ -43,6 +43,7 @@ mod hostile_path;
 mod manual;
 mod member_states;
 mod metrics;
+mod missing_tools;
 mod module_graph;
 mod ocsp;
 mod packaging;

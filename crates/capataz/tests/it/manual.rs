@@ -21,13 +21,13 @@ fn page() -> String {
 /// The page as groff renders it for a terminal, with groff's warnings (all of them on).
 fn rendered(page: &str) -> (String, String) {
     use std::io::Write as _;
-    let mut groff = Command::new("groff")
+    let mut groff = Command::new(crate::support::tools::require_tool("groff", "groff"))
         .args(["-man", "-Tutf8", "-ww", "-rLL=100n", "-rHY=0"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("groff runs (.ci/deps/groff.sh installs it)");
+        .expect("groff runs");
     groff
         .stdin
         .take()

@@ -129,14 +129,16 @@ fn bundled_examples() {
     assert!(run_examples(&dir) >= 4, "the bundled examples went missing");
 }
 
+/// The examples of the steering repository's `shared/`, laid beside the repository (as CI and
+/// the main checkout have it): a test of the `peers` tier, since it reads outside the repository.
 #[test]
-fn shared_examples_when_present() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/examples/replay");
-    if !dir.is_dir() {
-        eprintln!("{} is absent; skipping the shared examples", dir.display());
-        return;
-    }
-    run_examples(&dir);
+fn shared_examples() {
+    let dir = crate::support::tools::require_path(
+        &crate::support::tools::repo().join("../shared/examples/replay"),
+        "the shared replay examples, from the `shared/` directory laid beside the repository \
+         (CI's checkout has it)",
+    );
+    assert!(run_examples(&dir) > 0, "no example in {}", dir.display());
 }
 
 #[test]

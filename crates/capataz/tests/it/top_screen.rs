@@ -18,24 +18,8 @@ use capataz_health::State;
 
 use crate::support::balancer::{self, backends, pairs, ConfigText, FAST_CHECKS};
 use crate::support::events::{is_transition, wait_for};
+use crate::support::tools::require_tool;
 use crate::support::DEADLINE;
-
-/// Where tmux is, or a failure saying how to install it.
-fn tmux_binary() -> PathBuf {
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>());
-    std::iter::once(PathBuf::from("/usr/bin"))
-        .chain(on_path)
-        .map(|dir| dir.join("tmux"))
-        .find(|path| path.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "`tmux` is not installed: this test needs the Debian package `tmux` \
-                 (run .ci/deps/tmux.sh, as CI does)"
-            )
-        })
-}
 
 /// A tmux server of this test's own with one session, `top`, running a command in a window
 /// of a given size; the server (and the command) killed when dropped.
@@ -47,7 +31,7 @@ struct Tmux {
 impl Tmux {
     fn start(command: &str, columns: u16, rows: u16) -> Tmux {
         let tmux = Tmux {
-            binary: tmux_binary(),
+            binary: require_tool("tmux", "tmux"),
             socket: format!("capataz-top-{}-{}", std::process::id(), fastrand::u64(..)),
         };
         let (columns, rows) = (columns.to_string(), rows.to_string());

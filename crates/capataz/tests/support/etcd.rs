@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::tools::require_tool;
 use super::DEADLINE;
 
 /// A running etcd and its files.
@@ -145,7 +146,7 @@ impl Etcd {
         }
         let peer = format!("http://127.0.0.1:{}", self.peer);
         let log = std::fs::File::create(self.dir.join("etcd.log")).expect("the etcd log");
-        let mut command = Command::new("etcd");
+        let mut command = Command::new(require_tool("etcd", "etcd"));
         if let Some(tls) = &self.settings.tls {
             command
                 .arg(format!("--cert-file={}", tls.cert))
@@ -167,7 +168,7 @@ impl Etcd {
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .expect("etcd runs (install it with .ci/deps/etcd.sh)");
+            .expect("etcd runs");
         self.child = Some(child);
         let end = Instant::now() + DEADLINE;
         loop {
@@ -199,7 +200,7 @@ impl Etcd {
 
     /// `etcdctl` on the admin port: its standard output, or `None` when it failed.
     pub async fn ctl(&self, args: &[&str]) -> Option<String> {
-        let mut command = tokio::process::Command::new("etcdctl");
+        let mut command = tokio::process::Command::new(require_tool("etcdctl", "etcd"));
         if let Some(user) = &self.settings.user {
             command.arg(format!("--user={user}"));
         }

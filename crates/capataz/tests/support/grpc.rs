@@ -12,6 +12,11 @@ pub fn python() -> String {
 
 /// A command running `script` (a file of `tests/support/grpc/`) on [`python`].
 pub fn peer(script: &str) -> Command {
+    if std::env::var_os("CAPATAZ_TEST_PYTHON").is_none() {
+        // Debian's Python, which .ci/deps/grpcio.sh gives grpcio (and the tier rule of
+        // `require_tool`: a gRPC peer is a real peer).
+        super::tools::require_tool("python3", "grpcio");
+    }
     let mut command = Command::new(python());
     command.arg(format!(
         "{}/tests/support/grpc/{script}",

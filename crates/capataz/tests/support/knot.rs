@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::tools::require_tool;
 use super::DEADLINE;
 
 /// A running `knotd` and its files.
@@ -99,13 +100,13 @@ impl Knot {
         for attempt in 1.. {
             let _ = std::fs::remove_file(self.dir.join("knot.pid"));
             let _ = std::fs::remove_file(self.dir.join("knot.sock"));
-            let mut child = Command::new("knotd")
+            let mut child = Command::new(require_tool("knotd", "knot"))
                 .arg("-c")
                 .arg(self.conf())
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit())
                 .spawn()
-                .expect("knotd runs (install it with .ci/deps/knot.sh)");
+                .expect("knotd runs");
             // Ready once the control socket answers.
             loop {
                 if self.knotc(&["status"]) {
@@ -131,7 +132,7 @@ impl Knot {
     }
 
     fn knotc(&self, args: &[&str]) -> bool {
-        Command::new("knotc")
+        Command::new(require_tool("knotc", "knot"))
             .arg("-c")
             .arg(self.conf())
             .args(args)

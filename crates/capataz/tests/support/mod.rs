@@ -2,7 +2,8 @@
 //! on ephemeral ports ([`balancer`]), HTTP clients ([`client`]) and blocking ones
 //! ([`blocking`]), switchable health and agent backends ([`checks`]), an event recorder ([`events`]), hand-written backends and raw sockets
 //! ([`raw`]), a real nginx backend ([`nginx`]), a fleet of `capataz` processes ([`fleet`]) and a TCP relay that can be cut
-//! ([`relay`]), and waits with a generous deadline ([`wait`]). Scripted backends are [`capataz::sim::SimBackend`].
+//! ([`relay`]), waits with a generous deadline ([`wait`]), and what tests need from outside the
+//! repository, found or failed ([`tools`]: a missing peer fails a test, never skips it). Scripted backends are [`capataz::sim::SimBackend`].
 //!
 //! Every address a test binds is `127.0.0.1:0`: the suite runs beside a `capataz demo` (8080,
 //! 9901) or another copy of itself.
@@ -37,6 +38,7 @@ pub mod relay;
 pub mod sockets;
 pub mod stream;
 pub mod tls;
+pub mod tools;
 pub mod wait;
 
 use std::net::SocketAddr;

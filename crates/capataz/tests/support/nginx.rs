@@ -17,6 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::backends_tls::Pki;
+use super::tools::require_tool;
 use super::{reserve_port, ReservedPort, DEADLINE};
 
 /// The size of `/big`'s answer.
@@ -116,7 +117,7 @@ impl Nginx {
     }
 
     fn run(&mut self) {
-        let mut child = Command::new("nginx")
+        let mut child = Command::new(require_tool("nginx", "nginx"))
             .arg("-p")
             .arg(&self.dir)
             .arg("-c")
@@ -127,7 +128,7 @@ impl Nginx {
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
-            .expect("nginx runs (install it with .ci/deps/nginx.sh)");
+            .expect("nginx runs");
         let end = Instant::now() + DEADLINE;
         let addrs = [self.tls_addr(), self.h2c_addr(), self.http1_addr()];
         // Ready once every port accepts (the reserved ports refuse until nginx listens).

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use super::tls::Pki;
+use super::tools::require_tool;
 
 /// A CA (ECDSA P-256, `ocsp-ca.pem` and `ocsp-ca.key`) in a temporary directory, whose leaves
 /// name `http://127.0.0.1:<port>/` as their OCSP responder.
@@ -150,7 +151,7 @@ impl OcspCa {
     pub fn responder(&self, minutes: u32) -> Responder {
         let dir = &self.pki.dir;
         let log = dir.join("responder.log");
-        let mut child = Command::new("openssl")
+        let mut child = Command::new(require_tool("openssl", "openssl"))
             .current_dir(dir)
             .args(["ocsp", "-index", "index.txt", "-CA", "ocsp-ca.pem"])
             .args(["-rsigner", "ocsp-ca.pem", "-rkey", "ocsp-ca.key"])
@@ -166,7 +167,7 @@ impl OcspCa {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .expect("openssl starts (run .ci/deps/openssl.sh)");
+            .expect("openssl starts");
         // It says `ACCEPT [::]:PORT PID=...` once it listens. (Not a probe connection: one
         // that closes without a request leaves OpenSSL 3.0's responder stuck on it.)
         let mut stdout = std::io::BufReader::new(child.stdout.take().expect("piped"));
@@ -186,12 +187,12 @@ impl OcspCa {
 }
 
 fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
+    let out = Command::new(require_tool("openssl", "openssl"))
         .current_dir(dir)
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .expect("openssl runs (run .ci/deps/openssl.sh)");
+        .expect("openssl runs");
     assert!(
         out.status.success(),
         "openssl {args:?}: {}",
@@ -226,12 +227,12 @@ impl Drop for Responder {
 pub async fn stapled(addr: SocketAddr, server_name: &str) -> String {
     let server_name = server_name.to_owned();
     let run = tokio::task::spawn_blocking(move || {
-        Command::new("openssl")
+        Command::new(require_tool("openssl", "openssl"))
             .args(["s_client", "-status", "-connect", &addr.to_string()])
             .args(["-servername", &server_name])
             .stdin(Stdio::null())
             .output()
-            .expect("openssl runs (run .ci/deps/openssl.sh)")
+            .expect("openssl runs")
     });
     let out = tokio::time::timeout(super::DEADLINE, run)
         .await

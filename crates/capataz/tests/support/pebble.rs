@@ -22,6 +22,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 
 use super::tls::Pki;
+use super::tools::require_tool;
 
 /// A free TCP port on loopback (released: see the module's note).
 pub fn free_tcp_port() -> u16 {
@@ -82,7 +83,7 @@ impl Pebble {
         let (cert, key) = pki.server("pebble", &["localhost"], None);
         let dns_port = free_udp_port();
         let dns_management = free_tcp_port();
-        let dns = Command::new("/usr/bin/pebble-challtestsrv")
+        let dns = Command::new(require_tool("pebble-challtestsrv", "pebble"))
             .args(["-dns01", &format!("127.0.0.1:{dns_port}")])
             .args(["-http01", "", "-https01", "", "-tlsalpn01", ""])
             .args(["-management", &format!("127.0.0.1:{dns_management}")])
@@ -90,7 +91,7 @@ impl Pebble {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("pebble-challtestsrv starts (run .ci/deps/pebble.sh)");
+            .expect("pebble-challtestsrv starts");
         let listen = free_tcp_port();
         let management: SocketAddr = ([127, 0, 0, 1], free_tcp_port()).into();
         let config = serde_json::json!({
@@ -109,7 +110,7 @@ impl Pebble {
         let config_path: PathBuf = pki.dir.join("pebble.json");
         std::fs::write(&config_path, config.to_string()).expect("write pebble's config");
         let log = std::fs::File::create(pki.dir.join("pebble.log")).expect("pebble's log");
-        let pebble = Command::new("/usr/bin/pebble")
+        let pebble = Command::new(require_tool("pebble", "pebble"))
             .arg("-config")
             .arg(&config_path)
             .args(["-dnsserver", &format!("127.0.0.1:{dns_port}")])
@@ -119,7 +120,7 @@ impl Pebble {
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()
-            .expect("pebble starts (run .ci/deps/pebble.sh)");
+            .expect("pebble starts");
         let mut pebble = Pebble {
             pebble,
             dns,

@@ -13,25 +13,12 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::tools::require_tool;
 use super::DEADLINE;
 
 /// Where a binary of the `prometheus` package is, or a failure saying how to install it.
 fn tool(name: &str) -> PathBuf {
-    let debian = Path::new("/usr/bin").join(name);
-    if debian.exists() {
-        return debian;
-    }
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
-        .map(|dir| dir.join(name))
-        .find(|path| path.exists());
-    on_path.unwrap_or_else(|| {
-        panic!(
-            "`{name}` is not installed: this test needs the Debian package `prometheus` \
-             (run .ci/deps/prometheus.sh, as CI does)"
-        )
-    })
+    require_tool(name, "prometheus")
 }
 
 /// What `promtool check metrics` says of `exposition`: its exit code and its findings

@@ -1,40 +1,47 @@
 //! Third-party HTTP/2 clients through capataz: `curl --http2-prior-knowledge` (curl built
 //! with nghttp2) and `h2load` (many streams per connection; Debian's `nghttp2-client`,
-//! installed by `.ci/deps/nghttp2.sh`). Each test is skipped, saying so, when its tool is
-//! missing.
+//! installed by `.ci/deps/nghttp2.sh`). A missing tool fails its test, saying how to install
+//! it (`support::tools::require_tool`).
 
+use std::path::PathBuf;
 use std::process::Stdio;
 
 use tokio::process::Command;
 
 use super::{balancer, echo_backend};
 use crate::support::balancer::{backends, pairs};
+use crate::support::tools::require_tool;
 use crate::support::DEADLINE;
 
-/// Whether this machine's curl speaks HTTP/2.
-async fn curl_has_http2() -> bool {
-    let Ok(out) = Command::new("curl").arg("--version").output().await else {
-        return false;
-    };
-    String::from_utf8_lossy(&out.stdout).contains("HTTP2")
+/// This machine's curl, which must speak HTTP/2 (Debian's does: `.ci/deps/curl.sh`).
+async fn curl_with_http2() -> PathBuf {
+    let curl = require_tool("curl", "curl");
+    let out = Command::new(&curl)
+        .arg("--version")
+        .output()
+        .await
+        .expect("curl --version runs");
+    let version = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        version.contains("HTTP2"),
+        "{} does not speak HTTP/2 (no HTTP2 among its features): install a curl built with \
+         nghttp2, as Debian's (.ci/deps/curl.sh)\n{version}",
+        curl.display()
+    );
+    curl
 }
 
 #[tokio::test]
 async fn curl_with_prior_knowledge_gets_and_posts_through_capataz() {
-    if !curl_has_http2().await {
-        eprintln!("skipped: no curl with HTTP/2 (install curl with nghttp2)");
-        return;
-    }
+    let curl = curl_with_http2().await;
     let backend = echo_backend("echo").await;
     let (_balancer, addr, _events) = balancer(&[backend.entry("echo")], "", "").await;
     let url = format!("http://{addr}/curl/path?q=1");
+    let curl = &curl;
     let run = |args: Vec<String>| async move {
         let out = tokio::time::timeout(
             DEADLINE,
-            Command::new("curl")
-                .args(&args)
-                .stdin(Stdio::null())
-                .output(),
+            Command::new(curl).args(&args).stdin(Stdio::null()).output(),
         )
         .await
         .expect("curl finishes")
@@ -78,21 +85,13 @@ async fn curl_with_prior_knowledge_gets_and_posts_through_capataz() {
 
 #[tokio::test]
 async fn h2load_with_many_streams_per_connection_gets_every_answer() {
-    if Command::new("h2load")
-        .arg("--version")
-        .output()
-        .await
-        .is_err()
-    {
-        eprintln!("skipped: no h2load (run .ci/deps/nghttp2.sh)");
-        return;
-    }
+    let h2load = require_tool("h2load", "nghttp2");
     let sims = backends(&["a", "b", "c"]).await;
     let (_balancer, addr, _events) = balancer(&pairs(&sims), "", "").await;
     // 4 connections, 25 streams at once on each, 2,000 requests.
     let out = tokio::time::timeout(
         DEADLINE,
-        Command::new("h2load")
+        Command::new(&h2load)
             .args(["-n", "2000", "-c", "4", "-m", "25"])
             .arg(format!("http://{addr}/load"))
             .stdin(Stdio::null())

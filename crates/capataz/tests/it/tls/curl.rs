@@ -10,7 +10,7 @@ use super::*;
 async fn curl(host: &str, port: u16, args: &[&str]) -> (String, String) {
     let out = tokio::time::timeout(
         DEADLINE,
-        Command::new("curl")
+        Command::new(crate::support::tools::require_tool("curl", "curl"))
             .args([
                 "-sS",
                 "-v",
@@ -30,7 +30,7 @@ async fn curl(host: &str, port: u16, args: &[&str]) -> (String, String) {
     )
     .await
     .expect("curl ends")
-    .expect("curl runs (install it with .ci/deps/curl.sh)");
+    .expect("curl runs");
     (
         String::from_utf8_lossy(&out.stderr).to_ascii_lowercase(),
         String::from_utf8_lossy(&out.stdout).to_ascii_lowercase(),

@@ -61,7 +61,7 @@ fn demo_tls_serves_https_with_a_generated_certificate_and_removes_it_at_the_end(
             format!("https://localhost:{port}/"),
         ],
     ] {
-        let out = Command::new("curl")
+        let out = Command::new(crate::support::tools::require_tool("curl", "curl"))
             .args([
                 "-sS",
                 "-o",
@@ -73,7 +73,7 @@ fn demo_tls_serves_https_with_a_generated_certificate_and_removes_it_at_the_end(
             ])
             .args(&args)
             .output()
-            .expect("curl runs (install it with .ci/deps/curl.sh)");
+            .expect("curl runs");
         let code = String::from_utf8_lossy(&out.stdout);
         // The liar may answer 500 before retries and ejection settle; any answer is HTTPS.
         assert!(
