@@ -68,7 +68,7 @@ fn strip_forbidden_trailers(trailers: &mut http::HeaderMap) {
 }
 
 /// Hears that a client's request body has been read to its end: its HTTP/1 connection then
-/// watches for the client going away while the answer is awaited (`client/gone.rs`).
+/// watches for the client going away while the answer is awaited (`downstream/gone.rs`).
 pub trait BodyRead: Send + Sync {
     /// The body has been read to its end.
     fn body_read(&self);
@@ -585,7 +585,7 @@ impl H2RespBody {
 
 impl RespBody {
     /// How long a client may leave this body's next frame untaken (HTTP/2 streams, see
-    /// `client/stall.rs`): its pool's `timeouts.body_idle` while it holds a backend's answer,
+    /// `downstream/stall.rs`): its pool's `timeouts.body_idle` while it holds a backend's answer,
     /// `None` for capataz's own.
     pub(crate) fn client_idle(&self) -> Option<Duration> {
         match self {

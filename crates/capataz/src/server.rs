@@ -206,7 +206,7 @@ impl Balancer {
     }
 
     /// Client connections parked now: HTTP/1 connections quiet between requests, whose
-    /// hyper state (and its buffers) is released until their next bytes (see `client/mod.rs`).
+    /// hyper state (and its buffers) is released until their next bytes (see `downstream/mod.rs`).
     pub fn parked_connections(&self) -> usize {
         self.shared
             .metrics()

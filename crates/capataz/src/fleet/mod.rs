@@ -8,7 +8,7 @@
 //! [`FleetRt`] is what the rest of the balancer sees: the probe loops ask it whether this
 //! instance owns a backend (through [`ProbeOwnership`], which `health` defines), `/status`
 //! and the metrics read it. `run.rs` is the task that talks to etcd (reusing the etcd
-//! source's gateway client, `membership::etcd::http`) and keeps it current; `wire.rs` the keys
+//! source's gateway client, `discovery::etcd::http`) and keeps it current; `wire.rs` the keys
 //! and values.
 //!
 //! Invariants: an instance that has not joined, or is cut off from etcd for longer than its

@@ -28,14 +28,14 @@ use tokio_util::task::AbortOnDropHandle;
 use super::wire::{self, GroupKey, GroupKeys, Verdict};
 use super::{backend_key, FleetRt, HeldLease};
 use crate::config::{EtcdEndpoint, FleetConfig};
-use crate::events::{Event, FleetChange};
-use crate::health::{PoolRt, ProbingSlot};
-use crate::logging;
-use crate::membership::etcd::http::{call, Watch};
-use crate::membership::etcd::wire::{
+use crate::discovery::etcd::http::{call, Watch};
+use crate::discovery::etcd::wire::{
     decode as b64decode, encode as b64encode, range_request, watch_request, RangeResponse,
     WatchLine,
 };
+use crate::events::{Event, FleetChange};
+use crate::health::{PoolRt, ProbingSlot};
+use crate::logging;
 
 /// How often the task looks at every pool (new pools, ownership, verdicts to publish).
 const SCAN: Duration = Duration::from_millis(500);

@@ -9,7 +9,7 @@
 //!   then never again), so a scrape shows no series that never counted anything;
 //! - the duration goes into a [`Timing`] (relaxed atomics, no mutex);
 //! - bytes are not counted per request: the connection's socket already sums them (see
-//!   `client/mod.rs`) and its watcher adds them to the listener's counters a few times per timeout.
+//!   `downstream/mod.rs`) and its watcher adds them to the listener's counters a few times per timeout.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -103,7 +103,7 @@ impl Families {
 }
 
 impl ListenerMetrics {
-    /// The balancer's count of parked client connections (see `client/mod.rs`).
+    /// The balancer's count of parked client connections (see `downstream/mod.rs`).
     pub(crate) fn parked(&self) -> &std::sync::atomic::AtomicUsize {
         self.families.parked()
     }

@@ -206,7 +206,7 @@ pub struct Families {
     access_log_dropped: Family<ListenerLabels, Counter>,
     tls: TlsFamilies,
     /// Client connections parked now (HTTP/1 between requests, hyper's state released; see
-    /// `client/mod.rs`), balancer-wide, for the tests (`Balancer::parked_connections`); per
+    /// `downstream/mod.rs`), balancer-wide, for the tests (`Balancer::parked_connections`); per
     /// listener in `connections_parked`.
     parked: Arc<std::sync::atomic::AtomicUsize>,
     /// Times a client connection was parked, ever (for the tests, as `parked`).
@@ -353,12 +353,12 @@ impl Families {
         }
     }
 
-    /// Client connections parked now (see `client/mod.rs`).
+    /// Client connections parked now (see `downstream/mod.rs`).
     pub(crate) fn parked(&self) -> &std::sync::atomic::AtomicUsize {
         &self.parked
     }
 
-    /// Times a client connection was parked (see `client/mod.rs`).
+    /// Times a client connection was parked (see `downstream/mod.rs`).
     pub(crate) fn parks(&self) -> &std::sync::atomic::AtomicU64 {
         &self.parks
     }

@@ -41,7 +41,7 @@ pub(super) fn tunnel<S: Transport>(
         };
         let copy = tokio::io::copy_bidirectional(&mut client, &mut backend);
         tokio::pin!(copy);
-        // Looked at a few times per `idle`, as client connections are (see `client/watch.rs`): the
+        // Looked at a few times per `idle`, as client connections are (see `downstream/watch.rs`): the
         // tunnel closes between `idle` and `idle` plus that period after its last byte.
         let period = (idle / 4).clamp(
             std::time::Duration::from_millis(20),

@@ -16,8 +16,8 @@ use tokio_rustls::server::TlsStream;
 use super::{Shared, StartError};
 use crate::access_log::AccessLog;
 use crate::balance::PoolHandle;
-use crate::client;
 use crate::config::ListenerConfig;
+use crate::downstream;
 use crate::health::PoolRt;
 use crate::instruments::HandshakeFailures;
 use crate::proxy::{ClientInfo, Proxy};
@@ -229,7 +229,7 @@ async fn accept_loop(
     let bound = socket.local_addr().ok();
     // The watcher of the connections accepted with the limits in force (a reload that changes
     // them starts another; the old one ends with its last connection).
-    let mut watcher: Option<client::Watch> = None;
+    let mut watcher: Option<downstream::Watch> = None;
     loop {
         let accepted = tokio::select! {
             accepted = socket.accept() => accepted,
@@ -253,9 +253,9 @@ async fn accept_loop(
         let connections = connections.clone();
         connections.fetch_add(1, Ordering::Relaxed);
         let (limits, protocol, tls, proxy_protocol) = in_force(&state.load().config, peer);
-        let watch: &client::Watch = match &mut watcher {
+        let watch: &downstream::Watch = match &mut watcher {
             Some(watch) if *watch.limits() == limits => watch,
-            slot => slot.insert(client::Watch::start(limits, shutdown.clone())),
+            slot => slot.insert(downstream::Watch::start(limits, shutdown.clone())),
         };
         // The routes in force now: a reload applies to the next request on every connection.
         let proxy = move || state.load().proxy.clone();
@@ -268,7 +268,7 @@ async fn accept_loop(
             // captured).
             let mut client = ClientInfo::new(peer);
             client.destination = local;
-            tokio::spawn(client::serve(
+            tokio::spawn(downstream::serve(
                 stream, client, protocol, watch, proxy, counted,
             ));
             continue;
@@ -308,8 +308,13 @@ async fn accept_loop(
 fn in_force(
     config: &ListenerConfig,
     peer: SocketAddr,
-) -> (client::Limits, client::Protocol, Option<ServerTls>, bool) {
-    let limits = client::Limits {
+) -> (
+    downstream::Limits,
+    downstream::Protocol,
+    Option<ServerTls>,
+    bool,
+) {
+    let limits = downstream::Limits {
         idle_timeout: config.idle_timeout,
         header_read_timeout: config.header_read_timeout,
         max_buf: config.max_header_bytes.max(8192),
@@ -317,9 +322,9 @@ fn in_force(
         http2: config.http2,
     };
     let protocol = if config.h2c {
-        client::Protocol::Auto
+        downstream::Protocol::Auto
     } else {
-        client::Protocol::Http1
+        downstream::Protocol::Http1
     };
     let tls = config.tls.as_ref().and_then(|t| t.loaded.clone());
     let proxy_protocol = config
@@ -388,8 +393,8 @@ impl Drop for Counted {
 /// What serving one accepted connection needs, read from the listener when it was accepted.
 struct Connection {
     tls: Option<ServerTls>,
-    protocol: client::Protocol,
-    watch: client::Watch,
+    protocol: downstream::Protocol,
+    watch: downstream::Watch,
     shutdown: watch::Receiver<bool>,
     failures: HandshakeFailures,
 }
@@ -404,7 +409,7 @@ impl Connection {
         destination: Option<SocketAddr>,
         proxy: impl Fn() -> Arc<Proxy> + Send + Sync + 'static,
     ) where
-        IO: AsyncRead + AsyncWrite + client::PeekPeer + Unpin + Send + 'static,
+        IO: AsyncRead + AsyncWrite + downstream::PeekPeer + Unpin + Send + 'static,
     {
         let Connection {
             tls,
@@ -418,7 +423,7 @@ impl Connection {
             None => {
                 let mut client = ClientInfo::new(peer);
                 client.destination = destination;
-                client::serve(stream, client, protocol, &watch, proxy, ()).await
+                downstream::serve(stream, client, protocol, &watch, proxy, ()).await
             }
             Some(tls) => {
                 let mut signal = shutdown.clone();
@@ -435,16 +440,16 @@ impl Connection {
                 if let Some((stream, info)) = done {
                     // ALPN decides: HTTP/2 when the client and capataz agreed on h2.
                     let protocol = if info.alpn_is_h2() {
-                        client::Protocol::Http2
+                        downstream::Protocol::Http2
                     } else {
-                        client::Protocol::Http1
+                        downstream::Protocol::Http1
                     };
                     let mut client = ClientInfo::with_tls(peer, info);
                     client.destination = destination;
                     // The TLS stream (rustls's connection state, inline) boxed apart: the
                     // connection's future moves its socket between stages and keeps a slot for
                     // it in more than one.
-                    Box::pin(client::serve(
+                    Box::pin(downstream::serve(
                         Box::new(stream),
                         client,
                         protocol,
@@ -473,7 +478,7 @@ async fn shutting_down(shutdown: &mut watch::Receiver<bool>) {
 async fn handshake<IO>(
     tls: &ServerTls,
     stream: IO,
-    limits: client::Limits,
+    limits: downstream::Limits,
     failures: &HandshakeFailures,
 ) -> Option<(TlsStream<IO>, TlsInfo)>
 where

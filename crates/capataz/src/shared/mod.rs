@@ -7,8 +7,8 @@
 //! `reload.rs` applies a new configuration.
 
 mod listener;
-mod membership;
 mod reload;
+mod sources;
 #[cfg(test)]
 mod tests;
 
@@ -46,7 +46,7 @@ pub struct Shared {
     /// The pools' tasks (probes, timer), by pool name.
     pool_tasks: Mutex<Vec<(Arc<str>, PoolTasks)>>,
     /// One task per pool whose backends come from a source (DNS or etcd).
-    membership_tasks: Mutex<membership::MembershipTasks>,
+    membership_tasks: Mutex<sources::MembershipTasks>,
     listeners: Mutex<Vec<ListenerRt>>,
     events: broadcast::Sender<Event>,
     clock: Clock,

@@ -103,7 +103,7 @@ use stall::{Stall, StreamExec};
 pub(crate) use watch::Watch;
 
 atomic_enum! {
-    /// What the watcher asks of a connection (`Shared::close`), only ever raised: keep serving,
+    /// What the watcher asks of a connection (`ConnState::close`), only ever raised: keep serving,
     /// close gracefully, or close at once.
     enum Close in CloseCell {
         /// Keep serving.
@@ -116,7 +116,7 @@ atomic_enum! {
 }
 
 atomic_enum! {
-    /// Where an HTTP/1 connection is in parking (`Shared::park`; see [`serve_http1`]).
+    /// Where an HTTP/1 connection is in parking (`ConnState::park`; see [`serve_http1`]).
     enum Park in ParkCell {
         /// Serving: hyper's connection built.
         Serving,
@@ -185,7 +185,7 @@ const MAX_SEND_BUF: usize = 64 * 1024;
 const MAX_PRIVATE_H2: usize = 128;
 
 /// What the connection's task, its requests and its watcher share.
-struct Shared {
+struct ConnState {
     /// Bytes read: grows with every read that returned data.
     reads: AtomicU64,
     /// Bytes written: grows with every write that took data.
@@ -225,9 +225,9 @@ struct Shared {
     peer: PeerWatch,
 }
 
-impl Shared {
-    fn new(listener: Arc<ListenerMetrics>) -> Shared {
-        Shared {
+impl ConnState {
+    fn new(listener: Arc<ListenerMetrics>) -> ConnState {
+        ConnState {
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             counted: (AtomicU64::new(0), AtomicU64::new(0)),
@@ -300,7 +300,7 @@ impl Shared {
     }
 }
 
-impl BodyRead for Shared {
+impl BodyRead for ConnState {
     fn body_read(&self) {
         if self.peer.body_read() {
             // Read by another task (an HTTP/2 backend's client): the connection's task starts
@@ -333,7 +333,7 @@ where
     let open = proxy().metrics().connection();
     let proxy = Arc::new(proxy);
     let limits = *watch.limits();
-    let shared = Arc::new(Shared::new(open.listener().clone()));
+    let shared = Arc::new(ConnState::new(open.listener().clone()));
     let mut client = client;
     // The proxy tells the connection when a request's body has been read to its end.
     client.body_read = Some(shared.clone());
@@ -397,7 +397,7 @@ where
 #[allow(clippy::too_many_arguments)]
 async fn serving<IO, S, P, G>(
     mut io: CountingIo<IO>,
-    shared: Arc<Shared>,
+    shared: Arc<ConnState>,
     service: S,
     client: Arc<ClientInfo>,
     protocol: Protocol,
@@ -464,7 +464,7 @@ async fn serving<IO, S, P, G>(
 /// Tells the watcher, when dropped, that the connection has ended (however its future ends),
 /// and lets go of the task's waker: the watcher keeps the line until its next look, and a
 /// waker keeps the task's whole allocation (its future's slot) alive.
-struct Ended(Arc<Shared>);
+struct Ended(Arc<ConnState>);
 
 impl Drop for Ended {
     fn drop(&mut self) {
@@ -515,7 +515,7 @@ enum Run {
 /// `into_parts` gives back the socket, the service and any bytes read ahead. The parked
 /// connection is then this small future on its socket; at its next bytes a new hyper
 /// connection is built and reads them first, as on the first request. The timeouts, the drain
-/// and the counters are the watcher's, on the same `Shared`, parked or not. Returns whether
+/// and the counters are the watcher's, on the same `ConnState`, parked or not. Returns whether
 /// hyper refused a request head.
 ///
 /// hyper takes a connection apart only when it is idle: with a request in progress the task
@@ -523,7 +523,7 @@ enum Run {
 /// whose answer was sent while its body is still unread is no longer in progress for the
 /// counters, but hyper then closes the connection after it in any case.
 async fn serve_http1<IO, S>(
-    shared: &Shared,
+    shared: &ConnState,
     mut io: CountingIo<IO>,
     mut service: S,
     limits: &Limits,
@@ -589,10 +589,10 @@ where
 
 /// A parked connection, counted in the balancer's parked connections while it lives; its drop
 /// sets the connection serving again.
-struct Parked<'a>(&'a Shared);
+struct Parked<'a>(&'a ConnState);
 
 impl<'a> Parked<'a> {
-    fn new(shared: &'a Shared) -> Parked<'a> {
+    fn new(shared: &'a ConnState) -> Parked<'a> {
         shared.park.store(Park::Parked, Ordering::Relaxed);
         shared.listener.parked().fetch_add(1, Ordering::Relaxed);
         shared.listener.parked_now().inc();
@@ -611,7 +611,7 @@ impl Drop for Parked<'_> {
 
 /// Drives hyper's HTTP/1 connection until it ends, the watcher aborts it, or it is taken apart
 /// to park ([`Run::Parked`]).
-async fn run_http1<T, S>(shared: &Shared, conn: &mut http1::UpgradeableConnection<T, S>) -> Run
+async fn run_http1<T, S>(shared: &ConnState, conn: &mut http1::UpgradeableConnection<T, S>) -> Run
 where
     T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
     S: hyper::service::HttpService<hyper::body::Incoming, ResBody = Tracked> + Unpin,
@@ -662,7 +662,7 @@ where
 /// opens its next connection elsewhere (to the process that took over, after an upgrade)
 /// instead of sending its next request on a connection about to close. A protocol switch
 /// (`101`) is left alone: the connection becomes the tunnel.
-fn close_when_draining<B>(shared: &Shared, response: &mut http::Response<B>) {
+fn close_when_draining<B>(shared: &ConnState, response: &mut http::Response<B>) {
     if shared.draining.load(Ordering::Relaxed)
         && !shared.h2.load(Ordering::Relaxed)
         && response.status() != http::StatusCode::SWITCHING_PROTOCOLS
@@ -751,7 +751,7 @@ async fn sniff<IO: AsyncRead + Unpin>(io: &mut CountingIo<IO>) -> io::Result<Opt
 }
 
 /// Polls `fut` until it ends or the watcher closes the connection (`None`).
-async fn until_closed<F: Future>(shared: &Shared, fut: F) -> Option<F::Output> {
+async fn until_closed<F: Future>(shared: &ConnState, fut: F) -> Option<F::Output> {
     let mut fut = pin!(fut);
     let mut registered = false;
     poll_fn(|cx| {
@@ -766,7 +766,7 @@ async fn until_closed<F: Future>(shared: &Shared, fut: F) -> Option<F::Output> {
 
 /// Drives the connection until it ends or the watcher aborts it, and shuts it down
 /// gracefully (`graceful`) when the watcher asks. Returns whether hyper ended it refusing a request head it answered itself (`refused_by_hyper`).
-async fn drive<C, E>(shared: &Shared, mut conn: Pin<&mut C>, graceful: fn(Pin<&mut C>)) -> bool
+async fn drive<C, E>(shared: &ConnState, mut conn: Pin<&mut C>, graceful: fn(Pin<&mut C>)) -> bool
 where
     C: Future<Output = Result<(), E>>,
     E: std::error::Error + 'static,
@@ -792,7 +792,7 @@ where
 
 /// Registers the connection task's waker for the watcher, on a future's first poll only (a
 /// spawned task's waker never changes, so the mutex is not taken per poll).
-fn register(shared: &Shared, cx: &Context<'_>, registered: &mut bool) {
+fn register(shared: &ConnState, cx: &Context<'_>, registered: &mut bool) {
     if !*registered {
         *shared.waker.lock().unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
         *registered = true;
@@ -811,7 +811,7 @@ fn refused_by_hyper(error: &(dyn std::error::Error + 'static)) -> bool {
 
 /// One request in progress on the connection, until dropped with its response body.
 struct InProgress {
-    shared: Arc<Shared>,
+    shared: Arc<ConnState>,
     started: std::time::Instant,
     /// Whether the proxy produced an answer (a request whose client went away first is not
     /// timed, and over HTTP/2 counts as cancelled).
@@ -819,7 +819,7 @@ struct InProgress {
 }
 
 impl InProgress {
-    fn new(shared: Arc<Shared>) -> InProgress {
+    fn new(shared: Arc<ConnState>) -> InProgress {
         shared.active.fetch_add(1, Ordering::Relaxed);
         InProgress {
             shared,
@@ -907,7 +907,7 @@ impl Body for Tracked {
 /// The client socket (TCP, or TLS over it), counting the bytes read and written.
 struct CountingIo<IO> {
     inner: IO,
-    shared: Arc<Shared>,
+    shared: Arc<ConnState>,
     /// Bytes read while detecting the protocol, read again first.
     prefix: Option<Bytes>,
 }
@@ -1000,10 +1000,10 @@ mod tests {
     use super::*;
     use crate::instruments::{Families, HistogramScope};
 
-    pub(super) fn new_shared() -> Shared {
+    pub(super) fn new_shared() -> ConnState {
         let mut registry = prometheus_client::registry::Registry::default();
         let families = Families::register(&mut registry, HistogramScope::Pool);
-        Shared::new(families.listener("test"))
+        ConnState::new(families.listener("test"))
     }
 
     pub(super) fn limits() -> Limits {

@@ -6,7 +6,7 @@
 //! One task for all connections, not one each: a task, its timer and the channel that ended
 //! it cost an idle connection about as much memory as its socket and its own task together
 //! (see BENCHMARKS.md, "Memory per idle client connection"). A connection is a line in the
-//! watcher's list (its [`Shared`] and what the watcher remembers of it), added when it starts
+//! watcher's list (its [`ConnState`] and what the watcher remembers of it), added when it starts
 //! and dropped at the first look after it ended.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use super::{Close, Limits, Park, Shared, DRAIN_IDLE_GRACE, GOAWAY_GRACE};
+use super::{Close, ConnState, Limits, Park, DRAIN_IDLE_GRACE, GOAWAY_GRACE};
 use crate::upstream::PrivateIdle;
 
 /// A listener's watcher, for the connections it accepts with one set of [`Limits`]. Cloning
@@ -78,7 +78,7 @@ impl Watch {
     }
 
     /// Watches a connection from now on, until `shared.ended` is set.
-    pub(super) fn add(&self, shared: Arc<Shared>, private: Weak<PrivateIdle>) {
+    pub(super) fn add(&self, shared: Arc<ConnState>, private: Weak<PrivateIdle>) {
         let inner = &self.0 .0;
         let mut started = inner.started.lock().unwrap_or_else(|e| e.into_inner());
         // Read under the lock: the task marks `draining` before it takes `started`, so a line
@@ -155,7 +155,7 @@ fn period(limits: &Limits) -> Duration {
 
 /// One connection, and what the watcher remembers of it between looks.
 struct Watched {
-    shared: Arc<Shared>,
+    shared: Arc<ConnState>,
     /// The connection's private idle backend connections (gone with the connection).
     private: Weak<PrivateIdle>,
     /// The counters at the last look (reads, writes, requests served).
@@ -172,7 +172,7 @@ struct Watched {
 }
 
 impl Watched {
-    fn new(shared: Arc<Shared>, private: Weak<PrivateIdle>, now: Instant) -> Watched {
+    fn new(shared: Arc<ConnState>, private: Weak<PrivateIdle>, now: Instant) -> Watched {
         Watched {
             shared,
             private,
@@ -253,7 +253,7 @@ impl Watched {
 
 /// Whether an HTTP/1 connection can be parked (see `serve_http1`): it served a request, has
 /// none in progress and no head arriving, and moved no byte for a whole watcher period.
-fn parkable(shared: &Shared, now: Instant, quiet_since: Instant, period: Duration) -> bool {
+fn parkable(shared: &ConnState, now: Instant, quiet_since: Instant, period: Duration) -> bool {
     !shared.h2.load(Ordering::Relaxed)
         && shared.served.load(Ordering::Relaxed) > 0
         && shared.active.load(Ordering::Relaxed) == 0
@@ -263,7 +263,7 @@ fn parkable(shared: &Shared, now: Instant, quiet_since: Instant, period: Duratio
 }
 
 /// The bytes a connection has read and written so far.
-fn bytes_moved(shared: &Shared) -> (u64, u64) {
+fn bytes_moved(shared: &ConnState) -> (u64, u64) {
     (
         shared.reads.load(Ordering::Relaxed),
         shared.writes.load(Ordering::Relaxed),
@@ -272,7 +272,7 @@ fn bytes_moved(shared: &Shared) -> (u64, u64) {
 
 /// One look at the counters: whether a timeout has run out by `now`.
 fn timed_out(
-    shared: &Shared,
+    shared: &ConnState,
     limits: &Limits,
     now: Instant,
     seen: &mut (u64, u64, u64),
@@ -324,7 +324,7 @@ mod tests {
     /// Looks at `shared` every second for `secs` seconds, bumping reads (and writes, if
     /// `writes`) before each look (a chatty peer); the second at which a timeout ran out, if
     /// one did.
-    fn chatty_for(shared: &Shared, secs: u64, writes: bool) -> Option<u64> {
+    fn chatty_for(shared: &ConnState, secs: u64, writes: bool) -> Option<u64> {
         let start = Instant::now();
         let (mut seen, mut quiet, mut head) = ((0, 0, 0), start, None);
         (1..=secs).find(|s| {

@@ -21,9 +21,9 @@ use tokio::task::JoinHandle;
 use super::listener::handles;
 use super::{lock, Shared};
 use crate::config::{BackendConfig, PoolConfig, PoolSource};
+use crate::discovery::{Answer, Guard, Source};
 use crate::events::{Event, MembershipChange};
 use crate::health::PoolRt;
-use crate::membership::{Answer, Guard, Source};
 
 impl Shared {
     /// Stops the running membership tasks and starts one per pool of `pools` whose source is

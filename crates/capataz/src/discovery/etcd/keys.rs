@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
 use crate::config::BackendConfig;
-use crate::membership::MAX_MEMBERS;
+use crate::discovery::MAX_MEMBERS;
 
 /// The longest value read, in bytes.
 pub(super) const MAX_VALUE: usize = 4096;
