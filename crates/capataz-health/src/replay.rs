@@ -43,7 +43,7 @@
 //! them changes nothing). `TRAFFIC` and `SHED` lines with a latency count in the latency
 //! window, `OBSERVE` and `TRAFFIC` lines (and `SHED` lines judged as traffic) in the success
 //! window. Once `AT` is used, each explained verdict change starts with `@<ms> `, its time.
-//! `WAIT`, `OVERRIDE`, `ELIGIBLE` and (issue 14) `AGENT`, `AT`, `TRAFFIC` and `SHED` came
+//! `WAIT`, `OVERRIDE`, `ELIGIBLE`, `AGENT`, `AT`, `TRAFFIC` and `SHED` came
 //! later; scripts without them print exactly what they always did. Overrides never change verdicts (`STATUS`,
 //! `HEALTHY`), only who gets traffic (`ELIGIBLE`), as in the balancer, whose all-down policy
 //! here is `fail_open` over backends proven healthy (every backend of a `POOL` starts UP).

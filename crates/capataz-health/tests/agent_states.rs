@@ -1,4 +1,4 @@
-//! How agent answers and tracking meet the eligibility states of issue 14 on simulated time:
+//! How agent answers and tracking meet the eligibility states on simulated time:
 //! an agent `maint` is maintenance (no probes, requalification after), an agent `drain` is a
 //! drain like `disable_on_404`'s, and a tracking backend requalifies on its readings.
 

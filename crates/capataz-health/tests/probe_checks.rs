@@ -1,4 +1,4 @@
-//! Issue 14's probe side on simulated time: probe intervals by state (the cadence), the
+//! The probe side on simulated time: probe intervals by state (the cadence), the
 //! `first-probe` initial state with gating and slow start, body and header matches judged by
 //! the probe rule, and agent checks changing eligibility and weight but never the verdict.
 

@@ -1,4 +1,4 @@
-//! The replay protocol's time and latency commands (issue 14): `AT` sets the clock, `TRAFFIC`
+//! The replay protocol's time and latency commands: `AT` sets the clock, `TRAFFIC`
 //! carries a latency, `SHED` a request for relief; the detectors' windows end on the clock at
 //! every multiple of their length, and explained changes carry their time once `AT` is used.
 

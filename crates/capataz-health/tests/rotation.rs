@@ -74,7 +74,7 @@ fn kinds(events: &[Event]) -> Vec<&'static str> {
         .collect()
 }
 
-/// Regression (issue 10): with `initial = "down"` and the default `fail_open`, requests went to
+/// Regression: with `initial = "down"` and the default `fail_open`, requests went to
 /// backends that had never passed a probe. Fail-open now spreads only over proven backends, and
 /// a pool with none rejects.
 #[test]
@@ -113,7 +113,7 @@ fn fail_open_spreads_only_over_backends_proven_healthy() {
     assert_eq!(eligible.backends, [1], "never-proven backends stay out");
 }
 
-/// Regression (issue 10): a gated new backend in a pool whose others are DOWN got fail-open
+/// Regression: a gated new backend in a pool whose others are DOWN got fail-open
 /// traffic before its first probe.
 #[test]
 fn gated_backend_gets_no_fail_open_traffic_while_the_others_are_down() {
@@ -154,7 +154,7 @@ fn gated_backend_gets_no_fail_open_traffic_while_the_others_are_down() {
     assert!(gated.eligible(S).backends.is_empty());
 }
 
-/// Regression (issue 10): when every backend was overridden down or drained, requests got 503
+/// Regression: when every backend was overridden down or drained, requests got 503
 /// but the `all_down` event said `fail_open` and came before the override that caused it.
 #[test]
 fn all_overridden_pool_reports_reject_after_the_override() {
@@ -253,7 +253,7 @@ fn override_ttl_lapses_at_its_time_and_health_decides_again() {
     assert_eq!(r.poll_timeout(), None);
 }
 
-/// Regression (issue 10): a TTL of u64::MAX seconds overflowed the clock arithmetic.
+/// Regression: a TTL of u64::MAX seconds overflowed the clock arithmetic.
 #[test]
 fn huge_override_ttl_saturates_and_never_lapses() {
     let mut r = rotation(State::Up, fail_open(), 1);

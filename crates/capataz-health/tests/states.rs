@@ -1,4 +1,4 @@
-//! The eligibility states of issue 14 on simulated time: backups that take over and hand back,
+//! The eligibility states on simulated time: backups that take over and hand back,
 //! maintenance (no probes, requalification after), drains a backend's health route asks for
 //! (`disable_on_404`), and the minimum healthy share below which a pool fails open.
 

@@ -3,7 +3,7 @@
 //! to DOWN as its probes fail, with the sentence that says why and the event in its log; show
 //! the pool's and backends' charts with samples in them (latencies under a millisecond written
 //! as such), the DOWN period on the backend's timeline with the sentence on hover; and, loaded
-//! again, the event from the balancer's history. Two more tests (issue 22): one colour per kind
+//! again, the event from the balancer's history. Two more tests: one colour per kind
 //! of state on badge, timeline and legend (`dashboard/states.rs`), and charts and timelines
 //! over the history a young instance has, not a fixed window (`dashboard/charts.rs`).
 //!
@@ -31,7 +31,7 @@ mod support;
 #[path = "dashboard/webdriver.rs"]
 mod webdriver;
 
-// The regression tests of issue 22: one colour per state, charts over the history there is.
+// The regression tests: one colour per state, charts over the history there is.
 #[path = "dashboard/charts.rs"]
 mod charts;
 #[path = "dashboard/states.rs"]

@@ -1,4 +1,4 @@
-//! The fault matrix (issue 5, section 1): the ways a backend fails that a load balancer must
+//! The fault matrix: the ways a backend fails that a load balancer must
 //! survive, each on its own and mixed, under steady keep-alive client traffic, on loopback.
 //!
 //! Each scenario scripts in-process backends ([`SimBackend`], plus [`Truncator`] for a reset in

@@ -284,7 +284,7 @@ mod tests {
         pub(super) static COMPARISONS: Cell<u64> = const { Cell::new(0) };
     }
 
-    /// The schedule as it was built before issue 10, literally: every backend scanned at every
+    /// The schedule as it was built first, literally: every backend scanned at every
     /// slot, O(backends x total weight). The reference the fast one must match.
     fn reference_schedule(weights: &[u32]) -> Vec<u32> {
         let scaled = scaled_weights(weights);
@@ -350,7 +350,7 @@ mod tests {
         }
     }
 
-    /// Regression (issue 10): a snapshot of 10,000 weight-1 backends took 10^8 steps to build
+    /// Regression: a snapshot of 10,000 weight-1 backends took 10^8 steps to build
     /// (0.9 s in release for one drain, on a runtime thread). Now one comparison per slot for
     /// equal weights, and at most the distinct weights per slot otherwise.
     #[test]
@@ -409,7 +409,7 @@ mod tests {
         );
     }
 
-    /// Regression (issue 10): a retry advanced the shared cursor, so with two backends and the
+    /// Regression: a retry advanced the shared cursor, so with two backends and the
     /// first one refusing, it drew every first attempt (39 of 40 observed).
     #[test]
     fn retries_leave_first_attempts_their_weight_shares() {

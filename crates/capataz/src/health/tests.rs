@@ -42,7 +42,7 @@ fn pool_of(n: usize) -> PoolConfig {
     config.pools[0].clone()
 }
 
-/// Regression (issue 10): rebuilding a pool on reload matched each new backend to the old pool
+/// Regression: rebuilding a pool on reload matched each new backend to the old pool
 /// by a scan over every old backend, 5 x 10^7 name comparisons for 10,000 backends (38 % of a
 /// 2-second `POST /reload` on a runtime thread). Now one hash lookup per backend: at most a
 /// few key comparisons each, whatever the pool's size.
@@ -85,7 +85,7 @@ async fn reload_matches_backends_in_linear_time() {
     );
 }
 
-/// Regression (issue 10): rebuilding a pool on reload held the old pool's lock while building
+/// Regression: rebuilding a pool on reload held the old pool's lock while building
 /// every new backend (its connections and metric handles), ~50 ms at 10,000 backends; the
 /// old pool's probes, traffic and the admin API's status pages wait on that lock on runtime
 /// threads (a `GET /status/web/b1` waited up to 46 ms). The lock is now held only to copy what
@@ -116,7 +116,7 @@ async fn rebuilding_a_pool_builds_backends_without_the_old_pools_lock() {
     assert!(first.inner.try_lock().is_ok());
 }
 
-/// Regression (review of issue 10): a pool rebuilt by a reload started every backend's
+/// Regression (found in review): a pool rebuilt by a reload started every backend's
 /// `watched` flag false, even a kept backend with an error streak, so its next good response
 /// skipped the engine and did not clear the streak: two errors, a reload, a good response and
 /// one more error ejected it, though the errors were not consecutive.

@@ -120,7 +120,7 @@ impl<T: Send + 'static> Balancer<T> {
     }
 }
 
-/// Regression (issue 10): a reload built the new pools (and the listeners' proxies) on the
+/// Regression: a reload built the new pools (and the listeners' proxies) on the
 /// runtime thread, holding it for ~0.1 s at 10,000 backends, so proxied requests waited.
 /// Here the test holds `swap_lock`, which the pool build takes, so the reload stays in the
 /// middle of it for as long as the test likes: a proxied request must still be answered on the
@@ -154,7 +154,7 @@ fn reload_builds_pools_off_the_runtime_thread() {
     assert_eq!((summary.kept, summary.added, summary.removed), (1, 0, 0));
 }
 
-/// Regression (issue 10): an override sent while a reload was building the new pools waited
+/// Regression: an override sent while a reload was building the new pools waited
 /// for the build on a std mutex, holding a runtime thread for as long (tens of ms at 10,000
 /// backends). Here the test holds `swap_lock` as a reload's build would, an override is sent on
 /// the balancer's only runtime thread, and a proxied request must still be answered meanwhile;

@@ -1,4 +1,4 @@
-//! Regression (issue 22): the charts always spanned 15 minutes and the timelines an hour, so a
+//! Regression: the charts always spanned 15 minutes and the timelines an hour, so a
 //! young instance drew its samples as a dot at the right edge. Both now span the history that
 //! exists, from the oldest sample (timelines: the oldest state kept) to now, at least a minute.
 

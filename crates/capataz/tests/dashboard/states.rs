@@ -1,4 +1,4 @@
-//! Regression (issue 22): the timeline drew a passively ejected backend in the DOWN colour while
+//! Regression: the timeline drew a passively ejected backend in the DOWN colour while
 //! its badge used the ejection colour, and the legend's swatches were shades of their own. Now
 //! each kind of state has one colour: a backend's badge, the stretch of its timeline for the
 //! state it is in, and the legend's entry for that kind are drawn in the same colour, and no two
@@ -120,7 +120,7 @@ fn dashboard_draws_each_state_in_one_colour_on_badge_timeline_and_legend() {
             .unwrap_or_else(|| panic!("no legend entry for {words:?}: {page:#}"))
             .to_owned()
     };
-    // The passively ejected one first: the bug of issue 22.
+    // The passively ejected one first: the bug.
     let mut colours = Vec::new();
     for (name, words) in [
         ("ejected", "ejected"),

@@ -620,7 +620,7 @@ fn demo_runs_for_its_duration_and_passive_checks_eject_the_liar() {
         "the banner names the bound ephemeral admin address:\n{stdout}"
     );
     // The commands it suggests name this binary as the shell finds it: `capataz` when that is
-    // on PATH, otherwise its path (issue 22: `capataz status` after `cargo run` named nothing).
+    // on PATH, otherwise its path (`capataz status` after `cargo run` named nothing).
     let command = stdout
         .split(" status --admin ")
         .next()

@@ -1,4 +1,4 @@
-//! The command line's habits (issue 22, section 3): `capataz run` and `capataz check` take the
+//! The command line's habits: `capataz run` and `capataz check` take the
 //! configuration file both as an argument and as `--config`; `capataz check` exits 0 on a valid
 //! file with warnings, as `nginx -t` and `haproxy -c` do, and 1 only under `--strict`; the
 //! example configuration shipped in `contrib/` passes `capataz check` without a warning.

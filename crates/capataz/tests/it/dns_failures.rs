@@ -1,4 +1,4 @@
-//! Issue 22, "a DNS failure empties the pool": a `dns` pool against a hostile server
+//! "A DNS failure empties the pool": a `dns` pool against a hostile server
 //! (`support/hostile_dns.rs`) that lets A queries time out, answers them with bytes no
 //! resolver can read, or answers only in part, while AAAA answers NODATA. Each is a failure:
 //! the membership stays (a `failing` event, then `restored`), never an empty answer that

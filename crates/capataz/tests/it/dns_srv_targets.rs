@@ -1,4 +1,4 @@
-//! Issue 22, "one bad SRV target empties or freezes a DNS pool": an SRV target without an
+//! "One bad SRV target empties or freezes a DNS pool": an SRV target without an
 //! address (NXDOMAIN, from Knot DNS) is left out and the other targets are the membership,
 //! from the first answer on and when it appears later (a weight change after it is still
 //! applied); a target whose lookup times out (the hostile server) stays at its last address.

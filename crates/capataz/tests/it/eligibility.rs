@@ -52,7 +52,7 @@ fn all_down_of(events: &[Event]) -> Vec<AllDown> {
         .collect()
 }
 
-/// Regression (issue 10): with `active.initial = "down"` and the default `fail_open`, requests
+/// Regression: with `active.initial = "down"` and the default `fail_open`, requests
 /// went to backends that had never passed a probe.
 #[tokio::test]
 async fn initial_down_pool_rejects_before_any_backend_is_proven() {
@@ -88,7 +88,7 @@ async fn initial_down_pool_rejects_before_any_backend_is_proven() {
     assert_eq!(events[0].to_json()["policy"], "reject");
 }
 
-/// Regression (issue 10): a pool added by a reload got fail-open traffic before its first probe.
+/// Regression: a pool added by a reload got fail-open traffic before its first probe.
 #[tokio::test]
 async fn a_pool_added_by_reload_gets_no_traffic_before_its_first_probe() {
     let b = backends(&["old", "fresh"]).await;
@@ -124,7 +124,7 @@ async fn a_pool_added_by_reload_gets_no_traffic_before_its_first_probe() {
     assert_eq!(answer.2.as_deref(), Some("old"), "{answer:?}");
 }
 
-/// Regression (issue 10): with every backend overridden, requests got 503 but the `all_down`
+/// Regression: with every backend overridden, requests got 503 but the `all_down`
 /// event said `fail_open` ("spreading traffic") and came before the override that caused it.
 #[tokio::test]
 async fn overriding_every_backend_reports_reject_after_the_override() {
@@ -159,7 +159,7 @@ const NO_PROBES: &str = "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]
     backends = [{ name = \"a\", address = \"127.0.0.1:9\" }, { name = \"b\", address = \"127.0.0.1:9\" }]\n\
     [pools.web.active]\nkind = \"none\"\n";
 
-/// Regression (issue 10): an override TTL of u64::MAX seconds overflowed the clock arithmetic
+/// Regression: an override TTL of u64::MAX seconds overflowed the clock arithmetic
 /// and panicked.
 #[tokio::test]
 async fn huge_override_ttl_neither_panics_nor_lapses() {

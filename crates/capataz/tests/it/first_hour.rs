@@ -1,4 +1,4 @@
-//! What a newcomer reads and types in the first hour (issue 22, section 3), held to what the
+//! What a newcomer reads and types in the first hour, held to what the
 //! binary and the scripts do: every `capataz <subcommand>` the docs name exists; every install
 //! line is the same `cargo install --locked --path crates/capataz`; the test dependencies
 //! install nothing with pip (Debian's own Python refuses it); the gRPC tests run Debian's

@@ -1,4 +1,4 @@
-//! Shared probing (issue 12 §2) with a real etcd and real `capataz run` processes: three
+//! Shared probing with a real etcd and real `capataz run` processes: three
 //! instances of one group share the probing of six static backends (`owners = 1`, so each
 //! backend has exactly one prober), a dead backend is excluded by all (the others through the
 //! owner's published verdict, said in the reason), an instance SIGKILLed has its backends

@@ -1,4 +1,4 @@
-//! Scale-out (issue 12 §3): three `capataz run` processes (real processes, so that one can be
+//! Scale-out: three `capataz run` processes (real processes, so that one can be
 //! SIGKILLed; this binary already starts the built `capataz` as a child, so no test binary of
 //! its own is needed), one real etcd, twenty scripted backends on loopback that count the
 //! probes and requests they get, pool `web` of every instance following prefix `/fleet/`.

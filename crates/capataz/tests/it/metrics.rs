@@ -576,7 +576,7 @@ async fn scrape_text(balancer: &Balancer) -> String {
     body
 }
 
-/// Regression (issue 10): every balancer kept its counters in one process-wide registry, so a
+/// Regression: every balancer kept its counters in one process-wide registry, so a
 /// second balancer with the same pool and backend names reported the first one's traffic.
 #[tokio::test]
 async fn two_balancers_in_one_process_never_share_counters() {

@@ -157,7 +157,7 @@ fn the_runtime_modules_have_no_cycle() {
         ("admin", "server"),
         ("shared", "server"),
         ("shared", "admin"),
-        // The request path and the health runtime, split (issue 10): the HTTP/1.1 client
+        // The request path and the health runtime, split: the HTTP/1.1 client
         // knows no body type of the proxy, and the request path no health runtime.
         ("upstream", "body"),
         ("upstream", "health"),

@@ -1,4 +1,4 @@
-//! Issue 14's probe side end to end, on loopback: a body that stops matching takes a backend
+//! The probe side end to end, on loopback: a body that stops matching takes a backend
 //! DOWN with the text in `explain`; probes run faster during a streak and slower while DOWN;
 //! `first-probe` admits a backend after one pass; an agent's `down` and `50%` change
 //! eligibility and weight, and a failing agent changes nothing.

@@ -1,4 +1,4 @@
-//! Health checks that speak the backends' protocol (issue 11, section 3): `kind = "grpc"`
+//! Health checks that speak the backends' protocol: `kind = "grpc"`
 //! against a real gRPC server (Python's grpcio, `tests/support/grpc/server.py`, its serving
 //! status switched at run time), `kind = "http"` over HTTP/2 on `h2c` and `h2` pools (hyper
 //! HTTP/2 backends, ALPN `h2` over TLS), and an HTTPS probe whose verification fails. Each

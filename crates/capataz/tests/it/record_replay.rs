@@ -1,4 +1,4 @@
-//! The recorder end to end (issue 14 §2, what-if): a running balancer with a scripted slow
+//! The recorder end to end (what-if): a running balancer with a scripted slow
 //! backend, `GET /record/web` on its admin API while the latency-outlier detector ejects the
 //! backend, and `capataz replay` of that log: under the recorded thresholds (the same config
 //! file) it ejects the same backend with the same sentence; under a looser factor it does not.

@@ -1,4 +1,4 @@
-//! `capataz replay` as a what-if tool for gray failures (issue 14): the thresholds of a pool's
+//! `capataz replay` as a what-if tool for gray failures: the thresholds of a pool's
 //! detectors from a config file (`--config`, `--pool`) or changed key by key (`--set`),
 //! validated as the balancer validates them, over a timed log with latencies.
 

@@ -60,7 +60,7 @@ fn assert_shed_reported_as_acted(pool: &PoolRt, moment: &str) {
     );
 }
 
-/// Regression (issue 22): `/status` decided whether a backend still shed load by comparing the
+/// Regression: `/status` decided whether a backend still shed load by comparing the
 /// shed's end with its own clock reading, and the engine's weight did the same at each
 /// rebuild, while the snapshot the picker reads kept the reduced weight until the timer ran.
 /// So from the end of a shed until the timer's tick (late on a busy runtime) `/status` said

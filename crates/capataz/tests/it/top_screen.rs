@@ -146,7 +146,7 @@ async fn make_events(admin: SocketAddr, names: &[String]) {
     }
 }
 
-/// Regression (issue 22): `capataz top` drew every backend and every event whatever the
+/// Regression: `capataz top` drew every backend and every event whatever the
 /// terminal's size, so in 80x24 the header and the table scrolled away and only wrapped event
 /// lines remained.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -21,7 +21,7 @@ use super::process::{Capataz, TempFile};
 use super::DEADLINE;
 
 /// How many instances probe each backend in a fleet of `live` instances. Today each instance
-/// probes every backend by itself: `live`. With shared probing (issue 12 §2) it becomes
+/// probes every backend by itself: `live`. With shared probing it becomes
 /// `live.min(k)`, `k` from the shared-probing block of the config.
 pub fn probers_per_backend(live: usize, shared_k: Option<usize>) -> usize {
     match shared_k {

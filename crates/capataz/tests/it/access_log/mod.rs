@@ -1,8 +1,8 @@
-//! The access log (issue 11 section 4): one line per request, with who ended it and where,
+//! The access log: one line per request, with who ended it and where,
 //! written off the request path. `lines.rs`: the fields over HTTP/1.1, TLS and h2c, both
 //! formats, escaping; `endings.rs`: who ended a request (backend, client, capataz) and in
 //! which phase; `writer.rs`: a stalled writer drops and counts, a reload reopens the file;
-//! `vanished.rs`: an HTTP/1.1 client that resets while its request waits (issue 22).
+//! `vanished.rs`: an HTTP/1.1 client that resets while its request waits.
 
 mod endings;
 mod lines;

@@ -1,4 +1,4 @@
-//! Issue 22: an HTTP/1.1 client that resets its connection while its request waits for a
+//! An HTTP/1.1 client that resets its connection while its request waits for a
 //! slow backend was logged as served (`200`, `ended_by=-`), its connection stayed counted
 //! open until the backend answered, and the backend worked on for nobody. Now the request is
 //! dropped at once, as an HTTP/2 stream reset is: the log says `client` and the phase, status

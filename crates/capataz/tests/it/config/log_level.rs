@@ -2,7 +2,7 @@
 
 use super::*;
 
-/// Regression (issue 10): `log.level = ""` (or blanks, or bare commas) was accepted and
+/// Regression: `log.level = ""` (or blanks, or bare commas) was accepted and
 /// turned every log line off. Now a config error naming the file, the line and the key.
 #[test]
 fn an_empty_log_level_is_an_error_naming_file_line_and_key() {

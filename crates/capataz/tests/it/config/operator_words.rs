@@ -26,7 +26,7 @@ fn check(text: &str, expected: &str) {
 
 const LISTENER: &str = "[[listeners]]\naddress = \"127.0.0.1:8080\"\n\n";
 
-/// Regression (issue 22): `active = []` and `active = 5` said "expected struct RawActive with
+/// Regression: `active = []` and `active = 5` said "expected struct RawActive with
 /// 23 elements"; `backends = []` pointed at the `[pools.web]` line; a wrong type or an unknown
 /// key inside a backend's inline table was placed at `pools.web.backends`, without the index
 /// and the key that other backend errors carry, and in serde's words.

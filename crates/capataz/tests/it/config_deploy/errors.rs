@@ -107,7 +107,7 @@ fn capataz_check_prints_every_error_and_exits_2() {
     assert!(out.stdout.is_empty(), "{}", out.stdout);
 }
 
-/// Regression (issue 22): a wrong type inside a backend's inline table was printed as
+/// Regression: a wrong type inside a backend's inline table was printed as
 /// `pools.web.backends: invalid type: floating point `1.5`, expected i64`, and `active = []`
 /// as "expected struct RawActive with 23 elements".
 #[test]

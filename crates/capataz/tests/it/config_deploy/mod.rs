@@ -1,4 +1,4 @@
-//! Configuration that fits deployment (issue 13, section 2): `${VAR}` substitution and
+//! Configuration that fits deployment: `${VAR}` substitution and
 //! `admin.token_file` (`env.rs`), every error of a file in one run (`errors.rs`), warnings with
 //! file, line and key, a TCP check's outcome told as a connect (`warnings.rs`), and addresses
 //! and bind errors (`addresses.rs`), through the library and the `capataz` binary.

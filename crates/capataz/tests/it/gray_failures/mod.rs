@@ -1,4 +1,4 @@
-//! Gray failures of issue 14 §2, end to end on loopback with scripted backends: a backend
+//! Gray failures, end to end on loopback with scripted backends: a backend
 //! slower than its pool (latency outliers), one failing intermittently (success-rate outliers)
 //! and one asking for relief (load shedding).
 //!

@@ -23,7 +23,7 @@ fn padded_head() -> Vec<u8> {
     head.into_bytes()
 }
 
-/// Regression (issue 10, "never a bare close with no status"): the body's first poll failed
+/// Regression ("never a bare close with no status"): the body's first poll failed
 /// with nothing flushed, and hyper then wrote nothing at all. The head and a malformed chunk
 /// size go out in one write, so they arrive together, deterministically: the head read takes
 /// the head alone and the first poll of the body meets the bad bytes.

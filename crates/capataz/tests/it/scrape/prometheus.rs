@@ -8,7 +8,7 @@ use super::busy;
 use crate::support::prometheus::Prometheus;
 use crate::support::DEADLINE;
 
-/// A query per metric added by issue 13, each of which must return data.
+/// A query per metric of the Prometheus exposition, each of which must return data.
 const QUERIES: [&str; 16] = [
     "capataz_client_requests_total{answered_by=\"backend\"}",
     "capataz_client_requests_total{answered_by=\"capataz\"}",

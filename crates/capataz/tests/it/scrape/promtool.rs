@@ -41,7 +41,7 @@ async fn promtool_finds_nothing_to_say_about_the_classic_exposition() {
     }
 }
 
-/// Regression (issue 13): the classic parsers split every counter into an untyped `_total`
+/// Regression: the classic parsers split every counter into an untyped `_total`
 /// family without help, because its `# HELP` and `# TYPE` named it without `_total`.
 #[tokio::test]
 async fn classic_counters_carry_their_total_name_in_help_and_type() {

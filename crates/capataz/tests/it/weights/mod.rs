@@ -1,4 +1,4 @@
-//! What `/status` says a backend weighs is what its traffic shows (issue 22 §1), for every
+//! What `/status` says a backend weighs is what its traffic shows, for every
 //! modifier of a weight: slow start's ramp, an agent's percent, load shedding, an outlier
 //! ejected, backups taking over and handing back; and who serves and what is in flight, as
 //! `/status`, the metrics and the events say it (`said`).

@@ -134,7 +134,7 @@ async fn who_serves_is_said_the_same_three_ways_and_the_traffic_goes_there() {
     assert_eq!(pool["all_down"], false, "{pool:#}");
     assert_eq!(pool["all_down_policy"], Value::Null, "{pool:#}");
     assert_eq!(serving_names(&pool), ["a"]);
-    // Regression (issue 22): a backup DOWN itself was said to be "standing by".
+    // Regression: a backup DOWN itself was said to be "standing by".
     let c = &pool["backends"][2];
     assert!(
         text(c, "explain").ends_with("; backup: out of rotation itself"),

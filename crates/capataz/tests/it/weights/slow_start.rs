@@ -21,7 +21,7 @@ async fn bounce(scene: &mut Scene, name: &str) {
         .await;
 }
 
-/// Regression (issue 22): a backend that rejoined with `slow_start = "2s"` showed
+/// Regression: a backend that rejoined with `slow_start = "2s"` showed
 /// `effective_weight` 1.0 after its ramp, but kept 10 % of the traffic (3 of 40 requests 8 s
 /// later): the snapshot the picker reads was built at the transition and never again, since
 /// nothing woke the timer for the ramp's steps, while `/status` computed the weight afresh.
