@@ -373,26 +373,50 @@ impl Proxy {
                     .unwrap_or(Failure::Attempt(AttemptError::HeadTimeout));
                 return failure_page(why);
             };
-            let attempt = Attempt {
-                index,
-                slot,
-                upgrade: prepared.upgrade,
-                timeouts: prepared.timeouts,
-            };
-            let forwarded = self
-                .attempt(pool, client, outgoing, &mut head, attempt, &mut tally.stage)
-                .await;
-            let attempted = match forwarded {
-                Forwarded::Response(_, status)
-                    if prepared.websocket && (200..300).contains(&status) =>
-                {
-                    // Over HTTP/2 a 2xx would open the tunnel: the backend did not switch.
-                    return error_page(
-                        StatusCode::BAD_GATEWAY,
-                        "the backend answered the WebSocket handshake without switching protocols",
-                    );
+            // Each attempt's future is awaited here, not in a function of its own: its answer
+            // is then moved once less (a response is a few hundred bytes, moved by memcpy).
+            let forwarded = match outgoing {
+                // An HTTP/2 pool's requests are always whole requests (`Resend::outgoing`).
+                Outgoing::Request(request) if prepared.h2 => {
+                    let lease = Lease::new(pool.clone(), index, None);
+                    // Connecting happens within the exchange: the whole wait counts as sending.
+                    tally.stage.now = Phase::Send;
+                    forward_h2(pool, index, request, lease, prepared.timeouts).await
                 }
-                Forwarded::Response(response, status) => Attempted::Answered(status, response),
+                outgoing => {
+                    let lease = http1_lease(pool, index, client, slot);
+                    let attempt = forward(
+                        pool,
+                        index,
+                        client,
+                        outgoing,
+                        &mut head,
+                        lease,
+                        prepared.upgrade,
+                        prepared.timeouts,
+                        &mut tally.stage,
+                    );
+                    attempt.await
+                }
+            };
+            let next = match forwarded {
+                Forwarded::Response(mut response, status) => {
+                    if prepared.websocket && (200..300).contains(&status) {
+                        // Over HTTP/2 a 2xx would open the tunnel: the backend did not switch.
+                        return error_page(
+                            StatusCode::BAD_GATEWAY,
+                            "the backend answered the WebSocket handshake without switching protocols",
+                        );
+                    }
+                    match plan.after(Attempted::Answered(status), |t| affordable(pool, t)) {
+                        Next::Relay => {
+                            relayed(&mut response, prepared.h2);
+                            tally.by = AnsweredBy::Backend;
+                            return response;
+                        }
+                        next => next,
+                    }
+                }
                 Forwarded::Upgraded(response, stream, early) => {
                     let tunnel = Tunnel {
                         client: prepared.client_upgrade.take(),
@@ -405,19 +429,15 @@ impl Proxy {
                 }
                 Forwarded::NotSent(outgoing, why) => {
                     pending = Some(outgoing);
-                    Attempted::NotSent(why)
+                    plan.after(Attempted::NotSent(why), |t| affordable(pool, t))
                 }
-                Forwarded::Failed(why) => Attempted::Failed(why),
+                Forwarded::Failed(why) => {
+                    plan.after(Attempted::Failed(why), |t| affordable(pool, t))
+                }
             };
-            let next = plan.after(attempted, |tried| affordable(pool, tried));
             tally.failure = plan.failure();
-            match next {
-                Next::Retry => {}
-                Next::Fail(why) => return failure_page(why),
-                Next::Relay(response) => {
-                    tally.by = AnsweredBy::Backend;
-                    return relayed(response, prepared.h2);
-                }
+            if let Next::Fail(why) = next {
+                return failure_page(why);
             }
         }
     }
@@ -482,47 +502,6 @@ impl Proxy {
                 body_idle: pool.config.timeouts.body_idle,
                 request_body: self.request_body_timeout,
             },
-        }
-    }
-
-    /// One attempt on backend `attempt.index`: over HTTP/2 for an HTTP/2 pool, else over
-    /// HTTP/1.1, holding the client connection's backend slot and, with `connection_reuse =
-    /// "private"`, its private idle connections.
-    async fn attempt<'a>(
-        &self,
-        pool: &Arc<PoolHandle>,
-        client: &ClientInfo,
-        outgoing: Outgoing<'a, ReqBody>,
-        head: &mut Vec<u8>,
-        attempt: Attempt,
-        stage: &mut Stage,
-    ) -> Forwarded<'a> {
-        let Attempt {
-            index,
-            slot,
-            upgrade,
-            timeouts,
-        } = attempt;
-        match outgoing {
-            // An HTTP/2 pool's requests are always whole requests (`Resend::outgoing`).
-            Outgoing::Request(request) if pool.config.protocol != BackendProtocol::Http1 => {
-                let lease = Lease::new(pool.clone(), index, None);
-                // Connecting happens within the exchange: the whole wait counts as sending.
-                stage.now = Phase::Send;
-                forward_h2(pool, index, request, lease, timeouts).await
-            }
-            outgoing => {
-                let private = match pool.config.connection_reuse {
-                    ConnectionReuse::Private => Some(client.private.clone()),
-                    ConnectionReuse::Shared => None,
-                };
-                let mut lease = Lease::new(pool.clone(), index, private);
-                lease.hold(slot);
-                let forwarded = forward(
-                    pool, index, client, outgoing, head, lease, upgrade, timeouts, stage,
-                );
-                forwarded.await
-            }
         }
     }
 
@@ -615,17 +594,9 @@ struct Prepared {
     timeouts: ExchangeTimeouts,
 }
 
-/// What one attempt needs besides the request.
-struct Attempt {
-    index: usize,
-    slot: Option<crate::upstream::Slot>,
-    upgrade: bool,
-    timeouts: ExchangeTimeouts,
-}
-
-/// A backend's answer as relayed: hop-by-hop fields out; an HTTP/2 backend's trailer names
-/// kept (see `trailer_names`).
-fn relayed(mut response: Response<RespBody>, h2: bool) -> Response<RespBody> {
+/// Makes a backend's answer the one relayed: hop-by-hop fields out; an HTTP/2 backend's
+/// trailer names kept (see `trailer_names`).
+fn relayed(response: &mut Response<RespBody>, h2: bool) {
     let trailer = if h2 {
         trailer_names(response.headers_mut())
     } else {
@@ -635,7 +606,24 @@ fn relayed(mut response: Response<RespBody>, h2: bool) -> Response<RespBody> {
     if let Some(names) = trailer {
         response.headers_mut().insert(header::TRAILER, names);
     }
-    response
+}
+
+/// The lease of an attempt on an HTTP/1.1 pool's backend `index`: it holds the client
+/// connection's backend `slot` and, with `connection_reuse = "private"`, the connection's
+/// private idle connections.
+fn http1_lease(
+    pool: &Arc<PoolHandle>,
+    index: usize,
+    client: &ClientInfo,
+    slot: Option<crate::upstream::Slot>,
+) -> Lease {
+    let private = match pool.config.connection_reuse {
+        ConnectionReuse::Private => Some(client.private.clone()),
+        ConnectionReuse::Shared => None,
+    };
+    let mut lease = Lease::new(pool.clone(), index, private);
+    lease.hold(slot);
+    lease
 }
 
 /// An upgraded exchange's two ends: the client's upgrade (none if it asked for none), the

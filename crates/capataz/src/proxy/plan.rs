@@ -43,11 +43,12 @@ impl Tried {
     }
 }
 
-/// What one attempt came to, as the planner needs it; `R` is the answer.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Attempted<R> {
+/// What one attempt came to, as the planner needs it (the answer itself stays with the
+/// caller: moving a response costs a copy of it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Attempted {
     /// The backend answered with this status.
-    Answered(u16, R),
+    Answered(u16),
     /// Nothing reached the backend; the request is back, intact.
     NotSent(AttemptError),
     /// The request was sent, at least in part, and no usable answer came.
@@ -55,10 +56,10 @@ pub(super) enum Attempted<R> {
 }
 
 /// What to do next.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Next<R> {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Next {
     /// Relay the answer.
-    Relay(R),
+    Relay,
     /// Pick another backend and try again.
     Retry,
     /// Answer the client with this failure.
@@ -107,16 +108,16 @@ impl Planner {
     /// What to do after an attempt. `affordable` is asked (with the backends tried) only when
     /// a retry is wanted and the request has one left and room to try another backend; it
     /// says whether a backend is left and the pool's budget pays, spending a token if so.
-    pub(super) fn after<R>(
+    pub(super) fn after(
         &mut self,
-        attempted: Attempted<R>,
+        attempted: Attempted,
         affordable: impl FnOnce(&[usize]) -> bool,
-    ) -> Next<R> {
+    ) -> Next {
         let (wanted, retried_status, otherwise) = match attempted {
-            Attempted::Answered(status, answer) => (
+            Attempted::Answered(status) => (
                 matches!(status, 502..=504) && self.replayable,
                 Some(status),
-                Next::Relay(answer),
+                Next::Relay,
             ),
             Attempted::NotSent(why) => {
                 self.failure = Some(Failure::Attempt(why));
@@ -156,9 +157,6 @@ pub(super) fn is_idempotent(method: &Method) -> bool {
 mod tests {
     use super::*;
 
-    /// An attempt whose answer is nothing but its status.
-    type Plain = Attempted<()>;
-
     const TIMEOUT: AttemptError = AttemptError::HeadTimeout;
     const REFUSED: AttemptError = AttemptError::ConnectRefused;
 
@@ -182,32 +180,26 @@ mod tests {
     fn an_answer_is_relayed_unless_a_replayable_request_got_a_gateway_error() {
         for status in [200, 404, 500, 501, 505] {
             let mut plan = Planner::new(true, true, 3);
-            assert_eq!(
-                plan.after(Plain::Answered(status, ()), pays),
-                Next::Relay(())
-            );
+            assert_eq!(plan.after(Attempted::Answered(status), pays), Next::Relay);
             assert_eq!(plan.failure(), None);
         }
         for status in [502, 503, 504] {
             let mut plan = Planner::new(true, true, 3);
-            assert_eq!(plan.after(Plain::Answered(status, ()), pays), Next::Retry);
+            assert_eq!(plan.after(Attempted::Answered(status), pays), Next::Retry);
             assert_eq!(plan.failure(), Some(Failure::Status(status)));
             let mut plan = Planner::new(false, true, 3);
-            assert_eq!(
-                plan.after(Plain::Answered(status, ()), pays),
-                Next::Relay(())
-            );
+            assert_eq!(plan.after(Attempted::Answered(status), pays), Next::Relay);
         }
     }
 
     #[test]
     fn a_request_that_was_not_sent_goes_elsewhere_whatever_it_is() {
         let mut plan = Planner::new(false, false, 1);
-        assert_eq!(plan.after(Plain::NotSent(REFUSED), pays), Next::Retry);
+        assert_eq!(plan.after(Attempted::NotSent(REFUSED), pays), Next::Retry);
         assert_eq!(plan.failure(), Some(Failure::Attempt(REFUSED)));
         // No retry left: the failure is the answer.
         assert_eq!(
-            plan.after(Plain::NotSent(REFUSED), pays),
+            plan.after(Attempted::NotSent(REFUSED), pays),
             Next::Fail(Failure::Attempt(REFUSED))
         );
     }
@@ -215,31 +207,31 @@ mod tests {
     #[test]
     fn a_sent_request_goes_elsewhere_only_if_replayable_or_rebuildable_and_unsent() {
         let mut plan = Planner::new(true, true, 1);
-        assert_eq!(plan.after(Plain::Failed(TIMEOUT), pays), Next::Retry);
+        assert_eq!(plan.after(Attempted::Failed(TIMEOUT), pays), Next::Retry);
         let mut plan = Planner::new(false, true, 1);
         assert_eq!(
-            plan.after(Plain::Failed(TIMEOUT), pays),
+            plan.after(Attempted::Failed(TIMEOUT), pays),
             Next::Fail(Failure::Attempt(TIMEOUT))
         );
         // An HTTP/2 stream refused unprocessed: nothing sent, rebuilt for another backend.
         let refused = AttemptError::StreamRefused;
         let mut plan = Planner::new(false, true, 1);
-        assert_eq!(plan.after(Plain::Failed(refused), pays), Next::Retry);
+        assert_eq!(plan.after(Attempted::Failed(refused), pays), Next::Retry);
         let mut plan = Planner::new(false, false, 1);
         assert_eq!(
-            plan.after(Plain::Failed(refused), pays),
+            plan.after(Attempted::Failed(refused), pays),
             Next::Fail(Failure::Attempt(refused))
         );
         // A body that broke after the head was relayed never goes elsewhere.
         let mut plan = Planner::new(true, true, 1);
         assert_eq!(
-            plan.after(Plain::Failed(AttemptError::BodyBroken), pays),
+            plan.after(Attempted::Failed(AttemptError::BodyBroken), pays),
             Next::Fail(Failure::Attempt(AttemptError::BodyBroken))
         );
         // Nor the client's own fault.
         let mut plan = Planner::new(true, true, 1);
         assert_eq!(
-            plan.after(Plain::Failed(AttemptError::ClientGone), pays),
+            plan.after(Attempted::Failed(AttemptError::ClientGone), pays),
             Next::Fail(Failure::Attempt(AttemptError::ClientGone))
         );
     }
@@ -252,14 +244,14 @@ mod tests {
             asked.set(asked.get() + 1);
             false
         };
-        assert_eq!(plan.after(Plain::Answered(200, ()), ask), Next::Relay(()));
-        assert_eq!(plan.after(Plain::Answered(503, ()), ask), Next::Relay(()));
+        assert_eq!(plan.after(Attempted::Answered(200), ask), Next::Relay);
+        assert_eq!(plan.after(Attempted::Answered(503), ask), Next::Relay);
         assert_eq!(asked.get(), 1, "asked for the 503 only");
         // Refused by the budget: the answer is relayed and the failure not recorded.
         assert_eq!(plan.failure(), None);
-        assert_eq!(plan.after(Plain::Answered(503, ()), pays), Next::Retry);
+        assert_eq!(plan.after(Attempted::Answered(503), pays), Next::Retry);
         // The one retry is spent: no more asking.
-        assert_eq!(plan.after(Plain::Answered(503, ()), ask), Next::Relay(()));
+        assert_eq!(plan.after(Attempted::Answered(503), ask), Next::Relay);
         assert_eq!(asked.get(), 1, "not asked once the retries are spent");
     }
 
@@ -269,17 +261,17 @@ mod tests {
         let mut retries = 0;
         for backend in 0..100 {
             plan.picked(backend);
-            match plan.after(Plain::NotSent(REFUSED), pays) {
+            match plan.after(Attempted::NotSent(REFUSED), pays) {
                 Next::Retry => retries += 1,
                 Next::Fail(_) => break,
-                Next::Relay(()) => unreachable!(),
+                Next::Relay => unreachable!(),
             }
         }
         assert_eq!(retries, MAX_TRIES - 1);
         assert_eq!(plan.tried().len(), MAX_TRIES);
         assert_eq!(
-            plan.after(Plain::Answered(503, ()), broke),
-            Next::Relay(()),
+            plan.after(Attempted::Answered(503), broke),
+            Next::Relay,
             "no room: the answer is relayed"
         );
     }
@@ -290,7 +282,7 @@ mod tests {
         plan.picked(4);
         plan.picked(7);
         let mut seen = Vec::new();
-        plan.after(Plain::Failed(TIMEOUT), |tried| {
+        plan.after(Attempted::Failed(TIMEOUT), |tried| {
             seen = tried.to_vec();
             true
         });
