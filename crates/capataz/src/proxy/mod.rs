@@ -332,9 +332,9 @@ impl Proxy {
                 "upgrades are not relayed to HTTP/2 backends",
             );
         }
-        let (request, mut prepared) = self.prepare(req, pool, client, (websocket, upgrade), tally);
+        let mut prepared = self.prepare(req, pool, client, (websocket, upgrade), tally);
         let plan = &mut prepared.plan;
-        let mut pending = Some(Outgoing::Request(request));
+        let mut pending = prepared.request.take().map(Outgoing::Request);
         let mut head = Vec::with_capacity(256);
         loop {
             // Each attempt on an HTTP/1.1 pool holds one of the client connection's backend
@@ -442,7 +442,7 @@ impl Proxy {
         }
     }
 
-    /// A routed request made ready for the backends (and what its attempts need): hop-by-hop fields out, a WebSocket over
+    /// A routed request made ready for the backends: hop-by-hop fields out, a WebSocket over
     /// HTTP/2 made an HTTP/1.1 handshake, the forwarded fields in, origin-form, and what a
     /// resend needs. `(websocket, upgrade)`: whether it is a WebSocket by extended CONNECT,
     /// and whether it asks for an upgrade (never to an HTTP/2 pool: refused before).
@@ -453,7 +453,7 @@ impl Proxy {
         client: &ClientInfo,
         (websocket, upgrade): (bool, bool),
         tally: &mut Tally,
-    ) -> (Request<ReqBody>, Prepared) {
+    ) -> Prepared {
         let h2 = pool.config.protocol != BackendProtocol::Http1;
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
@@ -488,7 +488,8 @@ impl Proxy {
             parts.headers,
             ReqBody::Incoming(body, hook),
         );
-        let prepared = Prepared {
+        Prepared {
+            request: Some(request),
             resend,
             plan: Planner::new(replayable, h2 && bodiless, pool.config.retries.attempts),
             client_upgrade,
@@ -501,8 +502,7 @@ impl Proxy {
                 body_idle: pool.config.timeouts.body_idle,
                 request_body: self.request_body_timeout,
             },
-        };
-        (request, prepared)
+        }
     }
 
     /// The answer of a backend that switched protocols, its connection joined to the
@@ -577,8 +577,10 @@ impl Resend {
     }
 }
 
-/// What a request's attempts need besides the request itself (see [`Proxy::prepare`]).
+/// A request ready for its attempts (see [`Proxy::prepare`]).
 struct Prepared {
+    /// The request as the first attempt sends it (taken by it).
+    request: Option<Request<ReqBody>>,
     resend: Option<Resend>,
     plan: Planner,
     /// The client's side of an upgrade it asked for.
