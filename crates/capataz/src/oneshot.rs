@@ -6,9 +6,6 @@
 //! Each step fails with its own [`Error`], which keeps its source; callers word it as they
 //! always have. A leaf: it imports nothing of the runtime.
 
-// Until every client is moved onto it, some parts are unused.
-#![allow(dead_code)]
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 
