@@ -23,7 +23,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// and then stalls must not hang the command.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
 /// The largest answer read (`/status` of ten thousand backends is a few MiB).
-const MAX_ANSWER: usize = 256 << 20;
+const MAX_ANSWER: usize = 64 << 20;
 
 /// Why a command against the admin API failed.
 #[derive(Debug, thiserror::Error)]
@@ -424,5 +424,36 @@ mod tests {
             override_path("web", "[::1]:9001", "clear", None),
             "/backends/web/%5B%3A%3A1%5D%3A9001/clear"
         );
+    }
+
+    /// Regression: the answer's body was read without a limit, so a peer on the admin port
+    /// announcing (or sending) gigabytes made `capataz ctl` buffer them for up to 30 s.
+    #[tokio::test]
+    async fn an_admin_answer_longer_than_the_limit_is_refused_without_being_read() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.expect("accept");
+            let mut head = [0u8; 4096];
+            let _ = socket.read(&mut head).await;
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{{",
+                1u64 << 32
+            );
+            let _ = socket.write_all(head.as_bytes()).await;
+            std::future::pending::<()>().await;
+        });
+        let started = std::time::Instant::now();
+        let error = request(addr, http::Method::GET, "/status", None)
+            .await
+            .expect_err("too long");
+        assert!(
+            error.to_string().contains("longer than 67108864 bytes"),
+            "{error}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(20), "{error}");
     }
 }

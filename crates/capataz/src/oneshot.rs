@@ -160,8 +160,12 @@ where
     }
 }
 
-/// `body` whole, at most `limit` bytes, before `by`.
+/// `body` whole, at most `limit` bytes, before `by`. A body whose announced length is over
+/// `limit` is refused before any of it is read.
 pub(crate) async fn read_body(body: Incoming, limit: usize, by: Instant) -> Result<Bytes, Error> {
+    if body.size_hint().lower() > u64::try_from(limit).unwrap_or(u64::MAX) {
+        return Err(Error::TooLarge(limit));
+    }
     let read = async {
         let mut body = body;
         let mut whole = bytes::BytesMut::new();
@@ -252,6 +256,16 @@ mod tests {
         let error = get(addr, 5, Duration::from_secs(30)).await.unwrap_err();
         assert!(matches!(error, Error::TooLarge(5)), "{error:?}");
         assert_eq!(error.to_string(), "the body is longer than 5 bytes");
+    }
+
+    #[tokio::test]
+    async fn a_chunked_body_growing_over_its_limit_is_cut_there() {
+        let addr = server(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n3\r\ndef\r\n",
+        )
+        .await;
+        let error = get(addr, 5, Duration::from_secs(30)).await.unwrap_err();
+        assert!(matches!(error, Error::TooLarge(5)), "{error:?}");
     }
 
     #[tokio::test]
