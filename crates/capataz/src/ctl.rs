@@ -11,10 +11,20 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
+use http_body_util::Empty;
 use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::oneshot;
+
+/// How long connecting to the admin API may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the answer may take, body included, once connected: a peer that sends a head
+/// and then stalls must not hang the command.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest answer read: `/history/series` of ten thousand backends (180 samples each)
+/// is near 200 MiB, so this bounds an endless answer, not a large fleet's.
+const MAX_ANSWER: usize = 512 << 20;
 
 /// Why a command against the admin API failed.
 #[derive(Debug, thiserror::Error)]
@@ -53,20 +63,18 @@ pub async fn request(
     token: Option<&str>,
 ) -> Result<Value, CtlError> {
     let http = |message: String| CtlError::Http { addr, message };
-    let stream = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(addr))
-        .await
-        .map_err(|_| CtlError::Connect {
+    let connected = oneshot::connect(addr, None, Instant::now() + CONNECT_TIMEOUT).await;
+    let mut connection = connected.map_err(|error| match error {
+        oneshot::Error::Connect(source) => CtlError::Connect { addr, source },
+        oneshot::Error::ConnectTimeout => CtlError::Connect {
             addr,
             source: std::io::ErrorKind::TimedOut.into(),
-        })?
-        .map_err(|source| CtlError::Connect { addr, source })?;
+        },
+        other => http(other.to_string()),
+    })?;
     // Host names the address actually reached (`--admin 0.0.0.0:9901` reaches 127.0.0.1), which
     // the admin API's checks against web pages accept.
-    let host = stream.peer_addr().unwrap_or(addr);
-    let (mut sender, conn) = http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| http(e.to_string()))?;
-    tokio::spawn(conn);
+    let host = connection.peer().unwrap_or(addr);
     let mut builder = http::Request::builder()
         .method(method)
         .uri(path)
@@ -77,18 +85,18 @@ pub async fn request(
     let request = builder
         .body(Empty::<Bytes>::new())
         .map_err(|e| http(e.to_string()))?;
-    // The answer, body included, within 30 s: a peer that sends a head and then stalls must
-    // not hang the command.
-    let exchange = async {
-        let response = sender.send_request(request).await?;
-        let status = response.status().as_u16();
-        let body = response.into_body().collect().await?.to_bytes();
-        Ok::<_, hyper::Error>((status, body))
+    let by = Instant::now() + ANSWER_TIMEOUT;
+    let answered = |error: oneshot::Error| match error {
+        oneshot::Error::HeadTimeout | oneshot::Error::BodyTimeout => {
+            http("no answer within 30 s".into())
+        }
+        other => http(other.to_string()),
     };
-    let (status, body) = tokio::time::timeout(Duration::from_secs(30), exchange)
+    let response = connection.send(request, by).await.map_err(answered)?;
+    let status = response.status().as_u16();
+    let body = oneshot::read_body(response.into_body(), MAX_ANSWER, by)
         .await
-        .map_err(|_| http("no answer within 30 s".into()))?
-        .map_err(|e| http(e.to_string()))?;
+        .map_err(answered)?;
     let value: Value =
         serde_json::from_slice(&body).map_err(|e| http(format!("answer is not JSON ({e})")))?;
     if status >= 400 {
@@ -417,5 +425,36 @@ mod tests {
             override_path("web", "[::1]:9001", "clear", None),
             "/backends/web/%5B%3A%3A1%5D%3A9001/clear"
         );
+    }
+
+    /// Regression: the answer's body was read without a limit, so a peer on the admin port
+    /// announcing (or sending) gigabytes made `capataz ctl` buffer them for up to 30 s.
+    #[tokio::test]
+    async fn an_admin_answer_longer_than_the_limit_is_refused_without_being_read() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.expect("accept");
+            let mut head = [0u8; 4096];
+            let _ = socket.read(&mut head).await;
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{{",
+                1u64 << 32
+            );
+            let _ = socket.write_all(head.as_bytes()).await;
+            std::future::pending::<()>().await;
+        });
+        let started = std::time::Instant::now();
+        let error = request(addr, http::Method::GET, "/status", None)
+            .await
+            .expect_err("too long");
+        assert!(
+            error.to_string().contains("longer than 536870912 bytes"),
+            "{error}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(20), "{error}");
     }
 }

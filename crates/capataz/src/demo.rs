@@ -19,12 +19,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
+use http_body_util::Empty;
 use tokio::sync::broadcast;
+use tokio::time::Instant;
 
 use crate::config::{self, ConfigError};
+use crate::oneshot;
 use crate::server::{Balancer, StartError};
 use crate::sim::{Mode, SimBackend};
 
@@ -436,7 +436,7 @@ async fn traffic(listen: SocketAddr, rate: u32, stop: tokio::sync::oneshot::Rece
     let mut report = tokio::time::interval(Duration::from_secs(10));
     report.tick().await;
     let mut since = tokio::time::Instant::now();
-    let mut sender: Option<http1::SendRequest<Empty<Bytes>>> = None;
+    let mut connection: Option<oneshot::Connection<Empty<Bytes>>> = None;
     let mut tally = Tally::default();
     tokio::pin!(stop);
     loop {
@@ -452,7 +452,7 @@ async fn traffic(listen: SocketAddr, rate: u32, stop: tokio::sync::oneshot::Rece
             }
             _ = tick.tick() => {
                 let answer = tokio::select! {
-                    answer = one_request(listen, &mut sender) => answer,
+                    answer = one_request(listen, &mut connection) => answer,
                     _ = &mut stop => {
                         log_last(since, &tally);
                         return;
@@ -464,28 +464,29 @@ async fn traffic(listen: SocketAddr, rate: u32, stop: tokio::sync::oneshot::Rece
     }
 }
 
+/// How long one demo request may take, connecting and body included.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest answer body the demo reads (the simulated backends answer a few bytes).
+const MAX_ANSWER: usize = 1 << 20;
+
+/// One GET over `connection` (connected first if there is none or it closed); the answer's
+/// status and `x-backend`, or `None` when it failed (the connection is then dropped).
 async fn one_request(
     listen: SocketAddr,
-    sender: &mut Option<http1::SendRequest<Empty<Bytes>>>,
+    connection: &mut Option<oneshot::Connection<Empty<Bytes>>>,
 ) -> Option<(u16, Option<String>)> {
-    if sender.as_ref().is_none_or(|s| s.is_closed()) {
-        let stream = tokio::net::TcpStream::connect(listen).await.ok()?;
-        let (s, conn) = http1::handshake(TokioIo::new(stream)).await.ok()?;
-        tokio::spawn(conn);
-        *sender = Some(s);
+    let by = Instant::now() + REQUEST_TIMEOUT;
+    if connection.as_ref().is_none_or(|c| c.is_closed()) {
+        *connection = Some(oneshot::connect(listen, None, by).await.ok()?);
     }
-    let s = sender.as_mut()?;
-    s.ready().await.ok()?;
+    let c = connection.as_mut()?;
     let request = http::Request::get("/")
         .header(http::header::HOST, listen.to_string())
         .body(Empty::new())
         .ok()?;
-    let response = match s.send_request(request).await {
-        Ok(response) => response,
-        Err(_) => {
-            *sender = None;
-            return None;
-        }
+    let Ok(response) = c.send(request, by).await else {
+        *connection = None;
+        return None;
     };
     let status = response.status().as_u16();
     let backend = response
@@ -493,7 +494,12 @@ async fn one_request(
         .get("x-backend")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let _ = response.into_body().collect().await;
+    if oneshot::read_body(response.into_body(), MAX_ANSWER, by)
+        .await
+        .is_err()
+    {
+        *connection = None;
+    }
     Some((status, backend))
 }
 

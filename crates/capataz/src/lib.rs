@@ -30,6 +30,7 @@ pub mod instruments;
 pub mod logging;
 pub mod manual;
 pub mod metrics;
+mod oneshot;
 pub mod prober;
 pub mod proxy;
 pub mod replay;

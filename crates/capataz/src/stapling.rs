@@ -14,11 +14,11 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full, Limited};
-use hyper_util::rt::TokioIo;
+use http_body_util::Full;
 use tokio::sync::watch;
-use tokio_util::task::AbortOnDropHandle;
+use tokio::time::Instant;
 
+use crate::oneshot;
 use crate::tls::ocsp::{self, Refusal};
 use crate::tls::staple::{unix_now, OcspFetch};
 use crate::tls::ServerTls;
@@ -141,54 +141,53 @@ enum FetchError {
     #[error("connecting: {0}")]
     Connect(#[source] std::io::Error),
     #[error(transparent)]
-    Handshake(hyper::Error),
+    Handshake(oneshot::Error),
     #[error(transparent)]
     Request(#[from] http::Error),
     #[error("sending the request: {0}")]
-    Send(#[source] hyper::Error),
+    Send(#[source] oneshot::Error),
     #[error("the responder answered HTTP {0}")]
     Status(http::StatusCode),
     #[error("reading the answer (at most {MAX_ANSWER} bytes): {0}")]
-    Read(#[source] Box<dyn std::error::Error + Send + Sync>),
+    Read(#[source] oneshot::Error),
 }
 
-/// POSTs `request` to `url` and returns the answer's body, within [`FETCH_TIMEOUT`].
+/// POSTs `request` to `url` and returns the answer's body, within [`FETCH_TIMEOUT`] from
+/// connecting to the answer's last byte.
 async fn ask(url: &str, request: &[u8]) -> Result<Vec<u8>, FetchError> {
-    match tokio::time::timeout(FETCH_TIMEOUT, exchange(url, request)).await {
-        Ok(result) => result,
-        Err(_) => Err(FetchError::Timeout(FETCH_TIMEOUT)),
-    }
-}
-
-async fn exchange(url: &str, request: &[u8]) -> Result<Vec<u8>, FetchError> {
+    let by = Instant::now() + FETCH_TIMEOUT;
+    let failed = |error: oneshot::Error, step: fn(oneshot::Error) -> FetchError| match error {
+        oneshot::Error::Connect(source) => FetchError::Connect(source),
+        oneshot::Error::ConnectTimeout
+        | oneshot::Error::HeadTimeout
+        | oneshot::Error::BodyTimeout => FetchError::Timeout(FETCH_TIMEOUT),
+        other => step(other),
+    };
     let uri: http::Uri = url.parse().map_err(FetchError::Url)?;
     let host = uri.host().ok_or(FetchError::NoHost)?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let port = uri.port_u16().unwrap_or(80);
     let authority = uri.authority().map_or(host, |a| a.as_str());
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
-    let tcp = tokio::net::TcpStream::connect((host, port))
+    let mut connection = oneshot::connect((host, port), None, by)
         .await
-        .map_err(FetchError::Connect)?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-        .await
-        .map_err(FetchError::Handshake)?;
-    // The connection lives as long as this exchange (the caller's timeout drops it).
-    let _connection = AbortOnDropHandle::new(tokio::spawn(connection));
+        .map_err(|e| failed(e, FetchError::Handshake))?;
     let req = http::Request::post(path)
         .header(http::header::HOST, authority)
         .header(http::header::CONTENT_TYPE, "application/ocsp-request")
         .header(http::header::ACCEPT, "application/ocsp-response")
         .body(Full::new(Bytes::copy_from_slice(request)))?;
-    let response = sender.send_request(req).await.map_err(FetchError::Send)?;
+    let response = connection
+        .send(req, by)
+        .await
+        .map_err(|e| failed(e, FetchError::Send))?;
     if response.status() != http::StatusCode::OK {
         return Err(FetchError::Status(response.status()));
     }
-    let body = Limited::new(response.into_body(), MAX_ANSWER)
-        .collect()
+    let body = oneshot::read_body(response.into_body(), MAX_ANSWER, by)
         .await
-        .map_err(FetchError::Read)?;
-    Ok(body.to_bytes().to_vec())
+        .map_err(|e| failed(e, FetchError::Read))?;
+    Ok(body.to_vec())
 }
 
 #[cfg(test)]

@@ -11,15 +11,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{Full, Limited};
+use http_body_util::Full;
 use hyper::Request;
-use hyper_util::rt::TokioIo;
 use instant_acme::{BytesResponse, HttpClient};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
-use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
+use tokio::time::Instant;
+
+use crate::oneshot;
 
 type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
@@ -27,7 +27,7 @@ type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 const MAX_BODY: usize = 1 << 20;
 /// How long connecting and getting an answer's head may take.
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a connection may live, body included.
+/// How long an exchange may take, body included.
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 
 /// Why the client cannot be made (the listener's `ca_file`, or rustls).
@@ -53,7 +53,7 @@ pub(super) enum AcmeHttpError {
 
 /// instant-acme's [`HttpClient`] over hyper and tokio-rustls.
 pub(super) struct AcmeHttp {
-    tls: TlsConnector,
+    tls: Arc<ClientConfig>,
 }
 
 impl AcmeHttp {
@@ -82,7 +82,7 @@ impl AcmeHttp {
             .with_root_certificates(roots)
             .with_no_client_auth();
         Ok(AcmeHttp {
-            tls: TlsConnector::from(Arc::new(config)),
+            tls: Arc::new(config),
         })
     }
 }
@@ -105,19 +105,17 @@ impl HttpClient for AcmeHttp {
         req: Request<Full<Bytes>>,
     ) -> Pin<Box<dyn Future<Output = Result<BytesResponse, instant_acme::Error>> + Send>> {
         let tls = self.tls.clone();
-        Box::pin(async move {
-            match tokio::time::timeout(EXCHANGE_TIMEOUT, exchange(tls, req)).await {
-                Ok(Ok(response)) => Ok(response),
-                Ok(Err(error)) => Err(instant_acme::Error::Other(error)),
-                Err(_) => Err(instant_acme::Error::Other(
-                    format!("no answer within {EXCHANGE_TIMEOUT:?}").into(),
-                )),
-            }
-        })
+        Box::pin(async move { exchange(tls, req).await.map_err(instant_acme::Error::Other) })
     }
 }
 
-async fn exchange(tls: TlsConnector, req: Request<Full<Bytes>>) -> Result<BytesResponse, BoxError> {
+/// `req` over a fresh connection: the answer's head within [`EXCHANGE_TIMEOUT`], its body
+/// (at most [`MAX_BODY`]) within [`CONNECTION_LIFETIME`], both from the start.
+async fn exchange(
+    tls: Arc<ClientConfig>,
+    req: Request<Full<Bytes>>,
+) -> Result<BytesResponse, BoxError> {
+    let start = Instant::now();
     let (mut parts, body) = req.into_parts();
     let uri = parts.uri.clone();
     let https = match uri.scheme_str() {
@@ -145,34 +143,31 @@ async fn exchange(tls: TlsConnector, req: Request<Full<Bytes>>) -> Result<BytesR
         .headers
         .insert(http::header::HOST, http::HeaderValue::from_str(&authority)?);
     let req = Request::from_parts(parts, body);
-    let tcp = TcpStream::connect((host.as_str(), port)).await?;
-    let _ = tcp.set_nodelay(true);
-    let response = if https {
-        let name = ServerName::try_from(host.clone())?;
-        let stream = tls.connect(name, tcp).await?;
-        send(TokioIo::new(stream), req).await?
+    let tls = if https {
+        Some(oneshot::Tls {
+            config: tls,
+            name: ServerName::try_from(host.clone())?,
+        })
     } else {
-        send(TokioIo::new(tcp), req).await?
+        None
     };
+    let by = start + EXCHANGE_TIMEOUT;
+    let timed_out = |error: oneshot::Error| -> BoxError {
+        match error {
+            oneshot::Error::ConnectTimeout | oneshot::Error::HeadTimeout => {
+                format!("no answer within {EXCHANGE_TIMEOUT:?}").into()
+            }
+            other => other.into(),
+        }
+    };
+    let mut connection = oneshot::connect((host.as_str(), port), tls, by)
+        .await
+        .map_err(timed_out)?;
+    let response = connection.send(req, by).await.map_err(timed_out)?;
     let (parts, body) = response.into_parts();
+    let body = oneshot::read_body(body, MAX_BODY, start + CONNECTION_LIFETIME).await?;
     Ok(BytesResponse::from(hyper::Response::from_parts(
         parts,
-        Limited::new(body, MAX_BODY),
+        Full::new(body),
     )))
-}
-
-async fn send<T>(
-    io: TokioIo<T>,
-    req: Request<Full<Bytes>>,
-) -> Result<hyper::Response<hyper::body::Incoming>, BoxError>
-where
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(io).await?;
-    // The connection ends with the exchange, or after its lifetime at the latest (a body that
-    // trickles forever is cut there).
-    tokio::spawn(async move {
-        let _ = tokio::time::timeout(CONNECTION_LIFETIME, connection).await;
-    });
-    Ok(sender.send_request(req).await?)
 }

@@ -159,7 +159,7 @@ enum DeliveryError {
     #[error("connecting to {addr} failed: {source}")]
     Connect { addr: SocketAddr, source: io::Error },
     #[error("the HTTP exchange failed: {0}")]
-    Http(#[from] hyper::Error),
+    Http(#[source] crate::oneshot::Error),
     #[error("the request could not be built: {0}")]
     Request(#[from] http::Error),
     #[error("the receiver answered {0}")]

@@ -7,14 +7,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_TYPE, HOST, USER_AGENT};
 use http_body_util::Full;
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
-use tokio_util::task::AbortOnDropHandle;
+use tokio::time::Instant;
 
 use super::{Alert, AlertStats, DeliveryError};
 use crate::config::WebhookConfig;
+use crate::oneshot;
 
 /// The `User-Agent` of webhook requests.
 const AGENT: &str = concat!("capataz/", env!("CARGO_PKG_VERSION"));
@@ -32,11 +30,9 @@ pub(super) async fn run_webhook(
         let mut attempts = 0;
         let outcome = loop {
             attempts += 1;
-            let attempt = tokio::time::timeout(hook.timeout, post(&hook, body.clone())).await;
-            let error = match attempt {
-                Ok(Ok(())) => break Ok(()),
-                Ok(Err(error)) => error,
-                Err(_) => DeliveryError::Timeout(hook.timeout),
+            let error = match post(&hook, body.clone()).await {
+                Ok(()) => break Ok(()),
+                Err(error) => error,
             };
             if attempts > hook.retries {
                 break Err(error);
@@ -71,27 +67,30 @@ pub(super) fn retry_delay(backoff: Duration, retry: u32) -> Duration {
     backoff.saturating_mul(factor).min(MAX_BACKOFF.max(backoff))
 }
 
-/// One POST over a fresh connection. A 2xx answer is success.
+/// One POST over a fresh connection, answered within the hook's timeout. A 2xx answer is
+/// success.
 async fn post(hook: &WebhookConfig, body: Bytes) -> Result<(), DeliveryError> {
-    let stream = TcpStream::connect(hook.socket_addr)
-        .await
-        .map_err(|source| DeliveryError::Connect {
+    let by = Instant::now() + hook.timeout;
+    let failed = |error: oneshot::Error| match error {
+        oneshot::Error::Connect(source) => DeliveryError::Connect {
             addr: hook.socket_addr,
             source,
-        })?;
-    let (mut sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
-    // The connection runs beside the request. The guard stops it when this attempt ends,
-    // including when its timeout drops this future.
-    let _connection = AbortOnDropHandle::new(tokio::spawn(async move {
-        let _ = connection.await;
-    }));
+        },
+        oneshot::Error::ConnectTimeout | oneshot::Error::HeadTimeout => {
+            DeliveryError::Timeout(hook.timeout)
+        }
+        other => DeliveryError::Http(other),
+    };
+    let mut connection = oneshot::connect(hook.socket_addr, None, by)
+        .await
+        .map_err(failed)?;
     let request = http::Request::post(&hook.path)
         .header(HOST, &hook.host)
         .header(CONTENT_TYPE, "application/json")
         .header(USER_AGENT, AGENT)
         .header(CONNECTION, "close")
         .body(Full::new(body))?;
-    let response = sender.send_request(request).await?;
+    let response = connection.send(request, by).await.map_err(failed)?;
     match response.status() {
         status if status.is_success() => Ok(()),
         status => Err(DeliveryError::Status(status)),

@@ -12,16 +12,14 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
-use tokio::net::TcpStream;
-use tokio::task::JoinHandle;
-use tokio::time::timeout;
+use tokio::time::{timeout_at, Instant};
 
 use super::wire::WatchLine;
 use crate::config::{EtcdEndpoint, EtcdToken};
+use crate::oneshot;
 
 /// The largest answer to an authentication (a token).
 const MAX_TOKEN_ANSWER: usize = 64 << 10;
@@ -34,43 +32,37 @@ pub(crate) const MAX_ANSWER: usize = 64 << 20;
 pub(crate) const MAX_LINE: usize = 32 << 20;
 
 /// A connection's request sender, its driver task aborted on drop.
-struct Connection {
-    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
-    driver: JoinHandle<()>,
+type Connection = oneshot::Connection<Full<Bytes>>;
+
+/// When a call or the opening of a watch must be done, and what it says when it is not.
+struct Due {
+    by: Instant,
+    late: String,
 }
 
-impl Drop for Connection {
-    fn drop(&mut self) {
-        self.driver.abort();
-    }
-}
-
-/// Connects to `endpoint` (its name resolved on the blocking pool, by tokio) within
-/// `deadline`: TCP, then TLS for an `https://` endpoint (etcd's certificate verified against
-/// the source's roots, the source's client certificate presented when etcd asks), then
-/// HTTP/1.1.
-async fn connect(endpoint: &EtcdEndpoint, deadline: Duration) -> Result<Connection, String> {
+/// Connects to `endpoint` (its name resolved on the blocking pool, by tokio) by `by`: TCP,
+/// then TLS for an `https://` endpoint (etcd's certificate verified against the source's
+/// roots, the source's client certificate presented when etcd asks), then HTTP/1.1.
+async fn connect(endpoint: &EtcdEndpoint, by: Instant) -> Result<Connection, String> {
     let attempt = async {
         let addresses = tokio::net::lookup_host((endpoint.host.as_str(), endpoint.port))
             .await
             .map_err(|e| format!("cannot resolve {}: {e}", endpoint.url))?;
         let mut last = format!("{} has no address", endpoint.url);
         for address in addresses.take(8) {
-            match TcpStream::connect(address).await {
+            match oneshot::tcp(address).await {
                 Ok(stream) => {
-                    let _ = stream.set_nodelay(true);
                     let Some(tls) = &endpoint.access.tls else {
                         return handshake(stream, endpoint).await;
                     };
-                    let client = tls.client.clone().ok_or_else(|| {
+                    let config = tls.client.clone().ok_or_else(|| {
                         format!("{}: the TLS files were not loaded", endpoint.url)
                     })?;
                     let name = tls.server_name.as_deref().unwrap_or(&endpoint.host);
                     let name = ServerName::try_from(name.to_owned()).map_err(|_| {
                         format!("{}: {name:?} is not a name TLS can verify", endpoint.url)
                     })?;
-                    let stream = tokio_rustls::TlsConnector::from(client)
-                        .connect(name, stream)
+                    let stream = oneshot::tls(stream, oneshot::Tls { config, name })
                         .await
                         .map_err(|e| {
                             format!(
@@ -78,17 +70,23 @@ async fn connect(endpoint: &EtcdEndpoint, deadline: Duration) -> Result<Connecti
                                  source's tls.ca_file, tls.server_name, and tls.cert and \
                                  tls.key when etcd asks for a client certificate)",
                                 endpoint.url,
-                                chain(&e)
+                                inner(&e)
                             )
                         })?;
                     return handshake(stream, endpoint).await;
                 }
-                Err(e) => last = format!("cannot connect to {} ({address}): {e}", endpoint.url),
+                Err(e) => {
+                    last = format!(
+                        "cannot connect to {} ({address}): {}",
+                        endpoint.url,
+                        inner(&e)
+                    );
+                }
             }
         }
         Err(last)
     };
-    timeout(deadline, attempt)
+    timeout_at(by, attempt)
         .await
         .map_err(|_| format!("connecting to {} timed out", endpoint.url))?
 }
@@ -96,15 +94,20 @@ async fn connect(endpoint: &EtcdEndpoint, deadline: Duration) -> Result<Connecti
 /// HTTP/1.1 over a connected `io`.
 async fn handshake<T>(io: T, endpoint: &EtcdEndpoint) -> Result<Connection, String>
 where
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + oneshot::Peer + Unpin + Send + 'static,
 {
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+    Connection::over(io)
         .await
-        .map_err(|e| format!("{}: {}", endpoint.url, chain(&e)))?;
-    let driver = tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    Ok(Connection { sender, driver })
+        .map_err(|e| format!("{}: {}", endpoint.url, chain(&e)))
+}
+
+/// The error under a step's own words (the IO error of connecting or of TLS), as one line.
+fn inner(error: &oneshot::Error) -> String {
+    match error {
+        oneshot::Error::Connect(e) => e.to_string(),
+        oneshot::Error::Tls(e) => chain(e),
+        other => chain(other),
+    }
 }
 
 /// An error and its sources, as one line (a TLS alert inside a hyper error, for one).
@@ -164,6 +167,7 @@ async fn send(
     path: &str,
     body: String,
     token: &EtcdToken,
+    due: &Due,
 ) -> Result<Result<Incoming, Refusal>, String> {
     let mut request = hyper::Request::post(path)
         .header(
@@ -178,12 +182,10 @@ async fn send(
     let request = request
         .body(Full::new(Bytes::from(body)))
         .map_err(|_| format!("building a request to {}{path} failed", endpoint.url))?;
-    connection
-        .sender
-        .ready()
-        .await
-        .map_err(|e| format!("{}{path}: {}", endpoint.url, chain(&e)))?;
-    let response = connection.sender.send_request(request).await.map_err(|e| {
+    let response = connection.send(request, due.by).await.map_err(|e| {
+        if matches!(e, oneshot::Error::HeadTimeout) {
+            return due.late.clone();
+        }
         let error = chain(&e);
         // TLS 1.3: etcd checks the client certificate after the handshake, and says so
         // with an alert on the first request.
@@ -197,11 +199,10 @@ async fn send(
     })?;
     let (parts, body) = response.into_parts();
     if parts.status != hyper::StatusCode::OK {
-        let text = Limited::new(body, 4096)
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
+        let text = match oneshot::read_body(body, 4096, due.by).await {
+            Err(oneshot::Error::BodyTimeout) => return Err(due.late.clone()),
+            read => read.unwrap_or_default(),
+        };
         let message = serde_json::from_slice::<serde_json::Value>(&text)
             .ok()
             .and_then(|v| v.get("message").and_then(|m| m.as_str()).map(str::to_owned))
@@ -222,6 +223,7 @@ async fn token(
     connection: &mut Connection,
     endpoint: &EtcdEndpoint,
     refused: Option<&EtcdToken>,
+    due: &Due,
 ) -> Result<(EtcdToken, bool), String> {
     let Some(auth) = &endpoint.access.auth else {
         return Ok((EtcdToken::None, true));
@@ -239,6 +241,7 @@ async fn token(
         path,
         request.to_string(),
         &EtcdToken::None,
+        due,
     )
     .await?
     {
@@ -257,11 +260,7 @@ async fn token(
             ))
         }
     };
-    let answer = Limited::new(body, MAX_TOKEN_ANSWER)
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .map_err(|e| format!("reading {}{path}: {e}", endpoint.url))?;
+    let answer = read(body, MAX_TOKEN_ANSWER, endpoint, path, due).await?;
     let token = serde_json::from_slice::<serde_json::Value>(&answer)
         .ok()
         .and_then(|v| v.get("token").and_then(|t| t.as_str()).map(str::to_owned))
@@ -284,16 +283,25 @@ async fn authorized(
     endpoint: &EtcdEndpoint,
     path: &str,
     body: &str,
-    deadline: Duration,
+    due: &Due,
 ) -> Result<(Connection, Incoming, EtcdToken, bool), String> {
-    let mut connection = connect(endpoint, deadline).await?;
-    let (token, fresh) = token(&mut connection, endpoint, None).await?;
-    match send(&mut connection, endpoint, path, body.to_owned(), &token).await? {
+    let mut connection = connect(endpoint, due.by).await?;
+    let (token, fresh) = token(&mut connection, endpoint, None, due).await?;
+    match send(
+        &mut connection,
+        endpoint,
+        path,
+        body.to_owned(),
+        &token,
+        due,
+    )
+    .await?
+    {
         Ok(answer) => Ok((connection, answer, token, fresh)),
         Err(refusal) if !fresh && refusal.is_auth() => {
             tracing::debug!(endpoint = %endpoint.url, "etcd refused the token: authenticating again");
             let (connection, answer, token) =
-                reauthorized(endpoint, path, body, deadline, &token).await?;
+                reauthorized(endpoint, path, body, due, &token).await?;
             Ok((connection, answer, token, true))
         }
         Err(refusal) => Err(refusal.say(endpoint, path)),
@@ -306,14 +314,21 @@ async fn reauthorized(
     endpoint: &EtcdEndpoint,
     path: &str,
     body: &str,
-    deadline: Duration,
+    due: &Due,
     refused: &EtcdToken,
 ) -> Result<(Connection, Incoming, EtcdToken), String> {
-    let mut connection = connect(endpoint, deadline).await?;
-    let (token, _) = token(&mut connection, endpoint, Some(refused)).await?;
-    let answer = send(&mut connection, endpoint, path, body.to_owned(), &token)
-        .await?
-        .map_err(|refusal| refusal.say(endpoint, path))?;
+    let mut connection = connect(endpoint, due.by).await?;
+    let (token, _) = token(&mut connection, endpoint, Some(refused), due).await?;
+    let answer = send(
+        &mut connection,
+        endpoint,
+        path,
+        body.to_owned(),
+        &token,
+        due,
+    )
+    .await?
+    .map_err(|refusal| refusal.say(endpoint, path))?;
     Ok((connection, answer, token))
 }
 
@@ -325,17 +340,33 @@ pub(crate) async fn call(
     body: String,
     deadline: Duration,
 ) -> Result<Bytes, String> {
-    let exchange = async {
-        let (_connection, body, _, _) = authorized(endpoint, path, &body, deadline).await?;
-        Limited::new(body, MAX_ANSWER)
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .map_err(|e| format!("reading {}{path}: {e}", endpoint.url))
+    let due = Due {
+        by: Instant::now() + deadline,
+        late: format!("{}{path} timed out after {deadline:?}", endpoint.url),
     };
-    timeout(deadline, exchange)
+    let exchange = async {
+        let (_connection, body, _, _) = authorized(endpoint, path, &body, &due).await?;
+        read(body, MAX_ANSWER, endpoint, path, &due).await
+    };
+    timeout_at(due.by, exchange)
         .await
-        .map_err(|_| format!("{}{path} timed out after {deadline:?}", endpoint.url))?
+        .map_err(|_| due.late.clone())?
+}
+
+/// The answer `body` to `path`, at most `limit` bytes, by `due`.
+async fn read(
+    body: Incoming,
+    limit: usize,
+    endpoint: &EtcdEndpoint,
+    path: &str,
+    due: &Due,
+) -> Result<Bytes, String> {
+    oneshot::read_body(body, limit, due.by)
+        .await
+        .map_err(|e| match e {
+            oneshot::Error::BodyTimeout => due.late.clone(),
+            other => format!("reading {}{path}: {other}", endpoint.url),
+        })
 }
 
 /// A running watch: the stream of its answer, line by line.
@@ -368,9 +399,13 @@ impl Watch {
         deadline: Duration,
     ) -> Result<Watch, String> {
         let path = "/v3/watch";
+        let due = Due {
+            by: Instant::now() + deadline,
+            late: format!("opening a watch on {} timed out", endpoint.url),
+        };
         let open = async {
             let (connection, body, token, fresh) =
-                authorized(endpoint, path, &request, deadline).await?;
+                authorized(endpoint, path, &request, &due).await?;
             let mut watch = Watch::new(connection, body);
             if fresh {
                 return Ok(watch);
@@ -385,12 +420,12 @@ impl Watch {
             }
             tracing::debug!(endpoint = %endpoint.url, "etcd refused the watch's token: authenticating again");
             let (connection, body, _) =
-                reauthorized(endpoint, path, &request, deadline, &token).await?;
+                reauthorized(endpoint, path, &request, &due, &token).await?;
             Ok(Watch::new(connection, body))
         };
-        timeout(deadline, open)
+        timeout_at(due.by, open)
             .await
-            .map_err(|_| format!("opening a watch on {} timed out", endpoint.url))?
+            .map_err(|_| due.late.clone())?
     }
 
     fn new(connection: Connection, body: Incoming) -> Watch {
