@@ -154,8 +154,7 @@ fn explain_standing(pool: &PoolRt, view: &BackendView) -> String {
     let fall = config.active.fall.get();
     let limit = config.passive.consecutive_errors.get();
     let next_probe = view
-        .backend
-        .next_probe()
+        .next_probe
         .filter(|_| config.active.kind != CheckKind::None)
         .map(|due| {
             format!(
@@ -514,8 +513,7 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
         })
     });
     let next_probe_in_ms = view
-        .backend
-        .next_probe()
+        .next_probe
         .filter(|_| pool.config.active.kind != CheckKind::None)
         .map(|due| due.saturating_sub(view.now).as_millis() as u64);
     json!({

@@ -103,8 +103,6 @@ pub struct BackendRt {
     /// The engine's `needs_traffic` for it as of the engine's last change: when false, good
     /// responses need not reach the engine.
     pub(crate) watched: AtomicBool,
-    /// When the next probe is due, in engine milliseconds (`u64::MAX`: none scheduled).
-    pub(crate) next_probe_ms: AtomicU64,
     /// Its latencies over the current window, when its pool detects latency outliers.
     pub latency: Option<LatencyBuckets>,
     /// Its judged outcomes over the current window, when its pool detects success-rate
@@ -142,13 +140,5 @@ impl BackendRt {
         let open = self.tunnels.receiver_count();
         self.tunnels.send_modify(|n| *n = n.wrapping_add(1));
         open
-    }
-
-    /// When the next probe is due, on the engine clock.
-    pub fn next_probe(&self) -> Option<Duration> {
-        match self.next_probe_ms.load(Ordering::Relaxed) {
-            u64::MAX => None,
-            ms => Some(Duration::from_millis(ms)),
-        }
     }
 }

@@ -4,8 +4,8 @@
 //! Every decision is the engine's (`capataz_health::Rotation`: verdicts, overrides with expiry,
 //! slow start, the all-down policy and its fail-open set). This module only feeds it inputs
 //! with the time, and `publish` turns what comes out into a new `Snapshot` (stored in the
-//! [`PoolHandle`]), log lines and broadcast [`Event`]s; `driver` runs the probe loops and the
-//! one timer.
+//! [`PoolHandle`]), log lines and broadcast [`Event`]s; `driver` runs the pool's one timer,
+//! which starts the checks the engine's schedule says are due (`checks`).
 //!
 //! The engine sits behind a mutex, with the per-backend records the admin API shows (recent
 //! probes, last transition); the mutex is held for a few instructions and never across an
@@ -16,8 +16,10 @@
 //! change); anything else reaches [`PoolRt`] as the handle's [`TrafficSink`].
 
 mod backend;
+mod checks;
 mod driver;
 mod membership;
+mod probes;
 mod publish;
 #[cfg(test)]
 mod tests;
@@ -25,14 +27,15 @@ mod view;
 
 use std::collections::{HashMap, VecDeque};
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime};
 
+use capataz_health::schedule::Timing as CheckTiming;
 use capataz_health::{
     AgentReport, AgentState, BackendHealth, Cadence, Carried, EjectionPolicy, Join,
     LatencyOutliers, LatencyWindow, LoadShedding, Outcome, Policy, ProbeIntervals, ProbeOutcome,
-    ProbeRule, Role, Rotation, Settings, State, SuccessRate, SuccessWindow, TrafficRule,
+    ProbeRule, Role, Rotation, Schedule, Settings, State, SuccessRate, SuccessWindow, TrafficRule,
     Transition, WhenAllDown,
 };
 use tokio::sync::{broadcast, Notify};
@@ -179,6 +182,16 @@ pub fn engine_settings(config: &PoolConfig) -> Settings {
     }
 }
 
+/// How often a pool's configuration checks its backends: the probe intervals, the jitter and
+/// the agent's interval.
+pub fn check_timing(config: &PoolConfig) -> CheckTiming {
+    CheckTiming {
+        intervals: probe_intervals(config),
+        jitter: config.active.jitter,
+        agent: config.agent.map(|agent| agent.interval),
+    }
+}
+
 /// The probe intervals a pool's configuration asks for, by [`Cadence`].
 pub fn probe_intervals(config: &PoolConfig) -> ProbeIntervals {
     ProbeIntervals {
@@ -271,14 +284,20 @@ impl PartialEq for BackendKey<'_> {
 
 impl Eq for BackendKey<'_> {}
 
-/// The engine and the per-backend records, under one lock.
+/// The engine (the rotation and its check schedule) and the per-backend records, under one
+/// lock.
 #[derive(Debug)]
 struct Inner {
     engine: Rotation,
+    /// When each backend is checked: empty until the pool's driver starts (`driver.rs`).
+    schedule: Schedule,
     info: Vec<Records>,
-    /// The engine time the timer sleeps until (`None`: it waits for a wake-up only). Set by
-    /// the timer when it reads `poll_timeout`, and by `publish` when it wakes it earlier.
+    /// The engine time of the rotation's next timeout as the driver knows it (`None`: none).
+    /// Set by the driver when it reads `poll_timeout`, and by `publish` when it wakes it earlier.
     armed: Option<Duration>,
+    /// The schedule's next due time the driver sleeps until (`None`: none); a check that ends
+    /// and schedules an earlier one wakes it.
+    wake: Option<Duration>,
 }
 
 /// Why an override could not be applied.
@@ -316,8 +335,9 @@ pub struct PoolRt {
     pub probing: Arc<ProbingSlot>,
 }
 
-/// Whether this instance probes a backend (shared probing): asked by each probe loop before
-/// each probe. Implemented by the fleet runtime, which `health` does not know.
+/// Whether this instance probes a backend (shared probing): asked for each due probe, under
+/// the pool's lock, and handed to the engine's schedule. Implemented by the fleet runtime,
+/// which `health` does not know.
 pub trait ProbeOwnership: Send + Sync + std::fmt::Debug {
     /// Whether this instance probes the backend at `address` of pool `pool`.
     fn owns(&self, pool: &str, address: &str) -> bool;
@@ -473,7 +493,6 @@ impl PoolRt {
                 traffic: TrafficRing::default(),
                 metrics: metrics.backend(&b.name),
                 watched: AtomicBool::new(false),
-                next_probe_ms: AtomicU64::new(u64::MAX),
                 latency: (config.passive.enabled && config.passive.latency_outliers.is_some())
                     .then(LatencyBuckets::default),
                 outcomes: (config.passive.enabled && config.passive.success_rate.is_some())
@@ -512,6 +531,7 @@ impl PoolRt {
             backends.push(Arc::new(rt));
         }
         let engine = Rotation::with_roles(settings, engine_policy(&config), joins, now);
+        let schedule = Schedule::new(check_timing(&config), 0);
         // A kept backend may carry an error streak, an ejection or a probation: its traffic
         // must reach the engine from the first response.
         for (i, rt) in backends.iter().enumerate() {
@@ -529,8 +549,10 @@ impl PoolRt {
                 )),
                 inner: Mutex::new(Inner {
                     engine,
+                    schedule,
                     info,
                     armed: None,
+                    wake: None,
                 }),
                 events,
                 clock,
@@ -576,52 +598,54 @@ impl PoolRt {
         self.lock().engine.requalify_passes()
     }
 
-    /// Whether the engine wants `backend` probed now (not while it is in maintenance).
-    pub fn wants_probes(&self, backend: usize) -> bool {
-        self.lock().engine.wants_probes(backend)
-    }
-
     /// Feeds one probe outcome to the engine, and says which probe interval applies to the
-    /// backend next (the engine's [`Cadence`]).
+    /// backend next (the engine's [`Cadence`]). What the probe came to reaches the tap, the
+    /// metrics, the probe history and the traces from the engine's output (`publish`).
     pub fn record_probe(
         &self,
         backend: usize,
         outcome: impl Into<ProbeOutcome>,
         latency: Duration,
     ) -> Cadence {
-        let outcome = outcome.into();
-        let now = self.clock.now();
         let mut inner = self.lock();
-        let result = inner.engine.handle_probe(backend, outcome, now);
-        let cadence = inner.engine.cadence(backend);
-        let recorded = match outcome.mismatch {
-            Some(_) => Outcome::Malformed,
-            None => outcome.outcome,
-        };
-        self.handle
-            .tap
-            .record(backend, crate::balance::tap::Recorded::Probe(recorded));
-        self.backends[backend].metrics.probe(result, latency);
-        let probes = &mut inner.info[backend].probes;
-        if probes.len() == HISTORY {
-            probes.pop_front();
+        self.finish_probe(&mut inner, backend, outcome.into(), latency);
+        inner.engine.cadence(backend)
+    }
+
+    /// Hands the engine how `backend`'s probe ended (its schedule takes the next one from
+    /// there when the driver started it), publishes, and wakes the driver if the next check
+    /// is now due earlier than it sleeps.
+    fn finish_probe(
+        &self,
+        inner: &mut Inner,
+        backend: usize,
+        outcome: ProbeOutcome,
+        latency: Duration,
+    ) {
+        let now = self.clock.now();
+        let Inner {
+            engine, schedule, ..
+        } = inner;
+        schedule.handle_probe(engine, backend, outcome, latency, now);
+        self.publish(inner, now, false);
+        self.wake_for_schedule(inner);
+    }
+
+    /// Wakes the driver if the schedule's next due time is earlier than the one it sleeps
+    /// until.
+    fn wake_for_schedule(&self, inner: &mut Inner) {
+        let due = inner.schedule.poll_timeout();
+        if due.is_some_and(|due| inner.wake.is_none_or(|wake| due < wake)) {
+            inner.wake = due;
+            self.timer.notify_one();
         }
-        probes.push_back(ProbeRecord {
-            outcome,
-            result,
-            latency,
-            at: self.clock.wall(now),
-        });
-        tracing::trace!(
-            pool = %self.name,
-            backend = %self.backends[backend].name,
-            outcome = %outcome,
-            result = result.as_str(),
-            latency_us = latency.as_micros() as u64,
-            "probe"
-        );
-        self.publish(&mut inner, now, false);
-        cadence
+    }
+
+    /// When `backend` is next probed, on the engine clock (while a probe is under way: when it
+    /// was due); `None` when it is not probed (no checks, `track`, or the pool's driver not
+    /// started).
+    pub fn next_probe(&self, backend: usize) -> Option<Duration> {
+        self.lock().schedule.next_probe(backend)
     }
 
     /// Per backend, in pool order, under one lock: the load-shedding relief it has left (zero
@@ -691,16 +715,29 @@ impl PoolRt {
 
     /// Feeds one agent answer to the engine (a failed exchange is no input at all).
     pub fn record_agent(&self, backend: usize, report: AgentReport) {
-        let now = self.clock.now();
         let mut inner = self.lock();
-        let state = inner.engine.handle_agent(backend, report, now);
-        tracing::trace!(
-            pool = %self.name,
-            backend = %self.backends[backend].name,
-            agent = %state,
-            "agent"
-        );
-        self.publish(&mut inner, now, false);
+        self.finish_agent(&mut inner, backend, Some(report));
+    }
+
+    /// Hands the engine how `backend`'s agent exchange ended (`None`: it failed, no input),
+    /// publishes, and wakes the driver for the next exchange if need be.
+    fn finish_agent(&self, inner: &mut Inner, backend: usize, report: Option<AgentReport>) {
+        let now = self.clock.now();
+        let Inner {
+            engine, schedule, ..
+        } = inner;
+        let answered = report.is_some();
+        let state = schedule.handle_agent(engine, backend, report, now);
+        if answered {
+            tracing::trace!(
+                pool = %self.name,
+                backend = %self.backends[backend].name,
+                agent = %state,
+                "agent"
+            );
+        }
+        self.publish(inner, now, false);
+        self.wake_for_schedule(inner);
     }
 
     /// What `backend`'s agent last said (the default, `up` at 100 %, before it said anything).

@@ -93,6 +93,9 @@ pub struct BackendView {
     pub shed: Option<capataz_health::Shed>,
     /// Which probe interval applies to it now.
     pub cadence: Cadence,
+    /// When it is next probed, on the engine clock (the engine's schedule; while a probe is
+    /// under way, when that one was due); `None` when it is not probed.
+    pub next_probe: Option<Duration>,
     /// Engine time of the copy.
     pub now: Duration,
 }
@@ -186,6 +189,7 @@ impl PoolRt {
             agent: engine.agent(i),
             shed: engine.shed(i),
             cadence: engine.cadence(i),
+            next_probe: inner.schedule.next_probe(i),
             now,
         }
     }
