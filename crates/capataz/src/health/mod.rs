@@ -21,11 +21,12 @@ mod driver;
 mod membership;
 mod probes;
 mod publish;
+mod records;
 #[cfg(test)]
 mod tests;
 mod view;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -233,7 +234,7 @@ pub fn engine_policy(config: &PoolConfig) -> Policy {
 /// What the runtime remembers of one backend beside its engine state.
 #[derive(Clone, Debug)]
 struct Records {
-    pub(super) probes: VecDeque<ProbeRecord>,
+    pub(super) probes: records::ProbeRing,
     pub(super) last_transition: Option<(SystemTime, Transition)>,
     pub(super) since: SystemTime,
     /// When the backend joined the pool (kept while it stays, across reloads and updates).
@@ -243,7 +244,7 @@ struct Records {
 impl Records {
     fn new(since: SystemTime) -> Records {
         Records {
-            probes: VecDeque::with_capacity(HISTORY),
+            probes: records::ProbeRing::default(),
             last_transition: None,
             since,
             joined: since,
@@ -494,7 +495,7 @@ impl PoolRt {
                 metrics: metrics.backend(&b.name),
                 watched: AtomicBool::new(false),
                 latency: (config.passive.enabled && config.passive.latency_outliers.is_some())
-                    .then(LatencyBuckets::default),
+                    .then(Box::default),
                 outcomes: (config.passive.enabled && config.passive.success_rate.is_some())
                     .then(OutcomeCounts::default),
                 latency_totals: match (&kept, previous) {
@@ -504,8 +505,12 @@ impl PoolRt {
                 // A kept backend keeps its tunnels' signal: a tunnel opened before a reload is
                 // still closed by a DOWN after it.
                 tunnels: match (&kept, previous) {
-                    (Some((i, ..)), Some(p)) => p.backends[*i].tunnels.clone(),
-                    _ => Arc::new(tokio::sync::watch::Sender::new(0)),
+                    (Some((i, ..)), Some(p)) if p.backends[*i].tunnels.is_some() => {
+                        p.backends[*i].tunnels.clone()
+                    }
+                    _ => config
+                        .close_tunnels_on_down
+                        .then(|| Arc::new(tokio::sync::watch::Sender::new(0))),
                 },
             };
             match (kept, previous) {
@@ -692,7 +697,7 @@ impl PoolRt {
             State::Up => active.pass_streak,
             State::Down => active.fail_streak,
         };
-        let last = inner.info[backend].probes.back().map(|p| p.outcome.outcome);
+        let last = inner.info[backend].probes.last_outcome();
         Some((active.state, streak, last))
     }
 
@@ -790,7 +795,7 @@ impl PoolRt {
             .iter()
             .map(|b| {
                 b.latency
-                    .as_ref()
+                    .as_deref()
                     .map(LatencyBuckets::drain)
                     .unwrap_or_default()
             })

@@ -5,7 +5,7 @@
 
 use capataz_health::{Outcome, Probed};
 
-use super::{Inner, PoolRt, ProbeRecord, HISTORY};
+use super::{Inner, PoolRt, ProbeRecord};
 use crate::balance::tap::Recorded;
 
 impl PoolRt {
@@ -31,11 +31,7 @@ impl PoolRt {
         };
         self.handle.tap.record(backend, Recorded::Probe(recorded));
         self.backends[backend].metrics.probe(result, latency);
-        let probes = &mut inner.info[backend].probes;
-        if probes.len() == HISTORY {
-            probes.pop_front();
-        }
-        probes.push_back(ProbeRecord {
+        inner.info[backend].probes.push(&ProbeRecord {
             outcome,
             result,
             latency,

@@ -149,6 +149,21 @@ impl PoolRt {
         (Arc::clone(&snapshot), views)
     }
 
+    /// [`PoolRt::views`], with only each backend's last probe in `info.probes` (what its
+    /// explain sentence reads): for the dashboard's sampler, which copies every backend every
+    /// few seconds (their whole probe histories would be 27 MB at 10,000 backends).
+    pub fn views_with_last_probe(&self) -> Vec<BackendView> {
+        let now = self.clock.now();
+        let inner = self.lock();
+        let snapshot = self.snapshot();
+        (0..self.backends.len())
+            .map(|i| {
+                let last = inner.info[i].probes.last_record().into_iter().collect();
+                self.view_with(&inner, &snapshot, i, now, last)
+            })
+            .collect()
+    }
+
     /// A consistent copy of everything known about backend `index` (which must exist), without
     /// copying the others'.
     pub fn view_of(&self, index: usize) -> BackendView {
@@ -161,6 +176,19 @@ impl PoolRt {
     /// Backend `i`'s view; `snapshot` was loaded under the lock `inner` comes from, so it is
     /// the one the engine's state published.
     fn view(&self, inner: &Inner, snapshot: &Snapshot, i: usize, now: Duration) -> BackendView {
+        let probes = inner.info[i].probes.records();
+        self.view_with(inner, snapshot, i, now, probes)
+    }
+
+    /// [`PoolRt::view`] with `probes` for its recent probes.
+    fn view_with(
+        &self,
+        inner: &Inner,
+        snapshot: &Snapshot,
+        i: usize,
+        now: Duration,
+        probes: VecDeque<ProbeRecord>,
+    ) -> BackendView {
         let engine = &inner.engine;
         let records = &inner.info[i];
         BackendView {
@@ -168,7 +196,7 @@ impl PoolRt {
             backend: self.backends[i].clone(),
             health: *engine.pool().backend(i),
             info: BackendInfo {
-                probes: records.probes.clone(),
+                probes,
                 last_transition: records.last_transition,
                 since: records.since,
                 joined: records.joined,

@@ -123,7 +123,9 @@ pub async fn probe_once_sending(
         match kind {
             CheckKind::Grpc => {
                 let probe = H2Probe::grpc("", host, tls.is_some());
-                return Ok(probe_h2(&probe, addr, timeout, tls).await);
+                // Boxed, as the TLS exchange below: the plain probe's future stays small
+                // (about 1 KB beside 9), which matters for every probe under way.
+                return Ok(Box::pin(probe_h2(&probe, addr, timeout, tls)).await);
             }
             CheckKind::Http => http_probe(addr, path, host, tls, preamble).await,
             CheckKind::Tcp if preamble.is_empty() => TcpStream::connect(addr)
@@ -161,11 +163,21 @@ async fn http_probe(
     let stream = connect(addr, preamble).await?;
     match tls {
         None => status_line(stream, path, host).await,
-        Some(tls) => match tls.connect_probe(stream).await {
-            Ok(stream) => status_line(stream, path, host).await,
-            Err(error) if error.kind() == io::ErrorKind::InvalidData => Ok(Outcome::Tls),
-            Err(error) => Err(error),
-        },
+        Some(tls) => Box::pin(status_line_over_tls(tls, stream, path, host)).await,
+    }
+}
+
+/// [`status_line`] after a TLS handshake on `stream`.
+async fn status_line_over_tls(
+    tls: &Connector,
+    stream: TcpStream,
+    path: &str,
+    host: &str,
+) -> io::Result<Outcome> {
+    match tls.connect_probe(stream).await {
+        Ok(stream) => status_line(stream, path, host).await,
+        Err(error) if error.kind() == io::ErrorKind::InvalidData => Ok(Outcome::Tls),
+        Err(error) => Err(error),
     }
 }
 

@@ -592,10 +592,11 @@ impl Proxy {
                     }
                     match client_upgrade {
                         Some(client_upgrade) => {
-                            let closing = pool
-                                .config
-                                .close_tunnels_on_down
-                                .then(|| pool.backends[index].tunnels.subscribe());
+                            let closing = pool.backends[index]
+                                .tunnels
+                                .as_ref()
+                                .filter(|_| pool.config.close_tunnels_on_down)
+                                .map(|tunnels| tunnels.subscribe());
                             tunnel(client_upgrade, stream, early, self.tunnel_idle, closing);
                         }
                         // A 101 nobody asked for: the client gets it, and nothing else.
