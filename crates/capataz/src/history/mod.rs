@@ -13,6 +13,7 @@
 //! event, and by the admin API's two pages (`GET /history/events`, `GET /history/series`).
 
 mod series;
+mod sparse;
 mod timeline;
 
 use std::collections::VecDeque;
