@@ -476,8 +476,11 @@ impl PoolRt {
             if let Some(p) = previous {
                 tests::note_build_beside_old_pool(p.inner.try_lock().is_err());
             }
+            // One copy of the name, which the metrics' counters are keyed by too.
+            let name: Arc<str> = b.name.as_str().into();
             let rt = BackendRt {
-                name: b.name.as_str().into(),
+                metrics: metrics.backend(&name),
+                name,
                 address: b.address.clone(),
                 weight: b.weight,
                 upstream: speaking(
@@ -492,7 +495,6 @@ impl PoolRt {
                 ),
                 in_flight: AtomicUsize::new(0),
                 traffic: TrafficRing::default(),
-                metrics: metrics.backend(&b.name),
                 watched: AtomicBool::new(false),
                 latency: (config.passive.enabled && config.passive.latency_outliers.is_some())
                     .then(Box::default),
