@@ -231,6 +231,85 @@ pub fn engine_policy(config: &PoolConfig) -> Policy {
     }
 }
 
+/// What each backend of `config` carries over from the same backend (by name and address) of
+/// `previous`: its index there, its engine state and its records (moved out of `previous`
+/// when `share`, a membership update retiring it; copied otherwise).
+///
+/// The old pool's lock is held only to copy what kept backends carry over, not while the new
+/// backends are built (their connections and metric handles): its probes and traffic, and the
+/// admin API reading it, wait on that lock, on runtime threads.
+fn carried_over(
+    config: &PoolConfig,
+    previous: Option<&PoolRt>,
+    share: bool,
+) -> Vec<Option<(usize, Carried, Records)>> {
+    let Some(p) = previous else {
+        return config.backends.iter().map(|_| None).collect();
+    };
+    // The old pool's backends by name and address: one lookup per backend, so a pool of
+    // thousands rebuilds in linear time.
+    let old_index: HashMap<BackendKey<'_>, usize> = p
+        .backends
+        .iter()
+        .enumerate()
+        .map(|(i, old)| (BackendKey::new(&old.name, &old.address), i))
+        .collect();
+    let mut inner = p.lock();
+    config
+        .backends
+        .iter()
+        .map(|b| {
+            let i = *old_index.get(&BackendKey::new(&b.name, &b.address))?;
+            let record = if share {
+                // A membership update retires the old build: its probe history moves instead
+                // of being copied (megabytes at 5,000 backends, each update, which the
+                // allocator's per-thread arenas kept).
+                inner.info[i].take()
+            } else {
+                inner.info[i].clone()
+            };
+            Some((i, inner.engine.carry(i), record))
+        })
+        .collect()
+}
+
+/// A new runtime for backend `b` of the pool `config` configures; `old` is the same backend
+/// in the pool's previous build, whose latency totals and tunnels' signal it keeps.
+fn new_backend(
+    config: &PoolConfig,
+    b: &crate::config::BackendConfig,
+    tls: Option<&PoolTls>,
+    metrics: &crate::instruments::PoolMetrics,
+    old: Option<&BackendRt>,
+) -> BackendRt {
+    // One copy of the name, which the metrics' counters are keyed by too.
+    let name: Arc<str> = b.name.as_str().into();
+    let upstream = Upstream::new(b.socket_addr, config.timeouts.connect, config.timeouts.idle)
+        .with_proxy_protocol(config.send_proxy_protocol);
+    let passive = &config.passive;
+    BackendRt {
+        metrics: metrics.backend(&name),
+        name,
+        address: b.address.clone(),
+        weight: b.weight,
+        upstream: speaking(with_tls(upstream, tls, config, &b.address), config.protocol),
+        in_flight: AtomicUsize::new(0),
+        traffic: TrafficRing::default(),
+        watched: AtomicBool::new(false),
+        latency: (passive.enabled && passive.latency_outliers.is_some()).then(Box::default),
+        outcomes: (passive.enabled && passive.success_rate.is_some()).then(OutcomeCounts::default),
+        latency_totals: old.map_or_else(Arc::default, |old| old.latency_totals.clone()),
+        // A kept backend keeps its tunnels' signal: a tunnel opened before a reload is still
+        // closed by a DOWN after it.
+        tunnels: match old.and_then(|old| old.tunnels.clone()) {
+            Some(tunnels) => Some(tunnels),
+            None => config
+                .close_tunnels_on_down
+                .then(|| Arc::new(tokio::sync::watch::Sender::new(0))),
+        },
+    }
+}
+
 /// What the runtime remembers of one backend beside its engine state.
 #[derive(Clone, Debug)]
 struct Records {
@@ -408,42 +487,7 @@ impl PoolRt {
         let metrics = families.pool(&config.name);
         let now = clock.now();
         let wall = clock.wall(now);
-        // The old pool's backends by name and address: one lookup per backend, so a pool of
-        // thousands rebuilds in linear time.
-        let old_index: HashMap<BackendKey<'_>, usize> = previous
-            .map(|p| {
-                p.backends
-                    .iter()
-                    .enumerate()
-                    .map(|(i, old)| (BackendKey::new(&old.name, &old.address), i))
-                    .collect()
-            })
-            .unwrap_or_default();
-        // The old pool's lock is held only to copy what kept backends carry over, not while
-        // the new backends are built (their connections and metric handles): its probes and
-        // traffic, and the admin API reading it, wait on that lock, on runtime threads.
-        let carried: Vec<Option<(usize, Carried, Records)>> = match previous {
-            Some(p) => {
-                let mut inner = p.lock();
-                config
-                    .backends
-                    .iter()
-                    .map(|b| {
-                        let i = *old_index.get(&BackendKey::new(&b.name, &b.address))?;
-                        let record = if share {
-                            // A membership update retires the old build: its probe history
-                            // moves instead of being copied (megabytes at 5,000 backends,
-                            // each update, which the allocator's per-thread arenas kept).
-                            inner.info[i].take()
-                        } else {
-                            inner.info[i].clone()
-                        };
-                        Some((i, inner.engine.carry(i), record))
-                    })
-                    .collect()
-            }
-            None => config.backends.iter().map(|_| None).collect(),
-        };
+        let carried = carried_over(&config, previous, share);
         let membership = previous.map_or_else(Default::default, |p| p.membership.clone());
         let probing = previous.map_or_else(Default::default, |p| p.probing.clone());
         let tls = PoolTls::of(&config);
@@ -476,45 +520,11 @@ impl PoolRt {
             if let Some(p) = previous {
                 tests::note_build_beside_old_pool(p.inner.try_lock().is_err());
             }
-            // One copy of the name, which the metrics' counters are keyed by too.
-            let name: Arc<str> = b.name.as_str().into();
-            let rt = BackendRt {
-                metrics: metrics.backend(&name),
-                name,
-                address: b.address.clone(),
-                weight: b.weight,
-                upstream: speaking(
-                    with_tls(
-                        Upstream::new(b.socket_addr, config.timeouts.connect, config.timeouts.idle)
-                            .with_proxy_protocol(config.send_proxy_protocol),
-                        tls.as_ref(),
-                        &config,
-                        &b.address,
-                    ),
-                    config.protocol,
-                ),
-                in_flight: AtomicUsize::new(0),
-                traffic: TrafficRing::default(),
-                watched: AtomicBool::new(false),
-                latency: (config.passive.enabled && config.passive.latency_outliers.is_some())
-                    .then(Box::default),
-                outcomes: (config.passive.enabled && config.passive.success_rate.is_some())
-                    .then(OutcomeCounts::default),
-                latency_totals: match (&kept, previous) {
-                    (Some((i, ..)), Some(p)) => p.backends[*i].latency_totals.clone(),
-                    _ => Arc::default(),
-                },
-                // A kept backend keeps its tunnels' signal: a tunnel opened before a reload is
-                // still closed by a DOWN after it.
-                tunnels: match (&kept, previous) {
-                    (Some((i, ..)), Some(p)) if p.backends[*i].tunnels.is_some() => {
-                        p.backends[*i].tunnels.clone()
-                    }
-                    _ => config
-                        .close_tunnels_on_down
-                        .then(|| Arc::new(tokio::sync::watch::Sender::new(0))),
-                },
+            let old = match (&kept, previous) {
+                (Some((i, ..)), Some(p)) => Some(&*p.backends[*i]),
+                _ => None,
             };
+            let rt = new_backend(&config, b, tls.as_ref(), &metrics, old);
             match (kept, previous) {
                 (Some((i, carried, record)), Some(p)) => {
                     joins.push((b.weight, Join::Kept(carried), role));
