@@ -19,6 +19,9 @@
 //! - [`outliers`]: one backend's latency over a window ([`LatencyWindow`]), which the
 //!   pool judges against the pool's median (latency outliers).
 //! - [`cadence`]: which probe interval applies to a backend ([`Cadence`]).
+//! - [`schedule`]: when each backend is probed, tracked or asked by its agent ([`Schedule`]:
+//!   random first phase, jitter from a seeded generator, the slot grid, maintenance and
+//!   ownership gating), and what each probe came to ([`Probed`]).
 //! - [`fleet`]: shared probing across balancers: rendezvous ownership ([`Group`]) and the
 //!   verdicts owners publish ([`Published`]).
 //! - [`replay`]: the line protocol that drives a pool from a script.
@@ -32,6 +35,7 @@ mod reason;
 pub mod replay;
 pub mod rotation;
 pub mod rules;
+pub mod schedule;
 mod settings;
 pub mod status;
 
@@ -50,4 +54,5 @@ pub use rotation::{
     ShedChange, Standing, WhenAllDown,
 };
 pub use rules::{GrpcCodes, ProbeResult, ProbeRule, StatusSet, TrafficResult, TrafficRule};
+pub use schedule::{Probed, Schedule};
 pub use status::{grpc_code_name, parse_grpc_status, parse_status_line, Outcome};

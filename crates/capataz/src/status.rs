@@ -169,8 +169,7 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
         _ => None,
     };
     let next_probe_in_ms = view
-        .backend
-        .next_probe()
+        .next_probe
         .filter(|_| pool.config.active.kind != CheckKind::None)
         .map(|due| due.saturating_sub(view.now).as_millis() as u64);
     json!({

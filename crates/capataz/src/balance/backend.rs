@@ -103,19 +103,20 @@ pub struct BackendRt {
     /// The engine's `needs_traffic` for it as of the engine's last change: when false, good
     /// responses need not reach the engine.
     pub(crate) watched: AtomicBool,
-    /// When the next probe is due, in engine milliseconds (`u64::MAX`: none scheduled).
-    pub(crate) next_probe_ms: AtomicU64,
-    /// Its latencies over the current window, when its pool detects latency outliers.
-    pub latency: Option<LatencyBuckets>,
+    /// Its latencies over the current window, when its pool detects latency outliers (boxed:
+    /// 640 bytes that a backend of any other pool does not carry).
+    pub latency: Option<Box<LatencyBuckets>>,
     /// Its judged outcomes over the current window, when its pool detects success-rate
     /// outliers.
     pub outcomes: Option<OutcomeCounts>,
     /// Its latencies since it joined, for the dashboard's charts; shared with the same backend
     /// across a reload.
     pub latency_totals: Arc<LatencyTotals>,
-    /// Bumped to close its upgraded connections (`close_tunnels_on_down`); each tunnel to it
-    /// holds a receiver. Shared with the same backend across a reload.
-    pub(crate) tunnels: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Bumped to close its upgraded connections, in a pool with `close_tunnels_on_down` (or
+    /// whose backend had it before a reload: `None` otherwise, a channel a backend of any
+    /// other pool does not carry); each tunnel to it holds a receiver. Shared with the same
+    /// backend across a reload.
+    pub(crate) tunnels: Option<Arc<tokio::sync::watch::Sender<u64>>>,
 }
 
 impl BackendRt {
@@ -139,16 +140,11 @@ impl BackendRt {
 
     /// Closes its upgraded connections that watch for it, and returns how many watched.
     pub(crate) fn close_tunnels(&self) -> usize {
-        let open = self.tunnels.receiver_count();
-        self.tunnels.send_modify(|n| *n = n.wrapping_add(1));
+        let Some(tunnels) = &self.tunnels else {
+            return 0;
+        };
+        let open = tunnels.receiver_count();
+        tunnels.send_modify(|n| *n = n.wrapping_add(1));
         open
-    }
-
-    /// When the next probe is due, on the engine clock.
-    pub fn next_probe(&self) -> Option<Duration> {
-        match self.next_probe_ms.load(Ordering::Relaxed) {
-            u64::MAX => None,
-            ms => Some(Duration::from_millis(ms)),
-        }
     }
 }

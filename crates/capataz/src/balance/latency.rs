@@ -7,6 +7,7 @@
 //! and takes the difference, so one relaxed `fetch_add` per answer is all it costs.
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use capataz_health::outliers::{latency_bucket as bucket, LATENCY_BUCKETS as BUCKETS};
@@ -46,51 +47,55 @@ impl LatencyBuckets {
 }
 
 /// One backend's latencies since it was built, in [`LatencyBuckets`]' buckets, never drained
-/// (a count wraps at `u32::MAX`; readers take differences with `wrapping_sub`).
-#[derive(Debug)]
+/// (a count wraps at `u32::MAX`; readers take differences with `wrapping_sub`). The buckets
+/// (640 bytes) are allocated by the first answer counted: a backend that never answered holds
+/// none.
+#[derive(Debug, Default)]
 pub struct LatencyTotals {
-    counts: [AtomicU32; BUCKETS],
+    counts: OnceLock<Box<[AtomicU32; BUCKETS]>>,
 }
 
-impl Default for LatencyTotals {
-    fn default() -> LatencyTotals {
-        LatencyTotals {
-            counts: std::array::from_fn(|_| AtomicU32::new(0)),
-        }
-    }
-}
-
-/// A copy of a [`LatencyTotals`] at one moment.
+/// A copy of a [`LatencyTotals`] at one moment (`None` inside: nothing counted yet).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LatencyCounts(Box<[u32; BUCKETS]>);
+pub struct LatencyCounts(Option<Box<[u32; BUCKETS]>>);
 
 impl LatencyTotals {
     /// Counts one answered request that took `elapsed`.
     #[inline]
     pub(crate) fn record(&self, elapsed: Duration) {
         let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        self.counts[bucket(us)].fetch_add(1, Ordering::Relaxed);
+        let counts = self
+            .counts
+            .get_or_init(|| Box::new(std::array::from_fn(|_| AtomicU32::new(0))));
+        counts[bucket(us)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The counts now.
     pub fn read(&self) -> LatencyCounts {
-        let mut counts = Box::new([0u32; BUCKETS]);
-        for (count, slot) in counts.iter_mut().zip(&self.counts) {
-            *count = slot.load(Ordering::Relaxed);
-        }
-        LatencyCounts(counts)
+        LatencyCounts(self.counts.get().map(|slots| {
+            let mut counts = Box::new([0u32; BUCKETS]);
+            for (count, slot) in counts.iter_mut().zip(slots.iter()) {
+                *count = slot.load(Ordering::Relaxed);
+            }
+            counts
+        }))
     }
 }
 
 impl LatencyCounts {
+    /// Bucket `i`'s count.
+    fn at(&self, i: usize) -> u32 {
+        self.0.as_ref().map_or(0, |counts| counts[i])
+    }
+
     /// The requests counted since `earlier` (a copy of the same totals), with their p50 and
     /// p99 (`None` for no requests).
     pub fn since(&self, earlier: &LatencyCounts) -> (u64, Option<(Duration, Duration)>) {
-        let counts: Vec<u64> = self
-            .0
-            .iter()
-            .zip(earlier.0.iter())
-            .map(|(now, then)| u64::from(now.wrapping_sub(*then)))
+        if self.0.is_none() {
+            return (0, None);
+        }
+        let counts: Vec<u64> = (0..BUCKETS)
+            .map(|i| u64::from(self.at(i).wrapping_sub(earlier.at(i))))
             .collect();
         let window = LatencyWindow::from_buckets(&counts);
         if window.requests == 0 {
@@ -102,14 +107,18 @@ impl LatencyCounts {
     /// The sum, bucket by bucket, of this and the requests `later` counted since `earlier`
     /// (for a pool's figures, summed over its backends).
     pub fn add_since(&mut self, later: &LatencyCounts, earlier: &LatencyCounts) {
-        for ((sum, now), then) in self.0.iter_mut().zip(later.0.iter()).zip(earlier.0.iter()) {
-            *sum = sum.wrapping_add(now.wrapping_sub(*then));
+        if later.0.is_none() {
+            return;
+        }
+        let sums = self.0.get_or_insert_with(|| Box::new([0u32; BUCKETS]));
+        for (i, sum) in sums.iter_mut().enumerate() {
+            *sum = sum.wrapping_add(later.at(i).wrapping_sub(earlier.at(i)));
         }
     }
 
     /// No requests at all.
     pub fn zero() -> LatencyCounts {
-        LatencyCounts(Box::new([0u32; BUCKETS]))
+        LatencyCounts(None)
     }
 }
 
@@ -189,5 +198,28 @@ mod tests {
         pool.add_since(&after, &before);
         pool.add_since(&after, &before);
         assert_eq!(pool.since(&LatencyCounts::zero()).0, 200);
+    }
+
+    #[test]
+    fn totals_without_answers_hold_no_buckets_and_count_from_the_first() {
+        let totals = LatencyTotals::default();
+        let empty = totals.read();
+        assert_eq!(empty, LatencyCounts::zero());
+        assert!(totals.counts.get().is_none());
+        assert_eq!(empty.since(&empty), (0, None));
+        totals.record(Duration::from_micros(400));
+        let after = totals.read();
+        let (requests, percentiles) = after.since(&empty);
+        assert_eq!(requests, 1);
+        assert!(percentiles.is_some());
+        let mut pool = LatencyCounts::zero();
+        pool.add_since(&empty, &empty);
+        assert_eq!(
+            pool,
+            LatencyCounts::zero(),
+            "nothing added, nothing allocated"
+        );
+        pool.add_since(&after, &empty);
+        assert_eq!(pool.since(&LatencyCounts::zero()).0, 1);
     }
 }

@@ -5,8 +5,8 @@
 //! feeds the published verdicts of backends it does not own to its engine
 //! ([`PoolRt::record_published`]). Passive checks, overrides, events and metrics stay local.
 //!
-//! [`FleetRt`] is what the rest of the balancer sees: the probe loops ask it whether this
-//! instance owns a backend (through [`ProbeOwnership`], which `health` defines), `/status`
+//! [`FleetRt`] is what the rest of the balancer sees: the pools' drivers ask it whether this
+//! instance owns a due probe's backend (through [`ProbeOwnership`], which `health` defines), `/status`
 //! and the metrics read it. `run.rs` is the task that talks to etcd (reusing the etcd
 //! source's gateway client, `discovery::etcd::http`) and keeps it current; `wire.rs` the keys
 //! and values.

@@ -1,195 +1,121 @@
-//! A pool's background work: one probe loop per backend, the one timer that sleeps until the
-//! engine's `poll_timeout` (ejections ending, overrides lapsing, slow-start steps), and the
-//! idle-connection reaper. Nothing here decides anything: outcomes and timeouts go in, and
-//! [`PoolRt::publish`](super::PoolRt) sends out what the engine says.
+//! A pool's background work: one driver that sleeps until the earliest of the engine's
+//! deadlines (the rotation's `poll_timeout`: ejections ending, overrides lapsing, slow-start
+//! steps; and its schedule's: the next probe, tracked reading or agent exchange), starts the
+//! checks due (`checks.rs`) and hands the engine the time; the detectors' windows; and the
+//! idle-connection reaper. One timer per pool, whatever its number of backends: nothing waits
+//! per backend between checks. Nothing here decides anything: the schedule says what is due,
+//! outcomes and timeouts go in, and [`PoolRt::publish`](super::PoolRt) sends out what the
+//! engine says.
 
-use std::collections::HashMap;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
+use capataz_health::schedule::{Active, Check, Due};
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
+use super::checks::{self, Lineage, ProbePlan, Tracks};
 use super::PoolRt;
-use crate::config::{AgentCheckConfig, BackendProtocol, CheckKind};
-use crate::prober;
 
-/// Where one backend's tasks (probe, agent and track loops) find it: the build of the pool it
-/// belongs to now, and its index there. A membership update moves a staying backend to the
-/// new build by moving its seat ([`PoolTasks::carry`]): its loops go on, in the same phase
-/// and with the same connection, and feed the new build's engine. The seat holds its pool
-/// weakly, and the loops hold a pool only for the length of one call, so a replaced build is
-/// freed at once.
-#[derive(Debug)]
-pub(crate) struct Seat {
-    at: Mutex<(Weak<PoolRt>, usize)>,
-}
-
-impl Seat {
-    fn new(pool: &Arc<PoolRt>, backend: usize) -> Arc<Seat> {
-        Arc::new(Seat {
-            at: Mutex::new((Arc::downgrade(pool), backend)),
-        })
-    }
-
-    /// The backend's pool and index now (`None` once the pool is gone).
-    fn get(&self) -> Option<(Arc<PoolRt>, usize)> {
-        let at = self.at.lock().unwrap_or_else(|e| e.into_inner());
-        Some((at.0.upgrade()?, at.1))
-    }
-
-    fn move_to(&self, pool: &Arc<PoolRt>, backend: usize) {
-        *self.at.lock().unwrap_or_else(|e| e.into_inner()) = (Arc::downgrade(pool), backend);
-    }
-}
-
-/// One backend's running tasks and where they find it.
-#[derive(Debug)]
-struct BackendTasks {
-    /// The backend's runtime: the same `Arc` in the next build means the same backend.
-    rt: Arc<crate::balance::BackendRt>,
-    seat: Arc<Seat>,
-    tasks: Vec<JoinHandle<()>>,
-}
-
-/// A pool's running tasks: its own (the engine's timer, the detectors' windows, the
-/// idle-connection reaper) and each backend's, kept apart so that a membership update
-/// ([`PoolTasks::carry`]) keeps the staying backends' tasks. Dropping it leaves the tasks
-/// running: [`PoolTasks::abort`] stops them.
+/// A pool's running tasks (its driver, the detectors' windows, the idle-connection reaper) and
+/// the lineage its checks under way report to, so that a membership update
+/// ([`PoolTasks::carry`]) carries the schedule to the new build: its kept backends go on in the
+/// same phase. Dropping it leaves the tasks running: [`PoolTasks::abort`] stops them.
 #[derive(Debug, Default)]
 pub struct PoolTasks {
     pool: Vec<JoinHandle<()>>,
-    backends: Vec<BackendTasks>,
+    lineage: Option<Arc<Lineage>>,
 }
 
 impl PoolTasks {
-    /// Stops every task.
+    /// Stops every task (and with them the checks under way).
     pub fn abort(self) {
         for task in self.into_handles() {
             task.abort();
         }
     }
 
-    /// The handles of every task.
+    /// The handles of every task. Aborting them all stops the checks under way too.
     pub fn into_handles(self) -> Vec<JoinHandle<()>> {
-        let mut tasks = self.pool;
-        for backend in self.backends {
-            tasks.extend(backend.tasks);
-        }
-        tasks
+        self.pool
     }
 
     /// The tasks of `pool`, a membership update of the pool these tasks run for
     /// ([`PoolRt::with_members`]): a backend that stays (the same [`BackendRt`]) keeps its
-    /// tasks, moved to its place in `pool`; an added one gets new ones, a removed one's stop;
-    /// the pool's own few tasks start again on `pool`. `pools` are the pools in force (for
-    /// `track`).
+    /// schedule (its next probe due when it was; a probe under way ends into `pool`); an added
+    /// one starts as at a pool's start, a removed one is checked no more; the pool's own few
+    /// tasks start again on `pool`. `pools` are the pools in force (for `track`).
     ///
     /// [`BackendRt`]: crate::balance::BackendRt
     pub fn carry(self, pool: &Arc<PoolRt>, pools: &[Arc<PoolRt>]) -> PoolTasks {
         for task in self.pool {
             task.abort();
         }
-        let mut old: HashMap<*const crate::balance::BackendRt, BackendTasks> = self
-            .backends
-            .into_iter()
-            .map(|b| (Arc::as_ptr(&b.rt), b))
-            .collect();
-        let mut backends = Vec::with_capacity(pool.backends.len());
-        for (index, rt) in pool.backends.iter().enumerate() {
-            match old.remove(&Arc::as_ptr(rt)) {
-                Some(kept) => {
-                    kept.seat.move_to(pool, index);
-                    backends.push(kept);
-                }
-                None => backends.push(pool.start_backend(index, pools)),
-            }
-        }
-        for (_, removed) in old {
-            for task in removed.tasks {
-                task.abort();
-            }
-        }
+        let Some(lineage) = self.lineage else {
+            return pool.start_tasks(pools);
+        };
+        let (actives, tracks) = checks::actives(pool, pools);
+        lineage.carry_to(pool, &actives);
         PoolTasks {
-            pool: pool.start_pool_tasks(),
-            backends,
+            pool: pool.start_pool_tasks(&lineage, tracks),
+            lineage: Some(lineage),
         }
     }
 }
 
 impl PoolRt {
-    /// Starts the pool's background work: one probe loop per backend (unless checks are off),
-    /// the engine's timer, and the idle-connection reaper. Abort the handles to stop them.
+    /// Starts the pool's background work: its driver (the checks of every backend, unless
+    /// checks are off, and the engine's timer), the detectors' windows and the idle-connection
+    /// reaper. Abort the handles to stop them.
     ///
-    /// Each probe loop's random source is forked here, on the calling thread, from `fastrand`'s
+    /// The schedule's random source is seeded here, on the calling thread, from `fastrand`'s
     /// generator: a test that seeds it (`fastrand::seed`) gets the same phases and jitter.
     pub fn spawn_tasks(self: &Arc<Self>) -> Vec<JoinHandle<()>> {
         self.spawn_tasks_among(std::slice::from_ref(self))
     }
 
     /// [`PoolRt::spawn_tasks`], with `pools` (this one among them) to find the backends its
-    /// backends `track`: a tracking backend is never probed; a task follows its target's
-    /// active side instead (`track_loop`).
+    /// backends `track`: a tracking backend is never probed; it reads its target's active
+    /// side instead.
     pub fn spawn_tasks_among(self: &Arc<Self>, pools: &[Arc<PoolRt>]) -> Vec<JoinHandle<()>> {
         self.start_tasks(pools).into_handles()
     }
 
     /// [`PoolRt::spawn_tasks_among`], as [`PoolTasks`] (which a membership update carries).
     pub fn start_tasks(self: &Arc<Self>, pools: &[Arc<PoolRt>]) -> PoolTasks {
-        let backends = (0..self.backends.len())
-            .map(|backend| self.start_backend(backend, pools))
-            .collect();
+        let (actives, tracks) = checks::actives(self, pools);
+        self.start_schedule(fastrand::u64(..), &actives);
+        let lineage = Lineage::new(self);
         PoolTasks {
-            pool: self.start_pool_tasks(),
-            backends,
+            pool: self.start_pool_tasks(&lineage, tracks),
+            lineage: Some(lineage),
         }
     }
 
-    /// The tasks of backend `backend`: its probe loop (or its track loop) and its agent loop.
-    fn start_backend(self: &Arc<Self>, backend: usize, pools: &[Arc<PoolRt>]) -> BackendTasks {
-        let seat = Seat::new(self, backend);
-        let mut tasks = Vec::new();
-        if let Some(track) = &self.config.backends[backend].track {
-            let target = pools.iter().find(|p| *p.name == *track.pool).and_then(|p| {
-                let index = p.backends.iter().position(|b| *b.name == *track.backend)?;
-                Some((p.clone(), index))
-            });
-            match target {
-                Some((target, index)) => {
-                    let rng = prober::Rng::new();
-                    tasks.push(tokio::spawn(track_loop(seat.clone(), target, index, rng)));
-                }
-                // A validated config names existing backends; only a pool started on its
-                // own (tests) can miss one.
-                None => tracing::warn!(
-                    pool = %self.name,
-                    backend = %self.backends[backend].name,
-                    "the tracked backend {}/{} is not running; this backend's active side stays as it is",
-                    track.pool,
-                    track.backend
-                ),
-            }
-        } else if self.config.active.kind != CheckKind::None {
-            let rng = prober::Rng::new();
-            tasks.push(tokio::spawn(probe_loop(seat.clone(), rng)));
+    /// Starts the schedule of every backend, each checked by `actives[i]`, drawing from `seed`.
+    pub(super) fn start_schedule(&self, seed: u64, actives: &[Active]) {
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        let mut schedule = capataz_health::Schedule::new(super::check_timing(&self.config), seed);
+        for (i, &active) in actives.iter().enumerate() {
+            schedule.push(active, inner.engine.cadence(i), now);
         }
-        if let Some(agent) = self.config.agent {
-            let rng = prober::Rng::new();
-            tasks.push(tokio::spawn(agent_loop(seat.clone(), agent, rng)));
-        }
-        BackendTasks {
-            rt: self.backends[backend].clone(),
-            seat,
-            tasks,
-        }
+        inner.schedule = schedule;
     }
 
-    /// The pool's own tasks: the engine's timer, the detectors' windows, the reaper.
-    fn start_pool_tasks(self: &Arc<Self>) -> Vec<JoinHandle<()>> {
+    /// The pool's own tasks: the driver, the detectors' windows, the reaper.
+    fn start_pool_tasks(
+        self: &Arc<Self>,
+        lineage: &Arc<Lineage>,
+        tracks: Tracks,
+    ) -> Vec<JoinHandle<()>> {
         let mut tasks = Vec::new();
-        let pool = self.clone();
-        tasks.push(tokio::spawn(async move { pool.timer_loop().await }));
+        let driver = Driver {
+            plan: ProbePlan::of(self),
+            pool: self.clone(),
+            lineage: lineage.clone(),
+            tracks,
+        };
+        tasks.push(tokio::spawn(driver.run()));
         let passive = &self.config.passive;
         if let Some(outliers) = passive.latency_outliers.filter(|_| passive.enabled) {
             let pool = self.clone();
@@ -218,31 +144,88 @@ impl PoolRt {
         }));
         tasks
     }
+}
 
-    /// Sleeps until the engine's next timeout (or until an input may have moved it earlier),
-    /// then hands the engine the time.
-    async fn timer_loop(&self) {
+/// A pool's driver: its one timer.
+struct Driver {
+    pool: Arc<PoolRt>,
+    /// Held while the driver runs: the checks under way stop once no driver holds it.
+    lineage: Arc<Lineage>,
+    plan: Arc<ProbePlan>,
+    tracks: Tracks,
+}
+
+impl Driver {
+    /// Sleeps until the engine's next deadline (or until an input may have moved it
+    /// earlier), hands the rotation the time when its timeout is due, and starts the checks
+    /// due.
+    async fn run(self) {
+        let pool = &self.pool;
+        let mut due = Vec::new();
+        // Whether to read the rotation's timeout again (it costs a pass over the backends):
+        // at the start, after a timeout, and after a wake-up (an input may have moved it).
+        let mut reread = true;
         loop {
-            // Register for a wake-up before reading the timeout, so an input that lands in
+            // Register for a wake-up before reading the deadlines, so an input that lands in
             // between is not missed.
-            let notified = self.timer.notified();
+            let notified = pool.timer.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let due = {
-                let mut inner = self.lock();
-                inner.armed = inner.engine.poll_timeout();
-                inner.armed
+            let deadline = {
+                let mut inner = pool.lock();
+                if reread {
+                    inner.armed = inner.engine.poll_timeout();
+                }
+                inner.wake = inner.schedule.poll_timeout();
+                checks::earliest(inner.armed, inner.wake)
             };
-            match due {
-                Some(due) => {
+            let woken = match deadline {
+                Some(deadline) => {
                     tokio::select! {
-                        _ = tokio::time::sleep_until(self.clock.instant(due)) => {}
-                        _ = notified => {}
+                        _ = tokio::time::sleep_until(pool.clock.instant(deadline)) => false,
+                        _ = notified => true,
                     }
                 }
-                None => notified.await,
+                None => {
+                    notified.await;
+                    true
+                }
+            };
+            let now = pool.clock.now();
+            let timeout = pool.lock().armed.is_some_and(|armed| armed <= now);
+            if timeout {
+                pool.tick();
             }
-            self.tick();
+            reread = timeout || woken;
+            self.start_due(now, &mut due);
+        }
+    }
+
+    /// Starts every check due by `now`: takes them from the schedule under the lock, then runs
+    /// each without it (a reading locks the tracked backend's pool, which may be this one).
+    fn start_due(&self, now: Duration, due: &mut Vec<Due>) {
+        let pool = &self.pool;
+        {
+            let mut inner = pool.lock();
+            let inner = &mut *inner;
+            while let Some(next) = inner
+                .schedule
+                .poll_due(now, &inner.engine, |backend| pool.owns_probes(backend))
+            {
+                due.push(next);
+            }
+        }
+        for Due { backend, check } in due.drain(..) {
+            match check {
+                Check::Probe => checks::start_probe(pool, &self.lineage, &self.plan, backend),
+                Check::Agent => checks::start_agent(pool, &self.lineage, &self.plan, backend),
+                Check::Track => {
+                    if let Some((target, index)) = self.tracks.get(&backend) {
+                        let state = target.active_state(*index);
+                        pool.record_tracked(backend, state);
+                    }
+                }
+            }
         }
     }
 }
@@ -261,159 +244,6 @@ async fn every(clock: super::Clock, window: Duration, close: impl Fn()) {
     loop {
         ticks.tick().await;
         close();
-    }
-}
-
-/// Probes one backend forever: a first probe at a random phase within the interval, then one
-/// jittered interval after each probe finishes, so probes never pile up or run in lockstep.
-/// The interval is the one the engine's [`Cadence`](capataz_health::Cadence) picks after each
-/// probe (`interval`, `fast_interval` or `down_interval`). Each due time is rounded to the
-/// probe slot grid ([`prober::align_to_slot`]), so that probes of different backends due within
-/// a few milliseconds of each other start together. While the engine says no (`wants_probes`:
-/// maintenance, an operator's or an agent's), a due probe is skipped and asked for again one
-/// `interval` later.
-///
-/// The loop finds its backend through its [`Seat`] at each step (a membership update may move
-/// it to a new build of the pool meanwhile), and ends once the pool is gone.
-async fn probe_loop(seat: Arc<Seat>, mut rng: prober::Rng) {
-    let Some((pool, backend)) = seat.get() else {
-        return;
-    };
-    // A membership update changes the backends, never these settings: read once.
-    let active = pool.config.active.clone();
-    let intervals = super::probe_intervals(&pool.config);
-    let clock = pool.clock;
-    let rt = pool.backends[backend].clone();
-    let host = active.host.clone().unwrap_or_else(|| rt.address.clone());
-    // An HTTP/2 pool's http probe, and every gRPC health check, speak HTTP/2.
-    let over_h2 = pool.config.protocol != BackendProtocol::Http1 && active.kind == CheckKind::Http
-        || active.kind == CheckKind::Grpc;
-    let h2 = over_h2.then(|| prober::H2Probe::new(&active, &host, rt.upstream.tls().is_some()));
-    // The plain probe (status line only, the benchmarked cost) unless the pool asks for more.
-    let checked = (!over_h2 && active.kind == CheckKind::Http && !active.is_plain())
-        .then(|| prober::HttpProbe::new(&active, &host));
-    // The PROXY protocol header of a pool that sends one: a probe carries no client.
-    let preamble = rt
-        .upstream
-        .proxy_protocol()
-        .map(capataz_proxy_protocol::encode_local)
-        .unwrap_or_default();
-    let mut interval = intervals.of(pool.cadence(backend));
-    drop(pool);
-    let mut wait = prober::first_delay(interval, &mut rng);
-    loop {
-        let now = clock.now();
-        let due = prober::align_to_slot(now.saturating_add(wait), now, interval);
-        rt.next_probe_ms.store(
-            u64::try_from(due.as_millis()).unwrap_or(u64::MAX - 1),
-            Ordering::Relaxed,
-        );
-        tokio::time::sleep_until(clock.instant(due)).await;
-        let Some((pool, backend)) = seat.get() else {
-            return;
-        };
-        if !pool.wants_probes(backend) || !pool.owns_probes(backend) {
-            // In maintenance, or probed by other instances of the fleet: no probe; ask again
-            // one interval later.
-            rt.next_probe_ms.store(u64::MAX, Ordering::Relaxed);
-            interval = active.interval;
-            wait = prober::jittered(interval, active.jitter, &mut rng);
-            continue;
-        }
-        drop(pool);
-        let started = Instant::now();
-        // The probe's future boxed for its length: with its TLS and HTTP/2 states it is about
-        // 10 KB, which every backend's task would otherwise hold while it sleeps between probes
-        // (100 MB at 10,000 backends, heaptrack); a box per probe costs far less than the probe.
-        let outcome: capataz_health::ProbeOutcome = Box::pin(async {
-            match (&h2, &checked) {
-                (Some(probe), _) => {
-                    prober::probe_h2(probe, rt.upstream.addr(), active.timeout, rt.upstream.tls())
-                        .await
-                }
-                (None, Some(probe)) => {
-                    prober::probe_checked_sending(
-                        probe,
-                        rt.upstream.addr(),
-                        active.timeout,
-                        rt.upstream.tls(),
-                        &preamble,
-                    )
-                    .await
-                }
-                (None, None) => {
-                    prober::probe_once_sending(
-                        active.kind,
-                        rt.upstream.addr(),
-                        &active.path,
-                        &host,
-                        active.timeout,
-                        rt.upstream.tls(),
-                        &preamble,
-                    )
-                    .await
-                }
-            }
-        })
-        .await;
-        // Where the backend is now: an update may have moved it while the probe ran.
-        let Some((pool, backend)) = seat.get() else {
-            return;
-        };
-        let cadence = pool.record_probe(backend, outcome, started.elapsed());
-        drop(pool);
-        interval = intervals.of(cadence);
-        wait = prober::jittered(interval, active.jitter, &mut rng);
-    }
-}
-
-/// Makes one backend follow another's active side forever: at once, then every jittered
-/// `interval` of its pool, it reads the target's active state and feeds it to its engine.
-async fn track_loop(seat: Arc<Seat>, target: Arc<PoolRt>, index: usize, mut rng: prober::Rng) {
-    loop {
-        let Some((pool, backend)) = seat.get() else {
-            return;
-        };
-        let state = target.active_state(index);
-        pool.record_tracked(backend, state);
-        let interval = pool.config.active.interval;
-        let jitter = pool.config.active.jitter;
-        let clock = pool.clock;
-        drop(pool);
-        let now = clock.now();
-        let wait = prober::jittered(interval, jitter, &mut rng);
-        let due = prober::align_to_slot(now.saturating_add(wait), now, interval);
-        tokio::time::sleep_until(clock.instant(due)).await;
-    }
-}
-
-/// Asks one backend's agent forever, timed like the probes (random first phase, jittered
-/// interval after each exchange ends, slot grid). A failed exchange feeds nothing.
-async fn agent_loop(seat: Arc<Seat>, agent: AgentCheckConfig, mut rng: prober::Rng) {
-    let Some((pool, backend)) = seat.get() else {
-        return;
-    };
-    let rt = pool.backends[backend].clone();
-    let port = pool.config.backends[backend]
-        .agent_port
-        .unwrap_or(agent.port);
-    let jitter = pool.config.active.jitter;
-    let clock = pool.clock;
-    drop(pool);
-    let mut addr = rt.upstream.addr();
-    addr.set_port(port);
-    let mut wait = prober::first_delay(agent.interval, &mut rng);
-    loop {
-        let now = clock.now();
-        let due = prober::align_to_slot(now.saturating_add(wait), now, agent.interval);
-        tokio::time::sleep_until(clock.instant(due)).await;
-        if let Some(report) = prober::agent_once(addr, agent.timeout).await {
-            let Some((pool, backend)) = seat.get() else {
-                return;
-            };
-            pool.record_agent(backend, report);
-        }
-        wait = prober::jittered(agent.interval, jitter, &mut rng);
     }
 }
 
@@ -442,6 +272,17 @@ mod tests {
         )
     }
 
+    /// The pool's driver with no check scheduled: only the rotation's timeouts wake it.
+    fn timer_only(pool: &Arc<PoolRt>) -> JoinHandle<()> {
+        let driver = Driver {
+            plan: ProbePlan::of(pool),
+            pool: pool.clone(),
+            lineage: Lineage::new(pool),
+            tracks: Tracks::new(),
+        };
+        tokio::spawn(driver.run())
+    }
+
     /// When each of four backends is first probed, with `fastrand` seeded with `seed`.
     async fn first_probes(seed: u64) -> Vec<Option<Duration>> {
         let text = "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]\nbackends = [\
@@ -451,8 +292,9 @@ mod tests {
         let pool = pool_of(text);
         fastrand::seed(seed);
         let tasks = pool.spawn_tasks();
+        let probed = |pool: &PoolRt| (0..4).map(|i| pool.next_probe(i)).collect::<Vec<_>>();
         for _ in 0..1000 {
-            if pool.backends.iter().all(|b| b.next_probe().is_some()) {
+            if probed(&pool).iter().all(Option::is_some) {
                 break;
             }
             tokio::task::yield_now().await;
@@ -460,12 +302,12 @@ mod tests {
         for task in tasks {
             task.abort();
         }
-        pool.backends.iter().map(|b| b.next_probe()).collect()
+        probed(&pool)
     }
 
-    /// Regression (issue 10): each probe loop seeded its own generator from the clock and a
+    /// Regression: each probe loop seeded its own generator from the clock and a
     /// stack address, so no test could replay probe timing; every random draw now comes from
-    /// `fastrand`, seedable.
+    /// the engine schedule's generator, seeded from `fastrand`, seedable.
     #[tokio::test(start_paused = true)]
     async fn probe_phases_repeat_from_a_seed() {
         let first = first_probes(42).await;
@@ -474,7 +316,7 @@ mod tests {
         assert_ne!(first, first_probes(43).await);
     }
 
-    /// Regression (issue 22): a probe that brought a backend UP began its slow start but did
+    /// Regression: a probe that brought a backend UP began its slow start but did
     /// not wake the timer, which slept with nothing due; so the snapshot kept the ramp's first
     /// weight (10 %) for good while `/status` computed the weight afresh. Now the snapshot,
     /// which `/status` reads too, takes every step of the ramp on time.
@@ -485,10 +327,7 @@ mod tests {
             slow_start = \"2s\"\n[pools.web.active]\ninterval = \"1h\"\nrise = 1\nfall = 1\n";
         let pool = pool_of(text);
         // Only the timer runs (asleep with nothing due): the probes are fed by hand.
-        let timer = {
-            let pool = pool.clone();
-            tokio::spawn(async move { pool.timer_loop().await })
-        };
+        let timer = timer_only(&pool);
         let settle = || async {
             for _ in 0..100 {
                 tokio::task::yield_now().await;
@@ -518,9 +357,15 @@ mod tests {
 
     /// A pool `web` of backends `names` (each at a refused port) probed every 10 s.
     fn probed(names: &[&str]) -> crate::config::PoolConfig {
-        let backends: Vec<String> = names
+        let refused: Vec<(&str, &str)> = names.iter().map(|&n| (n, "127.0.0.1:9")).collect();
+        probed_at(&refused)
+    }
+
+    /// A pool `web` of backends (name, address) probed every 10 s, each probe within 100 ms.
+    fn probed_at(backends: &[(&str, &str)]) -> crate::config::PoolConfig {
+        let backends: Vec<String> = backends
             .iter()
-            .map(|n| format!("{{ name = \"{n}\", address = \"127.0.0.1:9\" }}"))
+            .map(|(n, a)| format!("{{ name = \"{n}\", address = \"{a}\" }}"))
             .collect();
         let text = format!(
             "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]\nbackends = [{}]\n\
@@ -531,13 +376,26 @@ mod tests {
         config.pools[0].clone()
     }
 
+    /// Yields until `done` holds (at most 1,000 times), and says whether it does.
+    async fn settled(mut done: impl FnMut() -> bool) -> bool {
+        for _ in 0..1000 {
+            if done() {
+                return true;
+            }
+            tokio::task::yield_now().await;
+        }
+        done()
+    }
+
     /// Issue 12 (churn): every membership update rebuilt the pool and restarted every probe
     /// task (a new random phase for each), 4.3 s per update at 5,000 backends. Now a backend
-    /// that stays keeps its runtime and its task (same task, same due time), the task feeds
-    /// the new build, a removed backend's task stops, an added one gets a task, and the old
-    /// build is freed.
+    /// that stays keeps its runtime and its schedule (same due time), its probes feed the new
+    /// build, a removed backend is probed no more, an added one gets a first probe of its own,
+    /// and the old build is freed. (This test checked the task ids of per-backend probe loops;
+    /// one driver per pool now runs every backend's probes, so the schedule's due times are
+    /// what stays.)
     #[tokio::test(start_paused = true)]
-    async fn a_membership_update_keeps_the_tasks_of_the_backends_that_stay() {
+    async fn a_membership_update_keeps_the_schedule_of_the_backends_that_stay() {
         let families = Families::register(&mut Registry::default(), HistogramScope::Pool);
         let (events, _rx) = broadcast::channel(64);
         let first = PoolRt::new(
@@ -549,15 +407,8 @@ mod tests {
             &families,
         );
         let tasks = first.start_tasks(std::slice::from_ref(&first));
-        for _ in 0..1000 {
-            if first.backends.iter().all(|b| b.next_probe().is_some()) {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-        let due: Vec<_> = first.backends.iter().map(|b| b.next_probe()).collect();
+        let due: Vec<_> = (0..3).map(|i| first.next_probe(i)).collect();
         assert!(due.iter().all(Option::is_some), "{due:?}");
-        let ids: Vec<_> = tasks.backends.iter().map(|b| b.tasks[0].id()).collect();
         let removed = first.backends[1].clone();
 
         // b leaves, d comes.
@@ -576,50 +427,75 @@ mod tests {
             "c rebuilt"
         );
         assert!(!Arc::ptr_eq(&second.backends[1], &first.backends[1]));
-        assert_eq!(
-            tasks.backends[0].tasks[0].id(),
-            ids[0],
-            "a's task restarted"
-        );
-        assert_eq!(
-            tasks.backends[2].tasks[0].id(),
-            ids[2],
-            "c's task restarted"
-        );
-        assert!(
-            !ids.contains(&tasks.backends[1].tasks[0].id()),
-            "d has no task of its own"
-        );
-        assert_eq!(second.backends[0].next_probe(), due[0], "a's phase reset");
-        assert_eq!(second.backends[2].next_probe(), due[2], "c's phase reset");
+        assert!(second.next_probe(1).is_some(), "d is not scheduled");
+        assert_eq!(second.next_probe(0), due[0], "a's phase reset");
+        assert_eq!(second.next_probe(2), due[2], "c's phase reset");
         // Added: gated until it passes `rise` probes.
         assert_eq!(second.verdict(1), capataz_health::State::Down);
 
-        // The old build is freed once its own tasks (aborted) are dropped, and b's task ends.
+        // The old build is freed once its own tasks (aborted) are dropped, and so is b.
         let old = Arc::downgrade(&first);
         drop(first);
-        for _ in 0..1000 {
-            if old.strong_count() == 0 && Arc::strong_count(&removed) == 1 {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-        assert_eq!(old.strong_count(), 0, "the old build is still alive");
-        assert_eq!(Arc::strong_count(&removed), 1, "b's task still runs");
+        let freed = settled(|| old.strong_count() == 0 && Arc::strong_count(&removed) == 1);
+        assert!(freed.await, "the old build or b is still alive");
 
         // a's next probe (refused) lands in the new build's engine.
         tokio::time::sleep(Duration::from_secs(11)).await;
-        for _ in 0..1000 {
-            if second.health()[0].active.fail_streak > 0 {
-                break;
+        let failed = settled(|| second.health()[0].active.fail_streak > 0);
+        assert!(failed.await, "{:?}", second.health()[0]);
+        tasks.abort();
+    }
+
+    /// A probe under way while a membership update carries the pool to a new build ends into
+    /// the new build: its outcome reaches the new engine and its backend's next probe is
+    /// scheduled there (it was never lost in the old build, which would leave the backend
+    /// unprobed for good).
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_under_way_across_a_membership_update_ends_into_the_new_build() {
+        // Accepts and never answers: each probe of `a` runs until its 100 ms timeout.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let silent_addr = silent.local_addr().expect("address").to_string();
+        let families = Families::register(&mut Registry::default(), HistogramScope::Pool);
+        let (events, _rx) = broadcast::channel(64);
+        let first = PoolRt::new(
+            probed_at(&[("a", &silent_addr), ("b", "127.0.0.1:9")]),
+            events,
+            Clock::start(),
+            None,
+            false,
+            &families,
+        );
+        let tasks = first.start_tasks(std::slice::from_ref(&first));
+        let due = first.next_probe(0).expect("a is scheduled");
+        tokio::time::sleep_until(first.clock().instant(due)).await;
+        let started = settled(|| {
+            first.health()[0].active.fail_streak == 0 && {
+                let inner = first.lock();
+                inner.schedule.poll_timeout() != Some(due)
             }
-            tokio::task::yield_now().await;
-        }
+        });
+        assert!(started.await, "a's probe did not start");
+
+        // b leaves while a's probe waits for its answer.
+        let members = vec![first.config.backends[0].clone()];
+        let second = first.with_members(members, true, &families);
+        let tasks = tasks.carry(&second, std::slice::from_ref(&second));
+        assert_eq!(
+            second.next_probe(0),
+            Some(due),
+            "a's probe is not under way"
+        );
+        drop(first);
+
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let ended = settled(|| second.health()[0].active.fail_streak == 1);
+        assert!(ended.await, "{:?}", second.health()[0]);
+        let next = second.next_probe(0).expect("a's next probe");
         assert!(
-            second.health()[0].active.fail_streak > 0,
-            "{:?}",
-            second.health()[0]
+            next > due + Duration::from_secs(5),
+            "{next:?} after {due:?}"
         );
         tasks.abort();
+        drop(silent);
     }
 }

@@ -4,8 +4,8 @@
 //! Every decision is the engine's (`capataz_health::Rotation`: verdicts, overrides with expiry,
 //! slow start, the all-down policy and its fail-open set). This module only feeds it inputs
 //! with the time, and `publish` turns what comes out into a new `Snapshot` (stored in the
-//! [`PoolHandle`]), log lines and broadcast [`Event`]s; `driver` runs the probe loops and the
-//! one timer.
+//! [`PoolHandle`]), log lines and broadcast [`Event`]s; `driver` runs the pool's one timer,
+//! which starts the checks the engine's schedule says are due (`checks`).
 //!
 //! The engine sits behind a mutex, with the per-backend records the admin API shows (recent
 //! probes, last transition); the mutex is held for a few instructions and never across an
@@ -16,23 +16,27 @@
 //! change); anything else reaches [`PoolRt`] as the handle's [`TrafficSink`].
 
 mod backend;
+mod checks;
 mod driver;
 mod membership;
+mod probes;
 mod publish;
+mod records;
 #[cfg(test)]
 mod tests;
 mod view;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime};
 
+use capataz_health::schedule::Timing as CheckTiming;
 use capataz_health::{
     AgentReport, AgentState, BackendHealth, Cadence, Carried, EjectionPolicy, Join,
     LatencyOutliers, LatencyWindow, LoadShedding, Outcome, Policy, ProbeIntervals, ProbeOutcome,
-    ProbeRule, Role, Rotation, Settings, State, SuccessRate, SuccessWindow, TrafficRule,
+    ProbeRule, Role, Rotation, Schedule, Settings, State, SuccessRate, SuccessWindow, TrafficRule,
     WhenAllDown,
 };
 use tokio::sync::{broadcast, Notify};
@@ -179,6 +183,16 @@ pub fn engine_settings(config: &PoolConfig) -> Settings {
     }
 }
 
+/// How often a pool's configuration checks its backends: the probe intervals, the jitter and
+/// the agent's interval.
+pub fn check_timing(config: &PoolConfig) -> CheckTiming {
+    CheckTiming {
+        intervals: probe_intervals(config),
+        jitter: config.active.jitter,
+        agent: config.agent.map(|agent| agent.interval),
+    }
+}
+
 /// The probe intervals a pool's configuration asks for, by [`Cadence`].
 pub fn probe_intervals(config: &PoolConfig) -> ProbeIntervals {
     ProbeIntervals {
@@ -218,11 +232,90 @@ pub fn engine_policy(config: &PoolConfig) -> Policy {
     }
 }
 
+/// What each backend of `config` carries over from the same backend (by name and address) of
+/// `previous`: its index there, its engine state and its records (moved out of `previous`
+/// when `share`, a membership update retiring it; copied otherwise).
+///
+/// The old pool's lock is held only to copy what kept backends carry over, not while the new
+/// backends are built (their connections and metric handles): its probes and traffic, and the
+/// admin API reading it, wait on that lock, on runtime threads.
+fn carried_over(
+    config: &PoolConfig,
+    previous: Option<&PoolRt>,
+    share: bool,
+) -> Vec<Option<(usize, Carried, Records)>> {
+    let Some(p) = previous else {
+        return config.backends.iter().map(|_| None).collect();
+    };
+    // The old pool's backends by name and address: one lookup per backend, so a pool of
+    // thousands rebuilds in linear time.
+    let old_index: HashMap<BackendKey<'_>, usize> = p
+        .backends
+        .iter()
+        .enumerate()
+        .map(|(i, old)| (BackendKey::new(&old.name, &old.address), i))
+        .collect();
+    let mut inner = p.lock();
+    config
+        .backends
+        .iter()
+        .map(|b| {
+            let i = *old_index.get(&BackendKey::new(&b.name, &b.address))?;
+            let record = if share {
+                // A membership update retires the old build: its probe history moves instead
+                // of being copied (megabytes at 5,000 backends, each update, which the
+                // allocator's per-thread arenas kept).
+                inner.info[i].take()
+            } else {
+                inner.info[i].clone()
+            };
+            Some((i, inner.engine.carry(i), record))
+        })
+        .collect()
+}
+
+/// A new runtime for backend `b` of the pool `config` configures; `old` is the same backend
+/// in the pool's previous build, whose latency totals and tunnels' signal it keeps.
+fn new_backend(
+    config: &PoolConfig,
+    b: &crate::config::BackendConfig,
+    tls: Option<&PoolTls>,
+    metrics: &crate::instruments::PoolMetrics,
+    old: Option<&BackendRt>,
+) -> BackendRt {
+    // One copy of the name, which the metrics' counters are keyed by too.
+    let name: Arc<str> = b.name.as_str().into();
+    let upstream = Upstream::new(b.socket_addr, config.timeouts.connect, config.timeouts.idle)
+        .with_proxy_protocol(config.send_proxy_protocol);
+    let passive = &config.passive;
+    BackendRt {
+        metrics: metrics.backend(&name),
+        name,
+        address: b.address.clone(),
+        weight: b.weight,
+        upstream: speaking(with_tls(upstream, tls, config, &b.address), config.protocol),
+        in_flight: AtomicUsize::new(0),
+        traffic: TrafficRing::default(),
+        watched: AtomicBool::new(false),
+        latency: (passive.enabled && passive.latency_outliers.is_some()).then(Box::default),
+        outcomes: (passive.enabled && passive.success_rate.is_some()).then(OutcomeCounts::default),
+        latency_totals: old.map_or_else(Arc::default, |old| old.latency_totals.clone()),
+        // A kept backend keeps its tunnels' signal: a tunnel opened before a reload is still
+        // closed by a DOWN after it.
+        tunnels: match old.and_then(|old| old.tunnels.clone()) {
+            Some(tunnels) => Some(tunnels),
+            None => config
+                .close_tunnels_on_down
+                .then(|| Arc::new(tokio::sync::watch::Sender::new(0))),
+        },
+    }
+}
+
 /// What the runtime remembers of one backend beside its engine state (the engine keeps its
 /// last transition and since when its verdict holds).
 #[derive(Clone, Debug)]
 struct Records {
-    pub(super) probes: VecDeque<ProbeRecord>,
+    pub(super) probes: records::ProbeRing,
     /// When the backend joined the pool (kept while it stays, across reloads and updates).
     pub(super) joined: SystemTime,
 }
@@ -230,7 +323,7 @@ struct Records {
 impl Records {
     fn new(joined: SystemTime) -> Records {
         Records {
-            probes: VecDeque::with_capacity(HISTORY),
+            probes: records::ProbeRing::default(),
             joined,
         }
     }
@@ -267,17 +360,23 @@ impl PartialEq for BackendKey<'_> {
 
 impl Eq for BackendKey<'_> {}
 
-/// The engine and the per-backend records, under one lock.
+/// The engine (the rotation and its check schedule) and the per-backend records, under one
+/// lock.
 #[derive(Debug)]
 struct Inner {
     engine: Rotation,
+    /// When each backend is checked: empty until the pool's driver starts (`driver.rs`).
+    schedule: Schedule,
     info: Vec<Records>,
-    /// The engine time the timer sleeps until (`None`: it waits for a wake-up only). Set by
-    /// the timer when it reads `poll_timeout`, and by `publish` when it wakes it earlier.
+    /// The engine time of the rotation's next timeout as the driver knows it (`None`: none).
+    /// Set by the driver when it reads `poll_timeout`, and by `publish` when it wakes it earlier.
     armed: Option<Duration>,
     /// The engine time the handle's snapshot was last built at (from `eligible`): the
     /// standings reported are asked at this time, so their weights are the picker's.
     published: Duration,
+    /// The schedule's next due time the driver sleeps until (`None`: none); a check that ends
+    /// and schedules an earlier one wakes it.
+    wake: Option<Duration>,
 }
 
 /// Why an override could not be applied.
@@ -315,8 +414,9 @@ pub struct PoolRt {
     pub probing: Arc<ProbingSlot>,
 }
 
-/// Whether this instance probes a backend (shared probing): asked by each probe loop before
-/// each probe. Implemented by the fleet runtime, which `health` does not know.
+/// Whether this instance probes a backend (shared probing): asked for each due probe, under
+/// the pool's lock, and handed to the engine's schedule. Implemented by the fleet runtime,
+/// which `health` does not know.
 pub trait ProbeOwnership: Send + Sync + std::fmt::Debug {
     /// Whether this instance probes the backend at `address` of pool `pool`.
     fn owns(&self, pool: &str, address: &str) -> bool;
@@ -386,42 +486,7 @@ impl PoolRt {
         let metrics = families.pool(&config.name);
         let now = clock.now();
         let wall = clock.wall(now);
-        // The old pool's backends by name and address: one lookup per backend, so a pool of
-        // thousands rebuilds in linear time.
-        let old_index: HashMap<BackendKey<'_>, usize> = previous
-            .map(|p| {
-                p.backends
-                    .iter()
-                    .enumerate()
-                    .map(|(i, old)| (BackendKey::new(&old.name, &old.address), i))
-                    .collect()
-            })
-            .unwrap_or_default();
-        // The old pool's lock is held only to copy what kept backends carry over, not while
-        // the new backends are built (their connections and metric handles): its probes and
-        // traffic, and the admin API reading it, wait on that lock, on runtime threads.
-        let carried: Vec<Option<(usize, Carried, Records)>> = match previous {
-            Some(p) => {
-                let mut inner = p.lock();
-                config
-                    .backends
-                    .iter()
-                    .map(|b| {
-                        let i = *old_index.get(&BackendKey::new(&b.name, &b.address))?;
-                        let record = if share {
-                            // A membership update retires the old build: its probe history
-                            // moves instead of being copied (megabytes at 5,000 backends,
-                            // each update, which the allocator's per-thread arenas kept).
-                            inner.info[i].take()
-                        } else {
-                            inner.info[i].clone()
-                        };
-                        Some((i, inner.engine.carry(i), record))
-                    })
-                    .collect()
-            }
-            None => config.backends.iter().map(|_| None).collect(),
-        };
+        let carried = carried_over(&config, previous, share);
         let membership = previous.map_or_else(Default::default, |p| p.membership.clone());
         let probing = previous.map_or_else(Default::default, |p| p.probing.clone());
         let tls = PoolTls::of(&config);
@@ -454,40 +519,11 @@ impl PoolRt {
             if let Some(p) = previous {
                 tests::note_build_beside_old_pool(p.inner.try_lock().is_err());
             }
-            let rt = BackendRt {
-                name: b.name.as_str().into(),
-                address: b.address.clone(),
-                weight: b.weight,
-                upstream: speaking(
-                    with_tls(
-                        Upstream::new(b.socket_addr, config.timeouts.connect, config.timeouts.idle)
-                            .with_proxy_protocol(config.send_proxy_protocol),
-                        tls.as_ref(),
-                        &config,
-                        &b.address,
-                    ),
-                    config.protocol,
-                ),
-                in_flight: AtomicUsize::new(0),
-                traffic: TrafficRing::default(),
-                metrics: metrics.backend(&b.name),
-                watched: AtomicBool::new(false),
-                next_probe_ms: AtomicU64::new(u64::MAX),
-                latency: (config.passive.enabled && config.passive.latency_outliers.is_some())
-                    .then(LatencyBuckets::default),
-                outcomes: (config.passive.enabled && config.passive.success_rate.is_some())
-                    .then(OutcomeCounts::default),
-                latency_totals: match (&kept, previous) {
-                    (Some((i, ..)), Some(p)) => p.backends[*i].latency_totals.clone(),
-                    _ => Arc::default(),
-                },
-                // A kept backend keeps its tunnels' signal: a tunnel opened before a reload is
-                // still closed by a DOWN after it.
-                tunnels: match (&kept, previous) {
-                    (Some((i, ..)), Some(p)) => p.backends[*i].tunnels.clone(),
-                    _ => Arc::new(tokio::sync::watch::Sender::new(0)),
-                },
+            let old = match (&kept, previous) {
+                (Some((i, ..)), Some(p)) => Some(&*p.backends[*i]),
+                _ => None,
             };
+            let rt = new_backend(&config, b, tls.as_ref(), &metrics, old);
             match (kept, previous) {
                 (Some((i, carried, record)), Some(p)) => {
                     joins.push((b.weight, Join::Kept(carried), role));
@@ -514,6 +550,7 @@ impl PoolRt {
         for (i, b) in config.backends.iter().enumerate() {
             engine.set_tracks(i, b.track.is_some());
         }
+        let schedule = Schedule::new(check_timing(&config), 0);
         // A kept backend may carry an error streak, an ejection or a probation: its traffic
         // must reach the engine from the first response.
         for (i, rt) in backends.iter().enumerate() {
@@ -531,9 +568,11 @@ impl PoolRt {
                 )),
                 inner: Mutex::new(Inner {
                     engine,
+                    schedule,
                     info,
                     armed: None,
                     published: now,
+                    wake: None,
                 }),
                 events,
                 clock,
@@ -579,47 +618,59 @@ impl PoolRt {
         self.lock().engine.wants_probes(backend)
     }
 
+    /// Passing probes in a row a backend needs after maintenance before traffic (0: none).
+    pub fn requalify_passes(&self) -> u32 {
+        self.lock().engine.requalify_passes()
+    }
+
     /// Feeds one probe outcome to the engine, and says which probe interval applies to the
-    /// backend next (the engine's [`Cadence`]).
+    /// backend next (the engine's [`Cadence`]). What the probe came to reaches the tap, the
+    /// metrics, the probe history and the traces from the engine's output (`publish`).
     pub fn record_probe(
         &self,
         backend: usize,
         outcome: impl Into<ProbeOutcome>,
         latency: Duration,
     ) -> Cadence {
-        let outcome = outcome.into();
-        let now = self.clock.now();
         let mut inner = self.lock();
-        let result = inner.engine.handle_probe(backend, outcome, now);
-        let cadence = inner.engine.cadence(backend);
-        let recorded = match outcome.mismatch {
-            Some(_) => Outcome::Malformed,
-            None => outcome.outcome,
-        };
-        self.handle
-            .tap
-            .record(backend, crate::balance::tap::Recorded::Probe(recorded));
-        self.backends[backend].metrics.probe(result, latency);
-        let probes = &mut inner.info[backend].probes;
-        if probes.len() == HISTORY {
-            probes.pop_front();
+        self.finish_probe(&mut inner, backend, outcome.into(), latency);
+        inner.engine.cadence(backend)
+    }
+
+    /// Hands the engine how `backend`'s probe ended (its schedule takes the next one from
+    /// there when the driver started it), publishes, and wakes the driver if the next check
+    /// is now due earlier than it sleeps.
+    fn finish_probe(
+        &self,
+        inner: &mut Inner,
+        backend: usize,
+        outcome: ProbeOutcome,
+        latency: Duration,
+    ) {
+        let now = self.clock.now();
+        let Inner {
+            engine, schedule, ..
+        } = inner;
+        schedule.handle_probe(engine, backend, outcome, latency, now);
+        self.publish(inner, now, false);
+        self.wake_for_schedule(inner);
+    }
+
+    /// Wakes the driver if the schedule's next due time is earlier than the one it sleeps
+    /// until.
+    fn wake_for_schedule(&self, inner: &mut Inner) {
+        let due = inner.schedule.poll_timeout();
+        if due.is_some_and(|due| inner.wake.is_none_or(|wake| due < wake)) {
+            inner.wake = due;
+            self.timer.notify_one();
         }
-        probes.push_back(ProbeRecord {
-            outcome,
-            result,
-            latency,
-            at: self.clock.wall(now),
-        });
-        tracing::trace!(
-            pool = %self.name,
-            backend = %self.backends[backend].name,
-            outcome = %outcome,
-            result = result.as_str(),
-            latency_us = latency.as_micros() as u64,
-            "probe"
-        );
-        self.publish(&mut inner, now, false);
-        cadence
+    }
+
+    /// When `backend` is next probed, on the engine clock (while a probe is under way: when it
+    /// was due); `None` when it is not probed (no checks, `track`, or the pool's driver not
+    /// started).
+    pub fn next_probe(&self, backend: usize) -> Option<Duration> {
+        self.lock().schedule.next_probe(backend)
     }
 
     /// Per backend, in pool order, under one lock: the load-shedding relief it has left (zero
@@ -662,7 +713,7 @@ impl PoolRt {
         if !capataz_health::fleet::publishable(&active) {
             return None;
         }
-        let last = inner.info[backend].probes.back().map(|p| p.outcome.outcome);
+        let last = inner.info[backend].probes.last_outcome();
         Some((active.state, active.streak(), last))
     }
 
@@ -685,16 +736,29 @@ impl PoolRt {
 
     /// Feeds one agent answer to the engine (a failed exchange is no input at all).
     pub fn record_agent(&self, backend: usize, report: AgentReport) {
-        let now = self.clock.now();
         let mut inner = self.lock();
-        let state = inner.engine.handle_agent(backend, report, now);
-        tracing::trace!(
-            pool = %self.name,
-            backend = %self.backends[backend].name,
-            agent = %state,
-            "agent"
-        );
-        self.publish(&mut inner, now, false);
+        self.finish_agent(&mut inner, backend, Some(report));
+    }
+
+    /// Hands the engine how `backend`'s agent exchange ended (`None`: it failed, no input),
+    /// publishes, and wakes the driver for the next exchange if need be.
+    fn finish_agent(&self, inner: &mut Inner, backend: usize, report: Option<AgentReport>) {
+        let now = self.clock.now();
+        let Inner {
+            engine, schedule, ..
+        } = inner;
+        let answered = report.is_some();
+        let state = schedule.handle_agent(engine, backend, report, now);
+        if answered {
+            tracing::trace!(
+                pool = %self.name,
+                backend = %self.backends[backend].name,
+                agent = %state,
+                "agent"
+            );
+        }
+        self.publish(inner, now, false);
+        self.wake_for_schedule(inner);
     }
 
     /// What `backend`'s agent last said (the default, `up` at 100 %, before it said anything).
@@ -747,7 +811,7 @@ impl PoolRt {
             .iter()
             .map(|b| {
                 b.latency
-                    .as_ref()
+                    .as_deref()
                     .map(LatencyBuckets::drain)
                     .unwrap_or_default()
             })

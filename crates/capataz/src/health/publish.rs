@@ -26,11 +26,12 @@ use crate::events::{Event, MembershipChange};
 use crate::logging;
 
 impl PoolRt {
-    /// Drains the engine's events, rebuilds the snapshot if anything happened (or when
-    /// `rebuild`: time alone moves slow-start weights), wakes the timer if the next timeout
-    /// moved earlier, and logs and broadcasts each event. A probe that changes nothing costs no
-    /// rebuild.
+    /// Drains what the engine's schedule says each probe came to (`probes.rs`), then the
+    /// engine's events: rebuilds the snapshot if anything happened (or when `rebuild`: time
+    /// alone moves slow-start weights), wakes the timer if the next timeout moved earlier, and
+    /// logs and broadcasts each event. A probe that changes nothing costs no rebuild.
     pub(super) fn publish(&self, inner: &mut Inner, now: Duration, rebuild: bool) {
+        self.publish_probes(inner);
         let time = self.clock.wall(now);
         let events: Vec<EngineEvent> = std::iter::from_fn(|| inner.engine.poll_event()).collect();
         if rebuild || !events.is_empty() {

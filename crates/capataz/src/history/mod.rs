@@ -13,6 +13,7 @@
 //! event, and by the admin API's two pages (`GET /history/events`, `GET /history/series`).
 
 mod series;
+mod sparse;
 mod timeline;
 
 use std::collections::VecDeque;
@@ -73,7 +74,7 @@ impl History {
                         .into_iter()
                         .collect(),
                     None => pool
-                        .views()
+                        .views_with_last_probe()
                         .iter()
                         .map(|view| (pool.name.clone(), timeline::Mark::of(pool, view)))
                         .collect(),
@@ -100,8 +101,10 @@ impl History {
     /// its state for the timeline), and forgets pools and backends no longer there.
     pub fn sample(&self, pools: &[Arc<PoolRt>], now: SystemTime) {
         // The views are read before the lock is taken: each takes its pool's lock.
-        let views: Vec<(Arc<PoolRt>, Vec<crate::health::BackendView>)> =
-            pools.iter().map(|p| (p.clone(), p.views())).collect();
+        let views: Vec<(Arc<PoolRt>, Vec<crate::health::BackendView>)> = pools
+            .iter()
+            .map(|p| (p.clone(), p.views_with_last_probe()))
+            .collect();
         let mut inner = self.lock();
         inner.series.sample(pools, now);
         for (pool, views) in &views {

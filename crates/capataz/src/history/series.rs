@@ -1,5 +1,6 @@
 //! Per pool and backend, a fixed ring of samples: attempts, errors (answered 5xx or not at all),
-//! and the p50 and p99 of the answered ones, over each [`SAMPLE`].
+//! and the p50 and p99 of the answered ones, over each [`SAMPLE`]. A backend's are kept sparse
+//! (`sparse.rs`): only its samples with attempts in them take memory.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -7,8 +8,9 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
 
+use super::sparse::{Sparse, Times};
 use super::unix_ms;
-use crate::balance::{LatencyCounts, LatencyTotals};
+use crate::balance::{BackendRt, LatencyCounts, LatencyTotals};
 use crate::health::PoolRt;
 
 /// How often a sample is taken.
@@ -35,6 +37,12 @@ pub struct Point {
 /// A ring of points.
 #[derive(Debug, Default)]
 struct Ring(VecDeque<Point>);
+
+impl From<Vec<Point>> for Ring {
+    fn from(points: Vec<Point>) -> Ring {
+        Ring(points.into())
+    }
+}
 
 impl Ring {
     fn push(&mut self, point: Point) {
@@ -73,7 +81,7 @@ struct Last {
 #[derive(Debug, Default)]
 struct BackendSeries {
     last: Option<Last>,
-    ring: Ring,
+    points: Sparse,
     /// The sample that last saw it in a pool.
     seen: u64,
 }
@@ -83,8 +91,61 @@ struct BackendSeries {
 pub(super) struct Series {
     pools: HashMap<Arc<str>, Ring>,
     backends: HashMap<(Arc<str>, Arc<str>), BackendSeries>,
+    /// The times of the last samples, which the backends' sparse points share.
+    times: Times,
+    /// When the last sample was taken.
+    previous: Option<SystemTime>,
     /// Samples taken.
     generation: u64,
+}
+
+impl BackendSeries {
+    /// What backend `b`'s counters say at `now` against the last sample: its point (without
+    /// its time, which the caller sets), the attempts and the errors, added to `pool_latency`;
+    /// `None` at its first sample or when it was rebuilt without its past.
+    fn next(
+        &mut self,
+        b: &BackendRt,
+        now: SystemTime,
+        pool_latency: &mut LatencyCounts,
+    ) -> Option<(Point, u64, u64)> {
+        let attempts = b.attempts();
+        let next = Last {
+            at: now,
+            attempts,
+            totals: b.latency_totals.clone(),
+            latency: b.latency_totals.read(),
+        };
+        let last = self.last.replace(next)?;
+        let next = self.last.as_ref()?;
+        if !Arc::ptr_eq(&last.totals, &next.totals) {
+            // Rebuilt without its past (removed and added again): count from here.
+            return None;
+        }
+        let (total, failed) = (
+            attempts.0.saturating_sub(last.attempts.0),
+            attempts.1.saturating_sub(last.attempts.1),
+        );
+        let (_, percentiles) = next.latency.since(&last.latency);
+        pool_latency.add_since(&next.latency, &last.latency);
+        let point = Point {
+            at: 0,
+            span_ms: span_ms(now, last.at),
+            requests: saturate(total),
+            errors: saturate(failed.min(total)),
+            latency_us: percentiles.map(|(p50, p99)| (micros(p50), micros(p99))),
+        };
+        Some((point, total, failed.min(total)))
+    }
+}
+
+/// The milliseconds from `then` to `now` (0 for a clock that went back), saturating.
+fn span_ms(now: SystemTime, then: SystemTime) -> u32 {
+    let span = now
+        .duration_since(then)
+        .unwrap_or(Duration::ZERO)
+        .as_millis();
+    u32::try_from(span).unwrap_or(u32::MAX)
 }
 
 fn saturate(n: u64) -> u32 {
@@ -102,6 +163,11 @@ impl Series {
         let at = unix_ms(now);
         self.generation += 1;
         let generation = self.generation;
+        let since_previous = self
+            .previous
+            .replace(now)
+            .map_or(0, |then| span_ms(now, then));
+        self.times.push(generation, at, since_previous);
         for pool in pools {
             let mut pool_latency = LatencyCounts::zero();
             let (mut requests, mut errors, mut span, mut any) = (0u64, 0u64, 0u32, false);
@@ -109,44 +175,15 @@ impl Series {
                 let key = (pool.name.clone(), b.name.clone());
                 let series = self.backends.entry(key).or_default();
                 series.seen = generation;
-                let attempts = b.attempts();
-                let latency = b.latency_totals.read();
-                let next = Last {
-                    at: now,
-                    attempts,
-                    totals: b.latency_totals.clone(),
-                    latency,
-                };
-                let Some(last) = series.last.replace(next) else {
-                    continue;
-                };
-                let Some(next) = &series.last else { continue };
-                if !Arc::ptr_eq(&last.totals, &next.totals) {
-                    // Rebuilt without its past (removed and added again): count from here.
-                    continue;
-                }
-                let span_ms = now
-                    .duration_since(last.at)
-                    .unwrap_or(Duration::ZERO)
-                    .as_millis();
-                let span_ms = u32::try_from(span_ms).unwrap_or(u32::MAX);
-                let (total, failed) = (
-                    attempts.0.saturating_sub(last.attempts.0),
-                    attempts.1.saturating_sub(last.attempts.1),
-                );
-                let (_, percentiles) = next.latency.since(&last.latency);
-                pool_latency.add_since(&next.latency, &last.latency);
-                series.ring.push(Point {
-                    at,
-                    span_ms,
-                    requests: saturate(total),
-                    errors: saturate(failed.min(total)),
-                    latency_us: percentiles.map(|(p50, p99)| (micros(p50), micros(p99))),
+                let counted = series.next(b, now, &mut pool_latency);
+                let point = counted.map(|(point, total, failed)| {
+                    requests += total;
+                    errors += failed;
+                    span = span.max(point.span_ms);
+                    any = true;
+                    Point { at, ..point }
                 });
-                requests += total;
-                errors += failed.min(total);
-                span = span.max(span_ms);
-                any = true;
+                series.points.push(generation, point, &self.times);
             }
             if any {
                 let (_, percentiles) = pool_latency.since(&LatencyCounts::zero());
@@ -176,6 +213,9 @@ impl Series {
     pub(super) fn backend_json(&self, pool: &Arc<str>, backend: &Arc<str>) -> Value {
         self.backends
             .get(&(pool.clone(), backend.clone()))
-            .map_or_else(|| Ring::default().json(), |s| s.ring.json())
+            .map_or_else(
+                || Ring::default().json(),
+                |s| Ring::from(s.points.points(&self.times)).json(),
+            )
     }
 }

@@ -99,10 +99,11 @@ impl Timelines {
     /// from the last one (starting at `now`, or for a backend's first mark when its state
     /// began).
     pub(super) fn note(&mut self, pool: &Arc<str>, mut mark: Mark, now: SystemTime) {
+        // Most backends never change state: room for one mark, not the four a first push makes.
         let marks = self
             .marks
             .entry((pool.clone(), mark.backend.clone()))
-            .or_default();
+            .or_insert_with(|| VecDeque::with_capacity(1));
         match marks.back() {
             Some(last) if last.same_state(&mark) => return,
             Some(_) => mark.at = now,

@@ -1,20 +1,20 @@
 //! The handles the runtime updates: one pool's ([`PoolMetrics`]) and one backend's
-//! ([`BackendMetrics`]), each label set resolved once from the balancer's [`Families`] when the
-//! pool or backend is built, so the request path only increments and observes.
+//! ([`BackendMetrics`]: its counter block and its latency histograms), each resolved once from
+//! the balancer's [`Families`] when the pool or backend is built, so the request path only
+//! increments and observes.
 
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use capataz_health::{ProbeResult, Reason, State, Transition};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram;
 
-use super::{
-    BackendLabels, Families, HistogramLabels, HistogramScope, OutlierLabels, PoolLabels,
-    ProbeLabels, RequestLabels, TransitionLabels,
-};
+use super::counters::Counts;
+use super::{Families, HistogramLabels, HistogramScope, PoolLabels};
 
-/// The answer classes of `capataz_requests_total`, in the order of [`BackendMetrics`] handles.
+/// The answer classes of `capataz_requests_total`, in the order of a backend's counters.
 pub(super) const CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "error"];
 
 impl Families {
@@ -60,7 +60,7 @@ struct LatencyHistograms {
 pub(crate) struct PoolMetrics {
     /// The families its backends' handles come from.
     families: Families,
-    pool: String,
+    pool: Arc<str>,
     pub(super) retries: Counter,
     rejected: Counter,
     /// With [`HistogramScope::Pool`], the histograms every backend of the pool observes into;
@@ -71,15 +71,18 @@ pub(crate) struct PoolMetrics {
 impl PoolMetrics {
     /// The handles of this pool's backend `backend`; a backend rebuilt under the same names
     /// gets the same counters.
-    pub(crate) fn backend(&self, backend: &str) -> BackendMetrics {
+    pub(crate) fn backend(&self, backend: &Arc<str>) -> BackendMetrics {
         let latency = match &self.shared {
             Some(shared) => shared.clone(),
             None => self.families.latency(&HistogramLabels {
-                pool: self.pool.clone(),
-                backend: Some(backend.into()),
+                pool: self.pool.to_string(),
+                backend: Some(backend.to_string()),
             }),
         };
-        BackendMetrics::new(&self.families, &self.pool, backend, latency)
+        BackendMetrics {
+            counts: self.families.counters.of(&self.pool, backend),
+            latency,
+        }
     }
 
     /// Counts one retry.
@@ -93,84 +96,18 @@ impl PoolMetrics {
     }
 }
 
-/// One backend's metric handles, resolved once when the backend is built.
+/// One backend's metric handles, resolved once when the backend is built: its counters (see
+/// `counters.rs`) and the latency histograms it observes into.
 #[derive(Debug)]
 pub(crate) struct BackendMetrics {
-    /// One counter per entry of [`CLASSES`].
-    pub(super) requests: [Counter; 6],
-    probes_pass: Counter,
-    probes_fail: Counter,
-    /// `result="drain"`, created by the first drain probe (`disable_on_404` pools only), so
-    /// other pools' scrapes do not grow.
-    probes_drain: OnceLock<Counter>,
-    probes: prometheus_client::metrics::family::Family<ProbeLabels, Counter>,
-    drain_labels: ProbeLabels,
-    to_up: Counter,
-    to_down: Counter,
-    ejections: Counter,
-    /// `detector="latency"` and `"success_rate"`, created by the first such ejection, so
-    /// pools without the detectors add no series.
-    outliers: [OnceLock<Counter>; 2],
-    outlier_family: prometheus_client::metrics::family::Family<OutlierLabels, Counter>,
-    pool_backend: (String, String),
+    pub(super) counts: Arc<Counts>,
     latency: LatencyHistograms,
 }
 
 impl BackendMetrics {
-    fn new(
-        metrics: &Families,
-        pool: &str,
-        backend: &str,
-        latency: LatencyHistograms,
-    ) -> BackendMetrics {
-        let request = |class| {
-            metrics.requests.get_or_create_owned(&RequestLabels {
-                pool: pool.into(),
-                backend: backend.into(),
-                class,
-            })
-        };
-        let probe = |result| {
-            metrics.probes.get_or_create_owned(&ProbeLabels {
-                pool: pool.into(),
-                backend: backend.into(),
-                result,
-            })
-        };
-        let transition = |to| {
-            metrics.transitions.get_or_create_owned(&TransitionLabels {
-                pool: pool.into(),
-                backend: backend.into(),
-                to,
-            })
-        };
-        BackendMetrics {
-            requests: CLASSES.map(request),
-            probes_pass: probe("pass"),
-            probes_fail: probe("fail"),
-            probes_drain: OnceLock::new(),
-            probes: metrics.probes.clone(),
-            drain_labels: ProbeLabels {
-                pool: pool.into(),
-                backend: backend.into(),
-                result: "drain",
-            },
-            to_up: transition("up"),
-            to_down: transition("down"),
-            ejections: metrics.ejections.get_or_create_owned(&BackendLabels {
-                pool: pool.into(),
-                backend: backend.into(),
-            }),
-            outliers: [OnceLock::new(), OnceLock::new()],
-            outlier_family: metrics.outlier_ejections.clone(),
-            pool_backend: (pool.into(), backend.into()),
-            latency,
-        }
-    }
-
     /// Counts an attempt the backend answered with `status`, `elapsed` after it was sent.
     pub(crate) fn answered(&self, status: u16, elapsed: Duration) {
-        self.requests[class_index(status)].inc();
+        self.counts.requests[class_index(status)].fetch_add(1, Ordering::Relaxed);
         self.latency
             .upstream_response
             .observe(elapsed.as_secs_f64());
@@ -178,36 +115,39 @@ impl BackendMetrics {
 
     /// Attempts counted, and of those the ones answered 5xx or not at all.
     pub(crate) fn attempts(&self) -> (u64, u64) {
-        let total = self.requests.iter().map(Counter::get).sum();
-        let errors = self.requests[4].get() + self.requests[5].get();
+        let count = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        let requests = &self.counts.requests;
+        let total = requests.iter().map(count).sum();
+        let errors = count(&requests[4]) + count(&requests[5]);
         (total, errors)
     }
 
     /// Counts an attempt that got no answer: no connection, a reset, a timeout, or garbage.
     pub(crate) fn unanswered(&self) {
-        self.requests[CLASSES.len() - 1].inc();
+        self.counts.requests[CLASSES.len() - 1].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts one probe and how long it took.
     pub(crate) fn probe(&self, result: ProbeResult, latency: Duration) {
         match result {
-            ProbeResult::Pass => self.probes_pass.inc(),
-            ProbeResult::Fail => self.probes_fail.inc(),
-            // Created on first use: only pools with `disable_on_404` ever count one.
-            ProbeResult::Drain => self
-                .probes_drain
-                .get_or_init(|| self.probes.get_or_create_owned(&self.drain_labels))
-                .inc(),
+            ProbeResult::Pass => self.counts.probes[0].fetch_add(1, Ordering::Relaxed),
+            ProbeResult::Fail => self.counts.probes[1].fetch_add(1, Ordering::Relaxed),
+            // Shown from the first: only pools with `disable_on_404` ever count one.
+            ProbeResult::Drain => {
+                self.counts.drain();
+                0
+            }
         };
         self.latency.probe_duration.observe(latency.as_secs_f64());
     }
 
     /// Counts one verdict change, and an ejection when passive checks caused it.
     pub(crate) fn transition(&self, transition: &Transition) {
-        match transition.to {
-            State::Up => self.to_up.inc(),
-            State::Down => self.to_down.inc(),
+        let to = match transition.to {
+            State::Up => 0,
+            State::Down => 1,
         };
+        self.counts.transitions[to].fetch_add(1, Ordering::Relaxed);
         if matches!(
             transition.reason,
             Reason::TrafficErrors { .. }
@@ -215,22 +155,13 @@ impl BackendMetrics {
                 | Reason::SlowTraffic { .. }
                 | Reason::ErrorRate { .. }
         ) {
-            self.ejections.inc();
+            self.counts.ejections.fetch_add(1, Ordering::Relaxed);
         }
-        let (slot, detector) = match transition.reason {
-            Reason::SlowTraffic { .. } => (0, "latency"),
-            Reason::ErrorRate { .. } => (1, "success_rate"),
-            _ => return,
-        };
-        self.outliers[slot]
-            .get_or_init(|| {
-                self.outlier_family.get_or_create_owned(&OutlierLabels {
-                    pool: self.pool_backend.0.clone(),
-                    backend: self.pool_backend.1.clone(),
-                    detector,
-                })
-            })
-            .inc();
+        match transition.reason {
+            Reason::SlowTraffic { .. } => self.counts.outlier(0),
+            Reason::ErrorRate { .. } => self.counts.outlier(1),
+            _ => {}
+        }
     }
 }
 

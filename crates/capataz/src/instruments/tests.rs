@@ -1,6 +1,7 @@
 //! Unit tests of the families and handles: label sets, bucket bounds, rebuilds, scopes, and
 //! two registries sharing nothing.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use capataz_health::ProbeResult;
@@ -60,13 +61,13 @@ fn lines(registry: &Registry, name: &str, pool: &str) -> Vec<String> {
 fn handles_survive_a_rebuild() {
     let (registry, families) = families(HistogramScope::Pool);
     let pool = families.pool("metrics_unit_pool");
-    let first = pool.backend("a");
+    let first = pool.backend(&"a".into());
     first.answered(200, Duration::from_millis(1));
     first.unanswered();
-    let again = families.pool("metrics_unit_pool").backend("a");
+    let again = families.pool("metrics_unit_pool").backend(&"a".into());
     again.answered(204, Duration::from_millis(1));
-    assert_eq!(again.requests[1].get(), 2);
-    assert_eq!(again.requests[5].get(), 1);
+    assert_eq!(again.counts.requests[1].load(Ordering::Relaxed), 2);
+    assert_eq!(again.counts.requests[5].load(Ordering::Relaxed), 1);
     pool.retry();
     pool.reject();
     let rebuilt = families.pool("metrics_unit_pool");
@@ -85,7 +86,7 @@ fn handles_survive_a_rebuild() {
 fn pool_histograms_count_every_backend_of_the_pool() {
     let (registry, families) = families(HistogramScope::Pool);
     let pool = families.pool("metrics_unit_shared");
-    let (a, b) = (pool.backend("a"), pool.backend("b"));
+    let (a, b) = (pool.backend(&"a".into()), pool.backend(&"b".into()));
     a.answered(200, Duration::from_micros(300));
     b.answered(503, Duration::from_millis(20));
     b.answered(200, Duration::from_millis(20));
@@ -126,7 +127,7 @@ fn pool_histograms_count_every_backend_of_the_pool() {
 fn backend_histograms_carry_the_backend_label() {
     let (registry, families) = families(HistogramScope::Backend);
     let pool = families.pool("metrics_unit_own");
-    let (a, b) = (pool.backend("a"), pool.backend("b"));
+    let (a, b) = (pool.backend(&"a".into()), pool.backend(&"b".into()));
     a.answered(200, Duration::from_millis(1));
     b.answered(200, Duration::from_millis(1));
     b.answered(200, Duration::from_millis(1));
@@ -164,10 +165,10 @@ fn families_of_two_registries_share_no_counter() {
     let (first, one) = families(HistogramScope::Pool);
     let (second, two) = families(HistogramScope::Pool);
     one.pool("p")
-        .backend("a")
+        .backend(&"a".into())
         .answered(200, Duration::from_millis(1));
     one.pool("p").retry();
-    let _idle = two.pool("p").backend("a");
+    let _idle = two.pool("p").backend(&"a".into());
     let count = |registry: &Registry, name: &str| lines(registry, name, "p");
     assert_eq!(
         count(

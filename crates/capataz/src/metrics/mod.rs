@@ -374,10 +374,10 @@ mod tests {
     fn a_scrape_shows_only_its_own_registry() {
         let busy = Metrics::new(HistogramScope::Pool);
         let idle = Metrics::new(HistogramScope::Pool);
-        let _idle = idle.families().pool("p").backend("a");
+        let _idle = idle.families().pool("p").backend(&"a".into());
         busy.families()
             .pool("p")
-            .backend("a")
+            .backend(&"a".into())
             .answered(200, Duration::from_millis(1));
         let line = "capataz_requests_total{pool=\"p\",backend=\"a\",class=\"2xx\"}";
         let busy = busy.render(&[], None, Format::OpenMetrics).unwrap();
@@ -466,7 +466,7 @@ mod tests {
         metrics
             .families()
             .pool("p")
-            .backend("a")
+            .backend(&"a".into())
             .answered(200, Duration::from_millis(1));
         let page = metrics.render(&[], None, Format::Classic).unwrap();
         assert!(

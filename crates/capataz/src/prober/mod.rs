@@ -1,10 +1,10 @@
-//! The IO half of active checks: one probe (here), and the random delays and slot grid that
-//! time them ([`timing`], re-exported here).
+//! The IO half of active checks: one probe.
 //!
-//! The health engine decides what a probe's [`Outcome`] means; this module only produces the
-//! outcome, and the health runtime decides when to call it. Keeping the socket work here and the
-//! scheduling loop elsewhere means each probe is a plain `async fn` that tests can drive against
-//! a loopback listener.
+//! The health engine decides what a probe's [`Outcome`] means and when each backend is probed
+//! (its schedule: random first phase, jitter, slot grid); this module only produces the
+//! outcome, and the health runtime's driver calls it when the schedule says. Keeping the socket
+//! work here and the scheduling elsewhere means each probe is a plain `async fn` that tests can
+//! drive against a loopback listener.
 //!
 //! Invariants:
 //! - One deadline covers a whole probe (connect, write, and reading the status line); a probe
@@ -14,12 +14,10 @@
 //!   with a configured request or content rules ([`HttpProbe`], `content.rs`) reads the head
 //!   within [`MAX_PROBE_HEAD`] bytes and, only for a body rule, the body up to its limit.
 //! - Every failure maps to exactly one [`Outcome`]; nothing here panics on what a backend sends.
-//! - The random numbers come from `fastrand` (the crate's one random source, see
-//!   [`Rng`]). They spread probes apart; they are not for anything that needs to be
-//!   unpredictable.
-//! - Probes are cheap for the backend's host: due times fall on a slot grid ([`PROBE_SLOT`]) so
-//!   probes leave in batches, and an HTTP probe's request carries the handshake's last ACK, so a
-//!   sleeping backend is woken about once per batch rather than twice per probe.
+//! - Probes are cheap for the backend's host: due times fall on a slot grid (the engine's
+//!   [`PROBE_SLOT`](capataz_health::schedule::PROBE_SLOT)) so probes leave in batches, and an
+//!   HTTP probe's request carries the handshake's last ACK, so a sleeping backend is woken about
+//!   once per batch rather than twice per probe.
 
 use std::io;
 use std::net::SocketAddr;
@@ -39,14 +37,12 @@ mod content;
 mod http2;
 #[cfg(test)]
 mod tests;
-mod timing;
 
 pub use agent::agent_once;
 pub use content::{probe_checked, probe_checked_sending, request_bytes, HttpProbe, MAX_PROBE_HEAD};
 pub use http2::{
     decode_health_response, encode_health_request, probe_h2, H2Probe, MAX_GRPC_MESSAGE,
 };
-pub use timing::{align_to_slot, first_delay, jittered, Rng, PROBE_SLOT};
 
 /// The longest status line read, line ending included; a longer one is [`Outcome::Malformed`].
 pub const MAX_STATUS_LINE: usize = 1024;
@@ -127,7 +123,9 @@ pub async fn probe_once_sending(
         match kind {
             CheckKind::Grpc => {
                 let probe = H2Probe::grpc("", host, tls.is_some());
-                return Ok(probe_h2(&probe, addr, timeout, tls).await);
+                // Boxed, as the TLS exchange below: the plain probe's future stays small
+                // (about 1 KB beside 9), which matters for every probe under way.
+                return Ok(Box::pin(probe_h2(&probe, addr, timeout, tls)).await);
             }
             CheckKind::Http => http_probe(addr, path, host, tls, preamble).await,
             CheckKind::Tcp if preamble.is_empty() => TcpStream::connect(addr)
@@ -165,11 +163,21 @@ async fn http_probe(
     let stream = connect(addr, preamble).await?;
     match tls {
         None => status_line(stream, path, host).await,
-        Some(tls) => match tls.connect_probe(stream).await {
-            Ok(stream) => status_line(stream, path, host).await,
-            Err(error) if error.kind() == io::ErrorKind::InvalidData => Ok(Outcome::Tls),
-            Err(error) => Err(error),
-        },
+        Some(tls) => Box::pin(status_line_over_tls(tls, stream, path, host)).await,
+    }
+}
+
+/// [`status_line`] after a TLS handshake on `stream`.
+async fn status_line_over_tls(
+    tls: &Connector,
+    stream: TcpStream,
+    path: &str,
+    host: &str,
+) -> io::Result<Outcome> {
+    match tls.connect_probe(stream).await {
+        Ok(stream) => status_line(stream, path, host).await,
+        Err(error) if error.kind() == io::ErrorKind::InvalidData => Ok(Outcome::Tls),
+        Err(error) => Err(error),
     }
 }
 

@@ -520,10 +520,11 @@ impl Proxy {
         }
         match tunneled.client {
             Some(client) => {
-                let closing = pool
-                    .config
-                    .close_tunnels_on_down
-                    .then(|| pool.backends[index].tunnels.subscribe());
+                let closing = pool.backends[index]
+                    .tunnels
+                    .as_ref()
+                    .filter(|_| pool.config.close_tunnels_on_down)
+                    .map(|tunnels| tunnels.subscribe());
                 tunnel(
                     client,
                     tunneled.stream,

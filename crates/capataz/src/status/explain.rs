@@ -110,8 +110,7 @@ struct Said<'a> {
 impl<'a> Said<'a> {
     fn new(pool: &'a PoolRt, view: &'a BackendView) -> Said<'a> {
         let next_probe = view
-            .backend
-            .next_probe()
+            .next_probe
             .filter(|_| pool.config.active.kind != CheckKind::None)
             .map(|due| {
                 format!(

@@ -1,15 +1,57 @@
-//! When probes run: a random first phase, a jittered interval, and a slot grid that batches
-//! due times. Pure arithmetic over [`Duration`]s and a seeded [`Rng`], apart from the probe
-//! loop that calls it, so a seed makes every phase and jitter repeat.
+//! The arithmetic of check times: a random first phase, a jittered interval, and a slot grid
+//! that batches due times, over [`Duration`]s and a seeded [`Rng`]. A seed makes every phase and
+//! jitter repeat.
 
 use std::time::Duration;
 
-/// The random source probe timing draws from: `fastrand`'s generator (wyrand). Not
-/// cryptographic. Each probe loop forks its own from the calling thread's generator
-/// (`Rng::new()`), so one `fastrand::seed` in a test makes every phase and jitter repeat.
-pub use fastrand::Rng;
+/// The schedule's random source: splitmix64, seeded by the caller. Not cryptographic: it spreads
+/// checks apart, nothing more. The engine draws no OS randomness; the runtime seeds it (from a
+/// generator a test can seed), so the same seed gives the same phases and jitter.
+#[derive(Clone, Debug)]
+pub struct Rng {
+    state: u64,
+}
 
-/// The slot grid of probe due times (at most; see [`align_to_slot`]). Probes of any backends due
+impl Rng {
+    /// A generator seeded with `seed`.
+    pub fn with_seed(seed: u64) -> Rng {
+        Rng { state: seed }
+    }
+
+    /// The next 64 random bits.
+    pub fn u64(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, `n`) (Lemire's method, without bias); 0 when `n` is 0.
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            return 0;
+        }
+        let mut m = u128::from(self.u64()) * u128::from(n);
+        if (m as u64) < n {
+            let threshold = n.wrapping_neg() % n;
+            while (m as u64) < threshold {
+                m = u128::from(self.u64()) * u128::from(n);
+            }
+        }
+        (m >> 64) as u64
+    }
+
+    /// Uniform in [`low`, `high`], both included (`high` below `low` counts as `low`).
+    pub fn between(&mut self, low: u64, high: u64) -> u64 {
+        match high.saturating_sub(low) {
+            u64::MAX => self.u64(),
+            span => low + self.below(span + 1),
+        }
+    }
+}
+
+/// The slot grid of check due times (at most; see [`align_to_slot`]). Probes of any backends due
 /// in the same slot start on one timer tick and their connects leave back to back in one runtime
 /// poll, so a sleeping backend host is woken about once per batch rather than once per probe (on
 /// loopback that wake-up is charged to the balancer's `connect()` and `send()`). 10 ms is 1 % of
@@ -38,13 +80,10 @@ pub fn align_to_slot(due: Duration, now: Duration, interval: Duration) -> Durati
     Duration::from_nanos(aligned)
 }
 
-/// The delay before a backend's first probe: uniform in [0, `interval`), so that backends
-/// configured together are not probed in lockstep. Zero for a zero interval.
+/// The delay before a backend's first check: uniform in [0, `interval`), so that backends
+/// configured together are not checked in lockstep. Zero for a zero interval.
 pub fn first_delay(interval: Duration, rng: &mut Rng) -> Duration {
-    match nanos(interval) {
-        0 => Duration::ZERO,
-        interval => Duration::from_nanos(rng.u64(..interval)),
-    }
+    Duration::from_nanos(rng.below(nanos(interval)))
 }
 
 /// One interval with jitter: uniform in [`interval` * (1 - `jitter`), `interval` * (1 + `jitter`)].
@@ -53,7 +92,7 @@ pub fn first_delay(interval: Duration, rng: &mut Rng) -> Duration {
 pub fn jittered(interval: Duration, jitter: f64, rng: &mut Rng) -> Duration {
     let jitter = if jitter > 0.0 { jitter.min(1.0) } else { 0.0 };
     let (low, high) = jitter_bounds(interval, jitter);
-    Duration::from_nanos(rng.u64(low..=high))
+    Duration::from_nanos(rng.between(low, high))
 }
 
 /// The bounds of [`jittered`] in nanoseconds, both included.
@@ -65,7 +104,7 @@ fn jitter_bounds(interval: Duration, jitter: f64) -> (u64, u64) {
 }
 
 /// A duration in nanoseconds, saturating (at over 500 years).
-fn nanos(duration: Duration) -> u64 {
+pub(crate) fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
@@ -180,12 +219,21 @@ mod tests {
         };
         assert_eq!(draws(42), draws(42));
         assert_ne!(draws(42), draws(43));
-        // A generator forked from a seeded thread repeats too.
-        let forked = |seed| {
-            fastrand::seed(seed);
-            let mut rng = Rng::new();
-            first_delay(Duration::from_secs(1), &mut rng)
-        };
-        assert_eq!(forked(7), forked(7));
+    }
+
+    #[test]
+    fn draws_below_a_bound_are_uniform() {
+        let mut rng = Rng::with_seed(1);
+        let mut counts = [0u32; 6];
+        for _ in 0..60_000 {
+            counts[rng.below(6) as usize] += 1;
+        }
+        assert!(
+            counts.iter().all(|&n| (9_500..10_500).contains(&n)),
+            "{counts:?}"
+        );
+        assert_eq!(rng.between(5, 5), 5);
+        assert_eq!(rng.between(7, 3), 7);
+        assert!((0..1000).all(|_| (3..=9).contains(&rng.between(3, 9))));
     }
 }
