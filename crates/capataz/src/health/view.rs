@@ -155,7 +155,6 @@ impl PoolRt {
         now: Duration,
         probes: VecDeque<ProbeRecord>,
     ) -> BackendView {
-        let engine = &inner.engine;
         let standing = inner.engine.standing(i, inner.published);
         debug_assert_eq!(Some(standing.weight_tenths), snapshot.weight(i));
         let records = &inner.info[i];
