@@ -94,7 +94,7 @@ impl Lineage {
             *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(next);
             return;
         };
-        let old_inner = old.lock();
+        let mut old_inner = old.lock();
         let kept: HashMap<*const BackendRt, usize> = old
             .backends
             .iter()
@@ -114,6 +114,8 @@ impl Lineage {
             }
         }
         inner.schedule = schedule;
+        // The old build's driver, aborted, may still be in its last turn: it finds nothing due.
+        old_inner.schedule = old_inner.schedule.successor();
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(next);
     }
 }
