@@ -478,6 +478,9 @@ impl Proxy {
             &uri,
             &parts.headers,
         );
+        // Rebuildable when nothing of it was sent: exactly when an HTTP/2 resend is kept.
+        let rebuildable = matches!(resend, Some(Resend::H2(..)));
+        let plan = Planner::new(replayable, rebuildable, pool.config.retries.attempts);
         // An HTTP/1 client connection hears when the body has been read (bodiless: it knows).
         let hook = (!bodiless && parts.version != Version::HTTP_2)
             .then(|| client.body_read.clone())
@@ -491,7 +494,7 @@ impl Proxy {
         Prepared {
             request: Some(request),
             resend,
-            plan: Planner::new(replayable, h2 && bodiless, pool.config.retries.attempts),
+            plan,
             client_upgrade,
             websocket,
             upgrade,
