@@ -23,6 +23,7 @@ use tokio::sync::broadcast;
 use crate::support::access_log::{table, wait_json, LogDir};
 use crate::support::backends_tls::{HttpBackend, Reply, Script, Speaks};
 use crate::support::balancer::{metrics_text, start, ConfigText};
+use crate::support::cases;
 use crate::support::client::exchange;
 use crate::support::events::count_transitions;
 use crate::support::raw::{self, RawBackend};
@@ -191,18 +192,59 @@ async fn sent_then_reset(request: &[u8], listener: &str, phase: &str) -> Vec<Val
 
 #[tokio::test]
 async fn a_client_that_vanished_is_not_logged_as_served() {
-    let request = b"GET /slow HTTP/1.1\r\nHost: app.test\r\n\r\n";
-    let line = &sent_then_reset(request, "", "headers").await[0];
-    assert_eq!(line["target"], "/slow");
-    assert_eq!(line["protocol"], "HTTP/1.1");
-}
-
-#[tokio::test]
-async fn a_client_that_vanished_after_its_upload_is_ended_by_the_client_in_send() {
-    // Its body was read whole, then the client waited, then reset: the same, in `send` (a
-    // request with a body is in `send` until its answer's head, as HAProxy's `CH`-like row).
-    let request = b"POST /upload HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\n\r\nhello";
-    sent_then_reset(request, "", "send").await;
+    // (The request, the listener's lines, the phase, the line's fields to check besides.)
+    let cases: [(&str, (&[u8], &str, &str, &[(&str, &str)])); 4] = [
+        (
+            "a GET: in headers",
+            (
+                b"GET /slow HTTP/1.1\r\nHost: app.test\r\n\r\n",
+                "",
+                "headers",
+                &[("target", "/slow"), ("protocol", "HTTP/1.1")],
+            ),
+        ),
+        (
+            // Its body was read whole, then the client waited, then reset: the same, in `send`
+            // (a request with a body is in `send` until its answer's head, as HAProxy's
+            // `CH`-like row).
+            "after its upload: in send",
+            (
+                b"POST /upload HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\n\r\nhello",
+                "",
+                "send",
+                &[],
+            ),
+        ),
+        (
+            // Its end is the last chunk, not a length.
+            "after a chunked upload: in send",
+            (
+                b"POST /upload HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n\
+                  5\r\nhello\r\n0\r\n\r\n",
+                "",
+                "send",
+                &[],
+            ),
+        ),
+        (
+            // The header and the request in one write: the request is read from what capataz
+            // read past the header, and the reset is still the socket's.
+            "behind a PROXY protocol header",
+            (
+                b"PROXY TCP4 192.0.2.7 127.0.0.1 5555 80\r\nGET /slow HTTP/1.1\r\nHost: app.test\r\n\r\n",
+                "proxy_protocol = { trusted = [\"127.0.0.0/8\"] }",
+                "headers",
+                &[("client", "192.0.2.7")],
+            ),
+        ),
+    ];
+    cases::each(cases, |(request, listener, phase, fields)| async move {
+        let lines = sent_then_reset(request, listener, phase).await;
+        for (field, value) in fields {
+            assert_eq!(lines[0][field], *value, "{field}");
+        }
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -231,17 +273,6 @@ async fn a_client_that_vanished_over_tls_is_not_logged_as_served() {
     let (tcp, _) = client.into_inner();
     reset(tcp);
     assert_vanished(&path, "headers", &seen, &balancer, admin, &mut events).await;
-}
-
-#[tokio::test]
-async fn a_client_that_vanished_behind_a_proxy_protocol_header_is_not_logged_as_served() {
-    // The header and the request in one write: the request is read from what capataz read
-    // past the header, and the reset is still the socket's.
-    let listener = "proxy_protocol = { trusted = [\"127.0.0.0/8\"] }";
-    let request =
-        b"PROXY TCP4 192.0.2.7 127.0.0.1 5555 80\r\nGET /slow HTTP/1.1\r\nHost: app.test\r\n\r\n";
-    let lines = sent_then_reset(request, listener, "headers").await;
-    assert_eq!(lines[0]["client"], "192.0.2.7");
 }
 
 #[tokio::test]
@@ -359,14 +390,9 @@ async fn a_pipelined_request_behind_a_slow_one_is_answered_in_turn() {
     assert_eq!(Seen::get(&seen.cancelled), 0);
 }
 
-/// Review: the same for a chunked upload (its end is the last chunk, not a length) and for
-/// one that waited for `100 Continue` before sending its body.
+/// Review: the same for an upload that waited for `100 Continue` before sending its body.
 #[tokio::test]
-async fn a_client_that_vanished_after_a_chunked_or_expect_continue_upload_is_seen_gone() {
-    let chunked = b"POST /upload HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n\
-        5\r\nhello\r\n0\r\n\r\n";
-    sent_then_reset(chunked, "", "send").await;
-
+async fn a_client_that_vanished_after_an_expect_continue_upload_is_seen_gone() {
     let (backend, seen) = slow_backend(THINKING).await;
     let dir = LogDir::new();
     let path = dir.path("access.log");
