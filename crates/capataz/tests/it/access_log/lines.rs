@@ -55,9 +55,12 @@ async fn send(addr: std::net::SocketAddr, request: &Request, pki: &Pki) -> Optio
     None
 }
 
+/// The fields a line must have, and their values.
+type Fields = Vec<(&'static str, Value)>;
+
 #[tokio::test]
 async fn a_request_is_one_json_line_with_its_fields() {
-    let cases: [(&str, (Request, Vec<(&str, Value)>)); 4] = [
+    let cases: [(&str, (Request, Fields)); 4] = [
         (
             "HTTP/1.1",
             (

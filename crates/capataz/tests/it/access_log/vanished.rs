@@ -190,57 +190,67 @@ async fn sent_then_reset(request: &[u8], listener: &str, phase: &str) -> Vec<Val
     wait_json(&path, 1).await
 }
 
+/// A client that sends `request` on a plain connection and resets it ([`sent_then_reset`]).
+struct Vanished {
+    request: &'static [u8],
+    /// More lines of the listener.
+    listener: &'static str,
+    /// The phase the line says.
+    phase: &'static str,
+    /// The line's fields to check besides.
+    fields: &'static [(&'static str, &'static str)],
+}
+
 #[tokio::test]
 async fn a_client_that_vanished_is_not_logged_as_served() {
-    // (The request, the listener's lines, the phase, the line's fields to check besides.)
-    let cases: [(&str, (&[u8], &str, &str, &[(&str, &str)])); 4] = [
+    let cases = [
         (
             "a GET: in headers",
-            (
-                b"GET /slow HTTP/1.1\r\nHost: app.test\r\n\r\n",
-                "",
-                "headers",
-                &[("target", "/slow"), ("protocol", "HTTP/1.1")],
-            ),
+            Vanished {
+                request: b"GET /slow HTTP/1.1\r\nHost: app.test\r\n\r\n",
+                listener: "",
+                phase: "headers",
+                fields: &[("target", "/slow"), ("protocol", "HTTP/1.1")],
+            },
         ),
         (
             // Its body was read whole, then the client waited, then reset: the same, in `send`
             // (a request with a body is in `send` until its answer's head, as HAProxy's
             // `CH`-like row).
             "after its upload: in send",
-            (
-                b"POST /upload HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\n\r\nhello",
-                "",
-                "send",
-                &[],
-            ),
+            Vanished {
+                request: b"POST /upload HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\n\r\nhello",
+                listener: "",
+                phase: "send",
+                fields: &[],
+            },
         ),
         (
             // Its end is the last chunk, not a length.
             "after a chunked upload: in send",
-            (
-                b"POST /upload HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n\
+            Vanished {
+                request: b"POST /upload HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n\
                   5\r\nhello\r\n0\r\n\r\n",
-                "",
-                "send",
-                &[],
-            ),
+                listener: "",
+                phase: "send",
+                fields: &[],
+            },
         ),
         (
             // The header and the request in one write: the request is read from what capataz
             // read past the header, and the reset is still the socket's.
             "behind a PROXY protocol header",
-            (
-                b"PROXY TCP4 192.0.2.7 127.0.0.1 5555 80\r\nGET /slow HTTP/1.1\r\nHost: app.test\r\n\r\n",
-                "proxy_protocol = { trusted = [\"127.0.0.0/8\"] }",
-                "headers",
-                &[("client", "192.0.2.7")],
-            ),
+            Vanished {
+                request: b"PROXY TCP4 192.0.2.7 127.0.0.1 5555 80\r\nGET /slow HTTP/1.1\r\nHost: app.test\r\n\r\n",
+                listener: "proxy_protocol = { trusted = [\"127.0.0.0/8\"] }",
+                phase: "headers",
+                fields: &[("client", "192.0.2.7")],
+            },
         ),
     ];
-    cases::each(cases, |(request, listener, phase, fields)| async move {
-        let lines = sent_then_reset(request, listener, phase).await;
-        for (field, value) in fields {
+    cases::each(cases, |case| async move {
+        let lines = sent_then_reset(case.request, case.listener, case.phase).await;
+        for (field, value) in case.fields {
             assert_eq!(lines[0][field], *value, "{field}");
         }
     })
