@@ -3,6 +3,8 @@
 //! case that did, so a failure says which input broke without a test per input. Cases run one
 //! after the other ([`each`], [`each_sync`]), or side by side on the test's runtime where each
 //! mostly waits on its own sockets and servers ([`concurrently`]), as separate tests would.
+//! Tasks a failed case spawned may outlive it until the test ends: the cases after a failure
+//! are reported, but a test with a failed case fails whatever they say.
 
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
