@@ -19,3 +19,24 @@ pub async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
         tokio::time::sleep(POLL).await;
     }
 }
+
+/// Asks `probe` every `every` until it gives `Ok`, and returns what it gave; panics after
+/// [`DEADLINE`], saying `what` and what the last `Err` said (the state it saw). For a condition
+/// read through an async call (a scrape, an admin request); it reads tokio's clock too.
+pub async fn until_ok<T>(
+    what: &str,
+    every: Duration,
+    mut probe: impl AsyncFnMut() -> Result<T, String>,
+) -> T {
+    let end = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        match probe().await {
+            Ok(value) => return value,
+            Err(seen) => assert!(
+                tokio::time::Instant::now() < end,
+                "timed out waiting for {what}: {seen}"
+            ),
+        }
+        tokio::time::sleep(every).await;
+    }
+}
