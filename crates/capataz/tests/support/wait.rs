@@ -40,3 +40,16 @@ pub async fn until_ok<T>(
         tokio::time::sleep(every).await;
     }
 }
+
+/// Waits until `done` holds, checking every 10 ms on the calling thread (for a test that drives
+/// processes from outside a runtime), or panics after [`DEADLINE`].
+pub fn block_until(what: &str, mut done: impl FnMut() -> bool) {
+    let end = std::time::Instant::now() + DEADLINE;
+    while !done() {
+        assert!(
+            std::time::Instant::now() < end,
+            "no {what} within {DEADLINE:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
