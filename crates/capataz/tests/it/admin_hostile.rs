@@ -216,7 +216,6 @@ async fn a_zero_ttl_is_refused_with_400() {
 fn sigterm_stops_the_process_while_a_sighup_reload_is_stuck() {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
-    use std::time::Instant;
 
     struct Kill(std::process::Child);
     impl Drop for Kill {
@@ -270,17 +269,12 @@ fn sigterm_stops_the_process_while_a_sighup_reload_is_stuck() {
     signal("-HUP");
     wait_for("SIGHUP: reloading");
     signal("-TERM");
-    let end = Instant::now() + DEADLINE;
-    let status = loop {
-        if let Some(status) = child.0.try_wait().expect("try_wait") {
-            break status;
-        }
-        assert!(
-            Instant::now() < end,
-            "capataz did not exit on SIGTERM during a stuck reload"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let mut status = None;
+    crate::support::wait::block_until("exit on SIGTERM during a stuck reload", || {
+        status = child.0.try_wait().expect("try_wait");
+        status.is_some()
+    });
+    let status = status.expect("it exited");
     assert!(status.success(), "{status}");
     let _ = std::fs::remove_dir_all(&dir);
 }

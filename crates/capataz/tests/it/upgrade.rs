@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use capataz::sim::{Mode, SimBackend};
 
+use crate::support::any;
 use crate::support::process::{gone, load, pid_in, signal, Capataz, NotifySocket, TempFile};
 use crate::support::wait::block_until;
-use crate::support::any;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
