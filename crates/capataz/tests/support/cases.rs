@@ -21,8 +21,8 @@ where
     let mut failed = Vec::new();
     for (name, case) in cases {
         let mut run = pin!(body(case));
-        // A panic while polling the case's future is caught here; the future is dropped then
-        // (its sockets and balancer with it) and the next case starts clean.
+        // A panic while polling the case's future is caught here; the future is dropped at the
+        // end of this turn (its sockets and balancer with it).
         let outcome = std::future::poll_fn(|cx| {
             match catch_unwind(AssertUnwindSafe(|| run.as_mut().poll(cx))) {
                 Ok(Poll::Pending) => Poll::Pending,
