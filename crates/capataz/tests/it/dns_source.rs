@@ -207,6 +207,9 @@ async fn dns_srv_records_bring_their_ports_weights_and_priorities() {
     balancer.shutdown(Duration::from_secs(5)).await;
 }
 
+/// Something done to the DNS server: a failure, or its end.
+type KnotStep = fn(&mut Knot);
+
 #[tokio::test]
 async fn dns_failures_keep_the_membership_and_a_large_drop_waits_for_confirmation() {
     let four =
@@ -259,7 +262,7 @@ async fn dns_failures_keep_the_membership_and_a_large_drop_waits_for_confirmatio
 
     // The zone no longer served (REFUSED), then the server gone (queries time out): each a
     // failure that keeps the four backends, said in /status, until the answers come back.
-    let failures: [(&str, fn(&mut Knot), fn(&mut Knot)); 2] = [
+    let failures: [(&str, KnotStep, KnotStep); 2] = [
         (
             "REFUSED",
             |knot| knot.serve_zone(false),
