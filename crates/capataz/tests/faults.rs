@@ -104,29 +104,17 @@ const BOTH_SIDES: Knobs = Knobs {
 // ---------------------------------------------------------------------------------------------
 // The matrix.
 
+/// One backend of three breaks in each way [`single_fault`] scripts.
 #[test]
-fn crash_then_restart_on_the_same_port() {
-    run(|| single_fault(Fault::Crash));
-}
-
-#[test]
-fn hang_accepts_and_never_answers() {
-    run(|| single_fault(Fault::Hang));
-}
-
-#[test]
-fn slow_answers_after_the_timeout() {
-    run(|| single_fault(Fault::Slow));
-}
-
-#[test]
-fn garbage_status_line() {
-    run(|| single_fault(Fault::Garbage));
-}
-
-#[test]
-fn empty_reply() {
-    run(|| single_fault(Fault::EmptyReply));
+fn a_single_fault_is_taken_out_and_readmitted_unnoticed() {
+    let cases = [
+        ("crash, then restart on the same port", Fault::Crash),
+        ("hang: accepts and never answers", Fault::Hang),
+        ("slow: answers after the timeout", Fault::Slow),
+        ("garbage status line", Fault::Garbage),
+        ("empty reply", Fault::EmptyReply),
+    ];
+    support::cases::each_sync(cases, |fault| run(|| single_fault(fault)));
 }
 
 #[test]

@@ -216,7 +216,6 @@ async fn a_zero_ttl_is_refused_with_400() {
 fn sigterm_stops_the_process_while_a_sighup_reload_is_stuck() {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
-    use std::time::Instant;
 
     struct Kill(std::process::Child);
     impl Drop for Kill {
@@ -270,17 +269,12 @@ fn sigterm_stops_the_process_while_a_sighup_reload_is_stuck() {
     signal("-HUP");
     wait_for("SIGHUP: reloading");
     signal("-TERM");
-    let end = Instant::now() + DEADLINE;
-    let status = loop {
-        if let Some(status) = child.0.try_wait().expect("try_wait") {
-            break status;
-        }
-        assert!(
-            Instant::now() < end,
-            "capataz did not exit on SIGTERM during a stuck reload"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let mut status = None;
+    crate::support::wait::block_until("exit on SIGTERM during a stuck reload", || {
+        status = child.0.try_wait().expect("try_wait");
+        status.is_some()
+    });
+    let status = status.expect("it exited");
     assert!(status.success(), "{status}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -312,22 +306,19 @@ async fn admin_connections_past_the_limit_are_closed_at_once() {
         .expect("the connection past the limit is closed at once");
     assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
     idle.pop();
-    let end = tokio::time::Instant::now() + DEADLINE;
-    loop {
+    let every = std::time::Duration::from_millis(10);
+    crate::support::wait::until_ok("a freed slot reused", every, async || {
         let request = format!("GET /status HTTP/1.1\r\nhost: {admin}\r\nconnection: close\r\n\r\n");
         let mut stream = TcpStream::connect(admin).await.expect("connect");
         let _ = tokio::io::AsyncWriteExt::write_all(&mut stream, request.as_bytes()).await;
         let mut answer = Vec::new();
         let _ = tokio::time::timeout(DEADLINE, stream.read_to_end(&mut answer)).await;
-        if status_of(&answer) == Some(200) {
-            break;
+        match status_of(&answer) {
+            Some(200) => Ok(()),
+            status => Err(format!("answered {status:?}")),
         }
-        assert!(
-            tokio::time::Instant::now() < end,
-            "a freed slot was never reused"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    })
+    .await;
 }
 
 /// Regression: only `Bearer` was recognised, while the scheme is case-insensitive (RFC 9110

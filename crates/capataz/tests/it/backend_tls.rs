@@ -10,6 +10,7 @@ use capataz_health::{Outcome, State};
 
 use crate::support::backends_tls::{HttpBackend, Pki, Reply, Script, Speaks};
 use crate::support::balancer::{start, ConfigText};
+use crate::support::cases;
 use crate::support::client::Client;
 use crate::support::events::transition_of;
 
@@ -297,67 +298,80 @@ fn tls_config_errors_name_the_line_and_key() {
     }
 }
 
-#[tokio::test]
-async fn http_probes_of_a_tls_pool_run_over_tls() {
-    let pki = Pki::new("probes");
-    let stranger = Pki::new("probes-stranger");
-    let good = tls_backend("good", &pki, &["127.0.0.1"]).await;
-    let bad = tls_backend("bad", &stranger, &["127.0.0.1"]).await;
-    let text = ConfigText::new(&[good.entry(), bad.entry()])
-        .extra(&format!(
-            "tls.ca_file = \"{}\"\n{}",
-            pki.ca_file(),
-            TLS_CHECKS
-        ))
-        .build();
-    let (balancer, mut events) = start(&text).await;
-    let event = crate::support::events::wait_for(&mut events, "bad down by probes", |event| {
-        transition_of(event, "bad", State::Down).is_some()
-    })
-    .await;
-    let transition = transition_of(&event, "bad", State::Down).expect("transition");
-    assert_eq!(transition.reason.last(), Some(Outcome::Tls));
-    // The good backend answered its probes over TLS all along.
-    crate::support::wait::wait_until("probes of good", || good.hits() >= 3).await;
-    let pool = balancer.pool("web").expect("pool");
-    assert_eq!(pool.views()[0].standing.health.verdict(), State::Up);
-    balancer.shutdown(crate::support::DEADLINE).await;
+/// A TLS pool of a good backend and a bad one that its probes take DOWN.
+struct TlsProbes {
+    /// The bad backend's certificate is from another CA.
+    bad_ca: bool,
+    /// What the bad backend answers.
+    bad_body: &'static str,
+    /// More `[pools.web.active]` lines.
+    checks: &'static str,
+    /// The last outcome its DOWN names, and what its reason says besides.
+    last: Outcome,
+    says: &'static str,
 }
 
 #[tokio::test]
-async fn content_checks_of_a_tls_pool_run_over_tls() {
-    let pki = Pki::new("content");
-    let good = tls_backend("good", &pki, &["127.0.0.1"]).await;
-    let server = pki.server(&["127.0.0.1"], &[b"http/1.1"]);
-    let nope: Script = Arc::new(|_| Reply::text("nope"));
-    let bad = HttpBackend::start("bad", Speaks::Http1, Some(server), nope).await;
-    let text = ConfigText::new(&[good.entry(), bad.entry()])
-        .extra(&format!(
-            "tls.ca_file = \"{}\"\n{}body_contains = \"hello\"\n",
-            pki.ca_file(),
-            TLS_CHECKS
-        ))
-        .build();
-    let (balancer, mut events) = start(&text).await;
-    let event = crate::support::events::wait_for(&mut events, "bad down by its body", |event| {
-        transition_of(event, "bad", State::Down).is_some()
+async fn http_probes_of_a_tls_pool_run_over_tls() {
+    let cases = [
+        (
+            "a certificate from another CA fails the handshake",
+            TlsProbes {
+                bad_ca: true,
+                bad_body: "hello",
+                checks: "",
+                last: Outcome::Tls,
+                says: "",
+            },
+        ),
+        (
+            // The good backend's body is read over TLS and matches all along.
+            "content checks read the body over TLS",
+            TlsProbes {
+                bad_ca: false,
+                bad_body: "nope",
+                checks: "body_contains = \"hello\"\n",
+                last: Outcome::Status(200),
+                says: "body did not contain \"hello\"",
+            },
+        ),
+    ];
+    cases::each(cases, |case| async move {
+        let pki = Pki::new("probes");
+        let stranger = Pki::new("probes-stranger");
+        let good = tls_backend("good", &pki, &["127.0.0.1"]).await;
+        let bad_pki = if case.bad_ca { &stranger } else { &pki };
+        let server = bad_pki.server(&["127.0.0.1"], &[b"http/1.1"]);
+        let body = case.bad_body;
+        let answer: Script = Arc::new(move |_| Reply::text(body));
+        let bad = HttpBackend::start("bad", Speaks::Http1, Some(server), answer).await;
+        let text = ConfigText::new(&[good.entry(), bad.entry()])
+            .extra(&format!(
+                "tls.ca_file = \"{}\"\n{}{}",
+                pki.ca_file(),
+                TLS_CHECKS,
+                case.checks
+            ))
+            .build();
+        let (balancer, mut events) = start(&text).await;
+        let event = crate::support::events::wait_for(&mut events, "bad down by probes", |event| {
+            transition_of(event, "bad", State::Down).is_some()
+        })
+        .await;
+        let transition = transition_of(&event, "bad", State::Down).expect("transition");
+        assert_eq!(transition.reason.last(), Some(case.last));
+        assert!(
+            transition.reason.to_string().contains(case.says),
+            "{}",
+            transition.reason
+        );
+        // The good backend answered its probes over TLS all along.
+        crate::support::wait::wait_until("probes of good", || good.hits() >= 3).await;
+        let pool = balancer.pool("web").expect("pool");
+        assert_eq!(pool.views()[0].standing.health.verdict(), State::Up);
+        balancer.shutdown(crate::support::DEADLINE).await;
     })
     .await;
-    let transition = transition_of(&event, "bad", State::Down).expect("transition");
-    assert_eq!(transition.reason.last(), Some(Outcome::Status(200)));
-    assert!(
-        transition
-            .reason
-            .to_string()
-            .contains("body did not contain \"hello\""),
-        "{}",
-        transition.reason
-    );
-    // The good backend's body was read over TLS and matched all along.
-    crate::support::wait::wait_until("probes of good", || good.hits() >= 3).await;
-    let pool = balancer.pool("web").expect("pool");
-    assert_eq!(pool.views()[0].standing.health.verdict(), State::Up);
-    balancer.shutdown(crate::support::DEADLINE).await;
 }
 
 #[test]

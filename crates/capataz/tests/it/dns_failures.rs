@@ -14,6 +14,7 @@ use capataz::sim::SimBackend;
 use tokio::sync::broadcast;
 
 use crate::dns_source::{balancer, membership, same_port_backends};
+use crate::support::cases;
 use crate::support::client::Client;
 use crate::support::events::wait_for;
 use crate::support::hostile_dns::{HostileDns, Reply, Type};
@@ -123,30 +124,37 @@ async fn a_bad_answer_keeps_the_membership(aaaa: Reply, kind: Type, bad: Reply) 
 }
 
 #[tokio::test]
-async fn a_timeout_on_a_beside_nodata_on_aaaa_keeps_the_membership() {
-    a_bad_answer_keeps_the_membership(Reply::NoData, Type::A, Reply::Silent).await;
-}
-
-#[tokio::test]
-async fn an_a_answer_whose_compression_pointer_points_at_itself_keeps_the_membership() {
-    a_bad_answer_keeps_the_membership(Reply::NoData, Type::A, Reply::SelfPointer).await;
-}
-
-#[tokio::test]
-async fn an_a_answer_counting_65535_records_with_one_keeps_the_membership() {
-    a_bad_answer_keeps_the_membership(Reply::NoData, Type::A, Reply::CountLie).await;
-}
-
-/// Partial: the UDP answer is truncated to its first record and the TCP retry is closed.
-#[tokio::test]
-async fn a_truncated_a_answer_whose_tcp_retry_fails_keeps_the_membership() {
+async fn a_bad_answer_is_a_failure_that_keeps_the_membership() {
     let first = vec![IpAddr::from([127, 0, 0, 1])];
-    a_bad_answer_keeps_the_membership(Reply::NoData, Type::A, Reply::Truncated(first)).await;
-}
-
-/// Partial: A answers, AAAA (which had a record) times out; the IPv6 backend stays.
-#[tokio::test]
-async fn an_a_answer_beside_a_timeout_on_aaaa_keeps_the_ipv6_backend() {
     let v6 = vec![IpAddr::from([0u16, 0, 0, 0, 0, 0, 0, 1])];
-    a_bad_answer_keeps_the_membership(Reply::Addresses(v6), Type::Aaaa, Reply::Silent).await;
+    // (AAAA's answer, the query type answered badly, the bad answer.)
+    let cases = [
+        (
+            "a timeout on A beside NODATA on AAAA",
+            (Reply::NoData, Type::A, Reply::Silent),
+        ),
+        (
+            "an A answer whose compression pointer points at itself",
+            (Reply::NoData, Type::A, Reply::SelfPointer),
+        ),
+        (
+            "an A answer counting 65535 records with one",
+            (Reply::NoData, Type::A, Reply::CountLie),
+        ),
+        (
+            // Partial: the UDP answer is truncated to its first record and the TCP retry is
+            // closed.
+            "a truncated A answer whose TCP retry fails",
+            (Reply::NoData, Type::A, Reply::Truncated(first)),
+        ),
+        (
+            // Partial: A answers, AAAA (which had a record) times out; the IPv6 backend stays.
+            "an A answer beside a timeout on AAAA keeps the IPv6 backend",
+            (Reply::Addresses(v6), Type::Aaaa, Reply::Silent),
+        ),
+    ];
+    cases::concurrently(cases, |(aaaa, kind, bad)| {
+        a_bad_answer_keeps_the_membership(aaaa, kind, bad)
+    })
+    .await;
 }

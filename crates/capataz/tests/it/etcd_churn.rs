@@ -1,4 +1,4 @@
-//! Following a churning etcd prefix without falling behind (issue 12, churn), against a real
+//! Following a churning etcd prefix without falling behind, against a real
 //! etcd (`support/etcd.rs`): a membership update keeps the backends that stay whole (the same
 //! runtime, the same probe schedule and due time) and frees the pool's old build, and the changes
 //! that arrive while an update is applied are applied together as one update, in order, each
@@ -29,7 +29,7 @@ fn config_text(etcd: &Etcd, checks: &str) -> String {
     )
 }
 
-/// Regression (issue 12, churn): each etcd change rebuilt the pool and restarted the probe
+/// Regression (churn): each etcd change rebuilt the pool and restarted the probe
 /// task of every backend (a new random phase each), and old builds of a 5,000-backend pool
 /// piled up in memory. A backend that stays is now the same runtime with the same probe
 /// schedule (its next probe due when it was), a removed one is freed, and so is the old build.
@@ -200,7 +200,7 @@ async fn release(held: Held) {
     let _ = std::fs::remove_file(&path);
 }
 
-/// Regression (issue 12, churn): each watch event was applied as its own update, so a burst
+/// Regression (churn): each watch event was applied as its own update, so a burst
 /// of 20 puts into a 5,000-backend pool took 20 rebuilds (114 s) to be in force. Now the
 /// changes read while an update waits or runs are merged, and applied as one update. Here an
 /// update is held (a reload holds `reload_lock`, stuck reading its FIFO) while four more

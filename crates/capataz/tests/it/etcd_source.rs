@@ -18,6 +18,7 @@ use capataz_health::State;
 use tokio::sync::broadcast;
 
 use crate::support::balancer::{backends, start};
+use crate::support::cases;
 use crate::support::client::Client;
 use crate::support::etcd::Etcd;
 use crate::support::events::{is_transition, wait_for};
@@ -503,46 +504,67 @@ fn encode(text: &str) -> String {
     out
 }
 
+/// A hostile gateway case: what the pool holds and the failure says.
+struct Hostile {
+    /// Answers that are not JSON instead of an endless watch line.
+    garbage: bool,
+    /// More `[pools.web.source]` lines.
+    source: &'static str,
+    /// The failure's error says this.
+    error: &'static str,
+    /// The backends kept (read before the failure).
+    kept: &'static [&'static str],
+}
+
 #[tokio::test]
 async fn etcd_a_hostile_gateway_is_a_failure_that_keeps_the_membership() {
+    let cases = [
+        (
+            "an endless watch line: cut at the bound, a failure; the backend read before stays",
+            Hostile {
+                garbage: false,
+                source: "reconnect_min = \"5s\"\nreconnect_max = \"5s\"\n",
+                error: "longer than",
+                kept: &["a"],
+            },
+        ),
+        (
+            "answers that are not JSON: a failure from the start, nothing in the pool, no panic",
+            Hostile {
+                garbage: true,
+                source: "",
+                error: "not JSON",
+                kept: &[],
+            },
+        ),
+    ];
     let sims = backends(&["a"]).await;
-    // An endless watch line: cut at the bound, a failure; the backend read before stays.
-    let gateway = hostile_gateway(sims[0].addr(), false).await;
-    let (balancer, mut rx) = start(&format!(
-        "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web.source]\nkind = \"etcd\"\n\
-         endpoints = [\"http://{gateway}\"]\nprefix = \"/web/\"\ntimeout = \"1s\"\n\
-         reconnect_min = \"5s\"\nreconnect_max = \"5s\"\n[pools.web.active]\nkind = \"none\"\n"
-    ))
-    .await;
-    wait_total(&mut rx, 1).await;
-    let failing = wait_change(&mut rx, "a failing event", |c| {
-        matches!(c, MembershipChange::Failing { .. })
+    cases::each(cases, |case| {
+        let backend = sims[0].addr();
+        async move {
+            let gateway = hostile_gateway(backend, case.garbage).await;
+            let (balancer, mut rx) = start(&format!(
+                "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web.source]\nkind = \"etcd\"\n\
+                 endpoints = [\"http://{gateway}\"]\nprefix = \"/web/\"\ntimeout = \"1s\"\n{}\
+                 [pools.web.active]\nkind = \"none\"\n",
+                case.source
+            ))
+            .await;
+            if !case.kept.is_empty() {
+                wait_total(&mut rx, case.kept.len()).await;
+            }
+            let failing = wait_change(&mut rx, "a failing event", |c| {
+                matches!(c, MembershipChange::Failing { .. })
+            })
+            .await;
+            let MembershipChange::Failing { error, kept } = failing else {
+                unreachable!("matched above")
+            };
+            assert!(error.contains(case.error), "{error}");
+            assert_eq!(kept, case.kept.len());
+            assert_eq!(names(&balancer.pool("web").expect("pool")), case.kept);
+            balancer.shutdown(Duration::from_secs(5)).await;
+        }
     })
     .await;
-    let MembershipChange::Failing { error, kept } = failing else {
-        unreachable!("matched above")
-    };
-    assert!(error.contains("longer than"), "{error}");
-    assert_eq!(kept, 1);
-    assert_eq!(names(&balancer.pool("web").expect("pool")), vec!["a"]);
-    balancer.shutdown(Duration::from_secs(5)).await;
-
-    // Answers that are not JSON: a failure from the start, nothing in the pool, no panic.
-    let gateway = hostile_gateway(sims[0].addr(), true).await;
-    let (balancer, mut rx) = start(&format!(
-        "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web.source]\nkind = \"etcd\"\n\
-         endpoints = [\"http://{gateway}\"]\nprefix = \"/web/\"\ntimeout = \"1s\"\n\
-         [pools.web.active]\nkind = \"none\"\n"
-    ))
-    .await;
-    let failing = wait_change(&mut rx, "a failing event", |c| {
-        matches!(c, MembershipChange::Failing { .. })
-    })
-    .await;
-    assert!(
-        matches!(&failing, MembershipChange::Failing { error, kept: 0 } if error.contains("not JSON")),
-        "{failing:?}"
-    );
-    assert!(balancer.pool("web").expect("pool").backends.is_empty());
-    balancer.shutdown(Duration::from_secs(5)).await;
 }

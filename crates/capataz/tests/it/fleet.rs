@@ -17,6 +17,7 @@ use crate::support::fleet::{get, Instance};
 use crate::support::process::{gone, signal};
 use crate::support::prometheus::promtool_check;
 use crate::support::relay::Relay;
+use crate::support::wait::block_until;
 use crate::support::{any, DEADLINE};
 
 /// The probe interval.
@@ -72,14 +73,6 @@ timeout = "500ms"
     )
 }
 
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let end = Instant::now() + DEADLINE;
-    while !done() {
-        assert!(Instant::now() < end, "no {what} within {DEADLINE:?}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 fn fleet(instance: &Instance) -> Value {
     instance.json("/status")["fleet"].clone()
 }
@@ -106,7 +99,7 @@ fn metric(instance: &Instance, name: &str) -> f64 {
 fn probers(live: &[&Instance], backends: &[SimBackend]) -> BTreeMap<String, Vec<String>> {
     let before: Vec<_> = live.iter().map(|i| i.probes_sent("web")).collect();
     let hits: u64 = backends.iter().map(SimBackend::health_hits).sum();
-    wait_for("15 intervals of probes", || {
+    block_until("15 intervals of probes", || {
         backends.iter().map(SimBackend::health_hits).sum::<u64>()
             >= hits + 15 * backends.len() as u64
     });
@@ -153,8 +146,8 @@ fn three_instances_share_the_probing_and_all_exclude_a_dead_backend() {
         .collect();
     let live: Vec<&Instance> = fleet_of.iter().collect();
     for instance in &live {
-        wait_for("three members", || members(instance) == 3);
-        wait_for("every backend UP", || all_up(instance, &names));
+        block_until("three members", || members(instance) == 3);
+        block_until("every backend UP", || all_up(instance, &names));
     }
     // Each backend is probed by exactly one instance: the owner /status names.
     let probed = probers(&live, &backends);
@@ -200,7 +193,7 @@ fn three_instances_share_the_probing_and_all_exclude_a_dead_backend() {
     dead.crash();
     let crashed = Instant::now();
     for instance in &live {
-        wait_for("the dead backend excluded", || {
+        block_until("the dead backend excluded", || {
             instance.serving("web").get(dead.name()) == Some(&false)
         });
     }
@@ -242,16 +235,16 @@ fn a_killed_instance_is_re_owned_within_one_lease_and_nothing_flaps() {
         .map(|n| Instance::start(n, &config(n, &etcd.endpoint(), "kill", &backends)))
         .collect();
     for instance in &fleet_of {
-        wait_for("three members", || members(instance) == 3);
-        wait_for("every backend UP", || all_up(instance, &names));
+        block_until("three members", || members(instance) == 3);
+        block_until("every backend UP", || all_up(instance, &names));
     }
     let b = &fleet_of[1];
     let killed = Instant::now();
     signal(b.process.pid(), "KILL");
-    wait_for("b to be gone", || gone(b.process.pid()));
+    block_until("b to be gone", || gone(b.process.pid()));
     let live = [&fleet_of[0], &fleet_of[2]];
     for instance in live {
-        wait_for("b's lease to end", || members(instance) == 2);
+        block_until("b's lease to end", || members(instance) == 2);
     }
     let reowned = killed.elapsed();
     eprintln!(
@@ -296,8 +289,8 @@ fn an_instance_cut_off_from_etcd_probes_everything_says_so_and_rejoins() {
         &config("c", &format!("http://{}", relay.addr()), "cut", &backends),
     );
     for instance in [&a, &c] {
-        wait_for("two members", || members(instance) == 2);
-        wait_for("every backend UP", || all_up(instance, &names));
+        block_until("two members", || members(instance) == 2);
+        block_until("every backend UP", || all_up(instance, &names));
     }
     let fleet_events = |i: &Instance| -> Vec<String> {
         i.events()
@@ -326,7 +319,7 @@ fn an_instance_cut_off_from_etcd_probes_everything_says_so_and_rejoins() {
     assert_eq!(shared, named as f64, "c's owned backends against /status");
 
     relay.cut();
-    wait_for("c to say it is cut off", || {
+    block_until("c to say it is cut off", || {
         fleet_events(&c).iter().any(|e| e == "cut_off")
     });
     assert_eq!(metric(&c, "capataz_fleet_cut_off"), 1.0);
@@ -335,17 +328,17 @@ fn an_instance_cut_off_from_etcd_probes_everything_says_so_and_rejoins() {
     // c probes every backend itself; a, alone in the group once c's lease has expired, too.
     // c says it is cut off after one lease without an answer, a sees c's lease end after
     // about one lease too, so either may come first: a's view is waited for, not assumed.
-    wait_for("a to see c's lease end", || members(&a) == 1);
+    block_until("a to see c's lease end", || members(&a) == 1);
     let probed = probers(&[&a, &c], &backends);
     for (backend, by) in &probed {
         assert_eq!(by, &["a", "c"], "backend {backend}");
     }
 
     relay.mend();
-    wait_for("c to rejoin", || {
+    block_until("c to rejoin", || {
         fleet_events(&c).iter().any(|e| e == "reconnected")
     });
-    wait_for("two members again", || members(&c) == 2 && members(&a) == 2);
+    block_until("two members again", || members(&c) == 2 && members(&a) == 2);
     assert_eq!(metric(&c, "capataz_fleet_cut_off"), 0.0);
     let probed = probers(&[&a, &c], &backends);
     for (backend, by) in &probed {
@@ -459,9 +452,9 @@ fn a_second_instance_with_the_same_name_says_so_does_not_join_and_takes_over_onc
     // A long lease: only a clean stop (revoking it) frees the name within the test's deadline.
     let twin = config_with("lb", &etcd.endpoint(), "twin", &backends, "60s", 1);
     let first = Instance::start("first", &twin);
-    wait_for("the first to join", || fleet(&first)["joined"] == true);
+    block_until("the first to join", || fleet(&first)["joined"] == true);
     let second = Instance::start("second", &twin);
-    wait_for("the second to say its name is taken", || {
+    block_until("the second to say its name is taken", || {
         fleet_events(&second).contains(&"name_taken".to_owned())
     });
     let taken: Vec<Value> = second
@@ -487,13 +480,13 @@ fn a_second_instance_with_the_same_name_says_so_does_not_join_and_takes_over_onc
         assert_eq!(entry["probed_here"], true, "{entry}");
     }
     assert!(!fleet_events(&second).contains(&"joined".to_owned()));
-    wait_for("every backend UP on the second", || all_up(&second, &names));
+    block_until("every backend UP on the second", || all_up(&second, &names));
     assert_eq!(members(&first), 1);
     assert_eq!(fleet(&first)["joined"], true);
     // The first stops cleanly: its lease is revoked and the second takes the name at once.
     let stopped = Instant::now();
     first.process.signal("TERM");
-    wait_for("the second to join", || fleet(&second)["joined"] == true);
+    block_until("the second to join", || fleet(&second)["joined"] == true);
     assert!(
         stopped.elapsed() < Duration::from_secs(30),
         "the name was freed after {:?}, as if the lease had expired",
@@ -518,8 +511,8 @@ fn a_clean_stop_and_a_reload_hand_over_at_once_not_one_lease_later() {
         &config_with("b", &etcd.endpoint(), "stop", &backends, "60s", 1),
     );
     for instance in [&a, &b] {
-        wait_for("two members", || members(instance) == 2);
-        wait_for("every backend UP", || all_up(instance, &names));
+        block_until("two members", || members(instance) == 2);
+        block_until("every backend UP", || all_up(instance, &names));
     }
     // A reload that changes [fleet] registers again under the same name: the old lease is
     // revoked first, so the name is not taken by this instance's own old registration.
@@ -532,8 +525,8 @@ fn a_clean_stop_and_a_reload_hand_over_at_once_not_one_lease_later() {
         2,
     ));
     b.process.signal("HUP");
-    wait_for("b to take the new owners", || fleet(&b)["owners"] == 2);
-    wait_for("b to join again", || {
+    block_until("b to take the new owners", || fleet(&b)["owners"] == 2);
+    block_until("b to join again", || {
         fleet_events(&b).iter().filter(|k| *k == "joined").count() == 2
     });
     assert_eq!(fleet(&b)["joined"], true);
@@ -542,13 +535,13 @@ fn a_clean_stop_and_a_reload_hand_over_at_once_not_one_lease_later() {
     // A clean stop revokes the lease: a sees b leave within seconds, not after 60 s.
     let stopped = Instant::now();
     b.process.signal("TERM");
-    wait_for("b to leave the group", || members(&a) == 1);
+    block_until("b to leave the group", || members(&a) == 1);
     let left = stopped.elapsed();
     eprintln!("fleet: a cleanly stopped instance left the group after {left:?} (lease 60s)");
     assert!(left < Duration::from_secs(30), "left after {left:?}");
-    wait_for("b to be gone", || gone(b.process.pid()));
+    block_until("b to be gone", || gone(b.process.pid()));
     // a owns every backend now and keeps them UP.
-    wait_for("a to own every backend", || {
+    block_until("a to own every backend", || {
         metric(&a, "capataz_fleet_owned_backends") == 4.0
     });
     assert!(all_up(&a, &names));
@@ -579,8 +572,8 @@ fn hostile_keys_under_the_group_are_skipped_and_never_count() {
     let a = Instance::start("a", &config("a", &etcd.endpoint(), "hostile", &backends));
     let b = Instance::start("b", &config("b", &etcd.endpoint(), "hostile", &backends));
     for instance in [&a, &b] {
-        wait_for("two members", || members(instance) == 2);
-        wait_for("every backend UP", || all_up(instance, &names));
+        block_until("two members", || members(instance) == 2);
+        block_until("every backend UP", || all_up(instance, &names));
     }
     // A backend one instance probes and the other follows dies: both see it DOWN. Which one
     // owns it follows from the backends' ephemeral ports (a owns none of four in 1 of 16
@@ -595,7 +588,7 @@ fn hostile_keys_under_the_group_are_skipped_and_never_count() {
         .expect("the backend");
     dead.crash();
     for instance in [&a, &b] {
-        wait_for("the dead backend excluded", || {
+        block_until("the dead backend excluded", || {
             instance.serving("web").get(dead.name()) == Some(&false)
         });
     }
@@ -630,7 +623,7 @@ fn hostile_keys_under_the_group_are_skipped_and_never_count() {
         (format!("{root}members/ghost"), "without a lease"),
     ];
     for instance in [&a, &b] {
-        wait_for("the hostile keys skipped", || {
+        block_until("the hostile keys skipped", || {
             let said = skipped(instance);
             want.iter()
                 .all(|(key, why)| said.iter().any(|(k, s)| k == key && s.contains(why)))
@@ -662,20 +655,20 @@ fn hostile_keys_under_the_group_are_skipped_and_never_count() {
     // Someone overwrites a's registration: a says its name is taken and stops counting on it
     // (it probes everything); once the key is deleted it registers again.
     rt.block_on(etcd.put(&format!("{root}members/a"), "{}"));
-    wait_for("a to say its name is taken", || {
+    block_until("a to say its name is taken", || {
         fleet_events(&a).contains(&"name_taken".to_owned())
     });
-    wait_for("a to own every backend", || {
+    block_until("a to own every backend", || {
         metric(&a, "capataz_fleet_owned_backends") == 4.0
     });
-    wait_for("b to own every backend", || {
+    block_until("b to own every backend", || {
         metric(&b, "capataz_fleet_owned_backends") == 4.0
     });
     rt.block_on(etcd.delete(&format!("{root}members/a")));
     for instance in [&a, &b] {
-        wait_for("a to be a member again", || members(instance) == 2);
+        block_until("a to be a member again", || members(instance) == 2);
     }
-    wait_for("a to join again", || fleet(&a)["joined"] == true);
+    block_until("a to join again", || fleet(&a)["joined"] == true);
     assert!(a.process.pid() > 0 && !gone(a.process.pid()) && !gone(b.process.pid()));
     drop(etcd);
 }

@@ -25,6 +25,7 @@ use crate::support::etcd::Etcd;
 use crate::support::fleet::{probers_per_backend, Instance, Traffic};
 use crate::support::process::{gone, signal};
 use crate::support::relay::Relay;
+use crate::support::wait::block_until;
 use crate::support::{any, DEADLINE};
 
 /// Shared probing: `Some((k, block))`: `k` instances probe each backend, and `block` is the
@@ -95,15 +96,6 @@ fn value(backend: &SimBackend) -> String {
     format!(r#"{{"address": "{}"}}"#, backend.addr())
 }
 
-/// Waits until `done` holds, checking every 10 ms, for at most the deadline.
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let end = Instant::now() + DEADLINE;
-    while !done() {
-        assert!(Instant::now() < end, "no {what} within {DEADLINE:?}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// Waits until `instance` has exactly `names` in pool `web`, every one serving.
 fn wait_serving(instance: &Instance, names: &[String]) {
     let want: BTreeMap<String, bool> = names.iter().map(|n| (n.clone(), true)).collect();
@@ -133,7 +125,7 @@ fn wait_serving(instance: &Instance, names: &[String]) {
 fn check_probe_load(live: &[&Instance], backends: &[&SimBackend]) {
     if SHARED_PROBING.is_some() {
         for instance in live {
-            wait_for(
+            block_until(
                 &format!("{} to see {} members", instance.name, live.len()),
                 || instance.fleet_members().len() == live.len(),
             );
@@ -145,7 +137,7 @@ fn check_probe_load(live: &[&Instance], backends: &[&SimBackend]) {
     let started = Instant::now();
     let total = || -> u64 { backends.iter().map(|b| b.health_hits()).sum() };
     let want = total() + (20 * probers * backends.len()) as u64;
-    wait_for("20 intervals of probes", || total() >= want);
+    block_until("20 intervals of probes", || total() >= want);
     let elapsed = started.elapsed();
     let after: Vec<_> = live.iter().map(|i| i.probes_sent("web")).collect();
     let intervals = elapsed.as_secs_f64() / INTERVAL.as_secs_f64();
@@ -230,7 +222,7 @@ fn fleet_of_three_follows_etcd_through_a_kill_a_partition_and_churn_without_a_cl
     killed.crash();
     let crashed = Instant::now();
     let mut excluded: Vec<Option<Duration>> = vec![None; fleet.len()];
-    wait_for("every instance to exclude the killed backend", || {
+    block_until("every instance to exclude the killed backend", || {
         for (i, instance) in fleet.iter().enumerate() {
             if excluded[i].is_none() && instance.backend("web", killed.name()).1["serving"] == false
             {
@@ -249,7 +241,7 @@ fn fleet_of_three_follows_etcd_through_a_kill_a_partition_and_churn_without_a_cl
 
     // c is cut off from etcd: it keeps its membership and says so.
     relay.cut();
-    wait_for("c's source to fail", || {
+    block_until("c's source to fail", || {
         c.membership_events().iter().any(|m| m == "failing")
     });
     let status = c.json("/status");
@@ -274,11 +266,11 @@ fn fleet_of_three_follows_etcd_through_a_kill_a_partition_and_churn_without_a_cl
         .collect();
     let mut gone_from: Vec<Option<Instant>> = vec![None; fleet.len()];
     for (i, instance) in fleet.iter().enumerate().take(2) {
-        wait_for(&format!("{} to follow the churn", instance.name), || {
+        block_until(&format!("{} to follow the churn", instance.name), || {
             instance.serving("web") == want_serving
         });
         gone_from[i] = Some(Instant::now());
-        wait_for(
+        block_until(
             &format!("{} to send traffic to the added backend", instance.name),
             || traffic[i].served_since(added.name(), churned) > 0,
         );
@@ -298,12 +290,12 @@ fn fleet_of_three_follows_etcd_through_a_kill_a_partition_and_churn_without_a_cl
 
     // The relay is mended: c catches up on what it missed.
     relay.mend();
-    wait_for("c's source to answer again", || {
+    block_until("c's source to answer again", || {
         c.membership_events().iter().any(|m| m == "restored")
     });
-    wait_for("c to follow the churn", || c.serving("web") == want_serving);
+    block_until("c to follow the churn", || c.serving("web") == want_serving);
     gone_from[2] = Some(Instant::now());
-    wait_for("c to send traffic to the added backend", || {
+    block_until("c to send traffic to the added backend", || {
         traffic[2].served_since(added.name(), churned) > 0
     });
     for t in &traffic {
@@ -354,7 +346,7 @@ fn fleet_of_three_follows_etcd_through_a_kill_a_partition_and_churn_without_a_cl
     check_events(&b, false);
     let b_killed = Instant::now();
     signal(b.process.pid(), "KILL");
-    wait_for("b to be gone", || gone(b.process.pid()));
+    block_until("b to be gone", || gone(b.process.pid()));
     let mut traffic = traffic;
     let b_traffic = traffic.remove(1);
     let b_errors = b_traffic.errors(Some(b_killed));

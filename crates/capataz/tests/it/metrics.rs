@@ -16,7 +16,10 @@ use capataz_health::State;
 use crate::support;
 use crate::support::balancer::{backends, start, ConfigText};
 use crate::support::events::{is_transition as went, wait_for};
-use crate::support::DEADLINE;
+use crate::support::wait::until_ok;
+
+/// How often a scrape is asked again while a count is not there yet.
+const EVERY: Duration = Duration::from_millis(20);
 
 /// A config with an admin listener (with `admin` TOML added to its table), one client
 /// listener, and one pool `pool` over `backends`, plus `extra` TOML appended (tables of the
@@ -432,30 +435,26 @@ async fn scrape_exports_alert_counters_when_hooks_run() {
     let admin = balancer.admin_addr().unwrap();
     let (status, _, body) = exchange(admin, "POST", &format!("/backends/{POOL}/a/drain")).await;
     assert_eq!(status, 200, "{body}");
-    let end = tokio::time::Instant::now() + DEADLINE;
-    loop {
+    let m = until_ok("a delivered alert", EVERY, async || {
         let m = scrape(&balancer).await;
-        if m.value("capataz_alerts_delivered_total", &[("hook", "command")]) >= 1.0 {
-            for counter in ["failed", "dropped", "suppressed"] {
-                let name = format!("capataz_alerts_{counter}_total");
-                assert_eq!(m.value(&name, &[("hook", "command")]), 0.0, "{name}");
-            }
-            assert_eq!(
-                m.value("capataz_alerts_delivered_total", &[("hook", "webhook")]),
-                0.0
-            );
-            assert_eq!(
-                m.value("capataz_backend_up", &[("pool", POOL), ("backend", "a")]),
-                0.0
-            );
-            return;
+        match m.value("capataz_alerts_delivered_total", &[("hook", "command")]) {
+            delivered if delivered >= 1.0 => Ok(m),
+            _ => Err("none delivered".to_owned()),
         }
-        assert!(
-            tokio::time::Instant::now() < end,
-            "no delivered alert within {DEADLINE:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    })
+    .await;
+    for counter in ["failed", "dropped", "suppressed"] {
+        let name = format!("capataz_alerts_{counter}_total");
+        assert_eq!(m.value(&name, &[("hook", "command")]), 0.0, "{name}");
     }
+    assert_eq!(
+        m.value("capataz_alerts_delivered_total", &[("hook", "webhook")]),
+        0.0
+    );
+    assert_eq!(
+        m.value("capataz_backend_up", &[("pool", POOL), ("backend", "a")]),
+        0.0
+    );
 }
 
 #[tokio::test]
@@ -485,8 +484,7 @@ async fn scrape_with_backend_histograms_labels_each_backend() {
     }
     let pool = ("pool", POOL);
     // Probes run on their own clock: wait until each backend has had one.
-    let end = tokio::time::Instant::now() + DEADLINE;
-    let m = loop {
+    let m = until_ok("a probe of both backends", EVERY, async || {
         let m = scrape(&balancer).await;
         let probed = |backend| {
             m.value(
@@ -494,15 +492,12 @@ async fn scrape_with_backend_histograms_labels_each_backend() {
                 &[pool, ("backend", backend)],
             ) >= 1.0
         };
-        if probed("a") && probed("b") {
-            break m;
+        match probed("a") && probed("b") {
+            true => Ok(m),
+            false => Err("not both probed".to_owned()),
         }
-        assert!(
-            tokio::time::Instant::now() < end,
-            "no probe of both backends within {DEADLINE:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    })
+    .await;
     for backend in ["a", "b"] {
         let labels = [pool, ("backend", backend)];
         let answered = m.value(

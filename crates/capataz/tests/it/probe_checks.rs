@@ -110,7 +110,12 @@ async fn probes_are_faster_during_a_failing_streak_and_stop_while_down() {
     let json = capataz::status::backend_json(&pool, &view);
     assert_eq!(json["active"]["cadence"], "down", "{json}");
     assert_eq!(json["active"]["probe_interval_ms"], 60_000, "{json}");
+    // The schedule has the next probe one jittered down_interval (+-10 %) away.
+    let next = view.next_probe.expect("a is probed") - view.now;
+    assert!(next > Duration::from_secs(53), "next probe in {next:?}");
     let count = a.probes().len();
+    // An absence in wall time is the subject: no probe reaches the backend in a window ten
+    // times the fast interval.
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(a.probes().len(), count, "no probe while DOWN within 54 s");
     assert!(

@@ -20,6 +20,7 @@ use capataz_health::{Outcome, State};
 
 use crate::support::backends_tls::{HttpBackend, Pki, Reply, Script, Speaks};
 use crate::support::balancer::{start, ConfigText};
+use crate::support::cases;
 use crate::support::events::{transition_of, wait_for};
 use crate::support::grpc;
 use crate::support::wait::wait_until;
@@ -162,43 +163,6 @@ async fn a_grpc_check_asks_about_its_service_and_an_unknown_one_fails_not_found(
     balancer.shutdown(Duration::from_secs(1)).await;
 }
 
-#[tokio::test]
-async fn a_server_without_the_health_service_fails_unimplemented() {
-    // A trailers-only answer, as a gRPC server gives for a method it does not have.
-    let script: Script = Arc::new(|_| Reply::Ok {
-        status: 200,
-        headers: vec![
-            ("content-type", "application/grpc".to_owned()),
-            ("grpc-status", "12".to_owned()),
-        ],
-        body: Default::default(),
-        trailers: None,
-    });
-    let backend = HttpBackend::start("b", Speaks::H2, None, script).await;
-    let text = ConfigText::new(&[backend.entry()])
-        .extra(&format!(
-            "protocol = \"h2c\"\nactive.kind = \"grpc\"\n{FAST}"
-        ))
-        .build();
-    let (balancer, mut rx) = start(&text).await;
-    let pool = balancer.pool("web").unwrap();
-    wait_for(&mut rx, "b DOWN", |e| {
-        transition_of(e, "b", State::Down).is_some()
-    })
-    .await;
-    assert!(
-        explain(&pool, 0).contains("(last: GRPC 12 UNIMPLEMENTED)"),
-        "{}",
-        explain(&pool, 0)
-    );
-    assert_eq!(
-        backend.accepted(),
-        backend.hits(),
-        "one connection per probe"
-    );
-    balancer.shutdown(Duration::from_secs(1)).await;
-}
-
 /// A backend answering `/healthz` with the status in `health` (and `ok` as the body).
 async fn h2_health_backend(
     name: &str,
@@ -319,16 +283,42 @@ fn config_error(extra: &str) -> String {
 
 #[test]
 fn grpc_checks_need_an_http2_pool_and_grpc_keys_need_grpc_checks() {
-    let error = config_error("active.kind = \"grpc\"\n");
-    assert!(error.contains("pools.web.active.kind"), "{error}");
-    assert!(error.contains("set protocol = \"h2c\""), "{error}");
-    let error = config_error("active.grpc_service = \"shop.Cart\"\n");
-    assert!(error.contains("pools.web.active.grpc_service"), "{error}");
-    let error =
-        config_error("protocol = \"h2c\"\nactive.kind = \"grpc\"\nactive.expect = \"200\"\n");
-    assert!(error.contains("pools.web.active.expect"), "{error}");
-    let error = config_error("protocol = \"h2c\"\nactive.kind = \"grpc\"\nactive.path = \"/x\"\n");
-    assert!(error.contains("pools.web.active.path"), "{error}");
+    let cases = [
+        (
+            "a grpc check on an HTTP/1.1 pool",
+            (
+                "active.kind = \"grpc\"\n",
+                &["pools.web.active.kind", "set protocol = \"h2c\""][..],
+            ),
+        ),
+        (
+            "grpc_service without a grpc check",
+            (
+                "active.grpc_service = \"shop.Cart\"\n",
+                &["pools.web.active.grpc_service"][..],
+            ),
+        ),
+        (
+            "expect with a grpc check",
+            (
+                "protocol = \"h2c\"\nactive.kind = \"grpc\"\nactive.expect = \"200\"\n",
+                &["pools.web.active.expect"][..],
+            ),
+        ),
+        (
+            "path with a grpc check",
+            (
+                "protocol = \"h2c\"\nactive.kind = \"grpc\"\nactive.path = \"/x\"\n",
+                &["pools.web.active.path"][..],
+            ),
+        ),
+    ];
+    cases::each_sync(cases, |(extra, says)| {
+        let error = config_error(extra);
+        for words in says {
+            assert!(error.contains(words), "{error}");
+        }
+    });
     // An h2c pool's http check is HTTP/2 now, content rules included.
     let text = ConfigText::new(&[("a".to_owned(), "127.0.0.1:1".parse().unwrap())])
         .extra("protocol = \"h2c\"\nactive.kind = \"http\"\nactive.body_contains = \"ok\"\n")
@@ -336,48 +326,89 @@ fn grpc_checks_need_an_http2_pool_and_grpc_keys_need_grpc_checks() {
     assert!(capataz::config::parse_str(&text, "<test>").is_ok());
 }
 
+/// A gRPC health check against a backend that answers `reply` over `speaks`, with `timeout`.
+struct Failing {
+    speaks: Speaks,
+    reply: Script,
+    timeout: &'static str,
+    /// What the explanation names as the last answer.
+    last: &'static str,
+    /// The backend counts every probe's connection as one request.
+    one_connection_per_probe: bool,
+}
+
 #[tokio::test]
-async fn a_hung_grpc_answer_times_out_and_an_http1_backend_closing_on_the_preface_is_a_reset() {
-    let hung = HttpBackend::start("hung", Speaks::H2, None, Arc::new(|_| Reply::Hang)).await;
-    let http1 = HttpBackend::start(
-        "http1",
-        Speaks::Http1,
-        None,
-        Arc::new(|_| Reply::text("ok")),
-    )
-    .await;
-    let text = ConfigText::new(&[hung.entry(), http1.entry()])
-        .extra(
-            "protocol = \"h2c\"\nactive.kind = \"grpc\"\nactive.interval = \"30ms\"\n\
-             active.timeout = \"200ms\"\nactive.fall = 2\n",
-        )
-        .build();
-    let (balancer, mut rx) = start(&text).await;
-    let pool = balancer.pool("web").unwrap();
-    let mut down = Vec::new();
-    while down.len() < 2 {
-        let event = wait_for(&mut rx, "both DOWN", |e| {
-            ["hung", "http1"]
-                .iter()
-                .any(|name| transition_of(e, name, State::Down).is_some())
+async fn a_failing_grpc_check_goes_down_naming_the_last_answer() {
+    let cases = [
+        (
+            "a server without the health service: UNIMPLEMENTED",
+            Failing {
+                speaks: Speaks::H2,
+                // A trailers-only answer, as a gRPC server gives for a method it does not have.
+                reply: Arc::new(|_| Reply::Ok {
+                    status: 200,
+                    headers: vec![
+                        ("content-type", "application/grpc".to_owned()),
+                        ("grpc-status", "12".to_owned()),
+                    ],
+                    body: Default::default(),
+                    trailers: None,
+                }),
+                timeout: "1s",
+                last: "(last: GRPC 12 UNIMPLEMENTED)",
+                one_connection_per_probe: true,
+            },
+        ),
+        (
+            "a hung answer: TIMEOUT",
+            Failing {
+                speaks: Speaks::H2,
+                reply: Arc::new(|_| Reply::Hang),
+                timeout: "200ms",
+                last: "(last: TIMEOUT)",
+                one_connection_per_probe: false,
+            },
+        ),
+        (
+            // hyper's HTTP/1.1 server closes the connection on the HTTP/2 preface.
+            "an HTTP/1.1 backend closing on the preface: RESET",
+            Failing {
+                speaks: Speaks::Http1,
+                reply: Arc::new(|_| Reply::text("ok")),
+                timeout: "200ms",
+                last: "(last: RESET)",
+                one_connection_per_probe: false,
+            },
+        ),
+    ];
+    cases::each(cases, |case| async move {
+        let backend = HttpBackend::start("b", case.speaks, None, case.reply).await;
+        let text = ConfigText::new(&[backend.entry()])
+            .extra(&format!(
+                "protocol = \"h2c\"\nactive.kind = \"grpc\"\nactive.interval = \"30ms\"\n\
+                 active.timeout = \"{}\"\nactive.fall = 2\nactive.rise = 2\n",
+                case.timeout
+            ))
+            .build();
+        let (balancer, mut rx) = start(&text).await;
+        let pool = balancer.pool("web").unwrap();
+        wait_for(&mut rx, "b DOWN", |e| {
+            transition_of(e, "b", State::Down).is_some()
         })
         .await;
-        for (index, name) in ["hung", "http1"].into_iter().enumerate() {
-            if transition_of(&event, name, State::Down).is_some() {
-                down.push(index);
-            }
+        assert!(
+            explain(&pool, 0).contains(case.last),
+            "{}",
+            explain(&pool, 0)
+        );
+        if case.one_connection_per_probe {
+            assert_eq!(
+                backend.accepted(),
+                backend.hits(),
+                "one connection per probe"
+            );
         }
-    }
-    assert!(
-        explain(&pool, 0).contains("(last: TIMEOUT)"),
-        "{}",
-        explain(&pool, 0)
-    );
-    assert!(
-        // hyper's HTTP/1.1 server closes the connection on the HTTP/2 preface.
-        explain(&pool, 1).contains("(last: RESET)"),
-        "{}",
-        explain(&pool, 1)
-    );
-    balancer.shutdown(Duration::from_secs(1)).await;
+        balancer.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
 }

@@ -233,17 +233,15 @@ async fn recorders_are_capped_per_pool_need_the_admin_token_and_name_a_pool() {
     drop(open.pop());
     // (The server notices the reader left when its next write fails or its task ends: polled
     // with the suite's deadline.)
-    let end = tokio::time::Instant::now() + crate::support::DEADLINE;
-    loop {
-        let (status, _) = stream::open(admin, "/record/web", auth).await;
-        if status == 200 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < end,
-            "the place of a recorder that left is never taken again"
-        );
-        tokio::time::sleep(crate::support::wait::POLL).await;
-    }
+    let place = "the place of a recorder that left taken again";
+    crate::support::wait::until_ok(
+        place,
+        crate::support::wait::POLL,
+        async || match stream::open(admin, "/record/web", auth).await {
+            (200, _) => Ok(()),
+            (status, _) => Err(format!("{status}")),
+        },
+    )
+    .await;
     balancer.shutdown(Duration::from_secs(1)).await;
 }

@@ -17,7 +17,7 @@ use crate::support::balancer::{self, backends, pairs, ConfigText, FAST_CHECKS};
 use crate::support::client::Client;
 use crate::support::events::{is_transition, wait_for};
 use crate::support::raw::send_head;
-use crate::support::DEADLINE;
+use crate::support::wait::until_ok;
 
 /// A balancer over backends `a` and `b` (probed every 30 ms) with an admin listener (and
 /// `admin_lines` in its table), once both have passed a probe.
@@ -278,20 +278,16 @@ async fn the_history_keeps_events_samples_and_timelines_behind_the_token() {
             .iter()
             .any(|e| e["type"] == "transition" && e["backend"] == "b" && e["to"] == "DOWN")
     };
-    let end = tokio::time::Instant::now() + DEADLINE;
-    let kept = loop {
+    let kept = until_ok("b's DOWN kept", Duration::from_millis(20), async || {
         let (status, answer) = send_head(admin, &authorized("/history/events")).await;
         assert_eq!(status, 200, "{answer}");
         let kept = json(&answer);
-        if b_down(&kept) {
-            break kept;
+        match b_down(&kept) {
+            true => Ok(kept),
+            false => Err(format!("b's DOWN not kept: {kept:#}")),
         }
-        assert!(
-            tokio::time::Instant::now() < end,
-            "b's DOWN not kept: {kept:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    })
+    .await;
     assert_eq!(kept["capacity"], 500);
 
     // A sample every 5 s: wait for one with requests in it, and b's timeline showing its DOWN

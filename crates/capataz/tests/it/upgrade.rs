@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use capataz::sim::{Mode, SimBackend};
 
+use crate::support::any;
 use crate::support::process::{gone, load, pid_in, signal, Capataz, NotifySocket, TempFile};
-use crate::support::{any, DEADLINE};
+use crate::support::wait::block_until;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -77,15 +78,6 @@ fn get(addr: SocketAddr) -> std::io::Result<(u16, String)> {
     Ok((status, backend))
 }
 
-/// Waits until `done` holds, checking every 20 ms, for at most the deadline.
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let end = Instant::now() + DEADLINE;
-    while !done() {
-        assert!(Instant::now() < end, "no {what} within {DEADLINE:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn hits(backends: &[SimBackend]) -> u64 {
     backends.iter().map(SimBackend::traffic_hits).sum()
 }
@@ -111,7 +103,7 @@ fn upgrade(capataz: &mut Capataz, pid: u32, notify: &NotifySocket) -> (u32, Dura
         let status = capataz.wait_exit();
         assert!(status.success(), "the old process exited with {status}");
     } else {
-        wait_for("the old process to exit", || gone(pid));
+        block_until("the old process to exit", || gone(pid));
     }
     let exited = signalled.elapsed();
     assert!(
@@ -156,7 +148,7 @@ fn upgrades_under_load_drop_no_request_and_each_new_process_waits_for_its_own_pr
     backends[1].set_health(Mode::Status(503));
     let stop = Arc::new(AtomicBool::new(false));
     let clients = load(addr, 4, 2, stop.clone());
-    wait_for("300 requests before the upgrade", || hits(&backends) >= 300);
+    block_until("300 requests before the upgrade", || hits(&backends) >= 300);
     assert!(
         backends[1].traffic_hits() > 0,
         "b served before the upgrade"
@@ -178,7 +170,7 @@ fn upgrades_under_load_drop_no_request_and_each_new_process_waits_for_its_own_pr
         // Only the new process serves now; b, never seen passing by it, gets nothing.
         let b_after = backends[1].traffic_hits();
         let total_after = hits(&backends);
-        wait_for("300 requests after the upgrade", || {
+        block_until("300 requests after the upgrade", || {
             hits(&backends) >= total_after + 300
         });
         assert_eq!(
@@ -204,7 +196,7 @@ fn upgrades_under_load_drop_no_request_and_each_new_process_waits_for_its_own_pr
 
     signal(pid, "TERM");
     assert_eq!(notify.next(), "STOPPING=1");
-    wait_for("the last process to exit", || gone(pid));
+    block_until("the last process to exit", || gone(pid));
 }
 
 #[test]
@@ -215,7 +207,7 @@ fn an_upgrade_to_an_invalid_config_leaves_the_old_process_serving_and_a_later_on
     let config = TempFile::new("upgrade-bad.toml", &text);
     let mut old = Capataz::spawn(&["run", "--config", config.text()], &[]);
     let addr = old.listening_on("front");
-    wait_for("an answer", || get(addr).is_ok_and(|(code, _)| code == 200));
+    block_until("an answer", || get(addr).is_ok_and(|(code, _)| code == 200));
 
     config.write(&format!("{text}\nbogus =\n"));
     let mark = old.line_count();
@@ -249,7 +241,7 @@ fn an_upgrade_to_an_invalid_config_leaves_the_old_process_serving_and_a_later_on
     assert!(old.wait_exit().success());
     assert_eq!(get(addr).expect("the new process answers").0, 200);
     signal(new_pid, "TERM");
-    wait_for("the new process to exit", || gone(new_pid));
+    block_until("the new process to exit", || gone(new_pid));
 }
 
 #[test]

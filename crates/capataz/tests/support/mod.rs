@@ -2,7 +2,8 @@
 //! on ephemeral ports ([`balancer`]), HTTP clients ([`client`]) and blocking ones
 //! ([`blocking`]), switchable health and agent backends ([`checks`]), an event recorder ([`events`]), hand-written backends and raw sockets
 //! ([`raw`]), a real nginx backend ([`nginx`]), a fleet of `capataz` processes ([`fleet`]) and a TCP relay that can be cut
-//! ([`relay`]), waits with a generous deadline ([`wait`]), and what tests need from outside the
+//! ([`relay`]), waits with a generous deadline ([`wait`]), table-driven tests over named cases
+//! ([`cases`]), and what tests need from outside the
 //! repository, found or failed ([`tools`]: a missing peer fails a test, never skips it). Scripted backends are [`capataz::sim::SimBackend`].
 //!
 //! Every address a test binds is `127.0.0.1:0`: the suite runs beside a `capataz demo` (8080,
@@ -16,6 +17,7 @@ pub mod access_log;
 pub mod backends_tls;
 pub mod balancer;
 pub mod blocking;
+pub mod cases;
 pub mod checks;
 pub mod client;
 pub mod etcd;

@@ -5,44 +5,152 @@ use serde_json::Value;
 use super::logging;
 use crate::support::access_log::{wait_json, wait_lines, LogDir};
 use crate::support::balancer::{backends, ConfigText};
+use crate::support::cases;
 use crate::support::client::{exchange, Client};
 use crate::support::tls::{self as tls_support, Pki};
 use crate::support::{h2client, raw};
 
+/// How a JSON line case sends its one request; each is answered 200.
+enum Request {
+    /// GET `target` over HTTP/1.1 with `headers`.
+    Http1(&'static str, &'static [(&'static str, &'static str)]),
+    /// GET `/` over TLS to `site.test` (the listener's certificate's name).
+    Tls,
+    /// GET `target` over h2c.
+    H2c(&'static str),
+    /// These bytes, as they are.
+    Raw(&'static [u8]),
+}
+
+/// Sends `request` to `addr`: the body's length where the case checks `bytes` (HTTP/1.1).
+async fn send(addr: std::net::SocketAddr, request: &Request, pki: &Pki) -> Option<usize> {
+    match request {
+        Request::Http1(target, headers) => {
+            let answer = exchange(addr, "GET", target, "app.test", headers).await;
+            assert_eq!(answer.status, 200);
+            return Some(answer.body.len());
+        }
+        Request::Tls => {
+            let client = tls_support::Client::trusting(pki);
+            let mut stream = client.connect(addr, "site.test").await.expect("handshake");
+            let (head, _) = tls_support::get(&mut stream, "site.test")
+                .await
+                .expect("an answer");
+            assert!(head.starts_with("http/1.1 200"), "{head}");
+        }
+        Request::H2c(target) => {
+            let mut conn = h2client::connect(addr).await;
+            assert_eq!(conn.get("app.test", target).await.status, 200);
+        }
+        Request::Raw(bytes) => {
+            let reply = raw::raw_roundtrip(addr, bytes).await;
+            assert_eq!(
+                raw::status_of(&reply),
+                Some(200),
+                "{}",
+                String::from_utf8_lossy(&reply)
+            );
+        }
+    }
+    None
+}
+
+/// The fields a line must have, and their values.
+type Fields = Vec<(&'static str, Value)>;
+
 #[tokio::test]
-async fn a_request_over_http1_is_one_json_line_with_its_fields() {
-    let sims = backends(&["a"]).await;
-    let dir = LogDir::new();
-    let path = dir.path("access.log");
-    let (_balancer, addr) = logging(ConfigText::sims(&sims), &path, "json", "").await;
-    let answer = exchange(
-        addr,
-        "GET",
-        "/hello?x=1",
-        "app.test",
-        &[("user-agent", "probe/1"), ("referer", "http://r.test/")],
-    )
+async fn a_request_is_one_json_line_with_its_fields() {
+    let cases: [(&str, (Request, Fields)); 4] = [
+        (
+            "HTTP/1.1",
+            (
+                Request::Http1(
+                    "/hello?x=1",
+                    &[("user-agent", "probe/1"), ("referer", "http://r.test/")],
+                ),
+                vec![
+                    ("method", "GET".into()),
+                    ("target", "/hello?x=1".into()),
+                    ("protocol", "HTTP/1.1".into()),
+                    ("status", 200.into()),
+                    ("client", "127.0.0.1".into()),
+                    ("user_agent", "probe/1".into()),
+                    ("referer", "http://r.test/".into()),
+                    ("route", "/".into()),
+                    ("pool", "web".into()),
+                    ("backend", "a".into()),
+                    ("attempts", 1.into()),
+                    ("ended_by", "-".into()),
+                    ("phase", "-".into()),
+                    ("tls_version", Value::Null),
+                ],
+            ),
+        ),
+        (
+            "over TLS: the version and the server name",
+            (
+                Request::Tls,
+                vec![
+                    ("tls_version", "TLSv1.3".into()),
+                    ("sni", "site.test".into()),
+                    ("status", 200.into()),
+                ],
+            ),
+        ),
+        (
+            "over h2c: HTTP/2 and the path",
+            (
+                Request::H2c("/two?q=2"),
+                vec![
+                    ("protocol", "HTTP/2.0".into()),
+                    ("target", "/two?q=2".into()),
+                    ("backend", "a".into()),
+                    ("ended_by", "-".into()),
+                ],
+            ),
+        ),
+        (
+            "injected quotes and bytes parse back",
+            (
+                Request::Raw(HOSTILE),
+                vec![
+                    ("target", "/a?c=%0D%0A".into()),
+                    (
+                        "user_agent",
+                        "evil\" ended_by=client phase=body \\\tend".into(),
+                    ),
+                    ("ended_by", "-".into()),
+                ],
+            ),
+        ),
+    ];
+    cases::each(cases, |(request, fields)| async move {
+        let sims = backends(&["a"]).await;
+        let pki = Pki::new();
+        let listener = match request {
+            Request::Tls => {
+                let (cert, key) = pki.server("site", &["site.test"], None);
+                Pki::listener(&[(&cert, &key)], "")
+            }
+            Request::H2c(_) => "h2c = true".to_owned(),
+            Request::Http1(..) | Request::Raw(_) => String::new(),
+        };
+        let dir = LogDir::new();
+        let path = dir.path("access.log");
+        let (_balancer, addr) = logging(ConfigText::sims(&sims), &path, "json", &listener).await;
+        let bytes = send(addr, &request, &pki).await;
+        let lines = wait_json(&path, 1).await;
+        assert_eq!(lines.len(), 1);
+        let line = &lines[0];
+        for (field, value) in fields {
+            assert_eq!(line[field], value, "{field}");
+        }
+        if let Some(bytes) = bytes {
+            assert_eq!(line["bytes"], bytes as u64);
+        }
+        assert!(line["duration"].as_f64().unwrap() >= 0.0);
+    })
     .await;
-    assert_eq!(answer.status, 200);
-    let lines = wait_json(&path, 1).await;
-    assert_eq!(lines.len(), 1);
-    let line = &lines[0];
-    assert_eq!(line["method"], "GET");
-    assert_eq!(line["target"], "/hello?x=1");
-    assert_eq!(line["protocol"], "HTTP/1.1");
-    assert_eq!(line["status"], 200);
-    assert_eq!(line["bytes"], answer.body.len() as u64);
-    assert_eq!(line["client"], "127.0.0.1");
-    assert_eq!(line["user_agent"], "probe/1");
-    assert_eq!(line["referer"], "http://r.test/");
-    assert_eq!(line["route"], "/");
-    assert_eq!(line["pool"], "web");
-    assert_eq!(line["backend"], "a");
-    assert_eq!(line["attempts"], 1);
-    assert_eq!(line["ended_by"], "-");
-    assert_eq!(line["phase"], "-");
-    assert_eq!(line["tls_version"], Value::Null);
-    assert!(line["duration"].as_f64().unwrap() >= 0.0);
 }
 
 #[tokio::test]
@@ -63,43 +171,6 @@ async fn a_text_line_is_combined_like_then_capatazs_fields() {
     assert!(line.contains(&expected), "{line}");
     assert!(line.contains(" tls=- sni=- client_port="), "{line}");
     assert!(line.ends_with(" truncated=false"), "{line}");
-}
-
-#[tokio::test]
-async fn over_tls_the_line_has_the_version_and_the_server_name() {
-    let sims = backends(&["a"]).await;
-    let pki = Pki::new();
-    let (cert, key) = pki.server("site", &["site.test"], None);
-    let dir = LogDir::new();
-    let path = dir.path("access.log");
-    let listener = Pki::listener(&[(&cert, &key)], "");
-    let (_balancer, addr) = logging(ConfigText::sims(&sims), &path, "json", &listener).await;
-    let client = tls_support::Client::trusting(&pki);
-    let mut stream = client.connect(addr, "site.test").await.expect("handshake");
-    let (head, _) = tls_support::get(&mut stream, "site.test")
-        .await
-        .expect("an answer");
-    assert!(head.starts_with("http/1.1 200"), "{head}");
-    let line = &wait_json(&path, 1).await[0];
-    assert_eq!(line["tls_version"], "TLSv1.3");
-    assert_eq!(line["sni"], "site.test");
-    assert_eq!(line["status"], 200);
-}
-
-#[tokio::test]
-async fn over_h2c_the_line_says_http2_and_the_path() {
-    let sims = backends(&["a"]).await;
-    let dir = LogDir::new();
-    let path = dir.path("access.log");
-    let (_balancer, addr) = logging(ConfigText::sims(&sims), &path, "json", "h2c = true").await;
-    let mut conn = h2client::connect(addr).await;
-    let answer = conn.get("app.test", "/two?q=2").await;
-    assert_eq!(answer.status, 200);
-    let line = &wait_json(&path, 1).await[0];
-    assert_eq!(line["protocol"], "HTTP/2.0");
-    assert_eq!(line["target"], "/two?q=2");
-    assert_eq!(line["backend"], "a");
-    assert_eq!(line["ended_by"], "-");
 }
 
 #[tokio::test]
@@ -153,28 +224,6 @@ async fn injected_quotes_and_bytes_stay_escaped_on_one_text_line() {
     // Only the quotes capataz writes: around the request, referer-less, the agent, route
     // and SNI-less fields.
     assert_eq!(line.matches('"').count(), 6, "{line}");
-}
-
-#[tokio::test]
-async fn injected_quotes_and_bytes_parse_back_from_json() {
-    let sims = backends(&["a"]).await;
-    let dir = LogDir::new();
-    let path = dir.path("access.log");
-    let (_balancer, addr) = logging(ConfigText::sims(&sims), &path, "json", "").await;
-    let reply = raw::raw_roundtrip(addr, HOSTILE).await;
-    assert_eq!(
-        raw::status_of(&reply),
-        Some(200),
-        "{}",
-        String::from_utf8_lossy(&reply)
-    );
-    let lines = wait_json(&path, 1).await;
-    assert_eq!(lines[0]["target"], "/a?c=%0D%0A");
-    assert_eq!(
-        lines[0]["user_agent"],
-        "evil\" ended_by=client phase=body \\\tend"
-    );
-    assert_eq!(lines[0]["ended_by"], "-");
 }
 
 #[tokio::test]

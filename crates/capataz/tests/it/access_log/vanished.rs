@@ -23,6 +23,7 @@ use tokio::sync::broadcast;
 use crate::support::access_log::{table, wait_json, LogDir};
 use crate::support::backends_tls::{HttpBackend, Reply, Script, Speaks};
 use crate::support::balancer::{metrics_text, start, ConfigText};
+use crate::support::cases;
 use crate::support::client::exchange;
 use crate::support::events::count_transitions;
 use crate::support::raw::{self, RawBackend};
@@ -189,20 +190,71 @@ async fn sent_then_reset(request: &[u8], listener: &str, phase: &str) -> Vec<Val
     wait_json(&path, 1).await
 }
 
-#[tokio::test]
-async fn a_client_that_vanished_is_not_logged_as_served() {
-    let request = b"GET /slow HTTP/1.1\r\nHost: app.test\r\n\r\n";
-    let line = &sent_then_reset(request, "", "headers").await[0];
-    assert_eq!(line["target"], "/slow");
-    assert_eq!(line["protocol"], "HTTP/1.1");
+/// A client that sends `request` on a plain connection and resets it ([`sent_then_reset`]).
+struct Vanished {
+    request: &'static [u8],
+    /// More lines of the listener.
+    listener: &'static str,
+    /// The phase the line says.
+    phase: &'static str,
+    /// The line's fields to check besides.
+    fields: &'static [(&'static str, &'static str)],
 }
 
 #[tokio::test]
-async fn a_client_that_vanished_after_its_upload_is_ended_by_the_client_in_send() {
-    // Its body was read whole, then the client waited, then reset: the same, in `send` (a
-    // request with a body is in `send` until its answer's head, as HAProxy's `CH`-like row).
-    let request = b"POST /upload HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\n\r\nhello";
-    sent_then_reset(request, "", "send").await;
+async fn a_client_that_vanished_is_not_logged_as_served() {
+    let cases = [
+        (
+            "a GET: in headers",
+            Vanished {
+                request: b"GET /slow HTTP/1.1\r\nHost: app.test\r\n\r\n",
+                listener: "",
+                phase: "headers",
+                fields: &[("target", "/slow"), ("protocol", "HTTP/1.1")],
+            },
+        ),
+        (
+            // Its body was read whole, then the client waited, then reset: the same, in `send`
+            // (a request with a body is in `send` until its answer's head, as HAProxy's
+            // `CH`-like row).
+            "after its upload: in send",
+            Vanished {
+                request: b"POST /upload HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\n\r\nhello",
+                listener: "",
+                phase: "send",
+                fields: &[],
+            },
+        ),
+        (
+            // Its end is the last chunk, not a length.
+            "after a chunked upload: in send",
+            Vanished {
+                request: b"POST /upload HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n\
+                  5\r\nhello\r\n0\r\n\r\n",
+                listener: "",
+                phase: "send",
+                fields: &[],
+            },
+        ),
+        (
+            // The header and the request in one write: the request is read from what capataz
+            // read past the header, and the reset is still the socket's.
+            "behind a PROXY protocol header",
+            Vanished {
+                request: b"PROXY TCP4 192.0.2.7 127.0.0.1 5555 80\r\nGET /slow HTTP/1.1\r\nHost: app.test\r\n\r\n",
+                listener: "proxy_protocol = { trusted = [\"127.0.0.0/8\"] }",
+                phase: "headers",
+                fields: &[("client", "192.0.2.7")],
+            },
+        ),
+    ];
+    cases::each(cases, |case| async move {
+        let lines = sent_then_reset(case.request, case.listener, case.phase).await;
+        for (field, value) in case.fields {
+            assert_eq!(lines[0][field], *value, "{field}");
+        }
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -231,17 +283,6 @@ async fn a_client_that_vanished_over_tls_is_not_logged_as_served() {
     let (tcp, _) = client.into_inner();
     reset(tcp);
     assert_vanished(&path, "headers", &seen, &balancer, admin, &mut events).await;
-}
-
-#[tokio::test]
-async fn a_client_that_vanished_behind_a_proxy_protocol_header_is_not_logged_as_served() {
-    // The header and the request in one write: the request is read from what capataz read
-    // past the header, and the reset is still the socket's.
-    let listener = "proxy_protocol = { trusted = [\"127.0.0.0/8\"] }";
-    let request =
-        b"PROXY TCP4 192.0.2.7 127.0.0.1 5555 80\r\nGET /slow HTTP/1.1\r\nHost: app.test\r\n\r\n";
-    let lines = sent_then_reset(request, listener, "headers").await;
-    assert_eq!(lines[0]["client"], "192.0.2.7");
 }
 
 #[tokio::test]
@@ -359,14 +400,9 @@ async fn a_pipelined_request_behind_a_slow_one_is_answered_in_turn() {
     assert_eq!(Seen::get(&seen.cancelled), 0);
 }
 
-/// Review: the same for a chunked upload (its end is the last chunk, not a length) and for
-/// one that waited for `100 Continue` before sending its body.
+/// Review: the same for an upload that waited for `100 Continue` before sending its body.
 #[tokio::test]
-async fn a_client_that_vanished_after_a_chunked_or_expect_continue_upload_is_seen_gone() {
-    let chunked = b"POST /upload HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n\
-        5\r\nhello\r\n0\r\n\r\n";
-    sent_then_reset(chunked, "", "send").await;
-
+async fn a_client_that_vanished_after_an_expect_continue_upload_is_seen_gone() {
     let (backend, seen) = slow_backend(THINKING).await;
     let dir = LogDir::new();
     let path = dir.path("access.log");

@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::support::access_log::{lines, table, wait_lines, LogDir};
 use crate::support::balancer::{backends, parse, ConfigText};
 use crate::support::client::{exchange, Client};
+use crate::support::wait::{until_ok, POLL};
 
 /// The value of `capataz_access_log_dropped_total` for the balancer's first listener.
 async fn dropped(admin: std::net::SocketAddr) -> u64 {
@@ -47,16 +48,14 @@ async fn a_stalled_writer_drops_and_counts_lines_and_slows_no_request() {
     assert!(started.elapsed() < Duration::from_secs(10));
     // At most one line in the writer's hands and one in the buffer: the rest are dropped
     // (each counted when its body ends, just after its client read it).
-    let deadline = tokio::time::Instant::now() + crate::support::DEADLINE;
-    loop {
-        let count = dropped(admin).await;
-        if count >= requests - 2 {
-            assert!(count <= requests, "dropped {count}");
-            break;
+    let count = until_ok("the lines dropped", POLL, async || {
+        match dropped(admin).await {
+            count if count >= requests - 2 => Ok(count),
+            count => Err(format!("dropped {count}")),
         }
-        assert!(tokio::time::Instant::now() < deadline, "dropped {count}");
-        tokio::time::sleep(crate::support::wait::POLL).await;
-    }
+    })
+    .await;
+    assert!(count <= requests, "dropped {count}");
     // A reader comes: the lines that were kept come out.
     let reader = tokio::task::spawn_blocking(move || {
         let mut file = std::fs::File::open(&fifo).expect("open the FIFO");

@@ -84,19 +84,7 @@ async fn a_certificate_is_issued_by_http01_on_the_plaintext_listener_stored_serv
     // The renewal goes through the same path: a new certificate, validated by HTTP-01 again.
     let (_b, balancer) = http01_balancer(http_port, &pebble, &storage, "720h").await;
     let https = balancer.local_addrs()[1];
-    let end = tokio::time::Instant::now() + ISSUANCE_DEADLINE;
-    let renewed = loop {
-        let shown = served(&client, https, Some(&pebble)).await;
-        if shown != first {
-            break shown;
-        }
-        assert!(
-            tokio::time::Instant::now() < end,
-            "the certificate was not renewed; pebble's log:\n{}",
-            pebble.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let renewed = renewed(&client, https, &pebble, &first).await;
     assert_ne!(serial(&renewed), serial(&first));
     assert_eq!(stored(&storage), renewed);
     crate::support::wait::wait_until("the renewal is counted", || {

@@ -59,6 +59,24 @@ fn client_trusting(dir: &Path, root: &str) -> Client {
     client
 }
 
+/// The first certificate other than `first` that the listener at `addr` presents for `DOMAIN`,
+/// verified as [`served`] does (waits for the renewal).
+async fn renewed(client: &Client, addr: SocketAddr, pebble: &Pebble, first: &[u8]) -> Vec<u8> {
+    let end = tokio::time::Instant::now() + ISSUANCE_DEADLINE;
+    loop {
+        let shown = served(client, addr, Some(pebble)).await;
+        if shown != first {
+            return shown;
+        }
+        assert!(
+            tokio::time::Instant::now() < end,
+            "the certificate was not renewed; pebble's log:\n{}",
+            pebble.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The serial-bearing first certificate the listener presents for `DOMAIN`, once its chain
 /// verifies against `client`'s root (waits for the order to complete).
 async fn served(client: &Client, addr: SocketAddr, pebble: Option<&Pebble>) -> Vec<u8> {
@@ -203,19 +221,7 @@ async fn a_stored_certificate_within_renew_before_is_renewed_with_a_new_serial()
     .await;
     let addr = balancer.local_addrs()[0];
     // The stored certificate serves at once, then its renewal replaces it on the same listener.
-    let end = tokio::time::Instant::now() + ISSUANCE_DEADLINE;
-    let renewed = loop {
-        let shown = served(&client, addr, Some(&pebble)).await;
-        if shown != first {
-            break shown;
-        }
-        assert!(
-            tokio::time::Instant::now() < end,
-            "the certificate was not renewed; pebble's log:\n{}",
-            pebble.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let renewed = renewed(&client, addr, &pebble, &first).await;
     assert_ne!(serial(&renewed), serial(&first));
     assert_eq!(stored(&storage), renewed);
     balancer.shutdown(Duration::from_secs(5)).await;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 
 use super::{balancer, silent_backend};
+use crate::support::cases;
 use crate::support::h2frames::{
     continuation, data, flood, handshake, headers, ping, read_frame, read_to_end, request_block,
     rst_stream, setting, settings, CANCEL, ENHANCE_YOUR_CALM, PREFACE,
@@ -105,69 +106,110 @@ async fn rapid_reset_of_requests_already_forwarded_drops_the_connection() {
     );
 }
 
-#[tokio::test]
-async fn a_continuation_flood_of_empty_frames_gets_a_goaway() {
-    let backend = silent_backend().await;
-    let (_balancer, addr, _events) = balancer(&[backend.entry("b0")], "", "").await;
-    let (mut read, mut write, _) = handshake(addr).await;
-    let block = request_block("GET", "app.test", "/");
-    write
-        .write_all(&headers(1, &block, true, false))
-        .await
-        .unwrap();
-    let chunk: Vec<u8> = (0..1000)
-        .flat_map(|_| continuation(1, &[], false))
-        .collect();
-    let writer =
-        tokio::spawn(
-            async move { flood(&mut write, &chunk, 64 << 20, Duration::from_secs(2)).await },
-        );
-    let ending = read_to_end(&mut read, DEADLINE).await;
-    let sent = writer.await.unwrap();
-    assert!(ending.closed, "{ending:?}");
-    assert_eq!(
-        ending.goaways.last(),
-        Some(&ENHANCE_YOUR_CALM),
-        "{ending:?}"
-    );
-    assert!(
-        sent < 64 << 20,
-        "the server stopped taking frames: {sent} bytes"
-    );
-    assert_eq!(backend.hits(), 0);
+/// The GOAWAY a flood must end with.
+enum Goaway {
+    /// ENHANCE_YOUR_CALM, the last one sent.
+    Calm,
+    /// Any.
+    Any,
+}
+
+/// What a flood must have left behind at the backend.
+enum After {
+    /// No request reached it.
+    NoRequest,
+    /// Nothing was charged to it (a cancelled upload is the client's doing).
+    NothingCharged,
+}
+
+/// A flood of frames on stream 1, opened by `opening`: the server ends the connection with a
+/// GOAWAY before taking 64 MiB of it.
+struct StreamFlood {
+    /// The backend reads request bodies (`raw::length_backend`) instead of only heads.
+    reads_bodies: bool,
+    opening: Vec<u8>,
+    /// Sent a thousand at a time, as fast as the server takes them.
+    frame: Vec<u8>,
+    goaway: Goaway,
+    after: After,
 }
 
 #[tokio::test]
-async fn a_continuation_flood_of_large_frames_is_bounded_by_max_header_bytes() {
-    let backend = silent_backend().await;
-    let (_balancer, addr, _events) = balancer(&[backend.entry("b0")], "", "").await;
-    let (mut read, mut write, _) = handshake(addr).await;
-    let block = request_block("GET", "app.test", "/");
-    write
-        .write_all(&headers(1, &block, true, false))
-        .await
-        .unwrap();
+async fn a_flood_of_frames_on_one_stream_gets_a_goaway() {
+    let get = request_block("GET", "app.test", "/");
     // One header field whose value never ends, 16 KB per frame.
-    let mut first = vec![0x00, 0x01, b'x', 0x7f];
-    first.extend([0xff, 0xff, 0xff, 0x0f]); // length 2^28 or so
-    write
-        .write_all(&continuation(1, &first, false))
-        .await
-        .unwrap();
-    let chunk = continuation(1, &[b'a'; 16_000], false);
-    let writer =
-        tokio::spawn(
-            async move { flood(&mut write, &chunk, 64 << 20, Duration::from_secs(2)).await },
+    let mut endless = vec![0x00, 0x01, b'x', 0x7f];
+    endless.extend([0xff, 0xff, 0xff, 0x0f]); // length 2^28 or so
+    let cases = [
+        (
+            "empty CONTINUATION frames",
+            StreamFlood {
+                reads_bodies: false,
+                opening: headers(1, &get, true, false),
+                frame: continuation(1, &[], false),
+                goaway: Goaway::Calm,
+                after: After::NoRequest,
+            },
+        ),
+        (
+            "large CONTINUATION frames, bounded by max_header_bytes",
+            StreamFlood {
+                reads_bodies: false,
+                opening: [
+                    headers(1, &get, true, false),
+                    continuation(1, &endless, false),
+                ]
+                .concat(),
+                frame: continuation(1, &[b'a'; 16_000], false),
+                goaway: Goaway::Any,
+                after: After::NoRequest,
+            },
+        ),
+        (
+            "empty DATA frames",
+            StreamFlood {
+                reads_bodies: true,
+                opening: headers(1, &request_block("POST", "app.test", "/"), false, true),
+                frame: data(1, &[], false),
+                goaway: Goaway::Calm,
+                after: After::NothingCharged,
+            },
+        ),
+    ];
+    cases::each(cases, |case| async move {
+        let backend = if case.reads_bodies {
+            crate::support::raw::length_backend().await
+        } else {
+            silent_backend().await
+        };
+        let (balancer, addr, _events) = balancer(&[backend.entry("b0")], "", "").await;
+        let (mut read, mut write, _) = handshake(addr).await;
+        write.write_all(&case.opening).await.unwrap();
+        let chunk: Vec<u8> = (0..1000).flat_map(|_| case.frame.clone()).collect();
+        let writer = tokio::spawn(async move {
+            flood(&mut write, &chunk, 64 << 20, Duration::from_secs(2)).await
+        });
+        let ending = read_to_end(&mut read, DEADLINE).await;
+        let sent = writer.await.unwrap();
+        assert!(ending.closed, "{ending:?}");
+        match case.goaway {
+            Goaway::Calm => assert_eq!(
+                ending.goaways.last(),
+                Some(&ENHANCE_YOUR_CALM),
+                "{ending:?}"
+            ),
+            Goaway::Any => assert!(!ending.goaways.is_empty(), "{ending:?}"),
+        }
+        assert!(
+            sent < 64 << 20,
+            "the server stopped taking frames: {sent} bytes"
         );
-    let ending = read_to_end(&mut read, DEADLINE).await;
-    let sent = writer.await.unwrap();
-    assert!(ending.closed, "{ending:?}");
-    assert!(!ending.goaways.is_empty(), "{ending:?}");
-    assert!(
-        sent < 64 << 20,
-        "the server stopped taking frames: {sent} bytes"
-    );
-    assert_eq!(backend.hits(), 0);
+        match case.after {
+            After::NoRequest => assert_eq!(backend.hits(), 0),
+            After::NothingCharged => assert_eq!(super::charged(&balancer, 0), []),
+        }
+    })
+    .await;
 }
 
 /// A flood of `frame` from a client that never reads: the server answers one at a time,
@@ -193,13 +235,15 @@ async fn unread_flood(frame: Vec<u8>) {
 }
 
 #[tokio::test]
-async fn a_ping_flood_from_a_client_that_never_reads_is_bounded_and_closed() {
-    unread_flood(ping(*b"flooding")).await;
-}
-
-#[tokio::test]
-async fn a_settings_flood_from_a_client_that_never_reads_is_bounded_and_closed() {
-    unread_flood(settings(&[(SETTINGS_MAX_CONCURRENT_STREAMS, 100)])).await;
+async fn a_flood_from_a_client_that_never_reads_is_bounded_and_closed() {
+    let cases = [
+        ("PING", ping(*b"flooding")),
+        (
+            "SETTINGS",
+            settings(&[(SETTINGS_MAX_CONCURRENT_STREAMS, 100)]),
+        ),
+    ];
+    cases::each(cases, unread_flood).await;
 }
 
 #[tokio::test]
@@ -267,37 +311,6 @@ async fn streams_beyond_max_concurrent_streams_are_refused() {
 }
 
 #[tokio::test]
-async fn a_flood_of_empty_data_frames_gets_a_goaway() {
-    let backend = crate::support::raw::length_backend().await;
-    let (balancer, addr, _events) = balancer(&[backend.entry("b0")], "", "").await;
-    let (mut read, mut write, _) = handshake(addr).await;
-    let block = request_block("POST", "app.test", "/");
-    write
-        .write_all(&headers(1, &block, false, true))
-        .await
-        .unwrap();
-    let chunk: Vec<u8> = (0..1000).flat_map(|_| data(1, &[], false)).collect();
-    let writer =
-        tokio::spawn(
-            async move { flood(&mut write, &chunk, 64 << 20, Duration::from_secs(2)).await },
-        );
-    let ending = read_to_end(&mut read, DEADLINE).await;
-    let sent = writer.await.unwrap();
-    assert!(ending.closed, "{ending:?}");
-    assert_eq!(
-        ending.goaways.last(),
-        Some(&ENHANCE_YOUR_CALM),
-        "{ending:?}"
-    );
-    assert!(
-        sent < 64 << 20,
-        "the server stopped taking frames: {sent} bytes"
-    );
-    // The cancelled upload is the client's doing: nothing charged.
-    assert_eq!(super::charged(&balancer, 0), []);
-}
-
-#[tokio::test]
 async fn pings_do_not_keep_an_idle_connection_open() {
     let backend = silent_backend().await;
     let (_balancer, addr, _events) =
@@ -314,6 +327,7 @@ async fn pings_do_not_keep_an_idle_connection_open() {
             break;
         }
         pings += 1;
+        // The pace is the subject: pings spaced well within the idle timeout, in wall time.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let ending = reader.await.unwrap();

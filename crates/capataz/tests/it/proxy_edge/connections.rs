@@ -2,6 +2,7 @@
 //! keep-alive, the head and idle timeouts, and oversized heads.
 
 use super::*;
+use crate::support::wait::wait_until;
 
 #[tokio::test]
 async fn http10_without_host_gets_an_answer_and_the_connection_closes() {
@@ -209,17 +210,6 @@ async fn a_head_over_max_header_bytes_is_refused_with_431() {
 /// A watcher period of 50 ms (a quarter of the head timeout): a connection quiet after a
 /// request parks within about 100 ms.
 const PARKING: &str = "header_read_timeout = \"200ms\"\nidle_timeout = \"30s\"";
-
-/// Waits (within `DEADLINE`) until `done` holds.
-async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let waited = tokio::time::timeout(DEADLINE, async {
-        while !done() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    assert!(waited.is_ok(), "{what}: not within {DEADLINE:?}");
-}
 
 /// A POST of `body` to the counting backend, as bytes.
 fn post(path: &str, body: &[u8]) -> Vec<u8> {

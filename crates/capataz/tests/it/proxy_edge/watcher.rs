@@ -6,21 +6,11 @@ use std::time::Instant;
 
 use super::*;
 use crate::support::balancer::parse;
+use crate::support::wait::wait_until;
 
 /// Timeouts of `secs` each: the watcher looks once a second.
 fn timeouts(secs: u64) -> String {
     format!("idle_timeout = \"{secs}s\"\nheader_read_timeout = \"{secs}s\"")
-}
-
-/// Waits (within `DEADLINE`) until `done` holds.
-async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let waited = tokio::time::timeout(DEADLINE, async {
-        while !done() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    assert!(waited.is_ok(), "{what}: not within {DEADLINE:?}");
 }
 
 /// Reads until the balancer closes `stream` (within `DEADLINE`); what it sent.

@@ -34,6 +34,7 @@ async fn poisoner() -> RawBackend {
                 return;
             }
             if path != "/plain" {
+                // The lateness is the subject: stray bytes after the answer was relayed.
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 let text = format!("POISONED-{client}");
                 let stray = ok_answer(&text);

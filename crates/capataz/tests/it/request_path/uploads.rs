@@ -29,6 +29,7 @@ async fn a_slow_but_steady_upload_longer_than_response_header_succeeds() {
         .await
         .unwrap();
     let started = Instant::now();
+    // Wall time is the subject: ten bytes every 100 ms, an upload three times response_header.
     for _ in 0..10 {
         stream.write_all(&[b'x'; 10]).await.unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;

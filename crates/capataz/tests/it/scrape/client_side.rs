@@ -9,7 +9,11 @@ use tokio::io::AsyncWriteExt;
 use super::{busy, exchange, scrape};
 use crate::support;
 use crate::support::balancer::{backends, start, ConfigText};
+use crate::support::wait::until_ok;
 use crate::support::DEADLINE;
+
+/// How often a scrape is asked again while a count is not there yet.
+const EVERY: Duration = Duration::from_millis(20);
 
 /// The value of the sample line `series` (name and labels, exactly as written) in `text`.
 fn value(text: &str, series: &str) -> Option<f64> {
@@ -121,57 +125,45 @@ async fn connections_and_bytes_are_counted_per_listener() {
     let received = "capataz_client_received_bytes_total{listener=\"bytes\"}";
     let sent = "capataz_client_sent_bytes_total{listener=\"bytes\"}";
     let open = "capataz_client_connections_open{listener=\"bytes\"}";
-    let end = tokio::time::Instant::now() + DEADLINE;
-    loop {
+    let page = until_ok("the connection counted closed", EVERY, async || {
         let (_, page) = scrape(admin, None).await;
-        if value(&page, open) == Some(0.0) {
-            assert_eq!(value(&page, received), Some(request.len() as f64), "{page}");
-            assert_eq!(value(&page, sent), Some(answer.len() as f64), "{page}");
-            assert_eq!(
-                value(
-                    &page,
-                    "capataz_client_connections_accepted_total{listener=\"bytes\"}"
-                ),
-                Some(1.0)
-            );
-            break;
+        match value(&page, open) {
+            Some(0.0) => Ok(page),
+            _ => Err(format!("the connection stayed open:\n{page}")),
         }
-        assert!(
-            tokio::time::Instant::now() < end,
-            "the connection stayed open:\n{page}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
+    assert_eq!(value(&page, received), Some(request.len() as f64), "{page}");
+    assert_eq!(value(&page, sent), Some(answer.len() as f64), "{page}");
+    assert_eq!(
+        value(
+            &page,
+            "capataz_client_connections_accepted_total{listener=\"bytes\"}"
+        ),
+        Some(1.0)
+    );
     // A connection counts as open while it is.
     let _idle = tokio::net::TcpStream::connect(proxy).await.unwrap();
-    let end = tokio::time::Instant::now() + DEADLINE;
-    loop {
+    until_ok("an open connection", EVERY, async || {
         let (_, page) = scrape(admin, None).await;
-        if value(&page, open) == Some(1.0) {
-            break;
+        match value(&page, open) {
+            Some(1.0) => Ok(()),
+            _ => Err(format!("no open connection:\n{page}")),
         }
-        assert!(
-            tokio::time::Instant::now() < end,
-            "no open connection:\n{page}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
 }
 
 /// Polls `admin`'s `/metrics` until `series` has `want`.
 async fn wait_for_value(admin: std::net::SocketAddr, series: &str, want: f64) {
-    let end = tokio::time::Instant::now() + DEADLINE;
-    loop {
+    until_ok(&format!("{series} at {want}"), EVERY, async || {
         let (_, page) = scrape(admin, None).await;
-        if value(&page, series) == Some(want) {
-            return;
+        match value(&page, series) {
+            Some(v) if v == want => Ok(()),
+            _ => Err(format!("{series} never {want}:\n{page}")),
         }
-        assert!(
-            tokio::time::Instant::now() < end,
-            "{series} never {want}:\n{page}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -272,17 +264,16 @@ async fn a_head_over_the_limit_is_counted_as_capatazs_own_4xx() {
     assert_eq!(support::raw::status_of(&answer), Some(431));
     let series = requests("", "", "other", "4xx", "capataz");
     let admin = balancer.admin_addr().unwrap();
-    let end = tokio::time::Instant::now() + DEADLINE;
-    loop {
+    let page = until_ok("the request counted", EVERY, async || {
         let (_, page) = scrape(admin, None).await;
-        if value(&page, &series) == Some(1.0) {
-            assert!(
-                !page.contains("answered_by=\"backend\""),
-                "nothing reached the backend:\n{page}"
-            );
-            break;
+        match value(&page, &series) {
+            Some(1.0) => Ok(page),
+            _ => Err(format!("not counted:\n{page}")),
         }
-        assert!(tokio::time::Instant::now() < end, "not counted:\n{page}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
+    assert!(
+        !page.contains("answered_by=\"backend\""),
+        "nothing reached the backend:\n{page}"
+    );
 }

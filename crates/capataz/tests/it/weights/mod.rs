@@ -34,7 +34,7 @@ use tokio::sync::broadcast;
 use crate::support::balancer::start;
 use crate::support::client::{exchange, Client};
 use crate::support::events::wait_for;
-use crate::support::wait::POLL;
+use crate::support::wait::{until_ok, POLL};
 use crate::support::DEADLINE;
 
 /// How far a backend's count in a window may be from its reported share of the window.
@@ -243,18 +243,14 @@ impl Scene {
 
     /// Polls `/status` until `done` holds for what it reports, or panics after [`DEADLINE`].
     async fn wait_reported(&self, what: &str, done: impl Fn(&Reported) -> bool) -> Reported {
-        let end = tokio::time::Instant::now() + DEADLINE;
-        loop {
+        until_ok(what, POLL, async || {
             let reported = self.reported().await;
-            if done(&reported) {
-                return reported;
+            match done(&reported) {
+                true => Ok(reported),
+                false => Err(format!("{reported:?}")),
             }
-            assert!(
-                tokio::time::Instant::now() < end,
-                "timed out waiting for {what}: {reported:?}"
-            );
-            tokio::time::sleep(POLL).await;
-        }
+        })
+        .await
     }
 
     /// Sends `n` requests one at a time, which must all succeed.

@@ -175,20 +175,15 @@ async fn in_flight_reported_is_what_each_backend_holds_and_least_request_evens_i
     let mut held = JoinSet::new();
     for n in 1..=6u64 {
         held.spawn(async move { Client::new(addr).get("/").await.status });
-        let end = tokio::time::Instant::now() + DEADLINE;
-        while scene
-            .backends
-            .iter()
-            .map(SimBackend::traffic_hits)
-            .sum::<u64>()
-            < n
-        {
-            assert!(
-                tokio::time::Instant::now() < end,
-                "request {n} never arrived"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        crate::support::wait::wait_until(&format!("request {n} at a backend"), || {
+            scene
+                .backends
+                .iter()
+                .map(SimBackend::traffic_hits)
+                .sum::<u64>()
+                >= n
+        })
+        .await;
     }
     let holding: Vec<u64> = scene
         .backends
