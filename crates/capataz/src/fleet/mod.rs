@@ -1,4 +1,4 @@
-//! Shared probing across balancers (`[fleet]`, issue 12 §2): the instances configured with the
+//! Shared probing across balancers (`[fleet]`): the instances configured with the
 //! same etcd and group register with a lease, each backend is probed by `owners` of them
 //! (rendezvous hashing over the live members, decided by the engine's
 //! [`Group`](capataz_health::Group)), owners publish their active verdicts, and every instance
