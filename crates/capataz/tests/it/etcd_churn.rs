@@ -155,8 +155,8 @@ async fn hold_updates(balancer: &Balancer, path: &std::path::Path) -> Held {
         .status()
         .expect("run mkfifo");
     assert!(made.success(), "mkfifo failed");
-    let shared = balancer.shared().clone();
-    let reload = tokio::spawn(async move { shared.reload_from_file().await });
+    let supervisor = balancer.supervisor().clone();
+    let reload = tokio::spawn(async move { supervisor.reload_from_file().await });
     let mut writer = None;
     wait_until("the reload reading its FIFO", || {
         writer = std::fs::OpenOptions::new()

@@ -1,13 +1,15 @@
-//! Reloads never hold a runtime thread.
+//! Reloads never hold a runtime thread; commands wait for a reload under way and land on what
+//! it put in force; a stopped supervisor answers with an error.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{broadcast, oneshot};
 
-use super::{bind_listener, Shared};
+use super::{bind_listener, OverrideRefused, StartError, Stopped, Supervisor};
 use crate::config::Config;
 use crate::events::OverrideKind;
 
@@ -49,7 +51,7 @@ fn get(listener: SocketAddr) -> std::io::Result<String> {
 /// own thread's current-thread runtime (so one runtime thread in all). Once the test calls
 /// [`Balancer::go`], `then` runs on that thread; [`Balancer::finish`] waits for its outcome and stops it.
 struct Balancer<T> {
-    shared: Arc<Shared>,
+    supervisor: Arc<Supervisor>,
     go: Option<oneshot::Sender<()>>,
     done: mpsc::Receiver<T>,
     stop: oneshot::Sender<()>,
@@ -59,7 +61,7 @@ struct Balancer<T> {
 impl<T: Send + 'static> Balancer<T> {
     fn start<F, Fut>(then: F) -> Self
     where
-        F: FnOnce(Arc<Shared>, Config) -> Fut + Send + 'static,
+        F: FnOnce(Arc<Supervisor>, Config) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = T>,
     {
         let backend = backend();
@@ -69,7 +71,7 @@ impl<T: Send + 'static> Balancer<T> {
              [pools.web.active]\nkind = \"none\"\n"
         );
         let config = crate::config::parse_str(&text, "<test>").expect("valid test config");
-        let (shared_tx, shared_rx) = mpsc::channel::<Arc<Shared>>();
+        let (supervisor_tx, supervisor_rx) = mpsc::channel::<Arc<Supervisor>>();
         let (go, go_rx) = oneshot::channel::<()>();
         let (done_tx, done) = mpsc::channel::<T>();
         let (stop, stop_rx) = oneshot::channel::<()>();
@@ -81,19 +83,19 @@ impl<T: Send + 'static> Balancer<T> {
             runtime.block_on(async move {
                 let socket = bind_listener(0, &config.listeners[0]).expect("bind the listener");
                 let (events, _) = broadcast::channel(1024);
-                let shared = Shared::start(&config, events, None, vec![socket]);
-                let _ = shared_tx.send(shared.clone());
+                let supervisor = Supervisor::start(&config, events, None, vec![socket]);
+                let _ = supervisor_tx.send(supervisor.clone());
                 let _ = go_rx.await;
-                let _ = done_tx.send(then(shared.clone(), config).await);
+                let _ = done_tx.send(then(supervisor.clone(), config).await);
                 let _ = stop_rx.await;
-                shared.abort();
+                supervisor.abort();
             });
         });
-        let shared = shared_rx
+        let supervisor = supervisor_rx
             .recv_timeout(DEADLINE)
             .expect("the balancer starts");
         Self {
-            shared,
+            supervisor,
             go: Some(go),
             done,
             stop,
@@ -120,32 +122,46 @@ impl<T: Send + 'static> Balancer<T> {
     }
 }
 
+impl Supervisor {
+    /// Waits while a test holds `build_gate`, counting in `building` the builds that reached it.
+    pub(super) fn wait_for_build_gate(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
+        self.building.fetch_add(1, Ordering::SeqCst);
+        self.build_gate.blocking_read()
+    }
+
+    /// Waits until `builds` builds reached `build_gate`.
+    fn wait_for_builds(&self, builds: usize) {
+        let started = Instant::now();
+        while self.building.load(Ordering::SeqCst) < builds {
+            assert!(
+                started.elapsed() < DEADLINE,
+                "the reload never started its build"
+            );
+            std::thread::yield_now();
+        }
+    }
+}
+
 /// Regression: a reload built the new pools (and the listeners' proxies) on the
 /// runtime thread, holding it for ~0.1 s at 10,000 backends, so proxied requests waited.
-/// Here the test holds `swap_lock`, which the pool build takes, so the reload stays in the
-/// middle of it for as long as the test likes: a proxied request must still be answered on the
-/// balancer's only runtime thread. (Before, that thread itself blocked on the lock: the request
-/// timed out.)
+/// Here the test holds the build gate, so the reload stays in the middle of its pool build for
+/// as long as the test likes: a proxied request must still be answered on the balancer's only
+/// runtime thread.
 #[test]
 fn reload_builds_pools_off_the_runtime_thread() {
     let mut balancer =
-        Balancer::start(|shared, config| async move { shared.reload(&config).await });
-    let shared = balancer.shared.clone();
-    let listener = shared.local_addrs()[0];
+        Balancer::start(|supervisor, config| async move { supervisor.reload(&config).await });
+    let supervisor = balancer.supervisor.clone();
+    let listener = supervisor.local_addrs()[0];
     assert!(get(listener)
         .expect("a request before the reload")
         .starts_with("HTTP/1.1 200"));
 
-    let swap = shared.swap_lock.blocking_lock();
+    let gate = supervisor.build_gate.blocking_write();
     balancer.go();
-    // The reload has begun once it holds `reload_lock`; it then waits for `swap_lock`.
-    let started = Instant::now();
-    while shared.reload_lock.try_lock().is_ok() {
-        assert!(started.elapsed() < DEADLINE, "the reload never started");
-        std::thread::yield_now();
-    }
+    supervisor.wait_for_builds(1);
     let during = get(listener);
-    drop(swap);
+    drop(gate);
     let summary = balancer.finish();
 
     let during = during.expect("a request answered while the reload builds the pools");
@@ -154,38 +170,85 @@ fn reload_builds_pools_off_the_runtime_thread() {
     assert_eq!((summary.kept, summary.added, summary.removed), (1, 0, 0));
 }
 
-/// Regression: an override sent while a reload was building the new pools waited
-/// for the build on a std mutex, holding a runtime thread for as long (tens of ms at 10,000
-/// backends). Here the test holds `swap_lock` as a reload's build would, an override is sent on
+/// Regression: an override sent while a reload was building the new pools waited for the
+/// build holding a runtime thread (tens of ms at 10,000 backends), and before that could land
+/// on an old pool and be lost. Here a reload is held in its pool build, an override is sent on
 /// the balancer's only runtime thread, and a proxied request must still be answered meanwhile;
-/// once the lock is free, the override applies.
+/// once the build ends, the override applies to the pools the reload put in force.
 #[test]
-fn an_override_waiting_for_a_reload_holds_no_runtime_thread() {
+fn an_override_sent_during_a_reload_waits_for_it_and_lands_on_the_new_pools() {
     let (waiting_tx, waiting_rx) = mpsc::channel::<()>();
-    let mut balancer = Balancer::start(move |shared, _| async move {
-        let _ = waiting_tx.send(());
-        shared
-            .set_override("web", "b1", Some(OverrideKind::Drain), None)
-            .await
-            .and_then(Result::ok)
+    let mut balancer = Balancer::start(move |supervisor, config| async move {
+        let reload = supervisor.reload(&config);
+        let set = async {
+            // Sent once the reload is in its build (the test says when).
+            let _ = waiting_tx.send(());
+            tokio::task::yield_now().await;
+            supervisor
+                .set_override("web", "b1", Some(OverrideKind::Drain), None)
+                .await
+        };
+        let (reloaded, set) = tokio::join!(reload, set);
+        (reloaded.is_ok(), set.ok())
     });
-    let shared = balancer.shared.clone();
-    let listener = shared.local_addrs()[0];
+    let supervisor = balancer.supervisor.clone();
+    let listener = supervisor.local_addrs()[0];
+    let before = supervisor.pools();
 
-    let swap = shared.swap_lock.blocking_lock();
+    let gate = supervisor.build_gate.blocking_write();
     balancer.go();
+    supervisor.wait_for_builds(1);
     waiting_rx
         .recv_timeout(DEADLINE)
-        .expect("the override is about to be set");
+        .expect("the override is about to be sent");
     let during = get(listener);
-    drop(swap);
-    let state = balancer.finish();
+    drop(gate);
+    let (reloaded, state) = balancer.finish();
 
     let during = during.expect("a request answered while the override waits");
     assert!(during.starts_with("HTTP/1.1 200"), "{during}");
+    assert!(reloaded, "the reload applies");
+    assert!(state.is_some(), "the override applied once the build ended");
+    let after = supervisor.pools();
     assert!(
-        state.is_some(),
-        "the override applied once the lock was free"
+        !Arc::ptr_eq(&before[0], &after[0]),
+        "the reload replaced the pool"
     );
-    assert!(!shared.pools()[0].eligibility()[0].0, "b1 is drained");
+    assert!(
+        !after[0].eligibility()[0].0,
+        "b1 is drained in the pool in force"
+    );
+}
+
+/// Commands sent once the balancer stopped get an error, neither a panic nor a hang.
+#[tokio::test]
+async fn commands_after_a_stop_are_refused() {
+    let backend = backend();
+    let text = format!(
+        "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]\n\
+         backends = [{{ name = \"b1\", address = \"{backend}\" }}]\n[pools.web.active]\nkind = \"none\"\n"
+    );
+    let config = crate::config::parse_str(&text, "<test>").expect("valid test config");
+    let (events, _) = broadcast::channel(16);
+    let supervisor = Supervisor::start(&config, events, None, Vec::new());
+    supervisor.abort();
+    let reload = tokio::time::timeout(DEADLINE, supervisor.reload(&config))
+        .await
+        .expect("a reload after the stop is answered");
+    assert!(
+        matches!(reload, Err(StartError::Stopped(Stopped))),
+        "{reload:?}"
+    );
+    assert_eq!(reload.unwrap_err().to_string(), "the balancer has stopped");
+    let set = tokio::time::timeout(
+        DEADLINE,
+        supervisor.set_override("web", "b1", Some(OverrideKind::Drain), None),
+    )
+    .await
+    .expect("an override after the stop is answered");
+    assert!(matches!(set, Err(OverrideRefused::Stopped(_))), "{set:?}");
+    let loops = tokio::time::timeout(DEADLINE, supervisor.stop_accepting())
+        .await
+        .expect("stopping again is answered");
+    assert!(loops.is_empty());
 }
