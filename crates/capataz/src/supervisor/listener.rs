@@ -39,8 +39,9 @@ pub(super) struct ListenerRt {
     /// stapling; replaced on every reload.
     pub(super) ocsp: Option<AcmeTask>,
     /// A duplicate of the listening socket's descriptor, which a binary upgrade offers to the
-    /// new process. Dropped with the listener, so a stopped listener's socket closes. `None`
-    /// if it could not be made (out of descriptors): an upgrade is then refused.
+    /// new process (read from the snapshot, [`Listening`]). Dropped with the listener and the
+    /// snapshots listing it, so a stopped listener's socket closes. `None` if it could not be
+    /// made (out of descriptors): an upgrade is then refused.
     pub(super) offer: Option<Arc<std::os::fd::OwnedFd>>,
 }
 
