@@ -144,8 +144,8 @@ impl Supervisor {
 
 /// Regression: a reload built the new pools (and the listeners' proxies) on the
 /// runtime thread, holding it for ~0.1 s at 10,000 backends, so proxied requests waited.
-/// Here the test holds the build gate, so the reload stays in the middle of its pool build for
-/// as long as the test likes: a proxied request must still be answered on the balancer's only
+/// Here the test holds the build gate, so the reload stays in the middle of its pool build (the
+/// new pools built, not yet in force) for as long as the test likes: a proxied request must still be answered on the balancer's only
 /// runtime thread.
 #[test]
 fn reload_builds_pools_off_the_runtime_thread() {
@@ -181,9 +181,11 @@ fn an_override_sent_during_a_reload_waits_for_it_and_lands_on_the_new_pools() {
     let mut balancer = Balancer::start(move |supervisor, config| async move {
         let reload = supervisor.reload(&config);
         let set = async {
-            // Sent once the reload is in its build (the test says when).
+            // Sent once the reload is held in its build.
+            while supervisor.building.load(Ordering::SeqCst) < 1 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
             let _ = waiting_tx.send(());
-            tokio::task::yield_now().await;
             supervisor
                 .set_override("web", "b1", Some(OverrideKind::Drain), None)
                 .await
