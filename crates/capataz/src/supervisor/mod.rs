@@ -11,11 +11,13 @@
 //!
 //! It has a module of its own so that the admin API (which reads and reloads it) and the
 //! server (which starts it and the admin listener) both depend on it and not on each other:
-//! `supervisor` -> `admin` -> `server`. `task.rs` runs the supervisor, `listener.rs` binds and
+//! `supervisor` -> `admin` -> `server`. `task.rs` runs the supervisor, `ordered.rs` hands it
+//! the reloads (reading their files) and membership updates in order, `listener.rs` binds and
 //! runs the client listeners, `reload.rs` applies a new configuration, `sources.rs` follows
 //! the pools' backend sources.
 
 mod listener;
+mod ordered;
 mod reload;
 mod sources;
 mod task;
@@ -25,7 +27,6 @@ mod tests;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,7 +56,11 @@ pub struct Supervisor {
     commands: mpsc::Sender<Command>,
     /// Raised by [`Supervisor::abort`]: the supervisor stops everything and ends.
     aborted: watch::Sender<bool>,
-    config_path: Option<PathBuf>,
+    /// Reloads and membership updates, to the ordered lane ([`ordered`]) that reads the
+    /// files and hands them to the supervisor in order; bounded like `commands`.
+    ordered: mpsc::Sender<ordered::Ordered>,
+    /// Whether the balancer was started from a file (which reloads read again).
+    from_file: bool,
     events: broadcast::Sender<Event>,
     clock: Clock,
     /// This balancer's metrics, whose families every pool takes its handles from. The latency
@@ -210,20 +215,29 @@ impl Supervisor {
         answer.await.map_err(|_| Stopped)
     }
 
+    /// Like [`Supervisor::ask`], through the ordered lane.
+    async fn ask_in_order<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> ordered::Ordered,
+    ) -> Result<T, Stopped> {
+        let (reply, answer) = oneshot::channel();
+        self.ordered.send(make(reply)).await.map_err(|_| Stopped)?;
+        answer.await.map_err(|_| Stopped)
+    }
+
     /// Re-reads the file the balancer was started from and applies it (see
     /// [`Supervisor::reload`]). Reading, parsing, validating and resolving the file (a slow
     /// disk, a FIFO, a slow resolver, a costly value) run on tokio's blocking pool, as the pool
-    /// build does, never on a runtime thread that requests and probes need.
+    /// build does, never on a runtime thread that requests and probes need; one file is read
+    /// at a time, in the order the reloads were asked, in the ordered lane, so a read that
+    /// takes long holds back the reloads and membership updates asked after it, not the
+    /// overrides.
     pub async fn reload_from_file(&self) -> Result<ReloadSummary, StartError> {
-        if self.config_path.is_none() {
+        if !self.from_file {
             self.metrics.reloaded(false);
             return Err(StartError::NoFile);
         }
-        self.ask(|reply| Command::Reload {
-            config: None,
-            reply,
-        })
-        .await?
+        self.ask_in_order(ordered::Ordered::ReloadFile).await?
     }
 
     /// Applies a new, validated configuration without dropping a connection: new listeners are
@@ -236,11 +250,9 @@ impl Supervisor {
     /// on tokio's blocking pool, not on a runtime thread (a pool of thousands of backends takes
     /// a while to build). Once asked, a reload applies whole even if the caller stops waiting.
     pub async fn reload(&self, config: &Config) -> Result<ReloadSummary, StartError> {
-        self.ask(|reply| Command::Reload {
-            config: Some(Box::new(config.clone())),
-            reply,
-        })
-        .await?
+        let config = Box::new(config.clone());
+        self.ask_in_order(|reply| ordered::Ordered::Reload(config, reply))
+            .await?
     }
 
     /// Sets (`Some`) or clears (`None`) a manual override on backend `backend` of pool `pool`

@@ -30,23 +30,18 @@ pub struct ReloadSummary {
 }
 
 impl Supervisor {
-    /// Applies the reload command: `config`, or (`None`) the file's, read first on the
-    /// blocking pool; counted in the metrics in the order reloads apply. `None` when the
-    /// balancer is aborted meanwhile.
+    /// Applies the reload command: `config` (or why the file could not be read), counted in
+    /// the metrics in the order reloads apply. `None` when the balancer is aborted meanwhile.
     pub(super) async fn reload_owned(
         self: Arc<Self>,
         owned: Owned,
-        config: Option<Box<Config>>,
+        config: Result<Box<Config>, StartError>,
         aborted: &mut watch::Receiver<bool>,
     ) -> Option<(Owned, Result<ReloadSummary, StartError>)> {
-        let config = match config {
-            Some(config) => Ok(*config),
-            None => self.read_file(aborted).await?,
-        };
         let (owned, outcome) = match config {
             Ok(config) => {
                 let work = move |owned: &mut Owned, supervisor: &Arc<Supervisor>| {
-                    owned.apply(supervisor, config)
+                    owned.apply(supervisor, *config)
                 };
                 let (owned, outcome) = self.clone().off_runtime(owned, aborted, work).await?;
                 (owned, outcome.unwrap_or(Err(StartError::ReloadPanicked)))
@@ -55,29 +50,6 @@ impl Supervisor {
         };
         self.metrics.reloaded(outcome.is_ok());
         Some((owned, outcome))
-    }
-
-    /// Reads, validates and resolves the file the balancer was started from, on the blocking
-    /// pool (a slow disk, a FIFO, a slow resolver, a costly value). A read that has not ended
-    /// when shutdown begins is given up (the reload would be refused anyway), so that shutdown
-    /// does not wait for it; `None` when the balancer is aborted meanwhile.
-    async fn read_file(
-        &self,
-        aborted: &mut watch::Receiver<bool>,
-    ) -> Option<Result<Config, StartError>> {
-        let Some(path) = self.config_path.clone() else {
-            return Some(Err(StartError::NoFile));
-        };
-        let read = tokio::task::spawn_blocking(move || {
-            crate::config::load_all_errors(&path).map_err(StartError::Configs)
-        });
-        let mut shutdown = self.shutdown.subscribe();
-        tokio::select! {
-            biased;
-            read = read => Some(read.unwrap_or(Err(StartError::ReloadPanicked))),
-            _ = aborted.wait_for(|aborted| *aborted) => None,
-            _ = shutdown.wait_for(|down| *down) => Some(Err(StartError::ShuttingDown)),
-        }
     }
 }
 

@@ -17,7 +17,8 @@ use std::collections::HashSet;
 use std::sync::{Arc, Weak};
 
 use super::listener::handles;
-use super::task::{Command, Owned};
+use super::ordered::Ordered;
+use super::task::Owned;
 use super::Supervisor;
 use crate::config::{BackendConfig, PoolConfig, PoolSource};
 use crate::discovery::{Answer, Guard, Source};
@@ -154,7 +155,7 @@ impl Supervisor {
         source: &PoolSource,
         members: Vec<BackendConfig>,
     ) -> Option<(usize, usize, usize)> {
-        self.ask(|reply| Command::SetMembers {
+        self.ask_in_order(|reply| Ordered::SetMembers {
             pool: name.to_owned(),
             source: source.clone(),
             members,

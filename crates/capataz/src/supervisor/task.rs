@@ -34,10 +34,11 @@ const COMMANDS: usize = 64;
 /// What the supervisor is asked to do, with where to reply.
 #[derive(Debug)]
 pub(super) enum Command {
-    /// Apply this configuration, or (`None`) the file's.
+    /// Apply this configuration (or answer why the file could not be read), from the ordered
+    /// lane.
     Reload {
-        config: Option<Box<Config>>,
-        reply: oneshot::Sender<Result<ReloadSummary, StartError>>,
+        config: Result<Box<Config>, StartError>,
+        reply: ReloadReply,
     },
     SetOverride {
         pool: String,
@@ -47,7 +48,8 @@ pub(super) enum Command {
         reply: oneshot::Sender<Result<&'static str, OverrideRefused>>,
     },
     /// Put a source's membership in force in a pool: `(added, removed, total)`, or `None` when
-    /// the pool is gone, follows another source now, or the balancer is shutting down.
+    /// the pool is gone, follows another source now, or the balancer is shutting down. From
+    /// the ordered lane.
     SetMembers {
         pool: String,
         source: PoolSource,
@@ -64,6 +66,9 @@ pub(super) enum Command {
     StopFleet { reply: oneshot::Sender<()> },
 }
 
+/// Where a reload's outcome goes.
+pub(super) type ReloadReply = oneshot::Sender<Result<ReloadSummary, StartError>>;
+
 /// The state only the supervisor touches.
 #[derive(Debug, Default)]
 pub(super) struct Owned {
@@ -74,6 +79,8 @@ pub(super) struct Owned {
     pub(super) membership_tasks: Vec<JoinHandle<()>>,
     pub(super) alerts: Option<Alerts>,
     pub(super) fleet_task: Option<(FleetConfig, JoinHandle<()>)>,
+    /// The ordered lane's task (`ordered::run`), which reads the files of reloads.
+    pub(super) lane: Option<JoinHandle<()>>,
 }
 
 impl Supervisor {
@@ -123,6 +130,8 @@ impl Supervisor {
             .map(|pool| (pool.name.clone(), pool.start_tasks(&pools)))
             .collect();
         let (commands, receiver) = mpsc::channel(COMMANDS);
+        let (ordered, asked) = mpsc::channel(COMMANDS);
+        let from_file = path.is_some();
         let (aborted, aborted_rx) = watch::channel(false);
         let supervisor = Arc::new(Supervisor {
             snapshot: ArcSwap::from_pointee(Snapshot {
@@ -133,7 +142,8 @@ impl Supervisor {
             }),
             commands,
             aborted,
-            config_path: path,
+            ordered,
+            from_file,
             events,
             clock,
             metrics,
@@ -169,6 +179,12 @@ impl Supervisor {
         }
         owned.publish_listeners(&supervisor);
         owned.restart_fleet(&supervisor, config);
+        owned.lane = Some(tokio::spawn(super::ordered::run(
+            Arc::downgrade(&supervisor),
+            path,
+            asked,
+            supervisor.shutdown_signal(),
+        )));
         tokio::spawn(run(
             Arc::downgrade(&supervisor),
             owned,
@@ -392,6 +408,9 @@ impl Drop for Owned {
         }
         for (_, tasks) in self.pool_tasks.drain(..) {
             tasks.abort();
+        }
+        if let Some(lane) = self.lane.take() {
+            lane.abort();
         }
     }
 }

@@ -254,3 +254,78 @@ async fn commands_after_a_stop_are_refused() {
         .expect("stopping again is answered");
     assert!(loops.is_empty());
 }
+
+/// Regression: with every command applied in one queue, a reload stuck reading its file (here
+/// a FIFO nobody writes yet) held back every override sent after it, for as long as the read
+/// took (forever, for a FIFO); an override never waited for a read before the supervisor. The
+/// read goes through the ordered lane, so the override is applied meanwhile, and the reload
+/// still answers once its file arrives.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn an_override_is_applied_while_a_reload_is_stuck_reading_its_file() {
+    use std::os::unix::fs::OpenOptionsExt;
+
+    let backend = backend();
+    let text = format!(
+        "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]\n\
+         backends = [{{ name = \"b1\", address = \"{backend}\" }}]\n[pools.web.active]\n\
+         kind = \"none\"\n"
+    );
+    let config = crate::config::parse_str(&text, "<test>").expect("valid test config");
+    let dir = std::env::temp_dir().join(format!(
+        "capataz-supervisor-fifo-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let path = dir.join("capataz.toml");
+    let _ = std::fs::remove_file(&path);
+    let made = std::process::Command::new("mkfifo")
+        .arg(&path)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success(), "mkfifo failed");
+    let (events, _) = broadcast::channel(16);
+    let supervisor = Supervisor::start(&config, events, Some(path.clone()), Vec::new());
+    let reloading = supervisor.clone();
+    let reload = tokio::spawn(async move { reloading.reload_from_file().await });
+    // The write end opens (without blocking) once the reload has opened the FIFO to read it.
+    let started = Instant::now();
+    let mut writer = loop {
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(0o4000) // O_NONBLOCK
+            .open(&path);
+        if let Ok(writer) = opened {
+            break writer;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the reload never read its file"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+
+    let set = tokio::time::timeout(
+        DEADLINE,
+        supervisor.set_override("web", "b1", Some(OverrideKind::Drain), None),
+    )
+    .await
+    .expect("the override is answered while the reload reads");
+    assert_eq!(set.expect("the override applies"), "DRAINING");
+    assert!(!supervisor.pools()[0].eligibility()[0].0, "b1 is drained");
+
+    writer.write_all(b"not [toml").expect("write the FIFO");
+    drop(writer);
+    let reloaded = tokio::time::timeout(DEADLINE, reload)
+        .await
+        .expect("the reload answers once its file is read")
+        .expect("the reload task");
+    assert!(
+        matches!(reloaded, Err(StartError::Configs(_))),
+        "{reloaded:?}"
+    );
+    supervisor.abort();
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_dir(&dir);
+}
