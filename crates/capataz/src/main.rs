@@ -409,9 +409,9 @@ impl Signals {
                         // On a task of its own: a reload that takes long (a slow resolver, a
                         // file that never finishes arriving) must not keep this loop from
                         // seeing SIGTERM.
-                        let shared = balancer.shared().clone();
+                        let supervisor = balancer.supervisor().clone();
                         tokio::spawn(async move {
-                            if let Err(e) = shared.reload_from_file().await {
+                            if let Err(e) = supervisor.reload_from_file().await {
                                 tracing::error!(
                                     "reload refused, the running configuration stays: {e}"
                                 );
@@ -430,7 +430,7 @@ impl Signals {
                         tracing::info!(binary = %exe.display(), "SIGUSR2: starting a new process to take over");
                         match capataz::upgrade::start(balancer, exe, &invocation.args) {
                             Ok(started) => {
-                                let within = capataz::upgrade::ready_within(&balancer.shared().config());
+                                let within = capataz::upgrade::ready_within(&balancer.supervisor().config());
                                 tracing::info!(pid = started.pid(), "upgrade: the new process started; it probes its backends before it accepts (waiting up to {})", capataz_health::pool::human_duration(within));
                                 let (cancel, cancelled) = tokio::sync::oneshot::channel();
                                 handing = Some((Box::pin(started.ready(within, cancelled)), cancel));
@@ -675,7 +675,7 @@ fn serve(
             None => notify("READY=1"),
         }
         let stopped = signals.serve_until_stopped(&balancer, invocation).await;
-        let deadline = balancer.shared().config().server.shutdown_timeout;
+        let deadline = balancer.supervisor().config().server.shutdown_timeout;
         match stopped {
             Stopped::Asked => {
                 notify("STOPPING=1");
@@ -737,7 +737,7 @@ async fn take_over(
         }
     }
     drop(decided);
-    balancer.open();
+    balancer.open().await;
     for address in inherited.untaken() {
         tracing::info!(%address, "closing an inherited socket the configuration no longer listens on");
     }

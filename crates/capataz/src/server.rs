@@ -5,8 +5,8 @@
 //! running. Each client connection is served by hyper's HTTP/1 server with upgrades; a
 //! connection that sits idle longer than the listener's idle timeout is closed gracefully.
 //!
-//! [`Balancer`] is the top of the crate: it starts the live state ([`Shared`], in
-//! `crate::shared`) and the admin listener, which serves that state.
+//! [`Balancer`] is the top of the crate: it starts the live state (its supervisor, whose
+//! handle is [`Supervisor`], in `crate::supervisor`) and the admin listener, which serves it.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -22,13 +22,13 @@ use tokio::task::JoinHandle;
 use crate::config::Config;
 use crate::handover::{Inherited, Kind, Offered};
 use crate::health::{Event, PoolRt};
-use crate::shared::{bind, bind_listener};
-pub use crate::shared::{ReloadSummary, Shared, StartError};
+use crate::supervisor::{bind, bind_listener};
+pub use crate::supervisor::{OverrideRefused, ReloadSummary, StartError, Stopped, Supervisor};
 
 /// A running balancer. Dropping it stops everything it started.
 #[derive(Debug)]
 pub struct Balancer {
-    shared: Arc<Shared>,
+    supervisor: Arc<Supervisor>,
     admin_addr: Option<SocketAddr>,
     admin_task: Option<JoinHandle<()>>,
     /// The admin socket of a balancer started held, served from [`Balancer::open`].
@@ -104,7 +104,7 @@ impl Balancer {
             }
             None => None,
         };
-        let shared = Shared::start_as(config, events, path, sockets, held);
+        let supervisor = Supervisor::start_as(config, events, path, sockets, held);
         let admin_offer = admin_socket.as_ref().and_then(|(configured, socket)| {
             crate::handover::duplicate(socket)
                 .inspect_err(|error| {
@@ -114,7 +114,7 @@ impl Balancer {
                 .map(|fd| (*configured, fd))
         });
         let mut balancer = Balancer {
-            shared,
+            supervisor,
             admin_addr: None,
             admin_task: None,
             admin_held: None,
@@ -134,7 +134,7 @@ impl Balancer {
     fn serve_admin(&mut self, socket: TcpListener) {
         self.admin_task = Some(tokio::spawn(crate::admin::serve(
             socket,
-            self.shared.clone(),
+            self.supervisor.clone(),
         )));
         if let Some(addr) = self.admin_addr {
             tracing::info!(address = %addr, "admin API listening");
@@ -143,8 +143,8 @@ impl Balancer {
 
     /// Starts accepting on every listener and the admin listener of a balancer started held
     /// (does nothing on one that accepts already).
-    pub fn open(&mut self) {
-        self.shared.open();
+    pub async fn open(&mut self) {
+        self.supervisor.open().await;
         if let Some(socket) = self.admin_held.take() {
             self.serve_admin(socket);
         }
@@ -153,7 +153,7 @@ impl Balancer {
     /// Duplicates of every listening socket (the client listeners and the admin listener),
     /// for a binary upgrade to hand over.
     pub fn offer_sockets(&self) -> std::io::Result<Vec<Offered>> {
-        let mut offered = self.shared.offer_listeners()?;
+        let mut offered = self.supervisor.offer_listeners()?;
         if self.admin_addr.is_some() {
             let Some((configured, fd)) = &self.admin_offer else {
                 return Err(std::io::Error::other(
@@ -172,7 +172,7 @@ impl Balancer {
 
     /// The addresses the listeners bound, in configuration order (useful with port 0).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
-        self.shared.local_addrs()
+        self.supervisor.local_addrs()
     }
 
     /// The admin API's address, if it runs.
@@ -180,35 +180,36 @@ impl Balancer {
         self.admin_addr
     }
 
-    /// What the admin API and reloads share.
-    pub fn shared(&self) -> &Arc<Shared> {
-        &self.shared
+    /// The handle on its supervisor, which the admin API holds: reloads, overrides, and
+    /// what is in force.
+    pub fn supervisor(&self) -> &Arc<Supervisor> {
+        &self.supervisor
     }
 
     /// The pools, in configuration order.
     pub fn pools(&self) -> Arc<Vec<Arc<PoolRt>>> {
-        self.shared.pools()
+        self.supervisor.pools()
     }
 
     /// The pool named `name`.
     pub fn pool(&self, name: &str) -> Option<Arc<PoolRt>> {
-        self.shared.pool(name)
+        self.supervisor.pool(name)
     }
 
     /// A new receiver of health events.
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
-        self.shared.subscribe()
+        self.supervisor.subscribe()
     }
 
     /// Client connections currently open.
     pub fn open_connections(&self) -> usize {
-        self.shared.open_connections()
+        self.supervisor.open_connections()
     }
 
     /// Client connections parked now: HTTP/1 connections quiet between requests, whose
     /// hyper state (and its buffers) is released until their next bytes (see `downstream/mod.rs`).
     pub fn parked_connections(&self) -> usize {
-        self.shared
+        self.supervisor
             .metrics()
             .families()
             .parked()
@@ -217,16 +218,16 @@ impl Balancer {
 
     /// Times a client connection was parked (see [`Balancer::parked_connections`]).
     pub fn parks(&self) -> u64 {
-        self.shared
+        self.supervisor
             .metrics()
             .families()
             .parks()
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Applies a new configuration; see [`Shared::reload`].
+    /// Applies a new configuration; see [`Supervisor::reload`].
     pub async fn reload(&self, config: &Config) -> Result<ReloadSummary, StartError> {
-        self.shared.reload(config).await
+        self.supervisor.reload(config).await
     }
 
     /// Stops accepting, lets open connections finish their requests for up to `deadline`, then
@@ -239,7 +240,7 @@ impl Balancer {
         // Wait for the accept loops to end, which drops their sockets. Aborting them in `Drop`
         // is not enough: until a worker drops the aborted task, the kernel keeps queueing new
         // connections on the socket, to reset them later.
-        let accept_loops = self.shared.stop_accepting();
+        let accept_loops = self.supervisor.stop_accepting().await;
         // `deadline` is public input (callers other than the config loader, which caps it at a
         // year): saturate rather than panic on an overflowing clock reading.
         let now = tokio::time::Instant::now();
@@ -248,17 +249,17 @@ impl Balancer {
             .or_else(|| now.checked_add(crate::config::MAX_DURATION))
             .unwrap_or(now);
         // A clean stop leaves the fleet group now: the others re-own its backends at once.
-        self.shared.release_fleet(end).await;
+        self.supervisor.release_fleet(end).await;
         let accept_loops = accept_loops.into_iter().chain(self.admin_task.take());
         for mut task in accept_loops {
             if tokio::time::timeout_at(end, &mut task).await.is_err() {
                 task.abort();
             }
         }
-        while self.shared.open_connections() > 0 && tokio::time::Instant::now() < end {
+        while self.supervisor.open_connections() > 0 && tokio::time::Instant::now() < end {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let left = self.shared.open_connections();
+        let left = self.supervisor.open_connections();
         if left > 0 {
             tracing::warn!(
                 connections = left,
@@ -269,7 +270,7 @@ impl Balancer {
         // least ACCESS_LOG_GRACE after the connections closed (a deadline spent waiting for
         // connections must not cost the lines of the requests that did end).
         let flush_until = end.max(tokio::time::Instant::now() + ACCESS_LOG_GRACE);
-        if !self.shared.flush_access_logs(flush_until).await {
+        if !self.supervisor.flush_access_logs(flush_until).await {
             tracing::warn!("shutdown: the access log could not write all its lines in time");
         }
         // Drop runs the rest.
@@ -281,7 +282,7 @@ const ACCESS_LOG_GRACE: Duration = Duration::from_secs(2);
 
 impl Drop for Balancer {
     fn drop(&mut self) {
-        self.shared.abort();
+        self.supervisor.abort();
         if let Some(task) = self.admin_task.take() {
             task.abort();
         }

@@ -48,7 +48,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use crate::shared::Shared;
+use crate::supervisor::Supervisor;
 
 pub use overrides::{parse_ttl, TtlError};
 pub use query::QueryError;
@@ -64,8 +64,8 @@ pub const MAX_CONNECTIONS: usize = 256;
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Serves the admin API on `socket` until the balancer shuts down.
-pub async fn serve(socket: TcpListener, shared: Arc<Shared>) {
-    let mut shutdown = shared.shutdown_signal();
+pub async fn serve(socket: TcpListener, supervisor: Arc<Supervisor>) {
+    let mut shutdown = supervisor.shutdown_signal();
     // `changed` only sees a shutdown sent after the subscription, and this task may first run
     // after the balancer was told to stop.
     if *shutdown.borrow() {
@@ -100,7 +100,7 @@ pub async fn serve(socket: TcpListener, shared: Arc<Shared>) {
             continue;
         };
         warned = false;
-        let shared = shared.clone();
+        let supervisor = supervisor.clone();
         // The address the client reached: a Host naming it is this listener.
         let Ok(local) = stream.local_addr() else {
             continue;
@@ -108,8 +108,8 @@ pub async fn serve(socket: TcpListener, shared: Arc<Shared>) {
         tokio::spawn(async move {
             let _permit = permit;
             let service = service_fn(move |req| {
-                let shared = shared.clone();
-                async move { Ok::<_, Infallible>(routes::handle(shared, local, req).await) }
+                let supervisor = supervisor.clone();
+                async move { Ok::<_, Infallible>(routes::handle(supervisor, local, req).await) }
             });
             let _ = http1::Builder::new()
                 .timer(TokioTimer::new())

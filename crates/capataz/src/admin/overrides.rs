@@ -12,7 +12,7 @@ use super::query::QueryError;
 use super::{error, json_response, Body};
 use crate::config::DurationError;
 use crate::events::OverrideKind;
-use crate::shared::Shared;
+use crate::supervisor::{OverrideRefused, Supervisor};
 
 /// Reads the `ttl` of an override's query string (`?ttl=30s`, percent-encoding allowed): `None`
 /// without one; an error for zero, above [`crate::config::MAX_DURATION`], a value that is not a
@@ -47,7 +47,7 @@ pub enum TtlError {
 }
 
 pub(super) async fn override_backend(
-    shared: &Shared,
+    supervisor: &Supervisor,
     pool: &str,
     backend: &str,
     action: &str,
@@ -77,16 +77,19 @@ pub(super) async fn override_backend(
              down, up or maintenance with ?ttl=...)",
         );
     }
-    let Some(outcome) = shared.set_override(pool, backend, kind, ttl).await else {
-        return error(StatusCode::NOT_FOUND, format!("no pool named {pool:?}"));
-    };
-    match outcome {
+    match supervisor.set_override(pool, backend, kind, ttl).await {
         Ok(state) => json_response(
             StatusCode::OK,
             &json!({ "pool": pool, "backend": backend, "state": state,
                      "override": kind.map(|k| k.as_str()), "ttl_ms": ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)) }),
         ),
-        Err(e) => error(StatusCode::NOT_FOUND, e.to_string()),
+        Err(e @ (OverrideRefused::NoPool(_) | OverrideRefused::Backend(_))) => {
+            error(StatusCode::NOT_FOUND, e.to_string())
+        }
+        // Only while the process ends: the admin listener stops with the balancer.
+        Err(e @ OverrideRefused::Stopped(_)) => {
+            error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+        }
     }
 }
 

@@ -15,10 +15,10 @@ use tokio::sync::{broadcast, Semaphore};
 use super::{error, full, json_response, Body};
 use crate::health::PoolRt;
 use crate::metrics::Format;
-use crate::shared::Shared;
+use crate::supervisor::Supervisor;
 
-pub(super) fn backend_status(shared: &Shared, pool: &str, backend: &str) -> Response<Body> {
-    let Some(pool_rt) = shared.pool(pool) else {
+pub(super) fn backend_status(supervisor: &Supervisor, pool: &str, backend: &str) -> Response<Body> {
+    let Some(pool_rt) = supervisor.pool(pool) else {
         return error(StatusCode::NOT_FOUND, format!("no pool named {pool:?}"));
     };
     let Some(index) = pool_rt.index_of(backend) else {
@@ -78,10 +78,10 @@ async fn build_page_of<T: Send + 'static>(
 }
 
 /// `GET /status`: every pool and backend, as JSON.
-pub(super) async fn status(shared: &Shared) -> Response<Body> {
-    let pools = shared.pools();
+pub(super) async fn status(supervisor: &Supervisor) -> Response<Body> {
+    let pools = supervisor.pools();
     let page = pools.clone();
-    let fleet = shared.fleet().clone();
+    let fleet = supervisor.fleet().clone();
     let built = build_page(&pools, move || {
         let time = crate::timefmt::rfc3339(std::time::SystemTime::now());
         crate::status::page(&page, &time, fleet.status(&page))
@@ -94,14 +94,17 @@ pub(super) async fn status(shared: &Shared) -> Response<Body> {
 }
 
 /// `GET /history/events`: the last events the balancer kept, oldest first.
-pub(super) fn history_events(shared: &Shared) -> Response<Body> {
-    json_response(StatusCode::OK, &shared.history().events_json())
+pub(super) fn history_events(supervisor: &Supervisor) -> Response<Body> {
+    json_response(StatusCode::OK, &supervisor.history().events_json())
 }
 
 /// `GET /history/series[?pool=NAME]`: per pool (or only the pool named) and backend the recent
 /// samples, and per backend its timeline over the last hour.
-pub(super) async fn history_series(shared: &Arc<Shared>, query: Option<&str>) -> Response<Body> {
-    let pools = shared.pools();
+pub(super) async fn history_series(
+    supervisor: &Arc<Supervisor>,
+    query: Option<&str>,
+) -> Response<Body> {
+    let pools = supervisor.pools();
     let wanted = match super::query::single(query, "pool", "?pool=web") {
         Ok(wanted) => wanted,
         Err(message) => return error(StatusCode::BAD_REQUEST, message.to_string()),
@@ -114,9 +117,9 @@ pub(super) async fn history_series(shared: &Arc<Shared>, query: Option<&str>) ->
         },
     };
     let page = pools.clone();
-    let shared = shared.clone();
+    let supervisor = supervisor.clone();
     let built = build_page(&pools, move || {
-        let value = shared
+        let value = supervisor
             .history()
             .series_json(&page, std::time::SystemTime::now());
         serde_json::to_vec(&value)
@@ -134,14 +137,14 @@ pub(super) async fn history_series(shared: &Arc<Shared>, query: Option<&str>) ->
 /// `GET /metrics`: the counters and the live gauges, as OpenMetrics text or the classic
 /// Prometheus text format, as `accept` (the request's `Accept`) says (see
 /// [`Format::negotiate`]).
-pub(super) async fn metrics(shared: &Shared, accept: Option<&[u8]>) -> Response<Body> {
+pub(super) async fn metrics(supervisor: &Supervisor, accept: Option<&[u8]>) -> Response<Body> {
     let format = Format::negotiate(accept);
-    let alerts = shared.alert_stats();
-    let metrics = shared.metrics();
-    let pools = shared.pools();
+    let alerts = supervisor.alert_stats();
+    let metrics = supervisor.metrics();
+    let pools = supervisor.pools();
     let backends: usize = pools.iter().map(|pool| pool.backends.len()).sum();
-    let small =
-        backends <= INLINE_PAGE_BACKENDS && shared.open_connections() <= INLINE_SCRAPE_CONNECTIONS;
+    let small = backends <= INLINE_PAGE_BACKENDS
+        && supervisor.open_connections() <= INLINE_SCRAPE_CONNECTIONS;
     let page = pools.clone();
     let rendered = build_page_of(small, move || {
         metrics.render(&page, alerts.as_deref(), format)
@@ -161,9 +164,9 @@ pub(super) async fn metrics(shared: &Shared, accept: Option<&[u8]>) -> Response<
 
 /// `GET /events`: each health event as one SSE message (`event: <type>`, `data: <json>`), and
 /// a comment every 15 s to keep proxies from closing the stream.
-pub(super) fn events(shared: &Shared) -> Response<Body> {
-    let mut rx = shared.subscribe();
-    let mut shutdown = shared.shutdown_signal();
+pub(super) fn events(supervisor: &Supervisor) -> Response<Body> {
+    let mut rx = supervisor.subscribe();
+    let mut shutdown = supervisor.shutdown_signal();
     let (tx, body_rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(64);
     tokio::spawn(async move {
         let hello = Bytes::from_static(b": capataz events\n\n");

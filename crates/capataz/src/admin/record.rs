@@ -24,7 +24,7 @@ use hyper::body::Frame;
 use super::{error, Body};
 use crate::balance::tap::{self, Next, Recorded};
 use crate::health::PoolRt;
-use crate::shared::Shared;
+use crate::supervisor::Supervisor;
 
 /// How many records one body frame holds at most.
 const BATCH: usize = 512;
@@ -51,8 +51,8 @@ fn millis(latency: Duration) -> String {
     format!("{}.{:03}", us / 1000, us % 1000)
 }
 
-pub(super) fn record(shared: &Arc<Shared>, name: &str) -> Response<Body> {
-    let Some(pool) = shared.pool(name) else {
+pub(super) fn record(supervisor: &Arc<Supervisor>, name: &str) -> Response<Body> {
+    let Some(pool) = supervisor.pool(name) else {
         return error(StatusCode::NOT_FOUND, format!("no pool named {name:?}"));
     };
     let mut recorder = match pool.handle().tap.subscribe() {
@@ -67,8 +67,8 @@ pub(super) fn record(shared: &Arc<Shared>, name: &str) -> Response<Body> {
             )
         }
     };
-    let weak: Weak<Shared> = Arc::downgrade(shared);
-    let mut shutdown = shared.shutdown_signal();
+    let weak: Weak<Supervisor> = Arc::downgrade(supervisor);
+    let mut shutdown = supervisor.shutdown_signal();
     let (tx, body_rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(4);
     tokio::spawn(async move {
         let clock = pool.clock();
@@ -171,9 +171,9 @@ pub(super) fn record(shared: &Arc<Shared>, name: &str) -> Response<Body> {
 }
 
 /// Whether `pool` is still the pool of its name in the balancer.
-fn still_in_force(shared: &Weak<Shared>, pool: &Arc<PoolRt>) -> bool {
-    shared
+fn still_in_force(supervisor: &Weak<Supervisor>, pool: &Arc<PoolRt>) -> bool {
+    supervisor
         .upgrade()
-        .and_then(|shared| shared.pool(&pool.name))
+        .and_then(|supervisor| supervisor.pool(&pool.name))
         .is_some_and(|current| Arc::ptr_eq(&current, pool))
 }

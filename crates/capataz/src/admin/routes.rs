@@ -10,7 +10,7 @@ use hyper::body::Incoming;
 use serde_json::json;
 
 use super::{error, full, guard, json_response, not_allowed, overrides, pages, Body};
-use crate::shared::Shared;
+use crate::supervisor::Supervisor;
 
 const DASHBOARD: &str = include_str!("dashboard.html");
 
@@ -24,8 +24,8 @@ enum Access {
     Denied,
 }
 
-fn access(shared: &Shared, req: &Request<Incoming>) -> Access {
-    let config = shared.config();
+fn access(supervisor: &Supervisor, req: &Request<Incoming>) -> Access {
+    let config = supervisor.config();
     let Some(token) = config.admin.as_ref().and_then(|a| a.token.as_ref()) else {
         return Access::Open;
     };
@@ -55,13 +55,13 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// Answers one admin request: refused, or routed to its endpoint.
 pub(super) async fn handle(
-    shared: Arc<Shared>,
+    supervisor: Arc<Supervisor>,
     local: SocketAddr,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    let access = access(&shared, &req);
+    let access = access(&supervisor, &req);
     if let Access::Open = access {
-        let config = shared.config();
+        let config = supervisor.config();
         let target = req.uri().authority().map(|a| a.as_str());
         if let Err(refusal) = guard::check(
             config.admin.as_ref(),
@@ -106,20 +106,20 @@ pub(super) async fn handle(
     let get = method == Method::GET || method == Method::HEAD;
     match segments.as_slice() {
         [] if get => full(StatusCode::OK, "text/html; charset=utf-8", DASHBOARD),
-        ["status"] if get => pages::status(&shared).await,
-        ["status", pool, backend] if get => pages::backend_status(&shared, pool, backend),
-        ["events"] if get => pages::events(&shared),
-        ["record", pool] if get => super::record::record(&shared, pool),
-        ["history", "events"] if get => pages::history_events(&shared),
-        ["history", "series"] if get => pages::history_series(&shared, req.uri().query()).await,
+        ["status"] if get => pages::status(&supervisor).await,
+        ["status", pool, backend] if get => pages::backend_status(&supervisor, pool, backend),
+        ["events"] if get => pages::events(&supervisor),
+        ["record", pool] if get => super::record::record(&supervisor, pool),
+        ["history", "events"] if get => pages::history_events(&supervisor),
+        ["history", "series"] if get => pages::history_series(&supervisor, req.uri().query()).await,
         ["metrics"] if get => {
             let accept = req.headers().get(header::ACCEPT).map(|v| v.as_bytes());
-            pages::metrics(&shared, accept).await
+            pages::metrics(&supervisor, accept).await
         }
         ["backends", pool, backend, action] if method == Method::POST => {
-            overrides::override_backend(&shared, pool, backend, action, req.uri().query()).await
+            overrides::override_backend(&supervisor, pool, backend, action, req.uri().query()).await
         }
-        ["reload"] if method == Method::POST => match shared.reload_from_file().await {
+        ["reload"] if method == Method::POST => match supervisor.reload_from_file().await {
             Ok(summary) => json_response(
                 StatusCode::OK,
                 &json!({

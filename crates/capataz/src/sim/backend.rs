@@ -19,13 +19,14 @@ use super::{lock, Mode};
 /// request's `Host`, `X-Forwarded-For` and `X-Forwarded-Proto` as `X-Seen-Host`, `X-Seen-Xff`
 /// and `X-Seen-Proto`. Health answers look the same.
 pub struct SimBackend {
-    shared: Arc<Shared>,
+    script: Arc<Script>,
     addr: SocketAddr,
     run: Mutex<Run>,
 }
 
-/// What the connection tasks share with the handle: behaviour and counters.
-pub(super) struct Shared {
+/// What the backend is scripted to answer, and what it counted: shared by the connection tasks
+/// and the handle.
+pub(super) struct Script {
     pub(super) name: String,
     behaviour: Mutex<Behaviour>,
     traffic_hits: AtomicU64,
@@ -58,7 +59,7 @@ impl SimBackend {
         let listener = bind(addr)?;
         let addr = listener.local_addr()?;
         let backend = SimBackend {
-            shared: Arc::new(Shared {
+            script: Arc::new(Script {
                 name: name.to_owned(),
                 behaviour: Mutex::new(Behaviour {
                     traffic: Mode::Status(200),
@@ -83,7 +84,7 @@ impl SimBackend {
 
     /// Its name, as sent in `X-Backend` and the body.
     pub fn name(&self) -> &str {
-        &self.shared.name
+        &self.script.name
     }
 
     /// Sets what every health request gets from now on (clears any pattern).
@@ -95,7 +96,7 @@ impl SimBackend {
     /// first entry. For example `[200, 200, 503]` fails every third probe. An empty pattern means
     /// `[Status(200)]`.
     pub fn set_health_pattern(&self, pattern: Vec<Mode>) {
-        let mut behaviour = lock(&self.shared.behaviour);
+        let mut behaviour = lock(&self.script.behaviour);
         behaviour.health = if pattern.is_empty() {
             vec![Mode::Status(200)]
         } else {
@@ -106,17 +107,17 @@ impl SimBackend {
 
     /// Sets what every traffic (non-health) request gets from now on.
     pub fn set_traffic(&self, mode: Mode) {
-        lock(&self.shared.behaviour).traffic = mode;
+        lock(&self.script.behaviour).traffic = mode;
     }
 
     /// Traffic requests received so far, across restarts.
     pub fn traffic_hits(&self) -> u64 {
-        self.shared.traffic_hits.load(Ordering::SeqCst)
+        self.script.traffic_hits.load(Ordering::SeqCst)
     }
 
     /// Health requests received so far, across restarts.
     pub fn health_hits(&self) -> u64 {
-        self.shared.health_hits.load(Ordering::SeqCst)
+        self.script.health_hits.load(Ordering::SeqCst)
     }
 
     /// Waits until at least `n` traffic requests have been received; false if `deadline` passed
@@ -178,7 +179,7 @@ impl SimBackend {
         let (crash, crashed) = watch::channel(false);
         let accept = tokio::spawn(accept_loop(
             Arc::clone(&slot),
-            Arc::clone(&self.shared),
+            Arc::clone(&self.script),
             crashed,
         ));
         let mut run = lock(&self.run);
@@ -192,7 +193,7 @@ impl SimBackend {
     async fn wait_hits(&self, deadline: Duration, reached: impl Fn() -> bool) -> bool {
         let wait = async {
             loop {
-                let notified = self.shared.hit.notified();
+                let notified = self.script.hit.notified();
                 tokio::pin!(notified);
                 // Registered before the check, so a hit between the check and the await is seen.
                 notified.as_mut().enable();
@@ -215,14 +216,14 @@ impl Drop for SimBackend {
 impl std::fmt::Debug for SimBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SimBackend")
-            .field("name", &self.shared.name)
+            .field("name", &self.script.name)
             .field("addr", &self.addr)
             .field("running", &self.is_running())
             .finish()
     }
 }
 
-impl Shared {
+impl Script {
     /// Counts one request and picks its behaviour.
     pub(super) fn handle_request(&self, health: bool) -> Mode {
         let mode = {

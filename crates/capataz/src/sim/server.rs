@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 
-use super::backend::Shared;
+use super::backend::Script;
 use super::wire::{
     discard_chunked, discard_exact, plain_error, read_head, Body, HeadError, Request,
 };
@@ -37,7 +37,7 @@ pub(super) fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
 
 pub(super) async fn accept_loop(
     slot: Arc<Mutex<Option<TcpListener>>>,
-    shared: Arc<Shared>,
+    script: Arc<Script>,
     crashed: watch::Receiver<bool>,
 ) {
     loop {
@@ -50,12 +50,12 @@ pub(super) async fn accept_loop(
         .await;
         match accepted {
             Ok((stream, _peer)) => {
-                tokio::spawn(connection(stream, Arc::clone(&shared), crashed.clone()));
+                tokio::spawn(connection(stream, Arc::clone(&script), crashed.clone()));
             }
             Err(error) if error.kind() == io::ErrorKind::NotConnected => return,
             Err(error) => {
                 // Typically out of file descriptors: back off instead of spinning.
-                tracing::debug!(backend = %shared.name, %error, "sim accept failed");
+                tracing::debug!(backend = %script.name, %error, "sim accept failed");
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
@@ -64,12 +64,12 @@ pub(super) async fn accept_loop(
 
 async fn connection(
     mut stream: TcpStream,
-    shared: Arc<Shared>,
+    script: Arc<Script>,
     mut crashed: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
     let end = tokio::select! {
-        end = serve_connection(&mut stream, &shared) => end,
+        end = serve_connection(&mut stream, &script) => end,
         // A dropped sender (the backend was dropped) counts as a crash too.
         _ = crashed.wait_for(|crashed| *crashed) => End::Reset,
     };
@@ -80,7 +80,7 @@ async fn connection(
 }
 
 /// Serves requests on one connection until it should end, and says how.
-async fn serve_connection(stream: &mut TcpStream, shared: &Shared) -> End {
+async fn serve_connection(stream: &mut TcpStream, script: &Script) -> End {
     let mut buf = Vec::with_capacity(4096);
     loop {
         let head = match read_head(stream, &mut buf).await {
@@ -104,7 +104,7 @@ async fn serve_connection(stream: &mut TcpStream, shared: &Shared) -> End {
         if discarded.is_err() {
             return End::Close;
         }
-        let mode = shared.handle_request(request.path() == HEALTH_PATH);
+        let mode = script.handle_request(request.path() == HEALTH_PATH);
         let mut retry_after = None;
         let code = match mode {
             Mode::Status(code) => code,
@@ -129,7 +129,7 @@ async fn serve_connection(stream: &mut TcpStream, shared: &Shared) -> End {
                 return End::Close;
             }
         };
-        let response = request.response(code, &shared.name, retry_after);
+        let response = request.response(code, &script.name, retry_after);
         if stream.write_all(&response).await.is_err() || !request.keep_alive {
             return End::Close;
         }

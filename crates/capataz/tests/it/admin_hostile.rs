@@ -348,7 +348,7 @@ async fn a_reload_keeps_the_log_settings_the_process_runs_with() {
     let (balancer, _events) = start(&pool).await;
     let louder = format!("[log]\nlevel = \"debug\"\n{pool}");
     balancer.reload(&parse(&louder)).await.expect("reload");
-    assert_eq!(balancer.shared().config().log.level, "info");
+    assert_eq!(balancer.supervisor().config().log.level, "info");
 }
 
 /// Regression: unknown query parameters were ignored, so a typo (`?tll=10m`, `?TTL=10m`) set an
@@ -389,11 +389,11 @@ async fn a_mistyped_ttl_or_a_ttl_on_clear_is_refused_and_changes_nothing() {
 async fn a_reload_during_shutdown_is_refused_and_binds_nothing() {
     let pool = pool_of(&[("b1", nowhere())], "");
     let (balancer, _events) = start(&pool).await;
-    let shared = balancer.shared().clone();
-    let stopped = shared.shutdown_signal();
+    let supervisor = balancer.supervisor().clone();
+    let stopped = supervisor.shutdown_signal();
     let stopping = tokio::spawn(balancer.shutdown(DEADLINE));
     crate::support::wait::wait_until("shutdown to begin", || *stopped.borrow()).await;
-    let refused = shared.reload(&parse(&pool)).await;
+    let refused = supervisor.reload(&parse(&pool)).await;
     assert!(refused.is_err(), "a reload during shutdown was applied");
     stopping.await.expect("shutdown");
 }

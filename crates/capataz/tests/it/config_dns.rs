@@ -90,7 +90,7 @@ async fn a_reload_with_a_name_that_does_not_resolve_keeps_the_old_config() {
     std::fs::write(&path, text("backend.invalid:8080", "http://127.0.0.1:9/x"))
         .expect("rewrite config");
     let error = balancer
-        .shared()
+        .supervisor()
         .reload_from_file()
         .await
         .expect_err("refused")
@@ -108,7 +108,7 @@ async fn a_reload_with_a_name_that_does_not_resolve_keeps_the_old_config() {
     .expect("request");
     assert_eq!(status, 200, "the old backend still serves");
     assert_eq!(
-        balancer.shared().config().pools[0].backends[0].address,
+        balancer.supervisor().config().pools[0].backends[0].address,
         backend_addr.to_string()
     );
     balancer.shutdown(Duration::from_secs(1)).await;

@@ -248,7 +248,7 @@ async fn dns_failures_keep_the_membership_and_a_large_drop_waits_for_confirmatio
         "{backend}"
     );
     let metrics = balancer
-        .shared()
+        .supervisor()
         .metrics()
         .render(&balancer.pools(), None, capataz::metrics::Format::Classic)
         .expect("metrics");

@@ -143,7 +143,7 @@ async fn from_file(
     (balancer, rx, path)
 }
 
-/// A reload that holds `reload_lock` (so every membership update waits) while it reads its
+/// A reload that holds the supervisor (so every membership update waits) while it reads its
 /// config, which `path` becomes: a FIFO nobody writes yet. [`release`] lets it go.
 #[cfg(target_os = "linux")]
 async fn hold_updates(balancer: &Balancer, path: &std::path::Path) -> Held {
@@ -155,8 +155,8 @@ async fn hold_updates(balancer: &Balancer, path: &std::path::Path) -> Held {
         .status()
         .expect("run mkfifo");
     assert!(made.success(), "mkfifo failed");
-    let shared = balancer.shared().clone();
-    let reload = tokio::spawn(async move { shared.reload_from_file().await });
+    let supervisor = balancer.supervisor().clone();
+    let reload = tokio::spawn(async move { supervisor.reload_from_file().await });
     let mut writer = None;
     wait_until("the reload reading its FIFO", || {
         writer = std::fs::OpenOptions::new()
@@ -203,7 +203,7 @@ async fn release(held: Held) {
 /// Regression (churn): each watch event was applied as its own update, so a burst
 /// of 20 puts into a 5,000-backend pool took 20 rebuilds (114 s) to be in force. Now the
 /// changes read while an update waits or runs are merged, and applied as one update. Here an
-/// update is held (a reload holds `reload_lock`, stuck reading its FIFO) while four more
+/// update is held (the supervisor applies a reload, stuck reading its FIFO) while four more
 /// changes arrive: they come as one update, after the held one, with the right counts.
 #[cfg(target_os = "linux")]
 #[tokio::test]

@@ -172,7 +172,7 @@ async fn etcd_puts_and_deletes_reach_traffic_added_gated_removed_drained() {
         "{backend}"
     );
     let metrics = balancer
-        .shared()
+        .supervisor()
         .metrics()
         .render(&balancer.pools(), None, capataz::metrics::Format::Classic)
         .expect("metrics");

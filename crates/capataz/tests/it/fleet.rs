@@ -398,21 +398,27 @@ async fn a_reload_starts_changes_and_stops_shared_probing() {
     let config = capataz::config::parse_str(base, "fleet.toml").expect("valid");
     let (events, mut seen) = tokio::sync::broadcast::channel(1024);
     let balancer = Balancer::start(&config, events).await.expect("started");
-    assert!(balancer.shared().fleet_status().is_none());
+    assert!(balancer.supervisor().fleet_status().is_none());
 
     for group in ["one", "two"] {
         let config = capataz::config::parse_str(&with(group), "fleet.toml").expect("valid");
         balancer.reload(&config).await.expect("reloaded");
         joined(&mut seen, group).await;
-        let status = balancer.shared().fleet_status().expect("a fleet object");
+        let status = balancer
+            .supervisor()
+            .fleet_status()
+            .expect("a fleet object");
         assert_eq!(status["group"], group);
         assert_eq!(status["members"], serde_json::json!(["solo"]));
         assert_eq!(status["backends"][0]["probed_here"], true);
     }
     let config = capataz::config::parse_str(base, "fleet.toml").expect("valid");
     balancer.reload(&config).await.expect("reloaded");
-    assert!(balancer.shared().fleet_status().is_none());
-    assert!(balancer.shared().fleet().owns_backend("web", "127.0.0.1:9"));
+    assert!(balancer.supervisor().fleet_status().is_none());
+    assert!(balancer
+        .supervisor()
+        .fleet()
+        .owns_backend("web", "127.0.0.1:9"));
     balancer.shutdown(Duration::from_secs(1)).await;
     drop(etcd);
 }

@@ -155,8 +155,8 @@ fn the_runtime_modules_have_no_cycle() {
         ("health", "metrics"),
         ("instruments", "health"),
         ("admin", "server"),
-        ("shared", "server"),
-        ("shared", "admin"),
+        ("supervisor", "server"),
+        ("supervisor", "admin"),
         // The request path and the health runtime, split: the HTTP/1.1 client
         // knows no body type of the proxy, and the request path no health runtime.
         ("upstream", "body"),

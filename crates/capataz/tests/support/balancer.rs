@@ -145,7 +145,7 @@ impl ConfigText {
 /// `balancer`'s metrics page, in the OpenMetrics form `/metrics` serves.
 pub fn metrics_text(balancer: &Balancer) -> String {
     balancer
-        .shared()
+        .supervisor()
         .metrics()
         .render(
             &balancer.pools(),

@@ -68,7 +68,7 @@ async fn a_certificate_is_issued_by_http01_on_the_plaintext_listener_stored_serv
         "{text}"
     );
     // The order is over: no token is pending, and the path goes to routing again.
-    assert!(balancer.shared().http01().is_empty());
+    assert!(balancer.supervisor().http01().is_empty());
     let plain = balancer.local_addrs()[0];
     let before = b[0].traffic_hits();
     let reply = roundtrip(
@@ -111,7 +111,7 @@ async fn a_pending_token_is_answered_before_routing_to_get_and_head_on_plaintext
     );
     let (balancer, _) = start(&text).await;
     let (plain, tls) = (balancer.local_addrs()[0], balancer.local_addrs()[1]);
-    let owner = balancer.shared().http01().owner();
+    let owner = balancer.supervisor().http01().owner();
     let token = "Xm-2_tq9kR4aBcDeFgHiJkLmNoPqRsTuVwXyZ012345";
     let key_authorization = format!("{token}.thumbprint_Q");
     owner.set(token, &key_authorization);
@@ -266,7 +266,7 @@ async fn https_redirect_sends_every_request_but_a_pending_token_to_https_with_it
     assert_eq!(answer.status, 308);
     assert_eq!(answer.header("location"), Some("https://h2.test/q?z"));
     // A pending HTTP-01 token is answered, not redirected.
-    let owner = balancer.shared().http01().owner();
+    let owner = balancer.supervisor().http01().owner();
     owner.set("tok", "tok.key");
     let reply = roundtrip(
         plain,

@@ -86,7 +86,7 @@ async fn an_invalid_reload_is_refused_and_the_old_config_keeps_serving() {
     let text_before = config_text("", &both, &[], FAST_CHECKS);
     let file = ConfigFile::new(&text_before);
     let mut r = Running::start_from(&file).await;
-    let config_before = r.balancer.shared().config();
+    let config_before = r.balancer.supervisor().config();
 
     let bad_interval = FAST_CHECKS.replace("\"30ms\"", "\"2x\"");
     let in_use = format!("{text_before}\n[[listeners]]\naddress = \"{}\"\n", r.admin);
@@ -112,7 +112,7 @@ async fn an_invalid_reload_is_refused_and_the_old_config_keeps_serving() {
             "the error names the problem ({says}): {error}"
         );
 
-        assert_eq!(r.balancer.shared().config(), config_before);
+        assert_eq!(r.balancer.supervisor().config(), config_before);
         let seen = r.traffic(10).await;
         assert_eq!((seen.get("a"), seen.get("b")), (Some(&5), Some(&5)));
         let status = r.get("/status").await;
@@ -139,7 +139,7 @@ async fn an_invalid_reload_is_refused_and_the_old_config_keeps_serving() {
     assert!(error.contains("2 errors: "), "{error}");
     assert!(error.contains("pools.web.active.interval"), "{error}");
     assert!(error.contains("pools.web.active.timeout"), "{error}");
-    assert_eq!(r.balancer.shared().config(), config_before);
+    assert_eq!(r.balancer.supervisor().config(), config_before);
 }
 
 #[tokio::test]

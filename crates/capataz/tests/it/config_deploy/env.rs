@@ -238,7 +238,7 @@ async fn a_reload_reads_the_token_file_again() {
         .await
         .expect("starts");
     let token = |b: &capataz::server::Balancer| {
-        b.shared()
+        b.supervisor()
             .config()
             .admin
             .as_ref()
@@ -246,7 +246,11 @@ async fn a_reload_reads_the_token_file_again() {
     };
     assert_eq!(token(&balancer).as_deref(), Some("first"));
     dir.write("admin.token", "second\n");
-    balancer.shared().reload_from_file().await.expect("reload");
+    balancer
+        .supervisor()
+        .reload_from_file()
+        .await
+        .expect("reload");
     assert_eq!(token(&balancer).as_deref(), Some("second"));
     balancer.shutdown(std::time::Duration::from_secs(1)).await;
 }

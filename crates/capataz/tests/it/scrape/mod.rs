@@ -107,9 +107,9 @@ pub(super) async fn busy() -> Busy {
     // An override is an event: the alert command runs, and fails.
     let down = exchange(admin, "POST", "/backends/dead/x/down", &[]).await;
     assert_eq!(down.status, 200, "{}", down.text());
-    let shared = balancer.shared().clone();
+    let supervisor = balancer.supervisor().clone();
     wait_until("a failed alert", || {
-        shared
+        supervisor
             .alert_stats()
             .is_some_and(|stats| stats.command.failed() >= 1)
     })

@@ -37,7 +37,7 @@ async fn a_reload_swaps_the_certificates_for_new_handshakes_and_keeps_establishe
     let (new_cert, _) = pki.server("site", &["site.test"], None);
     assert_ne!(std::fs::read(&new_cert).unwrap(), old, "a new certificate");
     balancer
-        .shared()
+        .supervisor()
         .reload_from_file()
         .await
         .expect("the reload applies");
@@ -74,7 +74,7 @@ async fn a_reload_with_a_bad_key_fails_whole_and_keeps_the_old_certificates() {
     let (new_cert, _) = pki.server("site", &["site.test"], None);
     std::fs::write(&key, &good_key).unwrap();
     let error = balancer
-        .shared()
+        .supervisor()
         .reload_from_file()
         .await
         .expect_err("refused")
@@ -96,7 +96,7 @@ async fn a_reload_with_a_bad_key_fails_whole_and_keeps_the_old_certificates() {
     // Garbage in the key file is refused the same way.
     std::fs::write(&key, b"not a key").unwrap();
     let error = balancer
-        .shared()
+        .supervisor()
         .reload_from_file()
         .await
         .expect_err("refused")

@@ -2,8 +2,9 @@
 //! turns the source's answers, through the pool's [`Guard`], into membership updates, and
 //! each update builds that one pool anew from the build in force ([`PoolRt::with_members`]:
 //! kept backends are the same runtime and carry their health, added ones are gated until
-//! `rise` probes, removed ones drain), under `reload_lock` and `swap_lock`, on the blocking
-//! pool. The kept backends' tasks go on ([`PoolTasks::carry`]), so an update costs in
+//! `rise` probes, removed ones drain), applied by the supervisor as a command (so between
+//! reloads and overrides, never during one), on the blocking pool. The kept backends' tasks go
+//! on ([`PoolTasks::carry`]), so an update costs in
 //! proportion to the change, not to the pool.
 //!
 //! Invariant: at most one update waits. While one is applied, the task keeps reading the
@@ -15,20 +16,24 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Weak};
 
-use tokio::runtime::Handle;
-use tokio::task::JoinHandle;
-
 use super::listener::handles;
-use super::{lock, Shared};
+use super::ordered::Ordered;
+use super::task::Owned;
+use super::Supervisor;
 use crate::config::{BackendConfig, PoolConfig, PoolSource};
 use crate::discovery::{Answer, Guard, Source};
 use crate::events::{Event, MembershipChange};
 use crate::health::PoolRt;
 
-impl Shared {
+impl Owned {
     /// Stops the running membership tasks and starts one per pool of `pools` whose source is
     /// not static. A pool that already had members (a reload) starts its guard from them.
-    pub(super) fn restart_membership(&self, pools: &[Arc<PoolRt>], had_members: &HashSet<&str>) {
+    pub(super) fn restart_membership(
+        &mut self,
+        supervisor: &Arc<Supervisor>,
+        pools: &[Arc<PoolRt>],
+        had_members: &HashSet<&str>,
+    ) {
         let mut tasks = Vec::new();
         for pool in pools {
             if !pool.config.source.is_dynamic() {
@@ -38,53 +43,31 @@ impl Shared {
                 .contains(&*pool.name)
                 .then(|| pool.config.backends.clone());
             tasks.push(tokio::spawn(follow(
-                self.me.clone(),
+                Arc::downgrade(supervisor),
                 pool.config.clone(),
                 initial,
             )));
         }
-        for task in std::mem::replace(&mut *lock(&self.membership_tasks), tasks) {
+        for task in std::mem::replace(&mut self.membership_tasks, tasks) {
             task.abort();
         }
     }
 
     /// Puts `members` in force in pool `name`, as a reload would, and tells the `updated`
     /// event; `(added, removed, total)`, or `None` when the pool is gone, follows another
-    /// source now, or the balancer is shutting down.
-    async fn set_members(
-        self: &Arc<Self>,
+    /// source now, or the balancer is shutting down. The supervisor's
+    /// [`Command::SetMembers`](super::task::Command::SetMembers), on the blocking pool.
+    pub(super) fn replace_members(
+        &mut self,
+        supervisor: &Supervisor,
         name: &str,
         source: &PoolSource,
         members: Vec<BackendConfig>,
     ) -> Option<(usize, usize, usize)> {
-        let serial = self.reload_lock.clone().lock_owned().await;
-        let shared = self.clone();
-        let runtime = Handle::current();
-        let name = name.to_owned();
-        let source = source.clone();
-        tokio::task::spawn_blocking(move || {
-            let _runtime = runtime.enter();
-            let outcome = shared.replace_members(&name, &source, members);
-            drop(serial);
-            outcome
-        })
-        .await
-        .ok()
-        .flatten()
-    }
-
-    /// [`Shared::set_members`] on the blocking pool, holding `reload_lock`.
-    fn replace_members(
-        &self,
-        name: &str,
-        source: &PoolSource,
-        members: Vec<BackendConfig>,
-    ) -> Option<(usize, usize, usize)> {
-        if *self.shutdown.borrow() {
+        if *supervisor.shutdown.borrow() {
             return None;
         }
-        let swap = self.swap_lock.blocking_lock();
-        let pools = self.pools.load_full();
+        let pools = supervisor.pools();
         let index = pools.iter().position(|p| &*p.name == name)?;
         let old = &pools[index];
         if old.config.source != *source {
@@ -107,14 +90,14 @@ impl Shared {
         let pool = old.with_members(
             members,
             old.config.gate_new_backends,
-            self.metrics.families(),
+            supervisor.metrics.families(),
         );
         let mut next = (*pools).clone();
         next[index] = pool.clone();
         {
             // The backends that stay keep their tasks (no restart, no new phase); only the
             // added ones get new ones, the removed ones' stop.
-            let mut running = lock(&self.pool_tasks);
+            let running = &mut self.pool_tasks;
             let at = running.iter().position(|(p, _)| &**p == name);
             let old_tasks = at
                 .map(|i| std::mem::take(&mut running[i].1))
@@ -127,12 +110,11 @@ impl Shared {
             }
         }
         let next = Arc::new(next);
-        self.pools.store(next.clone());
-        drop(swap);
+        supervisor.publish(|s| s.pools = next.clone());
         // The listeners' routes hold the pools' handles: give them the new one.
-        let config = self.config();
+        let config = supervisor.config();
         let pool_handles = handles(&next);
-        for listener in lock(&self.listeners).iter() {
+        for listener in &self.listeners {
             if let Some(new) = config
                 .listeners
                 .iter()
@@ -142,7 +124,7 @@ impl Shared {
                 let log = listener.state.load().proxy.access_log();
                 listener
                     .state
-                    .store(self.listener_state(new, &pool_handles, log));
+                    .store(supervisor.listener_state(new, &pool_handles, log));
             }
         }
         // Told once the listeners route to the new pool (so that a client acting on the event
@@ -150,7 +132,7 @@ impl Shared {
         // probes are an interval away), so the update comes before their transitions.
         let (added, removed, total) = counts;
         if added + removed > 0 {
-            self.tell(
+            supervisor.tell(
                 name,
                 source.kind(),
                 MembershipChange::Updated {
@@ -161,6 +143,27 @@ impl Shared {
             );
         }
         Some(counts)
+    }
+}
+
+impl Supervisor {
+    /// Asks the supervisor to put `members` in force in pool `name` (see
+    /// [`Owned::replace_members`]); `None` as it says, or when the supervisor has stopped.
+    async fn set_members(
+        &self,
+        name: &str,
+        source: &PoolSource,
+        members: Vec<BackendConfig>,
+    ) -> Option<(usize, usize, usize)> {
+        self.ask_in_order(|reply| Ordered::SetMembers {
+            pool: name.to_owned(),
+            source: source.clone(),
+            members,
+            reply,
+        })
+        .await
+        .ok()
+        .flatten()
     }
 
     /// Tells `change` about pool `name`, from the pool in force.
@@ -178,7 +181,7 @@ impl Shared {
 
 /// Follows the source of pool `config` until aborted (a reload, a shutdown) or the balancer
 /// is gone.
-async fn follow(me: Weak<Shared>, config: PoolConfig, initial: Option<Vec<BackendConfig>>) {
+async fn follow(me: Weak<Supervisor>, config: PoolConfig, initial: Option<Vec<BackendConfig>>) {
     let name = config.name.clone();
     let (max_drop_percent, retry) = match &config.source {
         PoolSource::Static => return,
@@ -196,17 +199,19 @@ async fn follow(me: Weak<Shared>, config: PoolConfig, initial: Option<Vec<Backen
             Ok(Some(Err(error))) => error.to_string(),
             Err(_) => "starting the source failed unexpectedly".to_owned(),
         };
-        let Some(shared) = me.upgrade() else { return };
+        let Some(supervisor) = me.upgrade() else {
+            return;
+        };
         for change in guard.handle_failure(error.clone()).changes {
-            shared.tell(&name, config.source.kind(), change);
+            supervisor.tell(&name, config.source.kind(), change);
         }
-        note(&shared, &name, |m| m.failing = Some(error));
-        drop(shared);
+        note(&supervisor, &name, |m| m.failing = Some(error));
+        drop(supervisor);
         tokio::time::sleep(retry).await;
     };
     // After a reload: failing SRV targets stay where they were, and what was told about the
     // targets is not told again.
-    if let Some(pool) = me.upgrade().and_then(|shared| shared.pool(&name)) {
+    if let Some(pool) = me.upgrade().and_then(|supervisor| supervisor.pool(&name)) {
         let unresolved = pool.membership.state().unresolved;
         source.resume(&pool.config.backends, unresolved);
     }
@@ -215,13 +220,17 @@ async fn follow(me: Weak<Shared>, config: PoolConfig, initial: Option<Vec<Backen
     loop {
         if pending.is_empty() {
             let answer = source.next().await;
-            let Some(shared) = me.upgrade() else { return };
-            pending.read(&shared, &name, kind, answer);
+            let Some(supervisor) = me.upgrade() else {
+                return;
+            };
+            pending.read(&supervisor, &name, kind, answer);
         }
-        let Some(shared) = me.upgrade() else { return };
+        let Some(supervisor) = me.upgrade() else {
+            return;
+        };
         if pending.changed {
             // The source said it changed: its membership now, built once for this update.
-            pending.resolve(&shared, &name, kind, source.members());
+            pending.resolve(&supervisor, &name, kind, source.members());
         }
         // What came since the last update, in order: the guard judges each failure, and the
         // latest membership as a whole (a drop is measured against the membership in force).
@@ -236,7 +245,7 @@ async fn follow(me: Weak<Shared>, config: PoolConfig, initial: Option<Vec<Backen
                 _ => None,
             });
             for change in verdict.changes {
-                shared.tell(&name, kind, change);
+                supervisor.tell(&name, kind, change);
             }
             // Noted before the update is applied, so the record agrees with its `updated`
             // event.
@@ -244,7 +253,7 @@ async fn follow(me: Weak<Shared>, config: PoolConfig, initial: Option<Vec<Backen
             if holding {
                 source.confirm_later();
             }
-            note(&shared, &name, |m| {
+            note(&supervisor, &name, |m| {
                 m.held = if holding { held.or(m.held) } else { None };
             });
             if let Some(members) = verdict.apply {
@@ -254,13 +263,13 @@ async fn follow(me: Weak<Shared>, config: PoolConfig, initial: Option<Vec<Backen
         let Some(members) = apply else { continue };
         // While the update is applied, the source is still read: what arrives meanwhile
         // waits, merged, for the next update (one at most, however long this one takes).
-        let update = shared.set_members(&name, &config.source, members);
+        let update = supervisor.set_members(&name, &config.source, members);
         tokio::pin!(update);
         loop {
             tokio::select! {
                 biased;
                 _ = &mut update => break,
-                answer = source.next() => pending.read(&shared, &name, kind, answer),
+                answer = source.next() => pending.read(&supervisor, &name, kind, answer),
             }
         }
     }
@@ -299,12 +308,12 @@ impl Pending {
     /// Takes in one answer of the source: what it says about the source (when it last
     /// answered, whether it fails, which SRV targets have no address) is noted at once, a
     /// skipped key or a target's change told at once.
-    fn read(&mut self, shared: &Shared, name: &str, kind: &'static str, answer: Answer) {
+    fn read(&mut self, supervisor: &Supervisor, name: &str, kind: &'static str, answer: Answer) {
         match answer {
             Answer::Members(members) => {
-                let now = shared.clock.now();
-                let wall = shared.clock.wall(now);
-                note(shared, name, |m| {
+                let now = supervisor.clock.now();
+                let wall = supervisor.clock.wall(now);
+                note(supervisor, name, |m| {
                     m.confirmed = Some(now);
                     m.confirmed_wall = Some(wall);
                     m.failing = None;
@@ -316,9 +325,9 @@ impl Pending {
                 self.changed = false;
             }
             Answer::Changed => {
-                let now = shared.clock.now();
-                let wall = shared.clock.wall(now);
-                note(shared, name, |m| {
+                let now = supervisor.clock.now();
+                let wall = supervisor.clock.wall(now);
+                note(supervisor, name, |m| {
                     m.confirmed = Some(now);
                     m.confirmed_wall = Some(wall);
                     m.failing = None;
@@ -331,7 +340,7 @@ impl Pending {
             }
             Answer::Failed(error) => {
                 tracing::debug!(pool = %name, %error, "the backend source failed");
-                note(shared, name, |m| m.failing = Some(error.clone()));
+                note(supervisor, name, |m| m.failing = Some(error.clone()));
                 let slot = if self.members.is_some() || self.changed {
                     &mut self.failed_after
                 } else {
@@ -340,15 +349,15 @@ impl Pending {
                 slot.get_or_insert(error);
             }
             Answer::Skipped { key, error } => {
-                shared.tell(name, kind, MembershipChange::Skipped { key, error });
+                supervisor.tell(name, kind, MembershipChange::Skipped { key, error });
             }
             Answer::Targets {
                 unresolved,
                 changes,
             } => {
-                note(shared, name, |m| m.unresolved = unresolved);
+                note(supervisor, name, |m| m.unresolved = unresolved);
                 for change in changes {
-                    shared.tell(name, kind, change);
+                    supervisor.tell(name, kind, change);
                 }
             }
         }
@@ -356,7 +365,13 @@ impl Pending {
 
     /// Puts the membership the source built (`answers`, from [`Source::members`]) in the place
     /// of `changed`, telling the skipped keys; the record and the failures stay as read.
-    fn resolve(&mut self, shared: &Shared, name: &str, kind: &'static str, answers: Vec<Answer>) {
+    fn resolve(
+        &mut self,
+        supervisor: &Supervisor,
+        name: &str,
+        kind: &'static str,
+        answers: Vec<Answer>,
+    ) {
         for answer in answers {
             match answer {
                 Answer::Members(members) => {
@@ -364,7 +379,7 @@ impl Pending {
                     self.changed = false;
                 }
                 Answer::Skipped { key, error } => {
-                    shared.tell(name, kind, MembershipChange::Skipped { key, error });
+                    supervisor.tell(name, kind, MembershipChange::Skipped { key, error });
                 }
                 Answer::Changed | Answer::Failed(_) | Answer::Targets { .. } => {}
             }
@@ -383,14 +398,15 @@ impl Pending {
 }
 
 /// Changes the membership record of pool `name` (shared by its every build).
-fn note(shared: &Shared, name: &str, change: impl FnOnce(&mut crate::health::MembershipState)) {
-    if let Some(pool) = shared.pool(name) {
+fn note(
+    supervisor: &Supervisor,
+    name: &str,
+    change: impl FnOnce(&mut crate::health::MembershipState),
+) {
+    if let Some(pool) = supervisor.pool(name) {
         pool.membership.update(change);
     }
 }
-
-/// The handles of the running membership tasks.
-pub(super) type MembershipTasks = Vec<JoinHandle<()>>;
 
 #[cfg(test)]
 mod tests {
@@ -411,14 +427,18 @@ mod tests {
 
     /// What the guard gets from `answers` read in a row (`None` for a `Changed` resolved to
     /// `built`).
-    fn merged(shared: &Shared, answers: Vec<Answer>, built: Option<Vec<Answer>>) -> Vec<Read> {
+    fn merged(
+        supervisor: &Supervisor,
+        answers: Vec<Answer>,
+        built: Option<Vec<Answer>>,
+    ) -> Vec<Read> {
         let mut pending = Pending::default();
         for answer in answers {
-            pending.read(shared, "web", "etcd", answer);
+            pending.read(supervisor, "web", "etcd", answer);
         }
         if let Some(built) = built {
             assert!(pending.changed);
-            pending.resolve(shared, "web", "etcd", built);
+            pending.resolve(supervisor, "web", "etcd", built);
         }
         let taken = pending.take();
         assert!(pending.is_empty());
@@ -431,17 +451,21 @@ mod tests {
     async fn pending_keeps_the_latest_membership_and_the_failures_around_it() {
         let config = config();
         let (events, _rx) = broadcast::channel(16);
-        let shared = Shared::start(&config, events, None, Vec::new());
+        let supervisor = Supervisor::start(&config, events, None, Vec::new());
         let all = config.pools[0].backends.clone();
         let one = vec![all[0].clone()];
         let m = |v: &Vec<BackendConfig>| Answer::Members(v.clone());
         let f = |e: &str| Answer::Failed(e.to_owned());
         assert_eq!(
-            merged(&shared, vec![m(&all), m(&one), m(&all)], None),
+            merged(&supervisor, vec![m(&all), m(&one), m(&all)], None),
             vec![Read::Members(all.clone())]
         );
         assert_eq!(
-            merged(&shared, vec![f("1"), f("2"), m(&one), f("3"), f("4")], None),
+            merged(
+                &supervisor,
+                vec![f("1"), f("2"), m(&one), f("3"), f("4")],
+                None
+            ),
             vec![
                 Read::Failed("1".into()),
                 Read::Members(one.clone()),
@@ -450,13 +474,13 @@ mod tests {
         );
         // A failure between two memberships: said, then the recovery, with the later one.
         assert_eq!(
-            merged(&shared, vec![m(&all), f("1"), m(&one)], None),
+            merged(&supervisor, vec![m(&all), f("1"), m(&one)], None),
             vec![Read::Failed("1".into()), Read::Members(one.clone())]
         );
         // `Changed` after a membership: the source's membership when judged wins.
         assert_eq!(
             merged(
-                &shared,
+                &supervisor,
                 vec![m(&all), Answer::Changed, f("1")],
                 Some(vec![m(&one)])
             ),
@@ -464,9 +488,9 @@ mod tests {
         );
         // A membership after `Changed`: it is the latest, nothing to build.
         assert_eq!(
-            merged(&shared, vec![Answer::Changed, m(&all)], None),
+            merged(&supervisor, vec![Answer::Changed, m(&all)], None),
             vec![Read::Members(all.clone())]
         );
-        shared.abort();
+        supervisor.abort();
     }
 }

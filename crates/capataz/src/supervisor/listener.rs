@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_rustls::server::TlsStream;
 
-use super::{Shared, StartError};
+use super::{Listening, StartError, Supervisor};
 use crate::access_log::AccessLog;
 use crate::balance::PoolHandle;
 use crate::config::ListenerConfig;
@@ -39,9 +39,21 @@ pub(super) struct ListenerRt {
     /// stapling; replaced on every reload.
     pub(super) ocsp: Option<AcmeTask>,
     /// A duplicate of the listening socket's descriptor, which a binary upgrade offers to the
-    /// new process. Dropped with the listener, so a stopped listener's socket closes. `None`
-    /// if it could not be made (out of descriptors): an upgrade is then refused.
-    pub(super) offer: Option<std::os::fd::OwnedFd>,
+    /// new process (read from the snapshot, [`Listening`]). Dropped with the listener and the
+    /// snapshots listing it, so a stopped listener's socket closes. `None` if it could not be
+    /// made (out of descriptors): an upgrade is then refused.
+    pub(super) offer: Option<Arc<std::os::fd::OwnedFd>>,
+}
+
+impl ListenerRt {
+    /// What readers see of it.
+    pub(super) fn listening(&self) -> Listening {
+        Listening {
+            address: self.address,
+            local: self.local,
+            offer: self.offer.clone(),
+        }
+    }
 }
 
 /// A listener's ACME or OCSP stapling task, aborted when dropped (the listener stopped,
@@ -67,7 +79,7 @@ pub(super) fn handles(pools: &[Arc<PoolRt>]) -> Vec<Arc<PoolHandle>> {
     pools.iter().map(|pool| pool.handle().clone()).collect()
 }
 
-impl Shared {
+impl Supervisor {
     /// The access log of `listener` (kept from before a reload if its settings did not
     /// change, and then reopened), if it has one.
     pub(super) fn access_log(&self, listener: &ListenerConfig) -> Option<Arc<AccessLog>> {
@@ -108,7 +120,8 @@ impl Shared {
             .inspect_err(|error| {
                 tracing::warn!(listener = %listener.name, %error, "cannot duplicate the listening socket: a binary upgrade will be refused");
             })
-            .ok();
+            .ok()
+            .map(Arc::new);
         let state = Arc::new(ArcSwap::new(self.listener_state(
             listener,
             &handles(pools),
@@ -165,7 +178,7 @@ impl Shared {
     }
 }
 
-impl Shared {
+impl Supervisor {
     /// Starts the OCSP stapling task of `listener`, if its TLS fetches responses or noted
     /// something about stapling.
     pub(super) fn spawn_stapling(&self, listener: &ListenerConfig) -> Option<AcmeTask> {

@@ -3,11 +3,11 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use tokio::runtime::Handle;
-use tokio::sync::OwnedMutexGuard;
-
-use super::{bind_listener, lock, Shared, StartError};
 use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::task::Owned;
+use super::{bind_listener, StartError, Supervisor};
 
 use super::listener::ListenerRt;
 use crate::config::{Config, ListenerConfig, PoolConfig};
@@ -29,79 +29,53 @@ pub struct ReloadSummary {
     pub listeners_removed: usize,
 }
 
-impl Shared {
-    /// Re-reads the file the balancer was started from and applies it (see
-    /// [`Shared::reload`]). The whole reload runs on tokio's blocking pool: reading, parsing,
-    /// validating and resolving the file (a slow disk, a FIFO, a slow resolver, a costly
-    /// value), then building the new pools from the old ones' state and the listeners'
-    /// proxies, never hold a runtime thread that requests and probes need.
-    pub async fn reload_from_file(self: &Arc<Self>) -> Result<ReloadSummary, StartError> {
-        let Some(path) = self.config_path.clone() else {
-            self.metrics.reloaded(false);
-            return Err(StartError::NoFile);
+impl Supervisor {
+    /// Applies the reload command: `config` (or why the file could not be read), counted in
+    /// the metrics in the order reloads apply. `None` when the balancer is aborted meanwhile.
+    pub(super) async fn reload_owned(
+        self: Arc<Self>,
+        owned: Owned,
+        config: Result<Box<Config>, StartError>,
+        aborted: &mut watch::Receiver<bool>,
+    ) -> Option<(Owned, Result<ReloadSummary, StartError>)> {
+        let (owned, outcome) = match config {
+            Ok(config) => {
+                let work = move |owned: &mut Owned, supervisor: &Arc<Supervisor>| {
+                    owned.apply(supervisor, *config)
+                };
+                let (owned, outcome) = self.clone().off_runtime(owned, aborted, work).await?;
+                (owned, outcome.unwrap_or(Err(StartError::ReloadPanicked)))
+            }
+            Err(error) => (owned, Err(error)),
         };
-        // Taken before the read, so that reloads apply in the order their reads started.
-        let serial = self.reload_lock.clone().lock_owned().await;
-        self.off_runtime(serial, move |shared| {
-            let config = crate::config::load_all_errors(&path).map_err(StartError::Configs)?;
-            shared.apply(config)
-        })
-        .await
+        self.metrics.reloaded(outcome.is_ok());
+        Some((owned, outcome))
     }
+}
 
-    /// Applies a new, validated configuration without dropping a connection: new listeners are
-    /// bound first (a failure changes nothing), then every pool is rebuilt. A backend with the
-    /// same pool, name and address keeps its health state, streaks and records; a new one
-    /// starts DOWN until it passes `rise` probes where the pool gates new backends; a removed
-    /// one gets no new requests and is dropped once its in-flight requests finish. Changing the
-    /// admin address or `admin.metrics_backend_histograms` needs a restart. Reloads apply one
-    /// at a time, in the order they were asked for; the work runs on tokio's blocking pool,
-    /// not on a runtime thread (a pool of thousands of backends takes a while to build).
-    pub async fn reload(self: &Arc<Self>, config: &Config) -> Result<ReloadSummary, StartError> {
-        let serial = self.reload_lock.clone().lock_owned().await;
-        let config = config.clone();
-        self.off_runtime(serial, move |shared| shared.apply(config))
-            .await
-    }
-
-    /// Runs `work` on tokio's blocking pool, holding `serial` (the `reload_lock`) until it is
-    /// done. Once started it runs to the end even if the caller stops waiting, so a reload is
-    /// applied whole or not at all, and the next one waits for it. The pools' and listeners'
-    /// tasks it spawns go to the caller's runtime.
-    async fn off_runtime(
-        self: &Arc<Self>,
-        serial: OwnedMutexGuard<()>,
-        work: impl FnOnce(&Shared) -> Result<ReloadSummary, StartError> + Send + 'static,
+impl Owned {
+    /// [`Supervisor::reload`], on a blocking-pool thread that has entered the runtime. No
+    /// other command is applied meanwhile, so no override lands on an old pool (it would be
+    /// lost) and no membership update on a pool being replaced.
+    fn apply(
+        &mut self,
+        supervisor: &Arc<Supervisor>,
+        mut config: Config,
     ) -> Result<ReloadSummary, StartError> {
-        let shared = self.clone();
-        let runtime = Handle::current();
-        tokio::task::spawn_blocking(move || {
-            let _runtime = runtime.enter();
-            let outcome = work(&shared);
-            // Counted before the next reload may start, so the counters follow their order.
-            shared.metrics.reloaded(outcome.is_ok());
-            drop(serial);
-            outcome
-        })
-        .await
-        .map_err(|_| {
-            self.metrics.reloaded(false);
-            StartError::ReloadPanicked
-        })?
-    }
-
-    /// [`Shared::reload`] once the caller holds `reload_lock`, on a blocking-pool thread that
-    /// has entered the runtime (the std locks it takes are never held across an await).
-    fn apply(&self, mut config: Config) -> Result<ReloadSummary, StartError> {
-        let old_config = self.config();
+        let old_config = supervisor.config();
         keep_started_settings(&old_config, &mut config);
-        let (listeners, fresh) = self.take_listeners_and_bind(&config)?;
-        // From reading the old pools' state to swapping in the new ones, no override may land
-        // on an old pool (it would be lost).
-        let swap = self.swap_lock.blocking_lock();
-        let old_pools = self.pools.load_full();
+        // Refused once shutdown began: it would bind listeners shutdown is closing.
+        if *supervisor.shutdown.borrow() {
+            return Err(StartError::ShuttingDown);
+        }
+        let fresh = bind_fresh(&self.listeners, &config)?;
+        let old_pools = supervisor.pools();
         let mut summary = ReloadSummary::default();
-        let new_pools = self.build_pools(&config, &old_pools, &mut summary);
+        let new_pools = supervisor.build_pools(&config, &old_pools, &mut summary);
+        // A test holds the reload here, with the old pools' state read and the new pools not
+        // yet in force: what lands on an old pool now is lost.
+        #[cfg(test)]
+        let _gate = supervisor.wait_for_build_gate();
         let total_old: usize = old_pools.iter().map(|p| p.backends.len()).sum();
         summary.removed = total_old.saturating_sub(summary.kept);
         let tasks: Vec<_> = new_pools
@@ -113,30 +87,21 @@ impl Shared {
             .filter(|p| p.config.source.is_dynamic())
             .map(|p| &*p.name)
             .collect();
-        self.restart_membership(&new_pools, &had_members);
-        self.restart_fleet(&config);
-        self.pools.store(Arc::new(new_pools));
-        drop(swap);
-        let old_tasks = std::mem::replace(&mut *lock(&self.pool_tasks), tasks);
+        self.restart_membership(supervisor, &new_pools, &had_members);
+        self.restart_fleet(supervisor, &config);
+        let pools = Arc::new(new_pools);
+        supervisor.publish(|s| s.pools = pools.clone());
+        let old_tasks = std::mem::replace(&mut self.pool_tasks, tasks);
         for (_, tasks) in old_tasks {
             tasks.abort();
         }
-        let pools = self.pools.load_full();
-        let kept_listeners = self.update_listeners(listeners, fresh, &config, &pools, &mut summary);
+        supervisor.update_listeners(&mut self.listeners, fresh, &config, &pools, &mut summary);
+        self.publish_listeners(supervisor);
         let names: Vec<&str> = config.listeners.iter().map(|l| l.name.as_str()).collect();
-        self.access_logs.retain(&names);
-        let mut running = lock(&self.listeners);
-        if *self.shutdown.borrow() {
-            // Shutdown began meanwhile and found none to stop: stop them here.
-            for listener in &kept_listeners {
-                let _ = listener.stop.send(true);
-            }
-        }
-        running.extend(kept_listeners);
-        drop(running);
+        supervisor.access_logs.retain(&names);
         // Switching live would leave the other scope's series in the same families (per-backend
         // ones would not even go away), so the scope stays until the process restarts.
-        let scope = self.metrics.families().scope();
+        let scope = supervisor.metrics.families().scope();
         if HistogramScope::of(&config) != scope {
             tracing::warn!(
                 kept = %scope,
@@ -145,10 +110,14 @@ impl Shared {
             );
         }
         if old_config.alerts != config.alerts {
-            self.restart_alerts(&config);
+            self.restart_alerts(supervisor, &config);
         }
-        self.metrics.families().tls().set_certificates(&config);
-        *lock(&self.config) = Arc::new(config);
+        supervisor
+            .metrics
+            .families()
+            .tls()
+            .set_certificates(&config);
+        supervisor.publish(|s| s.config = Arc::new(config));
         tracing::info!(
             kept = summary.kept,
             added = summary.added,
@@ -160,38 +129,20 @@ impl Shared {
         );
         Ok(summary)
     }
+}
 
-    /// The listeners running now, taken out, and the ones the new config adds, bound: on an
-    /// error the running ones are put back and nothing has changed. Refused once shutdown
-    /// began.
-    fn take_listeners_and_bind(
-        &self,
-        config: &Config,
-    ) -> Result<(Vec<ListenerRt>, Vec<Fresh>), StartError> {
-        let listeners = {
-            let mut running = lock(&self.listeners);
-            // Checked under the listeners' lock, which shutdown takes after raising the flag.
-            if *self.shutdown.borrow() {
-                return Err(StartError::ShuttingDown);
-            }
-            std::mem::take(&mut *running)
-        };
-        // Bind the listeners that are new, before changing anything.
-        let mut fresh = Vec::new();
-        for (index, listener) in config.listeners.iter().enumerate() {
-            if !listeners.iter().any(|l| l.address == listener.address) {
-                match bind_listener(index, listener) {
-                    Ok(socket) => fresh.push((listener.clone(), socket)),
-                    Err(error) => {
-                        *lock(&self.listeners) = listeners;
-                        return Err(error);
-                    }
-                }
-            }
+/// The listeners `config` adds to the `running` ones, bound; on an error nothing has changed.
+fn bind_fresh(running: &[ListenerRt], config: &Config) -> Result<Vec<Fresh>, StartError> {
+    let mut fresh = Vec::new();
+    for (index, listener) in config.listeners.iter().enumerate() {
+        if !running.iter().any(|l| l.address == listener.address) {
+            fresh.push((listener.clone(), bind_listener(index, listener)?));
         }
-        Ok((listeners, fresh))
     }
+    Ok(fresh)
+}
 
+impl Supervisor {
     /// The new pools, each built from the old pool of its name (its backends' health kept),
     /// counting in `summary` the backends kept and added.
     fn build_pools(
@@ -247,20 +198,20 @@ impl Shared {
             .collect()
     }
 
-    /// The running listeners kept (with the new routes, ACME and stapling tasks, and a
+    /// The running `listeners` kept (with the new routes, ACME and stapling tasks, and a
     /// reopened access log: log rotation) or stopped, and the fresh ones started; counted in
     /// `summary`.
     fn update_listeners(
         &self,
-        listeners: Vec<ListenerRt>,
+        listeners: &mut Vec<ListenerRt>,
         fresh: Vec<Fresh>,
         config: &Config,
         pools: &[Arc<PoolRt>],
         summary: &mut ReloadSummary,
-    ) -> Vec<ListenerRt> {
+    ) {
         let pool_handles = super::listener::handles(pools);
         let mut kept_listeners = Vec::new();
-        for listener in listeners {
+        for listener in std::mem::take(listeners) {
             match config
                 .listeners
                 .iter()
@@ -287,7 +238,7 @@ impl Shared {
             kept_listeners.push(self.spawn_listener(&listener, socket, pools));
             summary.listeners_added += 1;
         }
-        kept_listeners
+        *listeners = kept_listeners;
     }
 }
 
