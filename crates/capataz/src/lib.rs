@@ -8,15 +8,13 @@
 pub use capataz_config as config;
 pub use capataz_timefmt as timefmt;
 pub use capataz_tls as tls;
+pub use capataz_upstream::{access_log, balance, body, instruments, upstream};
+// The request path's own pieces the runtime uses too, still not part of its API.
+use capataz_upstream::{atomic_enum, oneshot};
 
-pub mod access_log;
 pub mod acme;
 pub mod admin;
 pub mod alerts;
-mod atomic_enum;
-pub mod balance;
-pub mod body;
-mod budget;
 pub mod ctl;
 pub mod demo;
 pub mod discovery;
@@ -26,11 +24,9 @@ pub mod fleet;
 pub mod handover;
 pub mod health;
 pub mod history;
-pub mod instruments;
 pub mod logging;
 pub mod manual;
 pub mod metrics;
-mod oneshot;
 pub mod prober;
 pub mod proxy;
 pub mod replay;
@@ -41,4 +37,3 @@ pub mod sim;
 pub mod stapling;
 pub mod status;
 pub mod upgrade;
-pub mod upstream;

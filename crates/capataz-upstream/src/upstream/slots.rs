@@ -30,14 +30,14 @@ pub struct Slot {
 impl BackendSlots {
     /// From now on at most `limit` slots are held at once (set once: later calls change
     /// nothing).
-    pub(crate) fn limit(&self, limit: usize) {
+    pub fn limit(&self, limit: usize) {
         let _ = self.0.set(Arc::new(Semaphore::new(
             limit.clamp(1, Semaphore::MAX_PERMITS),
         )));
     }
 
     /// A slot, once one is free; `None` on a connection without a limit (HTTP/1).
-    pub(crate) async fn acquire(&self) -> Option<Slot> {
+    pub async fn acquire(&self) -> Option<Slot> {
         let slots = self.0.get()?.clone();
         // The semaphore is never closed.
         let permit = slots.acquire_owned().await.ok()?;
@@ -46,7 +46,7 @@ impl BackendSlots {
 
     /// A slot if one is free now, without waiting; `None` otherwise (or without a limit).
     /// For a stream with a request body, which must never wait (see the module docs).
-    pub(crate) fn try_acquire(&self) -> Option<Slot> {
+    pub fn try_acquire(&self) -> Option<Slot> {
         let permit = self.0.get()?.clone().try_acquire_owned().ok()?;
         Some(Slot { _permit: permit })
     }

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant, SystemTime};
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{mpsc, Notify};
 
-use crate::config::{AccessLogConfig, ListenerConfig};
 use crate::upstream::{AttemptError, AttemptPhase, Fault};
+use capataz_config::{AccessLogConfig, ListenerConfig};
 
 pub use format::{escape_text, MAX_FIELD};
 

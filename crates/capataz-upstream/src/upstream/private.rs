@@ -73,7 +73,7 @@ impl PrivateIdle {
     /// Keeps up to `capacity` connections (at least [`MAX_PRIVATE`]): as many as the client
     /// connection may have requests in progress at once, so that its requests side by side
     /// do not open and close a backend connection each.
-    pub(crate) fn set_capacity(&self, capacity: usize) {
+    pub fn set_capacity(&self, capacity: usize) {
         self.capacity
             .store(capacity.max(MAX_PRIVATE), Ordering::Relaxed);
     }

@@ -22,7 +22,8 @@ pub struct TrafficRing {
 }
 
 impl TrafficRing {
-    pub(crate) fn push(&self, outcome: Outcome) {
+    /// Records one outcome, overwriting the oldest once the ring is full.
+    pub fn push(&self, outcome: Outcome) {
         let code = match outcome {
             Outcome::Status(code) => u32::from(code),
             Outcome::Timeout => 1001,
@@ -99,10 +100,10 @@ pub struct BackendRt {
     /// Recent traffic outcomes.
     pub traffic: TrafficRing,
     /// Its metric handles.
-    pub(crate) metrics: BackendMetrics,
+    pub metrics: BackendMetrics,
     /// The engine's `needs_traffic` for it as of the engine's last change: when false, good
     /// responses need not reach the engine.
-    pub(crate) watched: AtomicBool,
+    pub watched: AtomicBool,
     /// Its latencies over the current window, when its pool detects latency outliers (boxed:
     /// 640 bytes that a backend of any other pool does not carry).
     pub latency: Option<Box<LatencyBuckets>>,
@@ -116,7 +117,7 @@ pub struct BackendRt {
     /// whose backend had it before a reload: `None` otherwise, a channel a backend of any
     /// other pool does not carry); each tunnel to it holds a receiver. Shared with the same
     /// backend across a reload.
-    pub(crate) tunnels: Option<Arc<tokio::sync::watch::Sender<u64>>>,
+    pub tunnels: Option<Arc<tokio::sync::watch::Sender<u64>>>,
 }
 
 impl BackendRt {
@@ -124,7 +125,7 @@ impl BackendRt {
     /// its metrics, in its latency totals, and in its latency window when its pool detects
     /// latency outliers.
     #[inline]
-    pub(crate) fn answered(&self, status: u16, elapsed: Duration) {
+    pub fn answered(&self, status: u16, elapsed: Duration) {
         self.metrics.answered(status, elapsed);
         self.latency_totals.record(elapsed);
         if let Some(latency) = &self.latency {
@@ -139,7 +140,7 @@ impl BackendRt {
     }
 
     /// Closes its upgraded connections that watch for it, and returns how many watched.
-    pub(crate) fn close_tunnels(&self) -> usize {
+    pub fn close_tunnels(&self) -> usize {
         let Some(tunnels) = &self.tunnels else {
             return 0;
         };

@@ -8,7 +8,6 @@ use std::fmt::Write as _;
 use serde_json::{json, Value};
 
 use super::AccessRecord;
-use crate::timefmt;
 
 /// The most bytes kept of a client-controlled field (target, method, headers, SNI); a longer
 /// one is cut (at a character boundary) and ends with [`TRUNCATED`].
@@ -73,7 +72,7 @@ pub(super) fn text(out: &mut String, listener: &str, record: &AccessRecord) {
         out,
         "{} - - [{}] \"",
         record.client.ip(),
-        timefmt::rfc3339(record.time)
+        capataz_timefmt::rfc3339(record.time)
     );
     escape_text(out, &record.method);
     out.push(' ');
@@ -119,7 +118,7 @@ pub(super) fn text(out: &mut String, listener: &str, record: &AccessRecord) {
 /// Appends the JSON line of `record` (with its newline) to `out`.
 pub(super) fn json(out: &mut String, listener: &str, record: &AccessRecord) {
     let value: Value = json!({
-        "time": timefmt::rfc3339(record.time),
+        "time": capataz_timefmt::rfc3339(record.time),
         "listener": listener,
         "client": record.client.ip().to_string(),
         "client_port": record.client.port(),

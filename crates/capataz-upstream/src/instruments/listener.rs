@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use http::Method;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
 
 use super::{ClientRequestLabels, Families, ListenerLabels, Timing};
 
@@ -37,14 +39,14 @@ const CELLS: usize = METHODS.len() * STATUS_CLASSES.len() * ANSWERERS.len();
 /// A request's method as counted: the common ones by name, any other (extension methods,
 /// `CONNECT`, `TRACE`, or none readable) as `other`, so hostile methods cannot grow the series.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct MethodClass(usize);
+pub struct MethodClass(usize);
 
 impl MethodClass {
     /// A request hyper refused before its method could be read.
-    pub(crate) const OTHER: MethodClass = MethodClass(METHODS.len() - 1);
+    pub const OTHER: MethodClass = MethodClass(METHODS.len() - 1);
 
     /// The class of `method`.
-    pub(crate) fn of(method: &Method) -> MethodClass {
+    pub fn of(method: &Method) -> MethodClass {
         let index = match *method {
             Method::GET => 0,
             Method::HEAD => 1,
@@ -61,7 +63,7 @@ impl MethodClass {
 
 /// Who wrote the answer a client got.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum AnsweredBy {
+pub enum AnsweredBy {
     /// The backend's answer, relayed.
     Backend = 0,
     /// capataz's own: a request it refused (400, 404, 408, 431), or a backend it could not get
@@ -72,7 +74,7 @@ pub(crate) enum AnsweredBy {
 /// One listener's handles. Shared by its `Proxy` (and every `Proxy` a reload builds for it
 /// under the same name: they get the same counters) and by its client connections.
 #[derive(Debug)]
-pub(crate) struct ListenerMetrics {
+pub struct ListenerMetrics {
     families: Families,
     listener: String,
     accepted: Counter,
@@ -83,44 +85,128 @@ pub(crate) struct ListenerMetrics {
     duration: Timing,
 }
 
+/// The client side's families, registered first (in the order a scrape shows them): requests
+/// answered, their durations, connections and bytes per listener, and the access log's drops.
+#[derive(Clone, Debug)]
+pub(super) struct ClientFamilies {
+    requests: Family<ClientRequestLabels, Counter>,
+    duration: Family<ListenerLabels, Timing>,
+    accepted: Family<ListenerLabels, Counter>,
+    open: Family<ListenerLabels, Gauge>,
+    parked: Family<ListenerLabels, Gauge>,
+    received: Family<ListenerLabels, Counter>,
+    sent: Family<ListenerLabels, Counter>,
+    pub(super) access_log_dropped: Family<ListenerLabels, Counter>,
+}
+
+impl ClientFamilies {
+    /// Registers the client side's families into `registry`.
+    pub(super) fn register(registry: &mut Registry) -> ClientFamilies {
+        let requests = Family::default();
+        registry.register(
+            "capataz_client_requests",
+            "Client requests answered, by listener, route, method, status class and who wrote \
+             the answer (the backend, or capataz itself)",
+            requests.clone(),
+        );
+        let duration = Family::default();
+        registry.register_with_unit(
+            "capataz_client_request_duration",
+            "Time from a client request's head to the end of its answer, per listener",
+            Unit::Seconds,
+            duration.clone(),
+        );
+        let accepted = Family::default();
+        registry.register(
+            "capataz_client_connections_accepted",
+            "Client connections accepted",
+            accepted.clone(),
+        );
+        let open = Family::default();
+        registry.register(
+            "capataz_client_connections_open",
+            "Client connections open now",
+            open.clone(),
+        );
+        let parked = Family::default();
+        registry.register(
+            "capataz_client_connections_parked",
+            "Client connections parked now: HTTP/1 keep-alive connections quiet between requests, \
+             holding only their socket",
+            parked.clone(),
+        );
+        let received = Family::default();
+        registry.register_with_unit(
+            "capataz_client_received",
+            "Bytes read from client connections (heads, bodies and upgraded streams)",
+            Unit::Bytes,
+            received.clone(),
+        );
+        let sent = Family::default();
+        registry.register_with_unit(
+            "capataz_client_sent",
+            "Bytes written to client connections (heads, bodies and upgraded streams)",
+            Unit::Bytes,
+            sent.clone(),
+        );
+        let access_log_dropped = Family::default();
+        registry.register(
+            "capataz_access_log_dropped",
+            "Access log lines dropped: the log's buffer was full, or its file could not be \
+             written",
+            access_log_dropped.clone(),
+        );
+        ClientFamilies {
+            requests,
+            duration,
+            accepted,
+            open,
+            parked,
+            received,
+            sent,
+            access_log_dropped,
+        }
+    }
+}
+
 impl Families {
     /// The handles of listener `listener`; the same name gets the same series.
-    pub(crate) fn listener(&self, listener: &str) -> Arc<ListenerMetrics> {
+    pub fn listener(&self, listener: &str) -> Arc<ListenerMetrics> {
         let labels = ListenerLabels {
             listener: listener.into(),
         };
         Arc::new(ListenerMetrics {
             families: self.clone(),
             listener: listener.into(),
-            accepted: self.connections_accepted.get_or_create_owned(&labels),
-            open: self.connections_open.get_or_create_owned(&labels),
-            parked_now: self.connections_parked.get_or_create_owned(&labels),
-            received: self.received_bytes.get_or_create_owned(&labels),
-            sent: self.sent_bytes.get_or_create_owned(&labels),
-            duration: self.request_duration.get_or_create_owned(&labels),
+            accepted: self.client.accepted.get_or_create_owned(&labels),
+            open: self.client.open.get_or_create_owned(&labels),
+            parked_now: self.client.parked.get_or_create_owned(&labels),
+            received: self.client.received.get_or_create_owned(&labels),
+            sent: self.client.sent.get_or_create_owned(&labels),
+            duration: self.client.duration.get_or_create_owned(&labels),
         })
     }
 }
 
 impl ListenerMetrics {
     /// The balancer's count of parked client connections (see `downstream/mod.rs`).
-    pub(crate) fn parked(&self) -> &std::sync::atomic::AtomicUsize {
+    pub fn parked(&self) -> &std::sync::atomic::AtomicUsize {
         self.families.parked()
     }
 
     /// This listener's gauge of parked client connections.
-    pub(crate) fn parked_now(&self) -> &Gauge {
+    pub fn parked_now(&self) -> &Gauge {
         &self.parked_now
     }
 
     /// The balancer's count of client connections parked, ever.
-    pub(crate) fn parks(&self) -> &std::sync::atomic::AtomicU64 {
+    pub fn parks(&self) -> &std::sync::atomic::AtomicU64 {
         self.families.parks()
     }
 
     /// The request counters of the route `route` (its host and path prefix, as written in the
     /// `route` label) to pool `pool`; `route` and `pool` empty for requests no route took.
-    pub(crate) fn route(&self, route: &str, pool: &str) -> RouteMetrics {
+    pub fn route(&self, route: &str, pool: &str) -> RouteMetrics {
         RouteMetrics {
             families: self.families.clone(),
             listener: self.listener.clone(),
@@ -131,14 +217,14 @@ impl ListenerMetrics {
     }
 
     /// Counts a client connection accepted; it counts as open until the guard is dropped.
-    pub(crate) fn connection(self: &Arc<Self>) -> OpenConnection {
+    pub fn connection(self: &Arc<Self>) -> OpenConnection {
         self.accepted.inc();
         self.open.inc();
         OpenConnection(self.clone())
     }
 
     /// Adds bytes received from and sent to clients.
-    pub(crate) fn add_bytes(&self, received: u64, sent: u64) {
+    pub fn add_bytes(&self, received: u64, sent: u64) {
         if received > 0 {
             self.received.inc_by(received);
         }
@@ -148,18 +234,18 @@ impl ListenerMetrics {
     }
 
     /// Counts one request's duration, from its head to the end of its answer.
-    pub(crate) fn request_took(&self, elapsed: Duration) {
+    pub fn request_took(&self, elapsed: Duration) {
         self.duration.observe(elapsed);
     }
 }
 
 /// A client connection counted as open, until dropped.
 #[derive(Debug)]
-pub(crate) struct OpenConnection(Arc<ListenerMetrics>);
+pub struct OpenConnection(Arc<ListenerMetrics>);
 
 impl OpenConnection {
     /// The listener's handles.
-    pub(crate) fn listener(&self) -> &Arc<ListenerMetrics> {
+    pub fn listener(&self) -> &Arc<ListenerMetrics> {
         &self.0
     }
 }
@@ -173,7 +259,7 @@ impl Drop for OpenConnection {
 /// One route's request counters (or a listener's unrouted requests'), one cell per method,
 /// status class and answerer, each created on first use.
 #[derive(Debug)]
-pub(crate) struct RouteMetrics {
+pub struct RouteMetrics {
     families: Families,
     listener: String,
     route: String,
@@ -183,7 +269,7 @@ pub(crate) struct RouteMetrics {
 
 impl RouteMetrics {
     /// Counts one answer with `status` to a request with `method`, written by `by`.
-    pub(crate) fn answered(&self, method: MethodClass, status: u16, by: AnsweredBy) {
+    pub fn answered(&self, method: MethodClass, status: u16, by: AnsweredBy) {
         let class = match status / 100 {
             hundreds @ 1..=5 => usize::from(hundreds) - 1,
             _ => STATUS_CLASSES.len() - 1,
@@ -192,7 +278,8 @@ impl RouteMetrics {
         self.cells[cell]
             .get_or_init(|| {
                 self.families
-                    .client_requests
+                    .client
+                    .requests
                     .get_or_create_owned(&ClientRequestLabels {
                         listener: self.listener.clone(),
                         route: self.route.clone(),

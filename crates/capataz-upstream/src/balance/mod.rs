@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use capataz_health::rotation::OnBackups;
 use capataz_health::{AllDown, Eligible};
 
-use crate::config::Algorithm;
+use capataz_config::Algorithm;
 
 mod backend;
 mod handle;

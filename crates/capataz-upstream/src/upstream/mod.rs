@@ -33,8 +33,8 @@ mod slots;
 pub mod transport;
 
 pub use error::{AttemptError, AttemptPhase, Fault};
-pub(crate) use exchange::{exchange, ExchangeError, ExchangeTimeouts, Outgoing};
-pub(crate) use h2::{classify as classify_h2, exchange_h2, H2Failure, Phase};
+pub use exchange::{exchange, ExchangeError, ExchangeTimeouts, Outgoing};
+pub use h2::{classify as classify_h2, exchange_h2, H2Failure, Phase};
 pub use h2::{H2Body, H2Conns};
 pub use private::{PrivateIdle, MAX_PRIVATE};
 pub(crate) use response::ResponseStream;
@@ -45,8 +45,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
-use crate::tls::client::Connector;
 use capataz_proxy_protocol::Version as ProxyVersion;
+use capataz_tls::client::Connector;
 
 /// The client a request comes from, as a PROXY protocol header to a backend names it: its
 /// address and the address it connected to; `None` for no client (a `LOCAL` header).
@@ -62,10 +62,11 @@ pub(crate) const READ_SIZE: usize = 8192;
 const FIRST_READ: usize = 2048;
 
 /// A connection ready to carry one request.
-pub(crate) struct Conn {
-    pub(crate) stream: BackendStream,
+pub struct Conn {
+    /// The connection (TCP or TLS).
+    pub stream: BackendStream,
     /// Whether it came from the idle set (it may have been closed by the backend meanwhile).
-    pub(crate) reused: bool,
+    pub reused: bool,
 }
 
 /// The keep-alive connections to one backend.
@@ -153,7 +154,7 @@ impl Upstream {
     /// backend's shared set. `now` is the caller's reading of the clock, to judge idle time
     /// without another. `client` (source, destination) is what a PROXY protocol header on a
     /// fresh connection names, when the pool sends one.
-    pub(crate) async fn acquire(
+    pub async fn acquire(
         &self,
         now: Instant,
         private: Option<&PrivateIdle>,
@@ -174,7 +175,7 @@ impl Upstream {
 
     /// A fresh connection, never a pooled one; it starts with a PROXY protocol header naming
     /// `client` when the pool sends one.
-    pub(crate) async fn connect(&self, client: ClientAddrs) -> Result<Conn, AttemptError> {
+    pub async fn connect(&self, client: ClientAddrs) -> Result<Conn, AttemptError> {
         let started = tokio::time::Instant::now();
         let mut tcp = self.connect_tcp().await?;
         if let Some(version) = self.send_proxy {

@@ -5,6 +5,7 @@
 //! ordered as declared) and its cell, with the atomic operations the states need.
 
 /// Declares `enum $name { ... }` and `struct $cell`, the enum in an `AtomicU8`.
+#[macro_export]
 macro_rules! atomic_enum {
     (
         $(#[$meta:meta])*
@@ -85,7 +86,7 @@ macro_rules! atomic_enum {
     };
 }
 
-pub(crate) use atomic_enum;
+pub use crate::atomic_enum;
 
 #[cfg(test)]
 mod tests {

@@ -151,11 +151,7 @@ pub struct Lease {
 impl Lease {
     /// Takes an in-flight slot on backend `index` of `pool`; a reusable connection goes back
     /// to `private` if given, else to the backend's shared set.
-    pub(crate) fn new(
-        pool: Arc<PoolHandle>,
-        index: usize,
-        private: Option<Arc<PrivateIdle>>,
-    ) -> Lease {
+    pub fn new(pool: Arc<PoolHandle>, index: usize, private: Option<Arc<PrivateIdle>>) -> Lease {
         pool.backends[index]
             .in_flight
             .fetch_add(1, Ordering::Relaxed);
@@ -172,12 +168,12 @@ impl Lease {
     }
 
     /// Holds `slot` (the client connection's, see `upstream::slots`) until the lease ends.
-    pub(crate) fn hold(&mut self, slot: Option<Slot>) {
+    pub fn hold(&mut self, slot: Option<Slot>) {
         self._slot = slot;
     }
 
     /// The client connection's own idle set, under the private reuse policy.
-    pub(crate) fn private(&self) -> Option<&PrivateIdle> {
+    pub fn private(&self) -> Option<&PrivateIdle> {
         self.private.as_deref()
     }
 
@@ -189,12 +185,12 @@ impl Lease {
 
     /// Reports `answer` for the backend when the lease ends: as is if the body ended whole or
     /// the client went away, as the failure's outcome if the body failed.
-    pub(crate) fn judge_at_end(&mut self, answer: Outcome) {
+    pub fn judge_at_end(&mut self, answer: Outcome) {
         self.verdict = Some(answer);
     }
 
     /// Notes that the answer's head came `latency` after the request was sent.
-    pub(crate) fn answered_after(&mut self, latency: Duration) {
+    pub fn answered_after(&mut self, latency: Duration) {
         self.latency = Some(latency);
     }
 }
@@ -315,7 +311,7 @@ impl RespBody {
     /// the backend's idle set if it is reusable; `answered_at` is when the head arrived. A body
     /// the backend sends nothing of for `body_idle` fails as stalled.
     #[inline]
-    pub(crate) fn upstream(
+    pub fn upstream(
         stream: BackendStream,
         buf: BytesMut,
         framing: Framing,
@@ -427,7 +423,7 @@ impl UpstreamBody {
 
 /// What a gRPC answer's body still decides: the call's status, from its trailers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Grpc {
+pub enum Grpc {
     /// Not a gRPC answer (or its status came in the head): judged as it stands.
     No,
     /// A gRPC answer whose `grpc-status` is still to come, in the trailers.
@@ -459,7 +455,7 @@ pub struct H2RespBody {
 impl RespBody {
     /// The body of an HTTP/2 backend's answer; `grpc` says whether a `grpc-status` is still
     /// to come in its trailers. The lease was told the answer's outcome as of its head.
-    pub(crate) fn h2(inner: Incoming, lease: Lease, grpc: Grpc, body_idle: Duration) -> RespBody {
+    pub fn h2(inner: Incoming, lease: Lease, grpc: Grpc, body_idle: Duration) -> RespBody {
         let mut body = H2RespBody {
             inner,
             lease: Some(lease),
@@ -480,7 +476,7 @@ impl RespBody {
 
 /// The `grpc-status` of a head or trailers, if there is one: a value that is not a number
 /// within 0-255 is UNKNOWN (2), as gRPC clients read it.
-pub(crate) fn grpc_status(headers: &http::HeaderMap) -> Option<u8> {
+pub fn grpc_status(headers: &http::HeaderMap) -> Option<u8> {
     let value = headers.get("grpc-status")?;
     Some(capataz_health::parse_grpc_status(value.as_bytes()).unwrap_or(2))
 }
@@ -587,7 +583,7 @@ impl RespBody {
     /// How long a client may leave this body's next frame untaken (HTTP/2 streams, see
     /// `downstream/stall.rs`): its pool's `timeouts.body_idle` while it holds a backend's answer,
     /// `None` for capataz's own.
-    pub(crate) fn client_idle(&self) -> Option<Duration> {
+    pub fn client_idle(&self) -> Option<Duration> {
         match self {
             RespBody::Upstream(body) => Some(body.inner.body_idle()),
             RespBody::H2(body) => Some(body.body_idle),

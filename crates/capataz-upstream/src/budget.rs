@@ -20,7 +20,7 @@ pub(crate) const WINDOW: Duration = Duration::from_secs(10);
 
 /// One pool's retry budget.
 #[derive(Debug)]
-pub(crate) struct RetryBudget {
+pub struct RetryBudget {
     /// Saved retries, in thousandths; may exceed the cap until the next spend clamps it.
     milli: AtomicI64,
     /// Thousandths of a retry each request earns.
@@ -63,7 +63,7 @@ impl RetryBudget {
     }
 
     /// Counts one request towards the budget.
-    pub(crate) fn on_request(&self) {
+    pub fn on_request(&self) {
         self.requests.fetch_add(1, Ordering::Relaxed);
         if self.per_request > 0 {
             self.milli.fetch_add(self.per_request, Ordering::Relaxed);
@@ -71,7 +71,7 @@ impl RetryBudget {
     }
 
     /// Spends one retry if the budget has one.
-    pub(crate) fn try_spend(&self) -> bool {
+    pub fn try_spend(&self) -> bool {
         self.try_spend_at(Instant::now())
     }
 

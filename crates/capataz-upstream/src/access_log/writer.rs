@@ -16,7 +16,7 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{mpsc, Notify};
 
 use super::{format, AccessRecord, Progress};
-use crate::config::{AccessLogConfig, AccessLogFormat, AccessLogTarget};
+use capataz_config::{AccessLogConfig, AccessLogFormat, AccessLogTarget};
 
 /// The most records formatted into one batch (one write).
 const MAX_BATCH: usize = 1024;

@@ -9,9 +9,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::config::Config;
-use crate::tls::acme::AcmeSettings;
-use crate::tls::FAILURE_REASONS;
+use capataz_config::Config;
+use capataz_tls::acme::AcmeSettings;
+use capataz_tls::FAILURE_REASONS;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HandshakeLabels {

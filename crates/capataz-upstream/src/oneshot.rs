@@ -22,7 +22,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 /// Why a step of an exchange failed.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum Error {
+pub enum Error {
     /// The TCP connection could not be made.
     #[error("connecting: {0}")]
     Connect(#[source] std::io::Error),
@@ -53,30 +53,30 @@ pub(crate) enum Error {
 }
 
 /// What a TLS connection needs: the rustls configuration and the name to send and verify.
-pub(crate) struct Tls {
+pub struct Tls {
     /// The client configuration (roots, client certificate, versions).
-    pub(crate) config: Arc<rustls::ClientConfig>,
+    pub config: Arc<rustls::ClientConfig>,
     /// The server name (SNI, and the name its certificate must carry).
-    pub(crate) name: ServerName<'static>,
+    pub name: ServerName<'static>,
 }
 
 /// A client connection: the request sender, its driver task aborted when this is dropped
 /// (so an exchange given up, by its deadline or its caller, leaves nothing running).
-pub(crate) struct Connection<B> {
+pub struct Connection<B> {
     sender: http1::SendRequest<B>,
     peer: Option<SocketAddr>,
     _driver: AbortOnDropHandle<()>,
 }
 
 /// A TCP connection to `to` (each address it resolves to, in turn), `TCP_NODELAY` set.
-pub(crate) async fn tcp(to: impl ToSocketAddrs) -> Result<TcpStream, Error> {
+pub async fn tcp(to: impl ToSocketAddrs) -> Result<TcpStream, Error> {
     let stream = TcpStream::connect(to).await.map_err(Error::Connect)?;
     let _ = stream.set_nodelay(true);
     Ok(stream)
 }
 
 /// TLS over `tcp` with `tls`.
-pub(crate) async fn tls(
+pub async fn tls(
     tcp: TcpStream,
     tls: Tls,
 ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, Error> {
@@ -87,7 +87,7 @@ pub(crate) async fn tls(
 }
 
 /// A connection to `to`, over TLS when `tls` is given, made before `by`.
-pub(crate) async fn connect<B>(
+pub async fn connect<B>(
     to: impl ToSocketAddrs,
     tls: Option<Tls>,
     by: Instant,
@@ -116,7 +116,7 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     /// HTTP/1.1 over a connected `io` (its driver spawned beside).
-    pub(crate) async fn over<T>(io: T) -> Result<Connection<B>, Error>
+    pub async fn over<T>(io: T) -> Result<Connection<B>, Error>
     where
         T: AsyncRead + AsyncWrite + Peer + Unpin + Send + 'static,
     {
@@ -135,17 +135,17 @@ where
     }
 
     /// The address connected to, when known.
-    pub(crate) fn peer(&self) -> Option<SocketAddr> {
+    pub fn peer(&self) -> Option<SocketAddr> {
         self.peer
     }
 
     /// Whether the connection is closed (a keep-alive caller connects again).
-    pub(crate) fn is_closed(&self) -> bool {
+    pub fn is_closed(&self) -> bool {
         self.sender.is_closed()
     }
 
     /// Sends `request` and returns the answer's head, before `by`.
-    pub(crate) async fn send(
+    pub async fn send(
         &mut self,
         request: http::Request<B>,
         by: Instant,
@@ -162,7 +162,7 @@ where
 
 /// `body` whole, at most `limit` bytes, before `by`. A body whose announced length is over
 /// `limit` is refused before any of it is read.
-pub(crate) async fn read_body(body: Incoming, limit: usize, by: Instant) -> Result<Bytes, Error> {
+pub async fn read_body(body: Incoming, limit: usize, by: Instant) -> Result<Bytes, Error> {
     if body.size_hint().lower() > u64::try_from(limit).unwrap_or(u64::MAX) {
         return Err(Error::TooLarge(limit));
     }
@@ -186,7 +186,7 @@ pub(crate) async fn read_body(body: Incoming, limit: usize, by: Instant) -> Resu
 }
 
 /// The address a stream is connected to, for [`Connection::peer`].
-pub(crate) trait Peer {
+pub trait Peer {
     /// The address, when known.
     fn peer(&self) -> Option<SocketAddr>;
 }

@@ -121,7 +121,7 @@ fn tls_negotiated_h2(stream: &tokio_rustls::client::TlsStream<tokio::net::TcpStr
 /// How one HTTP/2 exchange failed.
 // Returned once per failed exchange; boxing the request would cost an allocation for nothing.
 #[allow(clippy::large_enum_variant)]
-pub(crate) enum H2Failure<B> {
+pub enum H2Failure<B> {
     /// Nothing of the request reached the backend: it comes back intact.
     NotSent(Request<B>, AttemptError),
     /// The request was handed to the backend's connection and no usable head came.
@@ -131,7 +131,7 @@ pub(crate) enum H2Failure<B> {
 /// Sends `request` to the backend over its HTTP/2 connection and waits for the response head
 /// within the deadlines (see the module documentation). `B` is the client's body; an error
 /// reading it is the client's fault.
-pub(crate) async fn exchange_h2<B>(
+pub async fn exchange_h2<B>(
     upstream: &Upstream,
     conns: &H2Conns,
     request: Request<B>,
@@ -238,7 +238,7 @@ async fn head_deadline(progress: &Progress, timeouts: ExchangeTimeouts) -> Attem
 
 /// Where a failure happened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Phase {
+pub enum Phase {
     /// Before the response head.
     Head,
     /// While the response body streamed.
@@ -246,7 +246,7 @@ pub(crate) enum Phase {
 }
 
 /// The failure a hyper HTTP/2 client error means, in `phase`.
-pub(crate) fn classify(error: &hyper::Error, phase: Phase) -> AttemptError {
+pub fn classify(error: &hyper::Error, phase: Phase) -> AttemptError {
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {
         if let Some(h2) = cause.downcast_ref::<h2::Error>() {

@@ -24,19 +24,19 @@ use capataz_h1::request::{self, RequestBody};
 
 /// The deadlines of one exchange (see the module documentation).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct ExchangeTimeouts {
+pub struct ExchangeTimeouts {
     /// From the end of the request to the response head.
-    pub(crate) response_header: Duration,
+    pub response_header: Duration,
     /// The longest one write to the backend may wait.
-    pub(crate) body_idle: Duration,
+    pub body_idle: Duration,
     /// The longest wait for the next piece of the client's body.
-    pub(crate) request_body: Duration,
+    pub request_body: Duration,
 }
 
 /// What one exchange sends.
 // Moved once per attempt; boxing the request would cost an allocation for nothing.
 #[allow(clippy::large_enum_variant)]
-pub(crate) enum Outgoing<'a, B> {
+pub enum Outgoing<'a, B> {
     /// A request: its head is encoded into the caller's head buffer, its body streamed.
     Request(Request<B>),
     /// A bodiless request already sent once, to this method: the head buffer holds its head,
@@ -47,7 +47,7 @@ pub(crate) enum Outgoing<'a, B> {
 /// How one exchange failed.
 // Returned once per failed exchange; boxing the request would cost an allocation for nothing.
 #[allow(clippy::large_enum_variant)]
-pub(crate) enum ExchangeError<'a, B> {
+pub enum ExchangeError<'a, B> {
     /// Not a byte of the request was written: it comes back intact.
     NotSent(Outgoing<'a, B>),
     /// The request was written, at least in part, and no usable response head came.
@@ -55,12 +55,12 @@ pub(crate) enum ExchangeError<'a, B> {
 }
 
 /// A response head from a backend, with what is needed to read its body.
-pub(crate) struct Answer<S> {
-    pub(crate) head: ResponseHead,
-    pub(crate) framing: Framing,
-    pub(crate) stream: S,
+pub struct Answer<S> {
+    pub head: ResponseHead,
+    pub framing: Framing,
+    pub stream: S,
     /// What was read past the head: the start of the body (or of an upgraded stream).
-    pub(crate) buf: BytesMut,
+    pub buf: BytesMut,
 }
 
 /// Sends `outgoing` on `stream` and reads the response head, skipping interim (1xx) answers
@@ -74,7 +74,7 @@ pub(crate) struct Answer<S> {
 ///
 /// Any [`Transport`] carries it (TCP in the balancer); `B` is the client's body (an error
 /// reading it is the client's fault).
-pub(crate) async fn exchange<'a, S, B>(
+pub async fn exchange<'a, S, B>(
     mut stream: S,
     outgoing: Outgoing<'a, B>,
     head_bytes: &mut Vec<u8>,

@@ -20,7 +20,7 @@ pub(super) const CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "error
 impl Families {
     /// The handles of pool `pool`; a pool rebuilt under the same name gets the same counters
     /// and histograms.
-    pub(crate) fn pool(&self, pool: &str) -> PoolMetrics {
+    pub fn pool(&self, pool: &str) -> PoolMetrics {
         let labels = PoolLabels { pool: pool.into() };
         let shared = match self.scope {
             HistogramScope::Pool => Some(self.latency(&HistogramLabels {
@@ -57,7 +57,7 @@ struct LatencyHistograms {
 
 /// One pool's metric handles, resolved once when the pool is built.
 #[derive(Debug)]
-pub(crate) struct PoolMetrics {
+pub struct PoolMetrics {
     /// The families its backends' handles come from.
     families: Families,
     pool: Arc<str>,
@@ -71,7 +71,7 @@ pub(crate) struct PoolMetrics {
 impl PoolMetrics {
     /// The handles of this pool's backend `backend`; a backend rebuilt under the same names
     /// gets the same counters.
-    pub(crate) fn backend(&self, backend: &Arc<str>) -> BackendMetrics {
+    pub fn backend(&self, backend: &Arc<str>) -> BackendMetrics {
         let latency = match &self.shared {
             Some(shared) => shared.clone(),
             None => self.families.latency(&HistogramLabels {
@@ -86,12 +86,12 @@ impl PoolMetrics {
     }
 
     /// Counts one retry.
-    pub(crate) fn retry(&self) {
+    pub fn retry(&self) {
         self.retries.inc();
     }
 
     /// Counts one request the pool answered 503 for lack of a backend.
-    pub(crate) fn reject(&self) {
+    pub fn reject(&self) {
         self.rejected.inc();
     }
 }
@@ -99,14 +99,14 @@ impl PoolMetrics {
 /// One backend's metric handles, resolved once when the backend is built: its counters (see
 /// `counters.rs`) and the latency histograms it observes into.
 #[derive(Debug)]
-pub(crate) struct BackendMetrics {
+pub struct BackendMetrics {
     pub(super) counts: Arc<Counts>,
     latency: LatencyHistograms,
 }
 
 impl BackendMetrics {
     /// Counts an attempt the backend answered with `status`, `elapsed` after it was sent.
-    pub(crate) fn answered(&self, status: u16, elapsed: Duration) {
+    pub fn answered(&self, status: u16, elapsed: Duration) {
         self.counts.requests[class_index(status)].fetch_add(1, Ordering::Relaxed);
         self.latency
             .upstream_response
@@ -123,12 +123,12 @@ impl BackendMetrics {
     }
 
     /// Counts an attempt that got no answer: no connection, a reset, a timeout, or garbage.
-    pub(crate) fn unanswered(&self) {
+    pub fn unanswered(&self) {
         self.counts.requests[CLASSES.len() - 1].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts one probe and how long it took.
-    pub(crate) fn probe(&self, result: ProbeResult, latency: Duration) {
+    pub fn probe(&self, result: ProbeResult, latency: Duration) {
         match result {
             ProbeResult::Pass => self.counts.probes[0].fetch_add(1, Ordering::Relaxed),
             ProbeResult::Fail => self.counts.probes[1].fetch_add(1, Ordering::Relaxed),
@@ -142,7 +142,7 @@ impl BackendMetrics {
     }
 
     /// Counts one verdict change, and an ejection when passive checks caused it.
-    pub(crate) fn transition(&self, transition: &Transition) {
+    pub fn transition(&self, transition: &Transition) {
         let to = match transition.to {
             State::Up => 0,
             State::Down => 1,

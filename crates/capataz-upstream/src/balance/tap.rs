@@ -73,7 +73,7 @@ impl Tap {
 
     /// Hands `what` of `backend` to the recorders, if any listen.
     #[inline]
-    pub(crate) fn record(&self, backend: usize, what: Recorded) {
+    pub fn record(&self, backend: usize, what: Recorded) {
         if !self.on() {
             return;
         }

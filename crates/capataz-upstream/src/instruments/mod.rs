@@ -10,7 +10,7 @@
 //! builds, hashes or looks up a label set.
 //!
 //! Registered, not global: a balancer makes one [`Families`] with [`Families::register`] into
-//! its own `Registry` (which `crate::metrics` exposes), and every pool it builds takes its
+//! its own `Registry` (which the runtime's `metrics` exposes), and every pool it builds takes its
 //! handles from there. Two balancers in one process share nothing; a reload rebuilds the pools
 //! from the same `Families`, asks for the same label sets and gets the same counters back, so
 //! series continue.
@@ -50,15 +50,15 @@ use std::sync::Arc;
 use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::config::Config;
+use capataz_config::Config;
 
 use counters::BackendCounters;
-pub(crate) use handles::{BackendMetrics, PoolMetrics};
-pub(crate) use listener::{AnsweredBy, ListenerMetrics, MethodClass, OpenConnection, RouteMetrics};
+pub use handles::{BackendMetrics, PoolMetrics};
+use listener::ClientFamilies;
+pub use listener::{AnsweredBy, ListenerMetrics, MethodClass, OpenConnection, RouteMetrics};
 pub(crate) use timing::Timing;
 
 mod counters;
@@ -199,14 +199,8 @@ pub struct Families {
     retries: Family<PoolLabels, Counter>,
     rejected: Family<PoolLabels, Counter>,
     probe_duration: Latencies,
-    client_requests: Family<ClientRequestLabels, Counter>,
-    request_duration: Family<ListenerLabels, Timing>,
-    connections_accepted: Family<ListenerLabels, Counter>,
-    connections_open: Family<ListenerLabels, Gauge>,
-    connections_parked: Family<ListenerLabels, Gauge>,
-    received_bytes: Family<ListenerLabels, Counter>,
-    sent_bytes: Family<ListenerLabels, Counter>,
-    access_log_dropped: Family<ListenerLabels, Counter>,
+    /// The client side's families (`capataz_client_*`, `capataz_access_log_dropped`).
+    client: ClientFamilies,
     tls: TlsFamilies,
     /// Client connections parked now (HTTP/1 between requests, hyper's state released; see
     /// `downstream/mod.rs`), balancer-wide, for the tests (`Balancer::parked_connections`); per
@@ -220,60 +214,7 @@ impl Families {
     /// Registers every family into `registry` (in the order a scrape shows them), with latency
     /// histograms labelled as `scope` says.
     pub fn register(registry: &mut Registry, scope: HistogramScope) -> Families {
-        let client_requests = Family::default();
-        registry.register(
-            "capataz_client_requests",
-            "Client requests answered, by listener, route, method, status class and who wrote \
-             the answer (the backend, or capataz itself)",
-            client_requests.clone(),
-        );
-        let request_duration = Family::default();
-        registry.register_with_unit(
-            "capataz_client_request_duration",
-            "Time from a client request's head to the end of its answer, per listener",
-            Unit::Seconds,
-            request_duration.clone(),
-        );
-        let connections_accepted = Family::default();
-        registry.register(
-            "capataz_client_connections_accepted",
-            "Client connections accepted",
-            connections_accepted.clone(),
-        );
-        let connections_open = Family::default();
-        registry.register(
-            "capataz_client_connections_open",
-            "Client connections open now",
-            connections_open.clone(),
-        );
-        let connections_parked = Family::default();
-        registry.register(
-            "capataz_client_connections_parked",
-            "Client connections parked now: HTTP/1 keep-alive connections quiet between requests, \
-             holding only their socket",
-            connections_parked.clone(),
-        );
-        let received_bytes = Family::default();
-        registry.register_with_unit(
-            "capataz_client_received",
-            "Bytes read from client connections (heads, bodies and upgraded streams)",
-            Unit::Bytes,
-            received_bytes.clone(),
-        );
-        let sent_bytes = Family::default();
-        registry.register_with_unit(
-            "capataz_client_sent",
-            "Bytes written to client connections (heads, bodies and upgraded streams)",
-            Unit::Bytes,
-            sent_bytes.clone(),
-        );
-        let access_log_dropped = Family::default();
-        registry.register(
-            "capataz_access_log_dropped",
-            "Access log lines dropped: the log's buffer was full, or its file could not be \
-             written",
-            access_log_dropped.clone(),
-        );
+        let client = ClientFamilies::register(registry);
         let counters = BackendCounters::default();
         registry.register(
             "capataz_requests",
@@ -335,32 +276,26 @@ impl Families {
             retries,
             rejected,
             probe_duration,
-            client_requests,
-            request_duration,
-            connections_accepted,
-            connections_open,
-            connections_parked,
-            received_bytes,
-            sent_bytes,
-            access_log_dropped,
+            client,
             parked: Arc::default(),
             parks: Arc::default(),
         }
     }
 
     /// Client connections parked now (see `downstream/mod.rs`).
-    pub(crate) fn parked(&self) -> &std::sync::atomic::AtomicUsize {
+    pub fn parked(&self) -> &std::sync::atomic::AtomicUsize {
         &self.parked
     }
 
     /// Times a client connection was parked (see `downstream/mod.rs`).
-    pub(crate) fn parks(&self) -> &std::sync::atomic::AtomicU64 {
+    pub fn parks(&self) -> &std::sync::atomic::AtomicU64 {
         &self.parks
     }
 
     /// The counter of access log lines listener `listener` dropped.
-    pub(crate) fn access_log_dropped(&self, listener: &str) -> Counter {
-        self.access_log_dropped
+    pub fn access_log_dropped(&self, listener: &str) -> Counter {
+        self.client
+            .access_log_dropped
             .get_or_create_owned(&ListenerLabels {
                 listener: listener.into(),
             })

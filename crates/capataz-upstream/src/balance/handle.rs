@@ -18,8 +18,8 @@ use capataz_health::{Eligible, LoadShedding, Outcome, TrafficResult, TrafficRule
 use super::tap::{Recorded, Tap};
 use super::{BackendRt, Snapshot};
 use crate::budget::RetryBudget;
-use crate::config::PoolConfig;
 use crate::instruments::PoolMetrics;
+use capataz_config::PoolConfig;
 
 /// Where traffic outcomes that need the engine go: the health runtime of the pool.
 pub trait TrafficSink: Send + Sync {
@@ -41,12 +41,12 @@ pub struct PoolHandle {
     /// Its backends, in configuration order (the engine's indexes).
     pub backends: Vec<Arc<BackendRt>>,
     /// Its metric handles.
-    pub(crate) metrics: PoolMetrics,
+    pub metrics: PoolMetrics,
     snapshot: ArcSwap<Snapshot>,
     /// The shared round-robin cursor.
-    pub(crate) cursor: AtomicUsize,
+    pub cursor: AtomicUsize,
     /// The retry budget.
-    pub(crate) budget: RetryBudget,
+    pub budget: RetryBudget,
     traffic_rule: TrafficRule,
     /// The engine's load-shedding rule (`None`: shedding answers are judged as traffic).
     load_shedding: Option<LoadShedding>,
@@ -69,7 +69,7 @@ impl PoolHandle {
     /// A handle over `backends` for `config`, with an empty snapshot (the health runtime
     /// publishes the first one), judging answers by the engine's `rules` (its traffic rule and
     /// load-shedding rule); outcomes the fast path cannot settle go to `health`.
-    pub(crate) fn new(
+    pub fn new(
         config: PoolConfig,
         backends: Vec<Arc<BackendRt>>,
         metrics: PoolMetrics,
@@ -101,7 +101,7 @@ impl PoolHandle {
     /// Replaces the snapshot with one built from what the engine decided, unless the current
     /// one says the same already (the health runtime's publishing; a rebuild that would change
     /// nothing costs no schedule).
-    pub(crate) fn publish(&self, eligible: Eligible) {
+    pub fn publish(&self, eligible: Eligible) {
         if !self.snapshot.load().says(&eligible) {
             self.snapshot.store(Arc::new(Snapshot::of(eligible)));
         }
@@ -117,7 +117,7 @@ impl PoolHandle {
     /// ([`LoadShedding::relief`]) on the `Retry-After` read here. Called for every answer head:
     /// two comparisons unless it is a 429 or a 503.
     #[inline]
-    pub(crate) fn shed_request(&self, status: u16, headers: &http::HeaderMap) -> Option<Duration> {
+    pub fn shed_request(&self, status: u16, headers: &http::HeaderMap) -> Option<Duration> {
         if !LoadShedding::may_ask(status) {
             return None;
         }
@@ -131,13 +131,7 @@ impl PoolHandle {
     /// Records that backend `backend` answered `status` asking for `retry_after` of relief (see
     /// [`PoolHandle::shed_request`]): in its traffic ring, and for the engine, which reduces
     /// its weight instead of judging the answer.
-    pub(crate) fn shed(
-        &self,
-        backend: usize,
-        status: u16,
-        retry_after: Duration,
-        latency: Duration,
-    ) {
+    pub fn shed(&self, backend: usize, status: u16, retry_after: Duration, latency: Duration) {
         self.backends[backend].traffic.push(Outcome::Status(status));
         self.tap.record(
             backend,
@@ -192,7 +186,7 @@ pub(crate) fn parse_retry_after(value: &[u8], now: SystemTime) -> Option<Duratio
         let secs = text.parse::<u64>().unwrap_or(u64::MAX).min(YEAR);
         return Some(Duration::from_secs(secs));
     }
-    let at = crate::timefmt::parse_http_date(text)?;
+    let at = capataz_timefmt::parse_http_date(text)?;
     at.duration_since(now).ok()
 }
 
@@ -202,7 +196,7 @@ mod tests {
 
     #[test]
     fn retry_after_takes_seconds_or_a_future_date_and_nothing_else() {
-        let now = crate::timefmt::parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").unwrap();
+        let now = capataz_timefmt::parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").unwrap();
         let at = |v: &str| parse_retry_after(v.as_bytes(), now);
         assert_eq!(at("120"), Some(Duration::from_secs(120)));
         assert_eq!(at(" 0 "), Some(Duration::ZERO));
