@@ -6,6 +6,8 @@
 // The layers below the runtime, crates of their own (Cargo keeps them from importing it), under
 // the names the runtime's modules have always used.
 pub use capataz_config as config;
+pub use capataz_discovery as discovery;
+pub use capataz_events as events;
 pub use capataz_timefmt as timefmt;
 pub use capataz_tls as tls;
 pub use capataz_upstream::{access_log, balance, body, instruments, upstream};
@@ -17,9 +19,7 @@ pub mod admin;
 pub mod alerts;
 pub mod ctl;
 pub mod demo;
-pub mod discovery;
 mod downstream;
-pub mod events;
 pub mod fleet;
 pub mod handover;
 pub mod health;

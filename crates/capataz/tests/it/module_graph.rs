@@ -165,15 +165,18 @@ fn the_runtime_modules_have_no_cycle() {
 }
 
 #[test]
-fn the_request_path_modules_have_no_cycle() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../capataz-upstream/src");
-    let graph = module_graph(&src);
-    assert!(
-        graph.contains_key("upstream") && graph.contains_key("body"),
-        "{graph:?}"
-    );
-    let bad = cycles(&graph);
-    assert!(bad.is_empty(), "module cycles: {bad:#?}");
+fn the_crates_split_from_the_runtime_have_no_module_cycle() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for (name, module) in [
+        ("capataz-upstream", "upstream"),
+        ("capataz-discovery", "etcd"),
+    ] {
+        let graph = module_graph(&crates.join(name).join("src"));
+        assert!(graph.contains_key(module), "{name}: {graph:?}");
+        let bad = cycles(&graph);
+        assert!(bad.is_empty(), "{name}: module cycles: {bad:#?}");
+    }
     // The HTTP/1.1 client knows no body type of the proxy.
+    let graph = module_graph(&crates.join("capataz-upstream/src"));
     assert!(!graph["upstream"].contains("body"), "upstream imports body");
 }

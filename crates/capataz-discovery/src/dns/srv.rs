@@ -14,8 +14,8 @@ use hickory_resolver::proto::rr::rdata::SRV;
 
 use super::lookup::Found;
 use super::{finish, member};
-use crate::config::BackendConfig;
-use crate::events::{MembershipChange, TargetTrouble, Unresolved};
+use capataz_config::BackendConfig;
+use capataz_events::{MembershipChange, TargetTrouble, Unresolved};
 
 /// One backend the SRV records name.
 #[derive(Clone, Debug, PartialEq, Eq)]

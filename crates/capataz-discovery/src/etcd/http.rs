@@ -18,8 +18,8 @@ use rustls::pki_types::ServerName;
 use tokio::time::{timeout_at, Instant};
 
 use super::wire::WatchLine;
-use crate::config::{EtcdEndpoint, EtcdToken};
-use crate::oneshot;
+use capataz_config::{EtcdEndpoint, EtcdToken};
+use capataz_upstream::oneshot;
 
 /// The largest answer to an authentication (a token).
 const MAX_TOKEN_ANSWER: usize = 64 << 10;
@@ -334,7 +334,7 @@ async fn reauthorized(
 
 /// One request to `endpoint`: its whole answer (at most [`MAX_ANSWER`] bytes), within
 /// `deadline` from connecting to the last byte.
-pub(crate) async fn call(
+pub async fn call(
     endpoint: &EtcdEndpoint,
     path: &str,
     body: String,
@@ -370,7 +370,7 @@ async fn read(
 }
 
 /// A running watch: the stream of its answer, line by line.
-pub(crate) struct Watch {
+pub struct Watch {
     body: Incoming,
     buffer: Vec<u8>,
     /// Where the lines not taken yet start in `buffer`.
@@ -393,7 +393,7 @@ impl Watch {
     /// `deadline`). With credentials and a token that was not fresh, the first line is looked
     /// at: a watch refused for its token (etcd checks it when the watch is created) is opened
     /// again after authenticating again; any other first line is left for [`Watch::next_line`].
-    pub(crate) async fn open(
+    pub async fn open(
         endpoint: &EtcdEndpoint,
         request: String,
         deadline: Duration,
@@ -464,7 +464,7 @@ impl Watch {
 
     /// The next line; an error when the stream ends, fails, or sends a line longer than
     /// [`MAX_LINE`]. Cancel-safe: what was read stays buffered.
-    pub(crate) async fn next_line(&mut self) -> Result<Vec<u8>, String> {
+    pub async fn next_line(&mut self) -> Result<Vec<u8>, String> {
         loop {
             if let Some(line) = self.buffered_line() {
                 return Ok(line);
@@ -551,7 +551,7 @@ mod tests {
 
     /// A gateway on loopback that answers every request on a connection with `answer` (a
     /// whole HTTP/1.1 response), and an endpoint for it with `access`.
-    async fn scripted(answer: Vec<u8>, access: crate::config::EtcdAccess) -> EtcdEndpoint {
+    async fn scripted(answer: Vec<u8>, access: capataz_config::EtcdAccess) -> EtcdEndpoint {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -578,10 +578,10 @@ mod tests {
         }
     }
 
-    fn with_user() -> crate::config::EtcdAccess {
-        crate::config::EtcdAccess {
+    fn with_user() -> capataz_config::EtcdAccess {
+        capataz_config::EtcdAccess {
             tls: None,
-            auth: Some(crate::config::EtcdAuth {
+            auth: Some(capataz_config::EtcdAuth {
                 username: "capataz".into(),
                 password: "secret-pw-4411".into(),
                 session: Default::default(),
@@ -676,7 +676,7 @@ mod tests {
                 .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 16\r\n\r\nfirst\nsecond\nth")
                 .await;
         });
-        let endpoint = crate::config::EtcdEndpoint {
+        let endpoint = capataz_config::EtcdEndpoint {
             url: format!("http://{address}"),
             host: address.ip().to_string(),
             port: address.port(),

@@ -23,8 +23,8 @@ use hickory_resolver::TokioResolver;
 use tokio::task::JoinSet;
 
 use super::{Answer, MAX_MEMBERS};
-use crate::config::{BackendConfig, DnsRecord, DnsSource};
-use crate::events::Unresolved;
+use capataz_config::{BackendConfig, DnsRecord, DnsSource};
+use capataz_events::Unresolved;
 use lookup::Found;
 
 /// How many SRV targets are looked up at once (each an A and an AAAA query): a set of slow

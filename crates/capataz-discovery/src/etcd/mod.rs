@@ -10,9 +10,9 @@
 //! new membership is the difference, nothing is missed. Answers are bounded: a read and a watch
 //! line in bytes, the keys in number ([`MAX_MEMBERS`]), each value in bytes ([`keys::MAX_VALUE`]).
 
-pub(crate) mod http;
+pub mod http;
 mod keys;
-pub(crate) mod wire;
+pub mod wire;
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Answer, MAX_MEMBERS};
-use crate::config::EtcdSource;
+use capataz_config::EtcdSource;
 use http::Watch;
 use keys::Keys;
 use wire::{RangeResponse, WatchLine};

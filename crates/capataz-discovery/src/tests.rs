@@ -3,8 +3,8 @@
 use std::net::SocketAddr;
 
 use super::{Guard, Verdict};
-use crate::config::BackendConfig;
-use crate::events::MembershipChange;
+use capataz_config::BackendConfig;
+use capataz_events::MembershipChange;
 
 fn members(n: usize) -> Vec<BackendConfig> {
     (0..n)
@@ -106,7 +106,7 @@ fn max_drop_percent_100_never_holds_and_0_holds_any_drop() {
 fn the_wait_follows_the_ttl_within_the_floor_and_the_ceiling() {
     use std::time::Duration;
 
-    use crate::config::{DnsRecord, DnsSource};
+    use capataz_config::{DnsRecord, DnsSource};
     let resolver = super::DnsResolver::new(&DnsSource {
         name: "web.test.".into(),
         record: DnsRecord::Address { port: 80 },

@@ -2,8 +2,8 @@
 
 use std::collections::HashSet;
 
-use crate::config::BackendConfig;
-use crate::events::MembershipChange;
+use capataz_config::BackendConfig;
+use capataz_events::MembershipChange;
 
 /// One pool's membership guard.
 #[derive(Debug)]

@@ -10,8 +10,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
-use crate::config::BackendConfig;
-use crate::discovery::MAX_MEMBERS;
+use crate::MAX_MEMBERS;
+use capataz_config::BackendConfig;
 
 /// The longest value read, in bytes.
 pub(super) const MAX_VALUE: usize = 4096;

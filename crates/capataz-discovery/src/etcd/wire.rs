@@ -6,77 +6,83 @@ use serde::{Deserialize, Deserializer};
 
 /// The header every answer carries.
 #[derive(Debug, Default, Deserialize)]
-pub(crate) struct Header {
+pub struct Header {
     /// The store's revision when the answer was made.
     #[serde(default, deserialize_with = "int64")]
-    pub(crate) revision: i64,
+    pub revision: i64,
 }
 
 /// One key and its value.
 #[derive(Debug, Default, Deserialize)]
-pub(crate) struct KeyValue {
+pub struct KeyValue {
     /// The key, base64.
     #[serde(default)]
-    pub(crate) key: String,
+    pub key: String,
     /// The value, base64 (absent in a delete event).
     #[serde(default)]
-    pub(crate) value: String,
+    pub value: String,
     /// The revision of the key's last change.
     #[serde(default, deserialize_with = "int64")]
     pub(crate) mod_revision: i64,
     /// The lease the key is attached to (0: none).
     #[serde(default, deserialize_with = "int64")]
-    pub(crate) lease: i64,
+    pub lease: i64,
 }
 
 /// The answer to `/v3/kv/range`.
 #[derive(Debug, Default, Deserialize)]
-pub(crate) struct RangeResponse {
+pub struct RangeResponse {
+    /// The answer's header.
     #[serde(default)]
-    pub(crate) header: Header,
+    pub header: Header,
+    /// The keys found, at most the limit asked for.
     #[serde(default)]
-    pub(crate) kvs: Vec<KeyValue>,
+    pub kvs: Vec<KeyValue>,
     /// More keys than the limit asked for.
     #[serde(default)]
-    pub(crate) more: bool,
+    pub more: bool,
 }
 
 /// One line of the `/v3/watch` stream: a result, or an error that ends the stream.
 #[derive(Debug, Deserialize)]
-pub(crate) struct WatchLine {
+pub struct WatchLine {
+    /// A watch response.
     #[serde(default)]
-    pub(crate) result: Option<WatchResponse>,
+    pub result: Option<WatchResponse>,
+    /// An error, which ends the stream.
     #[serde(default)]
-    pub(crate) error: Option<serde_json::Value>,
+    pub error: Option<serde_json::Value>,
 }
 
 /// A watch response.
 #[derive(Debug, Default, Deserialize)]
-pub(crate) struct WatchResponse {
+pub struct WatchResponse {
     /// The watch was created (the first response).
     #[serde(default)]
     pub(crate) created: bool,
     /// The watch was cancelled by the server.
     #[serde(default)]
-    pub(crate) canceled: bool,
+    pub canceled: bool,
     /// With `canceled`: the revision the store was compacted to, when that was the cause.
     #[serde(default, deserialize_with = "int64")]
     pub(crate) compact_revision: i64,
     /// With `canceled`: why, when the server says.
     #[serde(default)]
-    pub(crate) cancel_reason: String,
+    pub cancel_reason: String,
+    /// The changes, in revision order.
     #[serde(default)]
-    pub(crate) events: Vec<WatchEvent>,
+    pub events: Vec<WatchEvent>,
 }
 
 /// One change of a key.
 #[derive(Debug, Default, Deserialize)]
-pub(crate) struct WatchEvent {
+pub struct WatchEvent {
     /// `PUT` (also when absent: proto3 leaves the default out) or `DELETE`.
     #[serde(default, rename = "type")]
-    pub(crate) kind: String,
+    pub kind: String,
+    /// The key after the change (its key alone for a delete).
     #[serde(default)]
-    pub(crate) kv: KeyValue,
+    pub kv: KeyValue,
 }
 
 /// An int64 written as a string (proto3 JSON) or a number.
@@ -108,7 +114,7 @@ pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 }
 
 /// A range request for every key under `prefix` (at most `limit`), or only their count.
-pub(crate) fn range_request(prefix: &[u8], limit: usize, count_only: bool) -> String {
+pub fn range_request(prefix: &[u8], limit: usize, count_only: bool) -> String {
     serde_json::json!({
         "key": encode(prefix),
         "range_end": encode(&prefix_end(prefix)),
@@ -119,7 +125,7 @@ pub(crate) fn range_request(prefix: &[u8], limit: usize, count_only: bool) -> St
 }
 
 /// A watch request for every key under `prefix` from `revision` on.
-pub(crate) fn watch_request(prefix: &[u8], revision: i64) -> String {
+pub fn watch_request(prefix: &[u8], revision: i64) -> String {
     serde_json::json!({
         "create_request": {
             "key": encode(prefix),
@@ -133,7 +139,7 @@ pub(crate) fn watch_request(prefix: &[u8], revision: i64) -> String {
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 /// Standard base64 with padding.
-pub(crate) fn encode(bytes: &[u8]) -> String {
+pub fn encode(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
         let b = [
@@ -154,7 +160,7 @@ pub(crate) fn encode(bytes: &[u8]) -> String {
 }
 
 /// Standard base64, padding optional; `None` for anything else.
-pub(crate) fn decode(text: &str) -> Option<Vec<u8>> {
+pub fn decode(text: &str) -> Option<Vec<u8>> {
     let text = text.trim_end_matches('=');
     if text.len() % 4 == 1 {
         return None;

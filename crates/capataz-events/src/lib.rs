@@ -9,8 +9,6 @@ pub use capataz_health::OverrideKind;
 use capataz_health::{AllDown, Transition};
 use serde_json::json;
 
-use crate::timefmt;
-
 /// What the health runtime reports, in the order it happened.
 #[derive(Clone, Debug)]
 pub enum Event {
@@ -592,7 +590,7 @@ impl Event {
         let mut value = json!({
             "type": self.kind(),
             "pool": self.pool(),
-            "time": timefmt::rfc3339(self.time()),
+            "time": capataz_timefmt::rfc3339(self.time()),
             "sentence": self.sentence(),
         });
         let object = value

@@ -11,7 +11,7 @@
 //! the other targets.
 
 mod dns;
-pub(crate) mod etcd;
+pub mod etcd;
 mod guard;
 #[cfg(test)]
 mod tests;
@@ -20,8 +20,8 @@ use std::collections::VecDeque;
 
 use tokio::time::Instant;
 
-use crate::config::{BackendConfig, PoolSource};
-use crate::events::{MembershipChange, Unresolved};
+use capataz_config::{BackendConfig, PoolSource};
+use capataz_events::{MembershipChange, Unresolved};
 pub use dns::{DnsResolver, DnsSetupError};
 pub use etcd::EtcdWatch;
 pub use guard::{Guard, Verdict};
