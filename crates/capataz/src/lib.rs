@@ -6,31 +6,27 @@
 // The layers below the runtime, crates of their own (Cargo keeps them from importing it), under
 // the names the runtime's modules have always used.
 pub use capataz_config as config;
+pub use capataz_discovery as discovery;
+pub use capataz_events as events;
 pub use capataz_timefmt as timefmt;
 pub use capataz_tls as tls;
+pub use capataz_upstream::{access_log, balance, body, instruments, upstream};
+// The request path's own pieces the runtime uses too, still not part of its API.
+use capataz_upstream::{atomic_enum, oneshot};
 
-pub mod access_log;
 pub mod acme;
 pub mod admin;
 pub mod alerts;
-mod atomic_enum;
-pub mod balance;
-pub mod body;
-mod budget;
 pub mod ctl;
 pub mod demo;
-pub mod discovery;
 mod downstream;
-pub mod events;
 pub mod fleet;
 pub mod handover;
 pub mod health;
 pub mod history;
-pub mod instruments;
 pub mod logging;
 pub mod manual;
 pub mod metrics;
-mod oneshot;
 pub mod prober;
 pub mod proxy;
 pub mod replay;
@@ -41,4 +37,3 @@ pub mod stapling;
 pub mod status;
 pub mod supervisor;
 pub mod upgrade;
-pub mod upstream;

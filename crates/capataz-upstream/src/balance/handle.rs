@@ -1,0 +1,218 @@
+//! What the request path holds of a pool ([`PoolHandle`]): the snapshot it picks from, the
+//! round-robin cursor, the backends (connections, in-flight counts), the retry budget, the
+//! configuration, and where traffic outcomes go.
+//!
+//! The health runtime (`health::PoolRt`) owns a handle and publishes snapshots into it; the
+//! handle knows the runtime only as a [`TrafficSink`], held weakly, so the request path never
+//! depends on the health runtime, and a pool replaced by a reload is freed even while requests
+//! on it are still streaming (their later outcomes are kept in the backends' traffic rings
+//! but no longer judged by an engine nobody reads).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime};
+
+use arc_swap::{ArcSwap, Guard};
+use capataz_health::{Eligible, LoadShedding, Outcome, TrafficResult, TrafficRule};
+
+use super::tap::{Recorded, Tap};
+use super::{BackendRt, Snapshot};
+use crate::budget::RetryBudget;
+use crate::instruments::PoolMetrics;
+use capataz_config::PoolConfig;
+
+/// Where traffic outcomes that need the engine go: the health runtime of the pool.
+pub trait TrafficSink: Send + Sync {
+    /// Judges one traffic outcome of backend `backend` of `pool` (one the fast path could not
+    /// settle: an error, or a backend whose passive record is not clean).
+    fn handle_traffic(&self, pool: &PoolHandle, backend: usize, outcome: Outcome);
+
+    /// Backend `backend` of `pool` answered `status` asking for `retry_after` of relief
+    /// (load shedding awareness is on).
+    fn handle_shed(&self, pool: &PoolHandle, backend: usize, status: u16, retry_after: Duration);
+}
+
+/// One pool as the request path sees it.
+pub struct PoolHandle {
+    /// The pool's name.
+    pub name: Arc<str>,
+    /// Its configuration.
+    pub config: PoolConfig,
+    /// Its backends, in configuration order (the engine's indexes).
+    pub backends: Vec<Arc<BackendRt>>,
+    /// Its metric handles.
+    pub metrics: PoolMetrics,
+    snapshot: ArcSwap<Snapshot>,
+    /// The shared round-robin cursor.
+    pub cursor: AtomicUsize,
+    /// The retry budget.
+    pub budget: RetryBudget,
+    traffic_rule: TrafficRule,
+    /// The engine's load-shedding rule (`None`: shedding answers are judged as traffic).
+    load_shedding: Option<LoadShedding>,
+    health: Weak<dyn TrafficSink>,
+    /// Where recorders listen (`GET /record/<pool>`).
+    pub tap: Tap,
+}
+
+impl std::fmt::Debug for PoolHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolHandle")
+            .field("name", &self.name)
+            .field("backends", &self.backends)
+            .field("snapshot", &self.snapshot)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PoolHandle {
+    /// A handle over `backends` for `config`, with an empty snapshot (the health runtime
+    /// publishes the first one), judging answers by the engine's `rules` (its traffic rule and
+    /// load-shedding rule); outcomes the fast path cannot settle go to `health`.
+    pub fn new(
+        config: PoolConfig,
+        backends: Vec<Arc<BackendRt>>,
+        metrics: PoolMetrics,
+        rules: (TrafficRule, Option<LoadShedding>),
+        health: Weak<dyn TrafficSink>,
+    ) -> PoolHandle {
+        let (traffic_rule, load_shedding) = rules;
+        PoolHandle {
+            name: config.name.as_str().into(),
+            budget: RetryBudget::new(config.retries.budget_percent, config.retries.min_budget),
+            snapshot: ArcSwap::from_pointee(Snapshot::new(Vec::new(), Vec::new(), false)),
+            cursor: AtomicUsize::new(0),
+            metrics,
+            backends,
+            config,
+            traffic_rule,
+            load_shedding,
+            health,
+            tap: Tap::default(),
+        }
+    }
+
+    /// The eligible backends as of the last change; no lock taken.
+    #[inline]
+    pub fn snapshot(&self) -> Guard<Arc<Snapshot>> {
+        self.snapshot.load()
+    }
+
+    /// Replaces the snapshot with one built from what the engine decided, unless the current
+    /// one says the same already (the health runtime's publishing; a rebuild that would change
+    /// nothing costs no schedule).
+    pub fn publish(&self, eligible: Eligible) {
+        if !self.snapshot.load().says(&eligible) {
+            self.snapshot.store(Arc::new(Snapshot::of(eligible)));
+        }
+    }
+
+    /// The index of the backend named `name`.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.backends.iter().position(|b| &*b.name == name)
+    }
+
+    /// With load shedding awareness on, whether an answer with `status` and `headers` asks
+    /// the backend's weight down instead of being judged, and for how long: the engine's rule
+    /// ([`LoadShedding::relief`]) on the `Retry-After` read here. Called for every answer head:
+    /// two comparisons unless it is a 429 or a 503.
+    #[inline]
+    pub fn shed_request(&self, status: u16, headers: &http::HeaderMap) -> Option<Duration> {
+        if !LoadShedding::may_ask(status) {
+            return None;
+        }
+        let shedding = self.load_shedding?;
+        let asked = headers
+            .get(http::header::RETRY_AFTER)
+            .and_then(|value| parse_retry_after(value.as_bytes(), SystemTime::now()));
+        shedding.relief(status, asked)
+    }
+
+    /// Records that backend `backend` answered `status` asking for `retry_after` of relief (see
+    /// [`PoolHandle::shed_request`]): in its traffic ring, and for the engine, which reduces
+    /// its weight instead of judging the answer.
+    pub fn shed(&self, backend: usize, status: u16, retry_after: Duration, latency: Duration) {
+        self.backends[backend].traffic.push(Outcome::Status(status));
+        self.tap.record(
+            backend,
+            Recorded::Shed {
+                status,
+                latency,
+                relief: retry_after,
+            },
+        );
+        if let Some(health) = self.health.upgrade() {
+            health.handle_shed(self, backend, status, retry_after);
+        }
+    }
+
+    /// Records one traffic outcome of backend `backend`: in its ring always, and for the
+    /// engine unless it is a good response from a backend with a clean passive record (one
+    /// atomic load, no lock) or passive checks are off.
+    pub fn observe(&self, backend: usize, outcome: Outcome) {
+        self.observe_answered(backend, outcome, None);
+    }
+
+    /// [`PoolHandle::observe`] of an exchange whose answer's head came `latency` after the
+    /// request was sent (`None`: no answer came), which recorders hear of.
+    pub fn observe_answered(&self, backend: usize, outcome: Outcome, latency: Option<Duration>) {
+        let rt = &self.backends[backend];
+        rt.traffic.push(outcome);
+        self.tap
+            .record(backend, Recorded::Traffic { outcome, latency });
+        if !self.config.passive.enabled {
+            return;
+        }
+        let ok = self.traffic_rule.judge(outcome) == TrafficResult::Ok;
+        if let Some(outcomes) = &rt.outcomes {
+            outcomes.record(!ok);
+        }
+        if !rt.watched.load(Ordering::Relaxed) && ok {
+            return;
+        }
+        if let Some(health) = self.health.upgrade() {
+            health.handle_traffic(self, backend, outcome);
+        }
+    }
+}
+
+/// A `Retry-After` value: delta-seconds (digits only, capped at a year, so no overflow), or
+/// an HTTP-date (IMF-fixdate) in the future, as the time from `now`; `None` for anything else
+/// or a date already past.
+pub(crate) fn parse_retry_after(value: &[u8], now: SystemTime) -> Option<Duration> {
+    const YEAR: u64 = 365 * 86_400;
+    let text = std::str::from_utf8(value).ok()?.trim();
+    if !text.is_empty() && text.len() <= 20 && text.bytes().all(|b| b.is_ascii_digit()) {
+        let secs = text.parse::<u64>().unwrap_or(u64::MAX).min(YEAR);
+        return Some(Duration::from_secs(secs));
+    }
+    let at = capataz_timefmt::parse_http_date(text)?;
+    at.duration_since(now).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_takes_seconds_or_a_future_date_and_nothing_else() {
+        let now = capataz_timefmt::parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").unwrap();
+        let at = |v: &str| parse_retry_after(v.as_bytes(), now);
+        assert_eq!(at("120"), Some(Duration::from_secs(120)));
+        assert_eq!(at(" 0 "), Some(Duration::ZERO));
+        assert_eq!(
+            at("99999999999999999999"),
+            Some(Duration::from_secs(365 * 86_400)),
+            "huge values are capped, never overflow"
+        );
+        assert_eq!(
+            at("Sun, 06 Nov 1994 08:50:07 GMT"),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(at("Sun, 06 Nov 1994 08:49:00 GMT"), None, "in the past");
+        for bad in ["", "-1", "1.5", "soon", "12 s", "\u{ff}"] {
+            assert_eq!(at(bad), None, "{bad:?}");
+        }
+        assert_eq!(parse_retry_after(&[0xff, b'1'], now), None);
+    }
+}

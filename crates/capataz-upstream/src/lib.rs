@@ -1,0 +1,17 @@
+//! capataz's request path below the proxy: keep-alive connections to backends and the
+//! exchanges on them (`upstream`), a pool's side of the request path and the pick
+//! (`balance`), the bodies streamed both ways (`body`), the retry budget (`budget`), the
+//! access log (`access_log`), the metric handles they update (`instruments`), typed enums in
+//! atomics (`atomic_enum`), and the one internal HTTP/1.1 client (`oneshot`).
+//!
+//! It imports the configuration, TLS and the engine's types, never the health runtime: Cargo
+//! keeps it below `capataz`, which re-exports these modules under the same names.
+
+pub mod access_log;
+pub mod atomic_enum;
+pub mod balance;
+pub mod body;
+pub mod budget;
+pub mod instruments;
+pub mod oneshot;
+pub mod upstream;

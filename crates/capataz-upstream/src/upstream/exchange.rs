@@ -1,0 +1,308 @@
+//! One HTTP/1.1 exchange on one backend connection: send the request (its body streamed),
+//! read the response head.
+//!
+//! Three clocks bound it, each charged to the party it waits on:
+//! - the client's body: `request_body` between two pieces of it (the client's fault);
+//! - the backend's reading: a write to the backend that waits `body_idle` (the backend's);
+//! - the answer: `response_header` from the moment the whole request (head and body) was
+//!   written, or from the head's write for a bodiless request (the backend's).
+//!
+//! A slow but steady upload therefore takes as long as it takes.
+
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use http::{Method, Request, StatusCode};
+use hyper::body::{Body, Frame};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::{AttemptError, Transport, FIRST_READ, MAX_HEAD, READ_SIZE};
+use capataz_h1::framing::{self, Framing};
+use capataz_h1::head::{self, ResponseHead};
+use capataz_h1::request::{self, RequestBody};
+
+/// The deadlines of one exchange (see the module documentation).
+#[derive(Clone, Copy, Debug)]
+pub struct ExchangeTimeouts {
+    /// From the end of the request to the response head.
+    pub response_header: Duration,
+    /// The longest one write to the backend may wait.
+    pub body_idle: Duration,
+    /// The longest wait for the next piece of the client's body.
+    pub request_body: Duration,
+}
+
+/// What one exchange sends.
+// Moved once per attempt; boxing the request would cost an allocation for nothing.
+#[allow(clippy::large_enum_variant)]
+pub enum Outgoing<'a, B> {
+    /// A request: its head is encoded into the caller's head buffer, its body streamed.
+    Request(Request<B>),
+    /// A bodiless request already sent once, to this method: the head buffer holds its head,
+    /// sent again byte for byte (a retry on another backend).
+    Resend(&'a Method),
+}
+
+/// How one exchange failed.
+// Returned once per failed exchange; boxing the request would cost an allocation for nothing.
+#[allow(clippy::large_enum_variant)]
+pub enum ExchangeError<'a, B> {
+    /// Not a byte of the request was written: it comes back intact.
+    NotSent(Outgoing<'a, B>),
+    /// The request was written, at least in part, and no usable response head came.
+    Failed(AttemptError),
+}
+
+/// A response head from a backend, with what is needed to read its body.
+pub struct Answer<S> {
+    pub head: ResponseHead,
+    pub framing: Framing,
+    pub stream: S,
+    /// What was read past the head: the start of the body (or of an upgraded stream).
+    pub buf: BytesMut,
+}
+
+/// Sends `outgoing` on `stream` and reads the response head, skipping interim (1xx) answers
+/// but `101 Switching Protocols` (an error unless the request asked for an upgrade). A
+/// request's head is encoded into `head_bytes` (which then holds it for a resend); a resend's
+/// is taken from there. A request body is streamed while the answer is awaited; a backend
+/// that answers before it has all of it gets no more of it, and its connection is not reused.
+/// `head_sent_at` is when the head is written (the caller's clock reading): a bodiless
+/// request's answer is due `response_header` after it. `upgrade_asked`: whether the request
+/// asks for an upgrade (a 101 is an answer only then).
+///
+/// Any [`Transport`] carries it (TCP in the balancer); `B` is the client's body (an error
+/// reading it is the client's fault).
+pub async fn exchange<'a, S, B>(
+    mut stream: S,
+    outgoing: Outgoing<'a, B>,
+    head_bytes: &mut Vec<u8>,
+    upgrade_asked: bool,
+    timeouts: ExchangeTimeouts,
+    head_sent_at: Instant,
+) -> Result<Answer<S>, ExchangeError<'a, B>>
+where
+    S: Transport,
+    B: Body<Data = Bytes, Error = hyper::Error> + Unpin + Default,
+{
+    let body_framing = match &outgoing {
+        Outgoing::Request(request) => {
+            let body_framing = RequestBody::of(
+                request.body().is_end_stream(),
+                request.body().size_hint().exact(),
+            );
+            let target = request.uri().path_and_query().map_or("/", |pq| pq.as_str());
+            head_bytes.clear();
+            request::encode_head(
+                request.method(),
+                target,
+                request.headers(),
+                body_framing,
+                head_bytes,
+            );
+            body_framing
+        }
+        Outgoing::Resend(_) => RequestBody::None,
+    };
+    // The first write decides whether anything was sent at all.
+    match stream.write(head_bytes).await {
+        Ok(0) | Err(_) => return Err(ExchangeError::NotSent(outgoing)),
+        Ok(n) if n < head_bytes.len() => {
+            write_within(&mut stream, &head_bytes[n..], timeouts.body_idle)
+                .await
+                .map_err(ExchangeError::Failed)?;
+        }
+        Ok(_) => {}
+    }
+    // TLS may hold records the socket did not take yet; for TCP this returns at once.
+    flush_within(&mut stream, timeouts.body_idle)
+        .await
+        .map_err(ExchangeError::Failed)?;
+    let (method, body) = match outgoing {
+        Outgoing::Request(request) => {
+            let (parts, body) = request.into_parts();
+            (parts.method, body)
+        }
+        Outgoing::Resend(method) => (method.clone(), B::default()),
+    };
+    let mut buf = BytesMut::new();
+    let mut body_whole = true;
+    let head = if body_framing == RequestBody::None {
+        let deadline = tokio::time::Instant::from_std(head_sent_at) + timeouts.response_header;
+        tokio::time::timeout_at(deadline, read_head(&mut stream, &mut buf))
+            .await
+            .unwrap_or(Err(AttemptError::HeadTimeout))
+    } else {
+        let (mut reader, mut writer) = stream.split();
+        let send = send_body(&mut writer, body, body_framing, timeouts);
+        let receive = read_head(&mut reader, &mut buf);
+        tokio::pin!(send, receive);
+        let early = tokio::select! {
+            biased;
+            head = &mut receive => Some(head),
+            sent = &mut send => match sent {
+                Ok(()) => None,
+                // A send that failed on the backend's side leaves the answer to be read: the
+                // backend may have said why (413, say) before closing.
+                Err(AttemptError::Send { .. }) => {
+                    body_whole = false;
+                    None
+                }
+                Err(error) => return Err(ExchangeError::Failed(error)),
+            },
+        };
+        match early {
+            Some(head) => {
+                // Answered before the whole body was sent: the rest is not coming.
+                body_whole = false;
+                head
+            }
+            None => tokio::time::timeout(timeouts.response_header, &mut receive)
+                .await
+                .unwrap_or(Err(AttemptError::HeadTimeout)),
+        }
+    };
+    let head = head.map_err(ExchangeError::Failed)?;
+    let mut framing = if head.status == StatusCode::SWITCHING_PROTOCOLS {
+        if !upgrade_asked {
+            return Err(ExchangeError::Failed(AttemptError::UnexpectedUpgrade));
+        }
+        Framing {
+            body: framing::BodyLength::UntilClose,
+            reusable: false,
+            rewrite_length: false,
+        }
+    } else {
+        framing::response(&method, &head)
+            .map_err(|_| ExchangeError::Failed(AttemptError::HeadMalformed))?
+    };
+    if !body_whole {
+        // The backend answered before it had the whole body (or the body broke): what it
+        // did not read is still on the way, so the connection cannot carry another request.
+        framing.reusable = false;
+    }
+    Ok(Answer {
+        head,
+        framing,
+        stream,
+        buf,
+    })
+}
+
+/// Writes `bytes` to the backend; a write that waits `limit` means it stopped reading.
+async fn write_within<W: tokio::io::AsyncWrite + Unpin>(
+    writer: &mut W,
+    bytes: &[u8],
+    limit: Duration,
+) -> Result<(), AttemptError> {
+    let write = async {
+        writer.write_all(bytes).await?;
+        // TLS may hold records the socket did not take yet; for TCP this returns at once.
+        writer.flush().await
+    };
+    match tokio::time::timeout(limit, write).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(AttemptError::Send { sent_any: true }),
+        Err(_) => Err(AttemptError::BackendNotReading),
+    }
+}
+
+/// Flushes what the transport holds; a flush that waits `limit` means the backend stopped
+/// reading. A flush done at once (always, on TCP) arms no timer and reads no clock.
+async fn flush_within<W: tokio::io::AsyncWrite + Unpin>(
+    writer: &mut W,
+    limit: Duration,
+) -> Result<(), AttemptError> {
+    let at_once =
+        std::future::poll_fn(|cx| std::task::Poll::Ready(Pin::new(&mut *writer).poll_flush(cx)))
+            .await;
+    match at_once {
+        std::task::Poll::Ready(Ok(())) => return Ok(()),
+        std::task::Poll::Ready(Err(_)) => return Err(AttemptError::Send { sent_any: true }),
+        std::task::Poll::Pending => {}
+    }
+    match tokio::time::timeout(limit, writer.flush()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(AttemptError::Send { sent_any: true }),
+        Err(_) => Err(AttemptError::BackendNotReading),
+    }
+}
+
+/// The next frame of the client's body, waiting at most `limit` for it.
+async fn next_frame<B: Body<Data = Bytes, Error = hyper::Error> + Unpin>(
+    body: &mut B,
+    limit: Duration,
+) -> Result<Option<Frame<Bytes>>, AttemptError> {
+    let next = std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx));
+    match tokio::time::timeout(limit, next).await {
+        Err(_) => Err(AttemptError::ClientBodyStalled),
+        Ok(None) => Ok(None),
+        Ok(Some(Ok(frame))) => Ok(Some(frame)),
+        Ok(Some(Err(error))) => Err(AttemptError::of_client_body(&error)),
+    }
+}
+
+/// Streams a request body, framed as `framing` says.
+async fn send_body<W, B>(
+    writer: &mut W,
+    mut body: B,
+    framing: RequestBody,
+    timeouts: ExchangeTimeouts,
+) -> Result<(), AttemptError>
+where
+    W: tokio::io::AsyncWrite + Unpin,
+    B: Body<Data = Bytes, Error = hyper::Error> + Unpin,
+{
+    while let Some(frame) = next_frame(&mut body, timeouts.request_body).await? {
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers are not forwarded
+        };
+        if data.is_empty() {
+            continue;
+        }
+        if framing == RequestBody::Chunked {
+            let start = request::chunk_start(data.len());
+            write_within(writer, start.as_bytes(), timeouts.body_idle).await?;
+            write_within(writer, &data, timeouts.body_idle).await?;
+            write_within(writer, b"\r\n", timeouts.body_idle).await?;
+        } else {
+            write_within(writer, &data, timeouts.body_idle).await?;
+        }
+    }
+    if framing == RequestBody::Chunked {
+        write_within(writer, request::LAST_CHUNK, timeouts.body_idle).await?;
+    }
+    Ok(())
+}
+
+/// Reads until a final response head (or a 101) is complete; interim answers are skipped.
+async fn read_head<R: tokio::io::AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut BytesMut,
+) -> Result<ResponseHead, AttemptError> {
+    loop {
+        match head::parse(buf, MAX_HEAD) {
+            Ok(Some(head)) => {
+                if head.status.is_informational() && head.status != StatusCode::SWITCHING_PROTOCOLS
+                {
+                    continue;
+                }
+                return Ok(head);
+            }
+            Ok(None) => {}
+            Err(_) => return Err(AttemptError::HeadMalformed),
+        }
+        // Most answers' heads (and small bodies) fit in a first read of 2 KB; more is asked
+        // for only when the head goes on.
+        buf.reserve(if buf.is_empty() {
+            FIRST_READ
+        } else {
+            READ_SIZE
+        });
+        match reader.read_buf(buf).await {
+            Ok(0) | Err(_) => return Err(AttemptError::HeadClosed),
+            Ok(_) => {}
+        }
+    }
+}
