@@ -3,7 +3,7 @@
 //! A [`Source`] produces [`Answer`]s (a full membership, or a failure); a [`Guard`] per pool
 //! decides what reaches the pool: a failure keeps the last known membership, a drop of more
 //! than the configured share is held until the next answer confirms it, and an unchanged
-//! answer changes nothing. What the guard lets through is applied by `shared` the way a
+//! answer changes nothing. What the guard lets through is applied by the supervisor the way a
 //! reload is (kept backends keep their health; added ones are gated; removed ones drain).
 //! `dns` asks again when the answer's TTL runs out; `etcd` ([`EtcdWatch`]) reads a key prefix
 //! once and then follows its watch. An SRV target without an address is that target's
