@@ -13,12 +13,12 @@
 //!
 //! `mod.rs` holds the settings' types, the per-connection facts ([`TlsInfo`]) and PEM reading;
 //! `server.rs` the server configuration and the SNI resolver; `x509.rs` the bounded reader of a
-//! certificate's expiry and names; `client.rs` the client side (backends, probes).
+//! certificate's expiry and names; `backend.rs` the side of capataz as a TLS client of its backends (requests and probes).
 //!
 //! This module sits at the bottom of the crate: it imports only `timefmt`.
 
 pub mod acme;
-pub mod client;
+pub mod backend;
 pub mod ocsp;
 mod server;
 pub mod staple;

@@ -13,7 +13,7 @@ use rustls::RootCertStore;
 
 use super::ConfigError;
 use crate::{ClientIdentity, Config, EtcdAccess, EtcdEndpoint, PoolSource};
-use capataz_tls::client::{client_config, Alpn, ClientSettings};
+use capataz_tls::backend::{client_config, Alpn, ClientSettings};
 use capataz_tls::PemRead;
 
 /// Where a file was named in the config.

@@ -46,7 +46,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
 use capataz_proxy_protocol::Version as ProxyVersion;
-use capataz_tls::client::Connector;
+use capataz_tls::backend::Connector;
 
 /// The client a request comes from, as a PROXY protocol header to a backend names it: its
 /// address and the address it connected to; `None` for no client (a `LOCAL` header).

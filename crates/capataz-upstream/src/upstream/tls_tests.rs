@@ -11,7 +11,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::server::TlsStream as ServerTls;
 
 use super::{BackendStream, Transport};
-use capataz_tls::client::{client_config, Alpn, ClientSettings, Connector};
+use capataz_tls::backend::{client_config, Alpn, ClientSettings, Connector};
 
 /// A TLS session to a loopback rustls server: the client's end as a backend connection, and
 /// the server's end.

@@ -46,7 +46,7 @@ use crate::balance::{PoolHandle, TrafficSink};
 use crate::config::{AllDownPolicy, BackendProtocol, CheckKind, PoolConfig};
 pub use crate::events::{Event, OverrideKind};
 use crate::instruments::Families;
-use crate::tls::client::{
+use crate::tls::backend::{
     client_config, server_name, without_resumption, Alpn, ClientSettings, Connector,
 };
 use crate::upstream::Upstream;

@@ -27,7 +27,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::{classify_error, connect, judge_line, USER_AGENT};
 use crate::config::{ActiveCheckConfig, ContentRules};
-use crate::tls::client::Connector;
+use crate::tls::backend::Connector;
 
 /// The largest response head a checked probe reads (status line and header fields).
 pub const MAX_PROBE_HEAD: usize = 32 * 1024;

@@ -23,7 +23,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::content::{body_mismatch, header_mismatch};
 use super::{classify_error, connect, MAX_PROBE_HEAD, USER_AGENT};
 use crate::config::{ActiveCheckConfig, CheckKind, ContentRules};
-use crate::tls::client::Connector;
+use crate::tls::backend::Connector;
 
 /// The largest gRPC health answer read (prefix and message); a longer one is malformed.
 pub const MAX_GRPC_MESSAGE: usize = 4096;

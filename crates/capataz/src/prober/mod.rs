@@ -28,7 +28,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
 use crate::config::CheckKind;
-use crate::tls::client::Connector;
+use crate::tls::backend::Connector;
 
 mod agent;
 #[cfg(test)]
