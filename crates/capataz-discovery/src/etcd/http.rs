@@ -17,6 +17,7 @@ use hyper::body::Incoming;
 use rustls::pki_types::ServerName;
 use tokio::time::{timeout_at, Instant};
 
+use super::error::{chain, EtcdError};
 use super::wire::WatchLine;
 use capataz_config::{EtcdEndpoint, EtcdToken};
 use capataz_upstream::oneshot;
@@ -37,50 +38,70 @@ type Connection = oneshot::Connection<Full<Bytes>>;
 /// When a call or the opening of a watch must be done, and what it says when it is not.
 struct Due {
     by: Instant,
-    late: String,
+    /// The endpoint.
+    url: String,
+    /// A call's path and deadline; `None` for the opening of a watch.
+    call: Option<(String, Duration)>,
+}
+
+impl Due {
+    /// The error of being late.
+    fn late(&self) -> EtcdError {
+        let url = self.url.clone();
+        match &self.call {
+            Some((path, deadline)) => EtcdError::CallTimeout {
+                url,
+                path: path.clone(),
+                deadline: *deadline,
+            },
+            None => EtcdError::WatchTimeout { url },
+        }
+    }
 }
 
 /// Connects to `endpoint` (its name resolved on the blocking pool, by tokio) by `by`: TCP,
 /// then TLS for an `https://` endpoint (etcd's certificate verified against the source's
 /// roots, the source's client certificate presented when etcd asks), then HTTP/1.1.
-async fn connect(endpoint: &EtcdEndpoint, by: Instant) -> Result<Connection, String> {
+async fn connect(endpoint: &EtcdEndpoint, by: Instant) -> Result<Connection, EtcdError> {
+    let url = || endpoint.url.clone();
     let attempt = async {
         let addresses = tokio::net::lookup_host((endpoint.host.as_str(), endpoint.port))
             .await
-            .map_err(|e| format!("cannot resolve {}: {e}", endpoint.url))?;
-        let mut last = format!("{} has no address", endpoint.url);
+            .map_err(|source| EtcdError::Resolve { url: url(), source })?;
+        let mut last = EtcdError::NoAddress { url: url() };
         for address in addresses.take(8) {
             match oneshot::tcp(address).await {
                 Ok(stream) => {
                     let Some(tls) = &endpoint.access.tls else {
                         return handshake(stream, endpoint).await;
                     };
-                    let config = tls.client.clone().ok_or_else(|| {
-                        format!("{}: the TLS files were not loaded", endpoint.url)
-                    })?;
+                    let config = tls
+                        .client
+                        .clone()
+                        .ok_or_else(|| EtcdError::TlsNotLoaded { url: url() })?;
                     let name = tls.server_name.as_deref().unwrap_or(&endpoint.host);
-                    let name = ServerName::try_from(name.to_owned()).map_err(|_| {
-                        format!("{}: {name:?} is not a name TLS can verify", endpoint.url)
+                    let name = ServerName::try_from(name.to_owned()).map_err(|source| {
+                        EtcdError::ServerName {
+                            url: url(),
+                            name: name.to_owned(),
+                            source,
+                        }
                     })?;
                     let stream = oneshot::tls(stream, oneshot::Tls { config, name })
                         .await
-                        .map_err(|e| {
-                            format!(
-                                "{}: the TLS handshake with {address} failed: {} (check the \
-                                 source's tls.ca_file, tls.server_name, and tls.cert and \
-                                 tls.key when etcd asks for a client certificate)",
-                                endpoint.url,
-                                inner(&e)
-                            )
+                        .map_err(|source| EtcdError::Tls {
+                            url: url(),
+                            address,
+                            source,
                         })?;
                     return handshake(stream, endpoint).await;
                 }
-                Err(e) => {
-                    last = format!(
-                        "cannot connect to {} ({address}): {}",
-                        endpoint.url,
-                        inner(&e)
-                    );
+                Err(source) => {
+                    last = EtcdError::Connect {
+                        url: url(),
+                        address,
+                        source,
+                    };
                 }
             }
         }
@@ -88,40 +109,20 @@ async fn connect(endpoint: &EtcdEndpoint, by: Instant) -> Result<Connection, Str
     };
     timeout_at(by, attempt)
         .await
-        .map_err(|_| format!("connecting to {} timed out", endpoint.url))?
+        .map_err(|_| EtcdError::ConnectTimeout { url: url() })?
 }
 
 /// HTTP/1.1 over a connected `io`.
-async fn handshake<T>(io: T, endpoint: &EtcdEndpoint) -> Result<Connection, String>
+async fn handshake<T>(io: T, endpoint: &EtcdEndpoint) -> Result<Connection, EtcdError>
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + oneshot::Peer + Unpin + Send + 'static,
 {
     Connection::over(io)
         .await
-        .map_err(|e| format!("{}: {}", endpoint.url, chain(&e)))
-}
-
-/// The error under a step's own words (the IO error of connecting or of TLS), as one line.
-fn inner(error: &oneshot::Error) -> String {
-    match error {
-        oneshot::Error::Connect(e) => e.to_string(),
-        oneshot::Error::Tls(e) => chain(e),
-        other => chain(other),
-    }
-}
-
-/// An error and its sources, as one line (a TLS alert inside a hyper error, for one).
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(inner) = source {
-        let more = inner.to_string();
-        if !text.contains(&more) {
-            text = format!("{text}: {more}");
-        }
-        source = inner.source();
-    }
-    text
+        .map_err(|source| EtcdError::Handshake {
+            url: endpoint.url.clone(),
+            source,
+        })
 }
 
 /// An answer other than 200: its status and etcd's message.
@@ -146,16 +147,19 @@ impl Refusal {
     }
 
     /// The refusal as an error of `path` on `endpoint`.
-    fn say(&self, endpoint: &EtcdEndpoint, path: &str) -> String {
+    fn say(self, endpoint: &EtcdEndpoint, path: &str) -> EtcdError {
         let hint = if self.is_auth() && endpoint.access.auth.is_none() {
             " (etcd has authentication on: set the source's username and password)"
         } else {
             ""
         };
-        format!(
-            "{}{path} answered {}: {}{hint}",
-            endpoint.url, self.status, self.message
-        )
+        EtcdError::Refused {
+            url: endpoint.url.clone(),
+            path: path.to_owned(),
+            status: self.status,
+            message: self.message,
+            hint,
+        }
     }
 }
 
@@ -168,7 +172,7 @@ async fn send(
     body: String,
     token: &EtcdToken,
     due: &Due,
-) -> Result<Result<Incoming, Refusal>, String> {
+) -> Result<Result<Incoming, Refusal>, EtcdError> {
     let mut request = hyper::Request::post(path)
         .header(
             hyper::header::HOST,
@@ -181,26 +185,34 @@ async fn send(
     }
     let request = request
         .body(Full::new(Bytes::from(body)))
-        .map_err(|_| format!("building a request to {}{path} failed", endpoint.url))?;
-    let response = connection.send(request, due.by).await.map_err(|e| {
-        if matches!(e, oneshot::Error::HeadTimeout) {
-            return due.late.clone();
+        .map_err(|source| EtcdError::Request {
+            url: endpoint.url.clone(),
+            path: path.to_owned(),
+            source,
+        })?;
+    let response = connection.send(request, due.by).await.map_err(|source| {
+        if matches!(source, oneshot::Error::HeadTimeout) {
+            return due.late();
         }
-        let error = chain(&e);
         // TLS 1.3: etcd checks the client certificate after the handshake, and says so
         // with an alert on the first request.
-        let hint = if endpoint.access.tls.is_some() && error.contains("alert") {
+        let hint = if endpoint.access.tls.is_some() && chain(&source).contains("alert") {
             " (etcd ended the TLS session: when it asks for client certificates, tls.cert \
                  and tls.key must hold one its CA signed)"
         } else {
             ""
         };
-        format!("{}{path}: {error}{hint}", endpoint.url)
+        EtcdError::Send {
+            url: endpoint.url.clone(),
+            path: path.to_owned(),
+            hint,
+            source,
+        }
     })?;
     let (parts, body) = response.into_parts();
     if parts.status != hyper::StatusCode::OK {
         let text = match oneshot::read_body(body, 4096, due.by).await {
-            Err(oneshot::Error::BodyTimeout) => return Err(due.late.clone()),
+            Err(oneshot::Error::BodyTimeout) => return Err(due.late()),
             read => read.unwrap_or_default(),
         };
         let message = serde_json::from_slice::<serde_json::Value>(&text)
@@ -224,7 +236,7 @@ async fn token(
     endpoint: &EtcdEndpoint,
     refused: Option<&EtcdToken>,
     due: &Due,
-) -> Result<(EtcdToken, bool), String> {
+) -> Result<(EtcdToken, bool), EtcdError> {
     let Some(auth) = &endpoint.access.auth else {
         return Ok((EtcdToken::None, true));
     };
@@ -253,11 +265,10 @@ async fn token(
             return Ok((EtcdToken::AuthOff, true));
         }
         Err(refusal) => {
-            return Err(format!(
-                "authenticating as {:?}: {}",
-                auth.username,
-                refusal.say(endpoint, path)
-            ))
+            return Err(EtcdError::Authenticate {
+                username: auth.username.clone(),
+                source: Box::new(refusal.say(endpoint, path)),
+            })
         }
     };
     let answer = read(body, MAX_TOKEN_ANSWER, endpoint, path, due).await?;
@@ -265,11 +276,9 @@ async fn token(
         .ok()
         .and_then(|v| v.get("token").and_then(|t| t.as_str()).map(str::to_owned))
         .filter(|t| !t.is_empty() && hyper::header::HeaderValue::from_str(t).is_ok())
-        .ok_or_else(|| {
-            format!(
-                "{}{path}: the answer holds no token that can be sent back",
-                endpoint.url
-            )
+        .ok_or_else(|| EtcdError::NoToken {
+            url: endpoint.url.clone(),
+            path: path.to_owned(),
         })?;
     tracing::debug!(endpoint = %endpoint.url, user = %auth.username, "authenticated to etcd");
     *slot = EtcdToken::Token(token);
@@ -284,7 +293,7 @@ async fn authorized(
     path: &str,
     body: &str,
     due: &Due,
-) -> Result<(Connection, Incoming, EtcdToken, bool), String> {
+) -> Result<(Connection, Incoming, EtcdToken, bool), EtcdError> {
     let mut connection = connect(endpoint, due.by).await?;
     let (token, fresh) = token(&mut connection, endpoint, None, due).await?;
     match send(
@@ -316,7 +325,7 @@ async fn reauthorized(
     body: &str,
     due: &Due,
     refused: &EtcdToken,
-) -> Result<(Connection, Incoming, EtcdToken), String> {
+) -> Result<(Connection, Incoming, EtcdToken), EtcdError> {
     let mut connection = connect(endpoint, due.by).await?;
     let (token, _) = token(&mut connection, endpoint, Some(refused), due).await?;
     let answer = send(
@@ -339,18 +348,17 @@ pub async fn call(
     path: &str,
     body: String,
     deadline: Duration,
-) -> Result<Bytes, String> {
+) -> Result<Bytes, EtcdError> {
     let due = Due {
         by: Instant::now() + deadline,
-        late: format!("{}{path} timed out after {deadline:?}", endpoint.url),
+        url: endpoint.url.clone(),
+        call: Some((path.to_owned(), deadline)),
     };
     let exchange = async {
         let (_connection, body, _, _) = authorized(endpoint, path, &body, &due).await?;
         read(body, MAX_ANSWER, endpoint, path, &due).await
     };
-    timeout_at(due.by, exchange)
-        .await
-        .map_err(|_| due.late.clone())?
+    timeout_at(due.by, exchange).await.map_err(|_| due.late())?
 }
 
 /// The answer `body` to `path`, at most `limit` bytes, by `due`.
@@ -360,12 +368,16 @@ async fn read(
     endpoint: &EtcdEndpoint,
     path: &str,
     due: &Due,
-) -> Result<Bytes, String> {
+) -> Result<Bytes, EtcdError> {
     oneshot::read_body(body, limit, due.by)
         .await
         .map_err(|e| match e {
-            oneshot::Error::BodyTimeout => due.late.clone(),
-            other => format!("reading {}{path}: {other}", endpoint.url),
+            oneshot::Error::BodyTimeout => due.late(),
+            source => EtcdError::Read {
+                url: endpoint.url.clone(),
+                path: path.to_owned(),
+                source,
+            },
         })
 }
 
@@ -397,11 +409,12 @@ impl Watch {
         endpoint: &EtcdEndpoint,
         request: String,
         deadline: Duration,
-    ) -> Result<Watch, String> {
+    ) -> Result<Watch, EtcdError> {
         let path = "/v3/watch";
         let due = Due {
             by: Instant::now() + deadline,
-            late: format!("opening a watch on {} timed out", endpoint.url),
+            url: endpoint.url.clone(),
+            call: None,
         };
         let open = async {
             let (connection, body, token, fresh) =
@@ -410,10 +423,10 @@ impl Watch {
             if fresh {
                 return Ok(watch);
             }
-            let first = watch
-                .next_line()
-                .await
-                .map_err(|e| format!("{}: {e}", endpoint.url))?;
+            let first = watch.next_line().await.map_err(|e| EtcdError::FirstLine {
+                url: endpoint.url.clone(),
+                source: Box::new(e),
+            })?;
             if !refused_for_token(&first) {
                 watch.unread(first);
                 return Ok(watch);
@@ -423,9 +436,7 @@ impl Watch {
                 reauthorized(endpoint, path, &request, &due, &token).await?;
             Ok(Watch::new(connection, body))
         };
-        timeout_at(due.by, open)
-            .await
-            .map_err(|_| due.late.clone())?
+        timeout_at(due.by, open).await.map_err(|_| due.late())?
     }
 
     fn new(connection: Connection, body: Incoming) -> Watch {
@@ -464,23 +475,21 @@ impl Watch {
 
     /// The next line; an error when the stream ends, fails, or sends a line longer than
     /// [`MAX_LINE`]. Cancel-safe: what was read stays buffered.
-    pub async fn next_line(&mut self) -> Result<Vec<u8>, String> {
+    pub async fn next_line(&mut self) -> Result<Vec<u8>, EtcdError> {
         loop {
             if let Some(line) = self.buffered_line() {
                 return Ok(line);
             }
             if self.buffer.len() - self.start > MAX_LINE {
-                return Err(format!(
-                    "the watch sent a line longer than {MAX_LINE} bytes"
-                ));
+                return Err(EtcdError::LineTooLong(MAX_LINE));
             }
             // What was taken goes before more is read (each byte is moved at most once more).
             self.buffer.drain(..self.start);
             self.scanned -= self.start;
             self.start = 0;
             match self.body.frame().await {
-                None => return Err("the watch stream ended".into()),
-                Some(Err(e)) => return Err(format!("the watch stream failed: {e}")),
+                None => return Err(EtcdError::StreamEnded),
+                Some(Err(e)) => return Err(EtcdError::StreamFailed(e)),
                 Some(Ok(frame)) => {
                     if let Some(data) = frame.data_ref() {
                         self.buffer.extend_from_slice(data);
@@ -617,7 +626,8 @@ mod tests {
             let endpoint = scripted(ok(body), with_user()).await;
             let error = call(&endpoint, "/v3/kv/range", "{}".into(), deadline)
                 .await
-                .expect_err("no usable token");
+                .expect_err("no usable token")
+                .to_string();
             assert!(error.contains("/v3/auth/authenticate"), "{error}");
             assert!(!error.contains("secret-pw-4411"), "{error}");
         }
@@ -629,7 +639,8 @@ mod tests {
         let endpoint = scripted(refused, with_user()).await;
         let error = call(&endpoint, "/v3/kv/range", "{}".into(), deadline)
             .await
-            .expect_err("refused");
+            .expect_err("refused")
+            .to_string();
         assert!(
             error.starts_with("authenticating as \"capataz\"") && error.contains("invalid user ID"),
             "{error}"
@@ -655,7 +666,8 @@ mod tests {
             Duration::from_secs(5),
         )
         .await
-        .expect_err("refused");
+        .expect_err("refused")
+        .to_string();
         assert!(error.contains("authenticating as"), "{error}");
         assert!(matches!(*auth.session.token.lock().await, EtcdToken::None));
     }

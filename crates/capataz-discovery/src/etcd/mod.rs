@@ -10,9 +10,12 @@
 //! new membership is the difference, nothing is missed. Answers are bounded: a read and a watch
 //! line in bytes, the keys in number ([`MAX_MEMBERS`]), each value in bytes ([`keys::MAX_VALUE`]).
 
+mod error;
 pub mod http;
 mod keys;
 pub mod wire;
+
+pub use error::EtcdError;
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -101,7 +104,7 @@ impl EtcdWatch {
                     let line = match line {
                         Ok(line) => line,
                         Err(error) => {
-                            let error = self.say(&error);
+                            let error = self.say(&error.to_string());
                             self.fail();
                             return Answer::Failed(error);
                         }

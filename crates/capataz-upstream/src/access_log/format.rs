@@ -34,7 +34,7 @@ pub(super) fn bounded(text: &str) -> (String, bool) {
 /// Appends `text` to `out` escaped as nginx's `escape=default`: `"`, `\`, bytes below 0x20
 /// and from 0x7F up as `\xHH`, so the result holds no line break, quote or backslash of
 /// the client's.
-pub fn escape_text(out: &mut String, text: &str) {
+pub(super) fn escape_text(out: &mut String, text: &str) {
     for byte in text.bytes() {
         match byte {
             b'"' | b'\\' | 0..=0x1F | 0x7F..=0xFF => {

@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, Notify};
 use crate::upstream::{AttemptError, AttemptPhase, Fault};
 use capataz_config::{AccessLogConfig, ListenerConfig};
 
-pub use format::{escape_text, MAX_FIELD};
+pub use format::MAX_FIELD;
 
 /// Who ended a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,7 +121,7 @@ pub struct Termination {
 
 impl Termination {
     /// The answer went out whole.
-    pub const COMPLETE: Termination = Termination {
+    pub(crate) const COMPLETE: Termination = Termination {
         ended_by: EndedBy::Nobody,
         phase: Phase::Done,
     };
@@ -328,7 +328,7 @@ impl AccessLog {
     }
 
     /// Asks the writer to reopen its file (after a rotation) before its next write.
-    pub fn reopen(&self) {
+    pub(crate) fn reopen(&self) {
         self.reopen.notify_one();
     }
 }

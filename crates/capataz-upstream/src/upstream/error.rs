@@ -184,7 +184,7 @@ impl AttemptError {
     }
 
     /// The failure of a connect that returned `error`.
-    pub fn of_connect(error: &io::Error) -> AttemptError {
+    pub(crate) fn of_connect(error: &io::Error) -> AttemptError {
         match error.kind() {
             io::ErrorKind::TimedOut => AttemptError::ConnectTimeout,
             io::ErrorKind::AddrNotAvailable | io::ErrorKind::OutOfMemory => {
@@ -198,7 +198,7 @@ impl AttemptError {
 
     /// The failure of reading the client's body with `error` (hyper's): a framing error is
     /// malformed, anything else (an early end, a reset) means the client went away.
-    pub fn of_client_body(error: &hyper::Error) -> AttemptError {
+    pub(crate) fn of_client_body(error: &hyper::Error) -> AttemptError {
         let mut source = std::error::Error::source(error);
         while let Some(cause) = source {
             if let Some(io) = cause.downcast_ref::<io::Error>() {

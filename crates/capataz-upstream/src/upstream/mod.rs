@@ -36,7 +36,7 @@ pub use error::{AttemptError, AttemptPhase, Fault};
 pub use exchange::{exchange, ExchangeError, ExchangeTimeouts, Outgoing};
 pub use h2::{classify as classify_h2, exchange_h2, H2Failure, Phase};
 pub use h2::{H2Body, H2Conns};
-pub use private::{PrivateIdle, MAX_PRIVATE};
+pub use private::PrivateIdle;
 pub(crate) use response::ResponseStream;
 pub use slots::{BackendSlots, Slot};
 pub use transport::{BackendStream, Transport};

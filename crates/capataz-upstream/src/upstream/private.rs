@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use super::{BackendStream, Upstream};
 
 /// The most idle backend connections one client connection keeps.
-pub const MAX_PRIVATE: usize = 8;
+pub(crate) const MAX_PRIVATE: usize = 8;
 
 /// The idle backend connections private to one client connection.
 #[derive(Debug)]

@@ -208,9 +208,9 @@ impl Task {
     }
 
     async fn call(&self, state: &State, path: &str, body: String) -> Result<Vec<u8>, Failed> {
-        call(self.endpoint(state), path, body, self.config.timeout)
-            .await
-            .map(|b| b.to_vec())
+        Ok(call(self.endpoint(state), path, body, self.config.timeout)
+            .await?
+            .to_vec())
     }
 
     /// One session, until something fails; returns why.
