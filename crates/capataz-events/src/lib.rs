@@ -11,7 +11,7 @@ use serde_json::json;
 
 /// What the health runtime reports, in the order it happened.
 #[derive(Clone, Debug)]
-pub enum Event {
+pub enum Notice {
     /// A backend's verdict changed.
     Transition {
         /// The pool.
@@ -414,36 +414,36 @@ impl std::fmt::Display for MembershipChange {
     }
 }
 
-impl Event {
+impl Notice {
     /// The pool the event is about.
     pub fn pool(&self) -> &str {
         match self {
-            Event::Transition { pool, .. }
-            | Event::AllDown { pool, .. }
-            | Event::Recovered { pool, .. }
-            | Event::Override { pool, .. }
-            | Event::Backups { pool, .. }
-            | Event::Eligibility { pool, .. }
-            | Event::Agent { pool, .. }
-            | Event::Shedding { pool, .. }
-            | Event::Membership { pool, .. } => pool,
-            Event::Fleet { .. } => "",
+            Notice::Transition { pool, .. }
+            | Notice::AllDown { pool, .. }
+            | Notice::Recovered { pool, .. }
+            | Notice::Override { pool, .. }
+            | Notice::Backups { pool, .. }
+            | Notice::Eligibility { pool, .. }
+            | Notice::Agent { pool, .. }
+            | Notice::Shedding { pool, .. }
+            | Notice::Membership { pool, .. } => pool,
+            Notice::Fleet { .. } => "",
         }
     }
 
     /// The backend the event is about, if it is about one.
     pub fn backend(&self) -> Option<&str> {
         match self {
-            Event::Transition { backend, .. }
-            | Event::Override { backend, .. }
-            | Event::Eligibility { backend, .. }
-            | Event::Agent { backend, .. }
-            | Event::Shedding { backend, .. } => Some(backend),
-            Event::AllDown { .. }
-            | Event::Recovered { .. }
-            | Event::Backups { .. }
-            | Event::Membership { .. }
-            | Event::Fleet { .. } => None,
+            Notice::Transition { backend, .. }
+            | Notice::Override { backend, .. }
+            | Notice::Eligibility { backend, .. }
+            | Notice::Agent { backend, .. }
+            | Notice::Shedding { backend, .. } => Some(backend),
+            Notice::AllDown { .. }
+            | Notice::Recovered { .. }
+            | Notice::Backups { .. }
+            | Notice::Membership { .. }
+            | Notice::Fleet { .. } => None,
         }
     }
 
@@ -451,82 +451,82 @@ impl Event {
     /// `eligibility`, `agent`, `shedding`, `membership` or `fleet`.
     pub fn kind(&self) -> &'static str {
         match self {
-            Event::Transition { .. } => "transition",
-            Event::AllDown { .. } => "all_down",
-            Event::Recovered { .. } => "recovered",
-            Event::Override { .. } => "override",
-            Event::Backups { .. } => "backups",
-            Event::Eligibility { .. } => "eligibility",
-            Event::Agent { .. } => "agent",
-            Event::Shedding { .. } => "shedding",
-            Event::Membership { .. } => "membership",
-            Event::Fleet { .. } => "fleet",
+            Notice::Transition { .. } => "transition",
+            Notice::AllDown { .. } => "all_down",
+            Notice::Recovered { .. } => "recovered",
+            Notice::Override { .. } => "override",
+            Notice::Backups { .. } => "backups",
+            Notice::Eligibility { .. } => "eligibility",
+            Notice::Agent { .. } => "agent",
+            Notice::Shedding { .. } => "shedding",
+            Notice::Membership { .. } => "membership",
+            Notice::Fleet { .. } => "fleet",
         }
     }
 
     /// When it happened.
     pub fn time(&self) -> SystemTime {
         match self {
-            Event::Transition { time, .. }
-            | Event::AllDown { time, .. }
-            | Event::Recovered { time, .. }
-            | Event::Override { time, .. }
-            | Event::Backups { time, .. }
-            | Event::Eligibility { time, .. }
-            | Event::Agent { time, .. }
-            | Event::Shedding { time, .. }
-            | Event::Membership { time, .. }
-            | Event::Fleet { time, .. } => *time,
+            Notice::Transition { time, .. }
+            | Notice::AllDown { time, .. }
+            | Notice::Recovered { time, .. }
+            | Notice::Override { time, .. }
+            | Notice::Backups { time, .. }
+            | Notice::Eligibility { time, .. }
+            | Notice::Agent { time, .. }
+            | Notice::Shedding { time, .. }
+            | Notice::Membership { time, .. }
+            | Notice::Fleet { time, .. } => *time,
         }
     }
 
     /// `(from, to, reason)` where the event has them.
     pub fn change(&self) -> Option<(&str, &str, String)> {
         match self {
-            Event::Transition { transition, .. } => Some((
+            Notice::Transition { transition, .. } => Some((
                 transition.from.as_str(),
                 transition.to.as_str(),
                 transition.reason.to_string(),
             )),
-            Event::Override {
+            Notice::Override {
                 from, to, reason, ..
             }
-            | Event::Eligibility {
+            | Notice::Eligibility {
                 from, to, reason, ..
             } => Some((from, to, reason.clone())),
-            Event::Agent {
+            Notice::Agent {
                 from, to, reason, ..
             } => Some((from, to, reason.clone())),
-            Event::Shedding {
+            Notice::Shedding {
                 shedding, reason, ..
             } => Some(match shedding {
                 true => ("full", "shedding", reason.clone()),
                 false => ("shedding", "full", reason.clone()),
             }),
-            Event::AllDown { .. }
-            | Event::Recovered { .. }
-            | Event::Backups { .. }
-            | Event::Membership { .. }
-            | Event::Fleet { .. } => None,
+            Notice::AllDown { .. }
+            | Notice::Recovered { .. }
+            | Notice::Backups { .. }
+            | Notice::Membership { .. }
+            | Notice::Fleet { .. } => None,
         }
     }
 
     /// The readable sentence of the event, as logged.
     pub fn sentence(&self) -> String {
         match self {
-            Event::Transition {
+            Notice::Transition {
                 pool,
                 backend,
                 transition,
                 ..
             } => format!("pool={pool} backend={backend} {transition}"),
-            Event::AllDown { pool, policy, .. } => {
+            Notice::AllDown { pool, policy, .. } => {
                 format!("pool={pool} {}: {policy}", policy.headline())
             }
-            Event::Recovered { pool, .. } => {
+            Notice::Recovered { pool, .. } => {
                 format!("pool={pool} has an UP backend again; normal balancing resumes")
             }
-            Event::Override {
+            Notice::Override {
                 pool,
                 backend,
                 from,
@@ -534,7 +534,7 @@ impl Event {
                 reason,
                 ..
             }
-            | Event::Eligibility {
+            | Notice::Eligibility {
                 pool,
                 backend,
                 from,
@@ -542,14 +542,14 @@ impl Event {
                 reason,
                 ..
             } => format!("pool={pool} backend={backend} {from} -> {to}: {reason}"),
-            Event::Membership {
+            Notice::Membership {
                 pool,
                 source,
                 change,
                 ..
             } => format!("pool={pool} source={source}: {change}"),
-            Event::Fleet { group, change, .. } => format!("fleet={group}: {change}"),
-            Event::Backups {
+            Notice::Fleet { group, change, .. } => format!("fleet={group}: {change}"),
+            Notice::Backups {
                 pool,
                 serving,
                 to_primaries,
@@ -567,7 +567,7 @@ impl Event {
                     many.join(", ")
                 ),
             },
-            Event::Agent {
+            Notice::Agent {
                 pool,
                 backend,
                 from,
@@ -575,7 +575,7 @@ impl Event {
                 reason,
                 ..
             } => format!("pool={pool} backend={backend} agent {from} -> {to}: {reason}"),
-            Event::Shedding {
+            Notice::Shedding {
                 pool,
                 backend,
                 reason,
@@ -605,26 +605,26 @@ impl Event {
             object.insert("reason".into(), reason.into());
         }
         match self {
-            Event::Transition { transition, .. } => {
+            Notice::Transition { transition, .. } => {
                 object.insert("side".into(), transition.reason.side().as_str().into());
             }
-            Event::AllDown { policy, .. } => {
+            Notice::AllDown { policy, .. } => {
                 object.insert("policy".into(), policy.policy().into());
             }
-            Event::Override { kind, .. } => {
+            Notice::Override { kind, .. } => {
                 object.insert(
                     "override".into(),
                     kind.map_or(serde_json::Value::Null, |k| k.as_str().into()),
                 );
             }
-            Event::Backups { serving, .. } => {
+            Notice::Backups { serving, .. } => {
                 let names: Vec<&str> = serving.iter().map(|s| &**s).collect();
                 object.insert("backups".into(), names.into());
             }
-            Event::Agent { in_rotation, .. } => {
+            Notice::Agent { in_rotation, .. } => {
                 object.insert("in_rotation".into(), (*in_rotation).into());
             }
-            Event::Shedding {
+            Notice::Shedding {
                 shedding,
                 status,
                 duration,
@@ -638,7 +638,7 @@ impl Event {
                     object.insert("seconds".into(), duration.as_secs_f64().into());
                 }
             }
-            Event::Membership { source, change, .. } => {
+            Notice::Membership { source, change, .. } => {
                 object.insert("source".into(), (*source).into());
                 object.insert("membership".into(), change.as_str().into());
                 match change {
@@ -653,7 +653,7 @@ impl Event {
                     _ => {}
                 }
             }
-            Event::Fleet { group, change, .. } => {
+            Notice::Fleet { group, change, .. } => {
                 object.insert("group".into(), group.to_string().into());
                 object.insert("fleet".into(), change.as_str().into());
                 match change {
@@ -671,7 +671,7 @@ impl Event {
                     FleetChange::CutOff { .. } => {}
                 }
             }
-            Event::Recovered { .. } | Event::Eligibility { .. } => {}
+            Notice::Recovered { .. } | Notice::Eligibility { .. } => {}
         }
         value
     }

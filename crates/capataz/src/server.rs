@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::Config;
 use crate::handover::{Inherited, Kind, Offered};
-use crate::health::{Event, PoolRt};
+use crate::health::{Notice, PoolRt};
 use crate::supervisor::{bind, bind_listener};
 pub use crate::supervisor::{OverrideRefused, ReloadSummary, StartError, Stopped, Supervisor};
 
@@ -43,7 +43,7 @@ impl Balancer {
     /// see the first ones). Must be called within a tokio runtime.
     pub async fn start(
         config: &Config,
-        events: broadcast::Sender<Event>,
+        events: broadcast::Sender<Notice>,
     ) -> Result<Balancer, StartError> {
         Balancer::start_with_path(config, events, None).await
     }
@@ -51,7 +51,7 @@ impl Balancer {
     /// Like [`Balancer::start`], remembering `path` so SIGHUP and `POST /reload` re-read it.
     pub async fn start_with_path(
         config: &Config,
-        events: broadcast::Sender<Event>,
+        events: broadcast::Sender<Notice>,
         path: Option<PathBuf>,
     ) -> Result<Balancer, StartError> {
         Balancer::start_taking_over(config, events, path, None).await
@@ -65,7 +65,7 @@ impl Balancer {
     /// sockets).
     pub async fn start_taking_over(
         config: &Config,
-        events: broadcast::Sender<Event>,
+        events: broadcast::Sender<Notice>,
         path: Option<PathBuf>,
         mut inherited: Option<&mut Inherited>,
     ) -> Result<Balancer, StartError> {
@@ -197,7 +197,7 @@ impl Balancer {
     }
 
     /// A new receiver of health events.
-    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Notice> {
         self.supervisor.subscribe()
     }
 

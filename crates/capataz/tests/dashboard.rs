@@ -56,7 +56,7 @@ fn browser() -> Driver {
 struct Started {
     balancer: Balancer,
     sims: Vec<SimBackend>,
-    _events: tokio::sync::broadcast::Receiver<capataz::health::Event>,
+    _events: tokio::sync::broadcast::Receiver<capataz::health::Notice>,
     _runtime: tokio::runtime::Runtime,
 }
 

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use capataz::config;
-use capataz::health::{Clock, Event, PoolRt};
+use capataz::health::{Clock, Notice, PoolRt};
 use capataz::server::Balancer;
 use capataz::sim::{Mode, SimBackend};
 use capataz_health::{Ejection, EjectionInfo, Outcome, Reason, State, Transition};
@@ -313,7 +313,7 @@ fn every_backend_failing_its_probes_fails_open_then_one_back_takes_all_traffic()
             ));
         }
         ledger
-            .wait("all down", |e| matches!(e, Event::AllDown { .. }))
+            .wait("all down", |e| matches!(e, Notice::AllDown { .. }))
             .await;
         // Failing open: traffic is still served, by every backend.
         let hits: Vec<u64> = b.iter().map(SimBackend::traffic_hits).collect();
@@ -328,7 +328,7 @@ fn every_backend_failing_its_probes_fails_open_then_one_back_takes_all_traffic()
             Reason::ProbesPassed { streak: RISE, .. }
         ));
         ledger
-            .wait("recovered", |e| matches!(e, Event::Recovered { .. }))
+            .wait("recovered", |e| matches!(e, Notice::Recovered { .. }))
             .await;
         for i in [1, 2] {
             let hits = || b[i].traffic_hits();
@@ -364,7 +364,7 @@ fn every_backend_crashed_then_one_restarted() {
             check_fault_reason(&down, Outcome::Refused, &[Outcome::Refused, Outcome::Reset]);
         }
         ledger
-            .wait("all down", |e| matches!(e, Event::AllDown { .. }))
+            .wait("all down", |e| matches!(e, Notice::AllDown { .. }))
             .await;
         until("every active side DOWN", || {
             pool.health().iter().all(|h| h.active.state == State::Down)
@@ -388,7 +388,7 @@ fn every_backend_crashed_then_one_restarted() {
             "{up}"
         );
         ledger
-            .wait("recovered", |e| matches!(e, Event::Recovered { .. }))
+            .wait("recovered", |e| matches!(e, Notice::Recovered { .. }))
             .await;
         let outage_end = clock.now();
         back_in_rotation(&b[0]).await;
@@ -834,8 +834,8 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
 
 /// Every event the balancer published, in order, and the waits on them.
 struct Ledger {
-    rx: broadcast::Receiver<Event>,
-    events: Vec<Event>,
+    rx: broadcast::Receiver<Notice>,
+    events: Vec<Notice>,
     size: usize,
 }
 
@@ -854,7 +854,7 @@ impl Ledger {
     }
 
     /// Waits until `found` finds what it looks for in the events so far.
-    async fn wait_until<T>(&mut self, what: &str, found: impl Fn(&[Event]) -> Option<T>) -> T {
+    async fn wait_until<T>(&mut self, what: &str, found: impl Fn(&[Notice]) -> Option<T>) -> T {
         let end = Instant::now() + DEADLINE;
         loop {
             self.pull();
@@ -876,7 +876,7 @@ impl Ledger {
     }
 
     /// Waits for the first event, from the start, matching `want`.
-    async fn wait(&mut self, what: &str, want: impl Fn(&Event) -> bool) -> Event {
+    async fn wait(&mut self, what: &str, want: impl Fn(&Notice) -> bool) -> Notice {
         self.wait_until(what, |events| events.iter().find(|e| want(e)).cloned())
             .await
     }
@@ -888,7 +888,7 @@ impl Ledger {
             events
                 .iter()
                 .filter_map(|e| match e {
-                    Event::Transition { transition, .. }
+                    Notice::Transition { transition, .. }
                         if transition.backend == index && transition.to == to =>
                     {
                         Some(*transition)
@@ -912,7 +912,7 @@ impl Ledger {
         self.events
             .iter()
             .filter_map(|e| match e {
-                Event::Transition { transition, .. } if transition.backend == index => {
+                Notice::Transition { transition, .. } if transition.backend == index => {
                     Some(*transition)
                 }
                 _ => None,
@@ -940,7 +940,7 @@ impl Ledger {
     }
 
     fn describe(&self) -> String {
-        let lines: Vec<String> = self.events.iter().map(Event::sentence).collect();
+        let lines: Vec<String> = self.events.iter().map(Notice::sentence).collect();
         lines.join("\n")
     }
 
@@ -956,7 +956,7 @@ impl Ledger {
         let (mut emptied, mut refilled) = (0, 0);
         for event in &self.events {
             match event {
-                Event::Transition { transition: t, .. } => {
+                Notice::Transition { transition: t, .. } => {
                     assert_eq!(t.from, state[t.backend], "no change, or one missed: {t:?}");
                     assert_ne!(t.from, t.to, "{t:?}");
                     state[t.backend] = t.to;
@@ -969,16 +969,16 @@ impl Ledger {
                     refilled += usize::from(t.refilled_pool());
                     check_rules(t);
                 }
-                Event::AllDown { .. } | Event::Recovered { .. } => {}
-                Event::Override { .. }
-                | Event::Eligibility { .. }
-                | Event::Backups { .. }
-                | Event::Membership { .. }
-                | Event::Fleet { .. } => {
+                Notice::AllDown { .. } | Notice::Recovered { .. } => {}
+                Notice::Override { .. }
+                | Notice::Eligibility { .. }
+                | Notice::Backups { .. }
+                | Notice::Membership { .. }
+                | Notice::Fleet { .. } => {
                     panic!("nobody overrode anything, no backup, no drain, no source, no fleet: {event:?}")
                 }
-                Event::Agent { .. } => panic!("no agent checks here: {event:?}"),
-                Event::Shedding { .. } => panic!("no load shedding here: {event:?}"),
+                Notice::Agent { .. } => panic!("no agent checks here: {event:?}"),
+                Notice::Shedding { .. } => panic!("no load shedding here: {event:?}"),
             }
         }
         assert_eq!(self.count("all_down"), emptied, "{}", self.describe());

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use capataz::events::Event;
+use capataz::events::Notice;
 use capataz_health::Outcome;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -205,7 +205,7 @@ response_header = "300ms"
     assert!(
         events.is_empty(),
         "no health event at all: {:?}",
-        events.iter().map(Event::to_json).collect::<Vec<_>>()
+        events.iter().map(Notice::to_json).collect::<Vec<_>>()
     );
     let warnings = recorder.warnings.lock().unwrap().clone();
     assert!(warnings.is_empty(), "logged at WARN or above: {warnings:?}");

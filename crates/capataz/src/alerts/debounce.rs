@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::Alert;
-use crate::events::Event;
+use crate::events::Notice;
 
 /// Debouncing per pool and backend, as a pure state machine: time is an argument.
 ///
@@ -30,7 +30,7 @@ pub struct Debouncer {
 struct Window {
     ends: Instant,
     alerted: &'static str,
-    latest: Option<Event>,
+    latest: Option<Notice>,
     folded: u64,
 }
 
@@ -48,7 +48,7 @@ impl Debouncer {
     ///
     /// A window that has ended but not been flushed yet still counts as open. Call
     /// [`Debouncer::flush_due`] first, so `event` can open a fresh window.
-    pub fn offer(&mut self, event: Event, now: Instant) -> Option<Alert> {
+    pub fn offer(&mut self, event: Notice, now: Instant) -> Option<Alert> {
         let key = (
             event.pool().to_owned(),
             event.backend().unwrap_or_default().to_owned(),
@@ -104,25 +104,25 @@ impl Debouncer {
 }
 
 /// The state an event leaves its key in, for deciding whether a summary is worth sending.
-pub(super) fn state(event: &Event) -> &'static str {
+pub(super) fn state(event: &Notice) -> &'static str {
     match event {
-        Event::Transition { transition, .. } => transition.to.as_str(),
-        Event::Override { to, .. } | Event::Eligibility { to, .. } => to,
-        Event::Backups { serving, .. } if serving.is_empty() => "backups_out",
-        Event::Backups { .. } => "backups_in",
-        Event::Agent { in_rotation, .. } => {
+        Notice::Transition { transition, .. } => transition.to.as_str(),
+        Notice::Override { to, .. } | Notice::Eligibility { to, .. } => to,
+        Notice::Backups { serving, .. } if serving.is_empty() => "backups_out",
+        Notice::Backups { .. } => "backups_in",
+        Notice::Agent { in_rotation, .. } => {
             if *in_rotation {
                 "agent_in_rotation"
             } else {
                 "agent_out_of_rotation"
             }
         }
-        Event::Shedding { shedding: true, .. } => "shedding",
-        Event::Shedding {
+        Notice::Shedding { shedding: true, .. } => "shedding",
+        Notice::Shedding {
             shedding: false, ..
         } => "not_shedding",
-        Event::AllDown { .. } | Event::Recovered { .. } => event.kind(),
-        Event::Membership { change, .. } => change.as_str(),
-        Event::Fleet { change, .. } => change.as_str(),
+        Notice::AllDown { .. } | Notice::Recovered { .. } => event.kind(),
+        Notice::Membership { change, .. } => change.as_str(),
+        Notice::Fleet { change, .. } => change.as_str(),
     }
 }

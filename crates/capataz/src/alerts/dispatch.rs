@@ -9,7 +9,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, mpsc};
 
 use super::{Alert, AlertStats, Debouncer, HookStats, Kind};
-use crate::events::Event;
+use crate::events::Notice;
 
 /// A hook as the dispatcher sees it: a queue to offer alerts to.
 pub(super) struct Outlet {
@@ -25,7 +25,7 @@ pub(super) struct Dispatcher {
 }
 
 impl Dispatcher {
-    pub(super) async fn run(mut self, mut events: broadcast::Receiver<Event>) {
+    pub(super) async fn run(mut self, mut events: broadcast::Receiver<Notice>) {
         let mut open = true;
         loop {
             let deadline = self.debouncer.as_ref().and_then(Debouncer::next_deadline);

@@ -38,7 +38,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 
 use crate::config::AlertsConfig;
-use crate::events::Event;
+use crate::events::Notice;
 
 mod command;
 mod debounce;
@@ -60,7 +60,7 @@ use webhook::run_webhook;
 #[derive(Clone, Debug)]
 pub struct Alert {
     /// The event. For a debounce summary, this is the latest event of the window.
-    pub event: Event,
+    pub event: Notice,
     /// Events of the same pool and backend that were not sent on their own and are summed up
     /// by this alert. Zero for an ordinary alert.
     pub suppressed: u64,
@@ -68,14 +68,14 @@ pub struct Alert {
 
 impl Alert {
     /// An ordinary alert for `event`.
-    pub fn new(event: Event) -> Alert {
+    pub fn new(event: Notice) -> Alert {
         Alert {
             event,
             suppressed: 0,
         }
     }
 
-    /// The event's JSON (see [`Event::to_json`]) plus `"suppressed": N` when N > 0.
+    /// The event's JSON (see [`Notice::to_json`]) plus `"suppressed": N` when N > 0.
     pub fn to_json(&self) -> serde_json::Value {
         let mut value = self.event.to_json();
         if self.suppressed > 0 {
@@ -100,7 +100,7 @@ impl Alerts {
     /// This must be called inside a tokio runtime. With no hooks configured, it starts nothing
     /// and drops `events`. When the sending side closes, pending debounce summaries still go
     /// out when their windows end. Then the queues drain and the tasks end.
-    pub fn start(config: &AlertsConfig, events: broadcast::Receiver<Event>) -> Alerts {
+    pub fn start(config: &AlertsConfig, events: broadcast::Receiver<Notice>) -> Alerts {
         let stats = Arc::new(AlertStats::default());
         let mut tasks = Vec::new();
         let mut outlets = Vec::new();

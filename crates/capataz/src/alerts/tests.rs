@@ -11,12 +11,12 @@ use super::debounce::state;
 use super::webhook::{retry_delay, MAX_BACKOFF};
 use super::*;
 
-fn transition(backend: &str, to: State) -> Event {
+fn transition(backend: &str, to: State) -> Notice {
     let from = match to {
         State::Up => State::Down,
         State::Down => State::Up,
     };
-    Event::Transition {
+    Notice::Transition {
         pool: "web".into(),
         backend: backend.into(),
         transition: Transition {
@@ -53,12 +53,12 @@ fn check(script: &str, expected: &str) {
             ["flush"] => debouncer.flush_due(now),
             ["pool", what] => {
                 let event = match what {
-                    "down" => Event::AllDown {
+                    "down" => Notice::AllDown {
                         pool: "web".into(),
                         policy: capataz_health::AllDown::Reject,
                         time: SystemTime::UNIX_EPOCH,
                     },
-                    _ => Event::Recovered {
+                    _ => Notice::Recovered {
                         pool: "web".into(),
                         time: SystemTime::UNIX_EPOCH,
                     },
@@ -242,7 +242,7 @@ fn command_env_names_every_field_and_leaves_missing_ones_empty() {
     let json: serde_json::Value = serde_json::from_str(&env["CAPATAZ_JSON"]).unwrap();
     assert_eq!(json["suppressed"], 2);
 
-    let env: BTreeMap<_, _> = command_env(&Alert::new(Event::Recovered {
+    let env: BTreeMap<_, _> = command_env(&Alert::new(Notice::Recovered {
         pool: "web".into(),
         time: SystemTime::UNIX_EPOCH,
     }))
@@ -260,7 +260,7 @@ fn command_env_names_every_field_and_leaves_missing_ones_empty() {
 /// events, its counters, and the queue's receiving end.
 fn dispatcher() -> (
     tokio::task::JoinHandle<()>,
-    tokio::sync::broadcast::Sender<Event>,
+    tokio::sync::broadcast::Sender<Notice>,
     Arc<AlertStats>,
     tokio::sync::mpsc::Receiver<Arc<Alert>>,
 ) {

@@ -33,7 +33,7 @@ use crate::discovery::etcd::wire::{
     decode as b64decode, encode as b64encode, range_request, watch_request, RangeResponse,
     WatchLine,
 };
-use crate::events::{Event, FleetChange};
+use crate::events::{FleetChange, Notice};
 use crate::health::{PoolRt, ProbingSlot};
 use crate::logging;
 
@@ -66,7 +66,7 @@ pub(crate) struct Task {
     pub(crate) config: FleetConfig,
     pub(crate) instance: String,
     pub(crate) pools: PoolsNow,
-    pub(crate) events: broadcast::Sender<Event>,
+    pub(crate) events: broadcast::Sender<Notice>,
     /// The lease of the task this one replaces (a reload), revoked before registering: the
     /// old registration must not hold this instance's name.
     pub(crate) revoke: Option<HeldLease>,
@@ -175,13 +175,13 @@ impl Task {
     }
 
     fn emit(&self, change: FleetChange) {
-        let event = Event::Fleet {
+        let event = Notice::Fleet {
             group: self.config.group.as_str().into(),
             change,
             time: SystemTime::now(),
         };
         let level = match &event {
-            Event::Fleet {
+            Notice::Fleet {
                 change:
                     FleetChange::CutOff { .. }
                     | FleetChange::Skipped { .. }
@@ -214,7 +214,7 @@ impl Task {
     }
 
     /// One session, until something fails; returns why.
-    async fn session(&self, state: &mut State, events: &mut broadcast::Receiver<Event>) -> Failed {
+    async fn session(&self, state: &mut State, events: &mut broadcast::Receiver<Notice>) -> Failed {
         match self.session_inner(state, events).await {
             Ok(never) => match never {},
             Err(error) => error,
@@ -224,7 +224,7 @@ impl Task {
     async fn session_inner(
         &self,
         state: &mut State,
-        events: &mut broadcast::Receiver<Event>,
+        events: &mut broadcast::Receiver<Notice>,
     ) -> Result<std::convert::Infallible, Failed> {
         let lease = self.lease(state).await?;
         self.fleet.hold(Some(HeldLease {
@@ -316,7 +316,7 @@ impl Task {
     async fn follow(
         &self,
         state: &mut State,
-        events: &mut broadcast::Receiver<Event>,
+        events: &mut broadcast::Receiver<Notice>,
         watch: &mut Watch,
         lost: &mut tokio::sync::oneshot::Receiver<Failed>,
     ) -> Result<std::convert::Infallible, Failed> {
@@ -362,7 +362,7 @@ impl Task {
                 }
                 event = events.recv() => {
                     match event {
-                        Ok(Event::Transition { .. }) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                        Ok(Notice::Transition { .. }) | Err(broadcast::error::RecvError::Lagged(_)) => {
                             scan_at = scan_at.min(Instant::now() + COALESCE);
                         }
                         Ok(_) => {}

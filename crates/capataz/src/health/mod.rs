@@ -4,7 +4,7 @@
 //! Every decision is the engine's (`capataz_health::Rotation`: verdicts, overrides with expiry,
 //! slow start, the all-down policy and its fail-open set). This module only feeds it inputs
 //! with the time, and `publish` turns what comes out into a new `Snapshot` (stored in the
-//! [`PoolHandle`]), log lines and broadcast [`Event`]s; `driver` runs the pool's one timer,
+//! [`PoolHandle`]), log lines and broadcast [`Notice`]s; `driver` runs the pool's one timer,
 //! which starts the checks the engine's schedule says are due (`checks`).
 //!
 //! The engine sits behind a mutex, with the per-backend records the admin API shows (recent
@@ -44,7 +44,7 @@ use tokio::sync::{broadcast, Notify};
 pub use crate::balance::{BackendRt, LatencyBuckets, OutcomeCounts, TrafficRing, HISTORY};
 use crate::balance::{PoolHandle, TrafficSink};
 use crate::config::{AllDownPolicy, BackendProtocol, CheckKind, PoolConfig};
-pub use crate::events::{Event, OverrideKind};
+pub use crate::events::{Notice, OverrideKind};
 use crate::instruments::Families;
 use crate::tls::backend::{
     client_config, server_name, without_resumption, Alpn, ClientSettings, Connector,
@@ -402,7 +402,7 @@ pub enum OverrideError {
 pub struct PoolRt {
     handle: Arc<PoolHandle>,
     inner: Mutex<Inner>,
-    events: broadcast::Sender<Event>,
+    events: broadcast::Sender<Notice>,
     clock: Clock,
     /// Wakes the timer when the engine's next timeout may have moved earlier.
     timer: Notify,
@@ -435,7 +435,7 @@ impl PoolRt {
     /// the same families continues its series.
     pub fn new(
         config: PoolConfig,
-        events: broadcast::Sender<Event>,
+        events: broadcast::Sender<Notice>,
         clock: Clock,
         previous: Option<&PoolRt>,
         gate_new: bool,
@@ -475,7 +475,7 @@ impl PoolRt {
     /// [`BackendRt`] instead of getting a new one.
     fn build(
         config: PoolConfig,
-        events: broadcast::Sender<Event>,
+        events: broadcast::Sender<Notice>,
         clock: Clock,
         previous: Option<&PoolRt>,
         gate_new: bool,

@@ -1,5 +1,5 @@
 //! Publishing what the engine decided: the new [`Snapshot`] the request path reads, one log
-//! line per event, and the broadcast [`Event`] the admin API and the alert hooks receive.
+//! line per event, and the broadcast [`Notice`] the admin API and the alert hooks receive.
 //!
 //! Events leave in the engine's order, which is causal: an override or a transition comes
 //! before the all-down or recovered event it caused. The snapshot is swapped before any of them
@@ -22,7 +22,7 @@ use capataz_health::rotation::{
 use capataz_health::{AllDown, State};
 
 use super::{Inner, PoolRt};
-use crate::events::{Event, MembershipChange};
+use crate::events::{MembershipChange, Notice};
 use crate::logging;
 
 impl PoolRt {
@@ -51,7 +51,7 @@ impl PoolRt {
                 EngineEvent::Transition(transition) => {
                     let metrics = &self.backends[transition.backend].metrics;
                     metrics.transition(&transition);
-                    self.emit(Event::Transition {
+                    self.emit(Notice::Transition {
                         pool: self.name.clone(),
                         backend: self.backends[transition.backend].name.clone(),
                         transition,
@@ -60,14 +60,14 @@ impl PoolRt {
                 }
                 EngineEvent::ActiveChange(change) => self.log_hidden_active_change(&change),
                 EngineEvent::Override(change) => self.emit(self.override_event(&change)),
-                EngineEvent::AllDown { applied, .. } => self.emit(Event::AllDown {
+                EngineEvent::AllDown { applied, .. } => self.emit(Notice::AllDown {
                     pool: self.name.clone(),
                     policy: applied,
                     time,
                 }),
                 EngineEvent::Agent(change) => self.emit(self.agent_event(&change)),
                 EngineEvent::Shedding(change) => self.emit(self.shed_event(&change)),
-                EngineEvent::Recovered { .. } => self.emit(Event::Recovered {
+                EngineEvent::Recovered { .. } => self.emit(Notice::Recovered {
                     pool: self.name.clone(),
                     time,
                 }),
@@ -75,7 +75,7 @@ impl PoolRt {
                     serving,
                     to_primaries,
                     ..
-                } => self.emit(Event::Backups {
+                } => self.emit(Notice::Backups {
                     pool: self.name.clone(),
                     serving: serving
                         .iter()
@@ -103,7 +103,7 @@ impl PoolRt {
                         },
                     );
                 }
-                EngineEvent::Standing(change) => self.emit(Event::Eligibility {
+                EngineEvent::Standing(change) => self.emit(Notice::Eligibility {
                     pool: self.name.clone(),
                     backend: self.backends[change.backend].name.clone(),
                     from: change.from.as_str(),
@@ -115,7 +115,7 @@ impl PoolRt {
         }
     }
 
-    fn override_event(&self, change: &OverrideChange) -> Event {
+    fn override_event(&self, change: &OverrideChange) -> Notice {
         let reason = match (change.cause, change.kind, change.ttl) {
             (OverrideCause::Operator, Some(kind), Some(ttl)) => format!(
                 "manual {} set by an operator, for {} (until {})",
@@ -133,7 +133,7 @@ impl PoolRt {
                 "manual override lapsed; health checks decide again".to_owned()
             }
         };
-        Event::Override {
+        Notice::Override {
             pool: self.name.clone(),
             backend: self.backends[change.backend].name.clone(),
             kind: change.kind,
@@ -144,7 +144,7 @@ impl PoolRt {
         }
     }
 
-    fn shed_event(&self, change: &ShedChange) -> Event {
+    fn shed_event(&self, change: &ShedChange) -> Notice {
         let reason = match change.shed {
             Some(shed) => format!(
                 "sheds load: answered {} asking for {} of relief; weight at {} % until then \
@@ -155,7 +155,7 @@ impl PoolRt {
             ),
             None => "no longer sheds load: weight restored".to_owned(),
         };
-        Event::Shedding {
+        Notice::Shedding {
             pool: self.name.clone(),
             backend: self.backends[change.backend].name.clone(),
             shedding: change.shed.is_some(),
@@ -166,7 +166,7 @@ impl PoolRt {
         }
     }
 
-    fn agent_event(&self, change: &AgentChange) -> Event {
+    fn agent_event(&self, change: &AgentChange) -> Notice {
         let to = change.to;
         let reason = if change.in_rotation {
             format!(
@@ -188,7 +188,7 @@ impl PoolRt {
              an override keep it out"
                 .to_owned()
         };
-        Event::Agent {
+        Notice::Agent {
             pool: self.name.clone(),
             backend: self.backends[change.backend].name.clone(),
             from: change.from.to_string(),
@@ -232,29 +232,31 @@ impl PoolRt {
     }
 
     /// Logs `event` once and broadcasts it.
-    pub(crate) fn emit(&self, event: Event) {
+    pub(crate) fn emit(&self, event: Notice) {
         let sentence = event.sentence();
         let change = event.change();
         let side = match &event {
-            Event::Transition { transition, .. } => Some(transition.reason.side().as_str()),
+            Notice::Transition { transition, .. } => Some(transition.reason.side().as_str()),
             _ => None,
         };
         let policy = match &event {
-            Event::AllDown { policy, .. } => Some(policy.policy()),
+            Notice::AllDown { policy, .. } => Some(policy.policy()),
             _ => None,
         };
         let level = match &event {
-            Event::AllDown { policy, .. } if !matches!(policy, AllDown::BelowMinHealthy { .. }) => {
+            Notice::AllDown { policy, .. }
+                if !matches!(policy, AllDown::BelowMinHealthy { .. }) =>
+            {
                 tracing::Level::ERROR
             }
-            Event::Backups {
+            Notice::Backups {
                 to_primaries: true, ..
             } => tracing::Level::INFO,
-            Event::AllDown { .. } | Event::Backups { .. } => tracing::Level::WARN,
-            Event::Transition { transition, .. } if transition.to == State::Down => {
+            Notice::AllDown { .. } | Notice::Backups { .. } => tracing::Level::WARN,
+            Notice::Transition { transition, .. } if transition.to == State::Down => {
                 tracing::Level::WARN
             }
-            Event::Membership {
+            Notice::Membership {
                 change:
                     MembershipChange::Failing { .. }
                     | MembershipChange::DropHeld { .. }

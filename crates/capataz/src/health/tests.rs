@@ -183,7 +183,7 @@ async fn the_shedding_event_reads_as_one_sentence() {
     );
     let sentence = loop {
         match rx.try_recv().expect("the shedding event") {
-            event @ Event::Shedding { .. } => break event.sentence(),
+            event @ Notice::Shedding { .. } => break event.sentence(),
             _ => continue,
         }
     };

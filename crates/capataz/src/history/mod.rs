@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, watch};
 
-use crate::events::Event;
+use crate::events::Notice;
 use crate::health::PoolRt;
 use crate::timefmt::rfc3339;
 
@@ -41,7 +41,7 @@ pub struct History {
 
 #[derive(Debug, Default)]
 struct Inner {
-    events: VecDeque<Event>,
+    events: VecDeque<Notice>,
     /// Events the recorder missed (the broadcast outran it) or dropped (the ring was full).
     missed: u64,
     dropped: u64,
@@ -58,7 +58,7 @@ impl History {
     /// Keeps `event` (dropping the oldest past [`EVENTS`]) and notes in their timelines the
     /// state of the backend it is about, or of every backend of its pool for a pool's event
     /// (backups taking over change who serves).
-    pub fn record(&self, event: &Event, pools: &[Arc<PoolRt>]) {
+    pub fn record(&self, event: &Notice, pools: &[Arc<PoolRt>]) {
         let marks: Vec<(Arc<str>, timeline::Mark)> =
             match pools.iter().find(|p| &*p.name == event.pool()) {
                 None => Vec::new(),
@@ -120,7 +120,7 @@ impl History {
     /// `GET /history/events`: the kept events, oldest first.
     pub fn events_json(&self) -> Value {
         let inner = self.lock();
-        let events: Vec<Value> = inner.events.iter().map(Event::to_json).collect();
+        let events: Vec<Value> = inner.events.iter().map(Notice::to_json).collect();
         json!({
             "capacity": EVENTS,
             "dropped": inner.dropped,
@@ -168,7 +168,7 @@ impl History {
 /// `pools()` (the pools in force) every [`SAMPLE`].
 pub async fn run(
     history: Arc<History>,
-    mut events: broadcast::Receiver<Event>,
+    mut events: broadcast::Receiver<Notice>,
     pools: impl Fn() -> Option<Arc<Vec<Arc<PoolRt>>>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -212,7 +212,7 @@ mod tests {
         let history = History::default();
         let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
         for n in 0..(EVENTS as u64 + 100) {
-            let event = Event::Recovered {
+            let event = Notice::Recovered {
                 pool: "web".into(),
                 time: start + Duration::from_secs(n),
             };

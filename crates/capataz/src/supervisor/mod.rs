@@ -39,7 +39,7 @@ use crate::alerts::AlertStats;
 use crate::config::Config;
 use crate::events::OverrideKind;
 use crate::fleet::FleetRt;
-use crate::health::{Clock, Event, OverrideError, PoolRt};
+use crate::health::{Clock, Notice, OverrideError, PoolRt};
 use crate::metrics::Metrics;
 pub(crate) use listener::{bind, bind_listener};
 pub use reload::ReloadSummary;
@@ -61,7 +61,7 @@ pub struct Supervisor {
     ordered: mpsc::Sender<ordered::Ordered>,
     /// Whether the balancer was started from a file (which reloads read again).
     from_file: bool,
-    events: broadcast::Sender<Event>,
+    events: broadcast::Sender<Notice>,
     clock: Clock,
     /// This balancer's metrics, whose families every pool takes its handles from. The latency
     /// histograms' scope is read at start and kept across reloads.
@@ -337,7 +337,7 @@ impl Supervisor {
     }
 
     /// A new receiver of health events.
-    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Notice> {
         self.events.subscribe()
     }
 

@@ -22,7 +22,7 @@ use super::task::Owned;
 use super::Supervisor;
 use crate::config::{BackendConfig, PoolConfig, PoolSource};
 use crate::discovery::{Answer, Guard, Source};
-use crate::events::{Event, MembershipChange};
+use crate::events::{MembershipChange, Notice};
 use crate::health::PoolRt;
 
 impl Owned {
@@ -169,7 +169,7 @@ impl Supervisor {
     /// Tells `change` about pool `name`, from the pool in force.
     fn tell(&self, name: &str, source: &'static str, change: MembershipChange) {
         if let Some(pool) = self.pool(name) {
-            pool.emit(Event::Membership {
+            pool.emit(Notice::Membership {
                 pool: pool.name.clone(),
                 source,
                 change,

@@ -25,7 +25,7 @@ use crate::alerts::Alerts;
 use crate::config::{BackendConfig, Config, FleetConfig, PoolSource};
 use crate::events::OverrideKind;
 use crate::fleet::FleetRt;
-use crate::health::{Clock, Event, PoolRt, PoolTasks};
+use crate::health::{Clock, Notice, PoolRt, PoolTasks};
 use crate::metrics::{HistogramScope, Metrics};
 
 /// Room for commands waiting while one is applied: a sender beyond it waits for room.
@@ -91,7 +91,7 @@ impl Supervisor {
     #[cfg(test)]
     pub(crate) fn start(
         config: &Config,
-        events: broadcast::Sender<Event>,
+        events: broadcast::Sender<Notice>,
         path: Option<PathBuf>,
         sockets: Vec<TcpListener>,
     ) -> Arc<Supervisor> {
@@ -104,7 +104,7 @@ impl Supervisor {
     /// "first-probe"`), so that nothing is sent to a backend this process has not seen pass.
     pub(crate) fn start_as(
         config: &Config,
-        events: broadcast::Sender<Event>,
+        events: broadcast::Sender<Notice>,
         path: Option<PathBuf>,
         sockets: Vec<TcpListener>,
         held: bool,

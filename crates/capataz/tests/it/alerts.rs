@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use capataz::alerts::{AlertStats, Alerts};
 use capataz::config::{AlertsConfig, CommandConfig, WebhookConfig};
-use capataz::events::Event;
+use capataz::events::Notice;
 use capataz_health::{Outcome, Reason, State, Transition};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
@@ -22,7 +22,7 @@ use crate::support::wait::wait_until;
 use crate::support::DEADLINE;
 
 /// A transition of backend `backend` of pool `web` to `to`, after three failed or passed probes.
-fn transition(backend: &str, to: State) -> Event {
+fn transition(backend: &str, to: State) -> Notice {
     let (from, reason) = match to {
         State::Down => (
             State::Up,
@@ -40,7 +40,7 @@ fn transition(backend: &str, to: State) -> Event {
             },
         ),
     };
-    Event::Transition {
+    Notice::Transition {
         pool: "web".into(),
         backend: backend.into(),
         transition: Transition {
@@ -69,7 +69,7 @@ fn webhook(addr: SocketAddr) -> WebhookConfig {
     }
 }
 
-fn start(config: AlertsConfig) -> (Alerts, broadcast::Sender<Event>) {
+fn start(config: AlertsConfig) -> (Alerts, broadcast::Sender<Notice>) {
     let (events, rx) = broadcast::channel(1024);
     (Alerts::start(&config, rx), events)
 }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use capataz::health::Event;
+use capataz::health::Notice;
 use capataz::sim::{Mode, SimBackend};
 use capataz_health::{Ejection, Reason, State};
 
@@ -302,7 +302,7 @@ async fn all_down_fails_open_by_default_and_says_so() {
     for backend in &b {
         backend.set_health(Mode::Status(500));
     }
-    wait_for(&mut rx, "all down", |e| matches!(e, Event::AllDown { .. })).await;
+    wait_for(&mut rx, "all down", |e| matches!(e, Notice::AllDown { .. })).await;
     let mut client = Client::new(balancer.local_addrs()[0]);
     let mut seen = HashMap::<String, u32>::new();
     for _ in 0..10 {
@@ -313,7 +313,7 @@ async fn all_down_fails_open_by_default_and_says_so() {
     assert_eq!(seen.len(), 2, "fail-open spreads over every backend");
     b[0].set_health(Mode::Status(200));
     wait_for(&mut rx, "recovered", |e| {
-        matches!(e, Event::Recovered { .. })
+        matches!(e, Notice::Recovered { .. })
     })
     .await;
     for _ in 0..10 {
@@ -327,7 +327,7 @@ async fn all_down_with_reject_answers_503_with_retry_after() {
     let extra = format!("when_all_down = \"reject\"\nretry_after = \"7s\"\n{FAST_CHECKS}");
     let (balancer, mut rx) = start(&config_text(&b, &[], &extra)).await;
     b[0].set_health(Mode::Status(503));
-    wait_for(&mut rx, "all down", |e| matches!(e, Event::AllDown { .. })).await;
+    wait_for(&mut rx, "all down", |e| matches!(e, Notice::AllDown { .. })).await;
     let mut client = Client::new(balancer.local_addrs()[0]);
     let answer = client.get("/").await;
     assert_eq!(answer.status, 503);

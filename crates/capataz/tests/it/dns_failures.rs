@@ -9,7 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use capataz::events::MembershipChange;
-use capataz::health::Event;
+use capataz::health::Notice;
 use capataz::sim::SimBackend;
 use tokio::sync::broadcast;
 
@@ -23,7 +23,7 @@ use crate::support::wait::wait_until;
 const NAME: &str = "web.test.";
 
 /// The first membership event that says what the source made of the bad answer.
-async fn first_verdict(rx: &mut broadcast::Receiver<Event>) -> MembershipChange {
+async fn first_verdict(rx: &mut broadcast::Receiver<Notice>) -> MembershipChange {
     let event = wait_for(rx, "a membership event after the bad answer", |e| {
         membership(e).is_some_and(|c| {
             matches!(

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use capataz::events::MembershipChange;
-use capataz::health::{Event, PoolRt};
+use capataz::health::{Notice, PoolRt};
 use capataz::server::Balancer;
 use capataz::sim::SimBackend;
 use capataz_health::State;
@@ -29,13 +29,16 @@ pub(crate) fn text(source: &str, checks: &str) -> String {
 }
 
 /// A balancer started from [`text`].
-pub(crate) async fn balancer(source: &str, checks: &str) -> (Balancer, broadcast::Receiver<Event>) {
+pub(crate) async fn balancer(
+    source: &str,
+    checks: &str,
+) -> (Balancer, broadcast::Receiver<Notice>) {
     start(&text(source, checks)).await
 }
 
-pub(crate) fn membership(event: &Event) -> Option<&MembershipChange> {
+pub(crate) fn membership(event: &Notice) -> Option<&MembershipChange> {
     match event {
-        Event::Membership { change, .. } => Some(change),
+        Notice::Membership { change, .. } => Some(change),
         _ => None,
     }
 }
@@ -45,7 +48,7 @@ pub(crate) fn names(pool: &PoolRt) -> Vec<String> {
 }
 
 pub(crate) async fn wait_updated(
-    rx: &mut broadcast::Receiver<Event>,
+    rx: &mut broadcast::Receiver<Notice>,
     total: usize,
 ) -> MembershipChange {
     let event = wait_for(rx, &format!("a membership update to {total}"), |e| {
@@ -258,7 +261,8 @@ async fn dns_failures_keep_the_membership_and_a_large_drop_waits_for_confirmatio
             .any(|l| l.starts_with("capataz_pool_membership_age_seconds{pool=\"web\"}")),
         "{metrics}"
     );
-    let is = |want: fn(&MembershipChange) -> bool| move |e: &Event| membership(e).is_some_and(want);
+    let is =
+        |want: fn(&MembershipChange) -> bool| move |e: &Notice| membership(e).is_some_and(want);
 
     // The zone no longer served (REFUSED), then the server gone (queries time out): each a
     // failure that keeps the four backends, said in /status, until the answers come back.
@@ -352,7 +356,7 @@ async fn a_reload_keeps_a_dns_pools_membership_and_health() {
         let event = wait_for(
             &mut rx,
             "both backends UP",
-            |e| matches!(e, Event::Transition { transition, .. } if transition.to == State::Up),
+            |e| matches!(e, Notice::Transition { transition, .. } if transition.to == State::Up),
         )
         .await;
         up.insert(event.backend().map(str::to_owned));

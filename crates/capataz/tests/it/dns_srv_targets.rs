@@ -10,7 +10,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use capataz::health::Event;
+use capataz::health::Notice;
 use capataz::server::Balancer;
 use serde_json::Value;
 use tokio::sync::broadcast;
@@ -33,12 +33,12 @@ fn srv_text(resolver: std::net::SocketAddr) -> String {
     )
 }
 
-async fn srv_pool(resolver: std::net::SocketAddr) -> (Balancer, broadcast::Receiver<Event>) {
+async fn srv_pool(resolver: std::net::SocketAddr) -> (Balancer, broadcast::Receiver<Notice>) {
     start(&srv_text(resolver)).await
 }
 
 /// The first membership event among `kinds` (as named in `/events`).
-async fn first_of(rx: &mut broadcast::Receiver<Event>, kinds: &[&str]) -> Event {
+async fn first_of(rx: &mut broadcast::Receiver<Notice>, kinds: &[&str]) -> Notice {
     wait_for(rx, &format!("a membership event among {kinds:?}"), |e| {
         membership(e).is_some_and(|c| kinds.contains(&c.as_str()))
     })

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use capataz::config;
-use capataz::health::{Event, OverrideKind};
+use capataz::health::{Notice, OverrideKind};
 use capataz::sim::SimBackend;
 use capataz_health::AllDown;
 use tokio::sync::broadcast;
@@ -38,15 +38,15 @@ async fn get(addr: SocketAddr, path: &str) -> (u16, Option<String>, Option<Strin
 }
 
 /// Every event already sent, in order.
-fn drain(rx: &mut broadcast::Receiver<Event>) -> Vec<Event> {
+fn drain(rx: &mut broadcast::Receiver<Notice>) -> Vec<Notice> {
     std::iter::from_fn(|| rx.try_recv().ok()).collect()
 }
 
-fn all_down_of(events: &[Event]) -> Vec<AllDown> {
+fn all_down_of(events: &[Notice]) -> Vec<AllDown> {
     events
         .iter()
         .filter_map(|e| match e {
-            Event::AllDown { policy, .. } => Some(*policy),
+            Notice::AllDown { policy, .. } => Some(*policy),
             _ => None,
         })
         .collect()
@@ -140,7 +140,7 @@ async fn overriding_every_backend_reports_reject_after_the_override() {
         .unwrap();
     pool.set_override("b", Some(OverrideKind::Drain), None)
         .unwrap();
-    let kinds: Vec<&str> = drain(&mut rx).iter().map(Event::kind).collect();
+    let kinds: Vec<&str> = drain(&mut rx).iter().map(Notice::kind).collect();
     assert_eq!(kinds, ["override", "override", "all_down"]);
     let (status, _, _) = get(balancer.local_addrs()[0], "/").await;
     assert_eq!(status, 503);
@@ -151,7 +151,7 @@ async fn overriding_every_backend_reports_reject_after_the_override() {
 
     pool.set_override("a", None, None).unwrap();
     let events = drain(&mut rx);
-    let kinds: Vec<&str> = events.iter().map(Event::kind).collect();
+    let kinds: Vec<&str> = events.iter().map(Notice::kind).collect();
     assert_eq!(kinds, ["override", "recovered"]);
 }
 
@@ -196,7 +196,7 @@ async fn override_ttl_lapses_on_time() {
     assert_eq!(pool.snapshot().eligible, [0]);
     let lapsed = loop {
         match tokio::time::timeout(DEADLINE * 10, rx.recv()).await {
-            Ok(Ok(event @ Event::Override { kind: None, .. })) => break event,
+            Ok(Ok(event @ Notice::Override { kind: None, .. })) => break event,
             Ok(Ok(_)) => continue,
             other => panic!("no lapse: {other:?}"),
         }

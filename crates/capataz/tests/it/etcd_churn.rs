@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use capataz::config;
 use capataz::events::MembershipChange;
-use capataz::health::Event;
+use capataz::health::Notice;
 use capataz::server::Balancer;
 use tokio::sync::broadcast;
 
@@ -104,7 +104,10 @@ async fn next_read(
 }
 
 /// The `updated` events up to and including the one with `total` backends.
-async fn updates_until(rx: &mut broadcast::Receiver<Event>, total: usize) -> Vec<MembershipChange> {
+async fn updates_until(
+    rx: &mut broadcast::Receiver<Notice>,
+    total: usize,
+) -> Vec<MembershipChange> {
     let mut seen = Vec::new();
     let end = tokio::time::Instant::now() + DEADLINE;
     loop {
@@ -130,7 +133,7 @@ async fn from_file(
     etcd: &Etcd,
     tag: &str,
     total: usize,
-) -> (Balancer, broadcast::Receiver<Event>, std::path::PathBuf) {
+) -> (Balancer, broadcast::Receiver<Notice>, std::path::PathBuf) {
     let path =
         std::env::temp_dir().join(format!("capataz-churn-{tag}-{}.toml", std::process::id()));
     std::fs::write(&path, config_text(etcd, "kind = \"none\"\n")).expect("write config");

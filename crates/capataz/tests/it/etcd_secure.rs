@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use capataz::events::MembershipChange;
-use capataz::health::Event;
+use capataz::health::Notice;
 use capataz::server::Balancer;
 use tokio::sync::broadcast;
 
@@ -45,7 +45,7 @@ fn count(balancer: &Balancer) -> usize {
     balancer.pool("web").expect("pool web").backends.len()
 }
 
-async fn failing(rx: &mut broadcast::Receiver<Event>) -> (String, usize) {
+async fn failing(rx: &mut broadcast::Receiver<Notice>) -> (String, usize) {
     match wait_change(rx, "a failing event", |c| {
         matches!(c, MembershipChange::Failing { .. })
     })
@@ -207,7 +207,7 @@ async fn etcd_tokens_that_expire_are_got_again_without_a_failure() {
         wait_until("a keepalive check that passes", || confirmed() != before).await;
     }
     while let Ok(event) = rx.try_recv() {
-        if let Event::Membership { change, .. } = &event {
+        if let Notice::Membership { change, .. } = &event {
             assert!(
                 !matches!(change, MembershipChange::Failing { .. }),
                 "an expired token failed the source: {change:?}"

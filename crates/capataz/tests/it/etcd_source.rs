@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use capataz::events::MembershipChange;
-use capataz::health::{Event, PoolRt};
+use capataz::health::{Notice, PoolRt};
 use capataz::server::Balancer;
 use capataz::sim::SimBackend;
 use capataz_health::State;
@@ -27,7 +27,7 @@ const CHECKS: &str = "interval = \"30ms\"\ntimeout = \"200ms\"\nrise = 2\nfall =
 
 /// A balancer with one listener and pool `web` following prefix `/web/` of `etcd`, with
 /// `checks` (the inside of `[pools.web.active]`).
-async fn balancer(etcd: &Etcd, checks: &str) -> (Balancer, broadcast::Receiver<Event>) {
+async fn balancer(etcd: &Etcd, checks: &str) -> (Balancer, broadcast::Receiver<Notice>) {
     start(&format!(
         "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web.source]\nkind = \"etcd\"\n\
          endpoints = [\"{}\"]\nprefix = \"/web/\"\ntimeout = \"1s\"\nreconnect_min = \"100ms\"\n\
@@ -42,9 +42,9 @@ pub(crate) fn value(sim: &SimBackend) -> String {
     format!(r#"{{"address": "{}", "weight": 1}}"#, sim.addr())
 }
 
-pub(crate) fn membership(event: &Event) -> Option<&MembershipChange> {
+pub(crate) fn membership(event: &Notice) -> Option<&MembershipChange> {
     match event {
-        Event::Membership { change, .. } => Some(change),
+        Notice::Membership { change, .. } => Some(change),
         _ => None,
     }
 }
@@ -54,7 +54,7 @@ pub(crate) fn names(pool: &PoolRt) -> Vec<String> {
 }
 
 pub(crate) async fn wait_change(
-    rx: &mut broadcast::Receiver<Event>,
+    rx: &mut broadcast::Receiver<Notice>,
     what: &str,
     want: impl Fn(&MembershipChange) -> bool,
 ) -> MembershipChange {
@@ -63,7 +63,7 @@ pub(crate) async fn wait_change(
 }
 
 pub(crate) async fn wait_total(
-    rx: &mut broadcast::Receiver<Event>,
+    rx: &mut broadcast::Receiver<Notice>,
     total: usize,
 ) -> MembershipChange {
     wait_change(

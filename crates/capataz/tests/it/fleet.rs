@@ -358,15 +358,15 @@ fn an_instance_cut_off_from_etcd_probes_everything_says_so_and_rejoins() {
 }
 
 /// Waits for a `fleet` event `joined` (alone in its group) for `group`.
-async fn joined(seen: &mut tokio::sync::broadcast::Receiver<capataz::events::Event>, group: &str) {
-    use capataz::events::{Event, FleetChange};
+async fn joined(seen: &mut tokio::sync::broadcast::Receiver<capataz::events::Notice>, group: &str) {
+    use capataz::events::{FleetChange, Notice};
     let deadline = tokio::time::Instant::now() + DEADLINE;
     loop {
         let event = tokio::time::timeout_at(deadline, seen.recv())
             .await
             .unwrap_or_else(|_| panic!("no joined event for group {group}"))
             .expect("events");
-        if let Event::Fleet {
+        if let Notice::Fleet {
             group: g,
             change: FleetChange::Joined { members: 1 },
             ..

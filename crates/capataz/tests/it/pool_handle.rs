@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use capataz::health::{Event, PoolRt};
+use capataz::health::{Notice, PoolRt};
 use capataz_health::Outcome;
 use tokio::sync::broadcast;
 
@@ -16,7 +16,7 @@ const TWO_BACKENDS: &str = "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.w
     [pools.web.active]\nkind = \"none\"\n\
     [pools.web.passive]\nconsecutive_errors = 3\n";
 
-fn pool() -> (Arc<PoolRt>, broadcast::Receiver<Event>) {
+fn pool() -> (Arc<PoolRt>, broadcast::Receiver<Notice>) {
     lone_pool(TWO_BACKENDS)
 }
 

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use capataz::health::{Event, PoolRt};
+use capataz::health::{Notice, PoolRt};
 use capataz_health::{Reason, State};
 use tokio::time::Instant;
 
@@ -36,7 +36,7 @@ async fn a_body_that_stops_matching_takes_the_backend_down_and_explain_says_why(
         transition_of(e, "a", State::Down).is_some()
     })
     .await;
-    let Event::Transition { transition, .. } = down else {
+    let Notice::Transition { transition, .. } = down else {
         unreachable!()
     };
     assert!(
@@ -142,7 +142,7 @@ async fn first_probe_admits_a_backend_after_one_pass_and_keeps_a_failing_one_out
         transition_of(e, "a", State::Up).is_some()
     })
     .await;
-    let Event::Transition { transition, .. } = up else {
+    let Notice::Transition { transition, .. } = up else {
         unreachable!()
     };
     assert!(
@@ -183,7 +183,7 @@ async fn agent_down_and_weight_change_eligibility_and_a_failing_agent_changes_no
     wait_for(
         &mut rx,
         "a's agent event",
-        |e| matches!(e, Event::Agent { backend, in_rotation: false, .. } if &**backend == "a"),
+        |e| matches!(e, Notice::Agent { backend, in_rotation: false, .. } if &**backend == "a"),
     )
     .await;
     assert_eq!(pool.eligibility(), [(false, 10), (true, 10)]);

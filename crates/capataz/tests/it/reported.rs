@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capataz::balance::TrafficSink;
-use capataz::health::{Event, OverrideKind, PoolRt};
+use capataz::health::{Notice, OverrideKind, PoolRt};
 use capataz_health::rotation::Cause;
 use capataz_health::{Ejection, Outcome};
 use tokio::sync::broadcast;
@@ -16,7 +16,13 @@ use crate::support::balancer::lone_pool;
 
 /// Pool `web` of backends `a` and `b` (never probed), with `extra` in the pool's tables, and
 /// its running tasks (the timer among them); the receiver of its events.
-fn pool_with_timer(extra: &str) -> (Arc<PoolRt>, broadcast::Receiver<Event>, Vec<JoinHandle<()>>) {
+fn pool_with_timer(
+    extra: &str,
+) -> (
+    Arc<PoolRt>,
+    broadcast::Receiver<Notice>,
+    Vec<JoinHandle<()>>,
+) {
     let text = format!(
         "[[listeners]]\naddress = \"127.0.0.1:0\"\n\n[pools.web]\nbackends = [\
          {{ name = \"a\", address = \"127.0.0.1:9\" }}, {{ name = \"b\", address = \"127.0.0.1:9\" }}]\n\
@@ -91,7 +97,7 @@ async fn a_shed_is_reported_exactly_while_the_picker_weighs_it() {
     assert_eq!(pool.snapshot().weight(1), Some(10), "the tick restored b");
     assert_shed_reported_as_acted(&pool, "after the timer's tick");
     let ended = std::iter::from_fn(|| events.try_recv().ok()).find_map(|e| match e {
-        Event::Shedding {
+        Notice::Shedding {
             shedding: false,
             time,
             ..
@@ -146,7 +152,7 @@ async fn every_reported_until_is_when_the_picker_readmits() {
     until_engine_time(&pool, until).await;
     assert_eq!(pool.snapshot().eligible, [0, 1], "readmitted at its until");
     let back = std::iter::from_fn(|| events.try_recv().ok()).find_map(|e| match e {
-        Event::Transition {
+        Notice::Transition {
             transition, time, ..
         } if transition.to == capataz_health::State::Up => Some(time),
         _ => None,
@@ -172,7 +178,7 @@ async fn every_reported_until_is_when_the_picker_readmits() {
     until_engine_time(&pool, lapse).await;
     assert_eq!(pool.snapshot().eligible, [0, 1], "back at its until");
     let lapsed = std::iter::from_fn(|| events.try_recv().ok()).find_map(|e| match e {
-        Event::Override {
+        Notice::Override {
             kind: None, time, ..
         } => Some(time),
         _ => None,

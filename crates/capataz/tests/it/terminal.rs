@@ -27,7 +27,7 @@ async fn start(
 ) -> (
     Balancer,
     Vec<SimBackend>,
-    tokio::sync::broadcast::Receiver<capataz::health::Event>,
+    tokio::sync::broadcast::Receiver<capataz::health::Notice>,
 ) {
     let sims = backends(&["a", "b"]).await;
     let text = ConfigText::new(&pairs(&sims))

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use capataz::config;
-use capataz::health::{Clock, Event, PoolRt};
+use capataz::health::{Clock, Notice, PoolRt};
 use capataz::metrics::{HistogramScope, Metrics};
 use capataz::server::Balancer;
 use capataz::sim::SimBackend;
@@ -161,7 +161,7 @@ pub fn parse(text: &str) -> config::Config {
 }
 
 /// A balancer started from `text`, and the receiving end of its events.
-pub async fn start(text: &str) -> (Balancer, broadcast::Receiver<Event>) {
+pub async fn start(text: &str) -> (Balancer, broadcast::Receiver<Notice>) {
     let (events, rx) = broadcast::channel(4096);
     let balancer = Balancer::start(&parse(text), events)
         .await
@@ -171,7 +171,7 @@ pub async fn start(text: &str) -> (Balancer, broadcast::Receiver<Event>) {
 
 /// The health runtime of the first pool in `text`, on its own (no listener, no probes
 /// driver), and the receiving end of its events.
-pub fn lone_pool(text: &str) -> (Arc<PoolRt>, broadcast::Receiver<Event>) {
+pub fn lone_pool(text: &str) -> (Arc<PoolRt>, broadcast::Receiver<Notice>) {
     let config = parse(text);
     let (events, rx) = broadcast::channel(64);
     let pool = PoolRt::new(

@@ -1,6 +1,6 @@
 //! Recording the balancer's events: wait for one that matches, count what has come.
 
-use capataz::health::Event;
+use capataz::health::Notice;
 use capataz_health::{State, Transition};
 use tokio::sync::broadcast;
 
@@ -9,10 +9,10 @@ use super::DEADLINE;
 /// Waits for the first event matching `want`, failing after [`DEADLINE`]. Lagging is not an
 /// error: the test only cares about the event it waits for.
 pub async fn wait_for(
-    rx: &mut broadcast::Receiver<Event>,
+    rx: &mut broadcast::Receiver<Notice>,
     what: &str,
-    want: impl Fn(&Event) -> bool,
-) -> Event {
+    want: impl Fn(&Notice) -> bool,
+) -> Notice {
     let end = tokio::time::Instant::now() + DEADLINE;
     loop {
         match tokio::time::timeout_at(end, rx.recv()).await {
@@ -25,14 +25,14 @@ pub async fn wait_for(
 }
 
 /// Whether `event` is a transition of `backend` to `to`.
-pub fn is_transition(event: &Event, backend: &str, to: State) -> bool {
+pub fn is_transition(event: &Notice, backend: &str, to: State) -> bool {
     transition_of(event, backend, to).is_some()
 }
 
 /// The transition of `backend` to `to` that `event` is, if it is one.
-pub fn transition_of<'a>(event: &'a Event, backend: &str, to: State) -> Option<&'a Transition> {
+pub fn transition_of<'a>(event: &'a Notice, backend: &str, to: State) -> Option<&'a Transition> {
     match event {
-        Event::Transition {
+        Notice::Transition {
             backend: b,
             transition,
             ..
@@ -42,10 +42,10 @@ pub fn transition_of<'a>(event: &'a Event, backend: &str, to: State) -> Option<&
 }
 
 /// How many transitions are waiting in `rx`, consuming everything waiting.
-pub fn count_transitions(rx: &mut broadcast::Receiver<Event>) -> usize {
+pub fn count_transitions(rx: &mut broadcast::Receiver<Notice>) -> usize {
     let mut n = 0;
     while let Ok(event) = rx.try_recv() {
-        if matches!(event, Event::Transition { .. }) {
+        if matches!(event, Notice::Transition { .. }) {
             n += 1;
         }
     }

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use capataz::health::Event;
+use capataz::health::Notice;
 use capataz::server::Balancer;
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
@@ -89,7 +89,12 @@ async fn balancer(
     backend: &RawBackend,
     path: &std::path::Path,
     listener_lines: &str,
-) -> (Balancer, broadcast::Receiver<Event>, SocketAddr, SocketAddr) {
+) -> (
+    Balancer,
+    broadcast::Receiver<Notice>,
+    SocketAddr,
+    SocketAddr,
+) {
     let config = ConfigText::new(&[backend.entry("slow")])
         .admin("")
         .listener(&format!(
@@ -138,7 +143,7 @@ async fn assert_vanished(
     seen: &Seen,
     balancer: &Balancer,
     admin: SocketAddr,
-    events: &mut broadcast::Receiver<Event>,
+    events: &mut broadcast::Receiver<Notice>,
 ) {
     let line = &wait_json(path, 1).await[0];
     assert_eq!(line["status"], Value::Null, "{line}");

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use capataz::config;
 use capataz::events::OverrideKind;
-use capataz::health::Event;
+use capataz::health::Notice;
 use capataz::server::Balancer;
 use capataz::sim::{Mode, SimBackend};
 use capataz_health::{Reason, State};
@@ -67,7 +67,7 @@ fn config_text(admin: &str, backends: &[&SimBackend], weights: &[u32], pool_extr
 /// A running balancer, its events, and clients for its admin API and its listener.
 struct Running {
     balancer: Balancer,
-    events: broadcast::Receiver<Event>,
+    events: broadcast::Receiver<Notice>,
     admin: SocketAddr,
     proxy: Client,
 }
@@ -124,7 +124,7 @@ impl Running {
         seen
     }
 
-    async fn wait_for(&mut self, what: &str, want: impl Fn(&Event) -> bool) -> Event {
+    async fn wait_for(&mut self, what: &str, want: impl Fn(&Notice) -> bool) -> Notice {
         wait_for(&mut self.events, what, want).await
     }
 }
@@ -186,11 +186,11 @@ async fn admin_call(
 
 /// The override event about `backend`, as `(kind, from, to, reason)`.
 fn override_of<'a>(
-    event: &'a Event,
+    event: &'a Notice,
     backend: &str,
 ) -> Option<(Option<OverrideKind>, &'a str, &'a str, &'a str)> {
     match event {
-        Event::Override {
+        Notice::Override {
             backend: b,
             kind,
             from,

@@ -173,7 +173,7 @@ async fn a_backend_added_by_a_reload_gets_traffic_only_after_rise_probes() {
     let event = r
         .wait_for("new UP", |e| is_transition(e, "new", State::Up))
         .await;
-    let Event::Transition { transition, .. } = event else {
+    let Notice::Transition { transition, .. } = event else {
         unreachable!("matched a transition")
     };
     assert!(

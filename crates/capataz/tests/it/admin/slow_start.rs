@@ -29,7 +29,7 @@ async fn slow_start_ramps_a_recovered_backend_up_to_its_weight() {
     // may be scheduled late on a loaded machine (the event read, or a status read, 200 ms
     // after the transition), so what the weight may be is bounded by the time that really
     // went by, not assumed from when the test got to look.
-    let Event::Transition { transition, .. } = up else {
+    let Notice::Transition { transition, .. } = up else {
         unreachable!("waited for a transition")
     };
     let up_at = transition.at;

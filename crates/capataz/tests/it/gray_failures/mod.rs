@@ -12,7 +12,7 @@ mod success_rate;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use capataz::health::Event;
+use capataz::health::Notice;
 use capataz::server::Balancer;
 use capataz::sim::SimBackend;
 use serde_json::Value;
@@ -41,7 +41,7 @@ fn config(backends: &[SimBackend], pool_keys: &str) -> String {
 /// A running balancer with `clients` loops sending `GET /` through it until dropped.
 struct Running {
     balancer: Balancer,
-    events: broadcast::Receiver<Event>,
+    events: broadcast::Receiver<Notice>,
     admin: std::net::SocketAddr,
     stop: Arc<AtomicBool>,
     loops: JoinSet<()>,
@@ -89,7 +89,7 @@ impl Running {
         answer.text()
     }
 
-    async fn wait_for(&mut self, what: &str, want: impl Fn(&Event) -> bool) -> Event {
+    async fn wait_for(&mut self, what: &str, want: impl Fn(&Notice) -> bool) -> Notice {
         wait_for(&mut self.events, what, want).await
     }
 

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use capataz::health::Event;
+use capataz::health::Notice;
 use capataz::sim::Mode;
 
 use super::*;
@@ -20,9 +20,9 @@ weight_percent = 10
 max_retry_after = "2s"
 "#;
 
-fn shedding_of(event: &Event) -> Option<(bool, Option<u16>, Option<Duration>)> {
+fn shedding_of(event: &Notice) -> Option<(bool, Option<u16>, Option<Duration>)> {
     match event {
-        Event::Shedding {
+        Notice::Shedding {
             backend,
             shedding,
             status,

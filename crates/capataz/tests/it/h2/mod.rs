@@ -15,7 +15,7 @@ mod websocket;
 
 use std::net::SocketAddr;
 
-use capataz::health::Event;
+use capataz::health::Notice;
 use capataz::server::Balancer;
 use capataz_health::Outcome;
 use tokio::io::AsyncWriteExt;
@@ -31,7 +31,7 @@ async fn balancer(
     backends: &[(String, SocketAddr)],
     listener: &str,
     pool: &str,
-) -> (Balancer, SocketAddr, broadcast::Receiver<Event>) {
+) -> (Balancer, SocketAddr, broadcast::Receiver<Notice>) {
     let retries = if pool.contains("retries") {
         ""
     } else {

@@ -20,7 +20,7 @@ async fn the_pool_fails_open_at_its_minimum_healthy_share() {
         .wait_for("the pool fails open below its share", |e| {
             matches!(
                 e,
-                Event::AllDown {
+                Notice::AllDown {
                     policy: AllDown::BelowMinHealthy { .. },
                     ..
                 }
@@ -51,7 +51,7 @@ async fn the_pool_fails_open_at_its_minimum_healthy_share() {
 
     b[1].set_health(Mode::Status(200));
     r.wait_for("the pool recovers", |e| {
-        matches!(e, Event::Recovered { .. })
+        matches!(e, Notice::Recovered { .. })
     })
     .await;
     let seen = r.traffic(12).await;

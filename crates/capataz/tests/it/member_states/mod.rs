@@ -15,7 +15,7 @@ mod min_healthy;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use capataz::health::Event;
+use capataz::health::Notice;
 use capataz::server::Balancer;
 use capataz::sim::SimBackend;
 use serde_json::Value;
@@ -55,7 +55,7 @@ fn config(backends: &[(&SimBackend, &str)], pool_keys: &str, active_keys: &str) 
 /// A running balancer, its events, its admin address and a keep-alive client of its listener.
 struct Running {
     balancer: Balancer,
-    events: broadcast::Receiver<Event>,
+    events: broadcast::Receiver<Notice>,
     admin: SocketAddr,
     proxy: Client,
 }
@@ -115,15 +115,15 @@ impl Running {
         seen
     }
 
-    async fn wait_for(&mut self, what: &str, want: impl Fn(&Event) -> bool) -> Event {
+    async fn wait_for(&mut self, what: &str, want: impl Fn(&Notice) -> bool) -> Notice {
         wait_for(&mut self.events, what, want).await
     }
 }
 
 /// The eligibility event of `backend` to `to`, as its reason.
-fn eligibility_to<'a>(event: &'a Event, backend: &str, to: &str) -> Option<&'a str> {
+fn eligibility_to<'a>(event: &'a Notice, backend: &str, to: &str) -> Option<&'a str> {
     match event {
-        Event::Eligibility {
+        Notice::Eligibility {
             backend: b,
             to: t,
             reason,
@@ -134,9 +134,9 @@ fn eligibility_to<'a>(event: &'a Event, backend: &str, to: &str) -> Option<&'a s
 }
 
 /// The backups event: the backups serving (empty once they stop) and whether primaries serve.
-fn backups_of(event: &Event) -> Option<(Vec<String>, bool)> {
+fn backups_of(event: &Notice) -> Option<(Vec<String>, bool)> {
     match event {
-        Event::Backups {
+        Notice::Backups {
             serving,
             to_primaries,
             ..

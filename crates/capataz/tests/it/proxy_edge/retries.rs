@@ -42,7 +42,7 @@ async fn get_is_retried_past_a_503_but_a_post_with_a_body_is_not() {
     assert_eq!((b[0].traffic_hits(), b[1].traffic_hits()), (4, 7));
     // The high `consecutive_errors` kept it in: no verdict changed.
     while let Ok(event) = rx.try_recv() {
-        assert!(!matches!(event, Event::Transition { .. }), "{event:?}");
+        assert!(!matches!(event, Notice::Transition { .. }), "{event:?}");
     }
 }
 

@@ -25,7 +25,7 @@ mod slow_start;
 
 use std::time::Duration;
 
-use capataz::health::Event;
+use capataz::health::Notice;
 use capataz::server::Balancer;
 use capataz::sim::SimBackend;
 use serde_json::Value;
@@ -185,7 +185,7 @@ impl Window {
 /// A running balancer over scripted backends, with a client for its listener.
 struct Scene {
     balancer: Balancer,
-    events: broadcast::Receiver<Event>,
+    events: broadcast::Receiver<Notice>,
     admin: std::net::SocketAddr,
     client: Client,
     backends: Vec<SimBackend>,
@@ -300,7 +300,7 @@ impl Scene {
         last.expect("a window was checked")
     }
 
-    async fn wait_for(&mut self, what: &str, want: impl Fn(&Event) -> bool) -> Event {
+    async fn wait_for(&mut self, what: &str, want: impl Fn(&Notice) -> bool) -> Notice {
         wait_for(&mut self.events, what, want).await
     }
 

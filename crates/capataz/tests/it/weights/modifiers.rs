@@ -72,7 +72,7 @@ async fn a_load_shed_splits_the_traffic_as_reported_then_hands_it_back() {
     scene.backend("busy").set_traffic(Mode::Status(200));
     scene
         .wait_for("busy sheds load", |e| {
-            matches!(e, Event::Shedding { backend, shedding: true, .. } if &**backend == "busy")
+            matches!(e, Notice::Shedding { backend, shedding: true, .. } if &**backend == "busy")
         })
         .await;
 
@@ -145,9 +145,9 @@ async fn a_latency_outlier_gets_no_traffic_while_ejected_and_its_share_when_back
     scene.stop().await;
 }
 
-fn backups_serving(event: &Event) -> Option<(usize, bool)> {
+fn backups_serving(event: &Notice) -> Option<(usize, bool)> {
     match event {
-        Event::Backups {
+        Notice::Backups {
             serving,
             to_primaries,
             ..

@@ -67,10 +67,10 @@ async fn who_serves_is_said_the_same_three_ways_and_the_traffic_goes_there() {
     let event = scene
         .wait_for(
             "the backups take over",
-            |e| matches!(e, Event::Backups { serving, .. } if !serving.is_empty()),
+            |e| matches!(e, Notice::Backups { serving, .. } if !serving.is_empty()),
         )
         .await;
-    let Event::Backups { serving, .. } = event else {
+    let Notice::Backups { serving, .. } = event else {
         unreachable!("matched above")
     };
     let said: Vec<String> = serving.iter().map(|s| s.to_string()).collect();
@@ -101,10 +101,10 @@ async fn who_serves_is_said_the_same_three_ways_and_the_traffic_goes_there() {
     scene.backend("d").set_health(Mode::Status(503));
     let event = scene
         .wait_for("the all-down policy", |e| {
-            matches!(e, Event::AllDown { .. })
+            matches!(e, Notice::AllDown { .. })
         })
         .await;
-    let Event::AllDown { policy, .. } = event else {
+    let Notice::AllDown { policy, .. } = event else {
         unreachable!("matched above")
     };
     assert_eq!(policy.policy(), "fail_open", "the event");
@@ -127,7 +127,7 @@ async fn who_serves_is_said_the_same_three_ways_and_the_traffic_goes_there() {
         .await;
     scene
         .wait_for("the pool recovers", |e| {
-            matches!(e, Event::Recovered { .. })
+            matches!(e, Notice::Recovered { .. })
         })
         .await;
     let pool = pool_status(&scene).await;
