@@ -37,7 +37,7 @@ fn source_json(pool: &PoolRt) -> Value {
     match source {
         PoolSource::Static => json!({ "kind": "static" }),
         PoolSource::Dns(_) | PoolSource::Etcd(_) => {
-            let state = pool.membership.state();
+            let state = pool.source_record.state();
             let now = pool.clock().now();
             let mut value = json!({
                 "kind": source.kind(),

@@ -224,8 +224,8 @@ fn undecided(balancer: &Balancer) -> Vec<String> {
     for pool in balancer.pools().iter() {
         let pool_config = &pool.handle().config;
         if !matches!(pool_config.source, PoolSource::Static)
-            && pool.membership.state().confirmed.is_none()
-            && pool.membership.state().failing.is_none()
+            && pool.source_record.state().confirmed.is_none()
+            && pool.source_record.state().failing.is_none()
         {
             waiting.push(format!("{} (its backend source)", pool.name));
         }

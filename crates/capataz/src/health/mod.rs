@@ -18,10 +18,10 @@
 mod backend;
 mod checks;
 mod driver;
-mod membership;
 mod probes;
 mod publish;
 mod records;
+mod source_record;
 #[cfg(test)]
 mod tests;
 mod view;
@@ -52,7 +52,7 @@ use crate::tls::backend::{
 use crate::upstream::Upstream;
 pub use backend::Clock;
 pub use driver::PoolTasks;
-pub use membership::{Membership, MembershipState};
+pub use source_record::{SourceRecord, SourceState};
 pub use view::{BackendInfo, BackendView, ProbeRecord};
 
 /// The rustls client configuration of a pool that speaks TLS to its backends, built once per
@@ -408,7 +408,7 @@ pub struct PoolRt {
     timer: Notify,
     /// What the pool's backend source last did, shared with the pool's earlier and later
     /// builds.
-    pub membership: Arc<Membership>,
+    pub source_record: Arc<SourceRecord>,
     /// Who probes which backend when instances share the probing (`[fleet]`), shared with the
     /// pool's earlier and later builds; empty: this instance probes every backend.
     pub probing: Arc<ProbingSlot>,
@@ -487,7 +487,7 @@ impl PoolRt {
         let now = clock.now();
         let wall = clock.wall(now);
         let carried = carried_over(&config, previous, share);
-        let membership = previous.map_or_else(Default::default, |p| p.membership.clone());
+        let source_record = previous.map_or_else(Default::default, |p| p.source_record.clone());
         let probing = previous.map_or_else(Default::default, |p| p.probing.clone());
         let tls = PoolTls::of(&config);
         let mut joins = Vec::with_capacity(config.backends.len());
@@ -577,7 +577,7 @@ impl PoolRt {
                 events,
                 clock,
                 timer: Notify::new(),
-                membership,
+                source_record,
                 probing,
             }
         });

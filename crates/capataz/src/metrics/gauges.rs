@@ -119,7 +119,7 @@ impl LiveGauges {
                     .config
                     .source
                     .is_dynamic()
-                    .then(|| pool.membership.state().confirmed)
+                    .then(|| pool.source_record.state().confirmed)
                     .flatten()
                     .map(|t| pool.clock().now().saturating_sub(t).as_secs_f64()),
             });

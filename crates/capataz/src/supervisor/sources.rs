@@ -212,7 +212,7 @@ async fn follow(me: Weak<Supervisor>, config: PoolConfig, initial: Option<Vec<Ba
     // After a reload: failing SRV targets stay where they were, and what was told about the
     // targets is not told again.
     if let Some(pool) = me.upgrade().and_then(|supervisor| supervisor.pool(&name)) {
-        let unresolved = pool.membership.state().unresolved;
+        let unresolved = pool.source_record.state().unresolved;
         source.resume(&pool.config.backends, unresolved);
     }
     let kind = source.kind();
@@ -398,13 +398,9 @@ impl Pending {
 }
 
 /// Changes the membership record of pool `name` (shared by its every build).
-fn note(
-    supervisor: &Supervisor,
-    name: &str,
-    change: impl FnOnce(&mut crate::health::MembershipState),
-) {
+fn note(supervisor: &Supervisor, name: &str, change: impl FnOnce(&mut crate::health::SourceState)) {
     if let Some(pool) = supervisor.pool(name) {
-        pool.membership.update(change);
+        pool.source_record.update(change);
     }
 }
 

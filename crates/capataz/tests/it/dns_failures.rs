@@ -88,7 +88,7 @@ async fn a_bad_answer_keeps_the_membership(aaaa: Reply, kind: Type, bad: Reply) 
     let failing = balancer
         .pool("web")
         .expect("pool")
-        .membership
+        .source_record
         .state()
         .failing;
     assert_eq!(

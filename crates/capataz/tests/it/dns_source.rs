@@ -290,7 +290,7 @@ async fn dns_failures_keep_the_membership_and_a_large_drop_waits_for_confirmatio
             "{failure}: {event:?}"
         );
         assert_eq!(count(), 4, "{failure}: a failing source emptied the pool");
-        let state = || balancer.pool("web").expect("pool").membership.state();
+        let state = || balancer.pool("web").expect("pool").source_record.state();
         assert!(state().failing.is_some(), "{failure}");
         recover(&mut knot);
         wait_for(
@@ -312,7 +312,12 @@ async fn dns_failures_keep_the_membership_and_a_large_drop_waits_for_confirmatio
     .await;
     assert_eq!(count(), 4, "a held drop was applied");
     assert_eq!(
-        balancer.pool("web").expect("pool").membership.state().held,
+        balancer
+            .pool("web")
+            .expect("pool")
+            .source_record
+            .state()
+            .held,
         Some((4, 1))
     );
     wait_for(

@@ -97,10 +97,10 @@ async fn next_read(
 ) -> Option<std::time::Duration> {
     let pool = balancer.pool("web").expect("pool web");
     wait_until("the source's next answer", || {
-        pool.membership.state().confirmed != last
+        pool.source_record.state().confirmed != last
     })
     .await;
-    pool.membership.state().confirmed
+    pool.source_record.state().confirmed
 }
 
 /// The `updated` events up to and including the one with `total` backends.
@@ -218,7 +218,7 @@ async fn etcd_changes_read_while_an_update_waits_are_applied_as_one_update() {
     let mut read = balancer
         .pool("web")
         .expect("pool")
-        .membership
+        .source_record
         .state()
         .confirmed;
     let held = hold_updates(&balancer, &path).await;
@@ -286,7 +286,7 @@ async fn etcd_deletes_merged_into_one_update_are_one_drop_for_the_guard() {
     let mut read = balancer
         .pool("web")
         .expect("pool")
-        .membership
+        .source_record
         .state()
         .confirmed;
     let held = hold_updates(&balancer, &path).await;

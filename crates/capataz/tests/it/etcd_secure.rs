@@ -98,7 +98,7 @@ async fn etcd_over_tls_with_a_client_certificate_follows_puts_and_bad_files_keep
     assert!(balancer
         .pool("web")
         .expect("pool")
-        .membership
+        .source_record
         .state()
         .failing
         .is_none());
@@ -156,7 +156,7 @@ async fn etcd_with_authentication_follows_puts_and_a_wrong_password_follows_noth
     assert!(balancer
         .pool("web")
         .expect("pool")
-        .membership
+        .source_record
         .state()
         .failing
         .is_some());
@@ -200,7 +200,7 @@ async fn etcd_tokens_that_expire_are_got_again_without_a_failure() {
     let (balancer, mut rx) = start(&text).await;
     wait_total(&mut rx, 1).await;
     let pool = || balancer.pool("web").expect("pool web");
-    let confirmed = || pool().membership.state().confirmed;
+    let confirmed = || pool().source_record.state().confirmed;
     // Two keepalive checks pass, each after its token expired.
     for _ in 0..2 {
         let before = confirmed();
@@ -214,7 +214,7 @@ async fn etcd_tokens_that_expire_are_got_again_without_a_failure() {
             );
         }
     }
-    assert!(pool().membership.state().failing.is_none());
+    assert!(pool().source_record.state().failing.is_none());
     etcd.put("/web/b", &value(&sims[1])).await;
     wait_total(&mut rx, 2).await;
 

@@ -251,7 +251,7 @@ async fn etcd_killed_and_restarted_keeps_the_membership_and_resumes_without_miss
     assert!(balancer
         .pool("web")
         .expect("pool")
-        .membership
+        .source_record
         .state()
         .failing
         .is_some());
@@ -335,7 +335,12 @@ async fn etcd_a_large_drop_is_held_until_a_second_read_confirms_it() {
     .await;
     assert_eq!(count(), 4, "a held drop was applied");
     assert_eq!(
-        balancer.pool("web").expect("pool").membership.state().held,
+        balancer
+            .pool("web")
+            .expect("pool")
+            .source_record
+            .state()
+            .held,
         Some((4, 1))
     );
     // The second read (confirm_after later) still says so: applied.
@@ -346,7 +351,12 @@ async fn etcd_a_large_drop_is_held_until_a_second_read_confirms_it() {
     wait_total(&mut rx, 1).await;
     assert_eq!(names(&balancer.pool("web").expect("pool")), vec!["a"]);
     assert_eq!(
-        balancer.pool("web").expect("pool").membership.state().held,
+        balancer
+            .pool("web")
+            .expect("pool")
+            .source_record
+            .state()
+            .held,
         None
     );
     balancer.shutdown(Duration::from_secs(5)).await;

@@ -1,4 +1,4 @@
-//! What a pool's backend source last did ([`Membership`]): when the registry last answered,
+//! What a pool's backend source last did ([`SourceRecord`]): when the registry last answered,
 //! whether it is failing now, whether a drop is held, and which SRV targets have no address. Shared by every rebuild of the same
 //! pool (a reload or a membership update), so the age shown by the metrics and `/status` is
 //! the source's, not the pool object's.
@@ -8,15 +8,15 @@ use std::time::{Duration, SystemTime};
 
 use crate::events::Unresolved;
 
-/// A pool's membership record (a static pool keeps the default: never updated).
+/// A pool's source record (a static pool keeps the default: never updated).
 #[derive(Debug, Default)]
-pub struct Membership {
-    state: Mutex<MembershipState>,
+pub struct SourceRecord {
+    state: Mutex<SourceState>,
 }
 
 /// A copy of a pool's membership record.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MembershipState {
+pub struct SourceState {
     /// Engine time of the last good answer from the source (`None`: none yet).
     pub confirmed: Option<Duration>,
     /// Wall-clock time of the last good answer.
@@ -30,19 +30,19 @@ pub struct MembershipState {
     pub unresolved: Vec<Unresolved>,
 }
 
-impl Membership {
-    fn lock(&self) -> MutexGuard<'_, MembershipState> {
+impl SourceRecord {
+    fn lock(&self) -> MutexGuard<'_, SourceState> {
         // Plain field writes: a poisoned lock still holds a whole value.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A copy of the record.
-    pub fn state(&self) -> MembershipState {
+    pub fn state(&self) -> SourceState {
         self.lock().clone()
     }
 
     /// Changes the record.
-    pub fn update(&self, change: impl FnOnce(&mut MembershipState)) {
+    pub fn update(&self, change: impl FnOnce(&mut SourceState)) {
         change(&mut self.lock());
     }
 }
