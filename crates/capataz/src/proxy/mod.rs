@@ -338,7 +338,6 @@ impl Proxy {
         }
         let mut prepared = self.prepare(req, pool, client, (websocket, upgrade), tally);
         let plan = &mut prepared.plan;
-        let mut pending = prepared.request.take().map(Outgoing::Request);
         let mut head = Vec::with_capacity(256);
         loop {
             // Each attempt on an HTTP/1.1 pool holds one of the client connection's backend
@@ -357,39 +356,40 @@ impl Proxy {
                 Err(page) => return page,
             };
             tally.attempt(index);
-            let resend = prepared.resend.as_ref();
-            let Some(outgoing) = pending.take().or_else(|| resend.map(Resend::outgoing)) else {
-                // Unreachable: a request that cannot be sent again is not retried once sent.
-                let why = plan
-                    .failure()
-                    .unwrap_or(Failure::Attempt(AttemptError::HeadTimeout));
-                return failure_page(why);
-            };
             // Each attempt's future is awaited here, not in a function of its own: its answer
             // is then moved once less (a response is a few hundred bytes, moved by memcpy).
-            let forwarded = match outgoing {
-                // An HTTP/2 pool's requests are always whole requests (`Resend::outgoing`).
-                Outgoing::Request(request) if prepared.h2 => {
-                    let lease = Lease::new(pool.clone(), index, None);
-                    // Connecting happens within the exchange: the whole wait counts as sending.
-                    tally.stage.now = Phase::Send;
-                    forward_h2(pool, index, request, lease, prepared.timeouts).await
-                }
-                outgoing => {
-                    let lease = http1_lease(pool, index, client, slot);
-                    let attempt = forward(
-                        pool,
-                        index,
-                        client,
-                        outgoing,
-                        &mut head,
-                        lease,
-                        prepared.upgrade,
-                        prepared.timeouts,
-                        &mut tally.stage,
-                    );
-                    attempt.await
-                }
+            // The request goes from `prepared` into the attempt, and back if it was not sent:
+            // one place for it, moved as few times as can be.
+            let forwarded = if prepared.h2 {
+                let resend = prepared.resend.as_ref();
+                let Some(request) = prepared.request.take().or_else(|| resend?.rebuilt()) else {
+                    return unsendable(plan);
+                };
+                let lease = Lease::new(pool.clone(), index, None);
+                // Connecting happens within the exchange: the whole wait counts as sending.
+                tally.stage.now = Phase::Send;
+                forward_h2(pool, index, request, lease, prepared.timeouts).await
+            } else {
+                let outgoing = match prepared.request.take() {
+                    Some(request) => Outgoing::Request(request),
+                    None => match &prepared.resend {
+                        Some(Resend::H1(method)) => Outgoing::Resend(method),
+                        _ => return unsendable(plan),
+                    },
+                };
+                let lease = http1_lease(pool, index, client, slot);
+                let attempt = forward(
+                    pool,
+                    index,
+                    client,
+                    outgoing,
+                    &mut head,
+                    lease,
+                    prepared.upgrade,
+                    prepared.timeouts,
+                    &mut tally.stage,
+                );
+                attempt.await
             };
             let next = match forwarded {
                 Forwarded::Response(mut response, status) => {
@@ -420,7 +420,11 @@ impl Proxy {
                     return self.upgraded(pool, index, response, tunnel);
                 }
                 Forwarded::NotSent(outgoing, why) => {
-                    pending = Some(outgoing);
+                    // Back intact: the next attempt sends it (a resend is made again from
+                    // what `prepared` kept).
+                    if let Outgoing::Request(request) = outgoing {
+                        prepared.request = Some(request);
+                    }
                     plan.after(Attempted::NotSent(why), |t| affordable(pool, t))
                 }
                 Forwarded::Failed(why) => {
@@ -438,6 +442,9 @@ impl Proxy {
     /// HTTP/2 made an HTTP/1.1 handshake, the forwarded fields in, origin-form, and what a
     /// resend needs. `(websocket, upgrade)`: whether it is a WebSocket by extended CONNECT,
     /// and whether it asks for an upgrade (never to an HTTP/2 pool: refused before).
+    /// Inlined in `relay`, its one caller: the request it takes and the `Prepared` it gives
+    /// are then not copied (memcpy) in and out of a call.
+    #[inline(always)]
     fn prepare(
         &self,
         mut req: Request<Incoming>,
@@ -568,10 +575,12 @@ impl Resend {
         }
     }
 
-    fn outgoing(&self) -> Outgoing<'_, ReqBody> {
+    /// An HTTP/2 request rebuilt for another backend (none for an HTTP/1.1 resend, which is
+    /// `Outgoing::Resend` of the method).
+    fn rebuilt(&self) -> Option<Request<ReqBody>> {
         match self {
-            Resend::H1(method) => Outgoing::Resend(method),
-            Resend::H2(method, uri, headers) => Outgoing::Request(build_request(
+            Resend::H1(_) => None,
+            Resend::H2(method, uri, headers) => Some(build_request(
                 method.clone(),
                 uri.clone(),
                 headers.clone(),
@@ -583,7 +592,8 @@ impl Resend {
 
 /// A request ready for its attempts (see [`Proxy::prepare`]).
 struct Prepared {
-    /// The request as the first attempt sends it (taken by it).
+    /// The request as the next attempt sends it: taken by the attempt, back if it was not
+    /// sent (a resend is made from `resend`).
     request: Option<Request<ReqBody>>,
     resend: Option<Resend>,
     plan: Planner,
@@ -596,6 +606,15 @@ struct Prepared {
     /// The pool's backends speak HTTP/2.
     h2: bool,
     timeouts: ExchangeTimeouts,
+}
+
+/// The answer when an attempt has nothing to send. Unreachable: a request that cannot be sent
+/// again is not retried once sent.
+fn unsendable(plan: &Planner) -> Response<RespBody> {
+    failure_page(
+        plan.failure()
+            .unwrap_or(Failure::Attempt(AttemptError::HeadTimeout)),
+    )
 }
 
 /// The picking phase of an attempt: the backend the pool's algorithm gives among those the
