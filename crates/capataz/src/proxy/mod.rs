@@ -541,7 +541,9 @@ impl Proxy {
     }
 }
 
-/// What the routing phase came to.
+/// What the routing phase came to. Never stored: a value on the stack that `handle` matches at
+/// once, so the answer is not boxed (that would allocate for every page capataz writes).
+#[allow(clippy::large_enum_variant)]
 enum Routed {
     /// The request is answered without a backend.
     Answer(Response<RespBody>),
@@ -619,7 +621,9 @@ fn unsendable(plan: &Planner) -> Response<RespBody> {
 
 /// The picking phase of an attempt: the backend the pool's algorithm gives among those the
 /// request has not tried (noted in `plan`), or, when none is left, the answer: the last
-/// failure's, or the pool's rejection if there was none.
+/// failure's, or the pool's rejection if there was none. (The answer is not boxed: it is
+/// matched at once, and a box would allocate for it.)
+#[allow(clippy::result_large_err)]
 fn pick(pool: &PoolHandle, plan: &mut Planner) -> Result<usize, Response<RespBody>> {
     let snapshot = pool.snapshot();
     let picked = snapshot.pick(pool.config.algorithm, &pool.cursor, plan.tried(), |b| {
