@@ -103,6 +103,17 @@ struct State {
     lost: Option<Failed>,
 }
 
+/// What a scan found among the backends this instance owns.
+#[derive(Default)]
+struct Seen {
+    /// How many it owns (all of them, when cut off).
+    owned: usize,
+    /// Which, by (pool, address).
+    slots: HashSet<(String, String)>,
+    /// The verdicts to publish: those that changed since last published, or never were.
+    to_put: Vec<(String, String, Verdict)>,
+}
+
 impl Task {
     /// Runs until aborted (or the balancer is gone).
     pub(crate) async fn run(mut self) {
@@ -635,102 +646,126 @@ impl Task {
         // Not a member (cut off, whose members are cleared; not registered yet; or its name is
         // taken): the group makes it own every backend, and it publishes nothing.
         let cut_off = !group.joined();
-        let mut owned = 0;
-        let mut to_put: Vec<(String, String, Verdict)> = Vec::new();
-        let mut seen: HashSet<(String, String)> = HashSet::new();
+        let mut seen = Seen::default();
         for pool in pools.iter() {
             attach(&pool.probing, &self.fleet);
-            let build = Arc::as_ptr(pool) as usize;
-            for (index, backend) in pool.backends.iter().enumerate() {
-                let slot = (pool.name.to_string(), backend.address.clone());
-                let key = backend_key(&pool.name, &backend.address);
-                let mine = cut_off || group.owns(&key);
-                if mine {
-                    owned += 1;
-                    if !cut_off && !state.owned.contains(&slot) {
-                        // Newly owned: start from what the previous owners published, so
-                        // that nothing flaps while ownership moves.
-                        let handed = {
-                            let published = self.fleet.published();
-                            published
-                                .get(&slot)
-                                .and_then(|list| group.handed_over(&key, list))
-                                .cloned()
-                        };
-                        if let Some((by, verdict)) = handed {
-                            pool.record_published(
-                                index,
-                                Published {
-                                    by: Snippet::new(&by),
-                                    state: verdict.state,
-                                    why: verdict.why,
-                                },
-                            );
-                        }
-                    }
-                    seen.insert(slot.clone());
-                    let Some((active, streak, last)) = pool.active_published(index) else {
-                        continue;
-                    };
-                    if state.put.get(&slot) != Some(&active) {
-                        to_put.push((
-                            slot.0,
-                            slot.1,
-                            Verdict {
-                                state: active,
-                                why: capataz_health::PublishedWhy { streak, last },
-                            },
-                        ));
-                    }
-                    continue;
-                }
-                let followed = {
-                    let published = self.fleet.published();
-                    published
-                        .get(&slot)
-                        .and_then(|list| group.followed(&key, list))
-                        .cloned()
-                };
-                let Some((by, verdict)) = followed else {
-                    continue;
-                };
-                let current = (build, by.clone(), verdict);
-                if state.applied.get(&slot) == Some(&current) {
-                    continue;
-                }
-                pool.record_published(
-                    index,
-                    Published {
-                        by: Snippet::new(&by),
-                        state: verdict.state,
-                        why: verdict.why,
-                    },
-                );
-                state.applied.insert(slot, current);
+            for index in 0..pool.backends.len() {
+                self.look_at(state, &group, cut_off, pool, index, &mut seen);
             }
         }
         self.fleet
             .counters
             .owned
-            .store(owned, std::sync::atomic::Ordering::Relaxed);
+            .store(seen.owned, std::sync::atomic::Ordering::Relaxed);
         state.owned = if cut_off {
             HashSet::new()
         } else {
-            seen.clone()
+            seen.slots.clone()
         };
         if cut_off {
             // Nothing reaches etcd; publish when back.
             return Ok(());
         }
+        self.publish(state, seen).await
+    }
+
+    /// Looks at backend `index` of `pool`: an owned one is noted in `seen` (with its verdict,
+    /// if that changed since published), a followed one gets the verdict its owner published.
+    fn look_at(
+        &self,
+        state: &mut State,
+        group: &Group,
+        cut_off: bool,
+        pool: &Arc<PoolRt>,
+        index: usize,
+        seen: &mut Seen,
+    ) {
+        let backend = &pool.backends[index];
+        let slot = (pool.name.to_string(), backend.address.clone());
+        let key = backend_key(&pool.name, &backend.address);
+        if cut_off || group.owns(&key) {
+            seen.owned += 1;
+            if !cut_off && !state.owned.contains(&slot) {
+                self.take_over(group, pool, index, &slot, &key);
+            }
+            seen.slots.insert(slot.clone());
+            let Some((active, streak, last)) = pool.active_published(index) else {
+                return;
+            };
+            if state.put.get(&slot) != Some(&active) {
+                let why = capataz_health::PublishedWhy { streak, last };
+                let verdict = Verdict { state: active, why };
+                seen.to_put.push((slot.0, slot.1, verdict));
+            }
+            return;
+        }
+        let followed = {
+            let published = self.fleet.published();
+            published
+                .get(&slot)
+                .and_then(|list| group.followed(&key, list))
+                .cloned()
+        };
+        let Some((by, verdict)) = followed else {
+            return;
+        };
+        let current = (Arc::as_ptr(pool) as usize, by.clone(), verdict);
+        if state.applied.get(&slot) == Some(&current) {
+            return;
+        }
+        pool.record_published(
+            index,
+            Published {
+                by: Snippet::new(&by),
+                state: verdict.state,
+                why: verdict.why,
+            },
+        );
+        state.applied.insert(slot, current);
+    }
+
+    /// A backend newly owned starts from what its previous owners published, so that nothing
+    /// flaps while ownership moves.
+    fn take_over(
+        &self,
+        group: &Group,
+        pool: &PoolRt,
+        index: usize,
+        slot: &(String, String),
+        key: &str,
+    ) {
+        let handed = {
+            let published = self.fleet.published();
+            published
+                .get(slot)
+                .and_then(|list| group.handed_over(key, list))
+                .cloned()
+        };
+        if let Some((by, verdict)) = handed {
+            pool.record_published(
+                index,
+                Published {
+                    by: Snippet::new(&by),
+                    state: verdict.state,
+                    why: verdict.why,
+                },
+            );
+        }
+    }
+
+    /// Writes what a scan found to etcd: the verdicts that changed, and the withdrawal of those
+    /// of backends no longer owned (nothing before a lease is held).
+    async fn publish(&self, state: &mut State, seen: Seen) -> Result<(), Failed> {
         let Some(lease) = state.lease else {
             return Ok(());
         };
         let gone: Vec<(String, String)> = state
             .put
             .keys()
-            .filter(|slot| !seen.contains(*slot))
+            .filter(|slot| !seen.slots.contains(*slot))
             .cloned()
             .collect();
+        let to_put = seen.to_put;
         let mut ops: Vec<(String, Option<String>)> = to_put
             .iter()
             .map(|(pool, address, verdict)| {

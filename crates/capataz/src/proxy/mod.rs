@@ -176,7 +176,7 @@ impl Proxy {
     /// Serves one client request, and counts its answer.
     pub async fn handle(
         self: Arc<Self>,
-        req: Request<Incoming>,
+        mut req: Request<Incoming>,
         client: Arc<ClientInfo>,
     ) -> Result<Response<RespBody>, Infallible> {
         if req.version() == Version::HTTP_2 && too_many_fields(req.uri(), req.headers()) {
@@ -214,7 +214,13 @@ impl Proxy {
             }
             tally.record = Some((record, log.clone(), names.clone()));
         }
-        let Ok(mut response) = self.respond(req, client, &mut tally).await;
+        // The routing phase answers on its own or names the pool; the relay is awaited here,
+        // not in a function of its own: its future is then one level less deep, and moved
+        // (memcpy) once less per request.
+        let mut response = match self.route_request(&mut req, &mut tally) {
+            Routed::Answer(page) => page,
+            Routed::Pool(pool) => self.relay(req, &pool, &client, &mut tally).await,
+        };
         let counters = match tally.route {
             Some(index) => &self.routes[index].metrics,
             None => &self.unrouted,
@@ -230,39 +236,37 @@ impl Proxy {
         Ok(response)
     }
 
-    /// Serves one client request, noting in `tally` the route it took and who answered.
-    async fn respond(
-        &self,
-        mut req: Request<Incoming>,
-        client: Arc<ClientInfo>,
-        tally: &mut Tally,
-    ) -> Result<Response<RespBody>, Infallible> {
-        if let Some(refused) = self.refuse(&req) {
-            return Ok(refused);
+    /// The routing phase of a request: the answer to one refused or answered before routing
+    /// (`refuse`, an HTTP-01 token, a bad Host, an HTTPS redirect, no route), or the pool of
+    /// its route (noted in `tally`), the Host it lacked added, its request counted by the
+    /// pool's retry budget.
+    fn route_request(&self, req: &mut Request<Incoming>, tally: &mut Tally) -> Routed {
+        if let Some(refused) = self.refuse(req) {
+            return Routed::Answer(refused);
         }
         if let Some(answer) = self
             .http01
             .as_ref()
             .and_then(|tokens| tokens.answer(req.method(), req.uri().path()))
         {
-            return Ok(http01_page(answer));
+            return Routed::Answer(http01_page(answer));
         }
-        let host = match request_host(&req) {
+        let host = match request_host(req) {
             Ok(host) => host,
             Err(why) => {
                 let mut page = error_page(StatusCode::BAD_REQUEST, why);
                 page.headers_mut()
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
-                return Ok(page);
+                return Routed::Answer(page);
             }
         };
         if let Some(port) = self.https_redirect {
             let host = host.as_str().map(strip_port);
-            return Ok(https_redirect_page(host, req.uri(), port));
+            return Routed::Answer(https_redirect_page(host, req.uri(), port));
         }
         let route_host = if self.any_host { host.as_str() } else { None };
         let Some(route) = self.route(route_host, req.uri().path()) else {
-            return Ok(error_page(
+            return Routed::Answer(error_page(
                 StatusCode::NOT_FOUND,
                 "no route matches this host and path",
             ));
@@ -279,7 +283,7 @@ impl Proxy {
             req.headers_mut().insert(header::HOST, value);
         }
         pool.budget.on_request();
-        Ok(self.relay(req, &pool, &client, tally).await)
+        Routed::Pool(pool)
     }
 
     /// The answer to a request refused before anything else is looked at: a head larger than
@@ -334,7 +338,6 @@ impl Proxy {
         }
         let mut prepared = self.prepare(req, pool, client, (websocket, upgrade), tally);
         let plan = &mut prepared.plan;
-        let mut pending = prepared.request.take().map(Outgoing::Request);
         let mut head = Vec::with_capacity(256);
         loop {
             // Each attempt on an HTTP/1.1 pool holds one of the client connection's backend
@@ -348,56 +351,45 @@ impl Proxy {
             } else {
                 client.backend_slots.try_acquire()
             };
-            let snapshot = pool.snapshot();
-            let picked = snapshot.pick(pool.config.algorithm, &pool.cursor, plan.tried(), |b| {
-                pool.backends[b].in_flight.load(Ordering::Relaxed)
-            });
-            let all_down = snapshot.all_down;
-            drop(snapshot);
-            let Some(index) = picked else {
-                return match plan.failure() {
-                    Some(failure) => failure_page(failure),
-                    None => {
-                        pool.metrics.reject();
-                        reject_page(pool, all_down)
-                    }
-                };
+            let index = match pick(pool, plan) {
+                Ok(index) => index,
+                Err(page) => return page,
             };
-            plan.picked(index);
             tally.attempt(index);
-            let resend = prepared.resend.as_ref();
-            let Some(outgoing) = pending.take().or_else(|| resend.map(Resend::outgoing)) else {
-                // Unreachable: a request that cannot be sent again is not retried once sent.
-                let why = plan
-                    .failure()
-                    .unwrap_or(Failure::Attempt(AttemptError::HeadTimeout));
-                return failure_page(why);
-            };
             // Each attempt's future is awaited here, not in a function of its own: its answer
             // is then moved once less (a response is a few hundred bytes, moved by memcpy).
-            let forwarded = match outgoing {
-                // An HTTP/2 pool's requests are always whole requests (`Resend::outgoing`).
-                Outgoing::Request(request) if prepared.h2 => {
-                    let lease = Lease::new(pool.clone(), index, None);
-                    // Connecting happens within the exchange: the whole wait counts as sending.
-                    tally.stage.now = Phase::Send;
-                    forward_h2(pool, index, request, lease, prepared.timeouts).await
-                }
-                outgoing => {
-                    let lease = http1_lease(pool, index, client, slot);
-                    let attempt = forward(
-                        pool,
-                        index,
-                        client,
-                        outgoing,
-                        &mut head,
-                        lease,
-                        prepared.upgrade,
-                        prepared.timeouts,
-                        &mut tally.stage,
-                    );
-                    attempt.await
-                }
+            // The request goes from `prepared` into the attempt, and back if it was not sent:
+            // one place for it, moved as few times as can be.
+            let forwarded = if prepared.h2 {
+                let resend = prepared.resend.as_ref();
+                let Some(request) = prepared.request.take().or_else(|| resend?.rebuilt()) else {
+                    return unsendable(plan);
+                };
+                let lease = Lease::new(pool.clone(), index, None);
+                // Connecting happens within the exchange: the whole wait counts as sending.
+                tally.stage.now = Phase::Send;
+                forward_h2(pool, index, request, lease, prepared.timeouts).await
+            } else {
+                let outgoing = match prepared.request.take() {
+                    Some(request) => Outgoing::Request(request),
+                    None => match &prepared.resend {
+                        Some(Resend::H1(method)) => Outgoing::Resend(method),
+                        _ => return unsendable(plan),
+                    },
+                };
+                let lease = http1_lease(pool, index, client, slot);
+                let attempt = forward(
+                    pool,
+                    index,
+                    client,
+                    outgoing,
+                    &mut head,
+                    lease,
+                    prepared.upgrade,
+                    prepared.timeouts,
+                    &mut tally.stage,
+                );
+                attempt.await
             };
             let next = match forwarded {
                 Forwarded::Response(mut response, status) => {
@@ -428,7 +420,11 @@ impl Proxy {
                     return self.upgraded(pool, index, response, tunnel);
                 }
                 Forwarded::NotSent(outgoing, why) => {
-                    pending = Some(outgoing);
+                    // Back intact: the next attempt sends it (a resend is made again from
+                    // what `prepared` kept).
+                    if let Outgoing::Request(request) = outgoing {
+                        prepared.request = Some(request);
+                    }
                     plan.after(Attempted::NotSent(why), |t| affordable(pool, t))
                 }
                 Forwarded::Failed(why) => {
@@ -446,6 +442,9 @@ impl Proxy {
     /// HTTP/2 made an HTTP/1.1 handshake, the forwarded fields in, origin-form, and what a
     /// resend needs. `(websocket, upgrade)`: whether it is a WebSocket by extended CONNECT,
     /// and whether it asks for an upgrade (never to an HTTP/2 pool: refused before).
+    /// Inlined in `relay`, its one caller: the request it takes and the `Prepared` it gives
+    /// are then not copied (memcpy) in and out of a call.
+    #[inline(always)]
     fn prepare(
         &self,
         mut req: Request<Incoming>,
@@ -542,6 +541,16 @@ impl Proxy {
     }
 }
 
+/// What the routing phase came to. Never stored: a value on the stack that `handle` matches at
+/// once, so the answer is not boxed (that would allocate for every page capataz writes).
+#[allow(clippy::large_enum_variant)]
+enum Routed {
+    /// The request is answered without a backend.
+    Answer(Response<RespBody>),
+    /// The request goes to this pool's backends.
+    Pool(Arc<PoolHandle>),
+}
+
 /// What a request is sent again from, to another backend: for HTTP/1.1 the head encoded for
 /// the first attempt, byte for byte, which needs only the method besides (a copy without
 /// allocation for the methods that are replayable); for HTTP/2, which has no head bytes to
@@ -568,10 +577,12 @@ impl Resend {
         }
     }
 
-    fn outgoing(&self) -> Outgoing<'_, ReqBody> {
+    /// An HTTP/2 request rebuilt for another backend (none for an HTTP/1.1 resend, which is
+    /// `Outgoing::Resend` of the method).
+    fn rebuilt(&self) -> Option<Request<ReqBody>> {
         match self {
-            Resend::H1(method) => Outgoing::Resend(method),
-            Resend::H2(method, uri, headers) => Outgoing::Request(build_request(
+            Resend::H1(_) => None,
+            Resend::H2(method, uri, headers) => Some(build_request(
                 method.clone(),
                 uri.clone(),
                 headers.clone(),
@@ -583,7 +594,8 @@ impl Resend {
 
 /// A request ready for its attempts (see [`Proxy::prepare`]).
 struct Prepared {
-    /// The request as the first attempt sends it (taken by it).
+    /// The request as the next attempt sends it: taken by the attempt, back if it was not
+    /// sent (a resend is made from `resend`).
     request: Option<Request<ReqBody>>,
     resend: Option<Resend>,
     plan: Planner,
@@ -596,6 +608,40 @@ struct Prepared {
     /// The pool's backends speak HTTP/2.
     h2: bool,
     timeouts: ExchangeTimeouts,
+}
+
+/// The answer when an attempt has nothing to send. Unreachable: a request that cannot be sent
+/// again is not retried once sent.
+fn unsendable(plan: &Planner) -> Response<RespBody> {
+    failure_page(
+        plan.failure()
+            .unwrap_or(Failure::Attempt(AttemptError::HeadTimeout)),
+    )
+}
+
+/// The picking phase of an attempt: the backend the pool's algorithm gives among those the
+/// request has not tried (noted in `plan`), or, when none is left, the answer: the last
+/// failure's, or the pool's rejection if there was none. (The answer is not boxed: it is
+/// matched at once, and a box would allocate for it.)
+#[allow(clippy::result_large_err)]
+fn pick(pool: &PoolHandle, plan: &mut Planner) -> Result<usize, Response<RespBody>> {
+    let snapshot = pool.snapshot();
+    let picked = snapshot.pick(pool.config.algorithm, &pool.cursor, plan.tried(), |b| {
+        pool.backends[b].in_flight.load(Ordering::Relaxed)
+    });
+    let all_down = snapshot.all_down;
+    drop(snapshot);
+    let Some(index) = picked else {
+        return Err(match plan.failure() {
+            Some(failure) => failure_page(failure),
+            None => {
+                pool.metrics.reject();
+                reject_page(pool, all_down)
+            }
+        });
+    };
+    plan.picked(index);
+    Ok(index)
 }
 
 /// Makes a backend's answer the one relayed: hop-by-hop fields out; an HTTP/2 backend's
