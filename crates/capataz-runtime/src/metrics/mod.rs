@@ -10,7 +10,7 @@
 //! `_total`), and there is no `# UNIT` nor `# EOF`. prometheus-client writes both from the same
 //! registries.
 //!
-//! Registered, not global: every [`Balancer`](crate::server::Balancer) owns one [`Metrics`],
+//! Registered, not global: every `Balancer` (the binary's `server` module) owns one [`Metrics`],
 //! so two balancers in one process never share a counter, and a scrape shows only the pools of
 //! the balancer that answers it.
 //!
