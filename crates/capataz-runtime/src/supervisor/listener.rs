@@ -195,10 +195,7 @@ impl Supervisor {
 }
 
 /// Binds `listener`'s address; `index` is its place in the config, for the error.
-pub fn bind_listener(
-    index: usize,
-    listener: &ListenerConfig,
-) -> Result<TcpListener, StartError> {
+pub fn bind_listener(index: usize, listener: &ListenerConfig) -> Result<TcpListener, StartError> {
     bind(listener.address).map_err(|error| StartError::Bind {
         name: listener.name.clone(),
         key: format!("listeners[{index}].address"),

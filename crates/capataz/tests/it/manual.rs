@@ -226,7 +226,9 @@ fn variables_read() -> BTreeSet<String> {
     let mut files = Vec::new();
     let mut stack = every_src();
     assert!(
-        stack.iter().any(|dir| dir.ends_with("capataz/src")),
+        ["capataz/src", "capataz-runtime/src", "capataz-admin/src"]
+            .iter()
+            .all(|crate_src| stack.iter().any(|dir| dir.ends_with(crate_src))),
         "{stack:?}"
     );
     while let Some(dir) = stack.pop() {
