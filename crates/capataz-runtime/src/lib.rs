@@ -5,27 +5,28 @@
 // The layers below the runtime, crates of their own (Cargo keeps them from importing it), under
 // the names the runtime's modules have always used.
 pub use capataz_config as config;
-pub use capataz_discovery as discovery;
+use capataz_discovery as discovery;
 pub use capataz_events as events;
 pub use capataz_timefmt as timefmt;
 pub use capataz_tls as tls;
-pub use capataz_upstream::{access_log, balance, body, instruments, upstream};
+pub use capataz_upstream::{access_log, balance};
+use capataz_upstream::{body, instruments, upstream};
 // The request path's own pieces the runtime uses too, still not part of its API.
 use capataz_upstream::{atomic_enum, oneshot};
 
-pub mod acme;
+mod acme;
 pub mod alerts;
 mod downstream;
-pub mod fleet;
+mod fleet;
 pub mod handover;
 pub mod health;
-pub mod history;
+mod history;
 pub mod logging;
 pub mod manual;
 pub mod metrics;
 pub mod prober;
 pub mod proxy;
 pub mod sd_notify;
-pub mod stapling;
+mod stapling;
 pub mod status;
 pub mod supervisor;

@@ -8,9 +8,8 @@
 // names the binary's modules and the tests have always used.
 pub use capataz_admin as admin;
 pub use capataz_runtime::{
-    access_log, acme, alerts, balance, body, config, discovery, events, fleet, handover, health,
-    history, instruments, logging, manual, metrics, prober, proxy, sd_notify, stapling, status,
-    supervisor, timefmt, tls, upstream,
+    access_log, alerts, balance, config, events, handover, health, logging, manual, metrics,
+    prober, sd_notify, status, supervisor, timefmt, tls,
 };
 
 // The one internal HTTP/1.1 client (`ctl` and the demo use it too), not part of the API.

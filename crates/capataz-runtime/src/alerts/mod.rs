@@ -49,7 +49,7 @@ mod webhook;
 #[cfg(test)]
 mod tests;
 
-pub use debounce::Debouncer;
+pub(crate) use debounce::Debouncer;
 pub use stats::{AlertStats, HookStats};
 
 use command::run_command;
@@ -58,7 +58,7 @@ use webhook::run_webhook;
 
 /// One alert: an event and how many earlier events debouncing folded into it.
 #[derive(Clone, Debug)]
-pub struct Alert {
+pub(crate) struct Alert {
     /// The event. For a debounce summary, this is the latest event of the window.
     pub event: Event,
     /// Events of the same pool and backend that were not sent on their own and are summed up
@@ -68,7 +68,7 @@ pub struct Alert {
 
 impl Alert {
     /// An ordinary alert for `event`.
-    pub fn new(event: Event) -> Alert {
+    pub(crate) fn new(event: Event) -> Alert {
         Alert {
             event,
             suppressed: 0,
@@ -76,7 +76,7 @@ impl Alert {
     }
 
     /// The event's JSON (see [`Event::to_json`]) plus `"suppressed": N` when N > 0.
-    pub fn to_json(&self) -> serde_json::Value {
+    pub(crate) fn to_json(&self) -> serde_json::Value {
         let mut value = self.event.to_json();
         if self.suppressed > 0 {
             if let Some(object) = value.as_object_mut() {

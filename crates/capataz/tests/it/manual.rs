@@ -246,7 +246,11 @@ fn variables_read() -> BTreeSet<String> {
         .iter()
         .flat_map(|(_, code)| code.lines())
         .filter_map(|line| {
-            let rest = line.trim_start().trim_start_matches("pub ");
+            let line = line.trim_start();
+            let rest = ["pub(crate) ", "pub "]
+                .iter()
+                .find_map(|visibility| line.strip_prefix(visibility))
+                .unwrap_or(line);
             let rest = rest.strip_prefix("const ")?;
             let (name, value) = rest.split_once(": &str = \"")?;
             Some((name.to_owned(), value.split('"').next()?.to_owned()))
