@@ -7,7 +7,7 @@
 //! broadcast channel the health runtime already publishes to, and its `send` never waits.
 //!
 //! One dispatcher task reads the events, debounces them when `[alerts] debounce` is set (see
-//! [`Debouncer`]), and offers each resulting [`Alert`] to every hook's bounded queue. Each hook
+//! `Debouncer`), and offers each resulting `Alert` to every hook's bounded queue. Each hook
 //! has one worker task that delivers its queue in order: a webhook POSTs the alert's JSON and
 //! retries with exponential backoff; a command runs with the alert in `CAPATAZ_*` variables.
 //!
@@ -23,7 +23,7 @@
 //!   of a quiet period is never delayed.
 //! - Dropping [`Alerts`] aborts every task it started. Commands still running are killed.
 //!
-//! Files: `stats.rs` (the counters), `debounce.rs` (the pure [`Debouncer`]), `dispatch.rs` (the
+//! Files: `stats.rs` (the counters), `debounce.rs` (the pure `Debouncer`), `dispatch.rs` (the
 //! task between the broadcast channel and the hooks' queues), `webhook.rs` and `command.rs`
 //! (one worker per hook).
 
