@@ -1,39 +1,23 @@
 //! capataz: a load balancer that keeps its pool honest with active and passive health checks.
 //!
-//! The health decisions live in the pure `capataz-health` crate; this crate does the IO around
-//! them: configuration, probes, the proxy, logging, the demo and the `replay` driver.
+//! The health decisions live in the pure `capataz-health` crate, the IO around them in
+//! `capataz-runtime` and the admin API in `capataz-admin`; this crate is the binary's: the
+//! listeners' server, upgrades, the demo and its simulated backends, `ctl` and the `replay` driver.
 
-// The layers below the runtime, crates of their own (Cargo keeps them from importing it), under
-// the names the runtime's modules have always used.
-pub use capataz_config as config;
-pub use capataz_discovery as discovery;
-pub use capataz_events as events;
-pub use capataz_timefmt as timefmt;
-pub use capataz_tls as tls;
-pub use capataz_upstream::{access_log, balance, body, instruments, upstream};
-// The request path's own pieces the runtime uses too, still not part of its API.
-use capataz_upstream::{atomic_enum, oneshot};
+// The layers below, crates of their own (Cargo keeps them from importing this one), under the
+// names the binary's modules and the tests have always used.
+pub use capataz_admin as admin;
+pub use capataz_runtime::{
+    access_log, alerts, balance, config, events, handover, health, logging, manual, metrics,
+    prober, sd_notify, status, supervisor, timefmt, tls,
+};
 
-pub mod acme;
-pub mod admin;
-pub mod alerts;
+// The one internal HTTP/1.1 client (`ctl` and the demo use it too), not part of the API.
+use capataz_upstream::oneshot;
+
 pub mod ctl;
 pub mod demo;
-mod downstream;
-pub mod fleet;
-pub mod handover;
-pub mod health;
-pub mod history;
-pub mod logging;
-pub mod manual;
-pub mod metrics;
-pub mod prober;
-pub mod proxy;
 pub mod replay;
-pub mod sd_notify;
 pub mod server;
 pub mod sim;
-pub mod stapling;
-pub mod status;
-pub mod supervisor;
 pub mod upgrade;

@@ -226,7 +226,9 @@ fn variables_read() -> BTreeSet<String> {
     let mut files = Vec::new();
     let mut stack = every_src();
     assert!(
-        stack.iter().any(|dir| dir.ends_with("capataz/src")),
+        ["capataz/src", "capataz-runtime/src", "capataz-admin/src"]
+            .iter()
+            .all(|crate_src| stack.iter().any(|dir| dir.ends_with(crate_src))),
         "{stack:?}"
     );
     while let Some(dir) = stack.pop() {
@@ -244,7 +246,11 @@ fn variables_read() -> BTreeSet<String> {
         .iter()
         .flat_map(|(_, code)| code.lines())
         .filter_map(|line| {
-            let rest = line.trim_start().trim_start_matches("pub ");
+            let line = line.trim_start();
+            let rest = ["pub(crate) ", "pub "]
+                .iter()
+                .find_map(|visibility| line.strip_prefix(visibility))
+                .unwrap_or(line);
             let rest = rest.strip_prefix("const ")?;
             let (name, value) = rest.split_once(": &str = \"")?;
             Some((name.to_owned(), value.split('"').next()?.to_owned()))

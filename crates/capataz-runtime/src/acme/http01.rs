@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use http::Method;
 
 /// The path prefix of HTTP-01 validation requests.
-pub const CHALLENGE_PREFIX: &str = "/.well-known/acme-challenge/";
+pub(crate) const CHALLENGE_PREFIX: &str = "/.well-known/acme-challenge/";
 
 /// The longest token looked up (RFC 8555 tokens are 43 base64url characters; 128 leaves room).
 const MAX_TOKEN: usize = 128;
@@ -29,7 +29,7 @@ pub struct Http01Tokens {
 
 /// What a plaintext listener answers to a request for a pending token.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Http01Answer {
+pub(crate) enum Http01Answer {
     /// `200`, the key authorization as the body (`GET`; `HEAD` gets the head alone).
     KeyAuthorization(String),
     /// `405`: a method other than `GET` or `HEAD` on a pending token.
@@ -38,7 +38,7 @@ pub enum Http01Answer {
 
 impl Http01Tokens {
     /// An empty registry, shared (one per balancer, kept across reloads).
-    pub fn new() -> Arc<Http01Tokens> {
+    pub(crate) fn new() -> Arc<Http01Tokens> {
         Arc::new(Http01Tokens::default())
     }
 
@@ -56,7 +56,7 @@ impl Http01Tokens {
 
     /// The answer to `method` on `path`, if `path` is a pending token's; `None` lets the
     /// request go to routing.
-    pub fn answer(&self, method: &Method, path: &str) -> Option<Http01Answer> {
+    pub(crate) fn answer(&self, method: &Method, path: &str) -> Option<Http01Answer> {
         let token = path.strip_prefix(CHALLENGE_PREFIX)?;
         if token.is_empty() || token.len() > MAX_TOKEN {
             return None;
@@ -104,7 +104,7 @@ impl Http01Owner {
     }
 
     /// Stops answering this task's tokens.
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         self.tokens.lock().retain(|_, (owner, _)| *owner != self.id);
     }
 }

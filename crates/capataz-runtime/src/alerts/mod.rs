@@ -7,7 +7,7 @@
 //! broadcast channel the health runtime already publishes to, and its `send` never waits.
 //!
 //! One dispatcher task reads the events, debounces them when `[alerts] debounce` is set (see
-//! [`Debouncer`]), and offers each resulting [`Alert`] to every hook's bounded queue. Each hook
+//! `Debouncer`), and offers each resulting `Alert` to every hook's bounded queue. Each hook
 //! has one worker task that delivers its queue in order: a webhook POSTs the alert's JSON and
 //! retries with exponential backoff; a command runs with the alert in `CAPATAZ_*` variables.
 //!
@@ -23,7 +23,7 @@
 //!   of a quiet period is never delayed.
 //! - Dropping [`Alerts`] aborts every task it started. Commands still running are killed.
 //!
-//! Files: `stats.rs` (the counters), `debounce.rs` (the pure [`Debouncer`]), `dispatch.rs` (the
+//! Files: `stats.rs` (the counters), `debounce.rs` (the pure `Debouncer`), `dispatch.rs` (the
 //! task between the broadcast channel and the hooks' queues), `webhook.rs` and `command.rs`
 //! (one worker per hook).
 
@@ -49,7 +49,7 @@ mod webhook;
 #[cfg(test)]
 mod tests;
 
-pub use debounce::Debouncer;
+pub(crate) use debounce::Debouncer;
 pub use stats::{AlertStats, HookStats};
 
 use command::run_command;
@@ -58,7 +58,7 @@ use webhook::run_webhook;
 
 /// One alert: an event and how many earlier events debouncing folded into it.
 #[derive(Clone, Debug)]
-pub struct Alert {
+pub(crate) struct Alert {
     /// The event. For a debounce summary, this is the latest event of the window.
     pub event: Notice,
     /// Events of the same pool and backend that were not sent on their own and are summed up
@@ -68,7 +68,7 @@ pub struct Alert {
 
 impl Alert {
     /// An ordinary alert for `event`.
-    pub fn new(event: Notice) -> Alert {
+    pub(crate) fn new(event: Notice) -> Alert {
         Alert {
             event,
             suppressed: 0,
@@ -76,7 +76,7 @@ impl Alert {
     }
 
     /// The event's JSON (see [`Notice::to_json`]) plus `"suppressed": N` when N > 0.
-    pub fn to_json(&self) -> serde_json::Value {
+    pub(crate) fn to_json(&self) -> serde_json::Value {
         let mut value = self.event.to_json();
         if self.suppressed > 0 {
             if let Some(object) = value.as_object_mut() {

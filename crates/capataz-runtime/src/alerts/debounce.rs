@@ -20,7 +20,7 @@ use crate::events::Notice;
 /// A state is a backend's `to` state (`UP`, `DOWN`, `DRAINING`, ...), or the event type for
 /// pool-level events (`all_down`, `recovered`).
 #[derive(Debug)]
-pub struct Debouncer {
+pub(crate) struct Debouncer {
     window: Duration,
     keys: BTreeMap<(String, String), Window>,
 }
@@ -36,7 +36,7 @@ struct Window {
 
 impl Debouncer {
     /// A debouncer with windows of `window`.
-    pub fn new(window: Duration) -> Debouncer {
+    pub(crate) fn new(window: Duration) -> Debouncer {
         Debouncer {
             window,
             keys: BTreeMap::new(),
@@ -48,7 +48,7 @@ impl Debouncer {
     ///
     /// A window that has ended but not been flushed yet still counts as open. Call
     /// [`Debouncer::flush_due`] first, so `event` can open a fresh window.
-    pub fn offer(&mut self, event: Notice, now: Instant) -> Option<Alert> {
+    pub(crate) fn offer(&mut self, event: Notice, now: Instant) -> Option<Alert> {
         let key = (
             event.pool().to_owned(),
             event.backend().unwrap_or_default().to_owned(),
@@ -72,7 +72,7 @@ impl Debouncer {
 
     /// Closes every window that ended at or before `now`. Returns the summaries to send, ordered
     /// by pool and backend.
-    pub fn flush_due(&mut self, now: Instant) -> Vec<Alert> {
+    pub(crate) fn flush_due(&mut self, now: Instant) -> Vec<Alert> {
         let mut due = Vec::new();
         let window_length = self.window;
         self.keys.retain(|_, window| {
@@ -98,7 +98,7 @@ impl Debouncer {
 
     /// When the earliest open window ends, and `flush_due` should next be called. Returns
     /// `None` when no window is open.
-    pub fn next_deadline(&self) -> Option<Instant> {
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
         self.keys.values().map(|window| window.ends).min()
     }
 }

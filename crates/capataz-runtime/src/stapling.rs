@@ -39,7 +39,7 @@ const MAX_REFRESH: Duration = Duration::from_secs(24 * 3600);
 
 /// Keeps the OCSP responses of `tls`'s certificates fetched until `shutdown` turns true (or
 /// the task is aborted by a reload). Logs, with the field `listener`, what `tls`'s load noted.
-pub async fn run(listener: String, tls: ServerTls, mut shutdown: watch::Receiver<bool>) {
+pub(crate) async fn run(listener: String, tls: ServerTls, mut shutdown: watch::Receiver<bool>) {
     for note in tls.ocsp_notes() {
         tracing::warn!(listener, note = %note, "OCSP stapling");
     }

@@ -102,7 +102,7 @@ impl Supervisor {
     /// the listeners do not accept and the alert hooks do not run until [`Supervisor::open`],
     /// and every probed backend starts DOWN with its first probe deciding (`initial =
     /// "first-probe"`), so that nothing is sent to a backend this process has not seen pass.
-    pub(crate) fn start_as(
+    pub fn start_as(
         config: &Config,
         events: broadcast::Sender<Notice>,
         path: Option<PathBuf>,

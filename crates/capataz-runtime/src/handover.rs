@@ -32,9 +32,9 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 
 /// The listening sockets handed over.
-pub const LISTENERS_VAR: &str = "CAPATAZ_HANDOVER_LISTENERS";
+pub(crate) const LISTENERS_VAR: &str = "CAPATAZ_HANDOVER_LISTENERS";
 /// The new process's end of the readiness socket pair.
-pub const READY_VAR: &str = "CAPATAZ_HANDOVER_READY_FD";
+pub(crate) const READY_VAR: &str = "CAPATAZ_HANDOVER_READY_FD";
 /// What the new process writes once it serves.
 pub const READY_MESSAGE: &[u8] = b"READY\n";
 /// The most sockets one handover carries (listeners and the admin listener).
@@ -121,7 +121,7 @@ impl Kind {
 
 /// One listening socket handed over.
 #[derive(Debug)]
-pub struct Handed {
+pub(crate) struct Handed {
     /// What it is for.
     pub kind: Kind,
     /// The address the old process's configuration asked for.

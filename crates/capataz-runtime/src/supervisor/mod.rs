@@ -41,7 +41,7 @@ use crate::events::OverrideKind;
 use crate::fleet::FleetRt;
 use crate::health::{Clock, Notice, OverrideError, PoolRt};
 use crate::metrics::Metrics;
-pub(crate) use listener::{bind, bind_listener};
+pub use listener::{bind, bind_listener};
 pub use reload::ReloadSummary;
 use task::Command;
 
@@ -277,13 +277,13 @@ impl Supervisor {
 
     /// Lets the client listeners accept (they wait for it in a process started held).
     /// Starts the alert hooks too, which a held process does not run before.
-    pub(crate) async fn open(&self) {
+    pub async fn open(&self) {
         let _ = self.ask(|reply| Command::Open { reply }).await;
     }
 
     /// Tells everything to shut down and the client listeners to stop accepting; returns their
     /// accept loops, which end once their sockets are dropped.
-    pub(crate) async fn stop_accepting(&self) -> Vec<JoinHandle<()>> {
+    pub async fn stop_accepting(&self) -> Vec<JoinHandle<()>> {
         let _ = self.shutdown.send(true);
         self.ask(|reply| Command::StopAccepting { reply })
             .await
@@ -293,7 +293,7 @@ impl Supervisor {
     /// Revokes the fleet lease this instance held (its task is stopped by
     /// [`Supervisor::stop_accepting`]), waiting until `end` at the latest: a clean stop hands
     /// its backends over to the rest of the group at once instead of one lease later.
-    pub(crate) async fn release_fleet(&self, end: tokio::time::Instant) {
+    pub async fn release_fleet(&self, end: tokio::time::Instant) {
         let _ = self.ask(|reply| Command::StopFleet { reply }).await;
         if let Some(held) = self.fleet.take_held() {
             let _ = tokio::time::timeout_at(end, crate::fleet::run::revoke(&held)).await;
@@ -302,7 +302,7 @@ impl Supervisor {
 
     /// Stops everything at once: the supervisor stops the listeners and the pools', sources'
     /// and fleet tasks, and ends (after the reload or update it may be applying).
-    pub(crate) fn abort(&self) {
+    pub fn abort(&self) {
         let _ = self.shutdown.send(true);
         let _ = self.aborted.send(true);
     }
@@ -391,7 +391,7 @@ impl Supervisor {
     /// with and bound to, for a binary upgrade to hand over: the listeners in force now (a
     /// reload under way is not waited for; the new process reads the file itself and binds
     /// what it does not inherit).
-    pub(crate) fn offer_listeners(&self) -> io::Result<Vec<crate::handover::Offered>> {
+    pub fn offer_listeners(&self) -> io::Result<Vec<crate::handover::Offered>> {
         let snapshot = self.snapshot.load();
         snapshot
             .listeners
@@ -423,7 +423,7 @@ impl Supervisor {
 
     /// Waits, until `deadline` at the latest, for the access logs to have written every line
     /// handed to them; whether they did.
-    pub(crate) async fn flush_access_logs(&self, deadline: tokio::time::Instant) -> bool {
+    pub async fn flush_access_logs(&self, deadline: tokio::time::Instant) -> bool {
         self.access_logs.flush(deadline).await
     }
 }

@@ -82,7 +82,7 @@ impl PoolRt {
     }
 
     /// [`PoolRt::eligibility`], with the snapshot it was read beside (under one lock).
-    pub fn eligibility_beside_snapshot(&self) -> (Arc<Snapshot>, Vec<(bool, u32)>) {
+    pub(crate) fn eligibility_beside_snapshot(&self) -> (Arc<Snapshot>, Vec<(bool, u32)>) {
         let inner = self.lock();
         let snapshot = self.snapshot();
         let eligibility = (0..self.backends.len())
@@ -117,7 +117,7 @@ impl PoolRt {
     /// [`PoolRt::views`], with only each backend's last probe in `info.probes` (what its
     /// explain sentence reads): for the dashboard's sampler, which copies every backend every
     /// few seconds (their whole probe histories would be 27 MB at 10,000 backends).
-    pub fn views_with_last_probe(&self) -> Vec<BackendView> {
+    pub(crate) fn views_with_last_probe(&self) -> Vec<BackendView> {
         let now = self.clock.now();
         let inner = self.lock();
         let snapshot = self.snapshot();

@@ -14,14 +14,14 @@ use crate::balance::{BackendRt, LatencyCounts, LatencyTotals};
 use crate::health::PoolRt;
 
 /// How often a sample is taken.
-pub const SAMPLE: Duration = Duration::from_secs(5);
+pub(crate) const SAMPLE: Duration = Duration::from_secs(5);
 
 /// Samples kept per pool and per backend: 15 minutes.
-pub const SAMPLES: usize = 180;
+pub(crate) const SAMPLES: usize = 180;
 
 /// One sample: what happened between the previous one and `at`.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Point {
+pub(crate) struct Point {
     /// When it was taken (ms since the Unix epoch).
     pub at: u64,
     /// How long it covers, in milliseconds.

@@ -36,7 +36,7 @@ pub(crate) fn backend_key(pool: &str, address: &str) -> String {
 /// The instance name used without `fleet.instance`: the host's name (from
 /// `/proc/sys/kernel/hostname`, else `capataz`) and the first listener's port, `HOST:PORT`,
 /// cut to a key-safe name.
-pub fn default_instance(port: u16) -> String {
+pub(crate) fn default_instance(port: u16) -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let host: String = host
         .trim()
@@ -60,7 +60,7 @@ pub fn default_instance(port: u16) -> String {
 
 /// The fleet's counters, read by the metrics at each scrape.
 #[derive(Debug, Default)]
-pub struct FleetCounters {
+pub(crate) struct FleetCounters {
     /// Live members of the group, as last seen (0 while not joined).
     pub members: AtomicUsize,
     /// Backends this instance probes.
@@ -107,7 +107,7 @@ struct View {
 
 impl FleetRt {
     /// A fleet runtime that owns every backend until a group is set, counting into `counters`.
-    pub fn new(counters: Arc<FleetCounters>) -> Arc<FleetRt> {
+    pub(crate) fn new(counters: Arc<FleetCounters>) -> Arc<FleetRt> {
         Arc::new(FleetRt {
             view: RwLock::new(View {
                 group: None,
@@ -144,7 +144,7 @@ impl FleetRt {
     }
 
     /// The counters.
-    pub fn counters(&self) -> &Arc<FleetCounters> {
+    pub(crate) fn counters(&self) -> &Arc<FleetCounters> {
         &self.counters
     }
 
@@ -167,7 +167,7 @@ impl FleetRt {
     }
 
     /// Whether this instance is cut off from etcd.
-    pub fn cut_off(&self) -> bool {
+    pub(crate) fn cut_off(&self) -> bool {
         self.view().cut_off
     }
 

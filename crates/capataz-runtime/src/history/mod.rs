@@ -27,11 +27,11 @@ use crate::events::Notice;
 use crate::health::PoolRt;
 use crate::timefmt::rfc3339;
 
-pub use series::{Point, SAMPLE, SAMPLES};
-pub use timeline::{Mark, TIMELINE, TIMELINE_MARKS};
+pub(crate) use series::{SAMPLE, SAMPLES};
+pub(crate) use timeline::TIMELINE;
 
 /// The most events kept; older ones are dropped first.
-pub const EVENTS: usize = 500;
+pub(crate) const EVENTS: usize = 500;
 
 /// The recent past of one balancer.
 #[derive(Debug, Default)]
@@ -58,7 +58,7 @@ impl History {
     /// Keeps `event` (dropping the oldest past [`EVENTS`]) and notes in their timelines the
     /// state of the backend it is about, or of every backend of its pool for a pool's event
     /// (backups taking over change who serves).
-    pub fn record(&self, event: &Notice, pools: &[Arc<PoolRt>]) {
+    pub(crate) fn record(&self, event: &Notice, pools: &[Arc<PoolRt>]) {
         let marks: Vec<(Arc<str>, timeline::Mark)> =
             match pools.iter().find(|p| &*p.name == event.pool()) {
                 None => Vec::new(),
@@ -93,13 +93,13 @@ impl History {
     }
 
     /// Notes that `missed` events went by unrecorded.
-    pub fn missed(&self, missed: u64) {
+    pub(crate) fn missed(&self, missed: u64) {
         self.lock().missed += missed;
     }
 
     /// Takes one sample of every backend of `pools` (rates and latencies since the last one, and
     /// its state for the timeline), and forgets pools and backends no longer there.
-    pub fn sample(&self, pools: &[Arc<PoolRt>], now: SystemTime) {
+    pub(crate) fn sample(&self, pools: &[Arc<PoolRt>], now: SystemTime) {
         // The views are read before the lock is taken: each takes its pool's lock.
         let views: Vec<(Arc<PoolRt>, Vec<crate::health::BackendView>)> = pools
             .iter()
@@ -166,7 +166,7 @@ impl History {
 
 /// Records into `history` until `shutdown` turns true: every event of `events`, and a sample of
 /// `pools()` (the pools in force) every [`SAMPLE`].
-pub async fn run(
+pub(crate) async fn run(
     history: Arc<History>,
     mut events: broadcast::Receiver<Notice>,
     pools: impl Fn() -> Option<Arc<Vec<Arc<PoolRt>>>>,

@@ -17,7 +17,7 @@ mod http;
 mod http01;
 mod store;
 
-pub use http01::{Http01Answer, Http01Owner, Http01Tokens, CHALLENGE_PREFIX};
+pub(crate) use http01::{Http01Answer, Http01Owner, Http01Tokens};
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -52,7 +52,7 @@ const ORDER_TIMEOUT: Duration = Duration::from_secs(300);
 /// Runs the ACME loop of listener `listener` until `shutdown` turns true (or the task is
 /// aborted by a reload). HTTP-01 tokens go to `http01`, which the plaintext listeners answer
 /// from; they are removed when the task ends, however it ends.
-pub async fn run(
+pub(crate) async fn run(
     listener: String,
     certs: Arc<AcmeCerts>,
     http01: Arc<Http01Tokens>,

@@ -10,7 +10,7 @@
 //! `_total`), and there is no `# UNIT` nor `# EOF`. prometheus-client writes both from the same
 //! registries.
 //!
-//! Registered, not global: every [`Balancer`](crate::server::Balancer) owns one [`Metrics`],
+//! Registered, not global: every `Balancer` (the binary's `server` module) owns one [`Metrics`],
 //! so two balancers in one process never share a counter, and a scrape shows only the pools of
 //! the balancer that answers it.
 //!
@@ -59,7 +59,7 @@ use process::ProcessStats;
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// The `Content-Type` of the classic Prometheus text exposition.
-pub const CLASSIC_CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
+pub(crate) const CLASSIC_CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
 /// A first guess at the exposition's length per backend, before a scrape has measured it: 14
 /// lines of about 65 bytes with per-pool histograms, and room for longer names.
@@ -226,7 +226,7 @@ impl Metrics {
 
     /// Shows shared probing's gauges and counter from `counters` (`None`: `[fleet]` is off,
     /// none are shown).
-    pub fn set_fleet(&self, counters: Option<Arc<FleetCounters>>) {
+    pub(crate) fn set_fleet(&self, counters: Option<Arc<FleetCounters>>) {
         *self.fleet.lock().unwrap_or_else(|e| e.into_inner()) = counters;
     }
 

@@ -27,6 +27,9 @@
 //! [`overrides`] parses and applies manual overrides, and [`pages`] builds the read-only
 //! answers (status, metrics, the event stream).
 
+// The runtime's modules, under the names the admin API's modules have always used.
+use capataz_runtime::{balance, config, events, health, metrics, status, supervisor, timefmt};
+
 mod guard;
 mod overrides;
 mod pages;

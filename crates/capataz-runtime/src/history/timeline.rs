@@ -14,17 +14,17 @@ use crate::health::{BackendView, PoolRt};
 use crate::timefmt::rfc3339;
 
 /// How far back a timeline goes.
-pub const TIMELINE: Duration = Duration::from_secs(3600);
+pub(crate) const TIMELINE: Duration = Duration::from_secs(3600);
 
 /// The most marks kept per backend (a backend flapping faster loses its oldest ones).
-pub const TIMELINE_MARKS: usize = 64;
+pub(crate) const TIMELINE_MARKS: usize = 64;
 
 /// The longest explain sentence kept in a mark, in bytes.
 const EXPLAIN_MAX: usize = 600;
 
 /// A backend's state from `at` until the next mark.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Mark {
+pub(crate) struct Mark {
     /// The backend.
     pub backend: Arc<str>,
     /// When the state began.
@@ -42,7 +42,7 @@ pub struct Mark {
 
 impl Mark {
     /// The mark of `view` now (its `at` is when its state began, as far as the view says).
-    pub fn of(pool: &PoolRt, view: &BackendView) -> Mark {
+    pub(crate) fn of(pool: &PoolRt, view: &BackendView) -> Mark {
         let mut notes = Vec::new();
         let standing = &view.standing;
         match standing.health.passive.ejection {

@@ -21,21 +21,21 @@ use super::PoolRt;
 /// ([`PoolTasks::carry`]) carries the schedule to the new build: its kept backends go on in the
 /// same phase. Dropping it leaves the tasks running: [`PoolTasks::abort`] stops them.
 #[derive(Debug, Default)]
-pub struct PoolTasks {
+pub(crate) struct PoolTasks {
     pool: Vec<JoinHandle<()>>,
     lineage: Option<Arc<Lineage>>,
 }
 
 impl PoolTasks {
     /// Stops every task (and with them the checks under way).
-    pub fn abort(self) {
+    pub(crate) fn abort(self) {
         for task in self.into_handles() {
             task.abort();
         }
     }
 
     /// The handles of every task. Aborting them all stops the checks under way too.
-    pub fn into_handles(self) -> Vec<JoinHandle<()>> {
+    pub(crate) fn into_handles(self) -> Vec<JoinHandle<()>> {
         self.pool
     }
 
@@ -46,7 +46,7 @@ impl PoolTasks {
     /// tasks start again on `pool`. `pools` are the pools in force (for `track`).
     ///
     /// [`BackendRt`]: crate::balance::BackendRt
-    pub fn carry(self, pool: &Arc<PoolRt>, pools: &[Arc<PoolRt>]) -> PoolTasks {
+    pub(crate) fn carry(self, pool: &Arc<PoolRt>, pools: &[Arc<PoolRt>]) -> PoolTasks {
         for task in self.pool {
             task.abort();
         }
@@ -76,12 +76,15 @@ impl PoolRt {
     /// [`PoolRt::spawn_tasks`], with `pools` (this one among them) to find the backends its
     /// backends `track`: a tracking backend is never probed; it reads its target's active
     /// side instead.
-    pub fn spawn_tasks_among(self: &Arc<Self>, pools: &[Arc<PoolRt>]) -> Vec<JoinHandle<()>> {
+    pub(crate) fn spawn_tasks_among(
+        self: &Arc<Self>,
+        pools: &[Arc<PoolRt>],
+    ) -> Vec<JoinHandle<()>> {
         self.start_tasks(pools).into_handles()
     }
 
     /// [`PoolRt::spawn_tasks_among`], as [`PoolTasks`] (which a membership update carries).
-    pub fn start_tasks(self: &Arc<Self>, pools: &[Arc<PoolRt>]) -> PoolTasks {
+    pub(crate) fn start_tasks(self: &Arc<Self>, pools: &[Arc<PoolRt>]) -> PoolTasks {
         let (actives, tracks) = checks::actives(self, pools);
         self.start_schedule(fastrand::u64(..), &actives);
         let lineage = Lineage::new(self);

@@ -195,10 +195,7 @@ impl Supervisor {
 }
 
 /// Binds `listener`'s address; `index` is its place in the config, for the error.
-pub(crate) fn bind_listener(
-    index: usize,
-    listener: &ListenerConfig,
-) -> Result<TcpListener, StartError> {
+pub fn bind_listener(index: usize, listener: &ListenerConfig) -> Result<TcpListener, StartError> {
     bind(listener.address).map_err(|error| StartError::Bind {
         name: listener.name.clone(),
         key: format!("listeners[{index}].address"),
@@ -208,7 +205,7 @@ pub(crate) fn bind_listener(
 }
 
 /// Binds `address` (with `SO_REUSEADDR`), listening with a backlog of 1024.
-pub(crate) fn bind(address: SocketAddr) -> io::Result<TcpListener> {
+pub fn bind(address: SocketAddr) -> io::Result<TcpListener> {
     let socket = match address {
         SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
         SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,

@@ -76,7 +76,7 @@ macro_rules! emit_at {
 }
 
 /// Logs one event: `sentence` as the message, and in JSON mode also `fields`.
-pub fn emit(level: Level, sentence: &str, fields: Fields<'_>) {
+pub(crate) fn emit(level: Level, sentence: &str, fields: Fields<'_>) {
     let json = JSON.load(Ordering::Relaxed);
     match level {
         Level::ERROR => emit_at!(Level::ERROR, json, fields, sentence),

@@ -51,9 +51,10 @@ use crate::tls::backend::{
 };
 use crate::upstream::Upstream;
 pub use backend::Clock;
-pub use driver::PoolTasks;
+pub(crate) use driver::PoolTasks;
 pub use source_record::{SourceRecord, SourceState};
-pub use view::{BackendInfo, BackendView, ProbeRecord};
+pub use view::BackendView;
+pub(crate) use view::ProbeRecord;
 
 /// The rustls client configuration of a pool that speaks TLS to its backends, built once per
 /// pool from the material its config loaded. The config loader checked the client key, so
@@ -185,7 +186,7 @@ pub fn engine_settings(config: &PoolConfig) -> Settings {
 
 /// How often a pool's configuration checks its backends: the probe intervals, the jitter and
 /// the agent's interval.
-pub fn check_timing(config: &PoolConfig) -> CheckTiming {
+pub(crate) fn check_timing(config: &PoolConfig) -> CheckTiming {
     CheckTiming {
         intervals: probe_intervals(config),
         jitter: config.active.jitter,
@@ -194,7 +195,7 @@ pub fn check_timing(config: &PoolConfig) -> CheckTiming {
 }
 
 /// The probe intervals a pool's configuration asks for, by [`Cadence`].
-pub fn probe_intervals(config: &PoolConfig) -> ProbeIntervals {
+pub(crate) fn probe_intervals(config: &PoolConfig) -> ProbeIntervals {
     ProbeIntervals {
         steady: config.active.interval,
         fast: config.active.fast_interval,
@@ -424,7 +425,7 @@ pub trait ProbeOwnership: Send + Sync + std::fmt::Debug {
 
 /// Where a pool finds its [`ProbeOwnership`]: set once (by the balancer, when it has a fleet
 /// runtime), kept by every later build of the pool.
-pub type ProbingSlot = std::sync::OnceLock<Arc<dyn ProbeOwnership>>;
+pub(crate) type ProbingSlot = std::sync::OnceLock<Arc<dyn ProbeOwnership>>;
 
 impl PoolRt {
     /// A pool for `config`. Backends that `previous` (the same pool before a reload) has with
@@ -450,7 +451,7 @@ impl PoolRt {
     /// is the very same [`BackendRt`] (its connections, in-flight count, traffic and probe
     /// schedule), so its tasks go on ([`PoolTasks::carry`]) and only the added backends are
     /// built: the cost follows the change, beside a copy of the pool's small per-backend state.
-    pub fn with_members(
+    pub(crate) fn with_members(
         &self,
         members: Vec<crate::config::BackendConfig>,
         gate_new: bool,
@@ -675,7 +676,7 @@ impl PoolRt {
 
     /// Per backend, in pool order, under one lock: the load-shedding relief it has left (zero
     /// when it sheds nothing) and its latency windows judged slow in a row.
-    pub fn gray_state(&self) -> Vec<(Duration, u32)> {
+    pub(crate) fn gray_state(&self) -> Vec<(Duration, u32)> {
         let now = self.clock.now();
         let inner = self.lock();
         (0..self.backends.len())
@@ -691,13 +692,13 @@ impl PoolRt {
     }
 
     /// The active state of backend `index` (which must exist).
-    pub fn active_state(&self, index: usize) -> State {
+    pub(crate) fn active_state(&self, index: usize) -> State {
         self.lock().engine.pool().backend(index).active.state
     }
 
     /// Whether this instance probes `backend` (always, unless shared probing gives it to
     /// other instances).
-    pub fn owns_probes(&self, backend: usize) -> bool {
+    pub(crate) fn owns_probes(&self, backend: usize) -> bool {
         match self.probing.get() {
             Some(ownership) => ownership.owns(&self.name, &self.backends[backend].address),
             None => true,
@@ -707,7 +708,7 @@ impl PoolRt {
     /// `backend`'s active side as an owner publishes it: its state, the streak that holds it
     /// there (failures when DOWN, passes when UP) and the last probe's outcome, if any; `None`
     /// while it is no evidence yet ([`capataz_health::fleet::publishable`]).
-    pub fn active_published(&self, backend: usize) -> Option<(State, u32, Option<Outcome>)> {
+    pub(crate) fn active_published(&self, backend: usize) -> Option<(State, u32, Option<Outcome>)> {
         let inner = self.lock();
         let active = inner.engine.pool().backend(backend).active;
         if !capataz_health::fleet::publishable(&active) {
@@ -719,7 +720,7 @@ impl PoolRt {
 
     /// Feeds the active verdict another instance published for `backend` (it owns its
     /// probes) to the engine.
-    pub fn record_published(&self, backend: usize, published: capataz_health::Published) {
+    pub(crate) fn record_published(&self, backend: usize, published: capataz_health::Published) {
         let now = self.clock.now();
         let mut inner = self.lock();
         inner.engine.handle_published(backend, published, now);
@@ -727,7 +728,7 @@ impl PoolRt {
     }
 
     /// Feeds the active state of the backend `backend` tracks to the engine.
-    pub fn record_tracked(&self, backend: usize, state: State) {
+    pub(crate) fn record_tracked(&self, backend: usize, state: State) {
         let now = self.clock.now();
         let mut inner = self.lock();
         inner.engine.handle_tracked(backend, state, now);
@@ -767,7 +768,7 @@ impl PoolRt {
     }
 
     /// Every backend's [`Cadence`], in pool order, under one lock.
-    pub fn cadences(&self) -> Vec<Cadence> {
+    pub(crate) fn cadences(&self) -> Vec<Cadence> {
         let inner = self.lock();
         (0..self.backends.len())
             .map(|i| inner.engine.cadence(i))
@@ -805,7 +806,7 @@ impl PoolRt {
 
     /// Drains every backend's latency window (see [`LatencyBuckets`]) and hands the engine the
     /// windows, which judges latency outliers; publishes what changed.
-    pub fn close_latency_window(&self) {
+    pub(crate) fn close_latency_window(&self) {
         let windows: Vec<LatencyWindow> = self
             .backends
             .iter()
@@ -821,7 +822,7 @@ impl PoolRt {
 
     /// Drains every backend's outcome counts (see [`OutcomeCounts`]) and hands the engine the
     /// windows, which judges success-rate outliers; publishes what changed.
-    pub fn close_success_window(&self) {
+    pub(crate) fn close_success_window(&self) {
         let windows: Vec<SuccessWindow> = self
             .backends
             .iter()
