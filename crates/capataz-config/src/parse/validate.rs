@@ -8,7 +8,7 @@
 //! once, at the call that reads it, and in docs/config.md. Host names are only checked for
 //! syntax here and queued as lookups for stage three (`resolve`): validation does no IO.
 //! `[admin]`, `[pools.*]` and `[alerts]` are validated in the submodules of the same names
-//! (a pool's `active` and `passive` tables in `active` and `passive`).
+//! (a pool's backends, `active` and `passive` tables in `backends`, `active` and `passive`).
 
 mod access_log;
 mod active;
@@ -17,6 +17,7 @@ mod admin;
 pub(super) use admin::check_admin_token;
 mod alerts;
 mod backend_tls;
+mod backends;
 mod etcd_access;
 mod fleet;
 mod passive;
