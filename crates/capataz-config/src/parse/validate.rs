@@ -7,16 +7,20 @@
 //! first one is still the one validation meets first. Each key's default is written
 //! once, at the call that reads it, and in docs/config.md. Host names are only checked for
 //! syntax here and queued as lookups for stage three (`resolve`): validation does no IO.
-//! `[admin]`, `[pools.*]` and `[alerts]` are validated in the submodules of the same names.
+//! `[admin]`, `[pools.*]` and `[alerts]` are validated in the submodules of the same names
+//! (a pool's backends, `active` and `passive` tables in `backends`, `active` and `passive`).
 
 mod access_log;
+mod active;
 mod admin;
 
 pub(super) use admin::check_admin_token;
 mod alerts;
 mod backend_tls;
+mod backends;
 mod etcd_access;
 mod fleet;
+mod passive;
 mod pool;
 mod proxy_protocol;
 mod source;
