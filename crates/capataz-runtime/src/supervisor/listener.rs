@@ -226,13 +226,16 @@ async fn accept_loop(
 ) {
     // A process taking over from an upgrading one holds its listeners until its backends are
     // decided: connections wait in the shared queue, taken by the old process meanwhile.
+    let mut down = shutdown.clone();
     tokio::select! {
+        biased;
+        _ = stop.changed() => return,
+        _ = shutting_down(&mut down) => return,
         open = accepting.wait_for(|open| *open) => {
             if open.is_err() {
                 return;
             }
         }
-        _ = stop.changed() => return,
     }
     // The address clients connect to, for PROXY protocol headers to backends; read per
     // connection only when the listener's address is a wildcard.
@@ -241,10 +244,19 @@ async fn accept_loop(
     // them starts another; the old one ends with its last connection).
     let mut watcher: Option<downstream::Watch> = None;
     loop {
+        // Shutdown stops the accepting at once, not when the supervisor gets to its command
+        // (it may be applying a reload): no connection is taken once shutdown began.
         let accepted = tokio::select! {
-            accepted = socket.accept() => accepted,
+            biased;
             _ = stop.changed() => return,
+            _ = shutting_down(&mut down) => return,
+            accepted = socket.accept() => accepted,
         };
+        // One taken in the same wake-up as the shutdown (the select can see the socket ready
+        // first) is closed unserved as well.
+        if *down.borrow() {
+            return;
+        }
         let (stream, peer) = match accepted {
             Ok(pair) => pair,
             Err(error) => {

@@ -329,3 +329,57 @@ async fn an_override_is_applied_while_a_reload_is_stuck_reading_its_file() {
     let _ = std::fs::remove_file(&path);
     let _ = std::fs::remove_dir(&dir);
 }
+
+/// Regression: SIGTERM's "stop accepting" was a command like any other, so while a reload was
+/// applied (here held in its pool build) the client listeners kept accepting and serving new
+/// connections after shutdown began, until the reload ended (and a reload past its shutdown
+/// check even started new ones). The listeners stop accepting as soon as shutdown begins.
+#[test]
+fn the_listeners_stop_accepting_at_shutdown_even_while_a_reload_is_applied() {
+    let mut balancer =
+        Balancer::start(|supervisor, config| async move { supervisor.reload(&config).await });
+    let supervisor = balancer.supervisor.clone();
+    let listener = supervisor.local_addrs()[0];
+    let gate = supervisor.build_gate.blocking_write();
+    balancer.go();
+    supervisor.wait_for_builds(1);
+    // SIGTERM, from a thread of its own: it waits for the reload to end before it returns.
+    let stopping = supervisor.clone();
+    let stopper = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(stopping.stop_accepting()).len()
+    });
+    let started = Instant::now();
+    while !*supervisor.shutdown.borrow() {
+        assert!(started.elapsed() < DEADLINE, "shutdown never began");
+        std::thread::yield_now();
+    }
+    // The socket stays open (the reload holds it, as does the upgrade's duplicate), so a
+    // connection still completes its handshake in the kernel's queue; it must not be served.
+    let mut stream = TcpStream::connect_timeout(&listener, DEADLINE).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("a read timeout");
+    let _ = stream.write_all(b"GET / HTTP/1.1\r\nHost: web\r\nConnection: close\r\n\r\n");
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    drop(gate);
+    let reloaded = balancer.finish();
+    let loops = stopper.join().expect("the stopping thread");
+    assert!(
+        answer.is_empty(),
+        "a connection accepted after shutdown began was served: {}",
+        String::from_utf8_lossy(&answer)
+    );
+    assert!(
+        matches!(reloaded, Ok(_) | Err(StartError::ShuttingDown)),
+        "{reloaded:?}"
+    );
+    assert_eq!(
+        loops, 1,
+        "stop_accepting returns the listener's accept loop"
+    );
+}
