@@ -256,8 +256,10 @@ impl Supervisor {
     }
 
     /// Sets (`Some`) or clears (`None`) a manual override on backend `backend` of pool `pool`
-    /// (see [`PoolRt::set_override`]), returning the backend's new state. A command like a
-    /// reload, so it lands on the pools in force once the reloads asked before it are applied.
+    /// (see [`PoolRt::set_override`]), returning the backend's new state. Sent to the
+    /// supervisor directly, not through the ordered lane: one sent while a reload builds lands
+    /// on the new pools; one sent while a reload's file is still being read lands on the pools
+    /// in force, which that reload then carries over.
     pub async fn set_override(
         &self,
         pool: &str,
