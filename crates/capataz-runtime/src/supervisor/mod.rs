@@ -205,14 +205,23 @@ fn bind_message(key: &str, address: SocketAddr, error: &io::Error) -> String {
     }
 }
 
+/// Sends `channel` the message `make` builds around a reply slot and waits for the reply;
+/// [`Stopped`] once the receiver has ended (also for a message it dropped unanswered).
+async fn ask_on<M, T>(
+    channel: &mpsc::Sender<M>,
+    make: impl FnOnce(oneshot::Sender<T>) -> M,
+) -> Result<T, Stopped> {
+    let (reply, answer) = oneshot::channel();
+    channel.send(make(reply)).await.map_err(|_| Stopped)?;
+    answer.await.map_err(|_| Stopped)
+}
+
 impl Supervisor {
     /// Asks the supervisor to run the command `make` builds around a reply slot, and waits for
     /// the reply; [`Stopped`] once the supervisor has ended (also for a command it dropped
     /// unanswered while ending).
     async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T, Stopped> {
-        let (reply, answer) = oneshot::channel();
-        self.commands.send(make(reply)).await.map_err(|_| Stopped)?;
-        answer.await.map_err(|_| Stopped)
+        ask_on(&self.commands, make).await
     }
 
     /// Like [`Supervisor::ask`], through the ordered lane.
@@ -220,9 +229,7 @@ impl Supervisor {
         &self,
         make: impl FnOnce(oneshot::Sender<T>) -> ordered::Ordered,
     ) -> Result<T, Stopped> {
-        let (reply, answer) = oneshot::channel();
-        self.ordered.send(make(reply)).await.map_err(|_| Stopped)?;
-        answer.await.map_err(|_| Stopped)
+        ask_on(&self.ordered, make).await
     }
 
     /// Re-reads the file the balancer was started from and applies it (see

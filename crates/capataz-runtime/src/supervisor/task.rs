@@ -279,9 +279,7 @@ impl Supervisor {
                 let _ = reply.send(owned.stop_accepting(&self));
             }
             Command::StopFleet { reply } => {
-                if let Some((_, task)) = owned.fleet_task.take() {
-                    task.abort();
-                }
+                owned.stop_fleet();
                 let _ = reply.send(());
             }
         }
@@ -320,9 +318,7 @@ impl Owned {
         if self.fleet_task.as_ref().map(|(settings, _)| settings) == config.fleet.as_ref() {
             return;
         }
-        if let Some((_, task)) = self.fleet_task.take() {
-            task.abort();
-        }
+        self.stop_fleet();
         let fleet = &supervisor.fleet;
         // The old registration must not outlive the old task: the new task revokes it before
         // registering (it would hold this instance's name for one more lease), or, with no new
@@ -375,15 +371,25 @@ impl Owned {
         supervisor.publish(|s| s.listeners = Arc::new(listening));
     }
 
-    /// Stops the sources' and fleet tasks and tells the listeners to stop accepting; returns
-    /// their accept loops.
-    fn stop_accepting(&mut self, supervisor: &Supervisor) -> Vec<JoinHandle<()>> {
-        for task in self.membership_tasks.drain(..) {
-            task.abort();
-        }
+    /// Stops the fleet task, if one runs.
+    fn stop_fleet(&mut self) {
         if let Some((_, task)) = self.fleet_task.take() {
             task.abort();
         }
+    }
+
+    /// Stops the sources' membership tasks and the fleet task.
+    fn stop_sources(&mut self) {
+        for task in self.membership_tasks.drain(..) {
+            task.abort();
+        }
+        self.stop_fleet();
+    }
+
+    /// Stops the sources' and fleet tasks and tells the listeners to stop accepting; returns
+    /// their accept loops.
+    fn stop_accepting(&mut self, supervisor: &Supervisor) -> Vec<JoinHandle<()>> {
+        self.stop_sources();
         let listeners = std::mem::take(&mut self.listeners);
         supervisor.publish(|s| s.listeners = Arc::default());
         for listener in &listeners {
@@ -400,12 +406,7 @@ impl Drop for Owned {
             let _ = listener.stop.send(true);
             listener.task.abort();
         }
-        for task in self.membership_tasks.drain(..) {
-            task.abort();
-        }
-        if let Some((_, task)) = self.fleet_task.take() {
-            task.abort();
-        }
+        self.stop_sources();
         for (_, tasks) in self.pool_tasks.drain(..) {
             tasks.abort();
         }
