@@ -11,10 +11,9 @@
 use std::net::IpAddr;
 
 use hickory_resolver::lookup::Lookup;
+use hickory_resolver::net::{DnsError, NetError, NoRecords};
 use hickory_resolver::proto::op::ResponseCode;
 use hickory_resolver::proto::rr::RData;
-use hickory_resolver::proto::ProtoErrorKind;
-use hickory_resolver::ResolveError;
 
 /// What one lookup (or a name's A and AAAA lookups together) found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,18 +30,18 @@ pub(super) enum Found<T> {
 
 /// Classifies a lookup's `result`, `pick` taking out the records of the type asked.
 pub(super) fn classify<T>(
-    result: Result<Lookup, ResolveError>,
+    result: Result<Lookup, NetError>,
     pick: impl Fn(&RData) -> Option<T>,
 ) -> Found<T> {
     let error = match result {
         Ok(lookup) => {
             let mut ttl = u32::MAX;
             let records: Vec<T> = lookup
-                .records()
+                .answers()
                 .iter()
                 .filter_map(|r| {
-                    let found = pick(r.data())?;
-                    ttl = ttl.min(r.ttl());
+                    let found = pick(&r.data)?;
+                    ttl = ttl.min(r.ttl);
                     Some(found)
                 })
                 .collect();
@@ -55,27 +54,29 @@ pub(super) fn classify<T>(
         }
         Err(error) => error,
     };
-    if let Some(proto) = error.proto() {
-        if let ProtoErrorKind::NoRecordsFound {
+    match error {
+        NetError::Dns(DnsError::NoRecordsFound(NoRecords {
             response_code,
             soa,
             ns,
             ..
-        } = proto.kind()
-        {
+        })) => {
             // Name servers without the zone's SOA: a referral to another server, no answer.
             let referral = soa.is_none() && ns.is_some();
-            return match *response_code {
+            match response_code {
                 _ if referral => Found::Failed("the server answered with a referral".to_owned()),
                 ResponseCode::NoError => Found::NoData,
                 ResponseCode::NXDomain => Found::NxDomain,
                 code => Found::Failed(format!("the server answered {}", code_name(code))),
-            };
+            }
         }
-        // Said without hickory's "proto error: " in front.
-        return Found::Failed(proto.to_string());
+        NetError::Dns(DnsError::ResponseCode(code)) => {
+            Found::Failed(format!("the server answered {}", code_name(code)))
+        }
+        // Said without hickory's "protocol error: " in front.
+        NetError::Proto(proto) => Found::Failed(proto.to_string()),
+        error => Found::Failed(error.to_string()),
     }
-    Found::Failed(error.to_string())
 }
 
 /// A name's addresses from its A and AAAA lookups: a failure of either is the name's failure
@@ -125,7 +126,6 @@ mod tests {
     use hickory_resolver::proto::op::Query;
     use hickory_resolver::proto::rr::rdata::{A, SOA};
     use hickory_resolver::proto::rr::{Name, Record, RecordType};
-    use hickory_resolver::proto::{ProtoError, ProtoErrorKind};
 
     use super::*;
 
@@ -137,30 +137,24 @@ mod tests {
         Record::from_rdata(name(), ttl, RData::A(A(Ipv4Addr::from(ip))))
     }
 
-    fn ok(records: Vec<Record>) -> Result<Lookup, ResolveError> {
+    fn ok(records: Vec<Record>) -> Result<Lookup, NetError> {
         let query = Query::query(name(), RecordType::A);
-        Ok(Lookup::new_with_max_ttl(query, Arc::from(records)))
+        Ok(Lookup::new_with_max_ttl(query, records))
     }
 
     /// The error hickory makes of an answer without records: `code`, with the zone's SOA or a
     /// referral's name servers.
-    fn none(code: ResponseCode, with_soa: bool, referral: bool) -> Result<Lookup, ResolveError> {
+    fn none(code: ResponseCode, with_soa: bool, referral: bool) -> Result<Lookup, NetError> {
         let soa = with_soa.then(|| {
             let zone = Name::from_ascii("test.").expect("a name");
             let soa = SOA::new(zone.clone(), zone.clone(), 1, 60, 60, 600, 1);
             Box::new(Record::from_rdata(zone, 1, soa))
         });
         let ns = referral.then(|| Arc::from(Vec::new()));
-        let kind = ProtoErrorKind::NoRecordsFound {
-            query: Box::new(Query::query(name(), RecordType::A)),
-            soa,
-            ns,
-            negative_ttl: None,
-            response_code: code,
-            trusted: true,
-            authorities: None,
-        };
-        Err(ResolveError::from(ProtoError::from(kind)))
+        let mut none = NoRecords::new(Query::query(name(), RecordType::A), code);
+        none.soa = soa;
+        none.ns = ns;
+        Err(NetError::Dns(DnsError::NoRecordsFound(none)))
     }
 
     fn ip(r: &RData) -> Option<IpAddr> {
@@ -195,9 +189,15 @@ mod tests {
             classify(none(ResponseCode::ServFail, false, false), ip),
             Found::Failed("the server answered SERVFAIL".into())
         );
-        let timeout = ResolveError::from(ProtoError::from(ProtoErrorKind::Timeout));
         assert_eq!(
-            classify(Err(timeout), ip),
+            classify(
+                Err(NetError::Dns(DnsError::ResponseCode(ResponseCode::Refused))),
+                ip
+            ),
+            Found::Failed("the server answered REFUSED".into())
+        );
+        assert_eq!(
+            classify(Err(NetError::Timeout), ip),
             Found::Failed("request timed out".into())
         );
         // Records, none of them an address.

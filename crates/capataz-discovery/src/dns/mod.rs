@@ -16,8 +16,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use hickory_resolver::config::{NameServerConfigGroup, ResolveHosts, ResolverConfig, ResolverOpts};
-use hickory_resolver::name_server::TokioConnectionProvider;
+use hickory_resolver::config::{NameServerConfig, ResolveHosts, ResolverConfig, ResolverOpts};
+use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::proto::rr::{RData, RecordType};
 use hickory_resolver::TokioResolver;
 use tokio::task::JoinSet;
@@ -55,7 +55,10 @@ impl std::fmt::Debug for DnsResolver {
 pub enum DnsSetupError {
     /// /etc/resolv.conf cannot be read (hickory's error).
     #[error("cannot read the system's resolver configuration: {0}")]
-    SystemConf(#[source] hickory_resolver::ResolveError),
+    SystemConf(#[source] hickory_resolver::net::NetError),
+    /// The resolver refused its settings (hickory's error).
+    #[error("cannot set up the DNS resolver: {0}")]
+    Resolver(#[source] hickory_resolver::net::NetError),
 }
 
 impl DnsResolver {
@@ -64,11 +67,7 @@ impl DnsResolver {
     pub fn new(config: &DnsSource) -> Result<DnsResolver, DnsSetupError> {
         let (servers, mut options) = match config.resolver {
             Some(address) => (
-                ResolverConfig::from_parts(
-                    None,
-                    Vec::new(),
-                    NameServerConfigGroup::from_ips_clear(&[address.ip()], address.port(), true),
-                ),
+                ResolverConfig::from_name_servers(vec![name_server(address)]),
                 ResolverOpts::default(),
             ),
             None => hickory_resolver::system_conf::read_system_conf()
@@ -79,11 +78,11 @@ impl DnsResolver {
         options.cache_size = 0;
         options.use_hosts_file = ResolveHosts::Never;
         let mut builder =
-            TokioResolver::builder_with_config(servers, TokioConnectionProvider::default());
+            TokioResolver::builder_with_config(servers, TokioRuntimeProvider::default());
         *builder.options_mut() = options;
         Ok(DnsResolver {
             config: config.clone(),
-            resolver: builder.build(),
+            resolver: builder.build().map_err(DnsSetupError::Resolver)?,
             known: HashMap::new(),
             unresolved: Vec::new(),
         })
@@ -134,9 +133,13 @@ impl DnsResolver {
     /// lowest priority is the primaries, the others backups; weights within 1-1000.
     async fn srv(&mut self) -> (Vec<Answer>, Option<u32>) {
         let name = self.config.name.as_str();
-        let found = lookup::classify(self.resolver.lookup(name, RecordType::SRV).await, |r| {
-            r.as_srv().cloned()
-        });
+        let found = lookup::classify(
+            self.resolver.lookup(name, RecordType::SRV).await,
+            |r| match r {
+                RData::SRV(srv) => Some(srv.clone()),
+                _ => None,
+            },
+        );
         let (records, srv_ttl) = match found {
             Found::Records(mut records, ttl) => {
                 records.truncate(MAX_MEMBERS);
@@ -207,6 +210,15 @@ async fn addresses(resolver: &TokioResolver, name: &str) -> Found<IpAddr> {
         lookup::classify(a, RData::ip_addr),
         lookup::classify(aaaa, RData::ip_addr),
     )
+}
+
+/// The one name server at `address`, over UDP and TCP (for truncated answers) on its port.
+fn name_server(address: SocketAddr) -> NameServerConfig {
+    let mut server = NameServerConfig::udp_and_tcp(address.ip());
+    for connection in &mut server.connections {
+        connection.port = address.port();
+    }
+    server
 }
 
 /// NXDOMAIN on the source's own name: a failure, the membership stays (a name that vanished

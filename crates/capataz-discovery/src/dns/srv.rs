@@ -33,18 +33,18 @@ pub(super) struct Target {
 /// the lowest priority naming it wins. A record whose target is `.` says the service is not
 /// offered there (RFC 2782): it names no backend.
 pub(super) fn targets(records: &[SRV]) -> Vec<Target> {
-    let mut records: Vec<&SRV> = records.iter().filter(|s| !s.target().is_root()).collect();
-    records.sort_by_key(|s| s.priority());
+    let mut records: Vec<&SRV> = records.iter().filter(|s| !s.target.is_root()).collect();
+    records.sort_by_key(|s| s.priority);
     let mut by_name: BTreeMap<String, Target> = BTreeMap::new();
     for srv in records {
-        let host = srv.target().to_ascii();
-        let name = format!("{}:{}", host.trim_end_matches('.'), srv.port());
+        let host = srv.target.to_ascii();
+        let name = format!("{}:{}", host.trim_end_matches('.'), srv.port);
         by_name.entry(name.clone()).or_insert(Target {
             name,
             host,
-            port: srv.port(),
-            weight: srv.weight(),
-            priority: srv.priority(),
+            port: srv.port,
+            weight: srv.weight,
+            priority: srv.priority,
         });
     }
     by_name.into_values().collect()
