@@ -73,6 +73,18 @@ pub fn parse_http_date(text: &str) -> Option<SystemTime> {
     httpdate::parse_http_date(text).ok()
 }
 
+/// An HTTP-date in any of the three forms a recipient must accept (RFC 9110 5.6.7):
+/// IMF-fixdate, and the obsolete RFC 850 (`Sunday, 06-Nov-94 08:49:37 GMT`, a two-digit year
+/// below 70 read as 20xx, else 19xx) and asctime (`Sun Nov  6 08:49:37 1994`) forms; `None`
+/// for anything else, spaces around it included.
+pub fn parse_any_http_date(text: &str) -> Option<SystemTime> {
+    // The longest form, RFC 850's with `Wednesday`, is 33 bytes.
+    if text.len() > 40 || text.trim() != text {
+        return None;
+    }
+    httpdate::parse_http_date(text).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,6 +115,30 @@ mod tests {
             "Sun,\u{a0}6 Nov 1994 08:49:37 GMT",
         ] {
             assert_eq!(parse_http_date(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_recipient_reads_all_three_http_date_forms() {
+        let want = parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").expect("valid");
+        for form in [
+            "Sun, 06 Nov 1994 08:49:37 GMT",
+            "Sunday, 06-Nov-94 08:49:37 GMT",
+            "Sun Nov  6 08:49:37 1994",
+        ] {
+            assert_eq!(parse_any_http_date(form), Some(want), "{form:?}");
+        }
+        let later = parse_any_http_date("Thursday, 03-Dec-26 14:05:09 GMT").expect("valid");
+        assert_eq!(rfc3339(later), "2026-12-03T14:05:09.000Z");
+        for bad in [
+            "",
+            " Sun, 06 Nov 1994 08:49:37 GMT",
+            "Sunday, 06-Nov-94 08:49:37 UTC",
+            "Sun Nov 31 08:49:37 1994",
+            "Monday, 06-Nov-94 08:49:37 GMT",
+            "soon",
+        ] {
+            assert_eq!(parse_any_http_date(bad), None, "{bad:?}");
         }
     }
 

@@ -177,7 +177,7 @@ impl PoolHandle {
 }
 
 /// A `Retry-After` value: delta-seconds (digits only, capped at a year, so no overflow), or
-/// an HTTP-date (IMF-fixdate) in the future, as the time from `now`; `None` for anything else
+/// an HTTP-date in the future (any of its three forms, as RFC 9110 asks of recipients), as the time from `now`; `None` for anything else
 /// or a date already past.
 pub(crate) fn parse_retry_after(value: &[u8], now: SystemTime) -> Option<Duration> {
     const YEAR: u64 = 365 * 86_400;
@@ -186,7 +186,7 @@ pub(crate) fn parse_retry_after(value: &[u8], now: SystemTime) -> Option<Duratio
         let secs = text.parse::<u64>().unwrap_or(u64::MAX).min(YEAR);
         return Some(Duration::from_secs(secs));
     }
-    let at = capataz_timefmt::parse_http_date(text)?;
+    let at = capataz_timefmt::parse_any_http_date(text)?;
     at.duration_since(now).ok()
 }
 
@@ -208,6 +208,16 @@ mod tests {
         assert_eq!(
             at("Sun, 06 Nov 1994 08:50:07 GMT"),
             Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            at("Sunday, 06-Nov-94 08:50:07 GMT"),
+            Some(Duration::from_secs(30)),
+            "the obsolete RFC 850 form"
+        );
+        assert_eq!(
+            at("Sun Nov  6 08:50:07 1994"),
+            Some(Duration::from_secs(30)),
+            "the obsolete asctime form"
         );
         assert_eq!(at("Sun, 06 Nov 1994 08:49:00 GMT"), None, "in the past");
         for bad in ["", "-1", "1.5", "soon", "12 s", "\u{ff}"] {
