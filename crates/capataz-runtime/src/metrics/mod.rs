@@ -32,7 +32,8 @@
 //!   snake case, `_total` on counters, seconds and bytes as units. Labels are `pool`,
 //!   `backend`, `class`, `result`, `to`, `hook`, `listener`, `route`, `method`,
 //!   `answered_by`, `version`.
-//! - Series of a backend removed by a reload keep their last value; its gauges disappear.
+//! - Series of a removed backend keep their last value until its counters are swept
+//!   (`instruments::counters`); its gauges disappear at once.
 
 mod gauges;
 mod process;

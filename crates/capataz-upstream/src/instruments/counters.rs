@@ -9,7 +9,14 @@
 //! about 1.8 KB, 18 MB at 10,000 backends. A block is about 130 bytes, and the names are the
 //! runtime's own `Arc<str>`s. What a scrape shows is the same: the same families, labels and
 //! values; the drain probes' and the outlier detectors' series appear with their first count,
-//! and the counters of a backend rebuilt under the same names (or removed by a reload) are kept.
+//! and the counters of a backend rebuilt under the same names are kept.
+//!
+//! Counters of a backend no longer held by any pool (removed by a reload or by its DNS or
+//! etcd source, and done with its last request) are forgotten: a source whose backends come
+//! and go under new names (pods rescheduled at new addresses) must not grow the map, and the
+//! scrape, forever. The map is swept when it has doubled since its last sweep, so a sweep
+//! costs O(1) per backend added, amortized; until then a removed backend's series keep their
+//! last value.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -68,24 +75,43 @@ impl Counts {
 /// The counters by pool and backend name.
 type ByName = BTreeMap<(Arc<str>, Arc<str>), Arc<Counts>>;
 
+/// The smallest map size that is swept.
+const MIN_SWEEP: usize = 64;
+
+/// The counters, and the size past which they are swept next.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    by_name: ByName,
+    sweep_at: usize,
+}
+
 /// Every backend's counters of one balancer, by pool and backend name. Clones share them.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct BackendCounters(Arc<RwLock<ByName>>);
+pub(crate) struct BackendCounters(Arc<RwLock<Counters>>);
 
 impl BackendCounters {
     /// The counters of backend `backend` of pool `pool`: the ones a backend of the same names
-    /// had, or new ones.
-    pub(super) fn of(&self, pool: &Arc<str>, backend: &Arc<str>) -> Arc<Counts> {
+    /// had, or new ones. Adding one may sweep the map: `forgotten` hears the names of the
+    /// backends whose counters went.
+    pub(super) fn of(
+        &self,
+        pool: &Arc<str>,
+        backend: &Arc<str>,
+        forgotten: impl FnMut(&str, &str),
+    ) -> Arc<Counts> {
         let key = (pool.clone(), backend.clone());
-        if let Some(counts) = self.read().get(&key) {
+        if let Some(counts) = self.read().by_name.get(&key) {
             return counts.clone();
         }
-        let mut map = self.0.write().unwrap_or_else(|e| e.into_inner());
-        map.entry(key).or_default().clone()
+        let mut counters = self.0.write().unwrap_or_else(|e| e.into_inner());
+        if counters.by_name.len() >= counters.sweep_at {
+            counters.sweep(forgotten);
+        }
+        counters.by_name.entry(key).or_default().clone()
     }
 
-    fn read(&self) -> RwLockReadGuard<'_, ByName> {
-        // Writers only insert whole entries: poison is harmless.
+    fn read(&self) -> RwLockReadGuard<'_, Counters> {
+        // Writers only insert or remove whole entries: poison is harmless.
         self.0.read().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -95,6 +121,22 @@ impl BackendCounters {
             counters: self.clone(),
             family,
         }
+    }
+}
+
+impl Counters {
+    /// Forgets the counters no backend holds any more (the map's own reference is the only
+    /// one left), telling `forgotten` their names; the next sweep comes when the map has
+    /// doubled.
+    fn sweep(&mut self, mut forgotten: impl FnMut(&str, &str)) {
+        self.by_name.retain(|(pool, backend), counts| {
+            let held = Arc::strong_count(counts) > 1;
+            if !held {
+                forgotten(pool, backend);
+            }
+            held
+        });
+        self.sweep_at = (self.by_name.len() * 2).max(MIN_SWEEP);
     }
 }
 
@@ -128,7 +170,7 @@ fn sample(
 
 impl EncodeMetric for Series {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
-        for ((pool, backend), counts) in self.counters.read().iter() {
+        for ((pool, backend), counts) in self.counters.read().by_name.iter() {
             let e = &mut encoder;
             match self.family {
                 Family::Requests => {
@@ -193,7 +235,7 @@ impl EncodeMetric for Series {
     }
 
     fn is_empty(&self) -> bool {
-        let map = self.counters.read();
+        let map = &self.counters.read().by_name;
         match self.family {
             // Like a family whose series appear on first use: no descriptor without one.
             Family::Outliers => !map.values().any(|c| c.shown(!DRAIN_SHOWN)),
@@ -241,7 +283,7 @@ mod tests {
         let ejections = Labelled::<BackendLabels, Counter>::default();
         let outliers = Labelled::<OutlierLabels, Counter>::default();
         for (n, (pool, backend)) in names.iter().enumerate() {
-            let counts = blocks.of(pool, backend);
+            let counts = blocks.of(pool, backend, |_, _| {});
             let (pool, backend) = (pool.clone(), backend.clone());
             for (i, class) in CLASSES.into_iter().enumerate() {
                 let labels = RequestLabels {
@@ -321,7 +363,7 @@ mod tests {
 
         // Without any outlier ejection, no outlier family at all (as an empty family).
         let quiet = BackendCounters::default();
-        quiet.of(&names[0].0, &names[0].1);
+        quiet.of(&names[0].0, &names[0].1, |_, _| {});
         let mut registry = Registry::default();
         registry.register(
             "capataz_outlier_ejections",
@@ -337,9 +379,12 @@ mod tests {
     fn a_backend_of_the_same_names_gets_the_same_block() {
         let blocks = BackendCounters::default();
         let (pool, a): (Arc<str>, Arc<str>) = ("web".into(), "a".into());
-        let first = blocks.of(&pool, &a);
-        let again = blocks.of(&"web".into(), &"a".into());
+        let first = blocks.of(&pool, &a, |_, _| {});
+        let again = blocks.of(&"web".into(), &"a".into(), |_, _| {});
         assert!(Arc::ptr_eq(&first, &again));
-        assert!(!Arc::ptr_eq(&first, &blocks.of(&pool, &"b".into())));
+        assert!(!Arc::ptr_eq(
+            &first,
+            &blocks.of(&pool, &"b".into(), |_, _| {})
+        ));
     }
 }

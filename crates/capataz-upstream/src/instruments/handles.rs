@@ -38,6 +38,15 @@ impl Families {
         }
     }
 
+    /// Removes the latency histograms labelled `labels`, if there are (a backend's, once its
+    /// counters are forgotten).
+    fn forget_latency(&self, labels: &HistogramLabels) {
+        if self.scope == HistogramScope::Backend {
+            self.upstream_response.remove(labels);
+            self.probe_duration.remove(labels);
+        }
+    }
+
     /// The latency histograms labelled `labels`.
     fn latency(&self, labels: &HistogramLabels) -> LatencyHistograms {
         LatencyHistograms {
@@ -79,10 +88,16 @@ impl PoolMetrics {
                 backend: Some(backend.to_string()),
             }),
         };
-        BackendMetrics {
-            counts: self.families.counters.of(&self.pool, backend),
-            latency,
-        }
+        let counts = self
+            .families
+            .counters
+            .of(&self.pool, backend, |pool, gone| {
+                self.families.forget_latency(&HistogramLabels {
+                    pool: pool.to_owned(),
+                    backend: Some(gone.to_owned()),
+                });
+            });
+        BackendMetrics { counts, latency }
     }
 
     /// Counts one retry.

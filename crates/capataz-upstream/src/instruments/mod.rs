@@ -42,7 +42,8 @@
 //! - A pool's latency histograms are per pool or per backend, never both: the scope belongs to
 //!   the `Families`, chosen when the balancer starts, and a reload keeps it, so no sum counts
 //!   an answer twice.
-//! - Series of a backend removed by a reload keep their last value.
+//! - Series of a removed backend keep their last value until no pool holds it and the
+//!   counters are next swept (`counters.rs`), then go.
 
 use std::fmt;
 use std::sync::Arc;

@@ -187,3 +187,46 @@ fn families_of_two_registries_share_no_counter() {
     assert_eq!(two.pool("p").retries.get(), 0);
     assert_eq!(one.pool("p").retries.get(), 1);
 }
+
+#[test]
+fn counters_of_backends_no_pool_holds_are_forgotten_as_new_ones_come() {
+    let (registry, families) = families(HistogramScope::Backend);
+    let pool = families.pool("metrics_unit_churn");
+    let series = |registry: &Registry| {
+        lines(registry, "capataz_requests_total", "metrics_unit_churn").len()
+            + lines(
+                registry,
+                "capataz_upstream_response_seconds_count",
+                "metrics_unit_churn",
+            )
+            .len()
+    };
+    // A source whose backends come and go under new names: 10,000 of them over time, at
+    // most 10 alive at once.
+    let mut alive = std::collections::VecDeque::new();
+    for n in 0..10_000 {
+        let backend = pool.backend(&format!("10.0.{}.{}:80", n / 256, n % 256).into());
+        backend.answered(200, Duration::from_millis(1));
+        alive.push_back(backend);
+        if alive.len() > 10 {
+            alive.pop_front();
+        }
+    }
+    let held = alive.len();
+    let shown = series(&registry);
+    // Six request classes and one histogram count per backend shown; the map is swept when it
+    // doubles, so at most twice the sweep floor of backends are shown.
+    assert!(
+        shown <= 7 * 2 * 64,
+        "{shown} series for {held} live backends: removed backends' series are kept"
+    );
+    // The live ones keep theirs, with their counts.
+    let last = alive.back().unwrap();
+    assert_eq!(last.counts.requests[1].load(Ordering::Relaxed), 1);
+    let again = pool.backend(&"10.0.39.15:80".into());
+    assert_eq!(
+        again.counts.requests[1].load(Ordering::Relaxed),
+        1,
+        "a live backend's counters are found again"
+    );
+}
