@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::{header, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -51,6 +52,60 @@ fn access(supervisor: &Supervisor, req: &Request<Incoming>) -> Access {
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// How long `POST /reload` waits for its reload before it answers `202 Accepted`: less than
+/// `capataz ctl`'s 30 s, so the tool hears an answer; bounded, so a reload stuck reading its
+/// file does not hold an admin connection (of 256) for as long as it takes.
+const RELOAD_WAIT: Duration = Duration::from_secs(20);
+
+/// Answers `POST /reload`: 200 with what the reload did, 422 if it was refused, or 202 if it
+/// is still under way after [`RELOAD_WAIT`] (it then applies whole when it ends, and its
+/// outcome is logged).
+async fn reload(supervisor: Arc<Supervisor>) -> Response<Body> {
+    let mut reload = tokio::spawn(async move { supervisor.reload_from_file().await });
+    let outcome = match tokio::time::timeout(RELOAD_WAIT, &mut reload).await {
+        Ok(outcome) => outcome,
+        Err(_) => {
+            tokio::spawn(async move {
+                if let Ok(Err(e)) = reload.await {
+                    tracing::error!("reload refused, the running configuration stays: {e}");
+                }
+            });
+            return json_response(
+                StatusCode::ACCEPTED,
+                &json!({
+                    "reloaded": false,
+                    "pending": true,
+                    "message": "the reload is still under way (reading its file, or building the pools); it applies when it ends, and its outcome is logged",
+                }),
+            );
+        }
+    };
+    match outcome {
+        Ok(Ok(summary)) => json_response(
+            StatusCode::OK,
+            &json!({
+                "reloaded": true,
+                "kept": summary.kept,
+                "added": summary.added,
+                "removed": summary.removed,
+                "listeners_added": summary.listeners_added,
+                "listeners_removed": summary.listeners_removed,
+            }),
+        ),
+        Ok(Err(e)) => {
+            tracing::error!("reload refused, the running configuration stays: {e}");
+            error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!("reload refused, the running configuration stays: {e}"),
+            )
+        }
+        Err(_) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the reload failed unexpectedly (a bug in capataz; please report it)",
+        ),
+    }
 }
 
 /// Answers one admin request: refused, or routed to its endpoint.
@@ -119,26 +174,7 @@ pub(super) async fn handle(
         ["backends", pool, backend, action] if method == Method::POST => {
             overrides::override_backend(&supervisor, pool, backend, action, req.uri().query()).await
         }
-        ["reload"] if method == Method::POST => match supervisor.reload_from_file().await {
-            Ok(summary) => json_response(
-                StatusCode::OK,
-                &json!({
-                    "reloaded": true,
-                    "kept": summary.kept,
-                    "added": summary.added,
-                    "removed": summary.removed,
-                    "listeners_added": summary.listeners_added,
-                    "listeners_removed": summary.listeners_removed,
-                }),
-            ),
-            Err(e) => {
-                tracing::error!("reload refused, the running configuration stays: {e}");
-                error(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    format!("reload refused, the running configuration stays: {e}"),
-                )
-            }
-        },
+        ["reload"] if method == Method::POST => reload(supervisor).await,
         [] | ["status"] | ["status", _, _] | ["events"] | ["record", _] | ["metrics"] | ["history", "events" | "series"] => {
             not_allowed("GET, HEAD", "use GET")
         }

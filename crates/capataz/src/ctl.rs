@@ -390,6 +390,11 @@ pub fn render_override(answer: &Value) -> String {
 
 /// The sentence of a reload's answer (`POST /reload`).
 pub fn render_reload(answer: &Value) -> String {
+    if answer["pending"] == Value::Bool(true) {
+        return "the reload is still under way (reading its file, or building the pools): it \
+                applies when it ends; its outcome is logged.\n"
+            .to_owned();
+    }
     format!(
         "reloaded: {} backends kept their health, {} added (gated until they pass their probes), \
          {} removed (drained); {} listeners added, {} removed.\n",

@@ -428,3 +428,75 @@ fn a_closed_standard_output_is_not_a_panic() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Regression: `POST /reload` waited for its reload however long it took, so a reload stuck
+/// reading its file (here, the config path replaced by a FIFO nobody writes yet) held the
+/// admin connection (one of 256) for as long, and `capataz ctl reload` gave up at 30 s with
+/// no answer. It answers `202 Accepted` after 20 s, and the reload still applies when its file
+/// arrives.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_reload_stuck_reading_its_file_is_answered_202_and_still_applies() {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let dir = std::env::temp_dir().join(format!("capataz-stuck-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("config.toml");
+    let admin = "[admin]\naddress = \"127.0.0.1:0\"\n";
+    std::fs::write(
+        &path,
+        format!("{admin}{}", pool_of(&[("b1", nowhere())], "")),
+    )
+    .expect("write");
+    let config = capataz::config::load(&path).expect("valid config");
+    let (events, _rx) = tokio::sync::broadcast::channel(1024);
+    let balancer = Balancer::start_with_path(&config, events, Some(path.clone()))
+        .await
+        .expect("balancer starts");
+    let address = admin_addr(&balancer);
+    std::fs::remove_file(&path).expect("remove config");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&path)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success(), "mkfifo failed");
+
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connect");
+    let request = format!(
+        "POST /reload HTTP/1.1\r\nhost: {address}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut answer = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        stream.read_to_end(&mut answer),
+    )
+    .await
+    .expect("an answer while the reload is still stuck")
+    .expect("read");
+    // The file arrives (before any assertion: a read left blocked would hold the runtime's
+    // shutdown): the reload applies whole.
+    let mut writer = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(0o4000) // O_NONBLOCK: the reload is reading
+        .open(&path)
+        .expect("the FIFO's write end");
+    let two = format!("{admin}{}", pool_of(&[("b1", nowhere()), ("b2", nowhere())], ""));
+    writer.write_all(two.as_bytes()).expect("write the FIFO");
+    drop(writer);
+    let text = String::from_utf8_lossy(&answer);
+    assert_eq!(status_of(&answer), Some(202), "{text}");
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let body: serde_json::Value = serde_json::from_str(body).expect("a JSON body");
+    assert_eq!(body["pending"], true, "{text}");
+    assert_eq!(body["reloaded"], false, "{text}");
+    crate::support::wait::wait_until("the stuck reload applied", || {
+        balancer.supervisor().config().pools[0].backends.len() == 2
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
