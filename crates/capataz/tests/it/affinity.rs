@@ -190,6 +190,7 @@ fn moves(balancer: &Balancer, backend: &str, reason: &str) -> u64 {
 fn sticky_config(b: &[SimBackend], on_drain: &str) -> String {
     let text = ConfigText::sims(b)
         .admin("")
+        .listener("h2c = true")
         .extra(&format!(
             "{FAST_CHECKS}\n[pools.web.retries]\nattempts = 0\n\n\
              [pools.web.sticky]\ncookie = \"SRV\"\non_drain = \"{on_drain}\"\n"
