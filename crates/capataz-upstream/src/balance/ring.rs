@@ -56,10 +56,11 @@ impl Ring {
             }
         };
         let mut pairs: Vec<(u64, u32)> = Vec::new();
+        pairs.reserve(wanted.min(MAX_POINTS + eligible.len() as u64) as usize);
         for &i in eligible {
-            let name = name(i).as_bytes();
+            let prefix = point_prefix(name(i).as_bytes());
             for j in 0..count(i) {
-                pairs.push((point_hash(name, j), i as u32));
+                pairs.push((point_at(prefix, j), i as u32));
             }
         }
         // Ties (a collision of two positions) are broken by the owner's index: the same for
@@ -132,11 +133,21 @@ pub fn stable_hash(bytes: &[u8]) -> u64 {
     fmix64(fnv1a(FNV_OFFSET, bytes))
 }
 
-/// The position of point `j` of the backend named `name`.
+/// The position of point `j` of the backend named `name`: FNV-1a over the name, a `0xff`
+/// separator and `j`'s 8 bytes (little-endian), then the finalizer.
+#[cfg(test)]
 fn point_hash(name: &[u8], j: u64) -> u64 {
-    let h = fnv1a(FNV_OFFSET, name);
-    let h = fnv1a(h, &[0xff]);
-    fmix64(fnv1a(h, &j.to_le_bytes()))
+    point_at(point_prefix(name), j)
+}
+
+/// The FNV-1a state after a backend's name and the separator, shared by all its points.
+fn point_prefix(name: &[u8]) -> u64 {
+    fnv1a(fnv1a(FNV_OFFSET, name), &[0xff])
+}
+
+/// Point `j`'s position from its backend's [`point_prefix`].
+fn point_at(prefix: u64, j: u64) -> u64 {
+    fmix64(fnv1a(prefix, &j.to_le_bytes()))
 }
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;

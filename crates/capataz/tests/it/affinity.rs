@@ -138,6 +138,81 @@ async fn hashed_keys_move_only_off_a_backend_that_goes_down_and_come_back() {
     balancer.shutdown(Duration::from_secs(1)).await;
 }
 
+/// `c`'s effective weight as `/status` reports it.
+async fn weight_of_c(admin: SocketAddr) -> f64 {
+    let status = capataz::ctl::request(admin, Method::GET, "/status", None)
+        .await
+        .expect("GET /status");
+    status["pools"][0]["backends"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|b| b["name"] == "c")
+        .and_then(|b| b["effective_weight"].as_f64())
+        .expect("c's effective_weight")
+}
+
+/// Under slow start a returning backend's keys come back gradually: while `/status` reports
+/// it below its full weight, only part of its keys are back (and no other key moves); at full
+/// weight, all of them.
+#[tokio::test]
+async fn hashed_keys_come_back_gradually_under_slow_start() {
+    let b = backends(&["a", "b", "c", "d"]).await;
+    let text = ConfigText::sims(&b)
+        .admin("")
+        .extra(&format!(
+            "algorithm = \"hash\"\nhash_key = \"header:X-User\"\nslow_start = \"8s\"\n\
+             {FAST_CHECKS}\n[pools.web.retries]\nattempts = 0\n"
+        ))
+        .build();
+    let (balancer, mut events, admin, mut client) = started(&text).await;
+    wait_serving(admin, &["a", "b", "c", "d"]).await;
+    let before = assignment(&mut client).await;
+    let on_c = before.iter().filter(|n| *n == "c").count();
+    b[2].set_health(Mode::Status(503));
+    wait_for(&mut events, "c DOWN", |e| {
+        is_transition(e, "c", State::Down)
+    })
+    .await;
+    wait_serving(admin, &["a", "b", "d"]).await;
+    let down = assignment(&mut client).await;
+    b[2].set_health(Mode::Status(200));
+    wait_for(&mut events, "c UP", |e| is_transition(e, "c", State::Up)).await;
+    wait_serving(admin, &["a", "b", "c", "d"]).await;
+    let mut partial = None;
+    let end = tokio::time::Instant::now() + crate::support::DEADLINE;
+    loop {
+        assert!(tokio::time::Instant::now() < end, "the ramp never ended");
+        let (w0, now, w1) = (
+            weight_of_c(admin).await,
+            assignment(&mut client).await,
+            weight_of_c(admin).await,
+        );
+        for ((was, gone), now) in before.iter().zip(&down).zip(&now) {
+            assert!(
+                now == gone || (now == "c" && was == "c"),
+                "{was} {gone} {now}"
+            );
+        }
+        let back = now.iter().filter(|n| *n == "c").count();
+        if w0 == w1 {
+            println!("c at weight {w0} all through the window: {back} of its {on_c} keys back");
+        }
+        if w1 < 1.0 && partial.is_none() {
+            println!("slow start at weight {w0}..{w1}: {back} of c's {on_c} keys back");
+            assert!(back < on_c, "all keys back at weight {w1}");
+            partial = Some(back);
+        }
+        if w0 == 1.0 {
+            println!("full weight: {back} of {on_c} back");
+            assert_eq!(now, before, "at full weight every key is back");
+            break;
+        }
+    }
+    assert!(partial.is_some(), "no window during the ramp");
+    balancer.shutdown(Duration::from_secs(1)).await;
+}
+
 /// The value of the sticky cookie `SRV` an answer sets, if it sets one.
 fn set_cookie(answer: &crate::support::client::Answer) -> Option<String> {
     answer
