@@ -370,6 +370,17 @@ async fn a_drained_backend_keeps_or_moves_its_sticky_clients() {
         assert!(on_b > 0, "{home:?}");
         admin_post(admin, "/backends/web/b/drain").await;
         wait_serving(admin, &["a"]).await;
+        let status = capataz::ctl::request(admin, Method::GET, "/status", None)
+            .await
+            .expect("GET /status");
+        let keeping = if on_drain == "keep" { vec!["b"] } else { vec![] };
+        assert_eq!(
+            status["pools"][0]["affinity"],
+            serde_json::json!({
+                "hash": null,
+                "sticky": { "cookie": "SRV", "on_drain": on_drain, "keeping": keeping },
+            })
+        );
         for (c, home) in clients.iter_mut().zip(&home) {
             let (backend, rewritten) = c.get().await;
             match (on_drain, home.as_str()) {
