@@ -138,6 +138,35 @@ async fn hashed_keys_move_only_off_a_backend_that_goes_down_and_come_back() {
     balancer.shutdown(Duration::from_secs(1)).await;
 }
 
+/// A retry walks the ring on: with `c` refusing connections but still in rotation (no checks
+/// to notice), each of its keys is retried on the backend that key moves to once `c` is out of
+/// rotation, so a failing backend's keys land where they will stay.
+#[tokio::test]
+async fn a_retried_key_goes_where_it_will_move() {
+    let b = backends(&["a", "b", "c", "d"]).await;
+    let text = ConfigText::sims(&b)
+        .admin("")
+        .extra(
+            "algorithm = \"hash\"\nhash_key = \"header:X-User\"\n\
+             [pools.web.active]\nkind = \"none\"\n[pools.web.passive]\nenabled = false\n\
+             [pools.web.retries]\nattempts = 1\nbudget_percent = 100\nmin_budget = 1000\n",
+        )
+        .build();
+    let (balancer, _events, admin, mut client) = started(&text).await;
+    wait_serving(admin, &["a", "b", "c", "d"]).await;
+    let before = assignment(&mut client).await;
+    b[2].crash();
+    let retried = assignment(&mut client).await;
+    admin_post(admin, "/backends/web/c/down").await;
+    wait_serving(admin, &["a", "b", "d"]).await;
+    let out = assignment(&mut client).await;
+    let on_c = before.iter().filter(|n| *n == "c").count();
+    assert!(on_c > 0);
+    assert_eq!(retried, out, "each retried key went where it moved");
+    assert_eq!(moved(&before, &out), on_c);
+    balancer.shutdown(Duration::from_secs(1)).await;
+}
+
 /// `c`'s effective weight as `/status` reports it.
 async fn weight_of_c(admin: SocketAddr) -> f64 {
     let status = capataz::ctl::request(admin, Method::GET, "/status", None)
@@ -373,7 +402,11 @@ async fn a_drained_backend_keeps_or_moves_its_sticky_clients() {
         let status = capataz::ctl::request(admin, Method::GET, "/status", None)
             .await
             .expect("GET /status");
-        let keeping = if on_drain == "keep" { vec!["b"] } else { vec![] };
+        let keeping = if on_drain == "keep" {
+            vec!["b"]
+        } else {
+            vec![]
+        };
         assert_eq!(
             status["pools"][0]["affinity"],
             serde_json::json!({
