@@ -55,8 +55,8 @@ impl Ring {
                 n
             }
         };
-        let mut pairs: Vec<(u64, u32)> = Vec::new();
-        pairs.reserve(wanted.min(MAX_POINTS + eligible.len() as u64) as usize);
+        let capacity = wanted.min(MAX_POINTS + eligible.len() as u64) as usize;
+        let mut pairs: Vec<(u64, u32)> = Vec::with_capacity(capacity);
         for &i in eligible {
             let prefix = point_prefix(name(i).as_bytes());
             for j in 0..count(i) {
