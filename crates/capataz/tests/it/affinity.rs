@@ -167,6 +167,55 @@ async fn a_retried_key_goes_where_it_will_move() {
     balancer.shutdown(Duration::from_secs(1)).await;
 }
 
+/// Bounded loads spread a hot key: 20 requests with one key held open by the backends
+/// (outstanding together), sent one after the other. Without `hash_balance_factor` all go to
+/// the key's backend; with 150 none holds more than HAProxy's bound (`ceil(ceil(20 x 1.5) /
+/// 4)` = 8), and the others take the rest.
+#[tokio::test]
+async fn bounded_loads_spread_a_hot_key() {
+    for factor in [0, 150] {
+        let b = backends(&["a", "b", "c", "d"]).await;
+        for backend in &b {
+            backend.set_traffic(Mode::Hang);
+        }
+        let text = ConfigText::sims(&b)
+            .extra(&format!(
+                "algorithm = \"hash\"\nhash_key = \"header:X-User\"\n\
+                 hash_balance_factor = {factor}\n[pools.web.active]\nkind = \"none\"\n"
+            ))
+            .build();
+        let (balancer, _events) = start(&text).await;
+        let addr = balancer.local_addrs()[0];
+        let mut pending = Vec::new();
+        for k in 0..20u64 {
+            pending.push(tokio::spawn(async move {
+                let request = http::Request::get("/")
+                    .header("host", "app.test")
+                    .header("x-user", "hot")
+                    .body(bytes::Bytes::new())
+                    .expect("a request");
+                Client::new(addr).request(request).await
+            }));
+            crate::support::wait::wait_until("the request reaches a backend", || {
+                b.iter().map(SimBackend::traffic_hits).sum::<u64>() == k + 1
+            })
+            .await;
+        }
+        let hits: Vec<u64> = b.iter().map(SimBackend::traffic_hits).collect();
+        println!("hash_balance_factor = {factor}: outstanding per backend {hits:?}");
+        if factor == 0 {
+            assert_eq!(hits.iter().filter(|&&h| h > 0).count(), 1, "{hits:?}");
+        } else {
+            assert!(hits.iter().all(|&h| h <= 8), "{hits:?}");
+            assert!(hits.iter().filter(|&&h| h > 0).count() >= 3, "{hits:?}");
+        }
+        for task in pending {
+            task.abort();
+        }
+        balancer.shutdown(Duration::from_secs(1)).await;
+    }
+}
+
 /// `c`'s effective weight as `/status` reports it.
 async fn weight_of_c(admin: SocketAddr) -> f64 {
     let status = capataz::ctl::request(admin, Method::GET, "/status", None)
