@@ -15,6 +15,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+mod affinity;
 mod check;
 mod cidr;
 mod etcd_access;
@@ -25,6 +26,7 @@ mod pool;
 mod source;
 mod text_errors;
 
+pub use affinity::{Affinity, HashConfig, HashKey, OnDrain, SameSite, StickyConfig};
 pub use check::{check, Warning, CERTIFICATE_EXPIRY_WARNING, DETECTION_BUDGET, RECOVERY_BUDGET};
 pub use cidr::{Cidr, CidrError};
 pub use etcd_access::EtcdToken;

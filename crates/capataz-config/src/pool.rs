@@ -57,6 +57,8 @@ pub struct PoolConfig {
     pub agent: Option<AgentCheckConfig>,
     /// Where the backends come from (default: the `backends` list, [`PoolSource::Static`]).
     pub source: PoolSource,
+    /// Hashing and sticky sessions (default: neither).
+    pub affinity: crate::Affinity,
 }
 
 /// Agent checks of one pool (HAProxy's `agent-check`): each backend's agent, on its own TCP
@@ -187,6 +189,8 @@ pub enum Algorithm {
     RoundRobin,
     /// Least outstanding requests between two random choices, weighted.
     LeastRequest,
+    /// Consistent hashing of a request's key (`affinity.hash`), with bounded loads.
+    Hash,
 }
 
 /// What a pool does when none of its backends is UP.

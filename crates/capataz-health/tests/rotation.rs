@@ -509,3 +509,30 @@ fn replay_wait_ends_timed_ejections() {
         "OK\nERROR\nb\nOK\nb\nOK\na,b\n",
     );
 }
+
+/// A drained backend whose verdict is UP is out of rotation but listed as draining (it may
+/// keep its sticky clients); once its verdict is DOWN, or when forced down or in maintenance,
+/// it is not; when the drain is cleared it is back in rotation.
+#[test]
+fn a_draining_backend_is_listed_only_while_its_verdict_is_up() {
+    let mut r = rotation(State::Up, fail_open(), 3);
+    r.set_override(1, Some(OverrideKind::Drain), None, S);
+    r.set_override(2, Some(OverrideKind::Down), None, S);
+    let eligible = r.eligible(S);
+    assert_eq!(eligible.backends, vec![0]);
+    assert_eq!(eligible.draining, vec![1]);
+    r.set_override(2, Some(OverrideKind::Maintenance), None, S);
+    assert_eq!(r.eligible(S).draining, vec![1]);
+    probes(&mut r, 1, BAD, 10, 2 * S);
+    assert_eq!(r.effective(1), Effective::Draining);
+    assert!(
+        r.eligible(2 * S).draining.is_empty(),
+        "DOWN: it serves nobody"
+    );
+    probes(&mut r, 1, OK, 10, 3 * S);
+    assert_eq!(r.eligible(3 * S).draining, vec![1]);
+    r.set_override(1, None, None, 4 * S);
+    let eligible = r.eligible(4 * S);
+    assert_eq!(eligible.backends, vec![0, 1]);
+    assert!(eligible.draining.is_empty());
+}

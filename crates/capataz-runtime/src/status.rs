@@ -315,8 +315,9 @@ impl Serialize for PoolPage<'_> {
             ),
             (None, None) => "served by its primary backends in rotation".to_owned(),
         };
-        let mut map = serializer.serialize_map(Some(12))?;
+        let mut map = serializer.serialize_map(Some(13))?;
         map.serialize_entry("all_down", &all_down)?;
+        map.serialize_entry("affinity", &affinity_json(pool, &snapshot))?;
         map.serialize_entry("all_down_policy", &applied)?;
         map.serialize_entry(
             "backends",
@@ -336,6 +337,35 @@ impl Serialize for PoolPage<'_> {
         map.serialize_entry("when_all_down", when_all_down)?;
         map.end()
     }
+}
+
+/// A pool's hashing and sticky sessions as configured, and the draining backends that keep
+/// their sticky clients now (the snapshot's list); `null` for a pool with neither.
+fn affinity_json(pool: &PoolRt, snapshot: &crate::balance::Snapshot) -> Value {
+    let affinity = &pool.config.affinity;
+    if affinity.hash.is_none() && affinity.sticky.is_none() {
+        return Value::Null;
+    }
+    let hash = affinity
+        .hash
+        .as_ref()
+        .map(|hash| json!({ "key": hash.key.to_string(), "balance_factor": hash.balance_factor }));
+    let sticky = affinity.sticky.as_ref().map(|sticky| {
+        let keeping: Vec<&str> = match sticky.on_drain {
+            crate::config::OnDrain::Keep => snapshot
+                .draining
+                .iter()
+                .filter_map(|&i| pool.backends.get(i).map(|b| &*b.name))
+                .collect(),
+            crate::config::OnDrain::Move => Vec::new(),
+        };
+        json!({
+            "cookie": sticky.cookie,
+            "on_drain": sticky.on_drain.as_str(),
+            "keeping": keeping,
+        })
+    });
+    json!({ "hash": hash, "sticky": sticky })
 }
 
 struct Backends<'a> {

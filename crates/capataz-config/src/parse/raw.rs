@@ -35,6 +35,7 @@ tables!(
     RawSource,
     RawTlsTable,
     RawAgent,
+    RawSticky,
     RawBackend,
     RawActive,
     RawPassive,
@@ -230,6 +231,37 @@ pub(super) struct RawPool {
     pub(super) tls: Option<RawBackendTls>,
     pub(super) agent: Option<RawAgent>,
     pub(super) source: Option<Spanned<RawSource>>,
+    pub(super) hash_key: Option<Spanned<String>>,
+    pub(super) hash_balance_factor: Option<Spanned<i64>>,
+    pub(super) sticky: Option<RawSticky>,
+}
+
+/// `[pools.NAME.sticky]`: sticky sessions by cookie.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields, remote = "Self")]
+pub(super) struct RawSticky {
+    pub(super) cookie: Option<Spanned<String>>,
+    pub(super) path: Option<Spanned<String>>,
+    pub(super) max_age: Option<Spanned<Value>>,
+    pub(super) secure: Option<bool>,
+    pub(super) httponly: Option<bool>,
+    pub(super) samesite: Option<RawSameSite>,
+    pub(super) on_drain: Option<RawOnDrain>,
+}
+
+choice! {
+    RawSameSite {
+        Lax = "lax",
+        Strict = "strict",
+        None = "none",
+    }
+}
+
+choice! {
+    RawOnDrain {
+        Keep = "keep",
+        Move = "move",
+    }
 }
 
 /// `[pools.NAME.source]`: where the pool's backends come from.
@@ -355,6 +387,7 @@ choice! {
     RawAlgorithm {
         RoundRobin = "round_robin",
         LeastRequest = "least_request",
+        Hash = "hash",
     }
 }
 

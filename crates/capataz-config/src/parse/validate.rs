@@ -13,6 +13,7 @@
 mod access_log;
 mod active;
 mod admin;
+mod affinity;
 
 pub(super) use admin::check_admin_token;
 mod alerts;

@@ -420,6 +420,7 @@ impl Rotation {
             .collect();
         let weights = backends.iter().map(|&i| member_weights[i]).collect();
         Eligible {
+            draining: self.draining(),
             backends,
             weights,
             member_weights,
@@ -427,6 +428,21 @@ impl Rotation {
             applied: self.all_down,
             on_backups: self.on_backups,
         }
+    }
+
+    /// The backends that drain while their verdict is UP: out of rotation for new clients
+    /// only (an operator's drain, or one their health route or agent asked for), so they may
+    /// keep serving the clients stuck to them (`on_drain = "keep"`). A draining backend whose
+    /// verdict is DOWN is not among them: it serves nobody.
+    pub fn draining(&self) -> Vec<usize> {
+        (0..self.members.len())
+            .filter(|&i| {
+                matches!(
+                    self.effective(i),
+                    Effective::Draining | Effective::SelfDraining
+                ) && self.pool.verdict(i) == State::Up
+            })
+            .collect()
     }
 
     /// Records a probe outcome for `backend` at `now` (an [`Outcome`], or a [`ProbeOutcome`]

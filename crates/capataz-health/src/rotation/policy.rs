@@ -162,4 +162,9 @@ pub struct Eligible {
     /// The backups serving, while no primary is in rotation
     /// ([`Rotation::on_backups`](super::Rotation::on_backups)).
     pub on_backups: Option<OnBackups>,
+    /// Backends out of rotation only because they drain (an operator's drain, or a drain their
+    /// health route or agent asked for) while their verdict is UP, in pool order: no new
+    /// clients, but they may still serve the sticky clients they have
+    /// ([`Rotation::draining`](super::Rotation::draining)).
+    pub draining: Vec<usize>,
 }

@@ -37,6 +37,7 @@ use crate::upstream::{
     AttemptError, BackendSlots, BackendStream, ExchangeTimeouts, Outgoing, PrivateIdle,
 };
 
+mod affinity;
 mod forward;
 mod headers;
 mod pages;
@@ -45,6 +46,7 @@ mod tally;
 mod tunnel;
 mod websocket;
 
+use affinity::Affinity;
 use forward::{build_request, forward, forward_h2, trailer_names, Forwarded};
 use headers::{
     add_forwarded_headers, head_size, origin_form, request_host, strip_hop_by_hop, strip_port,
@@ -323,7 +325,7 @@ impl Proxy {
     /// says, until an answer is relayed or the planner gives up.
     async fn relay(
         &self,
-        req: Request<Incoming>,
+        mut req: Request<Incoming>,
         pool: &Arc<PoolHandle>,
         client: &Arc<ClientInfo>,
         tally: &mut Tally,
@@ -336,6 +338,7 @@ impl Proxy {
                 "upgrades are not relayed to HTTP/2 backends",
             );
         }
+        let mut affinity = Affinity::of(pool, &mut req, client);
         let mut prepared = self.prepare(req, pool, client, (websocket, upgrade), tally);
         let plan = &mut prepared.plan;
         let mut head = Vec::with_capacity(256);
@@ -351,7 +354,7 @@ impl Proxy {
             } else {
                 client.backend_slots.try_acquire()
             };
-            let index = match pick(pool, plan) {
+            let index = match pick(pool, plan, &mut affinity) {
                 Ok(index) => index,
                 Err(page) => return page,
             };
@@ -403,6 +406,7 @@ impl Proxy {
                     match plan.after(Attempted::Answered(status), |t| affordable(pool, t)) {
                         Next::Relay => {
                             relayed(&mut response, prepared.h2);
+                            affinity.answered(pool, index, &mut response);
                             tally.by = AnsweredBy::Backend;
                             return response;
                         }
@@ -619,16 +623,24 @@ fn unsendable(plan: &Planner) -> Response<RespBody> {
     )
 }
 
-/// The picking phase of an attempt: the backend the pool's algorithm gives among those the
-/// request has not tried (noted in `plan`), or, when none is left, the answer: the last
-/// failure's, or the pool's rejection if there was none. (The answer is not boxed: it is
+/// The picking phase of an attempt: the backend affinity (a sticky cookie, a hashed key) or
+/// else the pool's algorithm gives among those the request has not tried (noted in `plan`),
+/// or, when none is left, the answer: the last failure's, or the pool's rejection if there
+/// was none. (The answer is not boxed: it is
 /// matched at once, and a box would allocate for it.)
 #[allow(clippy::result_large_err)]
-fn pick(pool: &PoolHandle, plan: &mut Planner) -> Result<usize, Response<RespBody>> {
+fn pick(
+    pool: &PoolHandle,
+    plan: &mut Planner,
+    affinity: &mut Affinity,
+) -> Result<usize, Response<RespBody>> {
     let snapshot = pool.snapshot();
-    let picked = snapshot.pick(pool.config.algorithm, &pool.cursor, plan.tried(), |b| {
-        pool.backends[b].in_flight.load(Ordering::Relaxed)
-    });
+    let picked = match affinity.pick(pool, &snapshot, plan.tried()) {
+        Some(picked) => picked,
+        None => snapshot.pick(pool.config.algorithm, &pool.cursor, plan.tried(), |b| {
+            pool.backends[b].in_flight.load(Ordering::Relaxed)
+        }),
+    };
     let all_down = snapshot.all_down;
     drop(snapshot);
     let Some(index) = picked else {

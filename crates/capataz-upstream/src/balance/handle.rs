@@ -15,11 +15,12 @@ use std::time::{Duration, SystemTime};
 use arc_swap::{ArcSwap, Guard};
 use capataz_health::{Eligible, LoadShedding, Outcome, TrafficResult, TrafficRule};
 
+use super::sticky::Sticky;
 use super::tap::{Recorded, Tap};
 use super::{BackendRt, Snapshot};
 use crate::budget::RetryBudget;
 use crate::instruments::PoolMetrics;
-use capataz_config::PoolConfig;
+use capataz_config::{Algorithm, PoolConfig};
 
 /// Where traffic outcomes that need the engine go: the health runtime of the pool.
 pub trait TrafficSink: Send + Sync {
@@ -53,6 +54,8 @@ pub struct PoolHandle {
     health: Weak<dyn TrafficSink>,
     /// Where recorders listen (`GET /record/<pool>`).
     pub tap: Tap,
+    /// The sticky cookie, for a pool with sticky sessions.
+    pub sticky: Option<Box<Sticky>>,
 }
 
 impl std::fmt::Debug for PoolHandle {
@@ -77,7 +80,12 @@ impl PoolHandle {
         health: Weak<dyn TrafficSink>,
     ) -> PoolHandle {
         let (traffic_rule, load_shedding) = rules;
+        let sticky = config.affinity.sticky.as_ref().map(|sticky| {
+            let names = backends.iter().map(|b| &*b.name);
+            Box::new(Sticky::new(&config.name, names, sticky))
+        });
         PoolHandle {
+            sticky,
             name: config.name.as_str().into(),
             budget: RetryBudget::new(config.retries.budget_percent, config.retries.min_budget),
             snapshot: ArcSwap::from_pointee(Snapshot::new(Vec::new(), Vec::new(), false)),
@@ -100,10 +108,15 @@ impl PoolHandle {
 
     /// Replaces the snapshot with one built from what the engine decided, unless the current
     /// one says the same already (the health runtime's publishing; a rebuild that would change
-    /// nothing costs no schedule).
+    /// nothing costs no schedule). A hashing pool's snapshot gets its ring (see
+    /// [`super::ring`]).
     pub fn publish(&self, eligible: Eligible) {
         if !self.snapshot.load().says(&eligible) {
-            self.snapshot.store(Arc::new(Snapshot::of(eligible)));
+            let mut snapshot = Snapshot::of(eligible);
+            if self.config.algorithm == Algorithm::Hash {
+                snapshot = snapshot.with_ring(|i| self.backends.get(i).map_or("", |b| &b.name));
+            }
+            self.snapshot.store(Arc::new(snapshot));
         }
     }
 

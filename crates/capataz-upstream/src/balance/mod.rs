@@ -23,6 +23,8 @@ use capataz_config::Algorithm;
 mod backend;
 mod handle;
 mod latency;
+pub mod ring;
+pub mod sticky;
 pub mod tap;
 
 pub use backend::{BackendRt, OutcomeCounts, TrafficRing, HISTORY};
@@ -49,6 +51,11 @@ pub struct Snapshot {
     /// Every backend's weight in tenths, in pool order (eligible or not).
     weights: Vec<u32>,
     schedule: Vec<u32>,
+    /// The hash ring over `eligible`, for pools that hash (built with the snapshot).
+    ring: Option<ring::Ring>,
+    /// The backends out of rotation only because they drain, verdict UP (the engine's
+    /// `Eligible::draining`): they keep sticky clients with `on_drain = "keep"`.
+    pub draining: Vec<usize>,
 }
 
 impl Snapshot {
@@ -67,6 +74,8 @@ impl Snapshot {
             on_backups: None,
             weights,
             schedule,
+            ring: None,
+            draining: Vec::new(),
         }
     }
 
@@ -75,6 +84,7 @@ impl Snapshot {
         Snapshot {
             applied: eligible.applied,
             on_backups: eligible.on_backups,
+            draining: eligible.draining,
             ..Snapshot::new(
                 eligible.backends,
                 eligible.member_weights,
@@ -91,6 +101,7 @@ impl Snapshot {
             && self.all_down == eligible.all_down
             && self.applied == eligible.applied
             && self.on_backups == eligible.on_backups
+            && self.draining == eligible.draining
     }
 
     /// Backend `backend`'s weight in tenths of its configured unit: in rotation, what the
@@ -102,6 +113,12 @@ impl Snapshot {
     /// Whether new requests may go to backend `backend`.
     pub fn serves(&self, backend: usize) -> bool {
         self.eligible.binary_search(&backend).is_ok()
+    }
+
+    /// Whether backend `backend` drains with its verdict UP: it takes no new clients but
+    /// may keep its sticky ones.
+    pub fn drains(&self, backend: usize) -> bool {
+        self.draining.binary_search(&backend).is_ok()
     }
 
     /// Picks a backend index not in `exclude`, or `None` if every eligible backend is excluded.
@@ -122,9 +139,50 @@ impl Snapshot {
             return None;
         }
         match algorithm {
-            Algorithm::RoundRobin => self.pick_round_robin(cursor, exclude),
+            // A hashing pool's request without its key is balanced round robin.
+            Algorithm::RoundRobin | Algorithm::Hash => self.pick_round_robin(cursor, exclude),
             Algorithm::LeastRequest => self.pick_least_request(exclude, in_flight),
         }
+    }
+
+    /// This snapshot with its hash ring built, each eligible backend named by `name`.
+    pub fn with_ring<'a>(mut self, name: impl Fn(usize) -> &'a str) -> Snapshot {
+        let weights = &self.weights;
+        let weight = |i: usize| weights.get(i).copied().unwrap_or(1);
+        self.ring = Some(ring::Ring::build(&self.eligible, weight, name));
+        self
+    }
+
+    /// Picks the backend of a request whose key hashes to `key` on the ring, walking on past
+    /// backends in `exclude` and, with a `balance_factor` (percent, 0: off), past those over
+    /// their bounded load (see [`ring::overloaded`]; `in_flight(i)` gives backend `i`'s
+    /// outstanding requests). Without a ring (a pool that does not hash), the first eligible
+    /// backend not excluded.
+    pub fn pick_by_key(
+        &self,
+        key: u64,
+        exclude: &[usize],
+        balance_factor: u32,
+        in_flight: impl Fn(usize) -> usize,
+    ) -> Option<usize> {
+        let Some(ring) = &self.ring else {
+            return self.eligible.iter().copied().find(|b| !exclude.contains(b));
+        };
+        if balance_factor == 0 {
+            return ring.pick(key, exclude, |_| false);
+        }
+        let weight = |b: usize| u64::from(self.weight(b).unwrap_or(1).max(1));
+        let total: u64 = self.eligible.iter().map(|&b| in_flight(b) as u64).sum();
+        let total_weight: u64 = self.eligible.iter().map(|&b| weight(b)).sum();
+        ring.pick(key, exclude, |b| {
+            ring::overloaded(
+                in_flight(b) as u64,
+                weight(b),
+                total,
+                total_weight,
+                balance_factor,
+            )
+        })
     }
 
     fn pick_round_robin(&self, cursor: &AtomicUsize, exclude: &[usize]) -> Option<usize> {

@@ -109,6 +109,19 @@ impl PoolMetrics {
     pub fn reject(&self) {
         self.rejected.inc();
     }
+
+    /// Counts one sticky client moved off `backend` for `reason` (rare: the labels are
+    /// looked up at each move).
+    pub fn sticky_move(&self, backend: &str, reason: &'static str) {
+        self.families
+            .sticky_moves
+            .get_or_create(&super::StickyMoveLabels {
+                pool: self.pool.to_string(),
+                backend: backend.to_owned(),
+                reason,
+            })
+            .inc();
+    }
 }
 
 /// One backend's metric handles, resolved once when the backend is built: its counters (see

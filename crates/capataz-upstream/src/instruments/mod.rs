@@ -120,6 +120,14 @@ struct PoolLabels {
     pool: String,
 }
 
+/// `capataz_sticky_moves_total`'s labels: the backend a sticky client left, and why.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StickyMoveLabels {
+    pool: String,
+    backend: String,
+    reason: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BackendLabels {
     pool: Arc<str>,
@@ -199,6 +207,7 @@ pub struct Families {
     upstream_response: Latencies,
     retries: Family<PoolLabels, Counter>,
     rejected: Family<PoolLabels, Counter>,
+    sticky_moves: Family<StickyMoveLabels, Counter>,
     probe_duration: Latencies,
     /// The client side's families (`capataz_client_*`, `capataz_access_log_dropped`).
     client: ClientFamilies,
@@ -268,8 +277,15 @@ impl Families {
             "Ejections by a gray-failure detector (detector = latency or success_rate), also counted in capataz_ejections_total",
             counters.series(counters::Family::Outliers),
         );
+        let sticky_moves = Family::default();
+        registry.register(
+            "capataz_sticky_moves",
+            "Sticky clients moved off their backend (reason = out_of_rotation, draining or failed), each with its cookie rewritten",
+            sticky_moves.clone(),
+        );
         let tls = TlsFamilies::register(registry);
         Families {
+            sticky_moves,
             tls,
             scope,
             counters,

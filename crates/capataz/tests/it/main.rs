@@ -14,6 +14,7 @@ mod acme;
 mod admin;
 mod admin_hostile;
 mod admin_web;
+mod affinity;
 mod alerts;
 mod backend_tls;
 mod balancer;

@@ -67,7 +67,9 @@ impl Validator<'_> {
         let algorithm = match raw.algorithm {
             None | Some(RawAlgorithm::RoundRobin) => Algorithm::RoundRobin,
             Some(RawAlgorithm::LeastRequest) => Algorithm::LeastRequest,
+            Some(RawAlgorithm::Hash) => Algorithm::Hash,
         };
+        let affinity = self.affinity(&at, &name_span, algorithm, &mut raw)?;
         let retry_after = self.duration(
             &raw.retry_after,
             &format!("{at}.retry_after"),
@@ -128,6 +130,7 @@ impl Validator<'_> {
             close_tunnels_on_down: raw.close_tunnels_on_down.unwrap_or(false),
             source,
             agent,
+            affinity,
         })
     }
 

@@ -4,6 +4,7 @@
 //! The helpers are here; the tests are in one module per concern.
 
 mod access_log;
+mod affinity;
 mod edge_example;
 mod errors;
 mod etcd_access;
