@@ -41,6 +41,7 @@ mod forward;
 mod headers;
 mod pages;
 mod plan;
+mod queued;
 mod tally;
 mod tunnel;
 mod websocket;
@@ -351,8 +352,14 @@ impl Proxy {
             } else {
                 client.backend_slots.try_acquire()
             };
-            let index = match pick(pool, plan) {
-                Ok(index) => index,
+            // A pool with limits may make the attempt wait for a slot (`queued.rs`; boxed: a
+            // pool without them carries nothing of it in this future).
+            let picked = match &pool.limits {
+                None => pick(pool, plan).map(|index| (index, None)),
+                Some(limits) => Box::pin(queued::admit(pool, limits, plan, tally)).await,
+            };
+            let (index, admission) = match picked {
+                Ok(picked) => picked,
                 Err(page) => return page,
             };
             tally.attempt(index);
@@ -365,7 +372,10 @@ impl Proxy {
                 let Some(request) = prepared.request.take().or_else(|| resend?.rebuilt()) else {
                     return unsendable(plan);
                 };
-                let lease = Lease::new(pool.clone(), index, None);
+                let lease = match admission {
+                    None => Lease::new(pool.clone(), index, None),
+                    Some(admission) => Lease::admitted(pool.clone(), admission, None),
+                };
                 // Connecting happens within the exchange: the whole wait counts as sending.
                 tally.stage.now = Phase::Send;
                 forward_h2(pool, index, request, lease, prepared.timeouts).await
@@ -377,7 +387,7 @@ impl Proxy {
                         _ => return unsendable(plan),
                     },
                 };
-                let lease = http1_lease(pool, index, client, slot);
+                let lease = http1_lease(pool, (index, admission), client, slot);
                 let attempt = forward(
                     pool,
                     index,
@@ -658,12 +668,12 @@ fn relayed(response: &mut Response<RespBody>, h2: bool) {
     }
 }
 
-/// The lease of an attempt on an HTTP/1.1 pool's backend `index`: it holds the client
-/// connection's backend `slot` and, with `connection_reuse = "private"`, the connection's
-/// private idle connections.
+/// The lease of an attempt on an HTTP/1.1 pool's backend `index` (on the slot `admission`
+/// holds, in a pool with limits): it holds the client connection's backend `slot` and, with
+/// `connection_reuse = "private"`, the connection's private idle connections.
 fn http1_lease(
     pool: &Arc<PoolHandle>,
-    index: usize,
+    (index, admission): (usize, Option<crate::balance::Admission<'_>>),
     client: &ClientInfo,
     slot: Option<crate::upstream::Slot>,
 ) -> Lease {
@@ -671,7 +681,10 @@ fn http1_lease(
         ConnectionReuse::Private => Some(client.private.clone()),
         ConnectionReuse::Shared => None,
     };
-    let mut lease = Lease::new(pool.clone(), index, private);
+    let mut lease = match admission {
+        None => Lease::new(pool.clone(), index, private),
+        Some(admission) => Lease::admitted(pool.clone(), admission, private),
+    };
     lease.hold(slot);
     lease
 }

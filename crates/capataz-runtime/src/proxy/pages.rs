@@ -16,6 +16,8 @@ pub(super) enum Failure {
     Attempt(AttemptError),
     /// The backend answered this retryable status (502-504) and the answer was not relayed.
     Status(u16),
+    /// Every eligible backend was at its limit, and the pool's queue refused the request.
+    Queue(super::queued::Refusal),
 }
 
 pub(super) fn error_page(status: StatusCode, text: &str) -> Response<RespBody> {
@@ -34,6 +36,7 @@ pub(super) fn error_page(status: StatusCode, text: &str) -> Response<RespBody> {
 
 pub(super) fn failure_page(failure: Failure) -> Response<RespBody> {
     match failure {
+        Failure::Queue(refusal) => refusal.page(),
         Failure::Status(status) => error_page(
             StatusCode::BAD_GATEWAY,
             &format!("the backend failed (HTTP {status})"),

@@ -16,7 +16,7 @@ use arc_swap::{ArcSwap, Guard};
 use capataz_health::{Eligible, LoadShedding, Outcome, TrafficResult, TrafficRule};
 
 use super::tap::{Recorded, Tap};
-use super::{BackendRt, Snapshot};
+use super::{BackendRt, Limits, Snapshot};
 use crate::budget::RetryBudget;
 use crate::instruments::PoolMetrics;
 use capataz_config::PoolConfig;
@@ -53,6 +53,9 @@ pub struct PoolHandle {
     health: Weak<dyn TrafficSink>,
     /// Where recorders listen (`GET /record/<pool>`).
     pub tap: Tap,
+    /// The backends' limits and the queue, when the pool sets limits (boxed: a pool without
+    /// them carries a pointer).
+    pub limits: Option<Box<Limits>>,
 }
 
 impl std::fmt::Debug for PoolHandle {
@@ -77,7 +80,9 @@ impl PoolHandle {
         health: Weak<dyn TrafficSink>,
     ) -> PoolHandle {
         let (traffic_rule, load_shedding) = rules;
+        let limits = Limits::new(&config, &metrics).map(Box::new);
         PoolHandle {
+            limits,
             name: config.name.as_str().into(),
             budget: RetryBudget::new(config.retries.budget_percent, config.retries.min_budget),
             snapshot: ArcSwap::from_pointee(Snapshot::new(Vec::new(), Vec::new(), false)),
@@ -104,6 +109,9 @@ impl PoolHandle {
     pub fn publish(&self, eligible: Eligible) {
         if !self.snapshot.load().says(&eligible) {
             self.snapshot.store(Arc::new(Snapshot::of(eligible)));
+            if let Some(limits) = &self.limits {
+                limits.republished(self);
+            }
         }
     }
 

@@ -23,11 +23,13 @@ use capataz_config::Algorithm;
 mod backend;
 mod handle;
 mod latency;
+mod limits;
 pub mod tap;
 
 pub use backend::{BackendRt, OutcomeCounts, TrafficRing, HISTORY};
 pub use handle::{PoolHandle, TrafficSink};
 pub use latency::{LatencyBuckets, LatencyCounts, LatencyTotals};
+pub use limits::{release, Admission, Admit, Limits};
 
 /// The longest precomputed round-robin schedule; larger weight sums are scaled down.
 const MAX_SCHEDULE: u64 = 65_536;
@@ -118,17 +120,41 @@ impl Snapshot {
         exclude: &[usize],
         in_flight: impl Fn(usize) -> usize,
     ) -> Option<usize> {
+        self.pick_where(
+            algorithm,
+            (cursor, exclude.is_empty()),
+            |b| exclude.contains(&b),
+            in_flight,
+        )
+    }
+
+    /// [`Snapshot::pick`] skipping the backends `skip` names (those tried, and in a pool with
+    /// limits those at their limit), advancing the round-robin `cursor` if `advance` (a first
+    /// pick of a request) and else only reading it.
+    #[inline]
+    pub fn pick_where(
+        &self,
+        algorithm: Algorithm,
+        (cursor, advance): (&AtomicUsize, bool),
+        skip: impl Fn(usize) -> bool,
+        in_flight: impl Fn(usize) -> usize,
+    ) -> Option<usize> {
         if self.eligible.is_empty() {
             return None;
         }
         match algorithm {
-            Algorithm::RoundRobin => self.pick_round_robin(cursor, exclude),
-            Algorithm::LeastRequest => self.pick_least_request(exclude, in_flight),
+            Algorithm::RoundRobin => self.pick_round_robin(cursor, advance, skip),
+            Algorithm::LeastRequest => self.pick_least_request(skip, in_flight),
         }
     }
 
-    fn pick_round_robin(&self, cursor: &AtomicUsize, exclude: &[usize]) -> Option<usize> {
-        let start = if exclude.is_empty() {
+    fn pick_round_robin(
+        &self,
+        cursor: &AtomicUsize,
+        advance: bool,
+        skip: impl Fn(usize) -> bool,
+    ) -> Option<usize> {
+        let start = if advance {
             cursor.fetch_add(1, Ordering::Relaxed)
         } else {
             cursor.load(Ordering::Relaxed)
@@ -138,16 +164,16 @@ impl Snapshot {
         // once finds any backend left.
         (0..len)
             .map(|step| self.eligible[self.schedule[(start + step) % len] as usize])
-            .find(|backend| !exclude.contains(backend))
+            .find(|&backend| !skip(backend))
     }
 
     fn pick_least_request(
         &self,
-        exclude: &[usize],
+        skip: impl Fn(usize) -> bool,
         in_flight: impl Fn(usize) -> usize,
     ) -> Option<usize> {
         let n = self.eligible.len();
-        let allowed = |slot: usize| !exclude.contains(&self.eligible[slot]);
+        let allowed = |slot: usize| !skip(self.eligible[slot]);
         let first = random_below(n);
         let mut second = random_below(n);
         if n > 1 && second == first {
