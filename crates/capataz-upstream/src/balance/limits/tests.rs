@@ -121,8 +121,9 @@ async fn waiters_get_freed_slots_in_arrival_order() {
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for n in 0..4 {
-        let (pool, order) = (pool.clone(), order.clone());
+        let (waiting, order) = (pool.clone(), order.clone());
         tasks.push(tokio::spawn(async move {
+            let pool = waiting;
             let limits = pool.limits.as_ref().unwrap();
             let Admit::Granted(admission, Some(_)) = limits.admit(&pool, &[]).await else {
                 panic!("waiter {n} got no slot");
