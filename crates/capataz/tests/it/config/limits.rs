@@ -68,17 +68,17 @@ fn limit_errors_say_the_file_line_and_key() {
     let cases: &[(String, &str)] = &[
         (
             pool("max_connections = 0", ""),
-            "config.toml:4: pools.web.max_connections: 0 is out of range (use a whole number \
+            "config.toml:5: pools.web.max_connections: 0 is out of range (use a whole number \
              from 1 to 1000000)",
         ),
         (
             pool("", ", max_connections = 2000000"),
-            "config.toml:7: pools.web.backends[1].max_connections: 2000000 is out of range (use \
+            "config.toml:8: pools.web.backends[1].max_connections: 2000000 is out of range (use \
              a whole number from 1 to 1000000)",
         ),
         (
             pool("max_requests = 10", ""),
-            "config.toml:4: pools.web.max_requests: max_requests limits the concurrent requests \
+            "config.toml:5: pools.web.max_requests: max_requests limits the concurrent requests \
              (streams) an HTTP/2 backend carries, and this pool's backends speak HTTP/1.1, where \
              each request holds a connection of its own (use max_connections)",
         ),
@@ -91,24 +91,25 @@ fn limit_errors_say_the_file_line_and_key() {
         ),
         (
             pool("queue_size = 10", ""),
-            "config.toml:4: pools.web.queue_size: a queue holds requests that find every \
+            "config.toml:5: pools.web.queue_size: a queue holds requests that find every \
              backend at its limit, and no backend of this pool has one (set max_connections on \
              the pool or its backends, or remove queue_size and queue_timeout)",
         ),
         (
             pool("protocol = \"h2\"\nqueue_timeout = \"1s\"", ""),
-            "config.toml:5: pools.web.queue_timeout: a queue holds requests that find every \
+            "config.toml:6: pools.web.queue_timeout: a queue holds requests that find every \
              backend at its limit, and no backend of this pool has one (set max_requests on \
              the pool or its backends, or remove queue_size and queue_timeout)",
         ),
         (
             pool("max_connections = 5\nqueue_size = -1", ""),
-            "config.toml:5: pools.web.queue_size: -1 is out of range (use a whole number from \
+            "config.toml:6: pools.web.queue_size: -1 is out of range (use a whole number from \
              0 to 1000000)",
         ),
         (
             pool("max_connections = 5\nqueue_timeout = \"0s\"", ""),
-            "QUEUE_TIMEOUT_ZERO",
+            "config.toml:6: pools.web.queue_timeout: \"0s\" is zero (use a duration above \
+             zero, e.g. \"500ms\", \"2s\", \"1m\")",
         ),
     ];
     for (text, expected) in cases {

@@ -199,7 +199,9 @@ async fn a_client_gone_while_queued_frees_its_place() {
         .unwrap();
     wait_queued(admin, 1).await;
     // A reset, not a FIN (a half-close would leave the request to be answered).
-    gone.set_linger(Some(Duration::ZERO)).unwrap();
+    socket2::SockRef::from(&gone)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
     drop(gone);
     wait_queued(admin, 0).await;
     let next = tokio::spawn(async move { get(addr, "/next").await.status });

@@ -33,7 +33,6 @@ enum Hold {
 }
 
 /// What a slow backend saw.
-#[derive(Default)]
 struct Seen {
     /// Requests it holds now.
     current: AtomicUsize,
@@ -43,6 +42,17 @@ struct Seen {
     arrived: Mutex<Vec<String>>,
     /// Requests it may answer (with [`Hold::Gate`]).
     gate: Semaphore,
+}
+
+impl Default for Seen {
+    fn default() -> Seen {
+        Seen {
+            current: AtomicUsize::new(0),
+            max: AtomicUsize::new(0),
+            arrived: Mutex::new(Vec::new()),
+            gate: Semaphore::new(0),
+        }
+    }
 }
 
 /// A real HTTP/1.1 backend (keep-alive, bodiless requests) that holds each request before
