@@ -110,9 +110,10 @@ impl LiveGauges {
                     },
                     shedding: shedding_on.then_some(shed_left.as_secs_f64()),
                     slow_windows: latency_on.then_some(slow),
-                    limit: pool.limits.as_ref().and_then(|limits| {
-                        limits.limit_weighing(i, weight_tenths, backend.weight)
-                    }),
+                    limit: pool
+                        .limits
+                        .as_ref()
+                        .and_then(|limits| limits.limit_weighing(i, weight_tenths, backend.weight)),
                 });
             }
             pool_gauges.push(PoolGauges {

@@ -182,9 +182,8 @@ impl Limits {
 
     /// Whether backend `backend` holds its limit now.
     pub fn at_limit(&self, pool: &PoolHandle, snapshot: &Snapshot, backend: usize) -> bool {
-        self.limit(pool, snapshot, backend).is_some_and(|limit| {
-            pool.backends[backend].in_flight.load(Ordering::Relaxed) >= limit
-        })
+        self.limit(pool, snapshot, backend)
+            .is_some_and(|limit| pool.backends[backend].in_flight.load(Ordering::Relaxed) >= limit)
     }
 
     /// A slot for an attempt that has tried `exclude`: at once if a backend it has not tried

@@ -69,7 +69,9 @@ impl PoolMetrics {
             })
         };
         QueueMetrics {
-            wait: families.wait.get_or_create_owned(&PoolLabels { pool: pool.clone() }),
+            wait: families
+                .wait
+                .get_or_create_owned(&PoolLabels { pool: pool.clone() }),
             full: rejected("full"),
             timeout: rejected("timeout"),
         }

@@ -23,12 +23,7 @@ impl Validator<'_> {
         raw: &RawPool,
         protocol: BackendProtocol,
     ) -> Result<Limits, ConfigError> {
-        let default = self.limit(
-            at,
-            &raw.max_connections,
-            &raw.max_requests,
-            protocol,
-        )?;
+        let default = self.limit(at, &raw.max_connections, &raw.max_requests, protocol)?;
         let mut own = Vec::new();
         for (index, backend) in raw.backends.iter().flatten().enumerate() {
             let RawBackend {
@@ -90,10 +85,14 @@ impl Validator<'_> {
         protocol: BackendProtocol,
     ) -> Result<Option<NonZeroU32>, ConfigError> {
         let (value, wrong) = match protocol {
-            BackendProtocol::Http1 => (max_connections, max_requests.as_ref().map(|v| ("max_requests", v))),
-            BackendProtocol::H2 | BackendProtocol::H2c => {
-                (max_requests, max_connections.as_ref().map(|v| ("max_connections", v)))
-            }
+            BackendProtocol::Http1 => (
+                max_connections,
+                max_requests.as_ref().map(|v| ("max_requests", v)),
+            ),
+            BackendProtocol::H2 | BackendProtocol::H2c => (
+                max_requests,
+                max_connections.as_ref().map(|v| ("max_connections", v)),
+            ),
         };
         if let Some((key, value)) = wrong {
             let why = match protocol {

@@ -48,7 +48,11 @@ fn pool_with(limits: &[(Option<u32>, u32)], extra: &str) -> Arc<PoolHandle> {
                 name: b.name.as_str().into(),
                 address: b.address.clone(),
                 weight: b.weight,
-                upstream: Upstream::new(b.socket_addr, Duration::from_secs(1), Duration::from_secs(1)),
+                upstream: Upstream::new(
+                    b.socket_addr,
+                    Duration::from_secs(1),
+                    Duration::from_secs(1),
+                ),
                 in_flight: AtomicUsize::new(0),
                 traffic: Default::default(),
                 watched: AtomicBool::new(false),
@@ -63,7 +67,11 @@ fn pool_with(limits: &[(Option<u32>, u32)], extra: &str) -> Arc<PoolHandle> {
     let rules: (TrafficRule, Option<LoadShedding>) = (TrafficRule::default(), None);
     let pool = Arc::new(PoolHandle::new(config, backends, metrics, rules, sink));
     let n = limits.len();
-    publish(&pool, (0..n).collect(), limits.iter().map(|&(_, w)| w * 10).collect());
+    publish(
+        &pool,
+        (0..n).collect(),
+        limits.iter().map(|&(_, w)| w * 10).collect(),
+    );
     pool
 }
 
@@ -102,10 +110,14 @@ async fn settle() {
 #[tokio::test(start_paused = true)]
 async fn the_picker_skips_backends_at_their_limit_and_never_passes_one() {
     let pool = pool_with(&[(Some(1), 1), (Some(2), 1)], "");
-    let held: Vec<_> = [granted(&pool).await, granted(&pool).await, granted(&pool).await]
-        .into_iter()
-        .map(Admission::keep)
-        .collect();
+    let held: Vec<_> = [
+        granted(&pool).await,
+        granted(&pool).await,
+        granted(&pool).await,
+    ]
+    .into_iter()
+    .map(Admission::keep)
+    .collect();
     assert_eq!(in_flight(&pool), [1, 2], "{held:?}");
     let limits = pool.limits.as_ref().unwrap();
     assert!(limits.at_limit(&pool, &pool.snapshot(), 0));
@@ -204,7 +216,10 @@ async fn a_waiter_that_goes_away_leaves_the_queue_and_any_slot_granted_to_it() {
     granted_then_gone.abort();
     settle().await;
     assert_eq!(in_flight(&pool), [0]);
-    assert!(matches!(limits.admit(&pool, &[]).await, Admit::Granted(_, None)));
+    assert!(matches!(
+        limits.admit(&pool, &[]).await,
+        Admit::Granted(_, None)
+    ));
 }
 
 #[tokio::test(start_paused = true)]
@@ -272,7 +287,11 @@ async fn a_limit_ramps_with_the_snapshot_weight_and_a_step_up_wakes_waiters() {
     assert!(waiter.await.unwrap());
     publish(&pool, vec![0], vec![20]);
     assert_eq!(limits.limit(&pool, &pool.snapshot(), 0), Some(10));
-    assert_eq!(super::scaled(10, 100, 20), 10, "never above the configured limit");
+    assert_eq!(
+        super::scaled(10, 100, 20),
+        10,
+        "never above the configured limit"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -13,7 +13,10 @@ use crate::support::access_log::{table, wait_lines, LogDir};
 #[tokio::test]
 async fn limits_are_never_exceeded_and_every_request_is_served() {
     let hold = Hold::For(Duration::from_millis(60));
-    let (a, b) = (SlowBackend::start(hold).await, SlowBackend::start(hold).await);
+    let (a, b) = (
+        SlowBackend::start(hold).await,
+        SlowBackend::start(hold).await,
+    );
     let dir = LogDir::new();
     let log = dir.path("access.log");
     let text = config(
@@ -30,11 +33,18 @@ async fn limits_are_never_exceeded_and_every_request_is_served() {
     while let Some(status) = clients.join_next().await {
         assert_eq!(status.expect("a client"), 200);
     }
-    assert_eq!((a.max(), b.max()), (3, 3), "each backend held at most its limit");
+    assert_eq!(
+        (a.max(), b.max()),
+        (3, 3),
+        "each backend held at most its limit"
+    );
     assert_eq!(a.arrived().len() + b.arrived().len(), 30);
     let lines = wait_lines(&log, 30).await;
     let waited = lines.iter().filter(|l| !l.contains(" queued=- ")).count();
-    assert!(waited >= 30 - 6, "at most 6 found a slot at once: {lines:#?}");
+    assert!(
+        waited >= 30 - 6,
+        "at most 6 found a slot at once: {lines:#?}"
+    );
     assert_eq!(
         metric(&balancer, "capataz_queue_wait_seconds_count{pool=\"web\"}"),
         waited as f64,
@@ -43,7 +53,10 @@ async fn limits_are_never_exceeded_and_every_request_is_served() {
     let pool = pool_status(balancer.admin_addr().unwrap()).await;
     assert_eq!(pool["queue"]["length"], 0, "{pool:#}");
     for backend in pool["backends"].as_array().unwrap() {
-        assert_eq!((&backend["in_flight"], &backend["limit"]), (&0.into(), &3.into()));
+        assert_eq!(
+            (&backend["in_flight"], &backend["limit"]),
+            (&0.into(), &3.into())
+        );
     }
     balancer.shutdown(Duration::from_secs(1)).await;
 }
@@ -59,14 +72,21 @@ async fn waiting_requests_are_served_in_arrival_order() {
     let (addr, admin) = (balancer.local_addrs()[0], balancer.admin_addr().unwrap());
     let mut clients = JoinSet::new();
     clients.spawn(async move { get(addr, "/r0").await });
-    wait_until("the first request at the backend", || backend.holding() == 1).await;
+    wait_until("the first request at the backend", || {
+        backend.holding() == 1
+    })
+    .await;
     for n in 1..=4u64 {
         clients.spawn(async move { get(addr, &format!("/r{n}")).await });
         wait_queued(admin, n).await;
     }
     let pool = pool_status(admin).await;
     let a = &pool["backends"][0];
-    assert_eq!((&a["in_flight"], &a["limit"]), (&1.into(), &1.into()), "{a:#}");
+    assert_eq!(
+        (&a["in_flight"], &a["limit"]),
+        (&1.into(), &1.into()),
+        "{a:#}"
+    );
     let explain = a["explain"].as_str().unwrap();
     assert!(
         explain.contains("; at its limit: 1 of 1 requests in use")
@@ -76,9 +96,15 @@ async fn waiting_requests_are_served_in_arrival_order() {
     assert_eq!(a["state"], "UP", "a backend at its limit is not unhealthy");
     assert_eq!(pool["queue"]["size"], 1024);
     assert_eq!(pool["queue"]["timeout_ms"], 5000);
-    assert_eq!(metric(&balancer, "capataz_pool_queue_length{pool=\"web\"}"), 4.0);
     assert_eq!(
-        metric(&balancer, "capataz_backend_limit{pool=\"web\",backend=\"a\"}"),
+        metric(&balancer, "capataz_pool_queue_length{pool=\"web\"}"),
+        4.0
+    );
+    assert_eq!(
+        metric(
+            &balancer,
+            "capataz_backend_limit{pool=\"web\",backend=\"a\"}"
+        ),
         1.0
     );
     for n in 1..=5 {
@@ -109,7 +135,10 @@ async fn a_full_queue_answers_503_at_once() {
     let (balancer, _events) = start(&text).await;
     let (addr, admin) = (balancer.local_addrs()[0], balancer.admin_addr().unwrap());
     let first = tokio::spawn(async move { get(addr, "/r0").await.status });
-    wait_until("the first request at the backend", || backend.holding() == 1).await;
+    wait_until("the first request at the backend", || {
+        backend.holding() == 1
+    })
+    .await;
     let queued = tokio::spawn(async move { get(addr, "/r1").await.status });
     wait_queued(admin, 1).await;
     let started = Instant::now();
@@ -117,17 +146,26 @@ async fn a_full_queue_answers_503_at_once() {
     let took = started.elapsed();
     assert_eq!(refused.status, 503);
     assert!(
-        refused.text().contains("the queue is full (1 requests waiting)"),
+        refused
+            .text()
+            .contains("the queue is full (1 requests waiting)"),
         "{}",
         refused.text()
     );
     assert!(refused.headers.get("retry-after").is_none());
-    assert!(took < Duration::from_secs(2), "at once, not after the timeout: {took:?}");
+    assert!(
+        took < Duration::from_secs(2),
+        "at once, not after the timeout: {took:?}"
+    );
     let full = "capataz_queue_rejected_total{pool=\"web\",reason=\"full\"}";
     assert_eq!(metric(&balancer, full), 1.0);
     backend.release(2);
     assert_eq!((first.await.unwrap(), queued.await.unwrap()), (200, 200));
-    assert_eq!(backend.arrived(), ["/r0", "/r1"], "the refused one never reached it");
+    assert_eq!(
+        backend.arrived(),
+        ["/r0", "/r1"],
+        "the refused one never reached it"
+    );
     balancer.shutdown(Duration::from_secs(1)).await;
 }
 
@@ -147,12 +185,19 @@ async fn a_queue_timeout_answers_503_after_about_the_timeout() {
     let (balancer, _events) = start(&text).await;
     let addr = balancer.local_addrs()[0];
     let first = tokio::spawn(async move { get(addr, "/r0").await.status });
-    wait_until("the first request at the backend", || backend.holding() == 1).await;
+    wait_until("the first request at the backend", || {
+        backend.holding() == 1
+    })
+    .await;
     let started = Instant::now();
     let refused = get(addr, "/late").await;
     let took = started.elapsed();
     assert_eq!(refused.status, 503);
-    assert!(refused.text().contains("queue timeout (400 ms)"), "{}", refused.text());
+    assert!(
+        refused.text().contains("queue timeout (400 ms)"),
+        "{}",
+        refused.text()
+    );
     assert!(
         took >= Duration::from_millis(400) && took < Duration::from_millis(2400),
         "about the timeout: {took:?}"
@@ -173,7 +218,10 @@ async fn a_queue_timeout_answers_503_after_about_the_timeout() {
     assert_eq!(first.await.unwrap(), 200);
     assert_eq!(backend.arrived(), ["/r0"]);
     let requests = "capataz_requests_total{pool=\"web\",backend=\"a\",class=\"5xx\"}";
-    assert_eq!(sample(&metrics_text(&balancer), requests).unwrap_or(0.0), 0.0);
+    assert_eq!(
+        sample(&metrics_text(&balancer), requests).unwrap_or(0.0),
+        0.0
+    );
     let pool = pool_status(balancer.admin_addr().unwrap()).await;
     assert_eq!(pool["backends"][0]["passive"]["error_streak"], 0);
     balancer.shutdown(Duration::from_secs(1)).await;
@@ -192,7 +240,10 @@ async fn a_client_gone_while_queued_frees_its_place() {
     let (balancer, _events) = start(&text).await;
     let (addr, admin) = (balancer.local_addrs()[0], balancer.admin_addr().unwrap());
     let first = tokio::spawn(async move { get(addr, "/r0").await.status });
-    wait_until("the first request at the backend", || backend.holding() == 1).await;
+    wait_until("the first request at the backend", || {
+        backend.holding() == 1
+    })
+    .await;
     let mut gone = TcpStream::connect(addr).await.unwrap();
     gone.write_all(b"GET /gone HTTP/1.1\r\nhost: app.test\r\n\r\n")
         .await

@@ -45,9 +45,15 @@ async fn a_slow_starting_backend_s_limit_ramps_with_its_reported_weight() {
         "{explain}"
     );
     let labels = "{pool=\"web\",backend=\"a\"}";
-    assert_eq!(metric(&balancer, &format!("capataz_backend_limit{labels}")), 2.0);
     assert_eq!(
-        metric(&balancer, &format!("capataz_backend_effective_weight{labels}")),
+        metric(&balancer, &format!("capataz_backend_limit{labels}")),
+        2.0
+    );
+    assert_eq!(
+        metric(
+            &balancer,
+            &format!("capataz_backend_effective_weight{labels}")
+        ),
         0.4
     );
     a.release(5);
