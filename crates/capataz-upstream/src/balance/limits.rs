@@ -17,7 +17,10 @@
 //! few pointer moves, never across an await. A request arriving while nobody waits takes a
 //! slot without the lock; a release checks the queue's length after its decrement, and an
 //! arrival publishes its place before its last look at the slots (both with a `SeqCst` fence),
-//! so a slot is never left free while a request waits.
+//! so a slot is never left free while a request waits. One release the queue cannot hear: a
+//! request sent by the pool's previous build (a membership update shares kept backends and
+//! their counts between builds) ends through the old build's queue; the queue's head looks for
+//! a free slot itself every [`RECHECK`] for that.
 //!
 //! Invariants: the queue never holds more than `queue_size` requests; a request leaves it by
 //! a slot, by a timeout, by the pool losing every eligible backend (the all-down policy
@@ -41,6 +44,10 @@ use crate::instruments::{PoolMetrics, QueueMetrics};
 const NOTHING: usize = usize::MAX;
 /// A waiter's grant when the pool has no eligible backend left.
 const REFUSED: usize = usize::MAX - 1;
+/// How often the queue's head looks for a free slot itself: a safety net for a slot whose
+/// release this queue does not hear of (a request sent by the pool's previous build, after a
+/// membership update, ends on a backend both builds share).
+const RECHECK: Duration = Duration::from_millis(100);
 
 /// One pool's limits and queue.
 #[derive(Debug)]
@@ -239,8 +246,8 @@ impl Limits {
             since: Instant::now(),
             settled: false,
         };
-        let woken = tokio::time::timeout(self.queue_timeout, queued.waiter.woken.notified()).await;
-        queued.end(woken.is_err())
+        let timed_out = queued.wait().await;
+        queued.end(timed_out)
     }
 
     /// Called after a slot was given back: hands it to the queue's head if one waits.
@@ -274,7 +281,7 @@ impl Limits {
             let Some(waiter) = queue.pop_front() else {
                 break;
             };
-            waiter.grant.store(grant, Ordering::Relaxed);
+            waiter.grant.store(grant, Ordering::Release);
             waiter.woken.notify_one();
         }
         self.waiting.store(queue.len(), Ordering::Relaxed);
@@ -319,6 +326,14 @@ impl Limits {
         Taken::Full
     }
 
+    /// The queue's head looks for a free slot itself (see [`RECHECK`]).
+    fn recheck(&self, pool: &PoolHandle, waiter: &Arc<Waiter>) {
+        let head = self.lock().front().is_some_and(|w| Arc::ptr_eq(w, waiter));
+        if head {
+            self.dispatch(pool);
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, VecDeque<Arc<Waiter>>> {
         // Nothing panics while holding it; a poisoned queue is still a consistent list.
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
@@ -333,7 +348,7 @@ impl Limits {
             self.waiting.store(queue.len(), Ordering::Relaxed);
             return None;
         }
-        Some(waiter.grant.load(Ordering::Relaxed))
+        Some(waiter.grant.load(Ordering::Acquire))
     }
 }
 
@@ -349,6 +364,23 @@ struct Queued<'l, 'a> {
 }
 
 impl<'a> Queued<'_, 'a> {
+    /// Waits for a grant until `queue_timeout` (`true`: timed out), the queue's head looking
+    /// for a free slot every [`RECHECK`] meanwhile.
+    async fn wait(&self) -> bool {
+        let deadline = self.since + self.limits.queue_timeout;
+        loop {
+            let wake = deadline.min(Instant::now() + RECHECK);
+            let _ = tokio::time::timeout_at(wake, self.waiter.woken.notified()).await;
+            if self.waiter.grant.load(Ordering::Acquire) != NOTHING {
+                return false;
+            }
+            if Instant::now() >= deadline {
+                return true;
+            }
+            self.limits.recheck(self.pool, &self.waiter);
+        }
+    }
+
     /// What the wait came to, woken or (`timed_out`) not.
     fn end(mut self, timed_out: bool) -> Admit<'a> {
         let waited = self.since.elapsed();
@@ -358,7 +390,7 @@ impl<'a> Queued<'_, 'a> {
             // Still queued: out, and timed out; granted just as the time ran out: used.
             self.limits.leave(&self.waiter)
         } else {
-            Some(self.waiter.grant.load(Ordering::Relaxed))
+            Some(self.waiter.grant.load(Ordering::Acquire))
         };
         match grant {
             None | Some(NOTHING) => {

@@ -63,9 +63,7 @@ fn pool_with(limits: &[(Option<u32>, u32)], extra: &str) -> Arc<PoolHandle> {
             })
         })
         .collect();
-    let sink: Weak<dyn TrafficSink> = Weak::<NoSink>::new();
-    let rules: (TrafficRule, Option<LoadShedding>) = (TrafficRule::default(), None);
-    let pool = Arc::new(PoolHandle::new(config, backends, metrics, rules, sink));
+    let pool = handle_over(config, backends, metrics);
     let n = limits.len();
     publish(
         &pool,
@@ -73,6 +71,17 @@ fn pool_with(limits: &[(Option<u32>, u32)], extra: &str) -> Arc<PoolHandle> {
         limits.iter().map(|&(_, w)| w * 10).collect(),
     );
     pool
+}
+
+/// A handle of `config` over `backends`, eligible as the caller publishes.
+fn handle_over(
+    config: capataz_config::PoolConfig,
+    backends: Vec<Arc<BackendRt>>,
+    metrics: crate::instruments::PoolMetrics,
+) -> Arc<PoolHandle> {
+    let sink: Weak<dyn TrafficSink> = Weak::<NoSink>::new();
+    let rules: (TrafficRule, Option<LoadShedding>) = (TrafficRule::default(), None);
+    Arc::new(PoolHandle::new(config, backends, metrics, rules, sink))
 }
 
 fn publish(pool: &PoolHandle, eligible: Vec<usize>, member_weights: Vec<u32>) {
@@ -302,4 +311,41 @@ async fn a_backend_without_a_limit_takes_what_the_limited_ones_cannot() {
         slots.push(granted(&pool).await.keep());
     }
     assert_eq!(in_flight(&pool), [1, 4]);
+}
+
+/// Regression: after a membership update the pool's new build shares its kept backends (and
+/// their in-flight counts) with the old one, whose requests' releases only the old queue
+/// heard: a request waiting in the new queue saw a slot free up and waited on until its
+/// timeout. The queue's head now looks for a free slot itself every `RECHECK`.
+#[tokio::test(start_paused = true)]
+async fn a_slot_freed_by_the_pools_previous_build_reaches_this_queue() {
+    let old = pool_with(&[(Some(1), 1)], "queue_timeout = \"5s\"");
+    let held = granted(&old).await.keep();
+    let new = handle_over(
+        old.config.clone(),
+        old.backends.clone(),
+        Families::register(&mut Registry::default(), HistogramScope::Pool).pool("web"),
+    );
+    publish(&new, vec![0], vec![10]);
+    let waiter = {
+        let new = new.clone();
+        tokio::spawn(async move {
+            let limits = new.limits.as_ref().unwrap();
+            match limits.admit(&new, &[]).await {
+                Admit::Granted(admission, Some(waited)) => (admission.keep(), waited),
+                other => panic!("{other:?}"),
+            }
+        })
+    };
+    settle().await;
+    assert_eq!(new.limits.as_ref().unwrap().queued(), 1);
+    // The old build's request ends: only the old queue hears of it.
+    super::release(&old, held);
+    let (index, waited) = waiter.await.unwrap();
+    assert_eq!(index, 0);
+    assert_eq!(
+        waited,
+        super::RECHECK,
+        "within one recheck, not at the timeout"
+    );
 }
