@@ -30,8 +30,12 @@ pub(super) fn limit_of(pool: &PoolRt, view: &BackendView) -> Option<usize> {
     )
 }
 
-/// The clause the explain sentence ends with while the backend holds its limit.
+/// The clause the explain sentence ends with while the backend, serving, holds its limit (one
+/// that gets no new requests anyway says why in its own sentence).
 pub(super) fn limit_clause(pool: &PoolRt, view: &BackendView) -> Option<String> {
+    if !view.serving {
+        return None;
+    }
     let limit = limit_of(pool, view)?;
     let in_flight = view.backend.in_flight.load(Ordering::Relaxed);
     if in_flight < limit {

@@ -77,3 +77,35 @@ async fn queued_requests_go_to_the_backends_left_and_get_the_all_down_answer_whe
     assert_eq!(holding.await.unwrap().status, 200);
     balancer.shutdown(Duration::from_secs(1)).await;
 }
+
+/// A retry takes a free slot or none: a request whose first backend refuses the connection,
+/// while the other is at its limit, ends with the refusal's 502 at once; it does not wait in
+/// the queue (nor does it reach the full backend).
+#[tokio::test]
+async fn a_retry_that_finds_every_backend_at_its_limit_does_not_queue() {
+    let b = SlowBackend::start(Hold::Gate).await;
+    // A port nobody listens on: connections are refused.
+    let dead = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let text = config(
+        &[("dead", dead, ""), ("b", b.addr(), "")],
+        "max_connections = 1\nqueue_timeout = \"60s\"\npassive.enabled = false",
+        "",
+    );
+    let (balancer, _events) = start(&text).await;
+    let (addr, admin) = (balancer.local_addrs()[0], balancer.admin_addr().unwrap());
+    let held = tokio::spawn(async move { get(addr, "/r0").await.status });
+    wait_until("a request held at b", || b.holding() == 1).await;
+    let started = Instant::now();
+    let refused = get(addr, "/r1").await;
+    assert_eq!(refused.status, 502, "{}", refused.text());
+    assert!(started.elapsed() < Duration::from_secs(30), "not queued");
+    let pool = pool_status(admin).await;
+    assert_eq!(pool["queue"]["length"], 0, "{pool:#}");
+    b.release(1);
+    assert_eq!(held.await.unwrap(), 200);
+    assert_eq!(b.arrived(), ["/r0"]);
+    balancer.shutdown(Duration::from_secs(1)).await;
+}
