@@ -2,48 +2,18 @@
 //! (`balance::Limits`), waited for in the pool's queue by a first attempt, taken at once or
 //! not at all by a retry (HAProxy queues a redispatched request again; here the request has
 //! already waited its turn once, and a retry that found no slot would hold it longer than the
-//! failure it answers: Envoy's retry overflow is refused the same way); and the 503 a refusal
-//! answers. Nothing here is an outcome of a backend: the passive checks never hear of it.
+//! failure it answers: Envoy's retry overflow is refused the same way). The 503 a refusal
+//! answers is `pages.rs`'s [`Refusal`]. Nothing here is an outcome of a backend: the passive checks never hear of it.
 
+use http::Response;
 use std::sync::Arc;
-use std::time::Duration;
 
-use http::{Response, StatusCode};
-
-use super::pages::{error_page, failure_page, reject_page, Failure};
+use super::pages::{failure_page, reject_page, Failure, Refusal};
 use super::plan::Planner;
 use super::tally::Tally;
 use crate::access_log::Phase;
 use crate::balance::{Admission, Admit, Limits, PoolHandle};
 use crate::body::RespBody;
-
-/// Why the queue refused a request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Refusal {
-    /// The queue held `queue_size` requests already.
-    Full { size: usize },
-    /// The request waited `queue_timeout` without a slot.
-    Timeout { timeout: Duration },
-}
-
-impl Refusal {
-    /// The answer: 503, saying why, without `Retry-After` (as HAProxy's queue timeout and
-    /// Envoy's overflow: a slot may free in milliseconds, not seconds).
-    pub(super) fn page(self) -> Response<RespBody> {
-        let text = match self {
-            Refusal::Full { size } => format!(
-                "every eligible backend is at its connection limit and the queue is full \
-                 ({size} requests waiting)"
-            ),
-            Refusal::Timeout { timeout } => format!(
-                "every eligible backend stayed at its connection limit for the queue timeout \
-                 ({} ms)",
-                timeout.as_millis()
-            ),
-        };
-        error_page(StatusCode::SERVICE_UNAVAILABLE, &text)
-    }
-}
 
 /// A slot on a backend of `pool` the request has not tried (noted in `plan`), waited for in
 /// the queue if need be (the time noted in the access log record); or the answer: the pool's
