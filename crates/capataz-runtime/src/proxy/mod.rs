@@ -698,12 +698,21 @@ struct Tunnel {
     websocket: bool,
 }
 
-/// Whether the pool pays for one more attempt: an eligible backend has not been tried yet
-/// (else the last one's own answer, a 503 with its `Retry-After` say, reaches the client
-/// instead of a 502 of ours, and no budget is spent for nothing), and the pool's retry budget
-/// has a token (spent, and the retry counted, if so).
+/// Whether the pool pays for one more attempt: an eligible backend has not been tried yet,
+/// and is below its limit in a pool with limits (else the last one's own answer, a 503 with
+/// its `Retry-After` say, reaches the client instead of a 502 of ours, and no budget is spent
+/// for nothing), and the pool's retry budget has a token (spent, and the retry counted, if
+/// so).
 fn affordable(pool: &PoolHandle, tried: &[usize]) -> bool {
-    let ok = pool.snapshot().eligible.iter().any(|b| !tried.contains(b)) && pool.budget.try_spend();
+    let snapshot = pool.snapshot();
+    let left = |b: &usize| {
+        !tried.contains(b)
+            && pool
+                .limits
+                .as_ref()
+                .is_none_or(|limits| !limits.at_limit(pool, &snapshot, *b))
+    };
+    let ok = snapshot.eligible.iter().any(left) && pool.budget.try_spend();
     if ok {
         pool.metrics.retry();
     }

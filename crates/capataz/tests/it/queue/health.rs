@@ -109,3 +109,36 @@ async fn a_retry_that_finds_every_backend_at_its_limit_does_not_queue() {
     assert_eq!(b.arrived(), ["/r0"]);
     balancer.shutdown(Duration::from_secs(1)).await;
 }
+
+/// A backend's own 503 is relayed, not retried, when the only other backend is at its limit:
+/// the retry would find no slot, so none is asked for (no budget spent) and the client gets
+/// the backend's answer rather than capataz's 502.
+#[tokio::test]
+async fn a_backend_s_503_is_relayed_when_every_other_backend_is_at_its_limit() {
+    let shedding = crate::support::balancer::backends(&["a"]).await.remove(0);
+    shedding.set_traffic(capataz::sim::Mode::Status(503));
+    let b = SlowBackend::start(Hold::Gate).await;
+    let text = config(
+        &[("a", shedding.addr(), ""), ("b", b.addr(), "")],
+        "max_connections = 1\npassive.enabled = false",
+        "",
+    );
+    let (balancer, _events) = start(&text).await;
+    let addr = balancer.local_addrs()[0];
+    let held = tokio::spawn(async move { get(addr, "/r0").await.status });
+    wait_until("a request held at b", || b.holding() == 1).await;
+    let retries = "capataz_retries_total{pool=\"web\"}";
+    let before = metric(&balancer, retries);
+    let answer = get(addr, "/r1").await;
+    assert_eq!(answer.status, 503, "{}", answer.text());
+    assert_eq!(
+        answer.backend.as_deref(),
+        Some("a"),
+        "the backend's own answer"
+    );
+    assert_eq!(metric(&balancer, retries), before, "no retry asked for");
+    b.release(1);
+    assert_eq!(held.await.unwrap(), 200);
+    assert_eq!(b.arrived(), ["/r0"]);
+    balancer.shutdown(Duration::from_secs(1)).await;
+}
