@@ -226,6 +226,9 @@ impl Limits {
                         };
                     }
                 }
+            } else if pool.snapshot().eligible.is_empty() {
+                // The waiters are being sent to the all-down answer: so is this one.
+                return Admit::NoBackend(None);
             } else if queue.len() >= self.queue_size {
                 drop(queue);
                 self.metrics.full.inc();
