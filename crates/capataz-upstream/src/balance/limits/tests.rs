@@ -349,3 +349,50 @@ async fn a_slot_freed_by_the_pools_previous_build_reaches_this_queue() {
         "within one recheck, not at the timeout"
     );
 }
+
+/// Many requests on random holds against mixed limits (paused time, seeded): no backend ever
+/// holds more than its limit, the queue never holds more than its size, every request ends
+/// (a slot, full, or timed out), and nothing is left held or queued.
+#[tokio::test(start_paused = true)]
+async fn limits_and_queue_size_hold_under_random_load() {
+    for seed in 0..8 {
+        fastrand::seed(seed);
+        let pool = pool_with(
+            &[(Some(1), 1), (Some(2), 1), (Some(3), 2)],
+            "queue_size = 20\nqueue_timeout = \"40ms\"",
+        );
+        let caps = [1usize, 2, 3];
+        let mut tasks = Vec::new();
+        for _ in 0..200 {
+            let pool = pool.clone();
+            let (start, hold) = (fastrand::u64(0..200), fastrand::u64(0..30));
+            tasks.push(tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(start)).await;
+                let limits = pool.limits.as_ref().unwrap();
+                let exclude: &[usize] = if fastrand::u8(0..10) == 0 { &[0] } else { &[] };
+                match limits.admit(&pool, exclude).await {
+                    Admit::Granted(admission, _) => {
+                        let b = admission.index();
+                        let held = pool.backends[b].in_flight.load(Ordering::SeqCst);
+                        assert!(held <= caps[b], "backend {b} holds {held}");
+                        assert!(limits.queued() <= 20);
+                        tokio::time::sleep(Duration::from_millis(hold)).await;
+                        drop(admission);
+                        0
+                    }
+                    Admit::QueueFull | Admit::TimedOut(_) => 1,
+                    Admit::Busy => 2,
+                    Admit::NoBackend(_) => panic!("every backend is eligible"),
+                }
+            }));
+        }
+        let mut ended = [0usize; 3];
+        for task in tasks {
+            ended[task.await.unwrap()] += 1;
+        }
+        assert_eq!(ended.iter().sum::<usize>(), 200, "seed {seed}");
+        assert!(ended[0] > 0 && ended[1] > 0, "seed {seed}: {ended:?}");
+        assert_eq!(in_flight(&pool), [0, 0, 0], "seed {seed}");
+        assert_eq!(pool.limits.as_ref().unwrap().queued(), 0, "seed {seed}");
+    }
+}
