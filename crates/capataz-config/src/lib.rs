@@ -20,6 +20,7 @@ mod check;
 mod cidr;
 mod etcd_access;
 mod health_checks;
+mod limits;
 mod listener;
 mod parse;
 mod pool;
@@ -36,6 +37,7 @@ pub use health_checks::{
     PassiveCheckConfig, SuccessRateConfig, DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT, MAX_GRPC_SERVICE,
     MAX_MATCH_TEXT, MAX_PROBE_BODY, MAX_PROBE_HEADERS,
 };
+pub use limits::{LimitsConfig, DEFAULT_QUEUE_SIZE, DEFAULT_QUEUE_TIMEOUT, MAX_LIMIT};
 pub use listener::{
     AccessLogConfig, AccessLogFormat, AccessLogTarget, Http2Config, ListenerConfig, ListenerTls,
     ProxyProtocolConfig, RouteConfig,

@@ -59,6 +59,8 @@ pub struct PoolConfig {
     pub source: PoolSource,
     /// Hashing and sticky sessions (default: neither).
     pub affinity: crate::Affinity,
+    /// Connection limits and the queue (`None`: no backend has a limit, no request waits).
+    pub limits: Option<crate::LimitsConfig>,
 }
 
 /// Agent checks of one pool (HAProxy's `agent-check`): each backend's agent, on its own TCP
@@ -171,6 +173,9 @@ pub struct BackendConfig {
     pub agent_port: Option<u16>,
     /// The backend whose active checks it follows instead of probing itself (`track`).
     pub track: Option<TrackTarget>,
+    /// The most requests it may hold at once (`max_connections` or `max_requests`), when it
+    /// sets its own; else the pool's default applies ([`crate::LimitsConfig::default`]).
+    pub limit: Option<std::num::NonZeroU32>,
 }
 
 /// A tracked backend: `track = "pool/backend"`, or `"backend"` in the same pool.

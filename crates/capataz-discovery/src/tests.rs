@@ -18,6 +18,7 @@ fn members(n: usize) -> Vec<BackendConfig> {
                 backup: false,
                 agent_port: None,
                 track: None,
+                limit: None,
             }
         })
         .collect()

@@ -4,6 +4,7 @@
 //! decides, since when and with what weight is never worked out here.
 
 mod explain;
+mod queue;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -216,6 +217,7 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
         "history": history_json(pool, view),
         "last_transition": last_transition,
         "in_flight": view.backend.in_flight.load(std::sync::atomic::Ordering::Relaxed),
+        "limit": queue::limit_of(pool, view),
         "weight": view.backend.weight,
         "effective_weight": f64::from(standing.weight_tenths) / 10.0,
         "override": override_,
@@ -333,6 +335,7 @@ impl Serialize for PoolPage<'_> {
         map.serialize_entry("min_healthy", &min_healthy)?;
         map.serialize_entry("name", &*pool.name)?;
         map.serialize_entry("on_backups", &on_backups)?;
+        map.serialize_entry("queue", &queue::queue_json(pool))?;
         map.serialize_entry("source", &source_json(pool))?;
         map.serialize_entry("when_all_down", when_all_down)?;
         map.end()

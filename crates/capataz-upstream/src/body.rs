@@ -27,7 +27,7 @@ use capataz_health::Outcome;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use crate::access_log::{self, AccessLog, AccessRecord, Termination};
-use crate::balance::PoolHandle;
+use crate::balance::{Admission, PoolHandle};
 use crate::upstream::{
     self, AttemptError, BackendStream, Phase, PrivateIdle, ResponseStream, Slot,
 };
@@ -167,6 +167,26 @@ impl Lease {
         }
     }
 
+    /// A lease on the slot `admission` holds on a backend of `pool` (a pool with limits: the
+    /// slot is counted already, and given back when the lease ends).
+    pub fn admitted(
+        pool: Arc<PoolHandle>,
+        admission: Admission<'_>,
+        private: Option<Arc<PrivateIdle>>,
+    ) -> Lease {
+        let index = admission.keep();
+        Lease {
+            pool,
+            index,
+            private,
+            sender: None,
+            verdict: None,
+            failed: None,
+            latency: None,
+            _slot: None,
+        }
+    }
+
     /// Holds `slot` (the client connection's, see `upstream::slots`) until the lease ends.
     pub fn hold(&mut self, slot: Option<Slot>) {
         self._slot = slot;
@@ -213,6 +233,10 @@ impl Drop for Lease {
             backend
                 .upstream
                 .release(sender, answered_at, self.private.as_deref());
+        }
+        // Last: the queue's head, granted the slot, finds the connection idle.
+        if let Some(limits) = &self.pool.limits {
+            limits.released(&self.pool);
         }
     }
 }

@@ -231,6 +231,10 @@ pub(super) struct RawPool {
     pub(super) tls: Option<RawBackendTls>,
     pub(super) agent: Option<RawAgent>,
     pub(super) source: Option<Spanned<RawSource>>,
+    pub(super) max_connections: Option<Spanned<i64>>,
+    pub(super) max_requests: Option<Spanned<i64>>,
+    pub(super) queue_size: Option<Spanned<i64>>,
+    pub(super) queue_timeout: Option<Spanned<Value>>,
     pub(super) hash_key: Option<Spanned<String>>,
     pub(super) hash_balance_factor: Option<Spanned<i64>>,
     pub(super) sticky: Option<RawSticky>,
@@ -381,6 +385,8 @@ pub(super) struct RawBackend {
     pub(super) backup: Option<bool>,
     pub(super) agent_port: Option<Spanned<i64>>,
     pub(super) track: Option<Spanned<String>>,
+    pub(super) max_connections: Option<Spanned<i64>>,
+    pub(super) max_requests: Option<Spanned<i64>>,
 }
 
 choice! {

@@ -21,6 +21,7 @@ mod backend_tls;
 mod backends;
 mod etcd_access;
 mod fleet;
+mod limits;
 mod passive;
 mod pool;
 mod proxy_protocol;

@@ -243,6 +243,7 @@ fn member(name: String, address: SocketAddr, weight: u32, backup: bool) -> Backe
         backup,
         agent_port: None,
         track: None,
+        limit: None,
     }
 }
 

@@ -204,6 +204,7 @@ fn backend(prefix: &[u8], key: &[u8], value: &[u8]) -> Result<BackendConfig, Str
         backup,
         agent_port: None,
         track: None,
+        limit: None,
     })
 }
 

@@ -41,6 +41,8 @@ struct BackendGauges {
     shedding: Option<f64>,
     /// Latency windows judged slow in a row, in a pool with the latency-outlier detector.
     slow_windows: Option<u32>,
+    /// Its limit now, when it has one (`balance::Limits`).
+    limit: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -52,6 +54,8 @@ struct PoolGauges {
     /// Seconds since the pool's source last answered (`None`: a static pool, or no answer
     /// yet).
     membership_age: Option<f64>,
+    /// Requests in its queue, in a pool with limits.
+    queued: Option<usize>,
 }
 
 impl LiveGauges {
@@ -106,6 +110,10 @@ impl LiveGauges {
                     },
                     shedding: shedding_on.then_some(shed_left.as_secs_f64()),
                     slow_windows: latency_on.then_some(slow),
+                    limit: pool
+                        .limits
+                        .as_ref()
+                        .and_then(|limits| limits.limit_weighing(i, weight_tenths, backend.weight)),
                 });
             }
             pool_gauges.push(PoolGauges {
@@ -122,6 +130,7 @@ impl LiveGauges {
                     .then(|| pool.source_record.state().confirmed)
                     .flatten()
                     .map(|t| pool.clock().now().saturating_sub(t).as_secs_f64()),
+                queued: pool.limits.as_ref().map(|limits| limits.queued()),
             });
         }
         LiveGauges {
@@ -197,6 +206,22 @@ impl Collector for LiveGauges {
             self.pools
                 .iter()
                 .map(|p| (&p.labels, i64::from(p.on_backups))),
+        )?;
+        encode_gauges(
+            &mut encoder,
+            "capataz_backend_limit",
+            "The most requests the backend may hold at once now (max_connections or max_requests, scaled by its weight during slow start); only backends with a limit.",
+            backends
+                .iter()
+                .filter_map(|b| b.limit.map(|limit| (&b.labels, limit))),
+        )?;
+        encode_gauges(
+            &mut encoder,
+            "capataz_pool_queue_length",
+            "Requests waiting in the pool's queue for a backend below its limit; only pools with limits.",
+            self.pools
+                .iter()
+                .filter_map(|p| p.queued.map(|n| (&p.labels, n))),
         )?;
         encode_gauges(
             &mut encoder,

@@ -104,6 +104,14 @@ impl Affinity {
         }))
     }
 
+    /// The backend affinity picked, `index`, was at its limit: a sticky client on it that is
+    /// served elsewhere moves for that reason.
+    pub(super) fn at_limit(&mut self, index: usize) {
+        if self.stuck == Some(index) && self.moved.is_none() {
+            self.moved = Some(MoveReason::AtLimit);
+        }
+    }
+
     /// Before relaying backend `index`'s `response`: a sticky client not on `index` gets a
     /// cookie naming it (and `Cache-Control: private` if the answer said nothing of caching,
     /// HAProxy's `nocache`), and a client moved off its backend is counted and logged.

@@ -42,6 +42,7 @@ mod forward;
 mod headers;
 mod pages;
 mod plan;
+mod queued;
 mod tally;
 mod tunnel;
 mod websocket;
@@ -354,8 +355,16 @@ impl Proxy {
             } else {
                 client.backend_slots.try_acquire()
             };
-            let index = match pick(pool, plan, &mut affinity) {
-                Ok(index) => index,
+            // A pool with limits may make the attempt wait for a slot (`queued.rs`; boxed: a
+            // pool without them carries nothing of it in this future).
+            let picked = match &pool.limits {
+                None => pick(pool, plan, &mut affinity).map(|index| (index, None)),
+                Some(limits) => {
+                    Box::pin(queued::admit(pool, limits, plan, tally, &mut affinity)).await
+                }
+            };
+            let (index, admission) = match picked {
+                Ok(picked) => picked,
                 Err(page) => return page,
             };
             tally.attempt(index);
@@ -368,7 +377,10 @@ impl Proxy {
                 let Some(request) = prepared.request.take().or_else(|| resend?.rebuilt()) else {
                     return unsendable(plan);
                 };
-                let lease = Lease::new(pool.clone(), index, None);
+                let lease = match admission {
+                    None => Lease::new(pool.clone(), index, None),
+                    Some(admission) => Lease::admitted(pool.clone(), admission, None),
+                };
                 // Connecting happens within the exchange: the whole wait counts as sending.
                 tally.stage.now = Phase::Send;
                 forward_h2(pool, index, request, lease, prepared.timeouts).await
@@ -380,7 +392,7 @@ impl Proxy {
                         _ => return unsendable(plan),
                     },
                 };
-                let lease = http1_lease(pool, index, client, slot);
+                let lease = http1_lease(pool, (index, admission), client, slot);
                 let attempt = forward(
                     pool,
                     index,
@@ -670,12 +682,12 @@ fn relayed(response: &mut Response<RespBody>, h2: bool) {
     }
 }
 
-/// The lease of an attempt on an HTTP/1.1 pool's backend `index`: it holds the client
-/// connection's backend `slot` and, with `connection_reuse = "private"`, the connection's
-/// private idle connections.
+/// The lease of an attempt on an HTTP/1.1 pool's backend `index` (on the slot `admission`
+/// holds, in a pool with limits): it holds the client connection's backend `slot` and, with
+/// `connection_reuse = "private"`, the connection's private idle connections.
 fn http1_lease(
     pool: &Arc<PoolHandle>,
-    index: usize,
+    (index, admission): (usize, Option<crate::balance::Admission<'_>>),
     client: &ClientInfo,
     slot: Option<crate::upstream::Slot>,
 ) -> Lease {
@@ -683,7 +695,10 @@ fn http1_lease(
         ConnectionReuse::Private => Some(client.private.clone()),
         ConnectionReuse::Shared => None,
     };
-    let mut lease = Lease::new(pool.clone(), index, private);
+    let mut lease = match admission {
+        None => Lease::new(pool.clone(), index, private),
+        Some(admission) => Lease::admitted(pool.clone(), admission, private),
+    };
     lease.hold(slot);
     lease
 }
@@ -697,12 +712,21 @@ struct Tunnel {
     websocket: bool,
 }
 
-/// Whether the pool pays for one more attempt: an eligible backend has not been tried yet
-/// (else the last one's own answer, a 503 with its `Retry-After` say, reaches the client
-/// instead of a 502 of ours, and no budget is spent for nothing), and the pool's retry budget
-/// has a token (spent, and the retry counted, if so).
+/// Whether the pool pays for one more attempt: an eligible backend has not been tried yet,
+/// and is below its limit in a pool with limits (else the last one's own answer, a 503 with
+/// its `Retry-After` say, reaches the client instead of a 502 of ours, and no budget is spent
+/// for nothing), and the pool's retry budget has a token (spent, and the retry counted, if
+/// so).
 fn affordable(pool: &PoolHandle, tried: &[usize]) -> bool {
-    let ok = pool.snapshot().eligible.iter().any(|b| !tried.contains(b)) && pool.budget.try_spend();
+    let snapshot = pool.snapshot();
+    let left = |b: &usize| {
+        !tried.contains(b)
+            && pool
+                .limits
+                .as_ref()
+                .is_none_or(|limits| !limits.at_limit(pool, &snapshot, *b))
+    };
+    let ok = snapshot.eligible.iter().any(left) && pool.budget.try_spend();
     if ok {
         pool.metrics.retry();
     }

@@ -1,6 +1,8 @@
 //! The answers capataz writes itself: its error pages and HTTP-01 key authorizations.
 
 use http::header::{self, HeaderValue};
+use std::time::Duration;
+
 use http::{Response, StatusCode, Uri};
 
 use crate::acme::Http01Answer;
@@ -16,6 +18,36 @@ pub(super) enum Failure {
     Attempt(AttemptError),
     /// The backend answered this retryable status (502-504) and the answer was not relayed.
     Status(u16),
+    /// Every eligible backend was at its limit, and the pool's queue refused the request.
+    Queue(Refusal),
+}
+
+/// Why the queue refused a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Refusal {
+    /// The queue held `queue_size` requests already.
+    Full { size: usize },
+    /// The request waited `queue_timeout` without a slot.
+    Timeout { timeout: Duration },
+}
+
+impl Refusal {
+    /// The answer: 503, saying why, without `Retry-After` (as HAProxy's queue timeout and
+    /// Envoy's overflow: a slot may free in milliseconds, not seconds).
+    pub(super) fn page(self) -> Response<RespBody> {
+        let text = match self {
+            Refusal::Full { size } => format!(
+                "every eligible backend is at its connection limit and the queue is full \
+                 ({size} requests waiting)"
+            ),
+            Refusal::Timeout { timeout } => format!(
+                "every eligible backend stayed at its connection limit for the queue timeout \
+                 ({} ms)",
+                timeout.as_millis()
+            ),
+        };
+        error_page(StatusCode::SERVICE_UNAVAILABLE, &text)
+    }
 }
 
 pub(super) fn error_page(status: StatusCode, text: &str) -> Response<RespBody> {
@@ -34,6 +66,7 @@ pub(super) fn error_page(status: StatusCode, text: &str) -> Response<RespBody> {
 
 pub(super) fn failure_page(failure: Failure) -> Response<RespBody> {
     match failure {
+        Failure::Queue(refusal) => refusal.page(),
         Failure::Status(status) => error_page(
             StatusCode::BAD_GATEWAY,
             &format!("the backend failed (HTTP {status})"),

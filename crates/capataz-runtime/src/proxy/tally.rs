@@ -65,6 +65,10 @@ impl Tally {
                 ended_by: crate::access_log::EndedBy::Backend,
                 phase: Phase::Headers,
             },
+            Some(Failure::Queue(_)) => Termination {
+                ended_by: crate::access_log::EndedBy::Capataz,
+                phase: Phase::Queue,
+            },
             None => Termination::REFUSED,
         })
     }

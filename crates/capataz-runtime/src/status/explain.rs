@@ -31,6 +31,9 @@ pub fn explain(pool: &PoolRt, view: &BackendView) -> String {
             (false, false, true) => "; backup: standing by while a primary is in rotation",
         });
     }
+    if let Some(clause) = super::queue::limit_clause(pool, view) {
+        sentence.push_str(&clause);
+    }
     if let Some(source) = source_text(&pool.config.source) {
         sentence.push_str(&format!(
             "; from {source}, joined {}",

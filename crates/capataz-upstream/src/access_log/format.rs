@@ -98,13 +98,19 @@ pub(super) fn text(out: &mut String, listener: &str, record: &AccessRecord) {
     bare(out, record.backend.as_deref());
     let _ = write!(
         out,
-        " attempts={} ended_by={} phase={} duration={:.6} tls={} sni=",
+        " attempts={} ended_by={} phase={} duration={:.6} queued=",
         record.attempts,
         record.termination.ended_by.as_str(),
         record.termination.phase.as_str(),
         record.duration.as_secs_f64(),
-        record.tls_version.unwrap_or("-"),
     );
+    match record.queued {
+        Some(queued) => {
+            let _ = write!(out, "{:.6}", queued.as_secs_f64());
+        }
+        None => out.push('-'),
+    }
+    let _ = write!(out, " tls={} sni=", record.tls_version.unwrap_or("-"));
     quoted(out, record.sni.as_deref());
     let _ = write!(
         out,
@@ -136,6 +142,7 @@ pub(super) fn json(out: &mut String, listener: &str, record: &AccessRecord) {
         "ended_by": record.termination.ended_by.as_str(),
         "phase": record.termination.phase.as_str(),
         "duration": record.duration.as_secs_f64(),
+        "queued": record.queued.map(|q| q.as_secs_f64()),
         "tls_version": record.tls_version,
         "sni": record.sni,
         "truncated": record.truncated,
@@ -176,6 +183,7 @@ mod tests {
                 ended_by: EndedBy::Nobody,
                 phase: Phase::Done,
             },
+            queued: None,
         }
     }
 
@@ -188,7 +196,7 @@ mod tests {
             "192.0.2.7 - - [2026-12-03T14:05:09.123Z] \"GET /a?b=\\x22c\\x22\\x0D\\x0Aforged=1 \
              HTTP/1.1\" 200 42 - \"curl/8 \\x5C \\xC3\\xA9\" listener=public route=\"/\" \
              pool=web backend=web-1 attempts=1 ended_by=- phase=- duration=0.001500 \
-             tls=TLSv1.3 sni=\"app.example\" client_port=50000 truncated=false\n"
+             queued=- tls=TLSv1.3 sni=\"app.example\" client_port=50000 truncated=false\n"
         );
     }
 

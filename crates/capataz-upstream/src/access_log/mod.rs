@@ -75,6 +75,8 @@ pub enum Phase {
     Done,
     /// Before any backend was tried: reading, checking and routing the request.
     Request,
+    /// Waiting in the pool's queue for a backend below its limit.
+    Queue,
     /// Connecting to a backend (its TLS handshake included).
     Connect,
     /// Sending the request to the backend (its body included).
@@ -91,6 +93,7 @@ impl Phase {
         match self {
             Phase::Done => "-",
             Phase::Request => "request",
+            Phase::Queue => "queue",
             Phase::Connect => "connect",
             Phase::Send => "send",
             Phase::Headers => "headers",
@@ -191,6 +194,9 @@ pub struct AccessRecord {
     pub attempts: u32,
     /// Who ended the request, and where.
     pub termination: Termination,
+    /// How long it waited in its pool's queue for a backend below its limit (`None`: it did
+    /// not wait; HAProxy's `Tw`).
+    pub queued: Option<Duration>,
 }
 
 impl AccessRecord {
@@ -248,6 +254,7 @@ impl AccessRecord {
             backend: None,
             attempts: 0,
             termination: Termination::client_gone(Phase::Request),
+            queued: None,
         }
     }
 

@@ -17,7 +17,7 @@ use capataz_health::{Eligible, LoadShedding, Outcome, TrafficResult, TrafficRule
 
 use super::sticky::Sticky;
 use super::tap::{Recorded, Tap};
-use super::{BackendRt, Snapshot};
+use super::{BackendRt, Limits, Snapshot};
 use crate::budget::RetryBudget;
 use crate::instruments::PoolMetrics;
 use capataz_config::{Algorithm, PoolConfig};
@@ -56,6 +56,9 @@ pub struct PoolHandle {
     pub tap: Tap,
     /// The sticky cookie, for a pool with sticky sessions.
     pub sticky: Option<Box<Sticky>>,
+    /// The backends' limits and the queue, when the pool sets limits (boxed: a pool without
+    /// them carries a pointer).
+    pub limits: Option<Box<Limits>>,
 }
 
 impl std::fmt::Debug for PoolHandle {
@@ -84,8 +87,10 @@ impl PoolHandle {
             let names = backends.iter().map(|b| &*b.name);
             Box::new(Sticky::new(&config.name, names, sticky))
         });
+        let limits = Limits::new(&config, &metrics).map(Box::new);
         PoolHandle {
             sticky,
+            limits,
             name: config.name.as_str().into(),
             budget: RetryBudget::new(config.retries.budget_percent, config.retries.min_budget),
             snapshot: ArcSwap::from_pointee(Snapshot::new(Vec::new(), Vec::new(), false)),
@@ -117,6 +122,9 @@ impl PoolHandle {
                 snapshot = snapshot.with_ring(|i| self.backends.get(i).map_or("", |b| &b.name));
             }
             self.snapshot.store(Arc::new(snapshot));
+            if let Some(limits) = &self.limits {
+                limits.republished(self);
+            }
         }
     }
 

@@ -23,6 +23,7 @@ use capataz_config::Algorithm;
 mod backend;
 mod handle;
 mod latency;
+mod limits;
 pub mod ring;
 pub mod sticky;
 pub mod tap;
@@ -30,6 +31,7 @@ pub mod tap;
 pub use backend::{BackendRt, OutcomeCounts, TrafficRing, HISTORY};
 pub use handle::{PoolHandle, TrafficSink};
 pub use latency::{LatencyBuckets, LatencyCounts, LatencyTotals};
+pub use limits::{release, Admission, Admit, Limits};
 
 /// The longest precomputed round-robin schedule; larger weight sums are scaled down.
 const MAX_SCHEDULE: u64 = 65_536;
@@ -135,13 +137,32 @@ impl Snapshot {
         exclude: &[usize],
         in_flight: impl Fn(usize) -> usize,
     ) -> Option<usize> {
+        self.pick_where(
+            algorithm,
+            (cursor, exclude.is_empty()),
+            |b| exclude.contains(&b),
+            in_flight,
+        )
+    }
+
+    /// [`Snapshot::pick`] skipping the backends `skip` names (those tried, and in a pool with
+    /// limits those at their limit), advancing the round-robin `cursor` if `advance` (a first
+    /// pick of a request) and else only reading it.
+    #[inline]
+    pub fn pick_where(
+        &self,
+        algorithm: Algorithm,
+        (cursor, advance): (&AtomicUsize, bool),
+        skip: impl Fn(usize) -> bool,
+        in_flight: impl Fn(usize) -> usize,
+    ) -> Option<usize> {
         if self.eligible.is_empty() {
             return None;
         }
         match algorithm {
             // A hashing pool's request without its key is balanced round robin.
-            Algorithm::RoundRobin | Algorithm::Hash => self.pick_round_robin(cursor, exclude),
-            Algorithm::LeastRequest => self.pick_least_request(exclude, in_flight),
+            Algorithm::RoundRobin | Algorithm::Hash => self.pick_round_robin(cursor, advance, skip),
+            Algorithm::LeastRequest => self.pick_least_request(skip, in_flight),
         }
     }
 
@@ -185,8 +206,13 @@ impl Snapshot {
         })
     }
 
-    fn pick_round_robin(&self, cursor: &AtomicUsize, exclude: &[usize]) -> Option<usize> {
-        let start = if exclude.is_empty() {
+    fn pick_round_robin(
+        &self,
+        cursor: &AtomicUsize,
+        advance: bool,
+        skip: impl Fn(usize) -> bool,
+    ) -> Option<usize> {
+        let start = if advance {
             cursor.fetch_add(1, Ordering::Relaxed)
         } else {
             cursor.load(Ordering::Relaxed)
@@ -196,16 +222,16 @@ impl Snapshot {
         // once finds any backend left.
         (0..len)
             .map(|step| self.eligible[self.schedule[(start + step) % len] as usize])
-            .find(|backend| !exclude.contains(backend))
+            .find(|&backend| !skip(backend))
     }
 
     fn pick_least_request(
         &self,
-        exclude: &[usize],
+        skip: impl Fn(usize) -> bool,
         in_flight: impl Fn(usize) -> usize,
     ) -> Option<usize> {
         let n = self.eligible.len();
-        let allowed = |slot: usize| !exclude.contains(&self.eligible[slot]);
+        let allowed = |slot: usize| !skip(self.eligible[slot]);
         let first = random_below(n);
         let mut second = random_below(n);
         if n > 1 && second == first {

@@ -36,15 +36,19 @@ pub enum MoveReason {
     Draining,
     /// Its backend was tried and failed; a retry went elsewhere.
     Failed,
+    /// Its backend (in a pool with connection limits) was at its limit, and the request went
+    /// the queue's way.
+    AtLimit,
 }
 
 impl MoveReason {
-    /// `out_of_rotation`, `draining` or `failed`.
+    /// `out_of_rotation`, `draining`, `failed` or `at_limit`.
     pub fn as_str(self) -> &'static str {
         match self {
             MoveReason::OutOfRotation => "out_of_rotation",
             MoveReason::Draining => "draining",
             MoveReason::Failed => "failed",
+            MoveReason::AtLimit => "at_limit",
         }
     }
 }

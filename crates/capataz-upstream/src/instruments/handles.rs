@@ -68,8 +68,8 @@ struct LatencyHistograms {
 #[derive(Debug)]
 pub struct PoolMetrics {
     /// The families its backends' handles come from.
-    families: Families,
-    pool: Arc<str>,
+    pub(super) families: Families,
+    pub(super) pool: Arc<str>,
     pub(super) retries: Counter,
     rejected: Counter,
     /// With [`HistogramScope::Pool`], the histograms every backend of the pool observes into;

@@ -65,11 +65,13 @@ pub(crate) use timing::Timing;
 mod counters;
 mod handles;
 mod listener;
+mod queue;
 #[cfg(test)]
 mod tests;
 mod timing;
 mod tls;
 
+pub use queue::QueueMetrics;
 pub use tls::{HandshakeFailures, TlsFamilies};
 
 /// Upper bounds of the latency buckets, in seconds: 0.5 ms to 30 s, then `+Inf`.
@@ -212,6 +214,8 @@ pub struct Families {
     /// The client side's families (`capataz_client_*`, `capataz_access_log_dropped`).
     client: ClientFamilies,
     tls: TlsFamilies,
+    /// The pools' queues' families (`capataz_queue_*`).
+    queue: queue::QueueFamilies,
     /// Client connections parked now (HTTP/1 between requests, hyper's state released; see
     /// `downstream/mod.rs`), balancer-wide, for the tests (`Balancer::parked_connections`); per
     /// listener in `connections_parked`.
@@ -284,9 +288,11 @@ impl Families {
             sticky_moves.clone(),
         );
         let tls = TlsFamilies::register(registry);
+        let queue = queue::QueueFamilies::register(registry);
         Families {
             sticky_moves,
             tls,
+            queue,
             scope,
             counters,
             upstream_response,

@@ -485,7 +485,10 @@ async fn a_reload_stuck_reading_its_file_is_answered_202_and_still_applies() {
         .custom_flags(0o4000) // O_NONBLOCK: the reload is reading
         .open(&path)
         .expect("the FIFO's write end");
-    let two = format!("{admin}{}", pool_of(&[("b1", nowhere()), ("b2", nowhere())], ""));
+    let two = format!(
+        "{admin}{}",
+        pool_of(&[("b1", nowhere()), ("b2", nowhere())], "")
+    );
     writer.write_all(two.as_bytes()).expect("write the FIFO");
     drop(writer);
     let text = String::from_utf8_lossy(&answer);

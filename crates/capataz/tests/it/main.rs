@@ -53,6 +53,7 @@ mod probe_checks;
 mod probe_kinds;
 mod proxy_edge;
 mod proxy_protocol;
+mod queue;
 mod record_replay;
 mod reload_off_runtime;
 mod replay_cli;

@@ -100,6 +100,8 @@ impl Validator<'_> {
                 backup: backend.backup.unwrap_or(false),
                 agent_port,
                 track,
+                // Read with the pool's limits (`limits.rs`), which know its protocol.
+                limit: None,
             });
         }
         Ok(backends)

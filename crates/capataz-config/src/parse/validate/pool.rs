@@ -36,7 +36,13 @@ impl Validator<'_> {
             Some(agent) => Some(self.agent(&format!("{at}.agent"), agent)?),
         };
         let source = self.source(&name, &at, raw.source.take())?;
-        let backends = if source.is_dynamic() {
+        let protocol = match raw.protocol {
+            None | Some(RawProtocol::Http1) => BackendProtocol::Http1,
+            Some(RawProtocol::H2) => BackendProtocol::H2,
+            Some(RawProtocol::H2c) => BackendProtocol::H2c,
+        };
+        let (limits, own_limits) = self.limits(&at, &raw, protocol)?;
+        let mut backends = if source.is_dynamic() {
             if let Some(first) = raw.backends.as_ref().and_then(|b| b.first()) {
                 return Err(self.error(
                     Some(first.span()),
@@ -89,11 +95,9 @@ impl Validator<'_> {
             ));
         }
         let min_healthy = self.min_healthy(&at, &raw, when_all_down)?;
-        let protocol = match raw.protocol {
-            None | Some(RawProtocol::Http1) => BackendProtocol::Http1,
-            Some(RawProtocol::H2) => BackendProtocol::H2,
-            Some(RawProtocol::H2c) => BackendProtocol::H2c,
-        };
+        for (backend, limit) in backends.iter_mut().zip(own_limits) {
+            backend.limit = limit;
+        }
         let active = self.pool_active(&at, &name_span, protocol, raw.active)?;
         let tls = self.pool_tls(&name, &at, &name_span, raw.tls, protocol)?;
         let connection_reuse = match raw.connection_reuse {
@@ -131,6 +135,7 @@ impl Validator<'_> {
             source,
             agent,
             affinity,
+            limits,
         })
     }
 

@@ -10,6 +10,7 @@ mod errors;
 mod etcd_access;
 mod fleet;
 mod http2;
+mod limits;
 mod log_level;
 mod operator_words;
 mod proxy_protocol;

@@ -74,12 +74,14 @@ fn config_errors_leaked_rust_names_and_lost_their_place() {
         (
             backends("colour = \"red\""),
             "config.toml:8: pools.web.backends[1].colour: unknown key \"colour\" (the keys here \
-             are name, address, weight, backup, agent_port, track)",
+             are name, address, weight, backup, agent_port, track, max_connections, \
+             max_requests)",
         ),
         (
             backends("wieght = 2"),
             "config.toml:8: pools.web.backends[1].wieght: unknown key \"wieght\": did you mean \
-             \"weight\"? (the keys here are name, address, weight, backup, agent_port, track)",
+             \"weight\"? (the keys here are name, address, weight, backup, agent_port, track, \
+             max_connections, max_requests)",
         ),
         (
             // Validation's own backend errors had the index already; now the line too.
