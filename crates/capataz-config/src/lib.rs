@@ -23,6 +23,7 @@ mod listener;
 mod parse;
 mod pool;
 mod source;
+mod tcp;
 mod text_errors;
 
 pub use check::{check, Warning, CERTIFICATE_EXPIRY_WARNING, DETECTION_BUDGET, RECOVERY_BUDGET};
@@ -47,6 +48,7 @@ pub use pool::{
     ClientIdentity, ConnectionReuse, PoolConfig, RetryConfig, TrackTarget, UpstreamTimeouts,
 };
 pub use source::{DnsRecord, DnsSource, EtcdEndpoint, EtcdSource, FleetConfig, PoolSource};
+pub use tcp::TcpListenerConfig;
 pub use text_errors::{DurationError, ListenAddressError};
 
 /// The longest duration a config value or an admin TTL may be: one year (`8760h`).

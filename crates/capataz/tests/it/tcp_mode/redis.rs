@@ -1,0 +1,91 @@
+//! TCP mode in front of real Redis servers: commands relayed both ways, and a server killed
+//! in the middle of a session.
+
+use capataz_health::State;
+use tokio::net::TcpStream;
+
+use super::config;
+use crate::support::balancer::start;
+use crate::support::events::{is_transition, wait_for};
+use crate::support::redis::{command, Redis};
+
+/// Probes that notice a dead server within a few hundred milliseconds.
+const FAST: &str =
+    "active.interval = \"30ms\"\nactive.timeout = \"100ms\"\nactive.rise = 2\nactive.fall = 2";
+
+/// Which of `servers` holds `key` (asked directly, not through capataz).
+async fn holder(servers: &[&Redis], key: &str) -> Vec<usize> {
+    let mut found = Vec::new();
+    for (index, server) in servers.iter().enumerate() {
+        let mut direct = TcpStream::connect(server.addr).await.unwrap();
+        if command(&mut direct, &["EXISTS", key]).await.as_deref() == Some(":1") {
+            found.push(index);
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn redis_commands_go_through_and_sessions_alternate_between_two_servers() {
+    let (r0, r1) = (Redis::start().await, Redis::start().await);
+    let text = config(&[("r0", r0.addr), ("r1", r1.addr)], "", FAST);
+    let (balancer, _) = start(&text).await;
+    let addr = balancer.local_addrs()[0];
+    let mut holders = Vec::new();
+    for session in 0..4 {
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let key = format!("session-{session}");
+        assert_eq!(
+            command(&mut client, &["PING"]).await.as_deref(),
+            Some("+PONG")
+        );
+        let value = "v".repeat(10_000);
+        assert_eq!(
+            command(&mut client, &["SET", &key, &value])
+                .await
+                .as_deref(),
+            Some("+OK")
+        );
+        let got = command(&mut client, &["GET", &key]).await.expect("a reply");
+        assert_eq!(got, format!("$10000 {value}"));
+        holders.push(holder(&[&r0, &r1], &key).await);
+    }
+    assert_eq!(
+        holders,
+        [vec![0], vec![1], vec![0], vec![1]],
+        "one server per session, in turns"
+    );
+}
+
+#[tokio::test]
+async fn a_redis_killed_mid_session_ends_it_goes_down_and_new_sessions_reach_the_survivor() {
+    let (mut r0, r1) = (Redis::start().await, Redis::start().await);
+    let text = config(&[("r0", r0.addr), ("r1", r1.addr)], "", FAST);
+    let (balancer, mut rx) = start(&text).await;
+    let addr = balancer.local_addrs()[0];
+    // The first session goes to r0 (round robin from the start).
+    let mut session = TcpStream::connect(addr).await.unwrap();
+    assert_eq!(
+        command(&mut session, &["SET", "mine", "1"])
+            .await
+            .as_deref(),
+        Some("+OK")
+    );
+    assert_eq!(holder(&[&r0, &r1], "mine").await, [0]);
+    r0.kill();
+    assert_eq!(
+        command(&mut session, &["GET", "mine"]).await,
+        None,
+        "the session ended"
+    );
+    wait_for(&mut rx, "r0 DOWN", |e| is_transition(e, "r0", State::Down)).await;
+    for n in 0..4 {
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let key = format!("after-{n}");
+        assert_eq!(
+            command(&mut client, &["SET", &key, "1"]).await.as_deref(),
+            Some("+OK")
+        );
+        assert_eq!(holder(&[&r1], &key).await, [0]);
+    }
+}
