@@ -102,7 +102,13 @@ impl Supervisor {
         let metrics = self.metrics.families().listener(&config.name);
         Arc::new(ListenerState {
             config: config.clone(),
-            tcp: TcpRelay::new(config, pool_handles, metrics.clone()).map(Arc::new),
+            tcp: TcpRelay::new(
+                config,
+                pool_handles,
+                (metrics.clone(), self.metrics.families()),
+                access_log.clone(),
+            )
+            .map(Arc::new),
             proxy: Arc::new(Proxy::new(
                 config,
                 pool_handles,

@@ -64,11 +64,13 @@ pub(crate) use timing::Timing;
 mod counters;
 mod handles;
 mod listener;
+mod tcp;
 #[cfg(test)]
 mod tests;
 mod timing;
 mod tls;
 
+pub use tcp::{TcpBackendMetrics, TcpFamilies};
 pub use tls::{HandshakeFailures, TlsFamilies};
 
 /// Upper bounds of the latency buckets, in seconds: 0.5 ms to 30 s, then `+Inf`.
@@ -202,6 +204,7 @@ pub struct Families {
     /// The client side's families (`capataz_client_*`, `capataz_access_log_dropped`).
     client: ClientFamilies,
     tls: TlsFamilies,
+    tcp: TcpFamilies,
     /// Client connections parked now (HTTP/1 between requests, hyper's state released; see
     /// `downstream/mod.rs`), balancer-wide, for the tests (`Balancer::parked_connections`); per
     /// listener in `connections_parked`.
@@ -268,7 +271,9 @@ impl Families {
             counters.series(counters::Family::Outliers),
         );
         let tls = TlsFamilies::register(registry);
+        let tcp = TcpFamilies::register(registry);
         Families {
+            tcp,
             tls,
             scope,
             counters,
@@ -309,5 +314,10 @@ impl Families {
     /// The TLS listeners' families.
     pub fn tls(&self) -> &TlsFamilies {
         &self.tls
+    }
+
+    /// TCP mode's families.
+    pub fn tcp(&self) -> &TcpFamilies {
+        &self.tcp
     }
 }
