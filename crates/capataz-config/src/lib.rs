@@ -32,8 +32,8 @@ pub use etcd_access::EtcdToken;
 pub use etcd_access::{EtcdAccess, EtcdAuth, EtcdSession, EtcdTls};
 pub use health_checks::{
     ActiveCheckConfig, CheckKind, ContentRules, LatencyOutliersConfig, LoadSheddingConfig,
-    PassiveCheckConfig, SuccessRateConfig, DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT, MAX_GRPC_SERVICE,
-    MAX_MATCH_TEXT, MAX_PROBE_BODY, MAX_PROBE_HEADERS,
+    PassiveCheckConfig, SuccessRateConfig, TcpExchange, DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT,
+    MAX_GRPC_SERVICE, MAX_MATCH_TEXT, MAX_PROBE_BODY, MAX_PROBE_HEADERS, MAX_TCP_ANSWER,
 };
 pub use listener::{
     AccessLogConfig, AccessLogFormat, AccessLogTarget, Http2Config, ListenerConfig, ListenerTls,

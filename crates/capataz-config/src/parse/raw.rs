@@ -402,6 +402,8 @@ pub(super) struct RawActive {
     pub(super) expect_header: Option<Spanned<String>>,
     pub(super) expect_header_contains: Option<Spanned<String>>,
     pub(super) grpc_service: Option<Spanned<String>>,
+    pub(super) send: Option<Spanned<String>>,
+    pub(super) expect_text: Option<Spanned<String>>,
 }
 
 choice! {

@@ -163,6 +163,10 @@ impl ProbePlan {
             .proxy_protocol()
             .map(capataz_proxy_protocol::encode_local)
             .unwrap_or_default();
+        if let (CheckKind::Tcp, Some(exchange)) = (active.kind, &active.tcp_exchange) {
+            let probe = prober::probe_tcp_exchange(addr, active.timeout, &preamble, exchange);
+            return Box::pin(probe).await;
+        }
         if self.checked {
             let probe = prober::HttpProbe::new(active, host);
             let timeout = active.timeout;

@@ -180,6 +180,17 @@ impl Validator<'_> {
             }
             _ => {}
         }
+        if active.tcp_exchange.is_some() && active.kind != CheckKind::Tcp {
+            let key = match explicit_kind {
+                Some(_) => "kind",
+                None => "send",
+            };
+            return Err(self.error(
+                Some(name_span.clone()),
+                &format!("{at}.active.{key}"),
+                r#"send and expect_text are a "tcp" check's exchange, and this check is not kind = "tcp" (set kind = "tcp", or remove send and expect_text)"#.into(),
+            ));
+        }
         Ok(active)
     }
 

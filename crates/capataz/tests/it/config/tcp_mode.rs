@@ -143,3 +143,52 @@ fn http_keys_on_a_tcp_pool_are_errors_naming_the_key() {
     assert_eq!(db.retries.attempts, 2);
     assert_eq!(db.active.kind, CheckKind::None);
 }
+
+#[test]
+fn a_tcp_check_sends_and_expects_text_with_tomls_escapes() {
+    let config = parse(&tcp(
+        "",
+        "active.send = \"PING\\r\\n\"\nactive.expect_text = \"+PONG\"",
+    ));
+    let exchange = config.pools[0]
+        .active
+        .tcp_exchange
+        .clone()
+        .expect("an exchange");
+    assert_eq!(exchange.send, b"PING\r\n");
+    assert_eq!(exchange.expect_text.as_deref(), Some("+PONG"));
+    // A literal string keeps its backslashes; expect alone sends nothing.
+    let config = parse(&tcp("", "active.send = 'PING\\r\\n'"));
+    let exchange = config.pools[0].active.tcp_exchange.clone().unwrap();
+    assert_eq!(exchange.send, b"PING\\r\\n");
+    assert_eq!(exchange.expect_text, None);
+    let config = parse(&tcp("", "active.expect_text = \"220 \""));
+    assert_eq!(
+        config.pools[0].active.tcp_exchange.clone().unwrap().send,
+        b""
+    );
+    assert_eq!(parse(&tcp("", "")).pools[0].active.tcp_exchange, None);
+}
+
+#[test]
+fn send_and_expect_text_belong_to_a_tcp_check_and_are_bounded() {
+    // An HTTP pool's check (kind "http" by default, or written).
+    let http = with_pool("[pools.web.active]\nsend = \"PING\\r\\n\"");
+    let error = check_err(&http, Some(8), "pools.web.active.send");
+    assert!(error.to_string().contains("kind = \"tcp\""), "{error}");
+    let written = with_pool("[pools.web.active]\nkind = \"none\"\nexpect_text = \"+PONG\"");
+    check_err(&written, Some(8), "pools.web.active.kind");
+    // On an HTTP pool whose check is a connect, they are fine.
+    parse(&with_pool(
+        "[pools.web.active]\nkind = \"tcp\"\nexpect_text = \"+PONG\"",
+    ));
+    check_err(
+        &tcp("", "active.expect_text = \"\""),
+        Some(10),
+        "pools.db.active.expect_text",
+    );
+    let long = format!("active.expect_text = \"{}\"", "x".repeat(257));
+    check_err(&tcp("", &long), Some(10), "pools.db.active.expect_text");
+    let huge = format!("active.send = \"{}\"", "x".repeat(64 * 1024 + 1));
+    check_err(&tcp("", &huge), Some(10), "pools.db.active.send");
+}

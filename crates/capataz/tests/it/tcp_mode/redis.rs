@@ -6,12 +6,18 @@ use tokio::net::TcpStream;
 
 use super::config;
 use crate::support::balancer::start;
-use crate::support::events::{is_transition, wait_for};
+use crate::support::events::{is_transition, transition_of, wait_for};
+use crate::support::process::signal;
 use crate::support::redis::{command, Redis};
 
 /// Probes that notice a dead server within a few hundred milliseconds.
 const FAST: &str =
     "active.interval = \"30ms\"\nactive.timeout = \"100ms\"\nactive.rise = 2\nactive.fall = 2";
+
+/// The PING probe (`redis-cli ping`'s exchange, as HAProxy's `tcp-check send PING\r\n` /
+/// `expect string +PONG`), fast.
+const PING: &str = "active.interval = \"30ms\"\nactive.timeout = \"200ms\"\nactive.rise = 2\n\
+                    active.fall = 2\nactive.send = \"PING\\r\\n\"\nactive.expect_text = \"+PONG\"";
 
 /// Which of `servers` holds `key` (asked directly, not through capataz).
 async fn holder(servers: &[&Redis], key: &str) -> Vec<usize> {
@@ -60,7 +66,7 @@ async fn redis_commands_go_through_and_sessions_alternate_between_two_servers() 
 #[tokio::test]
 async fn a_redis_killed_mid_session_ends_it_goes_down_and_new_sessions_reach_the_survivor() {
     let (mut r0, r1) = (Redis::start().await, Redis::start().await);
-    let text = config(&[("r0", r0.addr), ("r1", r1.addr)], "", FAST);
+    let text = config(&[("r0", r0.addr), ("r1", r1.addr)], "", PING);
     let (balancer, mut rx) = start(&text).await;
     let addr = balancer.local_addrs()[0];
     // The first session goes to r0 (round robin from the start).
@@ -88,4 +94,47 @@ async fn a_redis_killed_mid_session_ends_it_goes_down_and_new_sessions_reach_the
         );
         assert_eq!(holder(&[&r1], &key).await, [0]);
     }
+}
+
+#[tokio::test]
+async fn the_ping_probe_takes_a_stopped_redis_down_while_its_port_still_accepts_and_back_up() {
+    let (r0, r1) = (Redis::start().await, Redis::start().await);
+    let text = config(&[("r0", r0.addr), ("r1", r1.addr)], "", PING);
+    let (balancer, mut rx) = start(&text).await;
+    let addr = balancer.local_addrs()[0];
+    // Stopped, the server's kernel still accepts connections (a connect check would pass),
+    // but nothing answers PING.
+    signal(r0.pid(), "STOP");
+    let down = wait_for(&mut rx, "r0 DOWN", |e| is_transition(e, "r0", State::Down)).await;
+    let reason = transition_of(&down, "r0", State::Down)
+        .unwrap()
+        .reason
+        .to_string();
+    assert!(reason.contains("TIMEOUT"), "{reason}");
+    for n in 0..4 {
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let key = format!("while-stopped-{n}");
+        assert_eq!(
+            command(&mut client, &["SET", &key, "1"]).await.as_deref(),
+            Some("+OK")
+        );
+        assert_eq!(
+            holder(&[&r1], &key).await,
+            [0],
+            "the stopped server gets no session"
+        );
+    }
+    signal(r0.pid(), "CONT");
+    wait_for(&mut rx, "r0 UP", |e| is_transition(e, "r0", State::Up)).await;
+    let mut on_r0 = 0;
+    for n in 0..4 {
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let key = format!("after-{n}");
+        assert_eq!(
+            command(&mut client, &["SET", &key, "1"]).await.as_deref(),
+            Some("+OK")
+        );
+        on_r0 += holder(&[&r0], &key).await.len();
+    }
+    assert_eq!(on_r0, 2, "back in rotation: every other session");
 }

@@ -10,7 +10,7 @@ use tokio::net::TcpStream;
 
 use super::{config, greeting, refused_port, to_end, Greeter};
 use crate::support::balancer::start;
-use crate::support::events::{is_transition, wait_for};
+use crate::support::events::{is_transition, transition_of, wait_for};
 
 /// Probes that notice a refusing backend within a few hundred milliseconds.
 const FAST: &str =
@@ -177,4 +177,23 @@ async fn close_tunnels_on_down_closes_the_sessions_of_a_backend_going_down() {
     wait_for(&mut rx, "a DOWN", |e| is_transition(e, "a", State::Down)).await;
     let rest = to_end(&mut client).await.unwrap_or_default();
     assert!(rest.is_empty(), "{rest:?}");
+}
+
+#[tokio::test]
+async fn a_backend_that_never_answers_the_expected_text_goes_down_and_fail_open_still_uses_it() {
+    let a = Greeter::start("a").await;
+    let check = format!("{FAST}\nactive.send = \"PING\\r\\n\"\nactive.expect_text = \"+PONG\"");
+    let (balancer, mut rx) = start(&config(&[("a", a.addr)], "", &check)).await;
+    let down = wait_for(&mut rx, "a DOWN", |e| is_transition(e, "a", State::Down)).await;
+    let reason = transition_of(&down, "a", State::Down)
+        .unwrap()
+        .reason
+        .to_string();
+    assert!(
+        reason.contains("answer did not contain \"+PONG\""),
+        "{reason}"
+    );
+    // Every backend DOWN, `fail_open` (the default): the proven backend still gets sessions.
+    let mut client = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
+    assert_eq!(greeting(&mut client).await, "a");
 }
