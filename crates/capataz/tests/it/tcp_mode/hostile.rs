@@ -1,8 +1,6 @@
 //! TCP mode against misbehaving peers: a backend that resets before a byte, a client that
 //! resets, a flood of silent clients; and the PROXY protocol header a backend gets first.
 
-use std::time::Duration;
-
 use capataz_health::State;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -25,7 +23,7 @@ async fn resetter() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
             tokio::spawn(async move {
                 let mut buf = [0; 64];
                 let _ = stream.read(&mut buf).await;
-                let _ = stream.set_linger(Some(Duration::ZERO));
+                let _ = stream.set_zero_linger();
                 drop(stream);
             });
         }
@@ -77,7 +75,7 @@ async fn a_client_that_resets_charges_nothing_and_is_logged_as_the_client() {
     for _ in 0..3 {
         let mut client = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
         assert_eq!(greeting(&mut client).await, "a");
-        client.set_linger(Some(Duration::ZERO)).unwrap();
+        client.set_zero_linger().unwrap();
         drop(client);
     }
     let lines = wait_json(&log, 3).await;
