@@ -288,7 +288,8 @@ async fn accept_loop(
         let now = state.load();
         if let Some(relay) = &now.tcp {
             let counted = Counted(connections);
-            crate::tcp::spawn(relay.clone(), &now.config, stream, (peer, local), counted);
+            let failures = (failures.clone(), counted);
+            crate::tcp::spawn(relay.clone(), &now.config, stream, (peer, local), failures);
             continue;
         }
         drop(now);

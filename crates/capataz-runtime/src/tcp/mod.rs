@@ -29,6 +29,7 @@ use crate::access_log::{AccessLog, AccessRecord, EndedBy, Phase, Termination};
 use crate::balance::PoolHandle;
 use crate::config::ListenerConfig;
 use crate::instruments::{Families, ListenerMetrics, TcpBackendMetrics};
+use crate::tls::TlsInfo;
 pub(crate) use accept::spawn;
 use connect::{connect, NoBackend};
 pub(crate) use relay::{End, Relayed, Side};
@@ -80,6 +81,7 @@ impl TcpRelay {
         mut client: C,
         peer: SocketAddr,
         destination: SocketAddr,
+        tls: Option<TlsInfo>,
     ) where
         C: AsyncRead + AsyncWrite + Unpin,
     {
@@ -89,6 +91,9 @@ impl TcpRelay {
             .access_log
             .as_ref()
             .map(|_| Box::new(AccessRecord::session(peer, pool.name.clone())));
+        if let (Some(record), Some(tls)) = (&mut record, &tls) {
+            record.set_tls(tls.version, tls.sni.as_deref());
+        }
         let connected = match connect(pool, (peer, destination)).await {
             Ok(connected) => connected,
             Err((why, last, attempts)) => {

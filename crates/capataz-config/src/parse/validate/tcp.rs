@@ -112,7 +112,6 @@ impl Validator<'_> {
             ("http2", http2_written),
             ("https_redirect", raw.https_redirect.is_some()),
             ("https_redirect_port", raw.https_redirect_port.is_some()),
-            ("tls", raw.tls.is_some()),
         ];
         match written.iter().find(|(_, written)| *written) {
             Some((key, _)) => Err(self.error(

@@ -58,6 +58,7 @@ fn http_keys_on_a_tcp_listener_are_errors_naming_the_key() {
         ),
         ("https_redirect = true", "listeners[0].https_redirect"),
         ("http2 = { max_frame_size = 20000 }", "listeners[0].http2"),
+        ("h2c = false", "listeners[0].h2c"),
     ] {
         let error = check_err(&tcp(extra, ""), Some(5), key);
         assert!(

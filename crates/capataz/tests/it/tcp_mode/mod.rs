@@ -8,6 +8,7 @@ mod hostile;
 mod observed;
 mod redis;
 mod relay;
+mod tls;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
