@@ -171,7 +171,7 @@ async fn backend_down(closing: Option<watch::Receiver<u64>>) {
 struct Direction<'a> {
     from: Side,
     to: Side,
-    /// Allocated at the first read, so a direction that never carries a byte costs nothing.
+    /// Allocated by the first read attempt (the session's first poll): 8 KiB per direction.
     buf: Option<Box<[u8]>>,
     /// The unwritten bytes are `buf[start..end]`.
     start: usize,
