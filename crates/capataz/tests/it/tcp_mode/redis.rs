@@ -138,3 +138,48 @@ async fn the_ping_probe_takes_a_stopped_redis_down_while_its_port_still_accepts_
     }
     assert_eq!(on_r0, 2, "back in rotation: every other session");
 }
+
+#[tokio::test]
+async fn a_redis_back_from_down_under_slow_start_gets_a_small_share_of_new_sessions_at_first() {
+    let (r0, r1) = (Redis::start().await, Redis::start().await);
+    let pool = format!("slow_start = \"60s\"\n{PING}");
+    let weighted = [("r0", r0.addr), ("r1", r1.addr)];
+    let text = config(&weighted, "", &pool).replace(
+        &format!("{{ name = \"r0\", address = \"{}\" }}", r0.addr),
+        &format!(
+            "{{ name = \"r0\", address = \"{}\", weight = 100 }}",
+            r0.addr
+        ),
+    );
+    let text = text.replace(
+        &format!("{{ name = \"r1\", address = \"{}\" }}", r1.addr),
+        &format!(
+            "{{ name = \"r1\", address = \"{}\", weight = 100 }}",
+            r1.addr
+        ),
+    );
+    let (balancer, mut rx) = start(&text).await;
+    let addr = balancer.local_addrs()[0];
+    signal(r0.pid(), "STOP");
+    wait_for(&mut rx, "r0 DOWN", |e| is_transition(e, "r0", State::Down)).await;
+    signal(r0.pid(), "CONT");
+    wait_for(&mut rx, "r0 UP", |e| is_transition(e, "r0", State::Up)).await;
+    // Seconds into a 60 s ramp, r0's weight is a small part of its 100.
+    let mut on_r0 = 0;
+    for n in 0..20 {
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let key = format!("ramp-{n}");
+        assert_eq!(
+            command(&mut client, &["SET", &key, "1"]).await.as_deref(),
+            Some("+OK")
+        );
+        on_r0 += holder(&[&r0], &key).await.len();
+    }
+    assert!(on_r0 <= 4, "a ramping backend got {on_r0} of 20 sessions");
+    let page = capataz::status::page(&balancer.pools(), "now", None).unwrap();
+    let page: serde_json::Value = serde_json::from_slice(&page).unwrap();
+    let weight = page["pools"][0]["backends"][0]["effective_weight"]
+        .as_f64()
+        .unwrap();
+    assert!(weight < 100.0, "r0's weight ramps: {weight}");
+}
