@@ -70,7 +70,24 @@ pub struct ActiveCheckConfig {
     pub content: ContentRules,
     /// The service a gRPC health check asks about (default empty: the server as a whole).
     pub grpc_service: String,
+    /// What a `tcp` check sends and expects once connected (`send`, `expect_text`); `None`
+    /// (the default): the connect alone.
+    pub tcp_exchange: Option<TcpExchange>,
 }
+
+/// A `tcp` check's exchange (HAProxy's `tcp-check send` and `tcp-check expect string`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TcpExchange {
+    /// Written once connected (after the PROXY protocol header of a pool that sends one);
+    /// may be empty (nothing sent).
+    pub send: Vec<u8>,
+    /// Text the answer's first [`MAX_TCP_ANSWER`] bytes must contain; `None`: the check
+    /// passes once `send` is written.
+    pub expect_text: Option<String>,
+}
+
+/// The most bytes of a `tcp` check's answer read to find `expect_text`: 16 KiB.
+pub const MAX_TCP_ANSWER: usize = 16 * 1024;
 
 impl ActiveCheckConfig {
     /// Whether the probe is today's fixed `GET` whose status line alone is read.

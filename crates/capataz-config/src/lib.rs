@@ -25,6 +25,7 @@ mod listener;
 mod parse;
 mod pool;
 mod source;
+mod tcp;
 mod text_errors;
 
 pub use affinity::{Affinity, HashConfig, HashKey, OnDrain, SameSite, StickyConfig};
@@ -34,8 +35,8 @@ pub use etcd_access::EtcdToken;
 pub use etcd_access::{EtcdAccess, EtcdAuth, EtcdSession, EtcdTls};
 pub use health_checks::{
     ActiveCheckConfig, CheckKind, ContentRules, LatencyOutliersConfig, LoadSheddingConfig,
-    PassiveCheckConfig, SuccessRateConfig, DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT, MAX_GRPC_SERVICE,
-    MAX_MATCH_TEXT, MAX_PROBE_BODY, MAX_PROBE_HEADERS,
+    PassiveCheckConfig, SuccessRateConfig, TcpExchange, DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT,
+    MAX_GRPC_SERVICE, MAX_MATCH_TEXT, MAX_PROBE_BODY, MAX_PROBE_HEADERS, MAX_TCP_ANSWER,
 };
 pub use limits::{LimitsConfig, DEFAULT_QUEUE_SIZE, DEFAULT_QUEUE_TIMEOUT, MAX_LIMIT};
 pub use listener::{
@@ -51,6 +52,7 @@ pub use pool::{
     ClientIdentity, ConnectionReuse, PoolConfig, RetryConfig, TrackTarget, UpstreamTimeouts,
 };
 pub use source::{DnsRecord, DnsSource, EtcdEndpoint, EtcdSource, FleetConfig, PoolSource};
+pub use tcp::TcpListenerConfig;
 pub use text_errors::{DurationError, ListenAddressError};
 
 /// The longest duration a config value or an admin TTL may be: one year (`8760h`).

@@ -43,6 +43,9 @@ pub struct ListenerConfig {
     /// On a plaintext listener, the HTTPS port every request is redirected to (`308`) instead
     /// of being routed (`https_redirect`, `https_redirect_port`); `None` (default) routes.
     pub https_redirect: Option<u16>,
+    /// `mode = "tcp"`: byte streams relayed to one pool, no routes (`routes` is empty); `None`
+    /// (the default, `mode = "http"`) serves HTTP.
+    pub tcp: Option<crate::TcpListenerConfig>,
 }
 
 /// A listener's access log (`[listeners.access_log]`): one line per request.

@@ -84,6 +84,16 @@ pub enum BackendProtocol {
     H2,
     /// HTTP/2 over TCP with prior knowledge (no TLS), one multiplexed connection per backend.
     H2c,
+    /// Byte streams (`protocol = "tcp"`): the pool serves `mode = "tcp"` listeners only, one
+    /// backend connection per client connection.
+    Tcp,
+}
+
+impl BackendProtocol {
+    /// Whether the backends speak HTTP/2 (`h2` or `h2c`).
+    pub fn is_h2(self) -> bool {
+        matches!(self, BackendProtocol::H2 | BackendProtocol::H2c)
+    }
 }
 
 /// TLS towards a pool's backends: what was written, and the trust material loaded from it

@@ -92,6 +92,8 @@ pub enum Mismatch {
     /// `SERVING` (1): `NOT_SERVING` (2), `SERVICE_UNKNOWN` (3), `UNKNOWN` (0) or a value the
     /// protocol does not define.
     GrpcServing(u64),
+    /// A `tcp` check's answer (as far as it was read) did not contain the expected text.
+    AnswerLacks(Snippet),
 }
 
 impl fmt::Display for Mismatch {
@@ -99,6 +101,7 @@ impl fmt::Display for Mismatch {
         match self {
             Mismatch::BodyLacks(text) => write!(f, "body did not contain {text}"),
             Mismatch::BodyHas(text) => write!(f, "body contained {text}"),
+            Mismatch::AnswerLacks(text) => write!(f, "answer did not contain {text}"),
             Mismatch::HeaderAbsent(name) => write!(f, "header {name} was missing"),
             Mismatch::HeaderLacks { name, value } => {
                 write!(f, "header {name} did not contain {value}")

@@ -30,3 +30,4 @@ pub mod sd_notify;
 mod stapling;
 pub mod status;
 pub mod supervisor;
+mod tcp;

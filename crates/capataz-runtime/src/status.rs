@@ -317,7 +317,7 @@ impl Serialize for PoolPage<'_> {
             ),
             (None, None) => "served by its primary backends in rotation".to_owned(),
         };
-        let mut map = serializer.serialize_map(Some(13))?;
+        let mut map = serializer.serialize_map(Some(15))?;
         map.serialize_entry("all_down", &all_down)?;
         map.serialize_entry("affinity", &affinity_json(pool, &snapshot))?;
         map.serialize_entry("all_down_policy", &applied)?;
@@ -335,6 +335,7 @@ impl Serialize for PoolPage<'_> {
         map.serialize_entry("min_healthy", &min_healthy)?;
         map.serialize_entry("name", &*pool.name)?;
         map.serialize_entry("on_backups", &on_backups)?;
+        map.serialize_entry("protocol", protocol_name(pool.config.protocol))?;
         map.serialize_entry("queue", &queue::queue_json(pool))?;
         map.serialize_entry("source", &source_json(pool))?;
         map.serialize_entry("when_all_down", when_all_down)?;
@@ -369,6 +370,17 @@ fn affinity_json(pool: &PoolRt, snapshot: &crate::balance::Snapshot) -> Value {
         })
     });
     json!({ "hash": hash, "sticky": sticky })
+}
+
+/// A pool's `protocol` as written in the config.
+fn protocol_name(protocol: crate::config::BackendProtocol) -> &'static str {
+    use crate::config::BackendProtocol;
+    match protocol {
+        BackendProtocol::Http1 => "http1",
+        BackendProtocol::H2 => "h2",
+        BackendProtocol::H2c => "h2c",
+        BackendProtocol::Tcp => "tcp",
+    }
 }
 
 struct Backends<'a> {

@@ -134,6 +134,16 @@ pub(super) struct RawListener {
     pub(super) access_log: Option<Spanned<RawAccessLog>>,
     pub(super) https_redirect: Option<Spanned<bool>>,
     pub(super) https_redirect_port: Option<Spanned<i64>>,
+    pub(super) mode: Option<Spanned<RawMode>>,
+    pub(super) pool: Option<Spanned<String>>,
+    pub(super) session_timeout: Option<Spanned<Value>>,
+}
+
+choice! {
+    RawMode {
+        Http = "http",
+        Tcp = "tcp",
+    }
 }
 
 #[derive(Deserialize)]
@@ -305,6 +315,7 @@ choice! {
         Http1 = "http1",
         H2 = "h2",
         H2c = "h2c",
+        Tcp = "tcp",
     }
 }
 
@@ -430,6 +441,8 @@ pub(super) struct RawActive {
     pub(super) expect_header: Option<Spanned<String>>,
     pub(super) expect_header_contains: Option<Spanned<String>>,
     pub(super) grpc_service: Option<Spanned<String>>,
+    pub(super) send: Option<Spanned<String>>,
+    pub(super) expect_text: Option<Spanned<String>>,
 }
 
 choice! {

@@ -26,6 +26,7 @@ mod passive;
 mod pool;
 mod proxy_protocol;
 mod source;
+mod tcp;
 mod tls;
 
 use std::cell::{OnceCell, RefCell};
@@ -370,6 +371,7 @@ impl<'a> Validator<'a> {
         let at = format!("listeners[{index}]");
         let span = raw.span();
         let raw = raw.into_inner();
+        let tcp = self.listener_mode(&at, &span, &raw, pools)?;
         let name = match raw.name {
             None => format!("listener-{index}"),
             Some(name) => self.name(name, &format!("{at}.name"))?,
@@ -402,7 +404,8 @@ impl<'a> Validator<'a> {
         let mut routes = Vec::with_capacity(raw.routes.len().max(1));
         // A pool that failed validation still counts as written.
         let written_pools = pools.len() + self.failed_pools.borrow().len();
-        if raw.routes.is_empty() {
+        // A tcp listener has no routes (`listener_mode` refused any).
+        if raw.routes.is_empty() && tcp.is_none() {
             if written_pools != 1 {
                 // Reported, and the listener's other keys are still checked.
                 self.report(self.error(
@@ -414,6 +417,9 @@ impl<'a> Validator<'a> {
                         written_pools
                     ),
                 ));
+            }
+            if let [only] = pools {
+                self.keep(self.routable(&format!("{at}.routes"), Some(span.clone()), only));
             }
             routes.push(RouteConfig {
                 host: None,
@@ -435,6 +441,7 @@ impl<'a> Validator<'a> {
             &raw.https_redirect_port,
         )?;
         Ok(ListenerConfig {
+            tcp,
             https_redirect,
             name,
             address: socket_addr,
@@ -605,6 +612,7 @@ impl<'a> Validator<'a> {
                 ),
             ));
         };
+        self.routable(&format!("{at}.pool"), Some(pool.span()), &pools[pool_index])?;
         let host = match raw.host {
             None => None,
             Some(host) => Some(self.route_host(&host, &format!("{at}.host"))?),

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use super::{Inner, PoolRt};
 use crate::balance::BackendRt;
-use crate::config::{ActiveCheckConfig, AgentCheckConfig, BackendProtocol, CheckKind};
+use crate::config::{ActiveCheckConfig, AgentCheckConfig, CheckKind};
 use crate::prober;
 
 /// What the successive builds of one pool share while membership updates carry its schedule
@@ -135,8 +135,7 @@ pub(super) struct ProbePlan {
 impl ProbePlan {
     pub(super) fn of(pool: &PoolRt) -> Arc<ProbePlan> {
         let active = pool.config.active.clone();
-        let over_h2 = pool.config.protocol != BackendProtocol::Http1
-            && active.kind == CheckKind::Http
+        let over_h2 = pool.config.protocol.is_h2() && active.kind == CheckKind::Http
             || active.kind == CheckKind::Grpc;
         let checked = !over_h2 && active.kind == CheckKind::Http && !active.is_plain();
         Arc::new(ProbePlan {
@@ -164,6 +163,10 @@ impl ProbePlan {
             .proxy_protocol()
             .map(capataz_proxy_protocol::encode_local)
             .unwrap_or_default();
+        if let (CheckKind::Tcp, Some(exchange)) = (active.kind, &active.tcp_exchange) {
+            let probe = prober::probe_tcp_exchange(addr, active.timeout, &preamble, exchange);
+            return Box::pin(probe).await;
+        }
         if self.checked {
             let probe = prober::HttpProbe::new(active, host);
             let timeout = active.timeout;

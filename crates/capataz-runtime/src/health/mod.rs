@@ -64,7 +64,8 @@ fn tls_config(config: &PoolConfig) -> Option<Arc<rustls::ClientConfig>> {
     let tls = config.tls.as_ref()?;
     let alpn = match config.protocol {
         BackendProtocol::H2 => Alpn::H2,
-        BackendProtocol::Http1 | BackendProtocol::H2c => Alpn::Http11,
+        // A `tcp` pool has no TLS to its backends (the config refuses it).
+        BackendProtocol::Http1 | BackendProtocol::H2c | BackendProtocol::Tcp => Alpn::Http11,
     };
     let identity = tls
         .identity
@@ -92,7 +93,7 @@ fn tls_config(config: &PoolConfig) -> Option<Arc<rustls::ClientConfig>> {
 /// `upstream` speaking `protocol`.
 fn speaking(upstream: Upstream, protocol: BackendProtocol) -> Upstream {
     match protocol {
-        BackendProtocol::Http1 => upstream,
+        BackendProtocol::Http1 | BackendProtocol::Tcp => upstream,
         BackendProtocol::H2 | BackendProtocol::H2c => upstream.with_h2(),
     }
 }

@@ -35,6 +35,7 @@ mod agent;
 mod checked_tests;
 mod content;
 mod http2;
+mod tcp_exchange;
 #[cfg(test)]
 mod tests;
 
@@ -142,6 +143,21 @@ pub async fn probe_once_sending(
         Ok(Ok(outcome)) => outcome,
         Ok(Err(error)) => classify_error(&error).into(),
         Err(_elapsed) => Outcome::Timeout.into(),
+    }
+}
+
+/// A `tcp` check with `send` or `expect_text` against `addr`, `preamble` written first (see
+/// `tcp_exchange.rs`), within `timeout`; failures map as [`probe_once`]'s.
+pub async fn probe_tcp_exchange(
+    addr: SocketAddr,
+    timeout: Duration,
+    preamble: &[u8],
+    exchange: &crate::config::TcpExchange,
+) -> ProbeOutcome {
+    let deadline = tokio::time::Instant::now() + timeout;
+    match tcp_exchange::probe(addr, preamble, exchange, deadline).await {
+        Ok(outcome) => outcome,
+        Err(error) => classify_error(&error).into(),
     }
 }
 

@@ -30,7 +30,7 @@ use crate::access_log::{AccessLog, AccessRecord, Phase};
 use crate::acme::Http01Tokens;
 use crate::balance::PoolHandle;
 use crate::body::{BodyRead, Lease, ReqBody, RespBody};
-use crate::config::{BackendProtocol, ConnectionReuse, ListenerConfig};
+use crate::config::{ConnectionReuse, ListenerConfig};
 use crate::instruments::{AnsweredBy, ListenerMetrics, MethodClass, RouteMetrics};
 use crate::tls::TlsInfo;
 use crate::upstream::{
@@ -333,7 +333,7 @@ impl Proxy {
     ) -> Response<RespBody> {
         let websocket = websocket::is_websocket_connect(&req);
         let upgrade = websocket || wants_upgrade(req.headers());
-        if upgrade && pool.config.protocol != BackendProtocol::Http1 {
+        if upgrade && pool.config.protocol.is_h2() {
             return error_page(
                 StatusCode::NOT_IMPLEMENTED,
                 "upgrades are not relayed to HTTP/2 backends",
@@ -469,7 +469,7 @@ impl Proxy {
         (websocket, upgrade): (bool, bool),
         tally: &mut Tally,
     ) -> Prepared {
-        let h2 = pool.config.protocol != BackendProtocol::Http1;
+        let h2 = pool.config.protocol.is_h2();
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
         strip_hop_by_hop(&mut parts.headers, upgrade);

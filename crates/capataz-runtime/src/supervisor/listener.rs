@@ -21,6 +21,7 @@ use crate::downstream;
 use crate::health::PoolRt;
 use crate::instruments::HandshakeFailures;
 use crate::proxy::{ClientInfo, Proxy};
+use crate::tcp::TcpRelay;
 use crate::tls::acme::ACME_TLS_ALPN;
 use crate::tls::{ServerTls, TlsInfo};
 use capataz_proxy_protocol::{Addresses, Rewind};
@@ -72,6 +73,8 @@ impl Drop for AcmeTask {
 pub(super) struct ListenerState {
     pub(super) config: ListenerConfig,
     pub(super) proxy: Arc<Proxy>,
+    /// A `mode = "tcp"` listener's relay (its `proxy` then has no routes).
+    pub(super) tcp: Option<Arc<TcpRelay>>,
 }
 
 /// The request path's handles of `pools`, what a listener's `Proxy` routes to.
@@ -96,12 +99,20 @@ impl Supervisor {
         pool_handles: &[Arc<PoolHandle>],
         access_log: Option<Arc<AccessLog>>,
     ) -> Arc<ListenerState> {
+        let metrics = self.metrics.families().listener(&config.name);
         Arc::new(ListenerState {
             config: config.clone(),
+            tcp: TcpRelay::new(
+                config,
+                pool_handles,
+                (metrics.clone(), self.metrics.families()),
+                access_log.clone(),
+            )
+            .map(Arc::new),
             proxy: Arc::new(Proxy::new(
                 config,
                 pool_handles,
-                self.metrics.families().listener(&config.name),
+                metrics,
                 access_log,
                 // HTTP-01 challenges are answered on plaintext listeners only.
                 config.tls.is_none().then(|| self.http01.clone()),
@@ -274,6 +285,14 @@ async fn accept_loop(
         let state = state.clone();
         let connections = connections.clone();
         connections.fetch_add(1, Ordering::Relaxed);
+        let now = state.load();
+        if let Some(relay) = &now.tcp {
+            let counted = Counted(connections);
+            let failures = (failures.clone(), counted);
+            crate::tcp::spawn(relay.clone(), &now.config, stream, (peer, local), failures);
+            continue;
+        }
+        drop(now);
         let (limits, protocol, tls, proxy_protocol) = in_force(&state.load().config, peer);
         let watch: &downstream::Watch = match &mut watcher {
             Some(watch) if *watch.limits() == limits => watch,

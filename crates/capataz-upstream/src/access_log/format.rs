@@ -118,6 +118,10 @@ pub(super) fn text(out: &mut String, listener: &str, record: &AccessRecord) {
         record.client.port(),
         record.truncated
     );
+    // A TCP session's line only: the bytes read from the client.
+    if let Some(bytes_in) = record.bytes_in {
+        let _ = write!(out, " bytes_in={bytes_in}");
+    }
     out.push('\n');
 }
 
@@ -133,6 +137,7 @@ pub(super) fn json(out: &mut String, listener: &str, record: &AccessRecord) {
         "protocol": record.protocol,
         "status": record.status,
         "bytes": record.bytes,
+        "bytes_in": record.bytes_in,
         "referer": record.referer,
         "user_agent": record.user_agent,
         "route": record.route,
@@ -175,6 +180,7 @@ mod tests {
             truncated: false,
             status: Some(200),
             bytes: 42,
+            bytes_in: None,
             route: Some("/".into()),
             pool: Some("web".into()),
             backend: Some("web-1".into()),
@@ -198,6 +204,39 @@ mod tests {
              pool=web backend=web-1 attempts=1 ended_by=- phase=- duration=0.001500 \
              queued=- tls=TLSv1.3 sni=\"app.example\" client_port=50000 truncated=false\n"
         );
+    }
+
+    #[test]
+    fn a_tcp_sessions_line_has_no_status_and_ends_with_the_bytes_read_from_the_client() {
+        let mut session = AccessRecord::session("192.0.2.7:50000".parse().unwrap(), "db".into());
+        session.time = UNIX_EPOCH + Duration::from_millis(1_796_306_709_123);
+        session.bytes = 7;
+        session.bytes_in = Some(14);
+        session.backend = Some("db-1".into());
+        session.attempts = 2;
+        session.duration = Duration::from_millis(250);
+        session.termination = Termination {
+            ended_by: EndedBy::Timeout,
+            phase: Phase::Idle,
+        };
+        let mut out = String::new();
+        text(&mut out, "redis", &session);
+        assert_eq!(
+            out,
+            "192.0.2.7 - - [2026-12-03T14:05:09.123Z] \"- - TCP\" - 7 - - listener=redis \
+             route=- pool=db backend=db-1 attempts=2 ended_by=timeout phase=idle \
+             duration=0.250000 queued=- tls=- sni=- client_port=50000 truncated=false bytes_in=14\n"
+        );
+        let mut out = String::new();
+        json(&mut out, "redis", &session);
+        let back: Value = serde_json::from_str(out.trim_end()).unwrap();
+        assert_eq!(back["bytes_in"], 14);
+        assert_eq!(back["status"], Value::Null);
+        assert_eq!(back["protocol"], "TCP");
+        let mut out = String::new();
+        json(&mut out, "public", &record());
+        let back: Value = serde_json::from_str(out.trim_end()).unwrap();
+        assert_eq!(back["bytes_in"], Value::Null, "a request has none");
     }
 
     #[test]

@@ -44,6 +44,8 @@ pub enum EndedBy {
     /// capataz: it answered the request itself (no route, a bad request, no backend
     /// eligible), or could not open a socket.
     Capataz,
+    /// A timeout closed a TCP session (its idle or session limit).
+    Timeout,
 }
 
 impl EndedBy {
@@ -54,6 +56,7 @@ impl EndedBy {
             EndedBy::Client => "client",
             EndedBy::Backend => "backend",
             EndedBy::Capataz => "capataz",
+            EndedBy::Timeout => "timeout",
         }
     }
 }
@@ -85,6 +88,10 @@ pub enum Phase {
     Headers,
     /// Relaying the response body.
     Body,
+    /// Relaying a TCP session's bytes.
+    Session,
+    /// A TCP session that moved no byte for its idle timeout.
+    Idle,
 }
 
 impl Phase {
@@ -98,6 +105,8 @@ impl Phase {
             Phase::Send => "send",
             Phase::Headers => "headers",
             Phase::Body => "body",
+            Phase::Session => "session",
+            Phase::Idle => "idle",
         }
     }
 }
@@ -182,8 +191,11 @@ pub struct AccessRecord {
     pub truncated: bool,
     /// The status sent; `None` if the client went away before any answer.
     pub status: Option<u16>,
-    /// Response body bytes handed to the client's connection.
+    /// Response body bytes handed to the client's connection (a TCP session: bytes written to
+    /// the client).
     pub bytes: u64,
+    /// A TCP session's bytes read from the client; `None` for a request.
+    pub bytes_in: Option<u64>,
     /// The route taken (its host and path prefix), if any.
     pub route: Option<String>,
     /// The route's pool.
@@ -249,11 +261,40 @@ impl AccessRecord {
             truncated,
             status: None,
             bytes: 0,
+            bytes_in: None,
             route: None,
             pool: None,
             backend: None,
             attempts: 0,
             termination: Termination::client_gone(Phase::Request),
+            queued: None,
+        }
+    }
+
+    /// A record of a TCP session from `client` to pool `pool`, starting now: method and target
+    /// `-`, protocol `TCP`, no status.
+    pub fn session(client: SocketAddr, pool: Arc<str>) -> AccessRecord {
+        AccessRecord {
+            time: SystemTime::now(),
+            started: Instant::now(),
+            duration: Duration::ZERO,
+            client,
+            method: "-".into(),
+            target: "-".into(),
+            protocol: "TCP",
+            referer: None,
+            user_agent: None,
+            tls_version: None,
+            sni: None,
+            truncated: false,
+            status: None,
+            bytes: 0,
+            bytes_in: Some(0),
+            route: None,
+            pool: Some(pool),
+            backend: None,
+            attempts: 0,
+            termination: Termination::client_gone(Phase::Connect),
             queued: None,
         }
     }

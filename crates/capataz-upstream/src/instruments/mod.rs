@@ -66,12 +66,14 @@ mod counters;
 mod handles;
 mod listener;
 mod queue;
+mod tcp;
 #[cfg(test)]
 mod tests;
 mod timing;
 mod tls;
 
 pub use queue::QueueMetrics;
+pub use tcp::{TcpBackendMetrics, TcpFamilies};
 pub use tls::{HandshakeFailures, TlsFamilies};
 
 /// Upper bounds of the latency buckets, in seconds: 0.5 ms to 30 s, then `+Inf`.
@@ -216,6 +218,7 @@ pub struct Families {
     tls: TlsFamilies,
     /// The pools' queues' families (`capataz_queue_*`).
     queue: queue::QueueFamilies,
+    tcp: TcpFamilies,
     /// Client connections parked now (HTTP/1 between requests, hyper's state released; see
     /// `downstream/mod.rs`), balancer-wide, for the tests (`Balancer::parked_connections`); per
     /// listener in `connections_parked`.
@@ -289,8 +292,10 @@ impl Families {
         );
         let tls = TlsFamilies::register(registry);
         let queue = queue::QueueFamilies::register(registry);
+        let tcp = TcpFamilies::register(registry);
         Families {
             sticky_moves,
+            tcp,
             tls,
             queue,
             scope,
@@ -332,5 +337,10 @@ impl Families {
     /// The TLS listeners' families.
     pub fn tls(&self) -> &TlsFamilies {
         &self.tls
+    }
+
+    /// TCP mode's families.
+    pub fn tcp(&self) -> &TcpFamilies {
+        &self.tcp
     }
 }

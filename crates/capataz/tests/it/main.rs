@@ -62,6 +62,7 @@ mod reported;
 mod request_path;
 mod scrape;
 mod send_proxy;
+mod tcp_mode;
 mod terminal;
 mod tls;
 mod top_screen;

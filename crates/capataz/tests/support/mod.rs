@@ -36,6 +36,7 @@ pub mod process;
 pub mod prometheus;
 pub mod proxied;
 pub mod raw;
+pub mod redis;
 pub mod relay;
 pub mod sockets;
 pub mod stream;

@@ -32,6 +32,7 @@ impl Validator<'_> {
             Some(RawCheckKind::None) => CheckKind::None,
         };
         let grpc_service = self.grpc_service(at, kind, raw.grpc_service.as_ref())?;
+        let tcp_exchange = self.tcp_exchange(at, &raw)?;
         let request = self.probe_request(at, kind, &raw)?;
         let content = self.content_rules(at, kind, &request.0, &raw)?;
         let path = self.probe_path(at, kind, raw.path)?;
@@ -61,6 +62,7 @@ impl Validator<'_> {
             Duration::from_secs(2),
         )?;
         Ok(ActiveCheckConfig {
+            tcp_exchange,
             disable_on_404,
             rise_after_maintenance,
             kind,

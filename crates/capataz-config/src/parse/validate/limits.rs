@@ -84,8 +84,24 @@ impl Validator<'_> {
         max_requests: &Option<Spanned<i64>>,
         protocol: BackendProtocol,
     ) -> Result<Option<NonZeroU32>, ConfigError> {
+        if protocol == BackendProtocol::Tcp {
+            if let Some((key, value)) = max_connections
+                .as_ref()
+                .map(|v| ("max_connections", v))
+                .or(max_requests.as_ref().map(|v| ("max_requests", v)))
+            {
+                return Err(self.error(
+                    Some(value.span()),
+                    &format!("{at}.{key}"),
+                    "a tcp pool takes no connection limit: its sessions are not bounded per \
+                     backend nor queued (leave max_connections and max_requests out)"
+                        .into(),
+                ));
+            }
+            return Ok(None);
+        }
         let (value, wrong) = match protocol {
-            BackendProtocol::Http1 => (
+            BackendProtocol::Http1 | BackendProtocol::Tcp => (
                 max_connections,
                 max_requests.as_ref().map(|v| ("max_requests", v)),
             ),
@@ -122,7 +138,7 @@ impl Validator<'_> {
 /// The key that limits a backend of a pool speaking `protocol`.
 fn limit_key(protocol: BackendProtocol) -> &'static str {
     match protocol {
-        BackendProtocol::Http1 => "max_connections",
+        BackendProtocol::Http1 | BackendProtocol::Tcp => "max_connections",
         BackendProtocol::H2 | BackendProtocol::H2c => "max_requests",
     }
 }

@@ -40,6 +40,7 @@ impl Validator<'_> {
             None | Some(RawProtocol::Http1) => BackendProtocol::Http1,
             Some(RawProtocol::H2) => BackendProtocol::H2,
             Some(RawProtocol::H2c) => BackendProtocol::H2c,
+            Some(RawProtocol::Tcp) => BackendProtocol::Tcp,
         };
         let (limits, own_limits) = self.limits(&at, &raw, protocol)?;
         let mut backends = if source.is_dynamic() {
@@ -97,6 +98,9 @@ impl Validator<'_> {
         let min_healthy = self.min_healthy(&at, &raw, when_all_down)?;
         for (backend, limit) in backends.iter_mut().zip(own_limits) {
             backend.limit = limit;
+        }
+        if protocol == BackendProtocol::Tcp {
+            self.tcp_pool(&at, &raw)?;
         }
         let active = self.pool_active(&at, &name_span, protocol, raw.active)?;
         let tls = self.pool_tls(&name, &at, &name_span, raw.tls, protocol)?;
@@ -172,6 +176,9 @@ impl Validator<'_> {
             // An HTTP/2 pool's default check connects only: an HTTP/2 backend need not
             // answer `GET /healthz`; `kind = "http"` probes it over HTTP/2.
             (BackendProtocol::H2 | BackendProtocol::H2c, None) => active.kind = CheckKind::Tcp,
+            // A tcp pool's backends speak no HTTP: its check connects (`tcp_pool` refused
+            // "http" and "grpc").
+            (BackendProtocol::Tcp, None) => active.kind = CheckKind::Tcp,
             (BackendProtocol::Http1, Some(RawCheckKind::Grpc)) => {
                 return Err(self.error(
                     Some(name_span.clone()),
@@ -180,6 +187,17 @@ impl Validator<'_> {
                 ));
             }
             _ => {}
+        }
+        if active.tcp_exchange.is_some() && active.kind != CheckKind::Tcp {
+            let key = match explicit_kind {
+                Some(_) => "kind",
+                None => "send",
+            };
+            return Err(self.error(
+                Some(name_span.clone()),
+                &format!("{at}.active.{key}"),
+                r#"send and expect_text are a "tcp" check's exchange, and this check is not kind = "tcp" (set kind = "tcp", or remove send and expect_text)"#.into(),
+            ));
         }
         Ok(active)
     }
@@ -210,7 +228,7 @@ impl Validator<'_> {
             }
             (
                 None | Some(RawBackendTls::Flag(false)),
-                BackendProtocol::Http1 | BackendProtocol::H2c,
+                BackendProtocol::Http1 | BackendProtocol::H2c | BackendProtocol::Tcp,
             ) => None,
             (None | Some(RawBackendTls::Flag(true)), _) => {
                 Some(self.backend_tls(name, at, name_span.clone(), Default::default())?)
@@ -221,7 +239,8 @@ impl Validator<'_> {
         })
     }
 
-    /// `send_proxy_protocol`: one client per connection, so HTTP/1.1 and private reuse only.
+    /// `send_proxy_protocol`: one client per connection, so HTTP/1.1 with private reuse, or
+    /// TCP.
     fn send_proxy(
         &self,
         at: &str,
@@ -236,7 +255,7 @@ impl Validator<'_> {
             Some(RawProxyVersion::V2) => Some(ProxyVersion::V2),
         };
         if send_proxy_protocol.is_some() {
-            if protocol != BackendProtocol::Http1 {
+            if protocol.is_h2() {
                 return Err(self.error(
                     Some(name_span.clone()),
                     &format!("{at}.send_proxy_protocol"),

@@ -102,6 +102,12 @@ fn limit_errors_say_the_file_line_and_key() {
              the pool or its backends, or remove queue_size and queue_timeout)",
         ),
         (
+            pool("protocol = \"tcp\"", ", max_connections = 10"),
+            "config.toml:8: pools.web.backends[1].max_connections: a tcp pool takes no \
+             connection limit: its sessions are not bounded per backend nor queued (leave \
+             max_connections and max_requests out)",
+        ),
+        (
             pool("max_connections = 5\nqueue_size = -1", ""),
             "config.toml:6: pools.web.queue_size: -1 is out of range (use a whole number from \
              0 to 1000000)",

@@ -15,6 +15,7 @@ mod log_level;
 mod operator_words;
 mod proxy_protocol;
 mod source;
+mod tcp_mode;
 mod values;
 mod warnings;
 

@@ -1,0 +1,114 @@
+//! A session's backend: picked from the pool's snapshot as an HTTP request's is (the same
+//! algorithm, eligibility and all-down policy), connected within the pool's connect timeout,
+//! and on a refused or timed-out connect another backend not yet tried, within the pool's
+//! `retries` and retry budget, as the HTTP planner does for a request that was not sent.
+//! Every failed connect is charged to its backend's passive side.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+
+use crate::balance::PoolHandle;
+use crate::upstream::{AttemptError, BackendStream};
+
+/// The most backends one session tries (first attempt plus retries), as for a request.
+const MAX_TRIES: usize = 11;
+
+/// Why a session got no backend connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NoBackend {
+    /// No backend is eligible (the pool rejects while all are down, or has none in rotation).
+    Rejected,
+    /// Every backend tried failed to connect; the last one's error.
+    Failed(AttemptError),
+}
+
+/// A connected backend.
+pub(crate) struct Connected {
+    /// Its index in the pool.
+    pub(crate) index: usize,
+    /// The connection.
+    pub(crate) stream: BackendStream,
+    /// Backends tried, this one included.
+    pub(crate) attempts: u32,
+}
+
+/// What a session's connecting came to: a connection, or why none (and the last backend
+/// tried, and how many were).
+pub(crate) type Connecting = Result<Connected, (NoBackend, Option<usize>, u32)>;
+
+/// Picks and connects a backend of `pool` for the client `addresses` (source, destination:
+/// what a PROXY protocol header names, when the pool sends one).
+pub(crate) async fn connect(pool: &PoolHandle, addresses: (SocketAddr, SocketAddr)) -> Connecting {
+    let mut tried = [0usize; MAX_TRIES];
+    let mut count = 0;
+    let mut retries_left = pool.config.retries.attempts;
+    let mut last: Option<AttemptError> = None;
+    pool.budget.on_request();
+    loop {
+        let snapshot = pool.snapshot();
+        let picked = snapshot.pick(pool.config.algorithm, &pool.cursor, &tried[..count], |b| {
+            pool.backends[b].in_flight.load(Ordering::Relaxed)
+        });
+        drop(snapshot);
+        let Some(index) = picked else {
+            let why = match last {
+                Some(error) => NoBackend::Failed(error),
+                None => {
+                    pool.metrics.reject();
+                    NoBackend::Rejected
+                }
+            };
+            let last_index = count.checked_sub(1).map(|at| tried[at]);
+            return Err((why, last_index, count as u32));
+        };
+        tried[count] = index;
+        count += 1;
+        let backend = &pool.backends[index];
+        match backend.upstream.connect(Some(addresses)).await {
+            Ok(conn) => {
+                return Ok(Connected {
+                    index,
+                    stream: conn.stream,
+                    attempts: count as u32,
+                })
+            }
+            Err(error) => {
+                charge(pool, index, error);
+                last = Some(error);
+            }
+        }
+        let untried = pool
+            .snapshot()
+            .eligible
+            .iter()
+            .any(|b| !tried[..count].contains(b));
+        if !(retries_left > 0 && count < MAX_TRIES && untried && pool.budget.try_spend()) {
+            return Err((NoBackend::Failed(error_of(last)), Some(index), count as u32));
+        }
+        pool.metrics.retry();
+        retries_left -= 1;
+    }
+}
+
+/// The error noted last (always set once a connect failed).
+fn error_of(last: Option<AttemptError>) -> AttemptError {
+    last.unwrap_or(AttemptError::ConnectRefused)
+}
+
+/// A failed connect goes to the backend's passive side when it was the backend's fault (a
+/// local socket capataz could not open is not).
+fn charge(pool: &PoolHandle, index: usize, error: AttemptError) {
+    let backend = &pool.backends[index];
+    match error.outcome() {
+        Some(outcome) => {
+            pool.observe(index, outcome);
+            backend.metrics.unanswered();
+        }
+        None => tracing::debug!(
+            pool = %pool.name,
+            backend = %backend.name,
+            %error,
+            "TCP connect failed; nothing charged to the backend"
+        ),
+    }
+}

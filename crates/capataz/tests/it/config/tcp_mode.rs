@@ -1,0 +1,195 @@
+//! TCP mode: a `mode = "tcp"` listener and its `protocol = "tcp"` pool, their defaults, and
+//! the errors for HTTP keys on either and for a listener and a pool that do not match.
+
+use super::*;
+use capataz::config::BackendProtocol;
+
+/// A tcp listener (`listener` appended to it) relaying to pool `db` (`pool` appended to it),
+/// beside an HTTP pool `web`.
+fn tcp(listener: &str, pool: &str) -> String {
+    format!(
+        "[[listeners]]\naddress = \"127.0.0.1:6380\"\nmode = \"tcp\"\npool = \"db\"\n{listener}\n\n\
+         [pools.db]\nprotocol = \"tcp\"\nbackends = [{{ address = \"127.0.0.1:6379\" }}]\n{pool}\n\n\
+         [pools.web]\nbackends = [{{ address = \"127.0.0.1:9001\" }}]\n"
+    )
+}
+
+#[test]
+fn a_tcp_listener_relays_to_its_tcp_pool_whose_check_connects_by_default() {
+    let config = parse(&tcp("", ""));
+    let listener = &config.listeners[0];
+    let mode = listener.tcp.expect("mode = \"tcp\"");
+    assert_eq!(config.pools[mode.pool].name, "db");
+    assert_eq!(mode.session_timeout, None, "no session limit by default");
+    assert!(listener.routes.is_empty(), "a tcp listener has no routes");
+    assert_eq!(listener.idle_timeout, Duration::from_secs(60));
+    let db = &config.pools[mode.pool];
+    assert_eq!(db.protocol, BackendProtocol::Tcp);
+    assert_eq!(db.active.kind, CheckKind::Tcp);
+    let config = parse(&tcp("session_timeout = \"1h\"\nidle_timeout = \"10m\"", ""));
+    let listener = &config.listeners[0];
+    assert_eq!(
+        listener.tcp.and_then(|t| t.session_timeout),
+        Some(Duration::from_secs(3600))
+    );
+    assert_eq!(listener.idle_timeout, Duration::from_secs(600));
+    assert_eq!(parse(MINIMAL).listeners[0].tcp, None, "HTTP by default");
+    let explicit = MINIMAL.replace("8080\"", "8080\"\nmode = \"http\"");
+    assert_eq!(parse(&explicit).listeners[0].tcp, None);
+    // The PROXY protocol to the backends, the all-down policy and close_tunnels_on_down apply.
+    parse(&tcp(
+        "",
+        "send_proxy_protocol = \"v2\"\nwhen_all_down = \"reject\"\nclose_tunnels_on_down = true",
+    ));
+}
+
+#[test]
+fn http_keys_on_a_tcp_listener_are_errors_naming_the_key() {
+    for (extra, key) in [
+        ("h2c = true", "listeners[0].h2c"),
+        ("max_header_bytes = 4096", "listeners[0].max_header_bytes"),
+        (
+            "request_body_timeout = \"5s\"",
+            "listeners[0].request_body_timeout",
+        ),
+        (
+            "forwarded_headers = false",
+            "listeners[0].forwarded_headers",
+        ),
+        ("https_redirect = true", "listeners[0].https_redirect"),
+        ("http2 = { max_frame_size = 20000 }", "listeners[0].http2"),
+        ("h2c = false", "listeners[0].h2c"),
+    ] {
+        let error = check_err(&tcp(extra, ""), Some(5), key);
+        assert!(
+            error.to_string().contains("mode = \"tcp\""),
+            "{extra}: {error}"
+        );
+    }
+    let routes = tcp("[[listeners.routes]]\npool = \"web\"", "");
+    check_err(&routes, Some(5), "listeners[0].routes");
+}
+
+#[test]
+fn a_tcp_listener_needs_a_tcp_pool_and_an_http_listener_cannot_use_one() {
+    let without = tcp("", "").replace("pool = \"db\"\n", "");
+    let error = check_err(&without, Some(1), "listeners[0].pool");
+    assert!(error.to_string().contains("add pool = NAME"), "{error}");
+    let error = check_err(
+        &tcp("", "").replace("\"db\"\n\n", "\"nope\"\n\n"),
+        Some(4),
+        "listeners[0].pool",
+    );
+    assert!(
+        error.to_string().contains("\"nope\" is not a pool"),
+        "{error}"
+    );
+    let http_pool = tcp("", "").replace("pool = \"db\"", "pool = \"web\"");
+    let error = check_err(&http_pool, Some(4), "listeners[0].pool");
+    assert!(error.to_string().contains("protocol = \"tcp\""), "{error}");
+    // An HTTP listener routing to the tcp pool, by a route or as its only pool.
+    let routed = format!(
+        "{}\n[[listeners]]\naddress = \"127.0.0.1:8080\"\n[[listeners.routes]]\npool = \"db\"\n",
+        tcp("", "")
+    );
+    let error = check_err(&routed, Some(18), "listeners[1].routes[0].pool");
+    assert!(error.to_string().contains("mode = \"tcp\""), "{error}");
+    let only = "[[listeners]]\naddress = \"127.0.0.1:8080\"\n\n[pools.db]\nprotocol = \"tcp\"\n\
+                backends = [{ address = \"127.0.0.1:6379\" }]\n";
+    check_err(only, Some(1), "listeners[0].routes");
+    // A pool or a session limit on an HTTP listener.
+    let pool_on_http = MINIMAL.replace("8080\"", "8080\"\npool = \"web\"");
+    let error = check_err(&pool_on_http, Some(4), "listeners[0].pool");
+    assert!(error.to_string().contains("mode = \"tcp\""), "{error}");
+    let limit_on_http = MINIMAL.replace("8080\"", "8080\"\nsession_timeout = \"1h\"");
+    check_err(&limit_on_http, Some(4), "listeners[0].session_timeout");
+    check_err(
+        &tcp("session_timeout = \"0s\"", ""),
+        Some(5),
+        "listeners[0].session_timeout",
+    );
+    let udp = tcp("", "").replace("mode = \"tcp\"", "mode = \"udp\"");
+    let error = check_err(&udp, Some(3), "listeners[0].mode");
+    assert!(error.to_string().contains(r#""http", "tcp""#), "{error}");
+}
+
+#[test]
+fn http_keys_on_a_tcp_pool_are_errors_naming_the_key() {
+    for (extra, key) in [
+        ("connection_reuse = \"shared\"", "pools.db.connection_reuse"),
+        ("tls = true", "pools.db.tls"),
+        (
+            "timeouts.response_header = \"5s\"",
+            "pools.db.timeouts.response_header",
+        ),
+        ("timeouts.body_idle = \"5s\"", "pools.db.timeouts.body_idle"),
+        ("timeouts.idle = \"5s\"", "pools.db.timeouts.idle"),
+        ("active.kind = \"http\"", "pools.db.active.kind"),
+        ("active.kind = \"grpc\"", "pools.db.active.kind"),
+        ("active.path = \"/healthz\"", "pools.db.active.path"),
+    ] {
+        let error = check_err(&tcp("", extra), Some(10), key);
+        assert!(
+            error.to_string().contains("protocol = \"tcp\""),
+            "{extra}: {error}"
+        );
+    }
+    // What does apply: the connect timeout, retries, a check that says none.
+    let config = parse(&tcp(
+        "",
+        "timeouts.connect = \"250ms\"\nretries.attempts = 2\nactive.kind = \"none\"",
+    ));
+    let db = &config.pools[0];
+    assert_eq!(db.timeouts.connect, Duration::from_millis(250));
+    assert_eq!(db.retries.attempts, 2);
+    assert_eq!(db.active.kind, CheckKind::None);
+}
+
+#[test]
+fn a_tcp_check_sends_and_expects_text_with_tomls_escapes() {
+    let config = parse(&tcp(
+        "",
+        "active.send = \"PING\\r\\n\"\nactive.expect_text = \"+PONG\"",
+    ));
+    let exchange = config.pools[0]
+        .active
+        .tcp_exchange
+        .clone()
+        .expect("an exchange");
+    assert_eq!(exchange.send, b"PING\r\n");
+    assert_eq!(exchange.expect_text.as_deref(), Some("+PONG"));
+    // A literal string keeps its backslashes; expect alone sends nothing.
+    let config = parse(&tcp("", "active.send = 'PING\\r\\n'"));
+    let exchange = config.pools[0].active.tcp_exchange.clone().unwrap();
+    assert_eq!(exchange.send, b"PING\\r\\n");
+    assert_eq!(exchange.expect_text, None);
+    let config = parse(&tcp("", "active.expect_text = \"220 \""));
+    assert_eq!(
+        config.pools[0].active.tcp_exchange.clone().unwrap().send,
+        b""
+    );
+    assert_eq!(parse(&tcp("", "")).pools[0].active.tcp_exchange, None);
+}
+
+#[test]
+fn send_and_expect_text_belong_to_a_tcp_check_and_are_bounded() {
+    // An HTTP pool's check (kind "http" by default, or written).
+    let http = with_pool("[pools.web.active]\nsend = \"PING\\r\\n\"");
+    let error = check_err(&http, Some(8), "pools.web.active.send");
+    assert!(error.to_string().contains("kind = \"tcp\""), "{error}");
+    let written = with_pool("[pools.web.active]\nkind = \"none\"\nexpect_text = \"+PONG\"");
+    check_err(&written, Some(8), "pools.web.active.kind");
+    // On an HTTP pool whose check is a connect, they are fine.
+    parse(&with_pool(
+        "[pools.web.active]\nkind = \"tcp\"\nexpect_text = \"+PONG\"",
+    ));
+    check_err(
+        &tcp("", "active.expect_text = \"\""),
+        Some(10),
+        "pools.db.active.expect_text",
+    );
+    let long = format!("active.expect_text = \"{}\"", "x".repeat(257));
+    check_err(&tcp("", &long), Some(10), "pools.db.active.expect_text");
+    let huge = format!("active.send = \"{}\"", "x".repeat(64 * 1024 + 1));
+    check_err(&tcp("", &huge), Some(10), "pools.db.active.send");
+}

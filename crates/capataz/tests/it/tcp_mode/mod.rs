@@ -1,0 +1,125 @@
+//! TCP mode end to end: a `mode = "tcp"` listener relaying byte streams to a `protocol =
+//! "tcp"` pool, with the pool's health deciding where each new session goes.
+//!
+//! `relay.rs` drives it with hand-written backends (half-close, timeouts, failover, hostile
+//! clients); `redis.rs` with real Redis servers (the `peers` tier).
+
+mod hostile;
+mod observed;
+mod redis;
+mod relay;
+mod tls;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+use crate::support::{any, DEADLINE};
+
+/// A config of one tcp listener (`listener` lines added) relaying to pool `db` over
+/// `backends` (`pool` lines added to the pool's table, `extra` after it).
+fn config(backends: &[(&str, SocketAddr)], listener: &str, pool: &str) -> String {
+    let list = backends
+        .iter()
+        .map(|(name, addr)| format!("{{ name = \"{name}\", address = \"{addr}\" }}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "[[listeners]]\naddress = \"127.0.0.1:0\"\nmode = \"tcp\"\npool = \"db\"\n{listener}\n\n\
+         [pools.db]\nprotocol = \"tcp\"\nbackends = [{list}]\n{pool}\n"
+    )
+}
+
+/// A backend that greets each connection with its name and a newline, echoes what it reads,
+/// and once the client has sent its FIN, says `bye <name>` and closes its side: what a client
+/// reads shows who served it and that both halves closed in order.
+struct Greeter {
+    addr: SocketAddr,
+    /// Connections accepted so far.
+    accepted: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl Greeter {
+    async fn start(name: &'static str) -> Greeter {
+        let listener = TcpListener::bind(any()).await.expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let _ = stream.write_all(format!("{name}\n").as_bytes()).await;
+                    let mut buf = [0; 4096];
+                    loop {
+                        match stream.read(&mut buf).await {
+                            Ok(0) => break,
+                            Ok(n) => {
+                                if stream.write_all(&buf[..n]).await.is_err() {
+                                    return;
+                                }
+                            }
+                            Err(_) => return,
+                        }
+                    }
+                    let _ = stream.write_all(format!("bye {name}\n").as_bytes()).await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        Greeter {
+            addr,
+            accepted,
+            task,
+        }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Greeter {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The first line a session reads (a greeter's name), within the deadline.
+async fn greeting(stream: &mut TcpStream) -> String {
+    let mut line = Vec::new();
+    let read = async {
+        loop {
+            let mut byte = [0];
+            match stream.read(&mut byte).await {
+                Ok(1) if byte[0] != b'\n' => line.push(byte[0]),
+                _ => break,
+            }
+        }
+    };
+    tokio::time::timeout(DEADLINE, read)
+        .await
+        .expect("a greeting within the deadline");
+    String::from_utf8_lossy(&line).into_owned()
+}
+
+/// Everything until the peer closes, within the deadline; `None` if the read failed (a reset).
+async fn to_end(stream: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut all = Vec::new();
+    tokio::time::timeout(DEADLINE, stream.read_to_end(&mut all))
+        .await
+        .expect("the session ends within the deadline")
+        .ok()?;
+    Some(all)
+}
+
+/// A loopback port nobody listens on (bound, then released): connecting to it is refused.
+fn refused_port() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("address")
+}
