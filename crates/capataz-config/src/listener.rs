@@ -43,6 +43,9 @@ pub struct ListenerConfig {
     /// On a plaintext listener, the HTTPS port every request is redirected to (`308`) instead
     /// of being routed (`https_redirect`, `https_redirect_port`); `None` (default) routes.
     pub https_redirect: Option<u16>,
+    /// The pages of the answers capataz writes itself, by status (`[listeners.error_pages]`);
+    /// `None` (default): capataz's plain-text pages.
+    pub error_pages: Option<crate::ErrorPages>,
 }
 
 /// A listener's access log (`[listeners.access_log]`): one line per request.
@@ -148,4 +151,6 @@ pub struct RouteConfig {
     pub path_prefix: String,
     /// The index of the pool in [`Config::pools`](crate::Config::pools).
     pub pool: usize,
+    /// Its local rate limit (`rate_limit`); `None` (default): none.
+    pub rate_limit: Option<crate::RateLimitConfig>,
 }

@@ -30,17 +30,19 @@ use crate::access_log::{AccessLog, AccessRecord, Phase};
 use crate::acme::Http01Tokens;
 use crate::balance::PoolHandle;
 use crate::body::{BodyRead, Lease, ReqBody, RespBody};
-use crate::config::{BackendProtocol, ConnectionReuse, ListenerConfig};
+use crate::config::{Algorithm, BackendProtocol, ConnectionReuse, ListenerConfig};
 use crate::instruments::{AnsweredBy, ListenerMetrics, MethodClass, RouteMetrics};
 use crate::tls::TlsInfo;
 use crate::upstream::{
     AttemptError, BackendSlots, BackendStream, ExchangeTimeouts, Outgoing, PrivateIdle,
 };
 
+mod error_pages;
 mod forward;
 mod headers;
 mod pages;
 mod plan;
+mod rate_limit;
 mod tally;
 mod tunnel;
 mod websocket;
@@ -63,6 +65,8 @@ struct Route {
     pool: Arc<PoolHandle>,
     /// Its requests' counters.
     metrics: RouteMetrics,
+    /// Its local rate limit, if it has one.
+    limit: Option<Box<rate_limit::RouteLimit>>,
 }
 
 /// The request handler of one listener.
@@ -88,6 +92,8 @@ pub struct Proxy {
     http01: Option<Arc<Http01Tokens>>,
     /// The HTTPS port every request is redirected to, instead of routing (`https_redirect`).
     https_redirect: Option<u16>,
+    /// The listener's own error pages (`None`: capataz's plain-text ones).
+    error_pages: Option<error_pages::Pages>,
 }
 
 impl Proxy {
@@ -131,6 +137,12 @@ impl Proxy {
                         host: r.host.clone(),
                         path_prefix: r.path_prefix.clone(),
                         metrics: metrics.route(&label, &pool.name),
+                        limit: r.rate_limit.as_ref().map(|limit| {
+                            Box::new(rate_limit::RouteLimit::new(
+                                limit,
+                                metrics.rate_limited(&label),
+                            ))
+                        }),
                         pool,
                     }
                 })
@@ -145,6 +157,7 @@ impl Proxy {
             access_log,
             http01,
             https_redirect: listener.https_redirect,
+            error_pages: error_pages::Pages::new(listener.error_pages.as_ref()),
         }
     }
 
@@ -183,10 +196,14 @@ impl Proxy {
             // As an HTTP/1.1 head with as many, which hyper refuses before the proxy sees it:
             // 431, counted as a refused head, not logged.
             self.count_refused();
-            return Ok(error_page(
+            let mut page = error_page(
                 StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
                 "too many header fields",
-            ));
+            );
+            if let Some(pages) = &self.error_pages {
+                pages.dress(&mut page);
+            }
+            return Ok(page);
         }
         let method = MethodClass::of(req.method());
         let mut tally = Tally {
@@ -200,6 +217,7 @@ impl Proxy {
                 connected: Phase::Send,
             },
             record: None,
+            reason: None,
         };
         if let Some((log, names)) = &self.access_log {
             let mut record = Box::new(AccessRecord::start(
@@ -217,7 +235,7 @@ impl Proxy {
         // The routing phase answers on its own or names the pool; the relay is awaited here,
         // not in a function of its own: its future is then one level less deep, and moved
         // (memcpy) once less per request.
-        let mut response = match self.route_request(&mut req, &mut tally) {
+        let mut response = match self.route_request(&mut req, &client, &mut tally) {
             Routed::Answer(page) => page,
             Routed::Pool(pool) => self.relay(req, &pool, &client, &mut tally).await,
         };
@@ -225,6 +243,9 @@ impl Proxy {
             Some(index) => &self.routes[index].metrics,
             None => &self.unrouted,
         };
+        if let (Some(pages), AnsweredBy::Capataz) = (&self.error_pages, tally.by) {
+            pages.dress(&mut response);
+        }
         let status = response.status().as_u16();
         counters.answered(method, status, tally.by);
         if let Some((mut record, log, names)) = tally.record.take() {
@@ -237,10 +258,15 @@ impl Proxy {
     }
 
     /// The routing phase of a request: the answer to one refused or answered before routing
-    /// (`refuse`, an HTTP-01 token, a bad Host, an HTTPS redirect, no route), or the pool of
-    /// its route (noted in `tally`), the Host it lacked added, its request counted by the
-    /// pool's retry budget.
-    fn route_request(&self, req: &mut Request<Incoming>, tally: &mut Tally) -> Routed {
+    /// (`refuse`, an HTTP-01 token, a bad Host, an HTTPS redirect, no route, its route's rate
+    /// limit), or the pool of its route (noted in `tally`), the Host it lacked added, its
+    /// request counted by the pool's retry budget.
+    fn route_request(
+        &self,
+        req: &mut Request<Incoming>,
+        client: &ClientInfo,
+        tally: &mut Tally,
+    ) -> Routed {
         if let Some(refused) = self.refuse(req) {
             return Routed::Answer(refused);
         }
@@ -272,6 +298,12 @@ impl Proxy {
             ));
         };
         tally.route = Some(route);
+        if let Some(limit) = &self.routes[route].limit {
+            if let Some(page) = limit.check(req.headers(), client.addr.ip()) {
+                tally.reason = Some(rate_limit::RATE_LIMITED);
+                return Routed::Answer(page);
+            }
+        }
         let pool = self.routes[route].pool.clone();
         // An HTTP/1.0 absolute-form request without Host: the backend gets the host the route
         // was chosen by.

@@ -108,9 +108,10 @@ pub(super) fn text(out: &mut String, listener: &str, record: &AccessRecord) {
     quoted(out, record.sni.as_deref());
     let _ = write!(
         out,
-        " client_port={} truncated={}",
+        " client_port={} truncated={} reason={}",
         record.client.port(),
-        record.truncated
+        record.truncated,
+        record.reason.unwrap_or("-"),
     );
     out.push('\n');
 }
@@ -139,6 +140,7 @@ pub(super) fn json(out: &mut String, listener: &str, record: &AccessRecord) {
         "tls_version": record.tls_version,
         "sni": record.sni,
         "truncated": record.truncated,
+        "reason": record.reason,
     });
     // serde_json escapes every control character: the object is one line.
     out.push_str(&value.to_string());
@@ -176,6 +178,7 @@ mod tests {
                 ended_by: EndedBy::Nobody,
                 phase: Phase::Done,
             },
+            reason: None,
         }
     }
 
@@ -188,7 +191,7 @@ mod tests {
             "192.0.2.7 - - [2026-12-03T14:05:09.123Z] \"GET /a?b=\\x22c\\x22\\x0D\\x0Aforged=1 \
              HTTP/1.1\" 200 42 - \"curl/8 \\x5C \\xC3\\xA9\" listener=public route=\"/\" \
              pool=web backend=web-1 attempts=1 ended_by=- phase=- duration=0.001500 \
-             tls=TLSv1.3 sni=\"app.example\" client_port=50000 truncated=false\n"
+             tls=TLSv1.3 sni=\"app.example\" client_port=50000 truncated=false reason=-\n"
         );
     }
 
@@ -203,6 +206,7 @@ mod tests {
         assert_eq!(back["referer"], Value::Null);
         assert_eq!(back["ended_by"], "-");
         assert_eq!(back["sni"], "app.example");
+        assert_eq!(back["reason"], Value::Null);
     }
 
     #[test]

@@ -191,6 +191,8 @@ pub struct AccessRecord {
     pub attempts: u32,
     /// Who ended the request, and where.
     pub termination: Termination,
+    /// Why capataz refused it, when a rule of its own did (`rate_limited`); `None` otherwise.
+    pub reason: Option<&'static str>,
 }
 
 impl AccessRecord {
@@ -248,6 +250,7 @@ impl AccessRecord {
             backend: None,
             attempts: 0,
             termination: Termination::client_gone(Phase::Request),
+            reason: None,
         }
     }
 

@@ -62,6 +62,7 @@ pub use listener::{AnsweredBy, ListenerMetrics, MethodClass, OpenConnection, Rou
 pub(crate) use timing::Timing;
 
 mod counters;
+mod edge;
 mod handles;
 mod listener;
 #[cfg(test)]
@@ -202,6 +203,8 @@ pub struct Families {
     /// The client side's families (`capataz_client_*`, `capataz_access_log_dropped`).
     client: ClientFamilies,
     tls: TlsFamilies,
+    /// The edge's families (`capataz_rate_limited`).
+    edge: edge::EdgeFamilies,
     /// Client connections parked now (HTTP/1 between requests, hyper's state released; see
     /// `downstream/mod.rs`), balancer-wide, for the tests (`Balancer::parked_connections`); per
     /// listener in `connections_parked`.
@@ -268,8 +271,10 @@ impl Families {
             counters.series(counters::Family::Outliers),
         );
         let tls = TlsFamilies::register(registry);
+        let edge = edge::EdgeFamilies::register(registry);
         Families {
             tls,
+            edge,
             scope,
             counters,
             upstream_response,

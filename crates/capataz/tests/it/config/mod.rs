@@ -5,6 +5,7 @@
 
 mod access_log;
 mod edge_example;
+mod edge_keys;
 mod errors;
 mod etcd_access;
 mod fleet;
