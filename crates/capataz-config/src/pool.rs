@@ -187,6 +187,8 @@ pub enum Algorithm {
     RoundRobin,
     /// Least outstanding requests between two random choices, weighted.
     LeastRequest,
+    /// Two random choices compared by latency estimate x (outstanding + 1) / weight.
+    PeakEwma,
 }
 
 /// What a pool does when none of its backends is UP.

@@ -379,6 +379,7 @@ choice! {
     RawAlgorithm {
         RoundRobin = "round_robin",
         LeastRequest = "least_request",
+        PeakEwma = "peak_ewma",
     }
 }
 

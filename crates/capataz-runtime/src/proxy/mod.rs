@@ -658,9 +658,16 @@ fn unsendable(plan: &Planner) -> Response<RespBody> {
 #[allow(clippy::result_large_err)]
 fn pick(pool: &PoolHandle, plan: &mut Planner) -> Result<usize, Response<RespBody>> {
     let snapshot = pool.snapshot();
-    let picked = snapshot.pick(pool.config.algorithm, &pool.cursor, plan.tried(), |b| {
-        pool.backends[b].in_flight.load(Ordering::Relaxed)
-    });
+    let in_flight = |b: usize| pool.backends[b].in_flight.load(Ordering::Relaxed);
+    let picked = match pool.config.algorithm {
+        Algorithm::PeakEwma => {
+            let now = std::time::Instant::now();
+            snapshot.pick_peak_ewma(plan.tried(), in_flight, |b| {
+                pool.backends[b].ewma.as_ref()?.estimate(now)
+            })
+        }
+        algorithm => snapshot.pick(algorithm, &pool.cursor, plan.tried(), in_flight),
+    };
     let all_down = snapshot.all_down;
     drop(snapshot);
     let Some(index) = picked else {

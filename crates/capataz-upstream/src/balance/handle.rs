@@ -100,9 +100,18 @@ impl PoolHandle {
 
     /// Replaces the snapshot with one built from what the engine decided, unless the current
     /// one says the same already (the health runtime's publishing; a rebuild that would change
-    /// nothing costs no schedule).
+    /// nothing costs no schedule). In a peak EWMA pool, a backend back in rotation starts
+    /// unsampled.
     pub fn publish(&self, eligible: Eligible) {
-        if !self.snapshot.load().says(&eligible) {
+        let current = self.snapshot.load();
+        if !current.says(&eligible) {
+            if self.config.algorithm == capataz_config::Algorithm::PeakEwma {
+                current.reset_returning(&eligible.backends, |b| {
+                    if let Some(ewma) = self.backends.get(b).and_then(|rt| rt.ewma.as_ref()) {
+                        ewma.reset();
+                    }
+                });
+            }
             self.snapshot.store(Arc::new(Snapshot::of(eligible)));
         }
     }

@@ -67,6 +67,7 @@ impl Validator<'_> {
         let algorithm = match raw.algorithm {
             None | Some(RawAlgorithm::RoundRobin) => Algorithm::RoundRobin,
             Some(RawAlgorithm::LeastRequest) => Algorithm::LeastRequest,
+            Some(RawAlgorithm::PeakEwma) => Algorithm::PeakEwma,
         };
         let retry_after = self.duration(
             &raw.retry_after,

@@ -4,6 +4,7 @@
 //! events and counts with generous deadlines, never on fixed sleeps.
 
 mod error_pages;
+mod peak_ewma;
 mod rate_limit;
 
 use crate::support::balancer::{backends, start, ConfigText, FAST_CHECKS};
