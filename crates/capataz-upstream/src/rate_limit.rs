@@ -247,7 +247,7 @@ mod tests {
         let busy = t0 + Duration::from_secs(1);
         assert_eq!(limiter.check(b"busy", busy), Verdict::Allowed);
         for i in 0..1000u32 {
-            limiter.check(&i.to_be_bytes(), t0);
+            limiter.check(i.to_be_bytes(), t0);
         }
         assert!(limiter.keys() <= 128);
         assert!(matches!(limiter.check(b"busy", busy), Verdict::Limited(_)));
