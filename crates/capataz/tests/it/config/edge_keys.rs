@@ -116,3 +116,98 @@ fn an_unreadable_or_oversized_page_file_names_file_line_and_key() {
     assert!(error.to_string().contains("larger than 64 KiB"), "{error}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_rate_limit_reads_its_key_and_defaults() {
+    use capataz::config::{RateLimitKey, DEFAULT_RATE_LIMIT_KEYS};
+    let config = parse(&listener_with(
+        "",
+        "rate_limit = { key = \"client_ip\", rate = 100 }",
+    ));
+    let limit = config.listeners[0].routes[0]
+        .rate_limit
+        .clone()
+        .expect("a limit");
+    assert_eq!(limit.key, RateLimitKey::ClientIp);
+    assert_eq!(
+        (limit.rate, limit.burst),
+        (100, 100),
+        "burst defaults to rate"
+    );
+    assert_eq!(limit.per, Duration::from_secs(1));
+    assert_eq!(limit.max_keys, DEFAULT_RATE_LIMIT_KEYS);
+    assert_eq!(limit.interval(), Duration::from_millis(10));
+    let config = parse(&listener_with(
+        "",
+        "rate_limit = { key = \"header:X-Api-Key\", rate = 5, per = \"1m\", burst = 1, max_keys = 10 }",
+    ));
+    let limit = config.listeners[0].routes[0].rate_limit.clone().unwrap();
+    assert_eq!(
+        limit.key,
+        RateLimitKey::Header(http::HeaderName::from_static("x-api-key"))
+    );
+    assert_eq!(
+        (limit.rate, limit.per, limit.burst, limit.max_keys),
+        (5, Duration::from_secs(60), 1, 10)
+    );
+    assert!(parse(MINIMAL).listeners[0].routes[0].rate_limit.is_none());
+}
+
+#[test]
+fn rate_limit_errors_name_the_line_and_key() {
+    let at = "listeners[0].routes[0].rate_limit";
+    let cases: [(&str, &str, String); 8] = [
+        ("no key", "{ rate = 1 }", format!("{at}.key")),
+        (
+            "an unknown key kind",
+            "{ key = \"cookie:a\", rate = 1 }",
+            format!("{at}.key"),
+        ),
+        (
+            "a bad header name",
+            "{ key = \"header:a b\", rate = 1 }",
+            format!("{at}.key"),
+        ),
+        ("no rate", "{ key = \"client_ip\" }", format!("{at}.rate")),
+        (
+            "rate 0",
+            "{ key = \"client_ip\", rate = 0 }",
+            format!("{at}.rate"),
+        ),
+        (
+            "burst 0",
+            "{ key = \"client_ip\", rate = 1, burst = 0 }",
+            format!("{at}.burst"),
+        ),
+        (
+            "a period under 1ms",
+            "{ key = \"client_ip\", rate = 1, per = \"500us\" }",
+            format!("{at}.per"),
+        ),
+        (
+            "max_keys 0",
+            "{ key = \"client_ip\", rate = 1, max_keys = 0 }",
+            format!("{at}.max_keys"),
+        ),
+    ];
+    for (what, table, key) in cases {
+        let text = listener_with("", &format!("rate_limit = {table}"));
+        let error = check_err(&text, Some(7), &key);
+        assert_eq!(error.key(), key, "{what}: {error}");
+    }
+    let error = check_err(
+        &listener_with(
+            "",
+            "rate_limit = { key = \"client_ip\", rate = 1, burst = 2, bucket = 3 }",
+        ),
+        Some(7),
+        "bucket",
+    );
+    assert!(error.to_string().contains("bucket"), "{error}");
+}
+
+#[test]
+fn peak_ewma_is_an_algorithm() {
+    let text = MINIMAL.replace("[pools.web]\n", "[pools.web]\nalgorithm = \"peak_ewma\"\n");
+    assert_eq!(parse(&text).pools[0].algorithm, Algorithm::PeakEwma);
+}
