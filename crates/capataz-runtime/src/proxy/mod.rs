@@ -60,13 +60,16 @@ use tunnel::tunnel;
 /// One route, resolved to its pool.
 #[derive(Debug)]
 struct Route {
+    /// Its label (metrics and access log): its host and path prefix.
+    label: String,
     host: Option<String>,
     path_prefix: String,
     pool: Arc<PoolHandle>,
     /// Its requests' counters.
     metrics: RouteMetrics,
-    /// Its local rate limit, if it has one.
-    limit: Option<Box<rate_limit::RouteLimit>>,
+    /// Its local rate limit, if it has one (shared with the proxy a reload replaces, when
+    /// the route and its limit are unchanged).
+    limit: Option<Arc<rate_limit::RouteLimit>>,
 }
 
 /// The request handler of one listener.
@@ -105,12 +108,14 @@ impl Proxy {
     /// The handler of `listener`, whose routes' `pool` indexes refer to `pools` (the pools'
     /// request-path handles: the proxy never sees the health runtime), counting into
     /// `metrics`, the listener's, answering the pending HTTP-01 tokens of `http01` if given.
+    /// A route whose rate limit `previous` (the proxy this one replaces) had for the same
+    /// route keeps its buckets.
     pub(crate) fn new(
         listener: &ListenerConfig,
         pools: &[Arc<PoolHandle>],
         metrics: Arc<ListenerMetrics>,
-        access_log: Option<Arc<AccessLog>>,
-        http01: Option<Arc<Http01Tokens>>,
+        (access_log, http01): (Option<Arc<AccessLog>>, Option<Arc<Http01Tokens>>),
+        previous: Option<&Proxy>,
     ) -> Proxy {
         let routes = &listener.routes;
         let access_log = access_log.map(|log| {
@@ -138,11 +143,14 @@ impl Proxy {
                         path_prefix: r.path_prefix.clone(),
                         metrics: metrics.route(&label, &pool.name),
                         limit: r.rate_limit.as_ref().map(|limit| {
-                            Box::new(rate_limit::RouteLimit::new(
+                            rate_limit::RouteLimit::kept_or_new(
+                                previous.map(|p| p.routes.iter().map(|r| (&r.label, &r.limit))),
+                                &label,
                                 limit,
-                                metrics.rate_limited(&label),
-                            ))
+                                || metrics.rate_limited(&label),
+                            )
                         }),
+                        label,
                         pool,
                     }
                 })

@@ -5,6 +5,7 @@
 //! A route without a limit pays one branch on a `None`.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderValue};
@@ -22,6 +23,8 @@ pub(super) const RATE_LIMITED: &str = "rate_limited";
 /// One route's limit.
 #[derive(Debug)]
 pub(super) struct RouteLimit {
+    /// What it was built from: a proxy rebuilt with the same keeps it.
+    config: RateLimitConfig,
     limiter: RateLimiter,
     key: RateLimitKey,
     /// Requests refused over it.
@@ -32,9 +35,31 @@ impl RouteLimit {
     /// The limit `config` says, counting refusals into `limited`.
     pub(super) fn new(config: &RateLimitConfig, limited: Counter) -> RouteLimit {
         RouteLimit {
+            config: config.clone(),
             limiter: RateLimiter::new(config, Instant::now()),
             key: config.key.clone(),
             limited,
+        }
+    }
+
+    /// The limit of route `label` as `config` says: the one `previous` (the routes of the
+    /// proxy being replaced, by label) had for it if it was built from the same config, so
+    /// a reload or a membership update keeps its buckets; else a new one counting into
+    /// `limited()`.
+    pub(super) fn kept_or_new<'a>(
+        previous: Option<impl Iterator<Item = (&'a String, &'a Option<Arc<RouteLimit>>)>>,
+        label: &str,
+        config: &RateLimitConfig,
+        limited: impl FnOnce() -> Counter,
+    ) -> Arc<RouteLimit> {
+        let kept = previous.into_iter().flatten().find_map(|(l, limit)| {
+            limit
+                .as_ref()
+                .filter(|limit| l == label && limit.config == *config)
+        });
+        match kept {
+            Some(limit) => limit.clone(),
+            None => Arc::new(RouteLimit::new(config, limited())),
         }
     }
 

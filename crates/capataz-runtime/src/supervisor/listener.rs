@@ -89,12 +89,14 @@ impl Supervisor {
     }
 
     /// What a listener reads per request with `config` in force: its proxy, routing to
-    /// `pool_handles`, counting into the listener's metrics and writing to `access_log`.
+    /// `pool_handles`, counting into the listener's metrics and writing to `access_log`,
+    /// keeping the rate limits' buckets of `previous` (the state it replaces) where unchanged.
     pub(super) fn listener_state(
         &self,
         config: &ListenerConfig,
         pool_handles: &[Arc<PoolHandle>],
         access_log: Option<Arc<AccessLog>>,
+        previous: Option<&ListenerState>,
     ) -> Arc<ListenerState> {
         Arc::new(ListenerState {
             config: config.clone(),
@@ -102,9 +104,12 @@ impl Supervisor {
                 config,
                 pool_handles,
                 self.metrics.families().listener(&config.name),
-                access_log,
                 // HTTP-01 challenges are answered on plaintext listeners only.
-                config.tls.is_none().then(|| self.http01.clone()),
+                (
+                    access_log,
+                    config.tls.is_none().then(|| self.http01.clone()),
+                ),
+                previous.map(|state| &*state.proxy),
             )),
         })
     }
@@ -126,6 +131,7 @@ impl Supervisor {
             listener,
             &handles(pools),
             self.access_log(listener),
+            None,
         )));
         let (stop, stop_rx) = watch::channel(false);
         if self.accepting() {

@@ -145,3 +145,35 @@ async fn a_header_key_gives_each_value_its_bucket_and_a_request_without_it_its_a
     }
     assert_eq!(b[0].traffic_hits(), 8);
 }
+
+#[tokio::test]
+async fn a_reload_keeps_an_unchanged_limits_buckets_and_a_changed_limit_starts_afresh() {
+    let b = backends(&["a", "b"]).await;
+    let route = |limit: &str| {
+        format!("\n  [[listeners.routes]]\n  pool = \"web\"\n  rate_limit = {{ {limit} }}\n")
+    };
+    let config = |limit: &str, backends: &[capataz::sim::SimBackend]| {
+        ConfigText::sims(backends)
+            .listener(&route(limit))
+            .extra("[pools.web.active]\nkind = \"none\"\n")
+            .build()
+    };
+    let once_an_hour = "key = \"client_ip\", rate = 1, per = \"1h\", burst = 2";
+    let (balancer, _rx) = start(&config(once_an_hour, &b[..1])).await;
+    let mut client = Client::new(balancer.local_addrs()[0]);
+    assert_eq!(two(&mut client).await, [200, 200]);
+    // A reload that adds a backend: the same limit, the same (empty) bucket.
+    let parsed = crate::support::balancer::parse(&config(once_an_hour, &b));
+    balancer.reload(&parsed).await.expect("reload");
+    assert_eq!(two(&mut client).await, [429, 429]);
+    // A changed limit starts afresh.
+    let changed = "key = \"client_ip\", rate = 1, per = \"1h\", burst = 3";
+    let parsed = crate::support::balancer::parse(&config(changed, &b));
+    balancer.reload(&parsed).await.expect("reload");
+    assert_eq!(two(&mut client).await, [200, 200]);
+}
+
+/// The statuses of two requests.
+async fn two(client: &mut Client) -> [u16; 2] {
+    [client.get("/").await.status, client.get("/").await.status]
+}
