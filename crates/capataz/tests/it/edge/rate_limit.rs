@@ -177,3 +177,33 @@ async fn a_reload_keeps_an_unchanged_limits_buckets_and_a_changed_limit_starts_a
 async fn two(client: &mut Client) -> [u16; 2] {
     [client.get("/").await.status, client.get("/").await.status]
 }
+
+#[tokio::test]
+async fn the_limit_applies_before_the_pool_even_with_every_backend_down() {
+    use capataz::health::Notice;
+    use capataz::sim::Mode;
+    let b = backends(&["a"]).await;
+    let listener = "\n  [[listeners.routes]]\n  pool = \"web\"\n  \
+         rate_limit = { key = \"client_ip\", rate = 1, per = \"1h\", burst = 2 }\n";
+    let pool = format!("when_all_down = \"reject\"\n{FAST_CHECKS}");
+    let text = ConfigText::sims(&b).listener(listener).extra(&pool).build();
+    let (balancer, mut rx) = start(&text).await;
+    b[0].set_health(Mode::Status(503));
+    wait_for(&mut rx, "all down", |e| matches!(e, Notice::AllDown { .. })).await;
+    let mut client = Client::new(balancer.local_addrs()[0]);
+    // Within the limit: the pool's 503; past it: 429, the pool never asked.
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        got.push(client.get("/").await.status);
+    }
+    assert_eq!(got, [503, 503, 429, 429]);
+    let metrics = metrics_text(&balancer);
+    assert_eq!(
+        series(&metrics, "capataz_rejected_total", "pool=\"web\""),
+        Some(2.0)
+    );
+    assert_eq!(
+        series(&metrics, "capataz_rate_limited_total", "route=\"/\""),
+        Some(2.0)
+    );
+}
