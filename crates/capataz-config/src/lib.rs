@@ -18,12 +18,14 @@ use std::time::Duration;
 mod affinity;
 mod check;
 mod cidr;
+mod error_pages;
 mod etcd_access;
 mod health_checks;
 mod limits;
 mod listener;
 mod parse;
 mod pool;
+mod rate_limit;
 mod source;
 mod tcp;
 mod text_errors;
@@ -31,6 +33,9 @@ mod text_errors;
 pub use affinity::{Affinity, HashConfig, HashKey, OnDrain, SameSite, StickyConfig};
 pub use check::{check, Warning, CERTIFICATE_EXPIRY_WARNING, DETECTION_BUDGET, RECOVERY_BUDGET};
 pub use cidr::{Cidr, CidrError};
+pub use error_pages::{
+    ErrorPage, ErrorPages, DEFAULT_ERROR_PAGE_TYPE, ERROR_PAGE_STATUSES, MAX_ERROR_PAGE_BYTES,
+};
 pub use etcd_access::EtcdToken;
 pub use etcd_access::{EtcdAccess, EtcdAuth, EtcdSession, EtcdTls};
 pub use health_checks::{
@@ -51,6 +56,7 @@ pub use pool::{
     AgentCheckConfig, Algorithm, AllDownPolicy, BackendConfig, BackendProtocol, BackendTls,
     ClientIdentity, ConnectionReuse, PoolConfig, RetryConfig, TrackTarget, UpstreamTimeouts,
 };
+pub use rate_limit::{RateLimitConfig, RateLimitKey, DEFAULT_RATE_LIMIT_KEYS};
 pub use source::{DnsRecord, DnsSource, EtcdEndpoint, EtcdSource, FleetConfig, PoolSource};
 pub use tcp::TcpListenerConfig;
 pub use text_errors::{DurationError, ListenAddressError};

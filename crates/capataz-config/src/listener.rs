@@ -46,6 +46,9 @@ pub struct ListenerConfig {
     /// `mode = "tcp"`: byte streams relayed to one pool, no routes (`routes` is empty); `None`
     /// (the default, `mode = "http"`) serves HTTP.
     pub tcp: Option<crate::TcpListenerConfig>,
+    /// The pages of the answers capataz writes itself, by status (`[listeners.error_pages]`);
+    /// `None` (default): capataz's plain-text pages.
+    pub error_pages: Option<crate::ErrorPages>,
 }
 
 /// A listener's access log (`[listeners.access_log]`): one line per request.
@@ -151,4 +154,6 @@ pub struct RouteConfig {
     pub path_prefix: String,
     /// The index of the pool in [`Config::pools`](crate::Config::pools).
     pub pool: usize,
+    /// Its local rate limit (`rate_limit`); `None` (default): none.
+    pub rate_limit: Option<crate::RateLimitConfig>,
 }

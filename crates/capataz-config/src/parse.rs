@@ -11,6 +11,7 @@
 mod env;
 mod errors;
 mod locate;
+mod page_files;
 mod place;
 mod raw;
 mod resolve;
@@ -197,6 +198,7 @@ pub fn parse_all_errors(
         lookups: validator.lookups.into_inner(),
         tls_loads: validator.tls_loads.into_inner(),
         secrets: validator.secrets.into_inner(),
+        page_loads: validator.page_loads.into_inner(),
     })
 }
 

@@ -206,6 +206,8 @@ pub enum Algorithm {
     LeastRequest,
     /// Consistent hashing of a request's key (`affinity.hash`), with bounded loads.
     Hash,
+    /// Two random choices compared by latency estimate x (outstanding + 1) / weight.
+    PeakEwma,
 }
 
 /// What a pool does when none of its backends is UP.

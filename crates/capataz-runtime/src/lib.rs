@@ -10,7 +10,7 @@ pub use capataz_events as events;
 pub use capataz_timefmt as timefmt;
 pub use capataz_tls as tls;
 pub use capataz_upstream::{access_log, balance};
-use capataz_upstream::{body, instruments, upstream};
+use capataz_upstream::{body, instruments, rate_limit, upstream};
 // The request path's own pieces the runtime uses too, still not part of its API.
 use capataz_upstream::{atomic_enum, oneshot};
 

@@ -173,7 +173,7 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
         .next_probe
         .filter(|_| pool.config.active.kind != CheckKind::None)
         .map(|due| due.saturating_sub(view.now).as_millis() as u64);
-    json!({
+    let mut backend = json!({
         "pool": &*pool.name,
         "name": &*view.backend.name,
         "address": view.backend.address,
@@ -225,7 +225,13 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
         "serving": view.serving,
         "requalify": standing.requalifying.map(|(has, needs)| json!({ "passes": has, "needs": needs })),
         "explain": explain(pool, view),
-    })
+    });
+    // Peak EWMA pools only: the latency estimate the picker compares (null: unsampled).
+    if let Some(ewma) = &view.backend.ewma {
+        let estimate = ewma.estimate(std::time::Instant::now());
+        backend["latency_estimate_ms"] = json!(estimate.map(|ns| ns / 1e6));
+    }
+    backend
 }
 
 /// The whole `GET /status` page, pretty-printed: the time and every pool with all its backends.

@@ -1,6 +1,6 @@
 //! capataz's request path below the proxy: keep-alive connections to backends and the
 //! exchanges on them (`upstream`), a pool's side of the request path and the pick
-//! (`balance`), the bodies streamed both ways (`body`), the retry budget (`budget`), the
+//! (`balance`), the bodies streamed both ways (`body`), the retry budget (`budget`), routes' rate limits (`rate_limit`), the
 //! access log (`access_log`), the metric handles they update (`instruments`), typed enums in
 //! atomics (`atomic_enum`), and the one internal HTTP/1.1 client (`oneshot`).
 //!
@@ -14,4 +14,5 @@ pub mod body;
 pub mod budget;
 pub mod instruments;
 pub mod oneshot;
+pub mod rate_limit;
 pub mod upstream;

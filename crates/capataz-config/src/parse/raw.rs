@@ -30,6 +30,8 @@ tables!(
     RawCertificate,
     RawHttp2,
     RawProxyProtocol,
+    RawErrorPage,
+    RawRateLimit,
     RawRoute,
     RawPool,
     RawSource,
@@ -134,9 +136,19 @@ pub(super) struct RawListener {
     pub(super) access_log: Option<Spanned<RawAccessLog>>,
     pub(super) https_redirect: Option<Spanned<bool>>,
     pub(super) https_redirect_port: Option<Spanned<i64>>,
+    pub(super) error_pages: Option<BTreeMap<Spanned<String>, RawErrorPage>>,
     pub(super) mode: Option<Spanned<RawMode>>,
     pub(super) pool: Option<Spanned<String>>,
     pub(super) session_timeout: Option<Spanned<Value>>,
+}
+
+/// One status's page in `[listeners.error_pages]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, remote = "Self")]
+pub(super) struct RawErrorPage {
+    pub(super) file: Option<Spanned<String>>,
+    pub(super) body: Option<Spanned<String>>,
+    pub(super) content_type: Option<Spanned<String>>,
 }
 
 choice! {
@@ -212,6 +224,18 @@ pub(super) struct RawRoute {
     pub(super) host: Option<Spanned<String>>,
     pub(super) path_prefix: Option<Spanned<String>>,
     pub(super) pool: Option<Spanned<String>>,
+    pub(super) rate_limit: Option<RawRateLimit>,
+}
+
+/// A route's `rate_limit` table.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, remote = "Self")]
+pub(super) struct RawRateLimit {
+    pub(super) key: Option<Spanned<String>>,
+    pub(super) rate: Option<Spanned<i64>>,
+    pub(super) per: Option<Spanned<Value>>,
+    pub(super) burst: Option<Spanned<i64>>,
+    pub(super) max_keys: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -405,6 +429,7 @@ choice! {
         RoundRobin = "round_robin",
         LeastRequest = "least_request",
         Hash = "hash",
+        PeakEwma = "peak_ewma",
     }
 }
 

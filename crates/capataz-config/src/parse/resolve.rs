@@ -49,6 +49,8 @@ pub struct Unresolved {
     pub(super) tls_loads: Vec<super::tls_files::TlsLoad>,
     /// Secret files (`admin.token_file`), read with the names (see `secrets`).
     pub(super) secrets: Vec<super::secrets::SecretLoad>,
+    /// Listeners' error page files, read with the names (see `page_files`).
+    pub(super) page_loads: Vec<super::page_files::PageLoad>,
 }
 
 impl Unresolved {
@@ -78,6 +80,7 @@ impl Unresolved {
                     .chain(settings.client_ca.iter().map(|(ca, _)| ca.as_path()))
             })
             .chain(self.secrets.iter().map(|secret| secret.path.as_path()))
+            .chain(self.page_loads.iter().map(|page| page.path.as_path()))
     }
 
     /// Resolves every name with the system resolver (the first address wins), loads every TLS
@@ -97,6 +100,10 @@ impl Unresolved {
             errors.push(error);
         }
         errors.extend(super::secrets::load_all(&mut self.config, &self.secrets));
+        errors.extend(super::page_files::load_all(
+            &mut self.config,
+            &self.page_loads,
+        ));
         for lookup in &self.lookups {
             let address = match resolve_one(lookup) {
                 Ok(address) => address,

@@ -19,12 +19,14 @@ pub(super) use admin::check_admin_token;
 mod alerts;
 mod backend_tls;
 mod backends;
+mod error_pages;
 mod etcd_access;
 mod fleet;
 mod limits;
 mod passive;
 mod pool;
 mod proxy_protocol;
+mod rate_limit;
 mod source;
 mod tcp;
 mod tls;
@@ -83,6 +85,8 @@ pub(super) struct Validator<'a> {
     pub(super) tls_loads: RefCell<Vec<super::tls_files::TlsLoad>>,
     /// Files holding secrets (`admin.token_file`), for stage three to read.
     pub(super) secrets: RefCell<Vec<super::secrets::SecretLoad>>,
+    /// The files of listeners' error pages, for stage three to read.
+    pub(super) page_loads: RefCell<Vec<super::page_files::PageLoad>>,
     /// Every error met so far, in order.
     pub(super) errors: RefCell<Vec<ConfigError>>,
     /// Pools that failed validation: a route naming one is not a second error.
@@ -105,6 +109,7 @@ impl<'a> Validator<'a> {
             lookups: Default::default(),
             tls_loads: Default::default(),
             secrets: Default::default(),
+            page_loads: Default::default(),
             errors: Default::default(),
             failed_pools: Default::default(),
             plaintext_listener: Default::default(),
@@ -425,6 +430,7 @@ impl<'a> Validator<'a> {
                 host: None,
                 path_prefix: "/".into(),
                 pool: 0,
+                rate_limit: None,
             });
         }
         for (route_index, route) in raw.routes.into_iter().enumerate() {
@@ -481,6 +487,10 @@ impl<'a> Validator<'a> {
             access_log: raw
                 .access_log
                 .map(|log| self.access_log(&at, log))
+                .transpose()?,
+            error_pages: raw
+                .error_pages
+                .map(|pages| self.error_pages(&at, index, pages))
                 .transpose()?,
         })
     }
@@ -599,6 +609,7 @@ impl<'a> Validator<'a> {
                     host: None,
                     path_prefix: "/".into(),
                     pool: 0,
+                    rate_limit: None,
                 });
             }
             return Err(self.error(
@@ -633,10 +644,15 @@ impl<'a> Validator<'a> {
                 prefix.into_inner()
             }
         };
+        let rate_limit = raw
+            .rate_limit
+            .map(|limit| self.rate_limit(at, limit))
+            .transpose()?;
         Ok(RouteConfig {
             host,
             path_prefix,
             pool: pool_index,
+            rate_limit,
         })
     }
 

@@ -310,6 +310,7 @@ fn new_backend(
                 .close_tunnels_on_down
                 .then(|| Arc::new(tokio::sync::watch::Sender::new(0))),
         },
+        ewma: (config.algorithm == crate::config::Algorithm::PeakEwma).then(Box::default),
     }
 }
 

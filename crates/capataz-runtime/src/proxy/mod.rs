@@ -30,7 +30,7 @@ use crate::access_log::{AccessLog, AccessRecord, Phase};
 use crate::acme::Http01Tokens;
 use crate::balance::PoolHandle;
 use crate::body::{BodyRead, Lease, ReqBody, RespBody};
-use crate::config::{ConnectionReuse, ListenerConfig};
+use crate::config::{Algorithm, ConnectionReuse, ListenerConfig};
 use crate::instruments::{AnsweredBy, ListenerMetrics, MethodClass, RouteMetrics};
 use crate::tls::TlsInfo;
 use crate::upstream::{
@@ -38,11 +38,13 @@ use crate::upstream::{
 };
 
 mod affinity;
+mod error_pages;
 mod forward;
 mod headers;
 mod pages;
 mod plan;
 mod queued;
+mod rate_limit;
 mod tally;
 mod tunnel;
 mod websocket;
@@ -61,11 +63,16 @@ use tunnel::tunnel;
 /// One route, resolved to its pool.
 #[derive(Debug)]
 struct Route {
+    /// Its label (metrics and access log): its host and path prefix.
+    label: String,
     host: Option<String>,
     path_prefix: String,
     pool: Arc<PoolHandle>,
     /// Its requests' counters.
     metrics: RouteMetrics,
+    /// Its local rate limit, if it has one (shared with the proxy a reload replaces, when
+    /// the route and its limit are unchanged).
+    limit: Option<Arc<rate_limit::RouteLimit>>,
 }
 
 /// The request handler of one listener.
@@ -91,6 +98,8 @@ pub struct Proxy {
     http01: Option<Arc<Http01Tokens>>,
     /// The HTTPS port every request is redirected to, instead of routing (`https_redirect`).
     https_redirect: Option<u16>,
+    /// The listener's own error pages (`None`: capataz's plain-text ones).
+    error_pages: Option<error_pages::Pages>,
 }
 
 impl Proxy {
@@ -102,12 +111,14 @@ impl Proxy {
     /// The handler of `listener`, whose routes' `pool` indexes refer to `pools` (the pools'
     /// request-path handles: the proxy never sees the health runtime), counting into
     /// `metrics`, the listener's, answering the pending HTTP-01 tokens of `http01` if given.
+    /// A route whose rate limit `previous` (the proxy this one replaces) had for the same
+    /// route keeps its buckets.
     pub(crate) fn new(
         listener: &ListenerConfig,
         pools: &[Arc<PoolHandle>],
         metrics: Arc<ListenerMetrics>,
-        access_log: Option<Arc<AccessLog>>,
-        http01: Option<Arc<Http01Tokens>>,
+        (access_log, http01): (Option<Arc<AccessLog>>, Option<Arc<Http01Tokens>>),
+        previous: Option<&Proxy>,
     ) -> Proxy {
         let routes = &listener.routes;
         let access_log = access_log.map(|log| {
@@ -134,6 +145,15 @@ impl Proxy {
                         host: r.host.clone(),
                         path_prefix: r.path_prefix.clone(),
                         metrics: metrics.route(&label, &pool.name),
+                        limit: r.rate_limit.as_ref().map(|limit| {
+                            rate_limit::RouteLimit::kept_or_new(
+                                previous.map(|p| p.routes.iter().map(|r| (&r.label, &r.limit))),
+                                &label,
+                                limit,
+                                || metrics.rate_limited(&label),
+                            )
+                        }),
+                        label,
                         pool,
                     }
                 })
@@ -148,6 +168,7 @@ impl Proxy {
             access_log,
             http01,
             https_redirect: listener.https_redirect,
+            error_pages: error_pages::Pages::new(listener.error_pages.as_ref()),
         }
     }
 
@@ -186,10 +207,14 @@ impl Proxy {
             // As an HTTP/1.1 head with as many, which hyper refuses before the proxy sees it:
             // 431, counted as a refused head, not logged.
             self.count_refused();
-            return Ok(error_page(
+            let mut page = error_page(
                 StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
                 "too many header fields",
-            ));
+            );
+            if let Some(pages) = &self.error_pages {
+                pages.dress(&mut page);
+            }
+            return Ok(page);
         }
         let method = MethodClass::of(req.method());
         let mut tally = Tally {
@@ -203,6 +228,7 @@ impl Proxy {
                 connected: Phase::Send,
             },
             record: None,
+            reason: None,
         };
         if let Some((log, names)) = &self.access_log {
             let mut record = Box::new(AccessRecord::start(
@@ -220,7 +246,7 @@ impl Proxy {
         // The routing phase answers on its own or names the pool; the relay is awaited here,
         // not in a function of its own: its future is then one level less deep, and moved
         // (memcpy) once less per request.
-        let mut response = match self.route_request(&mut req, &mut tally) {
+        let mut response = match self.route_request(&mut req, &client, &mut tally) {
             Routed::Answer(page) => page,
             Routed::Pool(pool) => self.relay(req, &pool, &client, &mut tally).await,
         };
@@ -228,6 +254,9 @@ impl Proxy {
             Some(index) => &self.routes[index].metrics,
             None => &self.unrouted,
         };
+        if let (Some(pages), AnsweredBy::Capataz) = (&self.error_pages, tally.by) {
+            pages.dress(&mut response);
+        }
         let status = response.status().as_u16();
         counters.answered(method, status, tally.by);
         if let Some((mut record, log, names)) = tally.record.take() {
@@ -240,10 +269,15 @@ impl Proxy {
     }
 
     /// The routing phase of a request: the answer to one refused or answered before routing
-    /// (`refuse`, an HTTP-01 token, a bad Host, an HTTPS redirect, no route), or the pool of
-    /// its route (noted in `tally`), the Host it lacked added, its request counted by the
-    /// pool's retry budget.
-    fn route_request(&self, req: &mut Request<Incoming>, tally: &mut Tally) -> Routed {
+    /// (`refuse`, an HTTP-01 token, a bad Host, an HTTPS redirect, no route, its route's rate
+    /// limit), or the pool of its route (noted in `tally`), the Host it lacked added, its
+    /// request counted by the pool's retry budget.
+    fn route_request(
+        &self,
+        req: &mut Request<Incoming>,
+        client: &ClientInfo,
+        tally: &mut Tally,
+    ) -> Routed {
         if let Some(refused) = self.refuse(req) {
             return Routed::Answer(refused);
         }
@@ -275,6 +309,12 @@ impl Proxy {
             ));
         };
         tally.route = Some(route);
+        if let Some(limit) = &self.routes[route].limit {
+            if let Some(page) = limit.check(req.headers(), client.addr.ip()) {
+                tally.reason = Some(rate_limit::RATE_LIMITED);
+                return Routed::Answer(page);
+            }
+        }
         let pool = self.routes[route].pool.clone();
         // An HTTP/1.0 absolute-form request without Host: the backend gets the host the route
         // was chosen by.
@@ -647,11 +687,18 @@ fn pick(
     affinity: &mut Affinity,
 ) -> Result<usize, Response<RespBody>> {
     let snapshot = pool.snapshot();
+    let in_flight = |b: usize| pool.backends[b].in_flight.load(Ordering::Relaxed);
     let picked = match affinity.pick(pool, &snapshot, plan.tried()) {
         Some(picked) => picked,
-        None => snapshot.pick(pool.config.algorithm, &pool.cursor, plan.tried(), |b| {
-            pool.backends[b].in_flight.load(Ordering::Relaxed)
-        }),
+        None => match pool.config.algorithm {
+            Algorithm::PeakEwma => {
+                let now = std::time::Instant::now();
+                snapshot.pick_peak_ewma(plan.tried(), in_flight, |b| {
+                    pool.backends[b].ewma.as_ref()?.estimate(now)
+                })
+            }
+            algorithm => snapshot.pick(algorithm, &pool.cursor, plan.tried(), in_flight),
+        },
     };
     let all_down = snapshot.all_down;
     drop(snapshot);

@@ -22,6 +22,8 @@ pub(super) struct Tally {
     /// The access log record (`None` without an access log): emitted when the answer's body
     /// ends, or, if the request is dropped first (the client went away), when the tally is.
     pub(super) record: Option<(Box<AccessRecord>, Arc<AccessLog>, Arc<PoolNames>)>,
+    /// Why capataz refused the request by a rule of its own (the access log's `reason`).
+    pub(super) reason: Option<&'static str>,
 }
 
 /// The names an access log record takes from the proxy (`None` unless logging).
@@ -45,6 +47,7 @@ impl Tally {
     pub(super) fn fill(&self, record: &mut AccessRecord, names: &PoolNames, status: Option<u16>) {
         record.status = status;
         record.attempts = self.attempts;
+        record.reason = self.reason;
         if let Some((label, pool, backends)) = self.route.and_then(|r| names.routes.get(r)) {
             record.route = Some(label.clone());
             record.pool = Some(pool.clone());

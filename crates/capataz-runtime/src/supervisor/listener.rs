@@ -92,12 +92,14 @@ impl Supervisor {
     }
 
     /// What a listener reads per request with `config` in force: its proxy, routing to
-    /// `pool_handles`, counting into the listener's metrics and writing to `access_log`.
+    /// `pool_handles`, counting into the listener's metrics and writing to `access_log`,
+    /// keeping the rate limits' buckets of `previous` (the state it replaces) where unchanged.
     pub(super) fn listener_state(
         &self,
         config: &ListenerConfig,
         pool_handles: &[Arc<PoolHandle>],
         access_log: Option<Arc<AccessLog>>,
+        previous: Option<&ListenerState>,
     ) -> Arc<ListenerState> {
         let metrics = self.metrics.families().listener(&config.name);
         Arc::new(ListenerState {
@@ -113,9 +115,12 @@ impl Supervisor {
                 config,
                 pool_handles,
                 metrics,
-                access_log,
                 // HTTP-01 challenges are answered on plaintext listeners only.
-                config.tls.is_none().then(|| self.http01.clone()),
+                (
+                    access_log,
+                    config.tls.is_none().then(|| self.http01.clone()),
+                ),
+                previous.map(|state| &*state.proxy),
             )),
         })
     }
@@ -137,6 +142,7 @@ impl Supervisor {
             listener,
             &handles(pools),
             self.access_log(listener),
+            None,
         )));
         let (stop, stop_rx) = watch::channel(false);
         if self.accepting() {

@@ -223,9 +223,13 @@ impl Supervisor {
                     listener.ocsp = self.spawn_stapling(new);
                     // A reload reopens the access log (log rotation).
                     let log = self.access_log(new);
-                    listener
-                        .state
-                        .store(self.listener_state(new, &pool_handles, log));
+                    let previous = listener.state.load_full();
+                    listener.state.store(self.listener_state(
+                        new,
+                        &pool_handles,
+                        log,
+                        Some(&previous),
+                    ));
                     kept_listeners.push(listener);
                 }
                 None => {

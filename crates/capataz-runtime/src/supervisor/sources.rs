@@ -121,10 +121,14 @@ impl Owned {
                 .find(|l| l.address == listener.address)
             {
                 // Same settings, same log: a membership update reopens nothing.
-                let log = listener.state.load().proxy.access_log();
-                listener
-                    .state
-                    .store(supervisor.listener_state(new, &pool_handles, log));
+                let previous = listener.state.load_full();
+                let log = previous.proxy.access_log();
+                listener.state.store(supervisor.listener_state(
+                    new,
+                    &pool_handles,
+                    log,
+                    Some(&previous),
+                ));
             }
         }
         // Told once the listeners route to the new pool (so that a client acting on the event

@@ -114,9 +114,10 @@ pub(super) fn text(out: &mut String, listener: &str, record: &AccessRecord) {
     quoted(out, record.sni.as_deref());
     let _ = write!(
         out,
-        " client_port={} truncated={}",
+        " client_port={} truncated={} reason={}",
         record.client.port(),
-        record.truncated
+        record.truncated,
+        record.reason.unwrap_or("-"),
     );
     // A TCP session's line only: the bytes read from the client.
     if let Some(bytes_in) = record.bytes_in {
@@ -151,6 +152,7 @@ pub(super) fn json(out: &mut String, listener: &str, record: &AccessRecord) {
         "tls_version": record.tls_version,
         "sni": record.sni,
         "truncated": record.truncated,
+        "reason": record.reason,
     });
     // serde_json escapes every control character: the object is one line.
     out.push_str(&value.to_string());
@@ -190,6 +192,7 @@ mod tests {
                 phase: Phase::Done,
             },
             queued: None,
+            reason: None,
         }
     }
 
@@ -202,7 +205,7 @@ mod tests {
             "192.0.2.7 - - [2026-12-03T14:05:09.123Z] \"GET /a?b=\\x22c\\x22\\x0D\\x0Aforged=1 \
              HTTP/1.1\" 200 42 - \"curl/8 \\x5C \\xC3\\xA9\" listener=public route=\"/\" \
              pool=web backend=web-1 attempts=1 ended_by=- phase=- duration=0.001500 \
-             queued=- tls=TLSv1.3 sni=\"app.example\" client_port=50000 truncated=false\n"
+             queued=- tls=TLSv1.3 sni=\"app.example\" client_port=50000 truncated=false reason=-\n"
         );
     }
 
@@ -225,7 +228,7 @@ mod tests {
             out,
             "192.0.2.7 - - [2026-12-03T14:05:09.123Z] \"- - TCP\" - 7 - - listener=redis \
              route=- pool=db backend=db-1 attempts=2 ended_by=timeout phase=idle \
-             duration=0.250000 queued=- tls=- sni=- client_port=50000 truncated=false bytes_in=14\n"
+             duration=0.250000 queued=- tls=- sni=- client_port=50000 truncated=false reason=- bytes_in=14\n"
         );
         let mut out = String::new();
         json(&mut out, "redis", &session);
@@ -250,6 +253,7 @@ mod tests {
         assert_eq!(back["referer"], Value::Null);
         assert_eq!(back["ended_by"], "-");
         assert_eq!(back["sni"], "app.example");
+        assert_eq!(back["reason"], Value::Null);
     }
 
     #[test]

@@ -209,6 +209,8 @@ pub struct AccessRecord {
     /// How long it waited in its pool's queue for a backend below its limit (`None`: it did
     /// not wait; HAProxy's `Tw`).
     pub queued: Option<Duration>,
+    /// Why capataz refused it, when a rule of its own did (`rate_limited`); `None` otherwise.
+    pub reason: Option<&'static str>,
 }
 
 impl AccessRecord {
@@ -268,6 +270,7 @@ impl AccessRecord {
             attempts: 0,
             termination: Termination::client_gone(Phase::Request),
             queued: None,
+            reason: None,
         }
     }
 
@@ -296,6 +299,7 @@ impl AccessRecord {
             attempts: 0,
             termination: Termination::client_gone(Phase::Connect),
             queued: None,
+            reason: None,
         }
     }
 

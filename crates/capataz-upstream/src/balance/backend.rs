@@ -118,18 +118,23 @@ pub struct BackendRt {
     /// other pool does not carry); each tunnel to it holds a receiver. Shared with the same
     /// backend across a reload.
     pub tunnels: Option<Arc<tokio::sync::watch::Sender<u64>>>,
+    /// Its latency estimate, in a pool that picks by peak EWMA (`None` in any other).
+    pub ewma: Option<Box<super::PeakEwma>>,
 }
 
 impl BackendRt {
     /// Counts an attempt the backend answered with `status`, `elapsed` after it was sent: in
-    /// its metrics, in its latency totals, and in its latency window when its pool detects
-    /// latency outliers.
+    /// its metrics, in its latency totals, in its latency window when its pool detects
+    /// latency outliers, and in its peak EWMA when its pool picks by it.
     #[inline]
     pub fn answered(&self, status: u16, elapsed: Duration) {
         self.metrics.answered(status, elapsed);
         self.latency_totals.record(elapsed);
         if let Some(latency) = &self.latency {
             latency.record(elapsed);
+        }
+        if let Some(ewma) = &self.ewma {
+            ewma.observe(elapsed, std::time::Instant::now());
         }
     }
 

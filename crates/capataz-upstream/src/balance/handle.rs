@@ -114,9 +114,17 @@ impl PoolHandle {
     /// Replaces the snapshot with one built from what the engine decided, unless the current
     /// one says the same already (the health runtime's publishing; a rebuild that would change
     /// nothing costs no schedule). A hashing pool's snapshot gets its ring (see
-    /// [`super::ring`]).
+    /// [`super::ring`]); in a peak EWMA pool, a backend back in rotation starts unsampled.
     pub fn publish(&self, eligible: Eligible) {
-        if !self.snapshot.load().says(&eligible) {
+        let current = self.snapshot.load();
+        if !current.says(&eligible) {
+            if self.config.algorithm == Algorithm::PeakEwma {
+                current.reset_returning(&eligible.backends, |b| {
+                    if let Some(ewma) = self.backends.get(b).and_then(|rt| rt.ewma.as_ref()) {
+                        ewma.reset();
+                    }
+                });
+            }
             let mut snapshot = Snapshot::of(eligible);
             if self.config.algorithm == Algorithm::Hash {
                 snapshot = snapshot.with_ring(|i| self.backends.get(i).map_or("", |b| &b.name));

@@ -1,7 +1,8 @@
 //! The request path's side of a pool: [`PoolHandle`] (all it reads and bumps: snapshot,
 //! cursor, backends with their connections and in-flight counts, retry budget) and picking a
-//! backend: smooth weighted round robin and least outstanding requests (two random choices),
-//! both over an immutable [`Snapshot`] of the eligible backends.
+//! backend: smooth weighted round robin, least outstanding requests (two random choices) and
+//! peak EWMA (two random choices by latency and load, `ewma.rs`), all over an immutable
+//! [`Snapshot`] of the eligible backends.
 //!
 //! A snapshot is rebuilt when the engine's decision changes (a verdict, an override, a weight
 //! step of slow start, a load shed), and the request path reads it without a lock. It holds
@@ -21,6 +22,7 @@ use capataz_health::{AllDown, Eligible};
 use capataz_config::Algorithm;
 
 mod backend;
+mod ewma;
 mod handle;
 mod latency;
 mod limits;
@@ -29,6 +31,7 @@ pub mod sticky;
 pub mod tap;
 
 pub use backend::{BackendRt, OutcomeCounts, TrafficRing, HISTORY};
+pub use ewma::{PeakEwma, DECAY as PEAK_EWMA_DECAY};
 pub use handle::{PoolHandle, TrafficSink};
 pub use latency::{LatencyBuckets, LatencyCounts, LatencyTotals};
 pub use limits::{release, Admission, Admit, Limits};
@@ -162,7 +165,11 @@ impl Snapshot {
         match algorithm {
             // A hashing pool's request without its key is balanced round robin.
             Algorithm::RoundRobin | Algorithm::Hash => self.pick_round_robin(cursor, advance, skip),
-            Algorithm::LeastRequest => self.pick_least_request(skip, in_flight),
+            // Peak EWMA is picked by `pick_peak_ewma`; without its estimates (a pool with
+            // limits picking below them) it is this.
+            Algorithm::LeastRequest | Algorithm::PeakEwma => {
+                self.pick_least_request(skip, in_flight)
+            }
         }
     }
 

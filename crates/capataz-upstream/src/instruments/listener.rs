@@ -216,6 +216,11 @@ impl ListenerMetrics {
         }
     }
 
+    /// The counter of requests route `route` (its label) refused over its rate limit.
+    pub fn rate_limited(&self, route: &str) -> Counter {
+        self.families.rate_limited(&self.listener, route)
+    }
+
     /// Counts a client connection accepted; it counts as open until the guard is dropped.
     pub fn connection(self: &Arc<Self>) -> OpenConnection {
         self.accepted.inc();

@@ -63,6 +63,7 @@ pub use listener::{AnsweredBy, ListenerMetrics, MethodClass, OpenConnection, Rou
 pub(crate) use timing::Timing;
 
 mod counters;
+mod edge;
 mod handles;
 mod listener;
 mod queue;
@@ -219,6 +220,8 @@ pub struct Families {
     /// The pools' queues' families (`capataz_queue_*`).
     queue: queue::QueueFamilies,
     tcp: TcpFamilies,
+    /// The edge's families (`capataz_rate_limited`).
+    edge: edge::EdgeFamilies,
     /// Client connections parked now (HTTP/1 between requests, hyper's state released; see
     /// `downstream/mod.rs`), balancer-wide, for the tests (`Balancer::parked_connections`); per
     /// listener in `connections_parked`.
@@ -293,11 +296,13 @@ impl Families {
         let tls = TlsFamilies::register(registry);
         let queue = queue::QueueFamilies::register(registry);
         let tcp = TcpFamilies::register(registry);
+        let edge = edge::EdgeFamilies::register(registry);
         Families {
             sticky_moves,
             tcp,
             tls,
             queue,
+            edge,
             scope,
             counters,
             upstream_response,

@@ -27,6 +27,7 @@ mod dns_failures;
 mod dns_source;
 mod dns_srv_targets;
 mod drain;
+mod edge;
 mod eligibility;
 mod etcd_churn;
 mod etcd_secure;

@@ -75,6 +75,7 @@ impl Validator<'_> {
             None | Some(RawAlgorithm::RoundRobin) => Algorithm::RoundRobin,
             Some(RawAlgorithm::LeastRequest) => Algorithm::LeastRequest,
             Some(RawAlgorithm::Hash) => Algorithm::Hash,
+            Some(RawAlgorithm::PeakEwma) => Algorithm::PeakEwma,
         };
         let affinity = self.affinity(&at, &name_span, algorithm, &mut raw)?;
         let retry_after = self.duration(

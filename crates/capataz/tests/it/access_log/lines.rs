@@ -170,7 +170,7 @@ async fn a_text_line_is_combined_like_then_capatazs_fields() {
     );
     assert!(line.contains(&expected), "{line}");
     assert!(line.contains(" tls=- sni=- client_port="), "{line}");
-    assert!(line.ends_with(" truncated=false"), "{line}");
+    assert!(line.ends_with(" truncated=false reason=-"), "{line}");
 }
 
 #[tokio::test]

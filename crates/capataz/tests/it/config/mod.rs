@@ -6,6 +6,7 @@
 mod access_log;
 mod affinity;
 mod edge_example;
+mod edge_keys;
 mod errors;
 mod etcd_access;
 mod fleet;

@@ -102,18 +102,18 @@ fn wrong_types_say_what_is_allowed() {
         (
             format!("{pool}algorithm = 5\n"),
             "config.toml:6: pools.web.algorithm: 5 is not one of \"round_robin\", \
-             \"least_request\", \"hash\" (write the word in double quotes)",
+             \"least_request\", \"hash\", \"peak_ewma\" (write the word in double quotes)",
         ),
         (
             format!("{pool}algorithm = \"round-robin\"\n"),
             "config.toml:6: pools.web.algorithm: \"round-robin\" is not one of \"round_robin\", \
-             \"least_request\", \"hash\" (did you mean \"round_robin\"?)",
+             \"least_request\", \"hash\", \"peak_ewma\" (did you mean \"round_robin\"?)",
         ),
         (
             // A one-key table was read as the word it names.
             format!("{pool}algorithm = {{ round_robin = [] }}\n"),
             "config.toml:6: pools.web.algorithm: a table is not one of \"round_robin\", \
-             \"least_request\", \"hash\" (write the word in double quotes)",
+             \"least_request\", \"hash\", \"peak_ewma\" (write the word in double quotes)",
         ),
         (
             format!("{pool}[pools.web.active]\ninitial = \"first_probe\"\nkind = \"icmp\"\n"),
