@@ -22,6 +22,7 @@ mod health_checks;
 mod listener;
 mod parse;
 mod pool;
+mod route_rules;
 mod source;
 mod text_errors;
 
@@ -45,6 +46,9 @@ pub use parse::{
 pub use pool::{
     AgentCheckConfig, Algorithm, AllDownPolicy, BackendConfig, BackendProtocol, BackendTls,
     ClientIdentity, ConnectionReuse, PoolConfig, RetryConfig, TrackTarget, UpstreamTimeouts,
+};
+pub use route_rules::{
+    HeaderMatch, QueryMatch, RouteMatch, RouteRegex, ValueMatch, MAX_REGEX_LEN, REGEX_SIZE_LIMIT,
 };
 pub use source::{DnsRecord, DnsSource, EtcdEndpoint, EtcdSource, FleetConfig, PoolSource};
 pub use text_errors::{DurationError, ListenAddressError};

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use capataz_tls::{ServerSettings, ServerTls};
 
-use crate::Cidr;
+use crate::{Cidr, RouteMatch};
 
 /// One client-facing listener.
 #[derive(Clone, Debug, PartialEq)]
@@ -139,13 +139,18 @@ pub struct ProxyProtocolConfig {
     pub trusted: Vec<Cidr>,
 }
 
-/// A route: a match on Host and/or path prefix, and the pool that serves it.
+/// A route: a match on Host and/or path prefix (and the matchers of `matches`), and the pool
+/// that serves it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RouteConfig {
+    /// `name`: its label in metrics and the access log; `None`: its host and path prefix.
+    pub name: Option<String>,
     /// The Host to match, lowercase and without a port; `None` matches any host.
     pub host: Option<String>,
     /// The path prefix to match (default `/`, everything).
     pub path_prefix: String,
     /// The index of the pool in [`Config::pools`](crate::Config::pools).
     pub pool: usize,
+    /// Its other matchers (methods, path, path regex, headers, query); `None` when it has none.
+    pub matches: Option<Box<RouteMatch>>,
 }

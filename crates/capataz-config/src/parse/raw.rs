@@ -31,6 +31,7 @@ tables!(
     RawHttp2,
     RawProxyProtocol,
     RawRoute,
+    RawValueMatch,
     RawPool,
     RawSource,
     RawTlsTable,
@@ -201,6 +202,22 @@ pub(super) struct RawRoute {
     pub(super) host: Option<Spanned<String>>,
     pub(super) path_prefix: Option<Spanned<String>>,
     pub(super) pool: Option<Spanned<String>>,
+    pub(super) name: Option<Spanned<String>>,
+    pub(super) methods: Option<Vec<Spanned<String>>>,
+    pub(super) path: Option<Spanned<String>>,
+    pub(super) path_regex: Option<Spanned<String>>,
+    pub(super) headers: Option<Vec<Spanned<RawValueMatch>>>,
+    pub(super) query: Option<Vec<Spanned<RawValueMatch>>>,
+}
+
+/// A route's `headers` or `query` entry.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, remote = "Self")]
+pub(super) struct RawValueMatch {
+    pub(super) name: Option<Spanned<String>>,
+    pub(super) value: Option<Spanned<String>>,
+    pub(super) value_regex: Option<Spanned<String>>,
+    pub(super) present: Option<Spanned<bool>>,
 }
 
 #[derive(Deserialize)]

@@ -23,6 +23,7 @@ mod fleet;
 mod passive;
 mod pool;
 mod proxy_protocol;
+mod route_match;
 mod source;
 mod tls;
 
@@ -414,9 +415,11 @@ impl<'a> Validator<'a> {
                 ));
             }
             routes.push(RouteConfig {
+                name: None,
                 host: None,
                 path_prefix: "/".into(),
                 pool: 0,
+                matches: None,
             });
         }
         for (route_index, route) in raw.routes.into_iter().enumerate() {
@@ -565,7 +568,7 @@ impl<'a> Validator<'a> {
         pools: &[PoolConfig],
     ) -> Result<RouteConfig, ConfigError> {
         let span = raw.span();
-        let raw = raw.into_inner();
+        let mut raw = raw.into_inner();
         let pool_names = || {
             pools
                 .iter()
@@ -573,7 +576,7 @@ impl<'a> Validator<'a> {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let Some(pool) = raw.pool else {
+        let Some(pool) = raw.pool.take() else {
             return Err(self.error(
                 Some(span),
                 &format!("{at}.pool"),
@@ -587,9 +590,11 @@ impl<'a> Validator<'a> {
             if self.failed_pools.borrow().contains(pool.get_ref()) {
                 // Its own errors are reported; the config is refused, so any index will do.
                 return Ok(RouteConfig {
+                    name: None,
                     host: None,
                     path_prefix: "/".into(),
                     pool: 0,
+                    matches: None,
                 });
             }
             return Err(self.error(
@@ -603,11 +608,11 @@ impl<'a> Validator<'a> {
                 ),
             ));
         };
-        let host = match raw.host {
+        let host = match raw.host.take() {
             None => None,
             Some(host) => Some(self.route_host(&host, &format!("{at}.host"))?),
         };
-        let path_prefix = match raw.path_prefix {
+        let path_prefix = match raw.path_prefix.take() {
             None => "/".to_owned(),
             Some(prefix) => {
                 let text = prefix.get_ref();
@@ -624,9 +629,11 @@ impl<'a> Validator<'a> {
             }
         };
         Ok(RouteConfig {
+            name: self.route_name(at, &mut raw)?,
             host,
             path_prefix,
             pool: pool_index,
+            matches: self.route_match(at, &mut raw)?,
         })
     }
 

@@ -39,6 +39,7 @@ use crate::upstream::{
 
 mod forward;
 mod headers;
+mod matchers;
 mod pages;
 mod plan;
 mod tally;
@@ -60,6 +61,8 @@ use tunnel::tunnel;
 struct Route {
     host: Option<String>,
     path_prefix: String,
+    /// Its other matchers (`matchers.rs`); `None`, and not looked at, when it has none.
+    matches: Option<Box<crate::config::RouteMatch>>,
     pool: Arc<PoolHandle>,
     /// Its requests' counters.
     metrics: RouteMetrics,
@@ -113,7 +116,7 @@ impl Proxy {
                 .map(|r| {
                     let pool = &pools[r.pool];
                     (
-                        route_label(r.host.as_deref(), &r.path_prefix),
+                        route_label(r),
                         pool.name.clone(),
                         pool.backends.iter().map(|b| b.name.clone()).collect(),
                     )
@@ -126,10 +129,11 @@ impl Proxy {
                 .iter()
                 .map(|r| {
                     let pool = pools[r.pool].clone();
-                    let label = route_label(r.host.as_deref(), &r.path_prefix);
+                    let label = route_label(r);
                     Route {
                         host: r.host.clone(),
                         path_prefix: r.path_prefix.clone(),
+                        matches: r.matches.clone(),
                         metrics: metrics.route(&label, &pool.name),
                         pool,
                     }
@@ -160,16 +164,22 @@ impl Proxy {
             .answered(MethodClass::OTHER, 400, AnsweredBy::Capataz);
     }
 
-    /// The index of the first route matching `host` (without its port) and `path`.
-    fn route(&self, host: Option<&str>, path: &str) -> Option<usize> {
+    /// The index of the first route matching `host` (without its port) and `req` (its path,
+    /// and whatever else the route's matchers look at).
+    fn route(&self, host: Option<&str>, req: &Request<Incoming>) -> Option<usize> {
         let host = host.map(strip_port);
+        let path = req.uri().path();
         self.routes.iter().position(|route| {
             let host_ok = match (&route.host, host) {
                 (None, _) => true,
                 (Some(want), Some(got)) => want.eq_ignore_ascii_case(got),
                 (Some(_), None) => false,
             };
-            host_ok && path.starts_with(route.path_prefix.as_str())
+            host_ok
+                && path.starts_with(route.path_prefix.as_str())
+                && route.matches.as_ref().is_none_or(|rules| {
+                    matchers::matches(rules, req.method(), req.uri(), req.headers())
+                })
         })
     }
 
@@ -265,10 +275,10 @@ impl Proxy {
             return Routed::Answer(https_redirect_page(host, req.uri(), port));
         }
         let route_host = if self.any_host { host.as_str() } else { None };
-        let Some(route) = self.route(route_host, req.uri().path()) else {
+        let Some(route) = self.route(route_host, req) else {
             return Routed::Answer(error_page(
                 StatusCode::NOT_FOUND,
-                "no route matches this host and path",
+                "no route matches this request",
             ));
         };
         tally.route = Some(route);
@@ -697,9 +707,16 @@ fn affordable(pool: &PoolHandle, tried: &[usize]) -> bool {
     ok
 }
 
-/// A route's label (metrics and access log): its host and path prefix.
-fn route_label(host: Option<&str>, path_prefix: &str) -> String {
-    format!("{}{}", host.unwrap_or(""), path_prefix)
+/// A route's label (metrics and access log): its `name`, else its host and path prefix.
+fn route_label(route: &crate::config::RouteConfig) -> String {
+    match &route.name {
+        Some(name) => name.clone(),
+        None => format!(
+            "{}{}",
+            route.host.as_deref().unwrap_or(""),
+            route.path_prefix
+        ),
+    }
 }
 
 /// What the proxy knows of a client connection, computed once per connection, and the idle

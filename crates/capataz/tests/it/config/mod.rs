@@ -12,6 +12,7 @@ mod http2;
 mod log_level;
 mod operator_words;
 mod proxy_protocol;
+mod route_rules;
 mod source;
 mod values;
 mod warnings;

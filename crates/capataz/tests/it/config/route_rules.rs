@@ -1,0 +1,93 @@
+//! A route's matchers (`methods`, `path`, `path_regex`, `headers`, `query`, `name`): read as
+//! written, and each bad value an error naming its line and key.
+
+use super::*;
+
+/// A listener whose one route has `keys` besides `pool = "web"`.
+fn route(keys: &str) -> String {
+    format!(
+        "[[listeners]]\naddress = \"127.0.0.1:8080\"\n[[listeners.routes]]\npool = \"web\"\n{keys}\n\
+         [pools.web]\nbackends = [{{ address = \"127.0.0.1:9001\" }}]\n"
+    )
+}
+
+#[test]
+fn route_matchers_are_read_as_written() {
+    let config = parse(&route(
+        "name = \"canary\"\nmethods = [\"GET\", \"PURGE\"]\npath = \"/login\"\n\
+         path_regex = \"/[a-z]+\"\n\
+         headers = [{ name = \"X-Canary\", value = \"1\" }, { name = \"cookie\", present = true }]\n\
+         query = [{ name = \"v\", value_regex = \"[0-9]+\" }]",
+    ));
+    let first = &config.listeners[0].routes[0];
+    assert_eq!(first.name.as_deref(), Some("canary"));
+    let matches = first.matches.as_ref().expect("matchers");
+    assert_eq!(matches.methods.len(), 2);
+    assert_eq!(matches.methods[1].as_str(), "PURGE");
+    assert_eq!(matches.path.as_deref(), Some("/login"));
+    assert_eq!(matches.path_regex.as_ref().unwrap().as_str(), "/[a-z]+");
+    assert_eq!(matches.headers[0].name.as_str(), "x-canary");
+    assert_eq!(matches.query[0].name, "v");
+    // A route with only host and path prefix carries no matchers at all.
+    let plain = parse(&route("path_prefix = \"/api/\""));
+    assert!(plain.listeners[0].routes[0].matches.is_none());
+    assert!(plain.listeners[0].routes[0].name.is_none());
+}
+
+#[test]
+fn bad_route_matchers_name_the_line_and_key() {
+    let cases: &[(&str, &str, usize, &str)] = &[
+        ("empty methods", "methods = []", 5, "routes[0].methods"),
+        ("lowercase method", "methods = [\"GET\", \"get\"]", 5, "routes[0].methods[1]"),
+        ("method with a space", "methods = [\"GE T\"]", 5, "routes[0].methods[0]"),
+        ("path without slash", "path = \"login\"", 5, "routes[0].path"),
+        ("path with a query", "path = \"/a?b\"", 5, "routes[0].path"),
+        ("bad path regex", "path_regex = \"/api/(\"", 5, "routes[0].path_regex"),
+        ("huge path regex", "path_regex = '\\w{1000}\\w{1000}'", 5, "routes[0].path_regex"),
+        ("header without name", "headers = [{ value = \"1\" }]", 5, "routes[0].headers[0].name"),
+        ("bad header name", "headers = [{ name = \"X Y\", present = true }]", 5, "headers[0].name"),
+        (
+            "header value and regex",
+            "headers = [{ name = \"a\", value = \"1\", value_regex = \"1\" }]",
+            5,
+            "routes[0].headers[0]",
+        ),
+        ("header with nothing to match", "headers = [{ name = \"a\" }]", 5, "headers[0]"),
+        ("header present false", "headers = [{ name = \"a\", present = false }]", 5, "present"),
+        (
+            "header value with a newline",
+            "headers = [{ name = \"a\", value = \"1\\r\\nX: y\" }]",
+            5,
+            "headers[0].value",
+        ),
+        (
+            "bad header value regex",
+            "\nheaders = [\n  { name = \"a\", present = true },\n  { name = \"b\", value_regex = \"[\" },\n]",
+            8,
+            "routes[0].headers[1].value_regex",
+        ),
+        ("query name with =", "query = [{ name = \"a=b\", present = true }]", 5, "query[0].name"),
+        ("query value with &", "query = [{ name = \"a\", value = \"1&b\" }]", 5, "query[0].value"),
+        ("empty route name", "name = \"\"", 5, "routes[0].name"),
+        ("unknown matcher key", "headers = [{ name = \"a\", regex = \"b\" }]", 5, "regex"),
+    ];
+    for (what, keys, line, key) in cases {
+        eprintln!("case: {what}");
+        check_err(&route(keys), Some(*line), key);
+    }
+}
+
+#[test]
+fn a_bad_regex_shows_the_regex_error() {
+    let error = check_err(&route("path_regex = \"/api/(\""), Some(5), "path_regex");
+    assert_eq!(
+        error.to_string(),
+        r#"config.toml:5: listeners[0].routes[0].path_regex: "/api/(" is not a usable regex: unclosed group (the regex crate's syntax; it must match the whole value)"#
+    );
+    let error = check_err(
+        &route("path_regex = '\\w{1000}\\w{1000}'"),
+        Some(5),
+        "path_regex",
+    );
+    assert!(error.to_string().contains("size limit"), "{error}");
+}
