@@ -197,7 +197,9 @@ mod tests {
         assert!(Template::parse("%{host}").unwrap().uses(Variable::Host));
         let error = Template::parse("%{client}").unwrap_err();
         assert!(error.contains("not a variable"), "{error}");
-        assert!(Template::parse("%{host").unwrap_err().contains("not closed"));
+        assert!(Template::parse("%{host")
+            .unwrap_err()
+            .contains("not closed"));
         assert!(Template::parse("a\r\nb").unwrap_err().contains("control"));
     }
 }

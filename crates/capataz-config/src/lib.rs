@@ -18,6 +18,7 @@ use std::time::Duration;
 mod check;
 mod cidr;
 mod etcd_access;
+mod header_rules;
 mod health_checks;
 mod listener;
 mod parse;
@@ -30,6 +31,9 @@ pub use check::{check, Warning, CERTIFICATE_EXPIRY_WARNING, DETECTION_BUDGET, RE
 pub use cidr::{Cidr, CidrError};
 pub use etcd_access::EtcdToken;
 pub use etcd_access::{EtcdAccess, EtcdAuth, EtcdSession, EtcdTls};
+pub use header_rules::{
+    ForwardedFields, HeaderRules, Piece, RequestIdConfig, Template, Variable, MAX_REQUEST_ID,
+};
 pub use health_checks::{
     ActiveCheckConfig, CheckKind, ContentRules, LatencyOutliersConfig, LoadSheddingConfig,
     PassiveCheckConfig, SuccessRateConfig, DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT, MAX_GRPC_SERVICE,

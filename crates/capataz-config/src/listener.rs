@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use capataz_tls::{ServerSettings, ServerTls};
 
-use crate::{Cidr, RouteMatch};
+use crate::{Cidr, ForwardedFields, HeaderRules, RequestIdConfig, RouteMatch};
 
 /// One client-facing listener.
 #[derive(Clone, Debug, PartialEq)]
@@ -26,9 +26,15 @@ pub struct ListenerConfig {
     pub request_body_timeout: Duration,
     /// The largest request head accepted, in bytes (default 16 KiB); larger gets 431.
     pub max_header_bytes: usize,
-    /// Whether requests get `X-Forwarded-For` (the client's address appended) and
-    /// `X-Forwarded-Proto` on their way to a backend (default true).
-    pub forwarded_headers: bool,
+    /// Which forwarded fields requests get on their way to a backend (`forwarded`, or the
+    /// older `forwarded_headers`; default `X-Forwarded-For` and `X-Forwarded-Proto`).
+    pub forwarded: ForwardedFields,
+    /// `request_id`: the id each request gets (or keeps); `None` (default): none.
+    pub request_id: Option<RequestIdConfig>,
+    /// `request_headers`: rules on every request, before its route's; `None`: none.
+    pub request_headers: Option<Box<HeaderRules>>,
+    /// `response_headers`: rules on every backend's answer, before its route's.
+    pub response_headers: Option<Box<HeaderRules>>,
     /// Whether HTTP/2 with prior knowledge (h2c) is accepted beside HTTP/1.1 (default false).
     pub h2c: bool,
     /// The HTTP/2 settings of the listener's HTTP/2 connections.
@@ -153,4 +159,8 @@ pub struct RouteConfig {
     pub pool: usize,
     /// Its other matchers (methods, path, path regex, headers, query); `None` when it has none.
     pub matches: Option<Box<RouteMatch>>,
+    /// `request_headers`: rules on its requests, after the listener's; `None`: none.
+    pub request_headers: Option<Box<HeaderRules>>,
+    /// `response_headers`: rules on its backends' answers, after the listener's.
+    pub response_headers: Option<Box<HeaderRules>>,
 }

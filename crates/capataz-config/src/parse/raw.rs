@@ -32,6 +32,8 @@ tables!(
     RawProxyProtocol,
     RawRoute,
     RawValueMatch,
+    RawRequestId,
+    RawHeaderRules,
     RawPool,
     RawSource,
     RawTlsTable,
@@ -134,6 +136,37 @@ pub(super) struct RawListener {
     pub(super) access_log: Option<Spanned<RawAccessLog>>,
     pub(super) https_redirect: Option<Spanned<bool>>,
     pub(super) https_redirect_port: Option<Spanned<i64>>,
+    pub(super) forwarded: Option<RawForwarded>,
+    pub(super) request_id: Option<Spanned<RawRequestId>>,
+    pub(super) request_headers: Option<RawHeaderRules>,
+    pub(super) response_headers: Option<RawHeaderRules>,
+}
+
+choice! {
+    RawForwarded {
+        XForwarded = "x-forwarded",
+        Rfc7239 = "rfc7239",
+        Both = "both",
+        None = "none",
+    }
+}
+
+/// A listener's `request_id`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, remote = "Self")]
+pub(super) struct RawRequestId {
+    pub(super) header: Option<Spanned<String>>,
+    pub(super) keep_incoming: Option<bool>,
+    pub(super) response: Option<bool>,
+}
+
+/// `request_headers` or `response_headers`, on a listener or a route.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, remote = "Self")]
+pub(super) struct RawHeaderRules {
+    pub(super) remove: Option<Vec<Spanned<String>>>,
+    pub(super) set: Option<BTreeMap<Spanned<String>, Spanned<String>>>,
+    pub(super) add: Option<BTreeMap<Spanned<String>, Spanned<String>>>,
 }
 
 #[derive(Deserialize)]
@@ -208,6 +241,8 @@ pub(super) struct RawRoute {
     pub(super) path_regex: Option<Spanned<String>>,
     pub(super) headers: Option<Vec<Spanned<RawValueMatch>>>,
     pub(super) query: Option<Vec<Spanned<RawValueMatch>>>,
+    pub(super) request_headers: Option<RawHeaderRules>,
+    pub(super) response_headers: Option<RawHeaderRules>,
 }
 
 /// A route's `headers` or `query` entry.

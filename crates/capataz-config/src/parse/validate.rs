@@ -20,6 +20,7 @@ mod backend_tls;
 mod backends;
 mod etcd_access;
 mod fleet;
+mod header_rules;
 mod passive;
 mod pool;
 mod proxy_protocol;
@@ -398,6 +399,14 @@ impl<'a> Validator<'a> {
                 ));
             }
         }
+        let request_id = raw
+            .request_id
+            .map(|table| self.request_id(&at, table))
+            .transpose()?;
+        let rules_for = |response| header_rules::RulesFor {
+            response,
+            request_id: request_id.is_some(),
+        };
         let mut routes = Vec::with_capacity(raw.routes.len().max(1));
         // A pool that failed validation still counts as written.
         let written_pools = pools.len() + self.failed_pools.borrow().len();
@@ -420,12 +429,13 @@ impl<'a> Validator<'a> {
                 path_prefix: "/".into(),
                 pool: 0,
                 matches: None,
+                request_headers: None,
+                response_headers: None,
             });
         }
         for (route_index, route) in raw.routes.into_iter().enumerate() {
-            if let Some(route) =
-                self.keep(self.route(&format!("{at}.routes[{route_index}]"), route, pools))
-            {
+            let at = format!("{at}.routes[{route_index}]");
+            if let Some(route) = self.keep(self.route(&at, route, pools, request_id.is_some())) {
                 routes.push(route);
             }
         }
@@ -461,7 +471,18 @@ impl<'a> Validator<'a> {
                 16384,
                 1024..=1_048_576,
             )? as usize,
-            forwarded_headers: raw.forwarded_headers.unwrap_or(true),
+            forwarded: self.forwarded(&at, span.clone(), raw.forwarded, raw.forwarded_headers)?,
+            request_headers: self.header_rules(
+                &format!("{at}.request_headers"),
+                raw.request_headers,
+                rules_for(false),
+            )?,
+            response_headers: self.header_rules(
+                &format!("{at}.response_headers"),
+                raw.response_headers,
+                rules_for(true),
+            )?,
+            request_id,
             h2c: raw.h2c.unwrap_or(false),
             http2: self.http2(&format!("{at}.http2"), &raw.http2)?,
             tls: raw
@@ -566,7 +587,12 @@ impl<'a> Validator<'a> {
         at: &str,
         raw: Spanned<RawRoute>,
         pools: &[PoolConfig],
+        request_id: bool,
     ) -> Result<RouteConfig, ConfigError> {
+        let rules_for = |response| header_rules::RulesFor {
+            response,
+            request_id,
+        };
         let span = raw.span();
         let mut raw = raw.into_inner();
         let pool_names = || {
@@ -595,6 +621,8 @@ impl<'a> Validator<'a> {
                     path_prefix: "/".into(),
                     pool: 0,
                     matches: None,
+                    request_headers: None,
+                    response_headers: None,
                 });
             }
             return Err(self.error(
@@ -634,6 +662,16 @@ impl<'a> Validator<'a> {
             path_prefix,
             pool: pool_index,
             matches: self.route_match(at, &mut raw)?,
+            request_headers: self.header_rules(
+                &format!("{at}.request_headers"),
+                raw.request_headers.take(),
+                rules_for(false),
+            )?,
+            response_headers: self.header_rules(
+                &format!("{at}.response_headers"),
+                raw.response_headers.take(),
+                rules_for(true),
+            )?,
         })
     }
 

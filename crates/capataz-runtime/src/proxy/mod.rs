@@ -30,7 +30,9 @@ use crate::access_log::{AccessLog, AccessRecord, Phase};
 use crate::acme::Http01Tokens;
 use crate::balance::PoolHandle;
 use crate::body::{BodyRead, Lease, ReqBody, RespBody};
-use crate::config::{BackendProtocol, ConnectionReuse, ListenerConfig};
+use crate::config::{
+    BackendProtocol, ConnectionReuse, ForwardedFields, HeaderRules, ListenerConfig, RequestIdConfig,
+};
 use crate::instruments::{AnsweredBy, ListenerMetrics, MethodClass, RouteMetrics};
 use crate::tls::TlsInfo;
 use crate::upstream::{
@@ -42,6 +44,7 @@ mod headers;
 mod matchers;
 mod pages;
 mod plan;
+mod rules;
 mod tally;
 mod tunnel;
 mod websocket;
@@ -63,6 +66,9 @@ struct Route {
     path_prefix: String,
     /// Its other matchers (`matchers.rs`); `None`, and not looked at, when it has none.
     matches: Option<Box<crate::config::RouteMatch>>,
+    /// Its header rules (`rules.rs`), run after the listener's.
+    request_headers: Option<Box<HeaderRules>>,
+    response_headers: Option<Box<HeaderRules>>,
     pool: Arc<PoolHandle>,
     /// Its requests' counters.
     metrics: RouteMetrics,
@@ -75,8 +81,16 @@ pub struct Proxy {
     /// Whether any route names a host (else the request's host is never looked at).
     any_host: bool,
     max_header_bytes: usize,
-    /// Whether `X-Forwarded-For` and `X-Forwarded-Proto` are set.
-    forwarded_headers: bool,
+    /// Which forwarded fields requests get.
+    forwarded: ForwardedFields,
+    /// The request id each request gets (`rules.rs`), if any.
+    request_id: Option<RequestIdConfig>,
+    /// The listener's header rules, run before the route's.
+    request_headers: Option<Box<HeaderRules>>,
+    response_headers: Option<Box<HeaderRules>>,
+    /// Whether a request needs more than hop-by-hop and `X-Forwarded-*` on its way (a request
+    /// id, `Forwarded`, header rules: `Proxy::rewrite_request`).
+    rewrites: bool,
     /// The longest wait for the next piece of a client's body.
     request_body_timeout: std::time::Duration,
     /// How long an upgraded connection may move no byte either way before it is closed.
@@ -134,6 +148,8 @@ impl Proxy {
                         host: r.host.clone(),
                         path_prefix: r.path_prefix.clone(),
                         matches: r.matches.clone(),
+                        request_headers: r.request_headers.clone(),
+                        response_headers: r.response_headers.clone(),
                         metrics: metrics.route(&label, &pool.name),
                         pool,
                     }
@@ -141,7 +157,17 @@ impl Proxy {
                 .collect(),
             any_host: routes.iter().any(|r| r.host.is_some()),
             max_header_bytes: listener.max_header_bytes,
-            forwarded_headers: listener.forwarded_headers,
+            forwarded: listener.forwarded,
+            request_id: listener.request_id.clone(),
+            request_headers: listener.request_headers.clone(),
+            response_headers: listener.response_headers.clone(),
+            rewrites: listener.request_id.is_some()
+                || listener.forwarded.rfc7239()
+                || listener.request_headers.is_some()
+                || listener.response_headers.is_some()
+                || routes
+                    .iter()
+                    .any(|r| r.request_headers.is_some() || r.response_headers.is_some()),
             request_body_timeout: listener.request_body_timeout,
             tunnel_idle: listener.idle_timeout,
             unrouted: metrics.route("", ""),
@@ -210,6 +236,7 @@ impl Proxy {
                 connected: Phase::Send,
             },
             record: None,
+            request_id: None,
         };
         if let Some((log, names)) = &self.access_log {
             let mut record = Box::new(AccessRecord::start(
@@ -224,6 +251,9 @@ impl Proxy {
             }
             tally.record = Some((record, log.clone(), names.clone()));
         }
+        if let Some(config) = &self.request_id {
+            tally.set_request_id(rules::request_id(config, req.headers()));
+        }
         // The routing phase answers on its own or names the pool; the relay is awaited here,
         // not in a function of its own: its future is then one level less deep, and moved
         // (memcpy) once less per request.
@@ -237,6 +267,13 @@ impl Proxy {
         };
         let status = response.status().as_u16();
         counters.answered(method, status, tally.by);
+        if let (Some(config), Some(id)) = (&self.request_id, &tally.request_id) {
+            if config.response {
+                response
+                    .headers_mut()
+                    .insert(config.header.clone(), id.clone());
+            }
+        }
         if let Some((mut record, log, names)) = tally.record.take() {
             tally.fill(&mut record, &names, Some(status));
             let ending = tally.ending();
@@ -413,6 +450,10 @@ impl Proxy {
                     match plan.after(Attempted::Answered(status), |t| affordable(pool, t)) {
                         Next::Relay => {
                             relayed(&mut response, prepared.h2);
+                            if let Some(host) = &prepared.rules_host {
+                                let name = &pool.backends[index].name;
+                                self.rewrite_response(&mut response, host, name, client, tally);
+                            }
                             tally.by = AnsweredBy::Backend;
                             return response;
                         }
@@ -470,9 +511,14 @@ impl Proxy {
         if websocket {
             websocket::to_http1_handshake(&mut parts.method, &mut parts.headers);
         }
-        if self.forwarded_headers {
+        if self.forwarded.x_forwarded() {
             add_forwarded_headers(&mut parts.headers, client);
         }
+        let rules_host = if self.rewrites {
+            Some(self.rewrite_request(&mut parts, pool, client, tally))
+        } else {
+            None
+        };
         let uri = origin_form(&parts.uri);
         let bodiless = body.is_end_stream();
         if bodiless {
@@ -509,11 +555,82 @@ impl Proxy {
             upgrade,
             bodiless,
             h2,
+            rules_host,
             timeouts: ExchangeTimeouts {
                 response_header: pool.config.timeouts.response_header,
                 body_idle: pool.config.timeouts.body_idle,
                 request_body: self.request_body_timeout,
             },
+        }
+    }
+
+    /// What a request gets beyond hop-by-hop and `X-Forwarded-*` fields: its request id, a
+    /// `Forwarded` element, then the listener's header rules and its route's. Returns its
+    /// host as it sent it (for the answer's rules). Not inlined: a listener without any of
+    /// them never comes here.
+    #[inline(never)]
+    fn rewrite_request(
+        &self,
+        parts: &mut http::request::Parts,
+        pool: &PoolHandle,
+        client: &ClientInfo,
+        tally: &Tally,
+    ) -> Option<HeaderValue> {
+        let host = parts.headers.get(header::HOST).cloned().or_else(|| {
+            parts
+                .uri
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        });
+        if let (Some(config), Some(id)) = (&self.request_id, &tally.request_id) {
+            parts.headers.insert(config.header.clone(), id.clone());
+        }
+        if self.forwarded.rfc7239() {
+            rules::add_forwarded(&mut parts.headers, client, host.as_ref());
+        }
+        let route = tally.route.map(|index| &self.routes[index]);
+        let facts = rules::Facts {
+            client,
+            request_id: tally.request_id.as_ref(),
+            host: host.as_ref(),
+            pool: &pool.name,
+            backend: None,
+        };
+        let route_rules = route.and_then(|r| r.request_headers.as_deref());
+        for rules in [self.request_headers.as_deref(), route_rules]
+            .into_iter()
+            .flatten()
+        {
+            rules::apply(rules, &mut parts.headers, &facts);
+        }
+        host
+    }
+
+    /// Runs the listener's and then the route's response rules on a backend's answer from
+    /// `backend` to a request for `host`.
+    #[inline(never)]
+    fn rewrite_response(
+        &self,
+        response: &mut Response<RespBody>,
+        host: &Option<HeaderValue>,
+        backend: &str,
+        client: &ClientInfo,
+        tally: &Tally,
+    ) {
+        let route = tally.route.map(|index| &self.routes[index]);
+        let facts = rules::Facts {
+            client,
+            request_id: tally.request_id.as_ref(),
+            host: host.as_ref(),
+            pool: route.map_or("", |r| &r.pool.name),
+            backend: Some(backend),
+        };
+        let route_rules = route.and_then(|r| r.response_headers.as_deref());
+        for rules in [self.response_headers.as_deref(), route_rules]
+            .into_iter()
+            .flatten()
+        {
+            rules::apply(rules, response.headers_mut(), &facts);
         }
     }
 
@@ -617,6 +734,9 @@ struct Prepared {
     bodiless: bool,
     /// The pool's backends speak HTTP/2.
     h2: bool,
+    /// With header rules or a request id: the request's host as sent (`%{host}`), for the
+    /// answer's rules; `None` when the listener has neither.
+    rules_host: Option<Option<HeaderValue>>,
     timeouts: ExchangeTimeouts,
 }
 

@@ -22,6 +22,8 @@ pub(super) struct Tally {
     /// The access log record (`None` without an access log): emitted when the answer's body
     /// ends, or, if the request is dropped first (the client went away), when the tally is.
     pub(super) record: Option<(Box<AccessRecord>, Arc<AccessLog>, Arc<PoolNames>)>,
+    /// The request's id, when the listener gives ids (`request_id`).
+    pub(super) request_id: Option<http::HeaderValue>,
 }
 
 /// The names an access log record takes from the proxy (`None` unless logging).
@@ -67,6 +69,14 @@ impl Tally {
             },
             None => Termination::REFUSED,
         })
+    }
+
+    /// Notes the request's id, for its record too.
+    pub(super) fn set_request_id(&mut self, id: http::HeaderValue) {
+        if let Some((record, ..)) = &mut self.record {
+            record.set_request_id(&id);
+        }
+        self.request_id = Some(id);
     }
 
     /// Notes an attempt on backend `index` starting.

@@ -112,12 +112,17 @@ pub(super) fn text(out: &mut String, listener: &str, record: &AccessRecord) {
         record.client.port(),
         record.truncated
     );
+    // Only on a listener that gives ids: other lines are as they were.
+    if let Some(id) = &record.request_id {
+        out.push_str(" request_id=");
+        quoted(out, Some(id));
+    }
     out.push('\n');
 }
 
 /// Appends the JSON line of `record` (with its newline) to `out`.
 pub(super) fn json(out: &mut String, listener: &str, record: &AccessRecord) {
-    let value: Value = json!({
+    let mut value: Value = json!({
         "time": capataz_timefmt::rfc3339(record.time),
         "listener": listener,
         "client": record.client.ip().to_string(),
@@ -140,6 +145,9 @@ pub(super) fn json(out: &mut String, listener: &str, record: &AccessRecord) {
         "sni": record.sni,
         "truncated": record.truncated,
     });
+    if let (Some(id), Some(object)) = (&record.request_id, value.as_object_mut()) {
+        object.insert("request_id".into(), Value::from(id.as_str()));
+    }
     // serde_json escapes every control character: the object is one line.
     out.push_str(&value.to_string());
     out.push('\n');
@@ -166,6 +174,7 @@ mod tests {
             tls_version: Some("TLSv1.3"),
             sni: Some("app.example".into()),
             truncated: false,
+            request_id: None,
             status: Some(200),
             bytes: 42,
             route: Some("/".into()),

@@ -191,6 +191,8 @@ pub struct AccessRecord {
     pub attempts: u32,
     /// Who ended the request, and where.
     pub termination: Termination,
+    /// The request's id, on a listener with `request_id`.
+    pub request_id: Option<String>,
 }
 
 impl AccessRecord {
@@ -248,7 +250,15 @@ impl AccessRecord {
             backend: None,
             attempts: 0,
             termination: Termination::client_gone(Phase::Request),
+            request_id: None,
         }
+    }
+
+    /// Notes the request's id (a valid field value: visible ASCII, or capataz's own).
+    pub fn set_request_id(&mut self, id: &http::HeaderValue) {
+        let (id, cut) = format::bounded(&String::from_utf8_lossy(id.as_bytes()));
+        self.truncated |= cut;
+        self.request_id = Some(id);
     }
 
     /// Notes the TLS session the request came over.

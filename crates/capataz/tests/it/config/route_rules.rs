@@ -91,3 +91,116 @@ fn a_bad_regex_shows_the_regex_error() {
     );
     assert!(error.to_string().contains("size limit"), "{error}");
 }
+
+/// A listener with `keys` (and one pool).
+fn listener(keys: &str) -> String {
+    format!(
+        "[[listeners]]\naddress = \"127.0.0.1:8080\"\n{keys}\n\
+         [pools.web]\nbackends = [{{ address = \"127.0.0.1:9001\" }}]\n"
+    )
+}
+
+#[test]
+fn header_rules_forwarded_and_request_id_are_read_as_written() {
+    let config = parse(&listener(
+        "forwarded = \"both\"\nrequest_id = { header = \"X-Trace\" }\n\
+         request_headers = { set = { \"X-Id\" = \"%{request_id}\" }, remove = [\"X-Debug\"] }",
+    ));
+    let l = &config.listeners[0];
+    assert_eq!(l.forwarded, capataz::config::ForwardedFields::Both);
+    let id = l.request_id.as_ref().expect("request_id");
+    assert_eq!(id.header.as_str(), "x-trace");
+    assert!(id.keep_incoming);
+    assert!(!id.response);
+    let rules = l.request_headers.as_ref().expect("rules");
+    assert_eq!(rules.set[0].0.as_str(), "x-id");
+    assert_eq!(rules.remove[0].as_str(), "x-debug");
+    // forwarded_headers = false is forwarded = "none"; the default is "x-forwarded".
+    let off = parse(&listener("forwarded_headers = false"));
+    assert_eq!(
+        off.listeners[0].forwarded,
+        capataz::config::ForwardedFields::None
+    );
+    let default = parse(&listener(""));
+    assert_eq!(
+        default.listeners[0].forwarded,
+        capataz::config::ForwardedFields::XForwarded
+    );
+    assert!(default.listeners[0].request_headers.is_none());
+}
+
+#[test]
+fn bad_header_rules_name_the_line_and_key() {
+    let cases: &[(&str, &str, usize, &str)] = &[
+        (
+            "forwarded twice",
+            "forwarded = \"both\"\nforwarded_headers = true",
+            3,
+            "listeners[0].forwarded",
+        ),
+        (
+            "unknown forwarded",
+            "forwarded = \"rfc\"",
+            3,
+            "listeners[0].forwarded",
+        ),
+        (
+            "bad name",
+            "request_headers = { set = { \"X Y\" = \"1\" } }",
+            3,
+            "request_headers.set.X Y",
+        ),
+        (
+            "framing field",
+            "response_headers = { remove = [\"Content-Length\"] }",
+            3,
+            "remove[0]",
+        ),
+        (
+            "unknown variable",
+            "request_headers = { add = { \"X-A\" = \"%{client}\" } }",
+            3,
+            "add.X-A",
+        ),
+        (
+            "unclosed variable",
+            "request_headers = { add = { \"X-A\" = \"%{host\" } }",
+            3,
+            "add.X-A",
+        ),
+        (
+            "backend in a request",
+            "request_headers = { set = { \"X-B\" = \"%{backend}\" } }",
+            3,
+            "set.X-B",
+        ),
+        (
+            "request id without one",
+            "response_headers = { set = { \"X-R\" = \"%{request_id}\" } }",
+            3,
+            "set.X-R",
+        ),
+        (
+            "control character",
+            "request_headers = { set = { \"X-C\" = \"a\\nb\" } }",
+            3,
+            "set.X-C",
+        ),
+        (
+            "bad request id header",
+            "request_id = { header = \"Transfer-Encoding\" }",
+            3,
+            "request_id.header",
+        ),
+    ];
+    for (what, keys, line, key) in cases {
+        eprintln!("case: {what}");
+        check_err(&listener(keys), Some(*line), key);
+    }
+    // On a route too.
+    check_err(
+        &route("request_headers = { set = { \"X-B\" = \"%{backend}\" } }"),
+        Some(5),
+        "listeners[0].routes[0].request_headers.set.X-B",
+    );
+}

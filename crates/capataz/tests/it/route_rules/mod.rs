@@ -4,6 +4,7 @@
 //! The backends echo what they received (the request line and header fields, as the body of
 //! their `200`), so a test reads what the route sent them.
 
+mod headers;
 mod matchers;
 
 use std::net::SocketAddr;
@@ -40,4 +41,14 @@ fn pool(name: &str, addr: SocketAddr) -> String {
         "[pools.{name}]\nbackends = [{{ name = \"{name}1\", address = \"{addr}\" }}]\n\
          [pools.{name}.active]\nkind = \"none\"\n"
     )
+}
+
+/// The values of field `name` in an echoed head (the body an echo backend answered).
+fn echoed<'a>(head: &'a str, name: &str) -> Vec<&'a str> {
+    head.lines()
+        .skip(1)
+        .filter_map(|line| line.split_once(':'))
+        .filter(|(field, _)| field.eq_ignore_ascii_case(name))
+        .map(|(_, value)| value.trim())
+        .collect()
 }
