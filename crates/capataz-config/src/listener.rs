@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use capataz_tls::{ServerSettings, ServerTls};
 
-use crate::{Cidr, ForwardedFields, HeaderRules, RequestIdConfig, RouteMatch};
+use crate::{Cidr, ForwardedFields, HeaderRules, PathRewrite, RequestIdConfig, RouteMatch};
 
 /// One client-facing listener.
 #[derive(Clone, Debug, PartialEq)]
@@ -163,4 +163,6 @@ pub struct RouteConfig {
     pub request_headers: Option<Box<HeaderRules>>,
     /// `response_headers`: rules on its backends' answers, after the listener's.
     pub response_headers: Option<Box<HeaderRules>>,
+    /// How the path its backends get is rewritten; `None` (default): as sent.
+    pub rewrite: Option<Box<PathRewrite>>,
 }

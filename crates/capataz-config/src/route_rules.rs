@@ -21,13 +21,23 @@ pub const MAX_REGEX_LEN: usize = 1024;
 pub struct RouteRegex {
     /// The pattern as written.
     written: String,
-    anchored: regex::Regex,
+    program: regex::Regex,
 }
 
 impl RouteRegex {
     /// `pattern`, compiled anchored at both ends within [`REGEX_SIZE_LIMIT`]; the error is the
     /// `regex` crate's about the pattern as written.
     pub fn new(pattern: &str) -> Result<RouteRegex, String> {
+        RouteRegex::build(pattern, true)
+    }
+
+    /// `pattern`, compiled as written (matching anywhere), for `regex_rewrite`: every
+    /// non-overlapping match is replaced.
+    pub fn unanchored(pattern: &str) -> Result<RouteRegex, String> {
+        RouteRegex::build(pattern, false)
+    }
+
+    fn build(pattern: &str, anchor: bool) -> Result<RouteRegex, String> {
         if pattern.len() > MAX_REGEX_LEN {
             return Err(format!(
                 "the pattern is {} bytes long, more than {MAX_REGEX_LEN}",
@@ -41,17 +51,21 @@ impl RouteRegex {
                 .build()
         };
         // The pattern alone first: its error is about what the operator wrote.
-        build(pattern).map_err(one_line)?;
-        let anchored = build(&format!("^(?:{pattern})$")).map_err(one_line)?;
+        let written = build(pattern).map_err(one_line)?;
+        let program = if anchor {
+            build(&format!("^(?:{pattern})$")).map_err(one_line)?
+        } else {
+            written
+        };
         Ok(RouteRegex {
             written: pattern.to_owned(),
-            anchored,
+            program,
         })
     }
 
     /// Whether the pattern matches all of `text` (linear time in its length).
     pub fn is_match(&self, text: &str) -> bool {
-        self.anchored.is_match(text)
+        self.program.is_match(text)
     }
 
     /// The pattern as written.
@@ -59,9 +73,9 @@ impl RouteRegex {
         &self.written
     }
 
-    /// The anchored program, for substitutions (`regex_rewrite`).
+    /// The compiled program (for substitutions: `regex_rewrite`).
     pub fn regex(&self) -> &regex::Regex {
-        &self.anchored
+        &self.program
     }
 }
 
@@ -115,6 +129,23 @@ pub struct QueryMatch {
     pub name: String,
     /// What one of the parameters so named must hold.
     pub value: ValueMatch,
+}
+
+/// How a route rewrites the path its backends get (`strip_prefix`, `replace_prefix`,
+/// `regex_rewrite`: one at most). The query is kept as sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PathRewrite {
+    /// The route's `path_prefix` taken off (`/` put in front of what is left, if need be).
+    StripPrefix,
+    /// The route's `path_prefix` replaced by this.
+    ReplacePrefix(String),
+    /// Every match of the pattern in the path replaced by the substitution (`$1`, `${name}`).
+    Regex {
+        /// The pattern, matching anywhere.
+        pattern: RouteRegex,
+        /// The replacement, in the `regex` crate's syntax.
+        substitution: String,
+    },
 }
 
 /// What a header field's or query parameter's value must be.

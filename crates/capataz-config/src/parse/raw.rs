@@ -32,6 +32,7 @@ tables!(
     RawProxyProtocol,
     RawRoute,
     RawValueMatch,
+    RawRegexRewrite,
     RawRequestId,
     RawHeaderRules,
     RawPool,
@@ -243,6 +244,17 @@ pub(super) struct RawRoute {
     pub(super) query: Option<Vec<Spanned<RawValueMatch>>>,
     pub(super) request_headers: Option<RawHeaderRules>,
     pub(super) response_headers: Option<RawHeaderRules>,
+    pub(super) strip_prefix: Option<Spanned<bool>>,
+    pub(super) replace_prefix: Option<Spanned<String>>,
+    pub(super) regex_rewrite: Option<Spanned<RawRegexRewrite>>,
+}
+
+/// A route's `regex_rewrite`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, remote = "Self")]
+pub(super) struct RawRegexRewrite {
+    pub(super) pattern: Option<Spanned<String>>,
+    pub(super) substitution: Option<Spanned<String>>,
 }
 
 /// A route's `headers` or `query` entry.

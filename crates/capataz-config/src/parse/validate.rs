@@ -431,6 +431,7 @@ impl<'a> Validator<'a> {
                 matches: None,
                 request_headers: None,
                 response_headers: None,
+                rewrite: None,
             });
         }
         for (route_index, route) in raw.routes.into_iter().enumerate() {
@@ -623,6 +624,7 @@ impl<'a> Validator<'a> {
                     matches: None,
                     request_headers: None,
                     response_headers: None,
+                    rewrite: None,
                 });
             }
             return Err(self.error(
@@ -672,6 +674,7 @@ impl<'a> Validator<'a> {
                 raw.response_headers.take(),
                 rules_for(true),
             )?,
+            rewrite: self.path_rewrite(at, span, &mut raw)?,
         })
     }
 

@@ -44,6 +44,7 @@ mod headers;
 mod matchers;
 mod pages;
 mod plan;
+mod rewrite;
 mod rules;
 mod tally;
 mod tunnel;
@@ -69,6 +70,8 @@ struct Route {
     /// Its header rules (`rules.rs`), run after the listener's.
     request_headers: Option<Box<HeaderRules>>,
     response_headers: Option<Box<HeaderRules>>,
+    /// Its path rewrite (`rewrite.rs`), if any.
+    rewrite: Option<Box<crate::config::PathRewrite>>,
     pool: Arc<PoolHandle>,
     /// Its requests' counters.
     metrics: RouteMetrics,
@@ -150,6 +153,7 @@ impl Proxy {
                         matches: r.matches.clone(),
                         request_headers: r.request_headers.clone(),
                         response_headers: r.response_headers.clone(),
+                        rewrite: r.rewrite.clone(),
                         metrics: metrics.route(&label, &pool.name),
                         pool,
                     }
@@ -328,6 +332,17 @@ impl Proxy {
         };
         if let Some(value) = add_host {
             req.headers_mut().insert(header::HOST, value);
+        }
+        if let Some(rule) = &self.routes[route].rewrite {
+            match rewrite::rewrite(rule, &self.routes[route].path_prefix, req.uri()) {
+                Some(uri) => *req.uri_mut() = uri,
+                None => {
+                    return Routed::Answer(error_page(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "the route's path rewrite did not leave a path starting with /",
+                    ))
+                }
+            }
         }
         pool.budget.on_request();
         Routed::Pool(pool)

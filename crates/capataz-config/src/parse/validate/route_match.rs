@@ -6,7 +6,7 @@ use toml::Spanned;
 
 use super::super::raw::{RawRoute, RawValueMatch};
 use super::{ConfigError, Validator};
-use crate::{HeaderMatch, QueryMatch, RouteMatch, RouteRegex, ValueMatch};
+use crate::{HeaderMatch, PathRewrite, QueryMatch, RouteMatch, RouteRegex, ValueMatch};
 
 impl Validator<'_> {
     /// The route's `name`, if written.
@@ -80,6 +80,83 @@ impl Validator<'_> {
             return Ok(None);
         }
         Ok(Some(Box::new(matches)))
+    }
+
+    /// `strip_prefix`, `replace_prefix` or `regex_rewrite` (one at most).
+    pub(super) fn path_rewrite(
+        &self,
+        at: &str,
+        span: std::ops::Range<usize>,
+        raw: &mut RawRoute,
+    ) -> Result<Option<Box<PathRewrite>>, ConfigError> {
+        let strip = raw.strip_prefix.take().filter(|strip| *strip.get_ref());
+        let replace = raw.replace_prefix.take();
+        let regex = raw.regex_rewrite.take();
+        let given = [strip.is_some(), replace.is_some(), regex.is_some()];
+        if given.iter().filter(|g| **g).count() > 1 {
+            return Err(self.error(
+                Some(span),
+                &format!("{at}.regex_rewrite"),
+                "a route rewrites its path one way: give one of strip_prefix, replace_prefix and \
+                 regex_rewrite"
+                    .into(),
+            ));
+        }
+        if strip.is_some() {
+            return Ok(Some(Box::new(PathRewrite::StripPrefix)));
+        }
+        if let Some(prefix) = replace {
+            let text = prefix.get_ref();
+            if !text.starts_with('/') || !is_path(text) {
+                return Err(self.error(
+                    Some(prefix.span()),
+                    &format!("{at}.replace_prefix"),
+                    format!(
+                        r##"{text:?} is not a path prefix (start it with "/", leave out spaces, "?" and "#", e.g. "/v2/")"##
+                    ),
+                ));
+            }
+            return Ok(Some(Box::new(PathRewrite::ReplacePrefix(
+                prefix.into_inner(),
+            ))));
+        }
+        let Some(rewrite) = regex else {
+            return Ok(None);
+        };
+        let table_span = rewrite.span();
+        let rewrite = rewrite.into_inner();
+        let key = format!("{at}.regex_rewrite");
+        let (Some(pattern), Some(substitution)) = (rewrite.pattern, rewrite.substitution) else {
+            return Err(self.error(
+                Some(table_span),
+                &key,
+                r#"regex_rewrite needs a pattern and a substitution (e.g. { pattern = "^/v1/(.*)", substitution = "/api/$1" })"#.into(),
+            ));
+        };
+        let regex = RouteRegex::unanchored(pattern.get_ref()).map_err(|why| {
+            self.error(
+                Some(pattern.span()),
+                &format!("{key}.pattern"),
+                format!(
+                    "{:?} is not a usable regex: {why} (the regex crate's syntax)",
+                    pattern.get_ref()
+                ),
+            )
+        })?;
+        if !is_path(substitution.get_ref()) {
+            return Err(self.error(
+                Some(substitution.span()),
+                &format!("{key}.substitution"),
+                format!(
+                    r##"{:?} cannot be part of a path (leave out spaces, "?", "#" and control characters; $1 or ${{name}} for a group)"##,
+                    substitution.get_ref()
+                ),
+            ));
+        }
+        Ok(Some(Box::new(PathRewrite::Regex {
+            pattern: regex,
+            substitution: substitution.into_inner(),
+        })))
     }
 
     fn method(&self, key: &str, method: &Spanned<String>) -> Result<Method, ConfigError> {
@@ -240,7 +317,8 @@ impl Validator<'_> {
     }
 }
 
-/// Whether `text` may be a path as a request target carries it: visible ASCII, no `?` or `#`.
+/// Whether `text` may be a path as a request target carries it: visible ASCII, no `?` or `#`
+/// (empty is one too: a substitution may remove what it matched).
 fn is_path(text: &str) -> bool {
     text.bytes()
         .all(|b| b.is_ascii_graphic() && b != b'?' && b != b'#')

@@ -204,3 +204,56 @@ fn bad_header_rules_name_the_line_and_key() {
         "listeners[0].routes[0].request_headers.set.X-B",
     );
 }
+
+#[test]
+fn bad_path_rewrites_name_the_line_and_key() {
+    let cases: &[(&str, &str, usize, &str)] = &[
+        (
+            "two rewrites",
+            "strip_prefix = true\nreplace_prefix = \"/v2/\"",
+            3,
+            "routes[0].regex_rewrite",
+        ),
+        (
+            "prefix without slash",
+            "replace_prefix = \"v2/\"",
+            5,
+            "routes[0].replace_prefix",
+        ),
+        (
+            "no substitution",
+            "regex_rewrite = { pattern = \"^/a\" }",
+            5,
+            "routes[0].regex_rewrite",
+        ),
+        (
+            "bad pattern",
+            "regex_rewrite = { pattern = \"(\", substitution = \"/\" }",
+            5,
+            "regex_rewrite.pattern",
+        ),
+        (
+            "substitution with a space",
+            "regex_rewrite = { pattern = \"a\", substitution = \"/a b\" }",
+            5,
+            "regex_rewrite.substitution",
+        ),
+        (
+            "substitution with a query",
+            "regex_rewrite = { pattern = \"a\", substitution = \"/a?b\" }",
+            5,
+            "regex_rewrite.substitution",
+        ),
+    ];
+    for (what, keys, line, key) in cases {
+        eprintln!("case: {what}");
+        check_err(&route(keys), Some(*line), key);
+    }
+    let config = parse(&route("path_prefix = \"/api\"\nstrip_prefix = true"));
+    assert_eq!(
+        config.listeners[0].routes[0].rewrite.as_deref(),
+        Some(&capataz::config::PathRewrite::StripPrefix)
+    );
+    let config = parse(&route("strip_prefix = false"));
+    assert!(config.listeners[0].routes[0].rewrite.is_none());
+}
