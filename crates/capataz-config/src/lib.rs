@@ -52,8 +52,8 @@ pub use pool::{
     ClientIdentity, ConnectionReuse, PoolConfig, RetryConfig, TrackTarget, UpstreamTimeouts,
 };
 pub use route_rules::{
-    HeaderMatch, PathRewrite, QueryMatch, RouteMatch, RouteRegex, ValueMatch, MAX_REGEX_LEN,
-    REGEX_SIZE_LIMIT,
+    HeaderMatch, PathRewrite, QueryMatch, Redirect, RedirectPath, RouteMatch, RouteRegex,
+    RouteTarget, ValueMatch, MAX_REGEX_LEN, REGEX_SIZE_LIMIT,
 };
 pub use source::{DnsRecord, DnsSource, EtcdEndpoint, EtcdSource, FleetConfig, PoolSource};
 pub use text_errors::{DurationError, ListenAddressError};

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use capataz_tls::{ServerSettings, ServerTls};
 
-use crate::{Cidr, ForwardedFields, HeaderRules, PathRewrite, RequestIdConfig, RouteMatch};
+use crate::{
+    Cidr, ForwardedFields, HeaderRules, PathRewrite, RequestIdConfig, RouteMatch, RouteTarget,
+};
 
 /// One client-facing listener.
 #[derive(Clone, Debug, PartialEq)]
@@ -145,6 +147,16 @@ pub struct ProxyProtocolConfig {
     pub trusted: Vec<Cidr>,
 }
 
+impl RouteConfig {
+    /// The index of its pool; `None` for a redirect route.
+    pub fn pool(&self) -> Option<usize> {
+        match self.target {
+            RouteTarget::Pool(index) => Some(index),
+            RouteTarget::Redirect(_) => None,
+        }
+    }
+}
+
 /// A route: a match on Host and/or path prefix (and the matchers of `matches`), and the pool
 /// that serves it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -155,8 +167,8 @@ pub struct RouteConfig {
     pub host: Option<String>,
     /// The path prefix to match (default `/`, everything).
     pub path_prefix: String,
-    /// The index of the pool in [`Config::pools`](crate::Config::pools).
-    pub pool: usize,
+    /// What serves it: a pool (`pool`), or a redirect (`redirect`).
+    pub target: RouteTarget,
     /// Its other matchers (methods, path, path regex, headers, query); `None` when it has none.
     pub matches: Option<Box<RouteMatch>>,
     /// `request_headers`: rules on its requests, after the listener's; `None`: none.

@@ -148,6 +148,44 @@ pub enum PathRewrite {
     },
 }
 
+/// What serves a route: a pool, or capataz itself with a redirect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RouteTarget {
+    /// The index of the pool in [`Config::pools`](crate::Config::pools).
+    Pool(usize),
+    /// A redirect answered by capataz (`redirect`).
+    Redirect(Box<Redirect>),
+}
+
+/// A route's `redirect`: the `Location` is the request's URL with what is given replaced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Redirect {
+    /// 301, 302 (the default), 303, 307 or 308.
+    pub status: u16,
+    /// `http` or `https`; `None`: the request's.
+    pub scheme: Option<String>,
+    /// The host; `None`: the request's (without its port).
+    pub host: Option<String>,
+    /// The port; `None`: the request's when neither scheme nor host is given, else the
+    /// scheme's default. Left out of the URL when it is the scheme's default.
+    pub port: Option<u16>,
+    /// How the path changes.
+    pub path: RedirectPath,
+    /// Whether the query is left out (default: kept).
+    pub strip_query: bool,
+}
+
+/// How a redirect's path is made from the request's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RedirectPath {
+    /// The request's path (the default).
+    Same,
+    /// This path (`path`).
+    Replace(String),
+    /// The route's `path_prefix` replaced by this (`prefix`).
+    Prefix(String),
+}
+
 /// What a header field's or query parameter's value must be.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ValueMatch {

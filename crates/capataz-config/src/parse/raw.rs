@@ -33,6 +33,7 @@ tables!(
     RawRoute,
     RawValueMatch,
     RawRegexRewrite,
+    RawRedirect,
     RawRequestId,
     RawHeaderRules,
     RawPool,
@@ -247,6 +248,20 @@ pub(super) struct RawRoute {
     pub(super) strip_prefix: Option<Spanned<bool>>,
     pub(super) replace_prefix: Option<Spanned<String>>,
     pub(super) regex_rewrite: Option<Spanned<RawRegexRewrite>>,
+    pub(super) redirect: Option<Spanned<RawRedirect>>,
+}
+
+/// A route's `redirect`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, remote = "Self")]
+pub(super) struct RawRedirect {
+    pub(super) status: Option<Spanned<i64>>,
+    pub(super) scheme: Option<Spanned<String>>,
+    pub(super) host: Option<Spanned<String>>,
+    pub(super) port: Option<Spanned<i64>>,
+    pub(super) path: Option<Spanned<String>>,
+    pub(super) prefix: Option<Spanned<String>>,
+    pub(super) strip_query: Option<bool>,
 }
 
 /// A route's `regex_rewrite`.

@@ -24,6 +24,7 @@ mod header_rules;
 mod passive;
 mod pool;
 mod proxy_protocol;
+mod redirect;
 mod route_match;
 mod source;
 mod tls;
@@ -45,7 +46,7 @@ use super::values::{check_log_level, parse_duration, MAX_DURATION};
 use super::ConfigError;
 use crate::{
     Config, Http2Config, ListenerConfig, LogConfig, LogFormat, PoolConfig, RouteConfig,
-    ServerConfig,
+    RouteTarget, ServerConfig,
 };
 
 const DURATION_EXAMPLES: &str = r#"e.g. "500ms", "2s", "1m""#;
@@ -427,7 +428,7 @@ impl<'a> Validator<'a> {
                 name: None,
                 host: None,
                 path_prefix: "/".into(),
-                pool: 0,
+                target: RouteTarget::Pool(0),
                 matches: None,
                 request_headers: None,
                 response_headers: None,
@@ -603,16 +604,30 @@ impl<'a> Validator<'a> {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let Some(pool) = raw.pool.take() else {
-            return Err(self.error(
-                Some(span),
-                &format!("{at}.pool"),
-                format!(
-                    "every route needs a pool (add pool = NAME, one of {})",
-                    pool_names()
-                ),
-            ));
-        };
+        let pool =
+            match (raw.pool.take(), raw.redirect.take()) {
+                (Some(_), Some(redirect)) => return Err(self.error(
+                    Some(redirect.span()),
+                    &format!("{at}.redirect"),
+                    "a route is served by a pool or answered with a redirect, not both (remove \
+                     pool or redirect)"
+                        .into(),
+                )),
+                (None, Some(redirect)) => {
+                    return self.redirect_route(at, span, raw, redirect, rules_for);
+                }
+                (None, None) => {
+                    return Err(self.error(
+                        Some(span),
+                        &format!("{at}.pool"),
+                        format!(
+                            "every route needs a pool (add pool = NAME, one of {}) or a redirect",
+                            pool_names()
+                        ),
+                    ))
+                }
+                (Some(pool), None) => pool,
+            };
         let Some(pool_index) = pools.iter().position(|p| p.name == *pool.get_ref()) else {
             if self.failed_pools.borrow().contains(pool.get_ref()) {
                 // Its own errors are reported; the config is refused, so any index will do.
@@ -620,7 +635,7 @@ impl<'a> Validator<'a> {
                     name: None,
                     host: None,
                     path_prefix: "/".into(),
-                    pool: 0,
+                    target: RouteTarget::Pool(0),
                     matches: None,
                     request_headers: None,
                     response_headers: None,
@@ -638,6 +653,19 @@ impl<'a> Validator<'a> {
                 ),
             ));
         };
+        let mut route = self.route_matching(at, &mut raw, rules_for)?;
+        route.target = RouteTarget::Pool(pool_index);
+        route.rewrite = self.path_rewrite(at, span, &mut raw)?;
+        Ok(route)
+    }
+
+    /// A route's keys other than its target and rewrite (its target set to pool 0).
+    fn route_matching(
+        &self,
+        at: &str,
+        raw: &mut RawRoute,
+        rules_for: impl Fn(bool) -> header_rules::RulesFor,
+    ) -> Result<RouteConfig, ConfigError> {
         let host = match raw.host.take() {
             None => None,
             Some(host) => Some(self.route_host(&host, &format!("{at}.host"))?),
@@ -659,11 +687,11 @@ impl<'a> Validator<'a> {
             }
         };
         Ok(RouteConfig {
-            name: self.route_name(at, &mut raw)?,
+            name: self.route_name(at, raw)?,
             host,
             path_prefix,
-            pool: pool_index,
-            matches: self.route_match(at, &mut raw)?,
+            target: RouteTarget::Pool(0),
+            matches: self.route_match(at, raw)?,
             request_headers: self.header_rules(
                 &format!("{at}.request_headers"),
                 raw.request_headers.take(),
@@ -674,7 +702,7 @@ impl<'a> Validator<'a> {
                 raw.response_headers.take(),
                 rules_for(true),
             )?,
-            rewrite: self.path_rewrite(at, span, &mut raw)?,
+            rewrite: None,
         })
     }
 

@@ -31,7 +31,8 @@ use crate::acme::Http01Tokens;
 use crate::balance::PoolHandle;
 use crate::body::{BodyRead, Lease, ReqBody, RespBody};
 use crate::config::{
-    BackendProtocol, ConnectionReuse, ForwardedFields, HeaderRules, ListenerConfig, RequestIdConfig,
+    BackendProtocol, ConnectionReuse, ForwardedFields, HeaderRules, ListenerConfig,
+    RequestIdConfig, RouteTarget,
 };
 use crate::instruments::{AnsweredBy, ListenerMetrics, MethodClass, RouteMetrics};
 use crate::tls::TlsInfo;
@@ -44,6 +45,7 @@ mod headers;
 mod matchers;
 mod pages;
 mod plan;
+mod redirect;
 mod rewrite;
 mod rules;
 mod tally;
@@ -72,7 +74,8 @@ struct Route {
     response_headers: Option<Box<HeaderRules>>,
     /// Its path rewrite (`rewrite.rs`), if any.
     rewrite: Option<Box<crate::config::PathRewrite>>,
-    pool: Arc<PoolHandle>,
+    /// Its pool, or the redirect capataz answers with.
+    target: Target,
     /// Its requests' counters.
     metrics: RouteMetrics,
 }
@@ -108,6 +111,8 @@ pub struct Proxy {
     http01: Option<Arc<Http01Tokens>>,
     /// The HTTPS port every request is redirected to, instead of routing (`https_redirect`).
     https_redirect: Option<u16>,
+    /// Whether the listener terminates TLS (the scheme redirects keep).
+    tls: bool,
 }
 
 impl Proxy {
@@ -130,13 +135,17 @@ impl Proxy {
         let access_log = access_log.map(|log| {
             let names = routes
                 .iter()
-                .map(|r| {
-                    let pool = &pools[r.pool];
-                    (
+                .map(|r| match &r.target {
+                    RouteTarget::Pool(index) => (
                         route_label(r),
-                        pool.name.clone(),
-                        pool.backends.iter().map(|b| b.name.clone()).collect(),
-                    )
+                        Some(pools[*index].name.clone()),
+                        pools[*index]
+                            .backends
+                            .iter()
+                            .map(|b| b.name.clone())
+                            .collect(),
+                    ),
+                    RouteTarget::Redirect(_) => (route_label(r), None, Vec::new()),
                 })
                 .collect();
             (log, Arc::new(PoolNames { routes: names }))
@@ -145,7 +154,14 @@ impl Proxy {
             routes: routes
                 .iter()
                 .map(|r| {
-                    let pool = pools[r.pool].clone();
+                    let target = match &r.target {
+                        RouteTarget::Pool(index) => Target::Pool(pools[*index].clone()),
+                        RouteTarget::Redirect(redirect) => Target::Redirect(redirect.clone()),
+                    };
+                    let pool_name = match &target {
+                        Target::Pool(pool) => &*pool.name,
+                        Target::Redirect(_) => "",
+                    };
                     let label = route_label(r);
                     Route {
                         host: r.host.clone(),
@@ -154,8 +170,8 @@ impl Proxy {
                         request_headers: r.request_headers.clone(),
                         response_headers: r.response_headers.clone(),
                         rewrite: r.rewrite.clone(),
-                        metrics: metrics.route(&label, &pool.name),
-                        pool,
+                        metrics: metrics.route(&label, pool_name),
+                        target,
                     }
                 })
                 .collect(),
@@ -179,6 +195,7 @@ impl Proxy {
             access_log,
             http01,
             https_redirect: listener.https_redirect,
+            tls: listener.tls.is_some(),
         }
     }
 
@@ -323,7 +340,15 @@ impl Proxy {
             ));
         };
         tally.route = Some(route);
-        let pool = self.routes[route].pool.clone();
+        let pool = match &self.routes[route].target {
+            Target::Pool(pool) => pool.clone(),
+            Target::Redirect(rule) => {
+                let prefix = &self.routes[route].path_prefix;
+                let tls = self.tls;
+                let page = redirect::redirect_page(rule, prefix, host.as_str(), req.uri(), tls);
+                return Routed::Answer(page);
+            }
+        };
         // An HTTP/1.0 absolute-form request without Host: the backend gets the host the route
         // was chosen by.
         let add_host = match host {
@@ -637,7 +662,10 @@ impl Proxy {
             client,
             request_id: tally.request_id.as_ref(),
             host: host.as_ref(),
-            pool: route.map_or("", |r| &r.pool.name),
+            pool: match route.map(|r| &r.target) {
+                Some(Target::Pool(pool)) => &pool.name,
+                _ => "",
+            },
             backend: Some(backend),
         };
         let route_rules = route.and_then(|r| r.response_headers.as_deref());
@@ -681,6 +709,13 @@ impl Proxy {
         }
         response
     }
+}
+
+/// What serves a route.
+#[derive(Debug)]
+enum Target {
+    Pool(Arc<PoolHandle>),
+    Redirect(Box<crate::config::Redirect>),
 }
 
 /// What the routing phase came to. Never stored: a value on the stack that `handle` matches at

@@ -29,9 +29,12 @@ pub(super) struct Tally {
 /// The names an access log record takes from the proxy (`None` unless logging).
 #[derive(Debug)]
 pub(super) struct PoolNames {
-    /// Per route: its label, and its pool's name and backends' names.
-    pub(super) routes: Vec<(String, Arc<str>, Vec<Arc<str>>)>,
+    /// Per route: its label, and its pool's name (none for a redirect) and backends' names.
+    pub(super) routes: Vec<RouteNames>,
 }
+
+/// A route's label, its pool's name (none for a redirect) and its backends' names.
+pub(super) type RouteNames = (String, Option<Arc<str>>, Vec<Arc<str>>);
 
 /// Where a request is: the phase a client going away ends it in.
 #[derive(Clone, Copy)]
@@ -49,7 +52,7 @@ impl Tally {
         record.attempts = self.attempts;
         if let Some((label, pool, backends)) = self.route.and_then(|r| names.routes.get(r)) {
             record.route = Some(label.clone());
-            record.pool = Some(pool.clone());
+            record.pool = pool.clone();
             record.backend = self.backend.and_then(|b| backends.get(b)).cloned();
         }
     }

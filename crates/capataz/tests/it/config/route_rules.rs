@@ -257,3 +257,78 @@ fn bad_path_rewrites_name_the_line_and_key() {
     let config = parse(&route("strip_prefix = false"));
     assert!(config.listeners[0].routes[0].rewrite.is_none());
 }
+
+/// A listener whose one route has `keys` and no pool.
+fn redirect_route(keys: &str) -> String {
+    format!(
+        "[[listeners]]\naddress = \"127.0.0.1:8080\"\n[[listeners.routes]]\n{keys}\n\
+         [pools.web]\nbackends = [{{ address = \"127.0.0.1:9001\" }}]\n"
+    )
+}
+
+#[test]
+fn bad_redirects_name_the_line_and_key() {
+    let cases: &[(&str, &str, usize, &str)] = &[
+        (
+            "pool and redirect",
+            "pool = \"web\"\nredirect = { scheme = \"https\" }",
+            5,
+            "routes[0].redirect",
+        ),
+        ("neither", "path_prefix = \"/a\"", 3, "routes[0].pool"),
+        (
+            "bad status",
+            "redirect = { status = 200, scheme = \"https\" }",
+            4,
+            "redirect.status",
+        ),
+        (
+            "bad scheme",
+            "redirect = { scheme = \"ftp\" }",
+            4,
+            "redirect.scheme",
+        ),
+        (
+            "bad host",
+            "redirect = { host = \"a b\" }",
+            4,
+            "redirect.host",
+        ),
+        ("bad port", "redirect = { port = 0 }", 4, "redirect.port"),
+        (
+            "path and prefix",
+            "redirect = { path = \"/a\", prefix = \"/b\" }",
+            4,
+            "redirect.prefix",
+        ),
+        (
+            "path with a query",
+            "redirect = { path = \"/a?b\" }",
+            4,
+            "redirect.path",
+        ),
+        (
+            "to itself",
+            "redirect = { status = 301 }",
+            4,
+            "routes[0].redirect",
+        ),
+        (
+            "with a rewrite",
+            "strip_prefix = true\nredirect = { scheme = \"https\" }",
+            5,
+            "routes[0].redirect",
+        ),
+    ];
+    for (what, keys, line, key) in cases {
+        eprintln!("case: {what}");
+        check_err(&redirect_route(keys), Some(*line), key);
+    }
+    let config = parse(&redirect_route("redirect = { scheme = \"https\" }"));
+    let capataz::config::RouteTarget::Redirect(redirect) = &config.listeners[0].routes[0].target
+    else {
+        panic!("a redirect route");
+    };
+    assert_eq!(redirect.status, 302);
+    assert_eq!(redirect.scheme.as_deref(), Some("https"));
+}

@@ -6,6 +6,7 @@
 
 mod headers;
 mod matchers;
+mod redirects;
 mod rewrite;
 
 use std::net::SocketAddr;
