@@ -171,6 +171,32 @@ pub struct RequestIdConfig {
     pub response: bool,
 }
 
+/// A TLS listener's `Strict-Transport-Security` (`hsts`), sent on every answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hsts {
+    /// `max-age` (default one year).
+    pub max_age: std::time::Duration,
+    /// `includeSubDomains` (default false).
+    pub include_subdomains: bool,
+    /// `preload` (default false; needs `include_subdomains` and a year at least).
+    pub preload: bool,
+}
+
+impl Hsts {
+    /// The field's value.
+    pub fn value(&self) -> HeaderValue {
+        let mut text = format!("max-age={}", self.max_age.as_secs());
+        if self.include_subdomains {
+            text.push_str("; includeSubDomains");
+        }
+        if self.preload {
+            text.push_str("; preload");
+        }
+        // Digits and fixed words: always a valid value.
+        HeaderValue::try_from(text).unwrap_or_else(|_| HeaderValue::from_static("max-age=0"))
+    }
+}
+
 /// The longest incoming request id kept, in bytes; a longer one is replaced.
 pub const MAX_REQUEST_ID: usize = 200;
 

@@ -32,7 +32,7 @@ pub use cidr::{Cidr, CidrError};
 pub use etcd_access::EtcdToken;
 pub use etcd_access::{EtcdAccess, EtcdAuth, EtcdSession, EtcdTls};
 pub use header_rules::{
-    ForwardedFields, HeaderRules, Piece, RequestIdConfig, Template, Variable, MAX_REQUEST_ID,
+    ForwardedFields, HeaderRules, Hsts, Piece, RequestIdConfig, Template, Variable, MAX_REQUEST_ID,
 };
 pub use health_checks::{
     ActiveCheckConfig, CheckKind, ContentRules, LatencyOutliersConfig, LoadSheddingConfig,

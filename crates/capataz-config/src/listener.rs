@@ -7,7 +7,7 @@ use std::time::Duration;
 use capataz_tls::{ServerSettings, ServerTls};
 
 use crate::{
-    Cidr, ForwardedFields, HeaderRules, PathRewrite, RequestIdConfig, RouteMatch, RouteTarget,
+    Cidr, ForwardedFields, HeaderRules, Hsts, PathRewrite, RequestIdConfig, RouteMatch, RouteTarget,
 };
 
 /// One client-facing listener.
@@ -133,6 +133,8 @@ pub struct ListenerTls {
     pub client_ca_line: Option<usize>,
     /// The line of `[listeners.tls.acme]`'s `ca_file`, if set.
     pub acme_ca_line: Option<usize>,
+    /// `hsts`: the `Strict-Transport-Security` every answer gets; `None` (default): none.
+    pub hsts: Option<Hsts>,
     /// The certificates and keys, loaded when the config was resolved; `None` in an
     /// [`Unresolved`](crate::Unresolved) config.
     pub loaded: Option<ServerTls>,

@@ -34,6 +34,7 @@ tables!(
     RawValueMatch,
     RawRegexRewrite,
     RawRedirect,
+    RawHsts,
     RawRequestId,
     RawHeaderRules,
     RawPool,
@@ -189,6 +190,16 @@ pub(super) struct RawTls {
     pub(super) client_auth: Option<Spanned<String>>,
     pub(super) ocsp_fetch: Option<bool>,
     pub(super) acme: Option<Spanned<RawAcme>>,
+    pub(super) hsts: Option<Spanned<RawHsts>>,
+}
+
+/// `[listeners.tls]`'s `hsts`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, remote = "Self")]
+pub(super) struct RawHsts {
+    pub(super) max_age: Option<Spanned<Value>>,
+    pub(super) include_subdomains: Option<bool>,
+    pub(super) preload: Option<bool>,
 }
 
 /// `[listeners.tls.acme]`.

@@ -113,6 +113,8 @@ pub struct Proxy {
     https_redirect: Option<u16>,
     /// Whether the listener terminates TLS (the scheme redirects keep).
     tls: bool,
+    /// The `Strict-Transport-Security` every answer gets (`[listeners.tls] hsts`), if any.
+    hsts: Option<HeaderValue>,
 }
 
 impl Proxy {
@@ -196,6 +198,11 @@ impl Proxy {
             http01,
             https_redirect: listener.https_redirect,
             tls: listener.tls.is_some(),
+            hsts: listener
+                .tls
+                .as_ref()
+                .and_then(|tls| tls.hsts.as_ref())
+                .map(crate::config::Hsts::value),
         }
     }
 
@@ -294,6 +301,11 @@ impl Proxy {
                     .headers_mut()
                     .insert(config.header.clone(), id.clone());
             }
+        }
+        if let Some(hsts) = &self.hsts {
+            response
+                .headers_mut()
+                .insert(header::STRICT_TRANSPORT_SECURITY, hsts.clone());
         }
         if let Some((mut record, log, names)) = tally.record.take() {
             tally.fill(&mut record, &names, Some(status));

@@ -4,9 +4,9 @@
 use http::HeaderName;
 use toml::Spanned;
 
-use super::super::raw::{RawForwarded, RawHeaderRules, RawRequestId};
+use super::super::raw::{RawForwarded, RawHeaderRules, RawHsts, RawRequestId};
 use super::{ConfigError, Validator};
-use crate::{ForwardedFields, HeaderRules, RequestIdConfig, Template, Variable};
+use crate::{ForwardedFields, HeaderRules, Hsts, RequestIdConfig, Template, Variable};
 
 /// Fields no rule may touch: how a message is framed and what its connection does are
 /// capataz's, not a rule's.
@@ -55,6 +55,28 @@ impl Validator<'_> {
             (Some(RawForwarded::Rfc7239), None) => ForwardedFields::Rfc7239,
             (Some(RawForwarded::Both), None) => ForwardedFields::Both,
         })
+    }
+
+    /// `[listeners.tls]`'s `hsts` (`at` is the TLS table's path).
+    pub(super) fn hsts(&self, at: &str, raw: Spanned<RawHsts>) -> Result<Hsts, ConfigError> {
+        let span = raw.span();
+        let raw = raw.into_inner();
+        const YEAR: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
+        let hsts = Hsts {
+            max_age: self.duration(&raw.max_age, &format!("{at}.hsts.max_age"), YEAR)?,
+            include_subdomains: raw.include_subdomains.unwrap_or(false),
+            preload: raw.preload.unwrap_or(false),
+        };
+        if hsts.preload && (!hsts.include_subdomains || hsts.max_age < YEAR) {
+            return Err(self.error(
+                Some(span),
+                &format!("{at}.hsts.preload"),
+                "preload lists take a site only with include_subdomains = true and a max_age of \
+                 a year at least (\"8760h\")"
+                    .into(),
+            ));
+        }
+        Ok(hsts)
     }
 
     /// A listener's `request_id`.

@@ -5,6 +5,7 @@
 //! their `200`), so a test reads what the route sent them.
 
 mod headers;
+mod hsts;
 mod matchers;
 mod redirects;
 mod rewrite;
