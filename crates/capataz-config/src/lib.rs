@@ -20,12 +20,14 @@ mod check;
 mod cidr;
 mod error_pages;
 mod etcd_access;
+mod header_rules;
 mod health_checks;
 mod limits;
 mod listener;
 mod parse;
 mod pool;
 mod rate_limit;
+mod route_rules;
 mod source;
 mod tcp;
 mod text_errors;
@@ -38,6 +40,9 @@ pub use error_pages::{
 };
 pub use etcd_access::EtcdToken;
 pub use etcd_access::{EtcdAccess, EtcdAuth, EtcdSession, EtcdTls};
+pub use header_rules::{
+    ForwardedFields, HeaderRules, Hsts, Piece, RequestIdConfig, Template, Variable, MAX_REQUEST_ID,
+};
 pub use health_checks::{
     ActiveCheckConfig, CheckKind, ContentRules, LatencyOutliersConfig, LoadSheddingConfig,
     PassiveCheckConfig, SuccessRateConfig, TcpExchange, DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT,
@@ -57,6 +62,10 @@ pub use pool::{
     ClientIdentity, ConnectionReuse, PoolConfig, RetryConfig, TrackTarget, UpstreamTimeouts,
 };
 pub use rate_limit::{RateLimitConfig, RateLimitKey, DEFAULT_RATE_LIMIT_KEYS};
+pub use route_rules::{
+    HeaderMatch, PathRewrite, QueryMatch, Redirect, RedirectPath, RouteMatch, RouteRegex,
+    RouteTarget, ValueMatch, MAX_REGEX_LEN, REGEX_SIZE_LIMIT,
+};
 pub use source::{DnsRecord, DnsSource, EtcdEndpoint, EtcdSource, FleetConfig, PoolSource};
 pub use tcp::TcpListenerConfig;
 pub use text_errors::{DurationError, ListenAddressError};

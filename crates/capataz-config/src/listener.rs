@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use capataz_tls::{ServerSettings, ServerTls};
 
-use crate::Cidr;
+use crate::{
+    Cidr, ForwardedFields, HeaderRules, Hsts, PathRewrite, RequestIdConfig, RouteMatch, RouteTarget,
+};
 
 /// One client-facing listener.
 #[derive(Clone, Debug, PartialEq)]
@@ -26,9 +28,15 @@ pub struct ListenerConfig {
     pub request_body_timeout: Duration,
     /// The largest request head accepted, in bytes (default 16 KiB); larger gets 431.
     pub max_header_bytes: usize,
-    /// Whether requests get `X-Forwarded-For` (the client's address appended) and
-    /// `X-Forwarded-Proto` on their way to a backend (default true).
-    pub forwarded_headers: bool,
+    /// Which forwarded fields requests get on their way to a backend (`forwarded`, or the
+    /// older `forwarded_headers`; default `X-Forwarded-For` and `X-Forwarded-Proto`).
+    pub forwarded: ForwardedFields,
+    /// `request_id`: the id each request gets (or keeps); `None` (default): none.
+    pub request_id: Option<RequestIdConfig>,
+    /// `request_headers`: rules on every request, before its route's; `None`: none.
+    pub request_headers: Option<Box<HeaderRules>>,
+    /// `response_headers`: rules on every backend's answer, before its route's.
+    pub response_headers: Option<Box<HeaderRules>>,
     /// Whether HTTP/2 with prior knowledge (h2c) is accepted beside HTTP/1.1 (default false).
     pub h2c: bool,
     /// The HTTP/2 settings of the listener's HTTP/2 connections.
@@ -131,6 +139,8 @@ pub struct ListenerTls {
     pub client_ca_line: Option<usize>,
     /// The line of `[listeners.tls.acme]`'s `ca_file`, if set.
     pub acme_ca_line: Option<usize>,
+    /// `hsts`: the `Strict-Transport-Security` every answer gets; `None` (default): none.
+    pub hsts: Option<Hsts>,
     /// The certificates and keys, loaded when the config was resolved; `None` in an
     /// [`Unresolved`](crate::Unresolved) config.
     pub loaded: Option<ServerTls>,
@@ -145,15 +155,36 @@ pub struct ProxyProtocolConfig {
     pub trusted: Vec<Cidr>,
 }
 
-/// A route: a match on Host and/or path prefix, and the pool that serves it.
+impl RouteConfig {
+    /// The index of its pool; `None` for a redirect route.
+    pub fn pool(&self) -> Option<usize> {
+        match self.target {
+            RouteTarget::Pool(index) => Some(index),
+            RouteTarget::Redirect(_) => None,
+        }
+    }
+}
+
+/// A route: a match on Host and/or path prefix (and the matchers of `matches`), and the pool
+/// that serves it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RouteConfig {
+    /// `name`: its label in metrics and the access log; `None`: its host and path prefix.
+    pub name: Option<String>,
     /// The Host to match, lowercase and without a port; `None` matches any host.
     pub host: Option<String>,
     /// The path prefix to match (default `/`, everything).
     pub path_prefix: String,
-    /// The index of the pool in [`Config::pools`](crate::Config::pools).
-    pub pool: usize,
+    /// What serves it: a pool (`pool`), or a redirect (`redirect`).
+    pub target: RouteTarget,
+    /// Its other matchers (methods, path, path regex, headers, query); `None` when it has none.
+    pub matches: Option<Box<RouteMatch>>,
+    /// `request_headers`: rules on its requests, after the listener's; `None`: none.
+    pub request_headers: Option<Box<HeaderRules>>,
+    /// `response_headers`: rules on its backends' answers, after the listener's.
+    pub response_headers: Option<Box<HeaderRules>>,
+    /// How the path its backends get is rewritten; `None` (default): as sent.
+    pub rewrite: Option<Box<PathRewrite>>,
     /// Its local rate limit (`rate_limit`); `None` (default): none.
     pub rate_limit: Option<crate::RateLimitConfig>,
 }

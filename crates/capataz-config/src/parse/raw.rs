@@ -33,6 +33,12 @@ tables!(
     RawErrorPage,
     RawRateLimit,
     RawRoute,
+    RawValueMatch,
+    RawRegexRewrite,
+    RawRedirect,
+    RawHsts,
+    RawRequestId,
+    RawHeaderRules,
     RawPool,
     RawSource,
     RawTlsTable,
@@ -136,6 +142,10 @@ pub(super) struct RawListener {
     pub(super) access_log: Option<Spanned<RawAccessLog>>,
     pub(super) https_redirect: Option<Spanned<bool>>,
     pub(super) https_redirect_port: Option<Spanned<i64>>,
+    pub(super) forwarded: Option<RawForwarded>,
+    pub(super) request_id: Option<Spanned<RawRequestId>>,
+    pub(super) request_headers: Option<RawHeaderRules>,
+    pub(super) response_headers: Option<RawHeaderRules>,
     pub(super) error_pages: Option<BTreeMap<Spanned<String>, RawErrorPage>>,
     pub(super) mode: Option<Spanned<RawMode>>,
     pub(super) pool: Option<Spanned<String>>,
@@ -158,6 +168,33 @@ choice! {
     }
 }
 
+choice! {
+    RawForwarded {
+        XForwarded = "x-forwarded",
+        Rfc7239 = "rfc7239",
+        Both = "both",
+        None = "none",
+    }
+}
+
+/// A listener's `request_id`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, remote = "Self")]
+pub(super) struct RawRequestId {
+    pub(super) header: Option<Spanned<String>>,
+    pub(super) keep_incoming: Option<bool>,
+    pub(super) response: Option<bool>,
+}
+
+/// `request_headers` or `response_headers`, on a listener or a route.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, remote = "Self")]
+pub(super) struct RawHeaderRules {
+    pub(super) remove: Option<Vec<Spanned<String>>>,
+    pub(super) set: Option<BTreeMap<Spanned<String>, Spanned<String>>>,
+    pub(super) add: Option<BTreeMap<Spanned<String>, Spanned<String>>>,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, remote = "Self")]
 pub(super) struct RawAccessLog {
@@ -176,6 +213,16 @@ pub(super) struct RawTls {
     pub(super) client_auth: Option<Spanned<String>>,
     pub(super) ocsp_fetch: Option<bool>,
     pub(super) acme: Option<Spanned<RawAcme>>,
+    pub(super) hsts: Option<Spanned<RawHsts>>,
+}
+
+/// `[listeners.tls]`'s `hsts`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, remote = "Self")]
+pub(super) struct RawHsts {
+    pub(super) max_age: Option<Spanned<Value>>,
+    pub(super) include_subdomains: Option<bool>,
+    pub(super) preload: Option<bool>,
 }
 
 /// `[listeners.tls.acme]`.
@@ -224,6 +271,18 @@ pub(super) struct RawRoute {
     pub(super) host: Option<Spanned<String>>,
     pub(super) path_prefix: Option<Spanned<String>>,
     pub(super) pool: Option<Spanned<String>>,
+    pub(super) name: Option<Spanned<String>>,
+    pub(super) methods: Option<Vec<Spanned<String>>>,
+    pub(super) path: Option<Spanned<String>>,
+    pub(super) path_regex: Option<Spanned<String>>,
+    pub(super) headers: Option<Vec<Spanned<RawValueMatch>>>,
+    pub(super) query: Option<Vec<Spanned<RawValueMatch>>>,
+    pub(super) request_headers: Option<RawHeaderRules>,
+    pub(super) response_headers: Option<RawHeaderRules>,
+    pub(super) strip_prefix: Option<Spanned<bool>>,
+    pub(super) replace_prefix: Option<Spanned<String>>,
+    pub(super) regex_rewrite: Option<Spanned<RawRegexRewrite>>,
+    pub(super) redirect: Option<Spanned<RawRedirect>>,
     pub(super) rate_limit: Option<RawRateLimit>,
 }
 
@@ -236,6 +295,37 @@ pub(super) struct RawRateLimit {
     pub(super) per: Option<Spanned<Value>>,
     pub(super) burst: Option<Spanned<i64>>,
     pub(super) max_keys: Option<Spanned<i64>>,
+}
+
+/// A route's `redirect`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, remote = "Self")]
+pub(super) struct RawRedirect {
+    pub(super) status: Option<Spanned<i64>>,
+    pub(super) scheme: Option<Spanned<String>>,
+    pub(super) host: Option<Spanned<String>>,
+    pub(super) port: Option<Spanned<i64>>,
+    pub(super) path: Option<Spanned<String>>,
+    pub(super) prefix: Option<Spanned<String>>,
+    pub(super) strip_query: Option<bool>,
+}
+
+/// A route's `regex_rewrite`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, remote = "Self")]
+pub(super) struct RawRegexRewrite {
+    pub(super) pattern: Option<Spanned<String>>,
+    pub(super) substitution: Option<Spanned<String>>,
+}
+
+/// A route's `headers` or `query` entry.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, remote = "Self")]
+pub(super) struct RawValueMatch {
+    pub(super) name: Option<Spanned<String>>,
+    pub(super) value: Option<Spanned<String>>,
+    pub(super) value_regex: Option<Spanned<String>>,
+    pub(super) present: Option<Spanned<bool>>,
 }
 
 #[derive(Deserialize)]

@@ -22,11 +22,14 @@ mod backends;
 mod error_pages;
 mod etcd_access;
 mod fleet;
+mod header_rules;
 mod limits;
 mod passive;
 mod pool;
 mod proxy_protocol;
 mod rate_limit;
+mod redirect;
+mod route_match;
 mod source;
 mod tcp;
 mod tls;
@@ -48,7 +51,7 @@ use super::values::{check_log_level, parse_duration, MAX_DURATION};
 use super::ConfigError;
 use crate::{
     Config, Http2Config, ListenerConfig, LogConfig, LogFormat, PoolConfig, RouteConfig,
-    ServerConfig,
+    RouteTarget, ServerConfig,
 };
 
 const DURATION_EXAMPLES: &str = r#"e.g. "500ms", "2s", "1m""#;
@@ -406,6 +409,14 @@ impl<'a> Validator<'a> {
                 ));
             }
         }
+        let request_id = raw
+            .request_id
+            .map(|table| self.request_id(&at, table))
+            .transpose()?;
+        let rules_for = |response| header_rules::RulesFor {
+            response,
+            request_id: request_id.is_some(),
+        };
         let mut routes = Vec::with_capacity(raw.routes.len().max(1));
         // A pool that failed validation still counts as written.
         let written_pools = pools.len() + self.failed_pools.borrow().len();
@@ -427,16 +438,20 @@ impl<'a> Validator<'a> {
                 self.keep(self.routable(&format!("{at}.routes"), Some(span.clone()), only));
             }
             routes.push(RouteConfig {
+                name: None,
                 host: None,
                 path_prefix: "/".into(),
-                pool: 0,
+                target: RouteTarget::Pool(0),
+                matches: None,
+                request_headers: None,
+                response_headers: None,
+                rewrite: None,
                 rate_limit: None,
             });
         }
         for (route_index, route) in raw.routes.into_iter().enumerate() {
-            if let Some(route) =
-                self.keep(self.route(&format!("{at}.routes[{route_index}]"), route, pools))
-            {
+            let at = format!("{at}.routes[{route_index}]");
+            if let Some(route) = self.keep(self.route(&at, route, pools, request_id.is_some())) {
                 routes.push(route);
             }
         }
@@ -473,7 +488,18 @@ impl<'a> Validator<'a> {
                 16384,
                 1024..=1_048_576,
             )? as usize,
-            forwarded_headers: raw.forwarded_headers.unwrap_or(true),
+            forwarded: self.forwarded(&at, span.clone(), raw.forwarded, raw.forwarded_headers)?,
+            request_headers: self.header_rules(
+                &format!("{at}.request_headers"),
+                raw.request_headers,
+                rules_for(false),
+            )?,
+            response_headers: self.header_rules(
+                &format!("{at}.response_headers"),
+                raw.response_headers,
+                rules_for(true),
+            )?,
+            request_id,
             h2c: raw.h2c.unwrap_or(false),
             http2: self.http2(&format!("{at}.http2"), &raw.http2)?,
             tls: raw
@@ -582,9 +608,14 @@ impl<'a> Validator<'a> {
         at: &str,
         raw: Spanned<RawRoute>,
         pools: &[PoolConfig],
+        request_id: bool,
     ) -> Result<RouteConfig, ConfigError> {
+        let rules_for = |response| header_rules::RulesFor {
+            response,
+            request_id,
+        };
         let span = raw.span();
-        let raw = raw.into_inner();
+        let mut raw = raw.into_inner();
         let pool_names = || {
             pools
                 .iter()
@@ -592,23 +623,42 @@ impl<'a> Validator<'a> {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let Some(pool) = raw.pool else {
-            return Err(self.error(
-                Some(span),
-                &format!("{at}.pool"),
-                format!(
-                    "every route needs a pool (add pool = NAME, one of {})",
-                    pool_names()
-                ),
-            ));
-        };
+        let pool =
+            match (raw.pool.take(), raw.redirect.take()) {
+                (Some(_), Some(redirect)) => return Err(self.error(
+                    Some(redirect.span()),
+                    &format!("{at}.redirect"),
+                    "a route is served by a pool or answered with a redirect, not both (remove \
+                     pool or redirect)"
+                        .into(),
+                )),
+                (None, Some(redirect)) => {
+                    return self.redirect_route(at, span, raw, redirect, rules_for);
+                }
+                (None, None) => {
+                    return Err(self.error(
+                        Some(span),
+                        &format!("{at}.pool"),
+                        format!(
+                            "every route needs a pool (add pool = NAME, one of {}) or a redirect",
+                            pool_names()
+                        ),
+                    ))
+                }
+                (Some(pool), None) => pool,
+            };
         let Some(pool_index) = pools.iter().position(|p| p.name == *pool.get_ref()) else {
             if self.failed_pools.borrow().contains(pool.get_ref()) {
                 // Its own errors are reported; the config is refused, so any index will do.
                 return Ok(RouteConfig {
+                    name: None,
                     host: None,
                     path_prefix: "/".into(),
-                    pool: 0,
+                    target: RouteTarget::Pool(0),
+                    matches: None,
+                    request_headers: None,
+                    response_headers: None,
+                    rewrite: None,
                     rate_limit: None,
                 });
             }
@@ -624,11 +674,24 @@ impl<'a> Validator<'a> {
             ));
         };
         self.routable(&format!("{at}.pool"), Some(pool.span()), &pools[pool_index])?;
-        let host = match raw.host {
+        let mut route = self.route_matching(at, &mut raw, rules_for)?;
+        route.target = RouteTarget::Pool(pool_index);
+        route.rewrite = self.path_rewrite(at, span, &mut raw)?;
+        Ok(route)
+    }
+
+    /// A route's keys other than its target and rewrite (its target set to pool 0).
+    fn route_matching(
+        &self,
+        at: &str,
+        raw: &mut RawRoute,
+        rules_for: impl Fn(bool) -> header_rules::RulesFor,
+    ) -> Result<RouteConfig, ConfigError> {
+        let host = match raw.host.take() {
             None => None,
             Some(host) => Some(self.route_host(&host, &format!("{at}.host"))?),
         };
-        let path_prefix = match raw.path_prefix {
+        let path_prefix = match raw.path_prefix.take() {
             None => "/".to_owned(),
             Some(prefix) => {
                 let text = prefix.get_ref();
@@ -646,12 +709,26 @@ impl<'a> Validator<'a> {
         };
         let rate_limit = raw
             .rate_limit
+            .take()
             .map(|limit| self.rate_limit(at, limit))
             .transpose()?;
         Ok(RouteConfig {
+            name: self.route_name(at, raw)?,
             host,
             path_prefix,
-            pool: pool_index,
+            target: RouteTarget::Pool(0),
+            matches: self.route_match(at, raw)?,
+            request_headers: self.header_rules(
+                &format!("{at}.request_headers"),
+                raw.request_headers.take(),
+                rules_for(false),
+            )?,
+            response_headers: self.header_rules(
+                &format!("{at}.response_headers"),
+                raw.response_headers.take(),
+                rules_for(true),
+            )?,
+            rewrite: None,
             rate_limit,
         })
     }

@@ -30,7 +30,10 @@ use crate::access_log::{AccessLog, AccessRecord, Phase};
 use crate::acme::Http01Tokens;
 use crate::balance::PoolHandle;
 use crate::body::{BodyRead, Lease, ReqBody, RespBody};
-use crate::config::{Algorithm, ConnectionReuse, ListenerConfig};
+use crate::config::{
+    Algorithm, ConnectionReuse, ForwardedFields, HeaderRules, ListenerConfig, RequestIdConfig,
+    RouteTarget,
+};
 use crate::instruments::{AnsweredBy, ListenerMetrics, MethodClass, RouteMetrics};
 use crate::tls::TlsInfo;
 use crate::upstream::{
@@ -41,10 +44,14 @@ mod affinity;
 mod error_pages;
 mod forward;
 mod headers;
+mod matchers;
 mod pages;
 mod plan;
 mod queued;
 mod rate_limit;
+mod redirect;
+mod rewrite;
+mod rules;
 mod tally;
 mod tunnel;
 mod websocket;
@@ -67,7 +74,15 @@ struct Route {
     label: String,
     host: Option<String>,
     path_prefix: String,
-    pool: Arc<PoolHandle>,
+    /// Its other matchers (`matchers.rs`); `None`, and not looked at, when it has none.
+    matches: Option<Box<crate::config::RouteMatch>>,
+    /// Its header rules (`rules.rs`), run after the listener's.
+    request_headers: Option<Box<HeaderRules>>,
+    response_headers: Option<Box<HeaderRules>>,
+    /// Its path rewrite (`rewrite.rs`), if any.
+    rewrite: Option<Box<crate::config::PathRewrite>>,
+    /// Its pool, or the redirect capataz answers with.
+    target: Target,
     /// Its requests' counters.
     metrics: RouteMetrics,
     /// Its local rate limit, if it has one (shared with the proxy a reload replaces, when
@@ -82,8 +97,16 @@ pub struct Proxy {
     /// Whether any route names a host (else the request's host is never looked at).
     any_host: bool,
     max_header_bytes: usize,
-    /// Whether `X-Forwarded-For` and `X-Forwarded-Proto` are set.
-    forwarded_headers: bool,
+    /// Which forwarded fields requests get.
+    forwarded: ForwardedFields,
+    /// The request id each request gets (`rules.rs`), if any.
+    request_id: Option<RequestIdConfig>,
+    /// The listener's header rules, run before the route's.
+    request_headers: Option<Box<HeaderRules>>,
+    response_headers: Option<Box<HeaderRules>>,
+    /// Whether a request needs more than hop-by-hop and `X-Forwarded-*` on its way (a request
+    /// id, `Forwarded`, header rules: `Proxy::rewrite_request`).
+    rewrites: bool,
     /// The longest wait for the next piece of a client's body.
     request_body_timeout: std::time::Duration,
     /// How long an upgraded connection may move no byte either way before it is closed.
@@ -100,6 +123,10 @@ pub struct Proxy {
     https_redirect: Option<u16>,
     /// The listener's own error pages (`None`: capataz's plain-text ones).
     error_pages: Option<error_pages::Pages>,
+    /// Whether the listener terminates TLS (the scheme redirects keep).
+    tls: bool,
+    /// The `Strict-Transport-Security` every answer gets (`[listeners.tls] hsts`), if any.
+    hsts: Option<HeaderValue>,
 }
 
 impl Proxy {
@@ -124,13 +151,17 @@ impl Proxy {
         let access_log = access_log.map(|log| {
             let names = routes
                 .iter()
-                .map(|r| {
-                    let pool = &pools[r.pool];
-                    (
-                        route_label(r.host.as_deref(), &r.path_prefix),
-                        pool.name.clone(),
-                        pool.backends.iter().map(|b| b.name.clone()).collect(),
-                    )
+                .map(|r| match &r.target {
+                    RouteTarget::Pool(index) => (
+                        route_label(r),
+                        Some(pools[*index].name.clone()),
+                        pools[*index]
+                            .backends
+                            .iter()
+                            .map(|b| b.name.clone())
+                            .collect(),
+                    ),
+                    RouteTarget::Redirect(_) => (route_label(r), None, Vec::new()),
                 })
                 .collect();
             (log, Arc::new(PoolNames { routes: names }))
@@ -139,12 +170,23 @@ impl Proxy {
             routes: routes
                 .iter()
                 .map(|r| {
-                    let pool = pools[r.pool].clone();
-                    let label = route_label(r.host.as_deref(), &r.path_prefix);
+                    let target = match &r.target {
+                        RouteTarget::Pool(index) => Target::Pool(pools[*index].clone()),
+                        RouteTarget::Redirect(redirect) => Target::Redirect(redirect.clone()),
+                    };
+                    let pool_name = match &target {
+                        Target::Pool(pool) => &*pool.name,
+                        Target::Redirect(_) => "",
+                    };
+                    let label = route_label(r);
                     Route {
                         host: r.host.clone(),
                         path_prefix: r.path_prefix.clone(),
-                        metrics: metrics.route(&label, &pool.name),
+                        matches: r.matches.clone(),
+                        request_headers: r.request_headers.clone(),
+                        response_headers: r.response_headers.clone(),
+                        rewrite: r.rewrite.clone(),
+                        metrics: metrics.route(&label, pool_name),
                         limit: r.rate_limit.as_ref().map(|limit| {
                             rate_limit::RouteLimit::kept_or_new(
                                 previous.map(|p| p.routes.iter().map(|r| (&r.label, &r.limit))),
@@ -154,13 +196,23 @@ impl Proxy {
                             )
                         }),
                         label,
-                        pool,
+                        target,
                     }
                 })
                 .collect(),
             any_host: routes.iter().any(|r| r.host.is_some()),
             max_header_bytes: listener.max_header_bytes,
-            forwarded_headers: listener.forwarded_headers,
+            forwarded: listener.forwarded,
+            request_id: listener.request_id.clone(),
+            request_headers: listener.request_headers.clone(),
+            response_headers: listener.response_headers.clone(),
+            rewrites: listener.request_id.is_some()
+                || listener.forwarded.rfc7239()
+                || listener.request_headers.is_some()
+                || listener.response_headers.is_some()
+                || routes
+                    .iter()
+                    .any(|r| r.request_headers.is_some() || r.response_headers.is_some()),
             request_body_timeout: listener.request_body_timeout,
             tunnel_idle: listener.idle_timeout,
             unrouted: metrics.route("", ""),
@@ -169,6 +221,12 @@ impl Proxy {
             http01,
             https_redirect: listener.https_redirect,
             error_pages: error_pages::Pages::new(listener.error_pages.as_ref()),
+            tls: listener.tls.is_some(),
+            hsts: listener
+                .tls
+                .as_ref()
+                .and_then(|tls| tls.hsts.as_ref())
+                .map(crate::config::Hsts::value),
         }
     }
 
@@ -184,16 +242,22 @@ impl Proxy {
             .answered(MethodClass::OTHER, 400, AnsweredBy::Capataz);
     }
 
-    /// The index of the first route matching `host` (without its port) and `path`.
-    fn route(&self, host: Option<&str>, path: &str) -> Option<usize> {
+    /// The index of the first route matching `host` (without its port) and `req` (its path,
+    /// and whatever else the route's matchers look at).
+    fn route(&self, host: Option<&str>, req: &Request<Incoming>) -> Option<usize> {
         let host = host.map(strip_port);
+        let path = req.uri().path();
         self.routes.iter().position(|route| {
             let host_ok = match (&route.host, host) {
                 (None, _) => true,
                 (Some(want), Some(got)) => want.eq_ignore_ascii_case(got),
                 (Some(_), None) => false,
             };
-            host_ok && path.starts_with(route.path_prefix.as_str())
+            host_ok
+                && path.starts_with(route.path_prefix.as_str())
+                && route.matches.as_ref().is_none_or(|rules| {
+                    matchers::matches(rules, req.method(), req.uri(), req.headers())
+                })
         })
     }
 
@@ -229,6 +293,7 @@ impl Proxy {
             },
             record: None,
             reason: None,
+            request_id: None,
         };
         if let Some((log, names)) = &self.access_log {
             let mut record = Box::new(AccessRecord::start(
@@ -242,6 +307,9 @@ impl Proxy {
                 record.set_tls(tls.version, tls.sni.as_deref());
             }
             tally.record = Some((record, log.clone(), names.clone()));
+        }
+        if let Some(config) = &self.request_id {
+            tally.set_request_id(rules::request_id(config, req.headers()));
         }
         // The routing phase answers on its own or names the pool; the relay is awaited here,
         // not in a function of its own: its future is then one level less deep, and moved
@@ -259,6 +327,18 @@ impl Proxy {
         }
         let status = response.status().as_u16();
         counters.answered(method, status, tally.by);
+        if let (Some(config), Some(id)) = (&self.request_id, &tally.request_id) {
+            if config.response {
+                response
+                    .headers_mut()
+                    .insert(config.header.clone(), id.clone());
+            }
+        }
+        if let Some(hsts) = &self.hsts {
+            response
+                .headers_mut()
+                .insert(header::STRICT_TRANSPORT_SECURITY, hsts.clone());
+        }
         if let Some((mut record, log, names)) = tally.record.take() {
             tally.fill(&mut record, &names, Some(status));
             let ending = tally.ending();
@@ -302,10 +382,10 @@ impl Proxy {
             return Routed::Answer(https_redirect_page(host, req.uri(), port));
         }
         let route_host = if self.any_host { host.as_str() } else { None };
-        let Some(route) = self.route(route_host, req.uri().path()) else {
+        let Some(route) = self.route(route_host, req) else {
             return Routed::Answer(error_page(
                 StatusCode::NOT_FOUND,
-                "no route matches this host and path",
+                "no route matches this request",
             ));
         };
         tally.route = Some(route);
@@ -315,7 +395,15 @@ impl Proxy {
                 return Routed::Answer(page);
             }
         }
-        let pool = self.routes[route].pool.clone();
+        let pool = match &self.routes[route].target {
+            Target::Pool(pool) => pool.clone(),
+            Target::Redirect(rule) => {
+                let prefix = &self.routes[route].path_prefix;
+                let tls = self.tls;
+                let page = redirect::redirect_page(rule, prefix, host.as_str(), req.uri(), tls);
+                return Routed::Answer(page);
+            }
+        };
         // An HTTP/1.0 absolute-form request without Host: the backend gets the host the route
         // was chosen by.
         let add_host = match host {
@@ -324,6 +412,17 @@ impl Proxy {
         };
         if let Some(value) = add_host {
             req.headers_mut().insert(header::HOST, value);
+        }
+        if let Some(rule) = &self.routes[route].rewrite {
+            match rewrite::rewrite(rule, &self.routes[route].path_prefix, req.uri()) {
+                Some(uri) => *req.uri_mut() = uri,
+                None => {
+                    return Routed::Answer(error_page(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "the route's path rewrite did not leave a path starting with /",
+                    ))
+                }
+            }
         }
         pool.budget.on_request();
         Routed::Pool(pool)
@@ -459,6 +558,10 @@ impl Proxy {
                         Next::Relay => {
                             relayed(&mut response, prepared.h2);
                             affinity.answered(pool, index, &mut response);
+                            if let Some(host) = &prepared.rules_host {
+                                let name = &pool.backends[index].name;
+                                self.rewrite_response(&mut response, host, name, client, tally);
+                            }
                             tally.by = AnsweredBy::Backend;
                             return response;
                         }
@@ -516,9 +619,14 @@ impl Proxy {
         if websocket {
             websocket::to_http1_handshake(&mut parts.method, &mut parts.headers);
         }
-        if self.forwarded_headers {
+        if self.forwarded.x_forwarded() {
             add_forwarded_headers(&mut parts.headers, client);
         }
+        let rules_host = if self.rewrites {
+            Some(self.rewrite_request(&mut parts, pool, client, tally))
+        } else {
+            None
+        };
         let uri = origin_form(&parts.uri);
         let bodiless = body.is_end_stream();
         if bodiless {
@@ -555,11 +663,85 @@ impl Proxy {
             upgrade,
             bodiless,
             h2,
+            rules_host,
             timeouts: ExchangeTimeouts {
                 response_header: pool.config.timeouts.response_header,
                 body_idle: pool.config.timeouts.body_idle,
                 request_body: self.request_body_timeout,
             },
+        }
+    }
+
+    /// What a request gets beyond hop-by-hop and `X-Forwarded-*` fields: its request id, a
+    /// `Forwarded` element, then the listener's header rules and its route's. Returns its
+    /// host as it sent it (for the answer's rules). Not inlined: a listener without any of
+    /// them never comes here.
+    #[inline(never)]
+    fn rewrite_request(
+        &self,
+        parts: &mut http::request::Parts,
+        pool: &PoolHandle,
+        client: &ClientInfo,
+        tally: &Tally,
+    ) -> Option<HeaderValue> {
+        let host = parts.headers.get(header::HOST).cloned().or_else(|| {
+            parts
+                .uri
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        });
+        if let (Some(config), Some(id)) = (&self.request_id, &tally.request_id) {
+            parts.headers.insert(config.header.clone(), id.clone());
+        }
+        if self.forwarded.rfc7239() {
+            rules::add_forwarded(&mut parts.headers, client, host.as_ref());
+        }
+        let route = tally.route.map(|index| &self.routes[index]);
+        let facts = rules::Facts {
+            client,
+            request_id: tally.request_id.as_ref(),
+            host: host.as_ref(),
+            pool: &pool.name,
+            backend: None,
+        };
+        let route_rules = route.and_then(|r| r.request_headers.as_deref());
+        for rules in [self.request_headers.as_deref(), route_rules]
+            .into_iter()
+            .flatten()
+        {
+            rules::apply(rules, &mut parts.headers, &facts);
+        }
+        host
+    }
+
+    /// Runs the listener's and then the route's response rules on a backend's answer from
+    /// `backend` to a request for `host`.
+    #[inline(never)]
+    fn rewrite_response(
+        &self,
+        response: &mut Response<RespBody>,
+        host: &Option<HeaderValue>,
+        backend: &str,
+        client: &ClientInfo,
+        tally: &Tally,
+    ) {
+        let route = tally.route.map(|index| &self.routes[index]);
+        let facts = rules::Facts {
+            client,
+            request_id: tally.request_id.as_ref(),
+            host: host.as_ref(),
+            pool: match route.map(|r| &r.target) {
+                Some(Target::Pool(pool)) => &pool.name,
+                _ => "",
+            },
+            backend: Some(backend),
+        };
+        let route_rules = route.and_then(|r| r.response_headers.as_deref());
+        for rules in [self.response_headers.as_deref(), route_rules]
+            .into_iter()
+            .flatten()
+        {
+            rules::apply(rules, response.headers_mut(), &facts);
         }
     }
 
@@ -595,6 +777,13 @@ impl Proxy {
         }
         response
     }
+}
+
+/// What serves a route.
+#[derive(Debug)]
+enum Target {
+    Pool(Arc<PoolHandle>),
+    Redirect(Box<crate::config::Redirect>),
 }
 
 /// What the routing phase came to. Never stored: a value on the stack that `handle` matches at
@@ -663,6 +852,9 @@ struct Prepared {
     bodiless: bool,
     /// The pool's backends speak HTTP/2.
     h2: bool,
+    /// With header rules or a request id: the request's host as sent (`%{host}`), for the
+    /// answer's rules; `None` when the listener has neither.
+    rules_host: Option<Option<HeaderValue>>,
     timeouts: ExchangeTimeouts,
 }
 
@@ -780,9 +972,16 @@ fn affordable(pool: &PoolHandle, tried: &[usize]) -> bool {
     ok
 }
 
-/// A route's label (metrics and access log): its host and path prefix.
-fn route_label(host: Option<&str>, path_prefix: &str) -> String {
-    format!("{}{}", host.unwrap_or(""), path_prefix)
+/// A route's label (metrics and access log): its `name`, else its host and path prefix.
+fn route_label(route: &crate::config::RouteConfig) -> String {
+    match &route.name {
+        Some(name) => name.clone(),
+        None => format!(
+            "{}{}",
+            route.host.as_deref().unwrap_or(""),
+            route.path_prefix
+        ),
+    }
 }
 
 /// What the proxy knows of a client connection, computed once per connection, and the idle

@@ -24,14 +24,19 @@ pub(super) struct Tally {
     pub(super) record: Option<(Box<AccessRecord>, Arc<AccessLog>, Arc<PoolNames>)>,
     /// Why capataz refused the request by a rule of its own (the access log's `reason`).
     pub(super) reason: Option<&'static str>,
+    /// The request's id, when the listener gives ids (`request_id`).
+    pub(super) request_id: Option<http::HeaderValue>,
 }
 
 /// The names an access log record takes from the proxy (`None` unless logging).
 #[derive(Debug)]
 pub(super) struct PoolNames {
-    /// Per route: its label, and its pool's name and backends' names.
-    pub(super) routes: Vec<(String, Arc<str>, Vec<Arc<str>>)>,
+    /// Per route: its label, and its pool's name (none for a redirect) and backends' names.
+    pub(super) routes: Vec<RouteNames>,
 }
+
+/// A route's label, its pool's name (none for a redirect) and its backends' names.
+pub(super) type RouteNames = (String, Option<Arc<str>>, Vec<Arc<str>>);
 
 /// Where a request is: the phase a client going away ends it in.
 #[derive(Clone, Copy)]
@@ -50,7 +55,7 @@ impl Tally {
         record.reason = self.reason;
         if let Some((label, pool, backends)) = self.route.and_then(|r| names.routes.get(r)) {
             record.route = Some(label.clone());
-            record.pool = Some(pool.clone());
+            record.pool = pool.clone();
             record.backend = self.backend.and_then(|b| backends.get(b)).cloned();
         }
     }
@@ -74,6 +79,14 @@ impl Tally {
             },
             None => Termination::REFUSED,
         })
+    }
+
+    /// Notes the request's id, for its record too.
+    pub(super) fn set_request_id(&mut self, id: http::HeaderValue) {
+        if let Some((record, ..)) = &mut self.record {
+            record.set_request_id(&id);
+        }
+        self.request_id = Some(id);
     }
 
     /// Notes an attempt on backend `index` starting.

@@ -123,12 +123,17 @@ pub(super) fn text(out: &mut String, listener: &str, record: &AccessRecord) {
     if let Some(bytes_in) = record.bytes_in {
         let _ = write!(out, " bytes_in={bytes_in}");
     }
+    // Only on a listener that gives ids: other lines are as they were.
+    if let Some(id) = &record.request_id {
+        out.push_str(" request_id=");
+        quoted(out, Some(id));
+    }
     out.push('\n');
 }
 
 /// Appends the JSON line of `record` (with its newline) to `out`.
 pub(super) fn json(out: &mut String, listener: &str, record: &AccessRecord) {
-    let value: Value = json!({
+    let mut value: Value = json!({
         "time": capataz_timefmt::rfc3339(record.time),
         "listener": listener,
         "client": record.client.ip().to_string(),
@@ -154,6 +159,9 @@ pub(super) fn json(out: &mut String, listener: &str, record: &AccessRecord) {
         "truncated": record.truncated,
         "reason": record.reason,
     });
+    if let (Some(id), Some(object)) = (&record.request_id, value.as_object_mut()) {
+        object.insert("request_id".into(), Value::from(id.as_str()));
+    }
     // serde_json escapes every control character: the object is one line.
     out.push_str(&value.to_string());
     out.push('\n');
@@ -180,6 +188,7 @@ mod tests {
             tls_version: Some("TLSv1.3"),
             sni: Some("app.example".into()),
             truncated: false,
+            request_id: None,
             status: Some(200),
             bytes: 42,
             bytes_in: None,

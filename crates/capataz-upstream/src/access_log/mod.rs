@@ -211,6 +211,8 @@ pub struct AccessRecord {
     pub queued: Option<Duration>,
     /// Why capataz refused it, when a rule of its own did (`rate_limited`); `None` otherwise.
     pub reason: Option<&'static str>,
+    /// The request's id, on a listener with `request_id`.
+    pub request_id: Option<String>,
 }
 
 impl AccessRecord {
@@ -271,6 +273,7 @@ impl AccessRecord {
             termination: Termination::client_gone(Phase::Request),
             queued: None,
             reason: None,
+            request_id: None,
         }
     }
 
@@ -300,7 +303,15 @@ impl AccessRecord {
             termination: Termination::client_gone(Phase::Connect),
             queued: None,
             reason: None,
+            request_id: None,
         }
+    }
+
+    /// Notes the request's id (a valid field value: visible ASCII, or capataz's own).
+    pub fn set_request_id(&mut self, id: &http::HeaderValue) {
+        let (id, cut) = format::bounded(&String::from_utf8_lossy(id.as_bytes()));
+        self.truncated |= cut;
+        self.request_id = Some(id);
     }
 
     /// Notes the TLS session the request came over.

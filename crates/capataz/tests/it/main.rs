@@ -61,6 +61,7 @@ mod replay_cli;
 mod replay_what_if;
 mod reported;
 mod request_path;
+mod route_rules;
 mod scrape;
 mod send_proxy;
 mod tcp_mode;

@@ -112,6 +112,15 @@ impl Validator<'_> {
             ("http2", http2_written),
             ("https_redirect", raw.https_redirect.is_some()),
             ("https_redirect_port", raw.https_redirect_port.is_some()),
+            ("forwarded", raw.forwarded.is_some()),
+            ("request_id", raw.request_id.is_some()),
+            ("request_headers", raw.request_headers.is_some()),
+            ("response_headers", raw.response_headers.is_some()),
+            ("error_pages", raw.error_pages.is_some()),
+            (
+                "tls.hsts",
+                raw.tls.as_ref().is_some_and(|tls| tls.hsts.is_some()),
+            ),
         ];
         match written.iter().find(|(_, written)| *written) {
             Some((key, _)) => Err(self.error(

@@ -134,6 +134,7 @@ impl Validator<'_> {
             certificate_lines,
             client_ca_line,
             acme_ca_line,
+            hsts: raw.hsts.map(|hsts| self.hsts(&at, hsts)).transpose()?,
             loaded: None,
         })
     }

@@ -15,6 +15,7 @@ mod limits;
 mod log_level;
 mod operator_words;
 mod proxy_protocol;
+mod route_rules;
 mod source;
 mod tcp_mode;
 mod values;

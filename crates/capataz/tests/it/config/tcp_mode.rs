@@ -59,6 +59,20 @@ fn http_keys_on_a_tcp_listener_are_errors_naming_the_key() {
         ("https_redirect = true", "listeners[0].https_redirect"),
         ("http2 = { max_frame_size = 20000 }", "listeners[0].http2"),
         ("h2c = false", "listeners[0].h2c"),
+        ("forwarded = \"rfc7239\"", "listeners[0].forwarded"),
+        ("request_id = {}", "listeners[0].request_id"),
+        (
+            "request_headers = { remove = [\"x-a\"] }",
+            "listeners[0].request_headers",
+        ),
+        (
+            "response_headers = { remove = [\"x-a\"] }",
+            "listeners[0].response_headers",
+        ),
+        (
+            "error_pages = { 503 = { body = \"busy\" } }",
+            "listeners[0].error_pages",
+        ),
     ] {
         let error = check_err(&tcp(extra, ""), Some(5), key);
         assert!(

@@ -31,7 +31,7 @@ fn documented_example_round_trips() {
     let routes: Vec<_> = public
         .routes
         .iter()
-        .map(|r| (r.host.as_deref(), r.path_prefix.as_str(), r.pool))
+        .map(|r| (r.host.as_deref(), r.path_prefix.as_str(), r.pool().unwrap()))
         .collect();
     assert_eq!(
         routes,
@@ -162,7 +162,7 @@ fn defaults() {
         (route.host.as_deref(), route.path_prefix.as_str()),
         (None, "/")
     );
-    assert_eq!(route.pool, 0);
+    assert_eq!(route.pool(), Some(0));
 
     let pool = &config.pools[0];
     assert_eq!(pool.name, "web");
@@ -255,7 +255,7 @@ active.kind = "none"
     let routes = &config.listeners[0].routes;
     assert_eq!(routes[0].host.as_deref(), Some("api.example.com"));
     assert_eq!(routes[1].host.as_deref(), Some("[::1]"));
-    assert_eq!((routes[0].pool, routes[2].pool), (1, 0));
+    assert_eq!((routes[0].pool(), routes[2].pool()), (Some(1), Some(0)));
     assert!(config.pools[1].backends[0].socket_addr.ip().is_loopback());
     assert_eq!(config.pools[1].active.jitter, 0.25);
     assert_eq!(config.pools[0].active.jitter, 0.0);
