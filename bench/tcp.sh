@@ -63,7 +63,7 @@ PID_capataz=$LAST_PID
 cat >"$RUN_DIR/haproxy.cfg" <<CFG
 global
     nbthread 1
-    maxconn 10000
+    maxconn 4096
 defaults
     mode tcp
     timeout connect 1s
