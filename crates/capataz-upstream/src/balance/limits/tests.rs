@@ -60,6 +60,7 @@ fn pool_with(limits: &[(Option<u32>, u32)], extra: &str) -> Arc<PoolHandle> {
                 outcomes: None,
                 latency_totals: Default::default(),
                 tunnels: None,
+                ewma: None,
             })
         })
         .collect();
