@@ -213,7 +213,9 @@ impl Limits {
                 })
                 .is_ok(),
         };
-        held.then_some(Admission { pool, index })
+        // Made only when held: an `Admission` dropped gives its slot back (`then_some` would
+        // build it, and drop it, whether held or not).
+        held.then(|| Admission { pool, index })
     }
 
     /// A slot for an attempt that has tried `exclude`: at once if a backend it has not tried

@@ -60,6 +60,7 @@ fn pool_with(limits: &[(Option<u32>, u32)], extra: &str) -> Arc<PoolHandle> {
                 outcomes: None,
                 latency_totals: Default::default(),
                 tunnels: None,
+                ewma: None,
             })
         })
         .collect();
@@ -395,4 +396,18 @@ async fn limits_and_queue_size_hold_under_random_load() {
         assert_eq!(in_flight(&pool), [0, 0, 0], "seed {seed}");
         assert_eq!(pool.limits.as_ref().unwrap().queued(), 0, "seed {seed}");
     }
+}
+
+/// The slot affinity names, refused at its limit, leaves the count as it was (a refused
+/// `admit_on` once gave back a slot it never took, wrapping the count below zero).
+#[tokio::test]
+async fn a_refused_admit_on_leaves_the_count_alone() {
+    let pool = pool_with(&[(Some(1), 1), (Some(1), 1)], "");
+    let limits = pool.limits.as_ref().unwrap();
+    let held = limits.admit_on(&pool, 0).expect("a free slot");
+    assert_eq!(in_flight(&pool), [1, 0]);
+    assert!(limits.admit_on(&pool, 0).is_none(), "at its limit");
+    assert_eq!(in_flight(&pool), [1, 0], "the refusal took nothing back");
+    drop(held);
+    assert_eq!(in_flight(&pool), [0, 0]);
 }
