@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
-use crate::balance::ring::stable_hash;
+use crate::balance::ring::client_key;
 use crate::balance::PoolHandle;
 use crate::upstream::{AttemptError, BackendStream};
 
@@ -104,15 +104,6 @@ pub(crate) async fn connect(pool: &PoolHandle, addresses: (SocketAddr, SocketAdd
         }
         pool.metrics.retry();
         retries_left -= 1;
-    }
-}
-
-/// The ring key of a client at `ip`: the hash an HTTP request from it gets with `hash_key =
-/// "client_ip"`.
-fn client_key(ip: std::net::IpAddr) -> u64 {
-    match ip {
-        std::net::IpAddr::V4(ip) => stable_hash(&ip.octets()),
-        std::net::IpAddr::V6(ip) => stable_hash(&ip.octets()),
     }
 }
 
