@@ -247,3 +247,59 @@ async fn requests_queued_across_a_reload_are_served() {
     assert_eq!(backend.arrived(), ["/r0", "/r1", "/r2"]);
     balancer.shutdown(Duration::from_secs(1)).await;
 }
+
+/// An HTTP/2 client's sticky streams queued behind their backend's limit (its cookie names
+/// the one backend) are all dropped when the client closes the connection: the queue
+/// empties, every slot comes back, and the next client is served at once.
+#[tokio::test]
+async fn an_http2_clients_queued_streams_go_away_with_its_connection() {
+    use crate::support::h2client;
+
+    let backend = SlowBackend::start(Hold::Gate).await;
+    let text = config(
+        &[("a", backend.addr(), "")],
+        "max_connections = 1\nqueue_timeout = \"60s\"\nsticky = { cookie = \"SRV\" }",
+        "h2c = true",
+    );
+    let (balancer, _events) = start(&text).await;
+    let (addr, admin) = (balancer.local_addrs()[0], balancer.admin_addr().unwrap());
+    backend.release(1);
+    let first = get(addr, "/first").await;
+    let cookie = sticky_pair(&first).expect("a new client gets the cookie");
+    let conn = h2client::connect(addr).await;
+    let mut streams = JoinSet::new();
+    for n in 0..8 {
+        let mut sender = conn.sender.clone();
+        let mut request = h2client::request(
+            http::Method::GET,
+            "app.test",
+            &format!("/s{n}"),
+            h2client::empty(),
+        );
+        request
+            .headers_mut()
+            .insert("cookie", cookie.parse().unwrap());
+        streams.spawn(async move {
+            let _ = sender.ready().await;
+            let _ = sender.send_request(request).await;
+        });
+    }
+    wait_until("one stream at the backend", || backend.holding() == 1).await;
+    wait_queued(admin, 7).await;
+    streams.abort_all();
+    conn.conn.abort();
+    drop(conn.sender);
+    wait_queued(admin, 0).await;
+    backend.release(8);
+    until_ok("every slot back", Duration::from_millis(10), async || {
+        let pool = pool_status(admin).await;
+        match pool["backends"][0]["in_flight"].as_u64() {
+            Some(0) => Ok(()),
+            _ => Err(format!("{pool:#}")),
+        }
+    })
+    .await;
+    let next = exchange(addr, "GET", "/next", "app.test", &[("cookie", &cookie)]).await;
+    assert_eq!((next.status, sticky_pair(&next)), (200, None), "it stayed");
+    balancer.shutdown(Duration::from_secs(1)).await;
+}
