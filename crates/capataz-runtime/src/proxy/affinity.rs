@@ -10,7 +10,7 @@ use http::header::{self, HeaderValue};
 use http::{HeaderMap, Request, Response};
 use hyper::body::Incoming;
 
-use crate::balance::ring::stable_hash;
+use crate::balance::ring::{client_key, stable_hash};
 use crate::balance::sticky::{cookie_value, MoveReason};
 use crate::balance::{PoolHandle, Snapshot};
 use crate::body::RespBody;
@@ -150,12 +150,7 @@ impl Affinity {
 /// The hash of `req`'s `key`, or `None` when it has none (an absent or empty value).
 fn request_key(key: &HashKey, req: &Request<Incoming>, client: &ClientInfo) -> Option<u64> {
     let bytes: &[u8] = match key {
-        HashKey::ClientIp => {
-            return Some(match client.addr.ip() {
-                std::net::IpAddr::V4(ip) => stable_hash(&ip.octets()),
-                std::net::IpAddr::V6(ip) => stable_hash(&ip.octets()),
-            })
-        }
+        HashKey::ClientIp => return Some(client_key(client.addr.ip())),
         HashKey::Path => req.uri().path().as_bytes(),
         HashKey::Header(name) => req.headers().get(name)?.as_bytes(),
         HashKey::Cookie(name) => cookie_value(req.headers(), name)?,

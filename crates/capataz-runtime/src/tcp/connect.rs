@@ -7,6 +7,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
+use crate::balance::ring::client_key;
 use crate::balance::PoolHandle;
 use crate::upstream::{AttemptError, BackendStream};
 
@@ -43,12 +44,28 @@ pub(crate) async fn connect(pool: &PoolHandle, addresses: (SocketAddr, SocketAdd
     let mut count = 0;
     let mut retries_left = pool.config.retries.attempts;
     let mut last: Option<AttemptError> = None;
+    // A hashing pool (`hash_key = "client_ip"`, the only key a session has) sends a client's
+    // sessions where its address hashes on the ring, as an HTTP request's (HAProxy's
+    // `balance source`); retries go on clockwise.
+    let hashed = pool
+        .config
+        .affinity
+        .hash
+        .as_ref()
+        .map(|hash| (client_key(addresses.0.ip()), hash.balance_factor));
     pool.budget.on_request();
     loop {
         let snapshot = pool.snapshot();
-        let picked = snapshot.pick(pool.config.algorithm, &pool.cursor, &tried[..count], |b| {
-            pool.backends[b].in_flight.load(Ordering::Relaxed)
-        });
+        let in_flight = |b: usize| pool.backends[b].in_flight.load(Ordering::Relaxed);
+        let picked = match hashed {
+            Some((key, factor)) => snapshot.pick_by_key(key, &tried[..count], factor, in_flight),
+            None => snapshot.pick(
+                pool.config.algorithm,
+                &pool.cursor,
+                &tried[..count],
+                in_flight,
+            ),
+        };
         drop(snapshot);
         let Some(index) = picked else {
             let why = match last {

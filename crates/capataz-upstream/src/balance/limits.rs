@@ -60,6 +60,9 @@ pub struct Limits {
     waiting: AtomicUsize,
     queue: Mutex<VecDeque<Arc<Waiter>>>,
     metrics: QueueMetrics,
+    /// Looks waiters took at the queue's head (tests count them: only the head keeps looking).
+    #[cfg(test)]
+    rechecks: AtomicUsize,
 }
 
 /// One request in the queue.
@@ -154,6 +157,8 @@ impl Limits {
             waiting: AtomicUsize::new(0),
             queue: Mutex::new(VecDeque::new()),
             metrics,
+            #[cfg(test)]
+            rechecks: AtomicUsize::new(0),
         })
     }
 
@@ -213,7 +218,9 @@ impl Limits {
                 })
                 .is_ok(),
         };
-        held.then_some(Admission { pool, index })
+        // Made only when held: an `Admission` dropped gives its slot back (`then_some` would
+        // build it, and drop it, whether held or not).
+        held.then(|| Admission { pool, index })
     }
 
     /// A slot for an attempt that has tried `exclude`: at once if a backend it has not tried
@@ -297,6 +304,7 @@ impl Limits {
     /// Grants slots to the queue's head, in order, while there are slots to grant.
     fn dispatch(&self, pool: &PoolHandle) {
         let mut queue = self.lock();
+        let mut granted = false;
         while !queue.is_empty() {
             let grant = match self.take(pool, &[], true) {
                 Taken::Slot(index) => index,
@@ -309,6 +317,10 @@ impl Limits {
             };
             waiter.grant.store(grant, Ordering::Release);
             waiter.woken.notify_one();
+            granted = true;
+        }
+        if granted {
+            wake_head(&queue);
         }
         self.waiting.store(queue.len(), Ordering::Relaxed);
     }
@@ -352,12 +364,16 @@ impl Limits {
         Taken::Full
     }
 
-    /// The queue's head looks for a free slot itself (see [`RECHECK`]).
-    fn recheck(&self, pool: &PoolHandle, waiter: &Arc<Waiter>) {
+    /// The queue's head looks for a free slot itself (see [`RECHECK`]); whether `waiter` is
+    /// the head.
+    fn recheck(&self, pool: &PoolHandle, waiter: &Arc<Waiter>) -> bool {
+        #[cfg(test)]
+        self.rechecks.fetch_add(1, Ordering::Relaxed);
         let head = self.lock().front().is_some_and(|w| Arc::ptr_eq(w, waiter));
         if head {
             self.dispatch(pool);
         }
+        head
     }
 
     fn lock(&self) -> MutexGuard<'_, VecDeque<Arc<Waiter>>> {
@@ -371,6 +387,9 @@ impl Limits {
         let mut queue = self.lock();
         if let Some(at) = queue.iter().position(|w| Arc::ptr_eq(w, waiter)) {
             queue.remove(at);
+            if at == 0 {
+                wake_head(&queue);
+            }
             self.waiting.store(queue.len(), Ordering::Relaxed);
             return None;
         }
@@ -391,11 +410,18 @@ struct Queued<'l, 'a> {
 
 impl<'a> Queued<'_, 'a> {
     /// Waits for a grant until `queue_timeout` (`true`: timed out), the queue's head looking
-    /// for a free slot every [`RECHECK`] meanwhile.
+    /// for a free slot every [`RECHECK`] meanwhile. The others sleep until woken (a grant, or
+    /// made the head) or their deadline: a long queue costs no timer storm (each of 100,000
+    /// waiters waking every [`RECHECK`] kept a core busy).
     async fn wait(&self) -> bool {
         let deadline = self.since + self.limits.queue_timeout;
+        // Whether it was the head at its last look (a newcomer looks once, after `RECHECK`).
+        let mut head = true;
         loop {
-            let wake = deadline.min(Instant::now() + RECHECK);
+            let wake = match head {
+                true => deadline.min(Instant::now() + RECHECK),
+                false => deadline,
+            };
             let _ = tokio::time::timeout_at(wake, self.waiter.woken.notified()).await;
             if self.waiter.grant.load(Ordering::Acquire) != NOTHING {
                 return false;
@@ -403,7 +429,7 @@ impl<'a> Queued<'_, 'a> {
             if Instant::now() >= deadline {
                 return true;
             }
-            self.limits.recheck(self.pool, &self.waiter);
+            head = self.limits.recheck(self.pool, &self.waiter);
         }
     }
 
@@ -449,6 +475,14 @@ impl Drop for Queued<'_, '_> {
                 release(self.pool, grant);
             }
         }
+    }
+}
+
+/// Tells the queue's head it is the head now (it then looks for a free slot every
+/// [`RECHECK`]); called, under the lock, when the head left or was granted a slot.
+fn wake_head(queue: &VecDeque<Arc<Waiter>>) {
+    if let Some(head) = queue.front() {
+        head.woken.notify_one();
     }
 }
 

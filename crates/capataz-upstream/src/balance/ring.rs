@@ -125,6 +125,16 @@ pub fn overloaded(in_flight: u64, weight: u64, total: u64, total_weight: u64, fa
     in_flight >= slots
 }
 
+/// The ring key of a client at `ip` (`hash_key = "client_ip"`, and a tcp pool's sessions): the
+/// hash of its address's octets, an IPv4-mapped IPv6 address taken as its IPv4 address (a
+/// dual-stack listener sees IPv4 clients so), so every instance hashes a client alike.
+pub fn client_key(ip: std::net::IpAddr) -> u64 {
+    match ip.to_canonical() {
+        std::net::IpAddr::V4(ip) => stable_hash(&ip.octets()),
+        std::net::IpAddr::V6(ip) => stable_hash(&ip.octets()),
+    }
+}
+
 /// A fixed 64-bit hash of `bytes`: FNV-1a, then MurmurHash3's 64-bit finalizer so that
 /// nearby inputs land far apart on the ring. Not keyed and not seeded: the same bytes hash
 /// the same in every process (it is not meant to resist an attacker choosing keys; a client

@@ -204,3 +204,13 @@ fn a_ring_of_ten_thousand_heavy_backends_is_capped() {
         "the lightest backend keeps a point"
     );
 }
+
+#[test]
+fn an_ipv4_mapped_client_hashes_as_its_ipv4_address() {
+    let v4: std::net::IpAddr = "192.0.2.7".parse().unwrap();
+    let mapped: std::net::IpAddr = "::ffff:192.0.2.7".parse().unwrap();
+    let v6: std::net::IpAddr = "2001:db8::7".parse().unwrap();
+    assert_eq!(client_key(mapped), client_key(v4));
+    assert_eq!(client_key(v4), stable_hash(&[192, 0, 2, 7]));
+    assert_ne!(client_key(v6), client_key(v4));
+}

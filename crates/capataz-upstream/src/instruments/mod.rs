@@ -290,7 +290,7 @@ impl Families {
         let sticky_moves = Family::default();
         registry.register(
             "capataz_sticky_moves",
-            "Sticky clients moved off their backend (reason = out_of_rotation, draining or failed), each with its cookie rewritten",
+            "Sticky clients moved off their backend (reason = out_of_rotation, draining, failed or at_limit), each with its cookie rewritten",
             sticky_moves.clone(),
         );
         let tls = TlsFamilies::register(registry);

@@ -77,6 +77,10 @@ impl Validator<'_> {
             Some(RawAlgorithm::Hash) => Algorithm::Hash,
             Some(RawAlgorithm::PeakEwma) => Algorithm::PeakEwma,
         };
+        // Before `affinity`, which takes the sticky table out of `raw`.
+        if protocol == BackendProtocol::Tcp {
+            self.tcp_pool(&at, &raw)?;
+        }
         let affinity = self.affinity(&at, &name_span, algorithm, &mut raw)?;
         let retry_after = self.duration(
             &raw.retry_after,
@@ -99,9 +103,6 @@ impl Validator<'_> {
         let min_healthy = self.min_healthy(&at, &raw, when_all_down)?;
         for (backend, limit) in backends.iter_mut().zip(own_limits) {
             backend.limit = limit;
-        }
-        if protocol == BackendProtocol::Tcp {
-            self.tcp_pool(&at, &raw)?;
         }
         let active = self.pool_active(&at, &name_span, protocol, raw.active)?;
         let tls = self.pool_tls(&name, &at, &name_span, raw.tls, protocol)?;

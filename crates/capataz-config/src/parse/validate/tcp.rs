@@ -142,6 +142,14 @@ impl Validator<'_> {
         let written = [
             ("connection_reuse", raw.connection_reuse.is_some()),
             ("tls", raw.tls.is_some()),
+            // A session has no cookie, header, path or query: it hashes its client's address.
+            ("sticky", raw.sticky.is_some()),
+            (
+                "hash_key",
+                raw.hash_key
+                    .as_ref()
+                    .is_some_and(|key| key.get_ref() != "client_ip"),
+            ),
             (
                 "timeouts.response_header",
                 timeouts.response_header.is_some(),

@@ -397,3 +397,67 @@ async fn limits_and_queue_size_hold_under_random_load() {
         assert_eq!(pool.limits.as_ref().unwrap().queued(), 0, "seed {seed}");
     }
 }
+
+/// The slot affinity names, refused at its limit, leaves the count as it was (a refused
+/// `admit_on` once gave back a slot it never took, wrapping the count below zero).
+#[tokio::test]
+async fn a_refused_admit_on_leaves_the_count_alone() {
+    let pool = pool_with(&[(Some(1), 1), (Some(1), 1)], "");
+    let limits = pool.limits.as_ref().unwrap();
+    let held = limits.admit_on(&pool, 0).expect("a free slot");
+    assert_eq!(in_flight(&pool), [1, 0]);
+    assert!(limits.admit_on(&pool, 0).is_none(), "at its limit");
+    assert_eq!(in_flight(&pool), [1, 0], "the refusal took nothing back");
+    drop(held);
+    assert_eq!(in_flight(&pool), [0, 0]);
+}
+
+/// A long queue waits quietly: only its head looks for a free slot every `RECHECK` (each
+/// waiter once did, 10 looks a second per waiter: a queue of 100,000 kept a core busy); the
+/// others look once, then sleep until granted, made the head, or timed out. A head that
+/// leaves wakes the next, which takes over the looking.
+#[tokio::test(start_paused = true)]
+async fn only_the_queues_head_keeps_looking_for_a_slot() {
+    let pool = pool_with(
+        &[(Some(1), 1)],
+        "queue_size = 1000\nqueue_timeout = \"60s\"",
+    );
+    let held = granted(&pool).await;
+    let limits = pool.limits.as_ref().unwrap();
+    let served = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..200 {
+        let (pool, served) = (pool.clone(), served.clone());
+        tasks.push(tokio::spawn(async move {
+            let limits = pool.limits.as_ref().unwrap();
+            if let Admit::Granted(_admission, _) = limits.admit(&pool, &[]).await {
+                served.fetch_add(1, Ordering::Relaxed);
+                // Holds its slot.
+                std::future::pending::<()>().await;
+            }
+        }));
+    }
+    settle().await;
+    assert_eq!(limits.queued(), 200);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let looks = limits.rechecks.load(Ordering::Relaxed);
+    // Each looked once; the head about 100 times in 10 s.
+    assert!(looks < 200 + 150, "{looks} looks at the head in 10 s");
+    // The head leaves: the next takes over (it gets the slot when freed, in order).
+    tasks.remove(0).abort();
+    settle().await;
+    assert_eq!(limits.queued(), 199);
+    // A slot freed behind the queue's back (as a request of a previous build does) reaches
+    // the new head by its own looking.
+    let index = held.keep();
+    pool.backends[index]
+        .in_flight
+        .fetch_sub(1, Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(limits.queued(), 198, "the new head found the slot");
+    assert_eq!(served.load(Ordering::Relaxed), 1);
+    assert_eq!(in_flight(&pool), [1]);
+    for task in tasks {
+        task.abort();
+    }
+}

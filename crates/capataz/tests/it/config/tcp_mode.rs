@@ -141,6 +141,13 @@ fn http_keys_on_a_tcp_pool_are_errors_naming_the_key() {
         ("active.kind = \"http\"", "pools.db.active.kind"),
         ("active.kind = \"grpc\"", "pools.db.active.kind"),
         ("active.path = \"/healthz\"", "pools.db.active.path"),
+        // A session has no cookie, header, path or query: sticky cookies and those keys were
+        // once accepted and ignored (sessions went round robin).
+        ("sticky = { cookie = \"SRV\" }", "pools.db.sticky"),
+        (
+            "hash_key = \"header:x-user\"\nalgorithm = \"hash\"",
+            "pools.db.hash_key",
+        ),
     ] {
         let error = check_err(&tcp("", extra), Some(10), key);
         assert!(

@@ -5,6 +5,7 @@
 //! backend's limit ramps with the weight `/status` reports. `/status`, the metrics and the
 //! access log are compared with what the backends saw.
 
+mod combined;
 mod h2;
 mod health;
 mod limits;

@@ -52,6 +52,24 @@ async fn sessions_take_turns_over_the_pool_and_each_stays_on_its_backend() {
     assert_eq!(seen, ["a", "a", "b", "b"], "round robin over two backends");
 }
 
+/// A hashing pool sends every session of one client address to the same backend (HAProxy's
+/// `balance source`): the sessions once went round robin, the hash ignored.
+#[tokio::test]
+async fn a_hashing_pool_keeps_a_clients_sessions_on_one_backend() {
+    let (a, b) = (Greeter::start("a").await, Greeter::start("b").await);
+    let text = config(&[("a", a.addr), ("b", b.addr)], "", "algorithm = \"hash\"");
+    let (balancer, _) = start(&text).await;
+    let addr = balancer.local_addrs()[0];
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        seen.push(greeting(&mut client).await);
+    }
+    seen.dedup();
+    assert_eq!(seen.len(), 1, "one backend for one address: {seen:?}");
+    assert_eq!(a.accepted() + b.accepted(), 6);
+}
+
 #[tokio::test]
 async fn a_refused_connect_goes_to_another_backend_and_is_charged_to_the_refusing_one() {
     let live = Greeter::start("live").await;
