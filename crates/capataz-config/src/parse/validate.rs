@@ -369,24 +369,19 @@ impl<'a> Validator<'a> {
         })
     }
 
-    fn listener(
+    /// A listener's `address`: required, and not one another listener (in `bound`) has,
+    /// except port 0. A malformed one is reported and stands in as `0.0.0.0:0`, so the
+    /// listener's other errors are still found.
+    fn listener_address(
         &self,
-        index: usize,
-        raw: Spanned<RawListener>,
-        pools: &[PoolConfig],
+        at: &str,
+        span: &std::ops::Range<usize>,
+        address: Option<Spanned<String>>,
         bound: &mut HashMap<SocketAddr, String>,
-    ) -> Result<ListenerConfig, ConfigError> {
-        let at = format!("listeners[{index}]");
-        let span = raw.span();
-        let raw = raw.into_inner();
-        let tcp = self.listener_mode(&at, &span, &raw, pools)?;
-        let name = match raw.name {
-            None => format!("listener-{index}"),
-            Some(name) => self.name(name, &format!("{at}.name"))?,
-        };
-        let Some(address) = raw.address else {
+    ) -> Result<SocketAddr, ConfigError> {
+        let Some(address) = address else {
             return Err(self.error(
-                Some(span),
+                Some(span.clone()),
                 &format!("{at}.address"),
                 r#"every listener needs an address (add address = "0.0.0.0:8080")"#.into(),
             ));
@@ -398,7 +393,7 @@ impl<'a> Validator<'a> {
             .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
         // Port 0 asks the OS for a free port, so two such listeners do not collide.
         if socket_addr.port() != 0 {
-            if let Some(other) = bound.insert(socket_addr, at.clone()) {
+            if let Some(other) = bound.insert(socket_addr, at.to_owned()) {
                 return Err(self.error(
                     Some(address.span()),
                     &key,
@@ -409,19 +404,25 @@ impl<'a> Validator<'a> {
                 ));
             }
         }
-        let request_id = raw
-            .request_id
-            .map(|table| self.request_id(&at, table))
-            .transpose()?;
-        let rules_for = |response| header_rules::RulesFor {
-            response,
-            request_id: request_id.is_some(),
-        };
-        let mut routes = Vec::with_capacity(raw.routes.len().max(1));
+        Ok(socket_addr)
+    }
+
+    /// A listener's routes: those written, or, without any on an HTTP listener, one
+    /// catch-all route to the only pool (more pools, or none, is reported).
+    fn listener_routes(
+        &self,
+        at: &str,
+        span: &std::ops::Range<usize>,
+        raw_routes: Vec<Spanned<RawRoute>>,
+        pools: &[PoolConfig],
+        http: bool,
+        request_id: bool,
+    ) -> Vec<RouteConfig> {
+        let mut routes = Vec::with_capacity(raw_routes.len().max(1));
         // A pool that failed validation still counts as written.
         let written_pools = pools.len() + self.failed_pools.borrow().len();
         // A tcp listener has no routes (`listener_mode` refused any).
-        if raw.routes.is_empty() && tcp.is_none() {
+        if raw_routes.is_empty() && http {
             if written_pools != 1 {
                 // Reported, and the listener's other keys are still checked.
                 self.report(self.error(
@@ -449,12 +450,47 @@ impl<'a> Validator<'a> {
                 rate_limit: None,
             });
         }
-        for (route_index, route) in raw.routes.into_iter().enumerate() {
+        for (route_index, route) in raw_routes.into_iter().enumerate() {
             let at = format!("{at}.routes[{route_index}]");
-            if let Some(route) = self.keep(self.route(&at, route, pools, request_id.is_some())) {
+            if let Some(route) = self.keep(self.route(&at, route, pools, request_id)) {
                 routes.push(route);
             }
         }
+        routes
+    }
+
+    fn listener(
+        &self,
+        index: usize,
+        raw: Spanned<RawListener>,
+        pools: &[PoolConfig],
+        bound: &mut HashMap<SocketAddr, String>,
+    ) -> Result<ListenerConfig, ConfigError> {
+        let at = format!("listeners[{index}]");
+        let span = raw.span();
+        let raw = raw.into_inner();
+        let tcp = self.listener_mode(&at, &span, &raw, pools)?;
+        let name = match raw.name {
+            None => format!("listener-{index}"),
+            Some(name) => self.name(name, &format!("{at}.name"))?,
+        };
+        let socket_addr = self.listener_address(&at, &span, raw.address, bound)?;
+        let request_id = raw
+            .request_id
+            .map(|table| self.request_id(&at, table))
+            .transpose()?;
+        let rules_for = |response| header_rules::RulesFor {
+            response,
+            request_id: request_id.is_some(),
+        };
+        let routes = self.listener_routes(
+            &at,
+            &span,
+            raw.routes,
+            pools,
+            tcp.is_none(),
+            request_id.is_some(),
+        );
         let https_redirect = self.https_redirect(
             &at,
             raw.tls.is_some(),

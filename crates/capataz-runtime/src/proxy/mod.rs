@@ -16,7 +16,6 @@
 //! answer is counted and logged under.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -29,18 +28,14 @@ use hyper::body::{Body as _, Incoming};
 use crate::access_log::{AccessLog, AccessRecord, Phase};
 use crate::acme::Http01Tokens;
 use crate::balance::PoolHandle;
-use crate::body::{BodyRead, Lease, ReqBody, RespBody};
-use crate::config::{
-    Algorithm, ConnectionReuse, ForwardedFields, HeaderRules, ListenerConfig, RequestIdConfig,
-    RouteTarget,
-};
+use crate::body::{Lease, ReqBody, RespBody};
+use crate::config::{Algorithm, ConnectionReuse, ForwardedFields, HeaderRules, RequestIdConfig};
 use crate::instruments::{AnsweredBy, ListenerMetrics, MethodClass, RouteMetrics};
-use crate::tls::TlsInfo;
-use crate::upstream::{
-    AttemptError, BackendSlots, BackendStream, ExchangeTimeouts, Outgoing, PrivateIdle,
-};
+use crate::upstream::{AttemptError, BackendStream, ExchangeTimeouts, Outgoing};
 
 mod affinity;
+mod build;
+mod client;
 mod error_pages;
 mod forward;
 mod headers;
@@ -67,28 +62,8 @@ use plan::{is_idempotent, Attempted, Next, Planner};
 use tally::{PoolNames, Stage, Tally};
 use tunnel::tunnel;
 
-/// One route, resolved to its pool.
-#[derive(Debug)]
-struct Route {
-    /// Its label (metrics and access log): its host and path prefix.
-    label: String,
-    host: Option<String>,
-    path_prefix: String,
-    /// Its other matchers (`matchers.rs`); `None`, and not looked at, when it has none.
-    matches: Option<Box<crate::config::RouteMatch>>,
-    /// Its header rules (`rules.rs`), run after the listener's.
-    request_headers: Option<Box<HeaderRules>>,
-    response_headers: Option<Box<HeaderRules>>,
-    /// Its path rewrite (`rewrite.rs`), if any.
-    rewrite: Option<Box<crate::config::PathRewrite>>,
-    /// Its pool, or the redirect capataz answers with.
-    target: Target,
-    /// Its requests' counters.
-    metrics: RouteMetrics,
-    /// Its local rate limit, if it has one (shared with the proxy a reload replaces, when
-    /// the route and its limit are unchanged).
-    limit: Option<Arc<rate_limit::RouteLimit>>,
-}
+use build::{Route, Target};
+pub use client::ClientInfo;
 
 /// The request handler of one listener.
 #[derive(Debug)]
@@ -133,101 +108,6 @@ impl Proxy {
     /// The listener's access log this proxy writes to, if it has one.
     pub(crate) fn access_log(&self) -> Option<Arc<AccessLog>> {
         self.access_log.as_ref().map(|(log, _)| log.clone())
-    }
-
-    /// The handler of `listener`, whose routes' `pool` indexes refer to `pools` (the pools'
-    /// request-path handles: the proxy never sees the health runtime), counting into
-    /// `metrics`, the listener's, answering the pending HTTP-01 tokens of `http01` if given.
-    /// A route whose rate limit `previous` (the proxy this one replaces) had for the same
-    /// route keeps its buckets.
-    pub(crate) fn new(
-        listener: &ListenerConfig,
-        pools: &[Arc<PoolHandle>],
-        metrics: Arc<ListenerMetrics>,
-        (access_log, http01): (Option<Arc<AccessLog>>, Option<Arc<Http01Tokens>>),
-        previous: Option<&Proxy>,
-    ) -> Proxy {
-        let routes = &listener.routes;
-        let access_log = access_log.map(|log| {
-            let names = routes
-                .iter()
-                .map(|r| match &r.target {
-                    RouteTarget::Pool(index) => (
-                        route_label(r),
-                        Some(pools[*index].name.clone()),
-                        pools[*index]
-                            .backends
-                            .iter()
-                            .map(|b| b.name.clone())
-                            .collect(),
-                    ),
-                    RouteTarget::Redirect(_) => (route_label(r), None, Vec::new()),
-                })
-                .collect();
-            (log, Arc::new(PoolNames { routes: names }))
-        });
-        Proxy {
-            routes: routes
-                .iter()
-                .map(|r| {
-                    let target = match &r.target {
-                        RouteTarget::Pool(index) => Target::Pool(pools[*index].clone()),
-                        RouteTarget::Redirect(redirect) => Target::Redirect(redirect.clone()),
-                    };
-                    let pool_name = match &target {
-                        Target::Pool(pool) => &*pool.name,
-                        Target::Redirect(_) => "",
-                    };
-                    let label = route_label(r);
-                    Route {
-                        host: r.host.clone(),
-                        path_prefix: r.path_prefix.clone(),
-                        matches: r.matches.clone(),
-                        request_headers: r.request_headers.clone(),
-                        response_headers: r.response_headers.clone(),
-                        rewrite: r.rewrite.clone(),
-                        metrics: metrics.route(&label, pool_name),
-                        limit: r.rate_limit.as_ref().map(|limit| {
-                            rate_limit::RouteLimit::kept_or_new(
-                                previous.map(|p| p.routes.iter().map(|r| (&r.label, &r.limit))),
-                                &label,
-                                limit,
-                                || metrics.rate_limited(&label),
-                            )
-                        }),
-                        label,
-                        target,
-                    }
-                })
-                .collect(),
-            any_host: routes.iter().any(|r| r.host.is_some()),
-            max_header_bytes: listener.max_header_bytes,
-            forwarded: listener.forwarded,
-            request_id: listener.request_id.clone(),
-            request_headers: listener.request_headers.clone(),
-            response_headers: listener.response_headers.clone(),
-            rewrites: listener.request_id.is_some()
-                || listener.forwarded.rfc7239()
-                || listener.request_headers.is_some()
-                || listener.response_headers.is_some()
-                || routes
-                    .iter()
-                    .any(|r| r.request_headers.is_some() || r.response_headers.is_some()),
-            request_body_timeout: listener.request_body_timeout,
-            tunnel_idle: listener.idle_timeout,
-            unrouted: metrics.route("", ""),
-            metrics,
-            access_log,
-            http01,
-            https_redirect: listener.https_redirect,
-            error_pages: error_pages::Pages::new(listener.error_pages.as_ref()),
-            tls: listener.tls.is_some(),
-            hsts: listener
-                .tls
-                .as_ref()
-                .and_then(|tls| tls.hsts.as_ref())
-                .map(crate::config::Hsts::value),
-        }
     }
 
     /// The listener's client-side metrics.
@@ -548,21 +428,13 @@ impl Proxy {
             let next = match forwarded {
                 Forwarded::Response(mut response, status) => {
                     if prepared.websocket && (200..300).contains(&status) {
-                        // Over HTTP/2 a 2xx would open the tunnel: the backend did not switch.
-                        return error_page(
-                            StatusCode::BAD_GATEWAY,
-                            "the backend answered the WebSocket handshake without switching protocols",
-                        );
+                        return websocket_not_switched();
                     }
                     match plan.after(Attempted::Answered(status), |t| affordable(pool, t)) {
                         Next::Relay => {
-                            relayed(&mut response, prepared.h2);
-                            affinity.answered(pool, index, &mut response);
-                            if let Some(host) = &prepared.rules_host {
-                                let name = &pool.backends[index].name;
-                                self.rewrite_response(&mut response, host, name, client, tally);
-                            }
-                            tally.by = AnsweredBy::Backend;
+                            let rules_host = prepared.rules_host.as_ref();
+                            let answer = (&mut response, index, rules_host);
+                            self.deliver(answer, pool, &affinity, client, tally);
                             return response;
                         }
                         next => next,
@@ -595,6 +467,30 @@ impl Proxy {
                 return failure_page(why);
             }
         }
+    }
+
+    /// Makes backend `index`'s answer the one relayed (`relayed`), with what the request's
+    /// affinity sets (a sticky cookie) and the response rules when the listener has any
+    /// (`rules_host`: the request's host, for them).
+    fn deliver(
+        &self,
+        (response, index, rules_host): (
+            &mut Response<RespBody>,
+            usize,
+            Option<&Option<HeaderValue>>,
+        ),
+        pool: &PoolHandle,
+        affinity: &Affinity,
+        client: &ClientInfo,
+        tally: &mut Tally,
+    ) {
+        relayed(response, pool.config.protocol.is_h2());
+        affinity.answered(pool, index, response);
+        if let Some(host) = rules_host {
+            let name = &pool.backends[index].name;
+            self.rewrite_response(response, host, name, client, tally);
+        }
+        tally.by = AnsweredBy::Backend;
     }
 
     /// A routed request made ready for the backends: hop-by-hop fields out, a WebSocket over
@@ -672,79 +568,6 @@ impl Proxy {
         }
     }
 
-    /// What a request gets beyond hop-by-hop and `X-Forwarded-*` fields: its request id, a
-    /// `Forwarded` element, then the listener's header rules and its route's. Returns its
-    /// host as it sent it (for the answer's rules). Not inlined: a listener without any of
-    /// them never comes here.
-    #[inline(never)]
-    fn rewrite_request(
-        &self,
-        parts: &mut http::request::Parts,
-        pool: &PoolHandle,
-        client: &ClientInfo,
-        tally: &Tally,
-    ) -> Option<HeaderValue> {
-        let host = parts.headers.get(header::HOST).cloned().or_else(|| {
-            parts
-                .uri
-                .authority()
-                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-        });
-        if let (Some(config), Some(id)) = (&self.request_id, &tally.request_id) {
-            parts.headers.insert(config.header.clone(), id.clone());
-        }
-        if self.forwarded.rfc7239() {
-            rules::add_forwarded(&mut parts.headers, client, host.as_ref());
-        }
-        let route = tally.route.map(|index| &self.routes[index]);
-        let facts = rules::Facts {
-            client,
-            request_id: tally.request_id.as_ref(),
-            host: host.as_ref(),
-            pool: &pool.name,
-            backend: None,
-        };
-        let route_rules = route.and_then(|r| r.request_headers.as_deref());
-        for rules in [self.request_headers.as_deref(), route_rules]
-            .into_iter()
-            .flatten()
-        {
-            rules::apply(rules, &mut parts.headers, &facts);
-        }
-        host
-    }
-
-    /// Runs the listener's and then the route's response rules on a backend's answer from
-    /// `backend` to a request for `host`.
-    #[inline(never)]
-    fn rewrite_response(
-        &self,
-        response: &mut Response<RespBody>,
-        host: &Option<HeaderValue>,
-        backend: &str,
-        client: &ClientInfo,
-        tally: &Tally,
-    ) {
-        let route = tally.route.map(|index| &self.routes[index]);
-        let facts = rules::Facts {
-            client,
-            request_id: tally.request_id.as_ref(),
-            host: host.as_ref(),
-            pool: match route.map(|r| &r.target) {
-                Some(Target::Pool(pool)) => &pool.name,
-                _ => "",
-            },
-            backend: Some(backend),
-        };
-        let route_rules = route.and_then(|r| r.response_headers.as_deref());
-        for rules in [self.response_headers.as_deref(), route_rules]
-            .into_iter()
-            .flatten()
-        {
-            rules::apply(rules, response.headers_mut(), &facts);
-        }
-    }
-
     /// The answer of a backend that switched protocols, its connection joined to the
     /// client's once the answer reaches the client. A 101 nobody asked for: the client gets it,
     /// and nothing else.
@@ -777,13 +600,6 @@ impl Proxy {
         }
         response
     }
-}
-
-/// What serves a route.
-#[derive(Debug)]
-enum Target {
-    Pool(Arc<PoolHandle>),
-    Redirect(Box<crate::config::Redirect>),
 }
 
 /// What the routing phase came to. Never stored: a value on the stack that `handle` matches at
@@ -907,6 +723,15 @@ fn pick(
     Ok(index)
 }
 
+/// The answer to a WebSocket handshake over HTTP/2 that a backend answered 2xx without
+/// switching protocols (over HTTP/2 a 2xx would open the tunnel).
+fn websocket_not_switched() -> Response<RespBody> {
+    error_page(
+        StatusCode::BAD_GATEWAY,
+        "the backend answered the WebSocket handshake without switching protocols",
+    )
+}
+
 /// Makes a backend's answer the one relayed: hop-by-hop fields out; an HTTP/2 backend's
 /// trailer names kept (see `trailer_names`).
 fn relayed(response: &mut Response<RespBody>, h2: bool) {
@@ -970,72 +795,4 @@ fn affordable(pool: &PoolHandle, tried: &[usize]) -> bool {
         pool.metrics.retry();
     }
     ok
-}
-
-/// A route's label (metrics and access log): its `name`, else its host and path prefix.
-fn route_label(route: &crate::config::RouteConfig) -> String {
-    match &route.name {
-        Some(name) => name.clone(),
-        None => format!(
-            "{}{}",
-            route.host.as_deref().unwrap_or(""),
-            route.path_prefix
-        ),
-    }
-}
-
-/// What the proxy knows of a client connection, computed once per connection, and the idle
-/// backend connections private to it (closed when it closes).
-#[derive(Debug)]
-pub struct ClientInfo {
-    /// The peer address.
-    pub addr: SocketAddr,
-    ip: HeaderValue,
-    /// The idle backend connections only this client connection may use (see
-    /// `upstream::PrivateIdle`).
-    pub private: Arc<PrivateIdle>,
-    /// What its TLS handshake settled, when the listener terminates TLS.
-    pub tls: Option<Box<TlsInfo>>,
-    /// The address the client connected to (from a PROXY protocol header when one named it),
-    /// if known.
-    pub destination: Option<SocketAddr>,
-    /// The backend connections its requests may hold at once (limited for HTTP/2).
-    pub backend_slots: BackendSlots,
-    /// Told when a request's body has been read to its end (set by the client connection).
-    pub(crate) body_read: Option<Arc<dyn BodyRead>>,
-}
-
-impl ClientInfo {
-    /// The info for a client at `addr`.
-    pub fn new(addr: SocketAddr) -> ClientInfo {
-        let ip = HeaderValue::try_from(addr.ip().to_string())
-            // An IP address is always a valid header value.
-            .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
-        ClientInfo {
-            addr,
-            ip,
-            private: Arc::new(PrivateIdle::new()),
-            tls: None,
-            destination: None,
-            backend_slots: BackendSlots::default(),
-            body_read: None,
-        }
-    }
-
-    /// The address the client connected to, for a PROXY protocol header to a backend: the
-    /// unspecified address of the client's family, port 0, when not known.
-    pub fn destination(&self) -> SocketAddr {
-        self.destination.unwrap_or_else(|| match self.addr {
-            SocketAddr::V4(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
-            SocketAddr::V6(_) => SocketAddr::from(([0u16; 8], 0)),
-        })
-    }
-
-    /// The info for a client at `addr` whose connection is TLS, as `tls` says.
-    pub fn with_tls(addr: SocketAddr, tls: TlsInfo) -> ClientInfo {
-        ClientInfo {
-            tls: Some(Box::new(tls)),
-            ..ClientInfo::new(addr)
-        }
-    }
 }

@@ -169,6 +169,88 @@ pub(super) fn request_id(config: &RequestIdConfig, headers: &HeaderMap) -> Heade
     HeaderValue::try_from(uuid).unwrap_or_else(|_| HeaderValue::from_static("-"))
 }
 
+use http::Response;
+
+use super::tally::Tally;
+use super::Target;
+use crate::balance::PoolHandle;
+use crate::body::RespBody;
+
+impl super::Proxy {
+    /// What a request gets beyond hop-by-hop and `X-Forwarded-*` fields: its request id, a
+    /// `Forwarded` element, then the listener's header rules and its route's. Returns its
+    /// host as it sent it (for the answer's rules). Not inlined: a listener without any of
+    /// them never comes here.
+    #[inline(never)]
+    pub(super) fn rewrite_request(
+        &self,
+        parts: &mut http::request::Parts,
+        pool: &PoolHandle,
+        client: &ClientInfo,
+        tally: &Tally,
+    ) -> Option<HeaderValue> {
+        let host = parts.headers.get(header::HOST).cloned().or_else(|| {
+            parts
+                .uri
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        });
+        if let (Some(config), Some(id)) = (&self.request_id, &tally.request_id) {
+            parts.headers.insert(config.header.clone(), id.clone());
+        }
+        if self.forwarded.rfc7239() {
+            add_forwarded(&mut parts.headers, client, host.as_ref());
+        }
+        let route = tally.route.map(|index| &self.routes[index]);
+        let facts = Facts {
+            client,
+            request_id: tally.request_id.as_ref(),
+            host: host.as_ref(),
+            pool: &pool.name,
+            backend: None,
+        };
+        let route_rules = route.and_then(|r| r.request_headers.as_deref());
+        for rules in [self.request_headers.as_deref(), route_rules]
+            .into_iter()
+            .flatten()
+        {
+            apply(rules, &mut parts.headers, &facts);
+        }
+        host
+    }
+
+    /// Runs the listener's and then the route's response rules on a backend's answer from
+    /// `backend` to a request for `host`.
+    #[inline(never)]
+    pub(super) fn rewrite_response(
+        &self,
+        response: &mut Response<RespBody>,
+        host: &Option<HeaderValue>,
+        backend: &str,
+        client: &ClientInfo,
+        tally: &Tally,
+    ) {
+        let route = tally.route.map(|index| &self.routes[index]);
+        let facts = Facts {
+            client,
+            request_id: tally.request_id.as_ref(),
+            host: host.as_ref(),
+            pool: match route.map(|r| &r.target) {
+                Some(Target::Pool(pool)) => &pool.name,
+                _ => "",
+            },
+            backend: Some(backend),
+        };
+        let route_rules = route.and_then(|r| r.response_headers.as_deref());
+        for rules in [self.response_headers.as_deref(), route_rules]
+            .into_iter()
+            .flatten()
+        {
+            apply(rules, response.headers_mut(), &facts);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

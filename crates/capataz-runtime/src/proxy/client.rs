@@ -1,0 +1,67 @@
+//! What the proxy knows of a client connection.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::header::HeaderValue;
+
+use crate::body::BodyRead;
+use crate::tls::TlsInfo;
+use crate::upstream::{BackendSlots, PrivateIdle};
+
+/// What the proxy knows of a client connection, computed once per connection, and the idle
+/// backend connections private to it (closed when it closes).
+#[derive(Debug)]
+pub struct ClientInfo {
+    /// The peer address.
+    pub addr: SocketAddr,
+    /// Its IP address as a header value (for `X-Forwarded-For`).
+    pub(super) ip: HeaderValue,
+    /// The idle backend connections only this client connection may use (see
+    /// `upstream::PrivateIdle`).
+    pub private: Arc<PrivateIdle>,
+    /// What its TLS handshake settled, when the listener terminates TLS.
+    pub tls: Option<Box<TlsInfo>>,
+    /// The address the client connected to (from a PROXY protocol header when one named it),
+    /// if known.
+    pub destination: Option<SocketAddr>,
+    /// The backend connections its requests may hold at once (limited for HTTP/2).
+    pub backend_slots: BackendSlots,
+    /// Told when a request's body has been read to its end (set by the client connection).
+    pub(crate) body_read: Option<Arc<dyn BodyRead>>,
+}
+
+impl ClientInfo {
+    /// The info for a client at `addr`.
+    pub fn new(addr: SocketAddr) -> ClientInfo {
+        let ip = HeaderValue::try_from(addr.ip().to_string())
+            // An IP address is always a valid header value.
+            .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
+        ClientInfo {
+            addr,
+            ip,
+            private: Arc::new(PrivateIdle::new()),
+            tls: None,
+            destination: None,
+            backend_slots: BackendSlots::default(),
+            body_read: None,
+        }
+    }
+
+    /// The address the client connected to, for a PROXY protocol header to a backend: the
+    /// unspecified address of the client's family, port 0, when not known.
+    pub fn destination(&self) -> SocketAddr {
+        self.destination.unwrap_or_else(|| match self.addr {
+            SocketAddr::V4(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
+            SocketAddr::V6(_) => SocketAddr::from(([0u16; 8], 0)),
+        })
+    }
+
+    /// The info for a client at `addr` whose connection is TLS, as `tls` says.
+    pub fn with_tls(addr: SocketAddr, tls: TlsInfo) -> ClientInfo {
+        ClientInfo {
+            tls: Some(Box::new(tls)),
+            ..ClientInfo::new(addr)
+        }
+    }
+}
