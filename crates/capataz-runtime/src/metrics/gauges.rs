@@ -153,7 +153,7 @@ impl Collector for LiveGauges {
             &mut encoder,
             "capataz_backend_in_flight",
             "Requests sent to the backend whose response has not been read to the end.",
-            backends.iter().map(|b| (&b.labels, b.in_flight)),
+            backends.iter().map(|b| (&b.labels, count(b.in_flight))),
         )?;
         encode_gauges(
             &mut encoder,
@@ -189,7 +189,7 @@ impl Collector for LiveGauges {
             &mut encoder,
             "capataz_pool_healthy_backends",
             "Backends of the pool that may get new requests.",
-            self.pools.iter().map(|p| (&p.labels, p.healthy)),
+            self.pools.iter().map(|p| (&p.labels, count(p.healthy))),
         )?;
         encode_gauges(
             &mut encoder,
@@ -213,7 +213,7 @@ impl Collector for LiveGauges {
             "The most requests the backend may hold at once now (max_connections or max_requests, scaled by its weight during slow start); only backends with a limit.",
             backends
                 .iter()
-                .filter_map(|b| b.limit.map(|limit| (&b.labels, limit))),
+                .filter_map(|b| b.limit.map(|limit| (&b.labels, count(limit)))),
         )?;
         encode_gauges(
             &mut encoder,
@@ -221,7 +221,7 @@ impl Collector for LiveGauges {
             "Requests waiting in the pool's queue for a backend below its limit; only pools with limits.",
             self.pools
                 .iter()
-                .filter_map(|p| p.queued.map(|n| (&p.labels, n))),
+                .filter_map(|p| p.queued.map(|n| (&p.labels, count(n)))),
         )?;
         encode_gauges(
             &mut encoder,
@@ -232,6 +232,12 @@ impl Collector for LiveGauges {
                 .filter_map(|p| p.membership_age.map(|age| (&p.labels, age))),
         )
     }
+}
+
+/// A count as a gauge's value, at most `i64::MAX`: prometheus-client refuses a `usize` above
+/// it with an error that fails the whole scrape, so one wrong count would hide every metric.
+fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// Writes one gauge family: its descriptor, then one sample per `(labels, value)`. (`help`
@@ -251,4 +257,31 @@ where
         family.encode_family(labels)?.encode_gauge(&value)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_count_past_i64_max_is_written_as_i64_max_not_an_error() {
+        let mut out = String::new();
+        let mut registry = prometheus_client::registry::Registry::default();
+        #[derive(Debug)]
+        struct Huge;
+        impl Collector for Huge {
+            fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+                let labels: Vec<(String, String)> = Vec::new();
+                encode_gauges(
+                    &mut encoder,
+                    "huge",
+                    "A count.",
+                    [(&labels, count(usize::MAX))].into_iter(),
+                )
+            }
+        }
+        registry.register_collector(Box::new(Huge));
+        prometheus_client::encoding::text::encode(&mut out, &registry).expect("encoded");
+        assert!(out.contains(&format!("huge {}", i64::MAX)), "{out}");
+    }
 }
