@@ -440,7 +440,9 @@ impl Proxy {
                         next => next,
                     }
                 }
-                Forwarded::Upgraded(response, stream, early) => {
+                Forwarded::Upgraded(mut response, stream, early) => {
+                    // A sticky client's cookie rides on the 101 too, as HAProxy inserts it.
+                    affinity.answered(pool, index, &mut response);
                     let tunnel = Tunnel {
                         client: prepared.client_upgrade.take(),
                         stream,

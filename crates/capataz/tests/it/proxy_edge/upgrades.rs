@@ -60,6 +60,40 @@ async fn websocket_upgrade_passes_through_and_echoes_both_ways() {
     assert!(rest.is_empty());
 }
 
+/// Regression: a sticky pool's `Set-Cookie` was added to relayed answers but not to a `101`,
+/// so a WebSocket client (whose first request is often its upgrade) was never stuck to its
+/// backend. The 101 carries it now, and the tunnel works as before.
+#[tokio::test]
+async fn a_sticky_pools_101_carries_the_cookie() {
+    let echo = echo_backend().await;
+    let extra = format!("{QUIET}\n[pools.web.sticky]\ncookie = \"SRV\"\n");
+    let (balancer, _rx) = start(&config_text(&[echo.entry("echo")], "", &extra)).await;
+    let mut client = TcpStream::connect(balancer.local_addrs()[0])
+        .await
+        .expect("connect");
+    client
+        .write_all(
+            b"GET /chat HTTP/1.1\r\nHost: app.test\r\nConnection: Upgrade\r\n\
+              Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let head = tokio::time::timeout(DEADLINE, read_head(&mut client, &mut buf))
+        .await
+        .expect("a 101 in time")
+        .expect("a response head");
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    let cookie = header(&head, "set-cookie").unwrap_or_default();
+    assert!(cookie.starts_with("SRV="), "{head}");
+    client.write_all(b"hello").await.unwrap();
+    let echoed = tokio::time::timeout(DEADLINE, read_exact_buf(&mut client, &mut buf, 5))
+        .await
+        .expect("echo in time")
+        .expect("echoed bytes");
+    assert_eq!(echoed, b"hello");
+}
+
 /// Plain requests get `200 plain` (keep-alive); an upgrade request gets a 101 and an echo.
 async fn echo_backend() -> RawBackend {
     RawBackend::start(|mut stream, hits| async move {
