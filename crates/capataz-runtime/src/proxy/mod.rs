@@ -270,7 +270,10 @@ impl Proxy {
         };
         tally.route = Some(route);
         if let Some(limit) = &self.routes[route].limit {
-            if let Some(page) = limit.check(req.headers(), client.addr.ip()) {
+            if let Some(page) = limit.check(
+                (req.headers(), req.uri().authority().map(|a| a.as_str())),
+                client.addr.ip(),
+            ) {
                 tally.reason = Some(rate_limit::RATE_LIMITED);
                 return Routed::Answer(page);
             }

@@ -65,16 +65,28 @@ impl RouteLimit {
 
     /// `None` if a request with `headers` from `client` may go on (a token was taken), else
     /// the 429 it gets.
-    pub(super) fn check(&self, headers: &HeaderMap, client: IpAddr) -> Option<Response<RespBody>> {
+    pub(super) fn check(
+        &self,
+        (headers, authority): (&HeaderMap, Option<&str>),
+        client: IpAddr,
+    ) -> Option<Response<RespBody>> {
         let now = Instant::now();
         let header = match &self.key {
-            RateLimitKey::Header(name) => headers.get(name),
+            // An HTTP/2 request's host is its `:authority` (it has no `Host` field).
+            RateLimitKey::Header(name) => {
+                headers.get(name).map(HeaderValue::as_bytes).or_else(|| {
+                    (*name == header::HOST)
+                        .then_some(authority)
+                        .flatten()
+                        .map(str::as_bytes)
+                })
+            }
             RateLimitKey::ClientIp => None,
         };
         // Tagged, so a header's value never shares a bucket with an address. The header's
         // first value counts; without it, the client's address.
         let verdict = match (header, client.to_canonical()) {
-            (Some(value), _) => self.limiter.check((b'h', value.as_bytes()), now),
+            (Some(value), _) => self.limiter.check((b'h', value), now),
             (None, IpAddr::V4(v4)) => self.limiter.check((b'4', v4.octets()), now),
             (None, IpAddr::V6(v6)) => self.limiter.check((b'6', v6.octets()), now),
         };

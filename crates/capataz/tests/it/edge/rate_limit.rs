@@ -207,3 +207,33 @@ async fn the_limit_applies_before_the_pool_even_with_every_backend_down() {
         Some(2.0)
     );
 }
+
+/// Regression: `key = "header:host"` read the `Host` field only, which an HTTP/2 request does
+/// not have (its host is `:authority`), so every HTTP/2 client shared its address's bucket
+/// whatever host it asked for. The authority is the host now, over HTTP/2 as over HTTP/1.1.
+#[tokio::test]
+async fn a_host_key_reads_an_http2_requests_authority() {
+    use crate::support::h2client;
+
+    let b = backends(&["a"]).await;
+    let listener = "h2c = true\n\n  [[listeners.routes]]\n  pool = \"web\"\n  \
+         rate_limit = { key = \"header:host\", rate = 1, per = \"1h\", burst = 2 }\n";
+    let text = ConfigText::sims(&b)
+        .listener(listener)
+        .extra("[pools.web.active]\nkind = \"none\"\n")
+        .build();
+    let (balancer, _rx) = start(&text).await;
+    let mut h2 = h2client::connect(balancer.local_addrs()[0]).await;
+    for (host, expected) in [("a.test", [200, 200, 429]), ("b.test", [200, 200, 429])] {
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            got.push(h2.get(host, "/").await.status);
+        }
+        assert_eq!(got, expected, "{host}");
+    }
+    // Over HTTP/1.1, the same host is the same bucket.
+    let mut client = Client::new(balancer.local_addrs()[0]);
+    let request = http::Request::get("/").header("host", "a.test");
+    let answer = client.request(request.body(Bytes::new()).unwrap()).await;
+    assert_eq!(answer.status, 429);
+}
