@@ -144,15 +144,15 @@ mod tests {
         let a: IpAddr = "192.0.2.1".parse().unwrap();
         let mapped: IpAddr = "::ffff:192.0.2.1".parse().unwrap();
         let b: IpAddr = "192.0.2.2".parse().unwrap();
-        assert!(limit.check(&none, a).is_none());
+        assert!(limit.check((&none, None), a).is_none());
         // The same address written as IPv4-mapped IPv6 is the same key.
-        let page = limit.check(&none, mapped).expect("over the limit");
+        let page = limit.check((&none, None), mapped).expect("over the limit");
         assert_eq!(page.status(), 429);
         assert_eq!(page.headers()[header::RETRY_AFTER], "60");
-        assert!(limit.check(&none, b).is_none());
+        assert!(limit.check((&none, None), b).is_none());
         // A header value is its own key, whatever the address.
-        assert!(limit.check(&keyed, a).is_none());
-        assert!(limit.check(&keyed, b).is_some());
+        assert!(limit.check((&keyed, None), a).is_none());
+        assert!(limit.check((&keyed, None), b).is_some());
         assert_eq!(limit.limited.get(), 2);
     }
 }
