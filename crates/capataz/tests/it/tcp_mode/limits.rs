@@ -230,7 +230,7 @@ async fn tcp_slots_come_back_when_clients_reset_served_or_queued() {
     }
     // Every client resets (RST on close).
     for session in sessions {
-        session.set_linger(Some(std::time::Duration::ZERO)).unwrap();
+        session.set_zero_linger().unwrap();
         drop(session);
     }
     wait_until("every slot and place given back", || {
