@@ -257,7 +257,10 @@ mod tests {
             ("capataz", "connect")
         );
         assert_eq!(
-            (QUEUE_REFUSED.ended_by.as_str(), QUEUE_REFUSED.phase.as_str()),
+            (
+                QUEUE_REFUSED.ended_by.as_str(),
+                QUEUE_REFUSED.phase.as_str()
+            ),
             ("capataz", "queue")
         );
     }

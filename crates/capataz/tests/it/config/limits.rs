@@ -62,10 +62,11 @@ fn limits_take_the_pool_default_unless_a_backend_sets_its_own() {
     // No limit: nothing at all.
     assert_eq!(parse(&pool("", "")).pools[0].limits, None);
     // A tcp pool says max_connections, the sessions each backend holds.
-    let tcp = pool("protocol = \"tcp\"\nmax_connections = 3\nqueue_size = 2", "").replace(
-        "8080\"\n",
-        "8080\"\nmode = \"tcp\"\npool = \"web\"\n",
-    );
+    let tcp = pool(
+        "protocol = \"tcp\"\nmax_connections = 3\nqueue_size = 2",
+        "",
+    )
+    .replace("8080\"\n", "8080\"\nmode = \"tcp\"\npool = \"web\"\n");
     let config = parse(&tcp);
     let limits = config.pools[0].limits.expect("a tcp pool's limits");
     assert_eq!(limits.default, NonZeroU32::new(3));

@@ -124,7 +124,8 @@ async fn a_tcp_backend_never_holds_more_than_its_limit_and_a_queued_session_is_s
     let a = Counting::start("a").await;
     let dir = LogDir::new();
     let log = dir.path("tcp.log");
-    let pool = "max_connections = 2\nqueue_size = 8\nqueue_timeout = \"60s\"\nactive.kind = \"none\"";
+    let pool =
+        "max_connections = 2\nqueue_size = 8\nqueue_timeout = \"60s\"\nactive.kind = \"none\"";
     let text = config(&[("a", a.addr)], &table(&log, "json", ""), pool);
     let (balancer, _) = start(&text).await;
     let addr = balancer.local_addrs()[0];
@@ -140,7 +141,11 @@ async fn a_tcp_backend_never_holds_more_than_its_limit_and_a_queued_session_is_s
         waiting.push(TcpStream::connect(addr).await.unwrap());
         wait_until("the session in the queue", || queued(&balancer) == n).await;
     }
-    assert_eq!((a.accepted(), a.open()), (2, 2), "the queued reached no backend");
+    assert_eq!(
+        (a.accepted(), a.open()),
+        (2, 2),
+        "the queued reached no backend"
+    );
     assert_eq!(in_flight(&balancer), [2]);
     // One session ends: the oldest waiting one gets its slot.
     finish(served.remove(0)).await;
@@ -206,7 +211,9 @@ async fn a_full_tcp_queue_closes_the_client_at_once_and_a_wait_ends_at_queue_tim
         assert!(page.lines().any(|l| l == series), "{series} in\n{page}");
     }
     let errors = "capataz_requests_total{pool=\"db\",backend=\"a\",class=\"error\"}";
-    assert!(!page.lines().any(|l| l.starts_with(errors) && !l.ends_with(" 0")));
+    assert!(!page
+        .lines()
+        .any(|l| l.starts_with(errors) && !l.ends_with(" 0")));
     finish(held).await;
     wait_until("the slot given back", || in_flight(&balancer) == [0]).await;
     balancer.shutdown(std::time::Duration::from_secs(1)).await;
@@ -215,7 +222,8 @@ async fn a_full_tcp_queue_closes_the_client_at_once_and_a_wait_ends_at_queue_tim
 #[tokio::test]
 async fn tcp_slots_come_back_when_clients_reset_served_or_queued() {
     let a = Counting::start("a").await;
-    let pool = "max_connections = 2\nqueue_size = 8\nqueue_timeout = \"60s\"\nactive.kind = \"none\"";
+    let pool =
+        "max_connections = 2\nqueue_size = 8\nqueue_timeout = \"60s\"\nactive.kind = \"none\"";
     let (balancer, _) = start(&config(&[("a", a.addr)], "", pool)).await;
     let addr = balancer.local_addrs()[0];
     let mut sessions = Vec::new();
