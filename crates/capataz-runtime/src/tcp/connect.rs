@@ -2,11 +2,15 @@
 //! algorithm, eligibility and all-down policy), connected within the pool's connect timeout,
 //! and on a refused or timed-out connect another backend not yet tried, within the pool's
 //! `retries` and retry budget, as the HTTP planner does for a request that was not sent.
-//! Every failed connect is charged to its backend's passive side.
+//! Every failed connect is charged to its backend's passive side. In a pool with limits the
+//! backend is the one whose slot the session got (`slot.rs`), waited for in the queue by the
+//! first attempt; a refusal by the queue is charged to no backend.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
+use super::slot::{self, Slot, Unslotted};
 use crate::balance::ring::client_key;
 use crate::balance::PoolHandle;
 use crate::upstream::{AttemptError, BackendStream};
@@ -21,12 +25,16 @@ pub(crate) enum NoBackend {
     Rejected,
     /// Every backend tried failed to connect; the last one's error.
     Failed(AttemptError),
+    /// Every eligible backend was at its limit and the pool's queue was full.
+    QueueFull,
+    /// The session waited the pool's `queue_timeout` in its queue without a slot.
+    QueueTimeout,
 }
 
 /// A connected backend.
-pub(crate) struct Connected {
-    /// Its index in the pool.
-    pub(crate) index: usize,
+pub(crate) struct Connected<'a> {
+    /// The session's slot on it (its index in the pool), held while the session lasts.
+    pub(crate) slot: Slot<'a>,
     /// The connection.
     pub(crate) stream: BackendStream,
     /// Backends tried, this one included.
@@ -35,11 +43,16 @@ pub(crate) struct Connected {
 
 /// What a session's connecting came to: a connection, or why none (and the last backend
 /// tried, and how many were).
-pub(crate) type Connecting = Result<Connected, (NoBackend, Option<usize>, u32)>;
+pub(crate) type Connecting<'a> = Result<Connected<'a>, (NoBackend, Option<usize>, u32)>;
 
 /// Picks and connects a backend of `pool` for the client `addresses` (source, destination:
-/// what a PROXY protocol header names, when the pool sends one).
-pub(crate) async fn connect(pool: &PoolHandle, addresses: (SocketAddr, SocketAddr)) -> Connecting {
+/// what a PROXY protocol header names, when the pool sends one); the time the session waited
+/// in the pool's queue goes to `queued`.
+pub(crate) async fn connect<'a>(
+    pool: &'a PoolHandle,
+    addresses: (SocketAddr, SocketAddr),
+    queued: &mut Option<Duration>,
+) -> Connecting<'a> {
     let mut tried = [0usize; MAX_TRIES];
     let mut count = 0;
     let mut retries_left = pool.config.retries.attempts;
@@ -59,6 +72,7 @@ pub(crate) async fn connect(pool: &PoolHandle, addresses: (SocketAddr, SocketAdd
         let in_flight = |b: usize| pool.backends[b].in_flight.load(Ordering::Relaxed);
         let picked = match hashed {
             Some((key, factor)) => snapshot.pick_by_key(key, &tried[..count], factor, in_flight),
+            None if pool.limits.is_some() => None,
             None => snapshot.pick(
                 pool.config.algorithm,
                 &pool.cursor,
@@ -67,29 +81,41 @@ pub(crate) async fn connect(pool: &PoolHandle, addresses: (SocketAddr, SocketAdd
             ),
         };
         drop(snapshot);
-        let Some(index) = picked else {
-            let why = match last {
-                Some(error) => NoBackend::Failed(error),
-                None => {
-                    pool.metrics.reject();
-                    NoBackend::Rejected
-                }
-            };
-            let last_index = count.checked_sub(1).map(|at| tried[at]);
-            return Err((why, last_index, count as u32));
+        let slot = match &pool.limits {
+            None => slot::counted(pool, picked),
+            Some(limits) => slot::admitted(pool, limits, picked, &tried[..count], queued).await,
         };
+        let slot = match slot {
+            Ok(slot) => slot,
+            Err(unslotted) => {
+                let why = match (unslotted, last) {
+                    (Unslotted::QueueFull, _) => NoBackend::QueueFull,
+                    (Unslotted::QueueTimeout, _) => NoBackend::QueueTimeout,
+                    (Unslotted::NoBackend, Some(error)) => NoBackend::Failed(error),
+                    (Unslotted::NoBackend, None) => {
+                        pool.metrics.reject();
+                        NoBackend::Rejected
+                    }
+                };
+                let last_index = count.checked_sub(1).map(|at| tried[at]);
+                return Err((why, last_index, count as u32));
+            }
+        };
+        let index = slot.index();
         tried[count] = index;
         count += 1;
         let backend = &pool.backends[index];
         match backend.upstream.connect(Some(addresses)).await {
             Ok(conn) => {
                 return Ok(Connected {
-                    index,
+                    slot,
                     stream: conn.stream,
                     attempts: count as u32,
                 })
             }
             Err(error) => {
+                // Given back before a retry looks for another.
+                drop(slot);
                 charge(pool, index, error);
                 last = Some(error);
             }

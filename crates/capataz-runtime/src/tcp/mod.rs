@@ -6,7 +6,10 @@
 //! engine's eligibility, weights, slow start, all-down policy) by the same algorithm
 //! (`connect.rs`); connect failures, and a backend that breaks a session before sending a
 //! byte, go to the pool's passive side; a session that ends cleanly is a success. A session
-//! counts in its backend's in-flight count while it lasts (what `least_request` compares).
+//! holds a slot on its backend while it lasts (`slot.rs`: its count in `in_flight`, what
+//! `least_request` compares); in a pool with `max_connections` the slot is taken below the
+//! backend's limit or waited for in the pool's queue, and a session the queue refuses (full,
+//! or its timeout) is closed, charged to no backend.
 //! Established sessions outlive their backend's fall from eligibility (ejection, drain,
 //! DOWN), as HAProxy's do, unless the pool has `close_tunnels_on_down`, whose signal closes
 //! them when the verdict goes DOWN. `relay.rs` moves the bytes.
@@ -17,9 +20,9 @@
 mod accept;
 mod connect;
 mod relay;
+mod slot;
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use capataz_health::Outcome;
@@ -94,7 +97,12 @@ impl TcpRelay {
         if let (Some(record), Some(tls)) = (&mut record, &tls) {
             record.set_tls(tls.version, tls.sni.as_deref());
         }
-        let connected = match connect(pool, (peer, destination)).await {
+        let mut queued = None;
+        let connected = connect(pool, (peer, destination), &mut queued).await;
+        if let Some(record) = &mut record {
+            record.queued = queued;
+        }
+        let connected = match connected {
             Ok(connected) => connected,
             Err((why, last, attempts)) => {
                 tracing::debug!(pool = %pool.name, %peer, ?why, "TCP session got no backend");
@@ -103,6 +111,7 @@ impl TcpRelay {
                     record.attempts = attempts;
                     record.termination = match why {
                         NoBackend::Rejected => REJECTED,
+                        NoBackend::QueueFull | NoBackend::QueueTimeout => QUEUE_REFUSED,
                         NoBackend::Failed(error) => Termination::of(error),
                     };
                 }
@@ -110,8 +119,9 @@ impl TcpRelay {
                 return;
             }
         };
-        let backend = &pool.backends[connected.index];
-        let _in_flight = InFlight::new(pool, connected.index);
+        // The session's slot (its count in `in_flight`) is held until it ends.
+        let (index, slot) = (connected.slot.index(), connected.slot);
+        let backend = &pool.backends[index];
         let closing = backend
             .tunnels
             .as_ref()
@@ -120,12 +130,12 @@ impl TcpRelay {
         let mut stream = connected.stream;
         let relayed = relay::relay(&mut client, &mut stream, self.limits, closing).await;
         // Both connections are closed before the line is written.
-        drop((client, stream));
+        drop((client, stream, slot));
         self.metrics
             .add_bytes(relayed.from_client, relayed.from_backend);
-        self.backends[connected.index].session(relayed.from_client, relayed.from_backend);
+        self.backends[index].session(relayed.from_client, relayed.from_backend);
         if let Some(outcome) = judge(&relayed) {
-            pool.observe(connected.index, outcome);
+            pool.observe(index, outcome);
         }
         if let Some(record) = &mut record {
             record.backend = Some(backend.name.clone());
@@ -150,6 +160,13 @@ impl TcpRelay {
 const REJECTED: Termination = Termination {
     ended_by: EndedBy::Capataz,
     phase: Phase::Connect,
+};
+
+/// Every eligible backend was at its limit and the queue full, or the session waited the
+/// queue's timeout: capataz closed the connection.
+const QUEUE_REFUSED: Termination = Termination {
+    ended_by: EndedBy::Capataz,
+    phase: Phase::Queue,
 };
 
 /// Who ended a relayed session, and where (the access log's `ended_by` and `phase`): the side
@@ -185,29 +202,6 @@ pub(crate) fn judge(relayed: &Relayed) -> Option<Outcome> {
         } if relayed.from_backend == 0 => Some(Outcome::Reset),
         End::Closed { .. } => Some(Outcome::Connected),
         _ => None,
-    }
-}
-
-/// A session counted in its backend's in-flight count while it lasts.
-struct InFlight<'a> {
-    pool: &'a PoolHandle,
-    index: usize,
-}
-
-impl<'a> InFlight<'a> {
-    fn new(pool: &'a PoolHandle, index: usize) -> InFlight<'a> {
-        pool.backends[index]
-            .in_flight
-            .fetch_add(1, Ordering::Relaxed);
-        InFlight { pool, index }
-    }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.pool.backends[self.index]
-            .in_flight
-            .fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -261,6 +255,13 @@ mod tests {
         assert_eq!(
             (REJECTED.ended_by.as_str(), REJECTED.phase.as_str()),
             ("capataz", "connect")
+        );
+        assert_eq!(
+            (
+                QUEUE_REFUSED.ended_by.as_str(),
+                QUEUE_REFUSED.phase.as_str()
+            ),
+            ("capataz", "queue")
         );
     }
 }

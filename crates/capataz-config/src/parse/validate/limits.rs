@@ -1,4 +1,4 @@
-//! A pool's connection limits and queue: `max_connections` (HTTP/1.1 pools) or `max_requests`
+//! A pool's connection limits and queue: `max_connections` (HTTP/1.1 and tcp pools) or `max_requests`
 //! (HTTP/2 pools) on the pool, as its backends' default, and on each backend;
 //! `queue_size` and `queue_timeout`, which need a limit to mean anything. Called from the
 //! pool's validation (`pool.rs`) before the backends are read (`backends.rs`), whose raw
@@ -84,22 +84,6 @@ impl Validator<'_> {
         max_requests: &Option<Spanned<i64>>,
         protocol: BackendProtocol,
     ) -> Result<Option<NonZeroU32>, ConfigError> {
-        if protocol == BackendProtocol::Tcp {
-            if let Some((key, value)) = max_connections
-                .as_ref()
-                .map(|v| ("max_connections", v))
-                .or(max_requests.as_ref().map(|v| ("max_requests", v)))
-            {
-                return Err(self.error(
-                    Some(value.span()),
-                    &format!("{at}.{key}"),
-                    "a tcp pool takes no connection limit: its sessions are not bounded per \
-                     backend nor queued (leave max_connections and max_requests out)"
-                        .into(),
-                ));
-            }
-            return Ok(None);
-        }
         let (value, wrong) = match protocol {
             BackendProtocol::Http1 | BackendProtocol::Tcp => (
                 max_connections,
@@ -112,6 +96,11 @@ impl Validator<'_> {
         };
         if let Some((key, value)) = wrong {
             let why = match protocol {
+                BackendProtocol::Tcp => {
+                    "max_requests limits the concurrent requests (streams) an HTTP/2 backend \
+                     carries, and this pool relays TCP sessions, each holding a connection of \
+                     its own (use max_connections)"
+                }
                 BackendProtocol::Http1 => {
                     "max_requests limits the concurrent requests (streams) an HTTP/2 backend \
                      carries, and this pool's backends speak HTTP/1.1, where each request holds \

@@ -1,4 +1,4 @@
-//! Connection limits and the queue: `max_connections` (HTTP/1.1 pools), `max_requests`
+//! Connection limits and the queue: `max_connections` (HTTP/1.1 and tcp pools), `max_requests`
 //! (HTTP/2 pools), `queue_size`, `queue_timeout`, their defaults, and their errors in the
 //! operator's words with file, line and key.
 
@@ -61,6 +61,16 @@ fn limits_take_the_pool_default_unless_a_backend_sets_its_own() {
     );
     // No limit: nothing at all.
     assert_eq!(parse(&pool("", "")).pools[0].limits, None);
+    // A tcp pool says max_connections, the sessions each backend holds.
+    let tcp = pool(
+        "protocol = \"tcp\"\nmax_connections = 3\nqueue_size = 2",
+        "",
+    )
+    .replace("8080\"\n", "8080\"\nmode = \"tcp\"\npool = \"web\"\n");
+    let config = parse(&tcp);
+    let limits = config.pools[0].limits.expect("a tcp pool's limits");
+    assert_eq!(limits.default, NonZeroU32::new(3));
+    assert_eq!(limits.queue_size, 2);
 }
 
 #[test]
@@ -102,10 +112,10 @@ fn limit_errors_say_the_file_line_and_key() {
              the pool or its backends, or remove queue_size and queue_timeout)",
         ),
         (
-            pool("protocol = \"tcp\"", ", max_connections = 10"),
-            "config.toml:8: pools.web.backends[1].max_connections: a tcp pool takes no \
-             connection limit: its sessions are not bounded per backend nor queued (leave \
-             max_connections and max_requests out)",
+            pool("protocol = \"tcp\"", ", max_requests = 10"),
+            "config.toml:8: pools.web.backends[1].max_requests: max_requests limits the \
+             concurrent requests (streams) an HTTP/2 backend carries, and this pool relays TCP \
+             sessions, each holding a connection of its own (use max_connections)",
         ),
         (
             pool("max_connections = 5\nqueue_size = -1", ""),

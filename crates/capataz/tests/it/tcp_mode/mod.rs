@@ -5,6 +5,7 @@
 //! clients); `redis.rs` with real Redis servers (the `peers` tier).
 
 mod hostile;
+mod limits;
 mod observed;
 mod redis;
 mod relay;
