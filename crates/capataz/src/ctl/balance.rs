@@ -121,7 +121,11 @@ mod tests {
             "hash": {"key": "header:x-user", "balance_factor": 150},
             "sticky": {"cookie": "SRV", "on_drain": "keep", "keeping": ["b"]},
         });
-        let text = render_status(&status(pool(Value::Null, affinity, [Value::Null, Value::Null])));
+        let text = render_status(&status(pool(
+            Value::Null,
+            affinity,
+            [Value::Null, Value::Null],
+        )));
         assert!(
             text.contains(
                 "\n  affinity: hash on header:x-user, balance factor 150%; \
@@ -130,26 +134,46 @@ mod tests {
             "{text}"
         );
         let affinity = json!({"hash": null, "sticky": {"cookie": "S\u{1b}", "on_drain": "move", "keeping": []}});
-        let text = render_status(&status(pool(Value::Null, affinity, [Value::Null, Value::Null])));
+        let text = render_status(&status(pool(
+            Value::Null,
+            affinity,
+            [Value::Null, Value::Null],
+        )));
         assert!(
             text.contains("\n  affinity: sticky cookie S\\u{1b}, on drain move\n"),
             "{text}"
         );
         let affinity = json!({"hash": {"key": "client_ip", "balance_factor": 0}, "sticky": null});
-        let text = render_status(&status(pool(Value::Null, affinity, [Value::Null, Value::Null])));
+        let text = render_status(&status(pool(
+            Value::Null,
+            affinity,
+            [Value::Null, Value::Null],
+        )));
         assert!(text.contains("\n  affinity: hash on client_ip\n"), "{text}");
     }
 
     #[test]
     fn a_pool_without_limits_or_affinity_prints_as_before() {
-        let text = render_status(&status(pool(Value::Null, Value::Null, [Value::Null, Value::Null])));
-        assert!(!text.contains("queue") && !text.contains("affinity"), "{text}");
+        let text = render_status(&status(pool(
+            Value::Null,
+            Value::Null,
+            [Value::Null, Value::Null],
+        )));
+        assert!(
+            !text.contains("queue") && !text.contains("affinity"),
+            "{text}"
+        );
         assert_eq!(row(&text, "a")[5], "10", "{text}");
         assert_eq!(row(&text, "b")[5], "2", "{text}");
         assert_eq!(
             text.lines().nth(2),
             Some("pool web: 2 of 2 backends eligible; served by its primary backends in rotation")
         );
-        assert!(text.lines().nth(3).is_some_and(|l| l.starts_with("  BACKEND")), "{text}");
+        assert!(
+            text.lines()
+                .nth(3)
+                .is_some_and(|l| l.starts_with("  BACKEND")),
+            "{text}"
+        );
     }
 }

@@ -87,7 +87,13 @@ fn dashboard_shows_a_pools_queue_and_affinity_and_each_backends_limit() {
     assert_eq!(queue["timeout_ms"], 60_000, "{pool:#}");
     assert_eq!(
         page["queue"].as_str(),
-        Some(format!("queue: {} waiting of {}, timeout 60 s", queue["length"], queue["size"]).as_str()),
+        Some(
+            format!(
+                "queue: {} waiting of {}, timeout 60 s",
+                queue["length"], queue["size"]
+            )
+            .as_str()
+        ),
         "{page:#}\n{pool:#}"
     );
     assert_eq!(queue["length"], 1, "{pool:#}");
@@ -101,7 +107,11 @@ fn dashboard_shows_a_pools_queue_and_affinity_and_each_backends_limit() {
             .as_array()
             .and_then(|all| all.iter().find(|s| s["backend"] == b["name"]))
             .unwrap_or_else(|| panic!("{} is not on the page: {page:#}", b["name"]));
-        assert_eq!(shown["in_flight"], b["in_flight"].to_string(), "{page:#}\n{b:#}");
+        assert_eq!(
+            shown["in_flight"],
+            b["in_flight"].to_string(),
+            "{page:#}\n{b:#}"
+        );
         assert_eq!(shown["limit"], b["limit"].to_string(), "{page:#}\n{b:#}");
     }
 

@@ -74,7 +74,10 @@ async fn capataz_status_shows_the_queue_the_affinity_and_each_backends_limit() {
     let (addr, admin) = (balancer.local_addrs()[0], balancer.admin_addr().unwrap());
     let send = |path: &'static str| tokio::spawn(async move { get(addr, path).await });
     let held = [send("/r0"), send("/r1"), send("/r2")];
-    wait_until("a holding 2 and b 1", || a.holding() == 2 && b.holding() == 1).await;
+    wait_until("a holding 2 and b 1", || {
+        a.holding() == 2 && b.holding() == 1
+    })
+    .await;
     let queued = send("/r3");
     let pool = wait_queued(admin, 1).await;
     let shown = capataz_status(admin).await;
