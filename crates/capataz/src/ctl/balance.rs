@@ -13,7 +13,7 @@ use super::cell;
 /// `  queue: 3 waiting of 64, timeout 5 s` for a pool with limits, `  affinity: hash on
 /// header:x-user, balance factor 150%; sticky cookie SRV, on drain keep (keeping web2)` for
 /// one with hashing or sticky sessions; nothing for a pool without them.
-pub fn pool_lines(pool: &Value) -> String {
+pub(super) fn pool_lines(pool: &Value) -> String {
     let mut out = String::new();
     let queue = &pool["queue"];
     if queue.is_object() {
@@ -60,7 +60,7 @@ pub fn pool_lines(pool: &Value) -> String {
 }
 
 /// The `IN-FLIGHT` cell: `in_flight/limit` for a backend with a limit, else `in_flight`.
-pub fn in_flight_of(b: &Value) -> String {
+pub(super) fn in_flight_of(b: &Value) -> String {
     match &b["limit"] {
         Value::Null => cell(&b["in_flight"]),
         limit => format!("{}/{}", cell(&b["in_flight"]), cell(limit)),
