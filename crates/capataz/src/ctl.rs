@@ -5,6 +5,7 @@
 //! terminal and the page never disagree; `--json` prints that JSON instead. `top` is the live
 //! view ([`top`]).
 
+mod balance;
 pub mod top;
 
 use std::net::SocketAddr;
@@ -319,8 +320,8 @@ fn last_probe_of(b: &Value) -> String {
     }
 }
 
-/// Renders `/status` for a terminal: per pool a sentence and a table, one line per backend
-/// followed by its explain sentence. Times are UTC, as the admin API writes them.
+/// Renders `/status` for a terminal: per pool a sentence, its queue and affinity when it has
+/// them (`balance`), and a table, one line per backend followed by its explain sentence. Times are UTC, as the admin API writes them.
 pub fn render_status(status: &Value) -> String {
     let mut out = format!("capataz status at {} UTC\n", clock_of(&status["time"]));
     let empty = Vec::new();
@@ -333,6 +334,7 @@ pub fn render_status(status: &Value) -> String {
             cell(&pool["backends_total"]),
             cell(&pool["explain"]),
         ));
+        out.push_str(&balance::pool_lines(pool));
         let mut rows = vec![[
             "BACKEND",
             "ADDRESS",
@@ -353,7 +355,7 @@ pub fn render_status(status: &Value) -> String {
                 cell(&b["state"]),
                 clock_of(&b["since"]),
                 weight_of(b),
-                cell(&b["in_flight"]),
+                balance::in_flight_of(b),
                 last_probe_of(b),
                 notes_of(b),
             ]);

@@ -31,9 +31,12 @@ mod support;
 #[path = "dashboard/webdriver.rs"]
 mod webdriver;
 
-// The regression tests: one colour per state, charts over the history there is.
+// The regression tests: one colour per state, charts over the history there is; and a pool's
+// queue, affinity and backends' limits (`dashboard/limits.rs`).
 #[path = "dashboard/charts.rs"]
 mod charts;
+#[path = "dashboard/limits.rs"]
+mod limits;
 #[path = "dashboard/states.rs"]
 mod states;
 

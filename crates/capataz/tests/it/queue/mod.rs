@@ -3,13 +3,14 @@
 //! arrival order, a full queue and a queue timeout answer 503 (at once, and after about the
 //! timeout), a client that goes away while queued frees its place, and a slow-starting
 //! backend's limit ramps with the weight `/status` reports. `/status`, the metrics and the
-//! access log are compared with what the backends saw.
+//! access log are compared with what the backends saw, and `capataz status` with `/status`.
 
 mod combined;
 mod h2;
 mod health;
 mod limits;
 mod slow_start;
+mod status_view;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,0 +1,121 @@
+//! A pool with connection limits and sticky sessions shows its queue (requests waiting of its
+//! size, its timeout) and its affinity in its header, and each backend its in-flight count over
+//! its limit: the same figures `/status` gives at that moment.
+
+use super::*;
+
+use support::raw::send_head;
+
+/// Two backends that may hold one request each, a queue of 8, a sticky cookie.
+const LIMITS: &str = "max_connections = 1\nqueue_size = 8\nqueue_timeout = \"60s\"\n\
+                      [pools.web.sticky]\ncookie = \"SRV\"\n";
+
+/// The pool's header and each backend's in-flight and limit, as the page shows them.
+const READ_LIMITS: &str = r##"
+const text = (el, selector) => {
+  const found = el.querySelector(selector);
+  return found ? found.textContent.trim() : null;
+};
+const pool = document.querySelector("section.pool");
+return {
+  queue: pool ? text(pool, ".pool-head .queue") : null,
+  queue_length: pool && pool.querySelector(".queue") ? pool.querySelector(".queue").dataset.length : null,
+  affinity: pool ? text(pool, ".pool-head .affinity") : null,
+  backends: Array.from(document.querySelectorAll("tbody[data-backend]")).map((el) => ({
+    backend: el.dataset.backend,
+    in_flight: text(el, ".in-flight"),
+    limit: text(el, ".limit"),
+  })),
+};
+"##;
+
+/// A request sent and left open: the backend (answering nothing) holds it, or it waits.
+fn hold(addr: SocketAddr, path: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).expect("connect to the listener");
+    let head = format!("GET {path} HTTP/1.1\r\nHost: app.test\r\n\r\n");
+    stream.write_all(head.as_bytes()).expect("send a request");
+    stream
+}
+
+#[test]
+fn dashboard_shows_a_pools_queue_and_affinity_and_each_backends_limit() {
+    let driver = browser();
+    let extra = format!("{LIMITS}{FAST_CHECKS}");
+    let started = start_balancer(&["a", "b"], &[], &extra);
+    let admin = started.balancer.admin_addr().expect("the admin API runs");
+    let listener = started.balancer.local_addrs()[0];
+    let session = driver.session();
+    session.navigate(&format!("http://{admin}/"));
+    wait_for_page(&session, "a and b UP", |page| {
+        shows(page, "a", "UP") && shows(page, "b", "UP")
+    });
+
+    // Both backends hold what they get: two requests fill their limits, the third waits.
+    for sim in &started.sims {
+        sim.set_traffic(Mode::Hang);
+    }
+    let _held: Vec<TcpStream> = ["/1", "/2", "/3"]
+        .iter()
+        .map(|path| hold(listener, path))
+        .collect();
+    let end = Instant::now() + DEADLINE;
+    let page = loop {
+        let page = session.execute(READ_LIMITS);
+        let full = page["backends"].as_array().is_some_and(|b| {
+            b.len() == 2 && b.iter().all(|b| b["in_flight"] == "1" && b["limit"] == "1")
+        });
+        if full && page["queue_length"] == "1" {
+            break page;
+        }
+        assert!(
+            Instant::now() < end,
+            "the page did not show two full backends and one request waiting: {page:#}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+
+    // What `/status` says now (nothing moves: the backends hold, the third request waits).
+    let (code, answer) = started._runtime.block_on(send_head(
+        admin,
+        &format!("GET /status HTTP/1.1\r\nhost: {admin}"),
+    ));
+    assert_eq!(code, 200, "{answer}");
+    let body = &answer[answer.find("\r\n\r\n").expect("a body") + 4..];
+    let status: Value = serde_json::from_str(body).expect("/status is JSON");
+    let pool = &status["pools"][0];
+    let queue = &pool["queue"];
+    assert_eq!(queue["timeout_ms"], 60_000, "{pool:#}");
+    assert_eq!(
+        page["queue"].as_str(),
+        Some(
+            format!(
+                "queue: {} waiting of {}, timeout 60 s",
+                queue["length"], queue["size"]
+            )
+            .as_str()
+        ),
+        "{page:#}\n{pool:#}"
+    );
+    assert_eq!(queue["length"], 1, "{pool:#}");
+    assert_eq!(
+        page["affinity"], "affinity: sticky cookie SRV, on drain keep",
+        "{page:#}\n{pool:#}"
+    );
+    assert_eq!(pool["affinity"]["sticky"]["cookie"], "SRV", "{pool:#}");
+    for b in pool["backends"].as_array().expect("backends") {
+        let shown = page["backends"]
+            .as_array()
+            .and_then(|all| all.iter().find(|s| s["backend"] == b["name"]))
+            .unwrap_or_else(|| panic!("{} is not on the page: {page:#}", b["name"]));
+        assert_eq!(
+            shown["in_flight"],
+            b["in_flight"].to_string(),
+            "{page:#}\n{b:#}"
+        );
+        assert_eq!(shown["limit"], b["limit"].to_string(), "{page:#}\n{b:#}");
+    }
+
+    session.delete();
+    drop(driver);
+    drop(started);
+}
