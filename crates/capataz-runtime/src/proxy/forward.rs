@@ -67,7 +67,7 @@ pub(super) async fn forward<'a>(
         let conn = match conn {
             Ok(conn) => conn,
             Err(error) => {
-                charge(pool, index, error);
+                pool.charge(index, error);
                 return Forwarded::NotSent(outgoing, error);
             }
         };
@@ -83,11 +83,11 @@ pub(super) async fn forward<'a>(
             }
             Err(ExchangeError::NotSent(unsent)) => {
                 let error = AttemptError::Send { sent_any: false };
-                charge(pool, index, error);
+                pool.charge(index, error);
                 return Forwarded::NotSent(unsent, error);
             }
             Err(ExchangeError::Failed(error)) => {
-                charge(pool, index, error);
+                pool.charge(index, error);
                 return Forwarded::Failed(error);
             }
             Ok(answer) => {
@@ -97,7 +97,7 @@ pub(super) async fn forward<'a>(
                 if answer.framing.body == BodyLength::Chunked
                     && chunked::check_start(&answer.buf).is_err()
                 {
-                    charge(pool, index, AttemptError::HeadMalformed);
+                    pool.charge(index, AttemptError::HeadMalformed);
                     return Forwarded::Failed(AttemptError::HeadMalformed);
                 }
                 let status = answer.head.status.as_u16();
@@ -160,7 +160,7 @@ pub(super) async fn forward_h2<'a>(
     let response = match upstream::exchange_h2(&backend.upstream, conns, request, timeouts).await {
         Ok(response) => response,
         Err(H2Failure::NotSent(mut request, error)) => {
-            charge(pool, index, error);
+            pool.charge(index, error);
             // Back to how the proxy built it, for another backend.
             *request.uri_mut() = origin_form(request.uri());
             if let Some(host) = host {
@@ -169,7 +169,7 @@ pub(super) async fn forward_h2<'a>(
             return Forwarded::NotSent(Outgoing::Request(request), error);
         }
         Err(H2Failure::Failed(error)) => {
-            charge(pool, index, error);
+            pool.charge(index, error);
             return Forwarded::Failed(error);
         }
     };
@@ -263,25 +263,6 @@ fn h2_target(
             .insert(header::TE, HeaderValue::from_static("trailers"));
     }
     host
-}
-
-/// Feeds a failed attempt to the passive side if it was the backend's fault; a failure that
-/// was the client's (or capataz's own) is only logged, at debug.
-fn charge(pool: &PoolHandle, index: usize, error: AttemptError) {
-    let backend = &pool.backends[index];
-    match error.outcome() {
-        Some(outcome) => {
-            pool.observe(index, outcome);
-            backend.metrics.unanswered();
-        }
-        None => tracing::debug!(
-            pool = %pool.name,
-            backend = %backend.name,
-            fault = ?error.fault(),
-            %error,
-            "attempt failed; nothing charged to the backend"
-        ),
-    }
 }
 
 pub(super) fn build_request(

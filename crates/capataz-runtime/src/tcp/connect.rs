@@ -116,7 +116,7 @@ pub(crate) async fn connect<'a>(
             Err(error) => {
                 // Given back before a retry looks for another.
                 drop(slot);
-                charge(pool, index, error);
+                pool.charge(index, error);
                 last = Some(error);
             }
         }
@@ -136,22 +136,4 @@ pub(crate) async fn connect<'a>(
 /// The error noted last (always set once a connect failed).
 fn error_of(last: Option<AttemptError>) -> AttemptError {
     last.unwrap_or(AttemptError::ConnectRefused)
-}
-
-/// A failed connect goes to the backend's passive side when it was the backend's fault (a
-/// local socket capataz could not open is not).
-fn charge(pool: &PoolHandle, index: usize, error: AttemptError) {
-    let backend = &pool.backends[index];
-    match error.outcome() {
-        Some(outcome) => {
-            pool.observe(index, outcome);
-            backend.metrics.unanswered();
-        }
-        None => tracing::debug!(
-            pool = %pool.name,
-            backend = %backend.name,
-            %error,
-            "TCP connect failed; nothing charged to the backend"
-        ),
-    }
 }

@@ -182,6 +182,26 @@ impl PoolHandle {
         self.observe_answered(backend, outcome, None);
     }
 
+    /// Feeds a failed attempt (a request's or a TCP session's connect) on backend `index` to
+    /// the passive side if it was the backend's fault; a failure that was the client's (or
+    /// capataz's own, such as no local socket) is only logged, at debug.
+    pub fn charge(&self, index: usize, error: crate::upstream::AttemptError) {
+        let backend = &self.backends[index];
+        match error.outcome() {
+            Some(outcome) => {
+                self.observe(index, outcome);
+                backend.metrics.unanswered();
+            }
+            None => tracing::debug!(
+                pool = %self.name,
+                backend = %backend.name,
+                fault = ?error.fault(),
+                %error,
+                "attempt failed; nothing charged to the backend"
+            ),
+        }
+    }
+
     /// [`PoolHandle::observe`] of an exchange whose answer's head came `latency` after the
     /// request was sent (`None`: no answer came), which recorders hear of.
     pub fn observe_answered(&self, backend: usize, outcome: Outcome, latency: Option<Duration>) {

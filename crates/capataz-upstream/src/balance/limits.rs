@@ -131,6 +131,22 @@ pub fn release(pool: &PoolHandle, index: usize) {
     }
 }
 
+/// Takes a slot on a backend whose `in_flight` count is given: below `limit` (compare and swap),
+/// or always without one. Whether it was taken.
+fn hold(in_flight: &AtomicUsize, limit: Option<usize>) -> bool {
+    match limit {
+        None => {
+            in_flight.fetch_add(1, Ordering::Relaxed);
+            true
+        }
+        Some(limit) => in_flight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .is_ok(),
+    }
+}
+
 /// What one look at the slots found.
 enum Taken {
     Slot(usize),
@@ -207,17 +223,7 @@ impl Limits {
         }
         let in_flight = &pool.backends.get(index)?.in_flight;
         let limit = self.limit(pool, &pool.snapshot(), index);
-        let held = match limit {
-            None => {
-                in_flight.fetch_add(1, Ordering::Relaxed);
-                true
-            }
-            Some(limit) => in_flight
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                    (n < limit).then_some(n + 1)
-                })
-                .is_ok(),
-        };
+        let held = hold(in_flight, limit);
         // Made only when held: an `Admission` dropped gives its slot back (`then_some` would
         // build it, and drop it, whether held or not).
         held.then(|| Admission { pool, index })
@@ -346,17 +352,7 @@ impl Limits {
                 return Taken::Full;
             };
             let in_flight = &pool.backends[index].in_flight;
-            let held = match self.limit(pool, &snapshot, index) {
-                None => {
-                    in_flight.fetch_add(1, Ordering::Relaxed);
-                    true
-                }
-                Some(limit) => in_flight
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                        (n < limit).then_some(n + 1)
-                    })
-                    .is_ok(),
-            };
+            let held = hold(in_flight, self.limit(pool, &snapshot, index));
             if held {
                 return Taken::Slot(index);
             }
