@@ -33,6 +33,7 @@ mod route_match;
 mod source;
 mod tcp;
 mod tls;
+mod unix;
 
 use std::cell::{OnceCell, RefCell};
 use std::collections::{HashMap, HashSet};
