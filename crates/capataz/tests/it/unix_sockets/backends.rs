@@ -79,6 +79,14 @@ async fn a_mixed_pool_spreads_over_unix_and_tcp_backends_and_names_the_path() {
     assert_eq!(backends[0]["name"], address.as_str(), "{backends:#}");
     assert_eq!(backends[0]["address"], address.as_str(), "{backends:#}");
     assert_eq!(backends[0]["state"], "UP", "{backends:#}");
+    // `capataz status` shows the path in its table.
+    let rendered = capataz::ctl::render_status(&status);
+    assert!(
+        rendered
+            .lines()
+            .any(|l| l.contains(&address) && l.contains("UP")),
+        "{rendered}"
+    );
     let metrics = metrics_text(&balancer);
     let label = format!("backend=\"{address}\"");
     assert!(metrics.contains(&label), "no series labelled {label}");
