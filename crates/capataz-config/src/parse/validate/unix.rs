@@ -1,7 +1,7 @@
 //! Unix socket backends (`address = "unix:/run/app.sock"`): the path checked where it is
 //! written, and what a pool with one cannot do: TLS to it (refused; a local socket needs
 //! none) and agent checks (an agent answers on a TCP port of the backend's host, and a
-//! socket has no host).
+//! socket has no host). A listener on a Unix socket is refused with its own sentence.
 
 use toml::Spanned;
 
@@ -34,6 +34,28 @@ impl Validator<'_> {
                 format!("the socket path {path:?} {why}"),
             )),
         }
+    }
+
+    /// Refuses a listener `address` that names a Unix socket (`unix:/path`, or HAProxy's
+    /// `/path`): capataz listens on TCP only, and says so rather than "not an address".
+    pub(super) fn unix_listener(
+        &self,
+        address: &Spanned<String>,
+        key: &str,
+    ) -> Result<(), ConfigError> {
+        let text = address.get_ref();
+        if !(text.starts_with(UNIX_PREFIX) || text.starts_with('/') || text.starts_with("unix@")) {
+            return Ok(());
+        }
+        Err(self.error(
+            Some(address.span()),
+            key,
+            format!(
+                "{text:?} is a Unix socket, and listeners bind TCP addresses only (Unix socket \
+                 listeners are not supported: listen on a loopback address such as \
+                 \"127.0.0.1:8080\"; Unix sockets are for backends, address = \"unix:/path\")"
+            ),
+        ))
     }
 
     /// Refuses TLS and agent checks in a pool with a Unix socket backend.

@@ -69,3 +69,20 @@ fn bad_unix_addresses_name_the_line_and_key() {
     }
     assert!(parse_str(&unix_pool(&format!("unix:{longest}"), ""), "c").is_ok());
 }
+
+#[test]
+fn a_unix_socket_listener_is_refused_in_so_many_words() {
+    for address in ["unix:/run/capataz.sock", "/run/capataz.sock"] {
+        let text = format!(
+            "[[listeners]]\naddress = {address:?}\n\n[pools.web]\n\
+             backends = [{{ address = \"127.0.0.1:9001\" }}]\n"
+        );
+        let error = check_err(&text, Some(2), "listeners[0].address");
+        assert!(
+            error.to_string().contains(
+                "listeners bind TCP addresses only (Unix socket listeners are not supported"
+            ),
+            "{error}"
+        );
+    }
+}
