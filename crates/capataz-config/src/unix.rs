@@ -24,7 +24,8 @@ pub fn unix_path(address: &str) -> Option<&Path> {
 }
 
 /// Why a `unix:` address is not a usable socket path, in the operator's words; `None` when it
-/// is one: absolute, at most [`MAX_UNIX_PATH`] bytes, no NUL byte, not a directory's name.
+/// is one: absolute, at most [`MAX_UNIX_PATH`] bytes, no control character (NUL included),
+/// not a directory's name.
 pub fn unix_path_problem(path: &str) -> Option<String> {
     if !path.starts_with('/') {
         return Some("is not an absolute path (write unix:/run/app.sock)".into());
@@ -36,8 +37,9 @@ pub fn unix_path_problem(path: &str) -> Option<String> {
             path.len()
         ));
     }
-    if path.bytes().any(|b| b == 0) {
-        return Some("holds a NUL byte".into());
+    // The path is the backend's default name, written in logs and labels: no line breaks.
+    if path.chars().any(char::is_control) {
+        return Some("holds a control character (a NUL, a line break, ...)".into());
     }
     if path.ends_with('/') {
         return Some("names a directory, not a socket file".into());
@@ -65,6 +67,8 @@ mod tests {
         assert!(unix_path_problem("run/a.sock").is_some());
         assert!(unix_path_problem("/run/").is_some());
         assert!(unix_path_problem("/a\0b").is_some());
+        assert!(unix_path_problem("/a\nb").is_some());
+        assert_eq!(unix_path_problem("/run/my app.sock"), None);
         let longest = format!("/{}", "a".repeat(MAX_UNIX_PATH - 1));
         assert_eq!(unix_path_problem(&longest), None);
         let too_long = unix_path_problem(&format!("{longest}a")).expect("108 bytes");

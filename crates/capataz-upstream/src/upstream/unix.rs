@@ -109,6 +109,18 @@ mod tests {
         assert!(path.exists());
         let stale = upstream(&path).connect(None).await.err();
         assert_eq!(stale, Some(AttemptError::ConnectRefused));
+        // Neither a regular file nor a directory is a socket.
+        let file = path.with_file_name("file");
+        std::fs::write(&file, b"not a socket").unwrap();
+        let dir = path.parent().unwrap();
+        for not_a_socket in [&file, dir] {
+            let refused = upstream(not_a_socket).connect(None).await.err();
+            assert_eq!(
+                refused,
+                Some(AttemptError::ConnectRefused),
+                "{not_a_socket:?}"
+            );
+        }
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 

@@ -40,6 +40,10 @@ fn bad_unix_addresses_name_the_line_and_key() {
         (unix_pool("unix:", ""), "is not an absolute path"),
         (unix_pool("unix:/run/", ""), "names a directory"),
         (
+            unix_pool("unix:/run/a\nb.sock", ""),
+            "holds a control character",
+        ),
+        (
             unix_pool(&format!("unix:{longest}s"), ""),
             "is 108 bytes long; a Unix socket path holds at most 107",
         ),
