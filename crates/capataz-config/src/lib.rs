@@ -31,6 +31,7 @@ mod route_rules;
 mod source;
 mod tcp;
 mod text_errors;
+mod unix;
 
 pub use affinity::{Affinity, HashConfig, HashKey, OnDrain, SameSite, StickyConfig};
 pub use check::{check, Warning, CERTIFICATE_EXPIRY_WARNING, DETECTION_BUDGET, RECOVERY_BUDGET};
@@ -69,6 +70,7 @@ pub use route_rules::{
 pub use source::{DnsRecord, DnsSource, EtcdEndpoint, EtcdSource, FleetConfig, PoolSource};
 pub use tcp::TcpListenerConfig;
 pub use text_errors::{DurationError, ListenAddressError};
+pub use unix::{unix_path, unix_path_problem, MAX_UNIX_PATH, UNIX_PREFIX};
 
 /// The longest duration a config value or an admin TTL may be: one year (`8760h`).
 pub const MAX_DURATION: Duration = parse::MAX_DURATION;

@@ -33,6 +33,7 @@ mod route_match;
 mod source;
 mod tcp;
 mod tls;
+mod unix;
 
 use std::cell::{OnceCell, RefCell};
 use std::collections::{HashMap, HashSet};
@@ -389,7 +390,8 @@ impl<'a> Validator<'a> {
         let key = format!("{at}.address");
         // A bad address does not hide the listener's other errors.
         let socket_addr = self
-            .keep(self.socket_addr(&address, &key))
+            .keep(self.unix_listener(&address, &key))
+            .and_then(|()| self.keep(self.socket_addr(&address, &key)))
             .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
         // Port 0 asks the OS for a free port, so two such listeners do not collide.
         if socket_addr.port() != 0 {

@@ -151,6 +151,9 @@ impl ProbePlan {
     /// than its kind needs.
     async fn probe(&self, rt: &BackendRt) -> capataz_health::ProbeOutcome {
         let active = &self.active;
+        if let Some(path) = rt.upstream.unix_path() {
+            return self.probe_unix(rt, path).await;
+        }
         let host = active.host.as_deref().unwrap_or(&rt.address);
         let (addr, tls) = (rt.upstream.addr(), rt.upstream.tls());
         if self.over_h2 {
@@ -186,6 +189,29 @@ impl ProbePlan {
             &preamble,
         ))
         .await
+    }
+}
+
+impl ProbePlan {
+    /// One probe of `rt`, a Unix socket backend at `path` (`prober::probe_unix`).
+    async fn probe_unix(
+        &self,
+        rt: &BackendRt,
+        path: &std::path::Path,
+    ) -> capataz_health::ProbeOutcome {
+        let active = &self.active;
+        let probe = prober::UnixProbe {
+            active,
+            host: active.host.as_deref().unwrap_or(prober::UNIX_PROBE_HOST),
+            over_h2: self.over_h2,
+            checked: self.checked,
+        };
+        let preamble = rt
+            .upstream
+            .proxy_protocol()
+            .map(capataz_proxy_protocol::encode_local)
+            .unwrap_or_default();
+        Box::pin(prober::probe_unix(probe, path, &preamble)).await
     }
 }
 

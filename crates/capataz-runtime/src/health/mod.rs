@@ -288,6 +288,7 @@ fn new_backend(
     // One copy of the name, which the metrics' counters are keyed by too.
     let name: Arc<str> = b.name.as_str().into();
     let upstream = Upstream::new(b.socket_addr, config.timeouts.connect, config.timeouts.idle)
+        .with_unix(b.unix_path())
         .with_proxy_protocol(config.send_proxy_protocol);
     let passive = &config.passive;
     BackendRt {

@@ -138,7 +138,7 @@ async fn exchange(
 }
 
 /// The probe's exchange on a connected `stream` (TCP or TLS).
-async fn exchange_on<S>(probe: &HttpProbe, mut stream: S) -> io::Result<ProbeOutcome>
+pub(super) async fn exchange_on<S>(probe: &HttpProbe, mut stream: S) -> io::Result<ProbeOutcome>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {

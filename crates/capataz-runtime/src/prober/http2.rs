@@ -180,7 +180,7 @@ async fn exchange(probe: &H2Probe, addr: SocketAddr, tls: Option<&Connector>) ->
 }
 
 /// The HTTP/2 connection on `io`, driven beside the one request until its answer is judged.
-async fn over<S>(probe: &H2Probe, io: S) -> ProbeOutcome
+pub(super) async fn over<S>(probe: &H2Probe, io: S) -> ProbeOutcome
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {

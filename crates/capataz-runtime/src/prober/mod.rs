@@ -38,12 +38,14 @@ mod http2;
 mod tcp_exchange;
 #[cfg(test)]
 mod tests;
+mod unix;
 
 pub use agent::agent_once;
 pub use content::{probe_checked, probe_checked_sending, request_bytes, HttpProbe, MAX_PROBE_HEAD};
 pub use http2::{
     decode_health_response, encode_health_request, probe_h2, H2Probe, MAX_GRPC_MESSAGE,
 };
+pub use unix::{probe_unix, UnixProbe, UNIX_PROBE_HOST};
 
 /// The longest status line read, line ending included; a longer one is [`Outcome::Malformed`].
 pub const MAX_STATUS_LINE: usize = 1024;

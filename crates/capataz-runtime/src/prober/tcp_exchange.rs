@@ -25,7 +25,20 @@ pub(super) async fn probe(
 ) -> io::Result<ProbeOutcome> {
     let late = || io::Error::from(io::ErrorKind::TimedOut);
     let connect = tokio::time::timeout_at(deadline, super::connect(addr, preamble));
-    let mut stream = connect.await.map_err(|_| late())??;
+    let stream = connect.await.map_err(|_| late())??;
+    exchange_on(stream, exchange, deadline).await
+}
+
+/// The exchange of [`probe`] on a connected `stream` (TCP, or a Unix socket's).
+pub(super) async fn exchange_on<S>(
+    mut stream: S,
+    exchange: &TcpExchange,
+    deadline: Instant,
+) -> io::Result<ProbeOutcome>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let late = || io::Error::from(io::ErrorKind::TimedOut);
     if !exchange.send.is_empty() {
         let write = tokio::time::timeout_at(deadline, stream.write_all(&exchange.send));
         write.await.map_err(|_| late())??;

@@ -74,6 +74,7 @@ impl Upstream {
         }
         let connect = async {
             match self.tls() {
+                None if self.unix_path().is_some() => Ok(self.connect(None).await?.stream),
                 None => Ok(BackendStream::Tcp(self.connect_tcp().await?)),
                 Some(tls) => {
                     let stream = self.connect_tls(tls).await?;

@@ -20,8 +20,9 @@
 //! connection only ever carries the client it names.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod error;
@@ -31,6 +32,7 @@ mod private;
 mod response;
 mod slots;
 pub mod transport;
+mod unix;
 
 pub use error::{AttemptError, AttemptPhase, Fault};
 pub use exchange::{exchange, ExchangeError, ExchangeTimeouts, Outgoing};
@@ -86,6 +88,8 @@ pub struct Upstream {
     /// The PROXY protocol header version written first on each new connection, if the pool
     /// sends one (HTTP/1.1 pools with private reuse only: see `send_proxy_protocol`).
     send_proxy: Option<ProxyVersion>,
+    /// The socket path of a Unix socket backend (`unix.rs`); `addr` is then unused.
+    unix: Option<Arc<Path>>,
 }
 
 /// The next `Upstream::id`.
@@ -103,6 +107,7 @@ impl Upstream {
             tls: None,
             h2: None,
             send_proxy: None,
+            unix: None,
         }
     }
 
@@ -144,7 +149,8 @@ impl Upstream {
         self.connect_timeout
     }
 
-    /// The backend's address.
+    /// The backend's TCP address (`0.0.0.0:0` for a Unix socket backend: see
+    /// [`Upstream::unix_path`]).
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
@@ -176,13 +182,13 @@ impl Upstream {
     /// A fresh connection, never a pooled one; it starts with a PROXY protocol header naming
     /// `client` when the pool sends one.
     pub async fn connect(&self, client: ClientAddrs) -> Result<Conn, AttemptError> {
+        if let Some(path) = &self.unix {
+            return self.connect_unix(path, client).await;
+        }
         let started = tokio::time::Instant::now();
         let mut tcp = self.connect_tcp().await?;
         if let Some(version) = self.send_proxy {
-            let header = match client {
-                Some((source, destination)) => version.encode(source, destination),
-                None => capataz_proxy_protocol::encode_local(version),
-            };
+            let header = proxy_header(version, client);
             let deadline = started + self.connect_timeout;
             // Part of connecting: within the connect deadline, and nothing of the request is
             // sent if it fails.
@@ -276,6 +282,14 @@ impl Upstream {
         let now = Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         idle.retain_mut(|(stream, since)| usable(stream, *since, self.idle_timeout, now));
+    }
+}
+
+/// The PROXY protocol header naming `client`, or `LOCAL` for none.
+fn proxy_header(version: ProxyVersion, client: ClientAddrs) -> Vec<u8> {
+    match client {
+        Some((source, destination)) => version.encode(source, destination),
+        None => capataz_proxy_protocol::encode_local(version),
     }
 }
 

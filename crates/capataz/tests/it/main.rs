@@ -68,5 +68,7 @@ mod tcp_mode;
 mod terminal;
 mod tls;
 mod top_screen;
+
+mod unix_sockets;
 mod upgrade;
 mod weights;

@@ -42,6 +42,7 @@ pub mod sockets;
 pub mod stream;
 pub mod tls;
 pub mod tools;
+pub mod unix;
 pub mod wait;
 
 use std::net::SocketAddr;

@@ -108,15 +108,23 @@ impl Validator<'_> {
     }
 
     /// Checks a backend's `host:port`. An IP literal is its address; a name is queued for
-    /// stage three (resolution) and gets a placeholder address until then.
+    /// stage three (resolution) and gets a placeholder address until then; a Unix socket
+    /// (`unix:/path`, `unix.rs`) keeps the placeholder.
     pub(super) fn backend_address(
         &self,
         address: &Spanned<String>,
         key: &str,
         target: impl FnOnce() -> Target,
     ) -> Result<SocketAddr, ConfigError> {
-        const ADVICE: &str = r#"use host:port, e.g. "127.0.0.1:9001" or "backend.internal:8080""#;
+        const ADVICE: &str = r#"use host:port, e.g. "127.0.0.1:9001" or "backend.internal:8080", or unix:/path for a Unix socket"#;
         let text = address.get_ref();
+        if text.starts_with(crate::UNIX_PREFIX)
+            || text.starts_with('/')
+            || text.starts_with("unix@")
+        {
+            self.unix_backend(address, key)?;
+            return Ok(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)));
+        }
         let fail = |why: &str| {
             self.error(
                 Some(address.span()),

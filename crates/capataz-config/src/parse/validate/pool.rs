@@ -106,6 +106,7 @@ impl Validator<'_> {
         }
         let active = self.pool_active(&at, &name_span, protocol, raw.active)?;
         let tls = self.pool_tls(&name, &at, &name_span, raw.tls, protocol)?;
+        self.unix_pool(&at, &backends, tls.is_some(), agent.is_some())?;
         let connection_reuse = match raw.connection_reuse {
             None | Some(RawReuse::Private) => ConnectionReuse::Private,
             Some(RawReuse::Shared) => ConnectionReuse::Shared,

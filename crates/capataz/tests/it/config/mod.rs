@@ -18,6 +18,7 @@ mod proxy_protocol;
 mod route_rules;
 mod source;
 mod tcp_mode;
+mod unix_addresses;
 mod values;
 mod warnings;
 

@@ -1,0 +1,4 @@
+//! Unix domain sockets end to end: backends on a socket file (`backends.rs`); the config's
+//! refusals are in `config/unix_addresses.rs`.
+
+mod backends;
