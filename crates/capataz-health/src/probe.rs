@@ -94,6 +94,9 @@ pub enum Mismatch {
     GrpcServing(u64),
     /// A `tcp` check's answer (as far as it was read) did not contain the expected text.
     AnswerLacks(Snippet),
+    /// A `tcp` check's answer did not start with the expected bytes (kept as the hex digits
+    /// they were written in, `52`).
+    AnswerStart(Snippet),
 }
 
 impl fmt::Display for Mismatch {
@@ -102,6 +105,7 @@ impl fmt::Display for Mismatch {
             Mismatch::BodyLacks(text) => write!(f, "body did not contain {text}"),
             Mismatch::BodyHas(text) => write!(f, "body contained {text}"),
             Mismatch::AnswerLacks(text) => write!(f, "answer did not contain {text}"),
+            Mismatch::AnswerStart(hex) => write!(f, "answer did not start with hex {hex}"),
             Mismatch::HeaderAbsent(name) => write!(f, "header {name} was missing"),
             Mismatch::HeaderLacks { name, value } => {
                 write!(f, "header {name} did not contain {value}")
