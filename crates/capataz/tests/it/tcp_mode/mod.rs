@@ -2,11 +2,14 @@
 //! "tcp"` pool, with the pool's health deciding where each new session goes.
 //!
 //! `relay.rs` drives it with hand-written backends (half-close, timeouts, failover, hostile
-//! clients); `redis.rs` with real Redis servers (the `peers` tier).
+//! clients); `redis.rs`, `postgres.rs` and `mariadb.rs` with real Redis, PostgreSQL and MariaDB
+//! servers (the `peers` tier).
 
 mod hostile;
 mod limits;
+mod mariadb;
 mod observed;
+mod postgres;
 mod redis;
 mod relay;
 mod tls;
