@@ -141,7 +141,9 @@ impl Postgres {
         self.child.as_ref().expect("started").id()
     }
 
-    /// Kills the postmaster (SIGKILL, by PID) and reaps it; its children end by themselves.
+    /// Kills the postmaster (SIGKILL, by PID) and reaps it; its children end by themselves
+    /// once they see it gone (a session's process when it next waits for its client: at once
+    /// if idle).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
@@ -238,6 +240,23 @@ impl Session {
         message.push(0);
         self.send(&message).await?;
         self.until_ready().await
+    }
+
+    /// Waits, sending nothing, until the connection ends (within the deadline): the errors
+    /// the server sent before it did.
+    pub async fn ended(&mut self) -> Vec<String> {
+        let read = async {
+            let mut errors = Vec::new();
+            while let Ok((kind, body)) = self.message().await {
+                if kind == b'E' {
+                    errors.push(error_text(&body));
+                }
+            }
+            errors
+        };
+        tokio::time::timeout(DEADLINE, read)
+            .await
+            .expect("the session ends within the deadline")
     }
 
     async fn send(&mut self, bytes: &[u8]) -> Result<(), String> {

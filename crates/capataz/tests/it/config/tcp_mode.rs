@@ -272,3 +272,21 @@ fn expect_text_alone_on_an_http_check_is_the_key_named_not_send() {
     let error = check_err(&http, Some(8), "pools.web.active.expect_text");
     assert!(!error.key().ends_with(".send"), "{error}");
 }
+
+#[test]
+fn the_documented_postgresql_login_check_is_the_startup_message_it_says() {
+    let doc = include_str!("../../../../../docs/config.md");
+    let section = &doc[doc.find("### Bytes in hex").expect("the section")..];
+    let open = section.find("```toml\n").unwrap() + "```toml\n".len();
+    let block = &section[open..open + section[open..].find("```").unwrap()];
+    let text = format!(
+        "[[listeners]]\naddress = \"127.0.0.1:5433\"\nmode = \"tcp\"\npool = \"pg\"\n\n\
+         [pools.pg]\nprotocol = \"tcp\"\nbackends = [{{ address = \"127.0.0.1:5432\" }}]\n\n{block}"
+    );
+    let exchange = parse(&text).pools[0].active.tcp_exchange.clone().unwrap();
+    let mut startup = 40u32.to_be_bytes().to_vec();
+    startup.extend_from_slice(&0x0003_0000u32.to_be_bytes());
+    startup.extend_from_slice(b"user\0capataz\0database\0postgres\0\0");
+    assert_eq!(exchange.send, startup);
+    assert_eq!(exchange.expect, Some(TcpExpect::Prefix(b"R".to_vec())));
+}

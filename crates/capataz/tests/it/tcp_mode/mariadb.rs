@@ -5,6 +5,7 @@
 use capataz_health::{Reason, State};
 use tokio::net::TcpStream;
 
+use super::both_up;
 use super::config;
 use crate::support::balancer::start;
 use crate::support::events::{is_transition, transition_of, wait_for};
@@ -36,9 +37,12 @@ async fn four_sessions(addr: std::net::SocketAddr) -> Vec<String> {
 #[tokio::test]
 async fn mariadb_sessions_alternate_and_the_greeting_check_takes_a_stopped_server_down() {
     let (m1, m2) = (Mariadb::start(1).await, Mariadb::start(2).await);
-    let text = config(&[("m1", m1.addr), ("m2", m2.addr)], "", GREETING);
+    // Both start DOWN: each is UP only once the check has passed on it.
+    let check = format!("{GREETING}\nactive.initial = \"down\"");
+    let text = config(&[("m1", m1.addr), ("m2", m2.addr)], "", &check);
     let (balancer, mut rx) = start(&text).await;
     let addr = balancer.local_addrs()[0];
+    both_up(&mut rx, ["m1", "m2"]).await;
     assert_eq!(four_sessions(addr).await, ["1", "2", "1", "2"], "in turns");
     let large = ["SELECT REPEAT('x', 100000)"; 3].join(" UNION ALL ");
     let rows = query(addr, &large).await.unwrap();

@@ -127,3 +127,22 @@ fn refused_port() -> SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.local_addr().expect("address")
 }
+
+/// Waits until both `backends` have gone UP (in either order).
+async fn both_up(
+    rx: &mut tokio::sync::broadcast::Receiver<capataz::health::Notice>,
+    backends: [&str; 2],
+) {
+    use crate::support::events::{is_transition, wait_for};
+    use capataz_health::State;
+    let mut up = [false; 2];
+    while up != [true; 2] {
+        let event = wait_for(rx, "both UP", |e| {
+            backends.iter().any(|b| is_transition(e, b, State::Up))
+        })
+        .await;
+        for (seen, backend) in up.iter_mut().zip(backends) {
+            *seen |= is_transition(&event, backend, State::Up);
+        }
+    }
+}

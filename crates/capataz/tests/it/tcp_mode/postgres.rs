@@ -5,21 +5,31 @@
 use capataz_health::{Reason, State};
 use tokio::net::TcpStream;
 
+use super::both_up;
 use super::config;
 use crate::support::balancer::start;
 use crate::support::events::{is_transition, transition_of, wait_for};
-use crate::support::postgres::{psql, startup, Postgres, Session, USER};
+use crate::support::postgres::{psql, Postgres, Session, USER};
 use crate::support::process::signal;
 
-/// The login check: a `StartupMessage` for [`USER`], passing on an answer that starts with
-/// `R` (an authentication request, `AuthenticationOk` here) and failing on an `E`rror (a
-/// server starting up, shutting down or full) or no answer; fast.
+/// The fast probe settings of these tests.
+const FAST: &str =
+    "active.interval = \"30ms\"\nactive.timeout = \"300ms\"\nactive.rise = 2\nactive.fall = 2";
+
+/// The login check of docs/config.md ("Bytes in hex"), HAProxy's `option pgsql-check`: a
+/// `StartupMessage` for [`USER`] on database `postgres`, passing on an answer that starts with
+/// `R` (an authentication request) and failing on an `E`rror (a server starting up, shutting
+/// down or full) or no answer.
 fn login_check() -> String {
-    let hex: String = startup(USER).iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "active.interval = \"30ms\"\nactive.timeout = \"300ms\"\nactive.rise = 2\n\
-         active.fall = 2\nactive.send_hex = \"{hex}\"\nactive.expect_hex = \"52\""
-    )
+    let hex = "00000028 00030000 75736572 00636170 6174617a 00646174 61626173 6500706f \
+               73746772 65730000";
+    assert_eq!(USER, "capataz", "the documented check logs in as capataz");
+    format!("{FAST}\nactive.send_hex = \"{hex}\"\nactive.expect_hex = \"52\"")
+}
+
+/// The quiet check of docs/config.md: an `SSLRequest`, answered `N` by a server without TLS.
+fn ssl_request_check() -> String {
+    format!("{FAST}\nactive.send_hex = \"00000008 04d2162f\"\nactive.expect_hex = \"4e\"")
 }
 
 /// The `cluster_name` of the server that answers a `psql` session through `addr`.
@@ -34,9 +44,12 @@ async fn served_by(addr: std::net::SocketAddr) -> String {
 #[tokio::test]
 async fn psql_sessions_go_through_and_alternate_between_two_postgres_servers() {
     let (pg0, pg1) = (Postgres::start("pg0").await, Postgres::start("pg1").await);
-    let text = config(&[("pg0", pg0.addr), ("pg1", pg1.addr)], "", &login_check());
-    let (balancer, _) = start(&text).await;
+    // Both start DOWN: each is UP only once the check has passed on it.
+    let check = format!("{}\nactive.initial = \"down\"", ssl_request_check());
+    let text = config(&[("pg0", pg0.addr), ("pg1", pg1.addr)], "", &check);
+    let (balancer, mut rx) = start(&text).await;
     let addr = balancer.local_addrs()[0];
+    both_up(&mut rx, ["pg0", "pg1"]).await;
     let mut served = Vec::new();
     for _ in 0..4 {
         served.push(served_by(addr).await);
@@ -70,7 +83,14 @@ async fn a_postgres_killed_mid_session_ends_it_goes_down_and_is_back_after_a_res
         .query("SELECT current_setting('cluster_name')")
         .await;
     assert_eq!(name.as_deref(), Ok(&["pg0".to_string()][..]));
+    // The server dies: its session's process sees the postmaster gone, says so and hangs up,
+    // and capataz ends the client's session.
     pg0.kill();
+    let errors = session.ended().await;
+    assert!(
+        errors.iter().all(|e| e.contains("postmaster")),
+        "only the server's goodbye came: {errors:?}"
+    );
     let after = session.query("SELECT 1").await;
     assert!(after.is_err(), "the session ended: {after:?}");
     let down = wait_for(&mut rx, "pg0 DOWN", |e| {
