@@ -195,4 +195,22 @@ mod tests {
             r#"body contained "maintenance""#
         );
     }
+
+    #[test]
+    fn a_tcp_answer_that_starts_otherwise_fails_a_connected_probe_and_says_so() {
+        let probe = ProbeOutcome {
+            outcome: Outcome::Connected,
+            mismatch: Some(Mismatch::AnswerStart(Snippet::new("52"))),
+        };
+        assert_eq!(
+            crate::ProbeRule::default().judge_probe(&probe),
+            crate::ProbeResult::Fail
+        );
+        assert!(
+            probe
+                .to_string()
+                .ends_with(r#"answer did not start with hex "52""#),
+            "{probe}"
+        );
+    }
 }
