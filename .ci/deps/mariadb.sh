@@ -4,7 +4,8 @@
 # run as the current user (as `nobody` when that is root); the client is `mariadb`. Installing
 # does not start Debian's own server in containers (policy-rc.d); the tests never use it.
 set -Eeuo pipefail
-if ! command -v mariadbd >/dev/null || ! command -v mariadb-install-db >/dev/null \
+# mariadbd is in /usr/sbin, which a user's PATH may lack.
+if [ ! -x /usr/sbin/mariadbd ] || ! command -v mariadb-install-db >/dev/null \
     || ! command -v mariadb >/dev/null; then
     .ci/apt-install mariadb-server mariadb-client
 fi

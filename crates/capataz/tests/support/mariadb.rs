@@ -43,6 +43,9 @@ impl Mariadb {
             format!("--datadir={}/data", home.text()),
             "--auth-root-authentication-method=normal".into(),
             "--skip-test-db".into(),
+            // Its own temporary files: servers bootstrapped at once in the shared /tmp
+            // collide on their temporary tables' names.
+            format!("--tmpdir={}", home.text()),
         ];
         args.extend(SMALL.iter().map(|arg| arg.to_string()));
         let install = require_tool("mariadb-install-db", "mariadb");
@@ -70,6 +73,7 @@ impl Mariadb {
             format!("--port={}", self.home.port()),
             "--bind-address=127.0.0.1".into(),
             format!("--server-id={}", self.id),
+            format!("--tmpdir={dir}"),
         ];
         args.extend(SMALL.iter().map(|arg| arg.to_string()));
         let program = require_tool("mariadbd", "mariadb");
