@@ -70,20 +70,31 @@ pub struct ActiveCheckConfig {
     pub content: ContentRules,
     /// The service a gRPC health check asks about (default empty: the server as a whole).
     pub grpc_service: String,
-    /// What a `tcp` check sends and expects once connected (`send`, `expect_text`); `None`
+    /// What a `tcp` check sends and expects once connected (`send`, `send_hex`, `expect_text`,
+    /// `expect_hex`); `None`
     /// (the default): the connect alone.
     pub tcp_exchange: Option<TcpExchange>,
 }
 
-/// A `tcp` check's exchange (HAProxy's `tcp-check send` and `tcp-check expect string`).
+/// A `tcp` check's exchange (HAProxy's `tcp-check send` / `send-binary` then `tcp-check
+/// expect string` / `rbinary "^..."`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TcpExchange {
     /// Written once connected (after the PROXY protocol header of a pool that sends one);
     /// may be empty (nothing sent).
     pub send: Vec<u8>,
-    /// Text the answer's first [`MAX_TCP_ANSWER`] bytes must contain; `None`: the check
-    /// passes once `send` is written.
-    pub expect_text: Option<String>,
+    /// What the answer must hold; `None`: the check passes once `send` is written.
+    pub expect: Option<TcpExpect>,
+}
+
+/// What a `tcp` check's answer must hold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TcpExpect {
+    /// `expect_text`: this text, anywhere in the answer's first [`MAX_TCP_ANSWER`] bytes.
+    Text(String),
+    /// `expect_hex`: these bytes, at the very start of the answer (a binary protocol's
+    /// message type and length, say).
+    Prefix(Vec<u8>),
 }
 
 /// The most bytes of a `tcp` check's answer read to find `expect_text`: 16 KiB.

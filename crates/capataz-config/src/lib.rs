@@ -46,8 +46,9 @@ pub use header_rules::{
 };
 pub use health_checks::{
     ActiveCheckConfig, CheckKind, ContentRules, LatencyOutliersConfig, LoadSheddingConfig,
-    PassiveCheckConfig, SuccessRateConfig, TcpExchange, DEFAULT_BODY_LIMIT, MAX_BODY_LIMIT,
-    MAX_GRPC_SERVICE, MAX_MATCH_TEXT, MAX_PROBE_BODY, MAX_PROBE_HEADERS, MAX_TCP_ANSWER,
+    PassiveCheckConfig, SuccessRateConfig, TcpExchange, TcpExpect, DEFAULT_BODY_LIMIT,
+    MAX_BODY_LIMIT, MAX_GRPC_SERVICE, MAX_MATCH_TEXT, MAX_PROBE_BODY, MAX_PROBE_HEADERS,
+    MAX_TCP_ANSWER,
 };
 pub use limits::{LimitsConfig, DEFAULT_QUEUE_SIZE, DEFAULT_QUEUE_TIMEOUT, MAX_LIMIT};
 pub use listener::{

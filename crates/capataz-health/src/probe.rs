@@ -94,6 +94,9 @@ pub enum Mismatch {
     GrpcServing(u64),
     /// A `tcp` check's answer (as far as it was read) did not contain the expected text.
     AnswerLacks(Snippet),
+    /// A `tcp` check's answer did not start with the expected bytes (kept as the hex digits
+    /// they were written in, `52`).
+    AnswerStart(Snippet),
 }
 
 impl fmt::Display for Mismatch {
@@ -102,6 +105,7 @@ impl fmt::Display for Mismatch {
             Mismatch::BodyLacks(text) => write!(f, "body did not contain {text}"),
             Mismatch::BodyHas(text) => write!(f, "body contained {text}"),
             Mismatch::AnswerLacks(text) => write!(f, "answer did not contain {text}"),
+            Mismatch::AnswerStart(hex) => write!(f, "answer did not start with hex {hex}"),
             Mismatch::HeaderAbsent(name) => write!(f, "header {name} was missing"),
             Mismatch::HeaderLacks { name, value } => {
                 write!(f, "header {name} did not contain {value}")
@@ -189,6 +193,24 @@ mod tests {
         assert_eq!(
             Mismatch::BodyHas(Snippet::new("maintenance")).to_string(),
             r#"body contained "maintenance""#
+        );
+    }
+
+    #[test]
+    fn a_tcp_answer_that_starts_otherwise_fails_a_connected_probe_and_says_so() {
+        let probe = ProbeOutcome {
+            outcome: Outcome::Connected,
+            mismatch: Some(Mismatch::AnswerStart(Snippet::new("52"))),
+        };
+        assert_eq!(
+            crate::ProbeRule::default().judge_probe(&probe),
+            crate::ProbeResult::Fail
+        );
+        assert!(
+            probe
+                .to_string()
+                .ends_with(r#"answer did not start with hex "52""#),
+            "{probe}"
         );
     }
 }

@@ -558,6 +558,8 @@ pub(super) struct RawActive {
     pub(super) grpc_service: Option<Spanned<String>>,
     pub(super) send: Option<Spanned<String>>,
     pub(super) expect_text: Option<Spanned<String>>,
+    pub(super) send_hex: Option<Spanned<String>>,
+    pub(super) expect_hex: Option<Spanned<String>>,
 }
 
 choice! {

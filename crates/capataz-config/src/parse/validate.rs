@@ -32,6 +32,7 @@ mod redirect;
 mod route_match;
 mod source;
 mod tcp;
+mod tcp_probe;
 mod tls;
 mod unix;
 

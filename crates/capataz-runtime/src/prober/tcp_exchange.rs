@@ -1,6 +1,7 @@
-//! A `tcp` check with an exchange (HAProxy's `tcp-check send` then `tcp-check expect
-//! string`): connect, write `send`, and read until the answer holds `expect_text`, at most
-//! [`MAX_TCP_ANSWER`] bytes, all within the probe's one deadline.
+//! A `tcp` check with an exchange (HAProxy's `tcp-check send` / `send-binary` then `tcp-check
+//! expect string` / `rbinary "^..."`): connect, write `send`, and read until the answer holds
+//! `expect_text` (anywhere in its first [`MAX_TCP_ANSWER`] bytes) or starts with
+//! `expect_hex`'s bytes, all within the probe's one deadline.
 
 use std::io;
 use std::net::SocketAddr;
@@ -9,12 +10,13 @@ use capataz_health::{Mismatch, Outcome, ProbeOutcome, Snippet};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
-use crate::config::{TcpExchange, MAX_TCP_ANSWER};
+use crate::config::{TcpExchange, TcpExpect, MAX_TCP_ANSWER};
 
 /// One exchange with the backend at `addr`, `preamble` (a PROXY protocol header) written
 /// first. Passes (`Connected`) once `send` is written when nothing is expected, else once the
-/// answer holds `expect_text`. An answer that ends, or fills [`MAX_TCP_ANSWER`] bytes, without
-/// it is a mismatch (`answer did not contain "+PONG"`); a connection closed before any answer
+/// answer holds what is expected. An answer that ends, fills [`MAX_TCP_ANSWER`] bytes, or
+/// (with `expect_hex`) starts otherwise, without it is a mismatch (`answer did not contain
+/// "+PONG"`, `answer did not start with hex "52"`); a connection closed before any answer
 /// is `Reset`; the deadline passing is `Timeout`, with that mismatch once some answer came.
 /// Failures to connect or write map as any probe's (the caller classifies them).
 pub(super) async fn probe(
@@ -43,10 +45,10 @@ where
         let write = tokio::time::timeout_at(deadline, stream.write_all(&exchange.send));
         write.await.map_err(|_| late())??;
     }
-    let Some(expected) = &exchange.expect_text else {
+    let Some(expected) = &exchange.expect else {
         return Ok(Outcome::Connected.into());
     };
-    let lacks = Some(Mismatch::AnswerLacks(Snippet::new(expected)));
+    let lacks = Some(mismatch(expected));
     let mut answer = Vec::with_capacity(512);
     let mut chunk = [0u8; 1024];
     loop {
@@ -65,18 +67,62 @@ where
         if n == 0 && answer.is_empty() {
             return Ok(Outcome::Reset.into());
         }
-        // Only the new bytes, and the last `expected.len() - 1` before them, can hold a match
-        // not seen yet: linear in the bytes read.
-        let from = answer.len().saturating_sub(expected.len() - 1);
+        let seen = answer.len();
         answer.extend_from_slice(&chunk[..n]);
-        if contains(&answer[from..], expected.as_bytes()) {
-            return Ok(Outcome::Connected.into());
+        match verdict(expected, &answer, seen) {
+            Some(true) => return Ok(Outcome::Connected.into()),
+            Some(false) => {
+                return Ok(ProbeOutcome {
+                    outcome: Outcome::Connected,
+                    mismatch: lacks,
+                })
+            }
+            None if n == 0 || answer.len() >= MAX_TCP_ANSWER => {
+                return Ok(ProbeOutcome {
+                    outcome: Outcome::Connected,
+                    mismatch: lacks,
+                })
+            }
+            None => {}
         }
-        if n == 0 || answer.len() >= MAX_TCP_ANSWER {
-            return Ok(ProbeOutcome {
-                outcome: Outcome::Connected,
-                mismatch: lacks,
-            });
+    }
+}
+
+/// Whether `answer` (its first `seen` bytes already judged undecided) holds `expected`:
+/// `Some(true)` yes, `Some(false)` it never can (a start that differs), `None` not yet.
+fn verdict(expected: &TcpExpect, answer: &[u8], seen: usize) -> Option<bool> {
+    match expected {
+        TcpExpect::Text(text) => {
+            // Only the new bytes, and the last `text.len() - 1` before them, can hold a match
+            // not seen yet: linear in the bytes read.
+            let from = seen.saturating_sub(text.len() - 1);
+            contains(&answer[from..], text.as_bytes()).then_some(true)
+        }
+        TcpExpect::Prefix(start) => {
+            let common = answer.len().min(start.len());
+            if answer[..common] != start[..common] {
+                Some(false)
+            } else if common == start.len() {
+                Some(true)
+            } else {
+                None
+            }
+        }
+    }
+}
+
+/// The mismatch an answer without `expected` is recorded with.
+fn mismatch(expected: &TcpExpect) -> Mismatch {
+    match expected {
+        TcpExpect::Text(text) => Mismatch::AnswerLacks(Snippet::new(text)),
+        TcpExpect::Prefix(start) => {
+            // Only the first bytes' digits fit in a snippet; no more are written.
+            let hex: String = start
+                .iter()
+                .take(Snippet::MAX / 2 + 1)
+                .map(|byte| format!("{byte:02x}"))
+                .collect();
+            Mismatch::AnswerStart(Snippet::new(&hex))
         }
     }
 }
@@ -97,5 +143,31 @@ mod tests {
         assert!(contains(b"+PONG\r\n", b"+PONG"));
         assert!(!contains(b"+PON", b"+PONG"));
         assert!(!contains(b"", b"x"));
+    }
+
+    #[test]
+    fn a_start_in_hex_is_decided_as_soon_as_the_bytes_agree_or_differ() {
+        let start = TcpExpect::Prefix(vec![b'R', 0, 0]);
+        assert_eq!(verdict(&start, b"R", 0), None, "too short to say");
+        assert_eq!(verdict(&start, b"R\0\0\0\x08", 1), Some(true));
+        assert_eq!(verdict(&start, b"E", 0), Some(false), "no need to read on");
+        assert_eq!(verdict(&start, b"R\0\x01", 0), Some(false));
+        let text = TcpExpect::Text("+PONG".into());
+        assert_eq!(verdict(&text, b"xx+PO", 0), None);
+        assert_eq!(verdict(&text, b"xx+PONG", 5), Some(true), "across reads");
+    }
+
+    #[test]
+    fn a_start_that_differs_is_named_by_its_hex_digits() {
+        let start = TcpExpect::Prefix(vec![0x52, 0x0a]);
+        assert_eq!(
+            mismatch(&start).to_string(),
+            "answer did not start with hex \"520a\""
+        );
+        let long = TcpExpect::Prefix(vec![0xab; 256]);
+        assert_eq!(
+            mismatch(&long).to_string(),
+            format!("answer did not start with hex \"{}...\"", "ab".repeat(20))
+        );
     }
 }

@@ -174,6 +174,7 @@ impl Validator<'_> {
         raw: RawActive,
     ) -> Result<ActiveCheckConfig, ConfigError> {
         let explicit_kind = raw.kind;
+        let exchange_key = super::tcp_probe::exchange_key(&raw);
         let mut active = self.active(&format!("{at}.active"), raw)?;
         match (protocol, explicit_kind) {
             // An HTTP/2 pool's default check connects only: an HTTP/2 backend need not
@@ -191,15 +192,15 @@ impl Validator<'_> {
             }
             _ => {}
         }
-        if active.tcp_exchange.is_some() && active.kind != CheckKind::Tcp {
-            let key = match explicit_kind {
-                Some(_) => "kind",
-                None => "send",
+        if let (Some((key, span)), false) = (exchange_key, active.kind == CheckKind::Tcp) {
+            let (key, span) = match explicit_kind {
+                Some(_) => ("kind", name_span.clone()),
+                None => (key, span),
             };
             return Err(self.error(
-                Some(name_span.clone()),
+                Some(span),
                 &format!("{at}.active.{key}"),
-                r#"send and expect_text are a "tcp" check's exchange, and this check is not kind = "tcp" (set kind = "tcp", or remove send and expect_text)"#.into(),
+                r#"send, send_hex, expect_text and expect_hex are a "tcp" check's exchange, and this check is not kind = "tcp" (set kind = "tcp", or remove them)"#.into(),
             ));
         }
         Ok(active)

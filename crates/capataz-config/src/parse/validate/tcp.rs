@@ -5,11 +5,9 @@
 
 use std::ops::Range;
 
-use super::super::raw::{RawActive, RawCheckKind, RawListener, RawMode, RawPool};
+use super::super::raw::{RawCheckKind, RawListener, RawMode, RawPool};
 use super::{ConfigError, Validator};
-use crate::{
-    BackendProtocol, PoolConfig, TcpExchange, TcpListenerConfig, MAX_MATCH_TEXT, MAX_PROBE_BODY,
-};
+use crate::{BackendProtocol, PoolConfig, TcpListenerConfig};
 
 impl Validator<'_> {
     /// A listener's mode: `Some` for `mode = "tcp"` (its pool and session limit), `None` for
@@ -181,53 +179,6 @@ impl Validator<'_> {
             )),
             None => Ok(()),
         }
-    }
-
-    /// A `tcp` check's `send` (at most 64 KiB) and `expect_text` (1 to 256 bytes), as TOML
-    /// read them (a basic string's escapes, `\r\n` say, already turned into their bytes).
-    /// Whether the check is `kind = "tcp"` is `pool_active`'s to say, once the kind is known.
-    pub(super) fn tcp_exchange(
-        &self,
-        at: &str,
-        raw: &RawActive,
-    ) -> Result<Option<TcpExchange>, ConfigError> {
-        if raw.send.is_none() && raw.expect_text.is_none() {
-            return Ok(None);
-        }
-        let send = raw
-            .send
-            .as_ref()
-            .map(|send| send.get_ref().as_bytes().to_vec());
-        if let (Some(written), Some(send)) = (&raw.send, &send) {
-            if send.len() > MAX_PROBE_BODY {
-                return Err(self.error(
-                    Some(written.span()),
-                    &format!("{at}.send"),
-                    format!(
-                        "{} bytes; at most {MAX_PROBE_BODY} (send a shorter request)",
-                        send.len()
-                    ),
-                ));
-            }
-        }
-        let expect_text = match &raw.expect_text {
-            None => None,
-            Some(text) if text.get_ref().is_empty() || text.get_ref().len() > MAX_MATCH_TEXT => {
-                return Err(self.error(
-                    Some(text.span()),
-                    &format!("{at}.expect_text"),
-                    format!(
-                        "expect_text must be 1 to {MAX_MATCH_TEXT} bytes (write the text the \
-                         answer starts with, e.g. \"+PONG\")"
-                    ),
-                ))
-            }
-            Some(text) => Some(text.get_ref().clone()),
-        };
-        Ok(Some(TcpExchange {
-            send: send.unwrap_or_default(),
-            expect_text,
-        }))
     }
 
     /// A route (or a listener's single default route) to pool `pool`: an HTTP listener cannot

@@ -2,7 +2,7 @@
 //! the errors for HTTP keys on either and for a listener and a pool that do not match.
 
 use super::*;
-use capataz::config::BackendProtocol;
+use capataz::config::{BackendProtocol, TcpExpect};
 
 /// A tcp listener (`listener` appended to it) relaying to pool `db` (`pool` appended to it),
 /// beside an HTTP pool `web`.
@@ -178,12 +178,12 @@ fn a_tcp_check_sends_and_expects_text_with_tomls_escapes() {
         .clone()
         .expect("an exchange");
     assert_eq!(exchange.send, b"PING\r\n");
-    assert_eq!(exchange.expect_text.as_deref(), Some("+PONG"));
+    assert_eq!(exchange.expect, Some(TcpExpect::Text("+PONG".into())));
     // A literal string keeps its backslashes; expect alone sends nothing.
     let config = parse(&tcp("", "active.send = 'PING\\r\\n'"));
     let exchange = config.pools[0].active.tcp_exchange.clone().unwrap();
     assert_eq!(exchange.send, b"PING\\r\\n");
-    assert_eq!(exchange.expect_text, None);
+    assert_eq!(exchange.expect, None);
     let config = parse(&tcp("", "active.expect_text = \"220 \""));
     assert_eq!(
         config.pools[0].active.tcp_exchange.clone().unwrap().send,
@@ -213,4 +213,80 @@ fn send_and_expect_text_belong_to_a_tcp_check_and_are_bounded() {
     check_err(&tcp("", &long), Some(10), "pools.db.active.expect_text");
     let huge = format!("active.send = \"{}\"", "x".repeat(64 * 1024 + 1));
     check_err(&tcp("", &huge), Some(10), "pools.db.active.send");
+}
+
+#[test]
+fn a_tcp_check_sends_and_expects_bytes_written_in_hex() {
+    // PostgreSQL's SSLRequest, answered by one byte: 'N' (no TLS) or 'S'.
+    let config = parse(&tcp(
+        "",
+        "active.send_hex = \"0000 0008 04d2 162f\"\nactive.expect_hex = \"4E\"",
+    ));
+    let exchange = config.pools[0].active.tcp_exchange.clone().unwrap();
+    assert_eq!(exchange.send, [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f]);
+    assert_eq!(exchange.expect, Some(TcpExpect::Prefix(vec![b'N'])));
+    // Hex and text mix: bytes sent, text expected, and the other way round.
+    let config = parse(&tcp(
+        "",
+        "active.send_hex = \"0a\"\nactive.expect_text = \"ok\"",
+    ));
+    let exchange = config.pools[0].active.tcp_exchange.clone().unwrap();
+    assert_eq!(exchange.send, b"\n");
+    assert_eq!(exchange.expect, Some(TcpExpect::Text("ok".into())));
+    let config = parse(&tcp("", "active.expect_hex = \"0a\""));
+    let exchange = config.pools[0].active.tcp_exchange.clone().unwrap();
+    assert_eq!(exchange.send, b"");
+}
+
+#[test]
+fn send_hex_and_expect_hex_are_hex_bounded_and_not_beside_their_text_twins() {
+    for (pool, key) in [
+        ("active.send_hex = \"0x52\"", "pools.db.active.send_hex"),
+        ("active.send_hex = \"525\"", "pools.db.active.send_hex"),
+        ("active.expect_hex = \"5 2\"", "pools.db.active.expect_hex"),
+        ("active.expect_hex = \"\"", "pools.db.active.expect_hex"),
+        ("active.expect_hex = \"  \"", "pools.db.active.expect_hex"),
+    ] {
+        let error = check_err(&tcp("", pool), Some(10), key);
+        assert!(error.to_string().contains("hex"), "{error}");
+    }
+    let long = format!("active.expect_hex = \"{}\"", "ab".repeat(257));
+    check_err(&tcp("", &long), Some(10), "pools.db.active.expect_hex");
+    let huge = format!("active.send_hex = \"{}\"", "00".repeat(64 * 1024 + 1));
+    check_err(&tcp("", &huge), Some(10), "pools.db.active.send_hex");
+    let both = "active.send = \"PING\"\nactive.send_hex = \"50\"";
+    let error = check_err(&tcp("", both), Some(11), "pools.db.active.send_hex");
+    assert!(error.to_string().contains("keep one"), "{error}");
+    let both = "active.expect_text = \"R\"\nactive.expect_hex = \"52\"";
+    let error = check_err(&tcp("", both), Some(11), "pools.db.active.expect_hex");
+    assert!(error.to_string().contains("keep one"), "{error}");
+    // On a check that is not a tcp one, the key written is named.
+    let http = with_pool("[pools.web.active]\nexpect_hex = \"52\"");
+    check_err(&http, Some(8), "pools.web.active.expect_hex");
+}
+
+#[test]
+fn expect_text_alone_on_an_http_check_is_the_key_named_not_send() {
+    // The error named `send`, a key the file does not have, when only `expect_text` was written.
+    let http = with_pool("[pools.web.active]\nexpect_text = \"+PONG\"");
+    let error = check_err(&http, Some(8), "pools.web.active.expect_text");
+    assert!(!error.key().ends_with(".send"), "{error}");
+}
+
+#[test]
+fn the_documented_postgresql_login_check_is_the_startup_message_it_says() {
+    let doc = include_str!("../../../../../docs/config.md");
+    let section = &doc[doc.find("### Bytes in hex").expect("the section")..];
+    let open = section.find("```toml\n").unwrap() + "```toml\n".len();
+    let block = &section[open..open + section[open..].find("```").unwrap()];
+    let text = format!(
+        "[[listeners]]\naddress = \"127.0.0.1:5433\"\nmode = \"tcp\"\npool = \"pg\"\n\n\
+         [pools.pg]\nprotocol = \"tcp\"\nbackends = [{{ address = \"127.0.0.1:5432\" }}]\n\n{block}"
+    );
+    let exchange = parse(&text).pools[0].active.tcp_exchange.clone().unwrap();
+    let mut startup = 40u32.to_be_bytes().to_vec();
+    startup.extend_from_slice(&0x0003_0000u32.to_be_bytes());
+    startup.extend_from_slice(b"user\0capataz\0database\0postgres\0\0");
+    assert_eq!(exchange.send, startup);
+    assert_eq!(exchange.expect, Some(TcpExpect::Prefix(b"R".to_vec())));
 }

@@ -2,11 +2,14 @@
 //! "tcp"` pool, with the pool's health deciding where each new session goes.
 //!
 //! `relay.rs` drives it with hand-written backends (half-close, timeouts, failover, hostile
-//! clients); `redis.rs` with real Redis servers (the `peers` tier).
+//! clients); `redis.rs`, `postgres.rs` and `mariadb.rs` with real Redis, PostgreSQL and MariaDB
+//! servers (the `peers` tier).
 
 mod hostile;
 mod limits;
+mod mariadb;
 mod observed;
+mod postgres;
 mod redis;
 mod relay;
 mod tls;
@@ -123,4 +126,23 @@ async fn to_end(stream: &mut TcpStream) -> Option<Vec<u8>> {
 fn refused_port() -> SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.local_addr().expect("address")
+}
+
+/// Waits until both `backends` have gone UP (in either order).
+async fn both_up(
+    rx: &mut tokio::sync::broadcast::Receiver<capataz::health::Notice>,
+    backends: [&str; 2],
+) {
+    use crate::support::events::{is_transition, wait_for};
+    use capataz_health::State;
+    let mut up = [false; 2];
+    while up != [true; 2] {
+        let event = wait_for(rx, "both UP", |e| {
+            backends.iter().any(|b| is_transition(e, b, State::Up))
+        })
+        .await;
+        for (seen, backend) in up.iter_mut().zip(backends) {
+            *seen |= is_transition(&event, backend, State::Up);
+        }
+    }
 }

@@ -215,3 +215,27 @@ async fn a_backend_that_never_answers_the_expected_text_goes_down_and_fail_open_
     let mut client = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
     assert_eq!(greeting(&mut client).await, "a");
 }
+
+#[tokio::test]
+async fn a_check_expecting_bytes_in_hex_passes_the_backend_whose_answer_starts_with_them() {
+    let (a, b) = (Greeter::start("a").await, Greeter::start("b").await);
+    // "a\n" in hex: the greeting of `a` starts with it, the greeting of `b` does not.
+    let check = format!("{FAST}\nactive.send_hex = \"00 ff\"\nactive.expect_hex = \"610a\"");
+    let (balancer, mut rx) = start(&config(&[("a", a.addr), ("b", b.addr)], "", &check)).await;
+    let down = wait_for(&mut rx, "b DOWN", |e| is_transition(e, "b", State::Down)).await;
+    let reason = transition_of(&down, "b", State::Down)
+        .unwrap()
+        .reason
+        .to_string();
+    assert!(
+        reason.contains("answer did not start with hex \"610a\""),
+        "{reason}"
+    );
+    for _ in 0..4 {
+        let mut client = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
+        assert_eq!(greeting(&mut client).await, "a", "b is DOWN, a is UP");
+    }
+    let page = capataz::status::page(&balancer.pools(), "now", None).unwrap();
+    let page: serde_json::Value = serde_json::from_slice(&page).unwrap();
+    assert_eq!(page["pools"][0]["backends"][0]["state"], "UP", "{page}");
+}
