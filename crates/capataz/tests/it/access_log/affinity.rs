@@ -1,0 +1,230 @@
+//! The access log's `affinity=` on pools that hash or are sticky, compared with the traffic
+//! (which backend answered) and with `capataz_sticky_moves_total`: a sticky client is `new`,
+//! then `kept`, then `moved:draining` or `moved:out_of_rotation` when its backend drains or
+//! goes DOWN, each such line one count of the metric; a hashed key is `kept` on its owner, or
+//! `moved:failed` when its owner refuses and a retry answers; a pool without affinity logs no
+//! `affinity=` at all.
+
+use std::path::Path;
+
+use capataz::sim::{Mode, SimBackend};
+use capataz_health::State;
+
+use crate::affinity::{admin_post, moves, started, wait_serving, Sticky};
+use crate::support::access_log::{table, wait_lines, LogDir};
+use crate::support::balancer::{backends, ConfigText, FAST_CHECKS};
+use crate::support::client::Client;
+use crate::support::events::{is_transition, wait_for};
+
+/// The value of `name=` on a text line (`None` without the field).
+fn field<'l>(line: &'l str, name: &str) -> Option<&'l str> {
+    let at = line.find(&format!(" {name}="))? + name.len() + 2;
+    line[at..].split(' ').next()
+}
+
+/// The `(backend, affinity)` of lines `from..` of `path` once it has `to` lines, sorted (a
+/// line is written as its answer ends, so lines of one phase may come in any order).
+async fn said(path: &Path, from: usize, to: usize) -> Vec<(String, String)> {
+    let lines = wait_lines(path, to).await;
+    assert_eq!(lines.len(), to, "no line more than the requests: {lines:#?}");
+    let mut said: Vec<(String, String)> = lines[from..]
+        .iter()
+        .map(|l| {
+            let get = |name| field(l, name).unwrap_or("(none)").to_owned();
+            (get("backend"), get("affinity"))
+        })
+        .collect();
+    said.sort_unstable();
+    said
+}
+
+fn sorted(mut pairs: Vec<(String, String)>) -> Vec<(String, String)> {
+    pairs.sort_unstable();
+    pairs
+}
+
+/// Sticky clients: `new` at first, `kept` after; drained (`on_drain = "move"`) or DOWN, the
+/// clients of that backend are `moved:draining` / `moved:out_of_rotation`, as many lines as
+/// the metric's increase for that backend and reason; a forged cookie is `unknown`.
+#[tokio::test]
+async fn sticky_lines_say_new_kept_and_moved_with_the_reason_the_metric_counts() {
+    let b = backends(&["a", "b", "c"]).await;
+    let dir = LogDir::new();
+    let log = dir.path("access.log");
+    let text = ConfigText::sims(&b)
+        .admin("")
+        .listener(&table(&log, "text", ""))
+        .extra(&format!(
+            "{FAST_CHECKS}\n[pools.web.retries]\nattempts = 0\n\n\
+             [pools.web.sticky]\ncookie = \"SRV\"\non_drain = \"move\"\n"
+        ))
+        .build();
+    let (balancer, mut events, admin, _) = started(&text).await;
+    wait_serving(admin, &["a", "b", "c"]).await;
+    let addr = balancer.local_addrs()[0];
+    let mut clients: Vec<Sticky> = (0..12)
+        .map(|_| Sticky {
+            client: Client::new(addr),
+            cookie: None,
+        })
+        .collect();
+    let mut home = Vec::new();
+    for c in &mut clients {
+        home.push(c.get().await.0);
+    }
+    let pairs = |home: &[String], word: &str| -> Vec<(String, String)> {
+        home.iter().map(|h| (h.clone(), word.to_owned())).collect()
+    };
+    assert_eq!(said(&log, 0, 12).await, sorted(pairs(&home, "new")));
+    for c in &mut clients {
+        c.get().await;
+    }
+    assert_eq!(said(&log, 12, 24).await, sorted(pairs(&home, "kept")));
+
+    // b drains and moves its clients: each says so, once, as the metric counts.
+    let on_b = home.iter().filter(|h| *h == "b").count();
+    assert!(on_b > 0, "{home:?}");
+    let before = moves(&balancer, "b", "draining");
+    admin_post(admin, "/backends/web/b/drain").await;
+    wait_serving(admin, &["a", "c"]).await;
+    let mut want = Vec::new();
+    for (c, home) in clients.iter_mut().zip(&mut home) {
+        let (now, _) = c.get().await;
+        let word = if home == "b" {
+            assert_ne!(now, "b");
+            *home = now.clone();
+            "moved:draining"
+        } else {
+            assert_eq!(&now, home);
+            "kept"
+        };
+        want.push((now, word.to_owned()));
+    }
+    let lines = said(&log, 24, 36).await;
+    assert_eq!(lines, sorted(want));
+    let logged = lines.iter().filter(|(_, a)| a == "moved:draining").count();
+    assert_eq!(logged, on_b);
+    assert_eq!(moves(&balancer, "b", "draining") - before, logged as u64);
+
+    // c goes DOWN: its clients are moved out of rotation, to a (b still drains).
+    let on_c = home.iter().filter(|h| *h == "c").count();
+    assert!(on_c > 0, "{home:?}");
+    let before = moves(&balancer, "c", "out_of_rotation");
+    b[2].set_health(Mode::Status(503));
+    wait_for(&mut events, "c DOWN", |e| {
+        is_transition(e, "c", State::Down)
+    })
+    .await;
+    wait_serving(admin, &["a"]).await;
+    for c in &mut clients {
+        assert_eq!(c.get().await.0, "a");
+    }
+    let lines = said(&log, 36, 48).await;
+    let logged = lines
+        .iter()
+        .filter(|l| *l == &("a".to_owned(), "moved:out_of_rotation".to_owned()))
+        .count();
+    assert_eq!(logged, on_c, "{lines:?}");
+    assert_eq!(
+        lines.iter().filter(|(_, a)| a == "kept").count(),
+        12 - on_c,
+        "{lines:?}"
+    );
+    assert_eq!(
+        moves(&balancer, "c", "out_of_rotation") - before,
+        logged as u64
+    );
+
+    // A cookie naming no backend of the pool: `unknown`, not a move.
+    let mut forged = Sticky {
+        client: Client::new(addr),
+        cookie: Some("0123456789abcdef".into()),
+    };
+    forged.get().await;
+    assert_eq!(
+        said(&log, 48, 49).await,
+        [("a".to_owned(), "unknown".to_owned())]
+    );
+    balancer.shutdown(std::time::Duration::from_secs(1)).await;
+}
+
+/// One request with key `key` (none: no `X-User`); the backend that answered.
+async fn keyed(client: &mut Client, key: Option<usize>) -> String {
+    let mut request = http::Request::get("/").header("host", "app.test");
+    if let Some(k) = key {
+        request = request.header("x-user", format!("user-{k}"));
+    }
+    let answer = client
+        .request(request.body(bytes::Bytes::new()).expect("a request"))
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    answer.backend.expect("X-Backend")
+}
+
+/// A hashing pool: every key's line says its owner was `kept` (the backend that answered); a
+/// request without a key says `no_key`; with `c` refusing (no checks to take it out), each of
+/// its keys is retried elsewhere and says `moved:failed`, the others still `kept`.
+#[tokio::test]
+async fn a_hash_pools_lines_say_the_owner_was_kept_or_why_it_was_left() {
+    const KEYS: usize = 40;
+    let b = backends(&["a", "b", "c", "d"]).await;
+    let dir = LogDir::new();
+    let log = dir.path("access.log");
+    let text = ConfigText::sims(&b)
+        .admin("")
+        .listener(&table(&log, "text", ""))
+        .extra(
+            "algorithm = \"hash\"\nhash_key = \"header:X-User\"\n\
+             [pools.web.active]\nkind = \"none\"\n[pools.web.passive]\nenabled = false\n\
+             [pools.web.retries]\nattempts = 1\nbudget_percent = 100\nmin_budget = 1000\n",
+        )
+        .build();
+    let (balancer, _events, admin, mut client) = started(&text).await;
+    wait_serving(admin, &["a", "b", "c", "d"]).await;
+    let mut owners = Vec::new();
+    for k in 0..KEYS {
+        owners.push(keyed(&mut client, Some(k)).await);
+    }
+    let kept: Vec<(String, String)> = owners.iter().map(|o| (o.clone(), "kept".into())).collect();
+    assert_eq!(said(&log, 0, KEYS).await, sorted(kept));
+    let round_robin = keyed(&mut client, None).await;
+    assert_eq!(
+        said(&log, KEYS, KEYS + 1).await,
+        [(round_robin, "no_key".to_owned())]
+    );
+
+    b[2].crash();
+    let mut want = Vec::new();
+    for (k, owner) in owners.iter().enumerate() {
+        let now = keyed(&mut client, Some(k)).await;
+        let word = if owner == "c" {
+            assert_ne!(now, "c");
+            "moved:failed"
+        } else {
+            assert_eq!(&now, owner);
+            "kept"
+        };
+        want.push((now, word.to_owned()));
+    }
+    assert!(owners.iter().any(|o| o == "c"), "{owners:?}");
+    assert_eq!(said(&log, KEYS + 1, 2 * KEYS + 1).await, sorted(want));
+    balancer.shutdown(std::time::Duration::from_secs(1)).await;
+}
+
+/// A pool with neither hashing nor a sticky cookie: no `affinity=` on its lines.
+#[tokio::test]
+async fn a_pool_without_affinity_logs_no_affinity_field() {
+    let b: Vec<SimBackend> = backends(&["a", "b"]).await;
+    let dir = LogDir::new();
+    let log = dir.path("access.log");
+    let text = ConfigText::sims(&b)
+        .admin("")
+        .listener(&table(&log, "text", ""))
+        .build();
+    let (balancer, _events, _admin, mut client) = started(&text).await;
+    assert_eq!(client.get("/").await.status, 200);
+    let lines = wait_lines(&log, 1).await;
+    assert!(!lines[0].contains("affinity="), "{lines:?}");
+    assert!(lines[0].ends_with(" reason=-"), "{lines:?}");
+    balancer.shutdown(std::time::Duration::from_secs(1)).await;
+}
