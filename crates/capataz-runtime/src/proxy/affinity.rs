@@ -12,8 +12,8 @@ use http::header::{self, HeaderValue};
 use http::{HeaderMap, Request, Response};
 use hyper::body::Incoming;
 
-use crate::balance::ring::{client_key, stable_hash};
 use crate::balance::placement::{Home, MoveReason, Placement};
+use crate::balance::ring::{client_key, stable_hash};
 use crate::balance::sticky::cookie_value;
 use crate::balance::{PoolHandle, Snapshot};
 use crate::body::RespBody;

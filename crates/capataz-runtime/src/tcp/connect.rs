@@ -142,7 +142,7 @@ pub(crate) async fn connect<'a>(
                     slot,
                     stream: conn.stream,
                     attempts: count as u32,
-                })
+                });
             }
             Err(error) => {
                 // Given back before a retry looks for another.

@@ -258,7 +258,11 @@ mod tests {
         json(&mut out, "public", &record());
         let back: Value = serde_json::from_str(out.trim_end()).unwrap();
         assert_eq!(back["bytes_in"], Value::Null, "a request has none");
-        assert_eq!(back["affinity"], Value::Null, "nor has a pool without affinity");
+        assert_eq!(
+            back["affinity"],
+            Value::Null,
+            "nor has a pool without affinity"
+        );
     }
 
     #[test]

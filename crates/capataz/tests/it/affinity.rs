@@ -65,7 +65,10 @@ fn moved(before: &[String], after: &[String]) -> usize {
     before.iter().zip(after).filter(|(a, b)| a != b).count()
 }
 
-pub(crate) fn admin_post(admin: SocketAddr, path: &str) -> impl std::future::Future<Output = Value> + '_ {
+pub(crate) fn admin_post(
+    admin: SocketAddr,
+    path: &str,
+) -> impl std::future::Future<Output = Value> + '_ {
     let path = path.to_owned();
     async move {
         capataz::ctl::request(admin, Method::POST, &path, None)

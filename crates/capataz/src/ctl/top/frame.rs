@@ -315,7 +315,10 @@ pub(super) fn frame(
         })
         .collect();
 
-    let totals: Vec<(usize, usize)> = pools.iter().map(|p| (p.below.len(), p.rows.len())).collect();
+    let totals: Vec<(usize, usize)> = pools
+        .iter()
+        .map(|p| (p.below.len(), p.rows.len()))
+        .collect();
     let event_lines = latest.len().max(1);
     let whole = 1 + totals.iter().map(|(b, n)| 3 + b + n).sum::<usize>() + 2 + event_lines;
     let rows = screen.map_or(usize::MAX, |s| s.rows);
@@ -474,8 +477,14 @@ mod tests {
         let pool = &mut r.status["pools"][0];
         pool["queue"] = json!({"length": 3, "size": 64, "timeout_ms": 5000,
                                "refused_full": 2, "refused_timeout": 0});
-        pool["affinity"] = json!({"hash": {"key": "client_ip", "balance_factor": 0}, "sticky": null});
-        for (i, b) in pool["backends"].as_array_mut().unwrap().iter_mut().enumerate() {
+        pool["affinity"] =
+            json!({"hash": {"key": "client_ip", "balance_factor": 0}, "sticky": null});
+        for (i, b) in pool["backends"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .enumerate()
+        {
             b["in_flight"] = json!(i % 3);
             b["limit"] = json!(2);
         }
@@ -493,8 +502,14 @@ mod tests {
             .iter()
             .filter(|l| l.starts_with("  app-server-"))
             .count();
-        let more = lines.iter().find(|l| l.starts_with("  +")).expect("+N more");
-        assert!(more.starts_with(&format!("  +{} more:", 30 - shown)), "{more}");
+        let more = lines
+            .iter()
+            .find(|l| l.starts_with("  +"))
+            .expect("+N more");
+        assert!(
+            more.starts_with(&format!("  +{} more:", 30 - shown)),
+            "{more}"
+        );
         let whole = frame(&r, ADMIN.into(), 10, None, false);
         assert_eq!(whole.len(), 1 + 1 + 4 + 30 + 1 + 1 + 10, "{whole:#?}");
     }

@@ -26,7 +26,11 @@ fn field<'l>(line: &'l str, name: &str) -> Option<&'l str> {
 /// line is written as its answer ends, so lines of one phase may come in any order).
 async fn said(path: &Path, from: usize, to: usize) -> Vec<(String, String)> {
     let lines = wait_lines(path, to).await;
-    assert_eq!(lines.len(), to, "no line more than the requests: {lines:#?}");
+    assert_eq!(
+        lines.len(),
+        to,
+        "no line more than the requests: {lines:#?}"
+    );
     let mut said: Vec<(String, String)> = lines[from..]
         .iter()
         .map(|l| {

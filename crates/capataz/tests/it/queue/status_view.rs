@@ -109,7 +109,10 @@ async fn capataz_status_and_top_show_the_queue_the_affinity_and_each_backends_li
         .iter()
         .position(|l| l.starts_with("pool web: 2 of 2 eligible; "))
         .unwrap_or_else(|| panic!("no sentence: {top}"));
-    assert!(lines[at + 1].starts_with("  queue: 1 waiting of 5"), "{top}");
+    assert!(
+        lines[at + 1].starts_with("  queue: 1 waiting of 5"),
+        "{top}"
+    );
     assert!(lines[at + 2].starts_with("  affinity: sticky"), "{top}");
     assert!(lines[at + 3].starts_with("  BACKEND"), "{top}");
 
@@ -121,7 +124,10 @@ async fn capataz_status_and_top_show_the_queue_the_affinity_and_each_backends_li
     let pool = pool_status(admin).await;
     assert_eq!(pool["queue"]["refused_full"], 1, "{pool:#}");
     assert_eq!(
-        metric(&balancer, "capataz_queue_rejected_total{pool=\"web\",reason=\"full\"}"),
+        metric(
+            &balancer,
+            "capataz_queue_rejected_total{pool=\"web\",reason=\"full\"}"
+        ),
         1.0
     );
     for shown in [capataz_status(admin).await, capataz_top(admin).await] {
