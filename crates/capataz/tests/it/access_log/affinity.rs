@@ -2,8 +2,8 @@
 //! (which backend answered) and with `capataz_sticky_moves_total`: a sticky client is `new`,
 //! then `kept`, then `moved:draining` or `moved:out_of_rotation` when its backend drains or
 //! goes DOWN, each such line one count of the metric; a hashed key is `kept` on its owner, or
-//! `moved:failed` when its owner refuses and a retry answers; a pool without affinity logs no
-//! `affinity=` at all.
+//! `moved:failed` when its owner refuses and a retry answers, `moved:bounded_load` when the
+//! owner holds its bound; a pool without affinity logs no `affinity=` at all.
 
 use std::path::Path;
 
@@ -11,6 +11,7 @@ use capataz::sim::{Mode, SimBackend};
 use capataz_health::State;
 
 use crate::affinity::{admin_post, moves, started, wait_serving, Sticky};
+use crate::queue::{self, Hold, SlowBackend};
 use crate::support::access_log::{table, wait_lines, LogDir};
 use crate::support::balancer::{backends, ConfigText, FAST_CHECKS};
 use crate::support::client::Client;
@@ -212,6 +213,77 @@ async fn a_hash_pools_lines_say_the_owner_was_kept_or_why_it_was_left() {
     }
     assert!(owners.iter().any(|o| o == "c"), "{owners:?}");
     assert_eq!(said(&log, KEYS + 1, 2 * KEYS + 1).await, sorted(want));
+    balancer.shutdown(std::time::Duration::from_secs(1)).await;
+}
+
+/// Bounded loads: twelve requests with one key held open by the backends, sent one after the
+/// other to a pool with `hash_balance_factor = 150`. The first lands on the key's owner; the
+/// lines of the requests it held say `kept`, those of the ones the walk sent on say
+/// `moved:bounded_load`, and each backend has as many lines as it held requests.
+#[tokio::test]
+async fn a_hot_keys_lines_say_kept_on_its_owner_and_bounded_load_elsewhere() {
+    const REQUESTS: usize = 12;
+    let mut slow = Vec::new();
+    for _ in 0..4 {
+        slow.push(SlowBackend::start(Hold::Gate).await);
+    }
+    let names = ["a", "b", "c", "d"];
+    let backends: Vec<(&str, std::net::SocketAddr, &str)> = names
+        .iter()
+        .zip(&slow)
+        .map(|(n, s)| (*n, s.addr(), ""))
+        .collect();
+    let dir = LogDir::new();
+    let log = dir.path("access.log");
+    let pool = "algorithm = \"hash\"\nhash_key = \"path\"\nhash_balance_factor = 150";
+    let text = queue::config(&backends, pool, &table(&log, "text", ""));
+    let (balancer, _events) = crate::support::balancer::start(&text).await;
+    let addr = balancer.local_addrs()[0];
+    let held_now = || {
+        slow.iter()
+            .map(SlowBackend::holding)
+            .collect::<Vec<usize>>()
+    };
+    let mut pending = Vec::new();
+    let mut owner = None;
+    for k in 0..REQUESTS {
+        pending.push(tokio::spawn(async move { queue::get(addr, "/hot").await }));
+        crate::support::wait::wait_until("the request reaches a backend", || {
+            held_now().iter().sum::<usize>() == k + 1
+        })
+        .await;
+        if k == 0 {
+            owner = held_now().iter().position(|&n| n == 1);
+        }
+    }
+    let held = held_now();
+    let owner = names[owner.expect("the first request's backend")];
+    for s in &slow {
+        s.release(REQUESTS);
+    }
+    for answer in pending {
+        assert_eq!(answer.await.expect("the request's task").status, 200);
+    }
+    let lines = said(&log, 0, REQUESTS).await;
+    println!("hash_balance_factor = 150: held per backend {held:?}");
+    assert!(held.iter().filter(|&&n| n > 0).count() >= 2, "{held:?}");
+    for (name, &n) in names.iter().zip(&held) {
+        let mine: Vec<&str> = lines
+            .iter()
+            .filter(|(b, _)| b == name)
+            .map(|(_, a)| a.as_str())
+            .collect();
+        assert_eq!(mine.len(), n, "{name}: {lines:?}");
+    }
+    // Every line on the owner says kept, every other one bounded_load.
+    for (backend, affinity) in &lines {
+        let want = if backend == owner {
+            "kept"
+        } else {
+            "moved:bounded_load"
+        };
+        assert_eq!(affinity, want, "{backend}: {lines:?}");
+    }
     balancer.shutdown(std::time::Duration::from_secs(1)).await;
 }
 
