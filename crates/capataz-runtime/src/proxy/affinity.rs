@@ -12,7 +12,7 @@ use http::header::{self, HeaderValue};
 use http::{HeaderMap, Request, Response};
 use hyper::body::Incoming;
 
-use crate::balance::placement::{Home, MoveReason, Placement};
+use crate::balance::placement::{Home, Placement};
 use crate::balance::ring::{client_key, stable_hash};
 use crate::balance::sticky::cookie_value;
 use crate::balance::{PoolHandle, Snapshot};
@@ -115,18 +115,9 @@ impl Affinity {
                 .in_flight
                 .load(std::sync::atomic::Ordering::Relaxed)
         });
-        // A pool that only hashes: the first pick names the key's owner on the ring, and says
-        // whether the walk went past it (only its bounded load makes it, nothing being tried;
-        // without bounded loads the pick is the owner, no second look needed).
+        // A pool that only hashes: the first pick says how it stands to the key's home.
         if !self.sticky && tried.is_empty() {
-            let owner = match factor {
-                0 => picked,
-                _ => snapshot.owner_of_key(key),
-            };
-            self.home = Home::hashed(owner);
-            if picked != owner {
-                self.home.moving(MoveReason::BoundedLoad);
-            }
+            self.home = pool.key_home(snapshot, key, picked);
         }
         Some(picked)
     }

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::slot::{self, Slot, Unslotted};
-use crate::balance::placement::{Home, MoveReason};
+use crate::balance::placement::Home;
 use crate::balance::ring::client_key;
 use crate::balance::PoolHandle;
 use crate::upstream::{AttemptError, BackendStream};
@@ -83,14 +83,7 @@ pub(crate) async fn connect<'a>(
             Some((key, factor)) => {
                 let picked = snapshot.pick_by_key(key, &tried[..count], factor, in_flight);
                 if count == 0 {
-                    let owner = match factor {
-                        0 => picked,
-                        _ => snapshot.owner_of_key(key),
-                    };
-                    home = Home::hashed(owner);
-                    if picked != home.named() {
-                        home.moving(MoveReason::BoundedLoad);
-                    }
+                    home = pool.key_home(&snapshot, key, picked);
                 } else {
                     home.retried(&tried[..count]);
                 }

@@ -1,6 +1,6 @@
 //! How a request's (or a TCP session's) backend stands to its pool's affinity: the backend
-//! affinity named (a sticky client's cookie, or the owner of a key's point on the ring) kept,
-//! left and why, or no backend named at all.
+//! affinity named (a sticky client's cookie's, or a key's home: the owner of its point on the
+//! ring of every primary at its configured weight) kept, left and why, or none named.
 //!
 //! One value per request, decided where the backend is picked ([`Home`] follows the picks)
 //! and read once the backend that serves is known ([`Home::placement`]): the sticky-move
@@ -21,19 +21,24 @@ pub enum MoveReason {
     /// Its backend (in a pool with connection limits) was at its limit, and the request went
     /// the queue's way.
     AtLimit,
-    /// Hashing only: the key's owner held its share of the requests outstanding
+    /// Hashing only: the key's home holds fewer (or more) points of the ring than at its
+    /// configured weight (slow start, load shedding, an agent's weight), and the point the key
+    /// falls on is another backend's for now.
+    Weight,
+    /// Hashing only: the key's home held its share of the requests outstanding
     /// (`hash_balance_factor`), and the walk on the ring went on to the next backend.
     BoundedLoad,
 }
 
 impl MoveReason {
-    /// `out_of_rotation`, `draining`, `failed`, `at_limit` or `bounded_load`.
+    /// `out_of_rotation`, `draining`, `failed`, `at_limit`, `weight` or `bounded_load`.
     pub fn as_str(self) -> &'static str {
         match self {
             MoveReason::OutOfRotation => "out_of_rotation",
             MoveReason::Draining => "draining",
             MoveReason::Failed => "failed",
             MoveReason::AtLimit => "at_limit",
+            MoveReason::Weight => "weight",
             MoveReason::BoundedLoad => "bounded_load",
         }
     }
@@ -42,7 +47,7 @@ impl MoveReason {
 /// How the backend that served stands to the one affinity named.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Placement {
-    /// It is the one named: the sticky cookie's backend, or the key's owner on the ring.
+    /// It is the one named: the sticky cookie's backend, or the key's home on the ring.
     Kept,
     /// It is another: the named one could not take the request, for this reason.
     Moved(MoveReason),
@@ -64,6 +69,7 @@ impl Placement {
             Placement::Moved(MoveReason::Draining) => "moved:draining",
             Placement::Moved(MoveReason::Failed) => "moved:failed",
             Placement::Moved(MoveReason::AtLimit) => "moved:at_limit",
+            Placement::Moved(MoveReason::Weight) => "moved:weight",
             Placement::Moved(MoveReason::BoundedLoad) => "moved:bounded_load",
             Placement::New => "new",
             Placement::Unknown => "unknown",
@@ -104,7 +110,7 @@ impl Home {
         }
     }
 
-    /// A key whose point on the ring belongs to `owner` (`None`: the ring is empty).
+    /// A key whose home is `owner` (`None`: the pool has no primary).
     pub fn hashed(owner: Option<usize>) -> Home {
         Home {
             named: owner,

@@ -1,9 +1,9 @@
 //! The access log's `affinity=` on pools that hash or are sticky, compared with the traffic
 //! (which backend answered) and with `capataz_sticky_moves_total`: a sticky client is `new`,
 //! then `kept`, then `moved:draining` or `moved:out_of_rotation` when its backend drains or
-//! goes DOWN, each such line one count of the metric; a hashed key is `kept` on its owner, or
-//! `moved:failed` when its owner refuses and a retry answers, `moved:bounded_load` when the
-//! owner holds its bound; a pool without affinity logs no `affinity=` at all.
+//! goes DOWN, each such line one count of the metric; a hashed key is `kept` on its home, or
+//! `moved:failed` when its home refuses and a retry answers, `moved:out_of_rotation` or
+//! `moved:draining` when it is down or drains, `moved:bounded_load` when it holds its bound; a pool without affinity logs no `affinity=` at all.
 
 use std::path::Path;
 
@@ -166,9 +166,10 @@ async fn keyed(client: &mut Client, key: Option<usize>) -> String {
     answer.backend.expect("X-Backend")
 }
 
-/// A hashing pool: every key's line says its owner was `kept` (the backend that answered); a
+/// A hashing pool: every key's line says its home was `kept` (the backend that answered); a
 /// request without a key says `no_key`; with `c` refusing (no checks to take it out), each of
-/// its keys is retried elsewhere and says `moved:failed`, the others still `kept`.
+/// its keys is retried elsewhere and says `moved:failed`, the others still `kept`; with `c`
+/// forced down and `d` drained, their keys say `moved:out_of_rotation` and `moved:draining`.
 #[tokio::test]
 async fn a_hash_pools_lines_say_the_owner_was_kept_or_why_it_was_left() {
     const KEYS: usize = 40;
@@ -213,6 +214,26 @@ async fn a_hash_pools_lines_say_the_owner_was_kept_or_why_it_was_left() {
     }
     assert!(owners.iter().any(|o| o == "c"), "{owners:?}");
     assert_eq!(said(&log, KEYS + 1, 2 * KEYS + 1).await, sorted(want));
+
+    // c taken down and d drained: their keys move, out of rotation and draining; the
+    // others stay home.
+    admin_post(admin, "/backends/web/c/down").await;
+    admin_post(admin, "/backends/web/d/drain").await;
+    wait_serving(admin, &["a", "b"]).await;
+    let mut want = Vec::new();
+    for (k, owner) in owners.iter().enumerate() {
+        let now = keyed(&mut client, Some(k)).await;
+        let word = match owner.as_str() {
+            "c" => "moved:out_of_rotation",
+            "d" => "moved:draining",
+            _ => "kept",
+        };
+        assert!(word != "kept" || &now == owner, "{k}: {owner} -> {now}");
+        want.push((now, word.to_owned()));
+    }
+    assert!(owners.iter().any(|o| o == "d"), "{owners:?}");
+    let from = 2 * KEYS + 1;
+    assert_eq!(said(&log, from, from + KEYS).await, sorted(want));
     balancer.shutdown(std::time::Duration::from_secs(1)).await;
 }
 
