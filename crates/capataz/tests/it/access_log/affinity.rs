@@ -237,6 +237,53 @@ async fn a_hash_pools_lines_say_the_owner_was_kept_or_why_it_was_left() {
     balancer.shutdown(std::time::Duration::from_secs(1)).await;
 }
 
+/// Slow start: while a returning backend ramps up, the keys it is home to that its few points
+/// do not hold yet say `moved:weight` (from wherever they are served), those back on it `kept`.
+#[tokio::test]
+async fn a_returning_backends_keys_say_weight_while_it_ramps_up() {
+    const KEYS: usize = 40;
+    let b = backends(&["a", "b", "c", "d"]).await;
+    let dir = LogDir::new();
+    let log = dir.path("access.log");
+    let text = ConfigText::sims(&b)
+        .admin("")
+        .listener(&table(&log, "text", ""))
+        .extra(&format!(
+            "algorithm = \"hash\"\nhash_key = \"header:X-User\"\nslow_start = \"60s\"\n\
+             {FAST_CHECKS}\n[pools.web.retries]\nattempts = 0\n"
+        ))
+        .build();
+    let (balancer, mut events, admin, mut client) = started(&text).await;
+    wait_serving(admin, &["a", "b", "c", "d"]).await;
+    let mut homes = Vec::new();
+    for k in 0..KEYS {
+        homes.push(keyed(&mut client, Some(k)).await);
+    }
+    assert!(homes.iter().any(|h| h == "c"), "{homes:?}");
+    b[2].set_health(Mode::Status(503));
+    wait_for(&mut events, "c DOWN", |e| {
+        is_transition(e, "c", State::Down)
+    })
+    .await;
+    b[2].set_health(Mode::Status(200));
+    wait_for(&mut events, "c UP", |e| is_transition(e, "c", State::Up)).await;
+    wait_serving(admin, &["a", "b", "c", "d"]).await;
+    let mut want = Vec::new();
+    for (k, home) in homes.iter().enumerate() {
+        let now = keyed(&mut client, Some(k)).await;
+        let word = if &now == home { "kept" } else { "moved:weight" };
+        assert!(home == "c" || &now == home, "{k}: {home} -> {now}");
+        want.push((now, word.to_owned()));
+    }
+    let lines = said(&log, KEYS, 2 * KEYS).await;
+    assert_eq!(lines, sorted(want));
+    assert!(
+        lines.iter().any(|(_, a)| a == "moved:weight"),
+        "c ramps for 60 s: some of its keys are not back yet: {lines:?}"
+    );
+    balancer.shutdown(std::time::Duration::from_secs(1)).await;
+}
+
 /// Bounded loads: twelve requests with one key held open by the backends, sent one after the
 /// other to a pool with `hash_balance_factor = 150`. The first lands on the key's owner; the
 /// lines of the requests it held say `kept`, those of the ones the walk sent on say
