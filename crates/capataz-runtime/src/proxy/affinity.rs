@@ -1,7 +1,9 @@
 //! Affinity on the request path: the key a hashing pool hashes, taken from the request, and
 //! the backend a sticky client's cookie names; the first attempt's pick they make; and the
 //! `Set-Cookie` (with the move counted and logged) when a sticky client's answer came from
-//! another backend than its cookie named.
+//! another backend than its cookie named. How the answering backend stands to the one
+//! affinity named (`balance::placement`) is one value: the move counter and the access log's
+//! `affinity=` are both written from [`Affinity::answered`]'s.
 //!
 //! A pool with neither costs one check of two `Option`s per request: [`Affinity::of`] then
 //! returns [`Affinity::NONE`], and [`Affinity::pick`] leaves the pick to the algorithm.
@@ -10,8 +12,9 @@ use http::header::{self, HeaderValue};
 use http::{HeaderMap, Request, Response};
 use hyper::body::Incoming;
 
+use crate::balance::placement::{Home, Placement};
 use crate::balance::ring::{client_key, stable_hash};
-use crate::balance::sticky::{cookie_value, MoveReason};
+use crate::balance::sticky::cookie_value;
 use crate::balance::{PoolHandle, Snapshot};
 use crate::body::RespBody;
 use crate::config::HashKey;
@@ -25,10 +28,12 @@ pub(super) struct Affinity {
     key: Option<u64>,
     /// Whether the pool is sticky.
     sticky: bool,
-    /// The backend the client's sticky cookie names, if it names one of the pool's.
-    stuck: Option<usize>,
-    /// Why the client was not sent to `stuck`, once decided.
-    moved: Option<MoveReason>,
+    /// Whether the pool hashes or is sticky (the access log then says `affinity=`).
+    applies: bool,
+    /// The backend affinity names (the client's sticky cookie's, if it names one of the
+    /// pool's; else the key's owner on the ring, known at the first pick), and why the request
+    /// left it once decided.
+    home: Home,
 }
 
 impl Affinity {
@@ -36,8 +41,8 @@ impl Affinity {
     pub(super) const NONE: Affinity = Affinity {
         key: None,
         sticky: false,
-        stuck: None,
-        moved: None,
+        applies: false,
+        home: Home::NO_KEY,
     };
 
     /// The affinity of `req` on `pool`; a sticky cookie is taken out of the request (the
@@ -53,22 +58,29 @@ impl Affinity {
             return Affinity::NONE;
         }
         let key = hash.and_then(|hash| request_key(&hash.key, req, client));
-        let (sticky, stuck) = match &pool.sticky {
-            None => (false, None),
+        let (sticky, home) = match &pool.sticky {
+            None => (false, Home::NO_KEY),
             Some(sticky) => {
                 let stuck = sticky.backend_of(req.headers());
-                if cookie_value(req.headers(), sticky.name()).is_some() {
+                let sent = cookie_value(req.headers(), sticky.name()).is_some();
+                if sent {
                     sticky.strip(req.headers_mut());
                 }
-                (true, stuck)
+                (true, Home::sticky(stuck, sent))
             }
         };
         Affinity {
             key,
             sticky,
-            stuck,
-            moved: None,
+            applies: true,
+            home,
         }
+    }
+
+    /// The access log's `affinity=` before any answer: `-` on a pool with affinity (the
+    /// request may end without one), nothing on the others.
+    pub(super) fn unanswered(&self) -> Option<&'static str> {
+        self.applies.then_some("-")
     }
 
     /// The pick affinity makes among the backends not `tried`, or `None` to leave it to the
@@ -80,15 +92,16 @@ impl Affinity {
         snapshot: &Snapshot,
         tried: &[usize],
     ) -> Option<Option<usize>> {
-        if let (Some(stuck), Some(sticky)) = (self.stuck, &pool.sticky) {
+        if let (Some(stuck), Some(sticky)) = (self.home.named(), &pool.sticky) {
             if tried.is_empty() {
                 match sticky.stays(snapshot, stuck) {
                     Ok(()) => return Some(Some(stuck)),
-                    Err(reason) => self.moved = Some(reason),
+                    Err(reason) => self.home.moving(reason),
                 }
-            } else if tried.contains(&stuck) && self.moved.is_none() {
-                self.moved = Some(MoveReason::Failed);
             }
+        }
+        if !tried.is_empty() {
+            self.home.retried(tried);
         }
         let key = self.key?;
         let factor = pool
@@ -97,43 +110,51 @@ impl Affinity {
             .hash
             .as_ref()
             .map_or(0, |h| h.balance_factor);
-        Some(snapshot.pick_by_key(key, tried, factor, |b| {
+        let picked = snapshot.pick_by_key(key, tried, factor, |b| {
             pool.backends[b]
                 .in_flight
                 .load(std::sync::atomic::Ordering::Relaxed)
-        }))
+        });
+        // A pool that only hashes: the first pick says how it stands to the key's home.
+        if !self.sticky && tried.is_empty() {
+            self.home = pool.key_home(snapshot, key, picked);
+        }
+        Some(picked)
     }
 
-    /// The backend affinity picked, `index`, was at its limit: a sticky client on it that is
+    /// The backend affinity picked, `index`, was at its limit: a request named to it that is
     /// served elsewhere moves for that reason.
     pub(super) fn at_limit(&mut self, index: usize) {
-        if self.stuck == Some(index) && self.moved.is_none() {
-            self.moved = Some(MoveReason::AtLimit);
-        }
+        self.home.at_limit(index);
     }
 
     /// Before relaying backend `index`'s `response`: a sticky client not on `index` gets a
     /// cookie naming it (and `Cache-Control: private` if the answer said nothing of caching,
     /// HAProxy's `nocache`), and a client moved off its backend is counted and logged.
+    /// Returns the access log's `affinity=` (`None` on a pool without affinity), from the
+    /// same placement the move was counted from.
     pub(super) fn answered(
         &self,
         pool: &PoolHandle,
         index: usize,
         response: &mut Response<RespBody>,
-    ) {
-        if !self.sticky || self.stuck == Some(index) {
-            return;
+    ) -> Option<&'static str> {
+        if !self.applies {
+            return None;
+        }
+        let placement = self.home.placement(index);
+        if !self.sticky || placement == Placement::Kept {
+            return Some(placement.as_str());
         }
         let Some(set_cookie) = pool.sticky.as_ref().and_then(|s| s.set_cookie(index)) else {
-            return;
+            return Some(placement.as_str());
         };
         let headers: &mut HeaderMap = response.headers_mut();
         headers.append(header::SET_COOKIE, set_cookie.clone());
         if !headers.contains_key(header::CACHE_CONTROL) {
             headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("private"));
         }
-        if let Some(from) = self.stuck {
-            let reason = self.moved.unwrap_or(MoveReason::Failed);
+        if let (Placement::Moved(reason), Some(from)) = (placement, self.home.named()) {
             let from_name = &pool.backends[from].name;
             pool.metrics.sticky_move(from_name, reason.as_str());
             tracing::debug!(
@@ -144,6 +165,7 @@ impl Affinity {
                 "sticky client moved"
             );
         }
+        Some(placement.as_str())
     }
 }
 

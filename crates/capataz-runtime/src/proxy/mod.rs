@@ -174,6 +174,7 @@ impl Proxy {
             record: None,
             reason: None,
             request_id: None,
+            affinity: None,
         };
         if let Some((log, names)) = &self.access_log {
             let mut record = Box::new(AccessRecord::start(
@@ -362,6 +363,7 @@ impl Proxy {
             );
         }
         let mut affinity = Affinity::of(pool, &mut req, client);
+        tally.affinity = affinity.unanswered();
         let mut prepared = self.prepare(req, pool, client, (websocket, upgrade), tally);
         let plan = &mut prepared.plan;
         let mut head = Vec::with_capacity(256);
@@ -445,7 +447,7 @@ impl Proxy {
                 }
                 Forwarded::Upgraded(mut response, stream, early) => {
                     // A sticky client's cookie rides on the 101 too, as HAProxy inserts it.
-                    affinity.answered(pool, index, &mut response);
+                    tally.affinity = affinity.answered(pool, index, &mut response);
                     let tunnel = Tunnel {
                         client: prepared.client_upgrade.take(),
                         stream,
@@ -490,7 +492,7 @@ impl Proxy {
         tally: &mut Tally,
     ) {
         relayed(response, pool.config.protocol.is_h2());
-        affinity.answered(pool, index, response);
+        tally.affinity = affinity.answered(pool, index, response);
         if let Some(host) = rules_host {
             let name = &pool.backends[index].name;
             self.rewrite_response(response, host, name, client, tally);

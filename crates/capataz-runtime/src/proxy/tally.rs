@@ -26,6 +26,9 @@ pub(super) struct Tally {
     pub(super) reason: Option<&'static str>,
     /// The request's id, when the listener gives ids (`request_id`).
     pub(super) request_id: Option<http::HeaderValue>,
+    /// How the answering backend stands to the one affinity named (the access log's
+    /// `affinity=`), on a pool with affinity: `-` until a backend's answer is relayed.
+    pub(super) affinity: Option<&'static str>,
 }
 
 /// The names an access log record takes from the proxy (`None` unless logging).
@@ -53,6 +56,7 @@ impl Tally {
         record.status = status;
         record.attempts = self.attempts;
         record.reason = self.reason;
+        record.affinity = self.affinity;
         if let Some((label, pool, backends)) = self.route.and_then(|r| names.routes.get(r)) {
             record.route = Some(label.clone());
             record.pool = pool.clone();

@@ -8,16 +8,23 @@ use serde_json::{json, Value};
 
 use crate::health::{BackendView, PoolRt};
 
-/// The pool's queue: `length` (requests waiting now), `size` (`queue_size`) and `timeout_ms`
-/// (`queue_timeout`); `null` for a pool without limits.
+/// The pool's queue: `length` (requests waiting now), `size` (`queue_size`), `timeout_ms`
+/// (`queue_timeout`), and since the start `refused_full` and `refused_timeout` (requests the
+/// queue refused, read from `capataz_queue_rejected_total`'s own counters); `null` for a pool
+/// without limits.
 pub(super) fn queue_json(pool: &PoolRt) -> Value {
     match &pool.limits {
         None => Value::Null,
-        Some(limits) => json!({
-            "length": limits.queued(),
-            "size": limits.queue_size(),
-            "timeout_ms": limits.queue_timeout().as_millis() as u64,
-        }),
+        Some(limits) => {
+            let (full, timeout) = limits.refused();
+            json!({
+                "length": limits.queued(),
+                "size": limits.queue_size(),
+                "timeout_ms": limits.queue_timeout().as_millis() as u64,
+                "refused_full": full,
+                "refused_timeout": timeout,
+            })
+        }
     }
 }
 

@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::slot::{self, Slot, Unslotted};
+use crate::balance::placement::Home;
 use crate::balance::ring::client_key;
 use crate::balance::PoolHandle;
 use crate::upstream::{AttemptError, BackendStream};
@@ -47,11 +48,14 @@ pub(crate) type Connecting<'a> = Result<Connected<'a>, (NoBackend, Option<usize>
 
 /// Picks and connects a backend of `pool` for the client `addresses` (source, destination:
 /// what a PROXY protocol header names, when the pool sends one); the time the session waited
-/// in the pool's queue goes to `queued`.
+/// in the pool's queue goes to `queued`, and, in a hashing pool, how the backend connected
+/// stands to the client's owner on the ring to `affinity` (the access log's `affinity=`:
+/// `-` when none was connected).
 pub(crate) async fn connect<'a>(
     pool: &'a PoolHandle,
     addresses: (SocketAddr, SocketAddr),
     queued: &mut Option<Duration>,
+    affinity: &mut Option<&'static str>,
 ) -> Connecting<'a> {
     let mut tried = [0usize; MAX_TRIES];
     let mut count = 0;
@@ -66,12 +70,25 @@ pub(crate) async fn connect<'a>(
         .hash
         .as_ref()
         .map(|hash| (client_key(addresses.0.ip()), hash.balance_factor));
+    // The client's owner on the ring, once the first pick has read it, and why it was left.
+    let mut home = Home::NO_KEY;
+    if hashed.is_some() {
+        *affinity = Some("-");
+    }
     pool.budget.on_request();
     loop {
         let snapshot = pool.snapshot();
         let in_flight = |b: usize| pool.backends[b].in_flight.load(Ordering::Relaxed);
         let picked = match hashed {
-            Some((key, factor)) => snapshot.pick_by_key(key, &tried[..count], factor, in_flight),
+            Some((key, factor)) => {
+                let picked = snapshot.pick_by_key(key, &tried[..count], factor, in_flight);
+                if count == 0 {
+                    home = pool.key_home(&snapshot, key, picked);
+                } else {
+                    home.retried(&tried[..count]);
+                }
+                picked
+            }
             None if pool.limits.is_some() => None,
             None => snapshot.pick(
                 pool.config.algorithm,
@@ -102,16 +119,23 @@ pub(crate) async fn connect<'a>(
             }
         };
         let index = slot.index();
+        if let Some(picked) = picked.filter(|&p| p != index) {
+            // The ring's pick had no free slot: the queue gave another.
+            home.at_limit(picked);
+        }
         tried[count] = index;
         count += 1;
         let backend = &pool.backends[index];
         match backend.upstream.connect(Some(addresses)).await {
             Ok(conn) => {
+                if hashed.is_some() {
+                    *affinity = Some(home.placement(index).as_str());
+                }
                 return Ok(Connected {
                     slot,
                     stream: conn.stream,
                     attempts: count as u32,
-                })
+                });
             }
             Err(error) => {
                 // Given back before a retry looks for another.

@@ -97,10 +97,11 @@ impl TcpRelay {
         if let (Some(record), Some(tls)) = (&mut record, &tls) {
             record.set_tls(tls.version, tls.sni.as_deref());
         }
-        let mut queued = None;
-        let connected = connect(pool, (peer, destination), &mut queued).await;
+        let (mut queued, mut affinity) = (None, None);
+        let connected = connect(pool, (peer, destination), &mut queued, &mut affinity).await;
         if let Some(record) = &mut record {
             record.queued = queued;
+            record.affinity = affinity;
         }
         let connected = match connected {
             Ok(connected) => connected,

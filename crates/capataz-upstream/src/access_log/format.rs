@@ -123,6 +123,10 @@ pub(super) fn text(out: &mut String, listener: &str, record: &AccessRecord) {
     if let Some(bytes_in) = record.bytes_in {
         let _ = write!(out, " bytes_in={bytes_in}");
     }
+    // Only for a pool that hashes or is sticky: other lines are as they were.
+    if let Some(affinity) = record.affinity {
+        let _ = write!(out, " affinity={affinity}");
+    }
     // Only on a listener that gives ids: other lines are as they were.
     if let Some(id) = &record.request_id {
         out.push_str(" request_id=");
@@ -158,6 +162,7 @@ pub(super) fn json(out: &mut String, listener: &str, record: &AccessRecord) {
         "sni": record.sni,
         "truncated": record.truncated,
         "reason": record.reason,
+        "affinity": record.affinity,
     });
     if let (Some(id), Some(object)) = (&record.request_id, value.as_object_mut()) {
         object.insert("request_id".into(), Value::from(id.as_str()));
@@ -202,6 +207,7 @@ mod tests {
             },
             queued: None,
             reason: None,
+            affinity: None,
         }
     }
 
@@ -226,6 +232,7 @@ mod tests {
         session.bytes_in = Some(14);
         session.backend = Some("db-1".into());
         session.attempts = 2;
+        session.affinity = Some("moved:failed");
         session.duration = Duration::from_millis(250);
         session.termination = Termination {
             ended_by: EndedBy::Timeout,
@@ -237,7 +244,8 @@ mod tests {
             out,
             "192.0.2.7 - - [2026-12-03T14:05:09.123Z] \"- - TCP\" - 7 - - listener=redis \
              route=- pool=db backend=db-1 attempts=2 ended_by=timeout phase=idle \
-             duration=0.250000 queued=- tls=- sni=- client_port=50000 truncated=false reason=- bytes_in=14\n"
+             duration=0.250000 queued=- tls=- sni=- client_port=50000 truncated=false reason=- bytes_in=14 \
+             affinity=moved:failed\n"
         );
         let mut out = String::new();
         json(&mut out, "redis", &session);
@@ -245,10 +253,16 @@ mod tests {
         assert_eq!(back["bytes_in"], 14);
         assert_eq!(back["status"], Value::Null);
         assert_eq!(back["protocol"], "TCP");
+        assert_eq!(back["affinity"], "moved:failed");
         let mut out = String::new();
         json(&mut out, "public", &record());
         let back: Value = serde_json::from_str(out.trim_end()).unwrap();
         assert_eq!(back["bytes_in"], Value::Null, "a request has none");
+        assert_eq!(
+            back["affinity"],
+            Value::Null,
+            "nor has a pool without affinity"
+        );
     }
 
     #[test]

@@ -213,6 +213,10 @@ pub struct AccessRecord {
     pub reason: Option<&'static str>,
     /// The request's id, on a listener with `request_id`.
     pub request_id: Option<String>,
+    /// How its backend stands to the one its pool's affinity named (`kept`, `moved:REASON`,
+    /// `new`, `unknown`, `no_key`; `-` when no backend served), on a pool that hashes or is
+    /// sticky; `None` on the others (the field is then left out).
+    pub affinity: Option<&'static str>,
 }
 
 impl AccessRecord {
@@ -274,6 +278,7 @@ impl AccessRecord {
             queued: None,
             reason: None,
             request_id: None,
+            affinity: None,
         }
     }
 
@@ -304,6 +309,7 @@ impl AccessRecord {
             queued: None,
             reason: None,
             request_id: None,
+            affinity: None,
         }
     }
 

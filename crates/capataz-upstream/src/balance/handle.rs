@@ -13,8 +13,11 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use arc_swap::{ArcSwap, Guard};
+use capataz_health::rotation::ramp::full_tenths;
 use capataz_health::{Eligible, LoadShedding, Outcome, TrafficResult, TrafficRule};
 
+use super::placement::{Home, MoveReason};
+use super::ring::Ring;
 use super::sticky::Sticky;
 use super::tap::{Recorded, Tap};
 use super::{BackendRt, Limits, Snapshot};
@@ -59,6 +62,10 @@ pub struct PoolHandle {
     /// The backends' limits and the queue, when the pool sets limits (boxed: a pool without
     /// them carries a pointer).
     pub limits: Option<Box<Limits>>,
+    /// A hashing pool's home ring: every primary backend at its configured weight, built once.
+    /// A key's home is where it goes while they are all in rotation at full weight (see
+    /// [`PoolHandle::key_home`]).
+    home_ring: Option<Box<Ring>>,
 }
 
 impl std::fmt::Debug for PoolHandle {
@@ -88,9 +95,17 @@ impl PoolHandle {
             Box::new(Sticky::new(&config.name, names, sticky))
         });
         let limits = Limits::new(&config, &metrics).map(Box::new);
+        let home_ring = (config.algorithm == Algorithm::Hash).then(|| {
+            let primaries: Vec<usize> = (0..backends.len())
+                .filter(|&i| !config.backends.get(i).is_some_and(|b| b.backup))
+                .collect();
+            let weight = |i: usize| full_tenths(backends[i].weight);
+            Box::new(Ring::build(&primaries, weight, |i| &backends[i].name))
+        });
         PoolHandle {
             sticky,
             limits,
+            home_ring,
             name: config.name.as_str().into(),
             budget: RetryBudget::new(config.retries.budget_percent, config.retries.min_budget),
             snapshot: ArcSwap::from_pointee(Snapshot::new(Vec::new(), Vec::new(), false)),
@@ -103,6 +118,32 @@ impl PoolHandle {
             health,
             tap: Tap::default(),
         }
+    }
+
+    /// How a request of a hashing pool whose key hashes to `key`, given `picked` from
+    /// `snapshot`, stands to the key's home (the owner of its point on the home ring): kept
+    /// there, or moved because the home is out of rotation, draining, holds less or more of
+    /// the ring than at its configured weight (`weight`: slow start, load shedding, an agent),
+    /// or is over its bounded load. One binary search when `picked` is the home.
+    pub fn key_home(&self, snapshot: &Snapshot, key: u64, picked: Option<usize>) -> Home {
+        let home = self
+            .home_ring
+            .as_ref()
+            .and_then(|ring| ring.pick(key, &[], |_| false));
+        let mut placed = Home::hashed(home);
+        if let Some(home) = home.filter(|&h| picked != Some(h)) {
+            placed.moving(if !snapshot.serves(home) {
+                match snapshot.drains(home) {
+                    true => MoveReason::Draining,
+                    false => MoveReason::OutOfRotation,
+                }
+            } else if snapshot.owner_of_key(key) != Some(home) {
+                MoveReason::Weight
+            } else {
+                MoveReason::BoundedLoad
+            });
+        }
+        placed
     }
 
     /// The eligible backends as of the last change; no lock taken.

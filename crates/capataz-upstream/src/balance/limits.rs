@@ -183,6 +183,12 @@ impl Limits {
         self.waiting.load(Ordering::Relaxed)
     }
 
+    /// Requests the queue refused because it was full, and after `queue_timeout`:
+    /// `capataz_queue_rejected_total`'s two series, read from their handles.
+    pub fn refused(&self) -> (u64, u64) {
+        (self.metrics.full.get(), self.metrics.timeout.get())
+    }
+
     /// The most requests that may wait.
     pub fn queue_size(&self) -> usize {
         self.queue_size

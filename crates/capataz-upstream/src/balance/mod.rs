@@ -26,6 +26,7 @@ mod ewma;
 mod handle;
 mod latency;
 mod limits;
+pub mod placement;
 pub mod ring;
 pub mod sticky;
 pub mod tap;
@@ -211,6 +212,17 @@ impl Snapshot {
                 balance_factor,
             )
         })
+    }
+
+    /// The owner of the point a key hashing to `key` falls on, on the ring of the backends
+    /// in rotation (ignoring loads): the backend [`Snapshot::pick_by_key`] gives when it
+    /// excludes none and none is over its bound. Without a ring, the first eligible backend;
+    /// `None` when none is.
+    pub fn owner_of_key(&self, key: u64) -> Option<usize> {
+        match &self.ring {
+            Some(ring) => ring.pick(key, &[], |_| false),
+            None => self.eligible.first().copied(),
+        }
     }
 
     fn pick_round_robin(

@@ -10,6 +10,7 @@
 
 use http::header::{HeaderMap, HeaderValue, COOKIE};
 
+pub use super::placement::MoveReason;
 use super::ring::stable_hash;
 use super::Snapshot;
 use capataz_config::{OnDrain, StickyConfig};
@@ -24,33 +25,6 @@ pub struct Sticky {
     ids: Vec<(u64, u32)>,
     /// The `Set-Cookie` value naming each backend, in pool order.
     set_cookies: Vec<HeaderValue>,
-}
-
-/// Why a sticky client left its backend (`capataz_sticky_moves_total`'s `reason`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MoveReason {
-    /// Its backend is out of rotation: DOWN, ejected, forced down, in maintenance, or
-    /// draining while DOWN.
-    OutOfRotation,
-    /// Its backend drains and the pool says `on_drain = "move"`.
-    Draining,
-    /// Its backend was tried and failed; a retry went elsewhere.
-    Failed,
-    /// Its backend (in a pool with connection limits) was at its limit, and the request went
-    /// the queue's way.
-    AtLimit,
-}
-
-impl MoveReason {
-    /// `out_of_rotation`, `draining`, `failed` or `at_limit`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MoveReason::OutOfRotation => "out_of_rotation",
-            MoveReason::Draining => "draining",
-            MoveReason::Failed => "failed",
-            MoveReason::AtLimit => "at_limit",
-        }
-    }
 }
 
 impl Sticky {

@@ -10,7 +10,8 @@ use serde_json::Value;
 use super::cell;
 
 /// The lines under a pool's sentence, each starting with two spaces and ending in a newline:
-/// `  queue: 3 waiting of 64, timeout 5 s` for a pool with limits, `  affinity: hash on
+/// `  queue: 3 waiting of 64, timeout 5 s; refused 2 full, 1 timed out` for a pool with
+/// limits, `  affinity: hash on
 /// header:x-user, balance factor 150%; sticky cookie SRV, on drain keep (keeping web2)` for
 /// one with hashing or sticky sessions; nothing for a pool without them.
 pub(super) fn pool_lines(pool: &Value) -> String {
@@ -22,9 +23,10 @@ pub(super) fn pool_lines(pool: &Value) -> String {
             None => "-".into(),
         };
         out.push_str(&format!(
-            "  queue: {} waiting of {}, timeout {timeout}\n",
+            "  queue: {} waiting of {}, timeout {timeout}{}\n",
             cell(&queue["length"]),
             cell(&queue["size"]),
+            queue_history(queue),
         ));
     }
     let affinity = &pool["affinity"];
@@ -57,6 +59,18 @@ pub(super) fn pool_lines(pool: &Value) -> String {
         out.push_str(&format!("  affinity: {}\n", parts.join("; ")));
     }
     out
+}
+
+/// The requests the queue refused since the start, when `/status` says (`refused_full`,
+/// `refused_timeout`): `; refused 2 full, 1 timed out`; nothing from an older server.
+fn queue_history(queue: &Value) -> String {
+    match (
+        queue["refused_full"].as_u64(),
+        queue["refused_timeout"].as_u64(),
+    ) {
+        (Some(full), Some(timeout)) => format!("; refused {full} full, {timeout} timed out"),
+        _ => String::new(),
+    }
 }
 
 /// The `IN-FLIGHT` cell: `in_flight/limit` for a backend with a limit, else `in_flight`.
@@ -107,6 +121,13 @@ mod tests {
         let text = render_status(&status(pool(queue, Value::Null, [json!(10), json!(4)])));
         assert!(
             text.contains("\n  queue: 3 waiting of 64, timeout 5 s\n"),
+            "{text}"
+        );
+        let queue = json!({"length": 3, "size": 64, "timeout_ms": 5000,
+                           "refused_full": 2, "refused_timeout": 1});
+        let text = render_status(&status(pool(queue, Value::Null, [json!(10), json!(4)])));
+        assert!(
+            text.contains("\n  queue: 3 waiting of 64, timeout 5 s; refused 2 full, 1 timed out\n"),
             "{text}"
         );
         assert!(!text.contains("affinity"), "{text}");

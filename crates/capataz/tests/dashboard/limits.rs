@@ -1,5 +1,5 @@
 //! A pool with connection limits and sticky sessions shows its queue (requests waiting of its
-//! size, its timeout) and its affinity in its header, and each backend its in-flight count over
+//! size, its timeout, the requests it refused) and its affinity in its header, and each backend its in-flight count over
 //! its limit: the same figures `/status` gives at that moment.
 
 use super::*;
@@ -89,8 +89,8 @@ fn dashboard_shows_a_pools_queue_and_affinity_and_each_backends_limit() {
         page["queue"].as_str(),
         Some(
             format!(
-                "queue: {} waiting of {}, timeout 60 s",
-                queue["length"], queue["size"]
+                "queue: {} waiting of {}, timeout 60 s; refused {} full, {} timed out",
+                queue["length"], queue["size"], queue["refused_full"], queue["refused_timeout"]
             )
             .as_str()
         ),

@@ -34,7 +34,7 @@ async fn serving(admin: SocketAddr) -> Vec<String> {
         .collect()
 }
 
-async fn wait_serving(admin: SocketAddr, want: &[&str]) {
+pub(crate) async fn wait_serving(admin: SocketAddr, want: &[&str]) {
     until_ok("the backends /status reports serving", POLL, async || {
         let now = serving(admin).await;
         match now == want {
@@ -65,7 +65,10 @@ fn moved(before: &[String], after: &[String]) -> usize {
     before.iter().zip(after).filter(|(a, b)| a != b).count()
 }
 
-fn admin_post(admin: SocketAddr, path: &str) -> impl std::future::Future<Output = Value> + '_ {
+pub(crate) fn admin_post(
+    admin: SocketAddr,
+    path: &str,
+) -> impl std::future::Future<Output = Value> + '_ {
     let path = path.to_owned();
     async move {
         capataz::ctl::request(admin, Method::POST, &path, None)
@@ -74,7 +77,7 @@ fn admin_post(admin: SocketAddr, path: &str) -> impl std::future::Future<Output 
     }
 }
 
-async fn started(
+pub(crate) async fn started(
     text: &str,
 ) -> (
     Balancer,
@@ -303,14 +306,14 @@ fn set_cookie(answer: &crate::support::client::Answer) -> Option<String> {
 }
 
 /// A sticky client: it sends its cookie, and keeps the one it is given.
-struct Sticky {
-    client: Client,
-    cookie: Option<String>,
+pub(crate) struct Sticky {
+    pub(crate) client: Client,
+    pub(crate) cookie: Option<String>,
 }
 
 impl Sticky {
     /// One request; the backend that answered and whether the cookie was rewritten.
-    async fn get(&mut self) -> (String, bool) {
+    pub(crate) async fn get(&mut self) -> (String, bool) {
         let mut request = http::Request::get("/").header("host", "app.test");
         if let Some(cookie) = &self.cookie {
             request = request.header("cookie", format!("theme=dark; SRV={cookie}"));
@@ -330,7 +333,7 @@ impl Sticky {
 }
 
 /// `capataz_sticky_moves_total` for `backend` and `reason`, 0 when absent.
-fn moves(balancer: &Balancer, backend: &str, reason: &str) -> u64 {
+pub(crate) fn moves(balancer: &Balancer, backend: &str, reason: &str) -> u64 {
     let want = format!(
         "capataz_sticky_moves_total{{pool=\"web\",backend=\"{backend}\",reason=\"{reason}\"}} "
     );

@@ -1,7 +1,8 @@
 //! What one frame of `capataz top` says, laid out for a screen.
 //!
 //! Without a screen (output to a pipe or a file) a frame is everything: the title, per pool its
-//! sentence and a table of all its backends, and the most recent events, sections apart. On a
+//! sentence, its queue and affinity lines (`ctl/balance.rs`: `capataz status`'s words) and a
+//! table of all its backends, and the most recent events, sections apart. On a
 //! terminal of `columns` x `rows` it never takes more: no line is wider than `columns` (a line
 //! that would be is cut, ending in `…`; a long backend name gives way first so the figures stay
 //! in their columns), and the frame is at most `rows` lines. When everything does not fit,
@@ -16,7 +17,7 @@ use serde_json::Value;
 
 use super::fit::{cut, pad, width, Line};
 use super::Reading;
-use crate::ctl::{cell, clock_of, human_ms, notes_of};
+use crate::ctl::{balance, cell, clock_of, human_ms, notes_of};
 
 /// The size of the terminal a frame is drawn on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,9 +93,11 @@ fn colour_of(state: &str) -> &'static str {
     }
 }
 
-/// A pool's part of a frame: its sentence, and its table's header and rows (cells).
+/// A pool's part of a frame: its sentence, the lines under it (its queue and affinity, in
+/// `capataz status`'s words), and its table's header and rows (cells).
 struct PoolPart {
     sentence: Line,
+    below: Vec<Line>,
     rows: Vec<Vec<String>>,
     states: Vec<String>,
 }
@@ -136,7 +139,7 @@ fn pool_part(pool: &Value, series_pools: &[Value]) -> PoolPart {
             cell(&b["name"]),
             cell(&b["state"]),
             weight,
-            cell(&b["in_flight"]),
+            balance::in_flight_of(b),
             rate_text(rate),
             pct_text(errors),
             ms_text(p50),
@@ -144,8 +147,10 @@ fn pool_part(pool: &Value, series_pools: &[Value]) -> PoolPart {
             notes_of(b),
         ]);
     }
+    let below = balance::pool_lines(pool).lines().map(Line::plain).collect();
     PoolPart {
         sentence,
+        below,
         rows,
         states,
     }
@@ -229,24 +234,25 @@ fn more_line(states: &[String], shown: &[usize]) -> Line {
     Line::plain(format!("{INDENT}+{hidden} more: {}", by_state.join(", ")))
 }
 
-/// The lines a pool takes with `shown` of its `total` backends: its sentence, the header, the
-/// rows and, when some are hidden, the `+N more` line.
-fn pool_cost(shown: usize, total: usize) -> usize {
-    2 + if shown < total { shown + 1 } else { total }
+/// The lines a pool of `total` backends and `below` lines under its sentence takes with
+/// `shown` of its backends: its sentence, those lines, the header, the rows and, when some are
+/// hidden, the `+N more` line.
+fn pool_cost(below: usize, shown: usize, total: usize) -> usize {
+    2 + below + if shown < total { shown + 1 } else { total }
 }
 
-/// How many backends of each pool to show in `budget` lines: as many pools as fit with none
-/// of their backends shown (one line kept for `+N more pools` when not all do), then one row
-/// at a time to each in turn.
-fn share_rows(totals: &[usize], budget: usize) -> Vec<usize> {
+/// How many backends of each pool (`(below, total)`: lines under its sentence, backends) to
+/// show in `budget` lines: as many pools as fit with none of their backends shown (one line
+/// kept for `+N more pools` when not all do), then one row at a time to each in turn.
+fn share_rows(totals: &[(usize, usize)], budget: usize) -> Vec<usize> {
     let mut used = 0;
     let mut pools = 0;
-    for (i, &total) in totals.iter().enumerate() {
+    for (i, &(below, total)) in totals.iter().enumerate() {
         let more_pools = usize::from(i + 1 < totals.len());
-        if used + pool_cost(0, total) + more_pools > budget {
+        if used + pool_cost(below, 0, total) + more_pools > budget {
             break;
         }
-        used += pool_cost(0, total);
+        used += pool_cost(below, 0, total);
         pools += 1;
     }
     if pools < totals.len() {
@@ -257,9 +263,9 @@ fn share_rows(totals: &[usize], budget: usize) -> Vec<usize> {
     loop {
         let mut grew = false;
         for (i, n) in shown.iter_mut().enumerate() {
-            let total = totals[i];
+            let (below, total) = totals[i];
             if *n < total {
-                let cost = pool_cost(*n + 1, total) - pool_cost(*n, total);
+                let cost = pool_cost(below, *n + 1, total) - pool_cost(below, *n, total);
                 if cost <= left {
                     *n += 1;
                     left -= cost;
@@ -309,14 +315,17 @@ pub(super) fn frame(
         })
         .collect();
 
-    let totals: Vec<usize> = pools.iter().map(|p| p.rows.len()).collect();
+    let totals: Vec<(usize, usize)> = pools
+        .iter()
+        .map(|p| (p.below.len(), p.rows.len()))
+        .collect();
     let event_lines = latest.len().max(1);
-    let whole = 1 + totals.iter().map(|n| 3 + n).sum::<usize>() + 2 + event_lines;
+    let whole = 1 + totals.iter().map(|(b, n)| 3 + b + n).sum::<usize>() + 2 + event_lines;
     let rows = screen.map_or(usize::MAX, |s| s.rows);
     let columns = screen.map(|s| s.columns);
     // Everything, sections apart, when it fits; else closed up and shared out.
     let (spaced, shown, events_shown) = if whole <= rows {
-        (true, totals.clone(), latest.len())
+        (true, totals.iter().map(|&(_, n)| n).collect(), latest.len())
     } else {
         let events_min = event_lines.min((rows / 4).max(3));
         let budget = rows.saturating_sub(1 + 1 + events_min);
@@ -324,7 +333,7 @@ pub(super) fn frame(
         let used: usize = shown
             .iter()
             .zip(&totals)
-            .map(|(&s, &t)| pool_cost(s, t))
+            .map(|(&s, &(b, t))| pool_cost(b, s, t))
             .sum::<usize>()
             + usize::from(shown.len() < totals.len());
         let room = rows.saturating_sub(1 + used + 1);
@@ -337,6 +346,7 @@ pub(super) fn frame(
             lines.push(Line::default());
         }
         lines.push(pool.sentence.clone());
+        lines.extend(pool.below.iter().cloned());
         let widths = column_widths(&pool.rows, columns);
         let header: Vec<String> = HEADERS.iter().map(|h| (*h).to_owned()).collect();
         lines.push(table_line(&header, &widths, true));
@@ -353,7 +363,7 @@ pub(super) fn frame(
         lines.push(Line::plain(format!(
             "+{} more pools ({} backends)",
             hidden.len(),
-            hidden.iter().sum::<usize>()
+            hidden.iter().map(|&(_, n)| n).sum::<usize>()
         )));
     }
     if spaced {
@@ -459,6 +469,49 @@ mod tests {
             lines[events_at + 1].contains("app-server-59") && lines[events_at + 1].ends_with('…'),
             "the latest event first, cut: {lines:#?}"
         );
+    }
+
+    #[test]
+    fn a_pools_queue_and_affinity_lines_are_under_its_sentence_and_counted_in_the_fit() {
+        let mut r = reading(30, 60);
+        let pool = &mut r.status["pools"][0];
+        pool["queue"] = json!({"length": 3, "size": 64, "timeout_ms": 5000,
+                               "refused_full": 2, "refused_timeout": 0});
+        pool["affinity"] =
+            json!({"hash": {"key": "client_ip", "balance_factor": 0}, "sticky": null});
+        for (i, b) in pool["backends"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .enumerate()
+        {
+            b["in_flight"] = json!(i % 3);
+            b["limit"] = json!(2);
+        }
+        let lines = on_screen(&r, 80, 24);
+        assert_eq!(lines.len(), 24, "{lines:#?}");
+        assert_eq!(
+            lines[2],
+            "  queue: 3 waiting of 64, timeout 5 s; refused 2 full, 0 timed out"
+        );
+        assert_eq!(lines[3], "  affinity: hash on client_ip");
+        assert!(lines[4].starts_with("  BACKEND"), "{lines:#?}");
+        let row: Vec<&str> = lines[5].split_whitespace().collect();
+        assert_eq!(row[..4], ["app-server-00", "UP", "1", "0/2"], "{lines:#?}");
+        let shown = lines
+            .iter()
+            .filter(|l| l.starts_with("  app-server-"))
+            .count();
+        let more = lines
+            .iter()
+            .find(|l| l.starts_with("  +"))
+            .expect("+N more");
+        assert!(
+            more.starts_with(&format!("  +{} more:", 30 - shown)),
+            "{more}"
+        );
+        let whole = frame(&r, ADMIN.into(), 10, None, false);
+        assert_eq!(whole.len(), 1 + 1 + 4 + 30 + 1 + 1 + 10, "{whole:#?}");
     }
 
     #[test]

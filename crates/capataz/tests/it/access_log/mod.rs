@@ -2,8 +2,10 @@
 //! written off the request path. `lines.rs`: the fields over HTTP/1.1, TLS and h2c, both
 //! formats, escaping; `endings.rs`: who ended a request (backend, client, capataz) and in
 //! which phase; `writer.rs`: a stalled writer drops and counts, a reload reopens the file;
-//! `vanished.rs`: an HTTP/1.1 client that resets while its request waits.
+//! `vanished.rs`: an HTTP/1.1 client that resets while its request waits; `affinity.rs`:
+//! `affinity=` on hashing and sticky pools, against the traffic and the move counter.
 
+mod affinity;
 mod endings;
 mod lines;
 mod vanished;

@@ -29,7 +29,7 @@ use crate::support::wait::{until_ok, wait_until};
 
 /// How a [`SlowBackend`] lets a request go.
 #[derive(Clone, Copy)]
-enum Hold {
+pub(crate) enum Hold {
     /// When the test releases it ([`SlowBackend::release`]).
     Gate,
     /// After this long.
@@ -62,24 +62,24 @@ impl Default for Seen {
 /// A real HTTP/1.1 backend (keep-alive, bodiless requests) that holds each request before
 /// answering it with its path, and counts what it holds: the count drops before the answer
 /// is written, so it is never above what capataz counts in flight.
-struct SlowBackend {
+pub(crate) struct SlowBackend {
     seen: Arc<Seen>,
     raw: RawBackend,
 }
 
 impl SlowBackend {
-    async fn start(hold: Hold) -> SlowBackend {
+    pub(crate) async fn start(hold: Hold) -> SlowBackend {
         let seen = Arc::new(Seen::default());
         let shared = seen.clone();
         let raw = RawBackend::start(move |stream, _| serve(stream, shared.clone(), hold)).await;
         SlowBackend { seen, raw }
     }
 
-    fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.raw.addr
     }
 
-    fn holding(&self) -> usize {
+    pub(crate) fn holding(&self) -> usize {
         self.seen.current.load(Ordering::SeqCst)
     }
 
@@ -92,7 +92,7 @@ impl SlowBackend {
     }
 
     /// Lets `n` held (or future) requests be answered.
-    fn release(&self, n: usize) {
+    pub(crate) fn release(&self, n: usize) {
         self.seen.gate.add_permits(n);
     }
 }
@@ -137,7 +137,11 @@ async fn serve(mut stream: TcpStream, seen: Arc<Seen>, hold: Hold) {
 
 /// A config of pool `web` over `backends` (`(name, address, extra keys)`), with `pool_lines`,
 /// no active checks, an admin listener, and `listener_lines` on the client listener.
-fn config(backends: &[(&str, SocketAddr, &str)], pool_lines: &str, listener_lines: &str) -> String {
+pub(crate) fn config(
+    backends: &[(&str, SocketAddr, &str)],
+    pool_lines: &str,
+    listener_lines: &str,
+) -> String {
     let list: Vec<String> = backends
         .iter()
         .map(|(name, addr, extra)| format!("{{ name = \"{name}\", address = \"{addr}\"{extra} }}"))
@@ -175,7 +179,7 @@ async fn wait_queued(admin: SocketAddr, n: u64) -> Value {
 }
 
 /// A GET of `path` through the balancer at `addr`, on a connection of its own.
-async fn get(addr: SocketAddr, path: &str) -> Answer {
+pub(crate) async fn get(addr: SocketAddr, path: &str) -> Answer {
     exchange(addr, "GET", path, "app.test", &[]).await
 }
 

@@ -258,13 +258,18 @@ async fn tcp_slots_come_back_when_clients_reset_served_or_queued() {
 }
 
 /// A hashing tcp pool sends a client to its address's backend while that one has a free slot,
-/// else to a backend below its limit; with both at their limits the session waits.
+/// else to a backend below its limit; with both at their limits the session waits. Each
+/// session's access log line says whether it got the address's owner on the ring (`kept`) or
+/// was moved off it at its limit (`moved:at_limit`), and names the backend it got.
 #[tokio::test]
 async fn a_hashing_tcp_pool_moves_a_client_off_its_backend_at_its_limit() {
     let (a, b) = (Counting::start("a").await, Counting::start("b").await);
     let pool = "algorithm = \"hash\"\nmax_connections = 1\nqueue_timeout = \"60s\"\n\
                 active.kind = \"none\"";
-    let (balancer, _) = start(&config(&[("a", a.addr), ("b", b.addr)], "", pool)).await;
+    let dir = LogDir::new();
+    let log = dir.path("access.log");
+    let listener = table(&log, "json", "");
+    let (balancer, _) = start(&config(&[("a", a.addr), ("b", b.addr)], &listener, pool)).await;
     let addr = balancer.local_addrs()[0];
     let mut home = TcpStream::connect(addr).await.unwrap();
     let home_name = greeting(&mut home).await;
@@ -286,5 +291,25 @@ async fn a_hashing_tcp_pool_moves_a_client_off_its_backend_at_its_limit() {
     finish(again).await;
     wait_until("every slot given back", || in_flight(&balancer) == [0, 0]).await;
     assert_eq!((a.most(), b.most()), (1, 1));
+    // Home and again on the owner; moved and third off it (in any order: a line is written
+    // as its session ends).
+    let lines = wait_json(&log, 4).await;
+    let mut said: Vec<(&str, &str)> = lines
+        .iter()
+        .map(|l| (any_str(&l["backend"]), any_str(&l["affinity"])))
+        .collect();
+    said.sort_unstable();
+    let mut want = vec![
+        (&*home_name, "kept"),
+        (&*home_name, "kept"),
+        (&*moved_name, "moved:at_limit"),
+        (&*moved_name, "moved:at_limit"),
+    ];
+    want.sort_unstable();
+    assert_eq!(said, want, "{lines:#?}");
     balancer.shutdown(std::time::Duration::from_secs(1)).await;
+}
+
+fn any_str(value: &Value) -> &str {
+    value.as_str().unwrap_or("(none)")
 }
