@@ -18,18 +18,20 @@ fn tcp(listener: &str, pool: &str) -> String {
 fn a_tcp_listener_relays_to_its_tcp_pool_whose_check_connects_by_default() {
     let config = parse(&tcp("", ""));
     let listener = &config.listeners[0];
-    let mode = listener.tcp.expect("mode = \"tcp\"");
-    assert_eq!(config.pools[mode.pool].name, "db");
+    let mode = listener.tcp.as_ref().expect("mode = \"tcp\"");
+    let db = mode.pool.expect("the listener's pool");
+    assert_eq!(config.pools[db].name, "db");
+    assert_eq!(mode.sni, None, "no TLS passthrough routes by default");
     assert_eq!(mode.session_timeout, None, "no session limit by default");
     assert!(listener.routes.is_empty(), "a tcp listener has no routes");
     assert_eq!(listener.idle_timeout, Duration::from_secs(60));
-    let db = &config.pools[mode.pool];
+    let db = &config.pools[db];
     assert_eq!(db.protocol, BackendProtocol::Tcp);
     assert_eq!(db.active.kind, CheckKind::Tcp);
     let config = parse(&tcp("session_timeout = \"1h\"\nidle_timeout = \"10m\"", ""));
     let listener = &config.listeners[0];
     assert_eq!(
-        listener.tcp.and_then(|t| t.session_timeout),
+        listener.tcp.as_ref().and_then(|t| t.session_timeout),
         Some(Duration::from_secs(3600))
     );
     assert_eq!(listener.idle_timeout, Duration::from_secs(600));

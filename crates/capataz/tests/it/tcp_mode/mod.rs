@@ -9,6 +9,7 @@ mod limits;
 mod observed;
 mod redis;
 mod relay;
+mod sni;
 mod tls;
 
 use std::net::SocketAddr;
