@@ -1,15 +1,17 @@
 //! A `tcp` check with an exchange (HAProxy's `tcp-check send` then `tcp-check expect
 //! string`): connect, write `send`, and read until the answer holds `expect_text`, at most
-//! [`MAX_TCP_ANSWER`] bytes, all within the probe's one deadline.
+//! [`MAX_TCP_ANSWER`] bytes, all within the probe's one deadline; over TLS when the pool
+//! speaks TLS to its backends.
 
 use std::io;
 use std::net::SocketAddr;
 
 use capataz_health::{Mismatch, Outcome, ProbeOutcome, Snippet};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
 use crate::config::{TcpExchange, MAX_TCP_ANSWER};
+use crate::tls::backend::Connector;
 
 /// One exchange with the backend at `addr`, `preamble` (a PROXY protocol header) written
 /// first. Passes (`Connected`) once `send` is written when nothing is expected, else once the
@@ -17,15 +19,34 @@ use crate::config::{TcpExchange, MAX_TCP_ANSWER};
 /// it is a mismatch (`answer did not contain "+PONG"`); a connection closed before any answer
 /// is `Reset`; the deadline passing is `Timeout`, with that mismatch once some answer came.
 /// Failures to connect or write map as any probe's (the caller classifies them).
+/// Over TLS by `tls` when given: a handshake rustls refuses is `Tls`.
 pub(super) async fn probe(
     addr: SocketAddr,
     preamble: &[u8],
     exchange: &TcpExchange,
     deadline: Instant,
+    tls: Option<&Connector>,
 ) -> io::Result<ProbeOutcome> {
     let late = || io::Error::from(io::ErrorKind::TimedOut);
     let connect = tokio::time::timeout_at(deadline, super::connect(addr, preamble));
-    let mut stream = connect.await.map_err(|_| late())??;
+    let stream = connect.await.map_err(|_| late())??;
+    let Some(tls) = tls else {
+        return on(stream, exchange, deadline).await;
+    };
+    let handshake = tokio::time::timeout_at(deadline, tls.connect_probe(stream));
+    match handshake.await.map_err(|_| late())? {
+        Ok(stream) => Box::pin(on(stream, exchange, deadline)).await,
+        Err(error) if error.kind() == io::ErrorKind::InvalidData => Ok(Outcome::Tls.into()),
+        Err(error) => Err(error),
+    }
+}
+
+/// The exchange on a connected `stream`.
+async fn on<S>(mut stream: S, exchange: &TcpExchange, deadline: Instant) -> io::Result<ProbeOutcome>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let late = || io::Error::from(io::ErrorKind::TimedOut);
     if !exchange.send.is_empty() {
         let write = tokio::time::timeout_at(deadline, stream.write_all(&exchange.send));
         write.await.map_err(|_| late())??;

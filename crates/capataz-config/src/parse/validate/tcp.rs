@@ -166,12 +166,12 @@ impl Validator<'_> {
     }
 
     /// A `tcp` pool: the keys that only mean something for HTTP backends are refused; its
-    /// active check connects (`kind = "tcp"`) unless it says `"none"`.
+    /// active check connects (`kind = "tcp"`) unless it says `"none"`. `tls` applies: the
+    /// sessions are relayed over TLS to the backends.
     pub(super) fn tcp_pool(&self, at: &str, raw: &RawPool) -> Result<(), ConfigError> {
         let timeouts = &raw.timeouts;
         let written = [
             ("connection_reuse", raw.connection_reuse.is_some()),
-            ("tls", raw.tls.is_some()),
             // A session has no cookie, header, path or query: it hashes its client's address.
             ("sticky", raw.sticky.is_some()),
             (

@@ -133,7 +133,6 @@ fn a_tcp_listener_needs_a_tcp_pool_and_an_http_listener_cannot_use_one() {
 fn http_keys_on_a_tcp_pool_are_errors_naming_the_key() {
     for (extra, key) in [
         ("connection_reuse = \"shared\"", "pools.db.connection_reuse"),
-        ("tls = true", "pools.db.tls"),
         (
             "timeouts.response_header = \"5s\"",
             "pools.db.timeouts.response_header",
@@ -166,6 +165,14 @@ fn http_keys_on_a_tcp_pool_are_errors_naming_the_key() {
     assert_eq!(db.timeouts.connect, Duration::from_millis(250));
     assert_eq!(db.retries.attempts, 2);
     assert_eq!(db.active.kind, CheckKind::None);
+    // TLS to the backends (HAProxy's `server ... ssl` in mode tcp).
+    let config = parse(&tcp(
+        "",
+        "tls = { server_name = \"db.internal\", verify = false }",
+    ));
+    let tls = config.pools[0].tls.as_ref().expect("TLS to the backends");
+    assert_eq!(tls.server_name.as_deref(), Some("db.internal"));
+    assert!(!tls.verify);
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! `relay.rs` drives it with hand-written backends (half-close, timeouts, failover, hostile
 //! clients); `redis.rs` with real Redis servers (the `peers` tier).
 
+mod backend_tls;
 mod hostile;
 mod limits;
 mod observed;
