@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use capataz_health::State;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
@@ -24,6 +25,7 @@ use super::{refused_port, to_end, Greeter};
 use crate::support::access_log::{table, wait_json, LogDir};
 use crate::support::backends_tls::Pki;
 use crate::support::balancer::start;
+use crate::support::events::{is_transition, wait_for};
 use crate::support::{any, DEADLINE};
 
 /// A TLS backend with a certificate for its names: after the handshake it greets with its
@@ -336,4 +338,57 @@ async fn hostile_first_bytes_are_closed_or_sent_to_the_default_and_charge_no_bac
     client.shutdown().await.unwrap();
     let all = to_end(&mut client).await.expect("the session's end");
     assert_eq!(String::from_utf8_lossy(&all), "d\nplain\nbye d\n");
+}
+
+#[tokio::test]
+async fn a_routes_pool_with_its_backend_down_closes_the_session_and_logs_its_route() {
+    let pki = Pki::new("sni-down");
+    let d = TlsGreeter::start(&pki, "d", &["127.0.0.1", "a.test"]).await;
+    let dir = LogDir::new();
+    let log = dir.path("sni.log");
+    // Pool a's only backend refuses: its first session's connect fails, charged, which takes
+    // it DOWN; then the pool rejects, and the route never falls back to the default pool.
+    let text = format!(
+        "[[listeners]]\naddress = \"127.0.0.1:0\"\nmode = \"tcp\"\npool = \"d\"\n{}\n\
+         [[listeners.sni_routes]]\nserver_names = [\"a.test\"]\npool = \"a\"\n\n\
+         [pools.a]\nprotocol = \"tcp\"\nactive.kind = \"none\"\npassive.consecutive_errors = 1\n\
+         when_all_down = \"reject\"\nbackends = [{{ name = \"a1\", address = \"{}\" }}]\n\n\
+         [pools.d]\nprotocol = \"tcp\"\nactive.kind = \"none\"\n\
+         backends = [{{ name = \"d1\", address = \"{}\" }}]\n",
+        table(&log, "json", ""),
+        refused_port(),
+        d.addr
+    );
+    let (balancer, mut rx) = start(&text).await;
+    let addr = balancer.local_addrs()[0];
+    let hello = client_hello(&pki, "a.test");
+    for (n, (ended_by, backend, attempts)) in [
+        ("backend", Value::from("a1"), 1),
+        ("capataz", Value::Null, 0),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut client = connect(addr).await;
+        client.write_all(&hello).await.unwrap();
+        assert_eq!(to_end(&mut client).await.unwrap_or_default(), b"");
+        let line = wait_json(&log, n + 1).await.remove(n);
+        assert_eq!(
+            (&line["sni"], &line["route"]),
+            (&"a.test".into(), &"a.test".into())
+        );
+        assert_eq!(line["pool"], "a", "{line}");
+        assert_eq!(line["backend"], backend, "{line}");
+        assert_eq!(line["attempts"], attempts, "{line}");
+        assert_eq!(line["ended_by"], ended_by, "{line}");
+        assert_eq!(line["phase"], "connect", "{line}");
+        if n == 0 {
+            wait_for(&mut rx, "a1 down", |e| is_transition(e, "a1", State::Down)).await;
+        }
+    }
+    assert_eq!(
+        d.accepted(),
+        0,
+        "a route's session never goes to the default pool"
+    );
 }
