@@ -192,3 +192,80 @@ fn close(
     }
     relay.log(record);
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use rustls::pki_types::ServerName;
+    use tokio::io::AsyncWriteExt;
+
+    use super::*;
+
+    /// A real ClientHello for `sni` (an IP address: none sent), as a client's first flight.
+    fn client_hello(sni: &str) -> Vec<u8> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        let name = ServerName::try_from(sni.to_owned()).expect("a name");
+        let mut conn = rustls::ClientConnection::new(Arc::new(config), name).expect("a client");
+        let mut hello = Vec::new();
+        conn.write_tls(&mut hello).expect("the ClientHello");
+        hello
+    }
+
+    /// What `inspect` makes of `chunks` written one by one, then a FIN when `fin`.
+    async fn check(chunks: Vec<Vec<u8>>, fin: bool) -> (Vec<u8>, Inspected) {
+        let (mut client, mut server) = tokio::io::duplex(64 * 1024);
+        let writer = tokio::spawn(async move {
+            for chunk in chunks {
+                let _ = client.write_all(&chunk).await;
+                tokio::task::yield_now().await;
+            }
+            if fin {
+                let _ = client.shutdown().await;
+            }
+            // Held open until the inspection is over.
+            client
+        });
+        let inspected = inspect(&mut server, Duration::from_secs(5)).await;
+        drop(writer);
+        inspected
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_hello_in_any_split_gives_its_name_and_its_exact_bytes() {
+        let hello = client_hello("Shop.Example.com");
+        for size in [1, 7, hello.len()] {
+            let chunks = hello.chunks(size).map(<[u8]>::to_vec).collect();
+            let (read, inspected) = check(chunks, false).await;
+            assert_eq!(inspected, Inspected::Hello(Some("shop.example.com".into())));
+            assert_eq!(read, hello, "every byte kept for the backend, in order");
+        }
+        let (_, inspected) = check(vec![client_hello("10.0.0.1")], false).await;
+        assert_eq!(inspected, Inspected::Hello(None), "an IP address is no SNI");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn hostile_first_bytes_end_the_inspection_bounded() {
+        let (read, inspected) = check(vec![b"GET / HTTP/1.1\r\n\r\n".to_vec()], false).await;
+        assert_eq!((read.len(), inspected), (18, Inspected::NotTls));
+        let hello = client_hello("a.test");
+        let half = hello[..hello.len() / 2].to_vec();
+        assert_eq!(check(vec![half.clone()], true).await.1, Inspected::Closed);
+        assert_eq!(check(vec![], true).await.1, Inspected::Closed);
+        // A part, then nothing: the timeout (paused time passes it at once).
+        assert_eq!(check(vec![half], false).await.1, Inspected::Late);
+        // Records that announce a 60000-byte ClientHello: cut at the limit.
+        let mut huge = vec![0x16, 0x03, 0x01, 0x40, 0x00, 0x01, 0x00, 0xea, 0x60];
+        huge.resize(3 * (5 + 16384), 0);
+        let (read, inspected) = check(vec![huge], false).await;
+        assert_eq!(
+            (read.len(), inspected),
+            (MAX_CLIENT_HELLO, Inspected::TooLarge)
+        );
+    }
+}
