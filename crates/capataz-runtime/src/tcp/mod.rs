@@ -122,10 +122,14 @@ impl TcpRelay {
         C: AsyncRead + AsyncWrite + Unpin,
     {
         let _open = self.metrics.connection();
-        let mut record = self
-            .access_log
-            .as_ref()
-            .map(|_| Box::new(AccessRecord::session(peer, "-".into())));
+        let mut record = self.access_log.as_ref().map(|_| {
+            let pool = match &self.default {
+                Some(target) => target.pool.name.clone(),
+                // A listener with routes only: set once its session is routed.
+                None => "-".into(),
+            };
+            Box::new(AccessRecord::session(peer, pool))
+        });
         if let (Some(record), Some(tls)) = (&mut record, &tls) {
             record.set_tls(tls.version, tls.sni.as_deref());
         }
@@ -144,7 +148,7 @@ impl TcpRelay {
     }
 
     /// Relays `client` to a backend of `target`'s pool until the session ends, then logs it
-    /// in `record` (started when the client connected).
+    /// in `record` (started when the client connected, its pool already `target`'s).
     async fn relay_to<C>(
         &self,
         target: &Target,
@@ -158,7 +162,6 @@ impl TcpRelay {
         let mut queued = None;
         let connected = connect(pool, (peer, destination), &mut queued).await;
         if let Some(record) = &mut record {
-            record.pool = Some(pool.name.clone());
             record.queued = queued;
         }
         let connected = match connected {

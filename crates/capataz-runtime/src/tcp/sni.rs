@@ -152,16 +152,15 @@ pub(super) async fn serve<C>(
     };
     let matched = sni.as_deref().and_then(|name| routes.routing.route(name));
     if let Some(record) = &mut record {
-        record.pool = None;
         record.bytes_in = Some(read.len() as u64);
         // A DNS name (rustls checks it), well within the log's field limit.
         record.sni = sni.clone();
         record.route = matched.map(|found| found.pattern.as_written());
     }
     let target = match (refused, matched) {
-        (Some((termination, reason)), _) => {
-            tracing::debug!(peer = %addresses.0, ?termination, "TLS passthrough session closed before routing");
-            return close(relay, record, termination, reason);
+        (Some(refused), _) => {
+            tracing::debug!(peer = %addresses.0, ?refused, "TLS passthrough session closed before routing");
+            return close(relay, record, refused, read.len());
         }
         (None, Some(found)) => &routes.targets[found.route],
         (None, None) => match &relay.default {
@@ -171,22 +170,29 @@ pub(super) async fn serve<C>(
                     ended_by: EndedBy::Capataz,
                     phase: Phase::Inspect,
                 };
-                return close(relay, record, termination, Some("no_sni_route"));
+                let refused = (termination, Some("no_sni_route"));
+                return close(relay, record, refused, read.len());
             }
         },
     };
+    if let Some(record) = &mut record {
+        record.pool = Some(target.pool.name.clone());
+    }
     let client = Rewind::new(Bytes::from(read), client);
     relay.relay_to(target, client, addresses, record).await;
 }
 
-/// Logs a session closed before it reached a pool: nothing is charged to any backend.
+/// Counts and logs a session closed before it reached a pool (none in its line), having read
+/// `read` bytes: nothing is charged to any backend.
 fn close(
     relay: &TcpRelay,
     mut record: Option<Box<AccessRecord>>,
-    termination: Termination,
-    reason: Option<&'static str>,
+    (termination, reason): (Termination, Option<&'static str>),
+    read: usize,
 ) {
+    relay.metrics.add_bytes(read as u64, 0);
     if let Some(record) = &mut record {
+        record.pool = None;
         record.termination = termination;
         record.reason = reason;
     }
