@@ -24,7 +24,7 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 use super::{refused_port, to_end, Greeter};
 use crate::support::access_log::{table, wait_json, LogDir};
 use crate::support::backends_tls::Pki;
-use crate::support::balancer::start;
+use crate::support::balancer::{metrics_text, start};
 use crate::support::events::{is_transition, wait_for};
 use crate::support::{any, DEADLINE};
 
@@ -236,6 +236,28 @@ async fn a_tls_client_reaches_the_backend_its_sni_names_and_verifies_that_backen
         assert_eq!(line["phase"], "-", "{line}");
     }
     assert_eq!((a.accepted(), b.accepted(), d.accepted()), (2, 2, 2));
+    // The metrics, by pool as for any session, say what the log says.
+    let lines = wait_json(&log, cases.len()).await;
+    let page = metrics_text(&balancer);
+    for (pool, backend) in [("a", "a1"), ("b", "b1"), ("d", "d1")] {
+        let labels = format!("pool=\"{pool}\",backend=\"{backend}\"");
+        let value = |name: &str, labels: &str| {
+            let prefix = format!("{name}{{{labels}}} ");
+            let line = page.lines().find_map(|line| line.strip_prefix(&prefix));
+            line.unwrap_or_else(|| panic!("no {prefix}"))
+                .trim()
+                .parse::<f64>()
+                .unwrap()
+        };
+        assert_eq!(value("capataz_tcp_sessions_total", &labels), 2.0, "{pool}");
+        let logged: u64 = lines
+            .iter()
+            .filter(|line| line["backend"] == backend)
+            .map(|line| line["bytes_in"].as_u64().expect("bytes_in"))
+            .sum();
+        let to_backend = format!("{labels},direction=\"to_backend\"");
+        assert_eq!(value("capataz_tcp_bytes_total", &to_backend), logged as f64);
+    }
 }
 
 /// The first bytes of a real ClientHello for `sni`, as a client sends them.
