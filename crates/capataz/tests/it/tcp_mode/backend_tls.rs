@@ -1,7 +1,8 @@
 //! TLS to a tcp pool's backends (`[pools.NAME.tls]` on a `protocol = "tcp"` pool): capataz
 //! originates TLS to a real TLS server and relays the plain bytes of a plain client; a backend
 //! whose certificate is not trusted fails its connect (charged to it) and its `tcp` check
-//! (outcome `TLS`), and gets no session; the check's exchange runs over TLS.
+//! (outcome `TLS`), and gets no session; the check's exchange runs over TLS; a client's TLS
+//! terminated at capataz is encrypted again to the backend.
 
 use std::cell::Cell;
 
@@ -121,4 +122,31 @@ async fn a_tcp_check_over_tls_fails_an_untrusted_backend_and_its_exchange_runs_o
     for _ in 0..3 {
         assert_eq!(plain_session(addr).await, "good\nping\nbye good\n");
     }
+}
+
+#[tokio::test]
+async fn a_session_terminated_at_capataz_is_encrypted_again_to_the_backend() {
+    let backends = Pki::new("tcp-reencrypt");
+    let good = TlsGreeter::start(&backends, "good", &["db.test"]).await;
+    let edge = crate::support::tls::Pki::new();
+    let (cert, key) = edge.server("edge", &["edge.test"], None);
+    let listener = crate::support::tls::Pki::listener(&[(&cert, &key)], "");
+    let text = config(&backends.ca_file(), &[("good", good.addr)], &listener, "");
+    let (balancer, _) = start(&text).await;
+    let mut client = crate::support::tls::Client::trusting(&edge);
+    // A TCP client offers no ALPN.
+    client.alpn.clear();
+    let mut stream = client
+        .connect(balancer.local_addrs()[0], "edge.test")
+        .await
+        .expect("the handshake with capataz");
+    stream.write_all(b"ping\n").await.unwrap();
+    stream.shutdown().await.unwrap();
+    let mut all = Vec::new();
+    let read = tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut all);
+    // A TLS close without close_notify is still the end of the bytes.
+    let _ = tokio::time::timeout(crate::support::DEADLINE, read)
+        .await
+        .expect("the end");
+    assert_eq!(String::from_utf8_lossy(&all), "good\nping\nbye good\n");
 }
