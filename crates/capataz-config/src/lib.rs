@@ -28,6 +28,7 @@ mod parse;
 mod pool;
 mod rate_limit;
 mod route_rules;
+mod sni;
 mod source;
 mod tcp;
 mod text_errors;
@@ -67,6 +68,9 @@ pub use rate_limit::{RateLimitConfig, RateLimitKey, DEFAULT_RATE_LIMIT_KEYS};
 pub use route_rules::{
     HeaderMatch, PathRewrite, QueryMatch, Redirect, RedirectPath, RouteMatch, RouteRegex,
     RouteTarget, ValueMatch, MAX_REGEX_LEN, REGEX_SIZE_LIMIT,
+};
+pub use sni::{
+    ServerNamePattern, SniMatch, SniRoute, SniRouting, DEFAULT_INSPECT_TIMEOUT, MAX_CLIENT_HELLO,
 };
 pub use source::{DnsRecord, DnsSource, EtcdEndpoint, EtcdSource, FleetConfig, PoolSource};
 pub use tcp::TcpListenerConfig;

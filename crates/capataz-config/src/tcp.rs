@@ -6,12 +6,16 @@ use std::time::Duration;
 /// `tcp_proxy`): every accepted connection is relayed, byte for byte, to a backend of one
 /// pool. The listener's `idle_timeout` closes a session that moved no byte either way for that
 /// long.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TcpListenerConfig {
     /// The index of the pool in [`Config::pools`](crate::Config::pools); its `protocol` is
-    /// `"tcp"`.
-    pub pool: usize,
+    /// `"tcp"`. With `sni`, the pool of the sessions no route takes (no SNI, or none that
+    /// matches); `None` only with `sni`: such sessions are closed.
+    pub pool: Option<usize>,
     /// The longest a session may last, however busy (`session_timeout`; default `None`: no
     /// limit).
     pub session_timeout: Option<Duration>,
+    /// TLS passthrough by SNI (`[[listeners.sni_routes]]`); `None`: every session goes to
+    /// `pool`.
+    pub sni: Option<crate::SniRouting>,
 }

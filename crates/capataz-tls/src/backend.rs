@@ -13,7 +13,8 @@
 //! - `verify = false` accepts any certificate (the handshake's signatures are still checked,
 //!   so the session is encrypted, but to whoever answers): it is for tests and labs, and
 //!   `capataz check` warns about it.
-//! - ALPN offers exactly the protocol the pool speaks: `http/1.1` or `h2`. A backend that
+//! - ALPN offers exactly the protocol the pool speaks: `http/1.1` or `h2`; nothing for a `tcp`
+//!   pool's byte streams. A backend that
 //!   picks nothing is accepted (many HTTP/1.1 servers do not do ALPN); one that picks another
 //!   protocol is refused by rustls during the handshake.
 //!
@@ -36,13 +37,16 @@ pub enum Alpn {
     Http11,
     /// `h2`.
     H2,
+    /// Nothing offered: a byte stream whose protocol capataz does not know (a `tcp` pool).
+    NotOffered,
 }
 
 impl Alpn {
-    fn id(self) -> &'static [u8] {
+    fn id(self) -> Option<&'static [u8]> {
         match self {
-            Alpn::Http11 => b"http/1.1",
-            Alpn::H2 => b"h2",
+            Alpn::Http11 => Some(b"http/1.1"),
+            Alpn::H2 => Some(b"h2"),
+            Alpn::NotOffered => None,
         }
     }
 }
@@ -77,7 +81,7 @@ pub fn client_config(settings: ClientSettings<'_>) -> Result<Arc<ClientConfig>, 
         Some((chain, key)) => builder.with_client_auth_cert(chain.to_vec(), key.clone_key())?,
         None => builder.with_no_client_auth(),
     };
-    config.alpn_protocols = vec![settings.alpn.id().to_vec()];
+    config.alpn_protocols = settings.alpn.id().map(<[u8]>::to_vec).into_iter().collect();
     Ok(Arc::new(config))
 }
 
@@ -255,5 +259,16 @@ mod tests {
             .expect("a config without a client key");
             assert_eq!(config.alpn_protocols, vec![id.to_vec()]);
         }
+        let config = client_config(ClientSettings {
+            roots: &roots,
+            verify: false,
+            identity: None,
+            alpn: Alpn::NotOffered,
+        })
+        .expect("a config without a client key");
+        assert!(
+            config.alpn_protocols.is_empty(),
+            "a byte stream offers nothing"
+        );
     }
 }

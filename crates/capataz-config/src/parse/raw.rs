@@ -33,6 +33,7 @@ tables!(
     RawErrorPage,
     RawRateLimit,
     RawRoute,
+    RawSniRoute,
     RawValueMatch,
     RawRegexRewrite,
     RawRedirect,
@@ -150,6 +151,17 @@ pub(super) struct RawListener {
     pub(super) mode: Option<Spanned<RawMode>>,
     pub(super) pool: Option<Spanned<String>>,
     pub(super) session_timeout: Option<Spanned<Value>>,
+    #[serde(default)]
+    pub(super) sni_routes: Vec<Spanned<RawSniRoute>>,
+    pub(super) inspect_timeout: Option<Spanned<Value>>,
+}
+
+/// One `[[listeners.sni_routes]]` of a tcp listener: TLS passthrough by the ClientHello's SNI.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, remote = "Self")]
+pub(super) struct RawSniRoute {
+    pub(super) server_names: Option<Vec<Spanned<String>>>,
+    pub(super) pool: Option<Spanned<String>>,
 }
 
 /// One status's page in `[listeners.error_pages]`.

@@ -30,6 +30,7 @@ mod proxy_protocol;
 mod rate_limit;
 mod redirect;
 mod route_match;
+mod sni;
 mod source;
 mod tcp;
 mod tcp_probe;

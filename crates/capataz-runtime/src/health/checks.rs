@@ -167,7 +167,7 @@ impl ProbePlan {
             .map(capataz_proxy_protocol::encode_local)
             .unwrap_or_default();
         if let (CheckKind::Tcp, Some(exchange)) = (active.kind, &active.tcp_exchange) {
-            let probe = prober::probe_tcp_exchange(addr, active.timeout, &preamble, exchange);
+            let probe = prober::probe_tcp_exchange(addr, active.timeout, &preamble, exchange, tls);
             return Box::pin(probe).await;
         }
         if self.checked {

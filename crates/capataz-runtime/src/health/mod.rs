@@ -64,8 +64,9 @@ fn tls_config(config: &PoolConfig) -> Option<Arc<rustls::ClientConfig>> {
     let tls = config.tls.as_ref()?;
     let alpn = match config.protocol {
         BackendProtocol::H2 => Alpn::H2,
-        // A `tcp` pool has no TLS to its backends (the config refuses it).
-        BackendProtocol::Http1 | BackendProtocol::H2c | BackendProtocol::Tcp => Alpn::Http11,
+        BackendProtocol::Http1 | BackendProtocol::H2c => Alpn::Http11,
+        // A byte stream: capataz does not know its protocol, and offers none.
+        BackendProtocol::Tcp => Alpn::NotOffered,
     };
     let identity = tls
         .identity

@@ -131,6 +131,7 @@ pub async fn probe_once_sending(
                 return Ok(Box::pin(probe_h2(&probe, addr, timeout, tls)).await);
             }
             CheckKind::Http => http_probe(addr, path, host, tls, preamble).await,
+            CheckKind::Tcp if tls.is_some() => Box::pin(tcp_over_tls(addr, preamble, tls)).await,
             CheckKind::Tcp if preamble.is_empty() => TcpStream::connect(addr)
                 .await
                 .map(|_connected| Outcome::Connected),
@@ -149,17 +150,38 @@ pub async fn probe_once_sending(
 }
 
 /// A `tcp` check with `send` or `expect_text` against `addr`, `preamble` written first (see
-/// `tcp_exchange.rs`), within `timeout`; failures map as [`probe_once`]'s.
+/// `tcp_exchange.rs`), over TLS by `tls` when given, within `timeout`; failures map as
+/// [`probe_once`]'s.
 pub async fn probe_tcp_exchange(
     addr: SocketAddr,
     timeout: Duration,
     preamble: &[u8],
     exchange: &crate::config::TcpExchange,
+    tls: Option<&Connector>,
 ) -> ProbeOutcome {
     let deadline = tokio::time::Instant::now() + timeout;
-    match tcp_exchange::probe(addr, preamble, exchange, deadline).await {
+    match tcp_exchange::probe(addr, preamble, exchange, deadline, tls).await {
         Ok(outcome) => outcome,
         Err(error) => classify_error(&error).into(),
+    }
+}
+
+/// A `tcp` check of a pool that speaks TLS to its backends: the connect and a full handshake
+/// (the pool's CA, name and client certificate), as HAProxy's `check-ssl` in `mode tcp`; a
+/// handshake rustls refuses is [`Outcome::Tls`].
+async fn tcp_over_tls(
+    addr: SocketAddr,
+    preamble: &[u8],
+    tls: Option<&Connector>,
+) -> io::Result<Outcome> {
+    let stream = connect(addr, preamble).await?;
+    let Some(tls) = tls else {
+        return Ok(Outcome::Connected);
+    };
+    match tls.connect_probe(stream).await {
+        Ok(_session) => Ok(Outcome::Connected),
+        Err(error) if error.kind() == io::ErrorKind::InvalidData => Ok(Outcome::Tls),
+        Err(error) => Err(error),
     }
 }
 

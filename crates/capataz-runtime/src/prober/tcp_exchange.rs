@@ -1,16 +1,18 @@
 //! A `tcp` check with an exchange (HAProxy's `tcp-check send` / `send-binary` then `tcp-check
 //! expect string` / `rbinary "^..."`): connect, write `send`, and read until the answer holds
 //! `expect_text` (anywhere in its first [`MAX_TCP_ANSWER`] bytes) or starts with
-//! `expect_hex`'s bytes, all within the probe's one deadline.
+//! `expect_hex`'s bytes, all within the probe's one deadline; over TLS when the pool speaks
+//! TLS to its backends.
 
 use std::io;
 use std::net::SocketAddr;
 
 use capataz_health::{Mismatch, Outcome, ProbeOutcome, Snippet};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
 use crate::config::{TcpExchange, TcpExpect, MAX_TCP_ANSWER};
+use crate::tls::backend::Connector;
 
 /// One exchange with the backend at `addr`, `preamble` (a PROXY protocol header) written
 /// first. Passes (`Connected`) once `send` is written when nothing is expected, else once the
@@ -19,26 +21,36 @@ use crate::config::{TcpExchange, TcpExpect, MAX_TCP_ANSWER};
 /// "+PONG"`, `answer did not start with hex "52"`); a connection closed before any answer
 /// is `Reset`; the deadline passing is `Timeout`, with that mismatch once some answer came.
 /// Failures to connect or write map as any probe's (the caller classifies them).
+/// Over TLS by `tls` when given: a handshake rustls refuses is `Tls`.
 pub(super) async fn probe(
     addr: SocketAddr,
     preamble: &[u8],
     exchange: &TcpExchange,
     deadline: Instant,
+    tls: Option<&Connector>,
 ) -> io::Result<ProbeOutcome> {
     let late = || io::Error::from(io::ErrorKind::TimedOut);
     let connect = tokio::time::timeout_at(deadline, super::connect(addr, preamble));
     let stream = connect.await.map_err(|_| late())??;
-    exchange_on(stream, exchange, deadline).await
+    let Some(tls) = tls else {
+        return exchange_on(stream, exchange, deadline).await;
+    };
+    let handshake = tokio::time::timeout_at(deadline, tls.connect_probe(stream));
+    match handshake.await.map_err(|_| late())? {
+        Ok(stream) => Box::pin(exchange_on(stream, exchange, deadline)).await,
+        Err(error) if error.kind() == io::ErrorKind::InvalidData => Ok(Outcome::Tls.into()),
+        Err(error) => Err(error),
+    }
 }
 
-/// The exchange of [`probe`] on a connected `stream` (TCP, or a Unix socket's).
+/// The exchange of [`probe`] on a connected `stream` (TCP, TLS, or a Unix socket's).
 pub(super) async fn exchange_on<S>(
     mut stream: S,
     exchange: &TcpExchange,
     deadline: Instant,
 ) -> io::Result<ProbeOutcome>
 where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin,
 {
     let late = || io::Error::from(io::ErrorKind::TimedOut);
     if !exchange.send.is_empty() {

@@ -13,6 +13,8 @@
 //! Established sessions outlive their backend's fall from eligibility (ejection, drain,
 //! DOWN), as HAProxy's do, unless the pool has `close_tunnels_on_down`, whose signal closes
 //! them when the verdict goes DOWN. `relay.rs` moves the bytes.
+//! A listener with `sni_routes` passes TLS through to a pool chosen by the ClientHello's
+//! server name (`sni.rs`), read before any backend is picked.
 //!
 //! Invariants: a client's failure is never charged to a backend; a session never holds more
 //! than two buffers of `relay::BUFFER` bytes; every session ends (idle timeout).
@@ -21,6 +23,7 @@ mod accept;
 mod connect;
 mod relay;
 mod slot;
+mod sni;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -40,17 +43,41 @@ pub(crate) use relay::{End, Relayed, Side};
 /// What a tcp listener's connections read when accepted (a reload applies to the next one).
 #[derive(Debug)]
 pub(crate) struct TcpRelay {
-    pool: Arc<PoolHandle>,
+    /// The listener's `pool`: every session's, or with `sni` those no route takes (`None`
+    /// only with `sni`: those are closed).
+    default: Option<Target>,
+    /// TLS passthrough by SNI (`[[listeners.sni_routes]]`).
+    sni: Option<Box<sni::SniRoutes>>,
     limits: relay::Limits,
     metrics: Arc<ListenerMetrics>,
     /// The listener's access log: one line per session.
     access_log: Option<Arc<AccessLog>>,
-    /// The counters of the pool's backends, by index.
+}
+
+/// A pool sessions are relayed to, and the counters of its backends, by index.
+#[derive(Debug)]
+pub(crate) struct Target {
+    pool: Arc<PoolHandle>,
     backends: Vec<TcpBackendMetrics>,
 }
 
+impl Target {
+    /// The pool at `index` among `pools`, counting into `families`.
+    fn new(pools: &[Arc<PoolHandle>], index: usize, families: &Families) -> Option<Target> {
+        let pool = pools.get(index)?;
+        Some(Target {
+            backends: pool
+                .backends
+                .iter()
+                .map(|backend| families.tcp().backend(&pool.name, &backend.name))
+                .collect(),
+            pool: pool.clone(),
+        })
+    }
+}
+
 impl TcpRelay {
-    /// The relay of `listener` (a tcp one) to its pool among `pools`, counting into
+    /// The relay of `listener` (a tcp one) to its pools among `pools`, counting into
     /// `metrics`, the listener's, and `families` (its backends' sessions and bytes), and
     /// logging each session to `access_log`.
     pub(crate) fn new(
@@ -59,15 +86,21 @@ impl TcpRelay {
         (metrics, families): (Arc<ListenerMetrics>, &Families),
         access_log: Option<Arc<AccessLog>>,
     ) -> Option<TcpRelay> {
-        let tcp = listener.tcp?;
-        let pool = pools.get(tcp.pool)?;
+        let tcp = listener.tcp.as_ref()?;
+        let default = match tcp.pool {
+            Some(index) => Some(Target::new(pools, index, families)?),
+            None => None,
+        };
+        let sni = match &tcp.sni {
+            Some(routing) => Some(Box::new(sni::SniRoutes::new(routing, pools, families)?)),
+            None => None,
+        };
+        if default.is_none() && sni.is_none() {
+            return None;
+        }
         Some(TcpRelay {
-            backends: pool
-                .backends
-                .iter()
-                .map(|backend| families.tcp().backend(&pool.name, &backend.name))
-                .collect(),
-            pool: pool.clone(),
+            default,
+            sni,
             limits: relay::Limits {
                 idle: listener.idle_timeout,
                 session: tcp.session_timeout,
@@ -81,7 +114,7 @@ impl TcpRelay {
     /// until its session ends, then logs it.
     pub(crate) async fn serve<C>(
         self: Arc<Self>,
-        mut client: C,
+        client: C,
         peer: SocketAddr,
         destination: SocketAddr,
         tls: Option<TlsInfo>,
@@ -89,14 +122,43 @@ impl TcpRelay {
         C: AsyncRead + AsyncWrite + Unpin,
     {
         let _open = self.metrics.connection();
-        let pool = &self.pool;
-        let mut record = self
-            .access_log
-            .as_ref()
-            .map(|_| Box::new(AccessRecord::session(peer, pool.name.clone())));
+        let mut record = self.access_log.as_ref().map(|_| {
+            let pool = match &self.default {
+                Some(target) => target.pool.name.clone(),
+                // A listener with routes only: set once its session is routed.
+                None => "-".into(),
+            };
+            Box::new(AccessRecord::session(peer, pool))
+        });
         if let (Some(record), Some(tls)) = (&mut record, &tls) {
             record.set_tls(tls.version, tls.sni.as_deref());
         }
+        match (&self.sni, &self.default) {
+            (Some(routes), _) => {
+                let serve = sni::serve(&self, routes, client, (peer, destination), record);
+                Box::pin(serve).await;
+            }
+            (None, Some(target)) => {
+                self.relay_to(target, client, (peer, destination), record)
+                    .await;
+            }
+            // `new` makes no relay with neither.
+            (None, None) => {}
+        }
+    }
+
+    /// Relays `client` to a backend of `target`'s pool until the session ends, then logs it
+    /// in `record` (started when the client connected, its pool already `target`'s).
+    async fn relay_to<C>(
+        &self,
+        target: &Target,
+        mut client: C,
+        (peer, destination): (SocketAddr, SocketAddr),
+        mut record: Option<Box<AccessRecord>>,
+    ) where
+        C: AsyncRead + AsyncWrite + Unpin,
+    {
+        let pool = &target.pool;
         let (mut queued, mut affinity) = (None, None);
         let connected = connect(pool, (peer, destination), &mut queued, &mut affinity).await;
         if let Some(record) = &mut record {
@@ -134,7 +196,7 @@ impl TcpRelay {
         drop((client, stream, slot));
         self.metrics
             .add_bytes(relayed.from_client, relayed.from_backend);
-        self.backends[index].session(relayed.from_client, relayed.from_backend);
+        target.backends[index].session(relayed.from_client, relayed.from_backend);
         if let Some(outcome) = judge(&relayed) {
             pool.observe(index, outcome);
         }

@@ -92,6 +92,8 @@ pub enum Phase {
     Session,
     /// A TCP session that moved no byte for its idle timeout.
     Idle,
+    /// Reading a TLS passthrough session's ClientHello, to route it by SNI.
+    Inspect,
 }
 
 impl Phase {
@@ -107,6 +109,7 @@ impl Phase {
             Phase::Body => "body",
             Phase::Session => "session",
             Phase::Idle => "idle",
+            Phase::Inspect => "inspect",
         }
     }
 }

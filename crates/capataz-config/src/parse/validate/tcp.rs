@@ -5,6 +5,8 @@
 
 use std::ops::Range;
 
+use toml::Spanned;
+
 use super::super::raw::{RawCheckKind, RawListener, RawMode, RawPool};
 use super::{ConfigError, Validator};
 use crate::{BackendProtocol, PoolConfig, TcpListenerConfig};
@@ -42,18 +44,51 @@ impl Validator<'_> {
                         .into(),
                 ));
             }
+            if let Some(key) = super::sni::sni_key(raw) {
+                return Err(self.error(
+                    None,
+                    &format!("{at}.{key}"),
+                    format!(
+                        "{key} routes TLS passthrough on a tcp listener, and this listener \
+                         serves HTTP (set mode = \"tcp\", or route with [[listeners.routes]] \
+                         and host)"
+                    ),
+                ));
+            }
             return Ok(None);
         }
         self.no_http_keys(at, raw)?;
-        let Some(pool) = &raw.pool else {
-            return Err(self.error(
-                Some(span.clone()),
-                &format!("{at}.pool"),
-                "a mode = \"tcp\" listener relays to one pool (add pool = NAME, naming a pool \
-                 with protocol = \"tcp\")"
-                    .into(),
-            ));
+        let sni = self.sni_routing(at, raw, pools)?;
+        let pool = match &raw.pool {
+            Some(pool) => Some(self.tcp_pool_index(&format!("{at}.pool"), pool, pools)?),
+            // Sessions that no route takes are closed.
+            None if sni.is_some() => None,
+            None => {
+                return Err(self.error(
+                    Some(span.clone()),
+                    &format!("{at}.pool"),
+                    "a mode = \"tcp\" listener relays to one pool (add pool = NAME, naming a \
+                     pool with protocol = \"tcp\")"
+                        .into(),
+                ))
+            }
         };
+        let session_timeout =
+            self.optional_duration(&raw.session_timeout, &format!("{at}.session_timeout"))?;
+        Ok(Some(TcpListenerConfig {
+            pool,
+            session_timeout,
+            sni,
+        }))
+    }
+
+    /// The index of the pool `pool` names, for `key`: a pool with `protocol = "tcp"`.
+    pub(super) fn tcp_pool_index(
+        &self,
+        key: &str,
+        pool: &Spanned<String>,
+        pools: &[PoolConfig],
+    ) -> Result<usize, ConfigError> {
         let pool_index = match pools.iter().position(|p| p.name == *pool.get_ref()) {
             Some(index) => index,
             // Its own errors are reported; the config is refused, so any index will do.
@@ -61,7 +96,7 @@ impl Validator<'_> {
             None => {
                 return Err(self.error(
                     Some(pool.span()),
-                    &format!("{at}.pool"),
+                    key,
                     format!(
                         "{:?} is not a pool (add [pools.{}] with protocol = \"tcp\")",
                         pool.get_ref(),
@@ -74,7 +109,7 @@ impl Validator<'_> {
             if found.protocol != BackendProtocol::Tcp && found.name == *pool.get_ref() {
                 return Err(self.error(
                     Some(pool.span()),
-                    &format!("{at}.pool"),
+                    key,
                     format!(
                         "pool {:?} speaks HTTP to its backends, and a mode = \"tcp\" listener \
                          relays byte streams (set protocol = \"tcp\" on [pools.{}])",
@@ -83,12 +118,7 @@ impl Validator<'_> {
                 ));
             }
         }
-        let session_timeout =
-            self.optional_duration(&raw.session_timeout, &format!("{at}.session_timeout"))?;
-        Ok(Some(TcpListenerConfig {
-            pool: pool_index,
-            session_timeout,
-        }))
+        Ok(pool_index)
     }
 
     /// The keys of an HTTP listener, refused on a `tcp` one.
@@ -134,12 +164,12 @@ impl Validator<'_> {
     }
 
     /// A `tcp` pool: the keys that only mean something for HTTP backends are refused; its
-    /// active check connects (`kind = "tcp"`) unless it says `"none"`.
+    /// active check connects (`kind = "tcp"`) unless it says `"none"`. `tls` applies: the
+    /// sessions are relayed over TLS to the backends.
     pub(super) fn tcp_pool(&self, at: &str, raw: &RawPool) -> Result<(), ConfigError> {
         let timeouts = &raw.timeouts;
         let written = [
             ("connection_reuse", raw.connection_reuse.is_some()),
-            ("tls", raw.tls.is_some()),
             // A session has no cookie, header, path or query: it hashes its client's address.
             ("sticky", raw.sticky.is_some()),
             (

@@ -16,6 +16,7 @@ mod log_level;
 mod operator_words;
 mod proxy_protocol;
 mod route_rules;
+mod sni_routes;
 mod source;
 mod tcp_mode;
 mod unix_addresses;

@@ -18,18 +18,20 @@ fn tcp(listener: &str, pool: &str) -> String {
 fn a_tcp_listener_relays_to_its_tcp_pool_whose_check_connects_by_default() {
     let config = parse(&tcp("", ""));
     let listener = &config.listeners[0];
-    let mode = listener.tcp.expect("mode = \"tcp\"");
-    assert_eq!(config.pools[mode.pool].name, "db");
+    let mode = listener.tcp.as_ref().expect("mode = \"tcp\"");
+    let db = mode.pool.expect("the listener's pool");
+    assert_eq!(config.pools[db].name, "db");
+    assert_eq!(mode.sni, None, "no TLS passthrough routes by default");
     assert_eq!(mode.session_timeout, None, "no session limit by default");
     assert!(listener.routes.is_empty(), "a tcp listener has no routes");
     assert_eq!(listener.idle_timeout, Duration::from_secs(60));
-    let db = &config.pools[mode.pool];
+    let db = &config.pools[db];
     assert_eq!(db.protocol, BackendProtocol::Tcp);
     assert_eq!(db.active.kind, CheckKind::Tcp);
     let config = parse(&tcp("session_timeout = \"1h\"\nidle_timeout = \"10m\"", ""));
     let listener = &config.listeners[0];
     assert_eq!(
-        listener.tcp.and_then(|t| t.session_timeout),
+        listener.tcp.as_ref().and_then(|t| t.session_timeout),
         Some(Duration::from_secs(3600))
     );
     assert_eq!(listener.idle_timeout, Duration::from_secs(600));
@@ -131,7 +133,6 @@ fn a_tcp_listener_needs_a_tcp_pool_and_an_http_listener_cannot_use_one() {
 fn http_keys_on_a_tcp_pool_are_errors_naming_the_key() {
     for (extra, key) in [
         ("connection_reuse = \"shared\"", "pools.db.connection_reuse"),
-        ("tls = true", "pools.db.tls"),
         (
             "timeouts.response_header = \"5s\"",
             "pools.db.timeouts.response_header",
@@ -164,6 +165,14 @@ fn http_keys_on_a_tcp_pool_are_errors_naming_the_key() {
     assert_eq!(db.timeouts.connect, Duration::from_millis(250));
     assert_eq!(db.retries.attempts, 2);
     assert_eq!(db.active.kind, CheckKind::None);
+    // TLS to the backends (HAProxy's `server ... ssl` in mode tcp).
+    let config = parse(&tcp(
+        "",
+        "tls = { server_name = \"db.internal\", verify = false }",
+    ));
+    let tls = config.pools[0].tls.as_ref().expect("TLS to the backends");
+    assert_eq!(tls.server_name.as_deref(), Some("db.internal"));
+    assert!(!tls.verify);
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! clients); `redis.rs`, `postgres.rs` and `mariadb.rs` with real Redis, PostgreSQL and MariaDB
 //! servers (the `peers` tier).
 
+mod backend_tls;
 mod hostile;
 mod limits;
 mod mariadb;
@@ -12,6 +13,7 @@ mod observed;
 mod postgres;
 mod redis;
 mod relay;
+mod sni;
 mod tls;
 
 use std::net::SocketAddr;
