@@ -124,10 +124,30 @@ async fn to_end(stream: &mut TcpStream) -> Option<Vec<u8>> {
     Some(all)
 }
 
-/// A loopback port nobody listens on (bound, then released): connecting to it is refused.
-fn refused_port() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("address")
+/// A loopback port nobody listens on, held while this lives: bound and never listening, so
+/// connecting to it is refused and the kernel hands it to no other `127.0.0.1:0` bind (a port
+/// released at once could become the balancer's own listener, which would then relay the
+/// sessions of the "dead" backend back into itself).
+struct RefusedPort {
+    addr: SocketAddr,
+    _socket: socket2::Socket,
+}
+
+/// A [`RefusedPort`].
+fn refused_port() -> RefusedPort {
+    let socket =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("a socket");
+    let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    socket.bind(&any.into()).expect("bind 127.0.0.1:0");
+    let addr = socket
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .expect("a bound address");
+    RefusedPort {
+        addr,
+        _socket: socket,
+    }
 }
 
 /// Waits until both `backends` have gone UP (in either order).

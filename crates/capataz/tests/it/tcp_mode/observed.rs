@@ -23,7 +23,8 @@ fn series(page: &str, name: &str, labels: &str) -> f64 {
 #[tokio::test]
 async fn the_access_log_metrics_and_status_say_what_each_session_moved() {
     let a = Greeter::start("a").await;
-    let dead = refused_port();
+    let dead_port = refused_port();
+    let dead = dead_port.addr;
     let dir = LogDir::new();
     let log = dir.path("tcp.log");
     let listener = format!("idle_timeout = \"300ms\"\n{}", table(&log, "json", ""));

@@ -73,7 +73,8 @@ async fn a_hashing_pool_keeps_a_clients_sessions_on_one_backend() {
 #[tokio::test]
 async fn a_refused_connect_goes_to_another_backend_and_is_charged_to_the_refusing_one() {
     let live = Greeter::start("live").await;
-    let dead = refused_port();
+    let dead_port = refused_port();
+    let dead = dead_port.addr;
     let pool = "active.kind = \"none\"\npassive.consecutive_errors = 2";
     let text = config(&[("dead", dead), ("live", live.addr)], "", pool);
     let (balancer, mut rx) = start(&text).await;
@@ -143,7 +144,8 @@ async fn a_busy_session_ends_at_its_session_timeout() {
 
 #[tokio::test]
 async fn with_every_backend_down_a_rejecting_pool_closes_the_client_at_once() {
-    let dead = refused_port();
+    let dead_port = refused_port();
+    let dead = dead_port.addr;
     let reject = format!("when_all_down = \"reject\"\n{FAST}");
     let (balancer, mut rx) = start(&config(&[("dead", dead)], "", &reject)).await;
     wait_for(&mut rx, "dead DOWN", |e| {

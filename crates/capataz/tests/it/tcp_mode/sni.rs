@@ -184,6 +184,7 @@ async fn a_tls_client_reaches_the_backend_its_sni_names_and_verifies_that_backen
     let dir = LogDir::new();
     let log = dir.path("sni.log");
     // Pool b's first backend refuses: its sessions are retried on the other, as any session.
+    let dead = refused_port();
     let text = format!(
         "[[listeners]]\naddress = \"127.0.0.1:0\"\nmode = \"tcp\"\npool = \"d\"\n{}\n\
          [[listeners.sni_routes]]\nserver_names = [\"A.test\"]\npool = \"a\"\n\
@@ -196,7 +197,7 @@ async fn a_tls_client_reaches_the_backend_its_sni_names_and_verifies_that_backen
          backends = [{{ name = \"d1\", address = \"{}\" }}]\n",
         table(&log, "json", ""),
         a.addr,
-        refused_port(),
+        dead.addr,
         b.addr,
         d.addr
     );
@@ -370,6 +371,7 @@ async fn a_routes_pool_with_its_backend_down_closes_the_session_and_logs_its_rou
     let log = dir.path("sni.log");
     // Pool a's only backend refuses: its first session's connect fails, charged, which takes
     // it DOWN; then the pool rejects, and the route never falls back to the default pool.
+    let dead = refused_port();
     let text = format!(
         "[[listeners]]\naddress = \"127.0.0.1:0\"\nmode = \"tcp\"\npool = \"d\"\n{}\n\
          [[listeners.sni_routes]]\nserver_names = [\"a.test\"]\npool = \"a\"\n\n\
@@ -378,7 +380,7 @@ async fn a_routes_pool_with_its_backend_down_closes_the_session_and_logs_its_rou
          [pools.d]\nprotocol = \"tcp\"\nactive.kind = \"none\"\n\
          backends = [{{ name = \"d1\", address = \"{}\" }}]\n",
         table(&log, "json", ""),
-        refused_port(),
+        dead.addr,
         d.addr
     );
     let (balancer, mut rx) = start(&text).await;
