@@ -358,6 +358,27 @@ mod tests {
     }
 
     #[test]
+    fn a_wildcard_domain_serves_the_names_one_label_under_it_only() {
+        let settings = AcmeSettings {
+            directory: "https://127.0.0.1:1/dir".into(),
+            domains: vec!["*.a.test".into(), "b.test".into()],
+            email: None,
+            storage: std::env::temp_dir().join("capataz-acme-unit-none"),
+            challenge: Challenge::Dns01,
+            renew_before: Duration::from_secs(1),
+            ca_file: None,
+            dns01: None,
+        };
+        let (certs, _) = AcmeCerts::load(settings, 0);
+        for name in ["www.a.test", "WWW.A.TEST.", "b.test"] {
+            assert!(certs.serves(name), "{name}");
+        }
+        for name in ["a.test", "x.www.a.test", ".a.test", "www.b.test", "wwwa.test"] {
+            assert!(!certs.serves(name), "{name}");
+        }
+    }
+
+    #[test]
     fn a_missing_stored_certificate_is_no_error_and_a_broken_one_is_explained() {
         let dir = std::env::temp_dir().join(format!("capataz-acme-unit-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
