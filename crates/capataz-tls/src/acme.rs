@@ -373,7 +373,13 @@ mod tests {
         for name in ["www.a.test", "WWW.A.TEST.", "b.test"] {
             assert!(certs.serves(name), "{name}");
         }
-        for name in ["a.test", "x.www.a.test", ".a.test", "www.b.test", "wwwa.test"] {
+        for name in [
+            "a.test",
+            "x.www.a.test",
+            ".a.test",
+            "www.b.test",
+            "wwwa.test",
+        ] {
             assert!(!certs.serves(name), "{name}");
         }
     }

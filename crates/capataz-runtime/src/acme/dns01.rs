@@ -329,6 +329,123 @@ async fn exchange(server: SocketAddr, request: &[u8]) -> Result<Vec<u8>, Dns01Er
 #[cfg(test)]
 mod tests {
     use super::*;
+    use capataz_tls::acme::TsigSecret;
+
+    /// A server on loopback that reads one length-prefixed request per connection and answers
+    /// with what `answer` makes of it (raw bytes, the length prefix included).
+    async fn hostile(
+        answer: impl Fn(&Message) -> Vec<u8> + Send + Sync + 'static,
+    ) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let Ok(length) = socket.read_u16().await else {
+                    continue;
+                };
+                let mut request = vec![0; usize::from(length)];
+                if socket.read_exact(&mut request).await.is_err() {
+                    continue;
+                }
+                let request = Message::from_vec(&request).expect("a DNS message");
+                let _ = socket.write_all(&answer(&request)).await;
+                // Held open: the client ends the exchange.
+                let mut rest = Vec::new();
+                let _ = socket.read_to_end(&mut rest).await;
+            }
+        });
+        (addr, task)
+    }
+
+    fn settings(server: SocketAddr) -> Dns01Settings {
+        Dns01Settings {
+            server,
+            zone: Some("test".into()),
+            tsig_key: "k".into(),
+            tsig_algorithm: TsigAlgorithm::HmacSha256,
+            tsig_secret: TsigSecret(vec![7; 32]),
+            ttl: Duration::from_secs(60),
+            propagation_timeout: Duration::from_secs(1),
+        }
+    }
+
+    fn framed(message: &Message) -> Vec<u8> {
+        let bytes = message.to_vec().unwrap();
+        let mut framed = u16::try_from(bytes.len()).unwrap().to_be_bytes().to_vec();
+        framed.extend_from_slice(&bytes);
+        framed
+    }
+
+    #[tokio::test]
+    async fn an_unsigned_noerror_to_an_update_is_refused_and_the_record_kept_for_cleanup() {
+        let (addr, task) = hostile(|request| {
+            framed(&Message::response(
+                request.metadata.id,
+                request.metadata.op_code,
+            ))
+        })
+        .await;
+        let records = Dns01Records::new(Some(settings(addr)));
+        let error = records.add("a.test", "value").await.expect_err("unsigned");
+        assert!(matches!(error, Dns01Error::Unsigned { .. }), "{error}");
+        assert!(
+            error.to_string().contains("is not signed with the key"),
+            "{error}"
+        );
+        // What was sent is remembered, so the cleanup tries to delete it.
+        assert_eq!(records.published_lock().len(), 1);
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn a_refusal_names_the_code_and_the_tsig_error() {
+        let (addr, task) = hostile(|request| {
+            let mut answer = Message::error_msg(
+                request.metadata.id,
+                request.metadata.op_code,
+                ResponseCode::NotAuth,
+            );
+            let mut tsig = request.signature.clone().expect("a signed update");
+            tsig.data.error = Some(TsigError::BadKey);
+            tsig.data.mac = Vec::new();
+            answer.set_signature(tsig);
+            framed(&answer)
+        })
+        .await;
+        let records = Dns01Records::new(Some(settings(addr)));
+        let error = records.add("a.test", "value").await.expect_err("refused");
+        let text = error.to_string();
+        assert!(
+            text.contains(
+                "refused to add _acme-challenge.a.test.: Not authorized, TSIG error BadKey"
+            ),
+            "{text}"
+        );
+        task.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_length_prefix_longer_than_what_follows_is_an_error_not_a_hang() {
+        let (addr, task) = hostile(|_| vec![0xff, 0xff, 0, 1, 2]).await;
+        // The server holds the connection open after its five bytes: the exchange's bound ends it.
+        let records = Dns01Records::new(Some(settings(addr)));
+        let started = tokio::time::Instant::now();
+        let error = records.add("a.test", "value").await.expect_err("short");
+        assert!(matches!(error, Dns01Error::Timeout { .. }), "{error}");
+        assert!(started.elapsed() < EXCHANGE_TIMEOUT * 2);
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn a_name_outside_the_zone_is_refused_before_any_update() {
+        let records = Dns01Records::new(Some(settings(([127, 0, 0, 1], 9).into())));
+        let error = records
+            .add("a.example", "value")
+            .await
+            .expect_err("outside");
+        assert!(matches!(error, Dns01Error::NotInZone { .. }), "{error}");
+        assert!(records.published_lock().is_empty());
+    }
 
     #[test]
     fn a_wildcard_is_proved_at_its_base_name() {
