@@ -1,8 +1,8 @@
 //! DNS-01 end to end: pebble asks a real Knot DNS server (`support::knot`) for the TXT records
 //! that the balancer publishes there by RFC 2136 updates signed with TSIG. A wildcard
 //! certificate is ordered, served for a name under it, and the TXT records are removed after
-//! the validation; a wrong TSIG secret or a DNS server that is down fails the order with a
-//! clear error, no certificate, and the usual retry.
+//! the validation, and after a failed one too; a wrong TSIG secret or a DNS server that is
+//! down fails the order with a clear error, no certificate, and the usual retry.
 
 use super::*;
 use crate::support::knot::Knot;
@@ -165,4 +165,54 @@ async fn a_wrong_tsig_secret_or_a_dns_server_that_is_down_fails_the_order_clearl
     );
     assert!(!storage.join("certificate.pem").exists(), "nothing issued");
     drop(capataz);
+}
+
+/// The SOA serial of zone `test.` (Knot bumps it on each update it applies).
+fn serial(knot: &Knot) -> u32 {
+    let soa = knot.zone_read("@", "SOA");
+    // `[test.] test. 1 SOA ns.test. admin.test. SERIAL 60 60 600 1`
+    let fields: Vec<&str> = soa.split_whitespace().collect();
+    let at = fields.iter().position(|f| *f == "SOA").expect("an SOA") + 3;
+    fields[at].parse().expect("a serial")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_validation_removes_the_txt_records_it_added() {
+    let knot = Knot::start_updatable("acme-dns01-invalid", "", (KEY_NAME, SECRET));
+    // pebble asks a DNS server that is not there: its validation fails after capataz has
+    // added the records on knot.
+    let nobody = std::net::UdpSocket::bind("127.0.0.1:0").expect("a UDP port");
+    let nowhere = nobody.local_addr().expect("its address");
+    drop(nobody);
+    let pebble = Pebble::start_dns01(nowhere, 90 * 86_400);
+    let scratch = Pki::new();
+    let storage = scratch.dir.join("acme");
+    let ca_file = scratch.dir.join("pebble-ca.pem");
+    std::fs::copy(pebble.pki.ca_path(), &ca_file).expect("copy the CA");
+    let secret_file = scratch.dir.join("tsig.secret");
+    std::fs::write(&secret_file, SECRET).expect("write the secret");
+    let before = serial(&knot);
+    let b = backends(&["a"]).await;
+    let text = dns01_config(
+        &pebble.directory,
+        &ca_file,
+        &storage,
+        &secret_file,
+        knot.addr(),
+        b[0].addr(),
+    );
+    let (balancer, _) = start(&text).await;
+    crate::support::wait::wait_until("the failed order is counted", || {
+        let text = crate::support::balancer::metrics_text(&balancer);
+        text.contains("capataz_acme_orders_total{listener=\"edge\",result=\"failed\"} 1")
+    })
+    .await;
+    // Two values added (the wildcard's and the apex's), then both deleted: four updates, and
+    // nothing left at the name.
+    crate::support::wait::wait_until("the TXT records are removed", || {
+        knot.zone_read(TXT_OWNER, "TXT").trim().is_empty() && serial(&knot) == before + 4
+    })
+    .await;
+    assert!(!storage.join("certificate.pem").exists(), "nothing issued");
+    balancer.shutdown(Duration::from_secs(5)).await;
 }
