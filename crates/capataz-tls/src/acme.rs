@@ -29,6 +29,9 @@ pub enum Challenge {
     TlsAlpn01,
     /// HTTP-01 (RFC 8555, section 8.3), on the balancer's plaintext listeners (port 80).
     Http01,
+    /// DNS-01 (RFC 8555, section 8.4): a TXT record published by an RFC 2136 dynamic update
+    /// signed with TSIG (the only challenge for wildcard names).
+    Dns01,
 }
 
 impl Challenge {
@@ -37,6 +40,7 @@ impl Challenge {
         match self {
             Challenge::TlsAlpn01 => "tls-alpn-01",
             Challenge::Http01 => "http-01",
+            Challenge::Dns01 => "dns-01",
         }
     }
 }
@@ -58,6 +62,60 @@ pub struct AcmeSettings {
     pub renew_before: Duration,
     /// An extra root trusted for the directory's HTTPS (beside the system's roots).
     pub ca_file: Option<PathBuf>,
+    /// Where and how DNS-01's TXT records are published (`Some` exactly with `Challenge::Dns01`).
+    pub dns01: Option<Dns01Settings>,
+}
+
+/// `[listeners.tls.acme.dns01]`, validated: the RFC 2136 server DNS-01's TXT records are
+/// published on, and the TSIG key that signs the updates.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dns01Settings {
+    /// The primary (authoritative) server accepting the updates.
+    pub server: std::net::SocketAddr,
+    /// The zone updated, without its final dot; `None`: the zone the server's SOA names.
+    pub zone: Option<String>,
+    /// The TSIG key's name, as the server knows it.
+    pub tsig_key: String,
+    /// The TSIG MAC algorithm.
+    pub tsig_algorithm: TsigAlgorithm,
+    /// The TSIG secret (decoded from the base64 of `tsig_secret_file`).
+    pub tsig_secret: TsigSecret,
+    /// The TTL of the TXT records.
+    pub ttl: Duration,
+    /// How long the server is asked for a new TXT record before the order fails.
+    pub propagation_timeout: Duration,
+}
+
+/// A TSIG MAC algorithm (RFC 8945).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TsigAlgorithm {
+    /// `hmac-sha256`, the default.
+    HmacSha256,
+    /// `hmac-sha384`.
+    HmacSha384,
+    /// `hmac-sha512`.
+    HmacSha512,
+}
+
+impl TsigAlgorithm {
+    /// Its name in the config, in BIND's and Knot's key files and in TSIG records.
+    pub fn name(self) -> &'static str {
+        match self {
+            TsigAlgorithm::HmacSha256 => "hmac-sha256",
+            TsigAlgorithm::HmacSha384 => "hmac-sha384",
+            TsigAlgorithm::HmacSha512 => "hmac-sha512",
+        }
+    }
+}
+
+/// A TSIG secret; its `Debug` does not show it.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct TsigSecret(pub Vec<u8>);
+
+impl std::fmt::Debug for TsigSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TsigSecret({} bytes)", self.0.len())
+    }
 }
 
 impl AcmeSettings {
@@ -149,10 +207,17 @@ impl AcmeCerts {
         self.challenges_lock().get(&name).cloned()
     }
 
-    /// Whether the issued certificate is the one for `server_name`: one of the domains.
+    /// Whether the issued certificate is the one for `server_name`: one of the domains, or a
+    /// name one label under a wildcard domain (`a.example.com` for `*.example.com`).
     pub(super) fn serves(&self, server_name: &str) -> bool {
         let name = server_name.trim_end_matches('.').to_ascii_lowercase();
-        self.settings.domains.contains(&name)
+        self.settings.domains.iter().any(|domain| {
+            domain == &name
+                || domain.strip_prefix("*.").is_some_and(|parent| {
+                    name.split_once('.')
+                        .is_some_and(|(label, rest)| !label.is_empty() && rest == parent)
+                })
+        })
     }
 
     fn challenges_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<CertifiedKey>>> {
@@ -293,6 +358,33 @@ mod tests {
     }
 
     #[test]
+    fn a_wildcard_domain_serves_the_names_one_label_under_it_only() {
+        let settings = AcmeSettings {
+            directory: "https://127.0.0.1:1/dir".into(),
+            domains: vec!["*.a.test".into(), "b.test".into()],
+            email: None,
+            storage: std::env::temp_dir().join("capataz-acme-unit-none"),
+            challenge: Challenge::Dns01,
+            renew_before: Duration::from_secs(1),
+            ca_file: None,
+            dns01: None,
+        };
+        let (certs, _) = AcmeCerts::load(settings, 0);
+        for name in ["www.a.test", "WWW.A.TEST.", "b.test"] {
+            assert!(certs.serves(name), "{name}");
+        }
+        for name in [
+            "a.test",
+            "x.www.a.test",
+            ".a.test",
+            "www.b.test",
+            "wwwa.test",
+        ] {
+            assert!(!certs.serves(name), "{name}");
+        }
+    }
+
+    #[test]
     fn a_missing_stored_certificate_is_no_error_and_a_broken_one_is_explained() {
         let dir = std::env::temp_dir().join(format!("capataz-acme-unit-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
@@ -304,6 +396,7 @@ mod tests {
             challenge: Challenge::TlsAlpn01,
             renew_before: Duration::from_secs(1),
             ca_file: None,
+            dns01: None,
         };
         let (certs, note) = AcmeCerts::load(settings.clone(), 0);
         assert!(certs.issued().is_none());

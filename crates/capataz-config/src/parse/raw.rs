@@ -27,6 +27,7 @@ tables!(
     RawAccessLog,
     RawTls,
     RawAcme,
+    RawAcmeDns01,
     RawCertificate,
     RawHttp2,
     RawProxyProtocol,
@@ -248,6 +249,20 @@ pub(super) struct RawAcme {
     pub(super) challenge: Option<Spanned<String>>,
     pub(super) renew_before: Option<Spanned<Value>>,
     pub(super) ca_file: Option<Spanned<String>>,
+    pub(super) dns01: Option<RawAcmeDns01>,
+}
+
+/// `[listeners.tls.acme.dns01]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, remote = "Self")]
+pub(super) struct RawAcmeDns01 {
+    pub(super) server: Option<Spanned<String>>,
+    pub(super) zone: Option<Spanned<String>>,
+    pub(super) tsig_key: Option<Spanned<String>>,
+    pub(super) tsig_algorithm: Option<Spanned<String>>,
+    pub(super) tsig_secret_file: Option<Spanned<String>>,
+    pub(super) ttl: Option<Spanned<Value>>,
+    pub(super) propagation_timeout: Option<Spanned<Value>>,
 }
 
 #[derive(Deserialize)]

@@ -96,10 +96,12 @@ impl Unresolved {
     /// that cannot be read reported, not only the first failure.
     pub fn resolve_all_errors(mut self) -> Result<Config, ConfigErrors> {
         let mut errors = Vec::new();
+        // The secrets first: a listener's TLS keeps a copy of its ACME settings, which hold
+        // the DNS-01 TSIG secret.
+        errors.extend(super::secrets::load_all(&mut self.config, &self.secrets));
         if let Err(error) = load_tls(&mut self.config, unix_now()) {
             errors.push(error);
         }
-        errors.extend(super::secrets::load_all(&mut self.config, &self.secrets));
         errors.extend(super::page_files::load_all(
             &mut self.config,
             &self.page_loads,

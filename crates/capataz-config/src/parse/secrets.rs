@@ -1,4 +1,5 @@
-//! Stage three, for secrets: files that hold a secret instead of the config (`admin.token_file`),
+//! Stage three, for secrets: files that hold a secret instead of the config (`admin.token_file`,
+//! `tsig_secret_file`),
 //! read where names are resolved (before the runtime, in `capataz check`, on the blocking pool
 //! during a reload, which reads them again), never on a runtime thread.
 //!
@@ -40,6 +41,12 @@ pub(super) enum SecretTarget {
     },
     /// The password of `[fleet]` (`fleet.password_file`).
     FleetPassword,
+    /// The TSIG secret of listener `listener`'s DNS-01 updates
+    /// (`tls.acme.dns01.tsig_secret_file`), base64 as in BIND's and Knot's key files.
+    TsigSecret {
+        /// The listener's index.
+        listener: usize,
+    },
 }
 
 impl SecretLoad {
@@ -112,6 +119,31 @@ pub(super) fn load_all(config: &mut Config, loads: &[SecretLoad]) -> Vec<ConfigE
                 }
                 if let Some(fleet) = config.fleet.as_mut() {
                     set_password(&mut fleet.endpoints, secret);
+                }
+            }
+            SecretTarget::TsigSecret { listener } => {
+                let decoded = data_encoding::BASE64.decode(secret.trim().as_bytes());
+                let secret =
+                    match decoded {
+                        Ok(secret) if !secret.is_empty() => secret,
+                        _ => {
+                            errors.push(load.error(
+                            "the TSIG secret is not base64 (write the key's secret as the DNS \
+                             server's key file has it, e.g. the output of `keymgr -t NAME \
+                             hmac-sha256` or `tsig-keygen`)"
+                                .into(),
+                        ));
+                            continue;
+                        }
+                    };
+                let dns01 = config
+                    .listeners
+                    .get_mut(*listener)
+                    .and_then(|l| l.tls.as_mut())
+                    .and_then(|tls| tls.settings.acme.as_mut())
+                    .and_then(|acme| acme.dns01.as_mut());
+                if let Some(dns01) = dns01 {
+                    dns01.tsig_secret = capataz_tls::acme::TsigSecret(secret);
                 }
             }
             SecretTarget::AdminToken => {

@@ -11,6 +11,7 @@
 //! (a pool's backends, `active` and `passive` tables in `backends`, `active` and `passive`).
 
 mod access_log;
+mod acme_dns01;
 mod active;
 mod admin;
 mod affinity;
@@ -544,7 +545,7 @@ impl<'a> Validator<'a> {
             http2: self.http2(&format!("{at}.http2"), &raw.http2)?,
             tls: raw
                 .tls
-                .map(|tls| self.listener_tls(&at, span.clone(), tls))
+                .map(|tls| self.listener_tls(index, &at, span.clone(), tls))
                 .transpose()?,
             proxy_protocol: match raw.proxy_protocol {
                 None => None,

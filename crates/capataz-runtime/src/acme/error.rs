@@ -49,6 +49,8 @@ pub(super) enum OrderError {
     NoChallenge { kind: &'static str, domain: String },
     #[error(transparent)]
     Challenge(#[from] ChallengeError),
+    #[error("DNS-01: {0}")]
+    Dns01(#[from] super::dns01::Dns01Error),
     #[error("answering a challenge: {0}")]
     ChallengeReady(#[source] instant_acme::Error),
     #[error("polling the order: {0}")]

@@ -12,6 +12,7 @@
 //! (10 s doubling to 1 h); the certificate in force keeps serving meanwhile. File IO runs on
 //! the blocking pool; the ACME protocol is instant-acme's over our own HTTP client (`http.rs`).
 
+mod dns01;
 mod error;
 mod http;
 mod http01;
@@ -30,6 +31,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::watch;
 
+use self::dns01::Dns01Records;
 use self::error::OrderError;
 use crate::instruments::TlsFamilies;
 use crate::tls::acme::{
@@ -48,6 +50,8 @@ const MIN_REORDER: Duration = Duration::from_secs(3600);
 const MAX_SLEEP: Duration = Duration::from_secs(12 * 3600);
 /// How long an order may take from its creation to its certificate.
 const ORDER_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long removing an order's DNS-01 TXT records may take.
+const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Runs the ACME loop of listener `listener` until `shutdown` turns true (or the task is
 /// aborted by a reload). HTTP-01 tokens go to `http01`, which the plaintext listeners answer
@@ -60,19 +64,22 @@ pub(crate) async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let http01 = http01.owner();
-    let work = run_loop(&listener, &certs, &http01, &metrics);
+    let dns01 = Dns01Records::new(certs.settings().dns01.clone());
+    let work = run_loop(&listener, &certs, &http01, &dns01, &metrics);
     tokio::select! {
         () = work => {}
         _ = shutdown.wait_for(|down| *down) => {}
     }
     certs.clear_challenges();
     http01.clear();
+    let _ = tokio::time::timeout(CLEANUP_TIMEOUT, dns01.remove_all(&listener)).await;
 }
 
 async fn run_loop(
     listener: &str,
     certs: &Arc<AcmeCerts>,
     http01: &Http01Owner,
+    dns01: &Dns01Records,
     metrics: &TlsFamilies,
 ) {
     let settings = certs.settings().clone();
@@ -112,13 +119,14 @@ async fn run_loop(
             }
         }
         let renewing = certs.issued().is_some();
-        let ordered = order(&settings, certs, http01);
+        let ordered = order(&settings, certs, http01, dns01);
         let outcome = match tokio::time::timeout(ORDER_TIMEOUT, ordered).await {
             Ok(outcome) => outcome,
             Err(_) => Err(OrderError::Timeout(ORDER_TIMEOUT)),
         };
         certs.clear_challenges();
         http01.clear();
+        let _ = tokio::time::timeout(CLEANUP_TIMEOUT, dns01.remove_all(listener)).await;
         match outcome {
             Ok(issued) => {
                 failures = 0;
@@ -241,6 +249,7 @@ async fn order(
     settings: &AcmeSettings,
     certs: &AcmeCerts,
     http01: &Http01Owner,
+    dns01: &Dns01Records,
 ) -> Result<Issued, OrderError> {
     let account = account(settings).await?;
     let identifiers: Vec<Identifier> = settings
@@ -267,7 +276,7 @@ async fn order(
         }
         Err(error) => return Err(OrderError::CreateOrder(error)),
     };
-    let ready = authorize(&mut order, settings, certs, http01).await?;
+    let ready = authorize(&mut order, settings, certs, http01, dns01).await?;
     for url in &ready {
         order
             .set_challenge_ready(url)
@@ -286,12 +295,14 @@ async fn order(
 }
 
 /// Answers the pending authorizations' challenges (TLS-ALPN-01 through `certs`, HTTP-01
-/// through `http01`) and returns the challenges' URLs to tell the server about.
+/// through `http01`, DNS-01 through `dns01`, once its records are visible) and returns the
+/// challenges' URLs to tell the server about.
 async fn authorize(
     order: &mut instant_acme::Order,
     settings: &AcmeSettings,
     certs: &AcmeCerts,
     http01: &Http01Owner,
+    dns01: &Dns01Records,
 ) -> Result<Vec<String>, OrderError> {
     let authorizations = order
         .authorizations()
@@ -300,7 +311,9 @@ async fn authorize(
     let mut ready = Vec::new();
     for authorization in &authorizations {
         let Identifier::Dns(domain) = &authorization.identifier;
-        if !settings.domains.contains(&domain.to_ascii_lowercase()) {
+        // A wildcard's authorization names the domain without its `*.` (RFC 8555, 7.1.4).
+        let lower = domain.to_ascii_lowercase();
+        if !settings.domains.contains(&lower) && !settings.domains.contains(&format!("*.{lower}")) {
             return Err(OrderError::NotOrdered(domain.clone()));
         }
         match authorization.status {
@@ -316,6 +329,7 @@ async fn authorize(
         let wanted = match settings.challenge {
             Challenge::TlsAlpn01 => ChallengeType::TlsAlpn01,
             Challenge::Http01 => ChallengeType::Http01,
+            Challenge::Dns01 => ChallengeType::Dns01,
         };
         let challenge = authorization
             .challenges
@@ -333,8 +347,12 @@ async fn authorize(
                 certs.set_challenge(&domain.to_ascii_lowercase(), certificate);
             }
             Challenge::Http01 => http01.set(&challenge.token, key_authorization.as_str()),
+            Challenge::Dns01 => dns01.add(&lower, &key_authorization.dns_value()).await?,
         }
         ready.push(challenge.url.clone());
+    }
+    if settings.challenge == Challenge::Dns01 && !ready.is_empty() {
+        dns01.wait_visible().await?;
     }
     Ok(ready)
 }

@@ -21,11 +21,23 @@ pub struct Knot {
     _tcp: super::ReservedPort,
     serial: u32,
     child: Option<Child>,
+    /// A TSIG key (name, base64 secret) allowed to update the zone (RFC 2136), if any.
+    update_key: Option<(String, String)>,
 }
 
 impl Knot {
     /// `knotd` serving zone `test.` with `records` (zone-file lines after the SOA and NS).
     pub fn start(tag: &str, records: &str) -> Knot {
+        Knot::start_with(tag, records, None)
+    }
+
+    /// As [`Knot::start`], accepting dynamic updates (RFC 2136) of zone `test.` signed with
+    /// the hmac-sha256 TSIG key `key` (name, base64 secret).
+    pub fn start_updatable(tag: &str, records: &str, key: (&str, &str)) -> Knot {
+        Knot::start_with(tag, records, Some((key.0.to_owned(), key.1.to_owned())))
+    }
+
+    fn start_with(tag: &str, records: &str, update_key: Option<(String, String)>) -> Knot {
         let dir = std::env::temp_dir().join(format!(
             "capataz-knot-{tag}-{}-{}",
             std::process::id(),
@@ -49,6 +61,7 @@ impl Knot {
             _tcp: tcp,
             serial: 0,
             child: None,
+            update_key,
         };
         knot.write_config(true);
         knot.write_zone(records);
@@ -76,8 +89,17 @@ impl Knot {
              zonefile-sync: -1\n    journal-content: none\n",
             port = self.port
         );
+        if let Some((name, secret)) = &self.update_key {
+            text.push_str(&format!(
+                "key:\n  - id: {name}\n    algorithm: hmac-sha256\n    secret: {secret}\n\
+                 acl:\n  - id: update\n    key: {name}\n    action: update\n"
+            ));
+        }
         if with_zone {
             text.push_str("zone:\n  - domain: test.\n");
+            if self.update_key.is_some() {
+                text.push_str("    acl: update\n");
+            }
         }
         std::fs::write(self.conf(), text).expect("write knot.conf");
     }
@@ -140,6 +162,24 @@ impl Knot {
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success())
+    }
+
+    /// The zone's records at `owner` (relative to `test.`) of type `kind`, as `knotc zone-read`
+    /// prints them (one a line; empty when there is none: knotc fails with "no such node").
+    pub fn zone_read(&self, owner: &str, kind: &str) -> String {
+        let output = Command::new(require_tool("knotc", "knot"))
+            .arg("-c")
+            .arg(self.conf())
+            .args(["zone-read", "test.", owner, kind])
+            .stderr(Stdio::null())
+            .output()
+            .expect("knotc runs");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        if output.status.success() || !text.contains("no such node") {
+            text
+        } else {
+            String::new()
+        }
     }
 
     /// Replaces the zone's records and has knotd load them.

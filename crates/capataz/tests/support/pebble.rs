@@ -39,10 +39,10 @@ fn free_udp_port() -> u16 {
         .port()
 }
 
-/// A running pebble and its DNS server.
+/// A running pebble and its DNS server (none when pebble asks a test's own server).
 pub struct Pebble {
     pebble: Child,
-    dns: Child,
+    dns: Option<Child>,
     /// The PKI whose CA signed pebble's own HTTPS certificate (`ca_path()` for `ca_file`).
     pub pki: Pki,
     /// The directory URL.
@@ -55,43 +55,62 @@ impl Pebble {
     /// and issues certificates valid for `validity` seconds. Returns once pebble's directory
     /// accepts connections.
     pub fn start(tls_port: u16, validity: u64) -> Pebble {
-        Pebble::start_ports(tls_port, free_tcp_port(), validity)
+        Pebble::start_ports(tls_port, free_tcp_port(), validity, None)
+    }
+
+    /// As [`Pebble::start`], asking the DNS server `dns` (a test's own, which the balancer
+    /// updates) for everything, DNS-01's TXT records included; no challtestsrv.
+    pub fn start_dns01(dns: SocketAddr, validity: u64) -> Pebble {
+        Pebble::start_ports(free_tcp_port(), free_tcp_port(), validity, Some(dns))
     }
 
     /// As [`Pebble::start`], validating HTTP-01 on 127.0.0.1:`http_port` (TLS-ALPN-01 on a
     /// port where nothing listens).
     pub fn start_http01(http_port: u16, validity: u64) -> Pebble {
-        Pebble::start_ports(free_tcp_port(), http_port, validity)
+        Pebble::start_ports(free_tcp_port(), http_port, validity, None)
     }
 
-    fn start_ports(tls_port: u16, http_port: u16, validity: u64) -> Pebble {
+    fn start_ports(
+        tls_port: u16,
+        http_port: u16,
+        validity: u64,
+        dns: Option<SocketAddr>,
+    ) -> Pebble {
         const ATTEMPTS: usize = 8;
         for _ in 1..ATTEMPTS {
-            match Pebble::try_start(tls_port, http_port, validity) {
+            match Pebble::try_start(tls_port, http_port, validity, dns) {
                 Ok(pebble) => return pebble,
                 Err(why) => eprintln!("pebble did not start ({why}); again on other ports"),
             }
         }
-        Pebble::try_start(tls_port, http_port, validity)
+        Pebble::try_start(tls_port, http_port, validity, dns)
             .unwrap_or_else(|why| panic!("pebble did not start {ATTEMPTS} times: {why}"))
     }
 
     /// One start on fresh ports (and a fresh PKI): the pebble, or why it is not this one
     /// answering (the processes are killed and the files removed as it drops).
-    fn try_start(tls_port: u16, http_port: u16, validity: u64) -> Result<Pebble, String> {
+    fn try_start(
+        tls_port: u16,
+        http_port: u16,
+        validity: u64,
+        own_dns: Option<SocketAddr>,
+    ) -> Result<Pebble, String> {
         let pki = Pki::new();
         let (cert, key) = pki.server("pebble", &["localhost"], None);
         let dns_port = free_udp_port();
         let dns_management = free_tcp_port();
-        let dns = Command::new(require_tool("pebble-challtestsrv", "pebble"))
-            .args(["-dns01", &format!("127.0.0.1:{dns_port}")])
-            .args(["-http01", "", "-https01", "", "-tlsalpn01", ""])
-            .args(["-management", &format!("127.0.0.1:{dns_management}")])
-            .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("pebble-challtestsrv starts");
+        let dns_server = own_dns.unwrap_or(([127, 0, 0, 1], dns_port).into());
+        let dns = own_dns.is_none().then(|| {
+            Command::new(require_tool("pebble-challtestsrv", "pebble"))
+                .args(["-dns01", &format!("127.0.0.1:{dns_port}")])
+                .args(["-http01", "", "-https01", "", "-tlsalpn01", ""])
+                .args(["-management", &format!("127.0.0.1:{dns_management}")])
+                .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("pebble-challtestsrv starts")
+        });
         let listen = free_tcp_port();
         let management: SocketAddr = ([127, 0, 0, 1], free_tcp_port()).into();
         let config = serde_json::json!({
@@ -113,7 +132,7 @@ impl Pebble {
         let pebble = Command::new(require_tool("pebble", "pebble"))
             .arg("-config")
             .arg(&config_path)
-            .args(["-dnsserver", &format!("127.0.0.1:{dns_port}")])
+            .args(["-dnsserver", &dns_server.to_string()])
             .env("PEBBLE_VA_NOSLEEP", "1")
             .env("PEBBLE_VA_ALWAYS_VALID", "0")
             .env("PEBBLE_WFE_NONCEREJECT", "0")
@@ -128,7 +147,11 @@ impl Pebble {
             directory: format!("https://localhost:{listen}/dir"),
             management,
         };
-        for port in [listen, management.port(), dns_management] {
+        let mut ports = vec![listen, management.port()];
+        if own_dns.is_none() {
+            ports.push(dns_management);
+        }
+        for port in ports {
             pebble.wait_for_port(port)?;
         }
         // The HTTPS ports are this pebble's if they present this PKI's certificate; its
@@ -144,8 +167,8 @@ impl Pebble {
 
     /// `Err` if pebble or its DNS server has exited (a port of its was taken, say).
     fn running(&mut self) -> Result<(), String> {
-        let exited = [&mut self.pebble, &mut self.dns]
-            .into_iter()
+        let exited = std::iter::once(&mut self.pebble)
+            .chain(self.dns.as_mut())
             .find_map(|child| child.try_wait().ok().flatten());
         match exited {
             Some(status) => Err(format!("a process exited ({status})\n{}", self.log())),
@@ -221,7 +244,7 @@ impl Pebble {
 
 impl Drop for Pebble {
     fn drop(&mut self) {
-        for child in [&mut self.pebble, &mut self.dns] {
+        for child in std::iter::once(&mut self.pebble).chain(self.dns.as_mut()) {
             let _ = child.kill();
             let _ = child.wait();
         }

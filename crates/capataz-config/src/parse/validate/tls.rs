@@ -19,6 +19,7 @@ const CERTIFICATES_EXAMPLE: &str = r#"certificates = [{ cert = "chain.pem", key 
 impl Validator<'_> {
     pub(super) fn listener_tls(
         &self,
+        index: usize,
         at: &str,
         listener_span: std::ops::Range<usize>,
         raw: RawTls,
@@ -31,7 +32,7 @@ impl Validator<'_> {
             .map(|ca| self.line_at(ca.span().start));
         let acme = match raw.acme {
             None => None,
-            Some(acme) => Some(self.acme(&at, acme)?),
+            Some(acme) => Some(self.acme(index, &at, acme)?),
         };
         let written = raw.certificates.unwrap_or_default();
         if written.is_empty() && acme.is_none() {
@@ -140,7 +141,12 @@ impl Validator<'_> {
     }
 
     /// `[listeners.tls.acme]`: syntax only; the storage is read when the config is resolved.
-    fn acme(&self, at: &str, raw: Spanned<RawAcme>) -> Result<AcmeSettings, ConfigError> {
+    fn acme(
+        &self,
+        listener: usize,
+        at: &str,
+        raw: Spanned<RawAcme>,
+    ) -> Result<AcmeSettings, ConfigError> {
         let at = format!("{at}.acme");
         let span = raw.span();
         let raw = raw.into_inner();
@@ -171,6 +177,7 @@ impl Validator<'_> {
         let Some(domains) = raw.domains else {
             return Err(missing("domains", r#"domains = ["example.com"]"#));
         };
+        let domains_line = domains.span();
         let names = self.acme_domains(&at, domains)?;
         let email = self.acme_email(&at, raw.email)?;
         let Some(storage) = raw.storage else {
@@ -179,6 +186,45 @@ impl Validator<'_> {
         let storage_span = storage.span();
         let storage = self.acme_path(storage, &format!("{at}.storage"), &storage_span)?;
         let challenge = self.acme_challenge(&at, raw.challenge.as_ref())?;
+        let dns01 = match (challenge, raw.dns01) {
+            (Challenge::Dns01, Some(table)) => Some(self.acme_dns01(listener, &at, &span, table)?),
+            (Challenge::Dns01, None) => {
+                return Err(self.error(
+                    Some(span.clone()),
+                    &format!("{at}.dns01"),
+                    "dns-01 publishes its TXT records by RFC 2136 updates: add a \
+                     [listeners.tls.acme.dns01] table with server, tsig_key and tsig_secret_file"
+                        .into(),
+                ))
+            }
+            (_, Some(_)) => {
+                return Err(self.error(
+                    raw.challenge
+                        .as_ref()
+                        .map(Spanned::span)
+                        .or(Some(span.clone())),
+                    &format!("{at}.dns01"),
+                    format!(
+                        "[listeners.tls.acme.dns01] is for challenge = \"dns-01\", and the \
+                         challenge is {} (set challenge = \"dns-01\" or remove the table)",
+                        challenge.name()
+                    ),
+                ))
+            }
+            (_, None) => None,
+        };
+        if challenge != Challenge::Dns01 {
+            if let Some(wildcard) = names.iter().find(|n| n.starts_with("*.")) {
+                return Err(self.error(
+                    Some(domains_line),
+                    &format!("{at}.domains"),
+                    format!(
+                        "{wildcard} is a wildcard, which only DNS-01 can prove (set challenge = \
+                         \"dns-01\" with a [listeners.tls.acme.dns01] table)"
+                    ),
+                ));
+            }
+        }
         let renew_before = self.duration(
             &raw.renew_before,
             &format!("{at}.renew_before"),
@@ -199,11 +245,13 @@ impl Validator<'_> {
             challenge,
             renew_before,
             ca_file,
+            dns01,
         })
     }
 
     /// `domains`: 1 to `MAX_DOMAINS` DNS names, each once, lowercased, without the final dot
-    /// (no wildcard, no IP address).
+    /// (no IP address; a wildcard `*.` as the first label only, checked against the challenge
+    /// by the caller).
     fn acme_domains(
         &self,
         at: &str,
@@ -221,10 +269,10 @@ impl Validator<'_> {
         let mut names: Vec<String> = Vec::with_capacity(written.len());
         for name in &written {
             let lower = name.get_ref().trim_end_matches('.').to_ascii_lowercase();
-            let valid = !lower.is_empty()
+            let base = lower.strip_prefix("*.").unwrap_or(&lower);
+            let valid = !base.is_empty()
                 && lower.len() <= 253
-                && !lower.starts_with("*.")
-                && lower.split('.').all(|label| {
+                && base.split('.').all(|label| {
                     !label.is_empty()
                         && label.len() <= 63
                         && !label.starts_with('-')
@@ -233,13 +281,14 @@ impl Validator<'_> {
                             .bytes()
                             .all(|b| b.is_ascii_alphanumeric() || b == b'-')
                 })
-                && lower.parse::<std::net::IpAddr>().is_err();
+                && base.parse::<std::net::IpAddr>().is_err();
             if !valid {
                 return Err(self.error(
                     Some(name.span()),
                     &format!("{at}.domains"),
                     format!(
-                        "{:?} is not a DNS name capataz can order (no wildcard, no IP address)",
+                        "{:?} is not a DNS name capataz can order (a wildcard only as the \
+                         first label, *.example.com; no IP address)",
                         name.get_ref()
                     ),
                 ));
@@ -304,12 +353,13 @@ impl Validator<'_> {
                     ))
                 }
                 "http-01" => Challenge::Http01,
+                "dns-01" => Challenge::Dns01,
                 other => {
                     return Err(self.error(
                         Some(written.span()),
                         &format!("{at}.challenge"),
                         format!(
-                            r#"{other:?} is not a challenge capataz answers (use "tls-alpn-01" or "http-01")"#
+                            r#"{other:?} is not a challenge capataz answers (use "tls-alpn-01", "http-01" or "dns-01")"#
                         ),
                     ))
                 }

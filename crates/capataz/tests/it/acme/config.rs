@@ -48,7 +48,11 @@ fn acme_settings_errors_name_the_line_and_the_key() {
         ),
         (
             "directory = \"https://x/d\"\ndomains = [\"*.a.test\"]\nstorage = \"s\"".into(),
-            format!(r#"7: {at}.domains: "*.a.test" is not a DNS name capataz can order"#),
+            format!("7: {at}.domains: *.a.test is a wildcard, which only DNS-01 can prove"),
+        ),
+        (
+            "directory = \"https://x/d\"\ndomains = [\"a.*.test\"]\nstorage = \"s\"".into(),
+            format!(r#"7: {at}.domains: "a.*.test" is not a DNS name capataz can order"#),
         ),
         (
             "directory = \"https://x/d\"\ndomains = [\"127.0.0.1\"]\nstorage = \"s\"".into(),
@@ -68,9 +72,9 @@ fn acme_settings_errors_name_the_line_and_the_key() {
             format!(r#"9: {at}.email: "nobody" is not an e-mail address"#),
         ),
         (
-            format!("{GOOD}\nchallenge = \"dns-01\""),
+            format!("{GOOD}\nchallenge = \"dns-02\""),
             format!(
-                r#"9: {at}.challenge: "dns-01" is not a challenge capataz answers (use "tls-alpn-01" or "http-01")"#
+                r#"9: {at}.challenge: "dns-02" is not a challenge capataz answers (use "tls-alpn-01", "http-01" or "dns-01")"#
             ),
         ),
         (
@@ -98,6 +102,150 @@ fn acme_settings_errors_name_the_line_and_the_key() {
         let error = load(&pki.dir, &acme).expect_err(&acme);
         assert!(error.starts_with(&want), "{error}\nwanted {want}");
     }
+}
+
+/// `GOOD` with `challenge = "dns-01"` (line 9) and a `[listeners.tls.acme.dns01]` table
+/// (line 10) holding `dns01` (from line 11).
+fn with_dns01(dns01: &str) -> String {
+    format!("{GOOD}\nchallenge = \"dns-01\"\n[listeners.tls.acme.dns01]\n{dns01}")
+}
+
+const DNS01_GOOD: &str = "server = \"127.0.0.1:5353\"\ntsig_key = \"acme-key.\"\n\
+                          tsig_secret_file = \"tsig.secret\"";
+
+#[test]
+fn dns01_settings_errors_name_the_line_and_the_key() {
+    let pki = Pki::new();
+    std::fs::write(pki.dir.join("tsig.secret"), "AAECAwQFBgcICQoLDA0ODxA=\n").unwrap();
+    std::fs::write(pki.dir.join("not-base64.secret"), "not base64!\n").unwrap();
+    let at = "listeners[0].tls.acme";
+    for (acme, want) in [
+        (
+            format!("{GOOD}\nchallenge = \"dns-01\""),
+            format!("5: {at}.dns01: dns-01 publishes its TXT records by RFC 2136 updates"),
+        ),
+        (
+            format!("{GOOD}\n[listeners.tls.acme.dns01]\n{DNS01_GOOD}"),
+            // The table's own line.
+            format!("9: {at}.dns01: [listeners.tls.acme.dns01] is for challenge = \"dns-01\", and the challenge is tls-alpn-01"),
+        ),
+        (
+            with_dns01("tsig_key = \"k\"\ntsig_secret_file = \"tsig.secret\""),
+            format!("10: {at}.dns01.server: DNS-01 needs server"),
+        ),
+        (
+            with_dns01("server = \"ns.example.com\"\ntsig_key = \"k\"\ntsig_secret_file = \"s\""),
+            format!(r#"11: {at}.dns01.server: "ns.example.com" is not an IP address"#),
+        ),
+        (
+            with_dns01("server = \"127.0.0.1\"\ntsig_secret_file = \"tsig.secret\""),
+            format!("10: {at}.dns01.tsig_key: DNS-01 needs tsig_key"),
+        ),
+        (
+            with_dns01("server = \"127.0.0.1\"\ntsig_key = \"a b\"\ntsig_secret_file = \"s\""),
+            format!(r#"12: {at}.dns01.tsig_key: "a b" is not a DNS name"#),
+        ),
+        (
+            with_dns01("server = \"127.0.0.1\"\ntsig_key = \"k\""),
+            format!("10: {at}.dns01.tsig_secret_file: DNS-01 needs tsig_secret_file"),
+        ),
+        (
+            with_dns01(&format!("{DNS01_GOOD}\ntsig_algorithm = \"hmac-md5\"")),
+            format!(r#"14: {at}.dns01.tsig_algorithm: "hmac-md5" is not a TSIG algorithm"#),
+        ),
+        (
+            with_dns01(&format!("{DNS01_GOOD}\nzone = \"a..b\"")),
+            format!(r#"14: {at}.dns01.zone: "a..b" is not a DNS name"#),
+        ),
+        (
+            with_dns01(&format!("{DNS01_GOOD}\nttl = \"1500ms\"")),
+            format!("14: {at}.dns01.ttl: must be whole seconds, at most 24h"),
+        ),
+        (
+            with_dns01(&format!("{DNS01_GOOD}\npropagation_timeout = \"48h\"")),
+            format!("14: {at}.dns01.propagation_timeout: must be whole seconds, at most 24h"),
+        ),
+        (
+            with_dns01(&format!("{DNS01_GOOD}\npropagation_timeout = \"0s\"")),
+            format!("14: {at}.dns01.propagation_timeout:"),
+        ),
+        (
+            with_dns01(&format!("{DNS01_GOOD}\nsecret = \"x\"")),
+            format!("14: {at}.dns01.secret: unknown key \"secret\""),
+        ),
+        (
+            with_dns01("server = \"127.0.0.1\"\ntsig_key = \"k\"\ntsig_secret_file = \"missing.secret\""),
+            format!(
+                "13: {at}.dns01.tsig_secret_file: {}: cannot read the secret",
+                pki.dir.join("missing.secret").display()
+            ),
+        ),
+        (
+            with_dns01("server = \"127.0.0.1\"\ntsig_key = \"k\"\ntsig_secret_file = \"not-base64.secret\""),
+            format!(
+                "13: {at}.dns01.tsig_secret_file: {}: the TSIG secret is not base64",
+                pki.dir.join("not-base64.secret").display()
+            ),
+        ),
+    ] {
+        let error = load(&pki.dir, &acme).expect_err(&acme);
+        assert!(error.starts_with(&want), "{error}\nwanted {want}");
+    }
+}
+
+#[test]
+fn dns01_settings_are_read_with_their_defaults_and_the_secret_decoded() {
+    let pki = Pki::new();
+    std::fs::write(pki.dir.join("tsig.secret"), "AAECAwQFBgcICQoLDA0ODxA=\n").unwrap();
+    let config = load(
+        &pki.dir,
+        &with_dns01(&format!(
+            "{DNS01_GOOD}\nzone = \"Example.COM.\"\ntsig_algorithm = \"hmac-sha512\""
+        )),
+    )
+    .expect("valid");
+    let acme = config.listeners[0]
+        .tls
+        .as_ref()
+        .unwrap()
+        .settings
+        .acme
+        .as_ref()
+        .unwrap();
+    assert_eq!(acme.challenge, capataz::tls::acme::Challenge::Dns01);
+    let dns01 = acme.dns01.as_ref().expect("dns01");
+    assert_eq!(dns01.server, "127.0.0.1:5353".parse().unwrap());
+    assert_eq!(dns01.zone.as_deref(), Some("example.com"));
+    assert_eq!(dns01.tsig_key, "acme-key");
+    assert_eq!(
+        dns01.tsig_algorithm,
+        capataz::tls::acme::TsigAlgorithm::HmacSha512
+    );
+    assert_eq!(dns01.tsig_secret.0, (0u8..=16).collect::<Vec<u8>>());
+    assert_eq!(dns01.ttl, Duration::from_secs(60));
+    assert_eq!(dns01.propagation_timeout, Duration::from_secs(60));
+    // A wildcard with DNS-01, and port 53 when none is written.
+    let config = load(
+        &pki.dir,
+        &with_dns01(
+            "server = \"192.0.2.53\"\ntsig_key = \"k\"\ntsig_secret_file = \"tsig.secret\"",
+        )
+        .replace("[\"a.test\"]", "[\"*.a.test\", \"a.test\"]"),
+    )
+    .expect("valid");
+    let acme = config.listeners[0]
+        .tls
+        .as_ref()
+        .unwrap()
+        .settings
+        .acme
+        .as_ref()
+        .unwrap();
+    assert_eq!(acme.domains, ["*.a.test", "a.test"]);
+    assert_eq!(
+        acme.dns01.as_ref().unwrap().server,
+        "192.0.2.53:53".parse().unwrap()
+    );
 }
 
 #[test]
@@ -165,6 +313,28 @@ fn the_documented_acme_example_is_valid() {
     let acme = tls.settings.acme.as_ref().expect("ACME");
     assert_eq!(acme.storage, Path::new("/var/lib/capataz/acme"));
     assert_eq!(acme.domains, ["example.com", "www.example.com"]);
+}
+
+#[test]
+fn the_documented_dns01_example_is_valid() {
+    let doc = include_str!("../../../../../docs/config.md");
+    let section = &doc[doc
+        .find("#### `[listeners.tls.acme.dns01]`")
+        .expect("the DNS-01 section")..];
+    let open = section.find("```toml\n").unwrap() + "```toml\n".len();
+    let close = section[open..].find("```").unwrap();
+    let text = format!(
+        "[[listeners]]\naddress = \"0.0.0.0:443\"\n{}\n\
+         [pools.web]\nbackends = [{{ address = \"127.0.0.1:9001\" }}]\n",
+        &section[open..open + close]
+    );
+    let unresolved = config::parse_unresolved(&text, "/etc/capataz/capataz.toml").expect("valid");
+    let tls = unresolved.config().listeners[0].tls.as_ref().expect("TLS");
+    let acme = tls.settings.acme.as_ref().expect("ACME");
+    assert_eq!(acme.domains, ["*.example.com", "example.com"]);
+    let dns01 = acme.dns01.as_ref().expect("dns01");
+    assert_eq!(dns01.server, "192.0.2.53:53".parse().unwrap());
+    assert_eq!(dns01.tsig_key, "capataz-acme");
 }
 
 #[test]
