@@ -44,6 +44,9 @@ pub(crate) struct Limits {
     pub(crate) max_header_bytes: u64,
     /// Requests in progress at once (`max_streams`).
     pub(crate) max_streams: u32,
+    /// Backend connections (HTTP/1.1 pools) the connection's requests may hold at once (the
+    /// listener's `http2.max_backend_connections`).
+    pub(crate) max_backend_connections: u32,
 }
 
 /// The most idle backend connections one HTTP/3 connection keeps for itself (as many as its
@@ -108,6 +111,9 @@ pub(crate) async fn serve(
     let metrics = proxy().metrics().clone();
     let open = metrics.connection();
     let client = client_info(&connection);
+    client
+        .backend_slots
+        .limit(limits.max_backend_connections as usize);
     client
         .private
         .set_capacity((limits.max_streams as usize).min(MAX_PRIVATE));

@@ -16,6 +16,10 @@ pub(super) const ALPN_H3: &[u8] = b"h3";
 /// for the GREASE streams clients send (RFC 9114 section 6.2.3); push is never enabled.
 const MAX_UNI_STREAMS: u32 = 8;
 
+/// Answer bytes sent ahead of the client's acknowledgements, per stream the connection may
+/// have (as HTTP/2's send buffer per stream).
+const MAX_SEND_PER_STREAM: u64 = 64 * 1024;
+
 /// Connections waiting to be accepted (their first packet in, not yet handed to the accept
 /// loop) before the endpoint refuses new ones (quinn's default is 65,536).
 const MAX_INCOMING: usize = 4096;
@@ -56,7 +60,15 @@ pub(crate) fn server_config(
 /// The transport limits of each connection.
 fn transport(listener: &ListenerConfig, http3: &Http3Config) -> TransportConfig {
     let mut transport = TransportConfig::default();
+    // Request bodies buffered ahead of their forwarding, and answers ahead of the client's
+    // acknowledgements, are bounded as on HTTP/2: the listener's HTTP/2 windows for the
+    // former, 64 KiB per stream for the latter.
+    let http2 = &listener.http2;
+    let send_window = u64::from(http3.max_streams) * MAX_SEND_PER_STREAM;
     transport
+        .stream_receive_window(VarInt::from_u32(http2.initial_stream_window_size))
+        .receive_window(VarInt::from_u32(http2.initial_connection_window_size))
+        .send_window(send_window)
         .max_concurrent_bidi_streams(VarInt::from_u32(http3.max_streams))
         .max_concurrent_uni_streams(VarInt::from_u32(MAX_UNI_STREAMS))
         // No datagrams: HTTP/3 datagrams (RFC 9297) are not served.

@@ -155,8 +155,11 @@ async fn accept_loop(
             }
         }
     }
-    // The state whose configuration the endpoint has (a reload stores a new one).
+    // The state whose configuration the endpoint has (a reload stores a new one), and that
+    // configuration: an `Incoming` holds the configuration in force when its first packet
+    // came, so each is accepted with the one in force now (a reload applies to it).
     let mut configured = state.load_full();
+    let mut config = h3::quic::server_config(&configured.config).ok().map(Arc::new);
     let handshaking = Arc::new(AtomicUsize::new(0));
     loop {
         let incoming = tokio::select! {
@@ -172,14 +175,20 @@ async fn accept_loop(
         let now = state.load_full();
         if !Arc::ptr_eq(&now, &configured) {
             configured = now.clone();
-            match h3::quic::server_config(&now.config) {
-                Ok(config) => endpoint.set_server_config(Some(config)),
+            config = match h3::quic::server_config(&now.config) {
+                Ok(fresh) => Some(Arc::new(fresh)),
                 Err(error) => {
                     tracing::warn!(listener = %now.config.name, %error, "HTTP/3 configuration refused: new connections are refused");
-                    endpoint.set_server_config(None);
+                    None
                 }
-            }
+            };
+            // For the next connections' first packets (the Retry tokens' key included).
+            endpoint.set_server_config(config.as_deref().cloned());
         }
+        let Some(config) = &config else {
+            incoming.refuse();
+            continue;
+        };
         let Some(http3) = now.config.tls.as_ref().and_then(|tls| tls.http3.as_ref()) else {
             incoming.refuse();
             continue;
@@ -189,7 +198,7 @@ async fn accept_loop(
             let _ = incoming.retry();
             continue;
         }
-        let Ok(connecting) = incoming.accept() else {
+        let Ok(connecting) = incoming.accept_with(config.clone()) else {
             continue;
         };
         let limits = h3::Limits {
@@ -197,6 +206,7 @@ async fn accept_loop(
             header_read_timeout: now.config.header_read_timeout,
             max_header_bytes: now.config.max_header_bytes as u64,
             max_streams: http3.max_streams,
+            max_backend_connections: now.config.http2.max_backend_connections,
         };
         connections.fetch_add(1, Ordering::Relaxed);
         let counted = Counted(connections.clone());

@@ -135,3 +135,12 @@ pub async fn read_answer(
         trailers,
     })
 }
+
+/// Whether the server presented the certificate in the PEM file `cert` on `connection`.
+pub fn presented(connection: &quinn::Connection, cert: &std::path::Path) -> bool {
+    let shown = connection
+        .peer_identity()
+        .and_then(|id| id.downcast::<Vec<CertificateDer<'static>>>().ok())
+        .expect("a server certificate");
+    shown[0] == CertificateDer::from_pem_file(cert).expect("a PEM certificate")
+}
