@@ -53,6 +53,14 @@ pub(crate) struct Limits {
 /// requests may use at once, up to this), as an HTTP/2 connection does.
 const MAX_PRIVATE: usize = 128;
 
+/// How long a connection whose requests are all done waits for its last bytes to be
+/// acknowledged, or its client to close, before closing it (as an HTTP/2 connection's GOAWAY
+/// grace).
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// HTTP/3's code for a connection closed without error (RFC 9114 section 8.1).
+const H3_NO_ERROR: quinn::VarInt = quinn::VarInt::from_u32(0x100);
+
 /// How often a connection closes its idle backend connections that timed out.
 const REAP_PERIOD: Duration = Duration::from_secs(1);
 
@@ -125,7 +133,11 @@ pub(crate) async fn serve(
         .await;
     if let Ok(mut h3) = built {
         requests(&mut h3, &client, limits, &proxy, &mut shutdown).await;
+        // The last answers' bytes may still be on their way: the client closes, or
+        // `CLOSE_GRACE` passes, before the connection is closed (which would abandon them).
+        let _ = tokio::time::timeout(CLOSE_GRACE, quic.closed()).await;
     }
+    quic.close(H3_NO_ERROR, b"");
     let stats = quic.stats();
     metrics.add_bytes(stats.udp_rx.bytes, stats.udp_tx.bytes);
     drop(open);
@@ -145,6 +157,11 @@ async fn requests(
     let mut reap = tokio::time::interval(REAP_PERIOD);
     reap.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
+        // After our GOAWAY, `accept` waits on for streams the client may no longer open: the
+        // connection is done once its last request is.
+        if closing && active.count.load(Ordering::Relaxed) == 0 {
+            return;
+        }
         let idle = tokio::time::sleep_until(quiet_since + limits.idle_timeout);
         let accepted = tokio::select! {
             accepted = h3.accept() => accepted,
@@ -184,7 +201,7 @@ async fn requests(
                 };
                 tokio::spawn(task.serve(resolver));
             }
-            // The client's GOAWAY or ours, every request done.
+            // The client's GOAWAY, every request done.
             Ok(None) => return,
             Err(error) => {
                 tracing::debug!(%error, "HTTP/3 connection ended");

@@ -159,7 +159,9 @@ async fn accept_loop(
     // configuration: an `Incoming` holds the configuration in force when its first packet
     // came, so each is accepted with the one in force now (a reload applies to it).
     let mut configured = state.load_full();
-    let mut config = h3::quic::server_config(&configured.config).ok().map(Arc::new);
+    let mut config = h3::quic::server_config(&configured.config)
+        .ok()
+        .map(Arc::new);
     let handshaking = Arc::new(AtomicUsize::new(0));
     loop {
         let incoming = tokio::select! {

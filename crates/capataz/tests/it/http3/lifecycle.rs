@@ -120,17 +120,24 @@ async fn shutdown_lets_the_request_in_progress_finish_and_refuses_new_connection
         b[0].wait_traffic_hits(1, DEADLINE).await,
         "the backend has it"
     );
-    let shutdown = tokio::spawn(balancer.shutdown(DEADLINE));
-    let (_client, answer) = in_flight.await.unwrap();
+    // A deadline far past the test's: the shutdown must end when the connection is done,
+    // not at its deadline.
+    let shutdown = tokio::spawn(balancer.shutdown(Duration::from_secs(600)));
+    let (mut client, answer) = in_flight.await.unwrap();
     let answer = answer.expect("the request in progress is answered");
     assert_eq!(answer.head.status(), StatusCode::OK);
     assert_eq!(answer.text(), "a\n");
+    // The connection, its request done, is closed by capataz (after its GOAWAY).
+    tokio::time::timeout(DEADLINE, &mut client.driver)
+        .await
+        .expect("the connection closed by capataz")
+        .unwrap();
     tokio::time::timeout(DEADLINE, shutdown)
         .await
-        .expect("shutdown ends")
+        .expect("shutdown ends once the connection is done")
         .unwrap();
     // Once shut down, nothing answers on the UDP port.
-    let refused = tokio::time::timeout(Duration::from_secs(5), connect(&pki, addr, SITE)).await;
+    let refused = tokio::time::timeout(Duration::from_secs(2), connect(&pki, addr, SITE)).await;
     assert!(
         !matches!(refused, Ok(Ok(_))),
         "a new connection after shutdown"
