@@ -16,8 +16,8 @@ pub struct Http3Config {
     /// `alt_svc_max_age`: how long a client may remember the `Alt-Svc` advertisement (default
     /// 24 hours).
     pub alt_svc_max_age: Duration,
-    /// `retry_threshold`: handshakes in progress above which a new client's address is checked
-    /// by a Retry first (default 100; 0: every new client).
+    /// `retry_threshold`: handshakes in progress from which on a new client's address is
+    /// checked by a Retry first (default 100; 0: every new client).
     pub retry_threshold: u32,
 }
 

@@ -5,7 +5,7 @@
 //! The QUIC configuration is rebuilt from the listener's state when a reload replaced it
 //! (same certificates as the TCP side, which a reload reloads), so a reload applies to the
 //! next connection, as on TCP. A client whose address is not yet validated is sent a Retry
-//! first when more than `retry_threshold` handshakes are in progress (HAProxy's
+//! first while `retry_threshold` handshakes or more are in progress (HAProxy's
 //! `tune.quic.retry-threshold`): a flood of Initial packets from spoofed sources then costs
 //! one stateless packet each, and no handshake state.
 
