@@ -42,7 +42,13 @@ impl Request {
             tokio::time::timeout(self.limits.header_read_timeout, resolver.resolve_request());
         let (head, stream) = match head.await {
             Ok(Ok(resolved)) => resolved,
-            // A malformed or oversized head (h3 answered it), a reset, or too slow: no request.
+            // An oversized head, answered 431 by h3 itself: counted as a head refused before
+            // the proxy saw it, as hyper's 431 on HTTP/1.1 is.
+            Ok(Err(h3::error::StreamError::HeaderTooBig { .. })) => {
+                self.proxy.count_refused();
+                return;
+            }
+            // A malformed head (h3 reset its stream), a reset, or too slow: no request.
             Ok(Err(error)) => {
                 tracing::debug!(%error, "HTTP/3 request head refused");
                 return;

@@ -127,3 +127,45 @@ async fn a_down_backend_gets_no_http3_request() {
     }
     assert_eq!(b[1].traffic_hits(), before, "the DOWN backend got traffic");
 }
+
+#[tokio::test]
+async fn a_head_with_too_many_fields_gets_431_and_reaches_no_backend() {
+    // (A head over `max_header_bytes` cannot be sent with this client: h3 checks the limit
+    // the server announces in its SETTINGS before sending.)
+    let pki = Pki::new();
+    let b = backends(&["a"]).await;
+    let config = ConfigText::sims(&b);
+    let (balancer, _) = h3_balancer(&pki, config, Some(""), "").await;
+    let mut client = connect(&pki, udp_addr(&balancer), SITE).await.unwrap();
+    let mut many = Request::get(format!("https://{SITE}/"));
+    for i in 0..150 {
+        many = many.header(format!("x-f{i}"), "v");
+    }
+    let answer = client
+        .exchange(many.body(()).unwrap(), b"")
+        .await
+        .expect("answer");
+    assert_eq!(
+        answer.head.status(),
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+    );
+    assert_eq!(b[0].traffic_hits(), 0);
+    // Counted as a refused head, as on HTTP/1.1.
+    let metrics = metrics_text(&balancer);
+    let refused = metrics.lines().find(|line| {
+        line.starts_with("capataz_client_requests_total{")
+            && line.contains("method=\"other\"")
+            && line.contains("class=\"4xx\"")
+            && line.contains("answered_by=\"capataz\"")
+    });
+    assert_eq!(
+        refused.and_then(|l| l.rsplit(' ').next()),
+        Some("1"),
+        "{metrics}"
+    );
+    // The connection goes on.
+    assert_eq!(
+        client.get(SITE, "/").await.unwrap().head.status(),
+        StatusCode::OK
+    );
+}
