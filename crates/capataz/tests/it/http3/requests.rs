@@ -169,3 +169,41 @@ async fn a_head_with_too_many_fields_gets_431_and_reaches_no_backend() {
         StatusCode::OK
     );
 }
+
+#[tokio::test]
+async fn an_http2_pool_answers_http3_clients_with_its_trailers() {
+    use std::sync::Arc;
+
+    use crate::support::backends_tls::{HttpBackend, Reply, Speaks};
+    let backend = HttpBackend::start(
+        "b",
+        Speaks::H2,
+        None,
+        Arc::new(|_| {
+            let mut trailers = http::HeaderMap::new();
+            trailers.insert("x-checksum", "abc123".parse().unwrap());
+            Reply::Ok {
+                status: 200,
+                headers: vec![("trailer", "x-checksum".into())],
+                body: bytes::Bytes::from_static(b"payload"),
+                trailers: Some(trailers),
+            }
+        }),
+    )
+    .await;
+    let pki = Pki::new();
+    let config =
+        ConfigText::new(&[backend.entry()]).extra("protocol = \"h2c\"\nactive.kind = \"none\"\n");
+    let (balancer, _) = h3_balancer(&pki, config, Some(""), "").await;
+    let mut client = connect(&pki, udp_addr(&balancer), SITE).await.unwrap();
+    let request = Request::get(format!("https://{SITE}/"))
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let answer = client.exchange(request, b"").await.expect("answer");
+    assert_eq!(answer.head.status(), StatusCode::OK);
+    assert_eq!(answer.text(), "payload");
+    let trailers = answer.trailers.expect("trailers");
+    assert_eq!(trailers.get("x-checksum").unwrap(), "abc123");
+    assert_eq!(backend.hits(), 1);
+}
