@@ -59,9 +59,18 @@ pub fn client_config(pki: &Pki) -> quinn::ClientConfig {
 
 /// Connects to `addr` (UDP) asking for `sni`.
 pub async fn connect(pki: &Pki, addr: SocketAddr, sni: &str) -> Result<H3Client, String> {
+    connect_with(client_config(pki), addr, sni).await
+}
+
+/// Connects to `addr` (UDP) asking for `sni`, with `config`.
+pub async fn connect_with(
+    config: quinn::ClientConfig,
+    addr: SocketAddr,
+    sni: &str,
+) -> Result<H3Client, String> {
     let mut endpoint =
         quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).map_err(|e| e.to_string())?;
-    endpoint.set_default_client_config(client_config(pki));
+    endpoint.set_default_client_config(config);
     let connection = endpoint
         .connect(addr, sni)
         .map_err(|e| e.to_string())?
