@@ -22,6 +22,7 @@ mod error_pages;
 mod etcd_access;
 mod header_rules;
 mod health_checks;
+mod http3;
 mod limits;
 mod listener;
 mod parse;
@@ -51,6 +52,7 @@ pub use health_checks::{
     MAX_BODY_LIMIT, MAX_GRPC_SERVICE, MAX_MATCH_TEXT, MAX_PROBE_BODY, MAX_PROBE_HEADERS,
     MAX_TCP_ANSWER,
 };
+pub use http3::Http3Config;
 pub use limits::{LimitsConfig, DEFAULT_QUEUE_SIZE, DEFAULT_QUEUE_TIMEOUT, MAX_LIMIT};
 pub use listener::{
     AccessLogConfig, AccessLogFormat, AccessLogTarget, Http2Config, ListenerConfig, ListenerTls,

@@ -7,7 +7,8 @@ use std::time::Duration;
 use capataz_tls::{ServerSettings, ServerTls};
 
 use crate::{
-    Cidr, ForwardedFields, HeaderRules, Hsts, PathRewrite, RequestIdConfig, RouteMatch, RouteTarget,
+    Cidr, ForwardedFields, HeaderRules, Hsts, Http3Config, PathRewrite, RequestIdConfig,
+    RouteMatch, RouteTarget,
 };
 
 /// One client-facing listener.
@@ -141,6 +142,8 @@ pub struct ListenerTls {
     pub acme_ca_line: Option<usize>,
     /// `hsts`: the `Strict-Transport-Security` every answer gets; `None` (default): none.
     pub hsts: Option<Hsts>,
+    /// `[listeners.tls.http3]`: HTTP/3 on a UDP port; `None` (default): off.
+    pub http3: Option<Http3Config>,
     /// The certificates and keys, loaded when the config was resolved; `None` in an
     /// [`Unresolved`](crate::Unresolved) config.
     pub loaded: Option<ServerTls>,

@@ -9,6 +9,7 @@ use capataz_discovery as discovery;
 pub use capataz_events as events;
 pub use capataz_timefmt as timefmt;
 pub use capataz_tls as tls;
+pub use capataz_upstream::client_body;
 pub use capataz_upstream::{access_log, balance};
 use capataz_upstream::{body, instruments, rate_limit, upstream};
 // The request path's own pieces the runtime uses too, still not part of its API.
@@ -18,6 +19,7 @@ mod acme;
 pub mod alerts;
 mod downstream;
 mod fleet;
+mod h3;
 pub mod handover;
 pub mod health;
 mod history;

@@ -437,6 +437,13 @@ impl ServerTls {
         &self.ocsp_notes
     }
 
+    /// The rustls configuration of new handshakes (its certificate resolver: SNI, stapling,
+    /// ACME's certificates): HTTP/3 builds its QUIC configuration from it, so that both see
+    /// the same certificates and a reload reaches both.
+    pub fn server_config(&self) -> &Arc<rustls::ServerConfig> {
+        self.acceptor.config()
+    }
+
     /// Runs the server side of a handshake on `stream`. The caller bounds it in time.
     pub async fn accept<S>(
         &self,

@@ -26,6 +26,8 @@ use bytes::{Bytes, BytesMut};
 use capataz_health::Outcome;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
+use crate::client_body::ClientBody;
+
 use crate::access_log::{self, AccessLog, AccessRecord, Termination};
 use crate::balance::{Admission, PoolHandle};
 use crate::upstream::{
@@ -37,7 +39,7 @@ use capataz_h1::framing::Framing;
 #[derive(Debug, Default)]
 pub enum ReqBody {
     /// The client's body, streamed; the hook, if any, hears when it has been read to its end.
-    Incoming(Incoming, Option<Arc<dyn BodyRead>>),
+    Incoming(ClientBody, Option<Arc<dyn BodyRead>>),
     /// No body (a retry of a bodiless request).
     #[default]
     Empty,

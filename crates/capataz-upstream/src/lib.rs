@@ -12,6 +12,7 @@ pub mod atomic_enum;
 pub mod balance;
 pub mod body;
 pub mod budget;
+pub mod client_body;
 pub mod instruments;
 pub mod oneshot;
 pub mod rate_limit;

@@ -39,6 +39,7 @@ tables!(
     RawRegexRewrite,
     RawRedirect,
     RawHsts,
+    RawHttp3,
     RawRequestId,
     RawHeaderRules,
     RawPool,
@@ -227,6 +228,17 @@ pub(super) struct RawTls {
     pub(super) ocsp_fetch: Option<bool>,
     pub(super) acme: Option<Spanned<RawAcme>>,
     pub(super) hsts: Option<Spanned<RawHsts>>,
+    pub(super) http3: Option<RawHttp3>,
+}
+
+/// `[listeners.tls.http3]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, remote = "Self")]
+pub(super) struct RawHttp3 {
+    pub(super) port: Option<Spanned<i64>>,
+    pub(super) max_streams: Option<Spanned<i64>>,
+    pub(super) alt_svc_max_age: Option<Spanned<Value>>,
+    pub(super) retry_threshold: Option<Spanned<i64>>,
 }
 
 /// `[listeners.tls]`'s `hsts`.

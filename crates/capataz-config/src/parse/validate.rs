@@ -24,6 +24,7 @@ mod error_pages;
 mod etcd_access;
 mod fleet;
 mod header_rules;
+mod http3;
 mod limits;
 mod passive;
 mod pool;

@@ -353,6 +353,7 @@ where
             service_shared.peer.start(req.body().is_end_stream());
         }
         async move {
+            let req = req.map(crate::client_body::ClientBody::Hyper);
             let mut response = proxy.handle(req, client).await;
             request.answered();
             if let Ok(response) = &mut response {

@@ -8,9 +8,9 @@
 //! A pool with neither costs one check of two `Option`s per request: [`Affinity::of`] then
 //! returns [`Affinity::NONE`], and [`Affinity::pick`] leaves the pick to the algorithm.
 
+use crate::client_body::ClientBody;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Request, Response};
-use hyper::body::Incoming;
 
 use crate::balance::placement::{Home, Placement};
 use crate::balance::ring::{client_key, stable_hash};
@@ -50,7 +50,7 @@ impl Affinity {
     #[inline]
     pub(super) fn of(
         pool: &PoolHandle,
-        req: &mut Request<Incoming>,
+        req: &mut Request<ClientBody>,
         client: &ClientInfo,
     ) -> Affinity {
         let hash = pool.config.affinity.hash.as_ref();
@@ -170,7 +170,7 @@ impl Affinity {
 }
 
 /// The hash of `req`'s `key`, or `None` when it has none (an absent or empty value).
-fn request_key(key: &HashKey, req: &Request<Incoming>, client: &ClientInfo) -> Option<u64> {
+fn request_key(key: &HashKey, req: &Request<ClientBody>, client: &ClientInfo) -> Option<u64> {
     let bytes: &[u8] = match key {
         HashKey::ClientIp => return Some(client_key(client.addr.ip())),
         HashKey::Path => req.uri().path().as_bytes(),

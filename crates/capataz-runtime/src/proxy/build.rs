@@ -136,6 +136,11 @@ impl Proxy {
                 .as_ref()
                 .and_then(|tls| tls.hsts.as_ref())
                 .map(crate::config::Hsts::value),
+            alt_svc: listener
+                .tls
+                .as_ref()
+                .and_then(|tls| tls.http3.as_ref())
+                .map(|http3| http3.alt_svc(listener.address.port())),
         }
     }
 }

@@ -2,9 +2,9 @@
 //! is for (RFC 9112 section 3.2), hop-by-hop fields (RFC 9110 section 7.6.1), the
 //! `X-Forwarded-*` fields, and the relayed answer's framing fields.
 
+use crate::client_body::ClientBody;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Uri, Version};
-use hyper::body::Incoming;
 
 use super::ClientInfo;
 use capataz_h1::framing::BodyLength;
@@ -53,7 +53,7 @@ pub(super) fn too_many_fields(uri: &Uri, headers: &HeaderMap) -> bool {
 /// hyper's smallest read buffer; heads larger than the limit but within it are checked here.
 pub(super) const MIN_HYPER_BUFFER: usize = 8192;
 
-pub(super) fn head_size(req: &Request<Incoming>) -> usize {
+pub(super) fn head_size(req: &Request<ClientBody>) -> usize {
     let line = req.method().as_str().len() + req.uri().to_string().len() + 12;
     line + req
         .headers()
@@ -90,7 +90,7 @@ impl<'a> RequestHost<'a> {
 /// when the request has no `Host`, and must agree with `Host` when it has one. Refused
 /// (400): two `Host` fields, an HTTP/1.1 request without one, and an absolute-form target
 /// naming another host or port than `Host`. One header lookup for an origin-form request.
-pub(super) fn request_host(req: &Request<Incoming>) -> Result<RequestHost<'_>, &'static str> {
+pub(super) fn request_host(req: &Request<ClientBody>) -> Result<RequestHost<'_>, &'static str> {
     let mut fields = req.headers().get_all(header::HOST).iter();
     let field = fields.next();
     if fields.next().is_some() {
@@ -99,8 +99,11 @@ pub(super) fn request_host(req: &Request<Incoming>) -> Result<RequestHost<'_>, &
     if field.is_none() && req.version() == Version::HTTP_11 {
         return Err("an HTTP/1.1 request needs a Host header field");
     }
-    if field.is_none() && req.version() == Version::HTTP_2 && req.uri().authority().is_none() {
-        return Err("an HTTP/2 request needs an :authority or a Host header field");
+    if field.is_none()
+        && matches!(req.version(), Version::HTTP_2 | Version::HTTP_3)
+        && req.uri().authority().is_none()
+    {
+        return Err("an HTTP/2 or HTTP/3 request needs an :authority or a Host header field");
     }
     let named = field.map(HeaderValue::as_bytes).or_else(|| {
         req.uri()

@@ -23,12 +23,13 @@ use bytes::Bytes;
 use capataz_h1::framing;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri, Version};
-use hyper::body::{Body as _, Incoming};
+use hyper::body::Body as _;
 
 use crate::access_log::{AccessLog, AccessRecord, Phase};
 use crate::acme::Http01Tokens;
 use crate::balance::PoolHandle;
 use crate::body::{Lease, ReqBody, RespBody};
+use crate::client_body::ClientBody;
 use crate::config::{Algorithm, ConnectionReuse, ForwardedFields, HeaderRules, RequestIdConfig};
 use crate::instruments::{AnsweredBy, ListenerMetrics, MethodClass, RouteMetrics};
 use crate::upstream::{AttemptError, BackendStream, ExchangeTimeouts, Outgoing};
@@ -102,6 +103,9 @@ pub struct Proxy {
     tls: bool,
     /// The `Strict-Transport-Security` every answer gets (`[listeners.tls] hsts`), if any.
     hsts: Option<HeaderValue>,
+    /// The `Alt-Svc` advertising HTTP/3 that HTTP/1.1 and HTTP/2 answers get
+    /// (`[listeners.tls.http3]`), if any.
+    alt_svc: Option<HeaderValue>,
 }
 
 impl Proxy {
@@ -124,7 +128,7 @@ impl Proxy {
 
     /// The index of the first route matching `host` (without its port) and `req` (its path,
     /// and whatever else the route's matchers look at).
-    fn route(&self, host: Option<&str>, req: &Request<Incoming>) -> Option<usize> {
+    fn route(&self, host: Option<&str>, req: &Request<ClientBody>) -> Option<usize> {
         let host = host.map(strip_port);
         let path = req.uri().path();
         self.routes.iter().position(|route| {
@@ -144,10 +148,12 @@ impl Proxy {
     /// Serves one client request, and counts its answer.
     pub async fn handle(
         self: Arc<Self>,
-        mut req: Request<Incoming>,
+        mut req: Request<ClientBody>,
         client: Arc<ClientInfo>,
     ) -> Result<Response<RespBody>, Infallible> {
-        if req.version() == Version::HTTP_2 && too_many_fields(req.uri(), req.headers()) {
+        if matches!(req.version(), Version::HTTP_2 | Version::HTTP_3)
+            && too_many_fields(req.uri(), req.headers())
+        {
             // As an HTTP/1.1 head with as many, which hyper refuses before the proxy sees it:
             // 431, counted as a refused head, not logged.
             self.count_refused();
@@ -192,6 +198,11 @@ impl Proxy {
         if let Some(config) = &self.request_id {
             tally.set_request_id(rules::request_id(config, req.headers()));
         }
+        let alt_svc = self
+            .alt_svc
+            .as_ref()
+            .filter(|_| req.version() != Version::HTTP_3)
+            .cloned();
         // The routing phase answers on its own or names the pool; the relay is awaited here,
         // not in a function of its own: its future is then one level less deep, and moved
         // (memcpy) once less per request.
@@ -220,6 +231,9 @@ impl Proxy {
                 .headers_mut()
                 .insert(header::STRICT_TRANSPORT_SECURITY, hsts.clone());
         }
+        if let Some(alt_svc) = alt_svc {
+            response.headers_mut().insert(header::ALT_SVC, alt_svc);
+        }
         if let Some((mut record, log, names)) = tally.record.take() {
             tally.fill(&mut record, &names, Some(status));
             let ending = tally.ending();
@@ -235,7 +249,7 @@ impl Proxy {
     /// request counted by the pool's retry budget.
     fn route_request(
         &self,
-        req: &mut Request<Incoming>,
+        req: &mut Request<ClientBody>,
         client: &ClientInfo,
         tally: &mut Tally,
     ) -> Routed {
@@ -315,7 +329,7 @@ impl Proxy {
     /// The answer to a request refused before anything else is looked at: a head larger than
     /// the listener allows, a CONNECT over HTTP/2 that is not a WebSocket's, a
     /// Transfer-Encoding other than `chunked` once.
-    fn refuse(&self, req: &Request<Incoming>) -> Option<Response<RespBody>> {
+    fn refuse(&self, req: &Request<ClientBody>) -> Option<Response<RespBody>> {
         if self.max_header_bytes < MIN_HYPER_BUFFER && head_size(req) > self.max_header_bytes {
             return Some(error_page(
                 StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -324,8 +338,9 @@ impl Proxy {
         }
         // The one tunnel over HTTP/2: a WebSocket by extended CONNECT (RFC 8441), relayed to an
         // HTTP/1.1 backend as an upgrade. A plain CONNECT, or one for another protocol: 501.
+        // HTTP/3 has none (RFC 9220 is not served): its CONNECT gets the same 501.
         if req.method() == Method::CONNECT
-            && req.version() == Version::HTTP_2
+            && matches!(req.version(), Version::HTTP_2 | Version::HTTP_3)
             && !websocket::is_websocket_connect(req)
         {
             return Some(error_page(
@@ -349,7 +364,7 @@ impl Proxy {
     /// says, until an answer is relayed or the planner gives up.
     async fn relay(
         &self,
-        mut req: Request<Incoming>,
+        mut req: Request<ClientBody>,
         pool: &Arc<PoolHandle>,
         client: &Arc<ClientInfo>,
         tally: &mut Tally,
@@ -509,7 +524,7 @@ impl Proxy {
     #[inline(always)]
     fn prepare(
         &self,
-        mut req: Request<Incoming>,
+        mut req: Request<ClientBody>,
         pool: &PoolHandle,
         client: &ClientInfo,
         (websocket, upgrade): (bool, bool),

@@ -44,6 +44,8 @@ pub(super) struct ListenerRt {
     /// snapshots listing it, so a stopped listener's socket closes. `None` if it could not be
     /// made (out of descriptors): an upgrade is then refused.
     pub(super) offer: Option<Arc<std::os::fd::OwnedFd>>,
+    /// The HTTP/3 endpoint of a TLS listener with `[listeners.tls.http3]`.
+    pub(super) http3: Option<super::http3::Http3Rt>,
 }
 
 impl ListenerRt {
@@ -138,8 +140,9 @@ impl Supervisor {
             })
             .ok()
             .map(Arc::new);
+        let resolved = super::http3::resolved(listener, local);
         let state = Arc::new(ArcSwap::new(self.listener_state(
-            listener,
+            &resolved,
             &handles(pools),
             self.access_log(listener),
             None,
@@ -166,9 +169,13 @@ impl Supervisor {
                 .tls()
                 .handshake_failures(&listener.name, listener.tls.is_some()),
         ));
+        let http3 = super::http3::http3_address(listener, local).and_then(|address| {
+            self.spawn_http3(listener, address, state.clone(), stop.subscribe())
+        });
         ListenerRt {
             address: listener.address,
             local,
+            http3,
             state,
             stop,
             task,
@@ -429,7 +436,7 @@ async fn serve_proxied<F>(
 }
 
 /// One accepted connection, counted in the listener's open connections while it lives.
-struct Counted(Arc<AtomicUsize>);
+pub(super) struct Counted(pub(super) Arc<AtomicUsize>);
 
 impl Drop for Counted {
     fn drop(&mut self) {
@@ -512,7 +519,7 @@ impl Connection {
 }
 
 /// Resolves once the balancer shuts down (never, should the sender be gone).
-async fn shutting_down(shutdown: &mut watch::Receiver<bool>) {
+pub(super) async fn shutting_down(shutdown: &mut watch::Receiver<bool>) {
     if shutdown.wait_for(|down| *down).await.is_err() {
         std::future::pending::<()>().await;
     }

@@ -224,12 +224,14 @@ impl Supervisor {
                     // A reload reopens the access log (log rotation).
                     let log = self.access_log(new);
                     let previous = listener.state.load_full();
+                    let resolved = super::http3::resolved(new, listener.local);
                     listener.state.store(self.listener_state(
-                        new,
+                        &resolved,
                         &pool_handles,
                         log,
                         Some(&previous),
                     ));
+                    self.update_http3(&mut listener, new);
                     kept_listeners.push(listener);
                 }
                 None => {

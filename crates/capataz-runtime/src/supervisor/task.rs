@@ -395,7 +395,10 @@ impl Owned {
         for listener in &listeners {
             let _ = listener.stop.send(true);
         }
-        listeners.into_iter().map(|l| l.task).collect()
+        listeners
+            .into_iter()
+            .flat_map(|l| std::iter::once(l.task).chain(l.http3.map(|h| h.task)))
+            .collect()
     }
 }
 
@@ -405,6 +408,9 @@ impl Drop for Owned {
         for listener in self.listeners.drain(..) {
             let _ = listener.stop.send(true);
             listener.task.abort();
+            if let Some(http3) = listener.http3 {
+                http3.task.abort();
+            }
         }
         self.stop_sources();
         for (_, tasks) in self.pool_tasks.drain(..) {

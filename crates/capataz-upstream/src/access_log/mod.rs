@@ -180,7 +180,7 @@ pub struct AccessRecord {
     pub method: String,
     /// The request target as received (origin-form path and query, or absolute-form).
     pub target: String,
-    /// `HTTP/1.0`, `HTTP/1.1` or `HTTP/2.0`.
+    /// `HTTP/1.0`, `HTTP/1.1`, `HTTP/2.0` or `HTTP/3.0`.
     pub protocol: &'static str,
     /// The `Referer` header, if any.
     pub referer: Option<String>,
@@ -238,10 +238,10 @@ impl AccessRecord {
             text
         };
         let method = bounded(method.as_str());
-        // An HTTP/2 request's URI carries the scheme and authority (`:scheme`, `:authority`):
+        // An HTTP/2 or HTTP/3 request's URI carries the scheme and authority (`:scheme`, `:authority`):
         // its target is the path, as an HTTP/1.1 client would have written it.
         let target = match (version, uri.path_and_query()) {
-            (http::Version::HTTP_2, Some(path)) => bounded(path.as_str()),
+            (http::Version::HTTP_2 | http::Version::HTTP_3, Some(path)) => bounded(path.as_str()),
             _ => bounded(&uri.to_string()),
         };
         let mut header = |name: http::header::HeaderName| {

@@ -42,6 +42,7 @@ mod h2;
 mod h2_backends;
 mod h2_nginx;
 mod hostile_path;
+mod http3;
 mod manual;
 mod member_states;
 mod metrics;

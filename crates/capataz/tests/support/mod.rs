@@ -28,6 +28,7 @@ pub mod fleet;
 pub mod grpc;
 pub mod h2client;
 pub mod h2frames;
+pub mod h3client;
 pub mod hostile_dns;
 pub mod knot;
 pub mod mariadb;

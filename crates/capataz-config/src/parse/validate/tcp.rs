@@ -149,6 +149,10 @@ impl Validator<'_> {
                 "tls.hsts",
                 raw.tls.as_ref().is_some_and(|tls| tls.hsts.is_some()),
             ),
+            (
+                "tls.http3",
+                raw.tls.as_ref().is_some_and(|tls| tls.http3.is_some()),
+            ),
         ];
         match written.iter().find(|(_, written)| *written) {
             Some((key, _)) => Err(self.error(

@@ -136,6 +136,7 @@ impl Validator<'_> {
             client_ca_line,
             acme_ca_line,
             hsts: raw.hsts.map(|hsts| self.hsts(&at, hsts)).transpose()?,
+            http3: raw.http3.map(|http3| self.http3(&at, http3)).transpose()?,
             loaded: None,
         })
     }

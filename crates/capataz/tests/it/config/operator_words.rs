@@ -305,6 +305,11 @@ const TABLES: &[(&str, &str)] = &[
         "listeners[0].tls.acme",
     ),
     (
+        "[listeners.tls]\ncertificates = [{ cert = \"a.pem\", key = \"a.key\" }]\n\
+         [listeners.tls.http3]\nKV\n",
+        "listeners[0].tls.http3",
+    ),
+    (
         "[listeners.access_log]\nKV\n<path = \"access.log\">\n",
         "listeners[0].access_log",
     ),

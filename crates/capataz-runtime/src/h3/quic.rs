@@ -1,0 +1,82 @@
+//! The QUIC server configuration of an HTTP/3 listener, built from what its TCP side serves:
+//! the same rustls configuration (certificate resolver, SNI, stapling, client certificates),
+//! ALPN `h3` only, no 0-RTT, and the listener's limits.
+
+use std::sync::Arc;
+
+use quinn::crypto::rustls::QuicServerConfig;
+use quinn::{IdleTimeout, TransportConfig, VarInt};
+
+use crate::config::{Http3Config, ListenerConfig};
+
+/// The ALPN protocol id of HTTP/3 (RFC 9114 section 3.1).
+pub(super) const ALPN_H3: &[u8] = b"h3";
+
+/// Unidirectional streams a client may open: HTTP/3's control stream and QPACK's two, and room
+/// for the GREASE streams clients send (RFC 9114 section 6.2.3); push is never enabled.
+const MAX_UNI_STREAMS: u32 = 8;
+
+/// Answer bytes sent ahead of the client's acknowledgements, per stream the connection may
+/// have (as HTTP/2's send buffer per stream).
+const MAX_SEND_PER_STREAM: u64 = 64 * 1024;
+
+/// Connections waiting to be accepted (their first packet in, not yet handed to the accept
+/// loop) before the endpoint refuses new ones (quinn's default is 65,536).
+const MAX_INCOMING: usize = 4096;
+
+/// Why no QUIC configuration could be built.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum QuicConfigError {
+    /// The listener has no loaded TLS or no `[listeners.tls.http3]`.
+    #[error("the listener has no loaded TLS certificates or no [listeners.tls.http3]")]
+    NotHttp3,
+    /// rustls's configuration does not suit QUIC (no TLS 1.3 suite QUIC can start with).
+    #[error("its TLS configuration cannot serve QUIC: {0}")]
+    Tls(String),
+}
+
+/// The QUIC server configuration for `listener` as configured now (a reload that changes its
+/// certificates or limits applies to the connections that start after it).
+pub(crate) fn server_config(
+    listener: &ListenerConfig,
+) -> Result<quinn::ServerConfig, QuicConfigError> {
+    let tls = listener.tls.as_ref().ok_or(QuicConfigError::NotHttp3)?;
+    let http3 = tls.http3.as_ref().ok_or(QuicConfigError::NotHttp3)?;
+    let loaded = tls.loaded.as_ref().ok_or(QuicConfigError::NotHttp3)?;
+    // The TCP side's configuration, shared resolver and ticketer included; only what QUIC
+    // needs differently changes.
+    let mut rustls = rustls::ServerConfig::clone(loaded.server_config());
+    rustls.alpn_protocols = vec![ALPN_H3.to_vec()];
+    // No 0-RTT: early data can be replayed by anyone who saw it.
+    rustls.max_early_data_size = 0;
+    let crypto = QuicServerConfig::try_from(Arc::new(rustls))
+        .map_err(|e| QuicConfigError::Tls(e.to_string()))?;
+    let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    config.transport_config(Arc::new(transport(listener, http3)));
+    config.max_incoming(MAX_INCOMING);
+    Ok(config)
+}
+
+/// The transport limits of each connection.
+fn transport(listener: &ListenerConfig, http3: &Http3Config) -> TransportConfig {
+    let mut transport = TransportConfig::default();
+    // Request bodies buffered ahead of their forwarding, and answers ahead of the client's
+    // acknowledgements, are bounded as on HTTP/2: the listener's HTTP/2 windows for the
+    // former, 64 KiB per stream for the latter.
+    let http2 = &listener.http2;
+    let send_window = u64::from(http3.max_streams) * MAX_SEND_PER_STREAM;
+    transport
+        .stream_receive_window(VarInt::from_u32(http2.initial_stream_window_size))
+        .receive_window(VarInt::from_u32(http2.initial_connection_window_size))
+        .send_window(send_window)
+        .max_concurrent_bidi_streams(VarInt::from_u32(http3.max_streams))
+        .max_concurrent_uni_streams(VarInt::from_u32(MAX_UNI_STREAMS))
+        // No datagrams: HTTP/3 datagrams (RFC 9297) are not served.
+        .datagram_receive_buffer_size(None);
+    // The listener's `idle_timeout`, as QUIC's: no packet for that long closes the connection
+    // silently. Past QUIC's limit (2^62 ms) it is capped there.
+    let idle = IdleTimeout::try_from(listener.idle_timeout)
+        .unwrap_or_else(|_| IdleTimeout::from(VarInt::MAX));
+    transport.max_idle_timeout(Some(idle));
+    transport
+}

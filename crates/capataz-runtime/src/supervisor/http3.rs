@@ -1,0 +1,229 @@
+//! A TLS listener's HTTP/3 endpoint (`[listeners.tls.http3]`): its UDP socket, and the loop
+//! that accepts QUIC connections with the listener's settings in force and hands each to
+//! `h3::serve`.
+//!
+//! The QUIC configuration is rebuilt from the listener's state when a reload replaced it
+//! (same certificates as the TCP side, which a reload reloads), so a reload applies to the
+//! next connection, as on TCP. A client whose address is not yet validated is sent a Retry
+//! first while `retry_threshold` handshakes or more are in progress (HAProxy's
+//! `tune.quic.retry-threshold`): a flood of Initial packets from spoofed sources then costs
+//! one stateless packet each, and no handshake state.
+
+use std::borrow::Cow;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::listener::{shutting_down, Counted, ListenerState};
+use super::Supervisor;
+use crate::config::ListenerConfig;
+use crate::h3;
+
+/// A listener's running HTTP/3 endpoint.
+#[derive(Debug)]
+pub(super) struct Http3Rt {
+    /// The UDP address it was asked to bind (the listener's IP, the HTTP/3 port).
+    pub(super) address: SocketAddr,
+    /// The accept loop; it ends at the listener's stop, its own or at shutdown.
+    pub(super) task: JoinHandle<()>,
+    /// Its own stop (a reload that moves or removes HTTP/3 from a listener it keeps).
+    pub(super) stop: watch::Sender<bool>,
+}
+
+/// The UDP address `listener` serves HTTP/3 on, if it does; `tcp` is its bound TCP address
+/// (the default port is the TCP port as bound, so port 0 in a test gets the same number).
+pub(super) fn http3_address(listener: &ListenerConfig, tcp: SocketAddr) -> Option<SocketAddr> {
+    let http3 = listener.tls.as_ref()?.http3.as_ref()?;
+    Some(SocketAddr::new(tcp.ip(), http3.udp_port(tcp.port())))
+}
+
+/// `listener` as its state holds it: with the HTTP/3 port written in when it defaults to a
+/// TCP port the system chose (`local`, bound to port 0), so that `Alt-Svc` names it.
+pub(super) fn resolved(listener: &ListenerConfig, local: SocketAddr) -> Cow<'_, ListenerConfig> {
+    let unset = listener
+        .tls
+        .as_ref()
+        .and_then(|tls| tls.http3.as_ref())
+        .is_some_and(|http3| http3.port.is_none());
+    if !unset || listener.address.port() != 0 {
+        return Cow::Borrowed(listener);
+    }
+    let mut listener = listener.clone();
+    if let Some(http3) = listener.tls.as_mut().and_then(|tls| tls.http3.as_mut()) {
+        http3.port = Some(local.port());
+    }
+    Cow::Owned(listener)
+}
+
+impl Supervisor {
+    /// After a reload that keeps `listener` (now configured as `new`): its HTTP/3 endpoint
+    /// kept if it stays on the same UDP address (the new settings apply to its next
+    /// connections), else stopped (its connections finish) and the new one started.
+    pub(super) fn update_http3(
+        &self,
+        listener: &mut super::listener::ListenerRt,
+        new: &ListenerConfig,
+    ) {
+        let wanted = http3_address(new, listener.local);
+        if listener.http3.as_ref().map(|h| h.address) == wanted {
+            return;
+        }
+        if let Some(old) = listener.http3.take() {
+            let _ = old.stop.send(true);
+        }
+        listener.http3 = wanted.and_then(|address| {
+            self.spawn_http3(
+                new,
+                address,
+                listener.state.clone(),
+                listener.stop.subscribe(),
+            )
+        });
+    }
+
+    /// Starts `listener`'s HTTP/3 endpoint on `address` (UDP). A socket that cannot be bound
+    /// is logged, and the listener serves TCP alone.
+    pub(super) fn spawn_http3(
+        &self,
+        listener: &ListenerConfig,
+        address: SocketAddr,
+        state: Arc<ArcSwap<ListenerState>>,
+        stop: watch::Receiver<bool>,
+    ) -> Option<Http3Rt> {
+        let endpoint = match bind(listener, address) {
+            Ok(endpoint) => endpoint,
+            Err(error) => {
+                tracing::error!(listener = %listener.name, %address, %error, "cannot serve HTTP/3 (UDP): the listener serves TCP alone");
+                return None;
+            }
+        };
+        let local = endpoint.local_addr().unwrap_or(address);
+        tracing::info!(listener = %listener.name, address = %local, "listening for HTTP/3 (UDP)");
+        let (own_stop, own) = watch::channel(false);
+        let task = tokio::spawn(accept_loop(
+            endpoint,
+            state,
+            (stop, own),
+            self.shutdown.subscribe(),
+            self.accepting.subscribe(),
+            self.connections.clone(),
+        ));
+        Some(Http3Rt {
+            address,
+            task,
+            stop: own_stop,
+        })
+    }
+}
+
+/// The QUIC endpoint on `address`, with `listener`'s configuration.
+fn bind(listener: &ListenerConfig, address: SocketAddr) -> std::io::Result<quinn::Endpoint> {
+    let config = h3::quic::server_config(listener).map_err(std::io::Error::other)?;
+    let socket = std::net::UdpSocket::bind(address)?;
+    let runtime = Arc::new(quinn::TokioRuntime);
+    quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        Some(config),
+        socket,
+        runtime,
+    )
+}
+
+/// Accepts QUIC connections until the listener stops or the balancer shuts down; then new
+/// connections are refused while those open finish (`h3::serve` closes them on shutdown).
+async fn accept_loop(
+    endpoint: quinn::Endpoint,
+    state: Arc<ArcSwap<ListenerState>>,
+    (mut stop, mut own): (watch::Receiver<bool>, watch::Receiver<bool>),
+    shutdown: watch::Receiver<bool>,
+    mut accepting: watch::Receiver<bool>,
+    connections: Arc<AtomicUsize>,
+) {
+    let mut down = shutdown.clone();
+    tokio::select! {
+        biased;
+        _ = stop.changed() => return,
+        _ = own.changed() => return,
+        _ = shutting_down(&mut down) => return,
+        open = accepting.wait_for(|open| *open) => {
+            if open.is_err() {
+                return;
+            }
+        }
+    }
+    // The state whose configuration the endpoint has (a reload stores a new one), and that
+    // configuration: an `Incoming` holds the configuration in force when its first packet
+    // came, so each is accepted with the one in force now (a reload applies to it).
+    let mut configured = state.load_full();
+    let mut config = h3::quic::server_config(&configured.config)
+        .ok()
+        .map(Arc::new);
+    let handshaking = Arc::new(AtomicUsize::new(0));
+    loop {
+        let incoming = tokio::select! {
+            biased;
+            _ = stop.changed() => break,
+            _ = own.changed() => break,
+            _ = shutting_down(&mut down) => break,
+            incoming = endpoint.accept() => match incoming {
+                Some(incoming) => incoming,
+                None => break,
+            },
+        };
+        let now = state.load_full();
+        if !Arc::ptr_eq(&now, &configured) {
+            configured = now.clone();
+            config = match h3::quic::server_config(&now.config) {
+                Ok(fresh) => Some(Arc::new(fresh)),
+                Err(error) => {
+                    tracing::warn!(listener = %now.config.name, %error, "HTTP/3 configuration refused: new connections are refused");
+                    None
+                }
+            };
+            // For the next connections' first packets (the Retry tokens' key included).
+            endpoint.set_server_config(config.as_deref().cloned());
+        }
+        let Some(config) = &config else {
+            incoming.refuse();
+            continue;
+        };
+        let Some(http3) = now.config.tls.as_ref().and_then(|tls| tls.http3.as_ref()) else {
+            incoming.refuse();
+            continue;
+        };
+        let busy = handshaking.load(Ordering::Relaxed) >= http3.retry_threshold as usize;
+        if busy && !incoming.remote_address_validated() && incoming.may_retry() {
+            let _ = incoming.retry();
+            continue;
+        }
+        let Ok(connecting) = incoming.accept_with(config.clone()) else {
+            continue;
+        };
+        let limits = h3::Limits {
+            idle_timeout: now.config.idle_timeout,
+            header_read_timeout: now.config.header_read_timeout,
+            max_header_bytes: now.config.max_header_bytes as u64,
+            max_streams: http3.max_streams,
+            max_backend_connections: now.config.http2.max_backend_connections,
+        };
+        connections.fetch_add(1, Ordering::Relaxed);
+        let counted = Counted(connections.clone());
+        handshaking.fetch_add(1, Ordering::Relaxed);
+        let in_handshake = Counted(handshaking.clone());
+        let state = state.clone();
+        let proxy = move || state.load().proxy.clone();
+        tokio::spawn(h3::serve(
+            connecting,
+            limits,
+            proxy,
+            (shutdown.clone(), in_handshake),
+            counted,
+        ));
+    }
+    // Refused from now on; the endpoint's socket closes with its last connection.
+    endpoint.set_server_config(None);
+}
