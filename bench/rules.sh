@@ -134,7 +134,7 @@ ratio() { # ratio A B: per-round CPU-per-request ratio A/B, their median, and th
     local per
     per=$(awk -F'\t' -v a="$1" -v b="$2" '$2==a {x[$1]=$5} $2==b {y[$1]=$5}
         END { for (r in x) if (r in y) printf "%.3f\n", x[r]/y[r] }' "$RES" | sort -g | tr '\n' ' ')
-    printf 'CPU/request %s / %s: median of medians %.3fx; per round %s(median %sx)\n' "$1" "$2" \
+    printf 'CPU/request %s / %s: ratio of the medians %.3fx; per round %s(median %sx)\n' "$1" "$2" \
         "$(calc "$(col "$1" 5) / $(col "$2" 5)")" "$per" "$(tr ' ' '\n' <<<"$per" | grep . | median)"
 }
 has() { [[ " ${TARGETS[*]} " == *" $1 "* ]]; }
