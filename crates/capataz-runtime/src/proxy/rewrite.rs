@@ -33,7 +33,8 @@ pub(super) fn rewrite(rule: &PathRewrite, prefix: &str, uri: &Uri) -> Option<Uri
             substitution,
         } => ("", pattern.regex().replace_all(path, substitution.as_str())),
     };
-    if !head.starts_with('/') && !tail.starts_with('/') {
+    let first = if head.is_empty() { &*tail } else { head };
+    if !first.starts_with('/') {
         return None;
     }
     let query = uri.query();

@@ -184,8 +184,8 @@ use crate::body::RespBody;
 impl super::Proxy {
     /// What a request gets beyond hop-by-hop and `X-Forwarded-*` fields: its request id, a
     /// `Forwarded` element, then the listener's header rules and its route's. Returns its
-    /// host as it sent it (for the answer's rules; `None` when nothing uses it). Not inlined: a listener without any of
-    /// them never comes here.
+    /// host as it sent it (for the answer's rules; `None` when nothing uses it). Not inlined:
+    /// a listener without any of them never comes here.
     #[inline(never)]
     pub(super) fn rewrite_request(
         &self,
