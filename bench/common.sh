@@ -138,7 +138,7 @@ build_capataz() { # builds the release binary and copies it, so a rebuild by som
         return
     fi
     (cd "$ROOT_DIR" && cargo build --release --quiet --bin capataz)
-    cp "$ROOT_DIR/target/release/capataz" "$RUN_DIR/capataz"
+    cp "${CARGO_TARGET_DIR:-$ROOT_DIR/target}/release/capataz" "$RUN_DIR/capataz"
     CAPATAZ_BIN=$RUN_DIR/capataz
     log "capataz: $CAPATAZ_BIN ($(cd "$ROOT_DIR" && git rev-parse --short HEAD 2>/dev/null)$(cd "$ROOT_DIR" && git diff --quiet HEAD -- crates 2>/dev/null || echo ', working tree differs from HEAD'))"
 }

@@ -3,10 +3,11 @@
 # proxy to the same redis-server, requests per second and proxy CPU per request.
 #
 # One redis-server (Debian's, :9130, no persistence) on OTHER_CPU; capataz (a `mode = "tcp"`
-# listener on :9131, CAPATAZ_WORKER_THREADS=1, its tcp PING/+PONG probe and passive checks on,
-# as an operator would run it) and HAProxy (`mode tcp`, `nbthread 1`, a `tcp-check` PING probe,
-# :9132) both pinned to PROXY_CPU; redis-benchmark (`-c CONNS -n REQUESTS -t TESTS`, keep-alive
-# connections, no pipelining) on OTHER_CPU, against each proxy in turn, ROUNDS times,
+# listener on :9131, bench/capataz-tcp.toml, CAPATAZ_WORKER_THREADS=1, its tcp PING/+PONG probe
+# and passive checks on, as an operator would run it) and HAProxy (bench/haproxy-tcp.cfg: `mode
+# tcp`, `nbthread 1`, a `tcp-check` PING probe, :9132) both pinned to PROXY_CPU;
+# redis-benchmark (`-c CONNS -n REQUESTS -t TESTS`, keep-alive connections, no pipelining) on
+# OTHER_CPU, against each proxy in turn, ROUNDS times,
 # interleaved. Per proxy and test: the median over rounds of redis-benchmark's requests/s and
 # p99, and of the proxy's CPU time (utime+stime from /proc) per request over the run.
 #
@@ -38,46 +39,12 @@ start redis "$OTHER_CPU" redis-server --port 9130 --bind 127.0.0.1 --save "" --a
     --dir "$RUN_DIR" --logfile "$RUN_DIR/redis.log"
 wait_port 9130 "$LAST_PID"
 
-cat >"$RUN_DIR/capataz.toml" <<TOML
-[log]
-level = "warn"
-
-[[listeners]]
-address = "127.0.0.1:9131"
-mode = "tcp"
-pool = "redis"
-
-[pools.redis]
-protocol = "tcp"
-backends = [{ name = "r1", address = "127.0.0.1:9130" }]
-
-[pools.redis.active]
-kind = "tcp"
-send = "PING\r\n"
-expect_text = "+PONG"
-TOML
+cp "$BENCH_DIR/capataz-tcp.toml" "$RUN_DIR/capataz.toml"
 CAPATAZ_WORKER_THREADS=1 start capataz "$PROXY_CPU" "$CAPATAZ_BIN" run --config "$RUN_DIR/capataz.toml"
 wait_port 9131 "$LAST_PID"
 PID_capataz=$LAST_PID
 
-cat >"$RUN_DIR/haproxy.cfg" <<CFG
-global
-    nbthread 1
-    maxconn 4096
-defaults
-    mode tcp
-    timeout connect 1s
-    timeout client 60s
-    timeout server 60s
-frontend redis
-    bind 127.0.0.1:9132
-    default_backend redis
-backend redis
-    option tcp-check
-    tcp-check send PING\r\n
-    tcp-check expect string +PONG
-    server r1 127.0.0.1:9130 check inter 2s
-CFG
+cp "$BENCH_DIR/haproxy-tcp.cfg" "$RUN_DIR/haproxy.cfg"
 start haproxy "$PROXY_CPU" haproxy -f "$RUN_DIR/haproxy.cfg" -db
 wait_port 9132 "$LAST_PID"
 PID_haproxy=$LAST_PID

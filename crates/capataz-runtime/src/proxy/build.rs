@@ -10,7 +10,7 @@ use super::{error_pages, rate_limit};
 use crate::access_log::AccessLog;
 use crate::acme::Http01Tokens;
 use crate::balance::PoolHandle;
-use crate::config::{HeaderRules, ListenerConfig, RouteTarget};
+use crate::config::{HeaderRules, ListenerConfig, RouteTarget, Variable};
 use crate::instruments::{ListenerMetrics, RouteMetrics};
 
 /// One route, resolved to its pool.
@@ -122,6 +122,16 @@ impl Proxy {
                 || routes
                     .iter()
                     .any(|r| r.request_headers.is_some() || r.response_headers.is_some()),
+            rules_need_host: listener.forwarded.rfc7239()
+                || [&listener.request_headers, &listener.response_headers]
+                    .into_iter()
+                    .chain(
+                        routes
+                            .iter()
+                            .flat_map(|r| [&r.request_headers, &r.response_headers]),
+                    )
+                    .flatten()
+                    .any(|rules| rules.uses(Variable::Host)),
             request_body_timeout: listener.request_body_timeout,
             tunnel_idle: listener.idle_timeout,
             unrouted: metrics.route("", ""),

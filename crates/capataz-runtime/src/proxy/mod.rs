@@ -83,6 +83,9 @@ pub struct Proxy {
     /// Whether a request needs more than hop-by-hop and `X-Forwarded-*` on its way (a request
     /// id, `Forwarded`, header rules: `Proxy::rewrite_request`).
     rewrites: bool,
+    /// Whether `Forwarded` or a header rule's `%{host}` needs the request's host (else
+    /// `rewrite_request` does not copy it).
+    rules_need_host: bool,
     /// The longest wait for the next piece of a client's body.
     request_body_timeout: std::time::Duration,
     /// How long an upgraded connection may move no byte either way before it is closed.

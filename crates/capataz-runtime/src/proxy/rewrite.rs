@@ -4,41 +4,55 @@
 
 use std::borrow::Cow;
 
-use http::uri::{PathAndQuery, Uri};
+use http::uri::{Parts, PathAndQuery, Uri};
 
 use crate::config::PathRewrite;
 
 /// `uri` with its path rewritten by `rule` (the route's prefix is `prefix`); `None` when the
-/// result is not a valid origin-form path (it must start with `/`).
+/// result is not a valid origin-form path (it must start with `/`). The new target is built in
+/// one `String` (one allocation, no formatting), and an origin-form request's `Uri` is made
+/// from it alone, without copying the old one.
 pub(super) fn rewrite(rule: &PathRewrite, prefix: &str, uri: &Uri) -> Option<Uri> {
     let path = uri.path();
-    let new: Cow<'_, str> = match rule {
+    // The new path is `head` then `tail`.
+    let (head, tail): (&str, Cow<'_, str>) = match rule {
         PathRewrite::StripPrefix => {
             let rest = path.strip_prefix(prefix).unwrap_or(path);
             if rest.starts_with('/') {
-                Cow::Borrowed(rest)
+                ("", Cow::Borrowed(rest))
             } else {
-                Cow::Owned(format!("/{rest}"))
+                ("/", Cow::Borrowed(rest))
             }
         }
         PathRewrite::ReplacePrefix(with) => match path.strip_prefix(prefix) {
-            Some(rest) => Cow::Owned(format!("{with}{rest}")),
-            None => Cow::Borrowed(path),
+            Some(rest) => (with.as_str(), Cow::Borrowed(rest)),
+            None => ("", Cow::Borrowed(path)),
         },
         PathRewrite::Regex {
             pattern,
             substitution,
-        } => pattern.regex().replace_all(path, substitution.as_str()),
+        } => ("", pattern.regex().replace_all(path, substitution.as_str())),
     };
-    if !new.starts_with('/') {
+    let first = if head.is_empty() { &*tail } else { head };
+    if !first.starts_with('/') {
         return None;
     }
-    let target = match uri.query() {
-        Some(query) => format!("{new}?{query}"),
-        None => new.into_owned(),
-    };
+    let query = uri.query();
+    let mut target =
+        String::with_capacity(head.len() + tail.len() + query.map_or(0, |q| q.len() + 1));
+    target.push_str(head);
+    target.push_str(&tail);
+    if let Some(query) = query {
+        target.push('?');
+        target.push_str(query);
+    }
     let path_and_query = PathAndQuery::try_from(target).ok()?;
-    let mut parts = uri.clone().into_parts();
+    if uri.scheme().is_none() && uri.authority().is_none() {
+        return Some(Uri::from(path_and_query));
+    }
+    let mut parts = Parts::default();
+    parts.scheme = uri.scheme().cloned();
+    parts.authority = uri.authority().cloned();
     parts.path_and_query = Some(path_and_query);
     Uri::from_parts(parts).ok()
 }

@@ -34,9 +34,14 @@ pub(super) fn apply(rules: &HeaderRules, headers: &mut HeaderMap, facts: &Facts<
     }
     let mut scratch = String::new();
     for (name, template) in &rules.set {
-        headers.remove(name);
-        if let Some(value) = render(template, facts, &mut scratch) {
-            headers.insert(name.clone(), value);
+        // `insert` replaces every field of that name: one lookup, not a removal and an insert.
+        match render(template, facts, &mut scratch) {
+            Some(value) => {
+                headers.insert(name.clone(), value);
+            }
+            None => {
+                headers.remove(name);
+            }
         }
     }
     for (name, template) in &rules.add {
@@ -179,8 +184,8 @@ use crate::body::RespBody;
 impl super::Proxy {
     /// What a request gets beyond hop-by-hop and `X-Forwarded-*` fields: its request id, a
     /// `Forwarded` element, then the listener's header rules and its route's. Returns its
-    /// host as it sent it (for the answer's rules). Not inlined: a listener without any of
-    /// them never comes here.
+    /// host as it sent it (for the answer's rules; `None` when nothing uses it). Not inlined:
+    /// a listener without any of them never comes here.
     #[inline(never)]
     pub(super) fn rewrite_request(
         &self,
@@ -189,12 +194,16 @@ impl super::Proxy {
         client: &ClientInfo,
         tally: &Tally,
     ) -> Option<HeaderValue> {
-        let host = parts.headers.get(header::HOST).cloned().or_else(|| {
-            parts
-                .uri
-                .authority()
-                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-        });
+        let host = if self.rules_need_host {
+            parts.headers.get(header::HOST).cloned().or_else(|| {
+                parts
+                    .uri
+                    .authority()
+                    .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+            })
+        } else {
+            None
+        };
         if let (Some(config), Some(id)) = (&self.request_id, &tally.request_id) {
             parts.headers.insert(config.header.clone(), id.clone());
         }

@@ -166,3 +166,31 @@ set = {{ "X-Host" = "%{{host}}", "X-Trace-Copy" = "%{{request_id}}" }}
     assert_eq!(echoed(&head, "forwarded"), ["for=203.0.113.9"], "{head}");
     assert!(echoed(&head, "x-forwarded-for").is_empty(), "{head}");
 }
+
+/// `%{host}` in an answer's rule alone (no request rule, no `Forwarded`) still renders the
+/// request's host: the host is kept for the answer whenever any rule names it.
+#[tokio::test]
+async fn a_response_rule_alone_renders_the_requests_host() {
+    let echo = echo_backend("web1").await;
+    let text = format!(
+        r#"
+[[listeners]]
+address = "127.0.0.1:0"
+forwarded = "none"
+
+[listeners.response_headers]
+set = {{ "X-Asked-For" = "%{{host}}" }}
+
+{pool}"#,
+        pool = pool("web", echo.addr),
+    );
+    let (balancer, _rx) = start(&text).await;
+    let mut client = Client::strict(balancer.local_addrs()[0]);
+    let request = http::Request::builder()
+        .uri("/")
+        .header("host", "app.test:8080")
+        .body(Bytes::new())
+        .unwrap();
+    let answer = client.request(request).await;
+    assert_eq!(answer.headers["x-asked-for"], "app.test:8080");
+}
