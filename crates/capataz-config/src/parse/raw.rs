@@ -150,6 +150,7 @@ pub(super) struct RawListener {
     pub(super) mode: Option<Spanned<RawMode>>,
     pub(super) pool: Option<Spanned<String>>,
     pub(super) session_timeout: Option<Spanned<Value>>,
+    pub(super) socket_mode: Option<Spanned<String>>,
 }
 
 /// One status's page in `[listeners.error_pages]`.
