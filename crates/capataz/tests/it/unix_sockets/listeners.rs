@@ -241,3 +241,30 @@ async fn a_reload_keeps_the_socket_serving_and_removes_a_dropped_one() {
     );
     crate::support::wait::wait_until("the dropped socket's file removed", || !other.exists()).await;
 }
+
+#[tokio::test]
+async fn a_unix_client_is_a_local_proxy_header_and_one_rate_limit_key() {
+    let dir = LogDir::new();
+    let (front, back) = (dir.path("front.sock"), dir.path("back.sock"));
+    let unix = UnixBackend::start_proxied(&back, "u");
+    let text = format!(
+        "[[listeners]]\naddress = \"unix:{}\"\n\n[[listeners.routes]]\npool = \"web\"\n\
+         rate_limit = {{ key = \"client_ip\", rate = 1, per = \"1h\", burst = 1 }}\n\n\
+         [pools.web]\nsend_proxy_protocol = \"v1\"\n\
+         backends = [{{ address = \"unix:{}\" }}]\n[pools.web.active]\nkind = \"none\"\n",
+        front.display(),
+        back.display()
+    );
+    let (balancer, _rx) = start(&text).await;
+    assert_eq!(unix_get(&front, "/one").await.status, 200);
+    // Another connection is the same client as far as the limit knows: no address tells
+    // them apart.
+    assert_eq!(unix_get(&front, "/two").await.status, 429);
+    assert_eq!(unix.headers(), ["PROXY UNKNOWN\r\n"]);
+    // A binary upgrade does not hand a Unix socket over: refused before anything starts.
+    let refused = balancer.offer_sockets().expect_err("no socket offered");
+    assert!(
+        refused.to_string().contains("which a binary upgrade does not hand over"),
+        "{refused}"
+    );
+}
