@@ -17,6 +17,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use socket2::{Domain, SockAddr, Socket, Type};
 use tokio::io::Interest;
 use tokio::net::{TcpListener, UnixListener, UnixStream};
 use tokio::sync::watch;
@@ -65,8 +66,9 @@ impl Drop for SocketFile {
 }
 
 /// Binds `unix`'s path: refused if something that is not a socket is there (left as it is);
-/// else bound under a temporary name in the same directory, given `socket_mode`, and renamed
-/// over the path (replacing a stale or live socket file atomically).
+/// else bound under a temporary name in the same directory, given `socket_mode`, listening
+/// (backlog 1024, as a TCP listener), and renamed over the path (replacing a stale or live
+/// socket file atomically).
 pub fn bind_unix(unix: &UnixListen) -> io::Result<(UnixListener, SocketFile)> {
     let path = &unix.path;
     match std::fs::symlink_metadata(path) {
@@ -83,11 +85,16 @@ pub fn bind_unix(unix: &UnixListen) -> io::Result<(UnixListener, SocketFile)> {
     if std::fs::symlink_metadata(&temporary).is_ok_and(|meta| meta.file_type().is_socket()) {
         let _ = std::fs::remove_file(&temporary);
     }
-    let socket = std::os::unix::net::UnixListener::bind(&temporary)?;
+    let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+    socket.bind(&SockAddr::unix(&temporary)?)?;
+    // The mode is set before the socket listens (no client connects under the umask's bits),
+    // and the socket listens before it is renamed into place (no client finds the path
+    // refusing).
     let placed = (|| {
         if let Some(mode) = unix.mode {
             std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(mode))?;
         }
+        socket.listen(1024)?;
         std::fs::rename(&temporary, path)?;
         std::fs::symlink_metadata(path)
     })();
@@ -104,6 +111,7 @@ pub fn bind_unix(unix: &UnixListen) -> io::Result<(UnixListener, SocketFile)> {
         dev: meta.dev(),
         ino: meta.ino(),
     };
+    let socket = std::os::unix::net::UnixListener::from(std::os::fd::OwnedFd::from(socket));
     Ok((UnixListener::from_std(socket)?, file))
 }
 

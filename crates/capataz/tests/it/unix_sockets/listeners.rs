@@ -264,7 +264,9 @@ async fn a_unix_client_is_a_local_proxy_header_and_one_rate_limit_key() {
     // A binary upgrade does not hand a Unix socket over: refused before anything starts.
     let refused = balancer.offer_sockets().expect_err("no socket offered");
     assert!(
-        refused.to_string().contains("which a binary upgrade does not hand over"),
+        refused
+            .to_string()
+            .contains("which a binary upgrade does not hand over"),
         "{refused}"
     );
 }
