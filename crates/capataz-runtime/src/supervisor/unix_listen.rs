@@ -306,6 +306,27 @@ mod tests {
         }
     }
 
+    /// One look at the socket, as the watch for a client gone takes it.
+    fn look(socket: &UnixStream) -> Poll<io::Result<usize>> {
+        socket.poll_peek_peer(&mut Context::from_waker(std::task::Waker::noop()))
+    }
+
+    #[tokio::test]
+    async fn a_peek_sees_bytes_without_taking_them_and_the_clients_close() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut client, mut server) = UnixStream::pair().unwrap();
+        assert!(look(&server).is_pending());
+        client.write_all(b"GET").await.unwrap();
+        let peeked = std::future::poll_fn(|cx| server.poll_peek_peer(cx)).await;
+        assert_eq!(peeked.unwrap(), 1);
+        let mut three = [0u8; 3];
+        server.read_exact(&mut three).await.unwrap();
+        assert_eq!(&three, b"GET", "the peek took nothing");
+        drop(client);
+        let closed = std::future::poll_fn(|cx| server.poll_peek_peer(cx)).await;
+        assert_eq!(closed.unwrap(), 0);
+    }
+
     #[tokio::test]
     async fn a_stale_socket_is_replaced_and_the_file_removed_when_dropped() {
         let dir = Dir::new("stale");

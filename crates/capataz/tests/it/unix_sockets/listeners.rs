@@ -139,11 +139,13 @@ async fn tcp_mode_relays_a_unix_listeners_sessions() {
             });
         }
     });
+    let log = dir.path("access.log");
     let text = format!(
-        "[[listeners]]\naddress = \"unix:{}\"\nmode = \"tcp\"\npool = \"db\"\n\n\
+        "[[listeners]]\naddress = \"unix:{}\"\nmode = \"tcp\"\npool = \"db\"\n{}\n\n\
          [pools.db]\nprotocol = \"tcp\"\nbackends = [{{ address = \"{address}\" }}]\n\
          [pools.db.active]\nkind = \"none\"\n",
-        front.display()
+        front.display(),
+        access_log::table(&log, "text", "")
     );
     let (_balancer, _rx) = start(&text).await;
     let mut session = UnixStream::connect(&front).await.unwrap();
@@ -155,6 +157,8 @@ async fn tcp_mode_relays_a_unix_listeners_sessions() {
         .expect("the session ends")
         .unwrap();
     assert_eq!(all, b"hello\nping");
+    let lines = access_log::wait_lines(&log, 1).await;
+    assert!(lines[0].starts_with("unix - - ["), "{lines:?}");
 }
 
 #[tokio::test]
@@ -268,5 +272,50 @@ async fn a_unix_client_is_a_local_proxy_header_and_one_rate_limit_key() {
             .to_string()
             .contains("which a binary upgrade does not hand over"),
         "{refused}"
+    );
+}
+
+#[tokio::test]
+async fn a_reload_adding_a_listener_over_a_regular_file_is_refused_and_changes_nothing() {
+    let dir = LogDir::new();
+    let (front, blocked, back) = (
+        dir.path("front.sock"),
+        dir.path("blocked.sock"),
+        dir.path("back.sock"),
+    );
+    let _unix = UnixBackend::start(&back, "u");
+    let backend = [format!("address = \"unix:{}\"", back.display())];
+    let (balancer, _rx) = start(&config(&front, "socket_mode = \"0640\"", &backend)).await;
+    std::fs::write(&blocked, "precious").unwrap();
+    let more = format!(
+        "{}\n[[listeners]]\naddress = \"unix:{}\"\n",
+        config(&front, "socket_mode = \"0600\"", &backend),
+        blocked.display()
+    );
+    let refused = balancer
+        .reload(&parse(&more))
+        .await
+        .expect_err("the reload is refused");
+    assert!(
+        refused
+            .to_string()
+            .starts_with("listeners[1].address unix:"),
+        "{refused}"
+    );
+    assert_eq!(std::fs::read_to_string(&blocked).unwrap(), "precious");
+    // Nothing applied: the running listener kept its socket and its mode.
+    assert_eq!(
+        std::fs::metadata(&front).unwrap().permissions().mode() & 0o777,
+        0o640
+    );
+    assert_eq!(unix_get(&front, "/still").await.text(), "u /still");
+    // A reload that only changes the mode applies it to the kept socket.
+    balancer
+        .reload(&parse(&config(&front, "socket_mode = \"0600\"", &backend)))
+        .await
+        .expect("the reload applies");
+    assert_eq!(
+        std::fs::metadata(&front).unwrap().permissions().mode() & 0o777,
+        0o600
     );
 }
