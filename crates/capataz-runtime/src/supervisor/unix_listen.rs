@@ -169,7 +169,16 @@ impl Supervisor {
             None,
         )));
         let (stop, stop_rx) = watch::channel(false);
-        tracing::info!(listener = %listener.name, path = %file.path.display(), "listening");
+        let path = file.path.display();
+        if self.accepting() {
+            tracing::info!(listener = %listener.name, %path, "listening");
+        } else {
+            tracing::info!(
+                listener = %listener.name,
+                %path,
+                "listening, held: accepting once the takeover is ready"
+            );
+        }
         let task = tokio::spawn(accept_loop(
             (socket, file),
             state.clone(),
