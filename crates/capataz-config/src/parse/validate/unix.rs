@@ -117,9 +117,10 @@ impl Validator<'_> {
     /// `socket_mode`: permission bits in octal, written as a string ("0660", "660").
     fn socket_mode(&self, mode: &Spanned<String>, key: &str) -> Result<u32, ConfigError> {
         let text = mode.get_ref();
-        let digits = text.strip_prefix("0o").unwrap_or(text);
-        match u32::from_str_radix(digits, 8) {
-            Ok(bits) if (3..=4).contains(&digits.len()) && bits <= 0o777 => Ok(bits),
+        // Digits only (`from_str_radix` would take a sign too).
+        let digits = text.bytes().all(|b| b.is_ascii_digit());
+        match u32::from_str_radix(text, 8) {
+            Ok(bits) if digits && (3..=4).contains(&text.len()) && bits <= 0o777 => Ok(bits),
             _ => Err(self.error(
                 Some(mode.span()),
                 key,

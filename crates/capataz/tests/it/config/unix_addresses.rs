@@ -130,6 +130,12 @@ fn a_unix_socket_listener_is_refused_what_it_cannot_have() {
             "is not a file mode",
         ),
         (
+            unix_listener("unix:/run/capataz.sock", "socket_mode = \"+660\""),
+            Some(3),
+            "listeners[0].socket_mode",
+            "is not a file mode",
+        ),
+        (
             unix_listener("unix:/run/capataz.sock", "socket_mode = \"01777\""),
             Some(3),
             "listeners[0].socket_mode",
