@@ -77,7 +77,7 @@ pub use sni::{
 pub use source::{DnsRecord, DnsSource, EtcdEndpoint, EtcdSource, FleetConfig, PoolSource};
 pub use tcp::TcpListenerConfig;
 pub use text_errors::{DurationError, ListenAddressError};
-pub use unix::{unix_path, unix_path_problem, MAX_UNIX_PATH, UNIX_PREFIX};
+pub use unix::{unix_path, unix_path_problem, UnixListen, MAX_UNIX_PATH, UNIX_CLIENT, UNIX_PREFIX};
 
 /// The longest duration a config value or an admin TTL may be: one year (`8760h`).
 pub const MAX_DURATION: Duration = parse::MAX_DURATION;

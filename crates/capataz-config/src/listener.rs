@@ -16,8 +16,10 @@ use crate::{
 pub struct ListenerConfig {
     /// Its name, for logs.
     pub name: String,
-    /// The address it binds.
+    /// The address it binds (`0.0.0.0:0`, unused, for a listener on a Unix socket).
     pub address: SocketAddr,
+    /// `address = "unix:/path"`: the Unix domain socket it binds instead; `None` (TCP) else.
+    pub unix: Option<crate::UnixListen>,
     /// Routes, tried in order; the first match wins.
     pub routes: Vec<RouteConfig>,
     /// How long a client keep-alive connection may sit idle (default 60 s).

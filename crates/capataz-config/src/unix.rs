@@ -3,13 +3,32 @@
 //! a backend's [`BackendConfig::address`](crate::BackendConfig) starting with [`UNIX_PREFIX`]
 //! is a Unix socket backend, whose `socket_addr` is the unused placeholder `0.0.0.0:0`.
 
-use std::path::Path;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::{Path, PathBuf};
 
 /// What starts a Unix socket address.
 pub const UNIX_PREFIX: &str = "unix:";
 
 /// The longest socket path: `sun_path` holds 108 bytes on Linux, the last one the NUL.
 pub const MAX_UNIX_PATH: usize = 107;
+
+/// The address a client of a Unix socket listener stands as (it has no IP): `0.0.0.0:0`, which
+/// no TCP peer can have. The access log writes it `unix`; such a client gets no
+/// `X-Forwarded-For` or `Forwarded` entry, a `LOCAL` PROXY header to backends, and all such
+/// clients share one key for `client_ip` hashing and rate limits.
+pub const UNIX_CLIENT: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+
+/// A listener on a Unix domain socket (`address = "unix:/path"`); its
+/// [`ListenerConfig::address`](crate::ListenerConfig) is then the unused placeholder
+/// `0.0.0.0:0`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct UnixListen {
+    /// The socket file's path.
+    pub path: PathBuf,
+    /// `socket_mode`: the permission bits the socket file gets (e.g. `0o660`); `None` (the
+    /// default): those the process's umask leaves.
+    pub mode: Option<u32>,
+}
 
 impl crate::BackendConfig {
     /// The backend's socket path when its address is `unix:/path`; `None` for TCP.

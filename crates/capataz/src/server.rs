@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use crate::config::Config;
 use crate::handover::{Inherited, Kind, Offered};
 use crate::health::{Notice, PoolRt};
-use crate::supervisor::{bind, bind_listener};
+use crate::supervisor::{bind, bind_listener, ClientSocket};
 pub use crate::supervisor::{OverrideRefused, ReloadSummary, StartError, Stopped, Supervisor};
 
 /// A running balancer. Dropping it stops everything it started.
@@ -77,13 +77,18 @@ impl Balancer {
         // Bind everything first, so a config that cannot start leaves nothing running.
         let mut sockets = Vec::with_capacity(config.listeners.len());
         for (index, listener) in config.listeners.iter().enumerate() {
-            let socket = match take(Kind::Listener, listener.address) {
-                Some(socket) => socket.map_err(|error| StartError::Bind {
+            // A Unix socket is bound anew (an upgrade with one is refused).
+            let inherited = match listener.unix {
+                None => take(Kind::Listener, listener.address),
+                Some(_) => None,
+            };
+            let socket = match inherited {
+                Some(socket) => ClientSocket::Tcp(socket.map_err(|error| StartError::Bind {
                     name: listener.name.clone(),
                     key: format!("listeners[{index}].address"),
                     address: listener.address,
                     error,
-                })?,
+                })?),
                 None => bind_listener(index, listener)?,
             };
             sockets.push(socket);

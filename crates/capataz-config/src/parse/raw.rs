@@ -156,6 +156,7 @@ pub(super) struct RawListener {
     #[serde(default)]
     pub(super) sni_routes: Vec<Spanned<RawSniRoute>>,
     pub(super) inspect_timeout: Option<Spanned<Value>>,
+    pub(super) socket_mode: Option<Spanned<String>>,
 }
 
 /// One `[[listeners.sni_routes]]` of a tcp listener: TLS passthrough by the ClientHello's SNI.

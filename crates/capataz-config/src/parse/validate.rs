@@ -225,6 +225,7 @@ impl<'a> Validator<'a> {
                     listeners.push(listener);
                 }
             }
+            self.keep(self.unix_paths_unique(&listeners));
         }
         let alerts = self.keep(self.alerts(raw.alerts));
         let fleet = raw.fleet.map(|fleet| self.keep(self.fleet(fleet)));
@@ -393,9 +394,12 @@ impl<'a> Validator<'a> {
         };
         let key = format!("{at}.address");
         // A bad address does not hide the listener's other errors.
+        if crate::unix_path(address.get_ref()).is_some() {
+            // A Unix socket listener (`unix_listener` checked it): its path, not this, binds.
+            return Ok(crate::UNIX_CLIENT);
+        }
         let socket_addr = self
-            .keep(self.unix_listener(&address, &key))
-            .and_then(|()| self.keep(self.socket_addr(&address, &key)))
+            .keep(self.socket_addr(&address, &key))
             .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
         // Port 0 asks the OS for a free port, so two such listeners do not collide.
         if socket_addr.port() != 0 {
@@ -476,6 +480,7 @@ impl<'a> Validator<'a> {
         let span = raw.span();
         let raw = raw.into_inner();
         let tcp = self.listener_mode(&at, &span, &raw, pools)?;
+        let unix = self.unix_listener(&at, &raw)?;
         let name = match raw.name {
             None => format!("listener-{index}"),
             Some(name) => self.name(name, &format!("{at}.name"))?,
@@ -508,6 +513,7 @@ impl<'a> Validator<'a> {
             https_redirect,
             name,
             address: socket_addr,
+            unix,
             routes,
             idle_timeout: self.duration(
                 &raw.idle_timeout,

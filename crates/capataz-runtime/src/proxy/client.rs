@@ -17,6 +17,10 @@ pub struct ClientInfo {
     pub addr: SocketAddr,
     /// Its IP address as a header value (for `X-Forwarded-For`).
     pub(super) ip: HeaderValue,
+    /// Whether it is a Unix socket listener's client (`addr` is then
+    /// [`UNIX_CLIENT`](crate::config::UNIX_CLIENT)): no forwarded address is added for it,
+    /// and a PROXY header to a backend is `LOCAL`.
+    pub unix: bool,
     /// The idle backend connections only this client connection may use (see
     /// `upstream::PrivateIdle`).
     pub private: Arc<PrivateIdle>,
@@ -40,6 +44,7 @@ impl ClientInfo {
         ClientInfo {
             addr,
             ip,
+            unix: addr == crate::config::UNIX_CLIENT,
             private: Arc::new(PrivateIdle::new()),
             tls: None,
             destination: None,

@@ -54,7 +54,8 @@ pub(super) async fn forward<'a>(
     // One clock reading serves the idle check, the deadline and the latency of a request sent
     // on a pooled connection; a fresh connection reads the clock again once connected.
     let started = Instant::now();
-    let addrs = Some((client.addr, client.destination()));
+    // A Unix socket's client has no address to name: a LOCAL header.
+    let addrs = (!client.unix).then(|| (client.addr, client.destination()));
     loop {
         let conn = if fresh_only {
             backend.upstream.connect(addrs).await

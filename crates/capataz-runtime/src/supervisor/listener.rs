@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_rustls::server::TlsStream;
 
+use super::unix_listen::ClientSocket;
 use super::{Listening, StartError, Supervisor};
 use crate::access_log::AccessLog;
 use crate::balance::PoolHandle;
@@ -31,6 +32,8 @@ use capataz_proxy_protocol::{Addresses, Rewind};
 pub(super) struct ListenerRt {
     pub(super) address: SocketAddr,
     pub(super) local: SocketAddr,
+    /// The socket path of a listener on a Unix socket (its `address` is then `0.0.0.0:0`).
+    pub(super) unix: Option<std::path::PathBuf>,
     pub(super) state: Arc<ArcSwap<ListenerState>>,
     pub(super) stop: watch::Sender<bool>,
     pub(super) task: JoinHandle<()>,
@@ -54,8 +57,15 @@ impl ListenerRt {
         Listening {
             address: self.address,
             local: self.local,
+            unix: self.unix.clone(),
             offer: self.offer.clone(),
         }
+    }
+
+    /// Whether it is the listener `config` describes (the same address, or socket path).
+    pub(super) fn serves(&self, config: &ListenerConfig) -> bool {
+        self.address == config.address
+            && self.unix.as_deref() == config.unix.as_ref().map(|unix| unix.path.as_path())
     }
 }
 
@@ -127,7 +137,22 @@ impl Supervisor {
         })
     }
 
+    /// Starts `listener`'s accept loop on `socket`.
     pub(super) fn spawn_listener(
+        &self,
+        listener: &ListenerConfig,
+        socket: ClientSocket,
+        pools: &[Arc<PoolRt>],
+    ) -> ListenerRt {
+        match socket {
+            ClientSocket::Tcp(socket) => self.spawn_tcp_listener(listener, socket, pools),
+            ClientSocket::Unix(socket, file) => {
+                self.spawn_unix_listener(listener, (socket, file), pools)
+            }
+        }
+    }
+
+    fn spawn_tcp_listener(
         &self,
         listener: &ListenerConfig,
         socket: TcpListener,
@@ -176,6 +201,7 @@ impl Supervisor {
             address: listener.address,
             local,
             http3,
+            unix: None,
             state,
             stop,
             task,
@@ -218,14 +244,22 @@ impl Supervisor {
     }
 }
 
-/// Binds `listener`'s address; `index` is its place in the config, for the error.
-pub fn bind_listener(index: usize, listener: &ListenerConfig) -> Result<TcpListener, StartError> {
-    bind(listener.address).map_err(|error| StartError::Bind {
-        name: listener.name.clone(),
-        key: format!("listeners[{index}].address"),
-        address: listener.address,
-        error,
-    })
+/// Binds `listener`'s address (or its Unix socket path); `index` is its place in the config,
+/// for the error.
+pub fn bind_listener(index: usize, listener: &ListenerConfig) -> Result<ClientSocket, StartError> {
+    if let Some(unix) = &listener.unix {
+        return super::unix_listen::bind_unix(unix)
+            .map(|(socket, file)| ClientSocket::Unix(socket, file))
+            .map_err(|error| super::unix_listen::bind_error(index, listener, error));
+    }
+    bind(listener.address)
+        .map(ClientSocket::Tcp)
+        .map_err(|error| StartError::Bind {
+            name: listener.name.clone(),
+            key: format!("listeners[{index}].address"),
+            address: listener.address,
+            error,
+        })
 }
 
 /// Binds `address` (with `SO_REUSEADDR`), listening with a backlog of 1024.
@@ -359,7 +393,7 @@ async fn accept_loop(
 /// applies to the next connection): its limits, its protocols, the certificates (a reload
 /// applies to the next handshake) and whether `peer` is trusted to send a PROXY protocol
 /// header.
-fn in_force(
+pub(super) fn in_force(
     config: &ListenerConfig,
     peer: SocketAddr,
 ) -> (

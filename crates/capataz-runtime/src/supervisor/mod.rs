@@ -24,6 +24,7 @@ mod sources;
 mod task;
 #[cfg(test)]
 mod tests;
+mod unix_listen;
 
 use std::io;
 use std::net::SocketAddr;
@@ -45,6 +46,7 @@ use crate::metrics::Metrics;
 pub use listener::{bind, bind_listener};
 pub use reload::ReloadSummary;
 use task::Command;
+pub use unix_listen::{bind_unix, ClientSocket, SocketFile};
 
 /// A handle on the supervisor of one balancer, which the listeners, the admin API and the
 /// server share.
@@ -113,6 +115,8 @@ pub(crate) struct Listening {
     address: SocketAddr,
     /// The address it bound.
     local: SocketAddr,
+    /// The socket path of a listener on a Unix socket.
+    unix: Option<std::path::PathBuf>,
     /// A duplicate of the listening socket's descriptor, which a binary upgrade offers to the
     /// new process; `None` if it could not be made (out of descriptors): an upgrade is then
     /// refused. Dropped once no snapshot lists the listener, so a stopped listener's socket
@@ -153,6 +157,18 @@ pub enum StartError {
         /// Its address.
         address: SocketAddr,
         /// The OS error.
+        error: io::Error,
+    },
+    /// A listener could not bind its Unix socket path.
+    #[error(
+        "{key} unix:{path}: cannot listen there: {error} (change {key}, or make the path free)"
+    )]
+    BindUnix {
+        /// The key that set it (`listeners[0].address`).
+        key: String,
+        /// The socket path.
+        path: String,
+        /// Why.
         error: io::Error,
     },
     /// The new configuration is invalid.
@@ -407,6 +423,13 @@ impl Supervisor {
             .listeners
             .iter()
             .map(|l| {
+                if let Some(path) = &l.unix {
+                    return Err(io::Error::other(format!(
+                        "the listener on unix:{} is a Unix socket, which a binary upgrade does \
+                         not hand over (restart the process instead)",
+                        path.display()
+                    )));
+                }
                 Ok(crate::handover::Offered {
                     kind: crate::handover::Kind::Listener,
                     configured: l.address,

@@ -3,7 +3,6 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::task::Owned;
@@ -135,7 +134,7 @@ impl Owned {
 fn bind_fresh(running: &[ListenerRt], config: &Config) -> Result<Vec<Fresh>, StartError> {
     let mut fresh = Vec::new();
     for (index, listener) in config.listeners.iter().enumerate() {
-        if !running.iter().any(|l| l.address == listener.address) {
+        if !running.iter().any(|l| l.serves(listener)) {
             fresh.push((listener.clone(), bind_listener(index, listener)?));
         }
     }
@@ -212,12 +211,9 @@ impl Supervisor {
         let pool_handles = super::listener::handles(pools);
         let mut kept_listeners = Vec::new();
         for listener in std::mem::take(listeners) {
-            match config
-                .listeners
-                .iter()
-                .find(|l| l.address == listener.address)
-            {
+            match config.listeners.iter().find(|l| listener.serves(l)) {
                 Some(new) => {
+                    super::unix_listen::apply_mode(new);
                     let mut listener = listener;
                     listener.acme = self.spawn_acme(new);
                     listener.ocsp = self.spawn_stapling(new);
@@ -249,7 +245,7 @@ impl Supervisor {
 }
 
 /// A listener the new config adds, and its socket, bound.
-type Fresh = (ListenerConfig, TcpListener);
+type Fresh = (ListenerConfig, super::ClientSocket);
 
 /// What a reload does not change: the admin listener's address and settings (unless the new
 /// table is for the same address) and logging, set up at start.

@@ -115,11 +115,7 @@ impl Owned {
         let config = supervisor.config();
         let pool_handles = handles(&next);
         for listener in &self.listeners {
-            if let Some(new) = config
-                .listeners
-                .iter()
-                .find(|l| l.address == listener.address)
-            {
+            if let Some(new) = config.listeners.iter().find(|l| listener.serves(l)) {
                 // Same settings, same log: a membership update reopens nothing.
                 let previous = listener.state.load_full();
                 let log = previous.proxy.access_log();

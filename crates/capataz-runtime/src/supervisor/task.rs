@@ -14,13 +14,14 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tokio::net::TcpListener;
 use tokio::runtime::Handle;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::listener::ListenerRt;
-use super::{Listening, OverrideRefused, ReloadSummary, Snapshot, StartError, Supervisor};
+use super::{
+    ClientSocket, Listening, OverrideRefused, ReloadSummary, Snapshot, StartError, Supervisor,
+};
 use crate::alerts::Alerts;
 use crate::config::{BackendConfig, Config, FleetConfig, PoolSource};
 use crate::events::OverrideKind;
@@ -93,7 +94,7 @@ impl Supervisor {
         config: &Config,
         events: broadcast::Sender<Notice>,
         path: Option<PathBuf>,
-        sockets: Vec<TcpListener>,
+        sockets: Vec<ClientSocket>,
     ) -> Arc<Supervisor> {
         Supervisor::start_as(config, events, path, sockets, false)
     }
@@ -106,7 +107,7 @@ impl Supervisor {
         config: &Config,
         events: broadcast::Sender<Notice>,
         path: Option<PathBuf>,
-        sockets: Vec<TcpListener>,
+        sockets: Vec<ClientSocket>,
         held: bool,
     ) -> Arc<Supervisor> {
         let clock = Clock::start();

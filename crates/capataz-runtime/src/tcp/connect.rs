@@ -126,7 +126,9 @@ pub(crate) async fn connect<'a>(
         tried[count] = index;
         count += 1;
         let backend = &pool.backends[index];
-        match backend.upstream.connect(Some(addresses)).await {
+        // A Unix socket's client has no address to name: a LOCAL header.
+        let named = (addresses.0 != crate::config::UNIX_CLIENT).then_some(addresses);
+        match backend.upstream.connect(named).await {
             Ok(conn) => {
                 if hashed.is_some() {
                     *affinity = Some(home.placement(index).as_str());

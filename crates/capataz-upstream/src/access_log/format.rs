@@ -5,6 +5,7 @@
 
 use std::fmt::Write as _;
 
+use capataz_config::UNIX_CLIENT;
 use serde_json::{json, Value};
 
 use super::AccessRecord;
@@ -68,12 +69,12 @@ fn bare(out: &mut String, value: Option<&str>) {
 /// Appends the text line of `record` (with its newline) to `out`. The field order is
 /// documented in docs/config.md and pinned by a test there and here.
 pub(super) fn text(out: &mut String, listener: &str, record: &AccessRecord) {
-    let _ = write!(
-        out,
-        "{} - - [{}] \"",
-        record.client.ip(),
-        capataz_timefmt::rfc3339(record.time)
-    );
+    if record.client == UNIX_CLIENT {
+        out.push_str("unix");
+    } else {
+        let _ = write!(out, "{}", record.client.ip());
+    }
+    let _ = write!(out, " - - [{}] \"", capataz_timefmt::rfc3339(record.time));
     escape_text(out, &record.method);
     out.push(' ');
     escape_text(out, &record.target);
@@ -140,7 +141,11 @@ pub(super) fn json(out: &mut String, listener: &str, record: &AccessRecord) {
     let mut value: Value = json!({
         "time": capataz_timefmt::rfc3339(record.time),
         "listener": listener,
-        "client": record.client.ip().to_string(),
+        "client": if record.client == UNIX_CLIENT {
+            "unix".to_owned()
+        } else {
+            record.client.ip().to_string()
+        },
         "client_port": record.client.port(),
         "method": record.method,
         "target": record.target,

@@ -18,8 +18,9 @@ use tokio::task::JoinHandle;
 use super::client::Answer;
 use super::DEADLINE;
 
-/// An HTTP backend on a Unix socket: answers every request `200` with `X-Backend: <name>`
-/// and the body `<name> <path>`. Dropping it stops accepting (the socket file stays).
+/// An HTTP backend on a Unix socket: answers every request `200` with `X-Backend: <name>`,
+/// the request's `X-Forwarded-For` and `Forwarded` in `X-Seen-Forwarded-For` and
+/// `X-Seen-Forwarded` ("none" when absent), and the body `<name> <path>`. Dropping it stops accepting (the socket file stays).
 pub struct UnixBackend {
     pub path: PathBuf,
     accepted: Arc<AtomicU64>,
@@ -113,9 +114,20 @@ async fn serve(
         requests.fetch_add(1, Ordering::Relaxed);
         let body = format!("{name} {}", request.uri().path());
         let name = name.clone();
+        // The forwarded fields as they arrived ("none" when absent).
+        let seen = |field: &str| {
+            request
+                .headers()
+                .get(field)
+                .cloned()
+                .unwrap_or(hyper::header::HeaderValue::from_static("none"))
+        };
+        let (xff, forwarded) = (seen("x-forwarded-for"), seen("forwarded"));
         async move {
             let response = hyper::Response::builder()
                 .header("x-backend", &*name)
+                .header("x-seen-forwarded-for", xff)
+                .header("x-seen-forwarded", forwarded)
                 .body(Full::new(Bytes::from(body)))
                 .unwrap();
             Ok::<_, std::convert::Infallible>(response)

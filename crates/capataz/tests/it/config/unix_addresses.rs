@@ -1,5 +1,5 @@
-//! Unix socket addresses in the config: `unix:/path` backends, and each way one is refused,
-//! with its line and key.
+//! Unix socket addresses in the config: `unix:/path` backends and listeners, and each way
+//! one is refused, with its line and key.
 
 use super::*;
 
@@ -74,19 +74,109 @@ fn bad_unix_addresses_name_the_line_and_key() {
     assert!(parse_str(&unix_pool(&format!("unix:{longest}"), ""), "c").is_ok());
 }
 
+/// A listener on `address` with `extra` lines, and pool `web`.
+fn unix_listener(address: &str, extra: &str) -> String {
+    format!(
+        "[[listeners]]\naddress = {address:?}\n{extra}\n\n[pools.web]\n\
+         backends = [{{ address = \"127.0.0.1:9001\" }}]\n"
+    )
+}
+
 #[test]
-fn a_unix_socket_listener_is_refused_in_so_many_words() {
-    for address in ["unix:/run/capataz.sock", "/run/capataz.sock"] {
-        let text = format!(
-            "[[listeners]]\naddress = {address:?}\n\n[pools.web]\n\
-             backends = [{{ address = \"127.0.0.1:9001\" }}]\n"
-        );
-        let error = check_err(&text, Some(2), "listeners[0].address");
-        assert!(
-            error.to_string().contains(
-                "listeners bind TCP addresses only (Unix socket listeners are not supported"
+fn a_unix_socket_listener_keeps_its_path_and_socket_mode() {
+    let config = parse(&unix_listener(
+        "unix:/run/capataz.sock",
+        "socket_mode = \"0660\"",
+    ));
+    let unix = config.listeners[0]
+        .unix
+        .as_ref()
+        .expect("a socket listener");
+    assert_eq!(unix.path, std::path::Path::new("/run/capataz.sock"));
+    assert_eq!(unix.mode, Some(0o660));
+    let config = parse(&unix_listener("unix:/run/capataz.sock", ""));
+    assert_eq!(config.listeners[0].unix.as_ref().unwrap().mode, None);
+    assert_eq!(
+        parse(&unix_listener("127.0.0.1:8080", "")).listeners[0].unix,
+        None
+    );
+}
+
+#[test]
+fn a_unix_socket_listener_is_refused_what_it_cannot_have() {
+    let cases = [
+        (
+            unix_listener("/run/capataz.sock", ""),
+            Some(2),
+            "listeners[0].address",
+            "write it unix:/run/capataz.sock",
+        ),
+        (
+            unix_listener("unix@/run/capataz.sock", ""),
+            Some(2),
+            "listeners[0].address",
+            "write it unix:/run/capataz.sock",
+        ),
+        (
+            unix_listener("unix:run/capataz.sock", ""),
+            Some(2),
+            "listeners[0].address",
+            "is not an absolute path",
+        ),
+        (
+            unix_listener("unix:/run/capataz.sock", "socket_mode = \"rw\""),
+            Some(3),
+            "listeners[0].socket_mode",
+            "is not a file mode",
+        ),
+        (
+            unix_listener("unix:/run/capataz.sock", "socket_mode = \"+660\""),
+            Some(3),
+            "listeners[0].socket_mode",
+            "is not a file mode",
+        ),
+        (
+            unix_listener("unix:/run/capataz.sock", "socket_mode = \"01777\""),
+            Some(3),
+            "listeners[0].socket_mode",
+            "is not a file mode",
+        ),
+        (
+            unix_listener("127.0.0.1:8080", "socket_mode = \"0660\""),
+            Some(3),
+            "listeners[0].socket_mode",
+            "this listener binds a TCP address",
+        ),
+        (
+            unix_listener(
+                "unix:/run/capataz.sock",
+                "[listeners.proxy_protocol]\ntrusted = [\"10.0.0.0/8\"]",
             ),
-            "{error}"
-        );
+            Some(3),
+            "listeners[0].proxy_protocol",
+            "a Unix socket's clients have no IP",
+        ),
+        (
+            unix_listener(
+                "unix:/run/capataz.sock",
+                "[listeners.tls]\ncertificates = [{ cert = \"/c.pem\", key = \"/k.pem\" }]",
+            ),
+            Some(3),
+            "listeners[0].tls",
+            "TLS is not served over a Unix socket listener",
+        ),
+        (
+            format!(
+                "{}\n[[listeners]]\naddress = \"unix:/run/capataz.sock\"\n",
+                unix_listener("unix:/run/capataz.sock", "")
+            ),
+            Some(9),
+            "listeners[1].address",
+            "is already used by listener listener-0",
+        ),
+    ];
+    for (text, line, key, says) in &cases {
+        let error = check_err(text, *line, key);
+        assert!(error.to_string().contains(says), "{error} lacks {says:?}");
     }
 }

@@ -1,4 +1,5 @@
-//! Unix domain sockets end to end: backends on a socket file (`backends.rs`); the config's
-//! refusals are in `config/unix_addresses.rs`.
+//! Unix domain sockets end to end: backends on a socket file (`backends.rs`), listeners on
+//! one (`listeners.rs`); the config's refusals are in `config/unix_addresses.rs`.
 
 mod backends;
+mod listeners;
