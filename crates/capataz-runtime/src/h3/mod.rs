@@ -7,7 +7,8 @@
 //! - A connection is counted open (`capataz_client_connections`) from its handshake to its
 //!   end, its bytes (QUIC's UDP payloads) added to the listener's byte counters at its end.
 //! - Each request runs on its own task (`request.rs`), its head read within the listener's
-//!   `header_read_timeout`; a client that resets its stream, or whose connection closes,
+//!   `header_read_timeout` (and, for a request that may have no body, the stream's end or its
+//!   body's first bytes within it too); a client that resets its stream, or whose connection closes,
 //!   before its answer is a client going away: the proxy's future is dropped, as hyper drops
 //!   an HTTP/2 stream's, so nothing is charged to a backend and the access log blames the
 //!   client.
