@@ -8,8 +8,9 @@
 //! ClientHello split across records and reads, and refuses what is not one.
 //!
 //! Invariants: nothing is charged to a backend before one is picked (a client that is late,
-//! closes, or sends too much is the client's); a session holds at most
-//! [`MAX_CLIENT_HELLO`] bytes of inspection, released to the relay as its first bytes.
+//! closes, or sends too much is the client's); a session reads at most
+//! [`MAX_CLIENT_HELLO`] bytes while inspecting (plus the `Acceptor`'s own buffer of them),
+//! released to the relay as its first bytes.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
