@@ -19,6 +19,7 @@
 //!   closes.
 
 mod body;
+mod capped;
 pub(crate) mod quic;
 mod request;
 
@@ -130,7 +131,7 @@ pub(crate) async fn serve(
     let quic = connection.clone();
     let built = h3::server::builder()
         .max_field_section_size(limits.max_header_bytes)
-        .build::<_, Bytes>(h3_quinn::Connection::new(connection))
+        .build::<_, Bytes>(capped::Connection::new(connection, frame_limit(limits)))
         .await;
     if let Ok(mut h3) = built {
         requests(&mut h3, &client, limits, &proxy, &mut shutdown).await;
@@ -146,7 +147,7 @@ pub(crate) async fn serve(
 
 /// Accepts and spawns the connection's requests until it ends.
 async fn requests(
-    h3: &mut h3::server::Connection<h3_quinn::Connection, Bytes>,
+    h3: &mut h3::server::Connection<capped::Connection, Bytes>,
     client: &Arc<ClientInfo>,
     limits: Limits,
     proxy: &(impl Fn() -> Arc<Proxy> + Send + Sync + 'static),
@@ -211,6 +212,15 @@ async fn requests(
         }
     }
 }
+
+/// The longest frame other than DATA a client may send: a request head QPACK-encoded is no
+/// longer than decoded (`max_header_bytes`), with room for the encoding's prefixes.
+fn frame_limit(limits: Limits) -> u64 {
+    limits.max_header_bytes.saturating_add(FRAME_SLACK)
+}
+
+/// What a HEADERS frame may hold beyond `max_header_bytes`.
+const FRAME_SLACK: u64 = 16 * 1024;
 
 /// What the proxy knows of the client: its address and its TLS, as a TLS listener's.
 fn client_info(connection: &quinn::Connection) -> ClientInfo {

@@ -37,7 +37,7 @@ pub(super) struct Request {
 
 impl Request {
     /// Serves the request `resolver` holds, to its end.
-    pub(super) async fn serve(self, resolver: RequestResolver<h3_quinn::Connection, Bytes>) {
+    pub(super) async fn serve(self, resolver: RequestResolver<super::capped::Connection, Bytes>) {
         let head =
             tokio::time::timeout(self.limits.header_read_timeout, resolver.resolve_request());
         let (head, stream) = match head.await {

@@ -90,3 +90,53 @@ fn upload(length: usize) -> Request<()> {
         .body(())
         .unwrap()
 }
+
+/// The process's resident memory, in KiB.
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_headers_frame_announcing_a_gigabyte_is_refused_before_it_is_buffered() {
+    let pki = Pki::new();
+    let backend = length_backend().await;
+    let config = ConfigText::new(&[backend.entry("a")]).extra("active.kind = \"none\"\n");
+    let (balancer, _) = h3_balancer(&pki, config, Some(""), "header_read_timeout = \"60s\"").await;
+    let client = connect(&pki, udp_addr(&balancer), SITE).await.unwrap();
+    let (mut send, _recv) = client.connection.open_bi().await.unwrap();
+    // A HEADERS frame (type 0x01) announcing 2^30 - 1 bytes, then its "payload".
+    send.write_all(&[0x01, 0xbf, 0xff, 0xff, 0xff])
+        .await
+        .unwrap();
+    let before = rss_kib();
+    let chunk = vec![0u8; 64 * 1024];
+    let mut sent = 0usize;
+    let written = tokio::time::timeout(DEADLINE, async {
+        while sent < 256 << 20 {
+            send.write_all(&chunk).await?;
+            sent += chunk.len();
+        }
+        Ok::<_, quinn::WriteError>(())
+    })
+    .await;
+    let grown = rss_kib().saturating_sub(before);
+    let written = written.expect("capataz took the frame's bytes until the deadline");
+    assert!(
+        matches!(written, Err(quinn::WriteError::Stopped(_))),
+        "{written:?} after {} MiB",
+        sent >> 20
+    );
+    // What reaches capataz before its STOP_SENDING reaches the client: the stream's window.
+    assert!(
+        sent < 16 << 20,
+        "capataz took {} MiB of one HEADERS frame (RSS +{} MiB)",
+        sent >> 20,
+        grown >> 10
+    );
+    // The stream's end is not the connection's: a request after it is answered.
+    let mut client = client;
+    let answer = client.exchange(upload(3), b"abc").await.unwrap();
+    assert_eq!(answer.text(), "3");
+}
