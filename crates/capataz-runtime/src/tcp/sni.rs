@@ -179,8 +179,13 @@ pub(super) async fn serve<C>(
     if let Some(record) = &mut record {
         record.pool = Some(target.pool.name.clone());
     }
+    let read_len = read.len() as u64;
     let client = Rewind::new(Bytes::from(read), client);
-    relay.relay_to(target, client, addresses, record).await;
+    if !relay.relay_to(target, client, addresses, record).await {
+        // No backend took the session: the ClientHello read is counted here, as the line's
+        // bytes_in says (a relayed session counts it among the bytes it relayed).
+        relay.metrics.add_bytes(read_len, 0);
+    }
 }
 
 /// Counts and logs a session closed before it reached a pool (none in its line), having read
