@@ -4,8 +4,8 @@
 //! a HEADERS frame announcing a gigabyte was taken in as fast as it came (h3 0.0.8
 //! `frame.rs`). This wraps `h3_quinn`'s connection: every stream's frames are followed as they
 //! pass (type and length, no copy), and one other than DATA longer than the limit stops the
-//! stream (`H3_EXCESSIVE_LOAD`) before h3 buffers it; on the control stream h3 then closes the
-//! connection. DATA is streamed by h3 and bounded by flow control as it is forwarded.
+//! stream (`H3_EXCESSIVE_LOAD`) before h3 buffers it (the control stream's too: h3 then closes
+//! the connection, or, when it was still reading the stream's type, drops the stream). DATA is streamed by h3 and bounded by flow control as it is forwarded.
 //!
 //! Streams are followed from their first byte: a request stream is all frames; a
 //! unidirectional stream starts with its type, and only the control stream (type 0) holds

@@ -1,6 +1,7 @@
 //! Hostile HTTP/3 clients: a request whose stream stays open after its head is not held
 //! forever, and a body that ends short of its `Content-Length` before its first byte is the
-//! client's, never relayed with a length it will not keep.
+//! client's, never relayed with a length it will not keep; a frame announcing a gigabyte,
+//! on a request stream or the control stream, is stopped before capataz holds it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -139,4 +140,39 @@ async fn a_headers_frame_announcing_a_gigabyte_is_refused_before_it_is_buffered(
     let mut client = client;
     let answer = client.exchange(upload(3), b"abc").await.unwrap();
     assert_eq!(answer.text(), "3");
+}
+
+#[tokio::test]
+async fn a_huge_frame_on_the_control_stream_is_stopped_before_it_is_buffered() {
+    let pki = Pki::new();
+    let backend = length_backend().await;
+    let config = ConfigText::new(&[backend.entry("a")]).extra("active.kind = \"none\"\n");
+    let (balancer, _) = h3_balancer(&pki, config, Some(""), "").await;
+    // A bare QUIC connection (ALPN h3) whose control stream starts with an unknown frame
+    // type announcing 2^30 - 1 bytes.
+    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    let connection = endpoint
+        .connect_with(client_config(&pki), udp_addr(&balancer), SITE)
+        .unwrap()
+        .await
+        .unwrap();
+    let mut control = connection.open_uni().await.unwrap();
+    control
+        .write_all(&[0x00, 0x04, 0x00, 0x40, 0x21, 0xbf, 0xff, 0xff, 0xff])
+        .await
+        .unwrap();
+    let chunk = vec![0u8; 64 * 1024];
+    let mut sent = 0usize;
+    let written = tokio::time::timeout(DEADLINE, async {
+        loop {
+            control.write_all(&chunk).await?;
+            sent += chunk.len();
+        }
+        #[allow(unreachable_code)]
+        Ok::<_, quinn::WriteError>(())
+    })
+    .await;
+    let written = written.expect("capataz took the control stream's bytes until the deadline");
+    assert!(written.is_err());
+    assert!(sent < 16 << 20, "capataz took {} MiB", sent >> 20);
 }
