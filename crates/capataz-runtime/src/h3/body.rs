@@ -15,7 +15,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use tokio::sync::Notify;
 
 /// The receiving half of a request stream.
-pub(super) type RecvStream = RequestStream<h3_quinn::RecvStream, Bytes>;
+pub(super) type RecvStream = RequestStream<super::capped::RecvStream, Bytes>;
 
 /// Where the body is.
 enum Stage {

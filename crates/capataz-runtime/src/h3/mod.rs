@@ -7,7 +7,8 @@
 //! - A connection is counted open (`capataz_client_connections`) from its handshake to its
 //!   end, its bytes (QUIC's UDP payloads) added to the listener's byte counters at its end.
 //! - Each request runs on its own task (`request.rs`), its head read within the listener's
-//!   `header_read_timeout`; a client that resets its stream, or whose connection closes,
+//!   `header_read_timeout` (and, for a request that may have no body, the stream's end or its
+//!   body's first bytes within it too); a client that resets its stream, or whose connection closes,
 //!   before its answer is a client going away: the proxy's future is dropped, as hyper drops
 //!   an HTTP/2 stream's, so nothing is charged to a backend and the access log blames the
 //!   client.
@@ -18,6 +19,7 @@
 //!   closes.
 
 mod body;
+mod capped;
 pub(crate) mod quic;
 mod request;
 
@@ -129,7 +131,7 @@ pub(crate) async fn serve(
     let quic = connection.clone();
     let built = h3::server::builder()
         .max_field_section_size(limits.max_header_bytes)
-        .build::<_, Bytes>(h3_quinn::Connection::new(connection))
+        .build::<_, Bytes>(capped::Connection::new(connection, frame_limit(limits)))
         .await;
     if let Ok(mut h3) = built {
         requests(&mut h3, &client, limits, &proxy, &mut shutdown).await;
@@ -145,7 +147,7 @@ pub(crate) async fn serve(
 
 /// Accepts and spawns the connection's requests until it ends.
 async fn requests(
-    h3: &mut h3::server::Connection<h3_quinn::Connection, Bytes>,
+    h3: &mut h3::server::Connection<capped::Connection, Bytes>,
     client: &Arc<ClientInfo>,
     limits: Limits,
     proxy: &(impl Fn() -> Arc<Proxy> + Send + Sync + 'static),
@@ -210,6 +212,15 @@ async fn requests(
         }
     }
 }
+
+/// The longest frame other than DATA a client may send: a request head QPACK-encoded is no
+/// longer than decoded (`max_header_bytes`), with room for the encoding's prefixes.
+fn frame_limit(limits: Limits) -> u64 {
+    limits.max_header_bytes.saturating_add(FRAME_SLACK)
+}
+
+/// What a HEADERS frame may hold beyond `max_header_bytes`.
+const FRAME_SLACK: u64 = 16 * 1024;
 
 /// What the proxy knows of the client: its address and its TLS, as a TLS listener's.
 fn client_info(connection: &quinn::Connection) -> ClientInfo {

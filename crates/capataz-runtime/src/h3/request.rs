@@ -37,7 +37,7 @@ pub(super) struct Request {
 
 impl Request {
     /// Serves the request `resolver` holds, to its end.
-    pub(super) async fn serve(self, resolver: RequestResolver<h3_quinn::Connection, Bytes>) {
+    pub(super) async fn serve(self, resolver: RequestResolver<super::capped::Connection, Bytes>) {
         let head =
             tokio::time::timeout(self.limits.header_read_timeout, resolver.resolve_request());
         let (head, stream) = match head.await {
@@ -58,9 +58,24 @@ impl Request {
         let (mut send, mut recv) = stream.split();
         let gone = Arc::new(Notify::new());
         let length = content_length(head.headers());
-        let Some(first) = first_data(&mut recv, head.method(), length).await else {
+        // The stream's next event, within the head's own limit: a request that may have no
+        // body and whose stream stays open after its head is not complete.
+        let first = first_data(&mut recv, head.method(), length);
+        let first = match tokio::time::timeout(self.limits.header_read_timeout, first).await {
+            // The body ended before its first byte, short of its `Content-Length`: malformed
+            // (RFC 9114 section 4.1.2), never relayed as a request without a body.
+            Ok(Some(First::Ended)) if length.is_some_and(|length| length > 0) => {
+                send.stop_stream(Code::H3_MESSAGE_ERROR);
+                return;
+            }
+            Ok(Some(first)) => first,
             // The client went away before its body's first byte.
-            return;
+            Ok(None) => return,
+            Err(_) => {
+                recv.stop_sending(Code::H3_REQUEST_INCOMPLETE);
+                send.stop_stream(Code::H3_REQUEST_INCOMPLETE);
+                return;
+            }
         };
         let body = match first {
             First::Ended => ClientBody::Empty,

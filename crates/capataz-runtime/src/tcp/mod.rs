@@ -148,14 +148,16 @@ impl TcpRelay {
     }
 
     /// Relays `client` to a backend of `target`'s pool until the session ends, then logs it
-    /// in `record` (started when the client connected, its pool already `target`'s).
+    /// in `record` (started when the client connected, its pool already `target`'s). False
+    /// when no backend was connected: nothing was read from `client` then.
     async fn relay_to<C>(
         &self,
         target: &Target,
         mut client: C,
         (peer, destination): (SocketAddr, SocketAddr),
         mut record: Option<Box<AccessRecord>>,
-    ) where
+    ) -> bool
+    where
         C: AsyncRead + AsyncWrite + Unpin,
     {
         let pool = &target.pool;
@@ -179,7 +181,7 @@ impl TcpRelay {
                     };
                 }
                 self.log(record);
-                return;
+                return false;
             }
         };
         // The session's slot (its count in `in_flight`) is held until it ends.
@@ -208,6 +210,7 @@ impl TcpRelay {
             record.termination = termination(relayed.end);
         }
         self.log(record);
+        true
     }
 
     /// Writes a session's line, its duration taken now.

@@ -8,8 +8,9 @@
 //! ClientHello split across records and reads, and refuses what is not one.
 //!
 //! Invariants: nothing is charged to a backend before one is picked (a client that is late,
-//! closes, or sends too much is the client's); a session holds at most
-//! [`MAX_CLIENT_HELLO`] bytes of inspection, released to the relay as its first bytes.
+//! closes, or sends too much is the client's); a session reads at most
+//! [`MAX_CLIENT_HELLO`] bytes while inspecting (plus the `Acceptor`'s own buffer of them),
+//! released to the relay as its first bytes.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -178,8 +179,13 @@ pub(super) async fn serve<C>(
     if let Some(record) = &mut record {
         record.pool = Some(target.pool.name.clone());
     }
+    let read_len = read.len() as u64;
     let client = Rewind::new(Bytes::from(read), client);
-    relay.relay_to(target, client, addresses, record).await;
+    if !relay.relay_to(target, client, addresses, record).await {
+        // No backend took the session: the ClientHello read is counted here, as the line's
+        // bytes_in says (a relayed session counts it among the bytes it relayed).
+        relay.metrics.add_bytes(read_len, 0);
+    }
 }
 
 /// Counts and logs a session closed before it reached a pool (none in its line), having read
@@ -273,5 +279,34 @@ mod tests {
             (read.len(), inspected),
             (MAX_CLIENT_HELLO, Inspected::TooLarge)
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bytes_after_the_client_hello_and_split_records_are_kept_in_order() {
+        let hello = client_hello("shop.example.com");
+        // The ClientHello then more (early data, a second record) in the same read.
+        let mut more = hello.clone();
+        more.extend_from_slice(&[0x17, 0x03, 0x03, 0x00, 0x04, b'd', b'a', b't', b'a']);
+        let (read, inspected) = check(vec![more.clone()], false).await;
+        assert_eq!(inspected, Inspected::Hello(Some("shop.example.com".into())));
+        assert_eq!(read, more, "the bytes after the ClientHello kept too");
+        // The handshake message split across two TLS records.
+        let body = &hello[5..];
+        let cut = body.len() / 3;
+        let mut split = Vec::new();
+        for part in [&body[..cut], &body[cut..]] {
+            split.extend_from_slice(&[0x16, 0x03, 0x01]);
+            split.extend_from_slice(&(part.len() as u16).to_be_bytes());
+            split.extend_from_slice(part);
+        }
+        let (read, inspected) = check(vec![split.clone()], false).await;
+        assert_eq!(inspected, Inspected::Hello(Some("shop.example.com".into())));
+        assert_eq!(read, split);
+        // An SSLv2-style ClientHello (the high bit of its first byte): not TLS, kept whole.
+        let sslv2 = [
+            0x80, 0x0b, 0x01, 0x03, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0, 0,
+        ];
+        let (read, inspected) = check(vec![sslv2.to_vec()], false).await;
+        assert_eq!((read, inspected), (sslv2.to_vec(), Inspected::NotTls));
     }
 }

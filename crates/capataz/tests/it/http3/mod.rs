@@ -4,6 +4,7 @@
 
 mod client_gone;
 mod config;
+mod hostile;
 mod lifecycle;
 mod limits;
 mod requests;

@@ -364,7 +364,8 @@ async fn hostile_first_bytes_are_closed_or_sent_to_the_default_and_charge_no_bac
 }
 
 #[tokio::test]
-async fn a_routes_pool_with_its_backend_down_closes_the_session_and_logs_its_route() {
+async fn a_routes_pool_with_its_backend_down_closes_the_session_logs_its_route_and_counts_its_client_hello(
+) {
     let pki = Pki::new("sni-down");
     let d = TlsGreeter::start(&pki, "d", &["127.0.0.1", "a.test"]).await;
     let dir = LogDir::new();
@@ -415,4 +416,16 @@ async fn a_routes_pool_with_its_backend_down_closes_the_session_and_logs_its_rou
         0,
         "a route's session never goes to the default pool"
     );
+    // The ClientHellos read are in the log's bytes_in and the listener's bytes received alike.
+    let lines = wait_json(&log, 2).await;
+    let logged: u64 = lines.iter().map(|l| l["bytes_in"].as_u64().unwrap()).sum();
+    assert_eq!(logged, 2 * hello.len() as u64);
+    let page = metrics_text(&balancer);
+    let received = page
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("capataz_client_received_bytes_total{listener=\"listener-0\"} ")
+        })
+        .map(|value| value.trim().parse::<f64>().unwrap());
+    assert_eq!(received, Some(logged as f64), "{page}");
 }
