@@ -190,6 +190,8 @@ impl Supervisor {
             address: listener.address,
             local: listener.address,
             unix: listener.unix.as_ref().map(|unix| unix.path.clone()),
+            // A socket listener has no TLS, so no HTTP/3.
+            http3: None,
             state,
             stop,
             task,
