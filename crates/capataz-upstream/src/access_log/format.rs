@@ -58,11 +58,18 @@ fn quoted(out: &mut String, value: Option<&str>) {
     }
 }
 
-/// `value` escaped (unquoted), or `-` when absent.
+/// `value` escaped (unquoted), or `-` when absent. A space is escaped too (`\x20`), so a
+/// name with one (a pool's key, a `unix:` path) stays one field of the line.
 fn bare(out: &mut String, value: Option<&str>) {
-    match value {
-        Some(value) => escape_text(out, value),
-        None => out.push('-'),
+    let Some(value) = value else {
+        out.push('-');
+        return;
+    };
+    for (index, part) in value.split(' ').enumerate() {
+        if index > 0 {
+            out.push_str("\\x20");
+        }
+        escape_text(out, part);
     }
 }
 
@@ -226,6 +233,22 @@ mod tests {
              HTTP/1.1\" 200 42 - \"curl/8 \\x5C \\xC3\\xA9\" listener=public route=\"/\" \
              pool=web backend=web-1 attempts=1 ended_by=- phase=- duration=0.001500 \
              queued=- tls=TLSv1.3 sni=\"app.example\" client_port=50000 truncated=false reason=-\n"
+        );
+    }
+
+    #[test]
+    fn a_name_with_a_space_stays_one_field_of_the_text_line() {
+        let mut spaced = record();
+        spaced.pool = Some("web pool".into());
+        spaced.backend = Some("unix:/run/my app.sock".into());
+        let mut out = String::new();
+        text(&mut out, "pub lic", &spaced);
+        assert!(
+            out.contains(
+                " listener=pub\\x20lic route=\"/\" pool=web\\x20pool \
+                 backend=unix:/run/my\\x20app.sock attempts=1 "
+            ),
+            "{out}"
         );
     }
 
