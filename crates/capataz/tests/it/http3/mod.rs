@@ -4,9 +4,13 @@
 
 mod client_gone;
 mod config;
+mod initial_flood;
 mod lifecycle;
 mod limits;
+mod oversized_head;
+mod quic_metrics;
 mod requests;
+mod udp_port;
 
 use std::net::SocketAddr;
 use std::path::Path;
