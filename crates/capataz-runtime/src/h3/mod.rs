@@ -91,33 +91,36 @@ impl Drop for InFlight {
 }
 
 /// Serves one QUIC connection whose handshake is under way (`connecting`) until it ends,
-/// an idle timeout or shutdown closes it. `in_handshake` is dropped once the handshake is
-/// over, `guard` at the end (the listener's count of open connections).
+/// an idle timeout or shutdown closes it. `handshake` ends (counted by its result) once the
+/// handshake is over, `guard` is dropped at the end (the listener's count of open
+/// connections).
 pub(crate) async fn serve(
     connecting: quinn::Connecting,
     limits: Limits,
     proxy: impl Fn() -> Arc<Proxy> + Send + Sync + 'static,
-    (mut shutdown, in_handshake): (watch::Receiver<bool>, impl Send + 'static),
+    (mut shutdown, handshake): (watch::Receiver<bool>, quic::Handshake),
     guard: impl Send + 'static,
 ) {
     let _guard = guard;
     // The handshake is bounded as the TCP side's is (`header_read_timeout`).
-    let handshake = tokio::time::timeout(limits.header_read_timeout, connecting);
+    let done = tokio::time::timeout(limits.header_read_timeout, connecting);
     let connection = tokio::select! {
-        done = handshake => match done {
+        done = done => match done {
             Ok(Ok(connection)) => connection,
             Ok(Err(error)) => {
                 tracing::debug!(%error, "QUIC handshake failed");
+                handshake.end(quic::Outcome::Failed);
                 return;
             }
             Err(_) => {
                 tracing::debug!("QUIC handshake timed out");
+                handshake.end(quic::Outcome::Timeout);
                 return;
             }
         },
         _ = shutting_down(&mut shutdown) => return,
     };
-    drop(in_handshake);
+    handshake.end(quic::Outcome::Ok);
     let metrics = proxy().metrics().clone();
     let open = metrics.connection();
     let client = client_info(&connection);

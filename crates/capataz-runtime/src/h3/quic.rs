@@ -8,6 +8,7 @@ use quinn::crypto::rustls::QuicServerConfig;
 use quinn::{IdleTimeout, TransportConfig, VarInt};
 
 use crate::config::{Http3Config, ListenerConfig};
+use crate::instruments::QuicMetrics;
 
 /// The ALPN protocol id of HTTP/3 (RFC 9114 section 3.1).
 pub(super) const ALPN_H3: &[u8] = b"h3";
@@ -79,4 +80,45 @@ fn transport(listener: &ListenerConfig, http3: &Http3Config) -> TransportConfig 
         .unwrap_or_else(|_| IdleTimeout::from(VarInt::MAX));
     transport.max_idle_timeout(Some(idle));
     transport
+}
+
+/// A handshake under way, counted in its listener's `capataz_quic_handshakes_in_progress`
+/// until it ends (its result counted) or is dropped (a shutdown during it: no result).
+#[derive(Debug)]
+pub(crate) struct Handshake(Option<QuicMetrics>);
+
+/// How a handshake ended.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Outcome {
+    Ok,
+    Failed,
+    Timeout,
+}
+
+impl Handshake {
+    /// Counts one more handshake in progress on the listener `metrics` belongs to.
+    pub(crate) fn start(metrics: QuicMetrics) -> Handshake {
+        metrics.in_progress.inc();
+        Handshake(Some(metrics))
+    }
+
+    /// Ends the handshake with `outcome`, counted.
+    pub(crate) fn end(mut self, outcome: Outcome) {
+        if let Some(metrics) = self.0.take() {
+            metrics.in_progress.dec();
+            match outcome {
+                Outcome::Ok => metrics.ok.inc(),
+                Outcome::Failed => metrics.failed.inc(),
+                Outcome::Timeout => metrics.timeout.inc(),
+            };
+        }
+    }
+}
+
+impl Drop for Handshake {
+    fn drop(&mut self) {
+        if let Some(metrics) = self.0.take() {
+            metrics.in_progress.dec();
+        }
+    }
 }

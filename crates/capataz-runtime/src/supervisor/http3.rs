@@ -19,9 +19,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::listener::{shutting_down, Counted, ListenerState};
-use super::Supervisor;
+use super::{ClientSocket, StartError, Supervisor};
 use crate::config::ListenerConfig;
 use crate::h3;
+use crate::instruments::{QuicFamilies, QuicMetrics};
 
 /// A listener's running HTTP/3 endpoint.
 #[derive(Debug)]
@@ -39,6 +40,64 @@ pub(super) struct Http3Rt {
 pub(super) fn http3_address(listener: &ListenerConfig, tcp: SocketAddr) -> Option<SocketAddr> {
     let http3 = listener.tls.as_ref()?.http3.as_ref()?;
     Some(SocketAddr::new(tcp.ip(), http3.udp_port(tcp.port())))
+}
+
+/// Binds the UDP socket `listener` serves HTTP/3 on, if it does (`tcp`: its bound TCP
+/// address; `index`: its place in the config, for the error): a port that cannot be bound
+/// fails the start, or the reload, as a TCP one does.
+pub(super) fn bind_udp(
+    index: usize,
+    listener: &ListenerConfig,
+    tcp: SocketAddr,
+) -> Result<Option<std::net::UdpSocket>, StartError> {
+    let Some(address) = http3_address(listener, tcp) else {
+        return Ok(None);
+    };
+    std::net::UdpSocket::bind(address)
+        .map(Some)
+        .map_err(|error| StartError::BindUdp {
+            name: listener.name.clone(),
+            key: format!("listeners[{index}].tls.http3.port"),
+            address,
+            error,
+        })
+}
+
+/// Times a listener on a port the system chooses (`:0`), whose HTTP/3 takes the same number,
+/// is bound again when that number is taken on the UDP side.
+const PORT_CHOICES: usize = 8;
+
+/// `listener`'s TCP socket (`tcp` binds it) and its HTTP/3 UDP socket, if it serves HTTP/3.
+/// On a port the system chooses, with HTTP/3 on the same number, a number whose UDP port is
+/// taken is passed over: the TCP socket is bound again, up to [`PORT_CHOICES`] times.
+pub(super) fn bind_with_udp(
+    index: usize,
+    listener: &ListenerConfig,
+    tcp: impl Fn() -> Result<tokio::net::TcpListener, StartError>,
+) -> Result<ClientSocket, StartError> {
+    let chosen = listener.address.port() == 0
+        && listener
+            .tls
+            .as_ref()
+            .and_then(|tls| tls.http3.as_ref())
+            .is_some_and(|http3| http3.port.is_none());
+    let mut attempt = 1;
+    loop {
+        let socket = tcp()?;
+        let local = socket.local_addr().unwrap_or(listener.address);
+        match bind_udp(index, listener, local) {
+            Ok(Some(udp)) => return Ok(ClientSocket::Http3(socket, udp)),
+            Ok(None) => return Ok(ClientSocket::Tcp(socket)),
+            Err(StartError::BindUdp { error, .. })
+                if chosen
+                    && attempt < PORT_CHOICES
+                    && error.kind() == std::io::ErrorKind::AddrInUse =>
+            {
+                attempt += 1;
+            }
+            Err(error) => return Err(error),
+        }
+    }
 }
 
 /// `listener` as its state holds it: with the HTTP/3 port written in when it defaults to a
@@ -62,11 +121,13 @@ pub(super) fn resolved(listener: &ListenerConfig, local: SocketAddr) -> Cow<'_, 
 impl Supervisor {
     /// After a reload that keeps `listener` (now configured as `new`): its HTTP/3 endpoint
     /// kept if it stays on the same UDP address (the new settings apply to its next
-    /// connections), else stopped (its connections finish) and the new one started.
+    /// connections), else stopped (its connections finish) and the new one started, on the
+    /// socket `bound` holds for its address (bound before the reload changed anything).
     pub(super) fn update_http3(
         &self,
         listener: &mut super::listener::ListenerRt,
         new: &ListenerConfig,
+        bound: &mut Vec<(SocketAddr, std::net::UdpSocket)>,
     ) {
         let wanted = http3_address(new, listener.local);
         if listener.http3.as_ref().map(|h| h.address) == wanted {
@@ -76,25 +137,30 @@ impl Supervisor {
             let _ = old.stop.send(true);
         }
         listener.http3 = wanted.and_then(|address| {
+            let udp = bound
+                .iter()
+                .position(|(at, _)| *at == address)
+                .map(|i| bound.swap_remove(i).1);
             self.spawn_http3(
                 new,
-                address,
+                (address, udp),
                 listener.state.clone(),
                 listener.stop.subscribe(),
             )
         });
     }
 
-    /// Starts `listener`'s HTTP/3 endpoint on `address` (UDP). A socket that cannot be bound
-    /// is logged, and the listener serves TCP alone.
+    /// Starts `listener`'s HTTP/3 endpoint on `address` (UDP), on `udp` if it was bound
+    /// already. A socket that cannot be bound here (a process taking over, whose UDP port
+    /// the old process holds) is logged, and the listener serves TCP alone.
     pub(super) fn spawn_http3(
         &self,
         listener: &ListenerConfig,
-        address: SocketAddr,
+        (address, udp): (SocketAddr, Option<std::net::UdpSocket>),
         state: Arc<ArcSwap<ListenerState>>,
         stop: watch::Receiver<bool>,
     ) -> Option<Http3Rt> {
-        let endpoint = match bind(listener, address) {
+        let endpoint = match bind(listener, address, udp) {
             Ok(endpoint) => endpoint,
             Err(error) => {
                 tracing::error!(listener = %listener.name, %address, %error, "cannot serve HTTP/3 (UDP): the listener serves TCP alone");
@@ -103,6 +169,8 @@ impl Supervisor {
         };
         let local = endpoint.local_addr().unwrap_or(address);
         tracing::info!(listener = %listener.name, address = %local, "listening for HTTP/3 (UDP)");
+        // Its QUIC series, there at 0 from now on.
+        let quic = self.metrics.families().quic().listener(&listener.name);
         let (own_stop, own) = watch::channel(false);
         let task = tokio::spawn(accept_loop(
             endpoint,
@@ -110,7 +178,11 @@ impl Supervisor {
             (stop, own),
             self.shutdown.subscribe(),
             self.accepting.subscribe(),
-            self.connections.clone(),
+            (
+                self.connections.clone(),
+                self.metrics.families().quic().clone(),
+                quic,
+            ),
         ));
         Some(Http3Rt {
             address,
@@ -120,10 +192,18 @@ impl Supervisor {
     }
 }
 
-/// The QUIC endpoint on `address`, with `listener`'s configuration.
-fn bind(listener: &ListenerConfig, address: SocketAddr) -> std::io::Result<quinn::Endpoint> {
+/// The QUIC endpoint on `udp` (bound to `address` now if `None`), with `listener`'s
+/// configuration.
+fn bind(
+    listener: &ListenerConfig,
+    address: SocketAddr,
+    udp: Option<std::net::UdpSocket>,
+) -> std::io::Result<quinn::Endpoint> {
     let config = h3::quic::server_config(listener).map_err(std::io::Error::other)?;
-    let socket = std::net::UdpSocket::bind(address)?;
+    let socket = match udp {
+        Some(socket) => socket,
+        None => std::net::UdpSocket::bind(address)?,
+    };
     let runtime = Arc::new(quinn::TokioRuntime);
     quinn::Endpoint::new(
         quinn::EndpointConfig::default(),
@@ -141,9 +221,12 @@ async fn accept_loop(
     (mut stop, mut own): (watch::Receiver<bool>, watch::Receiver<bool>),
     shutdown: watch::Receiver<bool>,
     mut accepting: watch::Receiver<bool>,
-    connections: Arc<AtomicUsize>,
+    (connections, families, mut quic): (Arc<AtomicUsize>, QuicFamilies, QuicMetrics),
 ) {
     let mut down = shutdown.clone();
+    // The state whose configuration the endpoint has (a reload stores a new one); its QUIC
+    // series (`quic`) are under the listener's name in force (a reload may rename it).
+    let mut configured = state.load_full();
     tokio::select! {
         biased;
         _ = stop.changed() => return,
@@ -155,14 +238,12 @@ async fn accept_loop(
             }
         }
     }
-    // The state whose configuration the endpoint has (a reload stores a new one), and that
-    // configuration: an `Incoming` holds the configuration in force when its first packet
-    // came, so each is accepted with the one in force now (a reload applies to it).
-    let mut configured = state.load_full();
+    // The configuration the endpoint has: an `Incoming` holds the configuration in force when
+    // its first packet came, so each is accepted with the one in force now (a reload applies
+    // to it).
     let mut config = h3::quic::server_config(&configured.config)
         .ok()
         .map(Arc::new);
-    let handshaking = Arc::new(AtomicUsize::new(0));
     loop {
         let incoming = tokio::select! {
             biased;
@@ -177,6 +258,7 @@ async fn accept_loop(
         let now = state.load_full();
         if !Arc::ptr_eq(&now, &configured) {
             configured = now.clone();
+            quic = families.listener(&now.config.name);
             config = match h3::quic::server_config(&now.config) {
                 Ok(fresh) => Some(Arc::new(fresh)),
                 Err(error) => {
@@ -195,13 +277,22 @@ async fn accept_loop(
             incoming.refuse();
             continue;
         };
-        let busy = handshaking.load(Ordering::Relaxed) >= http3.retry_threshold as usize;
+        // The listener's gauge is the count acted on: what the metrics show is what decides.
+        let busy = quic.in_progress.get() >= i64::from(http3.retry_threshold);
         if busy && !incoming.remote_address_validated() && incoming.may_retry() {
-            let _ = incoming.retry();
+            if incoming.retry().is_ok() {
+                quic.retries.inc();
+            }
             continue;
         }
-        let Ok(connecting) = incoming.accept_with(config.clone()) else {
-            continue;
+        let handshake = h3::quic::Handshake::start(quic.clone());
+        let connecting = match incoming.accept_with(config.clone()) {
+            Ok(connecting) => connecting,
+            Err(error) => {
+                tracing::debug!(%error, "QUIC handshake failed");
+                handshake.end(h3::quic::Outcome::Failed);
+                continue;
+            }
         };
         let limits = h3::Limits {
             idle_timeout: now.config.idle_timeout,
@@ -212,15 +303,13 @@ async fn accept_loop(
         };
         connections.fetch_add(1, Ordering::Relaxed);
         let counted = Counted(connections.clone());
-        handshaking.fetch_add(1, Ordering::Relaxed);
-        let in_handshake = Counted(handshaking.clone());
         let state = state.clone();
         let proxy = move || state.load().proxy.clone();
         tokio::spawn(h3::serve(
             connecting,
             limits,
             proxy,
-            (shutdown.clone(), in_handshake),
+            (shutdown.clone(), handshake),
             counted,
         ));
     }

@@ -145,17 +145,22 @@ impl Supervisor {
         pools: &[Arc<PoolRt>],
     ) -> ListenerRt {
         match socket {
-            ClientSocket::Tcp(socket) => self.spawn_tcp_listener(listener, socket, pools),
+            ClientSocket::Tcp(socket) => self.spawn_tcp_listener(listener, (socket, None), pools),
+            ClientSocket::Http3(socket, udp) => {
+                self.spawn_tcp_listener(listener, (socket, Some(udp)), pools)
+            }
             ClientSocket::Unix(socket, file) => {
                 self.spawn_unix_listener(listener, (socket, file), pools)
             }
         }
     }
 
+    /// `udp`: its HTTP/3 socket, bound (`None`: bound here, if it serves HTTP/3, as in a
+    /// process taking over, whose UDP port the old process still holds).
     fn spawn_tcp_listener(
         &self,
         listener: &ListenerConfig,
-        socket: TcpListener,
+        (socket, udp): (TcpListener, Option<std::net::UdpSocket>),
         pools: &[Arc<PoolRt>],
     ) -> ListenerRt {
         let local = socket.local_addr().unwrap_or(listener.address);
@@ -195,7 +200,7 @@ impl Supervisor {
                 .handshake_failures(&listener.name, listener.tls.is_some()),
         ));
         let http3 = super::http3::http3_address(listener, local).and_then(|address| {
-            self.spawn_http3(listener, address, state.clone(), stop.subscribe())
+            self.spawn_http3(listener, (address, udp), state.clone(), stop.subscribe())
         });
         ListenerRt {
             address: listener.address,
@@ -252,14 +257,14 @@ pub fn bind_listener(index: usize, listener: &ListenerConfig) -> Result<ClientSo
             .map(|(socket, file)| ClientSocket::Unix(socket, file))
             .map_err(|error| super::unix_listen::bind_error(index, listener, error));
     }
-    bind(listener.address)
-        .map(ClientSocket::Tcp)
-        .map_err(|error| StartError::Bind {
+    super::http3::bind_with_udp(index, listener, || {
+        bind(listener.address).map_err(|error| StartError::Bind {
             name: listener.name.clone(),
             key: format!("listeners[{index}].address"),
             address: listener.address,
             error,
         })
+    })
 }
 
 /// Binds `address` (with `SO_REUSEADDR`), listening with a backlog of 1024.

@@ -159,6 +159,18 @@ pub enum StartError {
         /// The OS error.
         error: io::Error,
     },
+    /// A listener could not bind its HTTP/3 UDP socket.
+    #[error("{}", udp_bind_message(.key, *.address, .error))]
+    BindUdp {
+        /// The listener's name.
+        name: String,
+        /// The key that sets its port (`listeners[0].tls.http3.port`).
+        key: String,
+        /// The UDP address.
+        address: SocketAddr,
+        /// The OS error.
+        error: io::Error,
+    },
     /// A listener could not bind its Unix socket path.
     #[error(
         "{key} unix:{path}: cannot listen there: {error} (change {key}, or make the path free)"
@@ -219,6 +231,17 @@ fn bind_message(key: &str, address: SocketAddr, error: &io::Error) -> String {
              0.0.0.0 or [::])"
         ),
         _ => format!("{key} {address}: cannot listen there: {error} (change {key})"),
+    }
+}
+
+/// Why UDP `address` (HTTP/3, its port set by `key`) could not be bound, and what to do.
+fn udp_bind_message(key: &str, address: SocketAddr, error: &io::Error) -> String {
+    match error.kind() {
+        io::ErrorKind::AddrInUse => format!(
+            "{key}: UDP {address} (HTTP/3) is in use (another process holds it: pick another \
+             port or stop it)"
+        ),
+        _ => format!("{key}: UDP {address} (HTTP/3): cannot listen there: {error} (change {key})"),
     }
 }
 

@@ -130,16 +130,30 @@ impl Owned {
     }
 }
 
-/// The listeners `config` adds to the `running` ones, bound; on an error nothing has changed.
-fn bind_fresh(running: &[ListenerRt], config: &Config) -> Result<Vec<Fresh>, StartError> {
+/// The listeners `config` adds to the `running` ones, bound, and the UDP sockets of the
+/// HTTP/3 endpoints the kept ones move to (or gain); on an error nothing has changed.
+fn bind_fresh(running: &[ListenerRt], config: &Config) -> Result<Bound, StartError> {
     let mut fresh = Vec::new();
+    let mut udp = Vec::new();
     for (index, listener) in config.listeners.iter().enumerate() {
-        if !running.iter().any(|l| l.serves(listener)) {
-            fresh.push((listener.clone(), bind_listener(index, listener)?));
+        match running.iter().find(|l| l.serves(listener)) {
+            Some(kept) => {
+                let wanted = super::http3::http3_address(listener, kept.local);
+                if kept.http3.as_ref().map(|h| h.address) != wanted {
+                    if let Some(socket) = super::http3::bind_udp(index, listener, kept.local)? {
+                        udp.extend(wanted.map(|address| (address, socket)));
+                    }
+                }
+            }
+            None => fresh.push((listener.clone(), bind_listener(index, listener)?)),
         }
     }
-    Ok(fresh)
+    Ok((fresh, udp))
 }
+
+/// What a reload bound before changing anything: the fresh listeners, and the kept ones'
+/// new HTTP/3 UDP sockets by address.
+type Bound = (Vec<Fresh>, Vec<(std::net::SocketAddr, std::net::UdpSocket)>);
 
 impl Supervisor {
     /// The new pools, each built from the old pool of its name (its backends' health kept),
@@ -203,7 +217,7 @@ impl Supervisor {
     fn update_listeners(
         &self,
         listeners: &mut Vec<ListenerRt>,
-        fresh: Vec<Fresh>,
+        (fresh, mut udp): Bound,
         config: &Config,
         pools: &[Arc<PoolRt>],
         summary: &mut ReloadSummary,
@@ -227,7 +241,7 @@ impl Supervisor {
                         log,
                         Some(&previous),
                     ));
-                    self.update_http3(&mut listener, new);
+                    self.update_http3(&mut listener, new, &mut udp);
                     kept_listeners.push(listener);
                 }
                 None => {

@@ -34,6 +34,8 @@ use crate::proxy::ClientInfo;
 pub enum ClientSocket {
     /// A TCP listening socket.
     Tcp(TcpListener),
+    /// A TLS listener's TCP listening socket and its HTTP/3 UDP socket.
+    Http3(TcpListener, std::net::UdpSocket),
     /// A Unix listening socket, and its file (removed when dropped).
     Unix(UnixListener, SocketFile),
 }

@@ -67,6 +67,7 @@ mod edge;
 mod handles;
 mod listener;
 mod queue;
+mod quic;
 mod tcp;
 #[cfg(test)]
 mod tests;
@@ -74,6 +75,7 @@ mod timing;
 mod tls;
 
 pub use queue::QueueMetrics;
+pub use quic::{QuicFamilies, QuicMetrics};
 pub use tcp::{TcpBackendMetrics, TcpFamilies};
 pub use tls::{HandshakeFailures, TlsFamilies};
 
@@ -217,6 +219,8 @@ pub struct Families {
     /// The client side's families (`capataz_client_*`, `capataz_access_log_dropped`).
     client: ClientFamilies,
     tls: TlsFamilies,
+    /// HTTP/3 listeners' QUIC families (`capataz_quic_*`).
+    quic: QuicFamilies,
     /// The pools' queues' families (`capataz_queue_*`).
     queue: queue::QueueFamilies,
     tcp: TcpFamilies,
@@ -294,6 +298,7 @@ impl Families {
             sticky_moves.clone(),
         );
         let tls = TlsFamilies::register(registry);
+        let quic = QuicFamilies::register(registry);
         let queue = queue::QueueFamilies::register(registry);
         let tcp = TcpFamilies::register(registry);
         let edge = edge::EdgeFamilies::register(registry);
@@ -301,6 +306,7 @@ impl Families {
             sticky_moves,
             tcp,
             tls,
+            quic,
             queue,
             edge,
             scope,
@@ -342,6 +348,11 @@ impl Families {
     /// The TLS listeners' families.
     pub fn tls(&self) -> &TlsFamilies {
         &self.tls
+    }
+
+    /// HTTP/3 listeners' QUIC families.
+    pub fn quic(&self) -> &QuicFamilies {
+        &self.quic
     }
 
     /// TCP mode's families.

@@ -41,6 +41,11 @@ impl Answer {
 
 /// The QUIC client configuration: `pki`'s CA trusted, ALPN `h3`.
 pub fn client_config(pki: &Pki) -> quinn::ClientConfig {
+    client_config_alpn(pki, &[b"h3"])
+}
+
+/// The QUIC client configuration: `pki`'s CA trusted, offering the ALPN ids `alpn`.
+pub fn client_config_alpn(pki: &Pki, alpn: &[&[u8]]) -> quinn::ClientConfig {
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_file_iter(pki.ca_path()).unwrap() {
         roots.add(cert.unwrap()).unwrap();
@@ -52,7 +57,7 @@ pub fn client_config(pki: &Pki) -> quinn::ClientConfig {
     .unwrap()
     .with_root_certificates(roots)
     .with_no_client_auth();
-    tls.alpn_protocols = vec![b"h3".to_vec()];
+    tls.alpn_protocols = alpn.iter().map(|id| id.to_vec()).collect();
     let quic = quinn::crypto::rustls::QuicClientConfig::try_from(Arc::new(tls)).unwrap();
     quinn::ClientConfig::new(Arc::new(quic))
 }

@@ -5,9 +5,13 @@
 mod client_gone;
 mod config;
 mod hostile;
+mod initial_flood;
 mod lifecycle;
 mod limits;
+mod oversized_head;
+mod quic_metrics;
 mod requests;
+mod udp_port;
 
 use std::net::SocketAddr;
 use std::path::Path;

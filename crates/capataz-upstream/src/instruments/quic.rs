@@ -1,0 +1,82 @@
+//! The QUIC families of HTTP/3 listeners: handshakes by result, Retry packets sent (address
+//! validation under load) and handshakes in progress now.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use super::ListenerLabels;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HandshakeLabels {
+    listener: String,
+    result: &'static str,
+}
+
+/// `capataz_quic_handshakes_total`, `capataz_quic_retries_sent_total` and
+/// `capataz_quic_handshakes_in_progress`. Clones share the families.
+#[derive(Clone, Debug, Default)]
+pub struct QuicFamilies {
+    handshakes: Family<HandshakeLabels, Counter>,
+    retries: Family<ListenerLabels, Counter>,
+    in_progress: Family<ListenerLabels, Gauge>,
+}
+
+/// One HTTP/3 listener's QUIC series, every one present (at 0) from their resolution on.
+#[derive(Clone, Debug)]
+pub struct QuicMetrics {
+    /// Handshakes completed.
+    pub ok: Counter,
+    /// Handshakes that failed (a TLS or QUIC error, the client closing or going silent).
+    pub failed: Counter,
+    /// Handshakes not done within the listener's `header_read_timeout`.
+    pub timeout: Counter,
+    /// Retry packets sent instead of starting a handshake.
+    pub retries: Counter,
+    /// Handshakes under way now.
+    pub in_progress: Gauge,
+}
+
+impl QuicFamilies {
+    pub(super) fn register(registry: &mut Registry) -> QuicFamilies {
+        let families = QuicFamilies::default();
+        registry.register(
+            "capataz_quic_handshakes",
+            "QUIC handshakes of HTTP/3 listeners, by result (ok, failed, timeout)",
+            families.handshakes.clone(),
+        );
+        registry.register(
+            "capataz_quic_retries_sent",
+            "QUIC Retry packets sent to validate a client's address before any handshake state",
+            families.retries.clone(),
+        );
+        registry.register(
+            "capataz_quic_handshakes_in_progress",
+            "QUIC handshakes of HTTP/3 listeners under way now",
+            families.in_progress.clone(),
+        );
+        families
+    }
+
+    /// The series of listener `listener`, created at 0 if new.
+    pub fn listener(&self, listener: &str) -> QuicMetrics {
+        let result = |result| {
+            self.handshakes.get_or_create_owned(&HandshakeLabels {
+                listener: listener.to_owned(),
+                result,
+            })
+        };
+        let labels = ListenerLabels {
+            listener: listener.into(),
+        };
+        QuicMetrics {
+            ok: result("ok"),
+            failed: result("failed"),
+            timeout: result("timeout"),
+            retries: self.retries.get_or_create_owned(&labels),
+            in_progress: self.in_progress.get_or_create_owned(&labels),
+        }
+    }
+}
