@@ -61,7 +61,7 @@ const MAX_PRIVATE: usize = 128;
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 /// HTTP/3's code for a connection closed without error (RFC 9114 section 8.1).
-const H3_NO_ERROR: quinn::VarInt = quinn::VarInt::from_u32(0x100);
+pub(crate) const H3_NO_ERROR: quinn::VarInt = quinn::VarInt::from_u32(0x100);
 
 /// How often a connection closes its idle backend connections that timed out.
 const REAP_PERIOD: Duration = Duration::from_secs(1);

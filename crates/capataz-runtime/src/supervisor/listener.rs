@@ -59,6 +59,10 @@ impl ListenerRt {
             local: self.local,
             unix: self.unix.clone(),
             offer: self.offer.clone(),
+            http3: self.http3.as_ref().and_then(|h| {
+                let offer = h.offer.clone()?;
+                Some((h.address, h.local, offer))
+            }),
         }
     }
 
@@ -145,7 +149,10 @@ impl Supervisor {
         pools: &[Arc<PoolRt>],
     ) -> ListenerRt {
         match socket {
-            ClientSocket::Tcp(socket) => self.spawn_tcp_listener(listener, socket, pools),
+            ClientSocket::Tcp(socket) => self.spawn_tcp_listener(listener, (socket, None), pools),
+            ClientSocket::TcpWithHttp3(socket, udp) => {
+                self.spawn_tcp_listener(listener, (socket, Some(udp)), pools)
+            }
             ClientSocket::Unix(socket, file) => {
                 self.spawn_unix_listener(listener, (socket, file), pools)
             }
@@ -155,7 +162,7 @@ impl Supervisor {
     fn spawn_tcp_listener(
         &self,
         listener: &ListenerConfig,
-        socket: TcpListener,
+        (socket, udp): (TcpListener, Option<std::net::UdpSocket>),
         pools: &[Arc<PoolRt>],
     ) -> ListenerRt {
         let local = socket.local_addr().unwrap_or(listener.address);
@@ -195,7 +202,7 @@ impl Supervisor {
                 .handshake_failures(&listener.name, listener.tls.is_some()),
         ));
         let http3 = super::http3::http3_address(listener, local).and_then(|address| {
-            self.spawn_http3(listener, address, state.clone(), stop.subscribe())
+            self.spawn_http3(listener, (address, udp), state.clone(), stop.subscribe())
         });
         ListenerRt {
             address: listener.address,
