@@ -14,9 +14,9 @@
 //!   client.
 //! - Idle: no request for the listener's `idle_timeout` ends the connection with a GOAWAY
 //!   (QUIC's own idle timeout, the same value, ends one that stopped sending packets).
-//! - Shutdown (a stop, or an upgrade's drain): a GOAWAY at once, the requests in progress
-//!   finish (within the shutdown's deadline, which closes what is left), then the connection
-//!   closes.
+//! - Shutdown (a stop): a GOAWAY at once, the requests in progress finish (within the
+//!   shutdown's deadline, which closes what is left), then the connection closes. The old
+//!   process of an upgrade closes its connections at once instead (`supervisor/http3.rs`).
 
 mod body;
 mod capped;
