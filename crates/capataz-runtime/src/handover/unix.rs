@@ -123,4 +123,26 @@ mod tests {
         assert!(listening_unix(OwnedFd::from(tcp)).is_err());
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    #[test]
+    fn an_untaken_socket_file_is_removed_only_if_it_is_still_the_one_handed_over() {
+        let dir = std::env::temp_dir().join(format!("capataz-untaken-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("lb.sock");
+        let handed = HandedUnix::new(path.clone(), UnixListener::bind(&path).unwrap());
+        // Another socket renamed over it since: left alone.
+        let other = dir.join("other.sock");
+        let _other = UnixListener::bind(&other).unwrap();
+        std::fs::rename(&other, &path).unwrap();
+        handed.remove_file();
+        assert!(path.exists(), "another process's socket stays");
+        let handed = HandedUnix::new(
+            path.clone(),
+            UnixListener::bind(dir.join("x.sock")).unwrap(),
+        );
+        handed.remove_file();
+        assert!(!path.exists(), "the file handed over is removed");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
