@@ -9,7 +9,9 @@
 //! - `CAPATAZ_HANDOVER_LISTENERS`: `KIND:FD=CONFIGURED=BOUND` entries separated by commas, one
 //!   per listening socket: its kind (`listener` for a client listener, `admin` for the admin
 //!   listener), the descriptor number, the address its configuration asked for
-//!   (`127.0.0.1:0`, say) and the one it is bound to.
+//!   (`127.0.0.1:0`, say) and the one it is bound to. A listener on a Unix socket is
+//!   `unix:FD=PATH`, its socket file's path percent-encoded (`unix.rs`); a TLS listener's
+//!   HTTP/3 UDP socket is `http3:FD=CONFIGURED=BOUND` (`udp.rs`).
 //! - `CAPATAZ_HANDOVER_READY_FD`: the descriptor of the new process's end of the socket pair.
 //!   It writes `READY\n` there once it accepts connections; the old process then stops
 //!   accepting and drains. An end of file first means the new process failed.
@@ -20,16 +22,29 @@
 //! socket bound with `SO_REUSEPORT` would have a queue of its own, and connections queued on
 //! the old one would be reset when it closes.)
 //!
-//! Every descriptor named in the environment is checked before it is used: open, a TCP socket,
-//! listening, not one of the standard streams, named once. Anything else is an error that
-//! stops the new process, which leaves the old one serving.
+//! Every descriptor named in the environment is checked before it is used: open, a TCP socket
+//! (a Unix stream socket for a `unix` entry, a bound UDP socket for `http3`), listening, not one of the standard streams,
+//! named once. Anything else is an error that stops the new process, which leaves the old one
+//! serving.
+//!
+//! A Unix socket's file stays where it is, bound to the same socket: the old process leaves it
+//! once the new one said it serves ([`handed_over`]), and the new one removes it when it stops
+//! (or at once, when its configuration no longer listens there).
+
+mod udp;
+mod unix;
 
 use std::ffi::OsString;
 use std::io::{self, Write as _};
 use std::net::SocketAddr;
-use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use udp::HandedUdp;
+use unix::encode_path;
+use unix::HandedUnix;
 
 /// The listening sockets handed over.
 pub(crate) const LISTENERS_VAR: &str = "CAPATAZ_HANDOVER_LISTENERS";
@@ -52,7 +67,7 @@ pub enum HandoverError {
         why: String,
     },
     /// A descriptor is not a listening TCP socket.
-    #[error("descriptor {fd} in {LISTENERS_VAR} is not a listening TCP socket: {why}")]
+    #[error("descriptor {fd} in {LISTENERS_VAR} is not a listening socket of its kind: {why}")]
     NotAListener {
         /// The descriptor.
         fd: RawFd,
@@ -85,6 +100,15 @@ pub enum DescriptorError {
     /// Not an IPv4 or IPv6 socket.
     #[error("not an IP socket")]
     NotIp,
+    /// Not a Unix socket.
+    #[error("not a Unix socket")]
+    NotUnix,
+    /// Not a datagram socket.
+    #[error("not a datagram (UDP) socket")]
+    NotDatagram,
+    /// A datagram socket bound to no port.
+    #[error("not bound")]
+    NotBound,
     /// Not a stream socket.
     #[error("not a stream socket")]
     NotStream,
@@ -100,6 +124,10 @@ pub enum Kind {
     Listener,
     /// The admin listener (`[admin]`).
     Admin,
+    /// A client listener on a Unix socket (`address = "unix:/path"`).
+    Unix,
+    /// A TLS listener's HTTP/3 endpoint (`[listeners.tls.http3]`, UDP).
+    Http3,
 }
 
 impl Kind {
@@ -107,6 +135,8 @@ impl Kind {
         match self {
             Kind::Listener => "listener",
             Kind::Admin => "admin",
+            Kind::Unix => "unix",
+            Kind::Http3 => "http3",
         }
     }
 
@@ -114,6 +144,8 @@ impl Kind {
         match text {
             "listener" => Some(Kind::Listener),
             "admin" => Some(Kind::Admin),
+            "unix" => Some(Kind::Unix),
+            "http3" => Some(Kind::Http3),
             _ => None,
         }
     }
@@ -137,6 +169,8 @@ pub(crate) struct Handed {
 #[derive(Debug)]
 pub struct Inherited {
     sockets: Vec<Handed>,
+    unix: Vec<HandedUnix>,
+    udp: Vec<HandedUdp>,
     ready: UnixStream,
 }
 
@@ -161,12 +195,14 @@ impl Inherited {
         let listeners = listeners
             .to_str()
             .ok_or_else(|| malformed(LISTENERS_VAR, "not UTF-8".into()))?;
-        let entries = parse_entries(listeners)?;
+        let (entries, unix_entries) = parse_entries(listeners)?;
         let ready_fd = ready
             .to_str()
             .and_then(|s| s.parse::<RawFd>().ok())
             .ok_or_else(|| malformed(READY_VAR, "not a descriptor number".into()))?;
-        if entries.iter().any(|(_, fd, ..)| *fd == ready_fd) {
+        if entries.iter().any(|(_, fd, ..)| *fd == ready_fd)
+            || unix_entries.iter().any(|(fd, _)| *fd == ready_fd)
+        {
             return Err(malformed(
                 READY_VAR,
                 "names a listening socket's descriptor".into(),
@@ -183,8 +219,19 @@ impl Inherited {
         }
         let ready = UnixStream::from(OwnedFd::from(ready));
         let mut sockets = Vec::with_capacity(entries.len());
+        let mut udp = Vec::new();
         for (kind, fd, configured, bound) in entries {
             let owned = checked_fd(fd).map_err(|why| HandoverError::NotAListener { fd, why })?;
+            if kind == Kind::Http3 {
+                let socket =
+                    udp::bound_udp(owned).map_err(|why| HandoverError::NotAListener { fd, why })?;
+                udp.push(HandedUdp {
+                    configured,
+                    bound,
+                    socket,
+                });
+                continue;
+            }
             let socket =
                 listening_tcp(owned).map_err(|why| HandoverError::NotAListener { fd, why })?;
             sockets.push(Handed {
@@ -194,7 +241,38 @@ impl Inherited {
                 socket,
             });
         }
-        Ok(Inherited { sockets, ready })
+        let mut unix = Vec::with_capacity(unix_entries.len());
+        for (fd, path) in unix_entries {
+            let owned = checked_fd(fd).map_err(|why| HandoverError::NotAListener { fd, why })?;
+            let socket = unix::listening_unix(owned)
+                .map_err(|why| HandoverError::NotAListener { fd, why })?;
+            unix.push(HandedUnix::new(path, socket));
+        }
+        Ok(Inherited {
+            sockets,
+            unix,
+            udp,
+            ready,
+        })
+    }
+
+    /// The inherited socket of the Unix listener at `path`, if one was handed over. Taken once.
+    pub fn take_unix(&mut self, path: &Path) -> Option<std::os::unix::net::UnixListener> {
+        let at = self.unix.iter().position(|h| h.path == path)?;
+        Some(self.unix.swap_remove(at).socket)
+    }
+
+    /// The inherited UDP socket of the HTTP/3 endpoint configured at `address`, if one was
+    /// handed over (found as [`Inherited::take`] finds a TCP socket). Taken once.
+    pub fn take_udp(&mut self, address: SocketAddr) -> Option<std::net::UdpSocket> {
+        let at = udp::position(&self.udp, address)?;
+        Some(self.udp.swap_remove(at).socket)
+    }
+
+    /// The paths of the Unix sockets nobody took (closed, and their files removed, by
+    /// [`Inherited::ready`]).
+    pub fn untaken_unix(&self) -> Vec<PathBuf> {
+        self.unix.iter().map(|h| h.path.clone()).collect()
     }
 
     /// The inherited socket of `kind` for a listener configured at `address`, if one was
@@ -221,12 +299,17 @@ impl Inherited {
     /// The bound addresses of the sockets nobody took (closed when `self` is dropped: the new
     /// configuration has no listener there).
     pub fn untaken(&self) -> Vec<SocketAddr> {
-        self.sockets.iter().map(|h| h.bound).collect()
+        let udp = self.udp.iter().map(|h| h.bound);
+        self.sockets.iter().map(|h| h.bound).chain(udp).collect()
     }
 
     /// Tells the old process that this one serves: it stops accepting and drains. Closes the
-    /// channel and the sockets nobody took.
+    /// channel and the sockets nobody took; the files of the Unix sockets nobody took are
+    /// removed (the old process leaves them to this one).
     pub fn ready(self) -> io::Result<()> {
+        for untaken in &self.unix {
+            untaken.remove_file();
+        }
         let mut ready = self.ready;
         ready.write_all(READY_MESSAGE)?;
         ready.flush()
@@ -240,14 +323,18 @@ fn malformed(var: &'static str, why: String) -> HandoverError {
 /// What one entry of the listeners variable says.
 type Entry = (Kind, RawFd, SocketAddr, SocketAddr);
 
-/// `KIND:FD=CONFIGURED=BOUND,...`, each descriptor once.
-fn parse_entries(text: &str) -> Result<Vec<Entry>, HandoverError> {
+/// What one `unix` entry says: the descriptor and the socket file's path.
+type UnixEntry = (RawFd, PathBuf);
+
+/// `KIND:FD=CONFIGURED=BOUND,...` (`unix:FD=PATH` for a Unix socket), each descriptor once.
+fn parse_entries(text: &str) -> Result<(Vec<Entry>, Vec<UnixEntry>), HandoverError> {
     let mut entries: Vec<Entry> = Vec::new();
+    let mut unix_entries: Vec<UnixEntry> = Vec::new();
     if text.is_empty() {
-        return Ok(entries);
+        return Ok((entries, unix_entries));
     }
     for entry in text.split(',') {
-        if entries.len() == MAX_SOCKETS {
+        if entries.len() + unix_entries.len() == MAX_SOCKETS {
             return Err(malformed(
                 LISTENERS_VAR,
                 format!("more than {MAX_SOCKETS} sockets"),
@@ -261,6 +348,32 @@ fn parse_entries(text: &str) -> Result<Vec<Entry>, HandoverError> {
         };
         let (kind, rest) = entry.split_once(':').ok_or_else(shape)?;
         let kind = Kind::parse(kind).ok_or_else(shape)?;
+        let named_twice = |fd: RawFd| {
+            entries.iter().any(|(_, other, ..)| *other == fd)
+                || unix_entries.iter().any(|(other, _)| *other == fd)
+        };
+        if kind == Kind::Unix {
+            let (fd, path) = rest.split_once('=').ok_or_else(|| {
+                malformed(LISTENERS_VAR, format!("{entry:?} is not unix:FD=PATH"))
+            })?;
+            let fd: RawFd = fd.parse().map_err(|_| {
+                malformed(LISTENERS_VAR, format!("{fd:?} is not a descriptor number"))
+            })?;
+            let path = unix::decode_path(path).ok_or_else(|| {
+                malformed(
+                    LISTENERS_VAR,
+                    format!("{path:?} is not an absolute socket path"),
+                )
+            })?;
+            if named_twice(fd) {
+                return Err(malformed(
+                    LISTENERS_VAR,
+                    format!("descriptor {fd} named twice"),
+                ));
+            }
+            unix_entries.push((fd, path));
+            continue;
+        }
         let mut parts = rest.split('=');
         let (Some(fd), Some(configured), Some(bound), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
@@ -275,7 +388,7 @@ fn parse_entries(text: &str) -> Result<Vec<Entry>, HandoverError> {
                 .map_err(|_| malformed(LISTENERS_VAR, format!("{text:?} is not an address")))
         };
         let (configured, bound) = (address(configured)?, address(bound)?);
-        if entries.iter().any(|(_, other, ..)| *other == fd) {
+        if named_twice(fd) {
             return Err(malformed(
                 LISTENERS_VAR,
                 format!("descriptor {fd} named twice"),
@@ -283,7 +396,7 @@ fn parse_entries(text: &str) -> Result<Vec<Entry>, HandoverError> {
         }
         entries.push((kind, fd, configured, bound));
     }
-    Ok(entries)
+    Ok((entries, unix_entries))
 }
 
 /// Takes ownership of descriptor `fd` after checking it is open and not a standard stream.
@@ -323,12 +436,29 @@ fn listening_tcp(owned: OwnedFd) -> Result<std::net::TcpListener, DescriptorErro
     Ok(socket.into())
 }
 
+/// Whether this process handed its sockets over (the new process of an upgrade said it
+/// serves): its Unix sockets' files are the new process's from then on, and left when this
+/// one stops.
+static HANDED_OVER: AtomicBool = AtomicBool::new(false);
+
+/// Records that the new process of an upgrade serves with this process's sockets.
+pub fn handed_over() {
+    HANDED_OVER.store(true, Ordering::Relaxed);
+}
+
+/// Whether [`handed_over`] was called: a socket file this process bound is then left in place.
+pub fn is_handed_over() -> bool {
+    HANDED_OVER.load(Ordering::Relaxed)
+}
+
 /// One listening socket the old process offers: where it was configured and bound, and a
 /// duplicate of its descriptor.
 #[derive(Debug)]
 pub struct Offered {
-    /// What it is for.
+    /// What it is for ([`Kind::Unix`]: `unix` is its path, the addresses are unused).
     pub kind: Kind,
+    /// The socket file's path of a Unix socket listener.
+    pub unix: Option<PathBuf>,
     /// The address its configuration asked for.
     pub configured: SocketAddr,
     /// The address it is bound to.
@@ -355,12 +485,15 @@ pub fn command(
             listeners.push(',');
         }
         let fd = offered.fd.as_raw_fd();
-        listeners.push_str(&format!(
-            "{}:{fd}={}={}",
-            offered.kind.name(),
-            offered.configured,
-            offered.bound
-        ));
+        match &offered.unix {
+            Some(path) => listeners.push_str(&format!("unix:{fd}={}", encode_path(path))),
+            None => listeners.push_str(&format!(
+                "{}:{fd}={}={}",
+                offered.kind.name(),
+                offered.configured,
+                offered.bound
+            )),
+        }
         inherit.push(fd);
     }
     inherit.push(theirs.as_raw_fd());
@@ -388,116 +521,9 @@ pub fn command(
 }
 
 /// A duplicate of a listening socket's descriptor, to offer it later.
-pub fn duplicate(socket: &tokio::net::TcpListener) -> io::Result<OwnedFd> {
+pub fn duplicate(socket: &impl std::os::fd::AsFd) -> io::Result<OwnedFd> {
     socket.as_fd().try_clone_to_owned()
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parse_entries_reads_descriptors_and_both_addresses() {
-        let entries =
-            parse_entries("listener:7=127.0.0.1:0=127.0.0.1:40123,admin:9=[::1]:80=[::1]:80")
-                .unwrap();
-        assert_eq!(
-            entries,
-            vec![
-                (
-                    Kind::Listener,
-                    7,
-                    "127.0.0.1:0".parse().unwrap(),
-                    "127.0.0.1:40123".parse().unwrap()
-                ),
-                (
-                    Kind::Admin,
-                    9,
-                    "[::1]:80".parse().unwrap(),
-                    "[::1]:80".parse().unwrap()
-                ),
-            ]
-        );
-        assert_eq!(parse_entries("").unwrap(), vec![]);
-    }
-
-    #[test]
-    fn parse_entries_refuses_hostile_text() {
-        for text in [
-            "listener:7",
-            "7=127.0.0.1:1=127.0.0.1:1",
-            "other:7=127.0.0.1:1=127.0.0.1:1",
-            "listener:7=127.0.0.1:1",
-            "listener:7=127.0.0.1:1=127.0.0.1:1=x",
-            "listener:x=127.0.0.1:1=127.0.0.1:1",
-            "listener:7=localhost:1=127.0.0.1:1",
-            "listener:7=127.0.0.1:1=127.0.0.1:1,admin:7=127.0.0.1:2=127.0.0.1:2",
-            ",",
-            "listener:-1=127.0.0.1:1=127.0.0.1:1,",
-        ] {
-            assert!(parse_entries(text).is_err(), "{text:?} was taken");
-        }
-        let many = (0..=MAX_SOCKETS)
-            .map(|i| format!("listener:{}=127.0.0.1:1=127.0.0.1:1", i + 3))
-            .collect::<Vec<_>>()
-            .join(",");
-        assert!(parse_entries(&many).is_err());
-    }
-
-    #[test]
-    fn checked_fd_refuses_standard_streams_and_closed_descriptors() {
-        assert!(checked_fd(0).is_err());
-        assert!(checked_fd(2).is_err());
-        assert!(checked_fd(-5).is_err());
-        assert!(checked_fd(RawFd::MAX).is_err());
-    }
-
-    #[test]
-    fn a_descriptor_that_is_not_a_listening_tcp_socket_is_refused() {
-        let (a, _b) = UnixStream::pair().unwrap();
-        assert!(listening_tcp(OwnedFd::from(a)).is_err());
-        let connected = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let stream = std::net::TcpStream::connect(connected.local_addr().unwrap()).unwrap();
-        assert!(listening_tcp(OwnedFd::from(stream)).is_err());
-        assert!(listening_tcp(OwnedFd::from(connected)).is_ok());
-    }
-
-    #[test]
-    fn take_matches_the_configured_address_then_the_bound_one_once() {
-        let socket = |addr: &str| std::net::TcpListener::bind(addr).unwrap();
-        let (ours, _theirs) = UnixStream::pair().unwrap();
-        let a = socket("127.0.0.1:0");
-        let a_bound = a.local_addr().unwrap();
-        let b = socket("127.0.0.1:0");
-        let b_bound = b.local_addr().unwrap();
-        let mut inherited = Inherited {
-            sockets: vec![
-                Handed {
-                    kind: Kind::Admin,
-                    configured: "127.0.0.1:0".parse().unwrap(),
-                    bound: b_bound,
-                    socket: b,
-                },
-                Handed {
-                    kind: Kind::Listener,
-                    configured: "127.0.0.1:0".parse().unwrap(),
-                    bound: a_bound,
-                    socket: a,
-                },
-            ],
-            ready: ours,
-        };
-        let any = "127.0.0.1:0".parse().unwrap();
-        let taken = inherited.take(Kind::Listener, any).unwrap();
-        assert_eq!(taken.local_addr().unwrap(), a_bound);
-        assert!(inherited.take(Kind::Listener, any).is_none());
-        assert!(inherited.take(Kind::Listener, a_bound).is_none());
-        assert!(
-            inherited.take(Kind::Listener, b_bound).is_none(),
-            "the admin socket"
-        );
-        assert_eq!(inherited.untaken(), vec![b_bound]);
-        assert!(inherited.take(Kind::Admin, b_bound).is_some());
-        assert!(inherited.untaken().is_empty());
-    }
-}
+mod tests;

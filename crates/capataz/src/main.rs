@@ -741,6 +741,10 @@ async fn take_over(
     for address in inherited.untaken() {
         tracing::info!(%address, "closing an inherited socket the configuration no longer listens on");
     }
+    for path in inherited.untaken_unix() {
+        let path = path.display();
+        tracing::info!(%path, "closing an inherited Unix socket the configuration no longer listens on, and removing its file");
+    }
     if let Err(error) = inherited.ready() {
         tracing::warn!(%error, "cannot tell the old process that this one serves; it will stop when it sees this process is not ready");
     }

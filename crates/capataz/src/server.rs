@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use crate::config::Config;
 use crate::handover::{Inherited, Kind, Offered};
 use crate::health::{Notice, PoolRt};
-use crate::supervisor::{bind, bind_listener, ClientSocket};
+use crate::supervisor::{adopt_unix, bind, bind_listener, unix_bind_error, ClientSocket};
 pub use crate::supervisor::{OverrideRefused, ReloadSummary, StartError, Stopped, Supervisor};
 
 /// A running balancer. Dropping it stops everything it started.
@@ -36,6 +36,36 @@ pub struct Balancer {
     /// A duplicate of the admin socket's descriptor with its configured address, for a binary
     /// upgrade to offer; dropped when shutting down, so the socket closes.
     admin_offer: Option<(SocketAddr, OwnedFd)>,
+}
+
+/// The inherited TCP socket of `kind` for `address`, if one was handed over.
+fn take(
+    inherited: &mut Option<&mut Inherited>,
+    kind: Kind,
+    address: SocketAddr,
+) -> Option<std::io::Result<TcpListener>> {
+    let socket = inherited.as_mut()?.take(kind, address)?;
+    Some(TcpListener::from_std(socket))
+}
+
+/// `socket` with the UDP socket of `listener`'s HTTP/3 endpoint, if it has one and it was
+/// handed over.
+fn with_http3(
+    socket: ClientSocket,
+    listener: &crate::config::ListenerConfig,
+    inherited: &mut Option<&mut Inherited>,
+) -> ClientSocket {
+    let ClientSocket::Tcp(tcp) = socket else {
+        return socket;
+    };
+    let address = tcp
+        .local_addr()
+        .ok()
+        .and_then(|local| crate::supervisor::http3_address(listener, local));
+    match address.and_then(|address| inherited.as_mut()?.take_udp(address)) {
+        Some(udp) => ClientSocket::Http3(tcp, udp),
+        None => ClientSocket::Tcp(tcp),
+    }
 }
 
 impl Balancer {
@@ -70,19 +100,20 @@ impl Balancer {
         mut inherited: Option<&mut Inherited>,
     ) -> Result<Balancer, StartError> {
         let held = inherited.is_some();
-        let mut take = |kind: Kind, address: SocketAddr| -> Option<std::io::Result<TcpListener>> {
-            let socket = inherited.as_mut()?.take(kind, address)?;
-            Some(TcpListener::from_std(socket))
-        };
         // Bind everything first, so a config that cannot start leaves nothing running.
         let mut sockets = Vec::with_capacity(config.listeners.len());
         for (index, listener) in config.listeners.iter().enumerate() {
-            // A Unix socket is bound anew (an upgrade with one is refused).
-            let inherited = match listener.unix {
-                None => take(Kind::Listener, listener.address),
-                Some(_) => None,
-            };
-            let socket = match inherited {
+            if let Some(unix) = &listener.unix {
+                let socket = match inherited.as_mut().and_then(|i| i.take_unix(&unix.path)) {
+                    Some(socket) => adopt_unix(unix, socket)
+                        .map(|(socket, file)| ClientSocket::Unix(socket, file))
+                        .map_err(|error| unix_bind_error(index, listener, error))?,
+                    None => bind_listener(index, listener)?,
+                };
+                sockets.push(socket);
+                continue;
+            }
+            let socket = match take(&mut inherited, Kind::Listener, listener.address) {
                 Some(socket) => ClientSocket::Tcp(socket.map_err(|error| StartError::Bind {
                     name: listener.name.clone(),
                     key: format!("listeners[{index}].address"),
@@ -91,7 +122,7 @@ impl Balancer {
                 })?),
                 None => bind_listener(index, listener)?,
             };
-            sockets.push(socket);
+            sockets.push(with_http3(socket, listener, &mut inherited));
         }
         let admin_socket = match &config.admin {
             Some(admin) => {
@@ -101,7 +132,7 @@ impl Balancer {
                     address: admin.address,
                     error,
                 };
-                let socket = match take(Kind::Admin, admin.address) {
+                let socket = match take(&mut inherited, Kind::Admin, admin.address) {
                     Some(socket) => socket.map_err(bind_error)?,
                     None => bind(admin.address).map_err(bind_error)?,
                 };
@@ -167,6 +198,7 @@ impl Balancer {
             };
             offered.push(Offered {
                 kind: Kind::Admin,
+                unix: None,
                 configured: *configured,
                 bound: self.admin_addr.unwrap_or(*configured),
                 fd: fd.try_clone()?,

@@ -143,7 +143,11 @@ impl Started {
             }
         };
         match outcome {
-            Ok(Ok(true)) => Ok(pid),
+            Ok(Ok(true)) => {
+                // Its sockets (and the Unix sockets' files) are the new process's now.
+                handover::handed_over();
+                Ok(pid)
+            }
             Ok(Ok(false)) if said.is_empty() => {
                 // The channel closed: the process ended (or closed it, which is as bad).
                 let status = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;

@@ -14,9 +14,9 @@
 //!   client.
 //! - Idle: no request for the listener's `idle_timeout` ends the connection with a GOAWAY
 //!   (QUIC's own idle timeout, the same value, ends one that stopped sending packets).
-//! - Shutdown (a stop, or an upgrade's drain): a GOAWAY at once, the requests in progress
-//!   finish (within the shutdown's deadline, which closes what is left), then the connection
-//!   closes.
+//! - Shutdown (a stop): a GOAWAY at once, the requests in progress finish (within the
+//!   shutdown's deadline, which closes what is left), then the connection closes. The old
+//!   process of an upgrade closes its connections at once instead (`supervisor/http3.rs`).
 
 mod body;
 mod capped;
@@ -61,7 +61,7 @@ const MAX_PRIVATE: usize = 128;
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 /// HTTP/3's code for a connection closed without error (RFC 9114 section 8.1).
-const H3_NO_ERROR: quinn::VarInt = quinn::VarInt::from_u32(0x100);
+pub(crate) const H3_NO_ERROR: quinn::VarInt = quinn::VarInt::from_u32(0x100);
 
 /// How often a connection closes its idle backend connections that timed out.
 const REAP_PERIOD: Duration = Duration::from_secs(1);

@@ -8,6 +8,13 @@
 //! first while `retry_threshold` handshakes or more are in progress (HAProxy's
 //! `tune.quic.retry-threshold`): a flood of Initial packets from spoofed sources then costs
 //! one stateless packet each, and no handshake state.
+//!
+//! A binary upgrade hands the UDP socket to the new process, which serves on it at once. Both
+//! processes hold it until the old one exits, and the kernel gives each datagram to whichever
+//! reads first, so a QUIC connection cannot stay with the old process: once the new one
+//! serves, the old one closes its HTTP/3 connections at once (CONNECTION_CLOSE, H3_NO_ERROR),
+//! cutting the requests in progress on them, and reads the socket only for QUIC's closing
+//! period (three probe timeouts, answering late packets of its connections with the close).
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
@@ -29,6 +36,13 @@ use crate::instruments::{QuicFamilies, QuicMetrics};
 pub(super) struct Http3Rt {
     /// The UDP address it was asked to bind (the listener's IP, the HTTP/3 port).
     pub(super) address: SocketAddr,
+    /// The address it bound.
+    pub(super) local: SocketAddr,
+    /// A duplicate of its socket's descriptor, which a binary upgrade offers to the new
+    /// process; `None` if it could not be made (out of descriptors): an upgrade then hands the
+    /// TCP socket over only, and the new process binds the UDP port anew (which fails while the
+    /// old process holds it: it serves TCP alone).
+    pub(super) offer: Option<Arc<std::os::fd::OwnedFd>>,
     /// The accept loop; it ends at the listener's stop, its own or at shutdown.
     pub(super) task: JoinHandle<()>,
     /// Its own stop (a reload that moves or removes HTTP/3 from a listener it keeps).
@@ -37,7 +51,7 @@ pub(super) struct Http3Rt {
 
 /// The UDP address `listener` serves HTTP/3 on, if it does; `tcp` is its bound TCP address
 /// (the default port is the TCP port as bound, so port 0 in a test gets the same number).
-pub(super) fn http3_address(listener: &ListenerConfig, tcp: SocketAddr) -> Option<SocketAddr> {
+pub fn http3_address(listener: &ListenerConfig, tcp: SocketAddr) -> Option<SocketAddr> {
     let http3 = listener.tls.as_ref()?.http3.as_ref()?;
     Some(SocketAddr::new(tcp.ip(), http3.udp_port(tcp.port())))
 }
@@ -150,30 +164,32 @@ impl Supervisor {
         });
     }
 
-    /// Starts `listener`'s HTTP/3 endpoint on `address` (UDP), on `udp` if it was bound
-    /// already. A socket that cannot be bound here (a process taking over, whose UDP port
-    /// the old process holds) is logged, and the listener serves TCP alone.
+    /// Starts `listener`'s HTTP/3 endpoint on `address` (UDP), on `inherited` if it was bound
+    /// already (with the listener's TCP socket) or the process that upgraded to this one
+    /// handed its socket over. A socket that cannot be bound here is logged, and the listener
+    /// serves TCP alone.
     pub(super) fn spawn_http3(
         &self,
         listener: &ListenerConfig,
-        (address, udp): (SocketAddr, Option<std::net::UdpSocket>),
+        (address, inherited): (SocketAddr, Option<std::net::UdpSocket>),
         state: Arc<ArcSwap<ListenerState>>,
         stop: watch::Receiver<bool>,
     ) -> Option<Http3Rt> {
-        let endpoint = match bind(listener, address, udp) {
-            Ok(endpoint) => endpoint,
+        let bound = match bind(listener, address, inherited) {
+            Ok(bound) => bound,
             Err(error) => {
                 tracing::error!(listener = %listener.name, %address, %error, "cannot serve HTTP/3 (UDP): the listener serves TCP alone");
                 return None;
             }
         };
-        let local = endpoint.local_addr().unwrap_or(address);
+        let (socket, config, offer) = bound;
+        let local = socket.local_addr().unwrap_or(address);
         tracing::info!(listener = %listener.name, address = %local, "listening for HTTP/3 (UDP)");
         // Its QUIC series, there at 0 from now on.
         let quic = self.metrics.families().quic().listener(&listener.name);
         let (own_stop, own) = watch::channel(false);
         let task = tokio::spawn(accept_loop(
-            endpoint,
+            (socket, config),
             state,
             (stop, own),
             self.shutdown.subscribe(),
@@ -186,24 +202,47 @@ impl Supervisor {
         ));
         Some(Http3Rt {
             address,
+            local,
+            offer,
             task,
             stop: own_stop,
         })
     }
 }
 
-/// The QUIC endpoint on `udp` (bound to `address` now if `None`), with `listener`'s
-/// configuration.
+/// What an endpoint starts from: its UDP socket on `address` (`inherited`, if given), its
+/// QUIC configuration (`listener`'s), and a duplicate of the socket for an upgrade to offer.
+type Bound = (
+    std::net::UdpSocket,
+    quinn::ServerConfig,
+    Option<Arc<std::os::fd::OwnedFd>>,
+);
+
 fn bind(
     listener: &ListenerConfig,
     address: SocketAddr,
-    udp: Option<std::net::UdpSocket>,
-) -> std::io::Result<quinn::Endpoint> {
+    inherited: Option<std::net::UdpSocket>,
+) -> std::io::Result<Bound> {
     let config = h3::quic::server_config(listener).map_err(std::io::Error::other)?;
-    let socket = match udp {
+    let socket = match inherited {
         Some(socket) => socket,
         None => std::net::UdpSocket::bind(address)?,
     };
+    let offer = crate::handover::duplicate(&socket)
+        .inspect_err(|error| {
+            tracing::warn!(listener = %listener.name, %error, "cannot duplicate the HTTP/3 socket: a binary upgrade will not hand it over");
+        })
+        .ok()
+        .map(Arc::new);
+    Ok((socket, config, offer))
+}
+
+/// The QUIC endpoint reading `socket`, started once the listener accepts: in a process taking
+/// over from an upgrading one, the socket is the old process's too, which alone reads it
+/// (serving its connections) until this one is ready.
+fn endpoint(
+    (socket, config): (std::net::UdpSocket, quinn::ServerConfig),
+) -> std::io::Result<quinn::Endpoint> {
     let runtime = Arc::new(quinn::TokioRuntime);
     quinn::Endpoint::new(
         quinn::EndpointConfig::default(),
@@ -216,7 +255,7 @@ fn bind(
 /// Accepts QUIC connections until the listener stops or the balancer shuts down; then new
 /// connections are refused while those open finish (`h3::serve` closes them on shutdown).
 async fn accept_loop(
-    endpoint: quinn::Endpoint,
+    bound: (std::net::UdpSocket, quinn::ServerConfig),
     state: Arc<ArcSwap<ListenerState>>,
     (mut stop, mut own): (watch::Receiver<bool>, watch::Receiver<bool>),
     shutdown: watch::Receiver<bool>,
@@ -224,9 +263,6 @@ async fn accept_loop(
     (connections, families, mut quic): (Arc<AtomicUsize>, QuicFamilies, QuicMetrics),
 ) {
     let mut down = shutdown.clone();
-    // The state whose configuration the endpoint has (a reload stores a new one); its QUIC
-    // series (`quic`) are under the listener's name in force (a reload may rename it).
-    let mut configured = state.load_full();
     tokio::select! {
         biased;
         _ = stop.changed() => return,
@@ -238,9 +274,18 @@ async fn accept_loop(
             }
         }
     }
-    // The configuration the endpoint has: an `Incoming` holds the configuration in force when
-    // its first packet came, so each is accepted with the one in force now (a reload applies
-    // to it).
+    let endpoint = match endpoint(bound) {
+        Ok(endpoint) => endpoint,
+        Err(error) => {
+            tracing::error!(listener = %state.load().config.name, %error, "cannot serve HTTP/3 (UDP): the listener serves TCP alone");
+            return;
+        }
+    };
+    // The state whose configuration the endpoint has (a reload stores a new one), and that
+    // configuration: an `Incoming` holds the configuration in force when its first packet
+    // came, so each is accepted with the one in force now (a reload applies to it). Its QUIC
+    // series (`quic`) are under the listener's name in force (a reload may rename it).
+    let mut configured = state.load_full();
     let mut config = h3::quic::server_config(&configured.config)
         .ok()
         .map(Arc::new);
@@ -315,4 +360,9 @@ async fn accept_loop(
     }
     // Refused from now on; the endpoint's socket closes with its last connection.
     endpoint.set_server_config(None);
+    if crate::handover::is_handed_over() {
+        // The new process serves on the same socket: this one's connections end now (see the
+        // module's documentation).
+        endpoint.close(h3::H3_NO_ERROR, b"the server was upgraded");
+    }
 }

@@ -59,6 +59,10 @@ impl ListenerRt {
             local: self.local,
             unix: self.unix.clone(),
             offer: self.offer.clone(),
+            http3: self.http3.as_ref().and_then(|h| {
+                let offer = h.offer.clone()?;
+                Some((h.address, h.local, offer))
+            }),
         }
     }
 

@@ -43,10 +43,13 @@ use crate::events::OverrideKind;
 use crate::fleet::FleetRt;
 use crate::health::{Clock, Notice, OverrideError, PoolRt};
 use crate::metrics::Metrics;
+pub use http3::http3_address;
 pub use listener::{bind, bind_listener};
 pub use reload::ReloadSummary;
 use task::Command;
-pub use unix_listen::{bind_unix, ClientSocket, SocketFile};
+pub use unix_listen::{
+    adopt_unix, bind_error as unix_bind_error, bind_unix, ClientSocket, SocketFile,
+};
 
 /// A handle on the supervisor of one balancer, which the listeners, the admin API and the
 /// server share.
@@ -122,6 +125,9 @@ pub(crate) struct Listening {
     /// refused. Dropped once no snapshot lists the listener, so a stopped listener's socket
     /// closes.
     offer: Option<Arc<OwnedFd>>,
+    /// The HTTP/3 endpoint's UDP socket, offered as `offer` is: the address it was asked to
+    /// bind, the one it bound, and a duplicate of its descriptor.
+    http3: Option<(SocketAddr, SocketAddr, Arc<OwnedFd>)>,
 }
 
 /// The supervisor has stopped (the balancer stopped): a command can no longer be applied.
@@ -442,19 +448,27 @@ impl Supervisor {
     /// what it does not inherit).
     pub fn offer_listeners(&self) -> io::Result<Vec<crate::handover::Offered>> {
         let snapshot = self.snapshot.load();
+        let http3 = snapshot.listeners.iter().filter_map(|l| l.http3.as_ref());
+        let http3 = http3.map(|(configured, bound, fd)| {
+            Ok(crate::handover::Offered {
+                kind: crate::handover::Kind::Http3,
+                unix: None,
+                configured: *configured,
+                bound: *bound,
+                fd: fd.try_clone()?,
+            })
+        });
         snapshot
             .listeners
             .iter()
             .map(|l| {
-                if let Some(path) = &l.unix {
-                    return Err(io::Error::other(format!(
-                        "the listener on unix:{} is a Unix socket, which a binary upgrade does \
-                         not hand over (restart the process instead)",
-                        path.display()
-                    )));
-                }
+                let kind = match &l.unix {
+                    Some(_) => crate::handover::Kind::Unix,
+                    None => crate::handover::Kind::Listener,
+                };
                 Ok(crate::handover::Offered {
-                    kind: crate::handover::Kind::Listener,
+                    kind,
+                    unix: l.unix.clone(),
                     configured: l.address,
                     bound: l.local,
                     fd: match &l.offer {
@@ -463,12 +477,16 @@ impl Supervisor {
                             return Err(io::Error::other(format!(
                                 "the socket of the listener on {} could not be duplicated at \
                                  its start",
-                                l.local
+                                l.unix.as_ref().map_or_else(
+                                    || l.local.to_string(),
+                                    |path| format!("unix:{}", path.display())
+                                )
                             )))
                         }
                     },
                 })
             })
+            .chain(http3)
             .collect()
     }
 

@@ -2,7 +2,8 @@
 //! HAProxy binds it (a temporary name in the same directory, its mode set, then renamed over
 //! any old socket, so a restart leaves no moment without a socket at the path), refused over
 //! anything that is not a socket (never deleted), and removed when the listener stops, unless
-//! another process has put its own socket there since.
+//! another process has put its own socket there since or this one handed it over to the new
+//! process of a binary upgrade (which took the same socket: [`adopt_unix`]).
 //!
 //! A socket's client has no IP: it is served as [`UNIX_CLIENT`] (`0.0.0.0:0`), which the
 //! access log writes `unix`, forwarded headers leave out, and a PROXY header to a backend
@@ -34,7 +35,8 @@ use crate::proxy::ClientInfo;
 pub enum ClientSocket {
     /// A TCP listening socket.
     Tcp(TcpListener),
-    /// A TLS listener's TCP listening socket and its HTTP/3 UDP socket.
+    /// A TLS listener's TCP listening socket and its HTTP/3 UDP socket (bound with it, or
+    /// both handed over by the process that upgraded to this one).
     Http3(TcpListener, std::net::UdpSocket),
     /// A Unix listening socket, and its file (removed when dropped).
     Unix(UnixListener, SocketFile),
@@ -46,8 +48,9 @@ impl From<TcpListener> for ClientSocket {
     }
 }
 
-/// A socket file this process bound, removed when dropped if it is still the one bound (the
-/// same inode: a new process's socket renamed over it is left alone).
+/// A socket file this process bound (or took over), removed when dropped if it is still the
+/// one bound (the same inode: a new process's socket renamed over it is left alone) and this
+/// process has not handed its sockets over (the same inode, now the new process's).
 #[derive(Debug)]
 pub struct SocketFile {
     path: PathBuf,
@@ -57,6 +60,9 @@ pub struct SocketFile {
 
 impl Drop for SocketFile {
     fn drop(&mut self) {
+        if crate::handover::is_handed_over() {
+            return;
+        }
         let ours = std::fs::symlink_metadata(&self.path)
             .is_ok_and(|meta| meta.dev() == self.dev && meta.ino() == self.ino);
         if ours {
@@ -117,6 +123,33 @@ pub fn bind_unix(unix: &UnixListen) -> io::Result<(UnixListener, SocketFile)> {
     Ok((UnixListener::from_std(socket)?, file))
 }
 
+/// The socket of `unix`'s path handed over by the process that upgraded to this one: the same
+/// socket and file, not bound again (no moment without a listener), given this configuration's
+/// `socket_mode` if it has one. The file is this process's from then on, removed when the
+/// listener stops (if it is still that file).
+pub fn adopt_unix(
+    unix: &UnixListen,
+    socket: std::os::unix::net::UnixListener,
+) -> io::Result<(UnixListener, SocketFile)> {
+    socket.set_nonblocking(true)?;
+    let meta = std::fs::symlink_metadata(&unix.path)?;
+    if !meta.file_type().is_socket() {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "the socket file handed over is gone: something that is not a socket is there",
+        ));
+    }
+    if let Some(mode) = unix.mode {
+        std::fs::set_permissions(&unix.path, std::fs::Permissions::from_mode(mode))?;
+    }
+    let file = SocketFile {
+        path: unix.path.clone(),
+        dev: meta.dev(),
+        ino: meta.ino(),
+    };
+    Ok((UnixListener::from_std(socket)?, file))
+}
+
 /// `dir/.name.PID.tmp` beside `path`.
 fn temporary_name(path: &Path) -> io::Result<PathBuf> {
     let name = path
@@ -129,7 +162,7 @@ fn temporary_name(path: &Path) -> io::Result<PathBuf> {
 }
 
 /// The error of a Unix listener that could not bind, naming the key and the path.
-pub(super) fn bind_error(index: usize, listener: &ListenerConfig, error: io::Error) -> StartError {
+pub fn bind_error(index: usize, listener: &ListenerConfig, error: io::Error) -> StartError {
     let path = listener
         .unix
         .as_ref()
@@ -171,6 +204,12 @@ impl Supervisor {
             None,
         )));
         let (stop, stop_rx) = watch::channel(false);
+        let offer = crate::handover::duplicate(&socket)
+            .inspect_err(|error| {
+                tracing::warn!(listener = %listener.name, %error, "cannot duplicate the listening socket: a binary upgrade will be refused");
+            })
+            .ok()
+            .map(Arc::new);
         let path = file.path.display();
         if self.accepting() {
             tracing::info!(listener = %listener.name, %path, "listening");
@@ -199,7 +238,7 @@ impl Supervisor {
             task,
             acme: None,
             ocsp: None,
-            offer: None,
+            offer,
         }
     }
 }

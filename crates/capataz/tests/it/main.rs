@@ -72,4 +72,6 @@ mod top_screen;
 
 mod unix_sockets;
 mod upgrade;
+mod upgrade_http3;
+mod upgrade_unix;
 mod weights;
