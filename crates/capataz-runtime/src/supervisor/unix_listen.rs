@@ -194,6 +194,7 @@ impl Supervisor {
             stop,
             task,
             acme: None,
+            http3: None,
             ocsp: None,
             offer: None,
         }
