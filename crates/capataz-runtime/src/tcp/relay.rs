@@ -304,7 +304,13 @@ mod tests {
             (relayed.from_client, relayed.from_backend),
             (up.len() as u64, down.len() as u64)
         );
-        assert!(at_backend == up, "the backend got other bytes than the client sent");
-        assert!(at_client == down, "the client got other bytes than the backend sent");
+        assert!(
+            at_backend == up,
+            "the backend got other bytes than the client sent"
+        );
+        assert!(
+            at_client == down,
+            "the client got other bytes than the backend sent"
+        );
     }
 }
