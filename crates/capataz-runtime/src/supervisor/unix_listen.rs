@@ -237,6 +237,7 @@ impl Supervisor {
             stop,
             task,
             acme: None,
+            http3: None,
             ocsp: None,
             offer,
         }

@@ -5,7 +5,9 @@
 //! Both directions are driven by one future on the session's own task (no task, lock or
 //! channel per direction), each with its own buffer of [`BUFFER`] bytes: a peer that does not
 //! read stops the other side being read (back-pressure), so a session holds at most two
-//! buffers however fast either side sends.
+//! buffers however fast either side sends. A buffer is read into as allocated, never zeroed
+//! first (`poll_read_buf` hands the reader its uninitialised spare capacity), and reused from
+//! its start once everything read went out.
 
 use std::future::poll_fn;
 use std::pin::Pin;
@@ -13,9 +15,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use bytes::{BufMut, BytesMut};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::io::poll_read_buf;
 
 /// The buffer of each direction.
 pub(super) const BUFFER: usize = 8192;
@@ -92,7 +96,9 @@ where
     // Looked at a few times per `idle`, as tunnels and client connections are: the session
     // closes between `idle` and `idle` plus that period after its last byte.
     let period = (limits.idle / 4).clamp(Duration::from_millis(20), Duration::from_secs(1));
-    let mut tick = tokio::time::interval(period);
+    // The first look one period in (the one at once `interval` makes could see nothing): a
+    // session's timer is registered once, not registered and then moved.
+    let mut tick = tokio::time::interval_at(started + period, period);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut seen = 0;
     let mut quiet_since = started;
@@ -171,11 +177,11 @@ async fn backend_down(closing: Option<watch::Receiver<u64>>) {
 struct Direction<'a> {
     from: Side,
     to: Side,
-    /// Allocated by the first read attempt (the session's first poll): 8 KiB per direction.
-    buf: Option<Box<[u8]>>,
-    /// The unwritten bytes are `buf[start..end]`.
+    /// Allocated by the first read attempt (the session's first poll): [`BUFFER`] bytes per
+    /// direction, its capacity, which never grows (it is read into only when empty).
+    buf: Option<BytesMut>,
+    /// The unwritten bytes are `buf[start..]`.
     start: usize,
-    end: usize,
     /// `from` sent its FIN.
     read_done: bool,
     /// The FIN was passed on: `to`'s write half is shut.
@@ -191,7 +197,6 @@ impl<'a> Direction<'a> {
             to,
             buf: None,
             start: 0,
-            end: 0,
             read_done: false,
             finished: false,
             moved,
@@ -214,9 +219,8 @@ impl<'a> Direction<'a> {
             return Poll::Ready(Ok(()));
         }
         loop {
-            while self.start < self.end {
-                let buf = self.buf.as_deref().unwrap_or_default();
-                let written = ready!(Pin::new(&mut *to).poll_write(cx, &buf[self.start..self.end]))
+            while let Some(buf) = self.buf.as_ref().filter(|buf| self.start < buf.len()) {
+                let written = ready!(Pin::new(&mut *to).poll_write(cx, &buf[self.start..]))
                     .map_err(|_| self.to)?;
                 if written == 0 {
                     return Poll::Ready(Err(self.to));
@@ -229,24 +233,84 @@ impl<'a> Direction<'a> {
                 self.finished = true;
                 return Poll::Ready(Ok(()));
             }
-            // Everything read went out: flush it (a TLS session buffers), then read more.
+            // Everything read went out: flush it (a TLS session buffers), then read more, into
+            // the buffer from its start.
             ready!(Pin::new(&mut *to).poll_flush(cx)).map_err(|_| self.to)?;
             let buf = self
                 .buf
-                .get_or_insert_with(|| vec![0; BUFFER].into_boxed_slice());
-            let mut read = ReadBuf::new(buf);
-            match Pin::new(&mut *from).poll_read(cx, &mut read) {
+                .get_or_insert_with(|| BytesMut::with_capacity(BUFFER));
+            buf.clear();
+            self.start = 0;
+            // At most `BUFFER` bytes, into the spare capacity (uninitialised, as allocated): the
+            // buffer is empty, so `BytesMut` never grows it for this read.
+            match poll_read_buf(Pin::new(&mut *from), cx, &mut buf.limit(BUFFER)) {
                 Poll::Pending => return Poll::Pending,
                 // The side read from failed (a reset, most often).
                 Poll::Ready(Err(_)) => return Poll::Ready(Err(self.from)),
-                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Ok(0)) => self.read_done = true,
+                Poll::Ready(Ok(_)) => {}
             }
-            let n = read.filled().len();
-            if n == 0 {
-                self.read_done = true;
-            }
-            self.start = 0;
-            self.end = n;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{duplex, AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+    /// `len` bytes that differ from one buffer's worth to the next, so a chunk relayed twice,
+    /// lost or out of place shows.
+    fn pattern(len: usize, seed: u32) -> Vec<u8> {
+        (0..len as u32)
+            .map(|i| (i.wrapping_mul(31) ^ (i / 251) ^ seed) as u8)
+            .collect()
+    }
+
+    /// Writes `bytes`, sends a FIN, and reads to the end.
+    async fn exchange(end: DuplexStream, bytes: Vec<u8>) -> Vec<u8> {
+        let (mut read, mut write) = tokio::io::split(end);
+        let send = async {
+            write.write_all(&bytes).await.expect("write");
+            write.shutdown().await.expect("shutdown");
+        };
+        let mut got = Vec::new();
+        let receive = read.read_to_end(&mut got);
+        let (_, received) = tokio::join!(send, receive);
+        received.expect("read");
+        got
+    }
+
+    #[tokio::test]
+    async fn several_buffers_each_way_arrive_whole_in_order_and_counted() {
+        // Pipes smaller than a buffer: reads come in pieces and writes are partial, so each
+        // buffer is refilled from its start many times under back-pressure.
+        let (client, mut client_side) = duplex(1000);
+        let (mut backend_side, backend) = duplex(3001);
+        let up = pattern(5 * BUFFER + 17, 1);
+        let down = pattern(3 * BUFFER + 5, 2);
+        let limits = Limits {
+            idle: Duration::from_secs(60),
+            session: None,
+        };
+        let relaying = relay(&mut client_side, &mut backend_side, limits, None);
+        let (relayed, at_client, at_backend) = tokio::join!(
+            relaying,
+            exchange(client, up.clone()),
+            exchange(backend, down.clone())
+        );
+        assert!(matches!(relayed.end, End::Closed { .. }), "{relayed:?}");
+        assert_eq!(
+            (relayed.from_client, relayed.from_backend),
+            (up.len() as u64, down.len() as u64)
+        );
+        assert!(
+            at_backend == up,
+            "the backend got other bytes than the client sent"
+        );
+        assert!(
+            at_client == down,
+            "the client got other bytes than the backend sent"
+        );
     }
 }
