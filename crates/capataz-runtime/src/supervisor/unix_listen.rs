@@ -237,7 +237,6 @@ impl Supervisor {
             stop,
             task,
             acme: None,
-            http3: None,
             ocsp: None,
             offer,
         }
