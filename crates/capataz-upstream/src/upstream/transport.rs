@@ -58,70 +58,48 @@ pub trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     fn still_open(&mut self) -> bool;
 }
 
-impl Transport for TcpStream {
-    type ReadHalf<'a> = tokio::net::tcp::ReadHalf<'a>;
-    type WriteHalf<'a> = tokio::net::tcp::WriteHalf<'a>;
+/// `Transport` for a tokio socket stream (`TcpStream`, `UnixStream`: the same inherent
+/// methods, in `tokio::net::$module`).
+macro_rules! socket_transport {
+    ($stream:ident, $module:ident) => {
+        impl Transport for $stream {
+            type ReadHalf<'a> = tokio::net::$module::ReadHalf<'a>;
+            type WriteHalf<'a> = tokio::net::$module::WriteHalf<'a>;
 
-    fn split(&mut self) -> (Self::ReadHalf<'_>, Self::WriteHalf<'_>) {
-        TcpStream::split(self)
-    }
+            fn split(&mut self) -> (Self::ReadHalf<'_>, Self::WriteHalf<'_>) {
+                $stream::split(self)
+            }
 
-    /// Reads straight into the buffer: no syscall while the socket is not reported readable.
-    #[inline]
-    fn poll_read_buf(
-        &mut self,
-        cx: &mut Context<'_>,
-        buf: &mut BytesMut,
-    ) -> Poll<io::Result<usize>> {
-        loop {
-            match self.try_read_buf(buf) {
-                Ok(n) => return Poll::Ready(Ok(n)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    std::task::ready!(self.poll_read_ready(cx))?;
+            /// Reads straight into the buffer: no syscall while the socket is not reported
+            /// readable.
+            #[inline]
+            fn poll_read_buf(
+                &mut self,
+                cx: &mut Context<'_>,
+                buf: &mut BytesMut,
+            ) -> Poll<io::Result<usize>> {
+                loop {
+                    match self.try_read_buf(buf) {
+                        Ok(n) => return Poll::Ready(Ok(n)),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            std::task::ready!(self.poll_read_ready(cx))?;
+                        }
+                        Err(e) => return Poll::Ready(Err(e)),
+                    }
                 }
-                Err(e) => return Poll::Ready(Err(e)),
+            }
+
+            /// No syscall unless the socket was reported readable.
+            fn still_open(&mut self) -> bool {
+                let mut byte = [0u8; 1];
+                matches!(self.try_read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
             }
         }
-    }
-
-    /// No syscall unless the socket was reported readable.
-    fn still_open(&mut self) -> bool {
-        let mut byte = [0u8; 1];
-        matches!(self.try_read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
-    }
+    };
 }
 
-impl Transport for UnixStream {
-    type ReadHalf<'a> = tokio::net::unix::ReadHalf<'a>;
-    type WriteHalf<'a> = tokio::net::unix::WriteHalf<'a>;
-
-    fn split(&mut self) -> (Self::ReadHalf<'_>, Self::WriteHalf<'_>) {
-        UnixStream::split(self)
-    }
-
-    /// As a TCP stream's: no syscall while the socket is not reported readable.
-    #[inline]
-    fn poll_read_buf(
-        &mut self,
-        cx: &mut Context<'_>,
-        buf: &mut BytesMut,
-    ) -> Poll<io::Result<usize>> {
-        loop {
-            match self.try_read_buf(buf) {
-                Ok(n) => return Poll::Ready(Ok(n)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    std::task::ready!(self.poll_read_ready(cx))?;
-                }
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
-    }
-
-    fn still_open(&mut self) -> bool {
-        let mut byte = [0u8; 1];
-        matches!(self.try_read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
-    }
-}
+socket_transport!(TcpStream, tcp);
+socket_transport!(UnixStream, unix);
 
 /// The most plaintext one TLS read takes: one record's worth.
 const TLS_READ: usize = 16384;
