@@ -60,6 +60,9 @@ pub struct ListenerConfig {
     /// The pages of the answers capataz writes itself, by status (`[listeners.error_pages]`);
     /// `None` (default): capataz's plain-text pages.
     pub error_pages: Option<crate::ErrorPages>,
+    /// `max_connections`: the most client connections it holds at once (TCP, TLS, Unix socket
+    /// and QUIC together, each from its accept to its close); `None` (default): no limit.
+    pub max_connections: Option<usize>,
 }
 
 /// A listener's access log (`[listeners.access_log]`): one line per request.

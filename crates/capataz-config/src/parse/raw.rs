@@ -157,6 +157,7 @@ pub(super) struct RawListener {
     pub(super) sni_routes: Vec<Spanned<RawSniRoute>>,
     pub(super) inspect_timeout: Option<Spanned<Value>>,
     pub(super) socket_mode: Option<Spanned<String>>,
+    pub(super) max_connections: Option<Spanned<i64>>,
 }
 
 /// One `[[listeners.sni_routes]]` of a tcp listener: TLS passthrough by the ClientHello's SNI.

@@ -566,6 +566,15 @@ impl<'a> Validator<'a> {
                 .error_pages
                 .map(|pages| self.error_pages(&at, index, pages))
                 .transpose()?,
+            max_connections: match &raw.max_connections {
+                None => None,
+                Some(max) => Some(self.int(
+                    &Some(max.clone()),
+                    &format!("{at}.max_connections"),
+                    0,
+                    1..=i64::from(crate::limits::MAX_LIMIT),
+                )? as usize),
+            },
         })
     }
 

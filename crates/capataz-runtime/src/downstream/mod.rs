@@ -90,7 +90,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::body::{BodyRead, RespBody};
 use crate::config::Http2Config;
-use crate::instruments::{ListenerMetrics, OpenConnection};
+use crate::instruments::ListenerMetrics;
 use crate::proxy::{ClientInfo, Proxy};
 
 mod gone;
@@ -329,11 +329,12 @@ pub(crate) fn serve<IO>(
 where
     IO: AsyncRead + AsyncWrite + PeekPeer + Unpin + Send + 'static,
 {
-    // Counted open until the future ends.
-    let open = proxy().metrics().connection();
+    // Counted open by the caller (`guard`), from its accept; accepted now, ready to serve.
+    let metrics = proxy().metrics().clone();
+    metrics.count_accepted();
     let proxy = Arc::new(proxy);
     let limits = *watch.limits();
-    let shared = Arc::new(ConnState::new(open.listener().clone()));
+    let shared = Arc::new(ConnState::new(metrics));
     let mut client = client;
     // The proxy tells the connection when a request's body has been read to its end.
     client.body_read = Some(shared.clone());
@@ -389,12 +390,12 @@ where
         protocol,
         limits,
         proxy,
-        (open, done, guard),
+        (done, guard),
     )
 }
 
-/// [`serve`]'s future, past the setup; `held` (the open connection's guard, the watcher's
-/// [`Ended`] and the caller's guard) is dropped at its end.
+/// [`serve`]'s future, past the setup; `held` (the watcher's [`Ended`] and the caller's
+/// guard, which counts the connection open) is dropped at its end.
 #[allow(clippy::too_many_arguments)]
 async fn serving<IO, S, P, G>(
     mut io: CountingIo<IO>,
@@ -404,7 +405,7 @@ async fn serving<IO, S, P, G>(
     protocol: Protocol,
     limits: Limits,
     proxy: Arc<P>,
-    held: (OpenConnection, Ended, G),
+    held: (Ended, G),
 ) where
     IO: AsyncRead + AsyncWrite + PeekPeer + Unpin + Send + 'static,
     S: hyper::service::HttpService<hyper::body::Incoming, ResBody = Tracked>
@@ -427,10 +428,9 @@ async fn serving<IO, S, P, G>(
         // The client closed without a byte, went away, or a timeout or shutdown closed the
         // connection.
         Some(Ok(None)) | Some(Err(_)) | None => {
-            let (open, done, guard) = held;
+            let (done, guard) = held;
             drop(done);
             shared.count_bytes();
-            drop(open);
             drop(guard);
             return;
         }
@@ -455,10 +455,9 @@ async fn serving<IO, S, P, G>(
         proxy().count_refused();
     }
     // The watcher's line first, then the bytes, then the connection counted closed.
-    let (open, done, guard) = held;
+    let (done, guard) = held;
     drop(done);
     shared.count_bytes();
-    drop(open);
     drop(guard);
 }
 

@@ -4,8 +4,8 @@
 //!
 //! The endpoint and its accept loop (the UDP socket, Retry under load, the configuration in
 //! force) are the supervisor's (`supervisor/http3.rs`); this module serves what it accepted.
-//! - A connection is counted open (`capataz_client_connections`) from its handshake to its
-//!   end, its bytes (QUIC's UDP payloads) added to the listener's byte counters at its end.
+//! - A connection is counted open (`capataz_client_connections_open`, by the accept loop's
+//!   guard) from its first packet taken to its end, accepted once its handshake is done, its bytes (QUIC's UDP payloads) added to the listener's byte counters at its end.
 //! - Each request runs on its own task (`request.rs`), its head read within the listener's
 //!   `header_read_timeout` (and, for a request that may have no body, the stream's end or its
 //!   body's first bytes within it too); a client that resets its stream, or whose connection closes,
@@ -92,8 +92,7 @@ impl Drop for InFlight {
 
 /// Serves one QUIC connection whose handshake is under way (`connecting`) until it ends,
 /// an idle timeout or shutdown closes it. `handshake` ends (counted by its result) once the
-/// handshake is over, `guard` is dropped at the end (the listener's count of open
-/// connections).
+/// handshake is over, `guard` is dropped at the end (it counts the connection open).
 pub(crate) async fn serve(
     connecting: quinn::Connecting,
     limits: Limits,
@@ -122,7 +121,7 @@ pub(crate) async fn serve(
     };
     handshake.end(quic::Outcome::Ok);
     let metrics = proxy().metrics().clone();
-    let open = metrics.connection();
+    metrics.count_accepted();
     let client = client_info(&connection);
     client
         .backend_slots
@@ -145,7 +144,6 @@ pub(crate) async fn serve(
     quic.close(H3_NO_ERROR, b"");
     let stats = quic.stats();
     metrics.add_bytes(stats.udp_rx.bytes, stats.udp_tx.bytes);
-    drop(open);
 }
 
 /// Accepts and spawns the connection's requests until it ends.

@@ -18,14 +18,15 @@
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::listener::{shutting_down, Counted, ListenerState};
+use super::admission::Held;
+use super::listener::{shutting_down, ListenerState};
 use super::{ClientSocket, StartError, Supervisor};
 use crate::config::ListenerConfig;
 use crate::h3;
@@ -322,6 +323,13 @@ async fn accept_loop(
             incoming.refuse();
             continue;
         };
+        // At `max_connections`: refused at once (the client may fall back to TCP, where it
+        // waits in the backlog); QUIC's own packets are not queued by the kernel.
+        let Some(held) = Held::new(&now, &connections) else {
+            incoming.refuse();
+            quic.refused.inc();
+            continue;
+        };
         // The listener's gauge is the count acted on: what the metrics show is what decides.
         let busy = quic.in_progress.get() >= i64::from(http3.retry_threshold);
         if busy && !incoming.remote_address_validated() && incoming.may_retry() {
@@ -346,8 +354,6 @@ async fn accept_loop(
             max_streams: http3.max_streams,
             max_backend_connections: now.config.http2.max_backend_connections,
         };
-        connections.fetch_add(1, Ordering::Relaxed);
-        let counted = Counted(connections.clone());
         let state = state.clone();
         let proxy = move || state.load().proxy.clone();
         tokio::spawn(h3::serve(
@@ -355,7 +361,7 @@ async fn accept_loop(
             limits,
             proxy,
             (shutdown.clone(), handshake),
-            counted,
+            held,
         ));
     }
     // Refused from now on; the endpoint's socket closes with its last connection.

@@ -2,7 +2,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_rustls::server::TlsStream;
 
+use super::admission::{self, Held};
 use super::unix_listen::ClientSocket;
 use super::{Listening, StartError, Supervisor};
 use crate::access_log::AccessLog;
@@ -91,6 +92,12 @@ pub(super) struct ListenerState {
     pub(super) proxy: Arc<Proxy>,
     /// A `mode = "tcp"` listener's relay (its `proxy` then has no routes).
     pub(super) tcp: Option<Arc<TcpRelay>>,
+    /// Notified when a connection of a listener with `max_connections` closes, and when a
+    /// reload stores a new state: what its accept loops wait on when full (the same for the
+    /// listener's whole life, kept by every state a reload builds for it).
+    pub(super) room: Arc<tokio::sync::Notify>,
+    /// `capataz_client_connections_limit_reached_total` of a listener with `max_connections`.
+    pub(super) limit_reached: Option<prometheus_client::metrics::counter::Counter>,
 }
 
 /// The request path's handles of `pools`, what a listener's `Proxy` routes to.
@@ -119,6 +126,10 @@ impl Supervisor {
     ) -> Arc<ListenerState> {
         let metrics = self.metrics.families().listener(&config.name);
         Arc::new(ListenerState {
+            room: previous.map(|state| state.room.clone()).unwrap_or_default(),
+            limit_reached: config
+                .max_connections
+                .map(|_| self.metrics.families().limit_reached(&config.name)),
             config: config.clone(),
             tcp: TcpRelay::new(
                 config,
@@ -338,13 +349,23 @@ async fn accept_loop(
             Some(bound) if !bound.ip().is_unspecified() => Some(bound),
             _ => stream.local_addr().ok(),
         };
+        // At `max_connections`, it waits unserved, and the next ones in the kernel's backlog.
+        let held = match Held::new(&state.load(), &connections) {
+            Some(held) => held,
+            None => {
+                admission::count_full(&state.load());
+                tokio::select! {
+                    biased;
+                    _ = stop.changed() => return,
+                    _ = shutting_down(&mut down) => return,
+                    held = admission::room(&state, &connections) => held,
+                }
+            }
+        };
         let state = state.clone();
-        let connections = connections.clone();
-        connections.fetch_add(1, Ordering::Relaxed);
         let now = state.load();
         if let Some(relay) = &now.tcp {
-            let counted = Counted(connections);
-            let failures = (failures.clone(), counted);
+            let failures = (failures.clone(), held);
             crate::tcp::spawn(relay.clone(), &now.config, stream, (peer, local), failures);
             continue;
         }
@@ -357,7 +378,6 @@ async fn accept_loop(
         // The routes in force now: a reload applies to the next request on every connection.
         let proxy = move || state.load().proxy.clone();
         let failures = failures.clone();
-        let counted = Counted(connections);
         if !proxy_protocol && tls.is_none() {
             // The plain path, the common one: the task's future is the connection's own, with
             // nothing around it (a task is as big as its future's biggest stage, for the
@@ -366,14 +386,14 @@ async fn accept_loop(
             let mut client = ClientInfo::new(peer);
             client.destination = local;
             tokio::spawn(downstream::serve(
-                stream, client, protocol, watch, proxy, counted,
+                stream, client, protocol, watch, proxy, held,
             ));
             continue;
         }
         let watch = watch.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
-            let _counted = counted;
+            let _held = held;
             let connection = Connection {
                 tls,
                 protocol,
@@ -475,15 +495,6 @@ async fn serve_proxied<F>(
             tracing::debug!(%peer, "PROXY protocol header timed out");
         }
         None => {}
-    }
-}
-
-/// One accepted connection, counted in the listener's open connections while it lives.
-pub(super) struct Counted(pub(super) Arc<AtomicUsize>);
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

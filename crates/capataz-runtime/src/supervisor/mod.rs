@@ -16,6 +16,7 @@
 //! runs the client listeners, `reload.rs` applies a new configuration, `sources.rs` follows
 //! the pools' backend sources.
 
+mod admission;
 mod http3;
 mod listener;
 mod ordered;

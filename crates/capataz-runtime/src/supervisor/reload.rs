@@ -241,6 +241,8 @@ impl Supervisor {
                         log,
                         Some(&previous),
                     ));
+                    // A loop waiting at `max_connections` reads the new limit.
+                    previous.room.notify_waiters();
                     self.update_http3(&mut listener, new, &mut udp);
                     kept_listeners.push(listener);
                 }

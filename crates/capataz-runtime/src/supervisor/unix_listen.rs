@@ -12,7 +12,7 @@
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -23,7 +23,8 @@ use tokio::io::Interest;
 use tokio::net::{TcpListener, UnixListener, UnixStream};
 use tokio::sync::watch;
 
-use super::listener::{handles, in_force, shutting_down, Counted, ListenerRt, ListenerState};
+use super::admission::{self, Held};
+use super::listener::{handles, in_force, shutting_down, ListenerRt, ListenerState};
 use super::{StartError, Supervisor};
 use crate::config::{ListenerConfig, UnixListen, UNIX_CLIENT};
 use crate::downstream::{self, PeekPeer};
@@ -282,13 +283,24 @@ async fn accept_loop(
                 continue;
             }
         };
-        connections.fetch_add(1, Ordering::Relaxed);
-        let counted = Counted(connections.clone());
+        // At `max_connections`, it waits unserved, and the next ones in the kernel's backlog.
+        let held = match Held::new(&state.load(), &connections) {
+            Some(held) => held,
+            None => {
+                admission::count_full(&state.load());
+                tokio::select! {
+                    biased;
+                    _ = stop.changed() => return,
+                    _ = shutting_down(&mut down) => return,
+                    held = admission::room(&state, &connections) => held,
+                }
+            }
+        };
         let now = state.load();
         if let Some(relay) = &now.tcp {
             let relay = relay.clone();
             tokio::spawn(async move {
-                let _counted = counted;
+                let _held = held;
                 relay.serve(stream, UNIX_CLIENT, UNIX_CLIENT, None).await;
             });
             continue;
@@ -304,7 +316,7 @@ async fn accept_loop(
         let proxy = move || state.load().proxy.clone();
         let client = ClientInfo::new(UNIX_CLIENT);
         tokio::spawn(downstream::serve(
-            stream, client, protocol, watch, proxy, counted,
+            stream, client, protocol, watch, proxy, held,
         ));
     }
 }

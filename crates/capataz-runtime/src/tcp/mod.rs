@@ -121,7 +121,7 @@ impl TcpRelay {
     ) where
         C: AsyncRead + AsyncWrite + Unpin,
     {
-        let _open = self.metrics.connection();
+        self.metrics.count_accepted();
         let mut record = self.access_log.as_ref().map(|_| {
             let pool = match &self.default {
                 Some(target) => target.pool.name.clone(),

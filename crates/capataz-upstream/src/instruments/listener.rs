@@ -97,6 +97,7 @@ pub(super) struct ClientFamilies {
     received: Family<ListenerLabels, Counter>,
     sent: Family<ListenerLabels, Counter>,
     pub(super) access_log_dropped: Family<ListenerLabels, Counter>,
+    limit_reached: Family<ListenerLabels, Counter>,
 }
 
 impl ClientFamilies {
@@ -156,7 +157,15 @@ impl ClientFamilies {
              written",
             access_log_dropped.clone(),
         );
+        let limit_reached = Family::default();
+        registry.register(
+            "capataz_client_connections_limit_reached",
+            "Times a listener reached its max_connections and stopped accepting until a \
+             connection closed",
+            limit_reached.clone(),
+        );
         ClientFamilies {
+            limit_reached,
             requests,
             duration,
             accepted,
@@ -170,6 +179,15 @@ impl ClientFamilies {
 }
 
 impl Families {
+    /// `capataz_client_connections_limit_reached_total` of listener `listener` (created at 0).
+    pub fn limit_reached(&self, listener: &str) -> Counter {
+        self.client
+            .limit_reached
+            .get_or_create_owned(&ListenerLabels {
+                listener: listener.into(),
+            })
+    }
+
     /// The handles of listener `listener`; the same name gets the same series.
     pub fn listener(&self, listener: &str) -> Arc<ListenerMetrics> {
         let labels = ListenerLabels {
@@ -221,11 +239,21 @@ impl ListenerMetrics {
         self.families.rate_limited(&self.listener, route)
     }
 
-    /// Counts a client connection accepted; it counts as open until the guard is dropped.
-    pub fn connection(self: &Arc<Self>) -> OpenConnection {
+    /// Counts a client connection open from its accept (before any TLS or QUIC handshake)
+    /// until the guard is dropped; `None` (nothing counted) if `max` are open already: the
+    /// count and the check are one atomic step, so no two connections take the last slot.
+    pub fn open(self: &Arc<Self>, max: Option<usize>) -> Option<OpenConnection> {
+        let before = self.open.inc();
+        let guard = OpenConnection(self.clone());
+        match max {
+            Some(max) if usize::try_from(before).unwrap_or(0) >= max => None,
+            _ => Some(guard),
+        }
+    }
+
+    /// Counts a client connection accepted: ready to serve, its handshake (if any) done.
+    pub fn count_accepted(&self) {
         self.accepted.inc();
-        self.open.inc();
-        OpenConnection(self.clone())
     }
 
     /// Adds bytes received from and sent to clients.

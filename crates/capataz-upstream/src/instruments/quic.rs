@@ -33,6 +33,8 @@ pub struct QuicMetrics {
     pub failed: Counter,
     /// Handshakes not done within the listener's `header_read_timeout`.
     pub timeout: Counter,
+    /// Connections refused before any handshake: the listener was at its `max_connections`.
+    pub refused: Counter,
     /// Retry packets sent instead of starting a handshake.
     pub retries: Counter,
     /// Handshakes under way now.
@@ -44,7 +46,7 @@ impl QuicFamilies {
         let families = QuicFamilies::default();
         registry.register(
             "capataz_quic_handshakes",
-            "QUIC handshakes of HTTP/3 listeners, by result (ok, failed, timeout)",
+            "QUIC handshakes of HTTP/3 listeners, by result (ok, failed, timeout, refused)",
             families.handshakes.clone(),
         );
         registry.register(
@@ -75,6 +77,7 @@ impl QuicFamilies {
             ok: result("ok"),
             failed: result("failed"),
             timeout: result("timeout"),
+            refused: result("refused"),
             retries: self.retries.get_or_create_owned(&labels),
             in_progress: self.in_progress.get_or_create_owned(&labels),
         }

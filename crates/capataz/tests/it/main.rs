@@ -43,6 +43,7 @@ mod h2_backends;
 mod h2_nginx;
 mod hostile_path;
 mod http3;
+mod listener_limit;
 mod manual;
 mod member_states;
 mod metrics;

@@ -132,3 +132,47 @@ fn limit_errors_say_the_file_line_and_key() {
         check(text, expected);
     }
 }
+
+/// A listener's own `max_connections` (HAProxy's `maxconn` on a frontend): none by default,
+/// read as written on HTTP, tcp and socket listeners, and each bad value an error naming
+/// the file, line and key.
+#[test]
+fn a_listeners_max_connections_is_read_and_checked() {
+    let http = |line: &str| {
+        format!(
+            "[[listeners]]\naddress = \"127.0.0.1:8080\"\n{line}\n\n[pools.web]\n\
+             backends = [{{ address = \"127.0.0.1:9001\" }}]\n"
+        )
+    };
+    assert_eq!(parse(&http("")).listeners[0].max_connections, None);
+    assert_eq!(
+        parse(&http("max_connections = 1")).listeners[0].max_connections,
+        Some(1)
+    );
+    assert_eq!(
+        parse(&http("max_connections = 1000000")).listeners[0].max_connections,
+        Some(1_000_000)
+    );
+    let tcp = "[[listeners]]\naddress = \"127.0.0.1:8080\"\nmode = \"tcp\"\npool = \"db\"\n\
+               max_connections = 7\n\n[pools.db]\nprotocol = \"tcp\"\n\
+               backends = [{ address = \"127.0.0.1:9001\" }]\n";
+    assert_eq!(parse(tcp).listeners[0].max_connections, Some(7));
+    let socket = "[[listeners]]\naddress = \"unix:/tmp/capataz-test.sock\"\n\
+                  max_connections = 3\n\n[pools.web]\n\
+                  backends = [{ address = \"127.0.0.1:9001\" }]\n";
+    assert_eq!(parse(socket).listeners[0].max_connections, Some(3));
+    for bad in ["0", "-5", "1000001"] {
+        check(
+            &http(&format!("max_connections = {bad}")),
+            &format!(
+                "config.toml:3: listeners[0].max_connections: {bad} is out of range (use a \
+                 whole number from 1 to 1000000)"
+            ),
+        );
+    }
+    check(
+        &http("max_connections = \"100\""),
+        "config.toml:3: listeners[0].max_connections: \"100\" is not a whole number (write \
+         digits without quotes or a decimal point, e.g. 3)",
+    );
+}

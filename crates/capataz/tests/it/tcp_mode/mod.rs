@@ -8,6 +8,7 @@
 mod backend_tls;
 mod hostile;
 mod limits;
+mod listener_limit;
 mod mariadb;
 mod observed;
 mod postgres;
