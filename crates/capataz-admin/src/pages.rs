@@ -82,9 +82,10 @@ pub(super) async fn status(supervisor: &Supervisor) -> Response<Body> {
     let pools = supervisor.pools();
     let page = pools.clone();
     let fleet = supervisor.fleet().clone();
+    let listeners = supervisor.listener_views();
     let built = build_page(&pools, move || {
         let time = crate::timefmt::rfc3339(std::time::SystemTime::now());
-        crate::status::page(&page, &time, fleet.status(&page))
+        crate::status::page(&page, &time, fleet.status(&page), &listeners)
     })
     .await;
     match built {

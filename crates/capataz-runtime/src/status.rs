@@ -4,7 +4,10 @@
 //! decides, since when and with what weight is never worked out here.
 
 mod explain;
+mod listeners;
 mod queue;
+
+pub use listeners::ListenerView;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -234,7 +237,8 @@ pub fn backend_json(pool: &PoolRt, view: &BackendView) -> Value {
     backend
 }
 
-/// The whole `GET /status` page, pretty-printed: the time and every pool with all its backends.
+/// The whole `GET /status` page, pretty-printed: the time, the client listeners (`listeners`,
+/// left out when empty) and every pool with all its backends.
 ///
 /// It is written backend by backend: each backend's JSON tree is built, written out and
 /// dropped before the next, so building the page costs its text plus one backend's tree.
@@ -243,10 +247,17 @@ pub fn page(
     pools: &[Arc<PoolRt>],
     time: &str,
     fleet: Option<Value>,
+    listeners: &[ListenerView],
 ) -> serde_json::Result<Vec<u8>> {
     let mut out = Vec::new();
     let mut serializer = serde_json::Serializer::with_formatter(&mut out, PrettyFormatter::new());
-    Page { pools, time, fleet }.serialize(&mut serializer)?;
+    let page = Page {
+        pools,
+        time,
+        fleet,
+        listeners,
+    };
+    page.serialize(&mut serializer)?;
     out.push(b'\n');
     Ok(out)
 }
@@ -258,6 +269,8 @@ struct Page<'a> {
     time: &'a str,
     /// Shared probing, with `[fleet]` on.
     fleet: Option<Value>,
+    /// The client listeners (none on a page of pools alone).
+    listeners: &'a [ListenerView],
 }
 
 impl Serialize for Page<'_> {
@@ -265,6 +278,9 @@ impl Serialize for Page<'_> {
         let mut map = serializer.serialize_map(None)?;
         if let Some(fleet) = &self.fleet {
             map.serialize_entry("fleet", fleet)?;
+        }
+        if !self.listeners.is_empty() {
+            map.serialize_entry("listeners", self.listeners)?;
         }
         map.serialize_entry("pools", &Pools(self.pools))?;
         map.serialize_entry("time", self.time)?;

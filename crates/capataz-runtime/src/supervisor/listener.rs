@@ -64,6 +64,7 @@ impl ListenerRt {
                 let offer = h.offer.clone()?;
                 Some((h.address, h.local, offer))
             }),
+            state: self.state.clone(),
         }
     }
 

@@ -129,6 +129,8 @@ pub(crate) struct Listening {
     /// The HTTP/3 endpoint's UDP socket, offered as `offer` is: the address it was asked to
     /// bind, the one it bound, and a duplicate of its descriptor.
     http3: Option<(SocketAddr, SocketAddr, Arc<OwnedFd>)>,
+    /// What its connections read, for `/status`'s view of it.
+    state: Arc<arc_swap::ArcSwap<listener::ListenerState>>,
 }
 
 /// The supervisor has stopped (the balancer stopped): a command can no longer be applied.
@@ -436,6 +438,32 @@ impl Supervisor {
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
         let snapshot = self.snapshot.load();
         snapshot.listeners.iter().map(|l| l.local).collect()
+    }
+
+    /// The client listeners' views for `/status`, in the config's order: their connections
+    /// now, read from the gauge their accept loops compare with `max_connections`.
+    pub fn listener_views(&self) -> Vec<crate::status::ListenerView> {
+        let snapshot = self.snapshot.load();
+        snapshot
+            .listeners
+            .iter()
+            .map(|listening| {
+                let state = listening.state.load();
+                let config = &state.config;
+                let address = match &listening.unix {
+                    Some(path) => format!("unix:{}", path.display()),
+                    None => listening.local.to_string(),
+                };
+                let mode = if config.tcp.is_some() { "tcp" } else { "http" };
+                let open = u64::try_from(state.proxy.metrics().open_now()).unwrap_or(0);
+                crate::status::ListenerView::new(
+                    (config.name.clone(), address, mode),
+                    open,
+                    config.max_connections,
+                    state.limit_reached.as_ref().map(|reached| reached.get()),
+                )
+            })
+            .collect()
     }
 
     /// Whether the client listeners accept connections.

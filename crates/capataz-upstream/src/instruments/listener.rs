@@ -251,6 +251,11 @@ impl ListenerMetrics {
         }
     }
 
+    /// The client connections open now (what a listener's `max_connections` bounds).
+    pub fn open_now(&self) -> i64 {
+        self.open.get()
+    }
+
     /// Counts a client connection accepted: ready to serve, its handshake (if any) done.
     pub fn count_accepted(&self) {
         self.accepted.inc();

@@ -231,7 +231,7 @@ async fn dns_failures_keep_the_membership_and_a_large_drop_waits_for_confirmatio
 
     // /status and explain say where each backend came from and when it joined; the metrics
     // show how old the membership is.
-    let page = capataz::status::page(&balancer.pools(), "now", None).expect("status page");
+    let page = capataz::status::page(&balancer.pools(), "now", None, &[]).expect("status page");
     let page: serde_json::Value = serde_json::from_slice(&page).expect("status JSON");
     let pool = &page["pools"][0];
     assert_eq!(pool["source"]["kind"], "dns");

@@ -47,7 +47,7 @@ async fn first_of(rx: &mut broadcast::Receiver<Notice>, kinds: &[&str]) -> Notic
 
 /// The pool's `source` in `/status`.
 fn source_status(balancer: &Balancer) -> Value {
-    let page = capataz::status::page(&balancer.pools(), "now", None).expect("status page");
+    let page = capataz::status::page(&balancer.pools(), "now", None, &[]).expect("status page");
     let page: Value = serde_json::from_slice(&page).expect("status JSON");
     page["pools"][0]["source"].clone()
 }

@@ -144,7 +144,7 @@ async fn overriding_every_backend_reports_reject_after_the_override() {
     assert_eq!(kinds, ["override", "override", "all_down"]);
     let (status, _, _) = get(balancer.local_addrs()[0], "/").await;
     assert_eq!(status, 503);
-    let page = capataz::status::page(&balancer.pools(), "now", None).expect("a status page");
+    let page = capataz::status::page(&balancer.pools(), "now", None, &[]).expect("a status page");
     let page: serde_json::Value = serde_json::from_slice(&page).expect("JSON");
     assert_eq!(page["pools"][0]["when_all_down"], "fail_open");
     assert_eq!(page["pools"][0]["all_down_policy"], "reject");

@@ -156,7 +156,7 @@ async fn etcd_puts_and_deletes_reach_traffic_added_gated_removed_drained() {
 
     // /status, explain and the metrics say where the backends come from and how old the
     // membership is.
-    let page = capataz::status::page(&balancer.pools(), "now", None).expect("status page");
+    let page = capataz::status::page(&balancer.pools(), "now", None, &[]).expect("status page");
     let page: serde_json::Value = serde_json::from_slice(&page).expect("status JSON");
     let source = &page["pools"][0]["source"];
     assert_eq!(source["kind"], "etcd", "{source}");

@@ -50,6 +50,14 @@ fn reached(balancer: &Balancer) -> f64 {
     )
 }
 
+/// The first listener in `/status`.
+fn status_listener(balancer: &Balancer) -> serde_json::Value {
+    let views = balancer.supervisor().listener_views();
+    let page = capataz::status::page(&balancer.pools(), "now", None, &views).expect("a page");
+    let page: serde_json::Value = serde_json::from_slice(&page).expect("JSON");
+    page["listeners"][0].clone()
+}
+
 /// Sends a keep-alive `GET path`.
 async fn send_get(stream: &mut TcpStream, path: &str) {
     let request = format!("GET {path} HTTP/1.1\r\nHost: app.test\r\n\r\n");
@@ -100,6 +108,14 @@ async fn connections_over_the_limit_wait_until_one_closes() {
     let mut third = waiting(addr).await;
     wait_until("the third found it full", || reached(&balancer) == 1.0).await;
     assert_eq!(open(&balancer), 2.0, "the third counted open");
+    // `/status` says the same, from the same count.
+    let status = status_listener(&balancer);
+    assert_eq!(status["open"], 2, "{status}");
+    assert_eq!(status["max_connections"], 2, "{status}");
+    assert_eq!(status["full"], true, "{status}");
+    assert_eq!(status["limit_reached"], 1, "{status}");
+    assert_eq!(status["mode"], "http", "{status}");
+    assert_eq!(status["address"], addr.to_string(), "{status}");
     let accepted = "capataz_client_connections_accepted_total{listener=\"listener-0\"}";
     assert_eq!(sample(&balancer, accepted), 2.0, "the third was accepted");
     // One closes: the third is taken and served, and the listener is full again.
@@ -108,6 +124,12 @@ async fn connections_over_the_limit_wait_until_one_closes() {
     assert_eq!(late.status, 200);
     assert_eq!(sample(&balancer, accepted), 3.0);
     assert_eq!(open(&balancer), 2.0);
+    // Full still (two held), and none waits now: the count of waits stays.
+    let status = status_listener(&balancer);
+    assert_eq!(
+        (status["full"].clone(), status["limit_reached"].clone()),
+        (true.into(), 1.into())
+    );
     // The kept connections go on being served.
     send_get(&mut second, "/again").await;
     assert_eq!(reply(&mut second).await.expect("an answer").status, 200);
@@ -141,6 +163,14 @@ async fn a_reload_that_raises_the_limit_takes_the_waiting_connection() {
     balancer.reload(&parse(&unlimited)).await.expect("reload");
     let _more = [served(addr).await, served(addr).await];
     assert_eq!(open(&balancer), 4.0);
+    let status = status_listener(&balancer);
+    assert_eq!(
+        status["max_connections"],
+        serde_json::Value::Null,
+        "{status}"
+    );
+    assert_eq!(status["full"], false, "{status}");
+    assert_eq!(status["open"], 4, "{status}");
 }
 
 #[tokio::test]

@@ -122,7 +122,7 @@ async fn status_prints_a_table_and_sentences_and_json_on_request() {
     let output = capataz(args(&["status", "--json"], admin)).await;
     let (stdout, stderr) = text(&output);
     assert!(output.status.success(), "{stdout}{stderr}");
-    assert!(stdout.starts_with("{\n  \"pools\": ["), "{stdout}");
+    assert!(stdout.starts_with("{\n  \"listeners\": ["), "{stdout}");
     let json: Value = serde_json::from_str(&stdout).expect("--json prints JSON");
     let names: Vec<&str> = json["pools"][0]["backends"]
         .as_array()

@@ -139,7 +139,7 @@ async fn a_tcp_check_with_expect_204_brings_backends_up_and_says_tcp_connect() {
     let shown = format!("{event:?}");
     assert!(!shown.contains("HTTP 200"), "{shown}");
     let pools = balancer.supervisor().pools();
-    let page = capataz::status::page(&pools, "now", None).expect("status page");
+    let page = capataz::status::page(&pools, "now", None, &[]).expect("status page");
     let text = String::from_utf8(page).unwrap();
     assert!(text.contains("TCP connect succeeded"), "{text}");
     assert!(!text.contains("HTTP 200"), "{text}");

@@ -86,7 +86,7 @@ async fn a_client_that_resets_charges_nothing_and_is_logged_as_the_client() {
             "{line}"
         );
     }
-    let page = capataz::status::page(&balancer.pools(), "now", None).unwrap();
+    let page = capataz::status::page(&balancer.pools(), "now", None, &[]).unwrap();
     let page: Value = serde_json::from_slice(&page).unwrap();
     let backend = &page["pools"][0]["backends"][0];
     assert_eq!(backend["state"], "UP", "{backend}");

@@ -90,7 +90,7 @@ impl Drop for Counting {
 
 /// The pool's part of `/status`.
 fn pool_status(balancer: &Balancer) -> Value {
-    let page = capataz::status::page(&balancer.pools(), "now", None).expect("a status page");
+    let page = capataz::status::page(&balancer.pools(), "now", None, &[]).expect("a status page");
     let status: Value = serde_json::from_slice(&page).expect("JSON");
     status["pools"][0].clone()
 }

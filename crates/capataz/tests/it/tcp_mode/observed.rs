@@ -104,7 +104,7 @@ async fn the_access_log_metrics_and_status_say_what_each_session_moved() {
     );
     let dead_errors = "pool=\"db\",backend=\"dead\",class=\"error\"";
     assert_eq!(series(&page, "capataz_requests_total", dead_errors), 2.0);
-    let status = capataz::status::page(&balancer.pools(), "now", None).expect("a status page");
+    let status = capataz::status::page(&balancer.pools(), "now", None, &[]).expect("a status page");
     let status: Value = serde_json::from_slice(&status).expect("JSON");
     assert_eq!(status["pools"][0]["protocol"], "tcp");
 }

@@ -176,7 +176,7 @@ async fn a_redis_back_from_down_under_slow_start_gets_a_small_share_of_new_sessi
         on_r0 += holder(&[&r0], &key).await.len();
     }
     assert!(on_r0 <= 4, "a ramping backend got {on_r0} of 20 sessions");
-    let page = capataz::status::page(&balancer.pools(), "now", None).unwrap();
+    let page = capataz::status::page(&balancer.pools(), "now", None, &[]).unwrap();
     let page: serde_json::Value = serde_json::from_slice(&page).unwrap();
     let weight = page["pools"][0]["backends"][0]["effective_weight"]
         .as_f64()

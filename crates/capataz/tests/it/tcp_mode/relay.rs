@@ -237,7 +237,7 @@ async fn a_check_expecting_bytes_in_hex_passes_the_backend_whose_answer_starts_w
         let mut client = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
         assert_eq!(greeting(&mut client).await, "a", "b is DOWN, a is UP");
     }
-    let page = capataz::status::page(&balancer.pools(), "now", None).unwrap();
+    let page = capataz::status::page(&balancer.pools(), "now", None, &[]).unwrap();
     let page: serde_json::Value = serde_json::from_slice(&page).unwrap();
     assert_eq!(page["pools"][0]["backends"][0]["state"], "UP", "{page}");
 }
