@@ -2,7 +2,9 @@
 //! configuration: a client sent a Retry just before a reload echoes its token just after it,
 //! and is validated and served. (With a key per configuration its token no longer opens, so
 //! it is taken for an unvalidated client and sent a second Retry, which a client must ignore
-//! (RFC 9000 section 17.2.5.2): its connection never starts.)
+//! (RFC 9000 section 17.2.5.2): its connection never starts. The first client after the
+//! reload failed too: its Retry was sealed under the configuration its first packet came
+//! with, its token checked under the one the accept loop installed on taking that packet.)
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -100,7 +102,8 @@ async fn a_retry_token_from_before_a_reload_validates_its_client_after_it() {
         .unwrap();
 
     // A reload, then a client the endpoint takes with the reloaded configuration (its
-    // accept loop installs it as it takes that client's first packet).
+    // accept loop installs it as it takes that client's first packet, whose Retry was
+    // sealed under the configuration before).
     balancer
         .supervisor()
         .reload(&parse(&text))
