@@ -7,13 +7,14 @@ use std::time::Duration;
 use bytes::{Buf, Bytes};
 use h3::error::Code;
 use h3::server::{RequestResolver, RequestStream};
-use http::header::{self, HeaderMap};
+use http::header;
 use http::{Method, Response};
 use http_body_util::BodyExt;
 use hyper::body::Body as _;
 use tokio::sync::Notify;
 
 use super::body::{H3Body, RecvStream};
+use super::malformed;
 use super::{InFlight, Limits};
 use crate::body::RespBody;
 use crate::client_body::ClientBody;
@@ -55,14 +56,17 @@ impl Request {
             }
             Err(_) => return,
         };
-        // Content-Length fields that are not one number: malformed (RFC 9114 section 4.1.2),
-        // reset as h2 resets the same head over HTTP/2 (PROTOCOL_ERROR), before any backend.
-        let Ok(length) = content_length(head.headers()) else {
-            tracing::debug!("HTTP/3 request head refused: its Content-Length is not one number");
-            let mut stream = stream;
-            stream.stop_sending(Code::H3_MESSAGE_ERROR);
-            stream.stop_stream(Code::H3_MESSAGE_ERROR);
-            return;
+        // Malformed as h2 would find it over HTTP/2 (`malformed.rs`): its stream reset as h2
+        // resets it, before the proxy sees it.
+        let length = match malformed::check(head.headers()) {
+            Ok(length) => length,
+            Err(malformed) => {
+                tracing::debug!(%malformed, "HTTP/3 request head refused");
+                let mut stream = stream;
+                stream.stop_sending(Code::H3_MESSAGE_ERROR);
+                stream.stop_stream(Code::H3_MESSAGE_ERROR);
+                return;
+            }
         };
         let (mut send, mut recv) = stream.split();
         let gone = Arc::new(Notify::new());
@@ -137,32 +141,6 @@ async fn first_data(recv: &mut RecvStream, method: &Method, length: Option<u64>)
     }
 }
 
-/// A request's `Content-Length` fields do not state one length.
-#[derive(Debug, PartialEq)]
-struct NotOneLength;
-
-/// The request's `Content-Length` (`None`: it has none). Refused as h2 refuses it over
-/// HTTP/2: a field that is not 1 to 19 ASCII digits (a list such as `5, 6`, a sign, a space)
-/// or fields that differ; equal fields state one length. An empty field, which h2 reads as 0,
-/// is refused too (RFC 9110 section 8.6: at least one digit), as hyper refuses it on HTTP/1.1.
-fn content_length(headers: &HeaderMap) -> Result<Option<u64>, NotOneLength> {
-    let mut length = None;
-    for value in headers.get_all(header::CONTENT_LENGTH) {
-        let digits = value.as_bytes();
-        if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
-            return Err(NotOneLength);
-        }
-        let value = digits
-            .iter()
-            .fold(0u64, |n, digit| n * 10 + u64::from(digit - b'0'));
-        if length.is_some_and(|length| length != value) {
-            return Err(NotOneLength);
-        }
-        length = Some(value);
-    }
-    Ok(length)
-}
-
 /// Sends `response` on `send`: its head (without HTTP/1.1's connection fields, which HTTP/3
 /// forbids), its data and its trailers. A client that stops taking it for the body's
 /// `client_idle` (the pool's `body_idle`) has its stream reset and the body dropped, letting
@@ -213,48 +191,4 @@ async fn send_answer(send: &mut SendStream, response: Response<RespBody>) {
         }
     }
     let _ = tokio::time::timeout(idle, send.finish()).await;
-}
-
-#[cfg(test)]
-mod tests {
-    use http::header::{HeaderMap, HeaderValue, CONTENT_LENGTH};
-
-    use super::{content_length, NotOneLength};
-
-    fn check(fields: &[&str], expected: Result<Option<u64>, NotOneLength>) {
-        let mut headers = HeaderMap::new();
-        for field in fields {
-            headers.append(CONTENT_LENGTH, HeaderValue::from_str(field).unwrap());
-        }
-        assert_eq!(content_length(&headers), expected, "{fields:?}");
-    }
-
-    #[test]
-    fn content_length_is_refused_unless_its_fields_state_one_number() {
-        check(&[], Ok(None));
-        check(&["0"], Ok(Some(0)));
-        check(&["5"], Ok(Some(5)));
-        check(&["5", "5"], Ok(Some(5)));
-        check(
-            &["9999999999999999999"],
-            Ok(Some(9_999_999_999_999_999_999)),
-        );
-        for bad in [
-            &["5", "6"][..],
-            &["5, 6"],
-            &["5, 5"],
-            &["5,5"],
-            &["abc"],
-            &["+5"],
-            &["-1"],
-            &[" 5"],
-            &["5 "],
-            &[""],
-            &["0x10"],
-            &["10000000000000000000"],
-            &["5", "abc"],
-        ] {
-            check(bad, Err(NotOneLength));
-        }
-    }
 }
