@@ -20,6 +20,7 @@
 
 mod body;
 mod capped;
+mod malformed;
 pub(crate) mod quic;
 mod request;
 

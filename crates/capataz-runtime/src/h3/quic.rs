@@ -1,6 +1,8 @@
 //! The QUIC server configuration of an HTTP/3 listener, built from what its TCP side serves:
 //! the same rustls configuration (certificate resolver, SNI, stapling, client certificates),
-//! ALPN `h3` only, no 0-RTT, and the listener's limits.
+//! ALPN `h3` only, no 0-RTT, and the listener's limits; and the key its Retry tokens are
+//! sealed with, one per endpoint for its whole life (a reload builds a new configuration with
+//! the same key).
 
 use std::sync::Arc;
 
@@ -34,12 +36,45 @@ pub(crate) enum QuicConfigError {
     /// rustls's configuration does not suit QUIC (no TLS 1.3 suite QUIC can start with).
     #[error("its TLS configuration cannot serve QUIC: {0}")]
     Tls(String),
+    /// The system's random number generator failed (no Retry token key could be made).
+    #[error("the system's random number generator failed")]
+    Random,
+}
+
+/// The key an HTTP/3 endpoint seals its Retry tokens with (quinn's address validation
+/// tokens: the client's address and the time, AEAD-sealed under a key derived from this one).
+/// Made at random when the endpoint starts and kept for its life: every configuration a reload
+/// builds for the endpoint carries it, so a client sent a Retry just before a reload is
+/// validated by the token it echoes just after (quinn makes a new key with each configuration
+/// unless given one). A new process (the SIGUSR2 upgrade) makes its own.
+#[derive(Clone)]
+pub(crate) struct TokenKey(Arc<dyn quinn::crypto::HandshakeTokenKey>);
+
+impl TokenKey {
+    /// A key from 64 random bytes, extracted with HKDF-SHA256 as quinn does for its own.
+    pub(crate) fn random() -> Result<TokenKey, QuicConfigError> {
+        use ring::rand::SecureRandom;
+        let mut master = [0u8; 64];
+        ring::rand::SystemRandom::new()
+            .fill(&mut master)
+            .map_err(|_| QuicConfigError::Random)?;
+        let key = ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, &[]).extract(&master);
+        Ok(TokenKey(Arc::new(key)))
+    }
+}
+
+impl std::fmt::Debug for TokenKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenKey(..)")
+    }
 }
 
 /// The QUIC server configuration for `listener` as configured now (a reload that changes its
-/// certificates or limits applies to the connections that start after it).
+/// certificates or limits applies to the connections that start after it), sealing Retry
+/// tokens with its endpoint's `key`.
 pub(crate) fn server_config(
     listener: &ListenerConfig,
+    key: &TokenKey,
 ) -> Result<quinn::ServerConfig, QuicConfigError> {
     let tls = listener.tls.as_ref().ok_or(QuicConfigError::NotHttp3)?;
     let http3 = tls.http3.as_ref().ok_or(QuicConfigError::NotHttp3)?;
@@ -52,7 +87,7 @@ pub(crate) fn server_config(
     rustls.max_early_data_size = 0;
     let crypto = QuicServerConfig::try_from(Arc::new(rustls))
         .map_err(|e| QuicConfigError::Tls(e.to_string()))?;
-    let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    let mut config = quinn::ServerConfig::new(Arc::new(crypto), key.0.clone());
     config.transport_config(Arc::new(transport(listener, http3)));
     config.max_incoming(MAX_INCOMING);
     Ok(config)

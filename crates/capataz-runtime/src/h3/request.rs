@@ -7,13 +7,14 @@ use std::time::Duration;
 use bytes::{Buf, Bytes};
 use h3::error::Code;
 use h3::server::{RequestResolver, RequestStream};
-use http::header::{self, HeaderMap};
+use http::header;
 use http::{Method, Response};
 use http_body_util::BodyExt;
 use hyper::body::Body as _;
 use tokio::sync::Notify;
 
 use super::body::{H3Body, RecvStream};
+use super::malformed;
 use super::{InFlight, Limits};
 use crate::body::RespBody;
 use crate::client_body::ClientBody;
@@ -55,9 +56,20 @@ impl Request {
             }
             Err(_) => return,
         };
+        // Malformed as h2 would find it over HTTP/2 (`malformed.rs`): its stream reset as h2
+        // resets it, before the proxy sees it.
+        let length = match malformed::check(head.headers()) {
+            Ok(length) => length,
+            Err(malformed) => {
+                tracing::debug!(%malformed, "HTTP/3 request head refused");
+                let mut stream = stream;
+                stream.stop_sending(Code::H3_MESSAGE_ERROR);
+                stream.stop_stream(Code::H3_MESSAGE_ERROR);
+                return;
+            }
+        };
         let (mut send, mut recv) = stream.split();
         let gone = Arc::new(Notify::new());
-        let length = content_length(head.headers());
         // The stream's next event, within the head's own limit: a request that may have no
         // body and whose stream stays open after its head is not complete.
         let first = first_data(&mut recv, head.method(), length);
@@ -127,16 +139,6 @@ async fn first_data(recv: &mut RecvStream, method: &Method, length: Option<u64>)
         Some(Ok(None)) => Some(First::Ended),
         Some(Err(_)) => None,
     }
-}
-
-/// The request's `Content-Length`, if it has one that parses.
-fn content_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .parse()
-        .ok()
 }
 
 /// Sends `response` on `send`: its head (without HTTP/1.1's connection fields, which HTTP/3

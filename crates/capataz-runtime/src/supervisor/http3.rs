@@ -4,7 +4,8 @@
 //!
 //! The QUIC configuration is rebuilt from the listener's state when a reload replaced it
 //! (same certificates as the TCP side, which a reload reloads), so a reload applies to the
-//! next connection, as on TCP. A client whose address is not yet validated is sent a Retry
+//! next connection, as on TCP; the key its Retry tokens are sealed with is the endpoint's, the
+//! same for its life (a token sent before a reload validates its client after it). A client whose address is not yet validated is sent a Retry
 //! first while `retry_threshold` handshakes or more are in progress (HAProxy's
 //! `tune.quic.retry-threshold`): a flood of Initial packets from spoofed sources then costs
 //! one stateless packet each, and no handshake state.
@@ -212,19 +213,25 @@ impl Supervisor {
 }
 
 /// What an endpoint starts from: its UDP socket on `address` (`inherited`, if given), its
-/// QUIC configuration (`listener`'s), and a duplicate of the socket for an upgrade to offer.
+/// QUIC configuration (`listener`'s) with its Retry token key, and a duplicate of the socket
+/// for an upgrade to offer.
 type Bound = (
     std::net::UdpSocket,
-    quinn::ServerConfig,
+    Keyed,
     Option<Arc<std::os::fd::OwnedFd>>,
 );
+
+/// An endpoint's first QUIC configuration, and the Retry token key every configuration of
+/// its life is built with (see `h3::quic::TokenKey`).
+type Keyed = (quinn::ServerConfig, h3::quic::TokenKey);
 
 fn bind(
     listener: &ListenerConfig,
     address: SocketAddr,
     inherited: Option<std::net::UdpSocket>,
 ) -> std::io::Result<Bound> {
-    let config = h3::quic::server_config(listener).map_err(std::io::Error::other)?;
+    let key = h3::quic::TokenKey::random().map_err(std::io::Error::other)?;
+    let config = h3::quic::server_config(listener, &key).map_err(std::io::Error::other)?;
     let socket = match inherited {
         Some(socket) => socket,
         None => std::net::UdpSocket::bind(address)?,
@@ -235,14 +242,14 @@ fn bind(
         })
         .ok()
         .map(Arc::new);
-    Ok((socket, config, offer))
+    Ok((socket, (config, key), offer))
 }
 
 /// The QUIC endpoint reading `socket`, started once the listener accepts: in a process taking
 /// over from an upgrading one, the socket is the old process's too, which alone reads it
 /// (serving its connections) until this one is ready.
 fn endpoint(
-    (socket, config): (std::net::UdpSocket, quinn::ServerConfig),
+    (socket, (config, _)): (std::net::UdpSocket, Keyed),
 ) -> std::io::Result<quinn::Endpoint> {
     let runtime = Arc::new(quinn::TokioRuntime);
     quinn::Endpoint::new(
@@ -256,7 +263,7 @@ fn endpoint(
 /// Accepts QUIC connections until the listener stops or the balancer shuts down; then new
 /// connections are refused while those open finish (`h3::serve` closes them on shutdown).
 async fn accept_loop(
-    bound: (std::net::UdpSocket, quinn::ServerConfig),
+    bound: (std::net::UdpSocket, Keyed),
     state: Arc<ArcSwap<ListenerState>>,
     (mut stop, mut own): (watch::Receiver<bool>, watch::Receiver<bool>),
     shutdown: watch::Receiver<bool>,
@@ -275,6 +282,7 @@ async fn accept_loop(
             }
         }
     }
+    let key = bound.1 .1.clone();
     let endpoint = match endpoint(bound) {
         Ok(endpoint) => endpoint,
         Err(error) => {
@@ -287,7 +295,7 @@ async fn accept_loop(
     // came, so each is accepted with the one in force now (a reload applies to it). Its QUIC
     // series (`quic`) are under the listener's name in force (a reload may rename it).
     let mut configured = state.load_full();
-    let mut config = h3::quic::server_config(&configured.config)
+    let mut config = h3::quic::server_config(&configured.config, &key)
         .ok()
         .map(Arc::new);
     loop {
@@ -305,14 +313,15 @@ async fn accept_loop(
         if !Arc::ptr_eq(&now, &configured) {
             configured = now.clone();
             quic = families.listener(&now.config.name);
-            config = match h3::quic::server_config(&now.config) {
+            config = match h3::quic::server_config(&now.config, &key) {
                 Ok(fresh) => Some(Arc::new(fresh)),
                 Err(error) => {
                     tracing::warn!(listener = %now.config.name, %error, "HTTP/3 configuration refused: new connections are refused");
                     None
                 }
             };
-            // For the next connections' first packets (the Retry tokens' key included).
+            // For the next connections' first packets (the Retry tokens' key kept: a
+            // client sent a Retry before the reload is validated by its token after it).
             endpoint.set_server_config(config.as_deref().cloned());
         }
         let Some(config) = &config else {

@@ -45,7 +45,7 @@ async fn initial(endpoint: &quinn::Endpoint, config: &quinn::ClientConfig) -> Ve
 
 /// Whether `datagram` is a QUIC version 1 Retry packet (long header, type 3: RFC 9000
 /// section 17.2.5; its fixed bit may be greased, RFC 9287).
-fn is_retry(datagram: &[u8]) -> bool {
+pub(super) fn is_retry(datagram: &[u8]) -> bool {
     datagram.first().is_some_and(|b| b & 0xb0 == 0xb0) && datagram.get(1..5) == Some(&[0, 0, 0, 1])
 }
 

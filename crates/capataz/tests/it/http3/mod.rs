@@ -10,7 +10,9 @@ mod lifecycle;
 mod limits;
 mod oversized_head;
 mod quic_metrics;
+mod refused_heads;
 mod requests;
+mod retry_reload;
 mod udp_port;
 
 use std::net::SocketAddr;

@@ -45,7 +45,7 @@ fn literal(flags: u8, prefix: u32, bytes: &[u8], out: &mut Vec<u8>) {
 }
 
 /// The HEADERS frame of `GET https://{SITE}/` with one more field, `name: value`.
-fn headers_frame(name: &str, value: &[u8]) -> Vec<u8> {
+pub(super) fn headers_frame(name: &str, value: &[u8]) -> Vec<u8> {
     // Required Insert Count 0, Delta Base 0: no dynamic table.
     let mut block = vec![0x00, 0x00];
     // Indexed field lines from the static table: :method GET (17), :scheme https (23),
@@ -65,7 +65,7 @@ fn headers_frame(name: &str, value: &[u8]) -> Vec<u8> {
 }
 
 /// The first frame on `recv` (type and payload), read as it arrives.
-async fn first_frame(recv: &mut quinn::RecvStream) -> (u64, Vec<u8>) {
+pub(super) async fn first_frame(recv: &mut quinn::RecvStream) -> (u64, Vec<u8>) {
     let mut got = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
@@ -104,7 +104,7 @@ fn read_varint(bytes: &[u8]) -> Option<(u64, usize)> {
 /// stateless QPACK encoder writes it: no dynamic table (0x00 0x00), a literal with the
 /// static name `:status` (index 24: 0x5f 0x09), and the value "431" Huffman-coded (RFC 7541
 /// appendix B: '4' 011010, '3' 011001, '1' 00001, padded with ones: 0x69 0x90 0xff).
-const STATUS_431: [u8; 8] = [0x00, 0x00, 0x5f, 0x09, 0x83, 0x69, 0x90, 0xff];
+pub(super) const STATUS_431: [u8; 8] = [0x00, 0x00, 0x5f, 0x09, 0x83, 0x69, 0x90, 0xff];
 
 #[tokio::test]
 async fn an_oversized_http3_head_is_answered_431_and_counted_as_a_refused_head() {
