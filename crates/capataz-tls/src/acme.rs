@@ -395,6 +395,47 @@ mod tests {
         }
     }
 
+    /// A self-signed certificate for `name` and its key, as an order would hand them over.
+    fn issued(name: &str) -> Issued {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
+        let params = rcgen::CertificateParams::new(vec![name.to_owned()]).expect("params");
+        let cert = params.self_signed(&key).expect("certificate");
+        let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        issued_from_der(vec![cert.der().clone()], der, Path::new("c.pem"), 0).expect("issued")
+    }
+
+    #[test]
+    fn a_certificate_put_in_force_is_announced_and_starts_without_the_old_staple() {
+        let settings = AcmeSettings {
+            directory: "https://127.0.0.1:1/dir".into(),
+            domains: vec!["a.test".into()],
+            email: None,
+            storage: std::env::temp_dir().join("capataz-acme-unit-none"),
+            challenge: Challenge::TlsAlpn01,
+            renew_before: Duration::from_secs(1),
+            ca_file: None,
+            dns01: None,
+        };
+        let (certs, _) = AcmeCerts::load(settings, 0);
+        let mut installs = certs.installs();
+        assert!(!installs.has_changed().expect("open"));
+        certs.install(issued("a.test"));
+        assert!(installs.has_changed().expect("open"));
+        installs.borrow_and_update();
+        let first = certs.issued().expect("in force");
+        first.slot.staple(vec![0x30, 0], i64::MAX);
+        assert_eq!(first.slot.current(0).ocsp, Some(vec![0x30, 0]));
+        certs.install(issued("a.test"));
+        assert!(installs.has_changed().expect("open"));
+        let second = certs.issued().expect("in force");
+        assert_ne!(second.slot.chain(), first.slot.chain());
+        assert_eq!(
+            second.slot.current(0).ocsp,
+            None,
+            "no staple of the old one"
+        );
+    }
+
     #[test]
     fn a_missing_stored_certificate_is_no_error_and_a_broken_one_is_explained() {
         let dir = std::env::temp_dir().join(format!("capataz-acme-unit-{}", std::process::id()));
