@@ -146,3 +146,28 @@ pub fn unix_now() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_staple_is_served_until_its_end_and_not_from_then_on() {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
+        let params = rcgen::CertificateParams::new(vec!["a.test".to_owned()]).expect("params");
+        let cert = params.self_signed(&key).expect("certificate");
+        let der = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+        let signing = rustls::crypto::ring::default_provider()
+            .key_provider
+            .load_private_key(der)
+            .expect("signing key");
+        let slot = StapleSlot::new(CertifiedKey::new(vec![cert.der().clone()], signing));
+        assert_eq!(slot.current(0).ocsp, None);
+        slot.staple(vec![0x30, 0], 100);
+        assert_eq!(slot.current(99).ocsp, Some(vec![0x30, 0]));
+        assert_eq!(slot.current(100).ocsp, None, "stale at its end");
+        assert_eq!(slot.stapled_until(), Some(100));
+        slot.unstaple();
+        assert_eq!(slot.current(0).ocsp, None);
+    }
+}

@@ -245,6 +245,11 @@ impl IssuerOcsp {
         self.restart();
     }
 
+    /// Stops the responder (its port stays held): every fetch fails from then on.
+    pub fn stop(&mut self) {
+        drop(self.responder.take());
+    }
+
     fn restart(&mut self) {
         drop(self.responder.take());
         std::fs::write(self.pki.dir.join("index.txt"), self.index.join("\n") + "\n").unwrap();

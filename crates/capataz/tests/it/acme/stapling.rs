@@ -4,7 +4,8 @@
 //! the intermediate's own key (`support::ocsp::IssuerOcsp`), `unknown` for a serial the test has
 //! not vouched for yet. The issued certificate is stapled once its status is `good` and not
 //! while it is `unknown`; its renewal starts without a staple (the old certificate's response
-//! is never served with it) and gets its own.
+//! is never served with it) and gets its own; a staple that cannot be refreshed is dropped
+//! when it goes stale.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -205,5 +206,56 @@ async fn an_acme_certificate_is_stapled_when_good_and_its_renewal_gets_its_own_s
         "{}",
         shown.text
     );
+    balancer.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acme_staple_that_goes_stale_is_dropped_not_served() {
+    let reserved = reserve_port();
+    let port = reserved.port;
+    let responder_port = reserve_port();
+    // Valid 90 days, renewed 30 days ahead: no renewal during the test.
+    let pebble = Pebble::start_ocsp(port, 90 * 86_400, responder_port.port);
+    let (intermediate, key) = pebble.intermediate_pem();
+    // Each response fresh for one minute (`nextUpdate` a minute after `thisUpdate`).
+    let mut ocsp = IssuerOcsp::start(responder_port, (&intermediate, &key), 1);
+    let storage = super::storage_dir(&pebble);
+    let (_b, balancer) = stapling_balancer(port, &pebble, &storage, "720h").await;
+    let addr = balancer.local_addrs()[0];
+    let issued = until_seen(addr, "the issued certificate", &ocsp, &pebble, |s| {
+        s.serial.is_some()
+    })
+    .await;
+    ocsp.vouch_for(issued.serial.as_ref().expect("a certificate"));
+    let shown = until_seen(
+        addr,
+        "the issued certificate stapled",
+        &ocsp,
+        &pebble,
+        |s| s.staple.is_some(),
+    )
+    .await;
+    let stapled_at = tokio::time::Instant::now();
+    assert_eq!(shown.staple.as_ref().map(|s| s.0.as_str()), Some("good"));
+
+    // No responder any more: the refresh (a minute after the fetch) fails, and the staple is
+    // served, for its certificate, until its `nextUpdate`, then no longer.
+    ocsp.stop();
+    let shown = until_seen(addr, "the stale staple dropped", &ocsp, &pebble, |s| {
+        s.serial.is_some() && s.staple.is_none()
+    })
+    .await;
+    assert!(
+        stapled_at.elapsed() >= Duration::from_secs(45),
+        "dropped after {:?}, before its nextUpdate:\n{}",
+        stapled_at.elapsed(),
+        shown.text
+    );
+    assert!(
+        shown.text.contains("OCSP response: no response sent"),
+        "{}",
+        shown.text
+    );
+    assert_eq!(seen(addr).await.staple, None, "still dropped");
     balancer.shutdown(Duration::from_secs(5)).await;
 }
