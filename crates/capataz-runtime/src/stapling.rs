@@ -4,6 +4,9 @@
 //! responder, it POSTs the OCSP request, checks the answer (`tls::ocsp::check`: for this
 //! certificate, signed by its issuer or a delegated responder, `good`, within its times) and
 //! staples it (`tls::staple::StapleSlot`), then fetches again halfway to its `nextUpdate`.
+//! The certificate ACME has in force is kept stapled the same way ([`follow_acme`]); when a
+//! new one is put in force, its own response is fetched into its own slot and the old
+//! certificate's loop stops.
 //!
 //! A failed fetch (the responder unreachable, slow, or answering garbage) is retried with a
 //! jittered backoff while the response in force keeps being stapled until it goes stale (the
@@ -19,6 +22,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::oneshot;
+use crate::tls::acme::AcmeCerts;
 use crate::tls::ocsp::{self, Refusal};
 use crate::tls::staple::{unix_now, OcspFetch};
 use crate::tls::ServerTls;
@@ -47,9 +51,37 @@ pub(crate) async fn run(listener: String, tls: ServerTls, mut shutdown: watch::R
     for fetch in tls.ocsp_fetches().iter().cloned() {
         tasks.spawn(keep_fetched(listener.clone(), fetch));
     }
+    if let Some(certs) = tls.acme_stapled() {
+        tasks.spawn(follow_acme(listener.clone(), certs.clone()));
+    }
     tokio::select! {
         _ = async { while tasks.join_next().await.is_some() {} } => {}
         _ = shutdown.wait_for(|down| *down) => {}
+    }
+}
+
+/// Keeps the OCSP response of the certificate ACME has in force fetched into that
+/// certificate's own slot, starting over for each certificate put in force (the loop of the
+/// one replaced stops, and its staple goes with it). A certificate without a responder or an
+/// issuer in its chain is noted at warn, once per certificate.
+async fn follow_acme(listener: String, certs: std::sync::Arc<AcmeCerts>) {
+    let mut installs = certs.installs();
+    loop {
+        installs.borrow_and_update();
+        let keep = async {
+            if let Some(issued) = certs.issued() {
+                let file = certs.settings().cert_path();
+                match OcspFetch::new(file, issued.slot.clone()) {
+                    Ok(fetch) => keep_fetched(listener.clone(), fetch).await,
+                    Err(note) => tracing::warn!(listener, note = %note, "OCSP stapling"),
+                }
+            }
+            std::future::pending::<()>().await;
+        };
+        tokio::select! {
+            () = keep => {}
+            changed = installs.changed() => if changed.is_err() { return },
+        }
     }
 }
 

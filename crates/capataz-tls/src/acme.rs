@@ -2,7 +2,8 @@
 //! SNI resolver reads the issued certificate and the TLS-ALPN-01 challenge certificates from,
 //! and the stored certificate, read from `storage` when the listener's TLS is loaded (off the
 //! runtime), so a valid stored certificate is served at once. Ordering, storing and renewing
-//! are the runtime's (`crate::acme`).
+//! are the runtime's (`crate::acme`), and so is stapling (`crate::stapling`, told of each
+//! certificate put in force by [`AcmeCerts::installs`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -14,6 +15,7 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::sign::CertifiedKey;
 
+use super::staple::StapleSlot;
 use super::{read_certificates, read_key, x509, CertificateInfo, Part};
 
 /// The ALPN protocol of TLS-ALPN-01 (RFC 8737).
@@ -138,8 +140,8 @@ impl AcmeSettings {
 /// An issued certificate in force, with its facts.
 #[derive(Debug)]
 pub struct Issued {
-    /// The chain and signing key, as handed to rustls.
-    pub key: Arc<CertifiedKey>,
+    /// The chain and signing key, as handed to rustls, with its own OCSP staple once fetched.
+    pub slot: Arc<StapleSlot>,
     /// Its expiry, names and chain.
     pub info: CertificateInfo,
     /// Its `notBefore` is not read; when it was loaded or issued (Unix seconds) stands in for it.
@@ -154,6 +156,8 @@ pub struct AcmeCerts {
     settings: AcmeSettings,
     issued: ArcSwapOption<Issued>,
     challenges: Mutex<HashMap<String, Arc<CertifiedKey>>>,
+    /// Marked changed each time a certificate is put in force.
+    installed: tokio::sync::watch::Sender<()>,
 }
 
 impl AcmeCerts {
@@ -171,6 +175,7 @@ impl AcmeCerts {
                 settings,
                 issued: ArcSwapOption::new(issued),
                 challenges: Mutex::new(HashMap::new()),
+                installed: tokio::sync::watch::Sender::new(()),
             },
             note,
         )
@@ -189,6 +194,12 @@ impl AcmeCerts {
     /// Puts `issued` in force for the next handshakes.
     pub fn install(&self, issued: Issued) {
         self.issued.store(Some(Arc::new(issued)));
+        self.installed.send_replace(());
+    }
+
+    /// A receiver marked changed each time a certificate is put in force after this call.
+    pub fn installs(&self) -> tokio::sync::watch::Receiver<()> {
+        self.installed.subscribe()
     }
 
     /// Serves `key` to TLS-ALPN-01 handshakes for `domain` until removed.
@@ -281,7 +292,7 @@ pub fn issued_from_der(
     let certified = CertifiedKey::new(chain.clone(), signing);
     certified.keys_match().map_err(IssuedError::Mismatch)?;
     Ok(Issued {
-        key: Arc::new(certified),
+        slot: Arc::new(StapleSlot::new(certified)),
         info: CertificateInfo::new(file.to_owned(), facts.dns_names, facts.not_after, &chain),
         since: now,
     })
@@ -382,6 +393,47 @@ mod tests {
         ] {
             assert!(!certs.serves(name), "{name}");
         }
+    }
+
+    /// A self-signed certificate for `name` and its key, as an order would hand them over.
+    fn issued(name: &str) -> Issued {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("key");
+        let params = rcgen::CertificateParams::new(vec![name.to_owned()]).expect("params");
+        let cert = params.self_signed(&key).expect("certificate");
+        let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        issued_from_der(vec![cert.der().clone()], der, Path::new("c.pem"), 0).expect("issued")
+    }
+
+    #[test]
+    fn a_certificate_put_in_force_is_announced_and_starts_without_the_old_staple() {
+        let settings = AcmeSettings {
+            directory: "https://127.0.0.1:1/dir".into(),
+            domains: vec!["a.test".into()],
+            email: None,
+            storage: std::env::temp_dir().join("capataz-acme-unit-none"),
+            challenge: Challenge::TlsAlpn01,
+            renew_before: Duration::from_secs(1),
+            ca_file: None,
+            dns01: None,
+        };
+        let (certs, _) = AcmeCerts::load(settings, 0);
+        let mut installs = certs.installs();
+        assert!(!installs.has_changed().expect("open"));
+        certs.install(issued("a.test"));
+        assert!(installs.has_changed().expect("open"));
+        installs.borrow_and_update();
+        let first = certs.issued().expect("in force");
+        first.slot.staple(vec![0x30, 0], i64::MAX);
+        assert_eq!(first.slot.current(0).ocsp, Some(vec![0x30, 0]));
+        certs.install(issued("a.test"));
+        assert!(installs.has_changed().expect("open"));
+        let second = certs.issued().expect("in force");
+        assert_ne!(second.slot.chain(), first.slot.chain());
+        assert_eq!(
+            second.slot.current(0).ocsp,
+            None,
+            "no staple of the old one"
+        );
     }
 
     #[test]

@@ -46,7 +46,7 @@ pub struct ServerSettings {
     /// Certificates obtained by ACME (`[listeners.tls.acme]`), beside the static ones.
     pub acme: Option<AcmeSettings>,
     /// Whether the runtime fetches and staples the OCSP response of each static certificate
-    /// without an `ocsp_response` file (`ocsp_fetch`).
+    /// without an `ocsp_response` file and of each certificate ACME issues (`ocsp_fetch`).
     pub ocsp_fetch: bool,
 }
 
@@ -87,8 +87,10 @@ pub struct ServerTls {
     certificates: Arc<[CertificateInfo]>,
     acme: Option<Arc<AcmeCerts>>,
     acme_note: Option<String>,
-    /// The certificates whose OCSP responses the runtime fetches.
+    /// The static certificates whose OCSP responses the runtime fetches.
     ocsp_fetches: Arc<[OcspFetch]>,
+    /// Whether the runtime fetches the OCSP responses of ACME's certificates (`ocsp_fetch`).
+    acme_ocsp_fetch: bool,
     /// What the load has to say about stapling (a response file not stapled, a certificate
     /// whose response cannot be fetched), for the log when the listener starts.
     ocsp_notes: Arc<[String]>,
@@ -139,10 +141,12 @@ impl ServerSettings {
                         ocsp_notes.push(note);
                     }
                 }
-                None if self.ocsp_fetch => match ocsp_fetch(index, source, &slot) {
-                    Ok(fetch) => ocsp_fetches.push(fetch),
-                    Err(note) => ocsp_notes.push(note.to_string()),
-                },
+                None if self.ocsp_fetch => {
+                    match OcspFetch::new(source.cert.clone(), slot.clone()) {
+                        Ok(fetch) => ocsp_fetches.push(fetch),
+                        Err(note) => ocsp_notes.push(note.to_string()),
+                    }
+                }
                 None => {}
             }
             keys.push(slot);
@@ -238,6 +242,7 @@ impl ServerSettings {
             acme,
             acme_note,
             ocsp_fetches: ocsp_fetches.into(),
+            acme_ocsp_fetch: self.ocsp_fetch,
             ocsp_notes: ocsp_notes.into(),
         })
     }
@@ -296,47 +301,6 @@ fn staple_file(
              {why} (give the DER response of that certificate, e.g. from openssl ocsp -respout)"
         ))),
     }
-}
-
-/// Why no OCSP response is fetched for a certificate (its chain's file), for a note.
-#[derive(Debug, thiserror::Error)]
-enum NoFetch {
-    #[error(
-        "{}: no OCSP response is fetched: the chain holds no issuer certificate after the \
-         server's (append the intermediate to the file)",
-        .0.display()
-    )]
-    ChainWithoutIssuer(PathBuf),
-    #[error(
-        "{}: no OCSP response is fetched: the certificate names no http:// OCSP responder (its \
-         CA runs none)",
-        .0.display()
-    )]
-    NoResponderUrl(PathBuf),
-    #[error("{}: no OCSP request can be made for it", .0.display())]
-    RequestNotMade(PathBuf),
-}
-
-/// What fetching the OCSP response of `certificates[index]` needs, or why it cannot be.
-fn ocsp_fetch(
-    index: usize,
-    source: &CertificateSource,
-    slot: &Arc<StapleSlot>,
-) -> Result<OcspFetch, NoFetch> {
-    let chain = slot.chain();
-    let file = || source.cert.clone();
-    let (Some(leaf), Some(issuer)) = (chain.first(), chain.get(1)) else {
-        return Err(NoFetch::ChainWithoutIssuer(file()));
-    };
-    let url = ocsp::responder_url(leaf).ok_or_else(|| NoFetch::NoResponderUrl(file()))?;
-    let request = ocsp::request(leaf, issuer).ok_or_else(|| NoFetch::RequestNotMade(file()))?;
-    Ok(OcspFetch {
-        index,
-        file: source.cert.clone(),
-        slot: slot.clone(),
-        url,
-        request,
-    })
 }
 
 /// Loads `certificates[index]`: chain, key, that they match, and that it has not expired.
@@ -426,9 +390,15 @@ impl ServerTls {
         self.acme_note.as_deref()
     }
 
-    /// The certificates whose OCSP responses the runtime fetches (`ocsp_fetch`).
+    /// The static certificates whose OCSP responses the runtime fetches (`ocsp_fetch`).
     pub fn ocsp_fetches(&self) -> &[OcspFetch] {
         &self.ocsp_fetches
+    }
+
+    /// The ACME slot, when the runtime fetches the OCSP response of each certificate ACME
+    /// puts in force (`ocsp_fetch` with `[listeners.tls.acme]`).
+    pub fn acme_stapled(&self) -> Option<&Arc<AcmeCerts>> {
+        self.acme.as_ref().filter(|_| self.acme_ocsp_fetch)
     }
 
     /// What the load noted about stapling, for the log: response files not stapled,
@@ -574,7 +544,7 @@ impl ResolvesServerCert for SniResolver {
             let issued = acme.issued();
             if let Some(issued) = &issued {
                 if name.is_some_and(|n| acme.serves(n)) || self.keys.is_empty() {
-                    return Some(issued.key.clone());
+                    return Some(issued.slot.current(super::staple::unix_now()));
                 }
             }
             if self.keys.is_empty() {

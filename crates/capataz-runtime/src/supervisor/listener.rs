@@ -250,11 +250,14 @@ impl Supervisor {
 }
 
 impl Supervisor {
-    /// Starts the OCSP stapling task of `listener`, if its TLS fetches responses or noted
-    /// something about stapling.
+    /// Starts the OCSP stapling task of `listener`, if its TLS fetches responses (of static
+    /// or ACME certificates) or noted something about stapling.
     pub(super) fn spawn_stapling(&self, listener: &ListenerConfig) -> Option<AcmeTask> {
         let loaded = listener.tls.as_ref()?.loaded.as_ref()?;
-        if loaded.ocsp_fetches().is_empty() && loaded.ocsp_notes().is_empty() {
+        if loaded.ocsp_fetches().is_empty()
+            && loaded.ocsp_notes().is_empty()
+            && loaded.acme_stapled().is_none()
+        {
             return None;
         }
         Some(AcmeTask(tokio::spawn(crate::stapling::run(

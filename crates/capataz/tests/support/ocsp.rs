@@ -1,7 +1,8 @@
 //! OCSP scaffolding: a CA whose certificates name an OCSP responder on loopback, OpenSSL's
 //! responder (`openssl ocsp -index`, Debian package `openssl`, `.ci/deps/openssl.sh`) serving
-//! their status from an `index.txt`, offline responses written by the same tool, and
-//! `openssl s_client -status` to see what a server staples.
+//! their status from an `index.txt`, offline responses written by the same tool, the same
+//! responder for another CA's issuer ([`IssuerOcsp`]: pebble's intermediate, for the
+//! certificates pebble issues), and `openssl s_client -status` to see what a server staples.
 //!
 //! The responder is a separate process whose port is in the certificates it answers for, so
 //! it cannot bind port 0: the port is held by the [`OcspCa`] for its life
@@ -149,40 +150,127 @@ impl OcspCa {
     /// Starts `openssl ocsp` on the port the leaves name, answering from the index (each
     /// response fresh for `minutes`), logging every answer to `responder.log`.
     pub fn responder(&self, minutes: u32) -> Responder {
-        let dir = &self.pki.dir;
-        let log = dir.join("responder.log");
-        let mut child = Command::new(require_tool("openssl", "openssl"))
-            .current_dir(dir)
-            .args(["ocsp", "-index", "index.txt", "-CA", "ocsp-ca.pem"])
-            .args(["-rsigner", "ocsp-ca.pem", "-rkey", "ocsp-ca.key"])
-            .args([
-                "-port",
-                &self.port.to_string(),
-                "-nmin",
-                &minutes.to_string(),
-            ])
-            .args(["-ignore_err", "-text", "-out"])
-            .arg(&log)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("openssl starts");
-        // It says `ACCEPT [::]:PORT PID=...` once it listens. (Not a probe connection: one
-        // that closes without a request leaves OpenSSL 3.0's responder stuck on it.)
-        let mut stdout = std::io::BufReader::new(child.stdout.take().expect("piped"));
-        let mut line = String::new();
-        let read = std::io::BufRead::read_line(&mut stdout, &mut line);
-        let responder = Responder {
-            child,
-            log,
-            _stdout: stdout,
+        spawn_responder(
+            &self.pki.dir,
+            ("ocsp-ca.pem", "ocsp-ca.key"),
+            self.port,
+            minutes,
+            "responder.log",
+        )
+    }
+}
+
+/// Starts `openssl ocsp` in `dir` on 127.0.0.1:`port`, answering from `dir/index.txt` for the
+/// certificates `issuer` (a PEM certificate and its key, in `dir`) signed, signing with it,
+/// each response fresh for `minutes`, logging every answer to `dir/log`.
+fn spawn_responder(
+    dir: &Path,
+    issuer: (&str, &str),
+    port: u16,
+    minutes: u32,
+    log: &str,
+) -> Responder {
+    let log = dir.join(log);
+    let mut child = Command::new(require_tool("openssl", "openssl"))
+        .current_dir(dir)
+        .args(["ocsp", "-index", "index.txt", "-CA", issuer.0])
+        .args(["-rsigner", issuer.0, "-rkey", issuer.1])
+        .args(["-port", &port.to_string(), "-nmin", &minutes.to_string()])
+        .args(["-ignore_err", "-text", "-out"])
+        .arg(&log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("openssl starts");
+    // It says `ACCEPT [::]:PORT PID=...` once it listens. (Not a probe connection: one
+    // that closes without a request leaves OpenSSL 3.0's responder stuck on it.)
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("piped"));
+    let mut line = String::new();
+    let read = std::io::BufRead::read_line(&mut stdout, &mut line);
+    let responder = Responder {
+        child,
+        log,
+        _stdout: stdout,
+    };
+    assert!(
+        read.is_ok() && line.starts_with("ACCEPT"),
+        "openssl ocsp does not listen: {line:?}"
+    );
+    responder
+}
+
+/// OpenSSL's responder answering for the certificates another CA's issuer signed (pebble's
+/// intermediate, whose key pebble's management API hands out), from an index the test fills
+/// with the serials it vouches for: a certificate not in it is `unknown`. The port is held
+/// for the responder's whole life, as [`OcspCa`]'s.
+pub struct IssuerOcsp {
+    pki: Pki,
+    held: super::ReservedPort,
+    minutes: u32,
+    index: Vec<String>,
+    responder: Option<Responder>,
+    /// The responders started so far (each logs to `responder-N.log`).
+    starts: usize,
+}
+
+impl IssuerOcsp {
+    /// Writes `issuer` (PEM certificate and key) and an index vouching for nothing, and starts
+    /// the responder on `held`'s port.
+    pub fn start(held: super::ReservedPort, issuer: (&str, &str), minutes: u32) -> IssuerOcsp {
+        let pki = Pki::new();
+        std::fs::write(pki.dir.join("issuer.pem"), issuer.0).unwrap();
+        std::fs::write(pki.dir.join("issuer.key"), issuer.1).unwrap();
+        let mut ocsp = IssuerOcsp {
+            pki,
+            held,
+            minutes,
+            // A placeholder: OpenSSL's responder wants an index it can read.
+            index: vec!["V\t491231235959Z\t\t01\tunknown\t/CN=placeholder".into()],
+            responder: None,
+            starts: 0,
         };
-        assert!(
-            read.is_ok() && line.starts_with("ACCEPT"),
-            "openssl ocsp does not listen: {line:?}"
-        );
-        responder
+        ocsp.restart();
+        ocsp
+    }
+
+    /// Lists the certificate with serial `serial` (uppercase hex, whole bytes, as OpenSSL
+    /// writes it) as valid, and restarts the responder so that its next answer reads it
+    /// (OpenSSL's responder notices a changed index only after the request that follows it).
+    pub fn vouch_for(&mut self, serial: &str) {
+        // A name of its own: OpenSSL refuses an index where two valid lines share one.
+        self.index.push(format!(
+            "V\t491231235959Z\t\t{serial}\tunknown\t/CN=vouched {serial}"
+        ));
+        self.restart();
+    }
+
+    /// Stops the responder (its port stays held): every fetch fails from then on.
+    pub fn stop(&mut self) {
+        drop(self.responder.take());
+    }
+
+    fn restart(&mut self) {
+        drop(self.responder.take());
+        std::fs::write(self.pki.dir.join("index.txt"), self.index.join("\n") + "\n").unwrap();
+        self.starts += 1;
+        self.responder = Some(spawn_responder(
+            &self.pki.dir,
+            ("issuer.pem", "issuer.key"),
+            self.held.port,
+            self.minutes,
+            &format!("responder-{}.log", self.starts),
+        ));
+    }
+
+    /// What it answered so far, across restarts.
+    pub fn log(&self) -> String {
+        (1..=self.starts)
+            .map(|n| {
+                let file = self.pki.dir.join(format!("responder-{n}.log"));
+                std::fs::read_to_string(file).unwrap_or_default()
+            })
+            .collect()
     }
 }
 
@@ -225,6 +313,19 @@ impl Drop for Responder {
 /// What `openssl s_client -status` says of the OCSP response `addr` staples for
 /// `server_name`: the part from `OCSP response:` to the certificate chain.
 pub async fn stapled(addr: SocketAddr, server_name: &str) -> String {
+    let text = handshake_text(addr, server_name).await;
+    let start = text
+        .find("OCSP response:")
+        .unwrap_or_else(|| panic!("no OCSP part in {text}"));
+    let end = text[start..]
+        .find("Certificate chain")
+        .map_or(text.len(), |e| start + e);
+    text[start..end].to_owned()
+}
+
+/// All `openssl s_client -status` says of a handshake with `addr` for `server_name`: the
+/// stapled response, the chain, the server's certificate (PEM).
+pub async fn handshake_text(addr: SocketAddr, server_name: &str) -> String {
     let server_name = server_name.to_owned();
     let run = tokio::task::spawn_blocking(move || {
         Command::new(require_tool("openssl", "openssl"))
@@ -238,12 +339,5 @@ pub async fn stapled(addr: SocketAddr, server_name: &str) -> String {
         .await
         .expect("s_client ends in time")
         .expect("s_client ran");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let start = text
-        .find("OCSP response:")
-        .unwrap_or_else(|| panic!("no OCSP part in {text}"));
-    let end = text[start..]
-        .find("Certificate chain")
-        .map_or(text.len(), |e| start + e);
-    text[start..end].to_owned()
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -55,19 +55,26 @@ impl Pebble {
     /// and issues certificates valid for `validity` seconds. Returns once pebble's directory
     /// accepts connections.
     pub fn start(tls_port: u16, validity: u64) -> Pebble {
-        Pebble::start_ports(tls_port, free_tcp_port(), validity, None)
+        Pebble::start_ports(tls_port, free_tcp_port(), validity, None, "")
+    }
+
+    /// As [`Pebble::start`], naming `http://127.0.0.1:<ocsp_port>/` as the OCSP responder in
+    /// every certificate it issues (pebble's `ocspResponderURL`; pebble runs no responder).
+    pub fn start_ocsp(tls_port: u16, validity: u64, ocsp_port: u16) -> Pebble {
+        let url = format!("http://127.0.0.1:{ocsp_port}/");
+        Pebble::start_ports(tls_port, free_tcp_port(), validity, None, &url)
     }
 
     /// As [`Pebble::start`], asking the DNS server `dns` (a test's own, which the balancer
     /// updates) for everything, DNS-01's TXT records included; no challtestsrv.
     pub fn start_dns01(dns: SocketAddr, validity: u64) -> Pebble {
-        Pebble::start_ports(free_tcp_port(), free_tcp_port(), validity, Some(dns))
+        Pebble::start_ports(free_tcp_port(), free_tcp_port(), validity, Some(dns), "")
     }
 
     /// As [`Pebble::start`], validating HTTP-01 on 127.0.0.1:`http_port` (TLS-ALPN-01 on a
     /// port where nothing listens).
     pub fn start_http01(http_port: u16, validity: u64) -> Pebble {
-        Pebble::start_ports(free_tcp_port(), http_port, validity, None)
+        Pebble::start_ports(free_tcp_port(), http_port, validity, None, "")
     }
 
     fn start_ports(
@@ -75,15 +82,16 @@ impl Pebble {
         http_port: u16,
         validity: u64,
         dns: Option<SocketAddr>,
+        ocsp_url: &str,
     ) -> Pebble {
         const ATTEMPTS: usize = 8;
         for _ in 1..ATTEMPTS {
-            match Pebble::try_start(tls_port, http_port, validity, dns) {
+            match Pebble::try_start(tls_port, http_port, validity, dns, ocsp_url) {
                 Ok(pebble) => return pebble,
                 Err(why) => eprintln!("pebble did not start ({why}); again on other ports"),
             }
         }
-        Pebble::try_start(tls_port, http_port, validity, dns)
+        Pebble::try_start(tls_port, http_port, validity, dns, ocsp_url)
             .unwrap_or_else(|why| panic!("pebble did not start {ATTEMPTS} times: {why}"))
     }
 
@@ -94,6 +102,7 @@ impl Pebble {
         http_port: u16,
         validity: u64,
         own_dns: Option<SocketAddr>,
+        ocsp_url: &str,
     ) -> Result<Pebble, String> {
         let pki = Pki::new();
         let (cert, key) = pki.server("pebble", &["localhost"], None);
@@ -121,7 +130,7 @@ impl Pebble {
                 "privateKey": key,
                 "httpPort": http_port,
                 "tlsPort": tls_port,
-                "ocspResponderURL": "",
+                "ocspResponderURL": ocsp_url,
                 "externalAccountBindingRequired": false,
                 "certificateValidityPeriod": validity,
             }
@@ -225,19 +234,35 @@ impl Pebble {
 
     /// The root pebble issues under (`/roots/0` of its management API), as PEM.
     pub fn root_pem(&self) -> String {
+        self.management_pem("/roots/0")
+    }
+
+    /// The intermediate that signs the certificates pebble issues (`/intermediates/0`) and
+    /// its private key (`/intermediate-keys/0`), as PEM: what an OCSP responder for them
+    /// signs with.
+    pub fn intermediate_pem(&self) -> (String, String) {
+        (
+            self.management_pem("/intermediates/0"),
+            self.management_pem("/intermediate-keys/0"),
+        )
+    }
+
+    /// The PEM body of `GET path` on pebble's management API.
+    fn management_pem(&self, path: &str) -> String {
         let mut connection = self.tls_client();
         let mut tcp = TcpStream::connect(self.management).expect("pebble's management API");
         tcp.set_read_timeout(Some(Duration::from_secs(20))).ok();
         let mut tls = rustls::Stream::new(&mut connection, &mut tcp);
-        tls.write_all(b"GET /roots/0 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-            .expect("ask for the root");
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        tls.write_all(request.as_bytes()).expect("ask pebble");
         let mut answer = Vec::new();
         // pebble closes without close_notify at times: what was read is enough.
         let _ = tls.read_to_end(&mut answer);
         let answer = String::from_utf8_lossy(&answer).into_owned();
         let start = answer
-            .find("-----BEGIN CERTIFICATE-----")
-            .unwrap_or_else(|| panic!("no root in {answer:?}"));
+            .find("-----BEGIN ")
+            .unwrap_or_else(|| panic!("no PEM for {path} in {answer:?}"));
         answer[start..].to_owned()
     }
 }

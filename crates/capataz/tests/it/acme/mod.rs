@@ -3,12 +3,14 @@
 //! TLS-ALPN-01 challenge on the listener itself, serves it by SNI, stores it, serves the stored
 //! one after a restart without the server, and renews it when `renew_before` says so; the
 //! config's errors (`config.rs`), what is served before any certificate (`pending.rs`) and the
-//! HTTP-01 challenge (`http01.rs`), the DNS-01 one by RFC 2136 updates (`dns01.rs`).
+//! HTTP-01 challenge (`http01.rs`), the DNS-01 one by RFC 2136 updates (`dns01.rs`), and OCSP
+//! stapling of the issued and renewed certificates (`stapling.rs`).
 
 mod config;
 mod dns01;
 mod http01;
 mod pending;
+mod stapling;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
