@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
 use super::*;
+use crate::support::wait::wait_until;
 
 /// A client's ticket store that counts the TLS 1.3 tickets it is given and those it offers.
 #[derive(Debug)]
@@ -255,4 +256,116 @@ async fn with_session_tickets_off_sessions_resume_from_the_listeners_cache_which
     let reload = balancer.supervisor().reload_from_file();
     reload.await.expect("the reload applies");
     assert_eq!(client.visit(addr).await, (HandshakeKind::Full, true));
+}
+
+/// A server certificate verifier that counts the certificates it verifies: a full handshake
+/// has one, a resumed one none (the session was authenticated when the ticket was issued).
+#[derive(Debug)]
+struct Verified {
+    inner: Arc<rustls::client::WebPkiServerVerifier>,
+    count: AtomicUsize,
+}
+
+impl rustls::client::danger::ServerCertVerifier for Verified {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.inner
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+#[tokio::test]
+async fn an_http3_session_resumes_by_the_listeners_ticket_across_a_reload() {
+    use crate::support::h3client::connect_with;
+    let pki = Pki::new();
+    pki.server("site", &["site.test"], None);
+    let b = backends(&["a"]).await;
+    let lines = "session_ticket_lifetime = \"300s\"\n[listeners.tls.http3]";
+    let balancer = from_file(&pki, &b[0], lines).await;
+    // HTTP/3 is on the listener's port, over UDP.
+    let addr = balancer.local_addrs()[0];
+
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(pki.ca_path()).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verified = Arc::new(Verified {
+        inner: rustls::client::WebPkiServerVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .build()
+        .unwrap(),
+        count: AtomicUsize::new(0),
+    });
+    let store = Arc::new(Counted {
+        inner: ClientSessionMemoryCache::new(32),
+        received: AtomicUsize::new(0),
+        offered: AtomicUsize::new(0),
+    });
+    let mut tls = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(verified.clone())
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"h3".to_vec()];
+    tls.resumption = Resumption::store(store.clone());
+    let quic = quinn::crypto::rustls::QuicClientConfig::try_from(Arc::new(tls)).unwrap();
+    let config = quinn::ClientConfig::new(Arc::new(quic));
+
+    // One request on a new connection, once the tickets it brings have arrived: the server
+    // certificates verified and the tickets offered so far.
+    let visit = || async {
+        let received = store.received.load(Ordering::Relaxed);
+        let mut client = connect_with(config.clone(), addr, "site.test")
+            .await
+            .expect("QUIC handshake");
+        let answer = client.get("site.test", "/").await.expect("answered");
+        assert_eq!(answer.head.status(), 200);
+        wait_until("the connection's tickets arrive", || {
+            store.received.load(Ordering::Relaxed) > received
+        })
+        .await;
+        client.connection.close(0u32.into(), b"done");
+        (
+            verified.count.load(Ordering::Relaxed),
+            store.offered.load(Ordering::Relaxed),
+        )
+    };
+    assert_eq!(visit().await, (1, 0), "a full handshake");
+    assert_eq!(visit().await, (1, 1), "resumed: no certificate to verify");
+    let reload = balancer.supervisor().reload_from_file();
+    reload.await.expect("the reload applies");
+    assert_eq!(visit().await, (1, 2), "resumed after the reload too");
 }
