@@ -35,7 +35,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 pub use server::date as server_date;
 pub use server::{
-    failure_reason, CertificateInfo, CertificateSource, ServerSettings, ServerTls, FAILURE_REASONS,
+    failure_reason, resumed, CertificateInfo, CertificateSource, ServerSettings, ServerTls,
+    FAILURE_REASONS,
 };
 
 /// The lowest TLS version a listener accepts.

@@ -521,6 +521,11 @@ impl ServerTls {
     }
 }
 
+/// Whether the handshake done on `stream` resumed a session (by ticket or from the cache).
+pub fn resumed<IO>(stream: &tokio_rustls::server::TlsStream<IO>) -> bool {
+    stream.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed)
+}
+
 /// The label a failed handshake is counted under (besides `timeout`, which the caller counts):
 /// one of [`FAILURE_REASONS`].
 pub fn failure_reason(error: &io::Error) -> &'static str {

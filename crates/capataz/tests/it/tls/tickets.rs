@@ -167,6 +167,12 @@ async fn from_file(pki: &Pki, backend: &SimBackend, lines: &str) -> Balancer {
         .expect("starts")
 }
 
+/// `capataz_tls_resumed_handshakes_total` of the test listener.
+fn resumed(balancer: &Balancer) -> f64 {
+    let series = "capataz_tls_resumed_handshakes_total{listener=\"listener-0\"}";
+    metric(balancer, series).expect("the listener's series exists")
+}
+
 fn write_config(pki: &Pki, backend: &SimBackend, lines: &str) {
     let text = ConfigText::sims(std::slice::from_ref(backend))
         .listener(&format!(
@@ -204,6 +210,8 @@ async fn a_session_resumes_by_ticket_across_a_reload_that_keeps_the_ticket_setti
     reload.await.expect("the reload applies");
     assert_eq!(client.visit(addr).await, (HandshakeKind::Full, true));
     assert_eq!(client.visit(addr).await, (HandshakeKind::Resumed, true));
+    // What capataz counts is what the client saw.
+    assert_eq!(resumed(&balancer), 3.0);
 }
 
 #[tokio::test]
@@ -235,11 +243,12 @@ async fn a_ticket_older_than_session_ticket_lifetime_is_refused_though_the_clien
     );
     // The listener still issues tickets, and the new one resumes.
     assert_eq!(client.visit(addr).await, (HandshakeKind::Resumed, true));
+    assert_eq!(resumed(&balancer), 2.0);
 }
 
 #[tokio::test]
-async fn with_session_tickets_off_sessions_resume_from_the_listeners_cache_which_a_reload_empties(
-) {
+async fn with_session_tickets_off_sessions_resume_from_the_listeners_cache_which_a_reload_empties()
+{
     let pki = Pki::new();
     pki.server("site", &["site.test"], None);
     let b = backends(&["a"]).await;
@@ -256,6 +265,11 @@ async fn with_session_tickets_off_sessions_resume_from_the_listeners_cache_which
     let reload = balancer.supervisor().reload_from_file();
     reload.await.expect("the reload applies");
     assert_eq!(client.visit(addr).await, (HandshakeKind::Full, true));
+    assert_eq!(
+        resumed(&balancer),
+        1.0,
+        "the resumption from the cache is counted"
+    );
 }
 
 /// A server certificate verifier that counts the certificates it verifies: a full handshake
