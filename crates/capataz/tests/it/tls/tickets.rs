@@ -215,6 +215,35 @@ async fn a_session_resumes_by_ticket_across_a_reload_that_keeps_the_ticket_setti
 }
 
 #[tokio::test]
+async fn a_reload_that_changes_the_client_cas_starts_new_ticket_keys() {
+    // A session resumed from a ticket keeps the client certificate it was verified with: new
+    // client CAs must not let a session verified under the old ones through.
+    let pki = Pki::new();
+    pki.server("site", &["site.test"], None);
+    std::fs::copy(pki.ca_path(), pki.dir.join("clients.pem")).unwrap();
+    let b = backends(&["a"]).await;
+    let lines = "client_ca = \"clients.pem\"\nclient_auth = \"optional\"";
+    let balancer = from_file(&pki, &b[0], lines).await;
+    let addr = balancer.local_addrs()[0];
+    let mut client = Resuming::new(&pki, false);
+    assert_eq!(client.visit(addr).await, (HandshakeKind::Full, false));
+    let reload = balancer.supervisor().reload_from_file();
+    reload.await.expect("the reload applies");
+    assert_eq!(
+        client.visit(addr).await,
+        (HandshakeKind::Resumed, true),
+        "the same client CAs: the keys are kept"
+    );
+
+    // The same path, another CA in it.
+    let other = Pki::new();
+    std::fs::copy(other.ca_path(), pki.dir.join("clients.pem")).unwrap();
+    let reload = balancer.supervisor().reload_from_file();
+    reload.await.expect("the reload applies");
+    assert_eq!(client.visit(addr).await, (HandshakeKind::Full, true));
+}
+
+#[tokio::test]
 async fn a_ticket_older_than_session_ticket_lifetime_is_refused_though_the_client_offers_it() {
     // The one real wait of this file: a ticket must grow older than its lifetime on the
     // server's clock, so the lifetime is the shortest allowed above the test's own pace (2s;
