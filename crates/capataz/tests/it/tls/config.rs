@@ -247,3 +247,26 @@ fn the_documented_tls_example_is_valid() {
         Some(capataz::tls::ClientAuth::Required)
     );
 }
+
+#[test]
+fn session_tickets_default_to_a_12_hour_lifetime_and_can_be_turned_off() {
+    let pki = Pki::new();
+    pki.server("site", &["site.test"], None);
+    let cert = r#"certificates = [{ cert = "site.pem", key = "site.key" }]"#;
+    let path = pki.dir.join("capataz.toml");
+    let hour = std::time::Duration::from_secs(3600);
+    for (lines, want) in [
+        ("", Some(12 * hour)),
+        ("session_tickets = true", Some(12 * hour)),
+        ("session_ticket_lifetime = \"5m\"", Some(hour / 12)),
+        ("session_ticket_lifetime = \"168h\"", Some(168 * hour)),
+        ("session_tickets = false", None),
+    ] {
+        std::fs::write(&path, format!("{BASE}[listeners.tls]\n{cert}\n{lines}\n")).unwrap();
+        let config = config::load(&path).expect("valid");
+        let tls = config.listeners[0].tls.as_ref().unwrap();
+        assert_eq!(tls.settings.session_tickets, want, "{lines}");
+        let loaded = tls.loaded.as_ref().expect("loaded");
+        assert_eq!(loaded.session_ticket_lifetime(), want, "{lines}");
+    }
+}
