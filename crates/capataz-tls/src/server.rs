@@ -240,23 +240,7 @@ impl ServerSettings {
         // ChaCha20-Poly1305), not the client's, as HAProxy and nginx are usually set up
         // (`prefer-server-ciphers`).
         config.ignore_client_order = true;
-        // Stateless resumption, so a returning client skips the full handshake: tickets
-        // accepted for the configured lifetime. Without them, rustls's server-side cache
-        // (`session_storage`, 256 sessions) still resumes sessions, as HAProxy's and nginx's
-        // caches do under `no-tls-tickets` and `ssl_session_tickets off`.
-        let tickets = match self.session_tickets {
-            None => None,
-            Some(lifetime) => {
-                let keys = TicketKeys::new(lifetime).map_err(|e| LoadError {
-                    part: Part::SessionTickets,
-                    file: PathBuf::new(),
-                    message: e.to_string(),
-                })?;
-                let keys = Arc::new(keys);
-                config.ticketer = keys.clone();
-                Some(keys)
-            }
-        };
+        let tickets = TicketKeys::install(&mut config, self.session_tickets)?;
         Ok(ServerTls {
             acceptor: TlsAcceptor::from(Arc::new(config)),
             certificates: certificates.into(),

@@ -19,7 +19,7 @@
 //! rotator); a ticket is accepted only under a key still held and younger than the lifetime.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{RwLock, RwLockReadGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305, NONCE_LEN};
@@ -90,6 +90,28 @@ impl TicketKeys {
             longest: AtomicUsize::new(0),
             random,
         })
+    }
+
+    /// Makes `config` resume sessions by tickets accepted for `lifetime` (stateless, so a
+    /// returning client skips the full handshake), under new keys, returned. `None`: no
+    /// tickets; rustls's server-side cache (`session_storage`, 256 sessions) still resumes
+    /// sessions, as HAProxy's and nginx's caches do under `no-tls-tickets` and
+    /// `ssl_session_tickets off`.
+    pub(crate) fn install(
+        config: &mut rustls::ServerConfig,
+        lifetime: Option<Duration>,
+    ) -> Result<Option<Arc<TicketKeys>>, crate::LoadError> {
+        let Some(lifetime) = lifetime else {
+            return Ok(None);
+        };
+        let keys = TicketKeys::new(lifetime).map_err(|e| crate::LoadError {
+            part: crate::Part::SessionTickets,
+            file: std::path::PathBuf::new(),
+            message: e.to_string(),
+        })?;
+        let keys = Arc::new(keys);
+        config.ticketer = keys.clone();
+        Ok(Some(keys))
     }
 
     /// How long a ticket is accepted.
