@@ -12,7 +12,8 @@
 //! only; X25519 first, then P-256 and P-384): nothing weak can be configured.
 //!
 //! `mod.rs` holds the settings' types, the per-connection facts ([`TlsInfo`]) and PEM reading;
-//! `server.rs` the server configuration and the SNI resolver; `x509.rs` the bounded reader of a
+//! `server.rs` the server configuration and the SNI resolver; `tickets.rs` the session ticket
+//! keys; `x509.rs` the bounded reader of a
 //! certificate's expiry and names; `backend.rs` the side of capataz as a TLS client of its backends (requests and probes).
 //!
 //! This module sits at the bottom of the crate: it imports only `timefmt`.
@@ -22,6 +23,7 @@ pub mod backend;
 pub mod ocsp;
 mod server;
 pub mod staple;
+pub mod tickets;
 mod x509;
 
 use std::fmt;
@@ -33,7 +35,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 pub use server::date as server_date;
 pub use server::{
-    failure_reason, CertificateInfo, CertificateSource, ServerSettings, ServerTls, FAILURE_REASONS,
+    failure_reason, resumed, CertificateInfo, CertificateSource, ServerSettings, ServerTls,
+    FAILURE_REASONS,
 };
 
 /// The lowest TLS version a listener accepts.
@@ -137,10 +140,16 @@ pub enum Part {
     AcmeCaFile,
     /// The OCSP response file of `certificates[i]`.
     OcspResponse(usize),
+    /// The session ticket keys (`session_ticket_lifetime`): no file, made from random bytes.
+    SessionTickets,
 }
 
 impl fmt::Display for LoadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.file.as_os_str().is_empty() {
+            // Not about a file (the session ticket keys).
+            return f.write_str(&self.message);
+        }
         write!(f, "{}: {}", self.file.display(), self.message)
     }
 }

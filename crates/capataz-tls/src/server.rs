@@ -16,6 +16,7 @@ use tokio_rustls::TlsAcceptor;
 use super::acme::{AcmeCerts, AcmeSettings, Challenge, ACME_TLS_ALPN};
 use super::ocsp::{self, Refusal};
 use super::staple::{OcspFetch, StapleSlot};
+use super::tickets::TicketKeys;
 use super::TlsInfo;
 use super::{read_certificates, read_key, x509, Alpn, ClientAuth, LoadError, MinVersion, Part};
 
@@ -48,6 +49,9 @@ pub struct ServerSettings {
     /// Whether the runtime fetches and staples the OCSP response of each static certificate
     /// without an `ocsp_response` file and of each certificate ACME issues (`ocsp_fetch`).
     pub ocsp_fetch: bool,
+    /// How long a session ticket is accepted (`session_ticket_lifetime`); `None`: no tickets
+    /// (`session_tickets = false`), sessions resume from the server-side cache only.
+    pub session_tickets: Option<Duration>,
 }
 
 /// Facts about one loaded certificate, for the expiry warning and metric.
@@ -94,6 +98,12 @@ pub struct ServerTls {
     /// What the load has to say about stapling (a response file not stapled, a certificate
     /// whose response cannot be fetched), for the log when the listener starts.
     ocsp_notes: Arc<[String]>,
+    /// The session ticket keys, unless tickets are off.
+    tickets: Option<Arc<TicketKeys>>,
+    /// The client CA certificates (DER) and whether one is required: a reload keeps the
+    /// ticket keys only if these are the same, so that no session resumes past a change of
+    /// who may authenticate.
+    client_trust: Option<(Arc<[Vec<u8>]>, ClientAuth)>,
 }
 
 impl std::fmt::Debug for ServerTls {
@@ -190,6 +200,7 @@ impl ServerSettings {
         let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(versions)
             .map_err(|e| internal(Part::Certificate(0), first, e))?;
+        let mut client_trust = None;
         let builder = match &self.client_ca {
             None => builder.with_no_client_auth(),
             Some((file, auth)) => {
@@ -199,8 +210,9 @@ impl ServerSettings {
                     message,
                 };
                 let mut roots = RootCertStore::empty();
-                let (added, ignored) =
-                    roots.add_parsable_certificates(read_certificates(Part::ClientCa, file)?);
+                let read = read_certificates(Part::ClientCa, file)?;
+                client_trust = Some((read.iter().map(|c| c.to_vec()).collect(), *auth));
+                let (added, ignored) = roots.add_parsable_certificates(read);
                 if added == 0 {
                     return Err(error(format!(
                         "holds no usable CA certificate ({ignored} could not be parsed)"
@@ -232,10 +244,7 @@ impl ServerSettings {
         // ChaCha20-Poly1305), not the client's, as HAProxy and nginx are usually set up
         // (`prefer-server-ciphers`).
         config.ignore_client_order = true;
-        // Stateless resumption (tickets under a key rotated every 6 hours), so a returning
-        // client skips the full handshake; a reload starts a new key.
-        config.ticketer = rustls::crypto::ring::Ticketer::new()
-            .map_err(|e| internal(Part::Certificate(0), first, e))?;
+        let tickets = TicketKeys::install(&mut config, self.session_tickets)?;
         Ok(ServerTls {
             acceptor: TlsAcceptor::from(Arc::new(config)),
             certificates: certificates.into(),
@@ -244,6 +253,8 @@ impl ServerSettings {
             ocsp_fetches: ocsp_fetches.into(),
             acme_ocsp_fetch: self.ocsp_fetch,
             ocsp_notes: ocsp_notes.into(),
+            tickets,
+            client_trust,
         })
     }
 }
@@ -414,6 +425,30 @@ impl ServerTls {
         self.acceptor.config()
     }
 
+    /// How long its session tickets are accepted; `None` when tickets are off.
+    pub fn session_ticket_lifetime(&self) -> Option<Duration> {
+        self.tickets.as_ref().map(|keys| keys.lifetime())
+    }
+
+    /// Takes the session ticket keys of `previous` (the load this one replaces) when both
+    /// have tickets of the same lifetime and the same client CAs: tickets issued before a
+    /// reload then still resume sessions after it. Otherwise keeps its own, new keys.
+    pub fn keep_ticket_keys(&mut self, previous: &ServerTls) {
+        let (Some(mine), Some(theirs)) = (&self.tickets, &previous.tickets) else {
+            return;
+        };
+        if Arc::ptr_eq(mine, theirs)
+            || mine.lifetime() != theirs.lifetime()
+            || self.client_trust != previous.client_trust
+        {
+            return;
+        }
+        let mut config = ServerConfig::clone(self.acceptor.config());
+        config.ticketer = theirs.clone();
+        self.acceptor = TlsAcceptor::from(Arc::new(config));
+        self.tickets = Some(theirs.clone());
+    }
+
     /// Runs the server side of a handshake on `stream`. The caller bounds it in time.
     pub async fn accept<S>(
         &self,
@@ -438,6 +473,11 @@ impl ServerTls {
         };
         Ok((stream, info))
     }
+}
+
+/// Whether the handshake done on `stream` resumed a session (by ticket or from the cache).
+pub fn resumed<IO>(stream: &tokio_rustls::server::TlsStream<IO>) -> bool {
+    stream.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed)
 }
 
 /// The label a failed handshake is counted under (besides `timeout`, which the caller counts):
@@ -606,6 +646,7 @@ mod tests {
             client_ca: None,
             acme: None,
             ocsp_fetch: false,
+            session_tickets: Some(Duration::from_secs(3600)),
         };
         let served: Vec<Vec<u8>> = [Alpn::H2, Alpn::Http11]
             .into_iter()

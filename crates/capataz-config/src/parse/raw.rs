@@ -231,6 +231,8 @@ pub(super) struct RawTls {
     pub(super) acme: Option<Spanned<RawAcme>>,
     pub(super) hsts: Option<Spanned<RawHsts>>,
     pub(super) http3: Option<RawHttp3>,
+    pub(super) session_tickets: Option<Spanned<bool>>,
+    pub(super) session_ticket_lifetime: Option<Spanned<Value>>,
 }
 
 /// `[listeners.tls.http3]`.

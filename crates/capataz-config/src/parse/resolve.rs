@@ -174,6 +174,7 @@ pub(super) fn load_tls(config: &mut Config, now: i64) -> Result<(), ConfigError>
                 ),
                 Part::ClientCa => (tls.client_ca_line, format!("{at}.client_ca")),
                 Part::AcmeCaFile => (tls.acme_ca_line, format!("{at}.acme.ca_file")),
+                Part::SessionTickets => (None, format!("{at}.session_ticket_lifetime")),
             };
             ConfigError::Invalid {
                 file: config.source.clone(),

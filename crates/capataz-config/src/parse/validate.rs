@@ -32,6 +32,7 @@ mod proxy_protocol;
 mod rate_limit;
 mod redirect;
 mod route_match;
+mod session_tickets;
 mod sni;
 mod source;
 mod tcp;

@@ -597,7 +597,12 @@ where
     IO: AsyncRead + AsyncWrite + Unpin,
 {
     let reason = match tokio::time::timeout(limits.header_read_timeout, tls.accept(stream)).await {
-        Ok(Ok(done)) => return Some(done),
+        Ok(Ok(done)) => {
+            if crate::tls::resumed(&done.0) {
+                failures.count_resumed();
+            }
+            return Some(done);
+        }
         Ok(Err(error)) => {
             let reason = crate::tls::failure_reason(&error);
             tracing::debug!(%error, reason, "TLS handshake failed");

@@ -63,6 +63,7 @@ impl Owned {
     ) -> Result<ReloadSummary, StartError> {
         let old_config = supervisor.config();
         keep_started_settings(&old_config, &mut config);
+        keep_ticket_keys(&old_config, &mut config);
         // Refused once shutdown began: it would bind listeners shutdown is closing.
         if *supervisor.shutdown.borrow() {
             return Err(StartError::ShuttingDown);
@@ -262,6 +263,24 @@ impl Supervisor {
 
 /// A listener the new config adds, and its socket, bound.
 type Fresh = (ListenerConfig, super::ClientSocket);
+
+/// Each TLS listener of `config` that `old_config` has too (the same address or socket path)
+/// keeps its session ticket keys when its tickets' settings and client CAs are unchanged, so
+/// that clients resume their sessions across the reload (as HAProxy's `tls-ticket-keys` and
+/// Caddy's shared keys allow).
+fn keep_ticket_keys(old_config: &Config, config: &mut Config) {
+    for listener in &mut config.listeners {
+        let old = old_config.listeners.iter().find(|old| {
+            old.address == listener.address
+                && old.unix.as_ref().map(|u| &u.path) == listener.unix.as_ref().map(|u| &u.path)
+        });
+        let previous = old.and_then(|old| old.tls.as_ref()?.loaded.as_ref());
+        let loaded = listener.tls.as_mut().and_then(|tls| tls.loaded.as_mut());
+        if let (Some(previous), Some(loaded)) = (previous, loaded) {
+            loaded.keep_ticket_keys(previous);
+        }
+    }
+}
 
 /// What a reload does not change: the admin listener's address and settings (unless the new
 /// table is for the same address) and logging, set up at start.

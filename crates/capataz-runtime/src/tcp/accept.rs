@@ -115,7 +115,12 @@ async fn handshake(
     crate::tls::TlsInfo,
 )> {
     let reason = match tokio::time::timeout(timeout, tls.accept(stream)).await {
-        Ok(Ok(done)) => return Some(done),
+        Ok(Ok(done)) => {
+            if crate::tls::resumed(&done.0) {
+                failures.count_resumed();
+            }
+            return Some(done);
+        }
         Ok(Err(error)) => {
             let reason = crate::tls::failure_reason(&error);
             tracing::debug!(%error, reason, "TLS handshake failed");

@@ -1,5 +1,5 @@
-//! The TLS families: failed handshakes per listener and reason, and each loaded certificate's
-//! expiry time.
+//! The TLS families: failed handshakes per listener and reason, resumed handshakes per
+//! listener, and each loaded certificate's expiry time.
 
 use std::sync::{Arc, OnceLock};
 
@@ -20,6 +20,11 @@ struct HandshakeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ListenerLabels {
+    listener: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AcmeOrderLabels {
     listener: String,
     result: &'static str,
@@ -36,20 +41,38 @@ struct CertificateLabels {
 #[derive(Clone, Debug, Default)]
 pub struct TlsFamilies {
     handshake_failures: Family<HandshakeLabels, Counter>,
+    resumed_handshakes: Family<ListenerLabels, Counter>,
     certificate_expiry: Family<CertificateLabels, Gauge>,
     acme_orders: Family<AcmeOrderLabels, Counter>,
 }
 
-/// A listener's handshake failure counters, one per reason, resolved on the first failure
-/// (or at once for a listener that starts with TLS), so a plaintext listener has no series.
+/// A listener's handshake failure counters, one per reason, and its resumed handshakes
+/// counter, resolved on the first count (or at once for a listener that starts with TLS), so
+/// a plaintext listener has no series.
 #[derive(Clone, Debug)]
 pub struct HandshakeFailures {
     family: Family<HandshakeLabels, Counter>,
     listener: Arc<str>,
     counters: Arc<OnceLock<Vec<(&'static str, Counter)>>>,
+    resumed_family: Family<ListenerLabels, Counter>,
+    resumed: Arc<OnceLock<Counter>>,
 }
 
 impl HandshakeFailures {
+    /// Counts one handshake that resumed a session (by ticket or from the server's cache).
+    pub fn count_resumed(&self) {
+        self.resumed().inc();
+    }
+
+    fn resumed(&self) -> &Counter {
+        self.resumed.get_or_init(|| {
+            let labels = ListenerLabels {
+                listener: self.listener.to_string(),
+            };
+            self.resumed_family.get_or_create(&labels).clone()
+        })
+    }
+
     /// Counts one failed handshake; `reason` is one of `tls::FAILURE_REASONS`.
     pub fn count(&self, reason: &str) {
         if let Some((_, counter)) = self.counters().iter().find(|(r, _)| *r == reason) {
@@ -81,6 +104,11 @@ impl TlsFamilies {
             "TLS handshakes with clients that failed or timed out, by reason",
             families.handshake_failures.clone(),
         );
+        registry.register(
+            "capataz_tls_resumed_handshakes",
+            "TLS handshakes with clients that resumed a session (by ticket or from the cache)",
+            families.resumed_handshakes.clone(),
+        );
         registry.register_with_unit(
             "capataz_tls_certificate_expiry_timestamp",
             "When each certificate of a TLS listener expires (notAfter), in Unix time",
@@ -102,9 +130,12 @@ impl TlsFamilies {
             family: self.handshake_failures.clone(),
             listener: listener.into(),
             counters: Arc::default(),
+            resumed_family: self.resumed_handshakes.clone(),
+            resumed: Arc::default(),
         };
         if tls {
             failures.counters();
+            failures.resumed();
         }
         failures
     }

@@ -122,6 +122,8 @@ impl Validator<'_> {
                 (Some((file, auth)), Some(line))
             }
         };
+        let session_tickets =
+            self.session_tickets(&at, raw.session_tickets, raw.session_ticket_lifetime)?;
         Ok(ListenerTls {
             settings: ServerSettings {
                 certificates,
@@ -131,6 +133,7 @@ impl Validator<'_> {
                 client_ca,
                 acme,
                 ocsp_fetch: raw.ocsp_fetch.unwrap_or(false),
+                session_tickets,
             },
             certificate_lines,
             client_ca_line,

@@ -117,7 +117,17 @@ fn tls_settings_errors_name_the_line_and_the_key() {
                               { cert = "site.pem", key = "site.key", default = true }]"#,
             "7: listeners[0].tls.certificates[1].default: listeners[0].tls.certificates[0] is already the default".into(),
         ),
-        (&format!("{cert}\nsession_tickets = true"), "7: listeners[0].tls.session_tickets: unknown key \"session_tickets\"".into()),
+        (&format!("{cert}\nsession_ticket = true"), "7: listeners[0].tls.session_ticket: unknown key \"session_ticket\"".into()),
+        (&format!("{cert}\nsession_tickets = \"no\""), "7: listeners[0].tls.session_tickets: ".into()),
+        (&format!("{cert}\nsession_ticket_lifetime = 300"), "7: listeners[0].tls.session_ticket_lifetime: 300 is not a duration".into()),
+        (&format!("{cert}\nsession_ticket_lifetime = \"0s\""), r#"7: listeners[0].tls.session_ticket_lifetime: "0s" is zero"#.into()),
+        (&format!("{cert}\nsession_ticket_lifetime = \"500ms\""), r#"7: listeners[0].tls.session_ticket_lifetime: "500ms" is outside 1s to 168h (7 days"#.into()),
+        (&format!("{cert}\nsession_ticket_lifetime = \"169h\""), r#"7: listeners[0].tls.session_ticket_lifetime: "169h" is outside 1s to 168h"#.into()),
+        (&format!("{cert}\nsession_ticket_lifetime = \"1500ms\""), r#"7: listeners[0].tls.session_ticket_lifetime: "1500ms" is not a whole number of seconds"#.into()),
+        (
+            &format!("{cert}\nsession_tickets = false\nsession_ticket_lifetime = \"1h\""),
+            "8: listeners[0].tls.session_ticket_lifetime: session_tickets = false turns tickets off, so they have no lifetime (remove one of the two keys)".into(),
+        ),
     ] {
         let error = error_of(&pki, tls);
         assert!(error.starts_with(&want), "{error}\nwanted {want}");
@@ -236,4 +246,27 @@ fn the_documented_tls_example_is_valid() {
         tls.settings.client_ca.as_ref().map(|c| c.1),
         Some(capataz::tls::ClientAuth::Required)
     );
+}
+
+#[test]
+fn session_tickets_default_to_a_12_hour_lifetime_and_can_be_turned_off() {
+    let pki = Pki::new();
+    pki.server("site", &["site.test"], None);
+    let cert = r#"certificates = [{ cert = "site.pem", key = "site.key" }]"#;
+    let path = pki.dir.join("capataz.toml");
+    let hour = std::time::Duration::from_secs(3600);
+    for (lines, want) in [
+        ("", Some(12 * hour)),
+        ("session_tickets = true", Some(12 * hour)),
+        ("session_ticket_lifetime = \"5m\"", Some(hour / 12)),
+        ("session_ticket_lifetime = \"168h\"", Some(168 * hour)),
+        ("session_tickets = false", None),
+    ] {
+        std::fs::write(&path, format!("{BASE}[listeners.tls]\n{cert}\n{lines}\n")).unwrap();
+        let config = config::load(&path).expect("valid");
+        let tls = config.listeners[0].tls.as_ref().unwrap();
+        assert_eq!(tls.settings.session_tickets, want, "{lines}");
+        let loaded = tls.loaded.as_ref().expect("loaded");
+        assert_eq!(loaded.session_ticket_lifetime(), want, "{lines}");
+    }
 }

@@ -9,6 +9,7 @@ mod handshake;
 mod hostile;
 mod reload;
 mod sni_mtls;
+mod tickets;
 
 use std::path::Path;
 
