@@ -64,6 +64,16 @@ struct Started {
 }
 
 fn start_balancer(names: &[&str], weights: &[u32], extra: &str) -> Started {
+    start_balancer_listening(names, weights, extra, "")
+}
+
+/// As [`start_balancer`], `listener` added to the client listener's table.
+fn start_balancer_listening(
+    names: &[&str],
+    weights: &[u32],
+    extra: &str,
+    listener: &str,
+) -> Started {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -84,6 +94,7 @@ fn start_balancer(names: &[&str], weights: &[u32], extra: &str) -> Started {
     let text = ConfigText::new(&pairs)
         .weights(weights)
         .admin("")
+        .listener(listener)
         .extra(extra)
         .build();
     let config = config::parse_str(&text, "<dashboard test>").expect("valid test config");

@@ -1,6 +1,7 @@
 //! A pool with connection limits and sticky sessions shows its queue (requests waiting of its
 //! size, its timeout, the requests it refused) and its affinity in its header, and each backend its in-flight count over
-//! its limit: the same figures `/status` gives at that moment.
+//! its limit; a listener with `max_connections` its connections over it: the same figures
+//! `/status` gives at that moment.
 
 use super::*;
 
@@ -21,6 +22,9 @@ return {
   queue: pool ? text(pool, ".pool-head .queue") : null,
   queue_length: pool && pool.querySelector(".queue") ? pool.querySelector(".queue").dataset.length : null,
   affinity: pool ? text(pool, ".pool-head .affinity") : null,
+  listener: text(document, "#listeners .listener"),
+  listener_open: document.querySelector("#listeners .listener")
+    ? document.querySelector("#listeners .listener").dataset.open : null,
   backends: Array.from(document.querySelectorAll("tbody[data-backend]")).map((el) => ({
     backend: el.dataset.backend,
     in_flight: text(el, ".in-flight"),
@@ -41,7 +45,8 @@ fn hold(addr: SocketAddr, path: &str) -> TcpStream {
 fn dashboard_shows_a_pools_queue_and_affinity_and_each_backends_limit() {
     let driver = browser();
     let extra = format!("{LIMITS}{FAST_CHECKS}");
-    let started = start_balancer(&["a", "b"], &[], &extra);
+    // The listener holds at most the three requests below.
+    let started = start_balancer_listening(&["a", "b"], &[], &extra, "max_connections = 3");
     let admin = started.balancer.admin_addr().expect("the admin API runs");
     let listener = started.balancer.local_addrs()[0];
     let session = driver.session();
@@ -64,7 +69,7 @@ fn dashboard_shows_a_pools_queue_and_affinity_and_each_backends_limit() {
         let full = page["backends"].as_array().is_some_and(|b| {
             b.len() == 2 && b.iter().all(|b| b["in_flight"] == "1" && b["limit"] == "1")
         });
-        if full && page["queue_length"] == "1" {
+        if full && page["queue_length"] == "1" && page["listener_open"] == "3" {
             break page;
         }
         assert!(
@@ -102,6 +107,23 @@ fn dashboard_shows_a_pools_queue_and_affinity_and_each_backends_limit() {
         "{page:#}\n{pool:#}"
     );
     assert_eq!(pool["affinity"]["sticky"]["cookie"], "SRV", "{pool:#}");
+    // The listener, full with the three: the same figures as `/status`'s.
+    let listener_status = &status["listeners"][0];
+    assert_eq!(listener_status["open"], 3, "{listener_status:#}");
+    assert_eq!(listener_status["full"], true, "{listener_status:#}");
+    assert_eq!(
+        page["listener"].as_str(),
+        Some(
+            format!(
+                "listener listener-0 ({}, http): 3 connections of 3 max; {} waited at the limit \
+                 full: new connections wait",
+                listener_status["address"].as_str().expect("an address"),
+                listener_status["limit_reached"],
+            )
+            .as_str()
+        ),
+        "{page:#}\n{listener_status:#}"
+    );
     for b in pool["backends"].as_array().expect("backends") {
         let shown = page["backends"]
             .as_array()
