@@ -25,7 +25,13 @@ fn open(balancer: &capataz::server::Balancer) -> f64 {
 #[tokio::test]
 async fn sessions_over_the_listener_limit_wait_for_one_to_end() {
     let a = Greeter::start("a").await;
-    let text = config(&[("a", a.addr)], "max_connections = 2", "");
+    // No probes: a TCP connect probe would count in the greeter's `accepted` (every 2 s, so
+    // within a slow run).
+    let text = config(
+        &[("a", a.addr)],
+        "max_connections = 2",
+        "active.kind = \"none\"",
+    );
     let (balancer, _rx) = start(&text).await;
     let addr = balancer.local_addrs()[0];
     let mut first = TcpStream::connect(addr).await.expect("connect");
