@@ -13,6 +13,7 @@ use super::listener_limit::{open, reached, reply, sample, served, waiting};
 use crate::support::access_log::LogDir;
 use crate::support::balancer::{backends, parse, start, ConfigText};
 use crate::support::raw::{has_token, read_exact_buf, read_head, read_reply, RawBackend};
+use crate::support::tls::{self, Pki};
 use crate::support::unix::UnixClient;
 use crate::support::wait::wait_until;
 use crate::support::DEADLINE;
@@ -122,6 +123,59 @@ async fn an_upgraded_tunnel_holds_its_slot_until_it_closes() {
     let received = "capataz_client_received_bytes_total{listener=\"listener-0\"}";
     let expected = UPGRADE.len() + b"ping".len() + late_request;
     assert_eq!(sample(&balancer, received), expected as f64);
+}
+
+/// The same over TLS: the connection's slot was held outside the connection's future, by the
+/// task around it, which ended with it at the upgrade.
+#[tokio::test]
+async fn an_upgraded_tunnel_over_tls_holds_its_slot() {
+    let pki = Pki::new();
+    let echo = echo_backend().await;
+    let (cert, key) = pki.server("site", &["site.test"], None);
+    let listener = format!(
+        "max_connections = 1\n{}",
+        Pki::listener(&[(cert.as_path(), key.as_path())], "")
+    );
+    let text = ConfigText::new(&[echo.entry("echo")])
+        .listener(&listener)
+        .extra(NO_PROBES)
+        .build();
+    let (balancer, _rx) = start(&text).await;
+    let addr = balancer.local_addrs()[0];
+    let client = tls::Client::trusting(&pki);
+    let mut tunnel = client.connect(addr, "site.test").await.expect("handshake");
+    tunnel.write_all(UPGRADE).await.expect("send the upgrade");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    let read = async {
+        while !head.ends_with(b"\r\n\r\n") {
+            let n = tunnel.read(&mut byte).await.expect("read");
+            assert_eq!(n, 1, "closed before an answer");
+            head.push(byte[0]);
+        }
+        tunnel.write_all(b"ping").await.expect("send");
+        let mut echoed = [0u8; 4];
+        tunnel.read_exact(&mut echoed).await.expect("echoed");
+        assert_eq!(&echoed, b"ping");
+    };
+    tokio::time::timeout(DEADLINE, read)
+        .await
+        .expect("a 101 and an echo in time");
+    assert!(head.starts_with(b"HTTP/1.1 101"), "{head:?}");
+    assert_eq!(open(&balancer), 1.0, "the tunnel counted open");
+    // A TLS client meanwhile waits (its handshake not begun), served once the tunnel closes.
+    let next = tokio::spawn(async move {
+        let mut stream = client.connect(addr, "site.test").await.expect("handshake");
+        tls::get(&mut stream, "site.test").await
+    });
+    wait_until("the next found it full", || reached(&balancer) == 1.0).await;
+    drop(tunnel);
+    let (head, _) = tokio::time::timeout(DEADLINE, next)
+        .await
+        .expect("served within the deadline")
+        .expect("the client task")
+        .expect("an answer");
+    assert!(head.starts_with("http/1.1 200"), "{head}");
 }
 
 /// The next read on `stream` within the deadline: it must be its close (an end or a reset),
