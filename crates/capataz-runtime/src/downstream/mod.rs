@@ -381,31 +381,24 @@ where
         inner: stream,
         shared: shared.clone(),
         prefix: None,
+        _held: guard,
     };
-    serving(
-        io,
-        shared,
-        service,
-        info,
-        protocol,
-        limits,
-        proxy,
-        (done, guard),
-    )
+    serving(io, shared, service, info, protocol, limits, proxy, done)
 }
 
-/// [`serve`]'s future, past the setup; `held` (the watcher's [`Ended`] and the caller's
-/// guard, which counts the connection open) is dropped at its end.
+/// [`serve`]'s future, past the setup; `done` (the watcher's [`Ended`]) is dropped at its
+/// end, the caller's guard (which counts the connection open) with the socket (`io`): an
+/// upgraded connection's tunnel keeps it.
 #[allow(clippy::too_many_arguments)]
-async fn serving<IO, S, P, G>(
-    mut io: CountingIo<IO>,
+async fn serving<IO, S, P, G: Send + 'static>(
+    mut io: CountingIo<IO, G>,
     shared: Arc<ConnState>,
     service: S,
     client: Arc<ClientInfo>,
     protocol: Protocol,
     limits: Limits,
     proxy: Arc<P>,
-    held: (Ended, G),
+    done: Ended,
 ) where
     IO: AsyncRead + AsyncWrite + PeekPeer + Unpin + Send + 'static,
     S: hyper::service::HttpService<hyper::body::Incoming, ResBody = Tracked>
@@ -428,10 +421,9 @@ async fn serving<IO, S, P, G>(
         // The client closed without a byte, went away, or a timeout or shutdown closed the
         // connection.
         Some(Ok(None)) | Some(Err(_)) | None => {
-            let (done, guard) = held;
+            // The watcher's line first, then the socket (its bytes, then its guard).
             drop(done);
-            shared.count_bytes();
-            drop(guard);
+            drop(io);
             return;
         }
     };
@@ -454,11 +446,10 @@ async fn serving<IO, S, P, G>(
     if refused {
         proxy().count_refused();
     }
-    // The watcher's line first, then the bytes, then the connection counted closed.
-    let (done, guard) = held;
+    // The watcher's line; the socket is gone with hyper's connection (its bytes counted, then
+    // the connection counted closed), or lives on in an upgraded connection's tunnel.
     drop(done);
     shared.count_bytes();
-    drop(guard);
 }
 
 /// Tells the watcher, when dropped, that the connection has ended (however its future ends),
@@ -522,9 +513,9 @@ enum Run {
 /// does not park (it checks `active` itself, the watcher's look may be stale), and a request
 /// whose answer was sent while its body is still unread is no longer in progress for the
 /// counters, but hyper then closes the connection after it in any case.
-async fn serve_http1<IO, S>(
+async fn serve_http1<IO, S, G: Send + 'static>(
     shared: &ConnState,
-    mut io: CountingIo<IO>,
+    mut io: CountingIo<IO, G>,
     mut service: S,
     limits: &Limits,
 ) -> bool
@@ -704,7 +695,9 @@ const FIRST_READ: usize = 4096;
 /// Waits for the client's first bytes and reads them, to go back to `io` and be read again by
 /// hyper (`Some(false)`); `None` if the client closed without sending any. The buffer lives on
 /// the stack of one poll only, never in the connection's future.
-async fn first_bytes<IO: AsyncRead + Unpin>(io: &mut CountingIo<IO>) -> io::Result<Option<bool>> {
+async fn first_bytes<IO: AsyncRead + Unpin, G>(
+    io: &mut CountingIo<IO, G>,
+) -> io::Result<Option<bool>> {
     poll_fn(|cx| {
         let mut buf = [MaybeUninit::<u8>::uninit(); FIRST_READ];
         let mut read = ReadBuf::uninit(&mut buf);
@@ -724,7 +717,7 @@ async fn first_bytes<IO: AsyncRead + Unpin>(io: &mut CountingIo<IO>) -> io::Resu
 /// Reads the start of the connection until it is HTTP/2's preface (`Some(true)`) or cannot
 /// be (`Some(false)`); what was read goes back to `io`, to be read again by hyper. `None` if
 /// the client closed without sending a byte.
-async fn sniff<IO: AsyncRead + Unpin>(io: &mut CountingIo<IO>) -> io::Result<Option<bool>> {
+async fn sniff<IO: AsyncRead + Unpin, G>(io: &mut CountingIo<IO, G>) -> io::Result<Option<bool>> {
     let mut buf = [0u8; PREFACE.len()];
     let mut filled = 0;
     let h2 = loop {
@@ -905,14 +898,27 @@ impl Body for Tracked {
 }
 
 /// The client socket (TCP, or TLS over it), counting the bytes read and written.
-struct CountingIo<IO> {
+struct CountingIo<IO, G> {
     inner: IO,
     shared: Arc<ConnState>,
     /// Bytes read while detecting the protocol, read again first.
     prefix: Option<Bytes>,
+    /// The caller's guard (it counts the connection open), dropped with the socket: after
+    /// the connection's future, or after an upgraded connection's tunnel.
+    _held: G,
 }
 
-impl<IO: AsyncRead + Unpin> AsyncRead for CountingIo<IO> {
+impl<IO, G> Drop for CountingIo<IO, G> {
+    /// The bytes counted before the guard (a field, dropped after this) counts it closed.
+    fn drop(&mut self) {
+        self.shared.count_bytes();
+    }
+}
+
+/// Never pinned structurally: the guard is only held.
+impl<IO: Unpin, G> Unpin for CountingIo<IO, G> {}
+
+impl<IO: AsyncRead + Unpin, G> AsyncRead for CountingIo<IO, G> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -937,7 +943,7 @@ impl<IO: AsyncRead + Unpin> AsyncRead for CountingIo<IO> {
     }
 }
 
-impl<IO> CountingIo<IO> {
+impl<IO, G> CountingIo<IO, G> {
     fn count_write(&self, polled: &Poll<io::Result<usize>>) {
         if let Poll::Ready(Ok(n)) = polled {
             if *n > 0 {
@@ -947,7 +953,7 @@ impl<IO> CountingIo<IO> {
     }
 }
 
-impl<IO: AsyncWrite + PeekPeer + Unpin> AsyncWrite for CountingIo<IO> {
+impl<IO: AsyncWrite + PeekPeer + Unpin, G> AsyncWrite for CountingIo<IO, G> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

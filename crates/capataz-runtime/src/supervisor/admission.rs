@@ -2,7 +2,7 @@
 //!
 //! The count is the listener's `capataz_client_connections_open` gauge itself: a connection is
 //! [`Held`] from its accept (a TLS or QUIC handshake, a PROXY header and an SNI inspection
-//! included) to its close, and a connection is held only if the gauge was below the limit in
+//! included) to its close (an upgraded connection's tunnel included), and a connection is held only if the gauge was below the limit in
 //! force (one atomic step), so what the metrics show is what decides. A TCP or Unix socket
 //! loop that takes a connection at the limit keeps it unserved and accepts nothing more
 //! until a held connection closes (or a reload raises or removes the limit): the next
@@ -20,13 +20,14 @@ use super::listener::ListenerState;
 use crate::instruments::OpenConnection;
 
 /// One client connection a listener holds: counted in the balancer's open connections and in
-/// its listener's open gauge until dropped, then waking the listener's accept loops if it
-/// has a limit.
+/// its listener's open gauge until dropped, then waking the listener's accept loops (a
+/// reload may give a limit to a listener that had none: its loop waits for the connections
+/// taken before too).
 pub(super) struct Held {
     // Dropped in this order: the counts first, then the wake-up, so a woken loop sees them.
     _open: OpenConnection,
     _counted: Counted,
-    _freed: Option<Freed>,
+    _freed: Freed,
 }
 
 impl Held {
@@ -40,7 +41,7 @@ impl Held {
         Some(Held {
             _open: open,
             _counted: Counted(connections.clone()),
-            _freed: max.map(|_| Freed(state.room.clone())),
+            _freed: Freed(state.room.clone()),
         })
     }
 }
@@ -54,8 +55,7 @@ impl Drop for Counted {
     }
 }
 
-/// Wakes a listener's accept loops when dropped (only for listeners with a limit: nothing is
-/// paid per connection otherwise).
+/// Wakes a listener's accept loops waiting for room when dropped (none but at a limit).
 struct Freed(Arc<Notify>);
 
 impl Drop for Freed {

@@ -397,13 +397,13 @@ async fn accept_loop(
         let watch = watch.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
-            let _held = held;
             let connection = Connection {
                 tls,
                 protocol,
                 watch,
                 shutdown,
                 failures,
+                held,
             };
             if proxy_protocol {
                 let addresses = (peer, local);
@@ -509,6 +509,8 @@ struct Connection {
     watch: downstream::Watch,
     shutdown: watch::Receiver<bool>,
     failures: HandshakeFailures,
+    /// Counts the connection open until its socket closes (an upgraded one's tunnel included).
+    held: Held,
 }
 
 impl Connection {
@@ -529,13 +531,14 @@ impl Connection {
             watch,
             shutdown,
             failures,
+            held,
         } = self;
         let limits = *watch.limits();
         match tls {
             None => {
                 let mut client = ClientInfo::new(peer);
                 client.destination = destination;
-                downstream::serve(stream, client, protocol, &watch, proxy, ()).await
+                downstream::serve(stream, client, protocol, &watch, proxy, held).await
             }
             Some(tls) => {
                 let mut signal = shutdown.clone();
@@ -567,7 +570,7 @@ impl Connection {
                         protocol,
                         &watch,
                         proxy,
-                        (),
+                        held,
                     ))
                     .await;
                 }

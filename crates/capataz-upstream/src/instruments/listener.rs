@@ -11,6 +11,7 @@
 //! - bytes are not counted per request: the connection's socket already sums them (see
 //!   `downstream/mod.rs`) and its watcher adds them to the listener's counters a few times per timeout.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -242,13 +243,24 @@ impl ListenerMetrics {
     /// Counts a client connection open from its accept (before any TLS or QUIC handshake)
     /// until the guard is dropped; `None` (nothing counted) if `max` are open already: the
     /// count and the check are one atomic step, so no two connections take the last slot.
+    /// A refused connection leaves the gauge as it was: it never shows more than `max`, and
+    /// a loop waiting for room never reads a count another's refusal raised for a moment.
     pub fn open(self: &Arc<Self>, max: Option<usize>) -> Option<OpenConnection> {
-        let before = self.open.inc();
-        let guard = OpenConnection(self.clone());
         match max {
-            Some(max) if usize::try_from(before).unwrap_or(0) >= max => None,
-            _ => Some(guard),
+            None => {
+                self.open.inc();
+            }
+            Some(max) => {
+                let max = i64::try_from(max).unwrap_or(i64::MAX);
+                self.open
+                    .inner()
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
+                        (open < max).then_some(open + 1)
+                    })
+                    .ok()?;
+            }
         }
+        Some(OpenConnection(self.clone()))
     }
 
     /// The client connections open now (what a listener's `max_connections` bounds).
@@ -328,5 +340,47 @@ impl RouteMetrics {
                     })
             })
             .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+    use crate::instruments::HistogramScope;
+
+    /// Regression: a refused `open` counted the connection for a moment (added, then taken
+    /// back): the gauge showed more than `max`, and an accept loop waiting for room that read
+    /// it then went back to waiting while the slot was free. Two threads refused over and over
+    /// while this one looks at the gauge.
+    #[test]
+    fn a_refused_open_never_shows_over_the_limit() {
+        let mut registry = Registry::default();
+        let families = Families::register(&mut registry, HistogramScope::Pool);
+        let metrics = families.listener("front");
+        let held = metrics.open(Some(1)).expect("room for one");
+        let stop = AtomicBool::new(false);
+        let most = std::thread::scope(|scope| {
+            for _ in 0..2 {
+                scope.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        assert!(metrics.open(Some(1)).is_none(), "over the limit");
+                    }
+                });
+            }
+            let mut most = 0;
+            for _ in 0..2_000_000 {
+                most = most.max(metrics.open.get());
+                if most > 1 {
+                    break;
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+            most
+        });
+        assert_eq!(most, 1, "the gauge showed {most} open with a limit of 1");
+        drop(held);
+        assert_eq!(metrics.open.get(), 0);
     }
 }

@@ -24,10 +24,10 @@ use capataz::server::Balancer;
 
 /// How long a connection that must wait is watched for an answer it must not get. Only a
 /// check of absence: a slow machine can make it pass wrongly, never fail wrongly.
-const QUIET: Duration = Duration::from_millis(300);
+pub(super) const QUIET: Duration = Duration::from_millis(300);
 
 /// The value of the sample `series` (name and labels, as written), 0 if absent.
-fn sample(balancer: &Balancer, series: &str) -> f64 {
+pub(super) fn sample(balancer: &Balancer, series: &str) -> f64 {
     metrics_text(balancer)
         .lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
@@ -35,7 +35,7 @@ fn sample(balancer: &Balancer, series: &str) -> f64 {
 }
 
 /// The first listener's open connections, as its gauge says.
-fn open(balancer: &Balancer) -> f64 {
+pub(super) fn open(balancer: &Balancer) -> f64 {
     sample(
         balancer,
         "capataz_client_connections_open{listener=\"listener-0\"}",
@@ -43,7 +43,7 @@ fn open(balancer: &Balancer) -> f64 {
 }
 
 /// Times the first listener reached its limit.
-fn reached(balancer: &Balancer) -> f64 {
+pub(super) fn reached(balancer: &Balancer) -> f64 {
     sample(
         balancer,
         "capataz_client_connections_limit_reached_total{listener=\"listener-0\"}",
@@ -59,13 +59,13 @@ fn status_listener(balancer: &Balancer) -> serde_json::Value {
 }
 
 /// Sends a keep-alive `GET path`.
-async fn send_get(stream: &mut TcpStream, path: &str) {
+pub(super) async fn send_get(stream: &mut TcpStream, path: &str) {
     let request = format!("GET {path} HTTP/1.1\r\nHost: app.test\r\n\r\n");
     stream.write_all(request.as_bytes()).await.expect("send");
 }
 
 /// A keep-alive connection that was served one request.
-async fn served(addr: SocketAddr) -> TcpStream {
+pub(super) async fn served(addr: SocketAddr) -> TcpStream {
     let mut stream = TcpStream::connect(addr).await.expect("connect");
     send_get(&mut stream, "/").await;
     let reply = reply(&mut stream).await.expect("an answer");
@@ -74,7 +74,7 @@ async fn served(addr: SocketAddr) -> TcpStream {
 }
 
 /// The next answer on `stream`, within the deadline.
-async fn reply(stream: &mut TcpStream) -> Option<Reply> {
+pub(super) async fn reply(stream: &mut TcpStream) -> Option<Reply> {
     let mut buf = Vec::new();
     tokio::time::timeout(DEADLINE, read_reply(stream, &mut buf))
         .await
@@ -83,7 +83,7 @@ async fn reply(stream: &mut TcpStream) -> Option<Reply> {
 
 /// A connection that connected (the kernel's backlog took it) and sent a request, which
 /// must not be answered while the listener is full.
-async fn waiting(addr: SocketAddr) -> TcpStream {
+pub(super) async fn waiting(addr: SocketAddr) -> TcpStream {
     let mut stream = TcpStream::connect(addr)
         .await
         .expect("the backlog takes it");

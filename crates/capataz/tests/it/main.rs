@@ -44,6 +44,7 @@ mod h2_nginx;
 mod hostile_path;
 mod http3;
 mod listener_limit;
+mod listener_limit_edges;
 mod manual;
 mod member_states;
 mod metrics;
