@@ -8,8 +8,8 @@
 #   capataz  bench/capataz-h3.toml: TCP and UDP 127.0.0.1:9400, `[listeners.tls.http3]`
 #   caddy    the shared harness's Caddyfile (round robin, GET /healthz checks every 1 s) with
 #            `https://:9500`, `tls CERT KEY` and `protocols h1 h2 h3`: TCP and UDP :9500,
-#            GOMAXPROCS=1; in the h3x mode its idle backend pool raised to CONNS x STREAMS as
-#            the harness does for h2 (default 32 per backend)
+#            GOMAXPROCS=1; its idle backend pool raised to CONNS x STREAMS (at least 64) as
+#            the harness does for h2 (default 32 per backend: h3x would churn it)
 # Both terminate TLS 1.3 with the same self-signed ECDSA P-256 certificate for localhost (made
 # once with openssl in RUN_DIR/tls) and speak plaintext HTTP/1.1 with keep-alive to the backends.
 # The load generator, on OTHER_CPU with the backends:
@@ -26,8 +26,11 @@
 # starting proxy alternating by round; CPU per request is the proxy's utime+stime from /proc
 # over the run divided by the requests answered (per handshake in the *-new modes); conn/rq is
 # the kernel's TCP PassiveOpens over the run per request (in the h3 modes only the proxies'
-# backend connections are TCP: how often a proxy opened one). Medians, and per round the
-# ratio capataz / caddy (median of the per-round ratios, rounds capataz used less CPU).
+# backend connections are TCP: how often a proxy opened one); sys is the kernel's share of the
+# proxy's CPU (stime); UDP drops are the kernel's Udp RcvbufErrors over the run (datagrams
+# dropped for a full socket receive buffer, host-wide: each costs QUIC a retransmission).
+# Medians, and per round the ratio capataz / caddy (median of the per-round ratios, rounds
+# capataz did better).
 #
 # Usage: flock /tmp/capataz-bench.lock bench/h3.sh
 #        env: CONNS=50 STREAMS=10 DURATION=5 ROUNDS=5 MODES="h3 h3x h3-new https-new"
@@ -72,6 +75,7 @@ if [[ -z ${CAPATAZ_BIN:-} || -z ${H3LOAD_BIN:-} ]]; then
     CAPATAZ_BIN=${CAPATAZ_BIN:-$RUN_DIR/capataz} H3LOAD_BIN=${H3LOAD_BIN:-$RUN_DIR/h3load}
 fi
 log "capataz: $CAPATAZ_BIN ($(cd "$ROOT_DIR" && git rev-parse --short HEAD)), h3load: $H3LOAD_BIN"
+log "UDP socket buffers: rmem_default $(cat /proc/sys/net/core/rmem_default), rmem_max $(cat /proc/sys/net/core/rmem_max)"
 log "host: $(nproc) vCPU $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo), kernel $(uname -r), $(nginx -v 2>&1 | sed 's/.*: //'), caddy $(caddy version | awk '{print $1}')"
 
 # The certificate: self-signed ECDSA P-256 for localhost and 127.0.0.1, as the harness makes.
@@ -90,6 +94,7 @@ wait_port 9101 "$LAST_PID"; wait_port 9102 "$LAST_PID"
 pool=$(( CONNS * STREAMS > 64 ? CONNS * STREAMS : 64 ))
 sed -E -e "s#^http://:9500 \{#https://:9500 {#" \
        -e "s#^([[:space:]]*)bind 127\.0\.0\.1\$#&\n\1tls $BENCH_CERT $BENCH_KEY#" \
+       -e "s#^([[:space:]]*)\# no h3: .*#\1\# h3 on: bench/h3.sh (a UDP listener on :9500, Alt-Svc on TCP answers)#" \
        -e "s#^([[:space:]]*protocols) h1\$#\1 h1 h2 h3#" \
        -e "s#^([[:space:]]*)health_timeout 1s\$#&\n\1transport http {\n\1\tkeepalive_idle_conns_per_host $pool\n\1}#" \
     "$SHARED/Caddyfile" >"$RUN_DIR/caddy/Caddyfile"
@@ -158,6 +163,10 @@ proc_sys_ticks() { # stime ticks of PID (all threads): the kernel's share of pro
     local s; s=$(cat "/proc/$1/stat"); s=${s##*) }; read -r -a f <<<"$s"; echo "${f[12]}"
 }
 
+udp_drops() { # the kernel's count of UDP datagrams dropped for a full receive buffer (host-wide)
+    awk '/^Udp:/ { if (!h) { for (i = 2; i <= NF; i++) if ($i == "RcvbufErrors") c = i; h = 1 } else print $c }' /proc/net/snmp
+}
+
 passive_opens() { # the kernel's count of accepted TCP connections (host-wide)
     awk '/^Tcp:/ { if (!h) { for (i = 2; i <= NF; i++) if ($i == "PassiveOpens") c = i; h = 1 } else print $c }' /proc/net/snmp
 }
@@ -165,34 +174,34 @@ passive_opens() { # the kernel's count of accepted TCP connections (host-wide)
 for mode in "${MODES[@]}"; do   # warm-up: connections, pools, caches
     for tgt in "${TARGETS[@]}"; do DURATION=2 run_mode "$mode" "$tgt" "$RUN_DIR/warmup.txt"; done
 done
-printf 'round\tmode\ttarget\treq_s\tp50_us\tp99_us\tcpu_us_per_req\tbackend_conns_per_req\tfailed\trequests\tsys_us_per_req\n' >"$RES"
+printf 'round\tmode\ttarget\treq_s\tp50_us\tp99_us\tcpu_us_per_req\tbackend_conns_per_req\tfailed\trequests\tsys_us_per_req\tudp_rcvbuf_drops\n' >"$RES"
 for round in $(seq "$ROUNDS"); do
     for mode in "${MODES[@]}"; do
         for ((i = 0; i < 2; i++)); do
             tgt=${TARGETS[(i + round - 1) % 2]}
             out=$RUN_DIR/$mode-$round-$tgt.txt
-            before=$(proc_ticks "${PID[$tgt]}"); sys0=$(proc_sys_ticks "${PID[$tgt]}"); po0=$(passive_opens)
+            before=$(proc_ticks "${PID[$tgt]}"); sys0=$(proc_sys_ticks "${PID[$tgt]}"); po0=$(passive_opens); ud0=$(udp_drops)
             run_mode "$mode" "$tgt" "$out"
-            after=$(proc_ticks "${PID[$tgt]}"); sys1=$(proc_sys_ticks "${PID[$tgt]}"); po1=$(passive_opens)
+            after=$(proc_ticks "${PID[$tgt]}"); sys1=$(proc_sys_ticks "${PID[$tgt]}"); po1=$(passive_opens); ud1=$(udp_drops)
             cpu=$(calc "($after - $before) * $TICK_US / $REQS")
             sys=$(calc "($sys1 - $sys0) * $TICK_US / $REQS")
             conns=$(calc "($po1 - $po0) / $REQS")
-            printf '%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.3f\t%s\t%s\t%.2f\n' "$round" "$mode" "$tgt" "$RPS" "$P50" "$P99" \
-                "$cpu" "$conns" "$FAILED" "$REQS" "$sys" >>"$RES"
-            log "round $round $mode $tgt: $RPS req/s, p50 $P50 us, p99 $P99 us, CPU $(printf %.2f "$cpu") us/request ($(printf %.2f "$sys") in the kernel), conn/rq $(printf %.3f "$conns"), failed $FAILED"
+            printf '%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.3f\t%s\t%s\t%.2f\t%s\n' "$round" "$mode" "$tgt" "$RPS" "$P50" "$P99" \
+                "$cpu" "$conns" "$FAILED" "$REQS" "$sys" $(( ud1 - ud0 )) >>"$RES"
+            log "round $round $mode $tgt: $RPS req/s, p50 $P50 us, p99 $P99 us, CPU $(printf %.2f "$cpu") us/request ($(printf %.2f "$sys") in the kernel), conn/rq $(printf %.3f "$conns"), UDP drops $(( ud1 - ud0 )), failed $FAILED"
         done
     done
 done
 
 echo
 echo "CONNS=$CONNS STREAMS=$STREAMS DURATION=${DURATION}s ROUNDS=$ROUNDS; medians (CPU: the proxy's, per request; *-new: per handshake)"
-printf '%-10s %-8s %10s %9s %9s %11s %11s %8s %7s\n' mode target req_s p50_us p99_us cpu_us_req sys_us_req conn/rq failed
+printf '%-10s %-8s %10s %9s %9s %11s %11s %8s %9s %7s\n' mode target req_s p50_us p99_us cpu_us_req sys_us_req conn/rq udp_drops failed
 col() { awk -F'\t' -v m="$1" -v t="$2" -v c="$3" '$2==m && $3==t {print $c}' "$RES" | median; }
 for mode in "${MODES[@]}"; do
     for tgt in "${TARGETS[@]}"; do
-        printf '%-10s %-8s %10.0f %9.0f %9.0f %11.2f %11.2f %8.3f %7s\n' "$mode" "$tgt" "$(col "$mode" "$tgt" 4)" \
+        printf '%-10s %-8s %10.0f %9.0f %9.0f %11.2f %11.2f %8.3f %9s %7s\n' "$mode" "$tgt" "$(col "$mode" "$tgt" 4)" \
             "$(col "$mode" "$tgt" 5)" "$(col "$mode" "$tgt" 6)" "$(col "$mode" "$tgt" 7)" "$(col "$mode" "$tgt" 11)" \
-            "$(col "$mode" "$tgt" 8)" "$(awk -F'\t' -v m="$mode" -v t="$tgt" '$2==m && $3==t {n+=$9} END {print n+0}' "$RES")"
+            "$(col "$mode" "$tgt" 8)" "$(col "$mode" "$tgt" 12)" "$(awk -F'\t' -v m="$mode" -v t="$tgt" '$2==m && $3==t {n+=$9} END {print n+0}' "$RES")"
     done
 done
 echo "capataz / caddy, round by round (median of the per-round ratios; rounds capataz won):"

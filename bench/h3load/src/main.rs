@@ -153,6 +153,7 @@ fn micros(since: Instant) -> u32 {
 async fn run_keepalive(args: &Args, config: quinn::ClientConfig) -> (Tally, Duration) {
     let mut tally = Tally::default();
     let mut senders = Vec::new();
+    let setup = Instant::now();
     for _ in 0..args.connections {
         let opened = endpoint(&config, args.addr).map_err(|e| format!("socket: {e}"));
         match opened {
@@ -163,6 +164,7 @@ async fn run_keepalive(args: &Args, config: quinn::ClientConfig) -> (Tally, Dura
             Err(e) => tally.fail(e),
         }
     }
+    println!("setup_s: {:.3}", setup.elapsed().as_secs_f64());
     let start = Instant::now();
     let deadline = start + args.duration;
     let mut tasks = Vec::new();
@@ -191,10 +193,14 @@ async fn run_keepalive(args: &Args, config: quinn::ClientConfig) -> (Tally, Dura
         tally.merge(task.await.expect("request loop"));
     }
     let elapsed = start.elapsed();
-    for (endpoint, connection, _) in senders {
+    let closing = Instant::now();
+    for (_, connection, _) in &senders {
         connection.close(0u32.into(), b"done");
+    }
+    for (endpoint, _, _) in senders {
         endpoint.wait_idle().await;
     }
+    println!("close_s: {:.3}", closing.elapsed().as_secs_f64());
     (tally, elapsed)
 }
 
