@@ -19,6 +19,8 @@
 #             (a full handshake, no resumption, no 0-RTT), then the next
 #   https-new hey -disable-keepalive -c CONNS (bench/hey-sni/hey): the same over TCP + TLS 1.3,
 #             as `bench/peers.sh -P https-new` (skipped when hey is not installed)
+#   https     wrk -t1 -c CONNS: HTTP/1.1 over TCP + TLS 1.3, kept alive, as `bench/peers.sh -P
+#             https` (not in the default MODES: the TCP reference for h3)
 # bench/h3load (bench/h3load/, quinn + h3 + rustls, as capataz's own listener) is the HTTP/3
 # client because Debian's h2load is built without ngtcp2 and its curl without HTTP/3.
 # Before measuring, each proxy must reach b1 and b2 (curl over TCP) and answer over HTTP/3
@@ -36,7 +38,7 @@
 #        env: CONNS=50 STREAMS=10 DURATION=5 ROUNDS=5 MODES="h3 h3x h3-new https-new"
 #             PROXY_CPU=0 OTHER_CPU=1 RUN_DIR=/tmp/bench-h3 SHARED=../shared/bench
 #             CAPATAZ_BIN=... H3LOAD_BIN=... (default: a release build of this tree)
-# Needs: nginx, caddy, curl, openssl, taskset (hey for https-new). Runtime: about
+# Needs: nginx, caddy, curl, openssl, taskset (hey for https-new, wrk for https). Runtime: about
 # ROUNDS x MODES x 2 x (DURATION + 2 s) + 1 min.
 set -Eeuo pipefail
 LOG_TAG=h3
@@ -60,6 +62,7 @@ if [[ " ${MODES[*]} " == *" https-new "* ]] && ! command -v hey >/dev/null; then
     log "hey is not installed: leaving out https-new (apt-get install -y hey)"
     read -r -a MODES <<<"$(tr ' ' '\n' <<<"${MODES[*]}" | grep -vx https-new | tr '\n' ' ')"
 fi
+if [[ " ${MODES[*]} " == *" https "* ]]; then command -v wrk >/dev/null || die "missing command: wrk (mode https)"; fi
 for p in 9101 9102 9400 9500 9501; do
     if port_busy "$p" || [[ -n $(ss -Hlun "sport = :$p" 2>/dev/null) ]]; then
         die "127.0.0.1:$p already in use (not started by us)"
@@ -137,17 +140,29 @@ for tgt in "${TARGETS[@]}"; do
     log "check $tgt: b1 and b2 in rotation, $tls, HTTP/3 $(sed -n 's/^requests: //p' "$RUN_DIR/check-$tgt.txt")"
 done
 
+wrk_us() { # wrk_us FILE 50%|99%: that line of wrk --latency, in microseconds
+    awk -v q="$2" '$1==q { v=$2; u=v; sub(/[0-9.]+/, "", u); sub(/[a-z]+$/, "", v);
+                           m = (u=="us") ? 1 : (u=="ms") ? 1000 : (u=="s") ? 1000000 : 0; print v*m }' "$1"
+}
+
 run_mode() { # run_mode MODE TARGET OUT: the load; fills REQS RPS P50 P99 FAILED
     local mode=$1 tgt=$2 out=$3
     case $mode in
         h3) h3load "$tgt" "$out" -c "$CONNS" -m 1 -d "$DURATION" || true ;;
         h3x) h3load "$tgt" "$out" -c "$CONNS" -m "$STREAMS" -d "$DURATION" || true ;;
         h3-new) h3load "$tgt" "$out" --new -c "$CONNS" -d "$DURATION" || true ;;
+        https)
+            (pin "$OTHER_CPU" timeout -k 5 $(( DURATION + 60 )) wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency \
+                "https://127.0.0.1:${PORT[$tgt]}/") >"$out" 2>&1 || true ;;
         https-new)
             (pin "$OTHER_CPU" timeout -k 5 $(( DURATION + 60 )) "$BENCH_DIR/hey-sni/hey" -cpus 1 \
                 -disable-keepalive -c "$CONNS" -z "${DURATION}s" "https://127.0.0.1:${PORT[$tgt]}/") >"$out" 2>&1 || true ;;
     esac
-    if [[ $mode == https-new ]]; then
+    if [[ $mode == https ]]; then
+        REQS=$(awk '/ requests in / {print $1}' "$out"); RPS=$(awk '/^Requests\/sec:/ {print $2}' "$out")
+        P50=$(wrk_us "$out" 50%); P99=$(wrk_us "$out" 99%)
+        FAILED=$(awk '/Socket errors:/ {gsub(",", ""); n += $4 + $6 + $8 + $10} /Non-2xx or 3xx/ {n += $5} END {print n+0}' "$out")
+    elif [[ $mode == https-new ]]; then
         REQS=$(awk '/^  \[200\]/ {print $2}' "$out"); RPS=$(awk '/^  Requests\/sec:/ {print $2}' "$out")
         P50=$(awk '/^  50% in / {print $3 * 1e6}' "$out"); P99=$(awk '/^  99% in / {print $3 * 1e6}' "$out")
         FAILED=$(awk '/^Error distribution:/ {e=1} e && /^  \[[0-9]+\]/ {n+=substr($1, 2)} /^  \[[0-9]+\] [0-9]+ responses/ && $1 != "[200]" {n+=$2} END {print n+0}' "$out")
