@@ -132,11 +132,7 @@ async fn get(send: &mut Sender, args: &Args) -> Result<(), String> {
         .recv_response()
         .await
         .map_err(|e| format!("response: {e}"))?;
-    while let Some(mut chunk) = stream
-        .recv_data()
-        .await
-        .map_err(|e| format!("body: {e}"))?
-    {
+    while let Some(mut chunk) = stream.recv_data().await.map_err(|e| format!("body: {e}"))? {
         chunk.advance(chunk.remaining());
     }
     if head.status() != http::StatusCode::OK {
@@ -270,7 +266,11 @@ fn report(args: &Args, mut tally: Tally, elapsed: Duration) -> ExitCode {
     println!(
         "h3load: {mode}, {} connections x {} streams, {} thread(s), {}",
         args.connections,
-        if args.new_connections { 1 } else { args.streams },
+        if args.new_connections {
+            1
+        } else {
+            args.streams
+        },
         args.threads,
         args.uri
     );
