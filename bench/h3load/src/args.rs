@@ -76,3 +76,51 @@ impl Args {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(line: &str) -> Result<Args, String> {
+        Args::parse(line.split_whitespace().map(str::to_string))
+    }
+
+    #[test]
+    fn a_full_command_line_is_read_with_its_url_split_into_address_and_uri() {
+        let a = parse(
+            "--new -c 8 -m 3 -d 2 -t 2 --sni example.com --cert c.pem https://127.0.0.1:9400/x?y=1",
+        )
+        .unwrap();
+        assert!(a.new_connections);
+        assert_eq!((a.connections, a.streams, a.threads), (8, 3, 2));
+        assert_eq!(a.duration, Duration::from_secs(2));
+        assert_eq!(a.sni, "example.com");
+        assert_eq!(a.addr, "127.0.0.1:9400".parse().unwrap());
+        assert_eq!(a.uri, "https://127.0.0.1:9400/x?y=1");
+    }
+
+    #[test]
+    fn defaults_and_a_url_without_a_path() {
+        let a = parse("--cert c.pem https://[::1]:443").unwrap();
+        assert!(!a.new_connections);
+        assert_eq!((a.connections, a.streams, a.threads), (50, 1, 1));
+        assert_eq!(a.sni, "localhost");
+        assert_eq!(a.uri, "https://[::1]:443/");
+    }
+
+    #[test]
+    fn bad_command_lines_say_what_is_wrong() {
+        for (line, says) in [
+            ("--cert c.pem", "no URL"),
+            ("https://127.0.0.1:1/", "--cert is required"),
+            ("--cert c.pem https://localhost:443/", "IP:PORT"),
+            ("-c 0 --cert c.pem https://127.0.0.1:1/", "-c 0"),
+            ("-m x --cert c.pem https://127.0.0.1:1/", "-m x"),
+            ("-d", "-d needs a value"),
+            ("--bogus", "unexpected argument"),
+        ] {
+            let error = parse(line).unwrap_err();
+            assert!(error.contains(says), "{line}: {error}");
+        }
+    }
+}
