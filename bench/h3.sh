@@ -31,6 +31,7 @@
 # backend connections are TCP: how often a proxy opened one); sys is the kernel's share of the
 # proxy's CPU (stime); UDP drops are the kernel's Udp RcvbufErrors over the run (datagrams
 # dropped for a full socket receive buffer, host-wide: each costs QUIC a retransmission).
+# client_us is the load generator's own CPU per request (bash `times` around the run).
 # Medians, and per round the ratio capataz / caddy (median of the per-round ratios, rounds
 # capataz did better).
 #
@@ -147,6 +148,10 @@ wrk_us() { # wrk_us FILE 50%|99%: that line of wrk --latency, in microseconds
 
 run_mode() { # run_mode MODE TARGET OUT: the load; fills REQS RPS P50 P99 FAILED
     local mode=$1 tgt=$2 out=$3
+    # The load generator's CPU: bash `times` (this shell's reaped children, a subshell's own
+    # children included once it waited for them) just before and after it, into files, since
+    # `times` in a $(...) subshell would count that subshell's children only.
+    times >"$RUN_DIR/.times0"
     case $mode in
         h3) h3load "$tgt" "$out" -c "$CONNS" -m 1 -d "$DURATION" || true ;;
         h3x) h3load "$tgt" "$out" -c "$CONNS" -m "$STREAMS" -d "$DURATION" || true ;;
@@ -158,6 +163,7 @@ run_mode() { # run_mode MODE TARGET OUT: the load; fills REQS RPS P50 P99 FAILED
             (pin "$OTHER_CPU" timeout -k 5 $(( DURATION + 60 )) "$BENCH_DIR/hey-sni/hey" -cpus 1 \
                 -disable-keepalive -c "$CONNS" -z "${DURATION}s" "https://127.0.0.1:${PORT[$tgt]}/") >"$out" 2>&1 || true ;;
     esac
+    times >"$RUN_DIR/.times1"
     if [[ $mode == https ]]; then
         REQS=$(awk '/ requests in / {print $1}' "$out"); RPS=$(awk '/^Requests\/sec:/ {print $2}' "$out")
         P50=$(wrk_us "$out" 50%); P99=$(wrk_us "$out" 99%)
@@ -178,6 +184,10 @@ proc_sys_ticks() { # stime ticks of PID (all threads): the kernel's share of pro
     local s; s=$(cat "/proc/$1/stat"); s=${s##*) }; read -r -a f <<<"$s"; echo "${f[12]}"
 }
 
+times_secs() { # times_secs FILE: user+sys seconds of reaped children in a `times` output
+    awk 'NR==2 { s=0; for (i=1; i<=2; i++) { split($i, a, "m"); s += a[1]*60 + a[2] } printf "%.3f\n", s }' "$1"
+}
+
 udp_drops() { # the kernel's count of UDP datagrams dropped for a full receive buffer (host-wide)
     awk '/^Udp:/ { if (!h) { for (i = 2; i <= NF; i++) if ($i == "RcvbufErrors") c = i; h = 1 } else print $c }' /proc/net/snmp
 }
@@ -189,7 +199,7 @@ passive_opens() { # the kernel's count of accepted TCP connections (host-wide)
 for mode in "${MODES[@]}"; do   # warm-up: connections, pools, caches
     for tgt in "${TARGETS[@]}"; do DURATION=2 run_mode "$mode" "$tgt" "$RUN_DIR/warmup.txt"; done
 done
-printf 'round\tmode\ttarget\treq_s\tp50_us\tp99_us\tcpu_us_per_req\tbackend_conns_per_req\tfailed\trequests\tsys_us_per_req\tudp_rcvbuf_drops\n' >"$RES"
+printf 'round\tmode\ttarget\treq_s\tp50_us\tp99_us\tcpu_us_per_req\tbackend_conns_per_req\tfailed\trequests\tsys_us_per_req\tudp_rcvbuf_drops\tclient_cpu_us_per_req\n' >"$RES"
 for round in $(seq "$ROUNDS"); do
     for mode in "${MODES[@]}"; do
         for ((i = 0; i < 2; i++)); do
@@ -198,25 +208,26 @@ for round in $(seq "$ROUNDS"); do
             before=$(proc_ticks "${PID[$tgt]}"); sys0=$(proc_sys_ticks "${PID[$tgt]}"); po0=$(passive_opens); ud0=$(udp_drops)
             run_mode "$mode" "$tgt" "$out"
             after=$(proc_ticks "${PID[$tgt]}"); sys1=$(proc_sys_ticks "${PID[$tgt]}"); po1=$(passive_opens); ud1=$(udp_drops)
+            client=$(calc "($(times_secs "$RUN_DIR/.times1") - $(times_secs "$RUN_DIR/.times0")) * 1000000 / $REQS")
             cpu=$(calc "($after - $before) * $TICK_US / $REQS")
             sys=$(calc "($sys1 - $sys0) * $TICK_US / $REQS")
             conns=$(calc "($po1 - $po0) / $REQS")
-            printf '%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.3f\t%s\t%s\t%.2f\t%s\n' "$round" "$mode" "$tgt" "$RPS" "$P50" "$P99" \
-                "$cpu" "$conns" "$FAILED" "$REQS" "$sys" $(( ud1 - ud0 )) >>"$RES"
-            log "round $round $mode $tgt: $RPS req/s, p50 $P50 us, p99 $P99 us, CPU $(printf %.2f "$cpu") us/request ($(printf %.2f "$sys") in the kernel), conn/rq $(printf %.3f "$conns"), UDP drops $(( ud1 - ud0 )), failed $FAILED"
+            printf '%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.3f\t%s\t%s\t%.2f\t%s\t%.2f\n' "$round" "$mode" "$tgt" "$RPS" "$P50" "$P99" \
+                "$cpu" "$conns" "$FAILED" "$REQS" "$sys" $(( ud1 - ud0 )) "$client" >>"$RES"
+            log "round $round $mode $tgt: $RPS req/s, p50 $P50 us, p99 $P99 us, CPU $(printf %.2f "$cpu") us/request ($(printf %.2f "$sys") in the kernel), conn/rq $(printf %.3f "$conns"), UDP drops $(( ud1 - ud0 )), client CPU $(printf %.2f "$client") us/request, failed $FAILED"
         done
     done
 done
 
 echo
 echo "CONNS=$CONNS STREAMS=$STREAMS DURATION=${DURATION}s ROUNDS=$ROUNDS; medians (CPU: the proxy's, per request; *-new: per handshake)"
-printf '%-10s %-8s %10s %9s %9s %11s %11s %8s %9s %7s\n' mode target req_s p50_us p99_us cpu_us_req sys_us_req conn/rq udp_drops failed
+printf '%-10s %-8s %10s %9s %9s %11s %11s %8s %9s %10s %7s\n' mode target req_s p50_us p99_us cpu_us_req sys_us_req conn/rq udp_drops client_us failed
 col() { awk -F'\t' -v m="$1" -v t="$2" -v c="$3" '$2==m && $3==t {print $c}' "$RES" | median; }
 for mode in "${MODES[@]}"; do
     for tgt in "${TARGETS[@]}"; do
-        printf '%-10s %-8s %10.0f %9.0f %9.0f %11.2f %11.2f %8.3f %9s %7s\n' "$mode" "$tgt" "$(col "$mode" "$tgt" 4)" \
+        printf '%-10s %-8s %10.0f %9.0f %9.0f %11.2f %11.2f %8.3f %9s %10.2f %7s\n' "$mode" "$tgt" "$(col "$mode" "$tgt" 4)" \
             "$(col "$mode" "$tgt" 5)" "$(col "$mode" "$tgt" 6)" "$(col "$mode" "$tgt" 7)" "$(col "$mode" "$tgt" 11)" \
-            "$(col "$mode" "$tgt" 8)" "$(col "$mode" "$tgt" 12)" "$(awk -F'\t' -v m="$mode" -v t="$tgt" '$2==m && $3==t {n+=$9} END {print n+0}' "$RES")"
+            "$(col "$mode" "$tgt" 8)" "$(col "$mode" "$tgt" 12)" "$(col "$mode" "$tgt" 13)" "$(awk -F'\t' -v m="$mode" -v t="$tgt" '$2==m && $3==t {n+=$9} END {print n+0}' "$RES")"
     done
 done
 echo "capataz / caddy, round by round (median of the per-round ratios; rounds capataz won):"
