@@ -20,7 +20,7 @@
 #   https-new hey -disable-keepalive -c CONNS (bench/hey-sni/hey): the same over TCP + TLS 1.3,
 #             as `bench/peers.sh -P https-new` (skipped when hey is not installed)
 #   https     wrk -t1 -c CONNS: HTTP/1.1 over TCP + TLS 1.3, kept alive, as `bench/peers.sh -P
-#             https` (not in the default MODES: the TCP reference for h3)
+#             https` (the TCP reference for h3)
 # bench/h3load (bench/h3load/, quinn + h3 + rustls, as capataz's own listener) is the HTTP/3
 # client because Debian's h2load is built without ngtcp2 and its curl without HTTP/3.
 # Before measuring, each proxy must reach b1 and b2 (curl over TCP) and answer over HTTP/3
@@ -36,10 +36,10 @@
 # capataz did better).
 #
 # Usage: flock /tmp/capataz-bench.lock bench/h3.sh
-#        env: CONNS=50 STREAMS=10 DURATION=5 ROUNDS=5 MODES="h3 h3x h3-new https-new"
+#        env: CONNS=50 STREAMS=10 DURATION=5 ROUNDS=5 MODES="h3 h3x h3-new https-new https"
 #             PROXY_CPU=0 OTHER_CPU=1 RUN_DIR=/tmp/bench-h3 SHARED=../shared/bench
 #             CAPATAZ_BIN=... H3LOAD_BIN=... (default: a release build of this tree)
-# Needs: nginx, caddy, curl, openssl, taskset (hey for https-new, wrk for https). Runtime: about
+# Needs: nginx, caddy, curl, openssl, taskset, hey (https-new), wrk (https). Runtime: about
 # ROUNDS x MODES x 2 x (DURATION + 2 s) + 1 min.
 set -Eeuo pipefail
 LOG_TAG=h3
@@ -49,7 +49,7 @@ CONNS=${CONNS:-50} STREAMS=${STREAMS:-10} DURATION=${DURATION:-5} ROUNDS=${ROUND
 PROXY_CPU=${PROXY_CPU-0} OTHER_CPU=${OTHER_CPU-1}
 RUN_DIR=${RUN_DIR:-/tmp/bench-h3}
 SHARED=${SHARED:-$ROOT_DIR/../shared/bench}
-read -r -a MODES <<<"${MODES:-h3 h3x h3-new https-new}"
+read -r -a MODES <<<"${MODES:-h3 h3x h3-new https-new https}"
 TARGETS=(capataz caddy)
 declare -A PORT=([capataz]=9400 [caddy]=9500) PID=()
 mkdir -p "$RUN_DIR/nginx-backend"/{logs,tmp} "$RUN_DIR/caddy" "$RUN_DIR/tls"
