@@ -236,6 +236,7 @@ fn bind(
         Some(socket) => socket,
         None => std::net::UdpSocket::bind(address)?,
     };
+    widen_receive_buffer(&socket, &listener.name);
     let offer = crate::handover::duplicate(&socket)
         .inspect_err(|error| {
             tracing::warn!(listener = %listener.name, %error, "cannot duplicate the HTTP/3 socket: a binary upgrade will not hand it over");
@@ -243,6 +244,29 @@ fn bind(
         .ok()
         .map(Arc::new);
     Ok((socket, (config, key), offer))
+}
+
+/// The receive buffer asked for on an HTTP/3 socket: the kernel's default (about 208 KiB)
+/// drops datagrams under a burst of new connections, and a handshake that loses one waits
+/// for QUIC's probe timeout (about a second) to resend it. quic-go (Caddy) asks for 7 MiB.
+const QUIC_RECEIVE_BUFFER: usize = 4 << 20;
+
+/// Asks for [`QUIC_RECEIVE_BUFFER`] on `socket`; the kernel caps it at
+/// `net.core.rmem_max`, and a buffer smaller than asked is logged once (the listener serves
+/// all the same).
+fn widen_receive_buffer(socket: &std::net::UdpSocket, listener: &str) {
+    let socket = socket2::SockRef::from(socket);
+    let _ = socket.set_recv_buffer_size(QUIC_RECEIVE_BUFFER);
+    // Linux reports twice what it keeps for the data (the rest is its bookkeeping).
+    match socket.recv_buffer_size() {
+        Ok(got) if got / 2 < QUIC_RECEIVE_BUFFER => tracing::info!(
+            listener,
+            bytes = got / 2,
+            "the HTTP/3 socket's receive buffer is smaller than the 4 MiB asked for (raise net.core.rmem_max to let it grow)"
+        ),
+        Ok(_) => {}
+        Err(error) => tracing::debug!(listener, %error, "cannot read the HTTP/3 socket's receive buffer size"),
+    }
 }
 
 /// The QUIC endpoint reading `socket`, started once the listener accepts: in a process taking
@@ -379,5 +403,29 @@ async fn accept_loop(
         // The new process serves on the same socket: this one's connections end now (see the
         // module's documentation).
         endpoint.close(h3::H3_NO_ERROR, b"the server was upgraded");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel keeps what was asked for, up to `net.core.rmem_max`.
+    #[test]
+    fn the_quic_socket_gets_the_receive_buffer_the_kernel_allows() {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let before = socket2::SockRef::from(&socket)
+            .recv_buffer_size()
+            .expect("size");
+        widen_receive_buffer(&socket, "test");
+        let after = socket2::SockRef::from(&socket)
+            .recv_buffer_size()
+            .expect("size");
+        let max: usize = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+            .expect("rmem_max")
+            .trim()
+            .parse()
+            .expect("a number");
+        assert_eq!(after / 2, QUIC_RECEIVE_BUFFER.min(max), "before: {before}");
     }
 }
