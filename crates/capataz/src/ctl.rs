@@ -325,6 +325,10 @@ fn last_probe_of(b: &Value) -> String {
 pub fn render_status(status: &Value) -> String {
     let mut out = format!("capataz status at {} UTC\n", clock_of(&status["time"]));
     let empty = Vec::new();
+    for listener in status["listeners"].as_array().unwrap_or(&empty) {
+        out.push_str(&listener_line(listener));
+        out.push('\n');
+    }
     for pool in status["pools"].as_array().unwrap_or(&empty) {
         out.push('\n');
         out.push_str(&format!(
@@ -373,6 +377,29 @@ pub fn render_status(status: &Value) -> String {
     out
 }
 
+/// A client listener in the dashboard's words: the connections it holds, of its
+/// `max_connections` when it has one, the waits at that limit, and whether it is full now.
+fn listener_line(listener: &Value) -> String {
+    let open = listener["open"].as_u64().unwrap_or(0);
+    let mut line = format!(
+        "listener {} ({}, {}): {open} connection{}",
+        cell(&listener["name"]),
+        cell(&listener["address"]),
+        cell(&listener["mode"]),
+        if open == 1 { "" } else { "s" },
+    );
+    if let Some(max) = listener["max_connections"].as_u64() {
+        line.push_str(&format!(" of {max} max"));
+    }
+    if let Some(waited) = listener["limit_reached"].as_u64() {
+        line.push_str(&format!("; {waited} waited at the limit"));
+    }
+    if listener["full"] == Value::Bool(true) {
+        line.push_str(" full: new connections wait");
+    }
+    line
+}
+
 /// The sentence of an override's answer (`POST /backends/...`).
 pub fn render_override(answer: &Value) -> String {
     let who = format!("{}/{}", cell(&answer["pool"]), cell(&answer["backend"]));
@@ -411,6 +438,27 @@ pub fn render_reload(answer: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listener_line_says_its_connections_of_its_limit_and_when_it_is_full() {
+        let status = serde_json::json!({
+            "time": "2026-12-05T14:00:00Z",
+            "listeners": [
+                { "name": "web", "address": "127.0.0.1:8080", "mode": "http", "open": 3,
+                  "max_connections": 3, "full": true, "limit_reached": 2 },
+                { "name": "db", "address": "unix:/run/db.sock", "mode": "tcp", "open": 1,
+                  "max_connections": null, "full": false, "limit_reached": null },
+            ],
+            "pools": [],
+        });
+        assert_eq!(
+            render_status(&status),
+            "capataz status at 14:00:00 UTC\n\
+             listener web (127.0.0.1:8080, http): 3 connections of 3 max; 2 waited at the \
+             limit full: new connections wait\n\
+             listener db (unix:/run/db.sock, tcp): 1 connection\n"
+        );
+    }
 
     /// Regression: the path was pasted together unencoded, so `capataz ctl down web "web 2"`
     /// failed with "invalid uri character" and a `/` or `?` in a name reached another endpoint.
