@@ -11,7 +11,10 @@
 # Counting starts after the warm-up (callgrind_control -z) and is dumped after the N requests;
 # instructions / N. A fresh capataz under callgrind for each build and shape.
 #
-# Usage: bench/instructions-h2c.sh [BIN...]   (default: build this tree and measure it)
+# Usage: bench/instructions-h2c.sh [BIN...]   (default: build this tree and measure it; the
+#        word `haproxy` measures HAProxy 2.6 the same way: one thread, `bind ... proto h2`,
+#        HTTP/1.1 keep-alive to the same nginx with `http-reuse safe`, no health check, as
+#        capataz's `kind = "none"`)
 #        env: N=4000 SHAPES="-c1 -m1|-c10 -m10" BASE=9750 OTHER_CPU=1
 #             RUN_DIR=/tmp/bench-instructions-h2c
 # Needs: valgrind (callgrind), h2load (nghttp2-client), nginx, ss. Loopback only; every
@@ -24,7 +27,9 @@ N=${N:-4000} SHAPES=${SHAPES:--c1 -m1|-c10 -m10} BASE=${BASE:-9750} OTHER_CPU=${
 RUN_DIR=${RUN_DIR:-/tmp/bench-instructions-h2c}
 BACKEND=$((BASE + 1)) LISTENER=$((BASE + 2))
 mkdir -p "$RUN_DIR/nginx-backend"/{logs,tmp}
-need_tools valgrind callgrind_control callgrind_annotate h2load nginx ss
+tools=(valgrind callgrind_control callgrind_annotate h2load nginx ss)
+if [[ " $* " == *" haproxy "* ]]; then tools+=(haproxy); fi
+need_tools "${tools[@]}"
 for p in "$BACKEND" "$LISTENER"; do
     if port_busy "$p"; then die "127.0.0.1:$p already in use (set BASE=...)"; fi
 done
@@ -71,6 +76,23 @@ backends = [{ name = "b1", address = "127.0.0.1:$BACKEND" }]
 kind = "none"
 CAPATAZ
 
+cat >"$RUN_DIR/haproxy.cfg" <<HAPROXY
+global
+    nbthread 1
+defaults
+    mode http
+    option http-keep-alive
+    timeout connect 2s
+    timeout client 30s
+    timeout server 30s
+frontend h2c
+    bind 127.0.0.1:$LISTENER proto h2
+    default_backend bench
+backend bench
+    http-reuse safe
+    server b1 127.0.0.1:$BACKEND
+HAPROXY
+
 start backend "$OTHER_CPU" nginx -p "$RUN_DIR/nginx-backend/" -c "$RUN_DIR/nginx-backend/nginx.conf" -e "$RUN_DIR/nginx-backend/logs/error.log"
 wait_port "$BACKEND" "$LAST_PID"
 
@@ -80,8 +102,13 @@ for bin in "${bins[@]}"; do
         read -r -a h2args <<<"$shape"
         out=$RUN_DIR/$(basename "$bin")${shape// /}.cg
         rm -f "$out" "$out".*
-        start capataz "" env CAPATAZ_WORKER_THREADS=1 valgrind --tool=callgrind \
-            --callgrind-out-file="$out" "$bin" run --config "$RUN_DIR/capataz.toml"
+        if [[ $bin == haproxy ]]; then
+            start haproxy "" valgrind --tool=callgrind --callgrind-out-file="$out" \
+                haproxy -db -f "$RUN_DIR/haproxy.cfg"
+        else
+            start capataz "" env CAPATAZ_WORKER_THREADS=1 valgrind --tool=callgrind \
+                --callgrind-out-file="$out" "$bin" run --config "$RUN_DIR/capataz.toml"
+        fi
         pid=$LAST_PID
         wait_port "$LISTENER" "$pid" 60
         (pin "$OTHER_CPU" h2load "${h2args[@]}" -n 500 "http://127.0.0.1:$LISTENER/" >/dev/null)

@@ -99,7 +99,7 @@ mod watch;
 use crate::atomic_enum::atomic_enum;
 pub(crate) use gone::PeekPeer;
 use gone::PeerWatch;
-use stall::{Stall, StreamExec};
+use stall::{BoxedCalls, Stall, StreamExec};
 pub(crate) use watch::Watch;
 
 atomic_enum! {
@@ -401,8 +401,10 @@ async fn serving<IO, S, P, G: Send + 'static>(
     done: Ended,
 ) where
     IO: AsyncRead + AsyncWrite + PeekPeer + Unpin + Send + 'static,
-    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = Tracked>
-        + Unpin
+    S: hyper::service::Service<
+            http::Request<hyper::body::Incoming>,
+            Response = http::Response<Tracked>,
+        > + Unpin
         + Send
         + 'static,
     S::Future: Send + 'static,
@@ -438,6 +440,8 @@ async fn serving<IO, S, P, G: Send + 'static>(
             .set_capacity(streams.min(held).min(MAX_PRIVATE_H2));
         // Boxed, as the HTTP/1 connection below: this future stays small while it waits for
         // the first bytes.
+        // Each request's future boxed (`BoxedCalls`): the stream's task holds a pointer to it.
+        let service = BoxedCalls(service);
         let mut conn = Box::pin(http2_builder(&limits).serve_connection(TokioIo::new(io), service));
         drive(&shared, conn.as_mut(), |conn| conn.graceful_shutdown()).await
     } else {

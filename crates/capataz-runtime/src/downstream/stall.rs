@@ -88,6 +88,27 @@ where
     }
 }
 
+/// An HTTP/2 connection's service: `S`, with each request's future boxed. hyper moves every
+/// stream's task (its request's future inside) into the task it spawns; that future is the whole
+/// proxy path's (several KB), and the spawn copied it twice, at the stream's start, for about a
+/// quarter of the instructions of an HTTP/2 request (BENCHMARKS.md, "HTTP/2: where the
+/// instructions go"). Boxed, it is moved once, into its box, and the task holds a pointer.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct BoxedCalls<S>(pub(super) S);
+
+impl<S, R> hyper::service::Service<R> for BoxedCalls<S>
+where
+    S: hyper::service::Service<R>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<S::Future>>;
+
+    fn call(&self, req: R) -> Self::Future {
+        Box::pin(self.0.call(req))
+    }
+}
+
 /// Runs `stream` (a stream's task) until it ends, or until what its answer's body gave has
 /// been held, untaken by the client, for the answer's limit (see the module documentation).
 pub(super) async fn guard<F: Future<Output = ()>>(stream: F, stall: Arc<Stall>) {
