@@ -367,8 +367,11 @@ fn the_listeners_stop_accepting_at_shutdown_even_while_a_reload_is_applied() {
     let mut answer = Vec::new();
     let _ = stream.read_to_end(&mut answer);
     drop(gate);
-    let reloaded = balancer.finish();
+    // The stopper's answer first: stopping the balancer's thread (`finish`) could end the
+    // supervisor before it takes the stopper's command, queued behind the reload (a
+    // connection closed at once, taken in the same wake-up as the shutdown, left no time).
     let loops = stopper.join().expect("the stopping thread");
+    let reloaded = balancer.finish();
     assert!(
         answer.is_empty(),
         "a connection accepted after shutdown began was served: {}",
