@@ -14,9 +14,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 
-use super::listener::ListenerState;
+use super::listener::{shutting_down, ListenerState};
 use crate::instruments::OpenConnection;
 
 /// One client connection a listener holds: counted in the balancer's open connections and in
@@ -64,18 +64,38 @@ impl Drop for Freed {
     }
 }
 
+/// Holds the connection the listener of `state` just took: at once if it has room; else
+/// counts the listener full and holds it, unserved, once it has room (the next connections
+/// wait in the kernel's backlog meanwhile). `None` if the listener stops (`stop`) or shutdown
+/// begins (`down`) first: the connection is then closed unserved.
+pub(super) async fn admit(
+    state: &ArcSwap<ListenerState>,
+    connections: &Arc<AtomicUsize>,
+    (stop, down): (&mut watch::Receiver<bool>, &mut watch::Receiver<bool>),
+) -> Option<Held> {
+    if let Some(held) = Held::new(&state.load(), connections) {
+        return Some(held);
+    }
+    count_full(&state.load());
+    tokio::select! {
+        biased;
+        _ = stop.changed() => None,
+        _ = shutting_down(down) => None,
+        held = room(state, connections) => Some(held),
+    }
+}
+
 /// Counts that the listener of `state` was full when it took a connection.
-pub(super) fn count_full(state: &ListenerState) {
+fn count_full(state: &ListenerState) {
     if let Some(reached) = &state.limit_reached {
         reached.inc();
     }
     tracing::debug!(listener = %state.config.name, "at max_connections: a connection waits");
 }
 
-/// Holds a connection the listener of `state` took while full (already counted by
-/// [`count_full`]) once it has room: when a held connection closes, or a reload stores a
-/// state whose limit leaves room.
-pub(super) async fn room(state: &ArcSwap<ListenerState>, connections: &Arc<AtomicUsize>) -> Held {
+/// Holds a connection the listener of `state` took while full once it has room: when a held
+/// connection closes, or a reload stores a state whose limit leaves room.
+async fn room(state: &ArcSwap<ListenerState>, connections: &Arc<AtomicUsize>) -> Held {
     loop {
         let now = state.load_full();
         let room = now.room.clone();

@@ -93,8 +93,8 @@ pub(super) struct ListenerState {
     pub(super) proxy: Arc<Proxy>,
     /// A `mode = "tcp"` listener's relay (its `proxy` then has no routes).
     pub(super) tcp: Option<Arc<TcpRelay>>,
-    /// Notified when a connection of a listener with `max_connections` closes, and when a
-    /// reload stores a new state: what its accept loops wait on when full (the same for the
+    /// Notified when any of the listener's connections closes, and when a reload stores a
+    /// new state: what its accept loops wait on when full (the same for the
     /// listener's whole life, kept by every state a reload builds for it).
     pub(super) room: Arc<tokio::sync::Notify>,
     /// `capataz_client_connections_limit_reached_total` of a listener with `max_connections`.
@@ -354,17 +354,9 @@ async fn accept_loop(
             _ => stream.local_addr().ok(),
         };
         // At `max_connections`, it waits unserved, and the next ones in the kernel's backlog.
-        let held = match Held::new(&state.load(), &connections) {
-            Some(held) => held,
-            None => {
-                admission::count_full(&state.load());
-                tokio::select! {
-                    biased;
-                    _ = stop.changed() => return,
-                    _ = shutting_down(&mut down) => return,
-                    held = admission::room(&state, &connections) => held,
-                }
-            }
+        let admitted = admission::admit(&state, &connections, (&mut stop, &mut down)).await;
+        let Some(held) = admitted else {
+            return;
         };
         let state = state.clone();
         let now = state.load();

@@ -23,7 +23,7 @@ use tokio::io::Interest;
 use tokio::net::{TcpListener, UnixListener, UnixStream};
 use tokio::sync::watch;
 
-use super::admission::{self, Held};
+use super::admission;
 use super::listener::{handles, in_force, shutting_down, ListenerRt, ListenerState};
 use super::{StartError, Supervisor};
 use crate::config::{ListenerConfig, UnixListen, UNIX_CLIENT};
@@ -284,17 +284,9 @@ async fn accept_loop(
             }
         };
         // At `max_connections`, it waits unserved, and the next ones in the kernel's backlog.
-        let held = match Held::new(&state.load(), &connections) {
-            Some(held) => held,
-            None => {
-                admission::count_full(&state.load());
-                tokio::select! {
-                    biased;
-                    _ = stop.changed() => return,
-                    _ = shutting_down(&mut down) => return,
-                    held = admission::room(&state, &connections) => held,
-                }
-            }
+        let admitted = admission::admit(&state, &connections, (&mut stop, &mut down)).await;
+        let Some(held) = admitted else {
+            return;
         };
         let now = state.load();
         if let Some(relay) = &now.tcp {
