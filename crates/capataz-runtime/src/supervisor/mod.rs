@@ -133,6 +133,16 @@ pub(crate) struct Listening {
     state: Arc<arc_swap::ArcSwap<listener::ListenerState>>,
 }
 
+impl Listening {
+    /// The address it bound (its port, when configured as 0), or `unix:/path`.
+    fn shown_address(&self) -> String {
+        match &self.unix {
+            Some(path) => format!("unix:{}", path.display()),
+            None => self.local.to_string(),
+        }
+    }
+}
+
 /// The supervisor has stopped (the balancer stopped): a command can no longer be applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the balancer has stopped")]
@@ -450,10 +460,7 @@ impl Supervisor {
             .map(|listening| {
                 let state = listening.state.load();
                 let config = &state.config;
-                let address = match &listening.unix {
-                    Some(path) => format!("unix:{}", path.display()),
-                    None => listening.local.to_string(),
-                };
+                let address = listening.shown_address();
                 let mode = if config.tcp.is_some() { "tcp" } else { "http" };
                 let open = u64::try_from(state.proxy.metrics().open_now()).unwrap_or(0);
                 crate::status::ListenerView::new(
@@ -506,10 +513,7 @@ impl Supervisor {
                             return Err(io::Error::other(format!(
                                 "the socket of the listener on {} could not be duplicated at \
                                  its start",
-                                l.unix.as_ref().map_or_else(
-                                    || l.local.to_string(),
-                                    |path| format!("unix:{}", path.display())
-                                )
+                                l.shown_address()
                             )))
                         }
                     },
