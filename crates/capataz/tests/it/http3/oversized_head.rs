@@ -45,7 +45,7 @@ fn literal(flags: u8, prefix: u32, bytes: &[u8], out: &mut Vec<u8>) {
 }
 
 /// The HEADERS frame of `GET https://{SITE}/` with one more field, `name: value`.
-pub(super) fn headers_frame(name: &str, value: &[u8]) -> Vec<u8> {
+fn headers_frame(name: &str, value: &[u8]) -> Vec<u8> {
     // Required Insert Count 0, Delta Base 0: no dynamic table.
     let mut block = vec![0x00, 0x00];
     // Indexed field lines from the static table: :method GET (17), :scheme https (23),
@@ -65,7 +65,7 @@ pub(super) fn headers_frame(name: &str, value: &[u8]) -> Vec<u8> {
 }
 
 /// The first frame on `recv` (type and payload), read as it arrives.
-pub(super) async fn first_frame(recv: &mut quinn::RecvStream) -> (u64, Vec<u8>) {
+async fn first_frame(recv: &mut quinn::RecvStream) -> (u64, Vec<u8>) {
     let mut got = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
@@ -100,6 +100,44 @@ fn read_varint(bytes: &[u8]) -> Option<(u64, usize)> {
     Some((value, len))
 }
 
+/// A raw QUIC connection to the HTTP/3 listener at `addr`, its control stream open (its type,
+/// 0x00, and an empty SETTINGS frame, 0x04 with length 0), for heads written by hand. The
+/// control stream is kept: closing it would close the connection.
+pub(super) struct RawH3 {
+    _endpoint: quinn::Endpoint,
+    connection: quinn::Connection,
+    _control: quinn::SendStream,
+}
+
+impl RawH3 {
+    pub(super) async fn connect(pki: &Pki, addr: std::net::SocketAddr) -> RawH3 {
+        let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+        let connection = endpoint
+            .connect_with(client_config(pki), addr, SITE)
+            .unwrap()
+            .await
+            .expect("QUIC connection");
+        let mut control = connection.open_uni().await.unwrap();
+        control.write_all(&[0x00, 0x04, 0x00]).await.unwrap();
+        RawH3 {
+            _endpoint: endpoint,
+            connection,
+            _control: control,
+        }
+    }
+
+    /// A request stream of one HEADERS frame with the field `name: value`, then its end;
+    /// the first frame of the answer (its type and payload), within the deadline.
+    pub(super) async fn head(&self, name: &str, value: &[u8]) -> (u64, Vec<u8>) {
+        let (mut send, mut recv) = self.connection.open_bi().await.unwrap();
+        send.write_all(&headers_frame(name, value)).await.unwrap();
+        send.finish().unwrap();
+        tokio::time::timeout(DEADLINE, first_frame(&mut recv))
+            .await
+            .expect("an answer in time")
+    }
+}
+
 /// h3's answer to an oversized head: a HEADERS frame holding `:status: 431` alone, as its
 /// stateless QPACK encoder writes it: no dynamic table (0x00 0x00), a literal with the
 /// static name `:status` (index 24: 0x5f 0x09), and the value "431" Huffman-coded (RFC 7541
@@ -118,34 +156,12 @@ async fn an_oversized_http3_head_is_answered_431_and_counted_as_a_refused_head()
     )
     .await;
     let addr = udp_addr(&balancer);
-    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-    let connection = endpoint
-        .connect_with(client_config(&pki), addr, SITE)
-        .unwrap()
-        .await
-        .expect("QUIC connection");
-    // The control stream: its type (0x00) and an empty SETTINGS frame (0x04, length 0).
-    let mut control = connection.open_uni().await.unwrap();
-    control.write_all(&[0x00, 0x04, 0x00]).await.unwrap();
+    let raw = RawH3::connect(&pki, addr).await;
     // Within the limit: answered by the backend.
-    let (mut send, mut recv) = connection.open_bi().await.unwrap();
-    send.write_all(&headers_frame("x-small", &[b'v'; 100]))
-        .await
-        .unwrap();
-    send.finish().unwrap();
-    let (kind, _) = tokio::time::timeout(DEADLINE, first_frame(&mut recv))
-        .await
-        .expect("an answer in time");
+    let (kind, _) = raw.head("x-small", &[b'v'; 100]).await;
     assert_eq!(kind, 0x01, "a HEADERS frame");
     // One field of 5,000 bytes: over 4,096.
-    let (mut send, mut recv) = connection.open_bi().await.unwrap();
-    send.write_all(&headers_frame("x-big", &[b'v'; 5000]))
-        .await
-        .unwrap();
-    send.finish().unwrap();
-    let (kind, payload) = tokio::time::timeout(DEADLINE, first_frame(&mut recv))
-        .await
-        .expect("an answer in time");
+    let (kind, payload) = raw.head("x-big", &[b'v'; 5000]).await;
     assert_eq!((kind, payload.as_slice()), (0x01, &STATUS_431[..]));
     // Only the first request reached the backend; the second is counted as a head capataz
     // refused, under no route and method `other`.

@@ -7,11 +7,11 @@
 
 use http::{Method, Request};
 
-use super::oversized_head::{first_frame, headers_frame, STATUS_431};
+use super::oversized_head::{RawH3, STATUS_431};
 use super::{h3_balancer, json_log, udp_addr, SITE};
 use crate::support::access_log::{lines, wait_json, LogDir};
 use crate::support::balancer::{metrics_text, ConfigText};
-use crate::support::h3client::{client_config, connect, read_answer, H3Client};
+use crate::support::h3client::{connect, read_answer, H3Client};
 use crate::support::raw::length_backend;
 use crate::support::tls::Pki;
 use crate::support::wait::wait_until;
@@ -115,22 +115,8 @@ async fn refused_http3_heads_are_counted_as_over_http2_and_the_access_log_agrees
     let addr = udp_addr(&balancer);
     // A head over `max_header_bytes` (h3's own client keeps to the limit, so written by
     // hand): answered 431 by h3.
-    let endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
-    let raw = endpoint
-        .connect_with(client_config(&pki), addr, SITE)
-        .unwrap()
-        .await
-        .expect("QUIC connection");
-    let mut control = raw.open_uni().await.unwrap();
-    control.write_all(&[0x00, 0x04, 0x00]).await.unwrap();
-    let (mut send, mut recv) = raw.open_bi().await.unwrap();
-    send.write_all(&headers_frame("x-big", &[b'v'; 5000]))
-        .await
-        .unwrap();
-    send.finish().unwrap();
-    let (kind, payload) = tokio::time::timeout(DEADLINE, first_frame(&mut recv))
-        .await
-        .expect("an answer in time");
+    let raw = RawH3::connect(&pki, addr).await;
+    let (kind, payload) = raw.head("x-big", &[b'v'; 5000]).await;
     assert_eq!((kind, payload.as_slice()), (0x01, &STATUS_431[..]));
     // Malformed: reset, not answered.
     let mut client = connect(&pki, addr, SITE).await.unwrap();
