@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use super::listener_limit::{open, reached, reply, sample, served, waiting};
 use crate::support::access_log::LogDir;
 use crate::support::balancer::{backends, parse, start, ConfigText};
-use crate::support::raw::{has_token, read_exact_buf, read_head, read_reply, RawBackend};
+use crate::support::raw::{echo_backend, read_exact_buf, read_head, read_reply, RawBackend};
 use crate::support::tls::{self, Pki};
 use crate::support::unix::UnixClient;
 use crate::support::wait::wait_until;
@@ -20,38 +20,6 @@ use crate::support::DEADLINE;
 
 /// No probes: only the listener is exercised.
 const NO_PROBES: &str = "[pools.web.active]\nkind = \"none\"\n";
-
-/// Plain requests get `200 plain` (keep-alive); an upgrade request gets a 101 and an echo.
-async fn echo_backend() -> RawBackend {
-    RawBackend::start(|mut stream, hits| async move {
-        let mut buf = Vec::new();
-        loop {
-            let Some(head) = read_head(&mut stream, &mut buf).await else {
-                return;
-            };
-            hits.fetch_add(1, Ordering::SeqCst);
-            if has_token(&head, "connection", "upgrade") {
-                break;
-            }
-            let plain = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nplain";
-            if stream.write_all(plain).await.is_err() {
-                return;
-            }
-        }
-        let switch = b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n\
-                       Upgrade: websocket\r\n\r\n";
-        if stream.write_all(switch).await.is_err() {
-            return;
-        }
-        let mut chunk = [0u8; 4096];
-        while let Ok(n) = stream.read(&mut chunk).await {
-            if n == 0 || stream.write_all(&chunk[..n]).await.is_err() {
-                return;
-            }
-        }
-    })
-    .await
-}
 
 /// Regression: a reload that gave a limit to a listener without one left its connections
 /// opened before it unable to wake the accept loop when they closed (only connections taken

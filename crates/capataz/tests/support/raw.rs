@@ -289,3 +289,39 @@ pub async fn closes(stream: &mut TcpStream) -> bool {
     };
     tokio::time::timeout(DEADLINE, read_all).await.is_ok()
 }
+
+/// Plain requests get `200 plain` (keep-alive); an upgrade request gets a 101 and an echo.
+pub async fn echo_backend() -> RawBackend {
+    RawBackend::start(|mut stream, hits| async move {
+        let mut buf = Vec::new();
+        loop {
+            let Some(head) = read_head(&mut stream, &mut buf).await else {
+                return;
+            };
+            hits.fetch_add(1, Ordering::SeqCst);
+            let upgrade = has_token(&head, "connection", "upgrade")
+                && header(&head, "upgrade").is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+            if upgrade {
+                break;
+            }
+            let plain = b"HTTP/1.1 200 OK\r\nX-Backend: echo\r\nContent-Length: 5\r\n\r\nplain";
+            if stream.write_all(plain).await.is_err() {
+                return;
+            }
+        }
+        let switch = b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
+        if stream.write_all(switch).await.is_err() {
+            return;
+        }
+        if !buf.is_empty() && stream.write_all(&buf).await.is_err() {
+            return;
+        }
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = stream.read(&mut chunk).await {
+            if n == 0 || stream.write_all(&chunk[..n]).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await
+}
