@@ -1,0 +1,208 @@
+//! `openload`: an open-loop HTTP/1.1 load generator for the benchmarks (`bench/overload.sh`).
+//!
+//! A closed-loop generator (wrk, h2load) sends a connection's next request only when the last
+//! one is answered, so a proxy that stalls also slows the load, and its tail hides in requests
+//! never sent ("coordinated omission"). Here the load is a schedule: `-c` keep-alive
+//! connections, each sending one `GET` every `c / rate` seconds (connection `i`'s schedule
+//! offset by `i / rate`), whatever the answers do. A request whose connection is still busy
+//! when it is due is sent as soon as the connection is free, and its latency counts from when
+//! it was due (the wait is the proxy's doing); one whose connection was free counts from when
+//! it was sent (so the timer's own lateness, up to a millisecond with tokio's timer, is not
+//! counted). That is wrk2's correction; wrk2 itself is not packaged in Debian.
+//!
+//! One thread (a current-thread runtime). It prints what `bench/overload.sh` parses: requests
+//! due, answered, failed and answered with a status other than 2xx; the offered and achieved
+//! rate; latency percentiles in microseconds of the requests due after the warm-up.
+
+mod args;
+mod exchange;
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use args::Args;
+use exchange::Connection;
+
+/// What one connection brings back.
+#[derive(Default)]
+struct Tally {
+    latencies_us: Vec<u32>,
+    due: u64,
+    failed: u64,
+    not_2xx: u64,
+    first_error: Option<String>,
+    /// When the last answer of a measured request came.
+    last_answer: Option<Instant>,
+}
+
+impl Tally {
+    fn merge(&mut self, other: Tally) {
+        self.latencies_us.extend(other.latencies_us);
+        self.due += other.due;
+        self.failed += other.failed;
+        self.not_2xx += other.not_2xx;
+        if self.first_error.is_none() {
+            self.first_error = other.first_error;
+        }
+        self.last_answer = self.last_answer.max(other.last_answer);
+    }
+}
+
+fn main() -> ExitCode {
+    let args = match Args::parse(std::env::args().skip(1)) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("openload: {e}\n{}", args::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let (tally, measured) = runtime.block_on(run(&args));
+    report(&args, tally, measured)
+}
+
+/// Runs the schedule; gives what came back and when the measured part began.
+async fn run(args: &Args) -> (Tally, Instant) {
+    // Every connection is opened before the schedule starts.
+    let mut connections = Vec::with_capacity(args.connections);
+    for _ in 0..args.connections {
+        match Connection::open(args).await {
+            Ok(c) => connections.push(c),
+            Err(e) => {
+                let failed = Tally {
+                    failed: 1,
+                    first_error: Some(format!("connect to {}: {e}", args.addr)),
+                    ..Tally::default()
+                };
+                return (failed, Instant::now());
+            }
+        }
+    }
+    let start = Instant::now() + Duration::from_millis(50);
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, connection) in connections.into_iter().enumerate() {
+        let args = args.clone();
+        tasks.spawn(load(args, connection, start, i));
+    }
+    let mut tally = Tally::default();
+    while let Some(done) = tasks.join_next().await {
+        tally.merge(done.expect("a connection task panicked"));
+    }
+    (tally, start + args.warmup)
+}
+
+/// Connection `index`'s schedule, from `start` to the end of the warm-up and the run.
+async fn load(args: Args, mut connection: Connection, start: Instant, index: usize) -> Tally {
+    let rate = args.rate as f64;
+    let interval = Duration::from_secs_f64(args.connections as f64 / rate);
+    let mut due = start + Duration::from_secs_f64(index as f64 / rate);
+    let measured = start + args.warmup;
+    let end = measured + args.duration;
+    // An answer still missing this long after the end is a failure, so the run ends.
+    let give_up = end + Duration::from_secs(5);
+    let mut tally = Tally::default();
+    while due < end {
+        let began = if Instant::now() < due {
+            tokio::time::sleep_until(due.into()).await;
+            Instant::now()
+        } else {
+            due
+        };
+        let counted = due >= measured;
+        let answer = tokio::time::timeout_at(give_up.into(), connection.exchange()).await;
+        let answer = answer.unwrap_or_else(|_| Err("no answer before the run's end".into()));
+        if counted {
+            tally.due += 1;
+        }
+        match answer {
+            Ok(status) => {
+                if counted {
+                    let us = began.elapsed().as_micros().min(u32::MAX as u128) as u32;
+                    tally.latencies_us.push(us);
+                    tally.last_answer = Some(Instant::now());
+                    if !(200..300).contains(&status) {
+                        tally.not_2xx += 1;
+                    }
+                }
+            }
+            Err(e) => {
+                if counted {
+                    tally.failed += 1;
+                    tally.first_error.get_or_insert(e);
+                }
+                if Instant::now() >= give_up {
+                    break;
+                }
+                // A new connection for the next request; a failed connect fails that one.
+                if let Ok(fresh) = Connection::open(&args).await {
+                    connection = fresh;
+                }
+            }
+        }
+        due += interval;
+    }
+    tally
+}
+
+/// The nearest-rank percentile, `per_mille` thousandths (990: p99).
+fn percentile(sorted: &[u32], per_mille: usize) -> u32 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (per_mille * sorted.len()).div_ceil(1000);
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Prints the figures; `measured`: when the measured part began. The achieved rate is the
+/// answers over the time from then to the last answer (late answers stretch it).
+fn report(args: &Args, mut tally: Tally, measured: Instant) -> ExitCode {
+    tally.latencies_us.sort_unstable();
+    let answered = tally.latencies_us.len() as u64;
+    let seconds = tally
+        .last_answer
+        .map_or(0.0, |last| last.duration_since(measured).as_secs_f64())
+        .max(args.duration.as_secs_f64());
+    println!(
+        "requests: {} due, {answered} answered, {} failed, {} not 2xx",
+        tally.due, tally.failed, tally.not_2xx
+    );
+    println!(
+        "rate: offered {} achieved {:.0}",
+        args.rate,
+        answered as f64 / seconds
+    );
+    let l = &tally.latencies_us;
+    println!(
+        "latency_us: p50 {} p90 {} p99 {} p99.9 {} max {}",
+        percentile(l, 500),
+        percentile(l, 900),
+        percentile(l, 990),
+        percentile(l, 999),
+        l.last().copied().unwrap_or(0)
+    );
+    if let Some(e) = tally.first_error {
+        println!("first error: {e}");
+    }
+    if answered == 0 {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percentile;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let l: Vec<u32> = (1..=1000).collect();
+        assert_eq!(percentile(&l, 500), 500);
+        assert_eq!(percentile(&l, 990), 990);
+        assert_eq!(percentile(&l, 999), 999);
+        assert_eq!(percentile(&[7], 990), 7);
+        assert_eq!(percentile(&[], 990), 0);
+    }
+}

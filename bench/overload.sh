@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# bench/overload.sh - the tail under load near each proxy's own maximum: capataz, HAProxy and
+# nginx, same run, interleaved, with an open-loop (constant-rate) load.
+#
+# The shared harness's two nginx backends (127.0.0.1:9101/:9102) and the load generators on
+# OTHER_CPU; each proxy one thread on PROXY_CPU (only the one under load is busy): capataz
+# (bench/capataz.toml, :9400), HAProxy (the harness's haproxy.cfg, :9200), nginx (the
+# harness's proxy-nginx.conf, :9300).
+# 1. Each proxy's maximum: `wrk -t1 -cCONNS -dMAX_DURATION`, MAX_ROUNDS interleaved rounds,
+#    the median requests/s.
+# 2. FRACTION (0.9) of its own maximum, offered at a constant rate by bench/openload (open
+#    loop: a request is due every CONNS/rate seconds on each connection whatever the answers
+#    do, and a late one's latency counts from when it was due; see bench/openload/src/main.rs)
+#    for DURATION seconds after 2 s of warm-up, ROUNDS interleaved rounds: per round the
+#    latency percentiles, the achieved rate and the proxy's CPU time per request.
+# Then the medians per proxy and, round by round, capataz's p99 over HAProxy's and nginx's.
+#
+# Usage: flock /tmp/capataz-bench.lock bench/overload.sh
+#        env: CONNS=50 FRACTION=0.9 DURATION=10 ROUNDS=5 MAX_DURATION=5s MAX_ROUNDS=3
+#             PROXY_CPU=0 OTHER_CPU=1 RUN_DIR=/tmp/bench-overload SHARED=../shared/bench
+#             CAPATAZ_BIN=... (default: a release build of this tree) TARGETS="capataz haproxy nginx"
+# Needs: wrk, nginx, haproxy, curl. Runtime: about 30 s + targets x (MAX_ROUNDS x MAX_DURATION
+# + ROUNDS x (DURATION + 3 s)): 4 minutes with the defaults.
+set -Eeuo pipefail
+LOG_TAG=overload
+source "$(dirname "$0")/common.sh"
+
+CONNS=${CONNS:-50} FRACTION=${FRACTION:-0.9} DURATION=${DURATION:-10} ROUNDS=${ROUNDS:-5}
+MAX_DURATION=${MAX_DURATION:-5s} MAX_ROUNDS=${MAX_ROUNDS:-3}
+PROXY_CPU=${PROXY_CPU-0} OTHER_CPU=${OTHER_CPU-1}
+RUN_DIR=${RUN_DIR:-/tmp/bench-overload}
+SHARED=${SHARED:-$ROOT_DIR/../shared/bench}
+read -r -a TARGETS <<<"${TARGETS:-capataz haproxy nginx}"
+mkdir -p "$RUN_DIR"/nginx-{backend,proxy}/{logs,tmp}
+RES=$RUN_DIR/results-$(date +%Y%m%dT%H%M%S).tsv
+TICK_US=$(( 1000000 / CLK_TCK ))
+
+need_tools wrk nginx haproxy curl ss
+for p in 9101 9102 9200 9300 9400; do
+    if port_busy "$p"; then die "127.0.0.1:$p already in use (not started by us)"; fi
+done
+build_capataz
+(cd "$ROOT_DIR" && cargo build --release --quiet -p capataz-openload)
+cp "${CARGO_TARGET_DIR:-$ROOT_DIR/target}/release/openload" "$RUN_DIR/openload"
+log "host: $(machine_line)"
+
+cp "$SHARED/backend-nginx.conf" "$RUN_DIR/nginx-backend/nginx.conf"
+start backend "$OTHER_CPU" nginx -p "$RUN_DIR/nginx-backend/" -c "$RUN_DIR/nginx-backend/nginx.conf" -e "$RUN_DIR/nginx-backend/logs/error.log"
+wait_port 9101 "$LAST_PID"; wait_port 9102 "$LAST_PID"
+
+declare -A PORT=([capataz]=9400 [haproxy]=9200 [nginx]=9300) PID=() MAX=()
+for tgt in "${TARGETS[@]}"; do
+    case $tgt in
+        capataz) CAPATAZ_WORKER_THREADS=1 start "$tgt" "$PROXY_CPU" "$CAPATAZ_BIN" run --config "$BENCH_DIR/capataz.toml" ;;
+        haproxy)
+            cp "$SHARED/haproxy.cfg" "$RUN_DIR/haproxy.cfg"
+            haproxy -c -q -f "$RUN_DIR/haproxy.cfg" || die "haproxy config check failed"
+            start "$tgt" "$PROXY_CPU" haproxy -db -f "$RUN_DIR/haproxy.cfg" ;;
+        nginx)
+            cp "$SHARED/proxy-nginx.conf" "$RUN_DIR/nginx-proxy/nginx.conf"
+            start "$tgt" "$PROXY_CPU" nginx -p "$RUN_DIR/nginx-proxy/" -c "$RUN_DIR/nginx-proxy/nginx.conf" -e "$RUN_DIR/nginx-proxy/logs/error.log" ;;
+        *) die "unknown target: $tgt" ;;
+    esac
+    PID[$tgt]=$LAST_PID
+    wait_port "${PORT[$tgt]}" "$LAST_PID"
+done
+
+# Each proxy must reach both backends (the harness's backends answer with X-Backend).
+for tgt in "${TARGETS[@]}"; do
+    deadline=$(( SECONDS + 15 ))
+    until [[ $(for _ in 1 2 3 4; do curl -s --max-time 2 -D - -o /dev/null "http://127.0.0.1:${PORT[$tgt]}/"; done |
+               tr -d '\r' | awk -F': ' 'tolower($1)=="x-backend"{print $2}' | sort -u | tr '\n' ' ') == "b1 b2 " ]]; do
+        (( SECONDS < deadline )) || die "$tgt: does not reach both b1 and b2"
+        sleep 0.5
+    done
+done
+
+n=${#TARGETS[@]}
+for round in $(seq "$MAX_ROUNDS"); do
+    for ((i = 0; i < n; i++)); do
+        tgt=${TARGETS[(i + round - 1) % n]}
+        out=$RUN_DIR/max-$round-$tgt.txt
+        (pin "$OTHER_CPU" wrk -t1 -c"$CONNS" -d"$MAX_DURATION" "http://127.0.0.1:${PORT[$tgt]}/" >"$out")
+        log "max round $round $tgt: $(awk '/^Requests\/sec/ {print $2}' "$out") req/s"
+    done
+done
+for tgt in "${TARGETS[@]}"; do
+    MAX[$tgt]=$(cat "$RUN_DIR"/max-*-"$tgt".txt | awk '/^Requests\/sec/ {print $2}' | median)
+    log "$tgt: maximum ${MAX[$tgt]} req/s (median of $MAX_ROUNDS); offered $(calc "int(${MAX[$tgt]} * $FRACTION)")"
+done
+
+printf 'round\ttarget\toffered\tachieved\tp50_us\tp90_us\tp99_us\tp999_us\tmax_us\tcpu_us_per_req\tfailed\n' >"$RES"
+field() { awk -v k="$2" '/^latency_us:/ { for (i = 2; i < NF; i += 2) if ($i == k) print $(i+1) }' "$1"; }
+for round in $(seq "$ROUNDS"); do
+    for ((i = 0; i < n; i++)); do
+        tgt=${TARGETS[(i + round - 1) % n]}
+        out=$RUN_DIR/open-$round-$tgt.txt
+        rate=$(calc "int(${MAX[$tgt]} * $FRACTION)")
+        before=$(proc_ticks "${PID[$tgt]}")
+        (pin "$OTHER_CPU" "$RUN_DIR/openload" -r "$rate" -c "$CONNS" -d "$DURATION" -w 2 "http://127.0.0.1:${PORT[$tgt]}/" >"$out") ||
+            die "$tgt: openload failed: $(cat "$out")"
+        after=$(proc_ticks "${PID[$tgt]}")
+        achieved=$(awk '/^rate:/ {print $5}' "$out")
+        answered=$(awk '/^requests:/ {print $4}' "$out")
+        failed=$(awk '/^requests:/ {print $6}' "$out")
+        # The proxy's CPU over the whole run, warm-up included, per request sent.
+        cpu=$(calc "($after - $before) * $TICK_US / ($rate * ($DURATION + 2))")
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$tgt" "$rate" "$achieved" \
+            "$(field "$out" p50)" "$(field "$out" p90)" "$(field "$out" p99)" "$(field "$out" p99.9)" \
+            "$(field "$out" max)" "$cpu" "$failed" >>"$RES"
+        log "round $round $tgt: offered $rate, achieved $achieved ($answered answered, $failed failed), p99 $(field "$out" p99) us, CPU $cpu us/request"
+    done
+done
+
+echo
+echo "open loop at $FRACTION of each proxy's maximum (wrk -c$CONNS), $CONNS connections, ${DURATION} s x $ROUNDS rounds; medians:"
+printf '%-8s %9s %9s %9s %8s %8s %8s %9s %9s %7s\n' target max_rps offered achieved p50_us p90_us p99_us p99.9_us cpu_us_rq failed
+col() { awk -F'\t' -v t="$1" -v c="$2" 'NR > 1 && $2==t {print $c}' "$RES" | median; }
+for tgt in "${TARGETS[@]}"; do
+    printf '%-8s %9s %9s %9s %8s %8s %8s %9s %9s %7s\n' "$tgt" "${MAX[$tgt]}" "$(col "$tgt" 3)" "$(col "$tgt" 4)" \
+        "$(col "$tgt" 5)" "$(col "$tgt" 6)" "$(col "$tgt" 7)" "$(col "$tgt" 8)" "$(col "$tgt" 10)" "$(col "$tgt" 11)"
+done
+has() { [[ " ${TARGETS[*]} " == *" $1 "* ]]; }
+for peer in haproxy nginx; do
+    has capataz && has "$peer" || continue
+    per=$(awk -F'\t' -v p="$peer" 'NR > 1 && $2=="capataz" {x[$1]=$7} NR > 1 && $2==p {y[$1]=$7}
+        END { for (r in x) if (r in y && y[r] > 0) printf "%.3f\n", x[r]/y[r] }' "$RES" | sort -g | tr '\n' ' ')
+    printf 'p99 capataz / %s, per round: %s(median %sx)\n' "$peer" "$per" "$(tr ' ' '\n' <<<"$per" | grep . | median)"
+done
+log "raw figures: $RES"
