@@ -95,13 +95,11 @@ use crate::proxy::{ClientInfo, Proxy};
 
 mod gone;
 mod stall;
-mod streams;
 mod watch;
 use crate::atomic_enum::atomic_enum;
 pub(crate) use gone::PeekPeer;
 use gone::PeerWatch;
-use stall::{BoxedCalls, Stall};
-use streams::{StreamExec, WithStreams};
+use stall::{BoxedCalls, Stall, StreamExec};
 pub(crate) use watch::Watch;
 
 atomic_enum! {
@@ -444,14 +442,8 @@ async fn serving<IO, S, P, G: Send + 'static>(
         // the first bytes.
         // Each request's future boxed (`BoxedCalls`): the stream's task holds a pointer to it.
         let service = BoxedCalls(service);
-        let (exec, streams) = StreamExec::new();
-        let conn = http2_builder(&limits, exec).serve_connection(TokioIo::new(io), service);
-        // The streams run in this task, polled with the connection (`streams.rs`).
-        let mut conn = WithStreams::new(Box::pin(conn), streams);
-        drive(&shared, Pin::new(&mut conn), |both| {
-            both.get_mut().conn().graceful_shutdown()
-        })
-        .await
+        let mut conn = Box::pin(http2_builder(&limits).serve_connection(TokioIo::new(io), service));
+        drive(&shared, conn.as_mut(), |conn| conn.graceful_shutdown()).await
     } else {
         serve_http1(&shared, io, service, &limits).await
     };
@@ -678,11 +670,11 @@ fn close_when_draining<B>(shared: &ConnState, response: &mut http::Response<B>) 
 }
 
 /// hyper's HTTP/2 server with the listener's settings and the attack limits.
-fn http2_builder(limits: &Limits, exec: StreamExec) -> http2::Builder<StreamExec> {
+fn http2_builder(limits: &Limits) -> http2::Builder<StreamExec> {
     let settings = &limits.http2;
     // Each stream's task runs under a guard that ends it when the client leaves its answer
-    // untaken for the pool's `body_idle` (`stall.rs`), in the connection's task (`streams.rs`).
-    let mut builder = http2::Builder::new(exec);
+    // untaken for the pool's `body_idle` (`stall.rs`).
+    let mut builder = http2::Builder::new(StreamExec);
     builder
         .timer(TokioTimer::new())
         .max_concurrent_streams(settings.max_concurrent_streams)

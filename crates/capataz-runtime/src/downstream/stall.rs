@@ -7,7 +7,7 @@
 //! the backend only. A client announcing a window of 0 could so keep one backend connection per
 //! stream busy for as long as it likes.
 //!
-//! Every stream's task therefore runs inside [`guard`] (`streams.rs` puts it there), which owns a
+//! Every stream's task is therefore spawned by [`StreamExec`] inside [`guard`], which owns a
 //! [`Stall`]: the stream's answer body (`Tracked`, in the parent module) says there whether
 //! hyper holds what it gave (its head, or its last frame) and how often hyper polled it, and
 //! the guard, polled with the stream's task, times each hold. A hold that lasts the answer's
@@ -72,6 +72,19 @@ impl Stall {
             0 => None,
             nanos => Some(Duration::from_nanos(nanos)),
         }
+    }
+}
+
+/// The executor of an HTTP/2 client connection: every stream's task runs in a [`guard`].
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct StreamExec;
+
+impl<F> hyper::rt::Executor<F> for StreamExec
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    fn execute(&self, fut: F) {
+        tokio::spawn(guard(fut, Arc::new(Stall::default())));
     }
 }
 
