@@ -8,8 +8,9 @@
 //! requests a second at 20 % may save up 4,000 retries, enough for every request in flight
 //! on a backend that dies at once, while a steady failure still gets at most 20 % extra.
 //!
-//! The request path only adds to two counters; the cap is worked out when a retry is asked
-//! for, which is rare.
+//! The request path only adds one to one counter (every worker thread writes it: one line,
+//! one atomic add); what a request earned, the balance and the cap are worked out from it when
+//! a retry is asked for, which is rare.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -21,8 +22,10 @@ pub(crate) const WINDOW: Duration = Duration::from_secs(10);
 /// One pool's retry budget.
 #[derive(Debug)]
 pub struct RetryBudget {
-    /// Saved retries, in thousandths; may exceed the cap until the next spend clamps it.
-    milli: AtomicI64,
+    /// Thousandths of a retry taken from what the requests earned: retries spent, and savings
+    /// above the cap forgotten when a spend clamped them. The balance is `floor` plus
+    /// `requests x per_request` minus this; it may exceed the cap until the next spend.
+    debit: AtomicI64,
     /// Thousandths of a retry each request earns.
     per_request: i64,
     /// `min_budget`, in thousandths.
@@ -50,7 +53,7 @@ impl RetryBudget {
     fn new_at(budget_percent: u8, min_budget: u32, now: Instant) -> RetryBudget {
         let floor = i64::from(min_budget) * 1000;
         RetryBudget {
-            milli: AtomicI64::new(floor),
+            debit: AtomicI64::new(0),
             per_request: i64::from(budget_percent.min(100)) * 10,
             floor,
             requests: AtomicU64::new(0),
@@ -65,9 +68,6 @@ impl RetryBudget {
     /// Counts one request towards the budget.
     pub fn on_request(&self) {
         self.requests.fetch_add(1, Ordering::Relaxed);
-        if self.per_request > 0 {
-            self.milli.fetch_add(self.per_request, Ordering::Relaxed);
-        }
     }
 
     /// Spends one retry if the budget has one.
@@ -77,18 +77,28 @@ impl RetryBudget {
 
     fn try_spend_at(&self, now: Instant) -> bool {
         let cap = self.cap_at(now);
-        self.milli
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
-                let t = t.min(cap);
-                (t >= 1000).then_some(t - 1000)
+        // Requests counted meanwhile are left for the next spend: never more than was earned.
+        let earned = self.earned(self.requests.load(Ordering::Relaxed));
+        self.debit
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |debit| {
+                let t = earned.saturating_sub(debit).min(cap);
+                (t >= 1000).then_some(earned - (t - 1000))
             })
             .is_ok()
+    }
+
+    /// `min_budget` plus what `requests` requests earned, in thousandths.
+    fn earned(&self, requests: u64) -> i64 {
+        let share = i64::try_from(requests)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(self.per_request);
+        self.floor.saturating_add(share)
     }
 
     /// `min_budget` plus the share of the requests of about the last [`WINDOW`].
     fn cap_at(&self, now: Instant) -> i64 {
         let total = self.requests.load(Ordering::Relaxed);
-        let mut window = self.window.lock().unwrap_or_else(|e| e.into_inner());
+        let mut window = crate::lockstat::lock(&self.window, crate::lockstat::Site::Budget);
         let elapsed = now.saturating_duration_since(window.start);
         if elapsed >= WINDOW {
             // Scaled to one window, in case no retry was asked for over several.

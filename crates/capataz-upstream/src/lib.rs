@@ -1,8 +1,8 @@
 //! capataz's request path below the proxy: keep-alive connections to backends and the
 //! exchanges on them (`upstream`), a pool's side of the request path and the pick
 //! (`balance`), the bodies streamed both ways (`body`), the retry budget (`budget`), routes' rate limits (`rate_limit`), the
-//! access log (`access_log`), the metric handles they update (`instruments`), typed enums in
-//! atomics (`atomic_enum`), and the one internal HTTP/1.1 client (`oneshot`).
+//! access log (`access_log`), the metric handles they update (`instruments`), the request path's mutexes
+//! (`lockstat`, counted for the contention test), typed enums in atomics (`atomic_enum`), and the one internal HTTP/1.1 client (`oneshot`).
 //!
 //! It imports the configuration, TLS and the engine's types, never the health runtime: Cargo
 //! keeps it below `capataz`, which re-exports these modules under the same names.
@@ -14,6 +14,7 @@ pub mod body;
 pub mod budget;
 pub mod client_body;
 pub mod instruments;
+pub mod lockstat;
 pub mod oneshot;
 pub mod rate_limit;
 pub mod upstream;

@@ -83,7 +83,7 @@ impl RateLimiter {
         let now =
             u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
         let shard = &self.shards[(hash % self.shards.len() as u64) as usize];
-        let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut shard = crate::lockstat::lock(shard, crate::lockstat::Site::RateLimit);
         let at = shard.index.get(&hash).copied();
         let full_at = at.map_or(0, |i| shard.buckets[i].1);
         let next = full_at.max(now).saturating_add(self.interval);

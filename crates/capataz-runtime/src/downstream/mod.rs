@@ -97,6 +97,7 @@ mod gone;
 mod stall;
 mod watch;
 use crate::atomic_enum::atomic_enum;
+use crate::lockstat::{self, Site};
 pub(crate) use gone::PeekPeer;
 use gone::PeerWatch;
 use stall::{BoxedCalls, Stall, StreamExec};
@@ -288,7 +289,7 @@ impl ConnState {
     }
 
     fn wake(&self) {
-        let waker = self.waker.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let waker = lockstat::lock(&self.waker, Site::ConnWaker).clone();
         if let Some(waker) = waker {
             waker.wake();
         }
@@ -463,12 +464,7 @@ struct Ended(Arc<ConnState>);
 
 impl Drop for Ended {
     fn drop(&mut self) {
-        let waker = self
-            .0
-            .waker
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let waker = lockstat::lock(&self.0.waker, Site::ConnWaker).take();
         self.0.ended.store(true, Ordering::Release);
         drop(waker);
     }
@@ -791,7 +787,7 @@ where
 /// spawned task's waker never changes, so the mutex is not taken per poll).
 fn register(shared: &ConnState, cx: &Context<'_>, registered: &mut bool) {
     if !*registered {
-        *shared.waker.lock().unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
+        *lockstat::lock(&shared.waker, Site::ConnWaker) = Some(cx.waker().clone());
         *registered = true;
     }
 }

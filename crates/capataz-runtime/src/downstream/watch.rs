@@ -17,6 +17,7 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use super::{Close, ConnState, Limits, Park, DRAIN_IDLE_GRACE, GOAWAY_GRACE};
+use crate::lockstat::{self, Site};
 use crate::upstream::PrivateIdle;
 
 /// A listener's watcher, for the connections it accepts with one set of [`Limits`]. Cloning
@@ -80,7 +81,7 @@ impl Watch {
     /// Watches a connection from now on, until `shared.ended` is set.
     pub(super) fn add(&self, shared: Arc<ConnState>, private: Weak<PrivateIdle>) {
         let inner = &self.0 .0;
-        let mut started = inner.started.lock().unwrap_or_else(|e| e.into_inner());
+        let mut started = lockstat::lock(&inner.started, Site::Watcher);
         // Read under the lock: the task marks `draining` before it takes `started`, so a line
         // it did not take in its drain's look sees the mark here.
         if inner.draining.load(Ordering::Relaxed) {
@@ -131,7 +132,7 @@ async fn run(inner: Arc<Inner>, handles: Weak<Handle>, mut shutdown: watch::Rece
             inner.draining.store(true, Ordering::Relaxed);
         }
         {
-            let mut started = inner.started.lock().unwrap_or_else(|e| e.into_inner());
+            let mut started = lockstat::lock(&inner.started, Site::Watcher);
             lines.append(&mut started);
         }
         lines.retain_mut(|line| line.look(&limits, period, draining, now));

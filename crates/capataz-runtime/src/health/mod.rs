@@ -595,7 +595,7 @@ impl PoolRt {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // The engine holds no invariant a panicking holder could break half-way (it never
         // panics on valid indexes), so a poisoned lock is still usable.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        crate::lockstat::lock(&self.inner, crate::lockstat::Site::Engine)
     }
 
     /// The runtime clock.

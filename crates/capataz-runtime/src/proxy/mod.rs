@@ -211,7 +211,7 @@ impl Proxy {
         // (memcpy) once less per request.
         let mut response = match self.route_request(&mut req, &client, &mut tally) {
             Routed::Answer(page) => page,
-            Routed::Pool(pool) => self.relay(req, &pool, &client, &mut tally).await,
+            Routed::Pool(pool) => self.relay(req, pool, &client, &mut tally).await,
         };
         let counters = match tally.route {
             Some(index) => &self.routes[index].metrics,
@@ -255,7 +255,7 @@ impl Proxy {
         req: &mut Request<ClientBody>,
         client: &ClientInfo,
         tally: &mut Tally,
-    ) -> Routed {
+    ) -> Routed<'_> {
         if let Some(refused) = self.refuse(req) {
             return Routed::Answer(refused);
         }
@@ -297,7 +297,9 @@ impl Proxy {
             }
         }
         let pool = match &self.routes[route].target {
-            Target::Pool(pool) => pool.clone(),
+            // Borrowed, not cloned: the proxy outlives the request's handling, and the pool's
+            // reference count is a line every worker thread would write twice per request.
+            Target::Pool(pool) => pool,
             Target::Redirect(rule) => {
                 let prefix = &self.routes[route].path_prefix;
                 let tls = self.tls;
@@ -630,11 +632,11 @@ impl Proxy {
 /// What the routing phase came to. Never stored: a value on the stack that `handle` matches at
 /// once, so the answer is not boxed (that would allocate for every page capataz writes).
 #[allow(clippy::large_enum_variant)]
-enum Routed {
+enum Routed<'a> {
     /// The request is answered without a backend.
     Answer(Response<RespBody>),
     /// The request goes to this pool's backends.
-    Pool(Arc<PoolHandle>),
+    Pool(&'a Arc<PoolHandle>),
 }
 
 /// What a request is sent again from, to another backend: for HTTP/1.1 the head encoded for

@@ -380,7 +380,7 @@ impl Limits {
 
     fn lock(&self) -> MutexGuard<'_, VecDeque<Arc<Waiter>>> {
         // Nothing panics while holding it; a poisoned queue is still a consistent list.
-        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+        crate::lockstat::lock(&self.queue, crate::lockstat::Site::Queue)
     }
 
     /// Takes `waiter` out of the queue if it is still there (`None`), else returns what it was

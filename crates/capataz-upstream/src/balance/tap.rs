@@ -86,7 +86,7 @@ impl Tap {
 
     #[cold]
     fn send(&self, record: Record) {
-        let sender = self.sender.lock().unwrap_or_else(|e| e.into_inner());
+        let sender = crate::lockstat::lock(&self.sender, crate::lockstat::Site::Tap);
         if let Some(sender) = sender.as_ref() {
             // No receiver left (the last one going away meanwhile) is fine.
             let _ = sender.send(record);
@@ -95,7 +95,7 @@ impl Tap {
 
     /// A new recorder, unless [`MAX_RECORDERS`] already listen.
     pub fn subscribe(&self) -> Result<Recorder, TooManyRecorders> {
-        let mut sender = self.sender.lock().unwrap_or_else(|e| e.into_inner());
+        let mut sender = crate::lockstat::lock(&self.sender, crate::lockstat::Site::Tap);
         let taken = self
             .recorders
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {

@@ -60,7 +60,7 @@ impl Families {
 /// (a clone shares the histogram).
 #[derive(Clone, Debug)]
 struct LatencyHistograms {
-    upstream_response: Histogram,
+    upstream_response: super::Timing,
     probe_duration: Histogram,
 }
 
@@ -136,9 +136,7 @@ impl BackendMetrics {
     /// Counts an attempt the backend answered with `status`, `elapsed` after it was sent.
     pub fn answered(&self, status: u16, elapsed: Duration) {
         self.counts.requests[class_index(status)].fetch_add(1, Ordering::Relaxed);
-        self.latency
-            .upstream_response
-            .observe(elapsed.as_secs_f64());
+        self.latency.upstream_response.observe(elapsed);
     }
 
     /// Attempts counted, and of those the ones answered 5xx or not at all.

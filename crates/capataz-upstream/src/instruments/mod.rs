@@ -3,8 +3,8 @@
 //! registered into the registry of the balancer that owns them.
 //!
 //! The proxy is benchmarked against HAProxy, so the request path pays for metrics with four
-//! clock reads, a few relaxed atomic adds and one histogram observation under a mutex, and
-//! nothing else. Every label set is resolved once, when a pool, backend or listener is built:
+//! clock reads and a few relaxed atomic adds (the latency histograms on the request path are
+//! `Timing`s, no mutex), and nothing else. Every label set is resolved once, when a pool, backend or listener is built:
 //! `PoolMetrics`, `BackendMetrics`, `ListenerMetrics` and `RouteMetrics` hold ready handles
 //! (a route's per method, class and answerer, each created on its first request), so no request
 //! builds, hashes or looks up a label set.
@@ -86,6 +86,11 @@ const BUCKETS: [f64; 15] = [
 
 /// A family of latency histograms, one per pool or one per backend.
 type Latencies = Family<HistogramLabels, Histogram, fn() -> Histogram>;
+
+/// `capataz_upstream_response_seconds`: observed once per attempt answered, by every worker
+/// thread into its pool's series, so a [`Timing`] (relaxed atomics) rather than
+/// prometheus-client's `Histogram`, whose observation takes a mutex.
+type ResponseTimes = Family<HistogramLabels, Timing>;
 
 fn latency_histogram() -> Histogram {
     Histogram::new(BUCKETS)
@@ -211,7 +216,7 @@ pub struct Families {
     /// Every backend's counters (`capataz_requests`, `_probes`, `_transitions`, `_ejections`,
     /// `_outlier_ejections`).
     counters: BackendCounters,
-    upstream_response: Latencies,
+    upstream_response: ResponseTimes,
     retries: Family<PoolLabels, Counter>,
     rejected: Family<PoolLabels, Counter>,
     sticky_moves: Family<StickyMoveLabels, Counter>,
@@ -245,7 +250,7 @@ impl Families {
             "Attempts sent to a backend, by the class of its answer (error: no answer came)",
             counters.series(counters::Family::Requests),
         );
-        let upstream_response = Latencies::new_with_constructor(latency_histogram);
+        let upstream_response = ResponseTimes::default();
         registry.register_with_unit(
             "capataz_upstream_response",
             "Time from sending a request to a backend to its response headers",

@@ -1,8 +1,10 @@
-//! [`Timing`]: a latency histogram made of relaxed atomics, for the client request path.
+//! [`Timing`]: a latency histogram made of relaxed atomics, for the request path: the client
+//! request durations and `capataz_upstream_response_seconds`.
 //!
 //! prometheus-client's `Histogram` takes a mutex per observation; the client requests of a
-//! listener all observe into one histogram, so this one costs a bucket search over 15 bounds
-//! and two relaxed atomic adds instead, and lets a scrape add the buckets up.
+//! listener all observe into one histogram, and the attempts of a pool into another, from
+//! every worker thread, so this one costs a bucket search over 15 bounds and two relaxed
+//! atomic adds instead, and lets a scrape add the buckets up.
 //!
 //! Invariants:
 //! - The buckets are those of every latency histogram of capataz ([`super::BUCKETS`]), with

@@ -23,6 +23,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::atomic_enum::atomic_enum;
+use crate::lockstat::{self, Site};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -47,14 +48,14 @@ pub struct H2Conns {
 
 impl H2Conns {
     fn live(&self) -> Option<SendRequest<H2Body>> {
-        let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        let current = lockstat::lock(&self.current, Site::H2Conn);
         current.as_ref().filter(|s| !s.is_closed()).cloned()
     }
 
     /// Forgets the current connection (it failed): the next request makes a new one. The
     /// connection itself ends when its last stream does.
     fn forget(&self) {
-        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *lockstat::lock(&self.current, Site::H2Conn) = None;
     }
 }
 
@@ -110,7 +111,7 @@ impl Upstream {
                 tracing::debug!(%error, "HTTP/2 connection to a backend ended");
             }
         });
-        *conns.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(sender.clone());
+        *lockstat::lock(&conns.current, Site::H2Conn) = Some(sender.clone());
         Ok(sender)
     }
 }

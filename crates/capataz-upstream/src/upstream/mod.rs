@@ -47,6 +47,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
+use crate::lockstat::{self, Site};
 use capataz_proxy_protocol::Version as ProxyVersion;
 use capataz_tls::backend::Connector;
 
@@ -249,7 +250,7 @@ impl Upstream {
     }
 
     fn pop_idle(&self, now: Instant) -> Option<BackendStream> {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut idle = lockstat::lock(&self.idle, Site::SharedIdle);
         while let Some((mut stream, since)) = idle.pop() {
             if usable(&mut stream, since, self.idle_timeout, now) {
                 return Some(stream);
@@ -271,7 +272,7 @@ impl Upstream {
             private.park(self, stream, since);
             return;
         }
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut idle = lockstat::lock(&self.idle, Site::SharedIdle);
         if idle.len() < MAX_IDLE {
             idle.push((stream, since));
         }
@@ -280,7 +281,7 @@ impl Upstream {
     /// Drops idle connections that were closed or sat idle longer than the idle timeout.
     pub fn reap(&self) {
         let now = Instant::now();
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut idle = lockstat::lock(&self.idle, Site::SharedIdle);
         idle.retain_mut(|(stream, since)| usable(stream, *since, self.idle_timeout, now));
     }
 }

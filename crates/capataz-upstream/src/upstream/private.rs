@@ -20,6 +20,8 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
+
+use crate::lockstat::{self, Site};
 use std::time::{Duration, Instant};
 
 use super::{BackendStream, Upstream};
@@ -81,7 +83,7 @@ impl PrivateIdle {
     /// The most recent idle connection to `upstream` that is still usable at `now`; unusable
     /// ones to it are dropped on the way.
     pub(crate) fn take(&self, upstream: &Upstream, now: Instant) -> Option<BackendStream> {
-        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        let mut conns = lockstat::lock(&self.conns, Site::PrivateIdle);
         while let Some(at) = conns.iter().rposition(|p| p.backend == upstream.id) {
             let mut parked = conns.remove(at);
             if parked.usable(now) {
@@ -93,7 +95,7 @@ impl PrivateIdle {
 
     /// Keeps `stream`, a connection to `upstream` whose answer arrived at `since`.
     pub(crate) fn park(&self, upstream: &Upstream, stream: BackendStream, since: Instant) {
-        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        let mut conns = lockstat::lock(&self.conns, Site::PrivateIdle);
         if conns.len() >= self.capacity.load(Ordering::Relaxed) {
             conns.remove(0);
         }
@@ -113,7 +115,7 @@ impl PrivateIdle {
     /// Closes the connections that sat idle too long or that the backend closed (or sent
     /// stray bytes on). The clock is read only when some connection is kept.
     pub fn reap(&self) {
-        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        let mut conns = lockstat::lock(&self.conns, Site::PrivateIdle);
         if !conns.is_empty() {
             let now = Instant::now();
             conns.retain_mut(|p| p.usable(now));

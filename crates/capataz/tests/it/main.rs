@@ -23,6 +23,7 @@ mod cli_forms;
 mod config;
 mod config_deploy;
 mod config_dns;
+mod contention;
 mod dns_failures;
 mod dns_source;
 mod dns_srv_targets;
