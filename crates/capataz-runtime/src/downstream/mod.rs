@@ -402,7 +402,7 @@ where
 /// Not an `async fn` either: an `async fn`'s future keeps each argument twice (as given, and
 /// as the body's own variable), and this future is the connection's task for its whole life.
 /// `watch` (a handle) rather than its `Limits` (100 bytes) for the same reason.
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, clippy::manual_async_fn)]
 fn serving<IO, S, P, G: Send + 'static>(
     mut io: CountingIo<IO, G>,
     shared: Arc<ConnState>,

@@ -56,6 +56,8 @@ enum Stretch<IO, S, G> {
 /// Serves HTTP/1 on `io` until the connection ends, parking between requests (see the module
 /// documentation); `private` is the connection's own idle backend connections, put to sleep
 /// while it is parked (`PrivateIdle::sleep`). Returns whether hyper refused a request head.
+// Not an `async fn`: its future would keep `io` and `service` twice.
+#[allow(clippy::manual_async_fn)]
 pub(super) fn serve_http1<'a, IO, S, G>(
     shared: &'a ConnState,
     private: &'a PrivateIdle,
@@ -70,7 +72,6 @@ where
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     G: Send + 'static,
 {
-    // Not an `async fn`: its future would keep `io` and `service` twice.
     async move {
         loop {
             // The box is freed as the `await` ends, before the wait below.
