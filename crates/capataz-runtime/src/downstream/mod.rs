@@ -954,7 +954,7 @@ mod tests {
             done,
         );
         // A task adds about 104 bytes to its future and is rounded up to 128: at most 400
-        // keeps a connection's task at 512 bytes (it was 1,024, its future 976 bytes here).
+        // keeps a connection's task at 512 bytes (it was 1,024: its future, 1,040 bytes here).
         let size = std::mem::size_of_val(&future);
         assert!(size <= 400, "the connection's future: {size} bytes");
     }
