@@ -14,7 +14,7 @@
 //! nothing yet costs its socket, this future and a line in its watcher; the listener boxes its other
 //! stages (TLS handshake, PROXY header) for the same reason: a task is as big as its biggest
 //! stage for its whole life. An HTTP/1 connection quiet for a watcher period after a request
-//! gives hyper's connection back the same way (parked, see [`serve_http1`]) until its next
+//! gives hyper's connection back the same way (parked, see [`park`]) until its next
 //! bytes. See BENCHMARKS.md ("Memory per idle client connection").
 //!
 //! - `idle_timeout`: no request in progress and no byte moved either way for that long.
@@ -94,6 +94,7 @@ use crate::instruments::ListenerMetrics;
 use crate::proxy::{ClientInfo, Proxy};
 
 mod gone;
+mod park;
 mod stall;
 mod watch;
 use crate::atomic_enum::atomic_enum;
@@ -117,7 +118,7 @@ atomic_enum! {
 }
 
 atomic_enum! {
-    /// Where an HTTP/1 connection is in parking (`ConnState::park`; see [`serve_http1`]).
+    /// Where an HTTP/1 connection is in parking (`ConnState::park`; see [`park`]).
     enum Park in ParkCell {
         /// Serving: hyper's connection built.
         Serving,
@@ -216,7 +217,7 @@ struct ConnState {
     /// Set by the watcher when the balancer drains: every HTTP/1 answer from then on says
     /// `Connection: close`.
     draining: AtomicBool,
-    /// HTTP/1 only (see [`serve_http1`]).
+    /// HTTP/1 only (see [`park`]).
     park: ParkCell,
     /// The connection task's waker, registered on its first poll.
     waker: Mutex<Option<Waker>>,
@@ -334,7 +335,6 @@ where
     let metrics = proxy().metrics().clone();
     metrics.count_accepted();
     let proxy = Arc::new(proxy);
-    let limits = *watch.limits();
     let shared = Arc::new(ConnState::new(metrics));
     let mut client = client;
     // The proxy tells the connection when a request's body has been read to its end.
@@ -384,23 +384,37 @@ where
         prefix: None,
         _held: guard,
     };
-    serving(io, shared, service, info, protocol, limits, proxy, done)
+    serving(
+        io,
+        shared,
+        service,
+        info,
+        protocol,
+        watch.clone(),
+        proxy,
+        done,
+    )
 }
 
 /// [`serve`]'s future, past the setup; `done` (the watcher's [`Ended`]) is dropped at its
 /// end, the caller's guard (which counts the connection open) with the socket (`io`): an
 /// upgraded connection's tunnel keeps it.
-#[allow(clippy::too_many_arguments)]
-async fn serving<IO, S, P, G: Send + 'static>(
+///
+/// Not an `async fn` either: an `async fn`'s future keeps each argument twice (as given, and
+/// as the body's own variable), and this future is the connection's task for its whole life.
+/// `watch` (a handle) rather than its `Limits` (100 bytes) for the same reason.
+#[allow(clippy::too_many_arguments, clippy::manual_async_fn)]
+fn serving<IO, S, P, G: Send + 'static>(
     mut io: CountingIo<IO, G>,
     shared: Arc<ConnState>,
     service: S,
     client: Arc<ClientInfo>,
     protocol: Protocol,
-    limits: Limits,
+    watch: Watch,
     proxy: Arc<P>,
     done: Ended,
-) where
+) -> impl Future<Output = ()>
+where
     IO: AsyncRead + AsyncWrite + PeekPeer + Unpin + Send + 'static,
     S: hyper::service::Service<
             http::Request<hyper::body::Incoming>,
@@ -412,49 +426,57 @@ async fn serving<IO, S, P, G: Send + 'static>(
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     P: Fn() -> Arc<Proxy>,
 {
-    // Nothing of hyper's (its connection state and buffers) exists until the client's first
-    // bytes are there: an idle connection that has sent nothing yet is only this future, its
-    // socket and its watcher.
-    let first = match protocol {
-        Protocol::Http1 | Protocol::Http2 => until_closed(&shared, first_bytes(&mut io)).await,
-        Protocol::Auto => until_closed(&shared, sniff(&mut io)).await,
-    };
-    let h2 = match first {
-        Some(Ok(Some(h2))) => h2 || protocol == Protocol::Http2,
-        // The client closed without a byte, went away, or a timeout or shutdown closed the
-        // connection.
-        Some(Ok(None)) | Some(Err(_)) | None => {
-            // The watcher's line first, then the socket (its bytes, then its guard).
-            drop(done);
-            drop(io);
-            return;
+    async move {
+        // Nothing of hyper's (its connection state and buffers) exists until the client's first
+        // bytes are there: an idle connection that has sent nothing yet is only this future, its
+        // socket and its watcher.
+        let first = match protocol {
+            Protocol::Http1 | Protocol::Http2 => {
+                until_closed(&shared, pin!(first_bytes(&mut io))).await
+            }
+            Protocol::Auto => until_closed(&shared, pin!(sniff(&mut io))).await,
+        };
+        let h2 = match first {
+            Some(Ok(Some(h2))) => h2 || protocol == Protocol::Http2,
+            // The client closed without a byte, went away, or a timeout or shutdown closed the
+            // connection.
+            Some(Ok(None)) | Some(Err(_)) | None => {
+                // The watcher's line first, then the socket (its bytes, then its guard).
+                drop(done);
+                drop(io);
+                return;
+            }
+        };
+        let refused = if h2 {
+            let limits = watch.limits();
+            shared.set_h2(limits);
+            let streams =
+                usize::try_from(limits.http2.max_concurrent_streams).unwrap_or(usize::MAX);
+            let held = usize::try_from(limits.http2.max_backend_connections).unwrap_or(usize::MAX);
+            client.backend_slots.limit(held);
+            // No more backend connections are in use at once than its streams may hold.
+            client
+                .private
+                .set_capacity(streams.min(held).min(MAX_PRIVATE_H2));
+            // Boxed, as the HTTP/1 connection below: this future stays small while it waits for
+            // the first bytes.
+            // Each request's future boxed (`BoxedCalls`): the stream's task holds a pointer to it.
+            let service = BoxedCalls(service);
+            let mut conn =
+                Box::pin(http2_builder(limits).serve_connection(TokioIo::new(io), service));
+            drive(&shared, conn.as_mut(), |conn| conn.graceful_shutdown()).await
+        } else {
+            let max_buf = watch.limits().max_buf;
+            park::serve_http1(&shared, &client.private, io, service, max_buf).await
+        };
+        if refused {
+            proxy().count_refused();
         }
-    };
-    let refused = if h2 {
-        shared.set_h2(&limits);
-        let streams = usize::try_from(limits.http2.max_concurrent_streams).unwrap_or(usize::MAX);
-        let held = usize::try_from(limits.http2.max_backend_connections).unwrap_or(usize::MAX);
-        client.backend_slots.limit(held);
-        // No more backend connections are in use at once than its streams may hold.
-        client
-            .private
-            .set_capacity(streams.min(held).min(MAX_PRIVATE_H2));
-        // Boxed, as the HTTP/1 connection below: this future stays small while it waits for
-        // the first bytes.
-        // Each request's future boxed (`BoxedCalls`): the stream's task holds a pointer to it.
-        let service = BoxedCalls(service);
-        let mut conn = Box::pin(http2_builder(&limits).serve_connection(TokioIo::new(io), service));
-        drive(&shared, conn.as_mut(), |conn| conn.graceful_shutdown()).await
-    } else {
-        serve_http1(&shared, io, service, &limits).await
-    };
-    if refused {
-        proxy().count_refused();
+        // The watcher's line; the socket is gone with hyper's connection (its bytes counted, then
+        // the connection counted closed), or lives on in an upgraded connection's tunnel.
+        drop(done);
+        shared.count_bytes();
     }
-    // The watcher's line; the socket is gone with hyper's connection (its bytes counted, then
-    // the connection counted closed), or lives on in an upgraded connection's tunnel.
-    drop(done);
-    shared.count_bytes();
 }
 
 /// Tells the watcher, when dropped, that the connection has ended (however its future ends),
@@ -471,7 +493,7 @@ impl Drop for Ended {
 }
 
 /// hyper's HTTP/1 server with the listener's settings.
-fn http1_builder(limits: &Limits) -> http1::Builder {
+fn http1_builder(max_buf: usize) -> http1::Builder {
     let mut builder = http1::Builder::new();
     // - half_close: a client's FIN after its request is a half-close, not an abort: the
     //   request goes on and is answered, as with HAProxy (`option abortonclose` is off by
@@ -483,170 +505,11 @@ fn http1_builder(limits: &Limits) -> http1::Builder {
     //   layers cost the kernel more than copying a head and a small body into one buffer.
     //   See BENCHMARKS.md.
     builder
-        .max_buf_size(limits.max_buf)
+        .max_buf_size(max_buf)
         .keep_alive(true)
         .half_close(true)
         .writev(false);
     builder
-}
-
-/// How a run of hyper's HTTP/1 connection ended.
-enum Run {
-    /// The connection is over; whether hyper refused a request head (`refused_by_hyper`).
-    Ended(bool),
-    /// Taken apart to park: the socket and any bytes read ahead are back.
-    Parked,
-}
-
-/// Serves HTTP/1 on `io`, parking between requests: once the connection has served a request
-/// and then stayed quiet (no request in progress, no head arriving, no byte either way) for a
-/// whole watcher period, the watcher asks, and hyper's connection (its state and its 8 KB read
-/// and write buffers) is taken apart: `graceful_shutdown` on an idle connection closes it
-/// at once without a byte written, the socket's shutdown is swallowed (`Park::Parking`), and
-/// `into_parts` gives back the socket, the service and any bytes read ahead. The parked
-/// connection is then this small future on its socket; at its next bytes a new hyper
-/// connection is built and reads them first, as on the first request. The timeouts, the drain
-/// and the counters are the watcher's, on the same `ConnState`, parked or not. Returns whether
-/// hyper refused a request head.
-///
-/// hyper takes a connection apart only when it is idle: with a request in progress the task
-/// does not park (it checks `active` itself, the watcher's look may be stale), and a request
-/// whose answer was sent while its body is still unread is no longer in progress for the
-/// counters, but hyper then closes the connection after it in any case.
-async fn serve_http1<IO, S, G: Send + 'static>(
-    shared: &ConnState,
-    mut io: CountingIo<IO, G>,
-    mut service: S,
-    limits: &Limits,
-) -> bool
-where
-    IO: AsyncRead + AsyncWrite + PeekPeer + Unpin + Send + 'static,
-    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = Tracked> + Unpin,
-    S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    loop {
-        // Boxed: this future stays small while the connection waits for bytes.
-        let mut conn = Box::new(
-            http1_builder(limits)
-                .serve_connection(TokioIo::new(io), service)
-                .with_upgrades(),
-        );
-        if let Run::Ended(refused) = run_http1(shared, &mut conn).await {
-            return refused;
-        }
-        // Moved out of its box first, so the box (700 bytes) is freed now, not kept through
-        // the wait below until the end of this loop's turn.
-        let conn = *conn;
-        let Some(parts) = conn.into_parts() else {
-            return false;
-        };
-        io = parts.io.into_inner();
-        service = parts.service;
-        let parked = Parked::new(shared);
-        // Bytes hyper read ahead (part of a next head) go back first, before any prefix hyper
-        // had not read yet. (An empty `read_buf` may still hold hyper's read buffer: dropped
-        // here, not kept across the wait.)
-        let ahead = parts.read_buf;
-        if !ahead.is_empty() {
-            // Part of a head, read with the request before it (so counted in `reads_at_rest`
-            // when that one ended): a head arriving, timed by `header_read_timeout` from now,
-            // not a quiet connection (which would also park again at every period).
-            let reads = shared.reads.load(Ordering::Relaxed);
-            shared
-                .reads_at_rest
-                .store(reads.saturating_sub(ahead.len() as u64), Ordering::Relaxed);
-            io.prefix = Some(match io.prefix.take() {
-                Some(rest) => {
-                    let mut joined = Vec::with_capacity(ahead.len() + rest.len());
-                    joined.extend_from_slice(&ahead);
-                    joined.extend_from_slice(&rest);
-                    Bytes::from(joined)
-                }
-                None => Bytes::copy_from_slice(&ahead),
-            });
-        }
-        drop(ahead);
-        if io.prefix.is_none() {
-            match until_closed(shared, first_bytes(&mut io)).await {
-                Some(Ok(Some(_))) => {}
-                // The client closed, went away, or a timeout or the drain closed the connection.
-                Some(Ok(None)) | Some(Err(_)) | None => return false,
-            }
-        }
-        drop(parked);
-    }
-}
-
-/// A parked connection, counted in the balancer's parked connections while it lives; its drop
-/// sets the connection serving again.
-struct Parked<'a>(&'a ConnState);
-
-impl<'a> Parked<'a> {
-    fn new(shared: &'a ConnState) -> Parked<'a> {
-        shared.park.store(Park::Parked, Ordering::Relaxed);
-        shared.listener.parked().fetch_add(1, Ordering::Relaxed);
-        shared.listener.parked_now().inc();
-        shared.listener.parks().fetch_add(1, Ordering::Relaxed);
-        Parked(shared)
-    }
-}
-
-impl Drop for Parked<'_> {
-    fn drop(&mut self) {
-        self.0.listener.parked().fetch_sub(1, Ordering::Relaxed);
-        self.0.listener.parked_now().dec();
-        self.0.park.store(Park::Serving, Ordering::Relaxed);
-    }
-}
-
-/// Drives hyper's HTTP/1 connection until it ends, the watcher aborts it, or it is taken apart
-/// to park ([`Run::Parked`]).
-async fn run_http1<T, S>(shared: &ConnState, conn: &mut http1::UpgradeableConnection<T, S>) -> Run
-where
-    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = Tracked> + Unpin,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let mut registered = false;
-    let mut parking = false;
-    poll_fn(|cx| {
-        register(shared, cx, &mut registered);
-        if shared.close.load(Ordering::Acquire) == Close::Abort {
-            return Poll::Ready(Run::Ended(false));
-        }
-        if !parking && shared.park.load(Ordering::Acquire) == Park::Asked {
-            // Not with a request in progress, nor with bytes of a head read since the last
-            // request ended: the watcher may have looked before them (its loads are not one
-            // snapshot), and hyper's graceful shutdown on a connection that has not finished
-            // a request only turns keep-alive off: its answer would say `Connection: close`,
-            // and the connection, taken apart with its shutdown swallowed, stay open.
-            if shared.active.load(Ordering::Relaxed) == 0
-                && shared.reads.load(Ordering::Relaxed)
-                    <= shared.reads_at_rest.load(Ordering::Relaxed)
-            {
-                parking = true;
-                shared.park.store(Park::Parking, Ordering::Relaxed);
-                Pin::new(&mut *conn).graceful_shutdown();
-            } else {
-                // A request started, or a head began to arrive, since the watcher looked.
-                shared.park.store(Park::Serving, Ordering::Relaxed);
-            }
-        }
-        match Pin::new(&mut *conn).poll(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(Ok(())) if parking => Poll::Ready(Run::Parked),
-            Poll::Ready(ended) => {
-                if parking {
-                    shared.park.store(Park::Serving, Ordering::Relaxed);
-                }
-                Poll::Ready(Run::Ended(
-                    ended.err().is_some_and(|e| refused_by_hyper(&e)),
-                ))
-            }
-        }
-    })
-    .await
 }
 
 /// Adds `Connection: close` to an HTTP/1 answer of a draining connection, so that the client
@@ -743,18 +606,20 @@ async fn sniff<IO: AsyncRead + Unpin, G>(io: &mut CountingIo<IO, G>) -> io::Resu
     Ok(Some(h2))
 }
 
-/// Polls `fut` until it ends or the watcher closes the connection (`None`).
-async fn until_closed<F: Future>(shared: &ConnState, fut: F) -> Option<F::Output> {
-    let mut fut = pin!(fut);
+/// Polls `fut` until it ends or the watcher closes the connection (`None`). Not an `async fn`,
+/// whose future would keep a copy of `fut`'s: the caller's future holds it, pinned.
+fn until_closed<'a, F: Future>(
+    shared: &'a ConnState,
+    mut fut: Pin<&'a mut F>,
+) -> impl Future<Output = Option<F::Output>> + 'a {
     let mut registered = false;
-    poll_fn(|cx| {
+    poll_fn(move |cx| {
         register(shared, cx, &mut registered);
         if shared.close.load(Ordering::Acquire) == Close::Abort {
             return Poll::Ready(None);
         }
         fut.as_mut().poll(cx).map(Some)
     })
-    .await
 }
 
 /// Drives the connection until it ends or the watcher aborts it, and shuts it down
@@ -1046,6 +911,48 @@ mod tests {
             drop(InProgress::new(shared.clone()));
         }
         assert_eq!(shared.close.load(Ordering::Relaxed), Close::Open);
+    }
+
+    /// A connection's task is as big as its future for its whole life, idle or not: hyper's
+    /// connection and what drives it are boxed while it serves, and no argument is kept twice,
+    /// so an idle connection (before its first request, or parked) keeps only this future.
+    #[tokio::test]
+    async fn an_idle_connection_is_a_small_future() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (stream, peer) = listener.accept().await.unwrap();
+        let shared = Arc::new(new_shared());
+        let io = CountingIo {
+            inner: stream,
+            shared: shared.clone(),
+            prefix: None,
+            _held: (),
+        };
+        let client = Arc::new(ClientInfo::new(peer));
+        // As the real service: three `Arc`s.
+        let held = (shared.clone(), client.clone(), Arc::new(()));
+        let service = service_fn(move |_: http::Request<hyper::body::Incoming>| {
+            let _held = &held;
+            async { Err::<http::Response<Tracked>, io::Error>(io::Error::other("unused")) }
+        });
+        let proxy = Arc::new(|| -> Arc<Proxy> { unreachable!("not asked") });
+        let done = Ended(shared.clone());
+        let watch = Watch::start(limits(), tokio::sync::watch::channel(false).1);
+        let future = serving(
+            io,
+            shared,
+            service,
+            client,
+            Protocol::Auto,
+            watch,
+            proxy,
+            done,
+        );
+        // A task adds about 104 bytes to its future and is rounded up to 128: at most 400
+        // keeps a connection's task at 512 bytes (it was 1,024: its future, 1,040 bytes here).
+        let size = std::mem::size_of_val(&future);
+        assert!(size <= 400, "the connection's future: {size} bytes");
     }
 
     /// Regression: the watcher keeps an ended connection's line until its next look (up to a

@@ -252,7 +252,7 @@ impl Watched {
     }
 }
 
-/// Whether an HTTP/1 connection can be parked (see `serve_http1`): it served a request, has
+/// Whether an HTTP/1 connection can be parked (see `park.rs`): it served a request, has
 /// none in progress and no head arriving, and moved no byte for a whole watcher period.
 fn parkable(shared: &ConnState, now: Instant, quiet_since: Instant, period: Duration) -> bool {
     !shared.h2.load(Ordering::Relaxed)

@@ -17,12 +17,22 @@
 //! its periodic look ([`PrivateIdle::reap`]), as the health runtime reaps the shared sets. A
 //! connection is still checked before reuse: not idle too long and nothing unread on it (a
 //! connection with stray bytes is dropped).
+//!
+//! While its client connection is parked (quiet HTTP/1, see `downstream`), a plain TCP
+//! connection of the set is out of the runtime's IO driver ([`PrivateIdle::sleep`]): the socket
+//! alone, its registration (256 bytes) freed, and registered again when a request takes it.
+//! Nobody is told of its readiness then, so the watcher's look judges only its idle time (no
+//! syscall per look), and a close by the backend (or stray bytes) is seen when a request takes
+//! it, by one non-blocking peek: the request then opens a fresh connection.
 
+use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::lockstat::{self, Site};
 use std::time::{Duration, Instant};
+
+use tokio::net::TcpStream;
 
 use super::{BackendStream, Upstream};
 
@@ -53,17 +63,54 @@ impl Default for PrivateIdle {
 struct Parked {
     /// The backend's `Upstream::id`.
     backend: u64,
-    stream: BackendStream,
+    stream: Kept,
     /// When its last answer arrived.
     since: Instant,
     /// The backend's `timeouts.idle`.
     idle_timeout: Duration,
 }
 
+/// How an idle connection is kept.
+#[derive(Debug)]
+enum Kept {
+    /// Registered with the runtime's IO driver, as in use.
+    Awake(BackendStream),
+    /// Out of the IO driver while its client connection is parked: plain TCP only.
+    Asleep(std::net::TcpStream),
+}
+
 impl Parked {
-    fn usable(&mut self, now: Instant) -> bool {
-        super::usable(&mut self.stream, self.since, self.idle_timeout, now)
+    /// Whether it may still be used at `now` (see [`super::usable`]); an asleep one is peeked
+    /// at only if `peek` (a syscall).
+    fn usable(&mut self, now: Instant, peek: bool) -> bool {
+        match &mut self.stream {
+            Kept::Awake(stream) => super::usable(stream, self.since, self.idle_timeout, now),
+            Kept::Asleep(socket) => {
+                now.saturating_duration_since(self.since) < self.idle_timeout
+                    && (!peek || quiet(socket))
+            }
+        }
     }
+}
+
+impl Parked {
+    /// Out of the IO driver if it is plain TCP (`None` if that failed: closed).
+    fn asleep(self) -> Option<Parked> {
+        let Kept::Awake(BackendStream::Tcp(tcp)) = self.stream else {
+            return Some(self);
+        };
+        let socket = tcp.into_std().ok()?;
+        Some(Parked {
+            stream: Kept::Asleep(socket),
+            ..self
+        })
+    }
+}
+
+/// Whether a non-blocking socket is open with nothing unread on it, as `Transport::still_open`.
+fn quiet(socket: &std::net::TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(socket.peek(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
 impl PrivateIdle {
@@ -81,13 +128,22 @@ impl PrivateIdle {
     }
 
     /// The most recent idle connection to `upstream` that is still usable at `now`; unusable
-    /// ones to it are dropped on the way.
+    /// ones to it are dropped on the way. Called on a runtime thread (an asleep connection is
+    /// registered again).
     pub(crate) fn take(&self, upstream: &Upstream, now: Instant) -> Option<BackendStream> {
         let mut conns = lockstat::lock(&self.conns, Site::PrivateIdle);
         while let Some(at) = conns.iter().rposition(|p| p.backend == upstream.id) {
             let mut parked = conns.remove(at);
-            if parked.usable(now) {
-                return Some(parked.stream);
+            if !parked.usable(now, true) {
+                continue;
+            }
+            match parked.stream {
+                Kept::Awake(stream) => return Some(stream),
+                Kept::Asleep(socket) => {
+                    if let Ok(tcp) = TcpStream::from_std(socket) {
+                        return Some(BackendStream::Tcp(tcp));
+                    }
+                }
             }
         }
         None
@@ -106,19 +162,131 @@ impl PrivateIdle {
         }
         conns.push(Parked {
             backend: upstream.id,
-            stream,
+            stream: Kept::Awake(stream),
             since,
             idle_timeout: upstream.idle_timeout,
         });
     }
 
+    /// Takes the plain TCP connections out of the runtime's IO driver: their client connection
+    /// parks. One that cannot be is closed. The order (oldest first) is kept.
+    pub fn sleep(&self) {
+        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        for _ in 0..conns.len() {
+            let parked = conns.remove(0);
+            if let Some(parked) = parked.asleep() {
+                conns.push(parked);
+            }
+        }
+    }
+
     /// Closes the connections that sat idle too long or that the backend closed (or sent
-    /// stray bytes on). The clock is read only when some connection is kept.
+    /// stray bytes on; an asleep one is judged by its idle time only). The clock is read only
+    /// when some connection is kept.
     pub fn reap(&self) {
         let mut conns = lockstat::lock(&self.conns, Site::PrivateIdle);
         if !conns.is_empty() {
             let now = Instant::now();
-            conns.retain_mut(|p| p.usable(now));
+            conns.retain_mut(|p| p.usable(now, false));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::{BackendStream, Kept, PrivateIdle, Upstream};
+
+    /// A set holding one connection to a loopback listener, and the listener's end.
+    async fn one_kept() -> (PrivateIdle, Upstream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let upstream = Upstream::new(addr, Duration::from_secs(1), Duration::from_secs(30));
+        let ours = TcpStream::connect(addr).await.unwrap();
+        let (theirs, _) = listener.accept().await.unwrap();
+        let set = PrivateIdle::new();
+        set.park(&upstream, BackendStream::Tcp(ours), Instant::now());
+        (set, upstream, theirs)
+    }
+
+    fn asleep(set: &PrivateIdle) -> usize {
+        let conns = set.conns.lock().unwrap();
+        conns
+            .iter()
+            .filter(|p| matches!(p.stream, Kept::Asleep(_)))
+            .count()
+    }
+
+    #[tokio::test]
+    async fn an_asleep_connection_is_taken_awake_and_carries_bytes_both_ways() {
+        let (set, upstream, mut theirs) = one_kept().await;
+        set.sleep();
+        assert_eq!(asleep(&set), 1);
+        set.reap();
+        assert_eq!(
+            asleep(&set),
+            1,
+            "an asleep connection within its idle time is kept"
+        );
+        let Some(BackendStream::Tcp(mut ours)) = set.take(&upstream, Instant::now()) else {
+            panic!("the asleep connection is taken");
+        };
+        ours.write_all(b"ping").await.unwrap();
+        let mut got = [0u8; 4];
+        theirs.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"ping");
+        theirs.write_all(b"pong").await.unwrap();
+        ours.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"pong");
+    }
+
+    #[tokio::test]
+    async fn an_asleep_connection_the_backend_closed_or_wrote_on_is_not_taken() {
+        let (set, upstream, theirs) = one_kept().await;
+        set.sleep();
+        drop(theirs);
+        // The close is seen when it is taken (nothing is told of an asleep socket's readiness).
+        assert!(
+            wait_for_fin(&set, &upstream).await,
+            "a connection the backend closed is not reused"
+        );
+        let (set, upstream, mut theirs) = one_kept().await;
+        set.sleep();
+        theirs.write_all(b"stray").await.unwrap();
+        assert!(
+            wait_for_fin(&set, &upstream).await,
+            "nor one with stray bytes"
+        );
+    }
+
+    /// Whether `take` finds nothing usable once the peer's close or bytes have arrived (nothing
+    /// tells of an asleep socket's readiness: looked at until a generous deadline).
+    async fn wait_for_fin(set: &PrivateIdle, upstream: &Upstream) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let conns = set.conns.lock().unwrap();
+            let Kept::Asleep(socket) = &conns[0].stream else {
+                panic!("asleep");
+            };
+            if !super::quiet(socket) {
+                drop(conns);
+                return set.take(upstream, Instant::now()).is_none() && asleep(set) == 0;
+            }
+        }
+        false
+    }
+
+    #[tokio::test]
+    async fn an_asleep_connection_past_its_idle_time_is_not_taken() {
+        let (set, upstream, _theirs) = one_kept().await;
+        set.sleep();
+        let later = Instant::now() + Duration::from_secs(31);
+        assert!(set.take(&upstream, later).is_none());
+        assert_eq!(asleep(&set), 0);
     }
 }

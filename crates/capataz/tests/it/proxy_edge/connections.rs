@@ -209,10 +209,10 @@ async fn a_head_over_max_header_bytes_is_refused_with_431() {
 
 /// A watcher period of 50 ms (a quarter of the head timeout): a connection quiet after a
 /// request parks within about 100 ms.
-const PARKING: &str = "header_read_timeout = \"200ms\"\nidle_timeout = \"30s\"";
+pub(super) const PARKING: &str = "header_read_timeout = \"200ms\"\nidle_timeout = \"30s\"";
 
 /// A POST of `body` to the counting backend, as bytes.
-fn post(path: &str, body: &[u8]) -> Vec<u8> {
+pub(super) fn post(path: &str, body: &[u8]) -> Vec<u8> {
     let mut request = format!(
         "POST {path} HTTP/1.1\r\nHost: app.test\r\nContent-Length: {}\r\n\r\n",
         body.len()
@@ -223,7 +223,7 @@ fn post(path: &str, body: &[u8]) -> Vec<u8> {
 }
 
 /// Reads one answer of the counting backend: its `<length> <fnv>` text.
-async fn counted(stream: &mut TcpStream, buf: &mut Vec<u8>) -> String {
+pub(super) async fn counted(stream: &mut TcpStream, buf: &mut Vec<u8>) -> String {
     let head = read_head(stream, buf).await.expect("an answer");
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(!has_token(&head, "connection", "close"), "{head}");
@@ -231,7 +231,7 @@ async fn counted(stream: &mut TcpStream, buf: &mut Vec<u8>) -> String {
     String::from_utf8(body).expect("text")
 }
 
-fn expected(body: &[u8]) -> String {
+pub(super) fn expected(body: &[u8]) -> String {
     format!("{} {:x}", body.len(), fnv(body))
 }
 

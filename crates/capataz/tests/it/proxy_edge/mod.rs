@@ -11,6 +11,7 @@
 
 mod connections;
 mod least_request;
+mod parked;
 mod retries;
 mod routing;
 mod streaming;
