@@ -171,7 +171,7 @@ impl PrivateIdle {
     /// Takes the plain TCP connections out of the runtime's IO driver: their client connection
     /// parks. One that cannot be is closed. The order (oldest first) is kept.
     pub fn sleep(&self) {
-        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        let mut conns = lockstat::lock(&self.conns, Site::PrivateIdle);
         for _ in 0..conns.len() {
             let parked = conns.remove(0);
             if let Some(parked) = parked.asleep() {
