@@ -20,6 +20,8 @@
 
 mod body;
 mod capped;
+pub(crate) mod cid;
+pub(crate) mod handoff;
 mod malformed;
 pub(crate) mod quic;
 mod request;
