@@ -73,6 +73,7 @@ fn config(pki: &Pki, backend: &RawBackend, shutdown_timeout: &str) -> TempFile {
         "upgrade-http3.toml",
         &format!(
             "[server]\nshutdown_timeout = \"{shutdown_timeout}\"\n\n\
+             [admin]\naddress = \"127.0.0.1:0\"\n\n\
              [[listeners]]\nname = \"front\"\naddress = \"127.0.0.1:0\"\n{}\
              [listeners.tls.http3]\n\n\
              [pools.web]\nbackends = [{{ name = \"a\", address = \"{}\" }}]\n\n\
@@ -106,6 +107,27 @@ fn start_held(
     held
 }
 
+/// The value of the metric `series` (name and labels, as written) on the admin API at
+/// `admin`, 0 if absent.
+fn metric(admin: std::net::SocketAddr, series: &str) -> f64 {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(admin).expect("the admin API");
+    stream
+        .set_read_timeout(Some(DEADLINE))
+        .expect("a read timeout");
+    stream
+        .write_all(
+            format!("GET /metrics HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .expect("the request");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("the metrics");
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// Sends SIGUSR2 to `capataz` and waits for the new process to take over; its pid.
 fn upgrade(capataz: &mut Capataz) -> u32 {
     let mark = capataz.line_count();
@@ -132,6 +154,7 @@ fn an_upgrade_lets_a_request_in_progress_on_an_http3_connection_finish() {
     let config = config(&pki, &backend, "120s");
     let mut capataz = Capataz::spawn(&["run", "--config", config.text()], &[]);
     let udp = capataz.listening_on("front");
+    let admin = capataz.admin_on();
     capataz.wait_line("the HTTP/3 line", |l| l.contains("listening for HTTP/3"));
 
     let mut old = rt.block_on(connect(&pki, udp));
@@ -169,6 +192,12 @@ fn an_upgrade_lets_a_request_in_progress_on_an_http3_connection_finish() {
         .expect("the old connection closed")
         .expect("its driver");
     assert!(ended.is_h3_no_error(), "the old connection ended: {ended}");
+    // The new process says it passed the old connection's datagrams on, and dropped none.
+    let forwarded = metric(
+        admin,
+        "capataz_quic_upgrade_datagrams_total{listener=\"front\",result=\"forwarded\"}",
+    );
+    assert!(forwarded > 0.0, "forwarded: {forwarded}\n{}", capataz.stderr());
 
     // Its connections done, the old process exits, well before its deadline.
     let status = capataz.wait_exit();
