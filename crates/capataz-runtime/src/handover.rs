@@ -44,9 +44,9 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-pub(crate) use udp::{take_channel_from_new, take_channel_to_old, ToOldChannel};
-pub(crate) use udp::{quic_tag, QuicTag};
 use udp::HandedUdp;
+pub(crate) use udp::{quic_tag, QuicTag};
+pub(crate) use udp::{take_channel_from_new, take_channel_to_old, ToOldChannel};
 use unix::encode_path;
 use unix::HandedUnix;
 

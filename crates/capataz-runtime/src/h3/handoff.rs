@@ -6,8 +6,9 @@
 //! - A process that took over from one still draining ([`ToOld`]) reads every datagram, and
 //!   sends each of the old process's to it, with its source address, destination address and
 //!   ECN bits in a [`HEADER`]-byte header: never waiting (a full channel drops the datagram,
-//!   which QUIC sends again), until the old process has gone (the send fails), from when on
-//!   nothing is passed on. A process with nobody to pass on to pays one branch per batch read.
+//!   which QUIC sends again), until the old process has gone (a send fails), from when on
+//!   nothing is looked at any more. A process with nobody to pass on to pays one branch per
+//!   batch of datagrams read.
 //! - A process handed over ([`SharedSocket::read_from_new`]) stops reading the UDP socket and
 //!   reads the channel instead, and goes on sending on the UDP socket (the same address, so
 //!   its replies come from where its clients expect them). Should the channel end (the new
@@ -105,6 +106,7 @@ impl ToOld {
 
     fn send(&self, meta: &RecvMeta, datagram: &[u8]) {
         if self.gone.load(Ordering::Relaxed) {
+            self.counts.dropped.inc();
             return;
         }
         let header = encode(meta);
@@ -250,7 +252,11 @@ impl AsyncUdpSocket for SharedSocket {
             },
             None => ready!(self.udp.poll_recv(cx, bufs, metas))?,
         };
-        if let Some(to_old) = &self.to_old {
+        if let Some(to_old) = self
+            .to_old
+            .as_ref()
+            .filter(|to| !to.gone.load(Ordering::Relaxed))
+        {
             to_old.pass_on(self.own, bufs, metas, n);
         }
         Poll::Ready(Ok(n))

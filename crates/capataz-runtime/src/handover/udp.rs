@@ -183,11 +183,8 @@ pub(super) fn channels(
     let mut ours = Vec::new();
     let tag = quic_tag();
     for offered in sockets.iter().filter(|o| o.kind == super::Kind::Http3) {
-        let (old_end, new_end) = socket2::Socket::pair(
-            socket2::Domain::UNIX,
-            socket2::Type::SEQPACKET,
-            None,
-        )?;
+        let (old_end, new_end) =
+            socket2::Socket::pair(socket2::Domain::UNIX, socket2::Type::SEQPACKET, None)?;
         if !text.is_empty() {
             text.push(',');
         }
@@ -269,7 +266,10 @@ mod tests {
             "7=9=a1ff=1",
             ",",
         ] {
-            assert!(parse_quic(text, &[7], &[7, 8]).is_err(), "{text:?} was taken");
+            assert!(
+                parse_quic(text, &[7], &[7, 8]).is_err(),
+                "{text:?} was taken"
+            );
         }
     }
 

@@ -170,7 +170,10 @@ fn an_upgrade_lets_a_request_in_progress_on_an_http3_connection_finish() {
         .block_on(fresh.get(SITE, "/after"))
         .expect("an answer from the new process");
     assert_eq!(answer.head.status(), 200);
-    assert!(capataz.exited().is_none(), "the old process left its request");
+    assert!(
+        capataz.exited().is_none(),
+        "the old process left its request"
+    );
 
     // The held request finishes on the old process, its whole answer through the new one.
     release.send(true).unwrap();
@@ -197,7 +200,11 @@ fn an_upgrade_lets_a_request_in_progress_on_an_http3_connection_finish() {
         admin,
         "capataz_quic_upgrade_datagrams_total{listener=\"front\",result=\"forwarded\"}",
     );
-    assert!(forwarded > 0.0, "forwarded: {forwarded}\n{}", capataz.stderr());
+    assert!(
+        forwarded > 0.0,
+        "forwarded: {forwarded}\n{}",
+        capataz.stderr()
+    );
 
     // Its connections done, the old process exits, well before its deadline.
     let status = capataz.wait_exit();

@@ -40,7 +40,10 @@ fn pair() -> (OwnedFd, OwnedFd) {
 #[test]
 fn a_header_carries_the_source_destination_and_ecn() {
     for (source, to) in [
-        ("192.0.2.7:4433", Some("198.51.100.1".parse::<IpAddr>().unwrap())),
+        (
+            "192.0.2.7:4433",
+            Some("198.51.100.1".parse::<IpAddr>().unwrap()),
+        ),
         ("[2001:db8::1]:443", Some("2001:db8::2".parse().unwrap())),
         ("[fe80::1%3]:9", None),
     ] {
@@ -99,24 +102,49 @@ fn the_old_process_s_datagrams_are_passed_on_and_the_rest_kept_in_order() {
     }
 }
 
-#[test]
-fn nothing_is_passed_on_once_the_old_process_has_gone() {
+/// A [`SharedSocket`] on a new loopback UDP socket, and that socket's address.
+fn shared(to_old: Option<ToOld>) -> (SharedSocket, SocketAddr) {
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let local = udp.local_addr().unwrap();
+    let udp = quinn::TokioRuntime.wrap_udp_socket(udp).unwrap();
+    (SharedSocket::new(udp, OWN, to_old), local)
+}
+
+/// One datagram read from `socket`: its bytes left for this process, and its source.
+async fn read_one(socket: &SharedSocket) -> (Vec<u8>, SocketAddr) {
+    let mut storage = [0u8; 2048];
+    let mut metas = [RecvMeta::default()];
+    let n = std::future::poll_fn(|cx| {
+        let mut bufs = [IoSliceMut::new(&mut storage)];
+        socket.poll_recv(cx, &mut bufs, &mut metas)
+    })
+    .await
+    .unwrap();
+    assert_eq!(n, 1);
+    (storage[..metas[0].len].to_vec(), metas[0].addr)
+}
+
+#[tokio::test]
+async fn nothing_is_passed_on_once_the_old_process_has_gone() {
     let (ours, theirs) = pair();
-    let to_old = ToOld::new(ours, OLD, counts()).unwrap();
+    let (socket, local) = shared(Some(ToOld::new(ours, OLD, counts()).unwrap()));
     drop(theirs);
-    let source: SocketAddr = "127.0.0.1:5000".parse().unwrap();
-    for _ in 0..2 {
-        let mut datagram = short(OLD, 40, 9);
-        let mut metas = [meta(source, 40, 40)];
-        let mut bufs = [IoSliceMut::new(&mut datagram)];
-        to_old.pass_on(OWN, &mut bufs, &mut metas, 1);
-        assert_eq!(metas[0].len, 0, "still not this process's");
-    }
+    let client = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    client.send_to(&short(OLD, 40, 9), local).unwrap();
+    assert!(
+        read_one(&socket).await.0.is_empty(),
+        "dropped: its process has gone"
+    );
+    let to_old = socket.to_old.as_ref().unwrap();
     assert!(to_old.gone.load(Ordering::Relaxed));
     assert_eq!(
         (to_old.counts.sent.get(), to_old.counts.dropped.get()),
         (0, 1)
     );
+    // From then on every datagram is this process's, not looked at.
+    client.send_to(&short(OLD, 40, 8), local).unwrap();
+    assert_eq!(read_one(&socket).await.0, short(OLD, 40, 8));
+    assert_eq!(to_old.counts.dropped.get(), 1);
 }
 
 #[test]
@@ -138,10 +166,7 @@ fn a_full_channel_drops_what_does_not_fit() {
 
 #[tokio::test]
 async fn a_handed_over_socket_reads_the_channel_then_the_udp_socket_once_it_ends() {
-    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let local = udp.local_addr().unwrap();
-    let udp = quinn::TokioRuntime.wrap_udp_socket(udp).unwrap();
-    let socket = SharedSocket::new(udp, OWN, None);
+    let (socket, local) = shared(None);
     let (ours, theirs) = pair();
     socket.read_from_new(ours).unwrap();
     let theirs = socket2::Socket::from(theirs);
@@ -152,24 +177,12 @@ async fn a_handed_over_socket_reads_the_channel_then_the_udp_socket_once_it_ends
     let mut message = encode(&meta(source, 0, 0)).to_vec();
     message.extend(short(OLD, 30, 2));
     theirs.send(&message).unwrap();
-    let mut storage = [0u8; 2048];
-    let mut metas = [RecvMeta::default()];
-    let n = std::future::poll_fn(|cx| {
-        let mut bufs = [IoSliceMut::new(&mut storage)];
-        socket.poll_recv(cx, &mut bufs, &mut metas)
-    })
-    .await
-    .unwrap();
-    assert_eq!((n, metas[0].addr), (1, source));
-    assert_eq!(&storage[..metas[0].len], &short(OLD, 30, 2)[..]);
+    assert_eq!(read_one(&socket).await, (short(OLD, 30, 2), source));
     // The new process's end closes: the UDP socket is read again.
     drop(theirs);
-    let n = std::future::poll_fn(|cx| {
-        let mut bufs = [IoSliceMut::new(&mut storage)];
-        socket.poll_recv(cx, &mut bufs, &mut metas)
-    })
-    .await
-    .unwrap();
-    assert_eq!((n, metas[0].addr), (1, client.local_addr().unwrap()));
-    assert_eq!(&storage[..metas[0].len], &short(OWN, 30, 1)[..]);
+    let (datagram, from) = read_one(&socket).await;
+    assert_eq!(
+        (datagram, from),
+        (short(OWN, 30, 1), client.local_addr().unwrap())
+    );
 }
