@@ -22,13 +22,13 @@ fn short(tag: Tag, len: usize, fill: u8) -> Vec<u8> {
 }
 
 fn meta(addr: SocketAddr, len: usize, stride: usize) -> RecvMeta {
-    let mut meta = RecvMeta::default();
-    meta.addr = addr;
-    meta.len = len;
-    meta.stride = stride;
-    meta.ecn = Some(EcnCodepoint::Ect0);
-    meta.dst_ip = Some("127.0.0.1".parse().unwrap());
-    meta
+    RecvMeta {
+        addr,
+        len,
+        stride,
+        ecn: Some(EcnCodepoint::Ect0),
+        dst_ip: Some("127.0.0.1".parse().unwrap()),
+    }
 }
 
 fn pair() -> (OwnedFd, OwnedFd) {
