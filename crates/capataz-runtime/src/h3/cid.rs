@@ -73,16 +73,22 @@ pub(crate) enum Route {
     Old,
 }
 
+/// QUIC version 1 (RFC 9000), the one version capataz serves.
+const VERSION_1: [u8; 4] = [0, 0, 0, 1];
+
+/// The long header packet type of a Handshake packet in QUIC version 1.
+const HANDSHAKE: u8 = 2;
+
 /// Where `datagram` goes, for a process whose IDs start with `own` that took over from one
 /// whose IDs start with `old`, by its first packet's destination connection ID (the packets
 /// coalesced in a datagram all carry the same):
 /// - a short header packet (1-RTT) carries [`CID_LEN`] bytes: anything not `own`'s goes to the
 ///   old process (which passes on what is not its own in turn, when it took over from an
 ///   older one still draining);
-/// - a long header packet (a handshake's) carries its ID's length: it goes to the old process
-///   only when the ID is one the old process issued. A client's first Initial carries an ID
-///   the client chose at random, which is the new process's to answer, as anything the bytes
-///   do not make out.
+/// - a long header packet goes to the old process only when it is a version 1 Handshake
+///   packet whose ID the old process issued. Initial and 0-RTT packets carry an ID the client
+///   chose (or, after a Retry, the Retry's), and are the new process's to answer, as
+///   anything the bytes do not make out.
 pub(crate) fn route(datagram: &[u8], own: Tag, old: Tag) -> Route {
     let Some(&first) = datagram.first() else {
         return Route::Here;
@@ -94,12 +100,13 @@ pub(crate) fn route(datagram: &[u8], own: Tag, old: Tag) -> Route {
             _ => Route::Here,
         };
     }
-    // Long header: flags, version (4 bytes), the destination ID's length, the ID.
-    let Some(&len) = datagram.get(5) else {
-        return Route::Here;
-    };
-    // Any other length (up to 255 bytes in the clear) is not an ID either process issued.
-    if usize::from(len) != CID_LEN {
+    // Long header: flags (with the type), version (4 bytes), the destination ID's length (any
+    // other than ours is not an ID either process issued), the ID.
+    let handshake = (first >> 4) & 0x03 == HANDSHAKE;
+    if !handshake
+        || datagram.get(1..5) != Some(&VERSION_1[..])
+        || datagram.get(5).map(|&len| usize::from(len)) != Some(CID_LEN)
+    {
         return Route::Here;
     }
     match datagram.get(6..6 + CID_LEN) {
@@ -150,15 +157,20 @@ mod tests {
     }
 
     #[test]
-    fn a_long_header_packet_goes_to_the_old_process_only_with_its_id() {
+    fn only_a_handshake_packet_with_the_old_id_goes_to_the_old_process() {
         let mut old = OLD.to_vec();
         old.extend_from_slice(&[3; CID_LEN - TAG_LEN]);
-        assert_eq!(route(&long(0, &old), OWN, OLD), Route::Old);
         assert_eq!(route(&long(2, &old), OWN, OLD), Route::Old);
-        // A client's first Initial: an ID of its choosing, whatever its length or bytes.
+        // Initial and 0-RTT: the client's ID (or a Retry's), whatever its bytes.
+        assert_eq!(route(&long(0, &old), OWN, OLD), Route::Here);
+        assert_eq!(route(&long(1, &old), OWN, OLD), Route::Here);
         assert_eq!(route(&long(0, &[0xb2; 8]), OWN, OLD), Route::Here);
-        assert_eq!(route(&long(0, &[0x11; CID_LEN]), OWN, OLD), Route::Here);
-        assert_eq!(route(&long(0, &[0xb2; 20]), OWN, OLD), Route::Here);
+        // Another length, another tag, another version.
+        assert_eq!(route(&long(2, &[0xb2; 20]), OWN, OLD), Route::Here);
+        assert_eq!(route(&long(2, &[0x11; CID_LEN]), OWN, OLD), Route::Here);
+        let mut draft = long(2, &old);
+        draft[1..5].copy_from_slice(&[0xff, 0, 0, 0x1d]);
+        assert_eq!(route(&draft, OWN, OLD), Route::Here);
     }
 
     #[test]
@@ -168,9 +180,9 @@ mod tests {
         assert_eq!(route(&[0x40, 0xb2, 0x02], OWN, OLD), Route::Here);
         assert_eq!(route(&[0xc0, 0, 0, 0, 1], OWN, OLD), Route::Here);
         // A length over 20, and one longer than the datagram.
-        assert_eq!(route(&[0xc0, 0, 0, 0, 1, 255, 0xb2], OWN, OLD), Route::Here);
+        assert_eq!(route(&[0xe0, 0, 0, 0, 1, 255, 0xb2], OWN, OLD), Route::Here);
         assert_eq!(
-            route(&[0xc0, 0, 0, 0, 1, CID_LEN as u8, 0xb2, 0x02], OWN, OLD),
+            route(&[0xe0, 0, 0, 0, 1, CID_LEN as u8, 0xb2, 0x02], OWN, OLD),
             Route::Here
         );
     }
