@@ -64,7 +64,7 @@ pub(crate) struct ToOld {
 pub(crate) struct Forwarded {
     /// Passed on.
     pub(crate) sent: Counter,
-    /// Dropped: the channel was full.
+    /// Dropped: the channel was full, or the old process had just gone.
     pub(crate) dropped: Counter,
 }
 
