@@ -25,7 +25,7 @@
 //! the old one would be reset when it closes.)
 //!
 //! Every descriptor named in the environment is checked before it is used: open, a TCP socket
-//! (a Unix stream socket for a `unix` entry, a bound UDP socket for `http3`), listening, not one of the standard streams,
+//! (a Unix stream socket for a `unix` entry, a bound UDP socket for `http3`, a Unix socket for a QUIC channel), listening, not one of the standard streams,
 //! named once. Anything else is an error that stops the new process, which leaves the old one
 //! serving.
 //!
