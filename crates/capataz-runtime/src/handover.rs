@@ -12,6 +12,8 @@
 //!   (`127.0.0.1:0`, say) and the one it is bound to. A listener on a Unix socket is
 //!   `unix:FD=PATH`, its socket file's path percent-encoded (`unix.rs`); a TLS listener's
 //!   HTTP/3 UDP socket is `http3:FD=CONFIGURED=BOUND` (`udp.rs`).
+//! - `CAPATAZ_HANDOVER_QUIC`: for each HTTP/3 UDP socket, the channel by which the new process
+//!   passes the old process's QUIC datagrams on to it (`udp.rs`).
 //! - `CAPATAZ_HANDOVER_READY_FD`: the descriptor of the new process's end of the socket pair.
 //!   It writes `READY\n` there once it accepts connections; the old process then stops
 //!   accepting and drains. An end of file first means the new process failed.
@@ -23,7 +25,7 @@
 //! the old one would be reset when it closes.)
 //!
 //! Every descriptor named in the environment is checked before it is used: open, a TCP socket
-//! (a Unix stream socket for a `unix` entry, a bound UDP socket for `http3`), listening, not one of the standard streams,
+//! (a Unix stream socket for a `unix` entry, a bound UDP socket for `http3`, a Unix socket for a QUIC channel), listening, not one of the standard streams,
 //! named once. Anything else is an error that stops the new process, which leaves the old one
 //! serving.
 //!
@@ -43,6 +45,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use udp::HandedUdp;
+pub(crate) use udp::{quic_tag, QuicTag};
+pub(crate) use udp::{take_channel_from_new, take_channel_to_old, ToOldChannel};
 use unix::encode_path;
 use unix::HandedUnix;
 
@@ -181,17 +185,25 @@ impl Inherited {
     pub fn from_env() -> Result<Option<Inherited>, HandoverError> {
         let listeners = std::env::var_os(LISTENERS_VAR);
         let ready = std::env::var_os(READY_VAR);
+        let quic = std::env::var_os(udp::QUIC_VAR);
         std::env::remove_var(LISTENERS_VAR);
         std::env::remove_var(READY_VAR);
+        std::env::remove_var(udp::QUIC_VAR);
         match (listeners, ready) {
             (None, None) => Ok(None),
-            (Some(listeners), Some(ready)) => Inherited::parse(&listeners, &ready).map(Some),
+            (Some(listeners), Some(ready)) => {
+                Inherited::parse(&listeners, &ready, quic.as_ref()).map(Some)
+            }
             (None, Some(_)) => Err(malformed(READY_VAR, format!("set without {LISTENERS_VAR}"))),
             (Some(_), None) => Err(malformed(LISTENERS_VAR, format!("set without {READY_VAR}"))),
         }
     }
 
-    fn parse(listeners: &OsString, ready: &OsString) -> Result<Inherited, HandoverError> {
+    fn parse(
+        listeners: &OsString,
+        ready: &OsString,
+        quic: Option<&OsString>,
+    ) -> Result<Inherited, HandoverError> {
         let listeners = listeners
             .to_str()
             .ok_or_else(|| malformed(LISTENERS_VAR, "not UTF-8".into()))?;
@@ -208,6 +220,27 @@ impl Inherited {
                 "names a listening socket's descriptor".into(),
             ));
         }
+        let http3: Vec<RawFd> = entries
+            .iter()
+            .filter(|(kind, ..)| *kind == Kind::Http3)
+            .map(|(_, fd, ..)| *fd)
+            .collect();
+        let named: Vec<RawFd> = entries
+            .iter()
+            .map(|(_, fd, ..)| *fd)
+            .chain(unix_entries.iter().map(|(fd, _)| *fd))
+            .chain([ready_fd])
+            .collect();
+        let quic = match quic {
+            Some(text) => {
+                let text = text
+                    .to_str()
+                    .ok_or_else(|| malformed(udp::QUIC_VAR, "not UTF-8".into()))?;
+                udp::parse_quic(text, &http3, &named)?
+            }
+            None => Vec::new(),
+        };
+        udp::choose_tag(&quic);
         let ready = checked_fd(ready_fd).map_err(|why| malformed(READY_VAR, why.to_string()))?;
         let ready = socket2::Socket::from(ready);
         if ready
@@ -225,10 +258,15 @@ impl Inherited {
             if kind == Kind::Http3 {
                 let socket =
                     udp::bound_udp(owned).map_err(|why| HandoverError::NotAListener { fd, why })?;
+                let to_old = match quic.iter().find(|(udp, ..)| *udp == fd) {
+                    Some(&(_, channel, tag)) => Some((udp::channel(channel)?, tag)),
+                    None => None,
+                };
                 udp.push(HandedUdp {
                     configured,
                     bound,
                     socket,
+                    to_old,
                 });
                 continue;
             }
@@ -266,7 +304,7 @@ impl Inherited {
     /// handed over (found as [`Inherited::take`] finds a TCP socket). Taken once.
     pub fn take_udp(&mut self, address: SocketAddr) -> Option<std::net::UdpSocket> {
         let at = udp::position(&self.udp, address)?;
-        Some(self.udp.swap_remove(at).socket)
+        Some(self.udp.swap_remove(at).take())
     }
 
     /// The paths of the Unix sockets nobody took (closed, and their files removed, by
@@ -468,16 +506,18 @@ pub struct Offered {
     pub fd: OwnedFd,
 }
 
-/// The command that starts the new process with `sockets` inherited, and this process's end
-/// of the readiness channel. `exe` and `args` are how this process was started (`args`
-/// without the program name).
+/// The command that starts the new process with `sockets` inherited, this process's end of
+/// the readiness channel, and the new process's ends of its channels (to close once it has
+/// started). `exe` and `args` are how this process was started (`args` without the program
+/// name).
 pub fn command(
     exe: &Path,
     args: &[OsString],
     sockets: &[Offered],
-) -> io::Result<(tokio::process::Command, UnixStream, OwnedFd)> {
+) -> io::Result<(tokio::process::Command, UnixStream, Vec<OwnedFd>)> {
     let (ours, theirs) = UnixStream::pair()?;
     let theirs = OwnedFd::from(theirs);
+    let ready_fd = theirs.as_raw_fd();
     let mut listeners = String::new();
     let mut inherit: Vec<RawFd> = Vec::with_capacity(sockets.len() + 1);
     for offered in sockets {
@@ -496,13 +536,18 @@ pub fn command(
         }
         inherit.push(fd);
     }
-    inherit.push(theirs.as_raw_fd());
+    inherit.push(ready_fd);
+    let mut theirs = vec![theirs];
+    let quic = udp::channels(sockets, &mut inherit, &mut theirs)?;
     let mut command = tokio::process::Command::new(exe);
     command
         .args(args)
         .env(LISTENERS_VAR, listeners)
-        .env(READY_VAR, theirs.as_raw_fd().to_string())
+        .env(READY_VAR, ready_fd.to_string())
         .kill_on_drop(false);
+    if !quic.is_empty() {
+        command.env(udp::QUIC_VAR, quic);
+    }
     // SAFETY: the closure runs in the child between fork and exec, where only async-signal-safe
     // calls are allowed: it allocates nothing (the numbers were collected above) and makes
     // fcntl calls only. Each number is a descriptor this process owns (`sockets` and `theirs`

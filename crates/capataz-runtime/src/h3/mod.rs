@@ -16,10 +16,14 @@
 //!   (QUIC's own idle timeout, the same value, ends one that stopped sending packets).
 //! - Shutdown (a stop): a GOAWAY at once, the requests in progress finish (within the
 //!   shutdown's deadline, which closes what is left), then the connection closes. The old
-//!   process of an upgrade closes its connections at once instead (`supervisor/http3.rs`).
+//!   process of an upgrade drains the same way, on the datagrams the new process passes on to
+//!   it (`cid.rs`: connection IDs that name their process; `handoff.rs`: the socket that
+//!   passes them on, and reads them; `supervisor/http3.rs`).
 
 mod body;
 mod capped;
+pub(crate) mod cid;
+pub(crate) mod handoff;
 mod malformed;
 pub(crate) mod quic;
 mod request;

@@ -5,17 +5,22 @@
 //! The QUIC configuration is rebuilt from the listener's state when a reload replaced it
 //! (same certificates as the TCP side, which a reload reloads), so a reload applies to the
 //! next connection, as on TCP; the key its Retry tokens are sealed with is the endpoint's, the
-//! same for its life (a token sent before a reload validates its client after it). A client whose address is not yet validated is sent a Retry
-//! first while `retry_threshold` handshakes or more are in progress (HAProxy's
-//! `tune.quic.retry-threshold`): a flood of Initial packets from spoofed sources then costs
-//! one stateless packet each, and no handshake state.
+//! same for its life (a token sent before a reload validates its client after it). A client
+//! whose address is not yet validated is sent a Retry first while `retry_threshold`
+//! handshakes or more are in progress (HAProxy's `tune.quic.retry-threshold`): a flood of
+//! Initial packets from spoofed sources then costs one stateless packet each, and no
+//! handshake state.
 //!
 //! A binary upgrade hands the UDP socket to the new process, which serves on it at once. Both
-//! processes hold it until the old one exits, and the kernel gives each datagram to whichever
-//! reads first, so a QUIC connection cannot stay with the old process: once the new one
-//! serves, the old one closes its HTTP/3 connections at once (CONNECTION_CLOSE, H3_NO_ERROR),
-//! cutting the requests in progress on them, and reads the socket only for QUIC's closing
-//! period (three probe timeouts, answering late packets of its connections with the close).
+//! processes hold it until the old one exits, and a QUIC connection lives in one of them: the
+//! endpoint issues connection IDs that name its process (`h3/cid.rs`), and reads the socket
+//! through `h3::handoff::SharedSocket`. Once the new process serves, it alone reads the UDP
+//! socket and passes the old process's datagrams on to it; the old process reads them from
+//! the channel the handover made (`handover/udp.rs`), refuses new connections, and drains its
+//! connections as a stop does (GOAWAY, the requests in progress finish, within
+//! `shutdown_timeout`). Without a channel (the new process did not take the socket, or could
+//! not be given one) the old process closes its connections at once (CONNECTION_CLOSE,
+//! H3_NO_ERROR).
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
@@ -31,6 +36,8 @@ use super::listener::{shutting_down, ListenerState};
 use super::{ClientSocket, StartError, Supervisor};
 use crate::config::ListenerConfig;
 use crate::h3;
+use crate::h3::handoff::{Forwarded, SharedSocket, ToOld};
+use crate::handover::ToOldChannel;
 use crate::instruments::{QuicFamilies, QuicMetrics};
 
 /// A listener's running HTTP/3 endpoint.
@@ -185,7 +192,7 @@ impl Supervisor {
             }
         };
         let (socket, config, offer) = bound;
-        let local = socket.local_addr().unwrap_or(address);
+        let local = socket.socket.local_addr().unwrap_or(address);
         tracing::info!(listener = %listener.name, address = %local, "listening for HTTP/3 (UDP)");
         // Its QUIC series, there at 0 from now on.
         let quic = self.metrics.families().quic().listener(&listener.name);
@@ -215,11 +222,15 @@ impl Supervisor {
 /// What an endpoint starts from: its UDP socket on `address` (`inherited`, if given), its
 /// QUIC configuration (`listener`'s) with its Retry token key, and a duplicate of the socket
 /// for an upgrade to offer.
-type Bound = (
-    std::net::UdpSocket,
-    Keyed,
-    Option<Arc<std::os::fd::OwnedFd>>,
-);
+type Bound = (Udp, Keyed, Option<Arc<std::os::fd::OwnedFd>>);
+
+/// An endpoint's UDP socket, and its channel to the old process when it was handed over by
+/// an upgrading process that made one.
+#[derive(Debug)]
+struct Udp {
+    socket: std::net::UdpSocket,
+    to_old: Option<ToOldChannel>,
+}
 
 /// An endpoint's first QUIC configuration, and the Retry token key every configuration of
 /// its life is built with (see `h3::quic::TokenKey`).
@@ -232,9 +243,12 @@ fn bind(
 ) -> std::io::Result<Bound> {
     let key = h3::quic::TokenKey::random().map_err(std::io::Error::other)?;
     let config = h3::quic::server_config(listener, &key).map_err(std::io::Error::other)?;
-    let socket = match inherited {
-        Some(socket) => socket,
-        None => std::net::UdpSocket::bind(address)?,
+    let (socket, to_old) = match inherited {
+        Some(socket) => {
+            let local = socket.local_addr()?;
+            (socket, crate::handover::take_channel_to_old(local))
+        }
+        None => (std::net::UdpSocket::bind(address)?, None),
     };
     widen_receive_buffer(&socket, &listener.name);
     let offer = crate::handover::duplicate(&socket)
@@ -243,7 +257,7 @@ fn bind(
         })
         .ok()
         .map(Arc::new);
-    Ok((socket, (config, key), offer))
+    Ok((Udp { socket, to_old }, (config, key), offer))
 }
 
 /// The receive buffer asked for on an HTTP/3 socket: the kernel's default (about 208 KiB)
@@ -269,25 +283,71 @@ fn widen_receive_buffer(socket: &std::net::UdpSocket, listener: &str) {
     }
 }
 
-/// The QUIC endpoint reading `socket`, started once the listener accepts: in a process taking
+/// The QUIC endpoint reading `udp`, started once the listener accepts: in a process taking
 /// over from an upgrading one, the socket is the old process's too, which alone reads it
-/// (serving its connections) until this one is ready.
+/// (serving its connections) until this one is ready, and this one passes the old one's
+/// datagrams on to it from then on. Its connection IDs start with this process's tag.
 fn endpoint(
-    (socket, (config, _)): (std::net::UdpSocket, Keyed),
-) -> std::io::Result<quinn::Endpoint> {
+    (udp, (config, _)): (Udp, Keyed),
+    quic: &QuicMetrics,
+) -> std::io::Result<(quinn::Endpoint, Arc<SharedSocket>)> {
+    use quinn::Runtime as _;
     let runtime = Arc::new(quinn::TokioRuntime);
-    quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
+    let own = crate::handover::quic_tag();
+    let to_old = match udp.to_old {
+        Some((channel, old)) => {
+            let counts = Forwarded {
+                sent: quic.forwarded.clone(),
+                dropped: quic.forward_dropped.clone(),
+            };
+            Some(ToOld::new(channel, old, counts)?)
+        }
+        None => None,
+    };
+    let socket = runtime.wrap_udp_socket(udp.socket)?;
+    let socket = Arc::new(SharedSocket::new(socket, own, to_old));
+    let mut endpoint_config = quinn::EndpointConfig::default();
+    endpoint_config.cid_generator(move || Box::new(h3::cid::TaggedCids::new(own)));
+    let endpoint = quinn::Endpoint::new_with_abstract_socket(
+        endpoint_config,
         Some(config),
-        socket,
+        socket.clone(),
         runtime,
-    )
+    )?;
+    Ok((endpoint, socket))
+}
+
+/// In the old process of an upgrade, once the new one serves: the endpoint reads the
+/// datagrams the new process passes on instead of the UDP socket, its connections draining
+/// as at a stop; or, with no channel from the new process, they are closed at once.
+fn hand_over(endpoint: &quinn::Endpoint, socket: &Arc<SharedSocket>, listener: &str) {
+    use quinn::AsyncUdpSocket as _;
+    let channel = socket
+        .local_addr()
+        .ok()
+        .and_then(crate::handover::take_channel_from_new);
+    let Some(channel) = channel else {
+        tracing::info!(listener, "upgraded: the new process passes no HTTP/3 datagrams on to this one: its HTTP/3 connections are closed");
+        endpoint.close(h3::H3_NO_ERROR, b"the server was upgraded");
+        return;
+    };
+    // Rebinding to the same socket wakes the endpoint's driver to poll it anew.
+    let switched = socket
+        .read_from_new(channel)
+        .and_then(|()| endpoint.rebind_abstract(socket.clone()));
+    match switched {
+        Ok(()) => tracing::info!(listener, "upgraded: this process's HTTP/3 connections finish on datagrams the new process passes on"),
+        Err(error) => {
+            tracing::warn!(listener, %error, "upgraded: cannot read the HTTP/3 datagrams the new process passes on: this process's HTTP/3 connections are closed");
+            endpoint.close(h3::H3_NO_ERROR, b"the server was upgraded");
+        }
+    }
 }
 
 /// Accepts QUIC connections until the listener stops or the balancer shuts down; then new
 /// connections are refused while those open finish (`h3::serve` closes them on shutdown).
 async fn accept_loop(
-    bound: (std::net::UdpSocket, Keyed),
+    bound: (Udp, Keyed),
     state: Arc<ArcSwap<ListenerState>>,
     (mut stop, mut own): (watch::Receiver<bool>, watch::Receiver<bool>),
     shutdown: watch::Receiver<bool>,
@@ -307,7 +367,7 @@ async fn accept_loop(
         }
     }
     let key = bound.1 .1.clone();
-    let endpoint = match endpoint(bound) {
+    let (endpoint, socket) = match endpoint(bound, &quic) {
         Ok(endpoint) => endpoint,
         Err(error) => {
             tracing::error!(listener = %state.load().config.name, %error, "cannot serve HTTP/3 (UDP): the listener serves TCP alone");
@@ -400,9 +460,8 @@ async fn accept_loop(
     // Refused from now on; the endpoint's socket closes with its last connection.
     endpoint.set_server_config(None);
     if crate::handover::is_handed_over() {
-        // The new process serves on the same socket: this one's connections end now (see the
-        // module's documentation).
-        endpoint.close(h3::H3_NO_ERROR, b"the server was upgraded");
+        // The new process serves on the same socket (see the module's documentation).
+        hand_over(&endpoint, &socket, &state.load().config.name);
     }
 }
 

@@ -1,5 +1,6 @@
 //! The QUIC families of HTTP/3 listeners: handshakes by result, Retry packets sent (address
-//! validation under load) and handshakes in progress now.
+//! validation under load), handshakes in progress now, and the datagrams a process that took
+//! over from an upgrading one passes on to it.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -15,13 +16,21 @@ struct HandshakeLabels {
     result: &'static str,
 }
 
-/// `capataz_quic_handshakes_total`, `capataz_quic_retries_sent_total` and
-/// `capataz_quic_handshakes_in_progress`. Clones share the families.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ForwardedLabels {
+    listener: String,
+    result: &'static str,
+}
+
+/// `capataz_quic_handshakes_total`, `capataz_quic_retries_sent_total`,
+/// `capataz_quic_handshakes_in_progress` and `capataz_quic_upgrade_datagrams_total`. Clones
+/// share the families.
 #[derive(Clone, Debug, Default)]
 pub struct QuicFamilies {
     handshakes: Family<HandshakeLabels, Counter>,
     retries: Family<ListenerLabels, Counter>,
     in_progress: Family<ListenerLabels, Gauge>,
+    forwarded: Family<ForwardedLabels, Counter>,
 }
 
 /// One HTTP/3 listener's QUIC series, every one present (at 0) from their resolution on.
@@ -39,6 +48,11 @@ pub struct QuicMetrics {
     pub retries: Counter,
     /// Handshakes under way now.
     pub in_progress: Gauge,
+    /// Datagrams of the old process's connections passed on to it (after an upgrade).
+    pub forwarded: Counter,
+    /// Datagrams of the old process's connections dropped: its channel was full, or it had
+    /// gone.
+    pub forward_dropped: Counter,
 }
 
 impl QuicFamilies {
@@ -59,6 +73,11 @@ impl QuicFamilies {
             "QUIC handshakes of HTTP/3 listeners under way now",
             families.in_progress.clone(),
         );
+        registry.register(
+            "capataz_quic_upgrade_datagrams",
+            "QUIC datagrams of an upgrading process's connections that the new process read, by result (forwarded, dropped)",
+            families.forwarded.clone(),
+        );
         families
     }
 
@@ -66,6 +85,12 @@ impl QuicFamilies {
     pub fn listener(&self, listener: &str) -> QuicMetrics {
         let result = |result| {
             self.handshakes.get_or_create_owned(&HandshakeLabels {
+                listener: listener.to_owned(),
+                result,
+            })
+        };
+        let forwarded = |result| {
+            self.forwarded.get_or_create_owned(&ForwardedLabels {
                 listener: listener.to_owned(),
                 result,
             })
@@ -80,6 +105,8 @@ impl QuicFamilies {
             refused: result("refused"),
             retries: self.retries.get_or_create_owned(&labels),
             in_progress: self.in_progress.get_or_create_owned(&labels),
+            forwarded: forwarded("forwarded"),
+            forward_dropped: forwarded("dropped"),
         }
     }
 }

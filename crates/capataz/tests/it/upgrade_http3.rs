@@ -1,22 +1,88 @@
 //! A binary upgrade of a process serving HTTP/3 (`[listeners.tls.http3]`): the new process
-//! takes the UDP socket over with the TCP one and answers HTTP/3 at once, and the old
-//! process's QUIC connections are closed at the handover (CONNECTION_CLOSE with H3_NO_ERROR),
-//! a request in progress on one cut, not finished. `capataz run` as a child process, as in
-//! `upgrade.rs`; the client is the real HTTP/3 client of `support::h3client`; loopback only;
-//! every wait has a deadline.
+//! takes the UDP socket over with the TCP one and answers HTTP/3 at once, passing the
+//! datagrams of the old process's QUIC connections on to it, so that a request in progress on
+//! one finishes (its whole answer), the connection gets a GOAWAY, and the old process exits
+//! once its connections are done, or at its `shutdown_timeout`. `capataz run` as a child
+//! process, as in `upgrade.rs`; the client is the real HTTP/3 client of `support::h3client`;
+//! the backend a hand-written one that holds `/held` until the test lets it answer; loopback
+//! only; every wait has a deadline.
 
-use capataz::sim::{Mode, SimBackend};
+use std::sync::atomic::Ordering;
 
-use crate::support::any;
+use tokio::io::AsyncWriteExt as _;
+use tokio::sync::watch;
+
 use crate::support::h3client::{self, H3Client};
 use crate::support::process::{gone, pid_in, signal, Capataz, TempFile};
+use crate::support::raw::{ok_answer, read_head, RawBackend};
 use crate::support::tls::Pki;
 use crate::support::DEADLINE;
 
 const SITE: &str = "site.test";
 
-/// HTTP/3's code for a connection closed without error (RFC 9114 section 8.1).
-const H3_NO_ERROR: u32 = 0x100;
+/// The length of `/held`'s answer: many QUIC packets, each acknowledged through the new
+/// process.
+const HELD_BODY: usize = 200_000;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+/// A keep-alive backend answering `ok` at once, but `/held` (counted in its hits) only once
+/// `release` says so, with [`HELD_BODY`] bytes.
+async fn held_backend(release: watch::Receiver<bool>) -> RawBackend {
+    RawBackend::start(move |mut stream, hits| {
+        let mut release = release.clone();
+        async move {
+            let mut buf = Vec::new();
+            while let Some(head) = read_head(&mut stream, &mut buf).await {
+                let answer = if head.starts_with("GET /held ") {
+                    hits.fetch_add(1, Ordering::SeqCst);
+                    if release.wait_for(|go| *go).await.is_err() {
+                        return;
+                    }
+                    let body = held_body();
+                    let mut answer =
+                        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len())
+                            .into_bytes();
+                    answer.extend_from_slice(&body);
+                    answer
+                } else {
+                    ok_answer("ok").into_bytes()
+                };
+                if stream.write_all(&answer).await.is_err() {
+                    return;
+                }
+            }
+        }
+    })
+    .await
+}
+
+fn held_body() -> Vec<u8> {
+    (0..HELD_BODY).map(|i| b'a' + (i % 26) as u8).collect()
+}
+
+fn config(pki: &Pki, backend: &RawBackend, shutdown_timeout: &str) -> TempFile {
+    let (cert, key) = pki.server("site", &[SITE], None);
+    TempFile::new(
+        "upgrade-http3.toml",
+        &format!(
+            "[server]\nshutdown_timeout = \"{shutdown_timeout}\"\n\n\
+             [admin]\naddress = \"127.0.0.1:0\"\n\n\
+             [[listeners]]\nname = \"front\"\naddress = \"127.0.0.1:0\"\n{}\
+             [listeners.tls.http3]\n\n\
+             [pools.web]\nbackends = [{{ name = \"a\", address = \"{}\" }}]\n\n\
+             [pools.web.active]\ninterval = \"50ms\"\ntimeout = \"1s\"\n",
+            Pki::listener(&[(cert.as_path(), key.as_path())], ""),
+            backend.addr
+        ),
+    )
+}
 
 async fn connect(pki: &Pki, udp: std::net::SocketAddr) -> H3Client {
     tokio::time::timeout(DEADLINE, h3client::connect(pki, udp, SITE))
@@ -25,54 +91,47 @@ async fn connect(pki: &Pki, udp: std::net::SocketAddr) -> H3Client {
         .expect("an HTTP/3 connection")
 }
 
-#[test]
-fn after_an_upgrade_the_new_process_answers_http3_and_the_old_connections_are_closed() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    let backend = rt.block_on(SimBackend::start("a", any())).expect("start a");
-    let pki = Pki::new();
-    let (cert, key) = pki.server("site", &[SITE], None);
-    // A drain longer than the test: the request held at the handover is cut by the close,
-    // where a connection the old process kept would see it answered (a 504 once the backend's
-    // timeout passes).
-    let config = TempFile::new(
-        "upgrade-http3.toml",
-        &format!(
-            "[server]\nshutdown_timeout = \"120s\"\n\n\
-             [[listeners]]\nname = \"front\"\naddress = \"127.0.0.1:0\"\n{}\
-             [listeners.tls.http3]\n\n\
-             [pools.web]\nbackends = [{{ name = \"a\", address = \"{}\" }}]\n\n\
-             [pools.web.active]\ninterval = \"50ms\"\ntimeout = \"1s\"\n",
-            Pki::listener(&[(cert.as_path(), key.as_path())], ""),
-            backend.addr()
-        ),
-    );
-    let mut capataz = Capataz::spawn(&["run", "--config", config.text()], &[]);
-    let udp = capataz.listening_on("front");
-    capataz.wait_line("the HTTP/3 line", |l| l.contains("listening for HTTP/3"));
-
-    let mut old = rt.block_on(connect(&pki, udp));
-    let answer = rt
-        .block_on(old.get(SITE, "/before"))
-        .expect("an answer before");
-    assert_eq!(answer.head.status(), 200);
-    // A request in progress at the handover: the backend holds it.
-    backend.set_traffic(Mode::Hang);
-    let hits = backend.traffic_hits();
+/// The request `/held` started on `client`, once the backend has it.
+fn start_held(
+    rt: &tokio::runtime::Runtime,
+    client: &mut H3Client,
+    backend: &RawBackend,
+) -> h3::client::RequestStream<h3_quinn::BidiStream<bytes::Bytes>, bytes::Bytes> {
     let request = http::Request::get(format!("https://{SITE}/held"))
         .body(())
         .unwrap();
-    let mut held = rt
-        .block_on(old.start(request, Some(b"")))
+    let held = rt
+        .block_on(client.start(request, Some(b"")))
         .expect("the request is sent");
-    assert!(rt.block_on(backend.wait_traffic_hits(hits + 1, DEADLINE)));
+    crate::support::wait::block_until("the backend to have /held", || backend.hits() == 1);
+    held
+}
 
-    let first = capataz.pid();
+/// The value of the metric `series` (name and labels, as written) on the admin API at
+/// `admin`, 0 if absent.
+fn metric(admin: std::net::SocketAddr, series: &str) -> f64 {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(admin).expect("the admin API");
+    stream
+        .set_read_timeout(Some(DEADLINE))
+        .expect("a read timeout");
+    stream
+        .write_all(
+            format!("GET /metrics HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .expect("the request");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("the metrics");
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Sends SIGUSR2 to `capataz` and waits for the new process to take over; its pid.
+fn upgrade(capataz: &mut Capataz) -> u32 {
     let mark = capataz.line_count();
-    signal(first, "USR2");
+    signal(capataz.pid(), "USR2");
     let (_, started) = capataz.wait_line_after(mark, "the new process", |l| {
         l.contains("upgrade: the new process started")
     });
@@ -81,47 +140,115 @@ fn after_an_upgrade_the_new_process_answers_http3_and_the_old_connections_are_cl
     capataz.wait_line_after(mark, "the takeover", |l| {
         l.contains("took over from the old process")
     });
-    let status = capataz.wait_exit();
-    assert!(status.success(), "the old process exited with {status}");
-    assert!(!gone(new), "the new process is gone:\n{}", capataz.stderr());
-    let log = capataz.stderr();
-    assert!(
-        !log.contains("cannot serve HTTP/3"),
-        "the new process serves HTTP/3 on the socket handed over:\n{log}"
-    );
+    new
+}
 
-    // The old connection was closed at the handover, its request cut.
-    let reason = rt.block_on(async {
-        tokio::time::timeout(DEADLINE, old.connection.closed())
-            .await
-            .expect("the old connection closed")
-    });
-    match &reason {
-        quinn::ConnectionError::ApplicationClosed(close) => {
-            assert_eq!(
-                close.error_code,
-                quinn::VarInt::from_u32(H3_NO_ERROR),
-                "{reason}"
-            )
-        }
-        other => panic!("the old connection ended otherwise: {other}"),
-    }
-    let cut = rt
-        .block_on(async { tokio::time::timeout(DEADLINE, h3client::read_answer(&mut held)).await });
-    let status = cut.as_ref().map(|r| r.as_ref().map(|a| a.head.status()));
-    assert!(
-        matches!(cut, Ok(Err(_))),
-        "the request in progress was cut, not answered: {status:?}"
-    );
+#[test]
+fn an_upgrade_lets_a_request_in_progress_on_an_http3_connection_finish() {
+    let rt = runtime();
+    let (release, gate) = watch::channel(false);
+    let backend = rt.block_on(held_backend(gate));
+    let pki = Pki::new();
+    // A drain far longer than the test: the old process exits because its connections are
+    // done, not at its deadline.
+    let config = config(&pki, &backend, "120s");
+    let mut capataz = Capataz::spawn(&["run", "--config", config.text()], &[]);
+    let udp = capataz.listening_on("front");
+    let admin = capataz.admin_on();
+    capataz.wait_line("the HTTP/3 line", |l| l.contains("listening for HTTP/3"));
 
-    // The new process answers HTTP/3 on the same port.
-    backend.set_traffic(Mode::Status(200));
+    let mut old = rt.block_on(connect(&pki, udp));
+    let answer = rt.block_on(old.get(SITE, "/before")).expect("an answer");
+    assert_eq!(answer.head.status(), 200);
+    let mut held = start_held(&rt, &mut old, &backend);
+
+    let first = capataz.pid();
+    let new = upgrade(&mut capataz);
+    // The new process serves new connections while the old one still has its request.
     let mut fresh = rt.block_on(connect(&pki, udp));
     let answer = rt
         .block_on(fresh.get(SITE, "/after"))
-        .expect("an answer after");
+        .expect("an answer from the new process");
     assert_eq!(answer.head.status(), 200);
+    assert!(
+        capataz.exited().is_none(),
+        "the old process left its request"
+    );
 
+    // The held request finishes on the old process, its whole answer through the new one.
+    release.send(true).unwrap();
+    let answer = rt
+        .block_on(async { tokio::time::timeout(DEADLINE, h3client::read_answer(&mut held)).await })
+        .expect("the held answer within the deadline")
+        .expect("the request in progress at the upgrade is answered");
+    assert_eq!(answer.head.status(), 200);
+    assert!(answer.body[..] == held_body()[..], "the whole answer");
+    // The old connection got a GOAWAY: no new request on it; it ends without an error.
+    let refused = rt.block_on(old.get(SITE, "/again"));
+    assert!(
+        refused.as_ref().is_err_and(|e| e.contains("closing")),
+        "a request after the GOAWAY: {:?}",
+        refused.map(|a| a.head.status())
+    );
+    let ended = rt
+        .block_on(async { tokio::time::timeout(DEADLINE, &mut old.driver).await })
+        .expect("the old connection closed")
+        .expect("its driver");
+    assert!(ended.is_h3_no_error(), "the old connection ended: {ended}");
+    // The new process says it passed the old connection's datagrams on, and dropped none.
+    let forwarded = metric(
+        admin,
+        "capataz_quic_upgrade_datagrams_total{listener=\"front\",result=\"forwarded\"}",
+    );
+    assert!(
+        forwarded > 0.0,
+        "forwarded: {forwarded}\n{}",
+        capataz.stderr()
+    );
+
+    // Its connections done, the old process exits, well before its deadline.
+    let status = capataz.wait_exit();
+    assert!(status.success(), "the old process exited with {status}");
+    assert!(gone(first));
+    let log = capataz.stderr();
+    assert!(
+        !log.contains("shutdown deadline reached"),
+        "the old process waited for its deadline:\n{log}"
+    );
+    assert!(!gone(new), "the new process is gone:\n{log}");
+    let answer = rt
+        .block_on(fresh.get(SITE, "/later"))
+        .expect("the new process still serves");
+    assert_eq!(answer.head.status(), 200);
+    signal(new, "TERM");
+    crate::support::wait::block_until("the new process to exit", || gone(new));
+}
+
+#[test]
+fn the_old_process_of_an_upgrade_exits_at_its_deadline_with_an_http3_request_held() {
+    let rt = runtime();
+    let (_release, gate) = watch::channel(false);
+    let backend = rt.block_on(held_backend(gate));
+    let pki = Pki::new();
+    let config = config(&pki, &backend, "1s");
+    let mut capataz = Capataz::spawn(&["run", "--config", config.text()], &[]);
+    let udp = capataz.listening_on("front");
+    capataz.wait_line("the HTTP/3 line", |l| l.contains("listening for HTTP/3"));
+    let mut old = rt.block_on(connect(&pki, udp));
+    let _held = start_held(&rt, &mut old, &backend);
+
+    let new = upgrade(&mut capataz);
+    // The held request keeps the old process until its deadline; then it exits.
+    let status = capataz.wait_exit();
+    assert!(status.success(), "the old process exited with {status}");
+    let log = capataz.stderr();
+    assert!(
+        log.contains("shutdown deadline reached with connections still open"),
+        "the old process exits at its deadline, its HTTP/3 connection still open:\n{log}"
+    );
+    let mut fresh = rt.block_on(connect(&pki, udp));
+    let answer = rt.block_on(fresh.get(SITE, "/after")).expect("an answer");
+    assert_eq!(answer.head.status(), 200);
     signal(new, "TERM");
     crate::support::wait::block_until("the new process to exit", || gone(new));
 }
