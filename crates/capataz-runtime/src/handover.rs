@@ -44,9 +44,9 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use udp::HandedUdp;
 pub(crate) use udp::{quic_tag, QuicTag};
 pub(crate) use udp::{take_channel_from_new, take_channel_to_old, ToOldChannel};
+use udp::{HandedUdp, QUIC_VAR};
 use unix::encode_path;
 use unix::HandedUnix;
 
@@ -185,10 +185,10 @@ impl Inherited {
     pub fn from_env() -> Result<Option<Inherited>, HandoverError> {
         let listeners = std::env::var_os(LISTENERS_VAR);
         let ready = std::env::var_os(READY_VAR);
-        let quic = std::env::var_os(udp::QUIC_VAR);
+        let quic = std::env::var_os(QUIC_VAR);
         std::env::remove_var(LISTENERS_VAR);
         std::env::remove_var(READY_VAR);
-        std::env::remove_var(udp::QUIC_VAR);
+        std::env::remove_var(QUIC_VAR);
         match (listeners, ready) {
             (None, None) => Ok(None),
             (Some(listeners), Some(ready)) => {
@@ -235,7 +235,7 @@ impl Inherited {
             Some(text) => {
                 let text = text
                     .to_str()
-                    .ok_or_else(|| malformed(udp::QUIC_VAR, "not UTF-8".into()))?;
+                    .ok_or_else(|| malformed(QUIC_VAR, "not UTF-8".into()))?;
                 udp::parse_quic(text, &http3, &named)?
             }
             None => Vec::new(),
@@ -546,7 +546,7 @@ pub fn command(
         .env(READY_VAR, ready_fd.to_string())
         .kill_on_drop(false);
     if !quic.is_empty() {
-        command.env(udp::QUIC_VAR, quic);
+        command.env(QUIC_VAR, quic);
     }
     // SAFETY: the closure runs in the child between fork and exec, where only async-signal-safe
     // calls are allowed: it allocates nothing (the numbers were collected above) and makes

@@ -194,7 +194,7 @@ The terminal's width and height for \fBcapataz top\fR when \fBstty size\fR canno
 \fBSSL_CERT_FILE\fR, \fBSSL_CERT_DIR\fR
 Where the system's CA certificates are, instead of the platform's usual place.
 .TP
-\fBCAPATAZ_HANDOVER_LISTENERS\fR, \fBCAPATAZ_HANDOVER_READY_FD\fR
+\fBCAPATAZ_HANDOVER_LISTENERS\fR, \fBCAPATAZ_HANDOVER_READY_FD\fR, \fBCAPATAZ_HANDOVER_QUIC\fR
 Set by an upgrading process (SIGUSR2) for the new process it starts, and removed by it; not
 for users: a malformed value stops the process.
 .TP
