@@ -18,9 +18,10 @@
 //! socket and passes the old process's datagrams on to it; the old process reads them from
 //! the channel the handover made (`handover/udp.rs`), refuses new connections, and drains its
 //! connections as a stop does (GOAWAY, the requests in progress finish, within
-//! `shutdown_timeout`). Without a channel (the new process did not take the socket, or could
-//! not be given one) the old process closes its connections at once (CONNECTION_CLOSE,
-//! H3_NO_ERROR).
+//! `shutdown_timeout`). A channel the new process did not take (it serves no HTTP/3 on that
+//! socket) ends at once, and the old process reads the UDP socket itself again; without a
+//! channel (the socket was not offered to the new process) the old process closes its
+//! connections at once (CONNECTION_CLOSE, H3_NO_ERROR).
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
