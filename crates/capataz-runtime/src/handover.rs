@@ -25,7 +25,7 @@
 //! the old one would be reset when it closes.)
 //!
 //! Every descriptor named in the environment is checked before it is used: open, a TCP socket
-//! (a Unix stream socket for a `unix` entry, a bound UDP socket for `http3`, a Unix socket for a QUIC channel), listening, not one of the standard streams,
+//! (a Unix stream socket for a `unix` entry, a bound UDP socket for `http3`, a Unix `SOCK_SEQPACKET` socket for a QUIC channel), listening, not one of the standard streams,
 //! named once. Anything else is an error that stops the new process, which leaves the old one
 //! serving.
 //!
@@ -116,6 +116,9 @@ pub enum DescriptorError {
     /// Not a stream socket.
     #[error("not a stream socket")]
     NotStream,
+    /// Not a `SOCK_SEQPACKET` socket (a QUIC channel).
+    #[error("not a SOCK_SEQPACKET socket")]
+    NotSeqpacket,
     /// A stream socket that is not listening.
     #[error("not listening")]
     NotListening,
@@ -189,7 +192,20 @@ impl Inherited {
         std::env::remove_var(LISTENERS_VAR);
         std::env::remove_var(READY_VAR);
         std::env::remove_var(QUIC_VAR);
+        Inherited::from_vars(listeners, ready, quic)
+    }
+
+    /// [`Inherited::from_env`] on the three variables' values.
+    fn from_vars(
+        listeners: Option<OsString>,
+        ready: Option<OsString>,
+        quic: Option<OsString>,
+    ) -> Result<Option<Inherited>, HandoverError> {
         match (listeners, ready) {
+            (None, None) if quic.is_some() => Err(malformed(
+                QUIC_VAR,
+                format!("set without {LISTENERS_VAR}"),
+            )),
             (None, None) => Ok(None),
             (Some(listeners), Some(ready)) => {
                 Inherited::parse(&listeners, &ready, quic.as_ref()).map(Some)

@@ -7,8 +7,9 @@
 //!   sends each of the old process's to it, with its source address, destination address and
 //!   ECN bits in a [`HEADER`]-byte header: never waiting (a full channel drops the datagram,
 //!   which QUIC sends again), until the old process has gone (a send fails), from when on
-//!   nothing is looked at any more. A process with nobody to pass on to pays one branch per
-//!   batch of datagrams read.
+//!   nothing is looked at any more. A process with nobody to pass on to pays, per batch of
+//!   datagrams read, two branches on an `Option` (nothing to pass on, nothing read from a
+//!   new process: one load of the `OnceLock`), no call, lock or copy.
 //! - A process handed over ([`SharedSocket::read_from_new`]) stops reading the UDP socket and
 //!   reads the channel instead, and goes on sending on the UDP socket (the same address, so
 //!   its replies come from where its clients expect them). Should the channel end (the new

@@ -114,3 +114,15 @@ fn take_matches_the_configured_address_then_the_bound_one_once() {
     assert!(inherited.take(Kind::Admin, b_bound).is_some());
     assert!(inherited.untaken().is_empty());
 }
+
+#[test]
+fn the_quic_variable_without_the_listeners_one_is_refused() {
+    // It was ignored: the process started as if nothing had been handed over.
+    let quic = Some(OsString::from("7=9=a1ff"));
+    let error = Inherited::from_vars(None, None, quic).expect_err("taken");
+    assert!(
+        error.to_string().contains("CAPATAZ_HANDOVER_QUIC"),
+        "{error}"
+    );
+    assert!(Inherited::from_vars(None, None, None).unwrap().is_none());
+}

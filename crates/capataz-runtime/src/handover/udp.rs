@@ -145,7 +145,7 @@ pub(super) fn parse_quic(
 
 fn parse_tag(text: &str) -> Option<QuicTag> {
     let mut tag = QuicTag::default();
-    if text.len() != tag.len() * 2 || !text.is_ascii() {
+    if text.len() != tag.len() * 2 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     for (i, byte) in tag.iter_mut().enumerate() {
@@ -154,15 +154,24 @@ fn parse_tag(text: &str) -> Option<QuicTag> {
     Some(tag)
 }
 
-/// The channel descriptor of a [`QUIC_VAR`] entry, checked: a Unix socket.
+/// The channel descriptor of a [`QUIC_VAR`] entry, checked: a Unix `SOCK_SEQPACKET` socket
+/// (each datagram one message).
 pub(super) fn channel(fd: RawFd) -> Result<OwnedFd, HandoverError> {
     let bad = |why: String| malformed(QUIC_VAR, format!("descriptor {fd}: {why}"));
     let owned = checked_fd(fd).map_err(|why| bad(why.to_string()))?;
-    match socket2::SockRef::from(&owned).domain() {
-        Ok(domain) if domain == socket2::Domain::UNIX => Ok(owned),
-        Ok(_) => Err(bad(DescriptorError::NotUnix.to_string())),
-        Err(error) => Err(bad(error.to_string())),
+    seqpacket(&owned).map_err(|why| bad(why.to_string()))?;
+    Ok(owned)
+}
+
+fn seqpacket(owned: &OwnedFd) -> Result<(), DescriptorError> {
+    let socket = socket2::SockRef::from(owned);
+    if socket.domain()? != socket2::Domain::UNIX {
+        return Err(DescriptorError::NotUnix);
     }
+    if socket.r#type()? != socket2::Type::SEQPACKET {
+        return Err(DescriptorError::NotSeqpacket);
+    }
+    Ok(())
 }
 
 /// Chooses this process's tag, unlike the old process's (`entries`).
@@ -271,6 +280,36 @@ mod tests {
                 "{text:?} was taken"
             );
         }
+    }
+
+    #[test]
+    fn a_tag_with_a_sign_is_refused() {
+        // `u8::from_str_radix` takes a leading `+`: "+f+f" was read as the tag 0f0f.
+        for text in ["+f+f", "+fff", "0x0f"] {
+            assert!(
+                parse_quic(&format!("7=9={text}"), &[7], &[7, 8]).is_err(),
+                "{text:?} was taken"
+            );
+        }
+    }
+
+    #[test]
+    fn a_channel_that_is_not_a_seqpacket_socket_is_refused() {
+        // A Unix stream socket was taken: the datagrams sent on it would run together.
+        let (stream, _other) = std::os::unix::net::UnixStream::pair().unwrap();
+        let stream = OwnedFd::from(stream);
+        let fd = stream.as_raw_fd();
+        std::mem::forget(stream);
+        let error = channel(fd)
+            .expect_err("a stream socket was taken")
+            .to_string();
+        assert!(error.contains("SOCK_SEQPACKET"), "{error}");
+        let (seqpacket, _other) =
+            socket2::Socket::pair(socket2::Domain::UNIX, socket2::Type::SEQPACKET, None).unwrap();
+        let seqpacket = OwnedFd::from(seqpacket);
+        let fd = seqpacket.as_raw_fd();
+        std::mem::forget(seqpacket);
+        assert!(channel(fd).is_ok());
     }
 
     #[test]

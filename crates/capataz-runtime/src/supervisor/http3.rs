@@ -18,9 +18,10 @@
 //! socket and passes the old process's datagrams on to it; the old process reads them from
 //! the channel the handover made (`handover/udp.rs`), refuses new connections, and drains its
 //! connections as a stop does (GOAWAY, the requests in progress finish, within
-//! `shutdown_timeout`). Without a channel (the new process did not take the socket, or could
-//! not be given one) the old process closes its connections at once (CONNECTION_CLOSE,
-//! H3_NO_ERROR).
+//! `shutdown_timeout`). A channel the new process did not take (it serves no HTTP/3 on that
+//! socket) ends at once, and the old process reads the UDP socket itself again; without a
+//! channel (the socket was not offered to the new process) the old process closes its
+//! connections at once (CONNECTION_CLOSE, H3_NO_ERROR).
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
@@ -283,6 +284,14 @@ fn widen_receive_buffer(socket: &std::net::UdpSocket, listener: &str) {
     }
 }
 
+/// Lets the channel to the old process (this process's end, the sending one) queue as much
+/// as the UDP socket it reads from ([`QUIC_RECEIVE_BUFFER`], up to `net.core.wmem_max`): with
+/// the kernel's default (about 208 KiB), a burst of 93 full datagrams for the old process
+/// filled it and the rest were dropped, where the UDP socket would have queued them.
+fn widen_channel(channel: &std::os::fd::OwnedFd) {
+    let _ = socket2::SockRef::from(channel).set_send_buffer_size(QUIC_RECEIVE_BUFFER);
+}
+
 /// The QUIC endpoint reading `udp`, started once the listener accepts: in a process taking
 /// over from an upgrading one, the socket is the old process's too, which alone reads it
 /// (serving its connections) until this one is ready, and this one passes the old one's
@@ -296,6 +305,7 @@ fn endpoint(
     let own = crate::handover::quic_tag();
     let to_old = match udp.to_old {
         Some((channel, old)) => {
+            widen_channel(&channel);
             let counts = Forwarded {
                 sent: quic.forwarded.clone(),
                 dropped: quic.forward_dropped.clone(),
@@ -468,6 +478,33 @@ async fn accept_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A burst of full datagrams for the old process: 93 fitted in the channel (the kernel's
+    /// default buffer), as many as the UDP socket's buffer holds fit now.
+    #[test]
+    fn a_burst_for_the_old_process_is_not_cut_at_the_kernel_s_default_buffer() {
+        let (ours, _theirs) =
+            socket2::Socket::pair(socket2::Domain::UNIX, socket2::Type::SEQPACKET, None)
+                .expect("a socket pair");
+        let ours = std::os::fd::OwnedFd::from(ours);
+        widen_channel(&ours);
+        let ours = socket2::Socket::from(ours);
+        ours.set_nonblocking(true).expect("non-blocking");
+        let datagram = [7u8; 1240];
+        let mut queued = 0usize;
+        while ours.send(&datagram).is_ok() {
+            queued += 1;
+            assert!(queued < 1_000_000, "the channel never filled");
+        }
+        let max: usize = std::fs::read_to_string("/proc/sys/net/core/wmem_max")
+            .expect("wmem_max")
+            .trim()
+            .parse()
+            .expect("a number");
+        // Each message costs the kernel about 2.3 KB of its buffer.
+        let expected = QUIC_RECEIVE_BUFFER.min(max) / 4096;
+        assert!(queued >= expected, "{queued} queued, {expected} expected");
+    }
 
     /// The kernel keeps what was asked for, up to `net.core.rmem_max`.
     #[test]

@@ -252,3 +252,45 @@ fn the_old_process_of_an_upgrade_exits_at_its_deadline_with_an_http3_request_hel
     signal(new, "TERM");
     crate::support::wait::block_until("the new process to exit", || gone(new));
 }
+
+#[test]
+fn the_old_process_of_an_upgrade_reads_its_udp_socket_again_when_the_new_one_dies() {
+    let rt = runtime();
+    let (release, gate) = watch::channel(false);
+    let backend = rt.block_on(held_backend(gate));
+    let pki = Pki::new();
+    let config = config(&pki, &backend, "120s");
+    let mut capataz = Capataz::spawn(&["run", "--config", config.text()], &[]);
+    let udp = capataz.listening_on("front");
+    capataz.wait_line("the HTTP/3 line", |l| l.contains("listening for HTTP/3"));
+    let mut old = rt.block_on(connect(&pki, udp));
+    let mut held = start_held(&rt, &mut old, &backend);
+
+    let new = upgrade(&mut capataz);
+    capataz.wait_line("the old process's switch", |l| {
+        l.contains("finish on datagrams the new process passes on")
+    });
+    // The new process dies mid-drain: nothing passes datagrams on any more, the old process
+    // reads the socket itself, and its request in progress finishes all the same.
+    let mark = capataz.line_count();
+    signal(new, "KILL");
+    crate::support::wait::block_until("the new process to die", || gone(new));
+    capataz.wait_line_after(mark, "the old process reading its socket again", |l| {
+        l.contains("this one reads its UDP socket again")
+    });
+    release.send(true).unwrap();
+    let answer = rt
+        .block_on(async { tokio::time::timeout(DEADLINE, h3client::read_answer(&mut held)).await })
+        .expect("the held answer within the deadline")
+        .expect("the request in progress is answered by the old process alone");
+    assert_eq!(answer.head.status(), 200);
+    assert!(answer.body[..] == held_body()[..], "the whole answer");
+    // Its connection done, the old process exits before its deadline.
+    let status = capataz.wait_exit();
+    assert!(status.success(), "the old process exited with {status}");
+    assert!(
+        !capataz.stderr().contains("shutdown deadline reached"),
+        "the old process waited for its deadline:\n{}",
+        capataz.stderr()
+    );
+}

@@ -186,3 +186,40 @@ async fn a_handed_over_socket_reads_the_channel_then_the_udp_socket_once_it_ends
         (short(OWN, 30, 1), client.local_addr().unwrap())
     );
 }
+
+proptest::proptest! {
+    /// Any GRO buffer (any bytes, any stride, up to the largest UDP payload): no panic; the
+    /// datagrams kept are the others, in order; each of the old process's is sent or dropped.
+    #[test]
+    fn any_gro_buffer_is_split_without_loss_or_panic(
+        bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..MAX_DATAGRAM),
+        stride in 0usize..3000,
+        own_every in 1usize..4,
+    ) {
+        let (ours, _theirs) = pair();
+        let to_old = ToOld::new(ours, OLD, counts()).unwrap();
+        let mut buf = bytes.clone();
+        let len = buf.len();
+        let step = if stride == 0 { len.max(1) } else { stride };
+        // Every `own_every`th segment made this process's, so both routes are taken.
+        for (i, at) in (0..len).step_by(step).enumerate() {
+            if i % own_every == 0 && at + 3 <= len {
+                buf[at] = 0x40;
+                buf[at + 1..at + 3].copy_from_slice(&OWN);
+            }
+        }
+        let segments: Vec<Vec<u8>> = buf.chunks(step).map(<[u8]>::to_vec).collect();
+        let source: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let mut metas = [meta(source, len, stride)];
+        let mut bufs = [IoSliceMut::new(&mut buf)];
+        to_old.pass_on(OWN, &mut bufs, &mut metas, 1);
+        let (kept, old): (Vec<_>, Vec<_>) =
+            segments.iter().partition(|s| route(s, OWN, OLD) == Route::Here);
+        let kept: Vec<u8> = kept.into_iter().flatten().copied().collect();
+        proptest::prop_assert_eq!(&bufs[0][..metas[0].len], &kept[..]);
+        proptest::prop_assert_eq!(
+            to_old.counts.sent.get() + to_old.counts.dropped.get(),
+            old.len() as u64
+        );
+    }
+}
