@@ -12,6 +12,7 @@
 //! (10 s doubling to 1 h); the certificate in force keeps serving meanwhile. File IO runs on
 //! the blocking pool; the ACME protocol is instant-acme's over our own HTTP client (`http.rs`).
 
+mod ari;
 mod dns01;
 mod error;
 mod http;
@@ -31,6 +32,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::watch;
 
+use self::ari::Ari;
 use self::dns01::Dns01Records;
 use self::error::OrderError;
 use crate::instruments::TlsFamilies;
@@ -89,12 +91,25 @@ async fn run_loop(
     if let Some(issued) = certs.issued() {
         metrics.set_acme_expiry(listener, &settings, issued.info.not_after);
     }
+    // What ARI says about the certificate in force (none until it is asked).
+    let mut ari: Option<Ari> = None;
     loop {
-        let mut wait = match certs.issued() {
+        let issued = certs.issued();
+        if let Some(issued) = &issued {
+            let plan = ari.get_or_insert_with(|| Ari::new(issued));
+            if plan.ask_at().is_some_and(|at| at <= unix_now()) {
+                ari::refresh(listener, &settings, plan).await;
+            }
+        }
+        // The one renewal time the task both waits for and logs.
+        let mut wait = match &issued {
             None => Duration::ZERO,
             Some(issued) => {
-                let renew_at = renew_at(&issued, &settings);
-                Duration::from_secs(u64::try_from(renew_at - unix_now()).unwrap_or(0))
+                let at = ari
+                    .as_ref()
+                    .and_then(Ari::renew_at)
+                    .unwrap_or_else(|| renew_at(issued, &settings));
+                until(at)
             }
         };
         if let Some(last) = last_success {
@@ -113,13 +128,20 @@ async fn run_loop(
                     "ACME certificate in force"
                 );
             }
-            tokio::time::sleep(wait.min(MAX_SLEEP)).await;
-            if wait > MAX_SLEEP {
+            let ask_in = ari.as_ref().and_then(Ari::ask_at).map_or(MAX_SLEEP, until);
+            let sleep = wait.min(MAX_SLEEP).min(ask_in);
+            tokio::time::sleep(sleep).await;
+            if wait > sleep {
                 continue;
             }
         }
-        let renewing = certs.issued().is_some();
-        let ordered = order(&settings, certs, http01, dns01);
+        let renewing = issued.is_some();
+        // A renewal names the certificate it replaces when the CA offers ARI for it.
+        let replaces = ari
+            .as_ref()
+            .filter(|a| renewing && a.supported())
+            .and_then(|a| a.id.clone());
+        let ordered = order(&settings, certs, http01, dns01, replaces);
         let outcome = match tokio::time::timeout(ORDER_TIMEOUT, ordered).await {
             Ok(outcome) => outcome,
             Err(_) => Err(OrderError::Timeout(ORDER_TIMEOUT)),
@@ -139,12 +161,10 @@ async fn run_loop(
                     domains,
                     result,
                     expires = %crate::timefmt::rfc3339(unix_to_system(issued.info.not_after)),
-                    next_renewal = %crate::timefmt::rfc3339(unix_to_system(
-                        renew_at(&issued, &settings)
-                    )),
                     "ACME certificate {result}"
                 );
                 certs.install(issued);
+                ari = None;
             }
             Err(error) => {
                 failures = failures.saturating_add(1);
@@ -172,6 +192,11 @@ fn backoff(failures: u32) -> Duration {
     let doubled = FIRST_BACKOFF.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
     let base = doubled.min(MAX_BACKOFF);
     base.mul_f64(0.75 + fastrand::f64() * 0.5)
+}
+
+/// The wait until `unix` (Unix seconds), zero if it has passed.
+fn until(unix: i64) -> Duration {
+    Duration::from_secs(u64::try_from(unix.saturating_sub(unix_now())).unwrap_or(0))
 }
 
 fn unix_now() -> i64 {
@@ -251,6 +276,7 @@ async fn order(
     certs: &AcmeCerts,
     http01: &Http01Owner,
     dns01: &Dns01Records,
+    replaces: Option<instant_acme::CertificateIdentifier<'static>>,
 ) -> Result<Issued, OrderError> {
     let account = account(settings).await?;
     let identifiers: Vec<Identifier> = settings
@@ -258,7 +284,11 @@ async fn order(
         .iter()
         .map(|d| Identifier::Dns(d.clone()))
         .collect();
-    let mut order = match account.new_order(&NewOrder::new(&identifiers)).await {
+    let mut new_order = NewOrder::new(&identifiers);
+    if let Some(replaces) = replaces {
+        new_order = new_order.replaces(replaces);
+    }
+    let mut order = match account.new_order(&new_order).await {
         Ok(order) => order,
         Err(instant_acme::Error::Api(problem))
             if problem.r#type.as_deref()
