@@ -30,6 +30,10 @@ pub(super) struct Ari {
     /// has none (no Authority Key Identifier): then ARI is never asked.
     pub(super) id: Option<CertificateIdentifier<'static>>,
     pub(super) state: State,
+    /// Whether an order naming this certificate in `replaces` failed to be created: the next
+    /// ones do not name it (a CA may refuse it, e.g. `alreadyReplaced`, or not reflect it in
+    /// the order as RFC 9773 section 5 requires, which instant-acme takes for an error).
+    pub(super) replaces_refused: bool,
 }
 
 /// Whether and what the CA answered.
@@ -73,7 +77,11 @@ impl Ari {
         } else {
             State::Unsupported
         };
-        Ari { id, state }
+        Ari {
+            id,
+            state,
+            replaces_refused: false,
+        }
     }
 
     /// When the certificate is renewed by ARI (Unix seconds), if the CA answered a window.
@@ -94,10 +102,13 @@ impl Ari {
         }
     }
 
-    /// Whether the directory offers ARI for this certificate (then a renewal order names it
-    /// in `replaces`).
-    pub(super) fn supported(&self) -> bool {
-        matches!(self.state, State::Window { .. } | State::Failed { .. })
+    /// What a renewal order names in `replaces`: this certificate, when the directory offers
+    /// ARI for it and no such order failed to be created.
+    pub(super) fn replaces(&self) -> Option<CertificateIdentifier<'static>> {
+        let offered = matches!(self.state, State::Window { .. } | State::Failed { .. });
+        self.id
+            .clone()
+            .filter(|_| offered && !self.replaces_refused)
     }
 
     /// The window last followed (start, end, renewal time).

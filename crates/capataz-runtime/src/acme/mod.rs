@@ -137,10 +137,8 @@ async fn run_loop(
         }
         let renewing = issued.is_some();
         // A renewal names the certificate it replaces when the CA offers ARI for it.
-        let replaces = ari
-            .as_ref()
-            .filter(|a| renewing && a.supported())
-            .and_then(|a| a.id.clone());
+        let replaces = ari.as_ref().filter(|_| renewing).and_then(Ari::replaces);
+        let named = replaces.is_some();
         let ordered = order(&settings, certs, http01, dns01, replaces);
         let outcome = match tokio::time::timeout(ORDER_TIMEOUT, ordered).await {
             Ok(outcome) => outcome,
@@ -167,6 +165,9 @@ async fn run_loop(
                 ari = None;
             }
             Err(error) => {
+                if let (true, OrderError::CreateOrder(_), Some(ari)) = (named, &error, &mut ari) {
+                    ari.replaces_refused = true;
+                }
                 failures = failures.saturating_add(1);
                 metrics.acme_order(listener, "failed");
                 tracing::warn!(

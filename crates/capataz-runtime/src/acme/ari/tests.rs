@@ -18,6 +18,7 @@ fn fresh() -> Ari {
             CertificateIdentifier::new(Der::from(&[1u8][..]), Der::from(&[2u8][..])).into_owned(),
         ),
         state: State::Unknown,
+        replaces_refused: false,
     }
 }
 
@@ -64,7 +65,7 @@ fn the_same_window_keeps_its_renewal_time_and_another_is_chosen_again() {
     ari.answered(window(now + DAY, now + 3 * DAY, 3600), now, 0.25);
     assert_eq!(ari.renew_at(), Some(now + DAY + DAY / 2));
     assert_eq!(ari.ask_at(), Some(now + 3600));
-    assert!(ari.supported());
+    assert!(ari.replaces().is_some());
     // Asked again an hour later: the same window, a different draw, the same time.
     ari.answered(window(now + DAY, now + 3 * DAY, 7200), now + 3600, 0.9);
     assert_eq!(ari.renew_at(), Some(now + DAY + DAY / 2));
@@ -81,7 +82,7 @@ fn a_failed_query_keeps_the_window_followed_and_asks_again_in_an_hour() {
     ari.answered(Answer::Failed, now, 0.5);
     assert_eq!(ari.renew_at(), None);
     assert_eq!(ari.ask_at(), Some(now + 3600));
-    assert!(ari.supported());
+    assert!(ari.replaces().is_some());
     ari.answered(window(now + DAY, now + 2 * DAY, 60), now, 0.0);
     ari.answered(Answer::Failed, now + 60, 0.5);
     assert_eq!(ari.renew_at(), Some(now + DAY));
@@ -98,5 +99,15 @@ fn a_directory_without_renewal_info_is_not_asked_again() {
     ari.answered(Answer::Unsupported, 0, 0.5);
     assert_eq!(ari.ask_at(), None);
     assert_eq!(ari.renew_at(), None);
-    assert!(!ari.supported());
+    assert!(ari.replaces().is_none());
+}
+
+#[test]
+fn an_order_naming_the_certificate_that_failed_is_not_named_again() {
+    let mut ari = fresh();
+    assert!(ari.replaces().is_none(), "not before the CA answered");
+    ari.answered(window(DAY, 2 * DAY, 60), 0, 0.5);
+    assert_eq!(ari.replaces(), ari.id);
+    ari.replaces_refused = true;
+    assert!(ari.replaces().is_none());
 }
