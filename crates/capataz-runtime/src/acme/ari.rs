@@ -102,10 +102,18 @@ impl Ari {
         }
     }
 
-    /// What a renewal order names in `replaces`: this certificate, when the directory offers
-    /// ARI for it and no such order failed to be created.
+    /// What a renewal order names in `replaces`: this certificate, once the CA answered a window
+    /// for it (a query that failed from the start proves no `renewalInfo`), unless such an order
+    /// failed to be created.
     pub(super) fn replaces(&self) -> Option<CertificateIdentifier<'static>> {
-        let offered = matches!(self.state, State::Window { .. } | State::Failed { .. });
+        let offered = matches!(
+            self.state,
+            State::Window { .. }
+                | State::Failed {
+                    previous: Some(_),
+                    ..
+                }
+        );
         self.id
             .clone()
             .filter(|_| offered && !self.replaces_refused)

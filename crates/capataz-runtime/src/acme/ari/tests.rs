@@ -82,10 +82,12 @@ fn a_failed_query_keeps_the_window_followed_and_asks_again_in_an_hour() {
     ari.answered(Answer::Failed, now, 0.5);
     assert_eq!(ari.renew_at(), None);
     assert_eq!(ari.ask_at(), Some(now + 3600));
-    assert!(ari.replaces().is_some());
+    // The CA down from the start: whether it offers ARI is unknown, no `replaces`.
+    assert!(ari.replaces().is_none());
     ari.answered(window(now + DAY, now + 2 * DAY, 60), now, 0.0);
     ari.answered(Answer::Failed, now + 60, 0.5);
     assert_eq!(ari.renew_at(), Some(now + DAY));
+    assert!(ari.replaces().is_some());
     assert_eq!(ari.ask_at(), Some(now + 60 + 3600));
     // A window that ends before it starts is a failed answer, asked again after Retry-After.
     ari.answered(window(now + 5 * DAY, now + 4 * DAY, 120), now + 120, 0.5);
