@@ -19,6 +19,7 @@
 //! This module sits at the bottom of the crate: it imports only `timefmt`.
 
 pub mod acme;
+pub mod ari;
 pub mod backend;
 pub mod ocsp;
 mod server;

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{BodyExt as _, Full};
 use hyper::Request;
-use instant_acme::{BytesResponse, HttpClient};
+use instant_acme::{BodyWrapper, BytesResponse, HttpClient};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
@@ -102,7 +102,7 @@ fn read_bounded(file: &Path) -> Result<Vec<u8>, AcmeHttpError> {
 impl HttpClient for AcmeHttp {
     fn request(
         &self,
-        req: Request<Full<Bytes>>,
+        req: Request<BodyWrapper<Bytes>>,
     ) -> Pin<Box<dyn Future<Output = Result<BytesResponse, instant_acme::Error>> + Send>> {
         let tls = self.tls.clone();
         Box::pin(async move { exchange(tls, req).await.map_err(instant_acme::Error::Other) })
@@ -113,10 +113,12 @@ impl HttpClient for AcmeHttp {
 /// (at most [`MAX_BODY`]) within [`CONNECTION_LIFETIME`], both from the start.
 async fn exchange(
     tls: Arc<ClientConfig>,
-    req: Request<Full<Bytes>>,
+    req: Request<BodyWrapper<Bytes>>,
 ) -> Result<BytesResponse, BoxError> {
     let start = Instant::now();
     let (mut parts, body) = req.into_parts();
+    // instant-acme's requests are whole in memory (a JWS, or nothing): hyper gets them as such.
+    let body = Full::new(body.collect().await?.to_bytes());
     let uri = parts.uri.clone();
     let https = match uri.scheme_str() {
         Some("https") => true,

@@ -12,6 +12,7 @@
 //! (10 s doubling to 1 h); the certificate in force keeps serving meanwhile. File IO runs on
 //! the blocking pool; the ACME protocol is instant-acme's over our own HTTP client (`http.rs`).
 
+mod ari;
 mod dns01;
 mod error;
 mod http;
@@ -31,6 +32,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::sync::watch;
 
+use self::ari::Ari;
 use self::dns01::Dns01Records;
 use self::error::OrderError;
 use crate::instruments::TlsFamilies;
@@ -89,12 +91,25 @@ async fn run_loop(
     if let Some(issued) = certs.issued() {
         metrics.set_acme_expiry(listener, &settings, issued.info.not_after);
     }
+    // What ARI says about the certificate in force (none until it is asked).
+    let mut ari: Option<Ari> = None;
     loop {
-        let mut wait = match certs.issued() {
+        let issued = certs.issued();
+        if let Some(issued) = &issued {
+            let plan = ari.get_or_insert_with(|| Ari::new(issued));
+            if plan.ask_at().is_some_and(|at| at <= unix_now()) {
+                ari::refresh(listener, &settings, plan).await;
+            }
+        }
+        // The one renewal time the task both waits for and logs.
+        let mut wait = match &issued {
             None => Duration::ZERO,
             Some(issued) => {
-                let renew_at = renew_at(&issued, &settings);
-                Duration::from_secs(u64::try_from(renew_at - unix_now()).unwrap_or(0))
+                let at = ari
+                    .as_ref()
+                    .and_then(Ari::renew_at)
+                    .unwrap_or_else(|| renew_at(issued, &settings));
+                until(at)
             }
         };
         if let Some(last) = last_success {
@@ -113,13 +128,18 @@ async fn run_loop(
                     "ACME certificate in force"
                 );
             }
-            tokio::time::sleep(wait.min(MAX_SLEEP)).await;
-            if wait > MAX_SLEEP {
+            let ask_in = ari.as_ref().and_then(Ari::ask_at).map_or(MAX_SLEEP, until);
+            let sleep = wait.min(MAX_SLEEP).min(ask_in);
+            tokio::time::sleep(sleep).await;
+            if wait > sleep {
                 continue;
             }
         }
-        let renewing = certs.issued().is_some();
-        let ordered = order(&settings, certs, http01, dns01);
+        let renewing = issued.is_some();
+        // A renewal names the certificate it replaces when the CA offers ARI for it.
+        let replaces = ari.as_ref().filter(|_| renewing).and_then(Ari::replaces);
+        let named = replaces.is_some();
+        let ordered = order(&settings, certs, http01, dns01, replaces);
         let outcome = match tokio::time::timeout(ORDER_TIMEOUT, ordered).await {
             Ok(outcome) => outcome,
             Err(_) => Err(OrderError::Timeout(ORDER_TIMEOUT)),
@@ -139,14 +159,15 @@ async fn run_loop(
                     domains,
                     result,
                     expires = %crate::timefmt::rfc3339(unix_to_system(issued.info.not_after)),
-                    next_renewal = %crate::timefmt::rfc3339(unix_to_system(
-                        renew_at(&issued, &settings)
-                    )),
                     "ACME certificate {result}"
                 );
                 certs.install(issued);
+                ari = None;
             }
             Err(error) => {
+                if let (true, OrderError::CreateOrder(_), Some(ari)) = (named, &error, &mut ari) {
+                    ari.replaces_refused = true;
+                }
                 failures = failures.saturating_add(1);
                 metrics.acme_order(listener, "failed");
                 tracing::warn!(
@@ -172,6 +193,11 @@ fn backoff(failures: u32) -> Duration {
     let doubled = FIRST_BACKOFF.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
     let base = doubled.min(MAX_BACKOFF);
     base.mul_f64(0.75 + fastrand::f64() * 0.5)
+}
+
+/// The wait until `unix` (Unix seconds), zero if it has passed.
+fn until(unix: i64) -> Duration {
+    Duration::from_secs(u64::try_from(unix.saturating_sub(unix_now())).unwrap_or(0))
 }
 
 fn unix_now() -> i64 {
@@ -214,7 +240,8 @@ async fn account(settings: &AcmeSettings) -> Result<Account, OrderError> {
             });
         if directory.as_deref() == Some(settings.directory.as_str()) {
             if let Ok(credentials) = serde_json::from_slice::<AccountCredentials>(&bytes) {
-                return Account::from_credentials_and_http(credentials, Box::new(http().await?))
+                return Account::builder_with_http(Box::new(http().await?))
+                    .from_credentials(credentials)
                     .await
                     .map_err(OrderError::StoredAccount);
             }
@@ -226,18 +253,18 @@ async fn account(settings: &AcmeSettings) -> Result<Account, OrderError> {
     }
     let contact = settings.email.as_ref().map(|e| format!("mailto:{e}"));
     let contacts: Vec<&str> = contact.iter().map(String::as_str).collect();
-    let (account, credentials) = Account::create_with_http(
-        &NewAccount {
-            contact: &contacts,
-            terms_of_service_agreed: true,
-            only_return_existing: false,
-        },
-        &settings.directory,
-        None,
-        Box::new(http().await?),
-    )
-    .await
-    .map_err(OrderError::CreateAccount)?;
+    let (account, credentials) = Account::builder_with_http(Box::new(http().await?))
+        .create(
+            &NewAccount {
+                contact: &contacts,
+                terms_of_service_agreed: true,
+                only_return_existing: false,
+            },
+            settings.directory.clone(),
+            None,
+        )
+        .await
+        .map_err(OrderError::CreateAccount)?;
     let bytes = serde_json::to_vec(&credentials)?;
     blocking(move || store::write_atomic(&path, &bytes, true).map_err(OrderError::file(&path)))
         .await?;
@@ -250,6 +277,7 @@ async fn order(
     certs: &AcmeCerts,
     http01: &Http01Owner,
     dns01: &Dns01Records,
+    replaces: Option<instant_acme::CertificateIdentifier<'static>>,
 ) -> Result<Issued, OrderError> {
     let account = account(settings).await?;
     let identifiers: Vec<Identifier> = settings
@@ -257,12 +285,11 @@ async fn order(
         .iter()
         .map(|d| Identifier::Dns(d.clone()))
         .collect();
-    let mut order = match account
-        .new_order(&NewOrder {
-            identifiers: &identifiers,
-        })
-        .await
-    {
+    let mut new_order = NewOrder::new(&identifiers);
+    if let Some(replaces) = replaces {
+        new_order = new_order.replaces(replaces);
+    }
+    let mut order = match account.new_order(&new_order).await {
         Ok(order) => order,
         Err(instant_acme::Error::Api(problem))
             if problem.r#type.as_deref()
@@ -276,85 +303,131 @@ async fn order(
         }
         Err(error) => return Err(OrderError::CreateOrder(error)),
     };
-    let ready = authorize(&mut order, settings, certs, http01, dns01).await?;
-    for url in &ready {
-        order
-            .set_challenge_ready(url)
-            .await
-            .map_err(OrderError::ChallengeReady)?;
-    }
+    authorize(&mut order, settings, certs, http01, dns01).await?;
+    set_ready(&mut order, settings.challenge).await?;
     wait_ready(&mut order).await?;
     certs.clear_challenges();
     http01.clear();
     let (csr, key_pem) = certificate_request(&settings.domains)?;
     if order.state().status == OrderStatus::Ready {
-        order.finalize(&csr).await.map_err(OrderError::Finalize)?;
+        order
+            .finalize_csr(&csr)
+            .await
+            .map_err(OrderError::Finalize)?;
     }
     let chain_pem = certificate(&mut order).await?;
     check_and_store(settings, chain_pem, key_pem).await
 }
 
 /// Answers the pending authorizations' challenges (TLS-ALPN-01 through `certs`, HTTP-01
-/// through `http01`, DNS-01 through `dns01`, once its records are visible) and returns the
-/// challenges' URLs to tell the server about.
+/// through `http01`, DNS-01 through `dns01`, and waits until its records are visible); the
+/// server is told about them by [`set_ready`] afterwards.
 async fn authorize(
     order: &mut instant_acme::Order,
     settings: &AcmeSettings,
     certs: &AcmeCerts,
     http01: &Http01Owner,
     dns01: &Dns01Records,
-) -> Result<Vec<String>, OrderError> {
-    let authorizations = order
-        .authorizations()
-        .await
-        .map_err(OrderError::Authorizations)?;
-    let mut ready = Vec::new();
-    for authorization in &authorizations {
-        let Identifier::Dns(domain) = &authorization.identifier;
-        // A wildcard's authorization names the domain without its `*.` (RFC 8555, 7.1.4).
+) -> Result<(), OrderError> {
+    let mut authorizations = order.authorizations();
+    let mut pending = false;
+    while let Some(authorization) = authorizations.next().await {
+        let mut authorization = authorization.map_err(OrderError::Authorizations)?;
+        let domain = ordered_domain(&authorization, settings)?;
+        if !is_pending(&authorization, &domain)? {
+            continue;
+        }
         let lower = domain.to_ascii_lowercase();
-        if !settings.domains.contains(&lower) && !settings.domains.contains(&format!("*.{lower}")) {
-            return Err(OrderError::NotOrdered(domain.clone()));
-        }
-        match authorization.status {
-            AuthorizationStatus::Valid => continue,
-            AuthorizationStatus::Pending => {}
-            status => {
-                return Err(OrderError::Authorization {
-                    domain: domain.clone(),
-                    status,
-                })
-            }
-        }
-        let wanted = match settings.challenge {
-            Challenge::TlsAlpn01 => ChallengeType::TlsAlpn01,
-            Challenge::Http01 => ChallengeType::Http01,
-            Challenge::Dns01 => ChallengeType::Dns01,
-        };
         let challenge = authorization
-            .challenges
-            .iter()
-            .find(|c| c.r#type == wanted)
+            .challenge(challenge_type(settings.challenge))
             .ok_or_else(|| OrderError::NoChallenge {
                 kind: settings.challenge.name(),
                 domain: domain.clone(),
             })?;
-        let key_authorization = order.key_authorization(challenge);
+        let key_authorization = challenge.key_authorization();
         match settings.challenge {
             Challenge::TlsAlpn01 => {
                 let digest = key_authorization.digest();
-                let certificate = challenge_certificate(domain, digest.as_ref())?;
-                certs.set_challenge(&domain.to_ascii_lowercase(), certificate);
+                let certificate = challenge_certificate(&domain, digest.as_ref())?;
+                certs.set_challenge(&lower, certificate);
             }
             Challenge::Http01 => http01.set(&challenge.token, key_authorization.as_str()),
             Challenge::Dns01 => dns01.add(&lower, &key_authorization.dns_value()).await?,
         }
-        ready.push(challenge.url.clone());
+        pending = true;
     }
-    if settings.challenge == Challenge::Dns01 && !ready.is_empty() {
+    if settings.challenge == Challenge::Dns01 && pending {
         dns01.wait_visible().await?;
     }
-    Ok(ready)
+    Ok(())
+}
+
+/// Tells the server the pending authorizations' challenges are ready (the authorizations were
+/// fetched by [`authorize`]: no request but the challenges' own).
+async fn set_ready(
+    order: &mut instant_acme::Order,
+    challenge: Challenge,
+) -> Result<(), OrderError> {
+    let mut authorizations = order.authorizations();
+    while let Some(authorization) = authorizations.next().await {
+        let mut authorization = authorization.map_err(OrderError::Authorizations)?;
+        if authorization.status != AuthorizationStatus::Pending {
+            continue;
+        }
+        let domain = authorization.identifier().to_string();
+        let mut handle = authorization
+            .challenge(challenge_type(challenge))
+            .ok_or_else(|| OrderError::NoChallenge {
+                kind: challenge.name(),
+                domain,
+            })?;
+        handle
+            .set_ready()
+            .await
+            .map_err(OrderError::ChallengeReady)?;
+    }
+    Ok(())
+}
+
+/// The DNS name `authorization` is for (a wildcard's without its `*.`, RFC 8555 7.1.4), which
+/// must be one of the listener's.
+fn ordered_domain(
+    authorization: &instant_acme::AuthorizationHandle<'_>,
+    settings: &AcmeSettings,
+) -> Result<String, OrderError> {
+    let identifier = authorization.identifier();
+    let Identifier::Dns(domain) = identifier.identifier else {
+        return Err(OrderError::NotOrdered(identifier.to_string()));
+    };
+    let lower = domain.to_ascii_lowercase();
+    if !settings.domains.contains(&lower) && !settings.domains.contains(&format!("*.{lower}")) {
+        return Err(OrderError::NotOrdered(domain.clone()));
+    }
+    Ok(domain.clone())
+}
+
+/// Whether the authorization still needs its challenge answered (valid ones do not; any other
+/// status fails the order).
+fn is_pending(
+    authorization: &instant_acme::AuthorizationHandle<'_>,
+    domain: &str,
+) -> Result<bool, OrderError> {
+    match authorization.status {
+        AuthorizationStatus::Valid => Ok(false),
+        AuthorizationStatus::Pending => Ok(true),
+        status => Err(OrderError::Authorization {
+            domain: domain.to_owned(),
+            status,
+        }),
+    }
+}
+
+fn challenge_type(challenge: Challenge) -> ChallengeType {
+    match challenge {
+        Challenge::TlsAlpn01 => ChallengeType::TlsAlpn01,
+        Challenge::Http01 => ChallengeType::Http01,
+        Challenge::Dns01 => ChallengeType::Dns01,
+    }
 }
 
 /// Polls the order until the server has validated it (or found it invalid).
@@ -425,13 +498,16 @@ async fn why_invalid(order: &mut instant_acme::Order) -> OrderError {
     if let Some(problem) = &order.state().error {
         reasons.push(problem.to_string());
     }
-    if let Ok(authorizations) = order.authorizations().await {
-        for authorization in authorizations {
-            let Identifier::Dns(domain) = &authorization.identifier;
-            for challenge in &authorization.challenges {
-                if let Some(problem) = &challenge.error {
-                    reasons.push(format!("{domain}: {problem}"));
-                }
+    let mut authorizations = order.authorizations();
+    while let Some(Ok(mut authorization)) = authorizations.next().await {
+        // The order's authorizations as they are now, not as `authorize` saw them.
+        if authorization.refresh().await.is_err() {
+            continue;
+        }
+        let domain = authorization.identifier().to_string();
+        for challenge in &authorization.challenges {
+            if let Some(problem) = &challenge.error {
+                reasons.push(format!("{domain}: {problem}"));
             }
         }
     }

@@ -14,6 +14,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod access_log;
+pub mod acme2certifier;
 pub mod backends_tls;
 pub mod balancer;
 pub mod blocking;

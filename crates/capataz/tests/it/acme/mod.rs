@@ -6,6 +6,7 @@
 //! HTTP-01 challenge (`http01.rs`), the DNS-01 one by RFC 2136 updates (`dns01.rs`), and OCSP
 //! stapling of the issued and renewed certificates (`stapling.rs`).
 
+mod ari;
 mod config;
 mod dns01;
 mod http01;
