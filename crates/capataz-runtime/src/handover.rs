@@ -202,10 +202,9 @@ impl Inherited {
         quic: Option<OsString>,
     ) -> Result<Option<Inherited>, HandoverError> {
         match (listeners, ready) {
-            (None, None) if quic.is_some() => Err(malformed(
-                QUIC_VAR,
-                format!("set without {LISTENERS_VAR}"),
-            )),
+            (None, None) if quic.is_some() => {
+                Err(malformed(QUIC_VAR, format!("set without {LISTENERS_VAR}")))
+            }
             (None, None) => Ok(None),
             (Some(listeners), Some(ready)) => {
                 Inherited::parse(&listeners, &ready, quic.as_ref()).map(Some)
