@@ -19,6 +19,8 @@
 #        env: CONNS=50 FRACTION=0.9 DURATION=10 ROUNDS=5 MAX_DURATION=5s MAX_ROUNDS=3
 #             PROXY_CPU=0 OTHER_CPU=1 RUN_DIR=/tmp/bench-overload SHARED=../shared/bench
 #             CAPATAZ_BIN=... (default: a release build of this tree) TARGETS="capataz haproxy nginx"
+#             RATE=N: offer N requests/s to every target instead (the maximums are still shown),
+#             to compare builds or settings at one rate
 # Needs: wrk, nginx, haproxy, curl. Runtime: about 30 s + targets x (MAX_ROUNDS x MAX_DURATION
 # + ROUNDS x (DURATION + 3 s)): 4 minutes with the defaults.
 set -Eeuo pipefail
@@ -95,7 +97,7 @@ for round in $(seq "$ROUNDS"); do
     for ((i = 0; i < n; i++)); do
         tgt=${TARGETS[(i + round - 1) % n]}
         out=$RUN_DIR/open-$round-$tgt.txt
-        rate=$(calc "int(${MAX[$tgt]} * $FRACTION)")
+        rate=${RATE:-$(calc "int(${MAX[$tgt]} * $FRACTION)")}
         before=$(proc_ticks "${PID[$tgt]}")
         (pin "$OTHER_CPU" "$RUN_DIR/openload" -r "$rate" -c "$CONNS" -d "$DURATION" -w 2 "http://127.0.0.1:${PORT[$tgt]}/" >"$out") ||
             die "$tgt: openload failed: $(cat "$out")"
