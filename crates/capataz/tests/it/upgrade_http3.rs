@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::watch;
 
+use crate::support::fleet::get;
 use crate::support::h3client::{self, H3Client};
 use crate::support::process::{gone, pid_in, signal, Capataz, TempFile};
 use crate::support::raw::{ok_answer, read_head, RawBackend};
@@ -110,22 +111,51 @@ fn start_held(
 /// The value of the metric `series` (name and labels, as written) on the admin API at
 /// `admin`, 0 if absent.
 fn metric(admin: std::net::SocketAddr, series: &str) -> f64 {
-    use std::io::{Read as _, Write as _};
-    let mut stream = std::net::TcpStream::connect(admin).expect("the admin API");
-    stream
-        .set_read_timeout(Some(DEADLINE))
-        .expect("a read timeout");
-    stream
-        .write_all(
-            format!("GET /metrics HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n")
-                .as_bytes(),
-        )
-        .expect("the request");
-    let mut text = String::new();
-    stream.read_to_string(&mut text).expect("the metrics");
+    let (_, text) = get(admin, "/metrics").expect("GET /metrics");
     text.lines()
         .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
         .unwrap_or(0.0)
+}
+
+/// A running `capataz` serving HTTP/3 in front of a [`held_backend`], with its drain of
+/// `shutdown_timeout`, and what the test needs of it.
+struct Started {
+    rt: tokio::runtime::Runtime,
+    /// Lets `/held` be answered.
+    release: watch::Sender<bool>,
+    backend: RawBackend,
+    pki: Pki,
+    capataz: Capataz,
+    /// The listener's UDP address.
+    udp: std::net::SocketAddr,
+    _config: TempFile,
+}
+
+impl Started {
+    fn new(shutdown_timeout: &str) -> Started {
+        let rt = runtime();
+        let (release, gate) = watch::channel(false);
+        let backend = rt.block_on(held_backend(gate));
+        let pki = Pki::new();
+        let config = config(&pki, &backend, shutdown_timeout);
+        let capataz = Capataz::spawn(&["run", "--config", config.text()], &[]);
+        let udp = capataz.listening_on("front");
+        capataz.wait_line("the HTTP/3 line", |l| l.contains("listening for HTTP/3"));
+        Started {
+            rt,
+            release,
+            backend,
+            pki,
+            capataz,
+            udp,
+            _config: config,
+        }
+    }
+
+    /// A new HTTP/3 connection to the listener.
+    fn connect(&self) -> H3Client {
+        self.rt.block_on(connect(&self.pki, self.udp))
+    }
 }
 
 /// Sends SIGUSR2 to `capataz` and waits for the new process to take over; its pid.
@@ -145,17 +175,18 @@ fn upgrade(capataz: &mut Capataz) -> u32 {
 
 #[test]
 fn an_upgrade_lets_a_request_in_progress_on_an_http3_connection_finish() {
-    let rt = runtime();
-    let (release, gate) = watch::channel(false);
-    let backend = rt.block_on(held_backend(gate));
-    let pki = Pki::new();
     // A drain far longer than the test: the old process exits because its connections are
     // done, not at its deadline.
-    let config = config(&pki, &backend, "120s");
-    let mut capataz = Capataz::spawn(&["run", "--config", config.text()], &[]);
-    let udp = capataz.listening_on("front");
+    let Started {
+        rt,
+        release,
+        backend,
+        pki,
+        mut capataz,
+        udp,
+        _config,
+    } = Started::new("120s");
     let admin = capataz.admin_on();
-    capataz.wait_line("the HTTP/3 line", |l| l.contains("listening for HTTP/3"));
 
     let mut old = rt.block_on(connect(&pki, udp));
     let answer = rt.block_on(old.get(SITE, "/before")).expect("an answer");
@@ -226,18 +257,12 @@ fn an_upgrade_lets_a_request_in_progress_on_an_http3_connection_finish() {
 
 #[test]
 fn the_old_process_of_an_upgrade_exits_at_its_deadline_with_an_http3_request_held() {
-    let rt = runtime();
-    let (_release, gate) = watch::channel(false);
-    let backend = rt.block_on(held_backend(gate));
-    let pki = Pki::new();
-    let config = config(&pki, &backend, "1s");
-    let mut capataz = Capataz::spawn(&["run", "--config", config.text()], &[]);
-    let udp = capataz.listening_on("front");
-    capataz.wait_line("the HTTP/3 line", |l| l.contains("listening for HTTP/3"));
-    let mut old = rt.block_on(connect(&pki, udp));
-    let _held = start_held(&rt, &mut old, &backend);
+    let mut started = Started::new("1s");
+    let mut old = started.connect();
+    let _held = start_held(&started.rt, &mut old, &started.backend);
 
-    let new = upgrade(&mut capataz);
+    let new = upgrade(&mut started.capataz);
+    let capataz = &mut started.capataz;
     // The held request keeps the old process until its deadline; then it exits.
     let status = capataz.wait_exit();
     assert!(status.success(), "the old process exited with {status}");
@@ -246,8 +271,11 @@ fn the_old_process_of_an_upgrade_exits_at_its_deadline_with_an_http3_request_hel
         log.contains("shutdown deadline reached with connections still open"),
         "the old process exits at its deadline, its HTTP/3 connection still open:\n{log}"
     );
-    let mut fresh = rt.block_on(connect(&pki, udp));
-    let answer = rt.block_on(fresh.get(SITE, "/after")).expect("an answer");
+    let mut fresh = started.connect();
+    let answer = started
+        .rt
+        .block_on(fresh.get(SITE, "/after"))
+        .expect("an answer");
     assert_eq!(answer.head.status(), 200);
     signal(new, "TERM");
     crate::support::wait::block_until("the new process to exit", || gone(new));
@@ -255,15 +283,15 @@ fn the_old_process_of_an_upgrade_exits_at_its_deadline_with_an_http3_request_hel
 
 #[test]
 fn the_old_process_of_an_upgrade_reads_its_udp_socket_again_when_the_new_one_dies() {
-    let rt = runtime();
-    let (release, gate) = watch::channel(false);
-    let backend = rt.block_on(held_backend(gate));
-    let pki = Pki::new();
-    let config = config(&pki, &backend, "120s");
-    let mut capataz = Capataz::spawn(&["run", "--config", config.text()], &[]);
-    let udp = capataz.listening_on("front");
-    capataz.wait_line("the HTTP/3 line", |l| l.contains("listening for HTTP/3"));
-    let mut old = rt.block_on(connect(&pki, udp));
+    let started = Started::new("120s");
+    let mut old = started.connect();
+    let Started {
+        rt,
+        release,
+        backend,
+        mut capataz,
+        ..
+    } = started;
     let mut held = start_held(&rt, &mut old, &backend);
 
     let new = upgrade(&mut capataz);
