@@ -8,7 +8,7 @@
 //! when it goes stale.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use capataz::server::Balancer;
@@ -20,7 +20,7 @@ use super::{serial, DOMAIN};
 use crate::support::balancer::{backends, start};
 use crate::support::ocsp::{handshake_text, IssuerOcsp};
 use crate::support::pebble::Pebble;
-use crate::support::reserve_port;
+use crate::support::{reserve_port, ReservedPort};
 
 /// Issuance, then a fetch retried after a refusal (10 s ±25 %, 20 s if the retry finds the
 /// responder restarting): far under this.
@@ -48,6 +48,36 @@ async fn stapling_balancer(
     );
     let (balancer, _) = start(&text).await;
     (b, balancer)
+}
+
+/// Pebble issuing certificates valid `days` that name a responder, that responder (its answers
+/// fresh for `minutes`), and the storage for the balancer on `port`, reserved (pebble
+/// validates against it) for as long as this lives.
+struct Issuing {
+    _reserved: ReservedPort,
+    port: u16,
+    pebble: Pebble,
+    ocsp: IssuerOcsp,
+    storage: PathBuf,
+}
+
+impl Issuing {
+    fn start(days: u64, minutes: u32) -> Issuing {
+        let reserved = reserve_port();
+        let port = reserved.port;
+        let responder_port = reserve_port();
+        let pebble = Pebble::start_ocsp(port, days * 86_400, responder_port.port);
+        let (intermediate, key) = pebble.intermediate_pem();
+        let ocsp = IssuerOcsp::start(responder_port, (&intermediate, &key), minutes);
+        let storage = super::storage_dir(&pebble);
+        Issuing {
+            _reserved: reserved,
+            port,
+            pebble,
+            ocsp,
+            storage,
+        }
+    }
 }
 
 /// One handshake for `DOMAIN`, as `openssl s_client -status` saw it.
@@ -127,16 +157,14 @@ async fn until_seen(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acme_certificate_is_stapled_when_good_and_its_renewal_gets_its_own_staple() {
-    // The balancer's port (pebble validates against it) and the responder's (pebble writes it
-    // in the certificates), held for the whole test.
-    let reserved = reserve_port();
-    let port = reserved.port;
-    let responder_port = reserve_port();
     // Valid 10 days: renewing 30 days (720h) ahead means renewing the stored one at once.
-    let pebble = Pebble::start_ocsp(port, 10 * 86_400, responder_port.port);
-    let (intermediate, key) = pebble.intermediate_pem();
-    let mut ocsp = IssuerOcsp::start(responder_port, (&intermediate, &key), 60);
-    let storage = super::storage_dir(&pebble);
+    let Issuing {
+        _reserved,
+        port,
+        pebble,
+        mut ocsp,
+        storage,
+    } = Issuing::start(10, 60);
 
     // Issued, then answered `unknown` (not vouched for yet): served without a staple.
     let (_b, balancer) = stapling_balancer(port, &pebble, &storage, "1h").await;
@@ -211,15 +239,15 @@ async fn an_acme_certificate_is_stapled_when_good_and_its_renewal_gets_its_own_s
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acme_staple_that_goes_stale_is_dropped_not_served() {
-    let reserved = reserve_port();
-    let port = reserved.port;
-    let responder_port = reserve_port();
-    // Valid 90 days, renewed 30 days ahead: no renewal during the test.
-    let pebble = Pebble::start_ocsp(port, 90 * 86_400, responder_port.port);
-    let (intermediate, key) = pebble.intermediate_pem();
-    // Each response fresh for one minute (`nextUpdate` a minute after `thisUpdate`).
-    let mut ocsp = IssuerOcsp::start(responder_port, (&intermediate, &key), 1);
-    let storage = super::storage_dir(&pebble);
+    // Valid 90 days, renewed 30 days ahead: no renewal during the test. Each response fresh
+    // for one minute (`nextUpdate` a minute after `thisUpdate`).
+    let Issuing {
+        _reserved,
+        port,
+        pebble,
+        mut ocsp,
+        storage,
+    } = Issuing::start(90, 1);
     let (_b, balancer) = stapling_balancer(port, &pebble, &storage, "720h").await;
     let addr = balancer.local_addrs()[0];
     let issued = until_seen(addr, "the issued certificate", &ocsp, &pebble, |s| {
