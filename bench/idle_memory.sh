@@ -26,6 +26,10 @@
 # with plain-kept each proxy also holds a backend connection per client, so N up to about a
 # quarter of the descriptor limit.
 #
+# WARMUP=K: K connections set up the mode's way and closed 2 s before VmRSS "before" is read
+# (bench/idle_conns.py): a first request faults in the binary's request path and the allocator's
+# first slabs once, whatever N; with WARMUP that is in "before", for every proxy alike.
+#
 # HOLD=S (seconds, default 2): VmRSS "after" is read S seconds after the last connection is set
 # up, not 2: with plain-kept, once every connection has been quiet long enough to park.
 #
@@ -37,7 +41,7 @@ set -Eeuo pipefail
 LOG_TAG=idle-memory
 source "$(dirname "$0")/common.sh"
 
-SETTLE=${SETTLE:-0} HOLD=${HOLD:-2}
+SETTLE=${SETTLE:-0} HOLD=${HOLD:-2} WARMUP=${WARMUP:-0}
 CONNS=${CONNS:-1000 9900} MODES=${MODES:-plain plain-kept tls h2 h2c}
 TARGETS=${TARGETS:-haproxy capataz} ROUNDS=${ROUNDS:-3} BASE=${BASE:-9500}
 PROXY_CPU=${PROXY_CPU-0} OTHER_CPU=${OTHER_CPU-1}
@@ -176,7 +180,7 @@ for n in $CONNS; do
         for ((r = 1; r <= ROUNDS; r++)); do
             for t in $TARGETS; do
                 start_proxy "$t"
-                out=$( (pin "$OTHER_CPU" env SETTLE="$SETTLE" HOLD="$HOLD" python3 "$BENCH_DIR/idle_conns.py" "$PX" "${PORT[$t:$mode]}" "$n" "$mode") 2>"$RUN_DIR/client.err") ||
+                out=$( (pin "$OTHER_CPU" env SETTLE="$SETTLE" HOLD="$HOLD" WARMUP="$WARMUP" python3 "$BENCH_DIR/idle_conns.py" "$PX" "${PORT[$t:$mode]}" "$n" "$mode") 2>"$RUN_DIR/client.err") ||
                     die "$t $mode $n: client failed: $(tail -3 "$RUN_DIR/client.err")"
                 read -r _ _ before after per <<<"$out"
                 printf '%s\t%s\t%d\t%d\t%d\t%d\t%s\n' "$t" "$mode" "$n" "$r" "$before" "$after" "$per" >>"$RES"
@@ -190,7 +194,7 @@ done
 {
     echo
     echo "# idle_memory.sh $STAMP: $(machine_line)"
-    echo "# KiB of VmRSS per idle client connection (after - before) / N, medians of $ROUNDS fresh starts, read ${HOLD} s after the last$( [[ $SETTLE != 0 ]] && echo ", second wave ${SETTLE} s after a first of N"); raw: $RES"
+    echo "# KiB of VmRSS per idle client connection (after - before) / N, medians of $ROUNDS fresh starts, read ${HOLD} s after the last$( [[ $WARMUP != 0 ]] && echo ", after a warm-up of $WARMUP closed 2 s before")$( [[ $SETTLE != 0 ]] && echo ", second wave ${SETTLE} s after a first of N"); raw: $RES"
     printf '%-11s %7s' mode conns
     for t in $TARGETS; do printf ' %10s' "$t"; done
     if [[ $TARGETS == "haproxy capataz" ]]; then printf ' %9s' ratio; fi
