@@ -18,9 +18,10 @@ the same way and left idle for S seconds before RSS_BEFORE is read, and the N co
 measured are a second wave: what one more idle connection costs a process that has already
 served as many and let them settle (memory its allocator freed meanwhile is reused), rather
 than the peak of a burst from a fresh start. Both waves stay open until the end.
-With WARMUP=K (default 0), K connections are set up the same way and closed, 2 s before
-RSS_BEFORE is read: a process's first requests fault in its request path's code and its
-allocator's first slabs once, whatever N is; WARMUP leaves that out of the per-connection figure.
+With WARMUP=K (default 0), the same scenario runs first with K connections (set up the same
+way, idle HOLD seconds, closed), 2 s before RSS_BEFORE is read: a process's first idle
+connections fault in its code and its allocator's first slabs once, whatever N is; WARMUP
+leaves that out of the per-connection figure.
 With HOLD=S (seconds, default 2), RSS_AFTER is read S seconds after the last connection is set
 up instead of two.
 Loopback only; standard library only; needs RLIMIT_NOFILE above N (raised here to the hard
@@ -131,13 +132,15 @@ def main():
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
         ctx.set_alpn_protocols(["h2"] if mode == "h2" else ["http/1.1"])
-    # WARMUP=K: K connections set up the mode's way and closed, then 2 s, before anything is
-    # read: the code and allocator state a first request brings in (pages of the binary
-    # faulted in, the allocator's first slabs of each size) are then in RSS_BEFORE, not charged
-    # to the N connections.
+    # WARMUP=K: the same scenario with K connections first (set up the mode's way, left idle
+    # HOLD seconds, closed), then 2 s, before anything is read: the code and allocator state
+    # that a process's first idle connections bring in once (pages of the binary faulted in,
+    # the allocator's first slabs of each size) are then in RSS_BEFORE, not charged to the N.
     warmup = int(os.environ.get("WARMUP", "0"))
     if warmup > 0:
-        for s in [open_one(port, mode, ctx) for _ in range(warmup)]:
+        warm = [open_one(port, mode, ctx) for _ in range(warmup)]
+        time.sleep(hold)
+        for s in warm:
             s.close()
         time.sleep(2)
     first = []

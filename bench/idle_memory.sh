@@ -26,9 +26,10 @@
 # with plain-kept each proxy also holds a backend connection per client, so N up to about a
 # quarter of the descriptor limit.
 #
-# WARMUP=K: K connections set up the mode's way and closed 2 s before VmRSS "before" is read
-# (bench/idle_conns.py): a first request faults in the binary's request path and the allocator's
-# first slabs once, whatever N; with WARMUP that is in "before", for every proxy alike.
+# WARMUP=K: the same scenario with K connections first (set up, idle HOLD s, closed), 2 s before
+# VmRSS "before" is read (bench/idle_conns.py): a process's first idle connections fault in its
+# code and its allocator's first slabs once, whatever N; with WARMUP that is in "before", for
+# every proxy alike.
 #
 # HOLD=S (seconds, default 2): VmRSS "after" is read S seconds after the last connection is set
 # up, not 2: with plain-kept, once every connection has been quiet long enough to park.
@@ -194,7 +195,7 @@ done
 {
     echo
     echo "# idle_memory.sh $STAMP: $(machine_line)"
-    echo "# KiB of VmRSS per idle client connection (after - before) / N, medians of $ROUNDS fresh starts, read ${HOLD} s after the last$( [[ $WARMUP != 0 ]] && echo ", after a warm-up of $WARMUP closed 2 s before")$( [[ $SETTLE != 0 ]] && echo ", second wave ${SETTLE} s after a first of N"); raw: $RES"
+    echo "# KiB of VmRSS per idle client connection (after - before) / N, medians of $ROUNDS fresh starts, read ${HOLD} s after the last$( [[ $WARMUP != 0 ]] && echo ", after a warm-up of $WARMUP held ${HOLD} s and closed 2 s before")$( [[ $SETTLE != 0 ]] && echo ", second wave ${SETTLE} s after a first of N"); raw: $RES"
     printf '%-11s %7s' mode conns
     for t in $TARGETS; do printf ' %10s' "$t"; done
     if [[ $TARGETS == "haproxy capataz" ]]; then printf ' %9s' ratio; fi
