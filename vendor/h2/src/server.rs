@@ -1848,10 +1848,28 @@ mod test {
 
     #[test]
     fn convert_poll_message_is_upstreams() {
-        let methods = [None, Some(Method::GET), Some(Method::POST), Some(Method::CONNECT)];
+        let methods = [
+            None,
+            Some(Method::GET),
+            Some(Method::POST),
+            Some(Method::CONNECT),
+        ];
         let schemes = [None, Some("http"), Some("https"), Some("h t"), Some("")];
-        let authorities = [None, Some("example.com"), Some("127.0.0.1:9752"), Some("a b"), Some("")];
-        let paths = [None, Some("/"), Some("/a?b=c"), Some(""), Some("*"), Some("/\x7f")];
+        let authorities = [
+            None,
+            Some("example.com"),
+            Some("127.0.0.1:9752"),
+            Some("a b"),
+            Some(""),
+        ];
+        let paths = [
+            None,
+            Some("/"),
+            Some("/a?b=c"),
+            Some(""),
+            Some("*"),
+            Some("/\x7f"),
+        ];
         let protocols = [None, Some("websocket")];
         let statuses = [None, Some(http::StatusCode::OK)];
         let mut compared = 0;

@@ -113,7 +113,13 @@ mod test {
 
     #[test]
     fn encode_is_upstreams() {
-        let kinds = [Kind::Data, Kind::Headers, Kind::Settings, Kind::WindowUpdate, Kind::Continuation];
+        let kinds = [
+            Kind::Data,
+            Kind::Headers,
+            Kind::Settings,
+            Kind::WindowUpdate,
+            Kind::Continuation,
+        ];
         let lens = [0, 1, 9, 255, 256, 16_384, 0xFF_FFFF, 0x100_0000, usize::MAX];
         let ids = [0, 1, 3, 0x0102_0304, 0x7FFF_FFFF];
         for &kind in &kinds {

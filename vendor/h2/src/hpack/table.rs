@@ -159,7 +159,12 @@ impl Table {
         self.index_dynamic(header, len, statik)
     }
 
-    fn index_dynamic(&mut self, header: Header, len: usize, statik: Option<(usize, bool)>) -> Index {
+    fn index_dynamic(
+        &mut self,
+        header: Header,
+        len: usize,
+        statik: Option<(usize, bool)>,
+    ) -> Index {
         debug_assert!(self.assert_valid_state("one"));
 
         if len + self.size < self.max_size || !header.is_sensitive() {

@@ -246,14 +246,31 @@ fn encode_responses(out: &mut Vec<u8>) {
         field(Some(header::SERVER), "nginx/1.22.1".into(), false);
         field(
             Some(header::DATE),
-            format!("Sat, 05 Dec 2026 {:02}:{:02}:{:02} GMT", date / 3600 % 24, date / 60 % 60, date % 60),
+            format!(
+                "Sat, 05 Dec 2026 {:02}:{:02}:{:02} GMT",
+                date / 3600 % 24,
+                date / 60 % 60,
+                date % 60
+            ),
             false,
         );
         let types = ["text/plain", "text/html; charset=utf-8", "application/json"];
-        field(Some(header::CONTENT_TYPE), types[rng.gen_range(0..3)].into(), false);
-        field(Some(header::CONTENT_LENGTH), rng.gen_range(0..100_000).to_string(), false);
+        field(
+            Some(header::CONTENT_TYPE),
+            types[rng.gen_range(0..3)].into(),
+            false,
+        );
+        field(
+            Some(header::CONTENT_LENGTH),
+            rng.gen_range(0..100_000).to_string(),
+            false,
+        );
         if rng.gen_ratio(1, 3) {
-            field(Some(header::ETAG), format!("\"{:x}\"", rng.gen::<u32>()), false);
+            field(
+                Some(header::ETAG),
+                format!("\"{:x}\"", rng.gen::<u32>()),
+                false,
+            );
         }
         if rng.gen_ratio(1, 4) {
             let name = HeaderName::from_static("x-request-id");
@@ -264,11 +281,19 @@ fn encode_responses(out: &mut Vec<u8>) {
             field(None, "origin".into(), false);
         }
         if rng.gen_ratio(1, 6) {
-            field(Some(header::SET_COOKIE), format!("id={}", rng.gen::<u32>()), true);
+            field(
+                Some(header::SET_COOKIE),
+                format!("id={}", rng.gen::<u32>()),
+                true,
+            );
             field(None, format!("seen={}", i), rng.gen_ratio(1, 2));
         }
         if rng.gen_ratio(1, 9) {
-            field(Some(header::CACHE_CONTROL), ["no-cache", "max-age=60"][rng.gen_range(0..2)].into(), false);
+            field(
+                Some(header::CACHE_CONTROL),
+                ["no-cache", "max-age=60"][rng.gen_range(0..2)].into(),
+                false,
+            );
         }
         if rng.gen_ratio(1, 50) {
             let name = HeaderName::from_static("x-large");
