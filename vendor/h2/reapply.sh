@@ -25,7 +25,7 @@ NOT_VENDORED=(.cargo_vcs_info.json .github .gitignore CHANGELOG.md CONTRIBUTING.
     Cargo.toml.orig benches examples)
 # capataz's own files in vendor/h2, not part of the comparison. (Cargo.lock is compared apart:
 # upstream's, less what cargo drops with the dev-dependencies that patches/0003 removes.)
-OURS=(CAPATAZ.md UPSTREAM.md reapply.sh patches target Cargo.lock)
+OURS=(CAPATAZ.md UPSTREAM.md UPSTREAM-instructions.md reapply.sh patches target Cargo.lock)
 
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
