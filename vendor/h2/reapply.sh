@@ -7,7 +7,8 @@
 #   vendor/h2/reapply.sh apply   vendor/h2 := upstream + patches (on an upgrade: set VERSION and
 #                                SHA256 first; a patch that no longer applies stops it)
 #   vendor/h2/reapply.sh diff    patches/*.patch := vendor/h2 - upstream, each patch over the
-#                                files it already names (its description kept)
+#                                files it already names (its description kept), in order: a
+#                                file named by several patches is rewritten in the last of them
 #
 # The upstream crate is the `.crate` file in cargo's download cache; if it is not there yet,
 # `cargo fetch` downloads it from crates.io (cargo checks it against the index's checksum), and
@@ -24,7 +25,7 @@ NOT_VENDORED=(.cargo_vcs_info.json .github .gitignore CHANGELOG.md CONTRIBUTING.
     Cargo.toml.orig benches examples)
 # capataz's own files in vendor/h2, not part of the comparison. (Cargo.lock is compared apart:
 # upstream's, less what cargo drops with the dev-dependencies that patches/0003 removes.)
-OURS=(CAPATAZ.md UPSTREAM.md reapply.sh patches target Cargo.lock)
+OURS=(CAPATAZ.md UPSTREAM.md UPSTREAM-instructions.md reapply.sh patches target Cargo.lock)
 
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
@@ -110,17 +111,33 @@ apply)
     ;;
 diff)
     upstream
-    for patch in "$here"/patches/*.patch; do
+    # Each patch is diffed against upstream with the patches before it applied ($work/stage). A
+    # file that a later patch names too keeps this patch's text for it (the tree holds both
+    # changes and cannot tell them apart): only the last patch naming a file is rewritten.
+    cp -r "$work/upstream" "$work/stage"
+    patches=("$here"/patches/*.patch)
+    for i in "${!patches[@]}"; do
+        patch=${patches[$i]}
         # The description: everything before the first file's header.
         sed -n '/^diff \|^--- /q;p' "$patch" >"$work/new.patch"
         for file in $(sed -n 's|^+++ b/||p' "$patch"); do
+            later=no
+            for next in "${patches[@]:$((i + 1))}"; do
+                if grep -qxF "+++ b/$file" "$next"; then later=yes; fi
+            done
+            if [ "$later" = yes ]; then
+                awk -v f="a/$file" '/^diff -uN / {on = ($3 == f)} on' "$patch" >>"$work/new.patch"
+                continue
+            fi
             old="a/$file"
-            [ -e "$work/upstream/$file" ] || old=/dev/null
+            [ -e "$work/stage/$file" ] || old=/dev/null
             echo "diff -uN a/$file b/$file" >>"$work/new.patch"
-            diff -uN --label "$old" --label "b/$file" "$work/upstream/$file" "$here/$file" \
+            diff -uN --label "$old" --label "b/$file" "$work/stage/$file" "$here/$file" \
                 >>"$work/new.patch" || [ $? -eq 1 ]
         done
         cp "$work/new.patch" "$patch"
+        (cd "$work/stage" && git apply --whitespace=nowarn "$patch") ||
+            { echo "reapply.sh: $(basename "$patch") does not apply after the ones before it" >&2; exit 1; }
     done
     "$0" check
     ;;

@@ -1662,7 +1662,12 @@ impl proto::Peer for Peer {
     ) -> Result<Self::Poll, Error> {
         use http::{uri, Version};
 
-        let mut b = Request::builder();
+        // capataz: the request is built in place (`Request::new`, then its parts set) instead of
+        // through `Request::builder()`, whose every call moves the whole builder (the request's
+        // parts in a `Result`, a few hundred bytes) in and out again. The same request, and the
+        // same one fallible step (`Uri::from_parts`, which `Builder::uri` called) with the same
+        // stream error.
+        let mut request = Request::new(());
 
         macro_rules! malformed {
             ($($arg:tt)*) => {{
@@ -1671,12 +1676,12 @@ impl proto::Peer for Peer {
             }}
         }
 
-        b = b.version(Version::HTTP_2);
+        *request.version_mut() = Version::HTTP_2;
 
         let is_connect;
         if let Some(method) = pseudo.method {
             is_connect = method == Method::CONNECT;
-            b = b.method(method);
+            *request.method_mut() = method;
         } else {
             malformed!("malformed headers: missing method");
         }
@@ -1685,7 +1690,9 @@ impl proto::Peer for Peer {
         if has_protocol {
             if is_connect {
                 // Assert that we have the right type.
-                b = b.extension::<crate::ext::Protocol>(pseudo.protocol.unwrap());
+                request
+                    .extensions_mut()
+                    .insert::<crate::ext::Protocol>(pseudo.protocol.unwrap());
             } else {
                 malformed!("malformed headers: :protocol on non-CONNECT request");
             }
@@ -1753,10 +1760,8 @@ impl proto::Peer for Peer {
             malformed!("malformed headers: missing path in extended CONNECT");
         }
 
-        b = b.uri(parts);
-
-        let mut request = match b.body(()) {
-            Ok(request) => request,
+        match uri::Uri::from_parts(parts) {
+            Ok(uri) => *request.uri_mut() = uri,
             Err(e) => {
                 // TODO: Should there be more specialized handling for different
                 // kinds of errors
@@ -1784,5 +1789,137 @@ where
             Handshaking::ReadingPreface(_) => f.write_str("ReadingPreface(_)"),
             Handshaking::Done => f.write_str("Done"),
         }
+    }
+}
+
+// capataz: `convert_poll_message` builds the request upstream's builder built, and refuses what
+// it refused.
+#[cfg(test)]
+mod test {
+    use super::*;
+    use crate::ext::Protocol;
+    use crate::hpack::BytesStr;
+    use crate::proto::Peer as _;
+
+    // Upstream's conversion, through `Request::builder()`.
+    fn upstream(pseudo: Pseudo, fields: HeaderMap) -> Option<Request<()>> {
+        use http::{uri, Version};
+        let mut b = Request::builder().version(Version::HTTP_2);
+        let is_connect = pseudo.method.as_ref()? == Method::CONNECT;
+        b = b.method(pseudo.method.unwrap());
+        let has_protocol = pseudo.protocol.is_some();
+        if has_protocol {
+            if !is_connect {
+                return None;
+            }
+            b = b.extension::<Protocol>(pseudo.protocol.unwrap());
+        }
+        if pseudo.status.is_some() {
+            return None;
+        }
+        let mut parts = uri::Parts::default();
+        if let Some(authority) = pseudo.authority {
+            parts.authority = Some(uri::Authority::from_maybe_shared(authority.into_inner()).ok()?);
+        }
+        if let Some(scheme) = pseudo.scheme {
+            if is_connect && !has_protocol {
+                return None;
+            }
+            let scheme: uri::Scheme = scheme.parse().ok()?;
+            if parts.authority.is_some() {
+                parts.scheme = Some(scheme);
+            }
+        } else if !is_connect || has_protocol {
+            return None;
+        }
+        if let Some(path) = pseudo.path {
+            if (is_connect && !has_protocol) || path.is_empty() {
+                return None;
+            }
+            parts.path_and_query =
+                Some(uri::PathAndQuery::from_maybe_shared(path.into_inner()).ok()?);
+        } else if is_connect && has_protocol {
+            return None;
+        }
+        let mut request = b.uri(parts).body(()).ok()?;
+        *request.headers_mut() = fields;
+        Some(request)
+    }
+
+    #[test]
+    fn convert_poll_message_is_upstreams() {
+        let methods = [
+            None,
+            Some(Method::GET),
+            Some(Method::POST),
+            Some(Method::CONNECT),
+        ];
+        let schemes = [None, Some("http"), Some("https"), Some("h t"), Some("")];
+        let authorities = [
+            None,
+            Some("example.com"),
+            Some("127.0.0.1:9752"),
+            Some("a b"),
+            Some(""),
+        ];
+        let paths = [
+            None,
+            Some("/"),
+            Some("/a?b=c"),
+            Some(""),
+            Some("*"),
+            Some("/\x7f"),
+        ];
+        let protocols = [None, Some("websocket")];
+        let statuses = [None, Some(http::StatusCode::OK)];
+        let mut compared = 0;
+        for method in &methods {
+            for scheme in &schemes {
+                for authority in &authorities {
+                    for path in &paths {
+                        for protocol in &protocols {
+                            for status in &statuses {
+                                let pseudo = || Pseudo {
+                                    method: method.clone(),
+                                    scheme: scheme.map(BytesStr::from),
+                                    authority: authority.map(BytesStr::from),
+                                    path: path.map(BytesStr::from),
+                                    protocol: protocol.map(Protocol::from),
+                                    status: *status,
+                                };
+                                let mut fields = HeaderMap::new();
+                                fields.insert("user-agent", "h2load".parse().unwrap());
+                                let ours = Peer::convert_poll_message(
+                                    pseudo(),
+                                    fields.clone(),
+                                    StreamId::from(1),
+                                )
+                                .ok();
+                                let theirs = upstream(pseudo(), fields);
+                                match (ours, theirs) {
+                                    (None, None) => {}
+                                    (Some(a), Some(b)) => {
+                                        assert_eq!(a.method(), b.method());
+                                        assert_eq!(a.uri(), b.uri());
+                                        assert_eq!(a.version(), b.version());
+                                        assert_eq!(a.headers(), b.headers());
+                                        assert_eq!(
+                                            a.extensions().get::<Protocol>(),
+                                            b.extensions().get::<Protocol>()
+                                        );
+                                        compared += 1;
+                                    }
+                                    (a, b) => panic!(
+                                        "{:?} {:?} {:?} {:?} {:?}: ours {:?}, upstream's {:?}",
+                                        method, scheme, authority, path, protocol, a, b
+                                    ),
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(compared > 20, "{}", compared);
     }
 }

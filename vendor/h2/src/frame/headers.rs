@@ -28,7 +28,11 @@ pub struct Headers {
     stream_dep: Option<StreamDependency>,
 
     /// The header block fragment
-    header_block: HeaderBlock,
+    ///
+    /// capataz: boxed, so that a `Frame` holding HEADERS is small: frames are moved
+    /// by value through the codec and the send queues, and an inline `HeaderBlock` (the pseudo-header
+    /// fields and the `HeaderMap`, about 270 bytes) made every `Frame` that large to copy.
+    header_block: Box<HeaderBlock>,
 
     /// The associated flags
     flags: HeadersFlag,
@@ -45,8 +49,8 @@ pub struct PushPromise {
     /// The ID of the stream being reserved by this PushPromise.
     promised_id: StreamId,
 
-    /// The header block fragment
-    header_block: HeaderBlock,
+    /// The header block fragment (capataz: boxed, as in `Headers`)
+    header_block: Box<HeaderBlock>,
 
     /// The associated flags
     flags: PushPromiseFlag,
@@ -121,12 +125,12 @@ impl Headers {
         Headers {
             stream_id,
             stream_dep: None,
-            header_block: HeaderBlock {
+            header_block: Box::new(HeaderBlock {
                 field_size: calculate_headermap_size(&fields),
                 fields,
                 is_over_size: false,
                 pseudo,
-            },
+            }),
             flags: HeadersFlag::default(),
         }
     }
@@ -138,12 +142,12 @@ impl Headers {
         Headers {
             stream_id,
             stream_dep: None,
-            header_block: HeaderBlock {
+            header_block: Box::new(HeaderBlock {
                 field_size: calculate_headermap_size(&fields),
                 fields,
                 is_over_size: false,
                 pseudo: Pseudo::default(),
-            },
+            }),
             flags,
         }
     }
@@ -203,12 +207,12 @@ impl Headers {
         let headers = Headers {
             stream_id: head.stream_id(),
             stream_dep,
-            header_block: HeaderBlock {
+            header_block: Box::new(HeaderBlock {
                 fields: HeaderMap::new(),
                 field_size: 0,
                 is_over_size: false,
                 pseudo: Pseudo::default(),
-            },
+            }),
             flags,
         };
 
@@ -363,12 +367,12 @@ impl PushPromise {
     ) -> Self {
         PushPromise {
             flags: PushPromiseFlag::default(),
-            header_block: HeaderBlock {
+            header_block: Box::new(HeaderBlock {
                 field_size: calculate_headermap_size(&fields),
                 fields,
                 is_over_size: false,
                 pseudo,
-            },
+            }),
             promised_id,
             stream_id,
         }
@@ -454,12 +458,12 @@ impl PushPromise {
 
         let frame = PushPromise {
             flags,
-            header_block: HeaderBlock {
+            header_block: Box::new(HeaderBlock {
                 fields: HeaderMap::new(),
                 field_size: 0,
                 is_over_size: false,
                 pseudo: Pseudo::default(),
-            },
+            }),
             promised_id,
             stream_id: head.stream_id(),
         };
@@ -1044,6 +1048,23 @@ mod test {
     use super::*;
     use crate::frame;
     use crate::hpack::{huffman, Encoder};
+
+    // capataz: a frame holding HEADERS or PUSH_PROMISE is no larger than its other kinds for
+    // its header block (boxed); `Frame` is moved by value all through the codec and streams.
+    #[test]
+    fn header_block_is_boxed() {
+        use std::mem::size_of;
+        eprintln!(
+            "Headers {} PushPromise {} Frame {} Data {} HeaderBlock {}",
+            size_of::<Headers>(),
+            size_of::<PushPromise>(),
+            size_of::<Frame<bytes::Bytes>>(),
+            size_of::<frame::Data<bytes::Bytes>>(),
+            size_of::<HeaderBlock>(),
+        );
+        assert!(size_of::<Headers>() <= size_of::<frame::Data<bytes::Bytes>>());
+        assert!(size_of::<PushPromise>() <= size_of::<frame::Data<bytes::Bytes>>());
+    }
 
     #[test]
     fn test_nameless_header_at_resume() {

@@ -1,11 +1,9 @@
 use super::Header;
 
-use fnv::FnvHasher;
 use http::header;
 use http::method::Method;
 
 use std::collections::VecDeque;
-use std::hash::{Hash, Hasher};
 use std::{cmp, mem};
 
 /// HPACK encoder table
@@ -149,18 +147,27 @@ impl Table {
             return Index::Indexed(n, header);
         }
 
+        // capataz: the header's size, computed once here and passed on (upstream computes it
+        // again in `index_dynamic` and for the insertion).
+        let len = header.len();
+
         // Don't index large headers
-        if header.len() * 4 > self.max_size * 3 {
+        if len * 4 > self.max_size * 3 {
             return Index::new(statik, header);
         }
 
-        self.index_dynamic(header, statik)
+        self.index_dynamic(header, len, statik)
     }
 
-    fn index_dynamic(&mut self, header: Header, statik: Option<(usize, bool)>) -> Index {
+    fn index_dynamic(
+        &mut self,
+        header: Header,
+        len: usize,
+        statik: Option<(usize, bool)>,
+    ) -> Index {
         debug_assert!(self.assert_valid_state("one"));
 
-        if header.len() + self.size < self.max_size || !header.is_sensitive() {
+        if len + self.size < self.max_size || !header.is_sensitive() {
             // Only grow internal storage if needed
             self.reserve_one();
         }
@@ -170,6 +177,18 @@ impl Table {
             // `indices` entries to be `Some`. So, we only need to check for the
             // empty case.
             return Index::new(statik, header);
+        }
+
+        // capataz: the newest entry first. The table never holds two entries with the same name
+        // and value (a header is inserted only when the walk of its name's chain in
+        // `index_occupied` found no entry with its value), so if the newest entry matches, it
+        // is the entry that walk would find, oldest value first, and the index is the same.
+        // A field whose value changes over time, such as `date`, is inserted at each new value
+        // and then found here at once instead of at the end of a chain of its past values.
+        if let Some(newest) = self.slots.front() {
+            if newest.header.name() == header.name() && newest.header.value_eq(&header) {
+                return Index::Indexed(DYN_OFFSET, header);
+            }
         }
 
         let hash = hash_header(&header);
@@ -189,13 +208,19 @@ impl Table {
 
                 if their_dist < dist {
                     // Index robinhood
-                    return self.index_vacant(header, hash, dist, probe, statik);
+                    return self.index_vacant(header, len, hash, dist, probe, statik);
                 } else if pos.hash == hash && self.slots[slot_idx].header.name() == header.name() {
                     // Matching name, check values
-                    return self.index_occupied(header, hash, pos.index, statik.map(|(n, _)| n));
+                    return self.index_occupied(
+                        header,
+                        len,
+                        hash,
+                        pos.index,
+                        statik.map(|(n, _)| n),
+                    );
                 }
             } else {
-                return self.index_vacant(header, hash, dist, probe, statik);
+                return self.index_vacant(header, len, hash, dist, probe, statik);
             }
 
             dist += 1;
@@ -205,6 +230,7 @@ impl Table {
     fn index_occupied(
         &mut self,
         header: Header,
+        len: usize,
         hash: HashValue,
         mut index: usize,
         statik: Option<usize>,
@@ -234,7 +260,7 @@ impl Table {
                 return Index::Name(real_idx + DYN_OFFSET, header);
             }
 
-            self.update_size(header.len(), Some(index));
+            self.update_size(len, Some(index));
 
             // Insert the new header
             self.insert(header, hash);
@@ -266,6 +292,7 @@ impl Table {
     fn index_vacant(
         &mut self,
         header: Header,
+        len: usize,
         hash: HashValue,
         mut dist: usize,
         mut probe: usize,
@@ -280,7 +307,7 @@ impl Table {
 
         // Passing in `usize::MAX` for prev_idx since there is no previous
         // header in this case.
-        if self.update_size(header.len(), None) {
+        if self.update_size(len, None) {
             while dist != 0 {
                 let back = probe.wrapping_sub(1) & self.mask;
 
@@ -659,12 +686,30 @@ fn probe_distance(mask: usize, hash: HashValue, current: usize) -> usize {
     current.wrapping_sub(desired_pos(mask, hash)) & mask
 }
 
+// capataz: the name's bytes, eight at a time, multiplied and folded (FxHash's step), instead of
+// FNV-1a over the derived `Hash` of `Name` (its discriminant, the `HeaderName`'s own
+// discriminants and bytes, one byte per step). The hash only places entries in `indices`, whose
+// layout nothing outside this table sees: the indices `index` returns, so the bytes the encoder
+// writes, are the same with any hash. The top 16 bits are kept (`MAX_SIZE`), the ones the
+// multiplication mixes best, since `desired_pos` uses the low bits of the result.
 fn hash_header(header: &Header) -> HashValue {
-    const MASK: u64 = (MAX_SIZE as u64) - 1;
+    const K: u64 = 0x517c_c1b7_2722_0a95;
 
-    let mut h = FnvHasher::default();
-    header.name().hash(&mut h);
-    HashValue((h.finish() & MASK) as usize)
+    let name = header.name();
+    let bytes = name.as_slice();
+    let mut h = bytes.len() as u64;
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        let word = u64::from_le_bytes(chunk.try_into().unwrap());
+        h = (h.rotate_left(5) ^ word).wrapping_mul(K);
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut tail = [0u8; 8];
+        tail[..rest.len()].copy_from_slice(rest);
+        h = (h.rotate_left(5) ^ u64::from_le_bytes(tail)).wrapping_mul(K);
+    }
+    HashValue((h >> (64 - MAX_SIZE.trailing_zeros())) as usize)
 }
 
 /// Checks the static table for the header. If found, returns the index and a
