@@ -248,7 +248,11 @@ pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
             Some(HopByHop::Upgrade) => upgrade = true,
             Some(HopByHop::Fixed(i)) => {
                 present[i] = true;
-                if i == 0 {
+                // The usual values, `keep-alive` or `close` alone, name nothing: not split.
+                let usual = |v: &[u8]| {
+                    v.eq_ignore_ascii_case(b"keep-alive") || v.eq_ignore_ascii_case(b"close")
+                };
+                if i == 0 && !usual(value.as_bytes()) {
                     let tokens = value.to_str().unwrap_or("").split(',').map(str::trim);
                     named.extend(
                         tokens
