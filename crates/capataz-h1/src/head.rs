@@ -3,8 +3,10 @@
 use std::mem::MaybeUninit;
 
 use bytes::BytesMut;
-use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{StatusCode, Version};
+
+use crate::framing::FramingFields;
 
 /// A complete response head.
 #[derive(Debug)]
@@ -15,6 +17,10 @@ pub struct ResponseHead {
     pub version: Version,
     /// The header fields, in order.
     pub headers: HeaderMap,
+    /// What its `Connection`, `Transfer-Encoding` and `Content-Length` fields said, gathered
+    /// as they were parsed: [`crate::framing::response`] reads this, not `headers`, so it
+    /// judges the head as the backend sent it.
+    pub framing_fields: FramingFields,
 }
 
 /// Why a response head is refused.
@@ -77,23 +83,92 @@ pub fn parse(buf: &mut BytesMut, max_len: usize) -> Result<Option<ResponseHead>,
     let base = buf.as_ptr() as usize;
     let mut fields: Vec<(HeaderName, usize, usize)> = Vec::with_capacity(response.headers.len());
     for field in response.headers.iter() {
-        let name = HeaderName::from_bytes(field.name.as_bytes())
-            .map_err(|_| HeadError::Malformed("header name"))?;
+        let name = field.name.as_bytes();
+        let name = match common_name(name) {
+            Some(name) => name,
+            None => {
+                HeaderName::from_bytes(name).map_err(|_| HeadError::Malformed("header name"))?
+            }
+        };
         let start = field.value.as_ptr() as usize - base;
         fields.push((name, start, start + field.value.len()));
     }
     let bytes = buf.split_to(len).freeze();
     let mut headers = HeaderMap::with_capacity(fields.len());
+    let mut framing_fields = FramingFields::default();
     for (name, start, end) in fields {
         let value = HeaderValue::from_maybe_shared(bytes.slice(start..end))
             .map_err(|_| HeadError::Malformed("header value"))?;
+        framing_fields.note(&name, &value);
         headers.append(name, value);
     }
     Ok(Some(ResponseHead {
         status,
         version,
         headers,
+        framing_fields,
     }))
+}
+
+/// The name of a field backends commonly send, without `HeaderName::from_bytes`'s lowercased
+/// copy and table match (about 120 instructions a name; a small head has five or so). `name`
+/// is as httparse found it, a token (RFC 9110 section 5.6.2): setting bit 0x20 of each of its
+/// bytes folds a letter to lowercase and keeps `-`, and makes no other token byte a letter or
+/// `-` (only CR, which no token holds, would become `-`). Each name below is lowercase letters
+/// and `-`. Any other name (`None`) goes to `from_bytes`.
+#[inline]
+fn common_name(name: &[u8]) -> Option<HeaderName> {
+    let (known, lower): (HeaderName, &[u8]) = match (name.len(), name.first()? | 0x20) {
+        (4, b'd') => (header::DATE, b"date"),
+        (4, b'e') => (header::ETAG, b"etag"),
+        (4, b'v') => (header::VARY, b"vary"),
+        (6, b's') => (header::SERVER, b"server"),
+        (8, b'l') => (header::LOCATION, b"location"),
+        (10, b'c') => (header::CONNECTION, b"connection"),
+        (10, b's') => (header::SET_COOKIE, b"set-cookie"),
+        (12, b'c') => (header::CONTENT_TYPE, b"content-type"),
+        (13, b'a') => (header::ACCEPT_RANGES, b"accept-ranges"),
+        (13, b'c') => (header::CACHE_CONTROL, b"cache-control"),
+        (13, b'l') => (header::LAST_MODIFIED, b"last-modified"),
+        (14, b'c') => (header::CONTENT_LENGTH, b"content-length"),
+        (16, b'c') => (header::CONTENT_ENCODING, b"content-encoding"),
+        (17, b't') => (header::TRANSFER_ENCODING, b"transfer-encoding"),
+        _ => return None,
+    };
+    folded_eq(name, lower).then_some(known)
+}
+
+/// Whether token `name` is `lower` (lowercase letters and `-`, as long as `name`, at least 4
+/// bytes) in any case, compared eight or four bytes at a time (see [`common_name`]).
+#[inline]
+fn folded_eq(name: &[u8], lower: &[u8]) -> bool {
+    let len = name.len();
+    if len != lower.len() || len < 4 {
+        return false;
+    }
+    if len < 8 {
+        // The first four bytes and the last four, overlapping when shorter than eight.
+        let word =
+            |b: &[u8], at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        let fold = 0x2020_2020;
+        return word(name, 0) | fold == word(lower, 0)
+            && word(name, len - 4) | fold == word(lower, len - 4);
+    }
+    // Eight bytes at a time, the last eight overlapping the ones before.
+    let word = |b: &[u8], at: usize| {
+        let mut bytes = [0; 8];
+        bytes.copy_from_slice(&b[at..at + 8]);
+        u64::from_le_bytes(bytes)
+    };
+    let fold = 0x2020_2020_2020_2020;
+    let mut at = 0;
+    while at + 8 < len {
+        if word(name, at) | fold != word(lower, at) {
+            return false;
+        }
+        at += 8;
+    }
+    word(name, len - 8) | fold == word(lower, len - 8)
 }
 
 fn error_text(error: httparse::Error) -> &'static str {
@@ -170,6 +245,122 @@ mod tests {
             parse_bytes(many.as_bytes(), 65536).unwrap_err(),
             HeadError::TooManyHeaders(MAX_HEADERS)
         );
+    }
+
+    #[test]
+    fn common_names_are_the_names_from_bytes_gives() {
+        let names = [
+            "date",
+            "etag",
+            "vary",
+            "server",
+            "location",
+            "connection",
+            "set-cookie",
+            "content-type",
+            "accept-ranges",
+            "cache-control",
+            "last-modified",
+            "content-length",
+            "content-encoding",
+            "transfer-encoding",
+        ];
+        for name in names {
+            for written in [
+                name.to_string(),
+                name.to_ascii_uppercase(),
+                name.split('-')
+                    .map(|w| w[..1].to_ascii_uppercase() + &w[1..])
+                    .collect::<Vec<_>>()
+                    .join("-"),
+            ] {
+                let known = common_name(written.as_bytes());
+                assert_eq!(known, Some(HeaderName::from_static(name)), "{written}");
+            }
+        }
+        // Near misses: same length and first letter, another name (or none the list knows).
+        for other in [
+            "dat_",
+            "dates",
+            "da-e",
+            "etah",
+            "server1",
+            "serv-r",
+            "connectio_",
+            "content-lengtH1",
+            "content_length",
+            "content.length",
+            "contentxlength",
+            "transfer-encodinG!",
+            "x-date",
+            "keep-alive",
+            "upgrade",
+            "te",
+            "a",
+            "",
+            "cache-contro1",
+            "set-cookie2",
+        ] {
+            let known = common_name(other.as_bytes());
+            let parsed = HeaderName::from_bytes(other.as_bytes()).ok();
+            assert!(known.is_none() || known == parsed, "{other}");
+            if known.is_some() {
+                assert!(
+                    names.contains(&other.to_ascii_lowercase().as_str()),
+                    "{other}"
+                );
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Any token httparse accepts as a name is parsed to the same `HeaderName` with or
+        /// without the fast path.
+        #[test]
+        fn the_fast_path_agrees_with_from_bytes(
+            name in "[-!#$%&'*+.^_`|~0-9A-Za-z]{1,20}",
+        ) {
+            let text = format!("HTTP/1.1 200 OK\r\n{name}: v\r\n\r\n");
+            if let Ok(Some(head)) = parse_bytes(text.as_bytes(), MAX) {
+                let expected = HeaderName::from_bytes(name.as_bytes()).unwrap();
+                proptest::prop_assert!(head.headers.contains_key(&expected), "{}", name);
+                proptest::prop_assert_eq!(head.headers.len(), 1);
+            }
+            if let Some(known) = common_name(name.as_bytes()) {
+                proptest::prop_assert_eq!(known, HeaderName::from_bytes(name.as_bytes()).unwrap());
+            }
+        }
+
+        /// A known name with one byte changed to any token byte, and its letters' case
+        /// flipped at random: the fast path gives `from_bytes`'s name, or none.
+        #[test]
+        fn near_misses_of_known_names(
+            which in 0usize..14,
+            at in 0usize..20,
+            byte in proptest::sample::select(
+                b"-!#$%&'*+.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz".to_vec(),
+            ),
+            upper in proptest::collection::vec(proptest::prelude::any::<bool>(), 20),
+        ) {
+            let names = [
+                "date", "etag", "vary", "server", "location", "connection", "set-cookie",
+                "content-type", "accept-ranges", "cache-control", "last-modified",
+                "content-length", "content-encoding", "transfer-encoding",
+            ];
+            let mut name = names[which].as_bytes().to_vec();
+            let at = at % name.len();
+            name[at] = byte;
+            for (b, up) in name.iter_mut().zip(upper) {
+                if up {
+                    *b = b.to_ascii_uppercase();
+                }
+            }
+            let parsed = HeaderName::from_bytes(&name).unwrap();
+            match common_name(&name) {
+                Some(known) => proptest::prop_assert_eq!(known, parsed),
+                None => proptest::prop_assert!(!names.contains(&parsed.as_str())),
+            }
+        }
     }
 
     proptest::proptest! {

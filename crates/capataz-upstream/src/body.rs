@@ -244,14 +244,15 @@ impl Drop for Lease {
 }
 
 /// A response body on its way to a client.
-// One per response in flight, moved once: boxing the large variant would cost an allocation
-// per response for nothing.
-#[allow(clippy::large_enum_variant)]
+// A backend's body is boxed: unboxed it made a `Response<RespBody>` about 500 bytes, moved
+// (memcpy) at each phase of the request path and hyper's (a dozen times per request), which
+// cost more than the allocation does (BENCHMARKS.md, "Header maps and moves on the request
+// path").
 pub enum RespBody {
     /// A backend's body, with the lease it holds.
-    Upstream(UpstreamBody),
+    Upstream(Box<UpstreamBody>),
     /// An HTTP/2 backend's body (data, then trailers), with the lease it holds.
-    H2(H2RespBody),
+    H2(Box<H2RespBody>),
     /// A body capataz wrote itself (an error page).
     Full(Option<Bytes>),
     /// A body whose request is written to the access log when it ends.
@@ -352,14 +353,14 @@ impl RespBody {
             drop(lease);
             return RespBody::Full(None);
         }
-        RespBody::Upstream(UpstreamBody {
+        RespBody::Upstream(Box::new(UpstreamBody {
             inner,
             answered_at,
             lease: Some(lease),
             // The head: hyper has it buffered, and sends it only once the body waits.
             unflushed: true,
             broke: None,
-        })
+        }))
     }
 }
 
@@ -496,7 +497,7 @@ impl RespBody {
             body.end();
             return RespBody::Full(None);
         }
-        RespBody::H2(body)
+        RespBody::H2(Box::new(body))
     }
 }
 

@@ -89,11 +89,14 @@ impl<'a> RequestHost<'a> {
 /// request's `:authority` is its target's authority (RFC 9113 section 8.3.1): it is the host
 /// when the request has no `Host`, and must agree with `Host` when it has one. Refused
 /// (400): two `Host` fields, an HTTP/1.1 request without one, and an absolute-form target
-/// naming another host or port than `Host`. One header lookup for an origin-form request.
-pub(super) fn request_host(req: &Request<ClientBody>) -> Result<RequestHost<'_>, &'static str> {
-    let mut fields = req.headers().get_all(header::HOST).iter();
-    let field = fields.next();
-    if fields.next().is_some() {
+/// naming another host or port than `Host`. No header lookup: `fields` has the Host fields.
+/// `fields` are the request's, from [`RequestFields::of`].
+pub(super) fn request_host<'a>(
+    req: &'a Request<ClientBody>,
+    fields: &RequestFields<'a>,
+) -> Result<RequestHost<'a>, &'static str> {
+    let field = fields.host;
+    if fields.more_hosts {
         return Err("more than one Host header field");
     }
     if field.is_none() && req.version() == Version::HTTP_11 {
@@ -233,49 +236,149 @@ pub(super) fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &st
 /// Removes the hop-by-hop headers of RFC 9110 section 7.6.1 (and any the Connection header
 /// names). For an upgrade, `Connection: upgrade` and `Upgrade` are kept.
 ///
-/// This runs twice per proxied request, so it first finds which of those names are present in
-/// one pass over the names (no hashing, and for most names only a length compared: a message
-/// usually carries none of them, or only `Connection`) and then removes just those.
+/// It first finds which of those names are present in one pass over the names (no hashing,
+/// and for most names only a length compared: a message usually carries none of them, or only
+/// `Connection`) and then removes just those. A request's fields were found before routing
+/// ([`RequestFields`]): see [`strip_found`].
 pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
-    let mut present = [false; FIXED_HOP_BY_HOP.len()];
-    let mut upgrade = false;
-    // Names the Connection header lists go too; the usual tokens name no header of their own,
-    // or one removed below anyway, and are skipped without parsing a name.
+    let mut hops = HopFields::default();
     let mut named: Vec<HeaderName> = Vec::new();
     for (name, value) in headers.iter() {
-        match hop_by_hop(name) {
-            None => {}
-            Some(HopByHop::Upgrade) => upgrade = true,
-            Some(HopByHop::Fixed(i)) => {
-                present[i] = true;
-                if i == 0 {
-                    let tokens = value.to_str().unwrap_or("").split(',').map(str::trim);
-                    named.extend(
-                        tokens
-                            .filter(|t| {
-                                !(t.is_empty()
-                                    || t.eq_ignore_ascii_case("keep-alive")
-                                    || t.eq_ignore_ascii_case("close")
-                                    || t.eq_ignore_ascii_case("upgrade"))
-                            })
-                            .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok()),
-                    );
-                }
-            }
+        if hops.note(name) == Some(HopByHop::Fixed(0)) {
+            connection_names(value, &mut named);
         }
     }
+    remove_hops(headers, hops, named, keep_upgrade);
+}
+
+/// [`strip_hop_by_hop`] for a request whose hop-by-hop fields are known (`hops`, from
+/// [`RequestFields::of`]; nothing since added or removed one): a request with none, which is
+/// nearly every HTTP/2 request, is not looked at again, and one with `Connection` has that
+/// looked up alone.
+pub(super) fn strip_found(headers: &mut HeaderMap, hops: HopFields, keep_upgrade: bool) {
+    debug_assert_eq!(hops, HopFields::of(headers), "the request's fields changed");
+    let mut named: Vec<HeaderName> = Vec::new();
+    if hops.present[0] {
+        for value in headers.get_all(header::CONNECTION) {
+            connection_names(value, &mut named);
+        }
+    }
+    remove_hops(headers, hops, named, keep_upgrade);
+}
+
+/// Adds the names a `Connection` value lists to `named`. The usual tokens name no header of
+/// their own, or one removed anyway, and are skipped without parsing a name; the usual
+/// values, `keep-alive` or `close` alone, are not even split.
+fn connection_names(value: &HeaderValue, named: &mut Vec<HeaderName>) {
+    let bytes = value.as_bytes();
+    if bytes.eq_ignore_ascii_case(b"keep-alive") || bytes.eq_ignore_ascii_case(b"close") {
+        return;
+    }
+    let tokens = value.to_str().unwrap_or("").split(',').map(str::trim);
+    named.extend(
+        tokens
+            .filter(|t| {
+                !(t.is_empty()
+                    || t.eq_ignore_ascii_case("keep-alive")
+                    || t.eq_ignore_ascii_case("close")
+                    || t.eq_ignore_ascii_case("upgrade"))
+            })
+            .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok()),
+    );
+}
+
+/// Removes the hop-by-hop fields `hops` says are there and the `named` ones; keeps (or, for
+/// an upgrade, sets) `Connection: upgrade` and `Upgrade` as [`strip_hop_by_hop`] says.
+fn remove_hops(
+    headers: &mut HeaderMap,
+    hops: HopFields,
+    named: Vec<HeaderName>,
+    keep_upgrade: bool,
+) {
     for name in named {
         headers.remove(name);
     }
-    for (name, present) in FIXED_HOP_BY_HOP.iter().zip(present) {
+    for (name, present) in FIXED_HOP_BY_HOP.iter().zip(hops.present) {
         if present {
             headers.remove(*name);
         }
     }
     if keep_upgrade {
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    } else if upgrade {
+    } else if hops.upgrade {
         headers.remove(header::UPGRADE);
+    }
+}
+
+/// Which hop-by-hop fields a message has: each of [`FIXED_HOP_BY_HOP`], and `Upgrade`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct HopFields {
+    present: [bool; FIXED_HOP_BY_HOP.len()],
+    upgrade: bool,
+}
+
+impl HopFields {
+    /// The hop-by-hop fields of `headers`, in one pass over its names.
+    pub(super) fn of(headers: &HeaderMap) -> HopFields {
+        let mut hops = HopFields::default();
+        for name in headers.keys() {
+            hops.note(name);
+        }
+        hops
+    }
+
+    /// Notes one field's name; which hop-by-hop field it is, if one.
+    fn note(&mut self, name: &HeaderName) -> Option<HopByHop> {
+        let found = hop_by_hop(name);
+        match found {
+            None => {}
+            Some(HopByHop::Upgrade) => self.upgrade = true,
+            Some(HopByHop::Fixed(i)) => self.present[i] = true,
+        }
+        found
+    }
+
+    /// Whether the message has an `Upgrade` field.
+    pub(super) fn upgrade(self) -> bool {
+        self.upgrade
+    }
+
+    /// Whether the message has a `Transfer-Encoding` field.
+    pub(super) fn transfer_encoding(self) -> bool {
+        self.present[5]
+    }
+}
+
+/// What one pass over a request's fields found, before routing: its `Host` fields and its
+/// hop-by-hop fields. The checks before routing (the Host, the transfer codings), the upgrade
+/// check and the hop-by-hop strip each looked their names up in the map, hashing each again
+/// (80 to 110 instructions a lookup); most requests have a handful of fields.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RequestFields<'a> {
+    /// The first `Host` field, and whether there is another.
+    host: Option<&'a HeaderValue>,
+    more_hosts: bool,
+    pub(super) hops: HopFields,
+}
+
+impl<'a> RequestFields<'a> {
+    pub(super) fn of(headers: &'a HeaderMap) -> RequestFields<'a> {
+        let mut fields = RequestFields {
+            host: None,
+            more_hosts: false,
+            hops: HopFields::default(),
+        };
+        for (name, value) in headers.iter() {
+            if *name == header::HOST {
+                match fields.host {
+                    None => fields.host = Some(value),
+                    Some(_) => fields.more_hosts = true,
+                }
+            } else {
+                fields.hops.note(name);
+            }
+        }
+        fields
     }
 }
 
@@ -495,6 +598,77 @@ mod tests {
         let before = h.clone();
         strip_hop_by_hop(&mut h, false);
         assert_eq!(h, before);
+    }
+
+    #[test]
+    fn found_fields_strip_as_a_fresh_look_does() {
+        let maps: [&[(&str, &str)]; 6] = [
+            &[("host", "a"), ("accept", "*/*")],
+            &[
+                ("host", "a"),
+                ("connection", "keep-alive"),
+                ("keep-alive", "5"),
+            ],
+            &[
+                ("connection", "x-a, Close"),
+                ("x-a", "1"),
+                ("te", "trailers"),
+                ("host", "b"),
+            ],
+            &[
+                ("connection", "close"),
+                ("connection", "x-b"),
+                ("x-b", "2"),
+                ("upgrade", "h2c"),
+            ],
+            &[
+                ("transfer-encoding", "chunked"),
+                ("trailer", "x"),
+                ("proxy-connection", "k"),
+            ],
+            &[
+                ("connection", "KEEP-ALIVE"),
+                ("connection", "upgrade"),
+                ("upgrade", "ws"),
+            ],
+        ];
+        for fields in maps {
+            for keep_upgrade in [false, true] {
+                let mut h = HeaderMap::new();
+                for (name, value) in fields {
+                    h.append(
+                        HeaderName::from_static(name),
+                        HeaderValue::from_static(value),
+                    );
+                }
+                let mut fresh = h.clone();
+                strip_hop_by_hop(&mut fresh, keep_upgrade);
+                let hops = RequestFields::of(&h).hops;
+                assert_eq!(hops, HopFields::of(&h));
+                strip_found(&mut h, hops, keep_upgrade);
+                assert_eq!(h, fresh, "{fields:?} {keep_upgrade}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_host_fields_are_found_in_one_pass() {
+        let mut h = HeaderMap::new();
+        assert!(RequestFields::of(&h).host.is_none());
+        h.append(header::HOST, HeaderValue::from_static("a.test"));
+        h.append(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        let fields = RequestFields::of(&h);
+        assert_eq!(fields.host.unwrap(), "a.test");
+        assert!(!fields.more_hosts);
+        assert!(fields.hops.transfer_encoding() && !fields.hops.upgrade());
+        h.append(header::HOST, HeaderValue::from_static("b.test"));
+        h.append(header::UPGRADE, HeaderValue::from_static("websocket"));
+        let fields = RequestFields::of(&h);
+        assert_eq!(fields.host.unwrap(), "a.test");
+        assert!(fields.more_hosts && fields.hops.upgrade());
     }
 
     #[test]

@@ -55,8 +55,9 @@ mod websocket;
 use affinity::Affinity;
 use forward::{build_request, forward, forward_h2, trailer_names, Forwarded};
 use headers::{
-    add_forwarded_headers, head_size, origin_form, request_host, strip_hop_by_hop, strip_port,
-    too_many_fields, wants_upgrade, RequestHost, MIN_HYPER_BUFFER,
+    add_forwarded_headers, head_size, origin_form, request_host, strip_found, strip_hop_by_hop,
+    strip_port, too_many_fields, wants_upgrade, HopFields, RequestFields, RequestHost,
+    MIN_HYPER_BUFFER,
 };
 use pages::{error_page, failure_page, http01_page, https_redirect_page, reject_page, Failure};
 use plan::{is_idempotent, Attempted, Next, Planner};
@@ -211,7 +212,7 @@ impl Proxy {
         // (memcpy) once less per request.
         let mut response = match self.route_request(&mut req, &client, &mut tally) {
             Routed::Answer(page) => page,
-            Routed::Pool(pool) => self.relay(req, pool, &client, &mut tally).await,
+            Routed::Pool(pool, hops) => self.relay(req, (pool, hops), &client, &mut tally).await,
         };
         let counters = match tally.route {
             Some(index) => &self.routes[index].metrics,
@@ -249,14 +250,17 @@ impl Proxy {
     /// The routing phase of a request: the answer to one refused or answered before routing
     /// (`refuse`, an HTTP-01 token, a bad Host, an HTTPS redirect, no route, its route's rate
     /// limit), or the pool of its route (noted in `tally`), the Host it lacked added, its
-    /// request counted by the pool's retry budget.
+    /// request counted by the pool's retry budget. The request's fields are looked at once,
+    /// here ([`RequestFields`]); its hop-by-hop ones go on with the pool.
     fn route_request(
         &self,
         req: &mut Request<ClientBody>,
         client: &ClientInfo,
         tally: &mut Tally,
     ) -> Routed<'_> {
-        if let Some(refused) = self.refuse(req) {
+        let fields = RequestFields::of(req.headers());
+        let hops = fields.hops;
+        if let Some(refused) = self.refuse(req, hops) {
             return Routed::Answer(refused);
         }
         if let Some(answer) = self
@@ -266,7 +270,7 @@ impl Proxy {
         {
             return Routed::Answer(http01_page(answer));
         }
-        let host = match request_host(req) {
+        let host = match request_host(req, &fields) {
             Ok(host) => host,
             Err(why) => {
                 let mut page = error_page(StatusCode::BAD_REQUEST, why);
@@ -328,13 +332,14 @@ impl Proxy {
             }
         }
         pool.budget.on_request();
-        Routed::Pool(pool)
+        Routed::Pool(pool, hops)
     }
 
     /// The answer to a request refused before anything else is looked at: a head larger than
     /// the listener allows, a CONNECT over HTTP/2 that is not a WebSocket's, a
     /// Transfer-Encoding other than `chunked` once.
-    fn refuse(&self, req: &Request<ClientBody>) -> Option<Response<RespBody>> {
+    /// `hops`: the request's hop-by-hop fields.
+    fn refuse(&self, req: &Request<ClientBody>, hops: HopFields) -> Option<Response<RespBody>> {
         if self.max_header_bytes < MIN_HYPER_BUFFER && head_size(req) > self.max_header_bytes {
             return Some(error_page(
                 StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -353,7 +358,7 @@ impl Proxy {
                 "CONNECT over HTTP/2 is supported only as an extended CONNECT for websocket",
             ));
         }
-        if !framing::request_codings_ok(req.headers()) {
+        if hops.transfer_encoding() && !framing::request_codings_ok(req.headers()) {
             let mut page = error_page(
                 StatusCode::BAD_REQUEST,
                 "Transfer-Encoding other than chunked once",
@@ -366,16 +371,17 @@ impl Proxy {
     }
 
     /// Prepares a routed request for `pool`'s backends and makes attempts, as the planner
-    /// says, until an answer is relayed or the planner gives up.
+    /// says, until an answer is relayed or the planner gives up. `hops`: the request's
+    /// hop-by-hop fields, as routing found them.
     async fn relay(
         &self,
         mut req: Request<ClientBody>,
-        pool: &Arc<PoolHandle>,
+        (pool, hops): (&Arc<PoolHandle>, HopFields),
         client: &Arc<ClientInfo>,
         tally: &mut Tally,
     ) -> Response<RespBody> {
         let websocket = websocket::is_websocket_connect(&req);
-        let upgrade = websocket || wants_upgrade(req.headers());
+        let upgrade = websocket || (hops.upgrade() && wants_upgrade(req.headers()));
         if upgrade && pool.config.protocol.is_h2() {
             return error_page(
                 StatusCode::NOT_IMPLEMENTED,
@@ -384,7 +390,7 @@ impl Proxy {
         }
         let mut affinity = Affinity::of(pool, &mut req, client);
         tally.affinity = affinity.unanswered();
-        let mut prepared = self.prepare(req, pool, client, (websocket, upgrade), tally);
+        let mut prepared = self.prepare(req, (pool, hops), client, (websocket, upgrade), tally);
         let plan = &mut prepared.plan;
         let mut head = Vec::with_capacity(256);
         loop {
@@ -530,7 +536,7 @@ impl Proxy {
     fn prepare(
         &self,
         mut req: Request<ClientBody>,
-        pool: &PoolHandle,
+        (pool, hops): (&PoolHandle, HopFields),
         client: &ClientInfo,
         (websocket, upgrade): (bool, bool),
         tally: &mut Tally,
@@ -538,7 +544,7 @@ impl Proxy {
         let h2 = pool.config.protocol.is_h2();
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
-        strip_hop_by_hop(&mut parts.headers, upgrade);
+        strip_found(&mut parts.headers, hops, upgrade);
         if websocket {
             websocket::to_http1_handshake(&mut parts.method, &mut parts.headers);
         }
@@ -635,8 +641,8 @@ impl Proxy {
 enum Routed<'a> {
     /// The request is answered without a backend.
     Answer(Response<RespBody>),
-    /// The request goes to this pool's backends.
-    Pool(&'a Arc<PoolHandle>),
+    /// The request goes to this pool's backends; its hop-by-hop fields, as found.
+    Pool(&'a Arc<PoolHandle>, HopFields),
 }
 
 /// What a request is sent again from, to another backend: for HTTP/1.1 the head encoded for
