@@ -107,6 +107,7 @@ where
     drop(answer);
     let Some(response) = response else { return };
     let (mut head, mut body) = response.into_parts();
+    strip_connection_fields(&mut head.headers);
     if !head.headers.contains_key(http::header::DATE) {
         head.headers.insert(http::header::DATE, date());
     }
@@ -188,6 +189,27 @@ fn pipe(
             Poll::Ready(None) => {
                 let _ = send.send_data(Bytes::new(), true);
                 return Poll::Ready(());
+            }
+        }
+    }
+}
+
+/// Connection-specific fields, which h2 refuses to send (RFC 9113 8.2.2): as hyper's
+/// `strip_connection_headers` for a response. capataz's own answers may carry `connection`.
+fn strip_connection_fields(headers: &mut http::HeaderMap) {
+    for name in [
+        http::header::HeaderName::from_static("keep-alive"),
+        http::header::HeaderName::from_static("proxy-connection"),
+        http::header::TRANSFER_ENCODING,
+        http::header::UPGRADE,
+        http::header::TE,
+    ] {
+        headers.remove(name);
+    }
+    if let Some(connection) = headers.remove(http::header::CONNECTION) {
+        if let Ok(names) = connection.to_str() {
+            for name in names.split(',') {
+                headers.remove(name.trim());
             }
         }
     }
