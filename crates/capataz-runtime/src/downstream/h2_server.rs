@@ -197,6 +197,19 @@ fn pipe(
 /// Connection-specific fields, which h2 refuses to send (RFC 9113 8.2.2): as hyper's
 /// `strip_connection_headers` for a response. capataz's own answers may carry `connection`.
 fn strip_connection_fields(headers: &mut http::HeaderMap) {
+    // One pass over the names first: the answers of backends come here already stripped
+    // (`proxy/headers.rs`), and a removal hashes its name, six of them about 1,000 instructions.
+    let found = headers.keys().any(|name| {
+        name == http::header::CONNECTION
+            || name == http::header::TRANSFER_ENCODING
+            || name == http::header::UPGRADE
+            || name == http::header::TE
+            || name.as_str() == "keep-alive"
+            || name.as_str() == "proxy-connection"
+    });
+    if !found {
+        return;
+    }
     for name in [
         http::header::HeaderName::from_static("keep-alive"),
         http::header::HeaderName::from_static("proxy-connection"),
