@@ -23,8 +23,6 @@ pub enum ClientBody {
     Hyper(Incoming),
     /// Another server's (HTTP/3), which never fails (see the module documentation).
     Streamed(StreamedBody),
-    /// An HTTP/2 stream's, served by h2 directly: never fails either (see [`H2Body`]).
-    H2(H2Body),
     /// No body at all.
     Empty,
 }
@@ -34,7 +32,6 @@ impl std::fmt::Debug for ClientBody {
         match self {
             ClientBody::Hyper(body) => body.fmt(f),
             ClientBody::Streamed(_) => f.write_str("Streamed"),
-            ClientBody::H2(_) => f.write_str("H2"),
             ClientBody::Empty => f.write_str("Empty"),
         }
     }
@@ -57,7 +54,6 @@ impl Body for ClientBody {
                 Poll::Ready(None) => Poll::Ready(None),
                 Poll::Pending => Poll::Pending,
             },
-            ClientBody::H2(body) => body.poll_frame(cx),
             ClientBody::Empty => Poll::Ready(None),
         }
     }
@@ -67,7 +63,6 @@ impl Body for ClientBody {
         match self {
             ClientBody::Hyper(body) => body.is_end_stream(),
             ClientBody::Streamed(body) => body.is_end_stream(),
-            ClientBody::H2(body) => body.recv.is_end_stream(),
             ClientBody::Empty => true,
         }
     }
@@ -77,78 +72,7 @@ impl Body for ClientBody {
         match self {
             ClientBody::Hyper(body) => body.size_hint(),
             ClientBody::Streamed(body) => body.size_hint(),
-            ClientBody::H2(body) => body.size_hint(),
             ClientBody::Empty => SizeHint::with_exact(0),
-        }
-    }
-}
-
-/// An HTTP/2 stream's request body, read from h2 directly. Every chunk read is given back to
-/// the client's flow-control window at once (what is read is forwarded). It never fails, as
-/// [`StreamedBody`]: a stream reset (by the client, or by h2 for a malformed body) or a failed
-/// connection ends the stream's task, which drops the request; until then it waits.
-pub struct H2Body {
-    recv: h2::RecvStream,
-    /// The `content-length` the client announced (h2 checks the body against it).
-    length: Option<u64>,
-    /// The data is done: trailers next.
-    data_done: bool,
-}
-
-impl H2Body {
-    /// The body of a request whose `content-length` says `length`.
-    pub fn new(recv: h2::RecvStream, length: Option<u64>) -> H2Body {
-        let length = if recv.is_end_stream() {
-            Some(0)
-        } else {
-            length
-        };
-        H2Body {
-            recv,
-            length,
-            data_done: false,
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self.length {
-            Some(length) => SizeHint::with_exact(length),
-            None => SizeHint::default(),
-        }
-    }
-
-    fn poll_frame(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        if !self.data_done {
-            match self.recv.poll_data(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Some(Ok(data))) => {
-                    let _ = self.recv.flow_control().release_capacity(data.len());
-                    if let Some(length) = &mut self.length {
-                        *length = length.saturating_sub(data.len() as u64);
-                    }
-                    return Poll::Ready(Some(Ok(Frame::data(data))));
-                }
-                Poll::Ready(Some(Err(error))) => return Self::failed(&error),
-                Poll::Ready(None) => self.data_done = true,
-            }
-        }
-        match self.recv.poll_trailers(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(Ok(trailers)) => Poll::Ready(trailers.map(|t| Ok(Frame::trailers(t)))),
-            Poll::Ready(Err(error)) => Self::failed(&error),
-        }
-    }
-
-    /// A reset with `NO_ERROR` ends the body early (RFC 9113 8.1: the answer came first);
-    /// anything else ends the stream's task, which drops the request: wait for it.
-    fn failed(error: &h2::Error) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        if error.reason() == Some(h2::Reason::NO_ERROR) {
-            Poll::Ready(None)
-        } else {
-            Poll::Pending
         }
     }
 }

@@ -82,21 +82,18 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::{Body, Frame, SizeHint};
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::body::{BodyRead, RespBody};
-use crate::client_body::ClientBody;
 use crate::config::Http2Config;
 use crate::instruments::ListenerMetrics;
 use crate::proxy::{ClientInfo, Proxy};
-use std::convert::Infallible;
 
 mod gone;
-mod h2_server;
 mod park;
 mod stall;
 mod watch;
@@ -349,7 +346,7 @@ where
 
     let service_shared = shared.clone();
     let service_proxy = proxy.clone();
-    let service = move |req: http::Request<ClientBody>| {
+    let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
         let proxy = service_proxy();
         let client = client.clone();
         let mut request = InProgress::new(service_shared.clone());
@@ -358,6 +355,7 @@ where
             service_shared.peer.start(req.body().is_end_stream());
         }
         async move {
+            let req = req.map(crate::client_body::ClientBody::Hyper);
             let mut response = proxy.handle(req, client).await;
             request.answered();
             if let Ok(response) = &mut response {
@@ -379,7 +377,7 @@ where
                 })
             })
         }
-    };
+    });
     let io = CountingIo {
         inner: stream,
         shared: shared.clone(),
@@ -406,7 +404,7 @@ where
 /// as the body's own variable), and this future is the connection's task for its whole life.
 /// `watch` (a handle) rather than its `Limits` (100 bytes) for the same reason.
 #[allow(clippy::too_many_arguments, clippy::manual_async_fn)]
-fn serving<IO, S, F, P, G: Send + 'static>(
+fn serving<IO, S, P, G: Send + 'static>(
     mut io: CountingIo<IO, G>,
     shared: Arc<ConnState>,
     service: S,
@@ -418,8 +416,14 @@ fn serving<IO, S, F, P, G: Send + 'static>(
 ) -> impl Future<Output = ()>
 where
     IO: AsyncRead + AsyncWrite + PeekPeer + Unpin + Send + 'static,
-    S: Fn(http::Request<ClientBody>) -> F + Clone + Unpin + Send + Sync + 'static,
-    F: Future<Output = Result<http::Response<Tracked>, Infallible>> + Send + 'static,
+    S: hyper::service::Service<
+            http::Request<hyper::body::Incoming>,
+            Response = http::Response<Tracked>,
+        > + Unpin
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     P: Fn() -> Arc<Proxy>,
 {
     async move {
@@ -457,29 +461,11 @@ where
             // Boxed, as the HTTP/1 connection below: this future stays small while it waits for
             // the first bytes.
             // Each request's future boxed (`BoxedCalls`): the stream's task holds a pointer to it.
-            if std::env::var_os("CAPATAZ_HYPER_H2").is_some() {
-                let service = BoxedCalls(service_fn(move |req: http::Request<Incoming>| {
-                    service(req.map(ClientBody::Hyper))
-                }));
-                let mut conn =
-                    Box::pin(http2_builder(limits).serve_connection(TokioIo::new(io), service));
-                drive(&shared, conn.as_mut(), |conn| conn.graceful_shutdown()).await
-            } else {
-                let mut handshake = Box::pin(h2_server::builder(limits).handshake::<_, Bytes>(io));
-                match until_closed(&shared, handshake.as_mut()).await {
-                    Some(Ok(conn)) => {
-                        let mut conn = Box::pin(h2_server::Server {
-                            conn,
-                            call: service,
-                        });
-                        drive(&shared, conn.as_mut(), |conn| conn.graceful_shutdown()).await
-                    }
-                    Some(Err(_)) | None => false,
-                }
-            }
+            let service = BoxedCalls(service);
+            let mut conn =
+                Box::pin(http2_builder(limits).serve_connection(TokioIo::new(io), service));
+            drive(&shared, conn.as_mut(), |conn| conn.graceful_shutdown()).await
         } else {
-            let service =
-                service_fn(move |req: http::Request<Incoming>| service(req.map(ClientBody::Hyper)));
             let max_buf = watch.limits().max_buf;
             park::serve_http1(&shared, &client.private, io, service, max_buf).await
         };
@@ -946,10 +932,10 @@ mod tests {
         let client = Arc::new(ClientInfo::new(peer));
         // As the real service: three `Arc`s.
         let held = (shared.clone(), client.clone(), Arc::new(()));
-        let service = move |_: http::Request<ClientBody>| {
+        let service = service_fn(move |_: http::Request<hyper::body::Incoming>| {
             let _held = &held;
-            async { unreachable!("not called") }
-        };
+            async { Err::<http::Response<Tracked>, io::Error>(io::Error::other("unused")) }
+        });
         let proxy = Arc::new(|| -> Arc<Proxy> { unreachable!("not asked") });
         let done = Ended(shared.clone());
         let watch = Watch::start(limits(), tokio::sync::watch::channel(false).1);
