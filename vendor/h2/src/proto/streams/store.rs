@@ -2,8 +2,10 @@ use super::*;
 
 use indexmap::{self, IndexMap};
 
+use std::collections::hash_map::RandomState;
 use std::convert::Infallible;
 use std::fmt;
+use std::hash::{BuildHasher, Hasher};
 use std::marker::PhantomData;
 use std::ops;
 
@@ -11,7 +13,93 @@ use std::ops;
 #[derive(Debug)]
 pub(super) struct Store {
     slab: slab::Slab<Stream>,
-    ids: IndexMap<StreamId, SlabIndex>,
+    // capataz: stream ids are hashed by `StreamIdHash` (a few multiplications and shifts)
+    // instead of the default SipHash-1-3 (`RandomState`): see `StreamIdHash`.
+    ids: IndexMap<StreamId, SlabIndex, StreamIdHash>,
+}
+
+/// capataz: the hasher of the store's stream ids: MurmurHash3's 64-bit finalizer over the id
+/// xor a random 64-bit key, about 10 instructions, where SipHash-1-3 (`RandomState`, upstream's)
+/// cost about 120 a hash with its call, and a request takes two (the HEADERS frame's lookup,
+/// whose hash the insertion reuses, and the removal; `IndexMap` keeps each entry's hash, so the
+/// entry `swap_remove` moves is not hashed again).
+///
+/// The finalizer mixes every bit of its input into every bit of the result, so ids in any
+/// pattern a peer may choose (consecutive odd numbers, or ids equal modulo a power of two)
+/// spread over the buckets as random values would; the key, drawn from `RandomState` for each
+/// connection and never sent, makes which ids share a bucket differ between connections.
+/// Unlike SipHash it is not a keyed pseudo-random function: a peer able to time lookups might
+/// in theory learn something of the key.
+///
+/// Even against a peer that knew the key, lookups could not become quadratic: the peer picks
+/// the ids of the streams it opens, but they must be strictly increasing (a lower id is a
+/// connection error before any lookup inserts it), and the map holds only streams that are
+/// not closed yet: at most `max_concurrent_streams` opened by the peer (one more is refused
+/// before it is inserted), the locally reset ones waiting to expire (at most
+/// `max_concurrent_reset_streams`), and those this side opened (as many as the application
+/// asked for). A closed stream is unlinked from the map at once (`Counts::transition_after`),
+/// and the ids of closed streams are not kept (an id is told idle or closed by comparing it
+/// with the next expected one). A lookup walks at most those entries, bounded as the memory
+/// they hold is.
+#[derive(Debug, Clone, Copy)]
+struct StreamIdHash {
+    key: u64,
+}
+
+impl StreamIdHash {
+    fn new() -> Self {
+        let mut random = RandomState::new().build_hasher();
+        random.write_u8(0);
+        StreamIdHash {
+            key: random.finish() | 1,
+        }
+    }
+}
+
+impl BuildHasher for StreamIdHash {
+    type Hasher = StreamIdHasher;
+
+    fn build_hasher(&self) -> StreamIdHasher {
+        StreamIdHasher {
+            key: self.key,
+            value: 0,
+        }
+    }
+}
+
+/// capataz: see `StreamIdHash`. `StreamId` hashes as one `u32` (its derived `Hash`).
+struct StreamIdHasher {
+    key: u64,
+    value: u64,
+}
+
+impl Hasher for StreamIdHasher {
+    #[inline]
+    fn write_u32(&mut self, id: u32) {
+        self.value = (self.value << 32) ^ u64::from(id);
+    }
+
+    // Not reached by `StreamId`, which writes one `u32`; kept correct for any other input.
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.value = self.value.rotate_left(8) ^ u64::from(byte);
+        }
+    }
+
+    // MurmurHash3's 64-bit finalizer (`fmix64`) over the id xor the key: every bit of the
+    // result depends on every bit of the id, so ids in any arithmetic progression (a peer's
+    // ids go up by 2) spread over the buckets (`hash & mask`) and tags (`hash >> 57`) as
+    // random values would. A plain multiplication does not: its high bits, for ids in a
+    // progression, fall on few buckets for about one key in a hundred.
+    #[inline]
+    fn finish(&self) -> u64 {
+        let mut x = self.value ^ self.key;
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        x ^ (x >> 33)
+    }
 }
 
 /// "Pointer" to an entry in the store
@@ -82,7 +170,7 @@ impl Store {
     pub fn new() -> Self {
         Store {
             slab: slab::Slab::new(),
-            ids: IndexMap::new(),
+            ids: IndexMap::with_hasher(StreamIdHash::new()),
         }
     }
 
@@ -470,5 +558,114 @@ impl<'a> VacantEntry<'a> {
         self.ids.insert(index);
 
         Key { index, stream_id }
+    }
+}
+
+// capataz: tests of `StreamIdHash` (patch 0009).
+#[cfg(test)]
+mod test {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    use std::hash::Hash;
+
+    fn hash(builder: &StreamIdHash, id: u32) -> u64 {
+        let mut hasher = builder.build_hasher();
+        StreamId::from(id).hash(&mut hasher);
+        hasher.finish()
+    }
+
+    // A peer's ids are consecutive odd numbers, or any increasing ids it likes: they must
+    // spread over the buckets (the low bits) and the tags (the top 7 bits) as random values
+    // would, whatever the key.
+    #[test]
+    fn stream_id_hash_spreads_consecutive_ids() {
+        let mut rng = StdRng::seed_from_u64(9);
+        for _ in 0..64 {
+            let builder = StreamIdHash { key: rng.gen() };
+            for (first, step) in [
+                (1u32, 2),
+                (2, 2),
+                (1 << 20 | 1, 2),
+                ((1 << 31) - 513, 2),
+                (1, 256),
+                (7, 1 << 16),
+            ] {
+                let ids = (0..256).map(|i| first + step * i);
+                let mut buckets = [0u32; 256];
+                let mut tags = [0u32; 128];
+                for id in ids {
+                    let h = hash(&builder, id);
+                    buckets[(h & 255) as usize] += 1;
+                    tags[(h >> 57) as usize] += 1;
+                }
+                // 256 random values in 256 buckets fill about 162 of them, the fullest
+                // holding about 5; in 128 tags, about 111 (for the keys of this seed: 145-184
+                // buckets, at most 8 in one, 102-122 tags). A multiplication alone left 2
+                // buckets in use for one key in 64.
+                let used = buckets.iter().filter(|&&n| n > 0).count();
+                assert!(used >= 130, "{used} buckets used, key {:#x}", builder.key);
+                assert!(buckets.iter().all(|&n| n <= 10), "key {:#x}", builder.key);
+                let used = tags.iter().filter(|&&n| n > 0).count();
+                assert!(used >= 90, "{used} tags used, key {:#x}", builder.key);
+            }
+        }
+    }
+
+    // Each store draws its own key.
+    #[test]
+    fn stream_id_hash_keys_differ() {
+        let keys: std::collections::HashSet<u64> =
+            (0..64).map(|_| StreamIdHash::new().key).collect();
+        assert_eq!(keys.len(), 64);
+        assert!(keys.iter().all(|key| key & 1 == 1));
+    }
+
+    // The hasher places entries only: the store finds, unlinks and walks its streams (in
+    // `try_for_each`'s order, which depends on insertions and `swap_remove`s alone) as with
+    // upstream's `RandomState`.
+    #[test]
+    fn store_behaves_as_with_siphash() {
+        let mut rng = StdRng::seed_from_u64(25);
+        let mut store = Store::new();
+        let mut reference: IndexMap<StreamId, ()> = IndexMap::new();
+        let mut live: Vec<Key> = Vec::new();
+        let mut next = 1u32;
+        for _ in 0..20_000 {
+            if live.is_empty() || (live.len() < 300 && rng.gen_bool(0.5)) {
+                next += 2 * rng.gen_range(1..4);
+                let id = StreamId::from(next);
+                let key = match store.find_entry(id) {
+                    Entry::Vacant(e) => e.insert(Stream::new(id, 65_535, 65_535)),
+                    Entry::Occupied(_) => panic!("{id:?} found before it was inserted"),
+                };
+                reference.insert(id, ());
+                live.push(key);
+            } else {
+                let key = live.swap_remove(rng.gen_range(0..live.len()));
+                let mut ptr = store.resolve(key);
+                ptr.unlink();
+                ptr.remove();
+                reference.swap_remove(&key.stream_id);
+            }
+            if rng.gen_range(0..50) == 0 {
+                let mut walked = Vec::new();
+                store.for_each(|ptr| walked.push(ptr.key().stream_id));
+                assert!(walked.iter().eq(reference.keys()));
+            }
+            for _ in 0..3 {
+                let id = StreamId::from(rng.gen_range(0..next + 8));
+                let found = store.find_mut(&id).map(|ptr| ptr.key());
+                assert_eq!(found.is_some(), reference.contains_key(&id), "{id:?}");
+                if let Some(key) = found {
+                    assert_eq!(store[key].id, id);
+                }
+            }
+        }
+        for key in live {
+            let mut ptr = store.resolve(key);
+            ptr.unlink();
+            ptr.remove();
+        }
     }
 }
