@@ -7,6 +7,7 @@
 #   bench/peers.sh                       # = -d 5s -c "1 50" -r 11 -l split
 #   bench/peers.sh -P https|https-new|h2 ...   # TLS modes: bench/capataz-https.toml / -h2.toml
 #   CONFIG=bench/capataz-latency.toml bench/peers.sh ...   # another plaintext config
+#   CAPATAZ_BIN=/tmp/capataz-REV bench/peers.sh ...          # a given binary, no build
 # Eleven short rounds rather than three long ones: on a shared host a round lands in a quiet
 # or a busy minute, and more pairs average that out. After the harness's table comes a paired
 # view of capataz against HAProxy (median of per-round ratios, rounds won).
@@ -20,7 +21,14 @@ for cmd in wrk nginx haproxy; do
         break
     fi
 done
-cargo build --release --quiet --bin capataz
+# CAPATAZ_BIN=PATH measures that binary instead of building this tree (a build of another
+# commit, to compare two in turn against the same peers).
+if [[ -n ${CAPATAZ_BIN:-} ]]; then
+    bin=$(realpath "$CAPATAZ_BIN")
+else
+    cargo build --release --quiet --bin capataz
+    bin=$PWD/target/release/capataz
+fi
 args=("$@")
 [[ ${#args[@]} -gt 0 ]] || args=(-d 5s -c "1 50" -r 11 -l split)
 # The protocol mode (-P) picks capataz's config: plaintext, or TLS with the harness's certificate.
@@ -43,7 +51,7 @@ esac
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 EXTRA_NAME=capataz EXTRA_URL=$scheme://127.0.0.1:9400/ \
-EXTRA_CMD="env CAPATAZ_WORKER_THREADS=1 $PWD/target/release/capataz run --config $PWD/$config" \
+EXTRA_CMD="env CAPATAZ_WORKER_THREADS=1 $bin run --config $PWD/$config" \
     bash "$HARNESS" "${args[@]}" 2>&1 | tee "$log"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || exit "${PIPESTATUS[0]}"
 
