@@ -16,6 +16,10 @@
 #        HTTP/1.1 keep-alive to the same nginx with `http-reuse safe`, no health check, as
 #        capataz's `kind = "none"`)
 #        env: N=4000 SHAPES="-c1 -m1|-c10 -m10" BASE=9750 OTHER_CPU=1
+#        MEASURE=cpu: CPU time, not instructions: each build natively on PROXY_CPU (0), the
+#        client and backend on OTHER_CPU, ROUNDS (3) rounds of the builds in turn, user and
+#        system microseconds per request of the proxy's process (/proc/PID/stat) over N
+#        (100,000) requests after 5,000 of warm-up, and h2load's req/s
 #             RUN_DIR=/tmp/bench-instructions-h2c
 # Needs: valgrind (callgrind), h2load (nghttp2-client), nginx, ss. Loopback only; every
 # process is stopped by its PID (bench/common.sh). About 10 s per build and shape.
@@ -23,6 +27,8 @@ set -Eeuo pipefail
 LOG_TAG=instructions-h2c
 source "$(dirname "$0")/common.sh"
 
+MEASURE=${MEASURE:-instructions} ROUNDS=${ROUNDS:-3} PROXY_CPU=${PROXY_CPU-0}
+if [[ $MEASURE == cpu ]]; then N=${N:-100000}; fi
 N=${N:-4000} SHAPES=${SHAPES:--c1 -m1|-c10 -m10} BASE=${BASE:-9750} OTHER_CPU=${OTHER_CPU-1}
 RUN_DIR=${RUN_DIR:-/tmp/bench-instructions-h2c}
 BACKEND=$((BASE + 1)) LISTENER=$((BASE + 2))
@@ -97,6 +103,41 @@ start backend "$OTHER_CPU" nginx -p "$RUN_DIR/nginx-backend/" -c "$RUN_DIR/nginx
 wait_port "$BACKEND" "$LAST_PID"
 
 IFS='|' read -r -a shapes <<<"$SHAPES"
+if [[ $MEASURE == cpu ]]; then
+    # CPU time instead of instructions: each binary natively on PROXY_CPU, ROUNDS rounds of the
+    # binaries in turn, user and system time of the proxy's process from /proc/PID/stat over N
+    # requests after 5,000 of warm-up.
+    tck=$(getconf CLK_TCK)
+    us() { awk "BEGIN { printf \"%.2f\", ($1) * 1e6 / $tck / $N }"; }   # clock ticks -> us per request
+    for ((r = 1; r <= ROUNDS; r++)); do
+        for bin in "${bins[@]}"; do
+            for shape in "${shapes[@]}"; do
+                read -r -a h2args <<<"$shape"
+                out=$RUN_DIR/$(basename "$bin")${shape// /}.cpu
+                if [[ $bin == haproxy ]]; then
+                    start haproxy "$PROXY_CPU" haproxy -db -f "$RUN_DIR/haproxy.cfg"
+                else
+                    start capataz "$PROXY_CPU" env CAPATAZ_WORKER_THREADS=1 "$bin" run \
+                        --config "$RUN_DIR/capataz.toml"
+                fi
+                pid=$LAST_PID
+                wait_port "$LISTENER" "$pid" 60
+                (pin "$OTHER_CPU" h2load "${h2args[@]}" -n 5000 "http://127.0.0.1:$LISTENER/" >/dev/null)
+                read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$pid/stat")
+                (pin "$OTHER_CPU" h2load "${h2args[@]}" -n "$N" "http://127.0.0.1:$LISTENER/" >"$out")
+                read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$pid/stat")
+                stop_named "$pid"
+                ok=$(awk '/^requests:/ {print $8}' "$out")
+                [[ $ok == "$N" ]] || die "$bin $shape: $ok of $N requests succeeded (see $out)"
+                rps=$(awk '/^finished in/ {print $4}' "$out")
+                printf '%s\t%s\tround %s\tuser %s\tsystem %s\ttotal %s us per request\t%s req/s\n' \
+                    "$bin" "$shape" "$r" "$(us "$u1 - $u0")" "$(us "$s1 - $s0")" \
+                    "$(us "$u1 - $u0 + $s1 - $s0")" "$rps"
+            done
+        done
+    done
+    exit 0
+fi
 for bin in "${bins[@]}"; do
     for shape in "${shapes[@]}"; do
         read -r -a h2args <<<"$shape"
