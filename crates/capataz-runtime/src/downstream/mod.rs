@@ -382,6 +382,7 @@ where
         inner: stream,
         shared: shared.clone(),
         prefix: None,
+        deferred: false,
         _held: guard,
     };
     serving(
@@ -768,6 +769,8 @@ struct CountingIo<IO, G> {
     shared: Arc<ConnState>,
     /// Bytes read while detecting the protocol, read again first.
     prefix: Option<Bytes>,
+    /// An HTTP/2 write put off to the scheduler's next turn (see `poll_write_vectored`).
+    deferred: bool,
     /// The caller's guard (it counts the connection open), dropped with the socket: after
     /// the connection's future, or after an upgraded connection's tunnel.
     _held: G,
@@ -818,6 +821,30 @@ impl<IO, G> CountingIo<IO, G> {
     }
 }
 
+impl<IO, G> CountingIo<IO, G> {
+    /// Whether to put an HTTP/2 write off to the scheduler's next turn: while other requests
+    /// of the connection are in progress, once per write, the connection's task yields (woken
+    /// after the runtime has polled its IO driver), so that the answers of the streams whose
+    /// backends answered meanwhile go out in the same write. With nothing else in progress the
+    /// write goes at once.
+    fn defer_write(&mut self, cx: &mut Context<'_>) -> bool {
+        if !self.shared.h2.load(Ordering::Relaxed) || self.shared.active.load(Ordering::Relaxed) == 0
+        {
+            self.deferred = false;
+            return false;
+        }
+        if !self.deferred {
+            self.deferred = true;
+            let mut turn = std::pin::pin!(tokio::task::yield_now());
+            if turn.as_mut().poll(cx).is_pending() {
+                return true;
+            }
+        }
+        self.deferred = false;
+        false
+    }
+}
+
 impl<IO: AsyncWrite + PeekPeer + Unpin, G> AsyncWrite for CountingIo<IO, G> {
     fn poll_write(
         self: Pin<&mut Self>,
@@ -825,6 +852,9 @@ impl<IO: AsyncWrite + PeekPeer + Unpin, G> AsyncWrite for CountingIo<IO, G> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if this.defer_write(cx) {
+            return Poll::Pending;
+        }
         let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
         this.count_write(&polled);
         polled
@@ -836,6 +866,9 @@ impl<IO: AsyncWrite + PeekPeer + Unpin, G> AsyncWrite for CountingIo<IO, G> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if this.defer_write(cx) {
+            return Poll::Pending;
+        }
         let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
         this.count_write(&polled);
         polled
@@ -927,6 +960,7 @@ mod tests {
             inner: stream,
             shared: shared.clone(),
             prefix: None,
+            deferred: false,
             _held: (),
         };
         let client = Arc::new(ClientInfo::new(peer));
