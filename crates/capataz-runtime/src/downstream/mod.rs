@@ -769,7 +769,8 @@ struct CountingIo<IO, G> {
     shared: Arc<ConnState>,
     /// Bytes read while detecting the protocol, read again first.
     prefix: Option<Bytes>,
-    /// An HTTP/2 write put off to the scheduler's next turn (see `poll_write_vectored`).
+    /// Whether this flush's first HTTP/2 write was put off to the scheduler's next turn (see
+    /// `defer_write`); cleared by the flush.
     deferred: bool,
     /// The caller's guard (it counts the connection open), dropped with the socket: after
     /// the connection's future, or after an upgraded connection's tunnel.
@@ -822,13 +823,16 @@ impl<IO, G> CountingIo<IO, G> {
 }
 
 impl<IO, G> CountingIo<IO, G> {
-    /// Whether to put an HTTP/2 write off to the scheduler's next turn: while other requests
-    /// of the connection are in progress, once per write, the connection's task yields (woken
-    /// after the runtime has polled its IO driver), so that the answers of the streams whose
-    /// backends answered meanwhile go out in the same write. With nothing else in progress the
-    /// write goes at once.
+    /// Whether to put an HTTP/2 write off to the scheduler's next turn: while requests of the
+    /// connection are in progress, the first write of each flush makes the connection's task
+    /// yield (woken once the runtime has polled its IO driver), so that the answers of the
+    /// streams whose backends answered meanwhile go out in the same write, as HAProxy writes
+    /// once per connection and event-loop turn. With nothing in progress the write goes at once:
+    /// one request at a time gains nothing from waiting. See BENCHMARKS.md, "HTTP/2: where the
+    /// instructions go".
     fn defer_write(&mut self, cx: &mut Context<'_>) -> bool {
-        if !self.shared.h2.load(Ordering::Relaxed) || self.shared.active.load(Ordering::Relaxed) == 0
+        if !self.shared.h2.load(Ordering::Relaxed)
+            || self.shared.active.load(Ordering::Relaxed) == 0
         {
             self.deferred = false;
             return false;
@@ -840,7 +844,7 @@ impl<IO, G> CountingIo<IO, G> {
                 return true;
             }
         }
-        self.deferred = false;
+        // The rest of this flush's writes go at once; the flush ends the turn's batch.
         false
     }
 }
@@ -883,6 +887,7 @@ impl<IO: AsyncWrite + PeekPeer + Unpin, G> AsyncWrite for CountingIo<IO, G> {
     /// (see `gone.rs`), and the error ends the connection.
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        this.deferred = false;
         if let Poll::Ready(error) = this.shared.peer.poll_gone(&this.inner, cx) {
             return Poll::Ready(Err(error));
         }
