@@ -382,6 +382,7 @@ where
         inner: stream,
         shared: shared.clone(),
         prefix: None,
+        deferred: false,
         _held: guard,
     };
     serving(
@@ -768,6 +769,9 @@ struct CountingIo<IO, G> {
     shared: Arc<ConnState>,
     /// Bytes read while detecting the protocol, read again first.
     prefix: Option<Bytes>,
+    /// Whether this flush's first HTTP/2 write was put off to the scheduler's next turn (see
+    /// `defer_write`); cleared by the flush.
+    deferred: bool,
     /// The caller's guard (it counts the connection open), dropped with the socket: after
     /// the connection's future, or after an upgraded connection's tunnel.
     _held: G,
@@ -818,6 +822,33 @@ impl<IO, G> CountingIo<IO, G> {
     }
 }
 
+impl<IO, G> CountingIo<IO, G> {
+    /// Whether to put an HTTP/2 write off to the scheduler's next turn: while requests of the
+    /// connection are in progress, the first write of each flush makes the connection's task
+    /// yield (woken once the runtime has polled its IO driver), so that the answers of the
+    /// streams whose backends answered meanwhile go out in the same write, as HAProxy writes
+    /// once per connection and event-loop turn. With nothing in progress the write goes at once:
+    /// one request at a time gains nothing from waiting. See BENCHMARKS.md, "HTTP/2: where the
+    /// instructions go".
+    fn defer_write(&mut self, cx: &mut Context<'_>) -> bool {
+        if !self.shared.h2.load(Ordering::Relaxed)
+            || self.shared.active.load(Ordering::Relaxed) == 0
+        {
+            self.deferred = false;
+            return false;
+        }
+        if !self.deferred {
+            self.deferred = true;
+            let mut turn = std::pin::pin!(tokio::task::yield_now());
+            if turn.as_mut().poll(cx).is_pending() {
+                return true;
+            }
+        }
+        // The rest of this flush's writes go at once; the flush ends the turn's batch.
+        false
+    }
+}
+
 impl<IO: AsyncWrite + PeekPeer + Unpin, G> AsyncWrite for CountingIo<IO, G> {
     fn poll_write(
         self: Pin<&mut Self>,
@@ -825,6 +856,9 @@ impl<IO: AsyncWrite + PeekPeer + Unpin, G> AsyncWrite for CountingIo<IO, G> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if this.defer_write(cx) {
+            return Poll::Pending;
+        }
         let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
         this.count_write(&polled);
         polled
@@ -836,6 +870,9 @@ impl<IO: AsyncWrite + PeekPeer + Unpin, G> AsyncWrite for CountingIo<IO, G> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if this.defer_write(cx) {
+            return Poll::Pending;
+        }
         let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
         this.count_write(&polled);
         polled
@@ -850,6 +887,7 @@ impl<IO: AsyncWrite + PeekPeer + Unpin, G> AsyncWrite for CountingIo<IO, G> {
     /// (see `gone.rs`), and the error ends the connection.
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        this.deferred = false;
         if let Poll::Ready(error) = this.shared.peer.poll_gone(&this.inner, cx) {
             return Poll::Ready(Err(error));
         }
@@ -927,6 +965,7 @@ mod tests {
             inner: stream,
             shared: shared.clone(),
             prefix: None,
+            deferred: false,
             _held: (),
         };
         let client = Arc::new(ClientInfo::new(peer));
