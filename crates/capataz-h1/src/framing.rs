@@ -54,7 +54,7 @@ pub enum FramingError {
 /// [`response`] needs no lookup in the map (three lookups cost about 380 instructions a
 /// response; a head has five to fifteen fields).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FramingFields {
+pub(crate) struct FramingFields {
     /// A `Connection` token `close`, and one `keep-alive` (values that are not visible ASCII
     /// are not read).
     close: bool,
@@ -128,7 +128,8 @@ impl FramingFields {
         true
     }
 
-    /// Whether the transfer codings are exactly `chunked` (see [`only_chunked`]).
+    /// Whether the transfer codings, over every `Transfer-Encoding` field (empty list elements
+    /// aside), are exactly `chunked`.
     fn only_chunked(&self) -> bool {
         !self.other_coding && self.chunked == 1
     }
@@ -208,25 +209,11 @@ pub fn response(method: &Method, head: &ResponseHead) -> Result<Framing, Framing
 /// `identity, chunked` or two `chunked` fields as one chunked body; a proxy in front of capataz
 /// may read them otherwise, which is how request smuggling starts, so they are refused.
 pub fn request_codings_ok(headers: &HeaderMap) -> bool {
-    !headers.contains_key(header::TRANSFER_ENCODING) || only_chunked(headers)
-}
-
-/// Whether the transfer codings, over every `Transfer-Encoding` field (empty list elements
-/// aside), are exactly `chunked`.
-fn only_chunked(headers: &HeaderMap) -> bool {
-    let mut codings = 0;
+    let mut fields = FramingFields::default();
     for value in headers.get_all(header::TRANSFER_ENCODING) {
-        let Ok(text) = value.to_str() else {
-            return false;
-        };
-        for coding in text.split(',').map(str::trim).filter(|c| !c.is_empty()) {
-            if !coding.eq_ignore_ascii_case("chunked") {
-                return false;
-            }
-            codings += 1;
-        }
+        fields.note(&header::TRANSFER_ENCODING, value);
     }
-    codings == 1
+    !fields.transfer_encoding || fields.only_chunked()
 }
 
 #[cfg(test)]

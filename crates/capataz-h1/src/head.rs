@@ -19,8 +19,9 @@ pub struct ResponseHead {
     pub headers: HeaderMap,
     /// What its `Connection`, `Transfer-Encoding` and `Content-Length` fields said, gathered
     /// as they were parsed: [`crate::framing::response`] reads this, not `headers`, so it
-    /// judges the head as the backend sent it.
-    pub framing_fields: FramingFields,
+    /// judges the head as the backend sent it. Private, so that a head comes only from
+    /// [`parse`], with the two in agreement.
+    pub(crate) framing_fields: FramingFields,
 }
 
 /// Why a response head is refused.

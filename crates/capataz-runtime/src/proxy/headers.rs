@@ -244,7 +244,7 @@ pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     let mut hops = HopFields::default();
     let mut named: Vec<HeaderName> = Vec::new();
     for (name, value) in headers.iter() {
-        if hops.note(name) == Some(HopByHop::Fixed(0)) {
+        if hops.note(name) == Some(HopByHop::Fixed(CONNECTION_AT)) {
             connection_names(value, &mut named);
         }
     }
@@ -258,7 +258,7 @@ pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
 pub(super) fn strip_found(headers: &mut HeaderMap, hops: HopFields, keep_upgrade: bool) {
     debug_assert_eq!(hops, HopFields::of(headers), "the request's fields changed");
     let mut named: Vec<HeaderName> = Vec::new();
-    if hops.present[0] {
+    if hops.present[CONNECTION_AT] {
         for value in headers.get_all(header::CONNECTION) {
             connection_names(value, &mut named);
         }
@@ -345,7 +345,7 @@ impl HopFields {
 
     /// Whether the message has a `Transfer-Encoding` field.
     pub(super) fn transfer_encoding(self) -> bool {
-        self.present[5]
+        self.present[TRANSFER_ENCODING_AT]
     }
 }
 
@@ -393,6 +393,10 @@ const FIXED_HOP_BY_HOP: [&HeaderName; 6] = [
     &header::TRANSFER_ENCODING,
 ];
 
+/// Where `Connection` and `Transfer-Encoding` are in [`FIXED_HOP_BY_HOP`].
+const CONNECTION_AT: usize = 0;
+const TRANSFER_ENCODING_AT: usize = 5;
+
 /// A hop-by-hop header name: one of [`FIXED_HOP_BY_HOP`] (its index), or `Upgrade`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) enum HopByHop {
@@ -405,12 +409,12 @@ pub(super) enum HopByHop {
 pub(super) fn hop_by_hop(name: &HeaderName) -> Option<HopByHop> {
     let name = name.as_str();
     let found = match (name.len(), name) {
-        (10, "connection") => HopByHop::Fixed(0),
+        (10, "connection") => HopByHop::Fixed(CONNECTION_AT),
         (10, "keep-alive") => HopByHop::Fixed(1),
         (16, "proxy-connection") => HopByHop::Fixed(2),
         (2, "te") => HopByHop::Fixed(3),
         (7, "trailer") => HopByHop::Fixed(4),
-        (17, "transfer-encoding") => HopByHop::Fixed(5),
+        (17, "transfer-encoding") => HopByHop::Fixed(TRANSFER_ENCODING_AT),
         (7, "upgrade") => HopByHop::Upgrade,
         _ => return None,
     };
