@@ -5,6 +5,7 @@ Usage: harness.py BINARY OUT.json [case-name-filter]
 """
 import re, json, os, socket, subprocess, sys, threading, time, urllib.request, struct
 sys.path.insert(0, os.path.dirname(__file__))
+import harness_hp as hp
 import importlib; CASES = importlib.import_module(os.environ.get("CASES", "cases")).CASES
 
 BIN, OUT = sys.argv[1], sys.argv[2]
@@ -95,20 +96,9 @@ def h1_client(data):
     s.close()
     return out
 
-def hp_int(n, prefix, first=0):
-    mx = (1 << prefix) - 1
-    if n < mx: return bytes([first | n])
-    out = [first | mx]; n -= mx
-    while n >= 128: out.append((n % 128) + 128); n //= 128
-    out.append(n); return bytes(out)
-
 def hpack(headers):
-    b = b""
-    for name, value in headers:
-        if isinstance(name, str): name = name.encode()
-        if isinstance(value, str): value = value.encode()
-        b += b"\x00" + hp_int(len(name), 7) + name + hp_int(len(value), 7) + value
-    return b
+    """A header block of literal fields without indexing (harness_hp.lit)."""
+    return b"".join(hp.lit(name, value) for name, value in headers)
 
 def frame(typ, flags, sid, payload):
     return struct.pack(">I", len(payload))[1:] + bytes([typ, flags]) + struct.pack(">I", sid) + payload
