@@ -55,8 +55,8 @@ pub enum FramingError {
 /// response; a head has five to fifteen fields).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct FramingFields {
-    /// A `Connection` token `close`, and one `keep-alive` (values that are not visible ASCII
-    /// are not read).
+    /// A `Connection` token `close`, and one `keep-alive` (read from the bytes: another
+    /// token that is not visible ASCII does not hide them, as it does not from HAProxy).
     close: bool,
     keep_alive: bool,
     /// A `Transfer-Encoding` field; its `chunked` codings (empty list elements aside), and
@@ -76,10 +76,10 @@ impl FramingFields {
     /// Notes one field of the head, in the head's order.
     pub(crate) fn note(&mut self, name: &HeaderName, value: &HeaderValue) {
         if *name == header::CONNECTION {
-            for token in value.to_str().unwrap_or("").split(',') {
-                let token = token.trim();
-                self.close |= token.eq_ignore_ascii_case("close");
-                self.keep_alive |= token.eq_ignore_ascii_case("keep-alive");
+            for token in value.as_bytes().split(|&b| b == b',') {
+                let token = token.trim_ascii();
+                self.close |= token.eq_ignore_ascii_case(b"close");
+                self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
             }
         } else if *name == header::TRANSFER_ENCODING {
             self.transfer_encoding = true;
@@ -364,6 +364,25 @@ mod tests {
             get("HTTP/1.0 200 OK\r\n\r\n"),
             ok(BodyLength::UntilClose, false)
         );
+    }
+
+    #[test]
+    fn connection_tokens_are_read_from_the_bytes() {
+        let judge = |connection: &[u8], version: &[u8]| {
+            let mut text = [version, b" 200 OK\r\nContent-Length: 0\r\nConnection: "].concat();
+            text.extend_from_slice(connection);
+            text.extend_from_slice(b"\r\n\r\n");
+            let mut buf = bytes::BytesMut::from(&text[..]);
+            let head = head::parse(&mut buf, 16384).unwrap().unwrap();
+            response(&Method::GET, &head).unwrap().reusable
+        };
+        // A token that is not visible ASCII hides neither `close` nor `keep-alive`.
+        assert!(!judge(b"close, \xff", b"HTTP/1.1"));
+        assert!(!judge(b"\xe9t\xe9 ,CLOSE", b"HTTP/1.1"));
+        assert!(judge(b"keep-alive,\xff", b"HTTP/1.0"));
+        assert!(judge(b"\xff", b"HTTP/1.1"));
+        assert!(!judge(b"\xff", b"HTTP/1.0"));
+        assert!(!judge(b"closed, keep-alive-ish", b"HTTP/1.0"));
     }
 
     proptest::proptest! {

@@ -268,22 +268,26 @@ pub(super) fn strip_found(headers: &mut HeaderMap, hops: HopFields, keep_upgrade
 
 /// Adds the names a `Connection` value lists to `named`. The usual tokens name no header of
 /// their own, or one removed anyway, and are skipped without parsing a name; the usual
-/// values, `keep-alive` or `close` alone, are not even split.
+/// values, `keep-alive` or `close` alone, are not even split. Tokens are read from the bytes,
+/// so one that is not visible ASCII hides none of the others. `Host` is never named: routing
+/// has read it, and a backend must get it (`Connection: host` would otherwise leave the
+/// request without one; HAProxy and nginx remove no field a `Connection` names).
 fn connection_names(value: &HeaderValue, named: &mut Vec<HeaderName>) {
     let bytes = value.as_bytes();
     if bytes.eq_ignore_ascii_case(b"keep-alive") || bytes.eq_ignore_ascii_case(b"close") {
         return;
     }
-    let tokens = value.to_str().unwrap_or("").split(',').map(str::trim);
+    let tokens = bytes.split(|&b| b == b',').map(<[u8]>::trim_ascii);
     named.extend(
         tokens
             .filter(|t| {
                 !(t.is_empty()
-                    || t.eq_ignore_ascii_case("keep-alive")
-                    || t.eq_ignore_ascii_case("close")
-                    || t.eq_ignore_ascii_case("upgrade"))
+                    || t.eq_ignore_ascii_case(b"keep-alive")
+                    || t.eq_ignore_ascii_case(b"close")
+                    || t.eq_ignore_ascii_case(b"upgrade")
+                    || t.eq_ignore_ascii_case(b"host"))
             })
-            .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok()),
+            .filter_map(|t| HeaderName::from_bytes(t).ok()),
     );
 }
 
@@ -602,6 +606,31 @@ mod tests {
         let before = h.clone();
         strip_hop_by_hop(&mut h, false);
         assert_eq!(h, before);
+    }
+
+    #[test]
+    fn a_connection_listing_never_removes_host() {
+        for listed in [
+            &b"host,x-a"[..],
+            b"HOST, x-a",
+            b"x-a , Host",
+            b"\xff, x-a,host",
+        ] {
+            let listed = HeaderValue::from_bytes(listed).unwrap();
+            let mut h = HeaderMap::new();
+            h.insert(header::HOST, HeaderValue::from_static("shop.test"));
+            h.insert(header::CONNECTION, listed.clone());
+            h.insert("x-a", HeaderValue::from_static("1"));
+            let mut found = h.clone();
+            strip_hop_by_hop(&mut h, false);
+            let hops = RequestFields::of(&found).hops;
+            strip_found(&mut found, hops, false);
+            for stripped in [h, found] {
+                let names: Vec<&str> = stripped.keys().map(|k| k.as_str()).collect();
+                assert_eq!(names, ["host"], "{listed:?}");
+                assert_eq!(stripped.get(header::HOST).unwrap(), "shop.test");
+            }
+        }
     }
 
     #[test]

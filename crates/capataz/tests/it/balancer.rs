@@ -394,6 +394,14 @@ response_header = "200ms"
         "192.0.2.1, 127.0.0.1"
     );
     assert_eq!(answer.headers.get("x-seen-proto").unwrap(), "http");
+    // A `Connection` naming `Host` removes the other names, never the host.
+    let mut listing_host = forwarded_request();
+    listing_host
+        .headers_mut()
+        .insert("connection", http::HeaderValue::from_static("Host, x-hop"));
+    let answer = client.request(listing_host).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.headers.get("x-seen-host").unwrap(), "app.test");
 
     b[0].set_traffic(Mode::Hang);
     assert_eq!(client.get("/").await.status, 504);
