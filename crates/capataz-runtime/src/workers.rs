@@ -171,8 +171,9 @@ impl Runtimes {
             let runtime = current_thread()?;
             handles.push(runtime.handle().clone());
             let (stop, stopped) = oneshot::channel::<Duration>();
+            // Short: Linux keeps 15 bytes of a thread's name (what `top -H` and /proc show).
             let thread = std::thread::Builder::new()
-                .name(format!("capataz-worker-{index}"))
+                .name(format!("worker-{index}"))
                 .spawn(move || {
                     // Serves what the accept loops spawn on it until told to stop (or until
                     // the `Runtimes` is dropped unstopped, on an error at start).
@@ -296,7 +297,7 @@ mod tests {
             tokio::spawn(async { std::thread::current().name().map(str::to_owned) })
         };
         let name = runtimes.block_on(on).expect("the task");
-        assert_eq!(name.as_deref(), Some("capataz-worker-1"));
+        assert_eq!(name.as_deref(), Some("worker-1"));
         runtimes.shutdown(Duration::from_secs(1));
     }
 
@@ -331,7 +332,7 @@ mod tests {
             (client.await.unwrap(), name)
         });
         assert_eq!(&echoed.0, b"ping");
-        assert_eq!(echoed.1.as_deref(), Some("capataz-worker-1"));
+        assert_eq!(echoed.1.as_deref(), Some("worker-1"));
         runtimes.shutdown(Duration::from_secs(1));
     }
 

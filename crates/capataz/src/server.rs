@@ -23,8 +23,8 @@ use crate::config::Config;
 use crate::handover::{Inherited, Kind, Offered};
 use crate::health::{Notice, PoolRt};
 use crate::supervisor::{adopt_unix, bind, bind_listener, unix_bind_error, ClientSocket};
-use crate::workers::Workers;
 pub use crate::supervisor::{OverrideRefused, ReloadSummary, StartError, Stopped, Supervisor};
+use crate::workers::Workers;
 
 /// A running balancer. Dropping it stops everything it started.
 #[derive(Debug)]
