@@ -393,6 +393,7 @@ impl Hand {
         let index = placed.index();
         let elsewhere = placed.elsewhere();
         let held = held.on_worker(placed);
+        // From here on, what is spawned and the socket's registration are the worker's.
         let _worker = self.workers.enter(index);
         let stream = match elsewhere {
             false => stream,

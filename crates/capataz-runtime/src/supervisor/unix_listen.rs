@@ -306,6 +306,7 @@ fn hand_over(
     let index = placed.index();
     let elsewhere = placed.elsewhere();
     let held = held.on_worker(placed);
+    // From here on, what is spawned and the socket's registration are the worker's.
     let _worker = workers.enter(index);
     let stream = match elsewhere {
         false => stream,
