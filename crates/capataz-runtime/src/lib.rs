@@ -33,3 +33,4 @@ mod stapling;
 pub mod status;
 pub mod supervisor;
 mod tcp;
+pub mod workers;

@@ -162,8 +162,11 @@ State of the systemd unit and the container: an ACME listener's \fBstorage\fR be
 const ENVIRONMENT: &str = r#".SH ENVIRONMENT
 .TP
 \fBCAPATAZ_WORKER_THREADS\fR
-The number of threads that serve (default: one per core); 1 runs a single-threaded event
-loop, the cheapest per request. A value that is not a positive number is ignored.
+The number of worker threads that serve (default: one per core), each an event loop of its
+own: the main thread's also runs the listeners' accept loops, the probes and the admin API,
+and each client connection is served from its accept to its close by the worker with the
+fewest open connections then. 1 runs the main thread's event loop alone, the cheapest per
+request. A value that is not a positive number is ignored.
 .TP
 \fBCAPATAZ_ADMIN_TOKEN\fR
 The bearer token of \fBcapataz status\fR, \fBtop\fR and \fBctl\fR, when \fB\-\-token\fR is

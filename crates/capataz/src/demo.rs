@@ -42,6 +42,8 @@ pub struct DemoOptions {
     /// A second listener terminating TLS with a self-signed certificate generated at start
     /// (`--tls`, default 127.0.0.1:8443), if wanted.
     pub tls: Option<SocketAddr>,
+    /// The worker threads that serve the balancer's connections.
+    pub workers: crate::workers::Workers,
 }
 
 /// Why the demo could not run.
@@ -173,7 +175,7 @@ pub async fn run(options: DemoOptions) -> Result<(), DemoError> {
     };
     let config = config::parse_str(&text, "<demo>")?;
     let (events, _) = broadcast::channel(1024);
-    let balancer = Balancer::start(&config, events)
+    let balancer = Balancer::start_taking_over(&config, events, None, (None, options.workers))
         .await
         .map_err(|error| match error {
             // The demo's addresses come from its flags, not from a file.

@@ -9,7 +9,7 @@
 pub use capataz_admin as admin;
 pub use capataz_runtime::{
     access_log, alerts, balance, config, events, handover, health, logging, manual, metrics,
-    prober, sd_notify, status, supervisor, timefmt, tls,
+    prober, sd_notify, status, supervisor, timefmt, tls, workers,
 };
 
 // The one internal HTTP/1.1 client (`ctl` and the demo use it too), not part of the API.

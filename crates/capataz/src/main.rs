@@ -11,6 +11,7 @@ use anyhow::Context as _;
 use capataz::config::{self, LogFormat};
 use capataz::handover::Inherited;
 use capataz::sd_notify;
+use capataz::workers::Runtimes;
 use clap::{CommandFactory as _, Parser, Subcommand, ValueEnum};
 
 /// jemalloc, not the system allocator (glibc's): with many idle connections, the small
@@ -484,26 +485,19 @@ fn init_logging(format: LogFormat, level: &str) {
     capataz::logging::init(format, level);
 }
 
-/// The async runtime: one worker per core by default; `CAPATAZ_WORKER_THREADS=N` sets the
-/// count, and 1 gives a single-threaded runtime (no work stealing, cheapest per request).
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    let threads = std::env::var("CAPATAZ_WORKER_THREADS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|&n| n > 0);
-    let mut builder = match threads {
-        Some(1) => tokio::runtime::Builder::new_current_thread(),
-        Some(n) => {
-            let mut builder = tokio::runtime::Builder::new_multi_thread();
-            builder.worker_threads(n);
-            builder
-        }
-        None => tokio::runtime::Builder::new_multi_thread(),
-    };
-    builder
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
+/// The runtimes of a command that serves (`run`, `demo`): `CAPATAZ_WORKER_THREADS` workers
+/// (default one per core), each a thread with a current-thread runtime of its own, the main
+/// thread's first; 1 is the main thread's runtime alone, the cheapest per request
+/// (`capataz::workers`).
+fn runtimes() -> anyhow::Result<Runtimes> {
+    let count = Runtimes::count_from(std::env::var("CAPATAZ_WORKER_THREADS").ok().as_deref());
+    Runtimes::start(count).context("cannot start the async runtime")
+}
+
+/// The runtime of a command that asks a running balancer (`status`, `top`, `ctl`): the main
+/// thread's alone, which is plenty for one client.
+fn client_runtime() -> anyhow::Result<Runtimes> {
+    Runtimes::start(1).context("cannot start the async runtime")
 }
 
 /// Prints a command-line usage error as clap does, and gives exit status 2, as clap does for
@@ -564,6 +558,7 @@ fn run(
                 rate,
                 duration: duration.map(Duration::from_secs),
                 tls,
+                workers: Default::default(),
             },
             log_format,
         ),
@@ -628,7 +623,12 @@ fn run(
 /// `capataz demo`.
 fn demo(options: capataz::demo::DemoOptions, log_format: Format) -> anyhow::Result<ExitCode> {
     init_logging(log_format.into(), "info");
-    runtime()?.block_on(capataz::demo::run(options))?;
+    let runtimes = runtimes()?;
+    let options = capataz::demo::DemoOptions {
+        workers: runtimes.workers(),
+        ..options
+    };
+    runtimes.block_on(capataz::demo::run(options))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -659,15 +659,16 @@ fn serve(
     );
     // Only `run` takes sockets over; for any other command they are closed here.
     let mut inherited = inherited.context("cannot take over from the upgrading process")?;
-    let runtime = runtime()?;
-    let served = runtime.block_on(async {
+    let runtimes = runtimes()?;
+    let workers = runtimes.workers();
+    let served = runtimes.block_on(async {
         let mut signals = Signals::install();
         let (events, _) = tokio::sync::broadcast::channel(1024);
         let mut balancer = capataz::server::Balancer::start_taking_over(
             &config,
             events,
             Some(path),
-            inherited.as_mut(),
+            (inherited.as_mut(), workers),
         )
         .await?;
         match inherited {
@@ -693,9 +694,9 @@ fn serve(
         balancer.shutdown(deadline).await;
         anyhow::Ok(())
     });
-    // Dropping the runtime would wait for every blocking task, and a reload may still be
+    // Dropping a runtime would wait for every blocking task, and a reload may still be
     // reading a file that never finishes arriving: give them a moment, then exit.
-    runtime.shutdown_timeout(Duration::from_secs(1));
+    runtimes.shutdown(Duration::from_secs(1));
     served?;
     Ok(ExitCode::SUCCESS)
 }
@@ -755,7 +756,7 @@ async fn take_over(
 
 /// `capataz status`.
 fn status(admin: SocketAddr, token: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
-    let status = runtime()?.block_on(capataz::ctl::request(
+    let status = client_runtime()?.block_on(capataz::ctl::request(
         admin,
         http::Method::GET,
         "/status",
@@ -772,7 +773,7 @@ fn status(admin: SocketAddr, token: Option<&str>, json: bool) -> anyhow::Result<
 /// `capataz top`.
 fn top(options: capataz::ctl::top::TopOptions) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout();
-    runtime()?.block_on(capataz::ctl::top::run(options, &mut out))?;
+    client_runtime()?.block_on(capataz::ctl::top::run(options, &mut out))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -800,7 +801,7 @@ fn ctl(
             capataz::ctl::override_path(&target.pool, &target.backend, verb, target.ttl.as_deref())
         }
     };
-    let answer = runtime()?.block_on(capataz::ctl::request(
+    let answer = client_runtime()?.block_on(capataz::ctl::request(
         admin,
         http::Method::POST,
         &path,

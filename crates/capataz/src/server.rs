@@ -24,6 +24,7 @@ use crate::handover::{Inherited, Kind, Offered};
 use crate::health::{Notice, PoolRt};
 use crate::supervisor::{adopt_unix, bind, bind_listener, unix_bind_error, ClientSocket};
 pub use crate::supervisor::{OverrideRefused, ReloadSummary, StartError, Stopped, Supervisor};
+use crate::workers::Workers;
 
 /// A running balancer. Dropping it stops everything it started.
 #[derive(Debug)]
@@ -84,7 +85,7 @@ impl Balancer {
         events: broadcast::Sender<Notice>,
         path: Option<PathBuf>,
     ) -> Result<Balancer, StartError> {
-        Balancer::start_taking_over(config, events, path, None).await
+        Balancer::start_taking_over(config, events, path, (None, Workers::single())).await
     }
 
     /// Like [`Balancer::start_with_path`], in a process started by a binary upgrade when
@@ -92,12 +93,13 @@ impl Balancer {
     /// socket for its address, if there is one, instead of binding; and the balancer starts
     /// held: every probed backend starts DOWN and its first probe decides, and nothing is
     /// accepted until [`Balancer::open`] (meanwhile the old process accepts from the same
-    /// sockets).
+    /// sockets). The listeners hand their connections to `workers` (`Workers::single()`: the
+    /// runtime this is called in serves them all).
     pub async fn start_taking_over(
         config: &Config,
         events: broadcast::Sender<Notice>,
         path: Option<PathBuf>,
-        mut inherited: Option<&mut Inherited>,
+        (mut inherited, workers): (Option<&mut Inherited>, Workers),
     ) -> Result<Balancer, StartError> {
         let held = inherited.is_some();
         // Bind everything first, so a config that cannot start leaves nothing running.
@@ -140,7 +142,7 @@ impl Balancer {
             }
             None => None,
         };
-        let supervisor = Supervisor::start_as(config, events, path, sockets, held);
+        let supervisor = Supervisor::start_as(config, events, path, sockets, (held, workers));
         let admin_offer = admin_socket.as_ref().and_then(|(configured, socket)| {
             crate::handover::duplicate(socket)
                 .inspect_err(|error| {

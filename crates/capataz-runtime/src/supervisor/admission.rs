@@ -18,6 +18,7 @@ use tokio::sync::{watch, Notify};
 
 use super::listener::{shutting_down, ListenerState};
 use crate::instruments::OpenConnection;
+use crate::workers::Placed;
 
 /// One client connection a listener holds: counted in the balancer's open connections and in
 /// its listener's open gauge until dropped, then waking the listener's accept loops (a
@@ -27,6 +28,9 @@ pub(super) struct Held {
     // Dropped in this order: the counts first, then the wake-up, so a woken loop sees them.
     _open: OpenConnection,
     _counted: Counted,
+    /// The worker serving it, where it counts as open (`Workers::place`); none with one
+    /// worker, or for an HTTP/3 connection.
+    _placed: Option<Placed>,
     _freed: Freed,
 }
 
@@ -41,8 +45,15 @@ impl Held {
         Some(Held {
             _open: open,
             _counted: Counted(connections.clone()),
+            _placed: None,
             _freed: Freed(state.room.clone()),
         })
+    }
+
+    /// Counts it open on the worker `placed` names too, for as long as it is held.
+    pub(super) fn on_worker(mut self, placed: Placed) -> Held {
+        self._placed = Some(placed);
+        self
     }
 }
 

@@ -26,6 +26,7 @@ use crate::proxy::{ClientInfo, Proxy};
 use crate::tcp::TcpRelay;
 use crate::tls::acme::ACME_TLS_ALPN;
 use crate::tls::{ServerTls, TlsInfo};
+use crate::workers::Workers;
 use capataz_proxy_protocol::{Addresses, Rewind};
 
 /// One client-facing listener at run time.
@@ -205,7 +206,7 @@ impl Supervisor {
         }
         let task = tokio::spawn(accept_loop(
             socket,
-            state.clone(),
+            (state.clone(), self.workers.clone()),
             stop_rx,
             self.shutdown.subscribe(),
             self.accepting.subscribe(),
@@ -299,7 +300,7 @@ pub fn bind(address: SocketAddr) -> io::Result<TcpListener> {
 
 async fn accept_loop(
     socket: TcpListener,
-    state: Arc<ArcSwap<ListenerState>>,
+    (state, workers): (Arc<ArcSwap<ListenerState>>, Workers),
     mut stop: watch::Receiver<bool>,
     shutdown: watch::Receiver<bool>,
     mut accepting: watch::Receiver<bool>,
@@ -322,9 +323,13 @@ async fn accept_loop(
     // The address clients connect to, for PROXY protocol headers to backends; read per
     // connection only when the listener's address is a wildcard.
     let bound = socket.local_addr().ok();
-    // The watcher of the connections accepted with the limits in force (a reload that changes
-    // them starts another; the old one ends with its last connection).
-    let mut watcher: Option<downstream::Watch> = None;
+    let mut hand = Hand {
+        state,
+        shutdown,
+        failures,
+        watchers: vec![None; workers.count()],
+        workers,
+    };
     loop {
         // Shutdown stops the accepting at once, not when the supervisor gets to its command
         // (it may be applying a reload): no connection is taken once shutdown began.
@@ -354,26 +359,67 @@ async fn accept_loop(
             _ => stream.local_addr().ok(),
         };
         // At `max_connections`, it waits unserved, and the next ones in the kernel's backlog.
-        let admitted = admission::admit(&state, &connections, (&mut stop, &mut down)).await;
+        let admitted = admission::admit(&hand.state, &connections, (&mut stop, &mut down)).await;
         let Some(held) = admitted else {
             return;
         };
-        let state = state.clone();
+        hand.over(stream, (peer, local), held);
+    }
+}
+
+/// What an accept loop hands each connection it accepts with: to which worker, and what
+/// serving it needs.
+struct Hand {
+    state: Arc<ArcSwap<ListenerState>>,
+    shutdown: watch::Receiver<bool>,
+    failures: HandshakeFailures,
+    workers: Workers,
+    /// Per worker, the watcher of the connections it serves with the limits in force (a
+    /// reload that changes them starts another; the old one ends with its last connection).
+    watchers: Vec<Option<downstream::Watch>>,
+}
+
+impl Hand {
+    /// Serves `stream`, from `peer` to `local`, on the worker with the fewest connections:
+    /// its socket moved to that worker's reactor, its task (and its watcher's, the first time)
+    /// spawned there.
+    fn over(
+        &mut self,
+        stream: TcpStream,
+        (peer, local): (SocketAddr, Option<SocketAddr>),
+        held: Held,
+    ) {
+        let placed = self.workers.place();
+        let index = placed.index();
+        let elsewhere = placed.elsewhere();
+        let held = held.on_worker(placed);
+        // From here on, what is spawned and the socket's registration are the worker's.
+        let _worker = self.workers.enter(index);
+        let stream = match elsewhere {
+            false => stream,
+            true => match crate::workers::move_tcp(stream) {
+                Ok(stream) => stream,
+                Err(error) => {
+                    tracing::debug!(%peer, %error, "cannot hand the connection to its worker");
+                    return;
+                }
+            },
+        };
+        let state = self.state.clone();
         let now = state.load();
         if let Some(relay) = &now.tcp {
-            let failures = (failures.clone(), held);
+            let failures = (self.failures.clone(), held);
             crate::tcp::spawn(relay.clone(), &now.config, stream, (peer, local), failures);
-            continue;
+            return;
         }
         drop(now);
         let (limits, protocol, tls, proxy_protocol) = in_force(&state.load().config, peer);
-        let watch: &downstream::Watch = match &mut watcher {
+        let watch: &downstream::Watch = match &mut self.watchers[index] {
             Some(watch) if *watch.limits() == limits => watch,
-            slot => slot.insert(downstream::Watch::start(limits, shutdown.clone())),
+            slot => slot.insert(downstream::Watch::start(limits, self.shutdown.clone())),
         };
         // The routes in force now: a reload applies to the next request on every connection.
         let proxy = move || state.load().proxy.clone();
-        let failures = failures.clone();
         if !proxy_protocol && tls.is_none() {
             // The plain path, the common one: the task's future is the connection's own, with
             // nothing around it (a task is as big as its future's biggest stage, for the
@@ -384,19 +430,17 @@ async fn accept_loop(
             tokio::spawn(downstream::serve(
                 stream, client, protocol, watch, proxy, held,
             ));
-            continue;
+            return;
         }
-        let watch = watch.clone();
-        let shutdown = shutdown.clone();
+        let connection = Connection {
+            tls,
+            protocol,
+            watch: watch.clone(),
+            shutdown: self.shutdown.clone(),
+            failures: self.failures.clone(),
+            held,
+        };
         tokio::spawn(async move {
-            let connection = Connection {
-                tls,
-                protocol,
-                watch,
-                shutdown,
-                failures,
-                held,
-            };
             if proxy_protocol {
                 let addresses = (peer, local);
                 serve_proxied(

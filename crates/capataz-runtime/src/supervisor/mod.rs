@@ -83,6 +83,8 @@ pub struct Supervisor {
     /// one until its backends are decided ([`Supervisor::open`]); true otherwise.
     accepting: watch::Sender<bool>,
     connections: Arc<AtomicUsize>,
+    /// The worker threads the accept loops hand their connections to.
+    workers: crate::workers::Workers,
     /// The recent past the dashboard shows (events, series, timelines), kept by a task of its
     /// own (`history::run`).
     history: Arc<crate::history::History>,

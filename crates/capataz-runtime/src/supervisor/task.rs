@@ -28,6 +28,7 @@ use crate::events::OverrideKind;
 use crate::fleet::FleetRt;
 use crate::health::{Clock, Notice, PoolRt, PoolTasks};
 use crate::metrics::{HistogramScope, Metrics};
+use crate::workers::Workers;
 
 /// Room for commands waiting while one is applied: a sender beyond it waits for room.
 const COMMANDS: usize = 64;
@@ -96,19 +97,21 @@ impl Supervisor {
         path: Option<PathBuf>,
         sockets: Vec<ClientSocket>,
     ) -> Arc<Supervisor> {
-        Supervisor::start_as(config, events, path, sockets, false)
+        Supervisor::start_as(config, events, path, sockets, (false, Workers::single()))
     }
 
     /// Like [`Supervisor::start`]; with `held` (a process taking over from an upgrading one)
     /// the listeners do not accept and the alert hooks do not run until [`Supervisor::open`],
     /// and every probed backend starts DOWN with its first probe deciding (`initial =
     /// "first-probe"`), so that nothing is sent to a backend this process has not seen pass.
+    /// The accept loops hand their connections to `workers` (see [`crate::workers`]); they,
+    /// and everything else the supervisor starts, run on the runtime it is called in.
     pub fn start_as(
         config: &Config,
         events: broadcast::Sender<Notice>,
         path: Option<PathBuf>,
         sockets: Vec<ClientSocket>,
-        held: bool,
+        (held, workers): (bool, Workers),
     ) -> Arc<Supervisor> {
         let clock = Clock::start();
         let metrics = Arc::new(Metrics::new(HistogramScope::of(config)));
@@ -153,6 +156,7 @@ impl Supervisor {
             shutdown: watch::channel(false).0,
             accepting: watch::channel(!held).0,
             connections: Arc::new(AtomicUsize::new(0)),
+            workers,
             history: Arc::default(),
             fleet: FleetRt::new(Arc::default()),
             #[cfg(test)]

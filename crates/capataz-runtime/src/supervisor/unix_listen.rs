@@ -23,13 +23,14 @@ use tokio::io::Interest;
 use tokio::net::{TcpListener, UnixListener, UnixStream};
 use tokio::sync::watch;
 
-use super::admission;
+use super::admission::{self, Held};
 use super::listener::{handles, in_force, shutting_down, ListenerRt, ListenerState};
 use super::{StartError, Supervisor};
 use crate::config::{ListenerConfig, UnixListen, UNIX_CLIENT};
 use crate::downstream::{self, PeekPeer};
 use crate::health::PoolRt;
 use crate::proxy::ClientInfo;
+use crate::workers::Workers;
 
 /// A client listener's bound socket: TCP, or a Unix socket and its file.
 #[derive(Debug)]
@@ -223,7 +224,7 @@ impl Supervisor {
         }
         let task = tokio::spawn(accept_loop(
             (socket, file),
-            state.clone(),
+            (state.clone(), self.workers.clone()),
             stop_rx,
             (self.shutdown.subscribe(), self.accepting.subscribe()),
             self.connections.clone(),
@@ -248,7 +249,7 @@ impl Supervisor {
 /// (`file`, dropped on return).
 async fn accept_loop(
     (socket, _file): (UnixListener, SocketFile),
-    state: Arc<ArcSwap<ListenerState>>,
+    (state, workers): (Arc<ArcSwap<ListenerState>>, Workers),
     mut stop: watch::Receiver<bool>,
     (shutdown, mut accepting): (watch::Receiver<bool>, watch::Receiver<bool>),
     connections: Arc<AtomicUsize>,
@@ -264,7 +265,8 @@ async fn accept_loop(
             }
         }
     }
-    let mut watcher: Option<downstream::Watch> = None;
+    // Per worker, the watcher of the connections it serves with the limits in force.
+    let mut watchers: Vec<Option<downstream::Watch>> = vec![None; workers.count()];
     loop {
         let accepted = tokio::select! {
             biased;
@@ -288,29 +290,56 @@ async fn accept_loop(
         let Some(held) = admitted else {
             return;
         };
-        let now = state.load();
-        if let Some(relay) = &now.tcp {
-            let relay = relay.clone();
-            tokio::spawn(async move {
-                let _held = held;
-                relay.serve(stream, UNIX_CLIENT, UNIX_CLIENT, None).await;
-            });
-            continue;
-        }
-        // `proxy_protocol` and `tls` are refused on a socket listener.
-        let (limits, protocol, _, _) = in_force(&now.config, UNIX_CLIENT);
-        drop(now);
-        let watch: &downstream::Watch = match &mut watcher {
-            Some(watch) if *watch.limits() == limits => watch,
-            slot => slot.insert(downstream::Watch::start(limits, shutdown.clone())),
-        };
-        let state = state.clone();
-        let proxy = move || state.load().proxy.clone();
-        let client = ClientInfo::new(UNIX_CLIENT);
-        tokio::spawn(downstream::serve(
-            stream, client, protocol, watch, proxy, held,
-        ));
+        hand_over(stream, held, (&state, &shutdown), (&workers, &mut watchers));
     }
+}
+
+/// Serves `stream` on the worker with the fewest connections, as a TCP listener's accept loop
+/// does (`listener::Hand`).
+fn hand_over(
+    stream: UnixStream,
+    held: Held,
+    (state, shutdown): (&Arc<ArcSwap<ListenerState>>, &watch::Receiver<bool>),
+    (workers, watchers): (&Workers, &mut [Option<downstream::Watch>]),
+) {
+    let placed = workers.place();
+    let index = placed.index();
+    let elsewhere = placed.elsewhere();
+    let held = held.on_worker(placed);
+    // From here on, what is spawned and the socket's registration are the worker's.
+    let _worker = workers.enter(index);
+    let stream = match elsewhere {
+        false => stream,
+        true => match crate::workers::move_unix(stream) {
+            Ok(stream) => stream,
+            Err(error) => {
+                tracing::debug!(%error, "cannot hand the connection to its worker");
+                return;
+            }
+        },
+    };
+    let now = state.load();
+    if let Some(relay) = &now.tcp {
+        let relay = relay.clone();
+        tokio::spawn(async move {
+            let _held = held;
+            relay.serve(stream, UNIX_CLIENT, UNIX_CLIENT, None).await;
+        });
+        return;
+    }
+    // `proxy_protocol` and `tls` are refused on a socket listener.
+    let (limits, protocol, _, _) = in_force(&now.config, UNIX_CLIENT);
+    drop(now);
+    let watch: &downstream::Watch = match &mut watchers[index] {
+        Some(watch) if *watch.limits() == limits => watch,
+        slot => slot.insert(downstream::Watch::start(limits, shutdown.clone())),
+    };
+    let state = state.clone();
+    let proxy = move || state.load().proxy.clone();
+    let client = ClientInfo::new(UNIX_CLIENT);
+    tokio::spawn(downstream::serve(
+        stream, client, protocol, watch, proxy, held,
+    ));
 }
 
 impl PeekPeer for UnixStream {

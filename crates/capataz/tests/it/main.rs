@@ -78,3 +78,4 @@ mod upgrade;
 mod upgrade_http3;
 mod upgrade_unix;
 mod weights;
+mod workers;

@@ -1,0 +1,348 @@
+//! The worker threads that serve client connections, and the runtimes they run.
+//!
+//! `capataz run` serves with N workers (`CAPATAZ_WORKER_THREADS`, default one per core), each
+//! a thread running a tokio current-thread runtime of its own: share-nothing event loops, as
+//! HAProxy's threads and nginx's workers are, rather than one work-stealing runtime. Worker 0
+//! is the main thread's runtime: it runs everything that is not a client connection (the
+//! supervisor, the pools' probes and timers, the admin API, ACME and OCSP stapling, HTTP/3,
+//! every listener's accept loop) and serves its share of the connections too. Workers 1 to
+//! N-1 serve connections only, until [`Runtimes::shutdown`].
+//!
+//! An accept loop hands each connection it accepts to the worker with the fewest open
+//! connections, ties in turn ([`Workers::place`]): the socket leaves runtime 0's reactor for
+//! that worker's and the connection's task is spawned there, so all the connection does for
+//! its whole life (a TLS handshake, HTTP/1.1 or HTTP/2, its backend connections, its timers)
+//! runs on that one thread, as does the watcher of the listener's connections on that worker.
+//! A worker the OS deschedules holds up its own connections only; under tokio's work-stealing
+//! runtime, which capataz ran before, a worker descheduled with tasks in its queue (or with
+//! the I/O driver) held them up until another worker stole them (BENCHMARKS.md, "Many
+//! cores"). The price: no worker takes work from another, so a connection stays where it was
+//! placed however busy that worker gets. The fewest open connections evens the connections,
+//! not their requests; round robin would not even those when they differ in how long they
+//! live. HTTP/3 connections stay on worker 0 with their endpoint.
+//!
+//! With one worker there is the main thread's current-thread runtime alone, and
+//! [`Workers::single`]: every connection is spawned where it is accepted, as it was before, and
+//! as it is in the in-process tests whatever their runtime.
+//!
+//! Shared between workers still: what the request path reads and counts (the listener's
+//! routes, the pools' snapshots and counters, the metrics), the balancer's count of open
+//! connections that a drain waits for, a pool's shared backend connections (HTTP/2, or
+//! `connection_reuse = "shared"`: on the worker that opened them), and the access logs' writers
+//! (on worker 0). Every tokio type used across them (channels, `Notify`, a socket registered
+//! with another worker's reactor) works from any runtime, only not locally.
+
+use std::future::Future;
+use std::io;
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpStream, UnixStream};
+use tokio::runtime::{EnterGuard, Handle, Runtime};
+use tokio::sync::oneshot;
+
+/// The workers as the accept loops see them: where a new connection goes. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct Workers(Option<Arc<Shared>>);
+
+#[derive(Debug)]
+struct Shared {
+    /// The runtimes of workers 1 to N-1 (worker 0 is the one the accept loops run on).
+    handles: Vec<Handle>,
+    /// Each worker's open connections.
+    open: Box<[Count]>,
+    /// Where the search for the emptiest worker starts: the one after the last chosen. Only
+    /// the accept loops write it; two that race may pick the same worker, which costs nothing
+    /// but evenness.
+    next: AtomicUsize,
+}
+
+/// A count on a cache line of its own: each changes on another worker's thread.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Count(AtomicUsize);
+
+impl Workers {
+    /// The runtime the connections are accepted on, alone: each is spawned where it is
+    /// accepted.
+    pub fn single() -> Workers {
+        Workers(None)
+    }
+
+    /// How many there are.
+    pub fn count(&self) -> usize {
+        self.0.as_ref().map_or(1, |shared| shared.open.len())
+    }
+
+    /// The worker for a new connection: the one with the fewest open connections, the first
+    /// after the last one chosen on a tie. The connection counts as open on it until the
+    /// [`Placed`] drops.
+    pub(crate) fn place(&self) -> Placed {
+        let Some(shared) = &self.0 else {
+            return Placed(None);
+        };
+        let n = shared.open.len();
+        let start = shared.next.load(Ordering::Relaxed) % n;
+        let mut chosen = start;
+        let mut fewest = usize::MAX;
+        for step in 0..n {
+            let index = (start + step) % n;
+            let open = shared.open[index].0.load(Ordering::Relaxed);
+            if open < fewest {
+                (chosen, fewest) = (index, open);
+            }
+        }
+        shared.next.store(chosen + 1, Ordering::Relaxed);
+        shared.open[chosen].0.fetch_add(1, Ordering::Relaxed);
+        Placed(Some((shared.clone(), chosen)))
+    }
+
+    /// Enters the runtime of worker `index` ([`Placed::index`]), unless it is worker 0 (the
+    /// accept loop's own, entered already): while the guard lives, tasks spawned and sockets
+    /// registered are that worker's. Never held across an await (the guard is not `Send`).
+    pub(crate) fn enter(&self, index: usize) -> Option<EnterGuard<'_>> {
+        let shared = self.0.as_ref()?;
+        Some(shared.handles.get(index.checked_sub(1)?)?.enter())
+    }
+}
+
+/// A connection's place: its worker, whose count of open connections it is in until dropped.
+#[derive(Debug)]
+pub(crate) struct Placed(Option<(Arc<Shared>, usize)>);
+
+impl Placed {
+    /// Its worker's index, 0 (the accept loop's runtime) to N-1.
+    pub(crate) fn index(&self) -> usize {
+        self.0.as_ref().map_or(0, |(_, index)| *index)
+    }
+
+    /// Whether its worker is another than the accept loop's: its socket must move to that
+    /// worker's reactor ([`move_tcp`], [`move_unix`]) before it is served.
+    pub(crate) fn elsewhere(&self) -> bool {
+        self.index() != 0
+    }
+}
+
+impl Drop for Placed {
+    fn drop(&mut self) {
+        if let Some((shared, index)) = &self.0 {
+            shared.open[*index].0.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// `stream`, taken out of the reactor it was accepted on and registered with the one of the
+/// runtime entered now ([`Workers::enter`]).
+pub(crate) fn move_tcp(stream: TcpStream) -> io::Result<TcpStream> {
+    TcpStream::from_std(stream.into_std()?)
+}
+
+/// [`move_tcp`] for a Unix socket listener's connection.
+pub(crate) fn move_unix(stream: UnixStream) -> io::Result<UnixStream> {
+    UnixStream::from_std(stream.into_std()?)
+}
+
+/// The runtimes of a serving process: the main thread's (worker 0), which [`Runtimes::block_on`]
+/// runs, and a thread with a runtime of its own for each other worker.
+#[derive(Debug)]
+pub struct Runtimes {
+    main: Runtime,
+    workers: Workers,
+    threads: Vec<WorkerThread>,
+}
+
+/// Worker 1 to N-1: its thread, and what tells it to stop (with how long its runtime may take
+/// to end its tasks).
+#[derive(Debug)]
+struct WorkerThread {
+    stop: oneshot::Sender<Duration>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Runtimes {
+    /// Starts `count` workers (1 if 0): the main thread's runtime, and `count - 1` threads.
+    pub fn start(count: usize) -> io::Result<Runtimes> {
+        let main = current_thread()?;
+        let mut handles = Vec::new();
+        let mut threads = Vec::new();
+        for index in 1..count {
+            let runtime = current_thread()?;
+            handles.push(runtime.handle().clone());
+            let (stop, stopped) = oneshot::channel::<Duration>();
+            // Short: Linux keeps 15 bytes of a thread's name (what `top -H` and /proc show).
+            let thread = std::thread::Builder::new()
+                .name(format!("worker-{index}"))
+                .spawn(move || {
+                    // Serves what the accept loops spawn on it until told to stop (or until
+                    // the `Runtimes` is dropped unstopped, on an error at start).
+                    let stopped = runtime.block_on(stopped);
+                    runtime.shutdown_timeout(stopped.unwrap_or_default());
+                })?;
+            threads.push(WorkerThread { stop, thread });
+        }
+        let workers = if handles.is_empty() {
+            Workers::single()
+        } else {
+            Workers(Some(Arc::new(Shared {
+                open: (0..=handles.len()).map(|_| Count::default()).collect(),
+                handles,
+                next: AtomicUsize::new(0),
+            })))
+        };
+        Ok(Runtimes {
+            main,
+            workers,
+            threads,
+        })
+    }
+
+    /// The number of workers `CAPATAZ_WORKER_THREADS` (`value`) asks for: a positive number,
+    /// else (unset, or not a positive number) one per core.
+    pub fn count_from(value: Option<&str>) -> usize {
+        value
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, NonZeroUsize::get))
+    }
+
+    /// The workers, for the balancer's accept loops.
+    pub fn workers(&self) -> Workers {
+        self.workers.clone()
+    }
+
+    /// Runs `future` on the main thread's runtime (worker 0) to its end.
+    pub fn block_on<F: Future>(&self, future: F) -> F::Output {
+        self.main.block_on(future)
+    }
+
+    /// Stops every worker: each runtime drops the tasks still on it (connections left past a
+    /// drain's deadline), waiting up to `timeout` for its blocking tasks, the other workers'
+    /// all at once, then the main thread's.
+    pub fn shutdown(self, timeout: Duration) {
+        let Runtimes { main, threads, .. } = self;
+        let threads: Vec<_> = threads
+            .into_iter()
+            .map(|worker| {
+                let _ = worker.stop.send(timeout);
+                worker.thread
+            })
+            .collect();
+        for thread in threads {
+            // A worker's runtime catches its tasks' panics; its thread does nothing else.
+            let _ = thread.join();
+        }
+        main.shutdown_timeout(timeout);
+    }
+}
+
+/// A current-thread runtime with I/O and timers.
+fn current_thread() -> io::Result<Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workers(count: usize) -> (Runtimes, Workers) {
+        let runtimes = Runtimes::start(count).expect("runtimes");
+        let workers = runtimes.workers();
+        (runtimes, workers)
+    }
+
+    #[test]
+    fn one_worker_is_the_accept_loops_runtime_alone() {
+        let (runtimes, workers) = workers(1);
+        assert_eq!(workers.count(), 1);
+        let placed = workers.place();
+        assert_eq!(placed.index(), 0);
+        assert!(!placed.elsewhere());
+        assert!(workers.enter(placed.index()).is_none());
+        runtimes.shutdown(Duration::from_secs(1));
+    }
+
+    #[test]
+    fn connections_go_to_the_worker_with_the_fewest_ties_in_turn() {
+        let (runtimes, workers) = workers(3);
+        assert_eq!(workers.count(), 3);
+        let first: Vec<Placed> = (0..3).map(|_| workers.place()).collect();
+        let mut indexes: Vec<usize> = first.iter().map(Placed::index).collect();
+        indexes.sort_unstable();
+        assert_eq!(indexes, [0, 1, 2], "one each");
+        // Worker 1's connection closes: the next goes there, whatever the turn says.
+        let mut first = first;
+        let closed = first.iter().position(|p| p.index() == 1).unwrap();
+        drop(first.remove(closed));
+        let next = workers.place();
+        assert_eq!(next.index(), 1);
+        first.push(next);
+        // All even again: the next three go one to each.
+        let mut indexes: Vec<usize> = (0..3).map(|_| workers.place().index()).collect();
+        indexes.sort_unstable();
+        assert_eq!(indexes, [0, 1, 2]);
+        runtimes.shutdown(Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_task_spawned_inside_the_guard_runs_on_its_worker_thread() {
+        let (runtimes, workers) = workers(2);
+        let _first = workers.place();
+        let placed = workers.place();
+        let on = {
+            let _entered = workers.enter(placed.index()).expect("another worker");
+            tokio::spawn(async { std::thread::current().name().map(str::to_owned) })
+        };
+        let name = runtimes.block_on(on).expect("the task");
+        assert_eq!(name.as_deref(), Some("worker-1"));
+        runtimes.shutdown(Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_socket_moved_to_another_worker_is_served_there() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let (runtimes, workers) = workers(2);
+        let _first = workers.place();
+        let placed = workers.place();
+        let echoed = runtimes.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let address = listener.local_addr().unwrap();
+            let client = tokio::spawn(async move {
+                let mut stream = TcpStream::connect(address).await.unwrap();
+                stream.write_all(b"ping").await.unwrap();
+                let mut answer = [0u8; 4];
+                stream.read_exact(&mut answer).await.unwrap();
+                answer
+            });
+            let (stream, _) = listener.accept().await.unwrap();
+            let served = {
+                let _entered = workers.enter(placed.index()).expect("another worker");
+                let mut stream = move_tcp(stream).expect("moved");
+                tokio::spawn(async move {
+                    let mut ping = [0u8; 4];
+                    stream.read_exact(&mut ping).await.unwrap();
+                    stream.write_all(&ping).await.unwrap();
+                    std::thread::current().name().map(str::to_owned)
+                })
+            };
+            let name = served.await.unwrap();
+            (client.await.unwrap(), name)
+        });
+        assert_eq!(&echoed.0, b"ping");
+        assert_eq!(echoed.1.as_deref(), Some("worker-1"));
+        runtimes.shutdown(Duration::from_secs(1));
+    }
+
+    #[test]
+    fn the_count_is_the_variable_or_one_per_core() {
+        let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+        assert_eq!(Runtimes::count_from(Some("3")), 3);
+        assert_eq!(Runtimes::count_from(Some("1")), 1);
+        assert_eq!(Runtimes::count_from(Some("0")), cores);
+        assert_eq!(Runtimes::count_from(Some("many")), cores);
+        assert_eq!(Runtimes::count_from(None), cores);
+    }
+}
