@@ -93,14 +93,12 @@ use crate::config::Http2Config;
 use crate::instruments::ListenerMetrics;
 use crate::proxy::{ClientInfo, Proxy};
 
-mod flat;
 mod gone;
 mod park;
 mod stall;
 mod watch;
 use crate::atomic_enum::atomic_enum;
 use crate::lockstat::{self, Site};
-pub(crate) use flat::FlatWrites;
 pub(crate) use gone::PeekPeer;
 use gone::PeerWatch;
 use stall::{BoxedCalls, Stall, StreamExec};
@@ -875,8 +873,7 @@ impl<IO: AsyncWrite + PeekPeer + Unpin, G> AsyncWrite for CountingIo<IO, G> {
         if this.defer_write(cx) {
             return Poll::Pending;
         }
-        // One buffer (h2's usual write) as a `send`, not a `writev` (`flat.rs`).
-        let polled = flat::poll_write_vectored(Pin::new(&mut this.inner), cx, bufs);
+        let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
         this.count_write(&polled);
         polled
     }

@@ -534,8 +534,6 @@ impl Connection {
             }
             Some(tls) => {
                 let mut signal = shutdown.clone();
-                // rustls's record writes of one buffer as a `send` (`downstream/flat.rs`).
-                let stream = downstream::FlatWrites(stream);
                 let done = Box::pin(handshake(&tls, stream, limits, &failures));
                 let done = tokio::select! {
                     done = done => done,
