@@ -16,6 +16,9 @@
 #        HTTP/1.1 keep-alive to the same nginx with `http-reuse safe`, no health check, as
 #        capataz's `kind = "none"`)
 #        env: N=4000 SHAPES="-c1 -m1|-c10 -m10" BASE=9750 OTHER_CPU=1
+#        BODY_BYTES=N: the backend's answers carry N bytes (N-1 letters and a newline) instead
+#        of "ok\n" (3 bytes), from a file above 4,000; h2 chains a DATA payload of 256 bytes
+#        or more apart from its write buffer unless it fits in it (vendor/h2 patch 0010)
 #        MEASURE=cpu: CPU time, not instructions: each build natively on PROXY_CPU (0), the
 #        client and backend on OTHER_CPU, ROUNDS (3) rounds of the builds in turn, user and
 #        system microseconds per request of the proxy's process (/proc/PID/stat) over N
@@ -32,6 +35,18 @@ if [[ $MEASURE == cpu ]]; then N=${N:-100000}; fi
 N=${N:-4000} SHAPES=${SHAPES:--c1 -m1|-c10 -m10} BASE=${BASE:-9750} OTHER_CPU=${OTHER_CPU-1}
 RUN_DIR=${RUN_DIR:-/tmp/bench-instructions-h2c}
 BACKEND=$((BASE + 1)) LISTENER=$((BASE + 2))
+ANSWER='return 200 "ok\n";'
+mkdir -p "$RUN_DIR/nginx-backend/www"
+if [[ -n ${BODY_BYTES:-} ]]; then
+    { head -c $((BODY_BYTES - 1)) /dev/zero | tr '\0' a; echo; } >"$RUN_DIR/nginx-backend/www/body"
+    # nginx takes a `return` text of up to 4 KB; a larger answer is the file (its head then
+    # has Last-Modified, ETag and Accept-Ranges too).
+    if ((BODY_BYTES <= 4000)); then
+        ANSWER="return 200 \"$(head -c $((BODY_BYTES - 1)) /dev/zero | tr '\0' a)\\n\";"
+    else
+        ANSWER="root $RUN_DIR/nginx-backend/www; try_files /body =404;"
+    fi
+fi
 mkdir -p "$RUN_DIR/nginx-backend"/{logs,tmp}
 tools=(valgrind callgrind_control callgrind_annotate h2load nginx ss)
 if [[ " $* " == *" haproxy "* ]]; then tools+=(haproxy); fi
@@ -62,7 +77,7 @@ http {
     scgi_temp_path tmp/scgi;
     server {
         listen 127.0.0.1:$BACKEND;
-        location / { return 200 "ok\n"; }
+        location / { $ANSWER }
     }
 }
 NGINX

@@ -72,16 +72,51 @@ pub(crate) struct FramingFields {
     length_invalid: bool,
 }
 
-impl FramingFields {
-    /// Notes one field of the head, in the head's order.
-    pub(crate) fn note(&mut self, name: &HeaderName, value: &HeaderValue) {
+/// The three fields [`FramingFields`] reads. `head::parse` knows a field's as it names it (its
+/// common names include these three), so no name is compared again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FramingName {
+    Connection,
+    TransferEncoding,
+    ContentLength,
+}
+
+impl FramingName {
+    /// Which of the three `name` is, if any.
+    pub(crate) fn of(name: &HeaderName) -> Option<FramingName> {
         if *name == header::CONNECTION {
-            for token in value.as_bytes().split(|&b| b == b',') {
+            Some(FramingName::Connection)
+        } else if *name == header::TRANSFER_ENCODING {
+            Some(FramingName::TransferEncoding)
+        } else if *name == header::CONTENT_LENGTH {
+            Some(FramingName::ContentLength)
+        } else {
+            None
+        }
+    }
+}
+
+impl FramingFields {
+    /// Notes one framing field of the head, in the head's order.
+    pub(crate) fn note(&mut self, name: FramingName, value: &HeaderValue) {
+        if name == FramingName::Connection {
+            // Most answers say one token, `keep-alive` or `close`: the same as the list's
+            // reading below, without splitting it.
+            let bytes = value.as_bytes();
+            if bytes.eq_ignore_ascii_case(b"keep-alive") {
+                self.keep_alive = true;
+                return;
+            }
+            if bytes.eq_ignore_ascii_case(b"close") {
+                self.close = true;
+                return;
+            }
+            for token in bytes.split(|&b| b == b',') {
                 let token = token.trim_ascii();
                 self.close |= token.eq_ignore_ascii_case(b"close");
                 self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
             }
-        } else if *name == header::TRANSFER_ENCODING {
+        } else if name == FramingName::TransferEncoding {
             self.transfer_encoding = true;
             let Ok(text) = value.to_str() else {
                 self.other_coding = true;
@@ -94,7 +129,7 @@ impl FramingFields {
                     self.other_coding = true;
                 }
             }
-        } else if *name == header::CONTENT_LENGTH {
+        } else {
             self.content_length = true;
             if !self.length_invalid {
                 self.length_invalid = !self.add_length(value);
@@ -105,6 +140,22 @@ impl FramingFields {
     /// Adds a `Content-Length` value's elements: false if one is not the number the others
     /// are (or not a decimal number).
     fn add_length(&mut self, value: &HeaderValue) -> bool {
+        // Most values are one plain number: up to 19 digits (below 2^64), read as the list's
+        // reading below reads an element of digits alone, without splitting or trimming.
+        let bytes = value.as_bytes();
+        if !bytes.is_empty() && bytes.len() <= 19 && bytes.iter().all(u8::is_ascii_digit) {
+            self.length_elements += 1;
+            let n = bytes
+                .iter()
+                .fold(0u64, |n, digit| n * 10 + u64::from(digit - b'0'));
+            return match self.length {
+                Some(previous) if previous != n => false,
+                _ => {
+                    self.length = Some(n);
+                    true
+                }
+            };
+        }
         let Ok(text) = value.to_str() else {
             return false;
         };
@@ -211,7 +262,7 @@ pub fn response(method: &Method, head: &ResponseHead) -> Result<Framing, Framing
 pub fn request_codings_ok(headers: &HeaderMap) -> bool {
     let mut fields = FramingFields::default();
     for value in headers.get_all(header::TRANSFER_ENCODING) {
-        fields.note(&header::TRANSFER_ENCODING, value);
+        fields.note(FramingName::TransferEncoding, value);
     }
     !fields.transfer_encoding || fields.only_chunked()
 }
@@ -383,6 +434,44 @@ mod tests {
         assert!(judge(b"\xff", b"HTTP/1.1"));
         assert!(!judge(b"\xff", b"HTTP/1.0"));
         assert!(!judge(b"closed, keep-alive-ish", b"HTTP/1.0"));
+    }
+
+    /// The fields as `note` reads `values` of `name`, in turn.
+    fn noted(name: FramingName, values: &[&[u8]]) -> FramingFields {
+        let mut fields = FramingFields::default();
+        for value in values {
+            fields.note(name, &HeaderValue::from_bytes(value).unwrap());
+        }
+        fields
+    }
+
+    proptest::proptest! {
+        /// `Connection: keep-alive` or `close` alone, and a `Content-Length` of digits alone,
+        /// are read without the list's split: as the same value with a trailing empty element
+        /// or a leading space is read through it.
+        #[test]
+        fn one_token_and_plain_lengths_read_as_lists_are(
+            token in proptest::sample::select(vec![
+                "keep-alive", "Keep-Alive", "KEEP-ALIVE", "close", "Close", "keep-alivE", "clos",
+                "closed", "upgrade", "",
+            ]),
+            digits in "[0-9]{0,22}",
+            before in proptest::option::of("[0-9]{1,20}"),
+        ) {
+            let listed = format!("{token},");
+            proptest::prop_assert_eq!(
+                noted(FramingName::Connection, &[token.as_bytes()]),
+                noted(FramingName::Connection, &[listed.as_bytes()])
+            );
+            let spaced = format!(" {digits}");
+            let first: Vec<&[u8]> = before.iter().map(|b| b.as_bytes()).collect();
+            let plain = [&first[..], &[digits.as_bytes()]].concat();
+            let through_the_list = [&first[..], &[spaced.as_bytes()]].concat();
+            proptest::prop_assert_eq!(
+                noted(FramingName::ContentLength, &plain),
+                noted(FramingName::ContentLength, &through_the_list)
+            );
+        }
     }
 
     proptest::proptest! {

@@ -6,7 +6,7 @@ use bytes::BytesMut;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{StatusCode, Version};
 
-use crate::framing::FramingFields;
+use crate::framing::{FramingFields, FramingName};
 
 /// A complete response head.
 #[derive(Debug)]
@@ -82,25 +82,33 @@ pub fn parse(buf: &mut BytesMut, max_len: usize) -> Result<Option<ResponseHead>,
     // Names are parsed now; values are cut from the head's bytes once they are taken off the
     // buffer, as ranges into it.
     let base = buf.as_ptr() as usize;
-    let mut fields: Vec<(HeaderName, usize, usize)> = Vec::with_capacity(response.headers.len());
+    // Each name with the framing field it is, if one (`FramingFields::note`).
+    type Field = (HeaderName, Option<FramingName>, usize, usize);
+    let mut fields: Vec<Field> = Vec::with_capacity(response.headers.len());
     for field in response.headers.iter() {
         let name = field.name.as_bytes();
-        let name = match common_name(name) {
-            Some(name) => name,
+        let (name, framing) = match common_name(name) {
+            Some(known) => known,
             None => {
-                HeaderName::from_bytes(name).map_err(|_| HeadError::Malformed("header name"))?
+                let name = HeaderName::from_bytes(name)
+                    .map_err(|_| HeadError::Malformed("header name"))?;
+                // None of the three, as `common_name` knows them; asked all the same.
+                let framing = FramingName::of(&name);
+                (name, framing)
             }
         };
         let start = field.value.as_ptr() as usize - base;
-        fields.push((name, start, start + field.value.len()));
+        fields.push((name, framing, start, start + field.value.len()));
     }
     let bytes = buf.split_to(len).freeze();
     let mut headers = HeaderMap::with_capacity(fields.len());
     let mut framing_fields = FramingFields::default();
-    for (name, start, end) in fields {
+    for (name, framing, start, end) in fields {
         let value = HeaderValue::from_maybe_shared(bytes.slice(start..end))
             .map_err(|_| HeadError::Malformed("header value"))?;
-        framing_fields.note(&name, &value);
+        if let Some(framing) = framing {
+            framing_fields.note(framing, &value);
+        }
         headers.append(name, value);
     }
     Ok(Some(ResponseHead {
@@ -117,26 +125,37 @@ pub fn parse(buf: &mut BytesMut, max_len: usize) -> Result<Option<ResponseHead>,
 /// bytes folds a letter to lowercase and keeps `-`, and makes no other token byte a letter or
 /// `-` (only CR, which no token holds, would become `-`). Each name below is lowercase letters
 /// and `-`. Any other name (`None`) goes to `from_bytes`.
+/// With the name, which framing field it is, if one (`Connection`, `Content-Length` and
+/// `Transfer-Encoding` are among these names).
 #[inline]
-fn common_name(name: &[u8]) -> Option<HeaderName> {
-    let (known, lower): (HeaderName, &[u8]) = match (name.len(), name.first()? | 0x20) {
-        (4, b'd') => (header::DATE, b"date"),
-        (4, b'e') => (header::ETAG, b"etag"),
-        (4, b'v') => (header::VARY, b"vary"),
-        (6, b's') => (header::SERVER, b"server"),
-        (8, b'l') => (header::LOCATION, b"location"),
-        (10, b'c') => (header::CONNECTION, b"connection"),
-        (10, b's') => (header::SET_COOKIE, b"set-cookie"),
-        (12, b'c') => (header::CONTENT_TYPE, b"content-type"),
-        (13, b'a') => (header::ACCEPT_RANGES, b"accept-ranges"),
-        (13, b'c') => (header::CACHE_CONTROL, b"cache-control"),
-        (13, b'l') => (header::LAST_MODIFIED, b"last-modified"),
-        (14, b'c') => (header::CONTENT_LENGTH, b"content-length"),
-        (16, b'c') => (header::CONTENT_ENCODING, b"content-encoding"),
-        (17, b't') => (header::TRANSFER_ENCODING, b"transfer-encoding"),
+fn common_name(name: &[u8]) -> Option<(HeaderName, Option<FramingName>)> {
+    use FramingName::{Connection, ContentLength, TransferEncoding};
+    let (known, framing, lower): (HeaderName, _, &[u8]) = match (name.len(), name.first()? | 0x20) {
+        (4, b'd') => (header::DATE, None, b"date"),
+        (4, b'e') => (header::ETAG, None, b"etag"),
+        (4, b'v') => (header::VARY, None, b"vary"),
+        (6, b's') => (header::SERVER, None, b"server"),
+        (8, b'l') => (header::LOCATION, None, b"location"),
+        (10, b'c') => (header::CONNECTION, Some(Connection), b"connection"),
+        (10, b's') => (header::SET_COOKIE, None, b"set-cookie"),
+        (12, b'c') => (header::CONTENT_TYPE, None, b"content-type"),
+        (13, b'a') => (header::ACCEPT_RANGES, None, b"accept-ranges"),
+        (13, b'c') => (header::CACHE_CONTROL, None, b"cache-control"),
+        (13, b'l') => (header::LAST_MODIFIED, None, b"last-modified"),
+        (14, b'c') => (
+            header::CONTENT_LENGTH,
+            Some(ContentLength),
+            b"content-length",
+        ),
+        (16, b'c') => (header::CONTENT_ENCODING, None, b"content-encoding"),
+        (17, b't') => (
+            header::TRANSFER_ENCODING,
+            Some(TransferEncoding),
+            b"transfer-encoding",
+        ),
         _ => return None,
     };
-    folded_eq(name, lower).then_some(known)
+    folded_eq(name, lower).then_some((known, framing))
 }
 
 /// Whether token `name` is `lower` (lowercase letters and `-`, as long as `name`, at least 4
@@ -189,6 +208,13 @@ mod tests {
     use super::*;
 
     const MAX: usize = 16384;
+
+    /// `common_name`'s name, its framing field checked against `FramingName::of`'s.
+    fn common(name: &[u8]) -> Option<HeaderName> {
+        let (known, framing) = common_name(name)?;
+        assert_eq!(framing, FramingName::of(&known), "{known}");
+        Some(known)
+    }
 
     fn parse_bytes(text: &[u8], max_len: usize) -> Result<Option<ResponseHead>, HeadError> {
         let mut buf = BytesMut::from(text);
@@ -275,7 +301,7 @@ mod tests {
                     .collect::<Vec<_>>()
                     .join("-"),
             ] {
-                let known = common_name(written.as_bytes());
+                let known = common(written.as_bytes());
                 assert_eq!(known, Some(HeaderName::from_static(name)), "{written}");
             }
         }
@@ -302,7 +328,7 @@ mod tests {
             "cache-contro1",
             "set-cookie2",
         ] {
-            let known = common_name(other.as_bytes());
+            let known = common(other.as_bytes());
             let parsed = HeaderName::from_bytes(other.as_bytes()).ok();
             assert!(known.is_none() || known == parsed, "{other}");
             if known.is_some() {
@@ -327,7 +353,7 @@ mod tests {
                 proptest::prop_assert!(head.headers.contains_key(&expected), "{}", name);
                 proptest::prop_assert_eq!(head.headers.len(), 1);
             }
-            if let Some(known) = common_name(name.as_bytes()) {
+            if let Some(known) = common(name.as_bytes()) {
                 proptest::prop_assert_eq!(known, HeaderName::from_bytes(name.as_bytes()).unwrap());
             }
         }
@@ -357,7 +383,7 @@ mod tests {
                 }
             }
             let parsed = HeaderName::from_bytes(&name).unwrap();
-            match common_name(&name) {
+            match common(&name) {
                 Some(known) => proptest::prop_assert_eq!(known, parsed),
                 None => proptest::prop_assert!(!names.contains(&parsed.as_str())),
             }

@@ -247,7 +247,14 @@ where
                     return Err(PayloadTooBig);
                 }
 
-                if len >= self.chain_threshold {
+                // capataz: a payload that fits in the write buffer's free room is copied into
+                // it, as one under `chain_threshold` is, instead of being chained: while a
+                // payload is chained the encoder takes no other frame (`has_capacity`), so
+                // every DATA frame of `chain_threshold` bytes or more went out in a write of
+                // its own (answers of 1 KB to ten streams: ten `writev`s where the frames of
+                // all ten fit in one write). A payload larger than the free room is chained
+                // as upstream chains it.
+                if len >= self.chain_threshold && !self.has_room_for(len) {
                     let head = v.head();
 
                     // Encode the frame head to the buffer
@@ -326,6 +333,13 @@ where
         self.next.is_none() && (capacity - self.buf.get_ref().len() >= self.min_buffer_capacity)
     }
 
+    // capataz: whether a DATA frame with a payload of `len` bytes fits in the write buffer
+    // without growing it (see `buffer`).
+    fn has_room_for(&self, len: usize) -> bool {
+        let buf = self.buf.get_ref();
+        buf.capacity() - buf.len() >= frame::HEADER_LEN + len
+    }
+
     fn is_empty(&self) -> bool {
         match self.next {
             Some(Next::Data(ref frame)) => !frame.payload().has_remaining(),
@@ -400,5 +414,98 @@ mod unstable {
         pub fn get_ref(&self) -> &T {
             &self.inner
         }
+    }
+}
+
+// capataz: the DATA payloads that fit in the write buffer are copied into it (see
+// `Encoder::buffer`); the bytes written are the same frames, in the same order.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    /// Takes every write whole, noting how it came: vectored or not, and its bytes.
+    #[derive(Default)]
+    struct Recorder {
+        writes: Vec<(bool, Vec<u8>)>,
+    }
+
+    impl AsyncWrite for Recorder {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.get_mut().writes.push((false, buf.to_vec()));
+            Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_write_vectored(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            bufs: &[io::IoSlice<'_>],
+        ) -> Poll<io::Result<usize>> {
+            let bytes: Vec<u8> = bufs.iter().flat_map(|buf| buf.iter().copied()).collect();
+            let n = bytes.len();
+            self.get_mut().writes.push((true, bytes));
+            Poll::Ready(Ok(n))
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            true
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// A DATA frame on stream `id` as it goes on the wire.
+    fn wire(id: u32, payload: &[u8]) -> Vec<u8> {
+        let mut bytes = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+        bytes.extend_from_slice(&[0, 0]);
+        bytes.extend_from_slice(&id.to_be_bytes());
+        bytes.extend_from_slice(payload);
+        bytes
+    }
+
+    /// Buffers a DATA frame per payload (flushing when the encoder asks), then flushes.
+    fn send(payloads: &[(u32, Vec<u8>)]) -> Vec<(bool, Vec<u8>)> {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut codec: FramedWrite<Recorder, Bytes> = FramedWrite::new(Recorder::default());
+        for (id, payload) in payloads {
+            assert!(codec.poll_ready(&mut cx).is_ready());
+            let frame = frame::Data::new((*id).into(), Bytes::from(payload.clone()));
+            codec.buffer(frame.into()).unwrap();
+        }
+        assert!(codec.flush(&mut cx).is_ready());
+        codec.inner.writes
+    }
+
+    #[test]
+    fn payloads_that_fit_go_in_one_write() {
+        let payloads: Vec<(u32, Vec<u8>)> =
+            (0..10).map(|i| (2 * i + 1, vec![i as u8; 1_000])).collect();
+        let writes = send(&payloads);
+        let expected: Vec<u8> = payloads.iter().flat_map(|(id, p)| wire(*id, p)).collect();
+        // Upstream: one write per frame, each chained (the head, then the payload).
+        assert_eq!(writes, vec![(true, expected)]);
+    }
+
+    #[test]
+    fn a_payload_beyond_the_free_room_is_chained() {
+        let payloads = vec![(1, vec![1; 10_000]), (3, vec![3; 10_000])];
+        let writes = send(&payloads);
+        // The first fits and is copied; the second does not: the buffer (the first frame and
+        // the second's head and first bytes) is written with the rest of its payload.
+        assert_eq!(writes.len(), 1);
+        let expected: Vec<u8> = payloads.iter().flat_map(|(id, p)| wire(*id, p)).collect();
+        assert_eq!(writes[0], (true, expected));
+        let big = vec![(1, vec![1; 16_384])];
+        assert_eq!(send(&big), vec![(true, wire(1, &big[0].1))]);
     }
 }
