@@ -50,14 +50,15 @@ async fn slow_start_ramps_the_traffic_not_only_the_reported_weight() {
 }
 
 /// During the ramp, each window's split follows the weight `/status` reported around it, step
-/// by step. A 6 s ramp has 20 steps of 300 ms; a window takes tens of milliseconds, so most
-/// fall within a step.
+/// by step. A 12 s ramp has 20 steps of 600 ms; a window takes tens of milliseconds (hundreds
+/// on a machine busy with other tests: a 6 s ramp's 300 ms steps then left too few windows
+/// within one step), so most fall within a step.
 #[tokio::test]
 async fn the_split_follows_each_step_of_the_ramp() {
     let b = backends(&["a", "b"]).await;
     let text = config(
         &[member(&b[0], 10, ""), member(&b[1], 10, "")],
-        "slow_start = \"6s\"",
+        "slow_start = \"12s\"",
         "",
     );
     let mut scene = Scene::start(&text, b).await;
@@ -83,7 +84,7 @@ async fn the_split_follows_each_step_of_the_ramp() {
         }
     }
     // Windows at a few different steps at least, however slow the machine (the steps last
-    // 300 ms each).
+    // 600 ms each).
     assert!(levels.len() >= 3, "ramp levels compared: {levels:?}");
     scene.stop().await;
 }
