@@ -21,8 +21,9 @@ LINE = re.compile(r"^\s*(.+?)\s+(\d+)/(\d+)\s+\[(\d+)\]\s+([\d.]+):\s+(\S+):\s*(
 SWITCH = re.compile(r"prev_comm=(.*?) prev_pid=(\d+) .*?==> next_comm=(.*?) next_pid=(\d+)")
 WAKEUP = re.compile(r"comm=(.*?) pid=(\d+) prio=")
 # Besides the proxy's thread, the wake-up latency of these (the load generator and the
-# backends on the other CPU): a late backend or load generator makes a tail no proxy caused.
-OTHERS = ("openload", "nginx")
+# backends on the other CPU, and the kernel threads that take over loopback packets when a
+# CPU's softirq work runs long): a late one makes a tail no proxy caused.
+OTHERS = ("openload", "nginx", "ksoftirqd/0", "ksoftirqd/1")
 
 
 def main():

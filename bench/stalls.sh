@@ -66,27 +66,35 @@ for round in $(seq "$ROUNDS"); do
     for ((i = 0; i < n; i++)); do
         tgt=${TARGETS[(i + round - 1) % n]}
         out=$RUN_DIR/open-$round-$tgt.txt data=$RUN_DIR/perf-$round-$tgt.data
-        (pin "$OTHER_CPU" "$RUN_DIR/openload" -r "$RATE" -c "$CONNS" -d "$DURATION" -w 2 "http://127.0.0.1:${PORT[$tgt]}/" >"$out") &
+        (pin "$OTHER_CPU" "$RUN_DIR/openload" -r "$RATE" -c "$CONNS" -d "$DURATION" -w 2 ${SLOW_MS:+-s "$SLOW_MS"} "http://127.0.0.1:${PORT[$tgt]}/" >"$out") &
         load=$!
         sleep 2.5
-        filter='id == 232 || id == 281 || id == 441'
-        [[ -z ${SYSCALLS:-} ]] || filter='id >= 0'
-        (pin "$OTHER_CPU" perf record -q -a -o "$data" \
+        # The proxy's epoll_wait family (SYSCALLS=1: its every syscall, to see what a long turn did).
+        filter="common_pid == ${PID[$tgt]} && (id == 232 || id == 281 || id == 441)"
+        [[ -z ${SYSCALLS:-} ]] || filter="common_pid == ${PID[$tgt]}"
+        (pin "$OTHER_CPU" perf record -q -a -k CLOCK_MONOTONIC -o "$data" \
             -e raw_syscalls:sys_enter --filter "$filter" -e raw_syscalls:sys_exit --filter "$filter" \
             -e sched:sched_switch -e sched:sched_waking -- sleep $(( DURATION - 1 ))) >/dev/null 2>&1 &
         rec=$!
+        # The proxy's page faults meanwhile (a fault is a trip into the kernel, and on a VM
+        # whose free memory goes back to the host, maybe into the host's too).
+        (pin "$OTHER_CPU" perf stat -x, -e page-faults,major-faults -p "${PID[$tgt]}" -o "$RUN_DIR/faults-$round-$tgt.csv" \
+            -- sleep $(( DURATION - 1 ))) >/dev/null 2>&1 &
+        faults=$!
         prof=
         if [[ -n ${PROFILE:-} ]]; then
-            (pin "$OTHER_CPU" perf record -q -g -e cpu-clock -F 4000 -p "${PID[$tgt]}" -o "$RUN_DIR/perf-$round-$tgt-cpu.data" \
+            (pin "$OTHER_CPU" perf record -q -k CLOCK_MONOTONIC -g -e cpu-clock -F 4000 -p "${PID[$tgt]}" -o "$RUN_DIR/perf-$round-$tgt-cpu.data" \
                 -- sleep $(( DURATION - 1 ))) >/dev/null 2>&1 &
             prof=$!
         fi
         wait "$rec" || die "perf record failed"
+        wait "$faults" || true
         [[ -z $prof ]] || wait "$prof" || true
         wait "$load" || die "$tgt: openload failed: $(cat "$out")"
         perf script -i "$data" -F comm,pid,tid,cpu,time,event,trace 2>/dev/null |
             python3 "$BENCH_DIR/stalls.py" "${PID[$tgt]}" "$MIN_MS" >"$RUN_DIR/stalls-$round-$tgt.txt"
         log "round $round $tgt: $(awk '/^rate:/ {print "achieved", $5}' "$out"), p50/p99/p99.9 $(field "$out" p50)/$(field "$out" p99)/$(field "$out" p99.9) us"
+        awk -F, '$3 ~ /faults/ {printf "%s %s, ", $1, $3} END {print "in", '"$(( DURATION - 1 ))"', "s"}' "$RUN_DIR/faults-$round-$tgt.csv" >>"$RUN_DIR/stalls-$round-$tgt.txt"
         sed "s/^/    /" "$RUN_DIR/stalls-$round-$tgt.txt" | head -16 >&2
     done
 done
