@@ -95,7 +95,7 @@ for round in $(seq "$ROUNDS"); do
             python3 "$BENCH_DIR/stalls.py" "${PID[$tgt]}" "$MIN_MS" >"$RUN_DIR/stalls-$round-$tgt.txt"
         log "round $round $tgt: $(awk '/^rate:/ {print "achieved", $5}' "$out"), p50/p99/p99.9 $(field "$out" p50)/$(field "$out" p99)/$(field "$out" p99.9) us"
         awk -F, '$3 ~ /faults/ {printf "%s %s, ", $1, $3} END {print "in", '"$(( DURATION - 1 ))"', "s"}' "$RUN_DIR/faults-$round-$tgt.csv" >>"$RUN_DIR/stalls-$round-$tgt.txt"
-        sed "s/^/    /" "$RUN_DIR/stalls-$round-$tgt.txt" | head -16 >&2
+        sed -n "1,18s/^/    /p" "$RUN_DIR/stalls-$round-$tgt.txt" >&2
     done
 done
 log "files: $RUN_DIR"

@@ -3,7 +3,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-pub(crate) const USAGE: &str = "usage: openload -r RATE [-c CONNS] [-d SECONDS] [-w SECONDS] [-s MS] \
+pub(crate) const USAGE: &str =
+    "usage: openload -r RATE [-c CONNS] [-d SECONDS] [-w SECONDS] [-s MS] \
 http://IP:PORT/PATH
   -r RATE       requests per second, all connections together
   -c CONNS      keep-alive connections (default 50)
@@ -94,6 +95,14 @@ mod tests {
         );
         let bare = parse("-r 5 http://127.0.0.1:80").unwrap();
         assert!(bare.request.starts_with(b"GET / HTTP/1.1\r\n"));
+        assert_eq!(bare.slow, None);
+    }
+
+    #[test]
+    fn slow_requests_are_printed_only_when_asked() {
+        let args = parse("-r 1000 -s 10 http://127.0.0.1:9400/").unwrap();
+        assert_eq!(args.slow, Some(std::time::Duration::from_millis(10)));
+        assert!(parse("-r 1000 -s http://127.0.0.1:9400/").is_err());
     }
 
     #[test]
