@@ -37,6 +37,7 @@ def main():
     ran = Counter()
     running_other = None  # (comm, since) on the proxy's CPU while the thread is off it
     first = last = None
+    unseen = 0  # switches back in that were not recorded
     woken = {}  # tid -> when it was woken
     wake_lat = {}  # who -> [latencies]
     for line in sys.stdin:
@@ -80,6 +81,14 @@ def main():
             continue
         if t != tid:
             continue
+        if off_since is not None:
+            # The thread runs again but its switch back in was not recorded (a lost event, or
+            # a task whose switch perf does not see): count the time up to now as switched
+            # out, an upper bound.
+            if loop_start is not None:
+                off_total += ts - off_since
+            off_since = None
+            unseen += 1
         nr = re.search(r"NR (\d+)", rest)
         if not nr:
             continue
@@ -132,6 +141,11 @@ def main():
             + " ".join(f"{sum(1 for d in lat if d > ms / 1e3) * per10:.1f}" for ms in (1, 2, 5))
             + f", {sum(lat) * 1e3:.0f} ms in all"
         )
+    when = [f"{s - first:.2f}" for s, e, o, _, _ in stretches if (e - s - o) * 1e3 > min_ms]
+    if when:
+        print(f"turns on the CPU over {min_ms:g} ms, at (s): " + " ".join(when[:40]))
+    if unseen:
+        print(f"switches back in not recorded: {unseen} (their time counted as switched out)")
     switched = sum(o for _, _, o, _, _ in stretches)
     print(f"switched out during turns: {switched * 1e3:.1f} ms in all")
     long = [x for x in stretches if (x[1] - x[0]) * 1e3 > min_ms]
