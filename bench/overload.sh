@@ -79,6 +79,7 @@ for tgt in "${TARGETS[@]}"; do
 done
 
 n=${#TARGETS[@]}
+rm -f "$RUN_DIR"/max-*.txt  # an earlier run's rounds in the same RUN_DIR are not this run's median
 for round in $(seq "$MAX_ROUNDS"); do
     for ((i = 0; i < n; i++)); do
         tgt=${TARGETS[(i + round - 1) % n]}
