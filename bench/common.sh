@@ -65,6 +65,19 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# in_own_session "$@": with SESSION_NICE=N (-20..19), runs the calling script again in a session
+# of its own whose autogroup has nice N. With the kernel's autogroups (sched_autogroup_enabled,
+# Debian's default) CPU time is shared first between sessions, each its own group, and a
+# process's nice counts only within its session: a `nice -n 19 cargo build` started from
+# another shell still takes half of a shared core from the proxy under test, in slices of
+# 10-40 ms (bench/stalls.sh sees them). SESSION_NICE=-20 gives the benchmark's session (the
+# proxies, the backends, the load generator) about 98 % of a core against each such build.
+in_own_session() {
+    [[ -n ${SESSION_NICE:-} && -z ${IN_OWN_SESSION:-} ]] || return 0
+    [[ -w /proc/self/autogroup ]] || die "SESSION_NICE needs /proc/self/autogroup (CONFIG_SCHED_AUTOGROUP)"
+    IN_OWN_SESSION=1 exec setsid --wait bash -c 'echo "$SESSION_NICE" >/proc/self/autogroup && exec "$@"' _ "$0" "$@"
+}
+
 pin() { # pin CPU cmd... (empty CPU = no pinning); exec'd so $! is the real PID
     local cpu=$1; shift
     if [[ -n $cpu ]]; then exec taskset -c "$cpu" "$@"; else exec "$@"; fi

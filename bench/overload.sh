@@ -26,6 +26,7 @@
 set -Eeuo pipefail
 LOG_TAG=overload
 source "$(dirname "$0")/common.sh"
+in_own_session "$@"
 
 CONNS=${CONNS:-50} FRACTION=${FRACTION:-0.9} DURATION=${DURATION:-10} ROUNDS=${ROUNDS:-5}
 MAX_DURATION=${MAX_DURATION:-5s} MAX_ROUNDS=${MAX_ROUNDS:-3}
@@ -44,7 +45,7 @@ done
 build_capataz
 (cd "$ROOT_DIR" && cargo build --release --quiet -p capataz-openload)
 cp "${CARGO_TARGET_DIR:-$ROOT_DIR/target}/release/openload" "$RUN_DIR/openload"
-log "host: $(machine_line)"
+log "host: $(machine_line); load average $(cut -d" " -f1-3 /proc/loadavg); session $(cat /proc/self/autogroup 2>/dev/null)"
 
 cp "$SHARED/backend-nginx.conf" "$RUN_DIR/nginx-backend/nginx.conf"
 start backend "$OTHER_CPU" nginx -p "$RUN_DIR/nginx-backend/" -c "$RUN_DIR/nginx-backend/nginx.conf" -e "$RUN_DIR/nginx-backend/logs/error.log"
@@ -78,6 +79,7 @@ for tgt in "${TARGETS[@]}"; do
 done
 
 n=${#TARGETS[@]}
+rm -f "$RUN_DIR"/max-*.txt  # an earlier run's rounds in the same RUN_DIR are not this run's median
 for round in $(seq "$MAX_ROUNDS"); do
     for ((i = 0; i < n; i++)); do
         tgt=${TARGETS[(i + round - 1) % n]}

@@ -3,12 +3,16 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-pub(crate) const USAGE: &str = "usage: openload -r RATE [-c CONNS] [-d SECONDS] [-w SECONDS] \
+pub(crate) const USAGE: &str =
+    "usage: openload -r RATE [-c CONNS] [-d SECONDS] [-w SECONDS] [-s MS] \
 http://IP:PORT/PATH
   -r RATE       requests per second, all connections together
   -c CONNS      keep-alive connections (default 50)
   -d SECONDS    how long to measure (default 10)
-  -w SECONDS    warm-up at the same rate, not measured (default 2)";
+  -w SECONDS    warm-up at the same rate, not measured (default 2)
+  -s MS         also print each measured request slower than MS milliseconds (at most 10,000):
+                its connection, when it was due (CLOCK_MONOTONIC seconds, as `perf record -k
+                CLOCK_MONOTONIC` stamps events) and its latency";
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -17,6 +21,8 @@ pub(crate) struct Args {
     pub(crate) connections: usize,
     pub(crate) duration: Duration,
     pub(crate) warmup: Duration,
+    /// Requests slower than this are printed one by one (`-s`).
+    pub(crate) slow: Option<Duration>,
     /// The server's address, from the URL.
     pub(crate) addr: SocketAddr,
     /// The request as sent.
@@ -36,6 +42,7 @@ fn number(flag: &str, value: Option<String>, min: u64, max: u64) -> Result<u64, 
 impl Args {
     pub(crate) fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
         let (mut rate, mut connections, mut seconds, mut warmup) = (None, 50, 10, 2);
+        let mut slow = None;
         let mut url = None;
         while let Some(arg) = argv.next() {
             match arg.as_str() {
@@ -43,6 +50,7 @@ impl Args {
                 "-c" => connections = number("-c", argv.next(), 1, 10_000)?,
                 "-d" => seconds = number("-d", argv.next(), 1, 3_600)?,
                 "-w" => warmup = number("-w", argv.next(), 0, 3_600)?,
+                "-s" => slow = Some(number("-s", argv.next(), 0, 3_600_000)?),
                 _ if arg.starts_with("http://") && url.is_none() => url = Some(arg),
                 _ => return Err(format!("unexpected argument {arg:?}")),
             }
@@ -61,6 +69,7 @@ impl Args {
             connections: connections as usize,
             duration: Duration::from_secs(seconds),
             warmup: Duration::from_secs(warmup),
+            slow: slow.map(Duration::from_millis),
             addr,
             request,
         })
@@ -86,6 +95,14 @@ mod tests {
         );
         let bare = parse("-r 5 http://127.0.0.1:80").unwrap();
         assert!(bare.request.starts_with(b"GET / HTTP/1.1\r\n"));
+        assert_eq!(bare.slow, None);
+    }
+
+    #[test]
+    fn slow_requests_are_printed_only_when_asked() {
+        let args = parse("-r 1000 -s 10 http://127.0.0.1:9400/").unwrap();
+        assert_eq!(args.slow, Some(std::time::Duration::from_millis(10)));
+        assert!(parse("-r 1000 -s http://127.0.0.1:9400/").is_err());
     }
 
     #[test]

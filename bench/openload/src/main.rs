@@ -33,7 +33,12 @@ struct Tally {
     first_error: Option<String>,
     /// When the last answer of a measured request came.
     last_answer: Option<Instant>,
+    /// The measured requests slower than `-s`: connection, when due, latency in microseconds.
+    slow: Vec<(usize, Instant, u32)>,
 }
+
+/// At most this many slow requests are kept for printing.
+const SLOW_KEPT: usize = 10_000;
 
 impl Tally {
     fn merge(&mut self, other: Tally) {
@@ -45,6 +50,8 @@ impl Tally {
             self.first_error = other.first_error;
         }
         self.last_answer = self.last_answer.max(other.last_answer);
+        let room = SLOW_KEPT.saturating_sub(self.slow.len());
+        self.slow.extend(other.slow.into_iter().take(room));
     }
 }
 
@@ -122,6 +129,11 @@ async fn load(args: Args, mut connection: Connection, start: Instant, index: usi
                 if counted {
                     let us = began.elapsed().as_micros().min(u32::MAX as u128) as u32;
                     tally.latencies_us.push(us);
+                    if args.slow.is_some_and(|slow| began.elapsed() > slow)
+                        && tally.slow.len() < SLOW_KEPT
+                    {
+                        tally.slow.push((index, due, us));
+                    }
                     tally.last_answer = Some(Instant::now());
                     if !(200..300).contains(&status) {
                         tally.not_2xx += 1;
@@ -145,6 +157,17 @@ async fn load(args: Args, mut connection: Connection, start: Instant, index: usi
         due += interval;
     }
     tally
+}
+
+/// CLOCK_MONOTONIC now, in seconds.
+fn monotonic() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }
 
 /// The nearest-rank percentile, `per_mille` thousandths (990: p99).
@@ -183,6 +206,16 @@ fn report(args: &Args, mut tally: Tally, measured: Instant) -> ExitCode {
         percentile(l, 999),
         l.last().copied().unwrap_or(0)
     );
+    if !tally.slow.is_empty() {
+        // CLOCK_MONOTONIC, which std's Instant reads on Linux, as seconds: the clock perf can
+        // stamp its events with, so a slow request can be found in a trace.
+        let (now, mono) = (Instant::now(), monotonic());
+        tally.slow.sort_unstable_by_key(|&(_, due, _)| due);
+        for (connection, due, us) in &tally.slow {
+            let at = mono - now.duration_since(*due).as_secs_f64();
+            println!("slow: connection {connection} due {at:.6} latency_us {us}");
+        }
+    }
     if let Some(e) = tally.first_error {
         println!("first error: {e}");
     }
