@@ -12,7 +12,7 @@ use http::{Method, Request, Response, Uri, Version};
 
 use super::headers::{origin_form, rewrite_length};
 use super::tally::Stage;
-use super::ClientInfo;
+use super::{ClientInfo, Resend};
 use crate::balance::PoolHandle;
 use crate::body::{grpc_status, Grpc, Lease, ReqBody, RespBody};
 use crate::upstream::{
@@ -140,11 +140,17 @@ pub(super) async fn forward<'a>(
 /// One attempt on an HTTP/2 backend (see `upstream::exchange_h2`), with its outcome fed to the
 /// passive side: a gRPC call's by its `grpc-status` (in the head of a trailers-only answer,
 /// else in the trailers, judged when the body ends).
+///
+/// A stream the backend did not take because it closed the connection gracefully
+/// ([`AttemptError::GoneAway`]: nginx does after `keepalive_requests`) is sent once more to
+/// the same backend, on a new connection, when it can be rebuilt (`resend`: a bodiless
+/// request), as HAProxy and Envoy retry it: the backend is not failing, and a pool of one
+/// backend has nowhere else to send it.
 pub(super) async fn forward_h2<'a>(
     pool: &Arc<PoolHandle>,
     index: usize,
     mut request: Request<ReqBody>,
-    mut lease: Lease,
+    (mut lease, resend): (Lease, Option<&Resend>),
     timeouts: ExchangeTimeouts,
 ) -> Forwarded<'a> {
     let backend = &pool.backends[index];
@@ -158,7 +164,23 @@ pub(super) async fn forward_h2<'a>(
         &backend.address,
     );
     let sent_at = Instant::now();
-    let response = match upstream::exchange_h2(&backend.upstream, conns, request, timeouts).await {
+    let exchanged = upstream::exchange_h2(&backend.upstream, conns, request, timeouts).await;
+    let exchanged = match exchanged {
+        // Never handed to the closing connection: the request as it was, to a new one.
+        Err(H2Failure::NotSent(request, AttemptError::GoneAway)) => {
+            upstream::exchange_h2(&backend.upstream, conns, request, timeouts).await
+        }
+        Err(H2Failure::Failed(AttemptError::GoneAway)) => match resend.and_then(Resend::rebuilt) {
+            Some(mut again) => {
+                let tls = backend.upstream.tls().is_some();
+                h2_target(&mut again, tls, &backend.address);
+                upstream::exchange_h2(&backend.upstream, conns, again, timeouts).await
+            }
+            None => Err(H2Failure::Failed(AttemptError::GoneAway)),
+        },
+        other => other,
+    };
+    let response = match exchanged {
         Ok(response) => response,
         Err(H2Failure::NotSent(mut request, error)) => {
             pool.charge(index, error);

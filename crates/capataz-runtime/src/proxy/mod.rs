@@ -433,7 +433,7 @@ impl Proxy {
                 };
                 // Connecting happens within the exchange: the whole wait counts as sending.
                 tally.stage.now = Phase::Send;
-                forward_h2(pool, index, request, lease, prepared.timeouts).await
+                forward_h2(pool, index, request, (lease, resend), prepared.timeouts).await
             } else {
                 let outgoing = match prepared.request.take() {
                     Some(request) => Outgoing::Request(request),

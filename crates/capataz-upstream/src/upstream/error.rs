@@ -82,6 +82,10 @@ pub enum AttemptError {
     /// An HTTP/2 backend refused the stream unprocessed (`REFUSED_STREAM`, or a GOAWAY whose
     /// last stream is below it): RFC 9113 section 8.7 guarantees it did nothing with it.
     StreamRefused,
+    /// An HTTP/2 backend closed its connection gracefully (GOAWAY with `NO_ERROR`, as nginx
+    /// does after `keepalive_requests`) before taking the stream: unprocessed, as
+    /// [`AttemptError::StreamRefused`], and no fault of the backend's, so never charged to it.
+    GoneAway,
     /// The backend sent nothing of its response body for `timeouts.body_idle`.
     BodyStalled,
 }
@@ -114,7 +118,8 @@ impl AttemptError {
             | AttemptError::HeadClosed
             | AttemptError::HeadMalformed
             | AttemptError::UnexpectedUpgrade
-            | AttemptError::StreamRefused => AttemptPhase::Head,
+            | AttemptError::StreamRefused
+            | AttemptError::GoneAway => AttemptPhase::Head,
             AttemptError::BodyBroken | AttemptError::BodyStalled => AttemptPhase::Body,
         }
     }
@@ -133,6 +138,7 @@ impl AttemptError {
             AttemptError::HeadMalformed | AttemptError::UnexpectedUpgrade => Outcome::Malformed,
             AttemptError::TlsHandshake => Outcome::Tls,
             AttemptError::ConnectLocal
+            | AttemptError::GoneAway
             | AttemptError::ClientBodyStalled
             | AttemptError::ClientBodyMalformed
             | AttemptError::ClientGone => return None,
@@ -148,6 +154,7 @@ impl AttemptError {
                 | AttemptError::ConnectLocal
                 | AttemptError::TlsHandshake
                 | AttemptError::StreamRefused
+                | AttemptError::GoneAway
                 | AttemptError::Send { sent_any: false }
         )
     }
@@ -234,6 +241,7 @@ impl fmt::Display for AttemptError {
             AttemptError::ClientGone => "the client went away during its request body",
             AttemptError::BodyBroken => "the backend's response body broke off",
             AttemptError::StreamRefused => "the backend refused the HTTP/2 stream unprocessed",
+            AttemptError::GoneAway => "the backend closed its HTTP/2 connection before the stream",
             AttemptError::BodyStalled => "the backend's response body stalled",
         })
     }
@@ -245,9 +253,10 @@ impl std::error::Error for AttemptError {}
 mod tests {
     use super::*;
 
-    const ALL: [AttemptError; 17] = [
+    const ALL: [AttemptError; 18] = [
         AttemptError::ConnectRefused,
         AttemptError::StreamRefused,
+        AttemptError::GoneAway,
         AttemptError::TlsHandshake,
         AttemptError::ConnectTimeout,
         AttemptError::ConnectLocal,
@@ -268,12 +277,13 @@ mod tests {
     #[test]
     fn only_the_backends_faults_reach_the_health_checks() {
         for error in ALL {
-            assert_eq!(
-                error.outcome().is_some(),
-                error.fault() == Fault::Backend,
-                "{error:?}"
-            );
+            // A graceful GOAWAY is the backend's doing (it ends the request, in the access
+            // log) but no fault: never charged.
+            let charged = error.fault() == Fault::Backend && error != AttemptError::GoneAway;
+            assert_eq!(error.outcome().is_some(), charged, "{error:?}");
         }
+        assert_eq!(AttemptError::GoneAway.outcome(), None);
+        assert!(AttemptError::GoneAway.nothing_sent());
     }
 
     #[test]
@@ -300,7 +310,9 @@ mod tests {
             let unsent = error.nothing_sent()
                 && !matches!(
                     error,
-                    AttemptError::StreamRefused | AttemptError::Send { .. }
+                    AttemptError::StreamRefused
+                        | AttemptError::GoneAway
+                        | AttemptError::Send { .. }
                 );
             assert_eq!(connect, unsent, "{error:?}");
         }

@@ -15,7 +15,9 @@
 //! [`AttemptError`]s with the same blame: a stream the backend resets is the backend's
 //! (`HeadClosed` before the head, `BodyBroken` after), and a stream it refused unprocessed
 //! (`REFUSED_STREAM`, or above a GOAWAY's last stream) is [`AttemptError::StreamRefused`],
-//! safe to send elsewhere.
+//! safe to send elsewhere; above a graceful GOAWAY (`NO_ERROR`: the backend closing a
+//! connection it has used enough, as nginx does after `keepalive_requests`) it is
+//! [`AttemptError::GoneAway`], which is no fault of the backend's.
 
 use std::any::Any;
 use std::future::Future;
@@ -175,12 +177,14 @@ where
                 .and_then(|request| unwrap_request(request))
             {
                 Some(request) => {
-                    // Never handed to the connection: this one is closing.
+                    // Never handed to the connection: this one is closing (after a graceful
+                    // GOAWAY, no fault of the backend's).
                     conns.forget();
-                    Err(H2Failure::NotSent(
-                        request,
-                        AttemptError::Send { sent_any: false },
-                    ))
+                    let why = match why {
+                        AttemptError::GoneAway => AttemptError::GoneAway,
+                        _ => AttemptError::Send { sent_any: false },
+                    };
+                    Err(H2Failure::NotSent(request, why))
                 }
                 None => Err(H2Failure::Failed(why)),
             }
@@ -198,7 +202,10 @@ const H2_PING_TIMEOUT: Duration = Duration::from_secs(20);
 fn conns_forget_if_dead(conns: &H2Conns, why: AttemptError) {
     if matches!(
         why,
-        AttemptError::HeadClosed | AttemptError::HeadMalformed | AttemptError::StreamRefused
+        AttemptError::HeadClosed
+            | AttemptError::HeadMalformed
+            | AttemptError::StreamRefused
+            | AttemptError::GoneAway
     ) {
         conns.forget();
     }
@@ -253,7 +260,11 @@ pub fn classify(error: &hyper::Error, phase: Phase) -> AttemptError {
     while let Some(cause) = source {
         if let Some(h2) = cause.downcast_ref::<h2::Error>() {
             let refused = h2.reason() == Some(h2::Reason::REFUSED_STREAM);
-            if phase == Phase::Head && (refused || (h2.is_go_away() && h2.is_remote())) {
+            let gone_away = h2.is_go_away() && h2.is_remote();
+            if phase == Phase::Head && gone_away && h2.reason() == Some(h2::Reason::NO_ERROR) {
+                return AttemptError::GoneAway;
+            }
+            if phase == Phase::Head && (refused || gone_away) {
                 return AttemptError::StreamRefused;
             }
             if h2.is_library() && !h2.is_io() && phase == Phase::Head {

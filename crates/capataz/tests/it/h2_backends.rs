@@ -4,6 +4,7 @@
 //! stream the backend resets (a passive error, 502 before a head), and trailers relayed to an
 //! HTTP/1.1 client that asked for them.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -141,6 +142,106 @@ async fn a_goaway_mid_traffic_loses_no_request() {
         assert_eq!(client.get("/").await.status, 200);
     }
     assert!(a.accepted() >= 2, "a reconnected after its GOAWAY");
+    balancer.shutdown(DEADLINE).await;
+}
+
+/// An h2c backend that does what nginx does after `keepalive_requests`, frame by frame: it
+/// answers the first `limit` streams of a connection (`200`, `hello`), then sends GOAWAY with
+/// `NO_ERROR` naming the last of them, so that the streams the client opened meanwhile are
+/// refused unprocessed; it keeps reading (and ignoring) until the client closes, as nginx's
+/// lingering close does. Returns its address and how many connections it accepted.
+async fn closes_after(limit: usize) -> (std::net::SocketAddr, Arc<AtomicU64>) {
+    use crate::support::h2frames::{self as f, read_frame};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let accepted = Arc::new(AtomicU64::new(0));
+    let counted = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(async move {
+                let (mut read, mut write) = socket.into_split();
+                let mut preface = [0u8; 24];
+                if read.read_exact(&mut preface).await.is_err() || preface != f::PREFACE {
+                    return;
+                }
+                let _ = write.write_all(&f::settings(&[])).await;
+                let mut answered = 0;
+                while let Some(frame) = read_frame(&mut read).await {
+                    let reply = match frame.kind {
+                        f::SETTINGS if frame.flags & f::ACK == 0 => f::settings_ack(),
+                        f::PING if frame.flags & f::ACK == 0 => {
+                            f::frame(f::PING, f::ACK, 0, &frame.payload)
+                        }
+                        f::HEADERS if answered < limit => {
+                            answered += 1;
+                            // `:status: 200` is the static table's entry 8.
+                            let mut reply = f::headers(frame.stream, &[0x88], false, true);
+                            reply.extend(f::data(frame.stream, b"hello", true));
+                            if answered == limit {
+                                let mut goaway = frame.stream.to_be_bytes().to_vec();
+                                goaway.extend(f::NO_ERROR.to_be_bytes());
+                                reply.extend(f::frame(f::GOAWAY, 0, 0, &goaway));
+                            }
+                            reply
+                        }
+                        _ => continue,
+                    };
+                    if write.write_all(&reply).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+/// A pool of one h2c backend that closes each connection gracefully after 100 streams (GOAWAY
+/// with `NO_ERROR`, as nginx does after `keepalive_requests`) under 20 concurrent clients: the
+/// streams it did not take go to it again on a new connection, every client gets its 200, and
+/// nothing is charged to it (one error would eject it here).
+#[tokio::test]
+async fn a_graceful_goaway_is_no_fault_and_its_streams_go_again_to_the_same_backend() {
+    let (addr, accepted) = closes_after(100).await;
+    let text = ConfigText::new(&[("a".to_owned(), addr)])
+        .extra("protocol = \"h2c\"\nactive.kind = \"none\"\npassive.consecutive_errors = 1\n")
+        .build();
+    let (balancer, _events) = start(&text).await;
+    let listener = balancer.local_addrs()[0];
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        tasks.push(tokio::spawn(async move {
+            let mut client = Client::strict(listener);
+            let mut statuses = Vec::new();
+            for _ in 0..20 {
+                statuses.push(client.get("/").await.status);
+            }
+            statuses
+        }));
+    }
+    let mut statuses = Vec::new();
+    for task in tasks {
+        statuses.extend(task.await.expect("client task"));
+    }
+    let pool = balancer.pool("web").expect("pool");
+    let recent = pool.backends[0].traffic.recent();
+    assert!(
+        statuses.iter().all(|s| *s == 200),
+        "{:?} {recent:?}",
+        statuses.iter().filter(|s| **s != 200).count()
+    );
+    assert!(
+        recent.iter().all(|o| *o == Outcome::Status(200)),
+        "{recent:?}"
+    );
+    assert!(
+        accepted.load(Ordering::Relaxed) >= 4,
+        "400 requests, 100 a connection"
+    );
     balancer.shutdown(DEADLINE).await;
 }
 
