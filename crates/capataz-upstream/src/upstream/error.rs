@@ -83,8 +83,9 @@ pub enum AttemptError {
     /// last stream is below it): RFC 9113 section 8.7 guarantees it did nothing with it.
     StreamRefused,
     /// An HTTP/2 backend closed its connection gracefully (GOAWAY with `NO_ERROR`, as nginx
-    /// does after `keepalive_requests`) before taking the stream: unprocessed, as
-    /// [`AttemptError::StreamRefused`], and no fault of the backend's, so never charged to it.
+    /// does after `keepalive_requests`) before taking the stream, or the connection closed
+    /// before the request was handed to it: unprocessed, as [`AttemptError::StreamRefused`],
+    /// and no fault of the backend's, so never charged to it.
     GoneAway,
     /// The backend sent nothing of its response body for `timeouts.body_idle`.
     BodyStalled,

@@ -177,14 +177,12 @@ where
                 .and_then(|request| unwrap_request(request))
             {
                 Some(request) => {
-                    // Never handed to the connection: this one is closing (after a graceful
-                    // GOAWAY, no fault of the backend's).
+                    // Never handed to the connection: this one is closing. Nothing reached
+                    // the backend, so nothing is charged (the streams the connection had
+                    // say whether it failed), and it goes once more to a new connection,
+                    // as HTTP/1.1's request on a reused connection found closed does.
                     conns.forget();
-                    let why = match why {
-                        AttemptError::GoneAway => AttemptError::GoneAway,
-                        _ => AttemptError::Send { sent_any: false },
-                    };
-                    Err(H2Failure::NotSent(request, why))
+                    Err(H2Failure::NotSent(request, AttemptError::GoneAway))
                 }
                 None => Err(H2Failure::Failed(why)),
             }
