@@ -96,6 +96,17 @@ impl FramingName {
     }
 }
 
+/// The elements of a comma-separated field value (a `Connection` header's tokens), read from
+/// its bytes, trimmed, empty ones skipped: one that is not visible ASCII hides none of the
+/// others, as it does not from HAProxy. Every reader of `Connection` tokens reads them so.
+pub fn list_tokens(value: &HeaderValue) -> impl Iterator<Item = &[u8]> {
+    value
+        .as_bytes()
+        .split(|&b| b == b',')
+        .map(<[u8]>::trim_ascii)
+        .filter(|t| !t.is_empty())
+}
+
 impl FramingFields {
     /// Notes one framing field of the head, in the head's order.
     pub(crate) fn note(&mut self, name: FramingName, value: &HeaderValue) {
@@ -111,8 +122,7 @@ impl FramingFields {
                 self.close = true;
                 return;
             }
-            for token in bytes.split(|&b| b == b',') {
-                let token = token.trim_ascii();
+            for token in list_tokens(value) {
                 self.close |= token.eq_ignore_ascii_case(b"close");
                 self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
             }

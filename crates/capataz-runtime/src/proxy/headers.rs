@@ -7,7 +7,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Uri, Version};
 
 use super::ClientInfo;
-use capataz_h1::framing::BodyLength;
+use capataz_h1::framing::{list_tokens, BodyLength};
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -220,17 +220,11 @@ pub(super) fn origin_form(uri: &Uri) -> Uri {
 
 pub(super) fn wants_upgrade(headers: &HeaderMap) -> bool {
     headers.contains_key(header::UPGRADE)
-        && connection_tokens(headers).any(|t| t.eq_ignore_ascii_case("upgrade"))
-}
-
-pub(super) fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
-    headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
+        && headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .flat_map(list_tokens)
+            .any(|t| t.eq_ignore_ascii_case(b"upgrade"))
 }
 
 /// Removes the hop-by-hop headers of RFC 9110 section 7.6.1 (and any the Connection header
@@ -268,8 +262,8 @@ pub(super) fn strip_found(headers: &mut HeaderMap, hops: HopFields, keep_upgrade
 
 /// Adds the names a `Connection` value lists to `named`. The usual tokens name no header of
 /// their own, or one removed anyway, and are skipped without parsing a name; the usual
-/// values, `keep-alive` or `close` alone, are not even split. Tokens are read from the bytes,
-/// so one that is not visible ASCII hides none of the others. `Host` is never named: routing
+/// values, `keep-alive` or `close` alone, are not even split. Tokens are read as
+/// [`list_tokens`] reads them. `Host` is never named: routing
 /// has read it, and a backend must get it (`Connection: host` would otherwise leave the
 /// request without one; HAProxy and nginx remove no field a `Connection` names).
 fn connection_names(value: &HeaderValue, named: &mut Vec<HeaderName>) {
@@ -277,12 +271,10 @@ fn connection_names(value: &HeaderValue, named: &mut Vec<HeaderName>) {
     if bytes.eq_ignore_ascii_case(b"keep-alive") || bytes.eq_ignore_ascii_case(b"close") {
         return;
     }
-    let tokens = bytes.split(|&b| b == b',').map(<[u8]>::trim_ascii);
     named.extend(
-        tokens
+        list_tokens(value)
             .filter(|t| {
-                !(t.is_empty()
-                    || t.eq_ignore_ascii_case(b"keep-alive")
+                !(t.eq_ignore_ascii_case(b"keep-alive")
                     || t.eq_ignore_ascii_case(b"close")
                     || t.eq_ignore_ascii_case(b"upgrade")
                     || t.eq_ignore_ascii_case(b"host"))
