@@ -99,10 +99,28 @@ impl Workers {
         Placed(Some((shared.clone(), chosen)))
     }
 
+    /// Takes a new connection's `stream` to its worker ([`Workers::place`]): that worker's
+    /// runtime entered (while the guard lives, tasks spawned are the worker's; never held
+    /// across an await, the guard is not `Send`) and the socket moved to its reactor, unless
+    /// it is the accept loop's own. On an error the connection counts open nowhere.
+    pub(crate) fn take<S: Movable>(
+        &self,
+        stream: S,
+    ) -> io::Result<(Placed, Option<EnterGuard<'_>>, S)> {
+        let placed = self.place();
+        let entered = self.enter(placed.index());
+        let stream = if placed.elsewhere() {
+            stream.moved()?
+        } else {
+            stream
+        };
+        Ok((placed, entered, stream))
+    }
+
     /// Enters the runtime of worker `index` ([`Placed::index`]), unless it is worker 0 (the
     /// accept loop's own, entered already): while the guard lives, tasks spawned and sockets
-    /// registered are that worker's. Never held across an await (the guard is not `Send`).
-    pub(crate) fn enter(&self, index: usize) -> Option<EnterGuard<'_>> {
+    /// registered are that worker's.
+    fn enter(&self, index: usize) -> Option<EnterGuard<'_>> {
         let shared = self.0.as_ref()?;
         Some(shared.handles.get(index.checked_sub(1)?)?.enter())
     }
@@ -119,8 +137,8 @@ impl Placed {
     }
 
     /// Whether its worker is another than the accept loop's: its socket must move to that
-    /// worker's reactor ([`move_tcp`], [`move_unix`]) before it is served.
-    pub(crate) fn elsewhere(&self) -> bool {
+    /// worker's reactor ([`Movable`]) before it is served.
+    fn elsewhere(&self) -> bool {
         self.index() != 0
     }
 }
@@ -133,15 +151,23 @@ impl Drop for Placed {
     }
 }
 
-/// `stream`, taken out of the reactor it was accepted on and registered with the one of the
-/// runtime entered now ([`Workers::enter`]).
-pub(crate) fn move_tcp(stream: TcpStream) -> io::Result<TcpStream> {
-    TcpStream::from_std(stream.into_std()?)
+/// A connection's socket, which can leave the reactor it was accepted on.
+pub(crate) trait Movable: Sized {
+    /// The socket, taken out of its reactor and registered with the one of the runtime
+    /// entered now ([`Workers::enter`]).
+    fn moved(self) -> io::Result<Self>;
 }
 
-/// [`move_tcp`] for a Unix socket listener's connection.
-pub(crate) fn move_unix(stream: UnixStream) -> io::Result<UnixStream> {
-    UnixStream::from_std(stream.into_std()?)
+impl Movable for TcpStream {
+    fn moved(self) -> io::Result<Self> {
+        TcpStream::from_std(self.into_std()?)
+    }
+}
+
+impl Movable for UnixStream {
+    fn moved(self) -> io::Result<Self> {
+        UnixStream::from_std(self.into_std()?)
+    }
 }
 
 /// The runtimes of a serving process: the main thread's (worker 0), which [`Runtimes::block_on`]
@@ -320,7 +346,7 @@ mod tests {
             let (stream, _) = listener.accept().await.unwrap();
             let served = {
                 let _entered = workers.enter(placed.index()).expect("another worker");
-                let mut stream = move_tcp(stream).expect("moved");
+                let mut stream = stream.moved().expect("moved");
                 tokio::spawn(async move {
                     let mut ping = [0u8; 4];
                     stream.read_exact(&mut ping).await.unwrap();

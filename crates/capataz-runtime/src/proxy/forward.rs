@@ -141,10 +141,11 @@ pub(super) async fn forward<'a>(
 /// passive side: a gRPC call's by its `grpc-status` (in the head of a trailers-only answer,
 /// else in the trailers, judged when the body ends).
 ///
-/// A stream the backend did not take because it closed the connection gracefully
-/// ([`AttemptError::GoneAway`]: nginx does after `keepalive_requests`) is sent once more to
-/// the same backend, on a new connection, when it can be rebuilt (`resend`: a bodiless
-/// request), as HAProxy and Envoy retry it: the backend is not failing, and a pool of one
+/// A request the backend did not take because its connection closed ([`AttemptError::GoneAway`]:
+/// above a graceful GOAWAY, as nginx sends after `keepalive_requests`, or never handed to the
+/// closing connection) is sent once more to the same backend on a new connection, when it is
+/// back intact or can be rebuilt (`resend`: a bodiless request), as `forward` tries a fresh
+/// connection after a pooled one found closed: the backend is not failing, and a pool of one
 /// backend has nowhere else to send it.
 pub(super) async fn forward_h2<'a>(
     pool: &Arc<PoolHandle>,

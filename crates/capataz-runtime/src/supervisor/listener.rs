@@ -389,22 +389,16 @@ impl Hand {
         (peer, local): (SocketAddr, Option<SocketAddr>),
         held: Held,
     ) {
-        let placed = self.workers.place();
-        let index = placed.index();
-        let elsewhere = placed.elsewhere();
-        let held = held.on_worker(placed);
-        // From here on, what is spawned and the socket's registration are the worker's.
-        let _worker = self.workers.enter(index);
-        let stream = match elsewhere {
-            false => stream,
-            true => match crate::workers::move_tcp(stream) {
-                Ok(stream) => stream,
-                Err(error) => {
-                    tracing::debug!(%peer, %error, "cannot hand the connection to its worker");
-                    return;
-                }
-            },
+        // From here on, what is spawned is the worker's.
+        let (placed, _worker, stream) = match self.workers.take(stream) {
+            Ok(taken) => taken,
+            Err(error) => {
+                tracing::debug!(%peer, %error, "cannot hand the connection to its worker");
+                return;
+            }
         };
+        let index = placed.index();
+        let held = held.on_worker(placed);
         let state = self.state.clone();
         let now = state.load();
         if let Some(relay) = &now.tcp {

@@ -302,22 +302,16 @@ fn hand_over(
     (state, shutdown): (&Arc<ArcSwap<ListenerState>>, &watch::Receiver<bool>),
     (workers, watchers): (&Workers, &mut [Option<downstream::Watch>]),
 ) {
-    let placed = workers.place();
-    let index = placed.index();
-    let elsewhere = placed.elsewhere();
-    let held = held.on_worker(placed);
-    // From here on, what is spawned and the socket's registration are the worker's.
-    let _worker = workers.enter(index);
-    let stream = match elsewhere {
-        false => stream,
-        true => match crate::workers::move_unix(stream) {
-            Ok(stream) => stream,
-            Err(error) => {
-                tracing::debug!(%error, "cannot hand the connection to its worker");
-                return;
-            }
-        },
+    // From here on, what is spawned is the worker's.
+    let (placed, _worker, stream) = match workers.take(stream) {
+        Ok(taken) => taken,
+        Err(error) => {
+            tracing::debug!(%error, "cannot hand the connection to its worker");
+            return;
+        }
     };
+    let index = placed.index();
+    let held = held.on_worker(placed);
     let now = state.load();
     if let Some(relay) = &now.tcp {
         let relay = relay.clone();
