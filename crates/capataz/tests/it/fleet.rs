@@ -18,21 +18,13 @@ use crate::support::process::{gone, signal};
 use crate::support::prometheus::promtool_check;
 use crate::support::relay::Relay;
 use crate::support::wait::block_until;
-use crate::support::{any, DEADLINE};
+use crate::support::{any, runtime, DEADLINE};
 
 /// The probe interval.
 const INTERVAL: Duration = Duration::from_millis(100);
 
 /// The fleet's lease.
 const LEASE: Duration = Duration::from_secs(2);
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
 
 /// Instance `name`'s config: pool `web` of `backends`, probed every [`INTERVAL`], in group
 /// `group` through etcd at `endpoint`, one owner per backend.

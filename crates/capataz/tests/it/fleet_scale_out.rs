@@ -26,7 +26,7 @@ use crate::support::fleet::{probers_per_backend, Instance, Traffic};
 use crate::support::process::{gone, signal};
 use crate::support::relay::Relay;
 use crate::support::wait::block_until;
-use crate::support::{any, DEADLINE};
+use crate::support::{any, runtime, DEADLINE};
 
 /// Shared probing: `Some((k, block))`: `k` instances probe each backend, and `block` is the
 /// config table that turns it on (added to every instance's file, `ENDPOINT` replaced by the
@@ -48,14 +48,6 @@ const INTERVAL: Duration = Duration::from_millis(100);
 
 /// How often each instance's client sends a GET.
 const PACE: Duration = Duration::from_millis(10);
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
 
 /// An instance's config: listener `front` and the admin API on ephemeral ports, pool `web`
 /// from etcd at `endpoint`, probed every [`INTERVAL`], rise 2, fall 2.

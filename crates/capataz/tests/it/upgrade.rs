@@ -11,17 +11,9 @@ use std::time::{Duration, Instant};
 
 use capataz::sim::{Mode, SimBackend};
 
-use crate::support::any;
 use crate::support::process::{gone, load, pid_in, signal, Capataz, NotifySocket, TempFile};
 use crate::support::wait::block_until;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
+use crate::support::{any, runtime};
 
 /// A listener `front` and an admin listener, both on ephemeral ports, over pool `web` of
 /// `backends`, probed every 50 ms; `fall = 100` keeps a backend whose probes start failing UP

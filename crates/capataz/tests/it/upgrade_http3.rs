@@ -17,21 +17,13 @@ use crate::support::h3client::{self, H3Client};
 use crate::support::process::{gone, pid_in, signal, Capataz, TempFile};
 use crate::support::raw::{ok_answer, read_head, RawBackend};
 use crate::support::tls::Pki;
-use crate::support::DEADLINE;
+use crate::support::{runtime, DEADLINE};
 
 const SITE: &str = "site.test";
 
 /// The length of `/held`'s answer: many QUIC packets, each acknowledged through the new
 /// process.
 const HELD_BODY: usize = 200_000;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
 
 /// A keep-alive backend answering `ok` at once, but `/held` (counted in its hits) only once
 /// `release` says so, with [`HELD_BODY`] bytes.

@@ -5,7 +5,6 @@
 //! lets a slow answer in flight on each worker finish. A backend on the test's runtime, blocking
 //! clients; loopback and ephemeral ports; every wait has a deadline.
 
-use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,19 +13,12 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::watch;
 
+use crate::support::blocking::request;
 use crate::support::client::{exchange, Answer};
 use crate::support::process::{load, Capataz, LoadReport, TempFile};
 use crate::support::raw::{ok_answer, read_head, RawBackend};
 use crate::support::wait::block_until;
-use crate::support::{reserve_port, DEADLINE};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
+use crate::support::{reserve_port, runtime, DEADLINE};
 
 /// A keep-alive backend answering `200 ok`; a `GET /slow` is counted in `pending` and answered
 /// only once `gate` is open.
@@ -82,28 +74,13 @@ kind = "none"
     )
 }
 
-/// `GET path` on a new keep-alive connection, for a test thread: the status.
-fn get(addr: SocketAddr, path: &str) -> std::io::Result<u16> {
-    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: workers.test\r\n\r\n");
-    stream.write_all(request.as_bytes())?;
-    let mut raw = Vec::new();
-    let mut chunk = [0u8; 1024];
-    // The answer is `ok_answer("ok")`: its head and the two bytes of its body.
-    while !raw.ends_with(b"\r\n\r\nok") {
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            break;
-        }
-        raw.extend_from_slice(&chunk[..n]);
-    }
-    let text = String::from_utf8_lossy(&raw);
-    Ok(text
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or(0))
+/// `GET path` on a new connection, for a test thread: the status, 0 without an answer.
+fn get(addr: SocketAddr, path: &str) -> u16 {
+    request(
+        addr,
+        &format!("GET {path} HTTP/1.1"),
+        Duration::from_secs(30),
+    )
 }
 
 /// `GET path` on the admin API at `admin`.
@@ -175,7 +152,7 @@ fn two_workers_answer_every_client_keep_serving_through_a_reload_and_drain_both_
     let mut capataz = Capataz::spawn(&["run", config.text()], &[("CAPATAZ_WORKER_THREADS", "2")]);
     let front = capataz.listening_on("front");
     let admin = capataz.admin_on();
-    block_until("a first answer", || matches!(get(front, "/"), Ok(200)));
+    block_until("a first answer", || get(front, "/") == 200);
 
     // Many keep-alive clients: every request answered, and counted once; the second worker's
     // thread served its share (the first, the main thread, accepts them all).
@@ -250,7 +227,7 @@ fn two_workers_answer_every_client_keep_serving_through_a_reload_and_drain_both_
     gate.send(true).expect("the backend's gate");
     for client in slow {
         let status = client.join().expect("a slow client");
-        assert_eq!(status.ok(), Some(200));
+        assert_eq!(status, 200);
     }
     let status = capataz.wait_exit();
     assert!(status.success(), "{status}\n{}", capataz.stderr());

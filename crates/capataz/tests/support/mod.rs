@@ -56,6 +56,16 @@ use std::time::Duration;
 /// How long a test waits for anything before it gives up.
 pub const DEADLINE: Duration = Duration::from_secs(20);
 
+/// A tokio runtime of one worker, for a test that drives blocking code (a child process, std
+/// threads) and calls async helpers beside it.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
 /// An ephemeral port on loopback.
 pub fn any() -> SocketAddr {
     ([127, 0, 0, 1], 0).into()
