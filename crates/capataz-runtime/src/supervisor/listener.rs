@@ -18,7 +18,7 @@ use super::unix_listen::ClientSocket;
 use super::{Listening, StartError, Supervisor};
 use crate::access_log::AccessLog;
 use crate::balance::PoolHandle;
-use crate::config::ListenerConfig;
+use crate::config::{Config, ListenerConfig};
 use crate::downstream;
 use crate::health::PoolRt;
 use crate::instruments::HandshakeFailures;
@@ -74,6 +74,22 @@ impl ListenerRt {
         self.address == config.address
             && self.unix.as_deref() == config.unix.as_ref().map(|unix| unix.path.as_path())
     }
+}
+
+/// For each listener of `config`, the index of the `running` one it keeps (the same
+/// address, or socket path), or `None` for a listener to start. One to one, in order: two
+/// listeners on `127.0.0.1:0` keep the running one on it and start a second.
+pub(super) fn kept(running: &[ListenerRt], config: &Config) -> Vec<Option<usize>> {
+    let mut taken = vec![false; running.len()];
+    config
+        .listeners
+        .iter()
+        .map(|listener| {
+            let index = (0..running.len()).find(|&i| !taken[i] && running[i].serves(listener))?;
+            taken[index] = true;
+            Some(index)
+        })
+        .collect()
 }
 
 /// A listener's ACME or OCSP stapling task, aborted when dropped (the listener stopped,

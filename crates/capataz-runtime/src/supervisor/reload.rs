@@ -68,7 +68,8 @@ impl Owned {
         if *supervisor.shutdown.borrow() {
             return Err(StartError::ShuttingDown);
         }
-        let fresh = bind_fresh(&self.listeners, &config)?;
+        let kept = super::listener::kept(&self.listeners, &config);
+        let fresh = bind_fresh(&self.listeners, &kept, &config)?;
         let old_pools = supervisor.pools();
         let mut summary = ReloadSummary::default();
         let new_pools = supervisor.build_pools(&config, &old_pools, &mut summary);
@@ -95,7 +96,11 @@ impl Owned {
         for (_, tasks) in old_tasks {
             tasks.abort();
         }
-        supervisor.update_listeners(&mut self.listeners, fresh, &config, &pools, &mut summary);
+        let kept = Kept {
+            by_config: kept,
+            fresh,
+        };
+        supervisor.update_listeners(&mut self.listeners, kept, &config, &pools, &mut summary);
         self.publish_listeners(supervisor);
         let names: Vec<&str> = config.listeners.iter().map(|l| l.name.as_str()).collect();
         supervisor.access_logs.retain(&names);
@@ -131,13 +136,18 @@ impl Owned {
     }
 }
 
-/// The listeners `config` adds to the `running` ones, bound, and the UDP sockets of the
-/// HTTP/3 endpoints the kept ones move to (or gain); on an error nothing has changed.
-fn bind_fresh(running: &[ListenerRt], config: &Config) -> Result<Bound, StartError> {
+/// The listeners `config` adds to the `running` ones (those `kept` names no running one for),
+/// bound, and the UDP sockets of the HTTP/3 endpoints the kept ones move to (or gain); on an
+/// error nothing has changed.
+fn bind_fresh(
+    running: &[ListenerRt],
+    kept: &[Option<usize>],
+    config: &Config,
+) -> Result<Bound, StartError> {
     let mut fresh = Vec::new();
     let mut udp = Vec::new();
     for (index, listener) in config.listeners.iter().enumerate() {
-        match running.iter().find(|l| l.serves(listener)) {
+        match kept[index].map(|i| &running[i]) {
             Some(kept) => {
                 let wanted = super::http3::http3_address(listener, kept.local);
                 if kept.http3.as_ref().map(|h| h.address) != wanted {
@@ -155,6 +165,12 @@ fn bind_fresh(running: &[ListenerRt], config: &Config) -> Result<Bound, StartErr
 /// What a reload bound before changing anything: the fresh listeners, and the kept ones'
 /// new HTTP/3 UDP sockets by address.
 type Bound = (Vec<Fresh>, Vec<(std::net::SocketAddr, std::net::UdpSocket)>);
+
+/// Which running listeners a reload keeps ([`super::listener::kept`]), and what it bound.
+struct Kept {
+    by_config: Vec<Option<usize>>,
+    fresh: Bound,
+}
 
 impl Supervisor {
     /// The new pools, each built from the old pool of its name (its backends' health kept),
@@ -218,15 +234,20 @@ impl Supervisor {
     fn update_listeners(
         &self,
         listeners: &mut Vec<ListenerRt>,
-        (fresh, mut udp): Bound,
+        kept: Kept,
         config: &Config,
         pools: &[Arc<PoolRt>],
         summary: &mut ReloadSummary,
     ) {
+        let Kept {
+            by_config,
+            fresh: (fresh, mut udp),
+        } = kept;
         let pool_handles = super::listener::handles(pools);
         let mut kept_listeners = Vec::new();
-        for listener in std::mem::take(listeners) {
-            match config.listeners.iter().find(|l| listener.serves(l)) {
+        for (running, listener) in std::mem::take(listeners).into_iter().enumerate() {
+            let new = by_config.iter().position(|&k| k == Some(running));
+            match new.map(|i| &config.listeners[i]) {
                 Some(new) => {
                     super::unix_listen::apply_mode(new);
                     let mut listener = listener;

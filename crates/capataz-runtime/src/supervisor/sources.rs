@@ -114,8 +114,9 @@ impl Owned {
         // The listeners' routes hold the pools' handles: give them the new one.
         let config = supervisor.config();
         let pool_handles = handles(&next);
-        for listener in &self.listeners {
-            if let Some(new) = config.listeners.iter().find(|l| listener.serves(l)) {
+        let kept = super::listener::kept(&self.listeners, &config);
+        for (new, running) in config.listeners.iter().zip(kept) {
+            if let Some(listener) = running.map(|i| &self.listeners[i]) {
                 // Same settings, same log: a membership update reopens nothing.
                 let previous = listener.state.load_full();
                 let log = previous.proxy.access_log();

@@ -434,3 +434,32 @@ async fn forwarded_headers_can_be_turned_off_per_listener() {
     assert_eq!(plain.status, 200);
     assert!(plain.headers.get("x-seen-xff").is_none());
 }
+
+/// Regression: a reload adding a second listener on `127.0.0.1:0` matched it to the running
+/// one on that address, so it was never started; listeners are now kept one to one.
+#[tokio::test]
+async fn a_reload_adding_a_second_listener_on_port_zero_starts_it() {
+    let b = backends(&["a"]).await;
+    let one = config_text(&b, &[], "");
+    let (balancer, _rx) = start(&one).await;
+    let first = balancer.local_addrs()[0];
+    let two = format!("[[listeners]]\naddress = \"127.0.0.1:0\"\n{one}");
+    let summary = balancer
+        .reload(&crate::support::balancer::parse(&two))
+        .await
+        .expect("the reload applies");
+    assert_eq!((summary.listeners_added, summary.listeners_removed), (1, 0));
+    let addrs = balancer.local_addrs();
+    assert_eq!(addrs.len(), 2, "{addrs:?}");
+    assert!(addrs.contains(&first), "the first listener kept: {addrs:?}");
+    for addr in &addrs {
+        assert_eq!(Client::new(*addr).get("/").await.status, 200, "{addr}");
+    }
+    let summary = balancer
+        .reload(&crate::support::balancer::parse(&one))
+        .await
+        .expect("the reload applies");
+    assert_eq!((summary.listeners_added, summary.listeners_removed), (0, 1));
+    assert_eq!(balancer.local_addrs(), [first]);
+    assert_eq!(Client::new(first).get("/").await.status, 200);
+}
