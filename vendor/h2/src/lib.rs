@@ -98,6 +98,43 @@ macro_rules! proto_err {
     };
 }
 
+// capataz: `let span = tracing::trace_span!(..); let _e = span.enter();` in one, built and
+// entered only when `trace_enabled()`: otherwise `trace_span!` returns a disabled span, and
+// entering, exiting and dropping it do nothing, but still cost their checks (about 650
+// instructions per request over the 20 or so spans of a request's path; capataz's
+// BENCHMARKS.md). The `Option<EnteredSpan>` it returns exits the span when dropped, as
+// `Entered` did, and then closes it, as dropping `span` did.
+macro_rules! trace_span_entered {
+    ($($args:tt)+) => {
+        if crate::trace_enabled() {
+            Some(tracing::trace_span!($($args)+).entered())
+        } else {
+            None
+        }
+    };
+}
+
+// capataz: whether a `trace_span!` here could be anything but disabled: TRACE is within the
+// static and the current global maximum level (what `trace_span!` itself checks first), or no
+// subscriber has been set yet (then, with tracing's `log` feature, a disabled span's entry and
+// exit go to `log`, and `trace_span!` is left to do that as upstream).
+#[inline(always)]
+fn trace_enabled() -> bool {
+    use tracing::level_filters::{LevelFilter, STATIC_MAX_LEVEL};
+    (tracing::Level::TRACE <= STATIC_MAX_LEVEL && tracing::Level::TRACE <= LevelFilter::current())
+        || !tracing::dispatcher::has_been_set()
+}
+
+// capataz: `span.clone().entered()`, or `None` when `span` is `Span::none()` (a disabled span
+// without tracing's `log` feature), which entering would not change.
+fn enter_span(span: &tracing::Span) -> Option<tracing::span::EnteredSpan> {
+    if span.is_none() {
+        None
+    } else {
+        Some(span.clone().entered())
+    }
+}
+
 macro_rules! ready {
     ($e:expr) => {
         match $e {
@@ -160,5 +197,123 @@ impl<T, F: FnMut(&mut Context<'_>) -> Poll<T>> Future for PollFn<F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         (self.0)(cx)
+    }
+}
+
+// capataz: `trace_span_entered!` against upstream's `trace_span!` + `enter()`, with a
+// subscriber installed as capataz installs one: the same spans, entries, exits and closes when
+// TRACE is enabled, and nothing in either when it is not.
+#[cfg(test)]
+mod trace_span_entered_test {
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    use std::sync::Mutex;
+
+    use tracing::level_filters::LevelFilter;
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Metadata, Subscriber};
+
+    /// 0: TRACE enabled, 1: INFO at most.
+    static QUIET: AtomicUsize = AtomicUsize::new(0);
+    static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+    struct Recorder {
+        next: AtomicU64,
+        names: Mutex<Vec<(u64, &'static str)>>,
+    }
+
+    impl Recorder {
+        fn note(&self, id: &Id, what: &str) {
+            let names = self.names.lock().unwrap();
+            if let Some((_, name)) = names.iter().find(|(i, _)| *i == id.into_u64()) {
+                if name.starts_with("capataz_test") {
+                    SEEN.lock().unwrap().push(format!("{what} {name}"));
+                }
+            }
+        }
+    }
+
+    impl Subscriber for Recorder {
+        fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+            QUIET.load(Ordering::SeqCst) == 0 || *metadata.level() <= tracing::Level::INFO
+        }
+        fn max_level_hint(&self) -> Option<LevelFilter> {
+            Some(match QUIET.load(Ordering::SeqCst) {
+                0 => LevelFilter::TRACE,
+                _ => LevelFilter::INFO,
+            })
+        }
+        fn new_span(&self, span: &Attributes<'_>) -> Id {
+            let id = Id::from_u64(self.next.fetch_add(1, Ordering::SeqCst));
+            let name = span.metadata().name();
+            self.names.lock().unwrap().push((id.into_u64(), name));
+            if name.starts_with("capataz_test") {
+                SEEN.lock().unwrap().push(format!("new {name}"));
+            }
+            id
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, _: &Event<'_>) {}
+        fn enter(&self, id: &Id) {
+            self.note(id, "enter");
+        }
+        fn exit(&self, id: &Id) {
+            self.note(id, "exit");
+        }
+        fn try_close(&self, id: Id) -> bool {
+            self.note(&id, "close");
+            true
+        }
+    }
+
+    fn upstream(n: u32) {
+        let span = tracing::trace_span!("capataz_test_span", n);
+        let _e = span.enter();
+        SEEN.lock().unwrap().push("body".to_owned());
+    }
+
+    fn patched(n: u32) {
+        let _e = trace_span_entered!("capataz_test_span", n);
+        SEEN.lock().unwrap().push("body".to_owned());
+    }
+
+    fn run(f: fn(u32)) -> Vec<String> {
+        SEEN.lock().unwrap().clear();
+        f(7);
+        std::mem::take(&mut *SEEN.lock().unwrap())
+    }
+
+    #[test]
+    fn spans_as_upstreams() {
+        let recorder = Recorder {
+            next: AtomicU64::new(1),
+            names: Mutex::new(Vec::new()),
+        };
+        tracing::subscriber::set_global_default(recorder).unwrap();
+
+        QUIET.store(0, Ordering::SeqCst);
+        tracing::callsite::rebuild_interest_cache();
+        assert!(crate::trace_enabled());
+        let seen = run(upstream);
+        assert_eq!(
+            seen,
+            [
+                "new capataz_test_span",
+                "enter capataz_test_span",
+                "body",
+                "exit capataz_test_span",
+                "close capataz_test_span"
+            ]
+        );
+        assert_eq!(run(patched), seen);
+
+        QUIET.store(1, Ordering::SeqCst);
+        tracing::callsite::rebuild_interest_cache();
+        assert!(!crate::trace_enabled());
+        assert_eq!(run(upstream), ["body"]);
+        assert_eq!(run(patched), ["body"]);
+        assert!(crate::enter_span(&tracing::Span::none()).is_none());
+        let disabled = tracing::trace_span!("capataz_test_disabled");
+        assert!(disabled.is_none());
     }
 }

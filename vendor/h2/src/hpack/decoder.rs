@@ -192,8 +192,8 @@ impl Decoder {
             self.last_max_update = size;
         }
 
-        let span = tracing::trace_span!("hpack::decode");
-        let _e = span.enter();
+        // capataz: built and entered only when TRACE may be recorded (`trace_span_entered!`).
+        let _e = trace_span_entered!("hpack::decode");
 
         tracing::trace!("decode");
 

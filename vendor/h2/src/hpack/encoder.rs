@@ -102,8 +102,8 @@ impl Encoder {
     where
         I: IntoIterator<Item = Header<Option<HeaderName>>>,
     {
-        let span = tracing::trace_span!("hpack::encode");
-        let _e = span.enter();
+        // capataz: built and entered only when TRACE may be recorded (`trace_span_entered!`).
+        let _e = trace_span_entered!("hpack::encode");
 
         self.encode_size_updates(dst);
 
