@@ -163,8 +163,8 @@ impl FrameDecoder {
 ///
 /// This function is intentionally de-generified and outlined because it is very large.
 fn decode_frame(decoder: &mut FrameDecoder, mut bytes: BytesMut) -> Result<Option<Frame>, Error> {
-    // capataz: built and entered only when TRACE may be recorded (`trace_span_entered!`).
-    let _e = trace_span_entered!("FramedRead::decode_frame", offset = bytes.len());
+    let span = tracing::trace_span!("FramedRead::decode_frame", offset = bytes.len());
+    let _e = span.enter();
 
     tracing::trace!("decoding frame from {}B", bytes.len());
 
@@ -431,8 +431,8 @@ where
     type Item = Result<Frame, Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        // capataz: built and entered only when TRACE may be recorded (`trace_span_entered!`).
-        let _e = trace_span_entered!("FramedRead::poll_next");
+        let span = tracing::trace_span!("FramedRead::poll_next");
+        let _e = span.enter();
         // capataz: allocate the read buffer before reading if it has not been yet or was
         // released (capacity 0, hence empty): otherwise tokio-util's FramedRead reserves 1 byte
         // and the first reads are a few bytes each.

@@ -192,8 +192,8 @@ impl Decoder {
             self.last_max_update = size;
         }
 
-        // capataz: built and entered only when TRACE may be recorded (`trace_span_entered!`).
-        let _e = trace_span_entered!("hpack::decode");
+        let span = tracing::trace_span!("hpack::decode");
+        let _e = span.enter();
 
         tracing::trace!("decode");
 

@@ -102,8 +102,8 @@ impl Encoder {
     where
         I: IntoIterator<Item = Header<Option<HeaderName>>>,
     {
-        // capataz: built and entered only when TRACE may be recorded (`trace_span_entered!`).
-        let _e = trace_span_entered!("hpack::encode");
+        let span = tracing::trace_span!("hpack::encode");
+        let _e = span.enter();
 
         self.encode_size_updates(dst);
 

@@ -216,11 +216,9 @@ where
     /// Returns `Error` as this may raise errors that are caused by delayed
     /// processing of received frames.
     fn poll_ready(&mut self, cx: &mut Context) -> Poll<Result<(), Error>> {
-        // capataz: the connection's span entered only when it is something (`Span::none()`
-        // is what a disabled span is without tracing's `log` feature: entering it does nothing).
-        let _e = (!self.inner.span.is_none()).then(|| self.inner.span.enter());
-        // capataz: built and entered only when TRACE may be recorded (`trace_span_entered!`).
-        let _e = trace_span_entered!("poll_ready");
+        let _e = self.inner.span.enter();
+        let span = tracing::trace_span!("poll_ready");
+        let _e = span.enter();
         // The order of these calls don't really matter too much
         ready!(self.inner.ping_pong.send_pending_pong(cx, &mut self.codec))?;
         ready!(self.inner.ping_pong.send_pending_ping(cx, &mut self.codec))?;
@@ -306,10 +304,10 @@ where
         // order to placate the borrow checker — `self` is mutably borrowed by
         // `poll2`, which means that we can't borrow `self.span` to enter it.
         // The clone is just an atomic ref bump.
-        // capataz: a clone of it entered only when it is something (`enter_span`).
-        let _e = crate::enter_span(&self.inner.span);
-        // capataz: built and entered only when TRACE may be recorded (`trace_span_entered!`).
-        let _e = trace_span_entered!("poll");
+        let span = self.inner.span.clone();
+        let _e = span.enter();
+        let span = tracing::trace_span!("poll");
+        let _e = span.enter();
 
         loop {
             tracing::trace!(connection.state = ?self.inner.state);

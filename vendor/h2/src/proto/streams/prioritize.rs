@@ -116,8 +116,8 @@ impl Prioritize {
         stream: &mut store::Ptr,
         task: &mut Option<Waker>,
     ) {
-        // capataz: built and entered only when TRACE may be recorded (`trace_span_entered!`).
-        let _e = trace_span_entered!("Prioritize::queue_frame", ?stream.id);
+        let span = tracing::trace_span!("Prioritize::queue_frame", ?stream.id);
+        let _e = span.enter();
         // Queue the frame in the buffer
         stream.pending_send.push_back(buffer, frame);
         self.schedule_send(stream, task);
@@ -228,14 +228,14 @@ impl Prioritize {
         stream: &mut store::Ptr,
         counts: &mut Counts,
     ) {
-        // capataz: built and entered only when TRACE may be recorded (`trace_span_entered!`).
-        let _e = trace_span_entered!(
+        let span = tracing::trace_span!(
             "reserve_capacity",
             ?stream.id,
             requested = capacity,
             effective = (capacity as usize) + stream.buffered_send_data,
             curr = stream.requested_send_capacity
         );
+        let _e = span.enter();
 
         // Actual capacity is `capacity` + the current amount of buffered data.
         // If it were less, then we could never send out the buffered data.
@@ -288,14 +288,14 @@ impl Prioritize {
         inc: WindowSize,
         stream: &mut store::Ptr,
     ) -> Result<(), Reason> {
-        // capataz: built and entered only when TRACE may be recorded (`trace_span_entered!`).
-        let _e = trace_span_entered!(
+        let span = tracing::trace_span!(
             "recv_stream_window_update",
             ?stream.id,
             ?stream.state,
             inc,
             flow = ?stream.send_flow
         );
+        let _e = span.enter();
 
         if stream.state.is_send_closed() && stream.buffered_send_data == 0 {
             // We can't send any data, so don't bother doing anything else.
@@ -358,8 +358,8 @@ impl Prioritize {
     }
 
     pub fn clear_pending_capacity(&mut self, store: &mut Store, counts: &mut Counts) {
-        // capataz: built and entered only when TRACE may be recorded (`trace_span_entered!`).
-        let _e = trace_span_entered!("clear_pending_capacity");
+        let span = tracing::trace_span!("clear_pending_capacity");
+        let _e = span.enter();
         while let Some(stream) = self.pending_capacity.pop(store) {
             counts.transition(stream, |_, stream| {
                 tracing::trace!(?stream.id, "clear_pending_capacity");
@@ -375,8 +375,8 @@ impl Prioritize {
     ) where
         R: Resolve,
     {
-        // capataz: built and entered only when TRACE may be recorded (`trace_span_entered!`).
-        let _e = trace_span_entered!("assign_connection_capacity", inc);
+        let span = tracing::trace_span!("assign_connection_capacity", inc);
+        let _e = span.enter();
 
         // TODO: proper error handling
         let _res = self.flow.assign_capacity(inc);
@@ -427,8 +427,8 @@ impl Prioritize {
             // Can't assign more than what is available
             stream.send_flow.window_size() - stream.send_flow.available().as_size(),
         );
-        // capataz: built and entered only when TRACE may be recorded (`trace_span_entered!`).
-        let _e = trace_span_entered!("try_assign_capacity", ?stream.id);
+        let span = tracing::trace_span!("try_assign_capacity", ?stream.id);
+        let _e = span.enter();
         tracing::trace!(
             requested = total_requested,
             additional,
@@ -585,8 +585,8 @@ impl Prioritize {
     where
         B: Buf,
     {
-        // capataz: built and entered only when TRACE may be recorded (`trace_span_entered!`).
-        let _e = trace_span_entered!("try_reclaim_frame");
+        let span = tracing::trace_span!("try_reclaim_frame");
+        let _e = span.enter();
 
         // First check if there are any data chunks to take back
         if let Some(frame) = dst.take_last_data_frame() {
@@ -665,8 +665,8 @@ impl Prioritize {
     }
 
     pub fn clear_queue<B>(&mut self, buffer: &mut Buffer<Frame<B>>, stream: &mut store::Ptr) {
-        // capataz: built and entered only when TRACE may be recorded (`trace_span_entered!`).
-        let _e = trace_span_entered!("clear_queue", ?stream.id);
+        let span = tracing::trace_span!("clear_queue", ?stream.id);
+        let _e = span.enter();
 
         // TODO: make this more efficient?
         while let Some(frame) = stream.pending_send.pop_front(buffer) {
@@ -710,13 +710,13 @@ impl Prioritize {
     where
         B: Buf,
     {
-        // capataz: built and entered only when TRACE may be recorded (`trace_span_entered!`).
-        let _e = trace_span_entered!("pop_frame");
+        let span = tracing::trace_span!("pop_frame");
+        let _e = span.enter();
 
         loop {
             let mut stream = self.pending_send.pop(store)?;
-            // capataz: built and entered only when TRACE may be recorded (`trace_span_entered!`).
-            let _e = trace_span_entered!("popped", ?stream.id, ?stream.state);
+            let span = tracing::trace_span!("popped", ?stream.id, ?stream.state);
+            let _e = span.enter();
 
             // It's possible that this stream, besides having data to send,
             // is also queued to send a reset, and thus is already in the queue
@@ -802,10 +802,7 @@ impl Prioritize {
                     tracing::trace!(len, "sending data frame");
 
                     // Update the flow control
-                    // capataz: the two spans below as blocks, not `in_scope`, so that each is
-                    // built and entered only when TRACE may be recorded (`trace_span_entered!`).
-                    {
-                        let _e = trace_span_entered!("updating stream flow");
+                    tracing::trace_span!("updating stream flow").in_scope(|| {
                         stream.send_data(len, self.max_buffer_size);
 
                         // Assign the capacity back to the connection that
@@ -814,25 +811,25 @@ impl Prioritize {
                         // TODO: proper error handling
                         let _res = self.flow.assign_capacity(len);
                         debug_assert!(_res.is_ok());
-                    }
+                    });
 
-                    let (eos, len) = {
-                        let _e = trace_span_entered!("updating connection flow");
-                        // TODO: proper error handling
-                        let _res = self.flow.send_data(len);
-                        debug_assert!(_res.is_ok());
+                    let (eos, len) =
+                        tracing::trace_span!("updating connection flow").in_scope(|| {
+                            // TODO: proper error handling
+                            let _res = self.flow.send_data(len);
+                            debug_assert!(_res.is_ok());
 
-                        // Wrap the frame's data payload to ensure that the
-                        // correct amount of data gets written.
+                            // Wrap the frame's data payload to ensure that the
+                            // correct amount of data gets written.
 
-                        let eos = frame.is_end_stream();
-                        let len = len as usize;
+                            let eos = frame.is_end_stream();
+                            let len = len as usize;
 
-                        if frame.payload().remaining() > len {
-                            frame.set_end_stream(false);
-                        }
-                        (eos, len)
-                    };
+                            if frame.payload().remaining() > len {
+                                frame.set_end_stream(false);
+                            }
+                            (eos, len)
+                        });
 
                     Frame::Data(frame.map(|buf| Prioritized {
                         inner: buf.take(len),
