@@ -360,9 +360,17 @@ impl RespBody {
             // The head: hyper has it buffered, and sends it only once the body waits.
             unflushed: true,
             broke: None,
+            broke_waits: 0,
         }))
     }
 }
+
+/// How many times a body that failed right after the head or data waits before it reports
+/// the failure. hyper sends what it holds when the body waits, and an HTTP/1 client connection
+/// puts the first write of each flush off to the back of the runtime's run queue once
+/// ([`crate::turn`]): that write goes out at the second wait, so the client gets the head (and
+/// the data) before the connection ends.
+const BROKEN_WAITS: u8 = 2;
 
 /// A backend's response body, read straight from its connection, with the lease it holds.
 pub struct UpstreamBody {
@@ -373,8 +381,10 @@ pub struct UpstreamBody {
     /// poll): hyper may still hold it unsent.
     unflushed: bool,
     /// The body failed after data that may not have been sent yet; the failure is reported
-    /// on the next poll.
+    /// once the body has waited twice (see [`BROKEN_WAITS`]).
     broke: Option<AttemptError>,
+    /// Waits left before `broke` is reported.
+    broke_waits: u8,
 }
 
 impl UpstreamBody {
@@ -398,7 +408,7 @@ impl UpstreamBody {
     }
 
     /// The body failed here. If the head or data went out since the last wait, the failure is
-    /// reported on the next poll: hyper sends what it holds when the body waits, so the client
+    /// reported after [`BROKEN_WAITS`] waits: hyper sends what it holds when the body waits, so the client
     /// gets the head and every byte that arrived before it learns of the failure. Without that
     /// wait a body failing at its very first poll (bad bytes arriving just after the head was
     /// read) would end the connection with the head still buffered: a bare close, no status.
@@ -409,6 +419,7 @@ impl UpstreamBody {
     ) -> Poll<Option<io::Result<Frame<Bytes>>>> {
         if self.unflushed {
             self.broke = Some(why);
+            self.broke_waits = BROKEN_WAITS - 1;
             cx.waker().wake_by_ref();
             return Poll::Pending;
         }
@@ -427,6 +438,11 @@ impl UpstreamBody {
 
     fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Frame<Bytes>>>> {
         if let Some(why) = self.broke {
+            if self.broke_waits > 0 {
+                self.broke_waits -= 1;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
             return Poll::Ready(Some(Err(self.break_off(why))));
         }
         if self.inner.is_done() {
@@ -475,8 +491,10 @@ pub struct H2RespBody {
     waiting: bool,
     /// Whether the head or data went out since the last `Pending` (see `UpstreamBody`).
     unflushed: bool,
-    /// A failure kept for the next poll, once what hyper holds has gone out.
+    /// A failure kept for a later poll, once what hyper holds has gone out.
     broke: Option<AttemptError>,
+    /// Waits left before `broke` is reported (see [`BROKEN_WAITS`]).
+    broke_waits: u8,
 }
 
 impl RespBody {
@@ -492,6 +510,7 @@ impl RespBody {
             waiting: false,
             unflushed: true,
             broke: None,
+            broke_waits: 0,
         };
         if body.inner.is_end_stream() {
             body.end();
@@ -536,6 +555,7 @@ impl H2RespBody {
     ) -> Poll<Option<io::Result<Frame<Bytes>>>> {
         if self.unflushed {
             self.broke = Some(why);
+            self.broke_waits = BROKEN_WAITS - 1;
             cx.waker().wake_by_ref();
             return Poll::Pending;
         }
@@ -553,6 +573,11 @@ impl H2RespBody {
     }
 
     fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Frame<Bytes>>>> {
+        if self.broke.is_some() && self.broke_waits > 0 {
+            self.broke_waits -= 1;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
         if let Some(why) = self.broke.take() {
             return Poll::Ready(Some(Err(self.fail(why))));
         }

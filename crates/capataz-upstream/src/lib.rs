@@ -2,7 +2,8 @@
 //! exchanges on them (`upstream`), a pool's side of the request path and the pick
 //! (`balance`), the bodies streamed both ways (`body`), the retry budget (`budget`), routes' rate limits (`rate_limit`), the
 //! access log (`access_log`), the metric handles they update (`instruments`), the request path's mutexes
-//! (`lockstat`, counted for the contention test), typed enums in atomics (`atomic_enum`), and the one internal HTTP/1.1 client (`oneshot`).
+//! (`lockstat`, counted for the contention test), typed enums in atomics (`atomic_enum`), the one internal HTTP/1.1 client (`oneshot`), and
+//! writes put off to the end of the runtime's turn (`turn`).
 //!
 //! It imports the configuration, TLS and the engine's types, never the health runtime: Cargo
 //! keeps it below `capataz`, which re-exports these modules under the same names.
@@ -17,4 +18,5 @@ pub mod instruments;
 pub mod lockstat;
 pub mod oneshot;
 pub mod rate_limit;
+pub mod turn;
 pub mod upstream;

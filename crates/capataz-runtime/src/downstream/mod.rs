@@ -92,6 +92,7 @@ use crate::body::{BodyRead, RespBody};
 use crate::config::Http2Config;
 use crate::instruments::ListenerMetrics;
 use crate::proxy::{ClientInfo, Proxy};
+use crate::turn;
 
 mod gone;
 mod park;
@@ -769,8 +770,7 @@ struct CountingIo<IO, G> {
     shared: Arc<ConnState>,
     /// Bytes read while detecting the protocol, read again first.
     prefix: Option<Bytes>,
-    /// Whether this flush's first HTTP/2 write was put off to the scheduler's next turn (see
-    /// `defer_write`); cleared by the flush.
+    /// Whether this flush's first write was put off (see `defer_write`); cleared by the flush.
     deferred: bool,
     /// The caller's guard (it counts the connection open), dropped with the socket: after
     /// the connection's future, or after an upgraded connection's tunnel.
@@ -823,24 +823,31 @@ impl<IO, G> CountingIo<IO, G> {
 }
 
 impl<IO, G> CountingIo<IO, G> {
-    /// Whether to put an HTTP/2 write off to the scheduler's next turn: while requests of the
-    /// connection are in progress, the first write of each flush makes the connection's task
-    /// yield (woken once the runtime has polled its IO driver), so that the answers of the
-    /// streams whose backends answered meanwhile go out in the same write, as HAProxy writes
-    /// once per connection and event-loop turn. With nothing in progress the write goes at once:
-    /// one request at a time gains nothing from waiting. See BENCHMARKS.md, "HTTP/2: where the
-    /// instructions go".
+    /// Whether to put this write off.
+    ///
+    /// HTTP/1: the first write of each flush goes to the back of the runtime's run queue
+    /// ([`turn::poll_back_of_queue`]), so that a turn's reads all come before its writes, as in
+    /// HAProxy's event loop (see `turn`'s module docs; BENCHMARKS.md, "The balancer against
+    /// HAProxy and nginx: plaintext HTTP/1.1").
+    ///
+    /// HTTP/2: while requests of the connection are in progress, the first write of each flush
+    /// makes the connection's task yield (woken once the runtime has polled its IO driver), so
+    /// that the answers of the streams whose backends answered meanwhile go out in the same
+    /// write, as HAProxy writes once per connection and event-loop turn. With nothing in
+    /// progress the write goes at once: one request at a time gains nothing from waiting. See
+    /// BENCHMARKS.md, "HTTP/2: where the instructions go".
     fn defer_write(&mut self, cx: &mut Context<'_>) -> bool {
-        if !self.shared.h2.load(Ordering::Relaxed)
-            || self.shared.active.load(Ordering::Relaxed) == 0
-        {
+        if !self.shared.h2.load(Ordering::Relaxed) {
+            return turn::poll_back_of_queue(&mut self.deferred, cx).is_pending();
+        }
+        if self.shared.active.load(Ordering::Relaxed) == 0 {
             self.deferred = false;
             return false;
         }
         if !self.deferred {
             self.deferred = true;
-            let mut turn = std::pin::pin!(tokio::task::yield_now());
-            if turn.as_mut().poll(cx).is_pending() {
+            let mut yielded = std::pin::pin!(tokio::task::yield_now());
+            if yielded.as_mut().poll(cx).is_pending() {
                 return true;
             }
         }

@@ -105,6 +105,9 @@ where
         }
         Outgoing::Resend(_) => RequestBody::None,
     };
+    // The request goes out at the end of the runtime's turn, with the turn's other requests
+    // and answers (HAProxy's order, see `turn`).
+    crate::turn::back_of_queue().await;
     // The first write decides whether anything was sent at all.
     match stream.write(head_bytes).await {
         Ok(0) | Err(_) => return Err(ExchangeError::NotSent(outgoing)),
