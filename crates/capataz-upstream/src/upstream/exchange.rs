@@ -17,7 +17,7 @@ use http::{Method, Request, StatusCode};
 use hyper::body::{Body, Frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::{AttemptError, Transport, FIRST_READ, MAX_HEAD, READ_SIZE};
+use super::{read_buf, AttemptError, Transport, FIRST_READ, MAX_HEAD, READ_SIZE};
 use capataz_h1::framing::{self, Framing};
 use capataz_h1::head::{self, ResponseHead};
 use capataz_h1::request::{self, RequestBody};
@@ -61,6 +61,9 @@ pub struct Answer<S> {
     pub stream: S,
     /// What was read past the head: the start of the body (or of an upgraded stream).
     pub buf: BytesMut,
+    /// Whether `buf` is still the first read's buffer (`read_buf`), to be given back when
+    /// the body is done with it.
+    pub recycle: bool,
 }
 
 /// Sends `outgoing` on `stream` and reads the response head, skipping interim (1xx) answers
@@ -126,17 +129,18 @@ where
         }
         Outgoing::Resend(method) => (method.clone(), B::default()),
     };
-    let mut buf = BytesMut::new();
+    let mut buf = read_buf::take();
+    let mut recycle = true;
     let mut body_whole = true;
     let head = if body_framing == RequestBody::None {
         let deadline = tokio::time::Instant::from_std(head_sent_at) + timeouts.response_header;
-        tokio::time::timeout_at(deadline, read_head(&mut stream, &mut buf))
+        tokio::time::timeout_at(deadline, read_head(&mut stream, &mut buf, &mut recycle))
             .await
             .unwrap_or(Err(AttemptError::HeadTimeout))
     } else {
         let (mut reader, mut writer) = stream.split();
         let send = send_body(&mut writer, body, body_framing, timeouts);
-        let receive = read_head(&mut reader, &mut buf);
+        let receive = read_head(&mut reader, &mut buf, &mut recycle);
         tokio::pin!(send, receive);
         let early = tokio::select! {
             biased;
@@ -187,6 +191,7 @@ where
         framing,
         stream,
         buf,
+        recycle,
     })
 }
 
@@ -277,9 +282,11 @@ where
 }
 
 /// Reads until a final response head (or a 101) is complete; interim answers are skipped.
+/// `recycle` turns false if `buf` had to grow (it is then no longer the first read's buffer).
 async fn read_head<R: tokio::io::AsyncRead + Unpin>(
     reader: &mut R,
     buf: &mut BytesMut,
+    recycle: &mut bool,
 ) -> Result<ResponseHead, AttemptError> {
     loop {
         match head::parse(buf, MAX_HEAD) {
@@ -295,11 +302,15 @@ async fn read_head<R: tokio::io::AsyncRead + Unpin>(
         }
         // Most answers' heads (and small bodies) fit in a first read of 2 KB; more is asked
         // for only when the head goes on.
-        buf.reserve(if buf.is_empty() {
+        let room = if buf.is_empty() {
             FIRST_READ
         } else {
             READ_SIZE
-        });
+        };
+        if buf.capacity() - buf.len() < room {
+            buf.reserve(room);
+            *recycle = false;
+        }
         match reader.read_buf(buf).await {
             Ok(0) | Err(_) => return Err(AttemptError::HeadClosed),
             Ok(_) => {}

@@ -94,7 +94,7 @@ async fn read_body(
     buf: BytesMut,
     framing: capataz_h1::framing::Framing,
 ) -> (Vec<u8>, Option<DuplexStream>) {
-    let mut body = ResponseStream::new(stream, buf, framing, TIMEOUTS.body_idle);
+    let mut body = ResponseStream::new(stream, buf, false, framing, TIMEOUTS.body_idle);
     let mut out = Vec::new();
     while let Some(data) = std::future::poll_fn(|cx| body.poll_data(cx)).await.unwrap() {
         out.extend_from_slice(&data);
@@ -244,6 +244,7 @@ async fn a_stalled_body_times_out_over_any_transport() {
     let mut body = ResponseStream::new(
         answer.stream,
         answer.buf,
+        answer.recycle,
         answer.framing,
         TIMEOUTS.body_idle,
     );

@@ -1,0 +1,122 @@
+//! The buffers an HTTP/1.1 exchange reads the start of a backend's answer into, kept per
+//! thread for the next exchange.
+//!
+//! Every exchange reads its answer's head into a buffer of `FIRST_READ` bytes. The head's
+//! field values and the first pieces of the body are slices of it (`Bytes` sharing its
+//! memory), which the client's side holds until it has encoded or written them, so the buffer
+//! outlives the exchange by a little. Allocated for each exchange, it cost about 870
+//! instructions per request under load (jemalloc's thread cache for its size class refilled
+//! from fresh slabs: BENCHMARKS.md, "HTTP/2: where the instructions go"). So a buffer whose
+//! answer is done with it comes back here, to a short queue of its thread, and a later
+//! exchange on that thread takes it again once nothing else refers to its memory.
+//!
+//! Invariants:
+//! - a buffer is handed out only with room for a first read that no other handle can see:
+//!   `BytesMut::try_reclaim` gets the whole allocation back only when this handle is its sole
+//!   owner (the shared count), and a `BytesMut`'s room is never any other handle's memory, so
+//!   nothing read for one answer changes a slice of another, one client's or another's;
+//! - it comes back empty (`clear`), so no byte of one answer is read as part of another;
+//! - the queue is short ([`KEPT`]) and per thread: what it holds does not grow with
+//!   connections or load, and no connection holds a buffer while idle (an idle backend
+//!   connection is only its socket).
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+
+use bytes::BytesMut;
+
+use super::FIRST_READ;
+
+/// The most buffers a thread keeps for later exchanges (64 KB at 2 KB each).
+const KEPT: usize = 32;
+
+/// How many kept buffers still referred to elsewhere are passed over (each to the back of the
+/// queue) before a fresh one is allocated.
+const LOOKS: usize = 2;
+
+thread_local! {
+    /// The thread's buffers given back, oldest first: the oldest is the likeliest to be free.
+    static KEPT_BUFS: RefCell<VecDeque<BytesMut>> = const { RefCell::new(VecDeque::new()) };
+}
+
+/// An empty buffer with room for `FIRST_READ` bytes (and no more, so that it can be given
+/// back): one given back earlier if one is free again, else a new one.
+pub(crate) fn take() -> BytesMut {
+    let kept = KEPT_BUFS.try_with(|kept| {
+        let mut kept = kept.borrow_mut();
+        for _ in 0..LOOKS.min(kept.len()) {
+            let mut buf = kept.pop_front()?;
+            // Given back empty; the room is the whole allocation once no slice of it is left.
+            if buf.try_reclaim(FIRST_READ) && buf.capacity() == FIRST_READ {
+                return Some(buf);
+            }
+            kept.push_back(buf);
+        }
+        None
+    });
+    match kept {
+        Ok(Some(buf)) => buf,
+        _ => BytesMut::with_capacity(FIRST_READ),
+    }
+}
+
+/// Gives back a buffer from [`take`] that was never grown (its allocation is still
+/// `FIRST_READ` bytes) once its answer is done with it; slices of it may still be held.
+pub(crate) fn give(mut buf: BytesMut) {
+    buf.clear();
+    let _ = KEPT_BUFS.try_with(|kept| {
+        let mut kept = kept.borrow_mut();
+        if kept.len() < KEPT {
+            kept.push_back(buf);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A buffer comes back out only once every slice of it is gone, empty, with its whole room.
+    #[test]
+    fn taken_again_only_when_no_slice_is_left() {
+        // Another test on this thread may have left buffers: start from none.
+        KEPT_BUFS.with(|kept| kept.borrow_mut().clear());
+        let mut first = take();
+        first.extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\nbody");
+        let head = first.split_to(19).freeze();
+        let body = first.split_to(4).freeze();
+        let first_at = head.as_ptr();
+        give(first);
+        // The head and body are still held: a fresh buffer, not the one given back.
+        let second = take();
+        assert_ne!(second.as_ptr(), first_at);
+        assert!(second.is_empty());
+        assert_eq!(second.capacity(), FIRST_READ);
+        drop((head, body));
+        let third = take();
+        assert_eq!(third.as_ptr(), first_at);
+        assert!(third.is_empty());
+        assert_eq!(third.capacity(), FIRST_READ);
+    }
+
+    /// A buffer given back with bytes in it comes out empty.
+    #[test]
+    fn given_back_empty() {
+        KEPT_BUFS.with(|kept| kept.borrow_mut().clear());
+        let mut buf = take();
+        buf.extend_from_slice(b"left over");
+        give(buf);
+        let again = take();
+        assert!(again.is_empty());
+        assert_eq!(again.capacity(), FIRST_READ);
+    }
+
+    /// No more than `KEPT` buffers are kept.
+    #[test]
+    fn at_most_kept() {
+        KEPT_BUFS.with(|kept| kept.borrow_mut().clear());
+        let bufs: Vec<_> = (0..KEPT + 5).map(|_| take()).collect();
+        bufs.into_iter().for_each(give);
+        assert_eq!(KEPT_BUFS.with(|kept| kept.borrow().len()), KEPT);
+    }
+}
