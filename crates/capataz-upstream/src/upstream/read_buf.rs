@@ -10,6 +10,12 @@
 //! answer is done with it comes back here, to a short queue of its thread, and a later
 //! exchange on that thread takes it again once nothing else refers to its memory.
 //!
+//! Most buffers are free again a few exchanges later (the client's side encodes a head and
+//! writes a body soon), but some are held much longer: an HTTP/2 client connection's HPACK
+//! table keeps each field value it indexes (a new `date` each second), and with it the whole
+//! buffer that value is a slice of. So the oldest buffer kept, if still held, is let go
+//! rather than kept waiting at the front of the queue: held buffers would fill it.
+//!
 //! Invariants:
 //! - a buffer is handed out only with room for a first read that no other handle can see:
 //!   `BytesMut::try_reclaim` gets the whole allocation back only when this handle is its sole
@@ -30,8 +36,8 @@ use super::FIRST_READ;
 /// The most buffers a thread keeps for later exchanges (64 KB at 2 KB each).
 const KEPT: usize = 32;
 
-/// How many kept buffers still referred to elsewhere are passed over (each to the back of the
-/// queue) before a fresh one is allocated.
+/// How many kept buffers still referred to elsewhere are let go (see the module
+/// documentation) before a fresh one is allocated.
 const LOOKS: usize = 2;
 
 thread_local! {
@@ -44,13 +50,13 @@ thread_local! {
 pub(crate) fn take() -> BytesMut {
     let kept = KEPT_BUFS.try_with(|kept| {
         let mut kept = kept.borrow_mut();
-        for _ in 0..LOOKS.min(kept.len()) {
+        for _ in 0..LOOKS {
             let mut buf = kept.pop_front()?;
             // Given back empty; the room is the whole allocation once no slice of it is left.
+            // One still held is let go: its memory is freed when the last slice is.
             if buf.try_reclaim(FIRST_READ) && buf.capacity() == FIRST_READ {
                 return Some(buf);
             }
-            kept.push_back(buf);
         }
         None
     });
@@ -75,28 +81,47 @@ pub(crate) fn give(mut buf: BytesMut) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
-    /// A buffer comes back out only once every slice of it is gone, empty, with its whole room.
+    /// An answer read into a buffer from `take`: its head and its body, split off it.
+    fn answer() -> (BytesMut, Bytes, Bytes) {
+        let mut buf = take();
+        buf.extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\nbody");
+        let head = buf.split_to(19).freeze();
+        let body = buf.split_to(4).freeze();
+        (buf, head, body)
+    }
+
+    /// A buffer comes back out once every slice of it is gone, empty, with its whole room.
     #[test]
-    fn taken_again_only_when_no_slice_is_left() {
+    fn taken_again_when_no_slice_is_left() {
         // Another test on this thread may have left buffers: start from none.
         KEPT_BUFS.with(|kept| kept.borrow_mut().clear());
-        let mut first = take();
-        first.extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\nbody");
-        let head = first.split_to(19).freeze();
-        let body = first.split_to(4).freeze();
-        let first_at = head.as_ptr();
-        give(first);
-        // The head and body are still held: a fresh buffer, not the one given back.
-        let second = take();
-        assert_ne!(second.as_ptr(), first_at);
-        assert!(second.is_empty());
-        assert_eq!(second.capacity(), FIRST_READ);
+        let (buf, head, body) = answer();
+        let at = head.as_ptr();
+        give(buf);
         drop((head, body));
-        let third = take();
-        assert_eq!(third.as_ptr(), first_at);
-        assert!(third.is_empty());
-        assert_eq!(third.capacity(), FIRST_READ);
+        let again = take();
+        assert_eq!(again.as_ptr(), at);
+        assert!(again.is_empty());
+        assert_eq!(again.capacity(), FIRST_READ);
+    }
+
+    /// A buffer of which a slice is still held is never handed out; it is let go, and the
+    /// slice keeps its bytes.
+    #[test]
+    fn never_taken_while_a_slice_is_held() {
+        KEPT_BUFS.with(|kept| kept.borrow_mut().clear());
+        let (buf, head, body) = answer();
+        give(buf);
+        let mut other = take();
+        assert!(!std::ptr::eq(other.as_ptr(), head.as_ptr()));
+        assert!(other.is_empty());
+        assert_eq!(other.capacity(), FIRST_READ);
+        other.extend_from_slice(&[b'x'; FIRST_READ]);
+        assert_eq!(&head[..], b"HTTP/1.1 200 OK\r\n\r\n");
+        assert_eq!(&body[..], b"body");
+        assert_eq!(KEPT_BUFS.with(|kept| kept.borrow().len()), 0);
     }
 
     /// A buffer given back with bytes in it comes out empty.
