@@ -334,20 +334,19 @@ impl RespBody {
     }
 
     /// The body of a backend's answer, read from `stream` (`buf` holds what was read past the
-    /// head; `recycle`: it is the exchange's first read buffer, given back when the body ends)
-    /// as `framing` says. When it has been read to its end the connection goes back to the
-    /// backend's idle set if it is reusable; `answered_at` is when the head arrived. A body
+    /// head) as `framing` says. When it has been read to its end the connection goes back to
+    /// the backend's idle set if it is reusable; `answered_at` is when the head arrived. A body
     /// the backend sends nothing of for `body_idle` fails as stalled.
     #[inline]
     pub fn upstream(
         stream: BackendStream,
-        (buf, recycle): (BytesMut, bool),
+        buf: BytesMut,
         framing: Framing,
         mut lease: Lease,
         answered_at: Instant,
         body_idle: Duration,
     ) -> RespBody {
-        let mut inner = ResponseStream::new(stream, buf, recycle, framing, body_idle);
+        let mut inner = ResponseStream::new(stream, buf, framing, body_idle);
         if inner.is_done() {
             // Nothing to stream: the connection is ready again now.
             lease.complete(inner.finish(), answered_at);

@@ -125,7 +125,7 @@ pub(super) async fn forward<'a>(
                 }
                 *response.body_mut() = RespBody::upstream(
                     answer.stream,
-                    (answer.buf, answer.recycle),
+                    answer.buf,
                     answer.framing,
                     lease,
                     answered_at,

@@ -9,15 +9,17 @@
 //!
 //! A slow but steady upload therefore takes as long as it takes.
 
+use std::cell::RefCell;
 use std::pin::Pin;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use http::{Method, Request, StatusCode};
 use hyper::body::{Body, Frame};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadBuf};
 
-use super::{read_buf, AttemptError, Transport, FIRST_READ, MAX_HEAD, READ_SIZE};
+use super::{AttemptError, Transport, FIRST_READ, MAX_HEAD, READ_SIZE};
 use capataz_h1::framing::{self, Framing};
 use capataz_h1::head::{self, ResponseHead};
 use capataz_h1::request::{self, RequestBody};
@@ -61,9 +63,6 @@ pub struct Answer<S> {
     pub stream: S,
     /// What was read past the head: the start of the body (or of an upgraded stream).
     pub buf: BytesMut,
-    /// Whether `buf` is still the first read's buffer (`read_buf`), to be given back when
-    /// the body is done with it.
-    pub recycle: bool,
 }
 
 /// Sends `outgoing` on `stream` and reads the response head, skipping interim (1xx) answers
@@ -129,18 +128,17 @@ where
         }
         Outgoing::Resend(method) => (method.clone(), B::default()),
     };
-    let mut buf = read_buf::take();
-    let mut recycle = true;
+    let mut buf = BytesMut::new();
     let mut body_whole = true;
     let head = if body_framing == RequestBody::None {
         let deadline = tokio::time::Instant::from_std(head_sent_at) + timeouts.response_header;
-        tokio::time::timeout_at(deadline, read_head(&mut stream, &mut buf, &mut recycle))
+        tokio::time::timeout_at(deadline, read_head(&mut stream, &mut buf))
             .await
             .unwrap_or(Err(AttemptError::HeadTimeout))
     } else {
         let (mut reader, mut writer) = stream.split();
         let send = send_body(&mut writer, body, body_framing, timeouts);
-        let receive = read_head(&mut reader, &mut buf, &mut recycle);
+        let receive = read_head(&mut reader, &mut buf);
         tokio::pin!(send, receive);
         let early = tokio::select! {
             biased;
@@ -191,7 +189,6 @@ where
         framing,
         stream,
         buf,
-        recycle,
     })
 }
 
@@ -282,11 +279,9 @@ where
 }
 
 /// Reads until a final response head (or a 101) is complete; interim answers are skipped.
-/// `recycle` turns false if `buf` had to grow (it is then no longer the first read's buffer).
 async fn read_head<R: tokio::io::AsyncRead + Unpin>(
     reader: &mut R,
     buf: &mut BytesMut,
-    recycle: &mut bool,
 ) -> Result<ResponseHead, AttemptError> {
     loop {
         match head::parse(buf, MAX_HEAD) {
@@ -300,20 +295,49 @@ async fn read_head<R: tokio::io::AsyncRead + Unpin>(
             Ok(None) => {}
             Err(_) => return Err(AttemptError::HeadMalformed),
         }
-        // Most answers' heads (and small bodies) fit in a first read of 2 KB; more is asked
-        // for only when the head goes on.
-        let room = if buf.is_empty() {
-            FIRST_READ
+        // Most answers' heads (and small bodies) fit in a first read of 2 KB; more is read
+        // into the buffer itself only when the head goes on.
+        let read = if buf.is_empty() {
+            read_first(reader, buf).await
         } else {
-            READ_SIZE
+            buf.reserve(READ_SIZE);
+            reader.read_buf(buf).await
         };
-        if buf.capacity() - buf.len() < room {
-            buf.reserve(room);
-            *recycle = false;
-        }
-        match reader.read_buf(buf).await {
+        match read {
             Ok(0) | Err(_) => return Err(AttemptError::HeadClosed),
             Ok(_) => {}
         }
     }
+}
+
+thread_local! {
+    /// Where the start of an answer is read before it is copied to a buffer of its own size
+    /// (see [`read_first`]): one per thread, used within one poll, never across an await.
+    static FIRST: RefCell<[u8; FIRST_READ]> = const { RefCell::new([0; FIRST_READ]) };
+}
+
+/// Reads the start of an answer into the thread's [`FIRST`] buffer, then into `buf` (empty),
+/// allocated to the size read. A 2 KB buffer allocated for each exchange and held to the end
+/// of its answer cost about 870 instructions per request with many answers in flight: jemalloc
+/// refilled the thread cache of that size class from fresh slabs, as the number of live 2 KB
+/// buffers swung by more than it holds (BENCHMARKS.md, "HTTP/2: where the instructions go").
+/// An answer's start is usually a few hundred bytes, in a size class whose thread cache and
+/// slabs hold many more; what the answer keeps (its head's field values and the start of its
+/// body are slices of `buf`, held until the client's side has sent them, and an HTTP/2
+/// client's HPACK table keeps the values it indexes) is no larger than what was read.
+async fn read_first<R: tokio::io::AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut BytesMut,
+) -> std::io::Result<usize> {
+    std::future::poll_fn(|cx| {
+        // Borrowed only within this poll of the backend's socket, which runs no exchange.
+        FIRST.with_borrow_mut(|first| {
+            let mut read = ReadBuf::new(&mut first[..]);
+            std::task::ready!(Pin::new(&mut *reader).poll_read(cx, &mut read))?;
+            let filled = read.filled();
+            *buf = BytesMut::from(filled);
+            Poll::Ready(Ok(filled.len()))
+        })
+    })
+    .await
 }

@@ -29,7 +29,6 @@ mod error;
 mod exchange;
 mod h2;
 mod private;
-mod read_buf;
 mod response;
 mod slots;
 pub mod transport;

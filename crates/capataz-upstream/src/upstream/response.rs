@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
-use super::{read_buf, AttemptError, Transport, READ_SIZE};
+use super::{AttemptError, Transport, READ_SIZE};
 use capataz_h1::body::{BodyReader, Step};
 use capataz_h1::framing::Framing;
 
@@ -24,8 +24,6 @@ pub(crate) struct ResponseStream<S> {
     stream: Option<S>,
     /// What was read and not yet handed out.
     buf: BytesMut,
-    /// Whether `buf` is still the first read's buffer, given back when the body ends.
-    recycle: bool,
     reader: BodyReader,
     /// How long the backend may leave the body waiting.
     body_idle: Duration,
@@ -37,19 +35,17 @@ pub(crate) struct ResponseStream<S> {
 
 impl<S: Transport> ResponseStream<S> {
     /// The body framed as `framing` says, read from `stream`; `buf` holds what was read past
-    /// the head, in the first read's buffer if `recycle` (given back when the body ends).
+    /// the head.
     #[inline]
     pub(crate) fn new(
         stream: S,
         buf: BytesMut,
-        recycle: bool,
         framing: Framing,
         body_idle: Duration,
     ) -> ResponseStream<S> {
         ResponseStream {
             stream: Some(stream),
             buf,
-            recycle,
             reader: BodyReader::new(framing),
             body_idle,
             idle: None,
@@ -77,10 +73,7 @@ impl<S: Transport> ResponseStream<S> {
     /// is left on it), else `None` and the connection is closed.
     pub(crate) fn finish(&mut self) -> Option<S> {
         let reusable = self.reader.reusable(&self.buf);
-        let buf = std::mem::take(&mut self.buf);
-        if std::mem::take(&mut self.recycle) {
-            read_buf::give(buf);
-        }
+        self.buf = BytesMut::new();
         self.idle = None;
         let stream = self.stream.take();
         if reusable {
@@ -133,9 +126,7 @@ impl<S: Transport> ResponseStream<S> {
             return Poll::Ready(Ok(0));
         };
         if self.buf.capacity() - self.buf.len() < READ_SIZE / 2 {
-            // A larger buffer from here on: the first read's is not given back.
             self.buf.reserve(READ_SIZE);
-            self.recycle = false;
         }
         match stream.poll_read_buf(cx, &mut self.buf) {
             Poll::Ready(read) => {
