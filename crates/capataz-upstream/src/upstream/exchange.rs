@@ -9,13 +9,15 @@
 //!
 //! A slow but steady upload therefore takes as long as it takes.
 
+use std::cell::RefCell;
 use std::pin::Pin;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use http::{Method, Request, StatusCode};
 use hyper::body::{Body, Frame};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadBuf};
 
 use super::{AttemptError, Transport, FIRST_READ, MAX_HEAD, READ_SIZE};
 use capataz_h1::framing::{self, Framing};
@@ -296,16 +298,49 @@ async fn read_head<R: tokio::io::AsyncRead + Unpin>(
             Ok(None) => {}
             Err(_) => return Err(AttemptError::HeadMalformed),
         }
-        // Most answers' heads (and small bodies) fit in a first read of 2 KB; more is asked
-        // for only when the head goes on.
-        buf.reserve(if buf.is_empty() {
-            FIRST_READ
+        // Most answers' heads (and small bodies) fit in a first read of 2 KB; more is read
+        // into the buffer itself only when the head goes on.
+        let read = if buf.is_empty() {
+            read_first(reader, buf).await
         } else {
-            READ_SIZE
-        });
-        match reader.read_buf(buf).await {
+            buf.reserve(READ_SIZE);
+            reader.read_buf(buf).await
+        };
+        match read {
             Ok(0) | Err(_) => return Err(AttemptError::HeadClosed),
             Ok(_) => {}
         }
     }
+}
+
+thread_local! {
+    /// Where the start of an answer is read before it is copied to a buffer of its own size
+    /// (see [`read_first`]): one per thread, used within one poll, never across an await.
+    static FIRST: RefCell<[u8; FIRST_READ]> = const { RefCell::new([0; FIRST_READ]) };
+}
+
+/// Reads the start of an answer into the thread's [`FIRST`] buffer, then into `buf` (empty),
+/// allocated to the size read. A 2 KB buffer allocated for each exchange and held to the end
+/// of its answer cost about 870 instructions per request with many answers in flight: jemalloc
+/// refilled the thread cache of that size class from fresh slabs, as the number of live 2 KB
+/// buffers swung by more than it holds (BENCHMARKS.md, "HTTP/2: where the instructions go").
+/// An answer's start is usually a few hundred bytes, in a size class whose thread cache and
+/// slabs hold many more; what the answer keeps (its head's field values and the start of its
+/// body are slices of `buf`, held until the client's side has sent them, and an HTTP/2
+/// client's HPACK table keeps the values it indexes) is no larger than what was read.
+async fn read_first<R: tokio::io::AsyncRead + Unpin>(
+    reader: &mut R,
+    buf: &mut BytesMut,
+) -> std::io::Result<usize> {
+    std::future::poll_fn(|cx| {
+        // Borrowed only within this poll of the backend's socket, which runs no exchange.
+        FIRST.with_borrow_mut(|first| {
+            let mut read = ReadBuf::new(&mut first[..]);
+            std::task::ready!(Pin::new(&mut *reader).poll_read(cx, &mut read))?;
+            let filled = read.filled();
+            *buf = BytesMut::from(filled);
+            Poll::Ready(Ok(filled.len()))
+        })
+    })
+    .await
 }

@@ -253,3 +253,58 @@ async fn a_stalled_body_times_out_over_any_transport() {
     assert_eq!(stalled, Err(super::AttemptError::BodyStalled));
     drop(backend);
 }
+
+/// A head longer than the first read (2 KB, through the thread's buffer) goes on in the
+/// answer's own buffer; its fields and the body after it come out whole, and the next answer
+/// on the connection starts afresh.
+#[tokio::test]
+async fn a_head_longer_than_the_first_read_is_read_whole() {
+    let (client, mut backend) = tokio::io::duplex(64 * 1024);
+    let long = "v".repeat(1000);
+    let server = tokio::spawn(async move {
+        read_request(&mut backend, 0).await;
+        let mut answer = String::from("HTTP/1.1 200 OK\r\n");
+        for n in 0..5 {
+            answer.push_str(&format!("x-long-{n}: {long}\r\n"));
+        }
+        answer.push_str("Content-Length: 3\r\n\r\nxyz");
+        assert!(answer.len() > super::FIRST_READ);
+        backend.write_all(answer.as_bytes()).await.unwrap();
+        read_request(&mut backend, 0).await;
+        backend
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            .await
+            .unwrap();
+        backend
+    });
+    let mut head = Vec::new();
+    let mut stream = client;
+    for expected in [&b"xyz"[..], b"ok"] {
+        let request = Request::get("/").body(Whole(None)).unwrap();
+        let Ok(answer) = exchange(
+            stream,
+            Outgoing::Request(request),
+            &mut head,
+            false,
+            TIMEOUTS,
+            Instant::now(),
+        )
+        .await
+        else {
+            panic!("the exchange failed");
+        };
+        assert_eq!(answer.head.status, StatusCode::OK);
+        if expected == b"xyz" {
+            assert_eq!(answer.head.headers.len(), 6);
+            for value in answer.head.headers.values().take(5) {
+                assert_eq!(value.as_bytes(), "v".repeat(1000).as_bytes());
+            }
+        } else {
+            assert_eq!(answer.head.headers.len(), 1);
+        }
+        let (body, back) = read_body(answer.stream, answer.buf, answer.framing).await;
+        assert_eq!(body, expected);
+        stream = back.expect("a Content-Length answer read whole is reusable");
+    }
+    drop(server.await.unwrap());
+}
