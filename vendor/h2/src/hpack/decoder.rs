@@ -217,7 +217,8 @@ impl Decoder {
                     let entry = self.decode_literal(src, true)?;
 
                     // Insert the header into the table
-                    self.table.insert(entry.clone());
+                    // capataz: a copy of its own (`Header::owned_copy`), not a slice of the frame.
+                    self.table.insert(entry.owned_copy());
                     consume(src);
 
                     if f(entry).is_break() {
@@ -914,6 +915,32 @@ mod test {
         let mut buf = BytesMut::new();
         huffman::encode(src, &mut buf);
         buf
+    }
+
+    // capataz: the table keeps copies of its own (see `Header::owned_copy`).
+    #[test]
+    fn an_indexed_path_does_not_keep_the_header_block_it_came_in() {
+        let mut de = Decoder::new(4096);
+        // A header block in a large buffer, as a HEADERS frame's is a slice of the read buffer.
+        let mut buf = BytesMut::with_capacity(4096);
+        // `:path` (static index 4) with incremental indexing, a plain (not Huffman) value.
+        buf.extend([0b0100_0000 | 4, 6]);
+        buf.extend(b"/index");
+        let block = buf.as_ptr() as usize..buf.as_ptr() as usize + 4096;
+        let mut res = vec![];
+        de.decode(&mut Cursor::new(&mut buf), |h| {
+            res.push(h);
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        assert_eq!(res.len(), 1);
+        assert_eq!(de.table.entries.len(), 1);
+        let kept = de.table.entries[0].value_slice();
+        assert_eq!(kept, b"/index");
+        assert!(
+            !block.contains(&(kept.as_ptr() as usize)),
+            "the table holds a slice of the header block"
+        );
     }
 
     #[test]

@@ -178,6 +178,35 @@ impl Header {
         }
     }
 
+    // capataz: a copy whose bytes are its own, for a dynamic table. A decoded `:path` or
+    // `:authority` is a slice of the HEADERS frame it came in, and an encoded field's value
+    // may be a slice of the buffer its message was read into (capataz's answers from
+    // HTTP/1.1 backends are): kept in a table, such a slice would keep that whole buffer
+    // allocated for as long as the entry lives, on an idle connection too, up to one buffer
+    // per entry. The table holds at most its size's worth of bytes (4 KB by default); a copy
+    // holds no more than that.
+    pub fn owned_copy(&self) -> Header {
+        match self {
+            Header::Field { name, value } => {
+                let mut copy = HeaderValue::from_maybe_shared(Bytes::copy_from_slice(
+                    value.as_bytes(),
+                ))
+                .unwrap_or_else(|_| value.clone());
+                copy.set_sensitive(value.is_sensitive());
+                Header::Field {
+                    name: name.clone(),
+                    value: copy,
+                }
+            }
+            Header::Authority(v) => Header::Authority(BytesStr::from(v)),
+            Header::Scheme(v) => Header::Scheme(BytesStr::from(v)),
+            Header::Path(v) => Header::Path(BytesStr::from(v)),
+            Header::Protocol(v) => Header::Protocol(Protocol::from(v.as_str())),
+            Header::Method(v) => Header::Method(v.clone()),
+            Header::Status(v) => Header::Status(*v),
+        }
+    }
+
     pub fn is_sensitive(&self) -> bool {
         match *self {
             Header::Field { ref value, .. } => value.is_sensitive(),

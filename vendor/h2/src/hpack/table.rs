@@ -366,7 +366,8 @@ impl Table {
 
         self.slots.push_front(Slot {
             hash,
-            header,
+            // capataz: a copy of its own (`Header::owned_copy`), not a slice of the message.
+            header: header.owned_copy(),
             next: None,
         });
     }
@@ -802,5 +803,38 @@ fn index_static(header: &Header) -> Option<(usize, bool)> {
             500 => Some((14, true)),
             _ => Some((8, false)),
         },
+    }
+}
+
+// capataz: the table keeps copies of its own (see `Header::owned_copy`).
+#[cfg(test)]
+mod capataz_tests {
+    use super::*;
+    use bytes::Bytes;
+    use http::header::{HeaderName, HeaderValue};
+
+    fn within(part: &[u8], whole: &Bytes) -> bool {
+        let start = whole.as_ptr() as usize;
+        let at = part.as_ptr() as usize;
+        at >= start && at < start + whole.len()
+    }
+
+    /// A field whose value is a slice of a large buffer (as an answer's fields are slices of
+    /// the buffer it was read into) is indexed with a copy: the table does not keep the
+    /// buffer.
+    #[test]
+    fn an_indexed_value_does_not_keep_the_buffer_it_was_sliced_from() {
+        let buffer = Bytes::from(vec![b'a'; 16 * 1024]);
+        let value = HeaderValue::from_maybe_shared(buffer.slice(100..120)).unwrap();
+        let mut table = Table::new(4096, 0);
+        let header = Header::Field {
+            name: HeaderName::from_static("x-kept"),
+            value,
+        };
+        assert!(matches!(table.index(header), Index::Inserted(0)));
+        assert_eq!(table.slots.len(), 1);
+        let kept = table.slots[0].header.value_slice();
+        assert_eq!(kept, &[b'a'; 20][..]);
+        assert!(!within(kept, &buffer), "the table holds a slice of the buffer");
     }
 }
