@@ -77,19 +77,35 @@ impl ListenerRt {
 }
 
 /// For each listener of `config`, the index of the `running` one it keeps (the same
-/// address, or socket path), or `None` for a listener to start. One to one, in order: two
-/// listeners on `127.0.0.1:0` keep the running one on it and start a second.
+/// address, or socket path), or `None` for a listener to start. One to one: among running
+/// listeners on the same address (several on `127.0.0.1:0`), one of the same name first, then
+/// the others in order, so that removing or reordering such listeners leaves each on its own
+/// socket with its own routes; two on `127.0.0.1:0` where one ran keep it and start a second.
+/// A membership update pairs them the same way: a kept listener took its new config's name.
 pub(super) fn kept(running: &[ListenerRt], config: &Config) -> Vec<Option<usize>> {
+    let names: Vec<String> = running
+        .iter()
+        .map(|listener| listener.state.load().config.name.clone())
+        .collect();
     let mut taken = vec![false; running.len()];
-    config
+    let mut take = |listener: &ListenerConfig, named: bool| {
+        let index = (0..running.len()).find(|&i| {
+            !taken[i] && running[i].serves(listener) && (!named || names[i] == listener.name)
+        })?;
+        taken[index] = true;
+        Some(index)
+    };
+    let mut kept: Vec<Option<usize>> = config
         .listeners
         .iter()
-        .map(|listener| {
-            let index = (0..running.len()).find(|&i| !taken[i] && running[i].serves(listener))?;
-            taken[index] = true;
-            Some(index)
-        })
-        .collect()
+        .map(|listener| take(listener, true))
+        .collect();
+    for (slot, listener) in kept.iter_mut().zip(&config.listeners) {
+        if slot.is_none() {
+            *slot = take(listener, false);
+        }
+    }
+    kept
 }
 
 /// A listener's ACME or OCSP stapling task, aborted when dropped (the listener stopped,

@@ -463,3 +463,66 @@ async fn a_reload_adding_a_second_listener_on_port_zero_starts_it() {
     assert_eq!(balancer.local_addrs(), [first]);
     assert_eq!(Client::new(first).get("/").await.status, 200);
 }
+
+/// Two named listeners on `127.0.0.1:0`, `first` routing to pool `a` and `second` to `b`, in
+/// the order `names` gives, and the two pools over `b`'s backends.
+fn two_listeners(b: &[SimBackend], names: &[&str]) -> String {
+    let mut text = String::new();
+    for name in names {
+        let pool = if *name == "first" { "a" } else { "b" };
+        text += &format!(
+            "[[listeners]]\nname = \"{name}\"\naddress = \"127.0.0.1:0\"\n\
+             [[listeners.routes]]\npool = \"{pool}\"\n\n"
+        );
+    }
+    for (pool, backend) in ["a", "b"].iter().zip(b) {
+        text += &format!(
+            "[pools.{pool}]\nbackends = [{{ name = \"{}\", address = \"{}\" }}]\n\n",
+            backend.name(),
+            backend.addr()
+        );
+    }
+    text
+}
+
+/// Each running listener's address, by the backend that answers on it.
+async fn by_backend(balancer: &capataz::server::Balancer) -> HashMap<String, std::net::SocketAddr> {
+    let mut found = HashMap::new();
+    for addr in balancer.local_addrs() {
+        let answer = Client::new(addr).get("/").await;
+        assert_eq!(answer.status, 200, "{addr}");
+        found.insert(answer.backend.expect("a backend answered"), addr);
+    }
+    found
+}
+
+/// Regression: with several listeners on `127.0.0.1:0`, a reload paired them with the running
+/// ones by position, so removing the first moved the second's routes onto the first's socket
+/// and closed the second's, and swapping two swapped their sockets. A listener's name now
+/// decides among running listeners on the same address.
+#[tokio::test]
+async fn a_reload_keeps_each_named_listener_on_port_zero_on_its_own_socket() {
+    let b = backends(&["a", "b"]).await;
+    let (balancer, _rx) = start(&two_listeners(&b, &["first", "second"])).await;
+    let before = by_backend(&balancer).await;
+    assert_eq!(before.len(), 2, "{before:?}");
+
+    // Swapped: each keeps its socket.
+    let swapped = two_listeners(&b, &["second", "first"]);
+    let summary = balancer
+        .reload(&crate::support::balancer::parse(&swapped))
+        .await
+        .expect("the reload applies");
+    assert_eq!((summary.listeners_added, summary.listeners_removed), (0, 0));
+    assert_eq!(by_backend(&balancer).await, before, "after the swap");
+
+    // The first removed: the second stays where it was.
+    let second = two_listeners(&b, &["second"]);
+    let summary = balancer
+        .reload(&crate::support::balancer::parse(&second))
+        .await
+        .expect("the reload applies");
+    assert_eq!((summary.listeners_added, summary.listeners_removed), (0, 1));
+    assert_eq!(balancer.local_addrs(), [before["b"]]);
+    assert_eq!(by_backend(&balancer).await["b"], before["b"]);
+}

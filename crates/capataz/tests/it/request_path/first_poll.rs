@@ -60,3 +60,41 @@ async fn a_body_broken_at_its_first_poll_still_gets_the_status_line() {
     // As for any body that breaks: a reset, charged to the backend.
     assert_eq!(charged(&balancer, 0), [Outcome::Reset]);
 }
+
+/// The same over TLS: the client's writes go through the TLS stream after being put off to
+/// the end of the turn; the head still reaches the client before the connection ends.
+#[tokio::test]
+async fn a_body_broken_at_its_first_poll_still_gets_the_status_line_over_tls() {
+    use tokio::io::AsyncReadExt;
+    let backend = RawBackend::serving(|mut stream| async move {
+        let mut buf = Vec::new();
+        if let Some(head) = read_head(&mut stream, &mut buf).await {
+            if read_body(&mut stream, &mut buf, &head).await.is_some() {
+                let mut answer = padded_head();
+                answer.extend_from_slice(b"zz\r\nnot a chunk\r\n");
+                let _ = stream.write_all(&answer).await;
+                let _ = stream.flush().await;
+            }
+        }
+        let _ = tokio::io::AsyncReadExt::read(&mut stream, &mut [0u8; 1]).await;
+    })
+    .await;
+    let pki = crate::support::tls::Pki::new();
+    let (cert, key) = pki.server("first-poll", &["localhost"], None);
+    let listener = crate::support::tls::Pki::listener(&[(&cert, &key)], "");
+    let (_balancer, addr) = balancer(&[backend.addr], &listener, "").await;
+    for _ in 0..20 {
+        let mut stream = crate::support::tls::Client::trusting(&pki)
+            .connect(addr, "localhost")
+            .await
+            .expect("TLS handshake");
+        stream.write_all(GET).await.expect("request");
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer).await;
+        let text = String::from_utf8_lossy(&answer);
+        assert!(
+            text.starts_with("HTTP/1.1 200 OK\r\n"),
+            "the status line, not a bare close: {text:?}"
+        );
+    }
+}
