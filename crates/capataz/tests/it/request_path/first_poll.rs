@@ -23,13 +23,12 @@ fn padded_head() -> Vec<u8> {
     head.into_bytes()
 }
 
-/// Regression ("never a bare close with no status"): the body's first poll failed
-/// with nothing flushed, and hyper then wrote nothing at all. The head and a malformed chunk
-/// size go out in one write, so they arrive together, deterministically: the head read takes
-/// the head alone and the first poll of the body meets the bad bytes.
-#[tokio::test]
-async fn a_body_broken_at_its_first_poll_still_gets_the_status_line() {
-    let backend = RawBackend::serving(|mut stream| async move {
+/// A backend that answers each request with a chunked head of exactly `FIRST_READ` bytes and a
+/// malformed chunk size in the same write, so that the head read takes the head alone and the
+/// body's first poll meets the bad bytes; then it holds the connection open (capataz, not the
+/// backend, ends the exchange).
+async fn breaking_backend() -> RawBackend {
+    RawBackend::serving(|mut stream| async move {
         let mut buf = Vec::new();
         if let Some(head) = read_head(&mut stream, &mut buf).await {
             if read_body(&mut stream, &mut buf, &head).await.is_some() {
@@ -39,10 +38,18 @@ async fn a_body_broken_at_its_first_poll_still_gets_the_status_line() {
                 let _ = stream.flush().await;
             }
         }
-        // Held open: capataz, not the backend, ends the exchange.
         let _ = tokio::io::AsyncReadExt::read(&mut stream, &mut [0u8; 1]).await;
     })
-    .await;
+    .await
+}
+
+/// Regression ("never a bare close with no status"): the body's first poll failed
+/// with nothing flushed, and hyper then wrote nothing at all. The head and a malformed chunk
+/// size go out in one write, so they arrive together, deterministically: the head read takes
+/// the head alone and the first poll of the body meets the bad bytes.
+#[tokio::test]
+async fn a_body_broken_at_its_first_poll_still_gets_the_status_line() {
+    let backend = breaking_backend().await;
     let (balancer, addr) = balancer(&[backend.addr], "", "").await;
     let answer = raw_roundtrip(addr, GET).await;
     let text = String::from_utf8_lossy(&answer);
@@ -66,19 +73,7 @@ async fn a_body_broken_at_its_first_poll_still_gets_the_status_line() {
 #[tokio::test]
 async fn a_body_broken_at_its_first_poll_still_gets_the_status_line_over_tls() {
     use tokio::io::AsyncReadExt;
-    let backend = RawBackend::serving(|mut stream| async move {
-        let mut buf = Vec::new();
-        if let Some(head) = read_head(&mut stream, &mut buf).await {
-            if read_body(&mut stream, &mut buf, &head).await.is_some() {
-                let mut answer = padded_head();
-                answer.extend_from_slice(b"zz\r\nnot a chunk\r\n");
-                let _ = stream.write_all(&answer).await;
-                let _ = stream.flush().await;
-            }
-        }
-        let _ = tokio::io::AsyncReadExt::read(&mut stream, &mut [0u8; 1]).await;
-    })
-    .await;
+    let backend = breaking_backend().await;
     let pki = crate::support::tls::Pki::new();
     let (cert, key) = pki.server("first-poll", &["localhost"], None);
     let listener = crate::support::tls::Pki::listener(&[(&cert, &key)], "");
