@@ -102,6 +102,29 @@ async fn read_body(
     (out, body.finish())
 }
 
+/// One exchange of `request` on `stream` (no upgrade asked, the tests' timeouts); its answer,
+/// or a panic saying `what` failed.
+async fn get_answer(
+    stream: DuplexStream,
+    request: Request<Whole>,
+    head: &mut Vec<u8>,
+    what: &str,
+) -> super::exchange::Answer<DuplexStream> {
+    match exchange(
+        stream,
+        Outgoing::Request(request),
+        head,
+        false,
+        TIMEOUTS,
+        Instant::now(),
+    )
+    .await
+    {
+        Ok(answer) => answer,
+        Err(_) => panic!("{what}"),
+    }
+}
+
 #[tokio::test]
 async fn exchange_runs_over_an_in_memory_transport() {
     let (client, mut backend) = tokio::io::duplex(1024);
@@ -145,36 +168,14 @@ async fn exchange_runs_over_an_in_memory_transport() {
         .header("host", "example")
         .body(Whole(Some(Bytes::from_static(b"ping"))))
         .unwrap();
-    let Ok(answer) = exchange(
-        client,
-        Outgoing::Request(request),
-        &mut head,
-        false,
-        TIMEOUTS,
-        Instant::now(),
-    )
-    .await
-    else {
-        panic!("the first exchange failed");
-    };
+    let answer = get_answer(client, request, &mut head, "the first exchange failed").await;
     assert_eq!(answer.head.status, StatusCode::OK);
     let (body, stream) = read_body(answer.stream, answer.buf, answer.framing).await;
     assert_eq!(body, b"hello");
     let stream = stream.expect("a Content-Length answer read whole is reusable");
 
     let request = Request::get("/").body(Whole(None)).unwrap();
-    let Ok(answer) = exchange(
-        stream,
-        Outgoing::Request(request),
-        &mut head,
-        false,
-        TIMEOUTS,
-        Instant::now(),
-    )
-    .await
-    else {
-        panic!("the second exchange failed");
-    };
+    let answer = get_answer(stream, request, &mut head, "the second exchange failed").await;
     assert_eq!(answer.head.status, StatusCode::CREATED);
     let (body, stream) = read_body(answer.stream, answer.buf, answer.framing).await;
     assert_eq!(body, b"abcde");
@@ -185,18 +186,7 @@ async fn exchange_runs_over_an_in_memory_transport() {
     );
 
     let request = Request::get("/third").body(Whole(None)).unwrap();
-    let Ok(answer) = exchange(
-        stream,
-        Outgoing::Request(request),
-        &mut head,
-        false,
-        TIMEOUTS,
-        Instant::now(),
-    )
-    .await
-    else {
-        panic!("the third exchange failed");
-    };
+    let answer = get_answer(stream, request, &mut head, "the third exchange failed").await;
     assert_eq!(answer.head.status, StatusCode::NO_CONTENT);
     let (body, stream) = read_body(answer.stream, answer.buf, answer.framing).await;
     assert!(body.is_empty());
@@ -229,18 +219,7 @@ async fn a_stalled_body_times_out_over_any_transport() {
         .body(Whole(None))
         .unwrap();
     let mut head = Vec::new();
-    let Ok(answer) = exchange(
-        client,
-        Outgoing::Request(request),
-        &mut head,
-        false,
-        TIMEOUTS,
-        Instant::now(),
-    )
-    .await
-    else {
-        panic!("the exchange failed");
-    };
+    let answer = get_answer(client, request, &mut head, "the exchange failed").await;
     let mut body = ResponseStream::new(
         answer.stream,
         answer.buf,
@@ -281,18 +260,7 @@ async fn a_head_longer_than_the_first_read_is_read_whole() {
     let mut stream = client;
     for expected in [&b"xyz"[..], b"ok"] {
         let request = Request::get("/").body(Whole(None)).unwrap();
-        let Ok(answer) = exchange(
-            stream,
-            Outgoing::Request(request),
-            &mut head,
-            false,
-            TIMEOUTS,
-            Instant::now(),
-        )
-        .await
-        else {
-            panic!("the exchange failed");
-        };
+        let answer = get_answer(stream, request, &mut head, "the exchange failed").await;
         assert_eq!(answer.head.status, StatusCode::OK);
         if expected == b"xyz" {
             assert_eq!(answer.head.headers.len(), 6);
