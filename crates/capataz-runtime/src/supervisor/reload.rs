@@ -63,12 +63,12 @@ impl Owned {
     ) -> Result<ReloadSummary, StartError> {
         let old_config = supervisor.config();
         keep_started_settings(&old_config, &mut config);
-        keep_ticket_keys(&old_config, &mut config);
         // Refused once shutdown began: it would bind listeners shutdown is closing.
         if *supervisor.shutdown.borrow() {
             return Err(StartError::ShuttingDown);
         }
         let kept = super::listener::kept(&self.listeners, &config);
+        keep_ticket_keys(&self.listeners, &kept, &mut config);
         let fresh = bind_fresh(&self.listeners, &kept, &config)?;
         let old_pools = supervisor.pools();
         let mut summary = ReloadSummary::default();
@@ -285,17 +285,16 @@ impl Supervisor {
 /// A listener the new config adds, and its socket, bound.
 type Fresh = (ListenerConfig, super::ClientSocket);
 
-/// Each TLS listener of `config` that `old_config` has too (the same address or socket path)
-/// keeps its session ticket keys when its tickets' settings and client CAs are unchanged, so
+/// Each TLS listener of `config` that keeps a running one (`kept`, paired as the sockets are:
+/// the same address or socket path, by name first among several on `127.0.0.1:0`) keeps that
+/// listener's session ticket keys when its tickets' settings and client CAs are unchanged, so
 /// that clients resume their sessions across the reload (as HAProxy's `tls-ticket-keys` and
 /// Caddy's shared keys allow).
-fn keep_ticket_keys(old_config: &Config, config: &mut Config) {
-    for listener in &mut config.listeners {
-        let old = old_config.listeners.iter().find(|old| {
-            old.address == listener.address
-                && old.unix.as_ref().map(|u| &u.path) == listener.unix.as_ref().map(|u| &u.path)
-        });
-        let previous = old.and_then(|old| old.tls.as_ref()?.loaded.as_ref());
+fn keep_ticket_keys(running: &[ListenerRt], kept: &[Option<usize>], config: &mut Config) {
+    for (listener, kept) in config.listeners.iter_mut().zip(kept) {
+        let Some(index) = *kept else { continue };
+        let state = running[index].state.load();
+        let previous = state.config.tls.as_ref().and_then(|tls| tls.loaded.as_ref());
         let loaded = listener.tls.as_mut().and_then(|tls| tls.loaded.as_mut());
         if let (Some(previous), Some(loaded)) = (previous, loaded) {
             loaded.keep_ticket_keys(previous);

@@ -412,3 +412,52 @@ async fn an_http3_session_resumes_by_the_listeners_ticket_across_a_reload() {
     reload.await.expect("the reload applies");
     assert_eq!(visit().await, (1, 2), "resumed after the reload too");
 }
+
+/// Two TLS listeners on `127.0.0.1:0`, named `names` in that order, with the same certificate.
+fn write_two_tls_listeners(pki: &Pki, backend: &SimBackend, names: &[&str]) {
+    let mut text = String::new();
+    for name in names {
+        text += &format!(
+            "[[listeners]]\nname = \"{name}\"\naddress = \"127.0.0.1:0\"\n\
+             [listeners.tls]\ncertificates = [{{ cert = \"site.pem\", key = \"site.key\" }}]\n\
+             [[listeners.routes]]\npool = \"p\"\n\n"
+        );
+    }
+    text += &format!(
+        "[pools.p]\nbackends = [{{ name = \"{}\", address = \"{}\" }}]\n",
+        backend.name(),
+        backend.addr()
+    );
+    std::fs::write(pki.dir.join("capataz.toml"), text).unwrap();
+}
+
+/// Regression: a reload gave each TLS listener the ticket keys of the first running listener
+/// on its address, so two listeners on `127.0.0.1:0` swapped in the file took each other's
+/// keys (while each kept its own socket) and tickets stopped resuming.
+#[tokio::test]
+async fn two_tls_listeners_on_port_zero_swapped_in_the_file_keep_their_own_ticket_keys() {
+    let pki = Pki::new();
+    pki.server("site", &["site.test"], None);
+    let b = backends(&["a"]).await;
+    write_two_tls_listeners(&pki, &b[0], &["first", "second"]);
+    let path = pki.dir.join("capataz.toml");
+    let config = config::load(&path).expect("valid");
+    let (events, _) = tokio::sync::broadcast::channel(64);
+    let balancer = Balancer::start_with_path(&config, events, Some(path))
+        .await
+        .expect("starts");
+    let second = balancer.local_addrs()[1];
+    let mut client = Resuming::new(&pki, false);
+    assert_eq!(client.visit(second).await, (HandshakeKind::Full, false));
+    assert_eq!(client.visit(second).await, (HandshakeKind::Resumed, true));
+
+    write_two_tls_listeners(&pki, &b[0], &["second", "first"]);
+    let reload = balancer.supervisor().reload_from_file();
+    reload.await.expect("the reload applies");
+    assert!(balancer.local_addrs().contains(&second), "the socket is kept");
+    assert_eq!(
+        client.visit(second).await,
+        (HandshakeKind::Resumed, true),
+        "the listener kept its own keys, so its ticket resumes"
+    );
+}
