@@ -244,11 +244,13 @@ impl Supervisor {
             fresh: (fresh, mut udp),
         } = kept;
         let pool_handles = super::listener::handles(pools);
-        let mut kept_listeners = Vec::new();
+        // In the new file's order, as at start: the kept ones in their new places, the fresh
+        // ones in the places left.
+        let mut slots: Vec<Option<ListenerRt>> = config.listeners.iter().map(|_| None).collect();
         for (running, listener) in std::mem::take(listeners).into_iter().enumerate() {
-            let new = by_config.iter().position(|&k| k == Some(running));
-            match new.map(|i| &config.listeners[i]) {
-                Some(new) => {
+            match by_config.iter().position(|&k| k == Some(running)) {
+                Some(index) => {
+                    let new = &config.listeners[index];
                     super::unix_listen::apply_mode(new);
                     let mut listener = listener;
                     listener.acme = self.spawn_acme(new);
@@ -266,7 +268,7 @@ impl Supervisor {
                     // A loop waiting at `max_connections` reads the new limit.
                     previous.room.notify_waiters();
                     self.update_http3(&mut listener, new, &mut udp);
-                    kept_listeners.push(listener);
+                    slots[index] = Some(listener);
                 }
                 None => {
                     let _ = listener.stop.send(true);
@@ -274,11 +276,12 @@ impl Supervisor {
                 }
             }
         }
-        for (listener, socket) in fresh {
-            kept_listeners.push(self.spawn_listener(&listener, socket, pools));
+        let empty = slots.iter_mut().filter(|slot| slot.is_none());
+        for (slot, (listener, socket)) in empty.zip(fresh) {
+            *slot = Some(self.spawn_listener(&listener, socket, pools));
             summary.listeners_added += 1;
         }
-        *listeners = kept_listeners;
+        *listeners = slots.into_iter().flatten().collect();
     }
 }
 
@@ -294,7 +297,11 @@ fn keep_ticket_keys(running: &[ListenerRt], kept: &[Option<usize>], config: &mut
     for (listener, kept) in config.listeners.iter_mut().zip(kept) {
         let Some(index) = *kept else { continue };
         let state = running[index].state.load();
-        let previous = state.config.tls.as_ref().and_then(|tls| tls.loaded.as_ref());
+        let previous = state
+            .config
+            .tls
+            .as_ref()
+            .and_then(|tls| tls.loaded.as_ref());
         let loaded = listener.tls.as_mut().and_then(|tls| tls.loaded.as_mut());
         if let (Some(previous), Some(loaded)) = (previous, loaded) {
             loaded.keep_ticket_keys(previous);

@@ -526,3 +526,26 @@ async fn a_reload_keeps_each_named_listener_on_port_zero_on_its_own_socket() {
     assert_eq!(balancer.local_addrs(), [before["b"]]);
     assert_eq!(by_backend(&balancer).await["b"], before["b"]);
 }
+
+/// Regression: after a reload the kept listeners came first and the new ones after them, so
+/// `local_addrs` and `/status` no longer listed the listeners in the file's order.
+#[tokio::test]
+async fn after_a_reload_the_listeners_are_listed_in_the_files_order() {
+    let b = backends(&["a", "b"]).await;
+    let (balancer, _rx) = start(&two_listeners(&b, &["first"])).await;
+    let first = balancer.local_addrs()[0];
+    let both = two_listeners(&b, &["second", "first"]);
+    let summary = balancer
+        .reload(&crate::support::balancer::parse(&both))
+        .await
+        .expect("the reload applies");
+    assert_eq!((summary.listeners_added, summary.listeners_removed), (1, 0));
+    let addrs = balancer.local_addrs();
+    assert_eq!(addrs.len(), 2, "{addrs:?}");
+    assert_eq!(
+        addrs[1], first,
+        "the kept listener is second, as in the file"
+    );
+    let served = by_backend(&balancer).await;
+    assert_eq!((served["b"], served["a"]), (addrs[0], addrs[1]));
+}
