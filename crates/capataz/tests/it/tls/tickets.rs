@@ -454,7 +454,10 @@ async fn two_tls_listeners_on_port_zero_swapped_in_the_file_keep_their_own_ticke
     write_two_tls_listeners(&pki, &b[0], &["second", "first"]);
     let reload = balancer.supervisor().reload_from_file();
     reload.await.expect("the reload applies");
-    assert!(balancer.local_addrs().contains(&second), "the socket is kept");
+    assert!(
+        balancer.local_addrs().contains(&second),
+        "the socket is kept"
+    );
     assert_eq!(
         client.visit(second).await,
         (HandshakeKind::Resumed, true),
