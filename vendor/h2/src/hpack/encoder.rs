@@ -20,6 +20,14 @@ pub struct Encoder {
     scratch: BytesMut,
 }
 
+// capataz: the last named header of a block, for the values without a name after it (`encode`).
+enum Last {
+    // Its index in the tables (`Table::resolve_idx`).
+    Index(usize),
+    // The header itself, not indexed: its name is written with each value.
+    Header(Header),
+}
+
 #[derive(Debug, Copy, Clone, Eq, PartialEq)]
 enum SizeUpdate {
     One(usize),
@@ -107,17 +115,24 @@ impl Encoder {
 
         self.encode_size_updates(dst);
 
-        let mut last_index = None;
+        // capataz: what a following value without a name needs of the last named header: its
+        // index (upstream kept the whole `Index`, the header inside it, and resolved it for each
+        // such value; nothing is inserted in between, so the index is the same), or the header
+        // itself when it is not indexed (its name is written again).
+        let mut last = None;
 
         for header in headers {
             match header.reify() {
                 // The header has an associated name. In which case, try to
                 // index it in the table.
                 Ok(header) => {
-                    let index = self.table.index(header);
-                    self.encode_header(&index, dst);
+                    let index = self.table.index(&header);
+                    self.encode_header(&index, &header, dst);
 
-                    last_index = Some(index);
+                    last = Some(match index {
+                        Index::NotIndexed => Last::Header(header),
+                        index => Last::Index(self.table.resolve_idx(&index)),
+                    });
                 }
                 // The header does not have an associated name. This means that
                 // the name is the same as the previously yielded header. In
@@ -125,7 +140,7 @@ impl Encoder {
                 // as the previous entry.
                 Err(value) => {
                     self.encode_header_without_name(
-                        last_index.as_ref().unwrap_or_else(|| {
+                        last.as_ref().unwrap_or_else(|| {
                             panic!("encoding header without name, but no previous index to use for name");
                         }),
                         &value,
@@ -152,19 +167,17 @@ impl Encoder {
         }
     }
 
-    fn encode_header(&mut self, index: &Index, dst: &mut BytesMut) {
+    // capataz: the field is written from `header`, the header `index` was computed for (for an
+    // inserted one, upstream read the table's copy: the same name and value).
+    fn encode_header(&mut self, index: &Index, header: &Header, dst: &mut BytesMut) {
         match *index {
-            Index::Indexed(idx, _) => {
+            Index::Indexed(idx) => {
                 encode_int(idx, 7, 0x80, dst);
             }
-            Index::Name(idx, _) => {
-                let header = self.table.resolve(index);
-
+            Index::Name(idx) => {
                 encode_not_indexed(idx, header.value_slice(), header.is_sensitive(), dst);
             }
             Index::Inserted(_) => {
-                let header = self.table.resolve(index);
-
                 assert!(!header.is_sensitive());
 
                 dst.put_u8(0b0100_0000);
@@ -173,16 +186,12 @@ impl Encoder {
                 encode_str(header.value_slice(), dst);
             }
             Index::InsertedValue(idx, _) => {
-                let header = self.table.resolve(index);
-
                 assert!(!header.is_sensitive());
 
                 encode_int(idx, 6, 0b0100_0000, dst);
                 encode_str(header.value_slice(), dst);
             }
-            Index::NotIndexed(_) => {
-                let header = self.table.resolve(index);
-
+            Index::NotIndexed => {
                 encode_not_indexed2(
                     header.name().as_slice(),
                     header.value_slice(),
@@ -193,24 +202,12 @@ impl Encoder {
         }
     }
 
-    fn encode_header_without_name(
-        &mut self,
-        last: &Index,
-        value: &HeaderValue,
-        dst: &mut BytesMut,
-    ) {
+    fn encode_header_without_name(&mut self, last: &Last, value: &HeaderValue, dst: &mut BytesMut) {
         match *last {
-            Index::Indexed(..)
-            | Index::Name(..)
-            | Index::Inserted(..)
-            | Index::InsertedValue(..) => {
-                let idx = self.table.resolve_idx(last);
-
+            Last::Index(idx) => {
                 encode_not_indexed(idx, value.as_ref(), value.is_sensitive(), dst);
             }
-            Index::NotIndexed(_) => {
-                let last = self.table.resolve(last);
-
+            Last::Header(ref last) => {
                 encode_not_indexed2(
                     last.name().as_slice(),
                     value.as_ref(),

@@ -18,13 +18,21 @@ pub struct Table {
     max_size: usize,
 }
 
+// capataz: an `Index` does not hold the header it was computed for. Upstream's `index` took the
+// header by value and handed it back inside `Indexed`, `Name` and `NotIndexed`, so each field of
+// a header block was moved through `index`, `index_dynamic`, `index_occupied` and into the
+// `Index` (about 80 bytes each time), and the encoder kept the last `Index` (the header with it)
+// for a following value without a name. The table only reads the header (an inserted entry is
+// a copy of its own, `Header::owned_copy`), so `index` takes `&Header` and the encoder writes
+// the field from the header it still holds: the same bytes (the table's copy of an inserted
+// entry has the same name and value).
 #[derive(Debug)]
 pub enum Index {
     // The header is already fully indexed
-    Indexed(usize, Header),
+    Indexed(usize),
 
     // The name is indexed, but not the value
-    Name(usize, Header),
+    Name(usize),
 
     // The full header has been inserted into the table.
     Inserted(usize),
@@ -33,7 +41,7 @@ pub enum Index {
     InsertedValue(usize, usize),
 
     // The header is not indexed by this table
-    NotIndexed(Header),
+    NotIndexed,
 }
 
 #[derive(Debug)]
@@ -103,19 +111,6 @@ impl Table {
         self.max_size
     }
 
-    /// Gets the header stored in the table
-    pub fn resolve<'a>(&'a self, index: &'a Index) -> &'a Header {
-        use self::Index::*;
-
-        match *index {
-            Indexed(_, ref h) => h,
-            Name(_, ref h) => h,
-            Inserted(idx) => &self.slots[idx].header,
-            InsertedValue(_, idx) => &self.slots[idx].header,
-            NotIndexed(ref h) => h,
-        }
-    }
-
     pub fn resolve_idx(&self, index: &Index) -> usize {
         use self::Index::*;
 
@@ -124,14 +119,14 @@ impl Table {
             Name(idx, ..) => idx,
             Inserted(idx) => idx + DYN_OFFSET,
             InsertedValue(_name_idx, slot_idx) => slot_idx + DYN_OFFSET,
-            NotIndexed(_) => panic!("cannot resolve index"),
+            NotIndexed => panic!("cannot resolve index"),
         }
     }
 
     /// Index the header in the HPACK table.
-    pub fn index(&mut self, header: Header) -> Index {
+    pub fn index(&mut self, header: &Header) -> Index {
         // Check the static table
-        let statik = index_static(&header);
+        let statik = index_static(header);
 
         // Don't index certain headers. This logic is borrowed from nghttp2.
         if header.skip_value_index() {
@@ -139,12 +134,12 @@ impl Table {
             // static table. At some point in the future, this might not be true
             // and this logic will need to be updated.
             debug_assert!(statik.is_some(), "skip_value_index requires a static name",);
-            return Index::new(statik, header);
+            return Index::new(statik);
         }
 
         // If the header is already indexed by the static table, return that
         if let Some((n, true)) = statik {
-            return Index::Indexed(n, header);
+            return Index::Indexed(n);
         }
 
         // capataz: the header's size, computed once here and passed on (upstream computes it
@@ -153,7 +148,7 @@ impl Table {
 
         // Don't index large headers
         if len * 4 > self.max_size * 3 {
-            return Index::new(statik, header);
+            return Index::new(statik);
         }
 
         self.index_dynamic(header, len, statik)
@@ -161,7 +156,7 @@ impl Table {
 
     fn index_dynamic(
         &mut self,
-        header: Header,
+        header: &Header,
         len: usize,
         statik: Option<(usize, bool)>,
     ) -> Index {
@@ -176,7 +171,7 @@ impl Table {
             // If `indices` is not empty, then it is impossible for all
             // `indices` entries to be `Some`. So, we only need to check for the
             // empty case.
-            return Index::new(statik, header);
+            return Index::new(statik);
         }
 
         // capataz: the newest entry first. The table never holds two entries with the same name
@@ -186,12 +181,12 @@ impl Table {
         // A field whose value changes over time, such as `date`, is inserted at each new value
         // and then found here at once instead of at the end of a chain of its past values.
         if let Some(newest) = self.slots.front() {
-            if newest.header.name() == header.name() && newest.header.value_eq(&header) {
-                return Index::Indexed(DYN_OFFSET, header);
+            if newest.header.name() == header.name() && newest.header.value_eq(header) {
+                return Index::Indexed(DYN_OFFSET);
             }
         }
 
-        let hash = hash_header(&header);
+        let hash = hash_header(header);
 
         let desired_pos = desired_pos(self.mask, hash);
         let mut probe = desired_pos;
@@ -229,7 +224,7 @@ impl Table {
 
     fn index_occupied(
         &mut self,
-        header: Header,
+        header: &Header,
         len: usize,
         hash: HashValue,
         mut index: usize,
@@ -244,9 +239,9 @@ impl Table {
             // Compute the real index into the VecDeque
             let real_idx = index.wrapping_add(self.inserted);
 
-            if self.slots[real_idx].header.value_eq(&header) {
+            if self.slots[real_idx].header.value_eq(header) {
                 // We have a full match!
-                return Index::Indexed(real_idx + DYN_OFFSET, header);
+                return Index::Indexed(real_idx + DYN_OFFSET);
             }
 
             if let Some(next) = self.slots[real_idx].next {
@@ -257,7 +252,7 @@ impl Table {
             if header.is_sensitive() {
                 // Should we assert this?
                 // debug_assert!(statik.is_none());
-                return Index::Name(real_idx + DYN_OFFSET, header);
+                return Index::Name(real_idx + DYN_OFFSET);
             }
 
             self.update_size(len, Some(index));
@@ -291,7 +286,7 @@ impl Table {
 
     fn index_vacant(
         &mut self,
-        header: Header,
+        header: &Header,
         len: usize,
         hash: HashValue,
         mut dist: usize,
@@ -299,7 +294,7 @@ impl Table {
         statik: Option<(usize, bool)>,
     ) -> Index {
         if header.is_sensitive() {
-            return Index::new(statik, header);
+            return Index::new(statik);
         }
 
         debug_assert!(self.assert_valid_state("top"));
@@ -361,7 +356,7 @@ impl Table {
         }
     }
 
-    fn insert(&mut self, header: Header, hash: HashValue) {
+    fn insert(&mut self, header: &Header, hash: HashValue) {
         self.inserted = self.inserted.wrapping_add(1);
 
         self.slots.push_front(Slot {
@@ -658,11 +653,11 @@ impl Table {
 }
 
 impl Index {
-    fn new(v: Option<(usize, bool)>, e: Header) -> Index {
+    fn new(v: Option<(usize, bool)>) -> Index {
         match v {
-            None => Index::NotIndexed(e),
-            Some((n, true)) => Index::Indexed(n, e),
-            Some((n, false)) => Index::Name(n, e),
+            None => Index::NotIndexed,
+            Some((n, true)) => Index::Indexed(n),
+            Some((n, false)) => Index::Name(n),
         }
     }
 }
@@ -831,7 +826,7 @@ mod capataz_tests {
             name: HeaderName::from_static("x-kept"),
             value,
         };
-        assert!(matches!(table.index(header), Index::Inserted(0)));
+        assert!(matches!(table.index(&header), Index::Inserted(0)));
         assert_eq!(table.slots.len(), 1);
         let kept = table.slots[0].header.value_slice();
         assert_eq!(kept, &[b'a'; 20][..]);
