@@ -83,6 +83,12 @@ where
             if io.prefix.is_none() {
                 // Its idle backend connections wait out of the IO driver too.
                 private.sleep();
+                // Its own socket registered anew, to pack parked connections' registrations
+                // together (see the module documentation).
+                io = match io.reregistered() {
+                    Ok(io) => io,
+                    Err(_) => return false,
+                };
                 match until_closed(shared, pin!(first_bytes(&mut io))).await {
                     Some(Ok(Some(_))) => {}
                     // The client closed, went away, or a timeout or the drain closed the
