@@ -16,6 +16,13 @@
 //! is only what waiting needs. One box per stretch (as hyper's connection alone was boxed
 //! before), nothing per request: a connection under load never parks.
 //!
+//! A parked plain TCP connection also registers its socket anew in tokio's IO driver
+//! (`PeekPeer::reregister`, two `epoll_ctl`s at park, never per request): its registration is
+//! freed and allocated again, in the lowest free slot of its size class, so that parked
+//! connections' registrations end up packed together rather than on the pages where a burst of
+//! requests put them beside their backend connections' registrations, which are freed as those
+//! go to sleep. BENCHMARKS.md, "Parked registrations packed".
+//!
 //! hyper takes a connection apart only when it is idle: with a request in progress the task
 //! does not park (it checks `active` itself, the watcher's look may be stale), and a request
 //! whose answer was sent while its body is still unread is no longer in progress for the
