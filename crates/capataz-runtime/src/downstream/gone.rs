@@ -153,12 +153,30 @@ pub(crate) trait PeekPeer {
     /// `Ok(0)` at its end (a FIN), `Ok(n)` with bytes waiting unread, `Err` if the connection
     /// failed (a reset); `Pending`, with `cx` woken, until then.
     fn poll_peek_peer(&self, cx: &mut Context<'_>) -> Poll<io::Result<usize>>;
+
+    /// The socket registered anew with the runtime's IO driver, as its connection parks (see
+    /// `park`): its registration is freed and allocated again, so that parked connections'
+    /// registrations end up packed together rather than on the pages a burst of requests
+    /// spread them over. Itself (unchanged) where that is not done; an error closes the
+    /// connection.
+    fn reregister(self) -> io::Result<Self>
+    where
+        Self: Sized,
+    {
+        Ok(self)
+    }
 }
 
 impl PeekPeer for TcpStream {
     fn poll_peek_peer(&self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         let mut byte = [0u8; 1];
         self.poll_peek(cx, &mut ReadBuf::new(&mut byte))
+    }
+
+    /// Out of the IO driver and back (two `epoll_ctl`s; the socket stays non-blocking, and a
+    /// socket readable meanwhile is reported at once on its new registration).
+    fn reregister(self) -> io::Result<TcpStream> {
+        TcpStream::from_std(self.into_std()?)
     }
 }
 

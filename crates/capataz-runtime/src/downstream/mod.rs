@@ -381,7 +381,7 @@ where
     });
     let io = CountingIo {
         inner: stream,
-        shared: shared.clone(),
+        shared: Counted(shared.clone()),
         prefix: None,
         deferred: false,
         _held: guard,
@@ -767,7 +767,7 @@ impl Body for Tracked {
 /// The client socket (TCP, or TLS over it), counting the bytes read and written.
 struct CountingIo<IO, G> {
     inner: IO,
-    shared: Arc<ConnState>,
+    shared: Counted,
     /// Bytes read while detecting the protocol, read again first.
     prefix: Option<Bytes>,
     /// Whether this flush's first write was put off (see `defer_write`); cleared by the flush.
@@ -777,10 +777,42 @@ struct CountingIo<IO, G> {
     _held: G,
 }
 
-impl<IO, G> Drop for CountingIo<IO, G> {
-    /// The bytes counted before the guard (a field, dropped after this) counts it closed.
+/// The connection's state as its socket holds it: dropped with the socket, it adds the bytes
+/// moved to the listener's counters before the guard (a later field of [`CountingIo`]) counts
+/// the connection closed.
+struct Counted(Arc<ConnState>);
+
+impl std::ops::Deref for Counted {
+    type Target = ConnState;
+
+    fn deref(&self) -> &ConnState {
+        &self.0
+    }
+}
+
+impl Drop for Counted {
     fn drop(&mut self) {
-        self.shared.count_bytes();
+        self.0.count_bytes();
+    }
+}
+
+impl<IO: PeekPeer, G> CountingIo<IO, G> {
+    /// The socket registered anew with the runtime's IO driver ([`PeekPeer::reregister`]).
+    fn reregistered(self) -> io::Result<Self> {
+        let CountingIo {
+            inner,
+            shared,
+            prefix,
+            deferred,
+            _held,
+        } = self;
+        Ok(CountingIo {
+            inner: inner.reregister()?,
+            shared,
+            prefix,
+            deferred,
+            _held,
+        })
     }
 }
 
@@ -970,7 +1002,7 @@ mod tests {
         let shared = Arc::new(new_shared());
         let io = CountingIo {
             inner: stream,
-            shared: shared.clone(),
+            shared: Counted(shared.clone()),
             prefix: None,
             deferred: false,
             _held: (),

@@ -16,6 +16,13 @@
 //! is only what waiting needs. One box per stretch (as hyper's connection alone was boxed
 //! before), nothing per request: a connection under load never parks.
 //!
+//! A parked plain TCP connection also registers its socket anew in tokio's IO driver
+//! (`PeekPeer::reregister`, two `epoll_ctl`s at park, never per request): its registration is
+//! freed and allocated again, in the lowest free slot of its size class, so that parked
+//! connections' registrations end up packed together rather than on the pages where a burst of
+//! requests put them beside their backend connections' registrations, which are freed as those
+//! go to sleep. BENCHMARKS.md, "Parked registrations packed".
+//!
 //! hyper takes a connection apart only when it is idle: with a request in progress the task
 //! does not park (it checks `active` itself, the watcher's look may be stale), and a request
 //! whose answer was sent while its body is still unread is no longer in progress for the
@@ -83,6 +90,12 @@ where
             if io.prefix.is_none() {
                 // Its idle backend connections wait out of the IO driver too.
                 private.sleep();
+                // Its own socket registered anew, to pack parked connections' registrations
+                // together (see the module documentation).
+                io = match io.reregistered() {
+                    Ok(io) => io,
+                    Err(_) => return false,
+                };
                 match until_closed(shared, pin!(first_bytes(&mut io))).await {
                     Some(Ok(Some(_))) => {}
                     // The client closed, went away, or a timeout or the drain closed the
