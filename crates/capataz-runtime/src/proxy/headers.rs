@@ -177,13 +177,32 @@ fn reg_name(host: &[u8]) -> bool {
             i += 3;
             continue;
         }
-        if !(b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b)) {
+        if !REG_NAME_BYTE[usize::from(b)] {
             return false;
         }
         i += 1;
     }
     true
 }
+
+/// The bytes a `reg-name` takes as they are (letters, digits, the rest of the unreserved
+/// `-._~` and the sub-delims), as a table: every request's host is checked byte by byte, and a
+/// search of the sub-delims for each `.` of an address cost more than the rest of the check.
+const REG_NAME_BYTE: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = (b as u8).is_ascii_alphanumeric();
+        b += 1;
+    }
+    let others = b"-._~!$&'()*+,;=";
+    let mut i = 0;
+    while i < others.len() {
+        table[others[i] as usize] = true;
+        i += 1;
+    }
+    table
+};
 
 /// Whether `field` (a Host value) names the same host and port as `authority`, the port
 /// defaulting to the scheme's.
@@ -511,6 +530,15 @@ mod tests {
             assert!(!valid_host(bad.as_bytes()), "{bad:?}");
         }
         assert!(!valid_host(b"a\xffb"));
+    }
+
+    /// The table of `reg-name` bytes says what the rule it replaced said, for every byte.
+    #[test]
+    fn the_reg_name_table_is_the_rule() {
+        for b in 0..=255u8 {
+            let rule = b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b);
+            assert_eq!(REG_NAME_BYTE[usize::from(b)], rule, "byte {b}");
+        }
     }
 
     #[test]
