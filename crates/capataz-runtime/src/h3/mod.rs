@@ -207,7 +207,14 @@ async fn requests(
                     limits,
                     _in_flight: InFlight::new(&active),
                 };
-                tokio::spawn(task.serve(resolver));
+                // Boxed in place, as an HTTP/2 stream's future is (`BoxedCalls` in
+                // `downstream::stall`): the box is allocated first and the request's future
+                // (several KB: the proxy's path inline) is written straight into it, where
+                // `spawn` would move it twice and size the task's cell by it.
+                let mut slot = Box::new_uninit();
+                slot.write(task.serve(resolver));
+                // SAFETY: `write` initialised the box's value just above.
+                tokio::spawn(Box::into_pin(unsafe { slot.assume_init() }));
             }
             // The client's GOAWAY, every request done.
             Ok(None) => return,

@@ -1,5 +1,6 @@
 //! One attempt on one backend, HTTP/1.1 or HTTP/2, with its outcome fed to the passive side.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -34,104 +35,109 @@ pub(super) enum Forwarded<'a> {
 
 /// One attempt on one backend, with its outcome fed to the passive side (an answer's once its
 /// body has ended; see `body::Lease`); `stage` follows it (for the access log).
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn forward<'a>(
-    pool: &Arc<PoolHandle>,
+// Not an `async fn`, whose future would keep `outgoing` and `lease` twice (see `Proxy::handle`).
+#[allow(clippy::too_many_arguments, clippy::manual_async_fn)]
+pub(super) fn forward<'a, 'f>(
+    pool: &'f Arc<PoolHandle>,
     index: usize,
-    client: &ClientInfo,
-    outgoing: Outgoing<'a, ReqBody>,
-    head: &mut Vec<u8>,
+    client: &'f ClientInfo,
+    mut outgoing: Outgoing<'a, ReqBody>,
+    head: &'f mut Vec<u8>,
     mut lease: Lease,
     upgrade: bool,
     timeouts: ExchangeTimeouts,
-    stage: &mut Stage,
-) -> Forwarded<'a> {
-    let backend = &pool.backends[index];
-    let mut outgoing = outgoing;
-    // A pooled connection the backend closed meanwhile is no fault of the backend: one fresh
-    // connection is tried before anything is judged.
-    let mut fresh_only = false;
-    // One clock reading serves the idle check, the deadline and the latency of a request sent
-    // on a pooled connection; a fresh connection reads the clock again once connected.
-    let started = Instant::now();
-    // A Unix socket's client has no address to name: a LOCAL header.
-    let addrs = (!client.unix).then(|| (client.addr, client.destination()));
-    loop {
-        let conn = if fresh_only {
-            backend.upstream.connect(addrs).await
-        } else {
-            backend
-                .upstream
-                .acquire(started, lease.private(), addrs)
-                .await
-        };
-        let conn = match conn {
-            Ok(conn) => conn,
-            Err(error) => {
-                pool.charge(index, error);
-                return Forwarded::NotSent(outgoing, error);
-            }
-        };
-        stage.now = stage.connected;
-        let reused = conn.reused && !fresh_only;
-        let sent_at = if reused { started } else { Instant::now() };
-        let sent = upstream::exchange(conn.stream, outgoing, head, upgrade, timeouts, sent_at);
-        match sent.await {
-            Err(ExchangeError::NotSent(unsent)) if reused => {
-                // A pooled connection the backend closed meanwhile: one fresh try.
-                outgoing = unsent;
-                fresh_only = true;
-            }
-            Err(ExchangeError::NotSent(unsent)) => {
-                let error = AttemptError::Send { sent_any: false };
-                pool.charge(index, error);
-                return Forwarded::NotSent(unsent, error);
-            }
-            Err(ExchangeError::Failed(error)) => {
-                pool.charge(index, error);
-                return Forwarded::Failed(error);
-            }
-            Ok(answer) => {
-                // A chunked body already broken in what came with the head: a 502 now, as for
-                // a malformed head, rather than a head relayed and a connection cut before any
-                // of its body (hyper would send nothing at all, not even the status).
-                if answer.framing.body == BodyLength::Chunked
-                    && chunked::check_start(&answer.buf).is_err()
-                {
-                    pool.charge(index, AttemptError::HeadMalformed);
-                    return Forwarded::Failed(AttemptError::HeadMalformed);
+    stage: &'f mut Stage,
+) -> impl Future<Output = Forwarded<'a>> + 'f
+where
+    'a: 'f,
+{
+    async move {
+        let backend = &pool.backends[index];
+        // A pooled connection the backend closed meanwhile is no fault of the backend: one fresh
+        // connection is tried before anything is judged.
+        let mut fresh_only = false;
+        // One clock reading serves the idle check, the deadline and the latency of a request sent
+        // on a pooled connection; a fresh connection reads the clock again once connected.
+        let started = Instant::now();
+        // A Unix socket's client has no address to name: a LOCAL header.
+        let addrs = (!client.unix).then(|| (client.addr, client.destination()));
+        loop {
+            let conn = if fresh_only {
+                backend.upstream.connect(addrs).await
+            } else {
+                backend
+                    .upstream
+                    .acquire(started, lease.private(), addrs)
+                    .await
+            };
+            let conn = match conn {
+                Ok(conn) => conn,
+                Err(error) => {
+                    pool.charge(index, error);
+                    return Forwarded::NotSent(outgoing, error);
                 }
-                let status = answer.head.status.as_u16();
-                let answered_at = Instant::now();
-                let latency = answered_at.saturating_duration_since(sent_at);
-                backend.answered(status, latency);
-                lease.answered_after(latency);
-                let mut response = Response::new(RespBody::Full(None));
-                *response.status_mut() = answer.head.status;
-                *response.headers_mut() = answer.head.headers;
-                if status == 101 {
-                    // The connection becomes the tunnel; the passive side hears of the 101.
-                    pool.observe_answered(index, Outcome::Status(status), Some(latency));
-                    drop(lease);
-                    return Forwarded::Upgraded(response, answer.stream, answer.buf.freeze());
+            };
+            stage.now = stage.connected;
+            let reused = conn.reused && !fresh_only;
+            let sent_at = if reused { started } else { Instant::now() };
+            let sent = upstream::exchange(conn.stream, outgoing, head, upgrade, timeouts, sent_at);
+            match sent.await {
+                Err(ExchangeError::NotSent(unsent)) if reused => {
+                    // A pooled connection the backend closed meanwhile: one fresh try.
+                    outgoing = unsent;
+                    fresh_only = true;
                 }
-                if answer.framing.rewrite_length {
-                    rewrite_length(response.headers_mut(), answer.framing.body);
+                Err(ExchangeError::NotSent(unsent)) => {
+                    let error = AttemptError::Send { sent_any: false };
+                    pool.charge(index, error);
+                    return Forwarded::NotSent(unsent, error);
                 }
-                // A backend asking for relief gets less weight, not an error on its record.
-                match pool.shed_request(status, response.headers()) {
-                    Some(relief) => pool.shed(index, status, relief, latency),
-                    None => lease.judge_at_end(Outcome::Status(status)),
+                Err(ExchangeError::Failed(error)) => {
+                    pool.charge(index, error);
+                    return Forwarded::Failed(error);
                 }
-                *response.body_mut() = RespBody::upstream(
-                    answer.stream,
-                    answer.buf,
-                    answer.framing,
-                    lease,
-                    answered_at,
-                    timeouts.body_idle,
-                );
-                return Forwarded::Response(response, status);
+                Ok(answer) => {
+                    // A chunked body already broken in what came with the head: a 502 now, as for
+                    // a malformed head, rather than a head relayed and a connection cut before any
+                    // of its body (hyper would send nothing at all, not even the status).
+                    if answer.framing.body == BodyLength::Chunked
+                        && chunked::check_start(&answer.buf).is_err()
+                    {
+                        pool.charge(index, AttemptError::HeadMalformed);
+                        return Forwarded::Failed(AttemptError::HeadMalformed);
+                    }
+                    let status = answer.head.status.as_u16();
+                    let answered_at = Instant::now();
+                    let latency = answered_at.saturating_duration_since(sent_at);
+                    backend.answered(status, latency);
+                    lease.answered_after(latency);
+                    let mut response = Response::new(RespBody::Full(None));
+                    *response.status_mut() = answer.head.status;
+                    *response.headers_mut() = answer.head.headers;
+                    if status == 101 {
+                        // The connection becomes the tunnel; the passive side hears of the 101.
+                        pool.observe_answered(index, Outcome::Status(status), Some(latency));
+                        drop(lease);
+                        return Forwarded::Upgraded(response, answer.stream, answer.buf.freeze());
+                    }
+                    if answer.framing.rewrite_length {
+                        rewrite_length(response.headers_mut(), answer.framing.body);
+                    }
+                    // A backend asking for relief gets less weight, not an error on its record.
+                    match pool.shed_request(status, response.headers()) {
+                        Some(relief) => pool.shed(index, status, relief, latency),
+                        None => lease.judge_at_end(Outcome::Status(status)),
+                    }
+                    *response.body_mut() = RespBody::upstream(
+                        answer.stream,
+                        answer.buf,
+                        answer.framing,
+                        lease,
+                        answered_at,
+                        timeouts.body_idle,
+                    );
+                    return Forwarded::Response(response, status);
+                }
             }
         }
     }

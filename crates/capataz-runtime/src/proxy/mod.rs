@@ -16,6 +16,7 @@
 //! answer is counted and logged under.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -150,101 +151,109 @@ impl Proxy {
     }
 
     /// Serves one client request, and counts its answer.
-    pub async fn handle(
+    // Not an `async fn`, whose future would keep each argument twice (as given, and moved into
+    // the body): this future is moved whole at least once per request (into hyper's HTTP/1
+    // dispatcher).
+    #[allow(clippy::manual_async_fn)]
+    pub fn handle(
         self: Arc<Self>,
         mut req: Request<ClientBody>,
         client: Arc<ClientInfo>,
-    ) -> Result<Response<RespBody>, Infallible> {
-        if matches!(req.version(), Version::HTTP_2 | Version::HTTP_3)
-            && too_many_fields(req.uri(), req.headers())
-        {
-            // As an HTTP/1.1 head with as many, which hyper refuses before the proxy sees it:
-            // 431, counted as a refused head, not logged.
-            self.count_refused();
-            let mut page = error_page(
-                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                "too many header fields",
-            );
-            if let Some(pages) = &self.error_pages {
-                pages.dress(&mut page);
+    ) -> impl Future<Output = Result<Response<RespBody>, Infallible>> {
+        async move {
+            if matches!(req.version(), Version::HTTP_2 | Version::HTTP_3)
+                && too_many_fields(req.uri(), req.headers())
+            {
+                // As an HTTP/1.1 head with as many, which hyper refuses before the proxy sees it:
+                // 431, counted as a refused head, not logged.
+                self.count_refused();
+                let mut page = error_page(
+                    StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                    "too many header fields",
+                );
+                if let Some(pages) = &self.error_pages {
+                    pages.dress(&mut page);
+                }
+                return Ok(page);
             }
-            return Ok(page);
-        }
-        let method = MethodClass::of(req.method());
-        let mut tally = Tally {
-            route: None,
-            by: AnsweredBy::Capataz,
-            backend: None,
-            attempts: 0,
-            failure: None,
-            stage: Stage {
-                now: Phase::Request,
-                connected: Phase::Send,
-            },
-            record: None,
-            reason: None,
-            request_id: None,
-            affinity: None,
-        };
-        if let Some((log, names)) = &self.access_log {
-            let mut record = Box::new(AccessRecord::start(
-                client.addr,
-                req.method(),
-                req.uri(),
-                req.version(),
-                req.headers(),
-            ));
-            if let Some(tls) = &client.tls {
-                record.set_tls(tls.version, tls.sni.as_deref());
+            let method = MethodClass::of(req.method());
+            let mut tally = Tally {
+                route: None,
+                by: AnsweredBy::Capataz,
+                backend: None,
+                attempts: 0,
+                failure: None,
+                stage: Stage {
+                    now: Phase::Request,
+                    connected: Phase::Send,
+                },
+                record: None,
+                reason: None,
+                request_id: None,
+                affinity: None,
+            };
+            if let Some((log, names)) = &self.access_log {
+                let mut record = Box::new(AccessRecord::start(
+                    client.addr,
+                    req.method(),
+                    req.uri(),
+                    req.version(),
+                    req.headers(),
+                ));
+                if let Some(tls) = &client.tls {
+                    record.set_tls(tls.version, tls.sni.as_deref());
+                }
+                tally.record = Some((record, log.clone(), names.clone()));
             }
-            tally.record = Some((record, log.clone(), names.clone()));
-        }
-        if let Some(config) = &self.request_id {
-            tally.set_request_id(rules::request_id(config, req.headers()));
-        }
-        let alt_svc = self
-            .alt_svc
-            .as_ref()
-            .filter(|_| req.version() != Version::HTTP_3)
-            .cloned();
-        // The routing phase answers on its own or names the pool; the relay is awaited here,
-        // not in a function of its own: its future is then one level less deep, and moved
-        // (memcpy) once less per request.
-        let mut response = match self.route_request(&mut req, &client, &mut tally) {
-            Routed::Answer(page) => page,
-            Routed::Pool(pool, hops) => self.relay(req, (pool, hops), &client, &mut tally).await,
-        };
-        let counters = match tally.route {
-            Some(index) => &self.routes[index].metrics,
-            None => &self.unrouted,
-        };
-        if let (Some(pages), AnsweredBy::Capataz) = (&self.error_pages, tally.by) {
-            pages.dress(&mut response);
-        }
-        let status = response.status().as_u16();
-        counters.answered(method, status, tally.by);
-        if let (Some(config), Some(id)) = (&self.request_id, &tally.request_id) {
-            if config.response {
+            if let Some(config) = &self.request_id {
+                tally.set_request_id(rules::request_id(config, req.headers()));
+            }
+            let alt_svc = self
+                .alt_svc
+                .as_ref()
+                .filter(|_| req.version() != Version::HTTP_3)
+                .cloned();
+            // The routing phase answers on its own or names the pool; the relay is awaited here,
+            // not in a function of its own: its future is then one level less deep, and moved
+            // (memcpy) once less per request.
+            let mut response = match self.route_request(&mut req, &client, &mut tally) {
+                Routed::Answer(page) => page,
+                Routed::Pool(pool, hops) => {
+                    self.relay(req, (pool, hops), &client, &mut tally).await
+                }
+            };
+            let counters = match tally.route {
+                Some(index) => &self.routes[index].metrics,
+                None => &self.unrouted,
+            };
+            if let (Some(pages), AnsweredBy::Capataz) = (&self.error_pages, tally.by) {
+                pages.dress(&mut response);
+            }
+            let status = response.status().as_u16();
+            counters.answered(method, status, tally.by);
+            if let (Some(config), Some(id)) = (&self.request_id, &tally.request_id) {
+                if config.response {
+                    response
+                        .headers_mut()
+                        .insert(config.header.clone(), id.clone());
+                }
+            }
+            if let Some(hsts) = &self.hsts {
                 response
                     .headers_mut()
-                    .insert(config.header.clone(), id.clone());
+                    .insert(header::STRICT_TRANSPORT_SECURITY, hsts.clone());
             }
+            if let Some(alt_svc) = alt_svc {
+                response.headers_mut().insert(header::ALT_SVC, alt_svc);
+            }
+            if let Some((mut record, log, names)) = tally.record.take() {
+                tally.fill(&mut record, &names, Some(status));
+                let ending = tally.ending();
+                let body = std::mem::replace(response.body_mut(), RespBody::Full(None));
+                *response.body_mut() = RespBody::logged(body, record, log, ending);
+            }
+            Ok(response)
         }
-        if let Some(hsts) = &self.hsts {
-            response
-                .headers_mut()
-                .insert(header::STRICT_TRANSPORT_SECURITY, hsts.clone());
-        }
-        if let Some(alt_svc) = alt_svc {
-            response.headers_mut().insert(header::ALT_SVC, alt_svc);
-        }
-        if let Some((mut record, log, names)) = tally.record.take() {
-            tally.fill(&mut record, &names, Some(status));
-            let ending = tally.ending();
-            let body = std::mem::replace(response.body_mut(), RespBody::Full(None));
-            *response.body_mut() = RespBody::logged(body, record, log, ending);
-        }
-        Ok(response)
     }
 
     /// The routing phase of a request: the answer to one refused or answered before routing
@@ -373,131 +382,142 @@ impl Proxy {
     /// Prepares a routed request for `pool`'s backends and makes attempts, as the planner
     /// says, until an answer is relayed or the planner gives up. `hops`: the request's
     /// hop-by-hop fields, as routing found them.
-    async fn relay(
-        &self,
+    // Not an `async fn`, as `handle`.
+    #[allow(clippy::manual_async_fn)]
+    fn relay<'a>(
+        &'a self,
         mut req: Request<ClientBody>,
-        (pool, hops): (&Arc<PoolHandle>, HopFields),
-        client: &Arc<ClientInfo>,
-        tally: &mut Tally,
-    ) -> Response<RespBody> {
-        let websocket = websocket::is_websocket_connect(&req);
-        let upgrade = websocket || (hops.upgrade() && wants_upgrade(req.headers()));
-        if upgrade && pool.config.protocol.is_h2() {
-            return error_page(
-                StatusCode::NOT_IMPLEMENTED,
-                "upgrades are not relayed to HTTP/2 backends",
-            );
-        }
-        let mut affinity = Affinity::of(pool, &mut req, client);
-        tally.affinity = affinity.unanswered();
-        let mut prepared = self.prepare(req, (pool, hops), client, (websocket, upgrade), tally);
-        let plan = &mut prepared.plan;
-        let mut head = Vec::with_capacity(256);
-        loop {
-            // Each attempt on an HTTP/1.1 pool holds one of the client connection's backend
-            // slots (HTTP/2 clients: `max_backend_connections`); a bodiless one waits for one
-            // if need be, one with a body never does (`upstream::slots`: its unread body would
-            // hold the connection's window that the streams holding the slots need).
-            let slot = if prepared.h2 {
-                None
-            } else if prepared.bodiless {
-                client.backend_slots.acquire().await
-            } else {
-                client.backend_slots.try_acquire()
-            };
-            // A pool with limits may make the attempt wait for a slot (`queued.rs`; boxed: a
-            // pool without them carries nothing of it in this future).
-            let picked = match &pool.limits {
-                None => pick(pool, plan, &mut affinity).map(|index| (index, None)),
-                Some(limits) => {
-                    Box::pin(queued::admit(pool, limits, plan, tally, &mut affinity)).await
-                }
-            };
-            let (index, admission) = match picked {
-                Ok(picked) => picked,
-                Err(page) => return page,
-            };
-            tally.attempt(index);
-            // Each attempt's future is awaited here, not in a function of its own: its answer
-            // is then moved once less (a response is a few hundred bytes, moved by memcpy).
-            // The request goes from `prepared` into the attempt, and back if it was not sent:
-            // one place for it, moved as few times as can be.
-            let forwarded = if prepared.h2 {
-                let resend = prepared.resend.as_ref();
-                let Some(request) = prepared.request.take().or_else(|| resend?.rebuilt()) else {
-                    return unsendable(plan);
-                };
-                let lease = match admission {
-                    None => Lease::new(pool.clone(), index, None),
-                    Some(admission) => Lease::admitted(pool.clone(), admission, None),
-                };
-                // Connecting happens within the exchange: the whole wait counts as sending.
-                tally.stage.now = Phase::Send;
-                forward_h2(pool, index, request, (lease, resend), prepared.timeouts).await
-            } else {
-                let outgoing = match prepared.request.take() {
-                    Some(request) => Outgoing::Request(request),
-                    None => match &prepared.resend {
-                        Some(Resend::H1(method)) => Outgoing::Resend(method),
-                        _ => return unsendable(plan),
-                    },
-                };
-                let lease = http1_lease(pool, (index, admission), client, slot);
-                let attempt = forward(
-                    pool,
-                    index,
-                    client,
-                    outgoing,
-                    &mut head,
-                    lease,
-                    prepared.upgrade,
-                    prepared.timeouts,
-                    &mut tally.stage,
+        (pool, hops): (&'a Arc<PoolHandle>, HopFields),
+        client: &'a Arc<ClientInfo>,
+        tally: &'a mut Tally,
+    ) -> impl Future<Output = Response<RespBody>> + 'a {
+        async move {
+            let websocket = websocket::is_websocket_connect(&req);
+            let upgrade = websocket || (hops.upgrade() && wants_upgrade(req.headers()));
+            if upgrade && pool.config.protocol.is_h2() {
+                return error_page(
+                    StatusCode::NOT_IMPLEMENTED,
+                    "upgrades are not relayed to HTTP/2 backends",
                 );
-                attempt.await
-            };
-            let next = match forwarded {
-                Forwarded::Response(mut response, status) => {
-                    if prepared.websocket && (200..300).contains(&status) {
-                        return websocket_not_switched();
+            }
+            let mut affinity = Affinity::of(pool, &mut req, client);
+            tally.affinity = affinity.unanswered();
+            let mut prepared = self.prepare(req, (pool, hops), client, (websocket, upgrade), tally);
+            let plan = &mut prepared.plan;
+            let mut head = Vec::with_capacity(256);
+            loop {
+                // Each attempt on an HTTP/1.1 pool holds one of the client connection's backend
+                // slots (HTTP/2 clients: `max_backend_connections`); a bodiless one waits for one
+                // if need be, one with a body never does (`upstream::slots`: its unread body would
+                // hold the connection's window that the streams holding the slots need).
+                let slot = if prepared.h2 {
+                    None
+                } else if prepared.bodiless {
+                    client.backend_slots.acquire().await
+                } else {
+                    client.backend_slots.try_acquire()
+                };
+                // A pool with limits may make the attempt wait for a slot (`queued.rs`; boxed: a
+                // pool without them carries nothing of it in this future).
+                let picked = match &pool.limits {
+                    None => pick(pool, plan, &mut affinity).map(|index| (index, None)),
+                    Some(limits) => {
+                        Box::pin(queued::admit(pool, limits, plan, tally, &mut affinity)).await
                     }
-                    match plan.after(Attempted::Answered(status), |t| affordable(pool, t)) {
-                        Next::Relay => {
-                            let rules_host = prepared.rules_host.as_ref();
-                            let answer = (&mut response, index, rules_host);
-                            self.deliver(answer, pool, &affinity, client, tally);
-                            return response;
-                        }
-                        next => next,
-                    }
-                }
-                Forwarded::Upgraded(mut response, stream, early) => {
-                    // A sticky client's cookie rides on the 101 too, as HAProxy inserts it.
-                    tally.affinity = affinity.answered(pool, index, &mut response);
-                    let tunnel = Tunnel {
-                        client: prepared.client_upgrade.take(),
-                        stream,
-                        early,
-                        websocket: prepared.websocket,
+                };
+                let (index, admission) = match picked {
+                    Ok(picked) => picked,
+                    Err(page) => return page,
+                };
+                tally.attempt(index);
+                // Each attempt's future is awaited here, not in a function of its own: its answer
+                // is then moved once less (a response is a few hundred bytes, moved by memcpy).
+                // The request goes from `prepared` into the attempt, and back if it was not sent:
+                // one place for it, moved as few times as can be.
+                let forwarded = if prepared.h2 {
+                    let resend = prepared.resend.as_ref();
+                    let Some(request) = prepared.request.take().or_else(|| resend?.rebuilt())
+                    else {
+                        return unsendable(plan);
                     };
-                    tally.by = AnsweredBy::Backend;
-                    return self.upgraded(pool, index, response, tunnel);
-                }
-                Forwarded::NotSent(outgoing, why) => {
-                    // Back intact: the next attempt sends it (a resend is made again from
-                    // what `prepared` kept).
-                    if let Outgoing::Request(request) = outgoing {
-                        prepared.request = Some(request);
+                    let lease = match admission {
+                        None => Lease::new(pool.clone(), index, None),
+                        Some(admission) => Lease::admitted(pool.clone(), admission, None),
+                    };
+                    // Connecting happens within the exchange: the whole wait counts as sending.
+                    tally.stage.now = Phase::Send;
+                    // Boxed: inline, this attempt (4.3 KB) would be the largest state of this
+                    // future, and of every request's future whatever its pool's protocol; a
+                    // request's future is moved whole at least once (into hyper's HTTP/1
+                    // dispatcher, into an HTTP/2 stream's box).
+                    let attempt =
+                        forward_h2(pool, index, request, (lease, resend), prepared.timeouts);
+                    Box::pin(attempt).await
+                } else {
+                    let outgoing = match prepared.request.take() {
+                        Some(request) => Outgoing::Request(request),
+                        None => match &prepared.resend {
+                            Some(Resend::H1(method)) => Outgoing::Resend(method),
+                            _ => return unsendable(plan),
+                        },
+                    };
+                    let lease = http1_lease(pool, (index, admission), client, slot);
+                    let attempt = forward(
+                        pool,
+                        index,
+                        client,
+                        outgoing,
+                        &mut head,
+                        lease,
+                        prepared.upgrade,
+                        prepared.timeouts,
+                        &mut tally.stage,
+                    );
+                    attempt.await
+                };
+                let next = match forwarded {
+                    Forwarded::Response(mut response, status) => {
+                        if prepared.websocket && (200..300).contains(&status) {
+                            return websocket_not_switched();
+                        }
+                        match plan.after(Attempted::Answered(status), |t| affordable(pool, t)) {
+                            Next::Relay => {
+                                let rules_host = prepared.rules_host.as_ref();
+                                let answer = (&mut response, index, rules_host);
+                                self.deliver(answer, pool, &affinity, client, tally);
+                                return response;
+                            }
+                            next => next,
+                        }
                     }
-                    plan.after(Attempted::NotSent(why), |t| affordable(pool, t))
+                    Forwarded::Upgraded(mut response, stream, early) => {
+                        // A sticky client's cookie rides on the 101 too, as HAProxy inserts it.
+                        tally.affinity = affinity.answered(pool, index, &mut response);
+                        let tunnel = Tunnel {
+                            client: prepared.client_upgrade.take(),
+                            stream,
+                            early,
+                            websocket: prepared.websocket,
+                        };
+                        tally.by = AnsweredBy::Backend;
+                        return self.upgraded(pool, index, response, tunnel);
+                    }
+                    Forwarded::NotSent(outgoing, why) => {
+                        // Back intact: the next attempt sends it (a resend is made again from
+                        // what `prepared` kept).
+                        if let Outgoing::Request(request) = outgoing {
+                            prepared.request = Some(request);
+                        }
+                        plan.after(Attempted::NotSent(why), |t| affordable(pool, t))
+                    }
+                    Forwarded::Failed(why) => {
+                        plan.after(Attempted::Failed(why), |t| affordable(pool, t))
+                    }
+                };
+                tally.failure = plan.failure();
+                if let Next::Fail(why) = next {
+                    return failure_page(why);
                 }
-                Forwarded::Failed(why) => {
-                    plan.after(Attempted::Failed(why), |t| affordable(pool, t))
-                }
-            };
-            tally.failure = plan.failure();
-            if let Next::Fail(why) = next {
-                return failure_page(why);
             }
         }
     }
