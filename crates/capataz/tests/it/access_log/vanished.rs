@@ -576,7 +576,9 @@ async fn an_http2_stream_cancelled_while_an_http2_backend_holds_it_is_logged_and
     write.write_all(&ok).await.unwrap();
     let answer = tokio::time::timeout(DEADLINE, async {
         loop {
-            let frame = read_frame(&mut read).await.expect("the connection serves on");
+            let frame = read_frame(&mut read)
+                .await
+                .expect("the connection serves on");
             if frame.stream == 3 && frame.kind == 0x1 {
                 return frame.payload[0];
             }

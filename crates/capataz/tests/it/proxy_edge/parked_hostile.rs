@@ -29,7 +29,9 @@ async fn a_parked_connection_holds_its_one_slot_through_parks_and_frees_it_once(
         first.write_all(&request).await.unwrap();
         sent += request.len();
         let head = read_head(&mut first, &mut buf).await.expect("an answer");
-        let answer = read_body(&mut first, &mut buf, &head).await.expect("a body");
+        let answer = read_body(&mut first, &mut buf, &head)
+            .await
+            .expect("a body");
         assert_eq!(String::from_utf8(answer.clone()).unwrap(), expected(&body));
         received += head.len() + 4 + answer.len();
         let parks = balancer.parks();
@@ -110,7 +112,10 @@ async fn a_connection_parked_across_a_reload_serves_by_the_new_config() {
     assert_eq!(counted(&mut stream, &mut buf).await, expected(b"one"));
     wait_until("parked", || balancer.parked_connections() == 1).await;
     let text = config_text(&[new.entry("new")], PARKING, QUIET);
-    balancer.reload(&parse(&text)).await.expect("the reload applies");
+    balancer
+        .reload(&parse(&text))
+        .await
+        .expect("the reload applies");
     assert_eq!(balancer.parked_connections(), 1, "still parked");
     stream.write_all(&post("/2", b"two")).await.unwrap();
     assert_eq!(counted(&mut stream, &mut buf).await, expected(b"two"));
