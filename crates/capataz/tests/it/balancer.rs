@@ -549,3 +549,76 @@ async fn after_a_reload_the_listeners_are_listed_in_the_files_order() {
     let served = by_backend(&balancer).await;
     assert_eq!((served["b"], served["a"]), (addrs[0], addrs[1]));
 }
+
+/// Listeners named `names` (TCP on `127.0.0.1:0`, but `u` on the Unix socket `socket`), each
+/// routed to the pool of its own name over the backend of that name.
+fn named_listeners(b: &[SimBackend], socket: &std::path::Path, names: &[&str]) -> String {
+    let mut text = String::new();
+    for name in names {
+        let address = if *name == "u" {
+            format!("unix:{}", socket.display())
+        } else {
+            "127.0.0.1:0".to_owned()
+        };
+        text += &format!(
+            "[[listeners]]\nname = \"{name}\"\naddress = \"{address}\"\n\
+             [[listeners.routes]]\npool = \"{name}\"\n\n"
+        );
+    }
+    for backend in b {
+        text += &format!(
+            "[pools.{0}]\nbackends = [{{ name = \"{0}\", address = \"{1}\" }}]\n\n",
+            backend.name(),
+            backend.addr()
+        );
+    }
+    text
+}
+
+/// The running listeners' names, in `/status`'s order.
+fn listed(balancer: &capataz::server::Balancer) -> Vec<String> {
+    let views = balancer.supervisor().listener_views();
+    views.into_iter().map(|view| view.name).collect()
+}
+
+/// A reload that drops one listener, names a new one between kept ones and reorders the rest (a
+/// Unix socket among them) lists them in the new file's order, each on its own socket serving
+/// its own routes; and a second reload pairs them again by that order.
+#[tokio::test]
+async fn a_reload_that_adds_removes_and_reorders_lists_and_serves_in_the_files_order() {
+    let b = backends(&["a", "b", "c", "d", "u"]).await;
+    let dir = crate::support::access_log::LogDir::new();
+    let socket = dir.path("u.sock");
+    let (balancer, _rx) = start(&named_listeners(&b, &socket, &["a", "b", "u", "c"])).await;
+    assert_eq!(listed(&balancer), ["a", "b", "u", "c"]);
+    let tcp = |balancer: &capataz::server::Balancer| -> Vec<std::net::SocketAddr> {
+        balancer
+            .local_addrs()
+            .into_iter()
+            .filter(|addr| addr.ip().is_loopback())
+            .collect()
+    };
+    let before = tcp(&balancer);
+    assert_eq!(before.len(), 3, "{before:?}");
+    let (a, c) = (before[0], before[2]);
+    let parse = crate::support::balancer::parse;
+    let text = named_listeners(&b, &socket, &["c", "d", "u", "a"]);
+    let summary = balancer.reload(&parse(&text)).await.expect("reload");
+    // `d` takes the socket `b` leaves on the same configured address (`127.0.0.1:0`), as a
+    // listener whose name changed would.
+    assert_eq!((summary.listeners_added, summary.listeners_removed), (0, 0));
+    assert_eq!(listed(&balancer), ["c", "d", "u", "a"]);
+    let now = tcp(&balancer);
+    assert_eq!(now, [c, before[1], a]);
+    for (addr, name) in now.iter().zip(["c", "d", "a"]) {
+        let answer = Client::new(*addr).get("/").await;
+        assert_eq!(answer.backend.as_deref(), Some(name), "{addr}");
+    }
+    let mut unix = crate::support::unix::UnixClient::connect(&socket).await;
+    assert_eq!(unix.get("/").await.backend.as_deref(), Some("u"));
+    let text = named_listeners(&b, &socket, &["u", "a"]);
+    balancer.reload(&parse(&text)).await.expect("reload");
+    assert_eq!(listed(&balancer), ["u", "a"]);
+    assert_eq!(tcp(&balancer), [a]);
+    assert_eq!(Client::new(a).get("/").await.backend.as_deref(), Some("a"));
+}

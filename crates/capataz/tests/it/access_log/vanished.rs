@@ -523,3 +523,75 @@ async fn many_clients_resetting_at_once_leak_nothing() {
     .await;
     assert_eq!(Seen::get(&seen.answered), 0);
 }
+
+/// Review (the proxy's futures as `async move` blocks, the HTTP/2 pool's attempt boxed): an
+/// HTTP/2 client cancelling one stream (RST_STREAM) while an HTTP/2 backend holds it is logged
+/// once as ended by the client, frees the backend's in-flight slot, charges nothing, and the
+/// client's connection serves its next stream.
+#[tokio::test]
+async fn an_http2_stream_cancelled_while_an_http2_backend_holds_it_is_logged_and_let_go() {
+    use crate::support::h2frames::{handshake, headers, read_frame, request_block, rst_stream};
+    let held = Arc::new(AtomicU64::new(0));
+    let seen = held.clone();
+    let script: Script = Arc::new(move |parts| {
+        if parts.uri.path() == "/hang" {
+            seen.fetch_add(1, Ordering::SeqCst);
+            Reply::Hang
+        } else {
+            Reply::Ok {
+                status: 200,
+                headers: Vec::new(),
+                body: bytes::Bytes::from_static(b"ok"),
+                trailers: None,
+            }
+        }
+    });
+    let backend = HttpBackend::start("slow", Speaks::H2, None, script).await;
+    let dir = LogDir::new();
+    let path = dir.path("access.log");
+    let config = ConfigText::new(&[backend.entry()])
+        .listener(&format!(
+            "name = \"front\"\nh2c = true\n{}",
+            table(&path, "json", "")
+        ))
+        .extra("protocol = \"h2c\"\n[pools.web.active]\nkind = \"none\"\n[pools.web.passive]\nconsecutive_errors = 1\n");
+    let (balancer, mut events) = start(&config.build()).await;
+    let (mut read, mut write, _) = handshake(balancer.local_addrs()[0]).await;
+    let hang = headers(1, &request_block("GET", "app.test", "/hang"), true, true);
+    write.write_all(&hang).await.unwrap();
+    wait_until("the backend holds the stream", || {
+        held.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    write.write_all(&rst_stream(1, 8)).await.unwrap();
+    let line = &wait_json(&path, 1).await[0];
+    assert_eq!(line["status"], Value::Null, "{line}");
+    assert_eq!(line["ended_by"], "client", "{line}");
+    let in_flight = "capataz_backend_in_flight{pool=\"web\",backend=\"slow\"}";
+    wait_until("the backend's stream dropped", || {
+        sample(&metrics_text(&balancer), in_flight) == Some(0.0)
+    })
+    .await;
+    let ok = headers(3, &request_block("GET", "app.test", "/ok"), true, true);
+    write.write_all(&ok).await.unwrap();
+    let answer = tokio::time::timeout(DEADLINE, async {
+        loop {
+            let frame = read_frame(&mut read)
+                .await
+                .expect("the connection serves on");
+            if frame.stream == 3 && frame.kind == 0x1 {
+                return frame.payload[0];
+            }
+        }
+    })
+    .await
+    .expect("an answer in time");
+    assert_eq!(answer, 0x88, "200 from the static table");
+    let lines = wait_json(&path, 2).await;
+    assert_eq!(lines[1]["status"], 200, "{lines:?}");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let page = metrics_text(&balancer);
+    let errors = "capataz_requests_total{pool=\"web\",backend=\"slow\",class=\"error\"}";
+    assert_eq!(sample(&page, errors), Some(0.0));
+    assert_eq!(count_transitions(&mut events), 0, "no transition");
+}

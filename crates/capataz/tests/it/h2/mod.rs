@@ -6,6 +6,7 @@
 
 mod attacks;
 mod heads;
+mod hosts;
 mod idle_buffers;
 mod requests;
 mod resilience;

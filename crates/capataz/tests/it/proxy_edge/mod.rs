@@ -12,6 +12,7 @@
 mod connections;
 mod least_request;
 mod parked;
+mod parked_hostile;
 mod retries;
 mod routing;
 mod streaming;
