@@ -407,7 +407,7 @@ where
 /// `watch` (a handle) rather than its `Limits` (100 bytes) for the same reason.
 #[allow(clippy::too_many_arguments, clippy::manual_async_fn)]
 fn serving<IO, S, P, G: Send + 'static>(
-    mut io: CountingIo<IO, G>,
+    io: CountingIo<IO, G>,
     shared: Arc<ConnState>,
     service: S,
     client: Arc<ClientInfo>,
@@ -428,15 +428,23 @@ where
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     P: Fn() -> Arc<Proxy>,
 {
+    // The socket and the service are this future's only copies, for the connection's whole
+    // life: lent to the HTTP/1 stretches (`park::serve_http1` takes them out and puts them back
+    // as it parks), taken by HTTP/2's connection. Moved into a sub-future instead, they would
+    // keep their slots here too, which made the task a size class larger (BENCHMARKS.md,
+    // "Memory per idle client connection").
+    let mut io = Some(io);
+    let mut service = Some(service);
     async move {
+        let Some(socket) = io.as_mut() else { return };
         // Nothing of hyper's (its connection state and buffers) exists until the client's first
         // bytes are there: an idle connection that has sent nothing yet is only this future, its
         // socket and its watcher.
         let first = match protocol {
             Protocol::Http1 | Protocol::Http2 => {
-                until_closed(&shared, pin!(first_bytes(&mut io))).await
+                until_closed(&shared, pin!(first_bytes(socket))).await
             }
-            Protocol::Auto => until_closed(&shared, pin!(sniff(&mut io))).await,
+            Protocol::Auto => until_closed(&shared, pin!(sniff(socket))).await,
         };
         let h2 = match first {
             Some(Ok(Some(h2))) => h2 || protocol == Protocol::Http2,
@@ -445,7 +453,7 @@ where
             Some(Ok(None)) | Some(Err(_)) | None => {
                 // The watcher's line first, then the socket (its bytes, then its guard).
                 drop(done);
-                drop(io);
+                drop(io.take());
                 return;
             }
         };
@@ -463,13 +471,21 @@ where
             // Boxed, as the HTTP/1 connection below: this future stays small while it waits for
             // the first bytes.
             // Each request's future boxed (`BoxedCalls`): the stream's task holds a pointer to it.
+            let (Some(socket), Some(service)) = (io.take(), service.take()) else {
+                return;
+            };
             let service = BoxedCalls(service);
             let mut conn =
-                Box::pin(http2_builder(limits).serve_connection(TokioIo::new(io), service));
+                Box::pin(http2_builder(limits).serve_connection(TokioIo::new(socket), service));
             drive(&shared, conn.as_mut(), |conn| conn.graceful_shutdown()).await
         } else {
             let max_buf = watch.limits().max_buf;
-            park::serve_http1(&shared, &client.private, io, service, max_buf).await
+            let lent = (&mut io, &mut service);
+            let refused = park::serve_http1(&shared, &client.private, lent, max_buf).await;
+            // The socket goes with the stretch it ended in, as it did inside it: its bytes
+            // counted, then the connection counted closed, before the watcher's line.
+            drop(io.take());
+            refused
         };
         if refused {
             proxy().count_refused();
@@ -1030,6 +1046,7 @@ mod tests {
         // A task adds about 104 bytes to its future and is rounded up to 128: at most 400
         // keeps a connection's task at 512 bytes (it was 1,024: its future, 1,040 bytes here).
         let size = std::mem::size_of_val(&future);
+        println!("the connection's future: {size} bytes");
         assert!(size <= 400, "the connection's future: {size} bytes");
     }
 

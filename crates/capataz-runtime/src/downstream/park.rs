@@ -63,13 +63,15 @@ enum Stretch<IO, S, G> {
 /// Serves HTTP/1 on `io` until the connection ends, parking between requests (see the module
 /// documentation); `private` is the connection's own idle backend connections, put to sleep
 /// while it is parked (`PrivateIdle::sleep`). Returns whether hyper refused a request head.
-// Not an `async fn`: its future would keep `io` and `service` twice.
+/// `io` and `service` are lent by the connection's future, which keeps their only copies: each
+/// stretch takes them and puts them back as it parks; what is left when this ends is the
+/// caller's to drop.
+// Not an `async fn`, whose future would keep its arguments twice.
 #[allow(clippy::manual_async_fn)]
 pub(super) fn serve_http1<'a, IO, S, G>(
     shared: &'a ConnState,
     private: &'a PrivateIdle,
-    mut io: CountingIo<IO, G>,
-    mut service: S,
+    (io, service): (&'a mut Option<CountingIo<IO, G>>, &'a mut Option<S>),
     max_buf: usize,
 ) -> impl Future<Output = bool> + 'a
 where
@@ -81,22 +83,44 @@ where
 {
     async move {
         loop {
-            // The box is freed as the `await` ends, before the wait below.
-            (io, service) = match Box::pin(serving_stretch(shared, io, service, max_buf)).await {
-                Stretch::Ended(refused) => return refused,
-                Stretch::Parked(io, service) => (io, service),
-            };
-            let parked = Parked::new(shared);
-            if io.prefix.is_none() {
-                // Its idle backend connections wait out of the IO driver too.
-                private.sleep();
-                // Its own socket registered anew, to pack parked connections' registrations
-                // together (see the module documentation).
-                io = match io.reregistered() {
-                    Ok(io) => io,
-                    Err(_) => return false,
+            // The socket and the service by value only within these blocks, not across an
+            // `await`: a binding whose scope spans one keeps a slot in this future even once
+            // moved out.
+            let stretch = {
+                let (Some(socket), Some(lent)) = (io.take(), service.take()) else {
+                    return false;
                 };
-                match until_closed(shared, pin!(first_bytes(&mut io))).await {
+                Box::pin(serving_stretch(shared, socket, lent, max_buf))
+            };
+            // The box is freed as the `await` ends, before the wait below.
+            let parked;
+            let wait = match stretch.await {
+                Stretch::Ended(refused) => return refused,
+                Stretch::Parked(socket, lent) => {
+                    *service = Some(lent);
+                    parked = Parked::new(shared);
+                    if socket.prefix.is_some() {
+                        // Bytes read ahead: the next stretch serves them at once.
+                        *io = Some(socket);
+                        false
+                    } else {
+                        // Its idle backend connections wait out of the IO driver too.
+                        private.sleep();
+                        // Its own socket registered anew, to pack parked connections'
+                        // registrations together (see the module documentation).
+                        let Ok(socket) = socket.reregistered() else {
+                            return false;
+                        };
+                        *io = Some(socket);
+                        true
+                    }
+                }
+            };
+            if wait {
+                let Some(socket) = io.as_mut() else {
+                    return false;
+                };
+                match until_closed(shared, pin!(first_bytes(socket))).await {
                     Some(Ok(Some(_))) => {}
                     // The client closed, went away, or a timeout or the drain closed the
                     // connection.
