@@ -102,6 +102,7 @@ use crate::atomic_enum::atomic_enum;
 use crate::lockstat::{self, Site};
 pub(crate) use gone::PeekPeer;
 use gone::PeerWatch;
+pub(crate) use stall::boxed_in_place;
 use stall::{BoxedCalls, Stall, StreamExec};
 pub(crate) use watch::Watch;
 
@@ -814,21 +815,9 @@ impl Drop for Counted {
 
 impl<IO: PeekPeer, G> CountingIo<IO, G> {
     /// The socket registered anew with the runtime's IO driver ([`PeekPeer::reregister`]).
-    fn reregistered(self) -> io::Result<Self> {
-        let CountingIo {
-            inner,
-            shared,
-            prefix,
-            deferred,
-            _held,
-        } = self;
-        Ok(CountingIo {
-            inner: inner.reregister()?,
-            shared,
-            prefix,
-            deferred,
-            _held,
-        })
+    fn reregistered(mut self) -> io::Result<Self> {
+        self.inner = self.inner.reregister()?;
+        Ok(self)
     }
 }
 
@@ -1046,7 +1035,6 @@ mod tests {
         // A task adds about 104 bytes to its future and is rounded up to 128: at most 400
         // keeps a connection's task at 512 bytes (it was 1,024: its future, 1,040 bytes here).
         let size = std::mem::size_of_val(&future);
-        println!("the connection's future: {size} bytes");
         assert!(size <= 400, "the connection's future: {size} bytes");
     }
 

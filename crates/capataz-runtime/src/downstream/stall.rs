@@ -110,11 +110,21 @@ where
     type Future = Pin<Box<S::Future>>;
 
     fn call(&self, req: R) -> Self::Future {
-        let mut slot = Box::new_uninit();
-        slot.write(self.0.call(req));
-        // SAFETY: `write` initialised the box's value just above.
-        Box::into_pin(unsafe { slot.assume_init() })
+        boxed_in_place(|| self.0.call(req))
     }
+}
+
+/// `make`'s future in a box, pinned: the box is allocated first and `make`'s result written
+/// straight into it (the box is the call's return slot), where `Box::pin(make())` makes the
+/// future on the stack, then allocates and copies it there (several KB for a request's future).
+/// Writing in place is the optimiser's doing, not a promise of the language: a profile is what
+/// checks it (see [`BoxedCalls`]). HTTP/2 streams' futures and HTTP/3 requests' are boxed so.
+#[inline(always)]
+pub(crate) fn boxed_in_place<F>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
+    let mut slot = Box::new_uninit();
+    slot.write(make());
+    // SAFETY: `write` initialised the box's value just above.
+    Box::into_pin(unsafe { slot.assume_init() })
 }
 
 /// Runs `stream` (a stream's task) until it ends, or until what its answer's body gave has

@@ -37,6 +37,7 @@ use bytes::Bytes;
 use tokio::sync::{watch, Notify};
 use tokio::time::{Instant, MissedTickBehavior};
 
+use crate::downstream::boxed_in_place;
 use crate::proxy::{ClientInfo, Proxy};
 use crate::tls::TlsInfo;
 
@@ -207,14 +208,10 @@ async fn requests(
                     limits,
                     _in_flight: InFlight::new(&active),
                 };
-                // Boxed in place, as an HTTP/2 stream's future is (`BoxedCalls` in
-                // `downstream::stall`): the box is allocated first and the request's future
-                // (several KB: the proxy's path inline) is written straight into it, where
-                // `spawn` would move it twice and size the task's cell by it.
-                let mut slot = Box::new_uninit();
-                slot.write(task.serve(resolver));
-                // SAFETY: `write` initialised the box's value just above.
-                tokio::spawn(Box::into_pin(unsafe { slot.assume_init() }));
+                // Boxed in place, as an HTTP/2 stream's future is: the request's future
+                // (several KB: the proxy's path inline) is not moved, where `spawn` would
+                // move it twice and size the task's cell by it.
+                tokio::spawn(boxed_in_place(|| task.serve(resolver)));
             }
             // The client's GOAWAY, every request done.
             Ok(None) => return,

@@ -158,8 +158,13 @@ impl Resuming {
 /// A balancer started from a config file in `pki`'s directory (so that it can reload it),
 /// with `lines` in its TLS table.
 async fn from_file(pki: &Pki, backend: &SimBackend, lines: &str) -> Balancer {
-    let path = pki.dir.join("capataz.toml");
     write_config(pki, backend, lines);
+    start_from_file(pki).await
+}
+
+/// A balancer started from the config file in `pki`'s directory, which it reloads from.
+async fn start_from_file(pki: &Pki) -> Balancer {
+    let path = pki.dir.join("capataz.toml");
     let config = config::load(&path).expect("valid");
     let (events, _) = tokio::sync::broadcast::channel(64);
     Balancer::start_with_path(&config, events, Some(path))
@@ -440,12 +445,7 @@ async fn two_tls_listeners_on_port_zero_swapped_in_the_file_keep_their_own_ticke
     pki.server("site", &["site.test"], None);
     let b = backends(&["a"]).await;
     write_two_tls_listeners(&pki, &b[0], &["first", "second"]);
-    let path = pki.dir.join("capataz.toml");
-    let config = config::load(&path).expect("valid");
-    let (events, _) = tokio::sync::broadcast::channel(64);
-    let balancer = Balancer::start_with_path(&config, events, Some(path))
-        .await
-        .expect("starts");
+    let balancer = start_from_file(&pki).await;
     let second = balancer.local_addrs()[1];
     let mut client = Resuming::new(&pki, false);
     assert_eq!(client.visit(second).await, (HandshakeKind::Full, false));
