@@ -12,7 +12,8 @@
 #
 # Usage: bench/instructions.sh [BIN[,CONFIG]...]   (default: build this tree, measure it, then
 #        HAProxy; the word `haproxy` measures HAProxy with the shared harness's haproxy.cfg on
-#        :9200; BIN,CONFIG runs BIN with CONFIG, on the port of CONFIG's first listener, and
+#        :9200, the word `nginx` nginx with its proxy-nginx.conf on :9300 (one process, master
+#        off); BIN,CONFIG runs BIN with CONFIG, on the port of CONFIG's first listener, and
 #        haproxy,CFG runs HAProxy with CFG on its first `bind`, e.g. bench/haproxy-rules.cfg)
 #        env: CONNS=50 DURATION=10s OTHER_CPU=1 RUN_DIR=/tmp/bench-instructions SHARED=../shared/bench
 #             CONFIG=bench/capataz.toml (capataz's config when a BIN names none;
@@ -46,7 +47,7 @@ fi
 tools=(wrk nginx curl ss valgrind callgrind_control callgrind_annotate)
 if [[ " ${bins[*]} " == *" haproxy "* ]]; then tools+=(haproxy); fi
 need_tools "${tools[@]}"
-for p in 9101 9102 9200 9201 9202 9400 9401; do
+for p in 9101 9102 9200 9201 9202 9300 9400 9401; do
     if port_busy "$p"; then die "127.0.0.1:$p already in use (not started by us)"; fi
 done
 
@@ -68,6 +69,17 @@ for arg in "${bins[@]}"; do
         port=$(sed -n 's/^ *bind 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$config" | head -1)
         start haproxy "" valgrind --tool=callgrind --callgrind-out-file="$out" \
             haproxy -db -f "$config"
+    elif [[ $bin == nginx ]]; then
+        # The peer, as peers.sh runs it: the shared harness's proxy-nginx.conf (:9300, one
+        # worker), as a single process (`master_process off`) so that callgrind sees the worker.
+        mkdir -p "$RUN_DIR/nginx-proxy"/{logs,tmp}
+        cp "$SHARED/proxy-nginx.conf" "$RUN_DIR/nginx-proxy/nginx.conf"
+        out=$RUN_DIR/nginx-proxy.cg
+        rm -f "$out" "$out".*
+        port=9300
+        start nginx-proxy "" valgrind --tool=callgrind --callgrind-out-file="$out" \
+            nginx -p "$RUN_DIR/nginx-proxy/" -c "$RUN_DIR/nginx-proxy/nginx.conf" \
+            -e "$RUN_DIR/nginx-proxy/logs/error.log" -g 'master_process off;'
     else
         port=$(sed -n 's/^address = "127\.0\.0\.1:\([0-9]*\)".*/\1/p' "$config" | head -1)
         start capataz "" env CAPATAZ_WORKER_THREADS=1 valgrind --tool=callgrind \
