@@ -1,6 +1,7 @@
 //! One attempt on one backend, HTTP/1.1 or HTTP/2, with its outcome fed to the passive side.
 
 use std::future::Future;
+use std::pin::pin;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -80,7 +81,17 @@ where
             stage.now = stage.connected;
             let reused = conn.reused && !fresh_only;
             let sent_at = if reused { started } else { Instant::now() };
-            let sent = upstream::exchange(conn.stream, outgoing, head, upgrade, timeouts, sent_at);
+            // Pinned where it is made, and awaited through the pin: awaited by value, the
+            // exchange's future (several hundred bytes) would be moved (memcpy) from where the
+            // call writes it into the place the await keeps it in.
+            let sent = pin!(upstream::exchange(
+                conn.stream,
+                outgoing,
+                head,
+                upgrade,
+                timeouts,
+                sent_at
+            ));
             match sent.await {
                 Err(ExchangeError::NotSent(unsent)) if reused => {
                     // A pooled connection the backend closed meanwhile: one fresh try.

@@ -17,6 +17,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::pin::pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -215,11 +216,13 @@ impl Proxy {
                 .cloned();
             // The routing phase answers on its own or names the pool; the relay is awaited here,
             // not in a function of its own: its future is then one level less deep, and moved
-            // (memcpy) once less per request.
+            // (memcpy) once less per request. It is pinned where the call writes it and awaited
+            // through the pin: awaited by value, the whole future (several KB) would be copied
+            // from there into the place the await keeps it in.
             let mut response = match self.route_request(&mut req, &client, &mut tally) {
                 Routed::Answer(page) => page,
                 Routed::Pool(pool, hops) => {
-                    self.relay(req, (pool, hops), &client, &mut tally).await
+                    pin!(self.relay(req, (pool, hops), &client, &mut tally)).await
                 }
             };
             let counters = match tally.route {
@@ -462,7 +465,8 @@ impl Proxy {
                         },
                     };
                     let lease = http1_lease(pool, (index, admission), client, slot);
-                    let attempt = forward(
+                    // Pinned where it is made, as the relay in `handle`.
+                    let attempt = pin!(forward(
                         pool,
                         index,
                         client,
@@ -472,7 +476,7 @@ impl Proxy {
                         prepared.upgrade,
                         prepared.timeouts,
                         &mut tally.stage,
-                    );
+                    ));
                     attempt.await
                 };
                 let next = match forwarded {

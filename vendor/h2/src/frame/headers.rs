@@ -90,7 +90,7 @@ pub struct Iter {
     fields: header::IntoIter<HeaderValue>,
 }
 
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 struct HeaderBlock {
     /// The decoded header fields
     fields: HeaderMap,
@@ -101,10 +101,29 @@ struct HeaderBlock {
     /// Set to true if decoding went over the max header list size.
     is_over_size: bool,
 
+    /// capataz: false only if `fields` has no `content-length`: a decoded block notes the
+    /// name as it appends it, so that `recv_headers` looks the field up (a hash of the name
+    /// into the map) only when it is there; a block built from a map says true (not looked at).
+    /// Not part of the block's equality.
+    may_have_content_length: bool,
+
     /// Pseudo headers, these are broken out as they must be sent as part of the
     /// headers frame.
     pseudo: Pseudo,
 }
+
+// capataz: the block's equality as upstream's derived one, without `may_have_content_length`
+// (a hint, which a decoded block and the same block built from a map may hold differently).
+impl PartialEq for HeaderBlock {
+    fn eq(&self, other: &Self) -> bool {
+        self.fields == other.fields
+            && self.field_size == other.field_size
+            && self.is_over_size == other.is_over_size
+            && self.pseudo == other.pseudo
+    }
+}
+
+impl Eq for HeaderBlock {}
 
 #[derive(Debug)]
 struct EncodingHeaderBlock {
@@ -129,6 +148,7 @@ impl Headers {
                 field_size: calculate_headermap_size(&fields),
                 fields,
                 is_over_size: false,
+                may_have_content_length: true,
                 pseudo,
             }),
             flags: HeadersFlag::default(),
@@ -146,6 +166,7 @@ impl Headers {
                 field_size: calculate_headermap_size(&fields),
                 fields,
                 is_over_size: false,
+                may_have_content_length: true,
                 pseudo: Pseudo::default(),
             }),
             flags,
@@ -211,6 +232,7 @@ impl Headers {
                 fields: HeaderMap::new(),
                 field_size: 0,
                 is_over_size: false,
+                may_have_content_length: false,
                 pseudo: Pseudo::default(),
             }),
             flags,
@@ -272,6 +294,11 @@ impl Headers {
 
     pub fn fields(&self) -> &HeaderMap {
         &self.header_block.fields
+    }
+
+    /// capataz: false only if `fields()` has no `content-length` (see `HeaderBlock`).
+    pub(crate) fn may_have_content_length(&self) -> bool {
+        self.header_block.may_have_content_length
     }
 
     pub fn into_fields(self) -> HeaderMap {
@@ -371,6 +398,7 @@ impl PushPromise {
                 field_size: calculate_headermap_size(&fields),
                 fields,
                 is_over_size: false,
+                may_have_content_length: true,
                 pseudo,
             }),
             promised_id,
@@ -462,6 +490,7 @@ impl PushPromise {
                 fields: HeaderMap::new(),
                 field_size: 0,
                 is_over_size: false,
+                may_have_content_length: false,
                 pseudo: Pseudo::default(),
             }),
             promised_id,
@@ -951,6 +980,8 @@ impl HeaderBlock {
                             return ControlFlow::Break(());
                         }
                         if !self.is_over_size {
+                            // capataz: see `may_have_content_length`.
+                            self.may_have_content_length |= name == header::CONTENT_LENGTH;
                             self.field_size += header_size;
                             if self.fields.try_append(name, value).is_err() {
                                 // HeaderMap capacity exceeded — treat as over-size
@@ -1064,6 +1095,42 @@ mod test {
         );
         assert!(size_of::<Headers>() <= size_of::<frame::Data<bytes::Bytes>>());
         assert!(size_of::<PushPromise>() <= size_of::<frame::Data<bytes::Bytes>>());
+    }
+
+    // capataz: a decoded block says it may have a `content-length` exactly when it has one
+    // (`Recv::recv_headers` looks the field up only then); one built from a map always says so.
+    #[test]
+    fn content_length_hint_follows_the_decoded_fields() {
+        let cases: [(&[(&'static str, &'static str)], bool); 5] = [
+            (&[], false),
+            (&[("accept", "*/*")], false),
+            (&[("accept", "*/*"), ("content-length", "3")], true),
+            (&[("content-length", "3"), ("content-length", "4")], true),
+            (&[("content-lengthx", "3"), ("x-content-length", "3")], false),
+        ];
+        for (fields, expected) in cases {
+            let map = HeaderMap::from_iter(fields.iter().map(|&(name, value)| {
+                (
+                    HeaderName::from_static(name),
+                    HeaderValue::from_static(value),
+                )
+            }));
+            let pseudo = Pseudo::request(Method::POST, Uri::from_static("http://a/b"), None);
+            let sent = Headers::new(StreamId::from(1), pseudo, map.clone());
+            assert!(sent.may_have_content_length());
+            let mut dst = BytesMut::new();
+            let rest = sent.encode(&mut Encoder::default(), &mut (&mut dst).limit(1 << 16));
+            assert!(rest.is_none());
+            let head = frame::Head::parse(&dst);
+            let payload = dst.split_off(frame::HEADER_LEN);
+            let (mut received, mut block) = Headers::load(head, payload).unwrap();
+            let mut decoder = hpack::Decoder::default();
+            received
+                .load_hpack(&mut block, 1 << 16, &mut decoder)
+                .unwrap();
+            assert_eq!(received.fields(), &map);
+            assert_eq!(received.may_have_content_length(), expected, "{fields:?}");
+        }
     }
 
     #[test]

@@ -322,7 +322,8 @@ where
                             // Ensure all window updates have been sent.
                             //
                             // This will also handle flushing `self.codec`
-                            ready!(self.inner.streams.poll_complete(cx, &mut self.codec))?;
+                            let has_streams =
+                                ready!(self.inner.streams.poll_complete(cx, &mut self.codec))?;
 
                             if (self.inner.error.is_some()
                                 || self.inner.go_away.should_close_on_idle())
@@ -336,8 +337,12 @@ where
                             // if it has no stream either, it is idle: free its read and write
                             // buffers (each only if empty) rather than hold 24 KB until it is
                             // used again. They are allocated again when a frame is next read
-                            // or buffered.
-                            if !self.inner.streams.has_streams() {
+                            // or buffered. Whether it has streams is `poll_complete`'s answer,
+                            // from under its last lock, rather than one more lock of the
+                            // streams' mutex at each wait: a stream that a user's handle
+                            // closed since is seen at the next poll, as it would be one
+                            // instruction after a fresh look too.
+                            if !has_streams {
                                 self.codec.release_buffers_if_empty();
                             }
 

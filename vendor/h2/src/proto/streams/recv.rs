@@ -175,7 +175,9 @@ impl Recv {
             }
         }
 
-        {
+        // capataz: the `content-length` fields are looked up only in a block that may have
+        // one (noted while it was decoded), not by a hash of the name into every request's map.
+        if frame.may_have_content_length() {
             use super::stream::ContentLength;
             use http::header;
 
@@ -365,7 +367,7 @@ impl Recv {
                         )));
                     }
 
-                    stream.recv_task = Some(cx.waker().clone());
+                    super::stream::register(&mut stream.recv_task, cx);
                     return Poll::Pending;
                 }
             }
@@ -405,7 +407,7 @@ impl Recv {
         // No informational response available at the front
         if stream.state.ensure_recv_open()? {
             // Request to get notified once more frames arrive
-            stream.recv_task = Some(cx.waker().clone());
+            super::stream::register(&mut stream.recv_task, cx);
             Poll::Pending
         } else {
             // No more frames will be received
@@ -1256,7 +1258,7 @@ impl Recv {
             Some(event) => {
                 // Frame is not trailers.. not ready to poll trailers yet.
                 stream.pending_recv.push_front(&mut self.buffer, event);
-                stream.recv_task = Some(cx.waker().clone());
+                super::stream::register(&mut stream.recv_task, cx);
                 Poll::Pending
             }
             None => self.schedule_recv(cx, stream),
@@ -1270,7 +1272,7 @@ impl Recv {
     ) -> Poll<Option<Result<T, proto::Error>>> {
         if stream.state.ensure_recv_open()? {
             // Request to get notified once more frames arrive
-            stream.recv_task = Some(cx.waker().clone());
+            super::stream::register(&mut stream.recv_task, cx);
             Poll::Pending
         } else {
             // No more frames will be received

@@ -365,7 +365,7 @@ impl Stream {
     }
 
     pub fn wait_send(&mut self, cx: &Context) {
-        self.send_task = Some(cx.waker().clone());
+        register(&mut self.send_task, cx);
     }
 
     pub fn notify_recv(&mut self) {
@@ -594,5 +594,17 @@ impl store::Next for NextResetExpire {
 impl ContentLength {
     pub fn is_head(&self) -> bool {
         matches!(*self, Self::Head)
+    }
+}
+
+/// capataz: keeps `cx`'s waker in `slot`, as upstream's `*slot = Some(cx.waker().clone())`, but
+/// only clones it (and drops the one it replaces) when the one kept would not wake the same
+/// task: a stream's task polls `poll_reset` and the body's state several times per request with
+/// the same waker, and each clone and drop of a runtime's waker is an atomic write to the
+/// task's reference count.
+pub(super) fn register(slot: &mut Option<Waker>, cx: &Context) {
+    match slot {
+        Some(waker) if waker.will_wake(cx.waker()) => {}
+        _ => *slot = Some(cx.waker().clone()),
     }
 }

@@ -186,11 +186,13 @@ where
             .clear_expired_reset_streams(&mut me.store, &mut me.counts);
     }
 
+    /// capataz: ready with whether the connection has streams, as seen under the last lock
+    /// this takes (upstream returns `()`; the connection asked again under a lock of its own).
     pub fn poll_complete<T>(
         &mut self,
         cx: &mut Context,
         dst: &mut Codec<T, Prioritized<B>>,
-    ) -> Poll<io::Result<()>>
+    ) -> Poll<io::Result<bool>>
     where
         T: AsyncWrite + Unpin,
     {
@@ -207,7 +209,8 @@ where
                 // producer that queues another frame while the codec is being
                 // flushed will then take and wake this task.
                 if status == BufferStatus::Complete {
-                    me.actions.task = Some(cx.waker().clone());
+                    // capataz: cloned only if the one kept wakes another task (`register`).
+                    super::stream::register(&mut me.actions.task, cx);
                 }
 
                 status
@@ -222,13 +225,14 @@ where
             // stream-state or send-buffer mutexes.
             ready!(dst.flush(cx))?;
 
-            let reclaimed = {
+            let (reclaimed, has_streams) = {
                 let mut me = self.inner.lock().unwrap();
-                me.reclaim_written_frame(&self.send_buffer, dst)
+                let reclaimed = me.reclaim_written_frame(&self.send_buffer, dst);
+                (reclaimed, me.counts.has_streams())
             };
 
             if !reclaimed {
-                return Poll::Ready(Ok(()));
+                return Poll::Ready(Ok(has_streams));
             }
         }
     }
