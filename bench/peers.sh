@@ -55,30 +55,8 @@ EXTRA_CMD="env CAPATAZ_WORKER_THREADS=1 $bin run --config $PWD/$config" \
     bash "$HARNESS" "${args[@]}" 2>&1 | tee "$log"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || exit "${PIPESTATUS[0]}"
 
-# Paired view: capataz against HAProxy round by round (each round runs them back to back), so
-# a round that lands in a busy minute of the host weighs on both. Median of the per-round
-# ratios, and how many rounds capataz won.
+# Paired view: capataz against each peer of the run, round by round (bench/paired.sh).
 res=$(sed -n 's/.*raw: \(.*\)$/\1/p' "$log" | tail -1)
 if [[ -n $res && -f $res/results.tsv ]]; then
-    echo "# capataz / HAProxy, round by round (median of the per-round ratios; rounds capataz won)"
-    awk -F'\t' '
-        $2 == "haproxy" || $2 == "extra" { v[$1, $3, $2] = $4 " " $8 " " $13; conns[$1]; rounds[$1, $3] }
-        function median(a, n,   i, j, t) {
-            for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
-            return (n % 2) ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
-        }
-        END {
-            for (c in conns) {
-                n = 0; wr = 0; wc = 0; wp = 0
-                for (k in rounds) {
-                    split(k, kc, SUBSEP); if (kc[1] != c) continue
-                    if (!((c, kc[2], "haproxy") in v) || !((c, kc[2], "extra") in v)) continue
-                    split(v[c, kc[2], "haproxy"], h, " "); split(v[c, kc[2], "extra"], x, " ")
-                    if (h[1] <= 0 || h[2] <= 0 || h[3] <= 0) continue
-                    n++; r[n] = x[1] / h[1]; p[n] = x[2] / h[2]; u[n] = x[3] / h[3]
-                    wr += (x[1] > h[1]); wp += (x[2] <= h[2]); wc += (x[3] < h[3])
-                }
-                if (n) printf "conns %-4s rounds %2d   req/s %.2fx (more in %d)   p99 %.2fx (lower or equal in %d)   CPU/req %.2fx (less in %d)\n", c, n, median(r, n), wr, median(p, n), wp, median(u, n), wc
-            }
-        }' "$res/results.tsv"
+    bash "$(dirname "$0")/paired.sh" "$res"
 fi
