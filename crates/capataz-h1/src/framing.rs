@@ -82,6 +82,11 @@ pub(crate) enum FramingName {
 }
 
 impl FramingName {
+    /// Whether it is a hop-by-hop field (`Connection`, `Transfer-Encoding`).
+    pub(crate) fn hop(self) -> bool {
+        self != FramingName::ContentLength
+    }
+
     /// Which of the three `name` is, if any.
     pub(crate) fn of(name: &HeaderName) -> Option<FramingName> {
         if *name == header::CONNECTION {
@@ -111,15 +116,7 @@ impl FramingFields {
     /// Notes one framing field of the head, in the head's order.
     pub(crate) fn note(&mut self, name: FramingName, value: &HeaderValue) {
         if name == FramingName::Connection {
-            // Most answers say one token, `keep-alive` or `close`: the same as the list's
-            // reading below, without splitting it.
-            let bytes = value.as_bytes();
-            if bytes.eq_ignore_ascii_case(b"keep-alive") {
-                self.keep_alive = true;
-                return;
-            }
-            if bytes.eq_ignore_ascii_case(b"close") {
-                self.close = true;
+            if self.note_lone_connection(value.as_bytes()) {
                 return;
             }
             for token in list_tokens(value) {
@@ -144,6 +141,22 @@ impl FramingFields {
             if !self.length_invalid {
                 self.length_invalid = !self.add_length(value);
             }
+        }
+    }
+
+    /// Notes a `Connection` value that is one token, `keep-alive` or `close` (most answers'),
+    /// as the list's reading in [`FramingFields::note`] would, without splitting it; false
+    /// (nothing noted) for any other value.
+    #[inline]
+    pub(crate) fn note_lone_connection(&mut self, value: &[u8]) -> bool {
+        if value.eq_ignore_ascii_case(b"keep-alive") {
+            self.keep_alive = true;
+            true
+        } else if value.eq_ignore_ascii_case(b"close") {
+            self.close = true;
+            true
+        } else {
+            false
         }
     }
 
