@@ -271,9 +271,12 @@ fn recent_name(raw: &[u8]) -> Result<HeaderName, HeadError> {
 }
 
 /// Whether token `name` is `lower` (lowercase letters and `-`, as long as `name`, at least 4
-/// bytes) in any case, compared eight or four bytes at a time (see [`common_name`]).
+/// bytes) in any case, compared eight or four bytes at a time (see [`common_name`]). Digits in
+/// `lower` are found as themselves only ([`recent_name`]). `name` may as well be a field
+/// value (`FramingFields::note_lone_connection`): of the bytes a value may hold (tab, visible
+/// ASCII, obs-text), too, only a letter's other case becomes a letter or `-` with bit 0x20 set.
 #[inline]
-fn folded_eq(name: &[u8], lower: &[u8]) -> bool {
+pub(crate) fn folded_eq(name: &[u8], lower: &[u8]) -> bool {
     let len = name.len();
     if len != lower.len() || len < 4 {
         return false;
