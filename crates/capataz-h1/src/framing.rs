@@ -4,7 +4,7 @@
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 
-use super::head::ResponseHead;
+use super::head::{folded_eq, ResponseHead};
 
 /// How the body of a response ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +82,11 @@ pub(crate) enum FramingName {
 }
 
 impl FramingName {
+    /// Whether it is a hop-by-hop field (`Connection`, `Transfer-Encoding`).
+    pub(crate) fn hop(self) -> bool {
+        self != FramingName::ContentLength
+    }
+
     /// Which of the three `name` is, if any.
     pub(crate) fn of(name: &HeaderName) -> Option<FramingName> {
         if *name == header::CONNECTION {
@@ -111,15 +116,7 @@ impl FramingFields {
     /// Notes one framing field of the head, in the head's order.
     pub(crate) fn note(&mut self, name: FramingName, value: &HeaderValue) {
         if name == FramingName::Connection {
-            // Most answers say one token, `keep-alive` or `close`: the same as the list's
-            // reading below, without splitting it.
-            let bytes = value.as_bytes();
-            if bytes.eq_ignore_ascii_case(b"keep-alive") {
-                self.keep_alive = true;
-                return;
-            }
-            if bytes.eq_ignore_ascii_case(b"close") {
-                self.close = true;
+            if self.note_lone_connection(value.as_bytes()) {
                 return;
             }
             for token in list_tokens(value) {
@@ -144,6 +141,24 @@ impl FramingFields {
             if !self.length_invalid {
                 self.length_invalid = !self.add_length(value);
             }
+        }
+    }
+
+    /// Notes a `Connection` value that is one token, `keep-alive` or `close` (most answers'),
+    /// as the list's reading in [`FramingFields::note`] would, without splitting it; false
+    /// (nothing noted) for any other value. Compared a word at a time (`folded_eq`: a field
+    /// value holds no control byte but tab, so only a letter's other case folds to a letter
+    /// or `-`), not byte by byte (`eq_ignore_ascii_case`, about 80 instructions).
+    #[inline]
+    pub(crate) fn note_lone_connection(&mut self, value: &[u8]) -> bool {
+        if folded_eq(value, b"keep-alive") {
+            self.keep_alive = true;
+            true
+        } else if folded_eq(value, b"close") {
+            self.close = true;
+            true
+        } else {
+            false
         }
     }
 
@@ -481,6 +496,33 @@ mod tests {
                 noted(FramingName::ContentLength, &plain),
                 noted(FramingName::ContentLength, &through_the_list)
             );
+        }
+    }
+
+    proptest::proptest! {
+        /// A lone `keep-alive` or `close` is found by its folded words exactly when it is
+        /// that token in any case, whatever bytes a field value may hold around or instead.
+        #[test]
+        fn lone_tokens_are_found_as_a_byte_comparison_finds_them(
+            token in proptest::sample::select(vec!["keep-alive", "close", "kEEp-aLIve", "CLOSE"]),
+            at in 0usize..10,
+            byte in proptest::prelude::any::<u8>(),
+            replace in proptest::prelude::any::<bool>(),
+        ) {
+            let mut value = token.as_bytes().to_vec();
+            if replace {
+                let at = at % value.len();
+                value[at] = byte;
+            }
+            // Only bytes a field value may hold.
+            if let Ok(value) = HeaderValue::from_bytes(&value) {
+                let bytes = value.as_bytes();
+                let mut fields = FramingFields::default();
+                let lone = fields.note_lone_connection(bytes);
+                let expected = bytes.eq_ignore_ascii_case(b"keep-alive")
+                    || bytes.eq_ignore_ascii_case(b"close");
+                proptest::prop_assert_eq!(lone, expected, "{:?}", bytes);
+            }
         }
     }
 

@@ -15,8 +15,13 @@ pub struct ResponseHead {
     pub status: StatusCode,
     /// HTTP/1.0 or HTTP/1.1.
     pub version: Version,
-    /// The header fields, in order.
+    /// The header fields, in order (but a final answer's lone `Connection: keep-alive` or
+    /// `close` when parsed by [`parse_relayed`]).
     pub headers: HeaderMap,
+    /// Whether `headers` holds a hop-by-hop field (RFC 9110 section 7.6.1: `Connection`,
+    /// `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`),
+    /// noted as the names were parsed: a proxy strips them from the heads that have one only.
+    pub hop_by_hop: bool,
     /// What its `Connection`, `Transfer-Encoding` and `Content-Length` fields said, gathered
     /// as they were parsed: [`crate::framing::response`] reads this, not `headers`, so it
     /// judges the head as the backend sent it. Private, so that a head comes only from
@@ -47,6 +52,31 @@ pub const MAX_HEADERS: usize = 128;
 /// invalid field values are errors, as is any version but 1.x. Field values share the
 /// buffer's memory (no copy).
 pub fn parse(buf: &mut BytesMut, max_len: usize) -> Result<Option<ResponseHead>, HeadError> {
+    parse_head(buf, max_len, false)
+}
+
+/// [`parse`] for an answer a proxy relays: a final answer's (not a 101's) `Connection` field
+/// that is `keep-alive` or `close` alone is left out of `headers`, its framing fields noted. It
+/// is hop-by-hop, so the relay would remove it, and it names no other field to remove: nearly
+/// every backend's answer has one (`Connection: keep-alive`, nginx's), and then no other
+/// hop-by-hop field ([`ResponseHead::hop_by_hop`] false), so the relay has nothing to strip.
+/// The map took the field, and the strip went over every name and looked this one up again
+/// to remove it: about 700 instructions an answer (BENCHMARKS.md, "The backend's answer:
+/// hop-by-hop fields, whole bodies, names").
+pub fn parse_relayed(
+    buf: &mut BytesMut,
+    max_len: usize,
+) -> Result<Option<ResponseHead>, HeadError> {
+    parse_head(buf, max_len, true)
+}
+
+/// [`parse`], or [`parse_relayed`] when `relayed`.
+#[inline(always)]
+fn parse_head(
+    buf: &mut BytesMut,
+    max_len: usize,
+    relayed: bool,
+) -> Result<Option<ResponseHead>, HeadError> {
     // Slots left uninitialised: httparse writes those it fills (initialising all 128, 4 KB, cost
     // about 700 instructions a head). Same parser settings as `Response::parse`'s.
     let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
@@ -82,41 +112,72 @@ pub fn parse(buf: &mut BytesMut, max_len: usize) -> Result<Option<ResponseHead>,
     // Names are parsed now; values are cut from the head's bytes once they are taken off the
     // buffer, as ranges into it.
     let base = buf.as_ptr() as usize;
-    // Each name with the framing field it is, if one (`FramingFields::note`).
-    type Field = (HeaderName, Option<FramingName>, usize, usize);
+    // Each name with the framing field it is, if one (`FramingFields::note`), and whether it
+    // is hop-by-hop.
+    type Field = (HeaderName, Option<FramingName>, bool, usize, usize);
     let mut fields: Vec<Field> = Vec::with_capacity(response.headers.len());
     for field in response.headers.iter() {
         let name = field.name.as_bytes();
-        let (name, framing) = match common_name(name) {
-            Some(known) => known,
+        let (name, framing, hop) = match common_name(name) {
+            // `Connection` and `Transfer-Encoding` are the hop-by-hop names among them.
+            Some((name, framing)) => (name, framing, framing.is_some_and(FramingName::hop)),
             None => {
-                let name = HeaderName::from_bytes(name)
-                    .map_err(|_| HeadError::Malformed("header name"))?;
+                let name = recent_name(name)?;
                 // None of the three, as `common_name` knows them; asked all the same.
                 let framing = FramingName::of(&name);
-                (name, framing)
+                let hop = is_hop_by_hop(&name);
+                (name, framing, hop)
             }
         };
         let start = field.value.as_ptr() as usize - base;
-        fields.push((name, framing, start, start + field.value.len()));
+        fields.push((name, framing, hop, start, start + field.value.len()));
     }
+    // A 101's `Connection` goes on with its `Upgrade`, whatever it says.
+    let drop_lone = relayed && status != StatusCode::SWITCHING_PROTOCOLS;
     let bytes = buf.split_to(len).freeze();
     let mut headers = HeaderMap::with_capacity(fields.len());
     let mut framing_fields = FramingFields::default();
-    for (name, framing, start, end) in fields {
+    let mut hop_by_hop = false;
+    for (name, framing, hop, start, end) in fields {
+        if drop_lone
+            && framing == Some(FramingName::Connection)
+            && framing_fields.note_lone_connection(&bytes[start..end])
+        {
+            continue;
+        }
         let value = HeaderValue::from_maybe_shared(bytes.slice(start..end))
             .map_err(|_| HeadError::Malformed("header value"))?;
         if let Some(framing) = framing {
             framing_fields.note(framing, &value);
         }
+        hop_by_hop |= hop;
         headers.append(name, value);
     }
     Ok(Some(ResponseHead {
         status,
         version,
         headers,
+        hop_by_hop,
         framing_fields,
     }))
+}
+
+/// Whether `name` (lowercase, as a `HeaderName` is) is a hop-by-hop field's (RFC 9110 section
+/// 7.6.1, and the legacy `Keep-Alive` and `Proxy-Connection`). The length is looked at first:
+/// most names have a length none of these has.
+#[inline]
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    let name = name.as_str();
+    matches!(
+        (name.len(), name),
+        (10, "connection")
+            | (10, "keep-alive")
+            | (16, "proxy-connection")
+            | (2, "te")
+            | (7, "trailer")
+            | (17, "transfer-encoding")
+            | (7, "upgrade")
+    )
 }
 
 /// The name of a field backends commonly send, without `HeaderName::from_bytes`'s lowercased
@@ -158,10 +219,65 @@ fn common_name(name: &[u8]) -> Option<(HeaderName, Option<FramingName>)> {
     folded_eq(name, lower).then_some((known, framing))
 }
 
+/// How many names outside [`common_name`]'s [`RECENT`] keeps, and how long each may be.
+const RECENT_NAMES: usize = 8;
+const RECENT_NAME_LEN: usize = 32;
+
+/// The names outside [`common_name`]'s this thread parsed last (a backend's own, such as
+/// `x-backend` or `x-request-id`), each a lowercase token of letters, digits and `-`, 4 to
+/// [`RECENT_NAME_LEN`] bytes, replaced oldest first. A name `http` does not know is a copy of
+/// its bytes, allocated (about 200 instructions with its lowercasing and its free); a name
+/// kept here is shared, one reference count more.
+struct Recent {
+    names: [Option<HeaderName>; RECENT_NAMES],
+    next: usize,
+}
+
+thread_local! {
+    static RECENT: std::cell::RefCell<Recent> = const {
+        std::cell::RefCell::new(Recent {
+            names: [const { None }; RECENT_NAMES],
+            next: 0,
+        })
+    };
+}
+
+/// The name of token `raw` (as httparse found it) when [`common_name`] has none: one of
+/// [`RECENT`]'s if `raw` is one of them in any case, else `HeaderName::from_bytes`'s (kept in
+/// [`RECENT`] if it may be). A kept name is letters, digits and `-`: of token bytes, only a
+/// letter's other case becomes such a byte with bit 0x20 set (a digit's and `-`'s other
+/// values are control bytes), so [`folded_eq`] finds exactly the names `from_bytes` would give.
+fn recent_name(raw: &[u8]) -> Result<HeaderName, HeadError> {
+    RECENT.with_borrow_mut(|recent| {
+        let kept = recent.names.iter().flatten();
+        if let Some(name) = kept
+            .into_iter()
+            .find(|n| folded_eq(raw, n.as_str().as_bytes()))
+        {
+            return Ok(name.clone());
+        }
+        let name = HeaderName::from_bytes(raw).map_err(|_| HeadError::Malformed("header name"))?;
+        let keepable = (4..=RECENT_NAME_LEN).contains(&raw.len())
+            && name
+                .as_str()
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if keepable {
+            let at = recent.next;
+            recent.names[at] = Some(name.clone());
+            recent.next = (at + 1) % RECENT_NAMES;
+        }
+        Ok(name)
+    })
+}
+
 /// Whether token `name` is `lower` (lowercase letters and `-`, as long as `name`, at least 4
-/// bytes) in any case, compared eight or four bytes at a time (see [`common_name`]).
+/// bytes) in any case, compared eight or four bytes at a time (see [`common_name`]). Digits in
+/// `lower` are found as themselves only ([`recent_name`]). `name` may as well be a field
+/// value (`FramingFields::note_lone_connection`): of the bytes a value may hold (tab, visible
+/// ASCII, obs-text), too, only a letter's other case becomes a letter or `-` with bit 0x20 set.
 #[inline]
-fn folded_eq(name: &[u8], lower: &[u8]) -> bool {
+pub(crate) fn folded_eq(name: &[u8], lower: &[u8]) -> bool {
     let len = name.len();
     if len != lower.len() || len < 4 {
         return false;
@@ -338,6 +454,102 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn recent_names_are_the_names_from_bytes_gives() {
+        // Kept in any case, found again in any case; near misses (`^` is `~` with bit 0x20 set,
+        // a token byte) are names of their own.
+        let written = [
+            "X-Backend",
+            "x-backend",
+            "X-BACKEND",
+            "x-request-id2",
+            "X-Request-Id2",
+            "x~backend",
+            "x^backend",
+            "X^Backend",
+            "x_backend",
+            "x-backenD",
+            "abc",
+            "ABC",
+            "a-much-longer-name-than-the-thirty-two-kept",
+        ];
+        for _ in 0..3 {
+            for name in written {
+                let text = format!("HTTP/1.1 200 OK\r\n{name}: v\r\nContent-Length: 0\r\n\r\n");
+                let head = parse_bytes(text.as_bytes(), MAX).unwrap().unwrap();
+                let expected = HeaderName::from_bytes(name.as_bytes()).unwrap();
+                let names: Vec<_> = head.headers.keys().collect();
+                assert_eq!(names, [&expected, &header::CONTENT_LENGTH], "{name}");
+            }
+        }
+        // More names than are kept: each still its own.
+        for i in 0..3 * RECENT_NAMES {
+            let name = format!("x-name-{i}");
+            let head = parse_bytes(
+                format!("HTTP/1.1 204 No\r\n{name}: v\r\n\r\n").as_bytes(),
+                MAX,
+            );
+            assert!(
+                head.unwrap().unwrap().headers.contains_key(name.as_str()),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_relayed_head_leaves_out_a_lone_keep_alive_or_close() {
+        for (value, kept) in [
+            ("keep-alive", false),
+            ("Keep-Alive", false),
+            ("close", false),
+            ("CLOSE", false),
+            ("keep-alive, x-hop", true),
+            ("upgrade", true),
+            ("", true),
+        ] {
+            let text =
+                format!("HTTP/1.1 200 OK\r\nConnection: {value}\r\nContent-Length: 0\r\n\r\n");
+            let mut buf = BytesMut::from(text.as_bytes());
+            let relayed = parse_relayed(&mut buf, MAX).unwrap().unwrap();
+            let mut buf = BytesMut::from(text.as_bytes());
+            let full = parse(&mut buf, MAX).unwrap().unwrap();
+            assert_eq!(
+                relayed.headers.contains_key(header::CONNECTION),
+                kept,
+                "{value}"
+            );
+            assert!(full.headers.contains_key(header::CONNECTION), "{value}");
+            assert_eq!(relayed.hop_by_hop, kept, "{value}");
+            assert!(full.hop_by_hop, "{value}");
+            // Framed the same either way.
+            assert_eq!(relayed.framing_fields, full.framing_fields, "{value}");
+        }
+        // A 101 keeps its `Connection` whatever it says.
+        let text = b"HTTP/1.1 101 Switching\r\nConnection: close\r\nUpgrade: x\r\n\r\n";
+        let head = parse_relayed(&mut BytesMut::from(&text[..]), MAX)
+            .unwrap()
+            .unwrap();
+        assert!(head.headers.contains_key(header::CONNECTION) && head.hop_by_hop);
+        // Any other hop-by-hop name is noted; an answer without one has none.
+        for name in [
+            "Keep-Alive",
+            "proxy-connection",
+            "TE",
+            "Trailer",
+            "Transfer-Encoding",
+            "Upgrade",
+        ] {
+            let text = format!("HTTP/1.1 200 OK\r\n{name}: x\r\nContent-Length: 0\r\n\r\n");
+            let head = parse_relayed(&mut BytesMut::from(text.as_bytes()), MAX);
+            assert!(head.unwrap().unwrap().hop_by_hop, "{name}");
+        }
+        let text = b"HTTP/1.1 200 OK\r\nServer: x\r\nX-Te: y\r\nContent-Length: 0\r\n\r\n";
+        let head = parse_relayed(&mut BytesMut::from(&text[..]), MAX)
+            .unwrap()
+            .unwrap();
+        assert!(!head.hop_by_hop);
     }
 
     proptest::proptest! {

@@ -255,6 +255,9 @@ pub enum RespBody {
     H2(Box<H2RespBody>),
     /// A body capataz wrote itself (an error page).
     Full(Option<Bytes>),
+    /// A backend's body that came whole with its head (`RespBody::upstream`), its connection
+    /// already handed back; with its pool's `body_idle`, for `client_idle` (as `Upstream`).
+    Whole(Option<Bytes>, Duration),
     /// A body whose request is written to the access log when it ends.
     Logged(Box<Logged>),
 }
@@ -347,11 +350,17 @@ impl RespBody {
         body_idle: Duration,
     ) -> RespBody {
         let mut inner = ResponseStream::new(stream, buf, framing, body_idle);
+        // A small answer's body usually comes whole with its head (nginx writes both at once):
+        // then it is read to its end already, and needs neither a box nor polls of its own.
+        let whole = inner.take_whole();
         if inner.is_done() {
             // Nothing to stream: the connection is ready again now.
             lease.complete(inner.finish(), answered_at);
             drop(lease);
-            return RespBody::Full(None);
+            return match whole {
+                Some(data) => RespBody::Whole(Some(data), body_idle),
+                None => RespBody::Full(None),
+            };
         }
         RespBody::Upstream(Box::new(UpstreamBody {
             inner,
@@ -640,6 +649,7 @@ impl RespBody {
             RespBody::Upstream(body) => Some(body.inner.body_idle()),
             RespBody::H2(body) => Some(body.body_idle),
             RespBody::Full(_) => None,
+            RespBody::Whole(_, body_idle) => Some(*body_idle),
             RespBody::Logged(body) => body.inner.client_idle(),
         }
     }
@@ -656,7 +666,9 @@ impl Body for RespBody {
         match self.get_mut() {
             RespBody::Upstream(body) => body.poll_next(cx),
             RespBody::H2(body) => body.poll_next(cx),
-            RespBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            RespBody::Full(bytes) | RespBody::Whole(bytes, _) => {
+                Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b))))
+            }
             RespBody::Logged(body) => body.poll_next(cx),
         }
     }
@@ -665,7 +677,7 @@ impl Body for RespBody {
         match self {
             RespBody::Upstream(body) => body.inner.is_done(),
             RespBody::H2(body) => body.lease.is_none() || body.inner.is_end_stream(),
-            RespBody::Full(bytes) => bytes.is_none(),
+            RespBody::Full(bytes) | RespBody::Whole(bytes, _) => bytes.is_none(),
             RespBody::Logged(body) => body.inner.is_end_stream(),
         }
     }
@@ -677,8 +689,10 @@ impl Body for RespBody {
                 None => SizeHint::default(),
             },
             RespBody::H2(body) => body.inner.size_hint(),
-            RespBody::Full(Some(bytes)) => SizeHint::with_exact(bytes.len() as u64),
-            RespBody::Full(None) => SizeHint::with_exact(0),
+            RespBody::Full(Some(bytes)) | RespBody::Whole(Some(bytes), _) => {
+                SizeHint::with_exact(bytes.len() as u64)
+            }
+            RespBody::Full(None) | RespBody::Whole(None, _) => SizeHint::with_exact(0),
             RespBody::Logged(body) => body.inner.size_hint(),
         }
     }

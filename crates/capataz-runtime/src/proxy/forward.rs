@@ -12,7 +12,7 @@ use capataz_health::Outcome;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, Uri, Version};
 
-use super::headers::{origin_form, rewrite_length};
+use super::headers::{origin_form, rewrite_length, strip_hop_by_hop};
 use super::tally::Stage;
 use super::{ClientInfo, Resend};
 use crate::balance::PoolHandle;
@@ -130,6 +130,13 @@ where
                         pool.observe_answered(index, Outcome::Status(status), Some(latency));
                         drop(lease);
                         return Forwarded::Upgraded(response, answer.stream, answer.buf.freeze());
+                    }
+                    // The answer relayed: its hop-by-hop fields out. The head's parse noted
+                    // whether it has any (a lone `Connection: keep-alive` or `close`, nearly
+                    // every answer's, it did not keep: `head::parse_relayed`), so most answers
+                    // are not looked at again.
+                    if answer.head.hop_by_hop {
+                        strip_hop_by_hop(response.headers_mut(), false);
                     }
                     if answer.framing.rewrite_length {
                         rewrite_length(response.headers_mut(), answer.framing.body);

@@ -790,13 +790,13 @@ fn websocket_not_switched() -> Response<RespBody> {
 }
 
 /// Makes a backend's answer the one relayed: hop-by-hop fields out; an HTTP/2 backend's
-/// trailer names kept (see `trailer_names`).
+/// trailer names kept (see `trailer_names`). An HTTP/1.1 backend's answer has been stripped
+/// already, by `forward`, which knows from its head's parse whether it has any.
 fn relayed(response: &mut Response<RespBody>, h2: bool) {
-    let trailer = if h2 {
-        trailer_names(response.headers_mut())
-    } else {
-        None
-    };
+    if !h2 {
+        return;
+    }
+    let trailer = trailer_names(response.headers_mut());
     strip_hop_by_hop(response.headers_mut(), false);
     if let Some(names) = trailer {
         response.headers_mut().insert(header::TRAILER, names);

@@ -287,7 +287,8 @@ async fn read_head<R: tokio::io::AsyncRead + Unpin>(
     buf: &mut BytesMut,
 ) -> Result<ResponseHead, AttemptError> {
     loop {
-        match head::parse(buf, MAX_HEAD) {
+        // Relayed: a lone `Connection: keep-alive` or `close` is not kept (see `parse_relayed`).
+        match head::parse_relayed(buf, MAX_HEAD) {
             Ok(Some(head)) => {
                 if head.status.is_informational() && head.status != StatusCode::SWITCHING_PROTOCOLS
                 {

@@ -53,6 +53,22 @@ impl<S: Transport> ResponseStream<S> {
         }
     }
 
+    /// The whole body, when its length was given (`Content-Length`) and all of it came with
+    /// the head: taken from the buffer without IO, and the body has then ended. `None` (and
+    /// nothing taken) otherwise.
+    #[inline]
+    pub(crate) fn take_whole(&mut self) -> Option<Bytes> {
+        let left = self.reader.remaining()?;
+        if left == 0 || (self.buf.len() as u64) < left {
+            return None;
+        }
+        match self.reader.decode(&mut self.buf) {
+            Ok(Step::Data(data)) if self.reader.is_done() => Some(data),
+            // Not reached: a known length all in the buffer is one piece.
+            _ => None,
+        }
+    }
+
     /// Whether the body has ended (whole or not).
     #[inline]
     pub(crate) fn is_done(&self) -> bool {
