@@ -376,3 +376,54 @@ async fn streams_reset_and_reopened_many_times_leave_the_connection_idle_and_clo
     assert!(ending.closed, "{ending:?}");
     assert_eq!(ending.goaways, [0], "{ending:?}");
 }
+
+#[tokio::test]
+async fn a_drain_with_uploads_open_lets_them_finish_then_closes_the_connection() {
+    let backend = length_backend().await;
+    let (balancer, addr, _events) = balancer(&[backend.entry("b0")], "", "").await;
+    let (mut read, mut write, _) = handshake(addr).await;
+    // Three uploads, half sent: each reaches a backend connection of its own and waits there.
+    let mut opened = Vec::new();
+    for id in [1, 3, 5] {
+        opened.extend(headers(id, &post_block(&[("content-length", "4")]), false, true));
+        opened.extend(data(id, b"ab", false));
+    }
+    write.write_all(&opened).await.expect("open the uploads");
+    wait_until("the three uploads reach the backend", || {
+        backend.accepted() == 3
+    })
+    .await;
+    let shutdown = tokio::spawn(balancer.shutdown(DEADLINE));
+    // The drain's GOAWAY comes while the streams are open; the connection stays open.
+    let goaway = tokio::time::timeout(DEADLINE, async {
+        loop {
+            let frame = read_frame(&mut read).await.expect("the connection stays open");
+            assert_ne!(frame.kind, RST_STREAM, "{frame:?}");
+            if let Some(code) = frame.goaway_code() {
+                return code;
+            }
+        }
+    })
+    .await
+    .expect("a GOAWAY once the drain starts");
+    assert_eq!(goaway, 0);
+    // One upload is cancelled, the other two end: they are answered, then the connection,
+    // with no stream left, is closed.
+    let rest = [
+        rst_stream(3, CANCEL),
+        data(1, b"cd", true),
+        data(5, b"cd", true),
+    ]
+    .concat();
+    write.write_all(&rest).await.expect("end the uploads");
+    let ending = read_to_end(&mut read, DEADLINE).await;
+    assert!(ending.closed, "{ending:?}");
+    let mut answered = ending.answered.clone();
+    answered.sort_unstable();
+    assert_eq!(answered, [1, 5], "{ending:?}");
+    assert!(ending.resets.is_empty(), "{ending:?}");
+    tokio::time::timeout(DEADLINE, shutdown)
+        .await
+        .expect("the drain ends")
+        .expect("the drain's task");
+}
