@@ -87,7 +87,11 @@ async fn request_bodies_that_do_not_match_their_content_length_reset_the_stream(
         ),
         (
             "no content-length: answered",
-            [headers(1, &post_block(&[]), false, true), data(1, &long, true)].concat(),
+            [
+                headers(1, &post_block(&[]), false, true),
+                data(1, &long, true),
+            ]
+            .concat(),
             None,
         ),
         (
@@ -301,13 +305,16 @@ async fn answers_from_an_h2_backend_that_do_not_match_their_content_length_are_r
         let (balancer, _events) = start(&text).await;
         let answer = get(balancer.local_addrs()[0]).await;
         if reset {
-            wait_until(&format!("{name}: capataz resets the answer's stream"), || {
-                resets
-                    .lock()
-                    .unwrap()
-                    .iter()
-                    .any(|&(_, code)| code == PROTOCOL_ERROR)
-            })
+            wait_until(
+                &format!("{name}: capataz resets the answer's stream"),
+                || {
+                    resets
+                        .lock()
+                        .unwrap()
+                        .iter()
+                        .any(|&(_, code)| code == PROTOCOL_ERROR)
+                },
+            )
             .await;
             assert!(
                 !answer.ends_with("\r\n\r\nyyyyy") || answer.starts_with("HTTP/1.1 5"),
@@ -353,11 +360,10 @@ async fn streams_reset_and_reopened_many_times_leave_the_connection_idle_and_clo
             .expect("send a round");
         let ended = async {
             loop {
-                let frame = read_frame(&mut read).await.expect("the connection stays open");
-                if frame.stream == id + 2
-                    && frame.kind == DATA
-                    && frame.flags & END_STREAM != 0
-                {
+                let frame = read_frame(&mut read)
+                    .await
+                    .expect("the connection stays open");
+                if frame.stream == id + 2 && frame.kind == DATA && frame.flags & END_STREAM != 0 {
                     break;
                 }
                 assert!(
@@ -385,7 +391,12 @@ async fn a_drain_with_uploads_open_lets_them_finish_then_closes_the_connection()
     // Three uploads, half sent: each reaches a backend connection of its own and waits there.
     let mut opened = Vec::new();
     for id in [1, 3, 5] {
-        opened.extend(headers(id, &post_block(&[("content-length", "4")]), false, true));
+        opened.extend(headers(
+            id,
+            &post_block(&[("content-length", "4")]),
+            false,
+            true,
+        ));
         opened.extend(data(id, b"ab", false));
     }
     write.write_all(&opened).await.expect("open the uploads");
@@ -397,7 +408,9 @@ async fn a_drain_with_uploads_open_lets_them_finish_then_closes_the_connection()
     // The drain's GOAWAY comes while the streams are open; the connection stays open.
     let goaway = tokio::time::timeout(DEADLINE, async {
         loop {
-            let frame = read_frame(&mut read).await.expect("the connection stays open");
+            let frame = read_frame(&mut read)
+                .await
+                .expect("the connection stays open");
             assert_ne!(frame.kind, RST_STREAM, "{frame:?}");
             if let Some(code) = frame.goaway_code() {
                 return code;
