@@ -5,6 +5,7 @@
 //! `curl --http2-prior-knowledge`.
 
 mod attacks;
+mod content_length;
 mod heads;
 mod hosts;
 mod idle_buffers;

@@ -608,3 +608,47 @@ pub(super) fn register(slot: &mut Option<Waker>, cx: &Context) {
         _ => *slot = Some(cx.waker().clone()),
     }
 }
+
+// capataz: `register` keeps a waker that wakes the task polling, whichever task that is: a
+// slot registered by one task and then polled from another (a stream's handle moved between
+// tasks) must wake the second, and a slot registered again by the same task is not cloned.
+#[cfg(test)]
+mod register_test {
+    use super::register;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::{Context, Wake, Waker};
+
+    #[derive(Default)]
+    struct Task(AtomicUsize);
+
+    impl Wake for Task {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_slot_wakes_the_task_that_polled_last() {
+        let (first, second) = (Arc::new(Task::default()), Arc::new(Task::default()));
+        let (first_waker, second_waker) = (Waker::from(first.clone()), Waker::from(second.clone()));
+        let mut slot = None;
+        register(&mut slot, &Context::from_waker(&first_waker));
+        // The same task again: the waker kept is not cloned again.
+        let count = Arc::strong_count(&first);
+        register(&mut slot, &Context::from_waker(&first_waker));
+        assert_eq!(Arc::strong_count(&first), count);
+        // Another task: it replaces the first, whose clone is dropped.
+        register(&mut slot, &Context::from_waker(&second_waker));
+        assert_eq!(Arc::strong_count(&first), count - 1);
+        slot.take().unwrap().wake();
+        assert_eq!(first.0.load(Ordering::SeqCst), 0);
+        assert_eq!(second.0.load(Ordering::SeqCst), 1);
+        // Back to the first task, after the slot was taken (a notify) and while it is set.
+        register(&mut slot, &Context::from_waker(&second_waker));
+        register(&mut slot, &Context::from_waker(&first_waker));
+        slot.take().unwrap().wake();
+        assert_eq!(first.0.load(Ordering::SeqCst), 1);
+        assert_eq!(second.0.load(Ordering::SeqCst), 1);
+    }
+}
