@@ -281,6 +281,12 @@ where
         }
     }
 
+    // capataz: the capacities of the read buffer and of the write buffer's `headers`.
+    #[cfg(test)]
+    pub(super) fn buffer_capacities(&self) -> (usize, usize) {
+        (self.read_buf.capacity(), self.write_buf.headers.bytes.capacity())
+    }
+
     pub(crate) fn into_inner(self) -> (T, Bytes) {
         (self.io, self.read_buf.freeze())
     }
@@ -549,7 +555,11 @@ pub(super) struct WriteBuf<B> {
 impl<B: Buf> WriteBuf<B> {
     fn new(strategy: WriteStrategy) -> WriteBuf<B> {
         WriteBuf {
-            // capataz: no allocation until the first write (`headers_mut`).
+            // capataz: no allocation until the first write, which allocates what it needs
+            // (a head's encoding reserves its estimate; body bytes copied in with the
+            // `Flatten` strategy grow it as they come) rather than 8 KB at once: the buffer is
+            // given back whenever the connection is idle (`Buffered::release_buffers_if_empty`),
+            // so it is allocated again for every message.
             headers: Cursor::new(Vec::new()),
             max_buf_size: DEFAULT_MAX_BUFFER_SIZE,
             queue: BufList::new(),
@@ -609,12 +619,6 @@ impl<B: Buf> WriteBuf<B> {
 
     fn headers_mut(&mut self) -> &mut Cursor<Vec<u8>> {
         debug_assert!(!self.queue.has_remaining());
-        // capataz: the buffer starts empty and is given back when the connection is idle
-        // (`Buffered::release_buffers_if_empty`); its first use allocates what upstream
-        // allocated at construction.
-        if self.headers.bytes.capacity() == 0 {
-            self.headers.bytes.reserve(INIT_BUFFER_SIZE);
-        }
         &mut self.headers
     }
 }

@@ -344,3 +344,81 @@ impl<B: Buf> Buf for SendBuf<B> {
         }
     }
 }
+
+// capataz: `strip_connection_headers` against upstream's code (kept here as it was) over every
+// subset of a set of names, each with values that matter (`te: trailers`, a `connection` field
+// listing other fields).
+#[cfg(all(test, feature = "client", feature = "server"))]
+mod capataz_tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn upstream(headers: &mut HeaderMap, kind: MessageKind) {
+        for header in &CONNECTION_HEADERS {
+            headers.remove(header);
+        }
+        if matches!(kind, MessageKind::Request) {
+            if headers
+                .get(http::header::TE)
+                .map_or(false, |te_header| te_header != "trailers")
+            {
+                headers.remove(http::header::TE);
+            }
+        } else {
+            headers.remove(http::header::TE);
+        }
+        if let Some(header) = headers.remove(CONNECTION) {
+            if let Ok(header_contents) = header.to_str() {
+                for name in header_contents.split(',') {
+                    headers.remove(name.trim());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn strip_connection_headers_is_upstreams() {
+        let fields: [(&str, &[&str]); 9] = [
+            ("keep-alive", &["timeout=5"]),
+            ("proxy-connection", &["close"]),
+            ("transfer-encoding", &["chunked"]),
+            ("upgrade", &["websocket"]),
+            ("te", &["trailers", "gzip"]),
+            ("connection", &["close", "x-a, content-type", "x-b,\u{ff}"]),
+            ("content-type", &["text/plain"]),
+            ("x-a", &["1"]),
+            ("x-b", &["2"]),
+        ];
+        let mut compared = 0;
+        for subset in 0..(1u32 << fields.len()) {
+            // Each field present in the subset, with each of its values in turn (its value is
+            // picked by `choice`, which walks every combination of the fields with several).
+            for choice in 0..6 {
+                let mut headers = HeaderMap::new();
+                for (i, (name, values)) in fields.iter().enumerate() {
+                    if subset & (1 << i) != 0 {
+                        let value = values[choice % values.len()];
+                        let value = HeaderValue::from_bytes(value.as_bytes()).unwrap();
+                        headers.append(HeaderName::from_static(name), value);
+                    }
+                }
+                for request in [true, false] {
+                    let kind = || {
+                        if request {
+                            MessageKind::Request
+                        } else {
+                            MessageKind::Response
+                        }
+                    };
+                    let mut ours = headers.clone();
+                    let mut theirs = headers.clone();
+                    strip_connection_headers(&mut ours, kind());
+                    upstream(&mut theirs, kind());
+                    assert_eq!(ours, theirs, "{headers:?}, request: {request}");
+                    compared += 1;
+                }
+            }
+        }
+        assert_eq!(compared, 512 * 6 * 2);
+    }
+}
