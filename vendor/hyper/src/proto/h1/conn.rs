@@ -855,20 +855,8 @@ where
     pub(crate) fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         ready!(Pin::new(&mut self.io).poll_flush(cx))?;
         self.try_keep_alive(cx);
-        // capataz: everything written is flushed; if the connection is now between messages
-        // (keep-alive waiting for the next one) and nothing of it was read ahead, neither
-        // buffer is kept while it waits.
-        self.release_buffers_if_idle();
         trace!("flushed({}): {:?}", T::LOG, self.state);
         Poll::Ready(Ok(()))
-    }
-
-    // capataz: the read and write buffers are given back between messages (reading and
-    // writing both `Init`) when they hold no byte; the next read or write allocates them again.
-    fn release_buffers_if_idle(&mut self) {
-        if let (Reading::Init, Writing::Init) = (&self.state.reading, &self.state.writing) {
-            self.io.release_buffers_if_empty();
-        }
     }
 
     pub(crate) fn poll_shutdown(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -1449,39 +1437,6 @@ mod tests {
         assert!(conn.is_write_closed());
         assert!(!conn.can_read_head());
         assert!(!conn.can_write_head());
-    }
-
-    // capataz: a keep-alive exchange gives both buffers back once its response is flushed and
-    // nothing of a next request has come; part of a next head keeps the read buffer (it holds
-    // those bytes), and the next exchange allocates them again.
-    #[cfg(feature = "server")]
-    #[test]
-    fn capataz_idle_conn_gives_its_buffers_back() {
-        tokio_test::task::spawn(()).enter(|cx, _| {
-            let (io, mut handle) = tokio_test::io::Builder::new().build_with_handle();
-            let mut conn = Conn::<_, Bytes, ServerTransaction>::new(Compat::new(io));
-            conn.disable_date_header();
-            assert_eq!(conn.io.buffer_capacities(), (0, 0));
-
-            for _ in 0..2 {
-                handle.read(b"GET / HTTP/1.1\r\n\r\n");
-                assert!(matches!(conn.poll_read_head(cx), Poll::Ready(Some(Ok(_)))));
-                assert!(conn.io.buffer_capacities().0 > 0);
-                conn.write_head(MessageHead::default(), Some(BodyLength::Known(2)));
-                assert!(conn.io.buffer_capacities().1 > 0);
-                handle.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
-                conn.write_body_and_end(Bytes::from_static(b"ok"));
-                assert!(conn.poll_flush(cx).is_ready());
-                assert_eq!(conn.io.buffer_capacities(), (0, 0));
-            }
-
-            handle.read(b"GET / HT");
-            assert!(conn.poll_read_head(cx).is_pending());
-            assert!(conn.poll_flush(cx).is_ready());
-            assert_eq!(conn.io.read_buf(), b"GET / HT");
-            handle.read(b"TP/1.1\r\n\r\n");
-            assert!(matches!(conn.poll_read_head(cx), Poll::Ready(Some(Ok(_)))));
-        });
     }
 
     #[cfg(feature = "server")]

@@ -267,26 +267,6 @@ where
         }
     }
 
-    // capataz: an idle connection (the last response flushed, no byte of the next request
-    // read yet) keeps neither buffer allocated, as HAProxy frees a buffer once it is empty:
-    // the read buffer is allocated again by the next `poll_read_from_io` (`reserve`, the
-    // read strategy's size as before) and the write buffer by the next `headers_mut`.
-    // Nothing buffered is dropped: each is given back only when it holds no byte.
-    pub(crate) fn release_buffers_if_empty(&mut self) {
-        if self.read_buf.is_empty() && self.read_buf.capacity() != 0 {
-            self.read_buf = BytesMut::new();
-        }
-        if self.write_buf.remaining() == 0 && self.write_buf.headers.bytes.capacity() != 0 {
-            self.write_buf.headers = Cursor::new(Vec::new());
-        }
-    }
-
-    // capataz: the capacities of the read buffer and of the write buffer's `headers`.
-    #[cfg(test)]
-    pub(super) fn buffer_capacities(&self) -> (usize, usize) {
-        (self.read_buf.capacity(), self.write_buf.headers.bytes.capacity())
-    }
-
     pub(crate) fn into_inner(self) -> (T, Bytes) {
         (self.io, self.read_buf.freeze())
     }
@@ -555,12 +535,7 @@ pub(super) struct WriteBuf<B> {
 impl<B: Buf> WriteBuf<B> {
     fn new(strategy: WriteStrategy) -> WriteBuf<B> {
         WriteBuf {
-            // capataz: no allocation until the first write, which allocates what it needs
-            // (a head's encoding reserves its estimate; body bytes copied in with the
-            // `Flatten` strategy grow it as they come) rather than 8 KB at once: the buffer is
-            // given back whenever the connection is idle (`Buffered::release_buffers_if_empty`),
-            // so it is allocated again for every message.
-            headers: Cursor::new(Vec::new()),
+            headers: Cursor::new(Vec::with_capacity(INIT_BUFFER_SIZE)),
             max_buf_size: DEFAULT_MAX_BUFFER_SIZE,
             queue: BufList::new(),
             strategy,
@@ -916,9 +891,6 @@ mod tests {
         let b = |s: &str| Cursor::new(s.as_bytes().to_vec());
 
         let mut write_buf = WriteBuf::<Cursor<Vec<u8>>>::new(WriteStrategy::Flatten);
-        // capataz: the buffer starts empty and grows by need; this test is about its room
-        // once it has some, so it starts with upstream's construction-time 8 KB.
-        write_buf.headers.bytes.reserve(INIT_BUFFER_SIZE);
 
         write_buf.buffer(b("hello "));
         write_buf.buffer(b("world, "));
