@@ -11,7 +11,11 @@
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use capataz::health::Notice;
+use tokio::sync::broadcast::error::RecvError;
+
 use super::{balancer, balancer_with, errors};
+use crate::support::balancer::{start, ConfigText};
 use crate::support::raw::{read_body, read_head, RawBackend};
 use crate::support::wait::wait_until;
 use crate::support::DEADLINE;
@@ -376,4 +380,50 @@ async fn custom_field_names_arrive_as_written_whatever_came_before() {
         have.sort();
         assert_eq!(have, want, "round {round}: {head}");
     }
+}
+
+/// A `Retry-After` the backend names in its `Connection` is still read by capataz, the hop's
+/// recipient, before the field is stripped (RFC 9110 section 7.6.1: such a field is for the
+/// proxy): a `503` asking for relief with it is a shed, not an error that ejects the backend.
+#[tokio::test]
+async fn a_retry_after_named_in_connection_still_sheds_load() {
+    let backend = RawBackend::start(|mut stream, hits| async move {
+        let mut buf = Vec::new();
+        while read_head(&mut stream, &mut buf).await.is_some() {
+            let first = hits.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+            let answer: &[u8] = if first {
+                b"HTTP/1.1 503 Busy\r\nConnection: retry-after\r\nRetry-After: 1\r\nContent-Length: 2\r\n\r\nno"
+            } else {
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+            };
+            if stream.write_all(answer).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    let text = ConfigText::new(&[backend.entry("b0")])
+        .extra(
+            "retries = { attempts = 0 }\n\n[pools.web.active]\nkind = \"none\"\n\n\
+             [pools.web.passive.load_shedding]\nenabled = true\nweight_percent = 50\n",
+        )
+        .build();
+    let (balancer, mut events) = start(&text).await;
+    let addr = balancer.local_addrs()[0];
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let mut buf = Vec::new();
+    let (head, _) = ask(&mut stream, &mut buf, "GET", "/").await;
+    assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+    assert!(!head.to_ascii_lowercase().contains("retry-after"), "{head}");
+    let shed = tokio::time::timeout(DEADLINE, async {
+        loop {
+            match events.recv().await {
+                Ok(Notice::Shedding { shedding: true, .. }) => return,
+                Ok(_) | Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => panic!("events closed"),
+            }
+        }
+    })
+    .await;
+    assert!(shed.is_ok(), "the 503 asking for relief was not a shed");
 }
