@@ -131,20 +131,22 @@ where
                         drop(lease);
                         return Forwarded::Upgraded(response, answer.stream, answer.buf.freeze());
                     }
+                    if answer.framing.rewrite_length {
+                        rewrite_length(response.headers_mut(), answer.framing.body);
+                    }
+                    // A backend asking for relief gets less weight, not an error on its record.
+                    // Read before the strip below: a `Retry-After` the backend's `Connection`
+                    // names is for capataz, the hop's end, to read (RFC 9110 section 7.6.1).
+                    match pool.shed_request(status, response.headers()) {
+                        Some(relief) => pool.shed(index, status, relief, latency),
+                        None => lease.judge_at_end(Outcome::Status(status)),
+                    }
                     // The answer relayed: its hop-by-hop fields out. The head's parse noted
                     // whether it has any (a lone `Connection: keep-alive` or `close`, nearly
                     // every answer's, it did not keep: `head::parse_relayed`), so most answers
                     // are not looked at again.
                     if answer.head.hop_by_hop {
                         strip_hop_by_hop(response.headers_mut(), false);
-                    }
-                    if answer.framing.rewrite_length {
-                        rewrite_length(response.headers_mut(), answer.framing.body);
-                    }
-                    // A backend asking for relief gets less weight, not an error on its record.
-                    match pool.shed_request(status, response.headers()) {
-                        Some(relief) => pool.shed(index, status, relief, latency),
-                        None => lease.judge_at_end(Outcome::Status(status)),
                     }
                     *response.body_mut() = RespBody::upstream(
                         answer.stream,

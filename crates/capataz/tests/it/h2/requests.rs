@@ -398,3 +398,56 @@ async fn streams_side_by_side_reuse_their_own_backend_connections() {
     // connection's own idle set (8 kept would have meant 12 new ones per round).
     assert_eq!(backend.accepted(), 20);
 }
+
+/// Whole answers (the body in the same write as the head) with a lone `Connection:
+/// keep-alive`, a `close` in any case, fields a `Connection` names, and stray bytes after the
+/// body: an HTTP/2 client gets each body whole and none of the hop-by-hop fields, and no
+/// stream is answered from a connection that said `close` or carried stray bytes.
+#[tokio::test]
+async fn whole_answers_reach_an_h2_client_without_hop_by_hop_fields() {
+    let backend = crate::support::raw::RawBackend::start(|mut stream, hits| async move {
+        let mut buf = Vec::new();
+        let mut spent = false;
+        let poison: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nPOISON";
+        while let Some(head) = crate::support::raw::read_head(&mut stream, &mut buf).await {
+            let n = hits.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let fields = [
+                "Connection: keep-alive\r\nKeep-Alive: timeout=5\r\n",
+                "Connection: CLOSE\r\n",
+                "Connection: keep-alive\r\nConnection: x-secret\r\nX-Secret: 1\r\n",
+                "Connection: keep-alive\r\n",
+            ][n as usize % 4];
+            let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
+            let mut answer = format!(
+                "HTTP/1.1 200 OK\r\n{fields}Content-Length: {}\r\n\r\n{path}",
+                path.len()
+            )
+            .into_bytes();
+            let stray = n % 4 == 3;
+            if stray {
+                answer.extend_from_slice(poison);
+            }
+            let answer = if spent { poison.to_vec() } else { answer };
+            spent |= stray || fields.contains("CLOSE");
+            if stream.write_all(&answer).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    let (_balancer, addr, _events) = balancer(&[backend.entry("raw")], "", "").await;
+    let mut conn = connect(addr).await;
+    for i in 0..16 {
+        let path = format!("/item/{i}");
+        let answer = conn.get("app.test", &path).await;
+        assert_eq!(answer.status, StatusCode::OK, "{path}");
+        assert_eq!(answer.text(), path);
+        for gone in ["connection", "keep-alive", "x-secret"] {
+            assert!(
+                answer.header(gone).is_none(),
+                "{gone}: {:?}",
+                answer.headers
+            );
+        }
+    }
+}

@@ -7,6 +7,7 @@
 //! bytes it means to. Waits are on answers, closes and counts with generous deadlines; the
 //! only timing is that of the timeouts under test, set short.
 
+mod answers;
 mod body_deadlines;
 mod first_poll;
 mod framing;
