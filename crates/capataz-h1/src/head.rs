@@ -125,7 +125,7 @@ fn parse_head(
                 let name = recent_name(name)?;
                 // None of the three, as `common_name` knows them; asked all the same.
                 let framing = FramingName::of(&name);
-                let hop = is_hop_by_hop(&name);
+                let hop = hop_name(&name).is_some();
                 (name, framing, hop)
             }
         };
@@ -168,22 +168,44 @@ fn parse_head(
     }))
 }
 
-/// Whether `name` (lowercase, as a `HeaderName` is) is a hop-by-hop field's (RFC 9110 section
-/// 7.6.1, and the legacy `Keep-Alive` and `Proxy-Connection`). The length is looked at first:
-/// most names have a length none of these has.
+/// A hop-by-hop field's name (RFC 9110 section 7.6.1, and the legacy `Keep-Alive` and
+/// `Proxy-Connection`): the one list of them, for the parse ([`ResponseHead::hop_by_hop`]) and
+/// for the proxy's strip. Those always removed come first, `Connection` first; then `Upgrade`,
+/// which an upgrade keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HopName {
+    /// `Connection`.
+    Connection,
+    /// `Keep-Alive` (legacy).
+    KeepAlive,
+    /// `Proxy-Connection` (legacy).
+    ProxyConnection,
+    /// `TE`.
+    Te,
+    /// `Trailer`.
+    Trailer,
+    /// `Transfer-Encoding`.
+    TransferEncoding,
+    /// `Upgrade`.
+    Upgrade,
+}
+
+/// Which hop-by-hop field `name` (lowercase, as a `HeaderName` is) names, if any. The length is
+/// looked at first: most names have a length none of these has.
 #[inline]
-fn is_hop_by_hop(name: &HeaderName) -> bool {
+pub fn hop_name(name: &HeaderName) -> Option<HopName> {
     let name = name.as_str();
-    matches!(
-        (name.len(), name),
-        (10, "connection")
-            | (10, "keep-alive")
-            | (16, "proxy-connection")
-            | (2, "te")
-            | (7, "trailer")
-            | (17, "transfer-encoding")
-            | (7, "upgrade")
-    )
+    let found = match (name.len(), name) {
+        (10, "connection") => HopName::Connection,
+        (10, "keep-alive") => HopName::KeepAlive,
+        (16, "proxy-connection") => HopName::ProxyConnection,
+        (2, "te") => HopName::Te,
+        (7, "trailer") => HopName::Trailer,
+        (17, "transfer-encoding") => HopName::TransferEncoding,
+        (7, "upgrade") => HopName::Upgrade,
+        _ => return None,
+    };
+    Some(found)
 }
 
 /// The name of a field backends commonly send, without `HeaderName::from_bytes`'s lowercased
@@ -255,11 +277,8 @@ thread_local! {
 /// values are control bytes), so [`folded_eq`] finds exactly the names `from_bytes` would give.
 fn recent_name(raw: &[u8]) -> Result<HeaderName, HeadError> {
     RECENT.with_borrow_mut(|recent| {
-        let kept = recent.names.iter().flatten();
-        if let Some(name) = kept
-            .into_iter()
-            .find(|n| folded_eq(raw, n.as_str().as_bytes()))
-        {
+        let mut kept = recent.names.iter().flatten();
+        if let Some(name) = kept.find(|n| folded_eq(raw, n.as_str().as_bytes())) {
             return Ok(name.clone());
         }
         let name = HeaderName::from_bytes(raw).map_err(|_| HeadError::Malformed("header name"))?;

@@ -8,6 +8,7 @@ use http::{Request, Uri, Version};
 
 use super::ClientInfo;
 use capataz_h1::framing::{list_tokens, BodyLength};
+use capataz_h1::head::{hop_name, HopName};
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -397,8 +398,7 @@ impl<'a> RequestFields<'a> {
     }
 }
 
-/// The hop-by-hop headers always removed (RFC 9110 section 7.6.1, and the legacy
-/// `Keep-Alive` and `Proxy-Connection`); `Connection` first.
+/// The hop-by-hop headers always removed, in [`HopName`]'s order (`Connection` first).
 const FIXED_HOP_BY_HOP: [&HeaderName; 6] = [
     &header::CONNECTION,
     &KEEP_ALIVE,
@@ -409,8 +409,8 @@ const FIXED_HOP_BY_HOP: [&HeaderName; 6] = [
 ];
 
 /// Where `Connection` and `Transfer-Encoding` are in [`FIXED_HOP_BY_HOP`].
-const CONNECTION_AT: usize = 0;
-const TRANSFER_ENCODING_AT: usize = 5;
+const CONNECTION_AT: usize = HopName::Connection as usize;
+const TRANSFER_ENCODING_AT: usize = HopName::TransferEncoding as usize;
 
 /// A hop-by-hop header name: one of [`FIXED_HOP_BY_HOP`] (its index), or `Upgrade`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -419,21 +419,14 @@ pub(super) enum HopByHop {
     Upgrade,
 }
 
-/// Which hop-by-hop header `name` is, if any. Names are stored lowercase; the length is looked
-/// at first, and most names have a length no hop-by-hop name has.
+/// Which hop-by-hop header `name` is, if any: `capataz_h1`'s list ([`hop_name`]), which the
+/// parse of a backend's answer notes too.
+#[inline]
 pub(super) fn hop_by_hop(name: &HeaderName) -> Option<HopByHop> {
-    let name = name.as_str();
-    let found = match (name.len(), name) {
-        (10, "connection") => HopByHop::Fixed(CONNECTION_AT),
-        (10, "keep-alive") => HopByHop::Fixed(1),
-        (16, "proxy-connection") => HopByHop::Fixed(2),
-        (2, "te") => HopByHop::Fixed(3),
-        (7, "trailer") => HopByHop::Fixed(4),
-        (17, "transfer-encoding") => HopByHop::Fixed(TRANSFER_ENCODING_AT),
-        (7, "upgrade") => HopByHop::Upgrade,
-        _ => return None,
-    };
-    Some(found)
+    hop_name(name).map(|hop| match hop {
+        HopName::Upgrade => HopByHop::Upgrade,
+        fixed => HopByHop::Fixed(fixed as usize),
+    })
 }
 
 pub(super) fn add_forwarded_headers(headers: &mut HeaderMap, client: &ClientInfo) {
