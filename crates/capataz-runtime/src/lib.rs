@@ -13,7 +13,7 @@ pub use capataz_upstream::client_body;
 pub use capataz_upstream::{access_log, balance};
 use capataz_upstream::{body, instruments, rate_limit, upstream};
 // The request path's own pieces the runtime uses too, still not part of its API.
-use capataz_upstream::{atomic_enum, lockstat, oneshot, turn};
+use capataz_upstream::{atomic_enum, lockstat, oneshot, outbox, turn};
 
 mod acme;
 pub mod alerts;

@@ -203,7 +203,12 @@ impl Runtimes {
                 .spawn(move || {
                     // Serves what the accept loops spawn on it until told to stop (or until
                     // the `Runtimes` is dropped unstopped, on an error at start).
-                    let stopped = runtime.block_on(stopped);
+                    // With its flusher, which sends the writes its connections put off to the
+                    // end of the turn (`outbox`).
+                    let stopped = runtime.block_on(async {
+                        let _flusher = crate::outbox::start_flusher();
+                        stopped.await
+                    });
                     runtime.shutdown_timeout(stopped.unwrap_or_default());
                 })?;
             threads.push(WorkerThread { stop, thread });
@@ -238,9 +243,13 @@ impl Runtimes {
         self.workers.clone()
     }
 
-    /// Runs `future` on the main thread's runtime (worker 0) to its end.
+    /// Runs `future` on the main thread's runtime (worker 0) to its end, with the runtime's
+    /// flusher (`outbox`).
     pub fn block_on<F: Future>(&self, future: F) -> F::Output {
-        self.main.block_on(future)
+        self.main.block_on(async {
+            let _flusher = crate::outbox::start_flusher();
+            future.await
+        })
     }
 
     /// Stops every worker: each runtime drops the tasks still on it (connections left past a
@@ -264,11 +273,12 @@ impl Runtimes {
 }
 
 /// How many task polls a worker's runtime makes before it polls its IO driver again when
-/// tasks are still queued (tokio's default is 61). An HTTP/1 exchange puts its writes off to
-/// the back of the run queue (`turn`), so a turn of N events is about 2N polls: at 61 a turn of
-/// more than about 30 events was cut by an `epoll_wait` in its middle, and the events it
-/// brought were queued before the turn's put-off writes. 256 keeps turns of up to about 128
-/// events whole; a poll here takes a few microseconds, so IO and timers still wait at most a
+/// tasks are still queued (tokio's default is 61). An HTTP/1 exchange over TLS puts its writes
+/// off to the back of the run queue (`turn`), so a turn of N events is about 2N polls (over
+/// plain TCP they wait in outboxes for the worker's flusher, `outbox`: N polls and one): at 61
+/// a turn of more than about 30 events was cut by an `epoll_wait` in its middle, and the
+/// events it brought were queued before the turn's put-off writes. 256 keeps turns of up to
+/// about 128 events whole; a poll here takes a few microseconds, so IO and timers still wait at most a
 /// millisecond or so behind a full queue.
 const EVENT_INTERVAL: u32 = 256;
 

@@ -18,6 +18,10 @@
 //! runtime's `event_interval` bounds, see `workers.rs`). Unlike `tokio::task::yield_now`, which
 //! waits for the driver's next poll, this adds no system call and no wait for new events: one
 //! more poll of the task per write.
+//!
+//! On a plain socket, on a worker, the write skips that poll: its bytes wait in an outbox that
+//! the worker's flusher sends, in the same place in the turn (`outbox`). This module's way
+//! stays for TLS, whose records are made in the connection's task.
 
 use std::future::poll_fn;
 use std::task::{Context, Poll};

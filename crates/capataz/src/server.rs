@@ -37,6 +37,9 @@ pub struct Balancer {
     /// A duplicate of the admin socket's descriptor with its configured address, for a binary
     /// upgrade to offer; dropped when shutting down, so the socket closes.
     admin_offer: Option<(SocketAddr, OwnedFd)>,
+    /// The flusher of the runtime the balancer started on (`outbox`), kept running while the
+    /// balancer lives: a worker's runs anyway, a test's or an embedder's ends with it.
+    _flusher: Option<capataz_upstream::outbox::FlusherHandle>,
 }
 
 /// The inherited TCP socket of `kind` for `address`, if one was handed over.
@@ -102,6 +105,9 @@ impl Balancer {
         (mut inherited, workers): (Option<&mut Inherited>, Workers),
     ) -> Result<Balancer, StartError> {
         let held = inherited.is_some();
+        // The runtime the listeners serve on sends their put-off writes with a flusher; a
+        // worker has one already, a test's or an embedder's runtime gets one here.
+        let flusher = capataz_upstream::outbox::start_flusher();
         // Bind everything first, so a config that cannot start leaves nothing running.
         let mut sockets = Vec::with_capacity(config.listeners.len());
         for (index, listener) in config.listeners.iter().enumerate() {
@@ -157,6 +163,7 @@ impl Balancer {
             admin_task: None,
             admin_held: None,
             admin_offer,
+            _flusher: flusher,
         };
         if let Some((_, socket)) = admin_socket {
             balancer.admin_addr = socket.local_addr().ok();

@@ -31,6 +31,7 @@
 //! with `RST_STREAM`, which hyper already sees.
 
 use std::io;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
@@ -165,6 +166,12 @@ pub(crate) trait PeekPeer {
     {
         Ok(self)
     }
+
+    /// The plain socket's descriptor, for a flusher to send on (`capataz_upstream::outbox`):
+    /// `None` where the connection's task must write itself (TLS encrypts there).
+    fn plain_fd(&self) -> Option<RawFd> {
+        None
+    }
 }
 
 impl PeekPeer for TcpStream {
@@ -178,6 +185,10 @@ impl PeekPeer for TcpStream {
     fn reregister(self) -> io::Result<TcpStream> {
         TcpStream::from_std(self.into_std()?)
     }
+
+    fn plain_fd(&self) -> Option<RawFd> {
+        Some(self.as_raw_fd())
+    }
 }
 
 impl<S: PeekPeer> PeekPeer for Rewind<S> {
@@ -187,6 +198,10 @@ impl<S: PeekPeer> PeekPeer for Rewind<S> {
             // Bytes read with the PROXY header, still to be read: the client's next words.
             n => Poll::Ready(Ok(n)),
         }
+    }
+
+    fn plain_fd(&self) -> Option<RawFd> {
+        self.get_ref().plain_fd()
     }
 }
 
@@ -200,6 +215,10 @@ impl<S: PeekPeer> PeekPeer for tokio_rustls::server::TlsStream<S> {
 impl<S: PeekPeer + ?Sized> PeekPeer for Box<S> {
     fn poll_peek_peer(&self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         (**self).poll_peek_peer(cx)
+    }
+
+    fn plain_fd(&self) -> Option<RawFd> {
+        (**self).plain_fd()
     }
 }
 

@@ -91,6 +91,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use crate::body::{BodyRead, RespBody};
 use crate::config::Http2Config;
 use crate::instruments::ListenerMetrics;
+use crate::outbox::{Held, Outbox};
 use crate::proxy::{ClientInfo, Proxy};
 use crate::turn;
 
@@ -381,6 +382,7 @@ where
         }
     });
     let io = CountingIo {
+        outbox: None,
         inner: stream,
         shared: Counted(shared.clone()),
         prefix: None,
@@ -577,7 +579,7 @@ const FIRST_READ: usize = 4096;
 /// Waits for the client's first bytes and reads them, to go back to `io` and be read again by
 /// hyper (`Some(false)`); `None` if the client closed without sending any. The buffer lives on
 /// the stack of one poll only, never in the connection's future.
-async fn first_bytes<IO: AsyncRead + Unpin, G>(
+async fn first_bytes<IO: AsyncRead + AsyncWrite + Unpin, G>(
     io: &mut CountingIo<IO, G>,
 ) -> io::Result<Option<bool>> {
     poll_fn(|cx| {
@@ -599,7 +601,9 @@ async fn first_bytes<IO: AsyncRead + Unpin, G>(
 /// Reads the start of the connection until it is HTTP/2's preface (`Some(true)`) or cannot
 /// be (`Some(false)`); what was read goes back to `io`, to be read again by hyper. `None` if
 /// the client closed without sending a byte.
-async fn sniff<IO: AsyncRead + Unpin, G>(io: &mut CountingIo<IO, G>) -> io::Result<Option<bool>> {
+async fn sniff<IO: AsyncRead + AsyncWrite + Unpin, G>(
+    io: &mut CountingIo<IO, G>,
+) -> io::Result<Option<bool>> {
     let mut buf = [0u8; PREFACE.len()];
     let mut filled = 0;
     let h2 = loop {
@@ -783,6 +787,10 @@ impl Body for Tracked {
 
 /// The client socket (TCP, or TLS over it), counting the bytes read and written.
 struct CountingIo<IO, G> {
+    /// HTTP/1 on a plain socket, on a worker with a flusher: where writes wait for the end of
+    /// the turn (see `defer_write`), made at the first. Declared before `inner`, so dropped
+    /// (the flusher's hold on the descriptor taken away) before the socket closes.
+    outbox: Option<Outbox>,
     inner: IO,
     shared: Counted,
     /// Bytes read while detecting the protocol, read again first.
@@ -815,7 +823,12 @@ impl Drop for Counted {
 
 impl<IO: PeekPeer, G> CountingIo<IO, G> {
     /// The socket registered anew with the runtime's IO driver ([`PeekPeer::reregister`]).
+    /// An empty outbox goes too (made again at the next write); one still holding bytes
+    /// stays: the descriptor does not change.
     fn reregistered(mut self) -> io::Result<Self> {
+        if self.outbox.as_ref().is_some_and(|outbox| !outbox.holds()) {
+            self.outbox = None;
+        }
         self.inner = self.inner.reregister()?;
         Ok(self)
     }
@@ -824,7 +837,7 @@ impl<IO: PeekPeer, G> CountingIo<IO, G> {
 /// Never pinned structurally: the guard is only held.
 impl<IO: Unpin, G> Unpin for CountingIo<IO, G> {}
 
-impl<IO: AsyncRead + Unpin, G> AsyncRead for CountingIo<IO, G> {
+impl<IO: AsyncRead + AsyncWrite + Unpin, G> AsyncRead for CountingIo<IO, G> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -838,6 +851,13 @@ impl<IO: AsyncRead + Unpin, G> AsyncRead for CountingIo<IO, G> {
                 this.prefix = None;
             }
             return Poll::Ready(Ok(()));
+        }
+        if let Some(outbox) = this.outbox.as_ref().filter(|outbox| outbox.troubled()) {
+            // Bytes the flusher could not send, and a task that may only be reading now (an
+            // upgraded connection's tunnel): they go first, or wait for the socket with the read.
+            if let Poll::Ready(Err(error)) = outbox.poll_write_held(cx, &mut this.inner) {
+                return Poll::Ready(Err(error));
+            }
         }
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
@@ -859,13 +879,17 @@ impl<IO, G> CountingIo<IO, G> {
     }
 }
 
-impl<IO, G> CountingIo<IO, G> {
-    /// Whether to put this write off.
+impl<IO: PeekPeer, G> CountingIo<IO, G> {
+    /// Puts this write off, or says it goes at once (`None`).
     ///
-    /// HTTP/1: the first write of each flush goes to the back of the runtime's run queue
-    /// ([`turn::poll_back_of_queue`]), so that a turn's reads all come before its writes, as in
-    /// HAProxy's event loop (see `turn`'s module docs; BENCHMARKS.md, "The balancer against
-    /// HAProxy and nginx: plaintext HTTP/1.1").
+    /// HTTP/1: a turn's reads all come before its writes, as in HAProxy's event loop (see
+    /// `turn`'s module docs; BENCHMARKS.md, "The balancer against HAProxy and nginx: plaintext
+    /// HTTP/1.1"). On a plain socket, on a worker with a flusher, the bytes are held in the
+    /// connection's outbox and sent by the worker's flusher at the end of the turn
+    /// (`outbox`): hyper sees them written. What the outbox does not hold (too much, or bytes
+    /// it left after a partial send) goes at once, after what it holds. Otherwise (TLS) the
+    /// first write of each flush goes to the back of the runtime's run queue
+    /// ([`turn::poll_back_of_queue`]), made by the task's next poll.
     ///
     /// HTTP/2: while requests of the connection are in progress, the first write of each flush
     /// makes the connection's task yield (woken once the runtime has polled its IO driver), so
@@ -873,23 +897,46 @@ impl<IO, G> CountingIo<IO, G> {
     /// write, as HAProxy writes once per connection and event-loop turn. With nothing in
     /// progress the write goes at once: one request at a time gains nothing from waiting. See
     /// BENCHMARKS.md, "HTTP/2: where the instructions go".
-    fn defer_write(&mut self, cx: &mut Context<'_>) -> bool {
+    fn put_off(
+        &mut self,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Option<Poll<io::Result<usize>>>
+    where
+        IO: AsyncWrite + Unpin,
+    {
         if !self.shared.h2.load(Ordering::Relaxed) {
-            return turn::poll_back_of_queue(&mut self.deferred, cx).is_pending();
+            if self.outbox.is_none() {
+                // A TLS socket has no descriptor to give: no lookup of the thread's flusher.
+                self.outbox = self.inner.plain_fd().and_then(Outbox::for_socket);
+            }
+            let Some(outbox) = &self.outbox else {
+                return turn::poll_back_of_queue(&mut self.deferred, cx)
+                    .is_pending()
+                    .then_some(Poll::Pending);
+            };
+            if let Some(held) = outbox.hold(cx, bufs) {
+                return Some(Poll::Ready(Ok(held)));
+            }
+            return match outbox.poll_write_held(cx, &mut self.inner) {
+                Poll::Ready(Ok(())) => None,
+                Poll::Ready(Err(error)) => Some(Poll::Ready(Err(error))),
+                Poll::Pending => Some(Poll::Pending),
+            };
         }
         if self.shared.active.load(Ordering::Relaxed) == 0 {
             self.deferred = false;
-            return false;
+            return None;
         }
         if !self.deferred {
             self.deferred = true;
             let mut yielded = std::pin::pin!(tokio::task::yield_now());
             if yielded.as_mut().poll(cx).is_pending() {
-                return true;
+                return Some(Poll::Pending);
             }
         }
         // The rest of this flush's writes go at once; the flush ends the turn's batch.
-        false
+        None
     }
 }
 
@@ -900,10 +947,10 @@ impl<IO: AsyncWrite + PeekPeer + Unpin, G> AsyncWrite for CountingIo<IO, G> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        if this.defer_write(cx) {
-            return Poll::Pending;
-        }
-        let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
+        let polled = match this.put_off(cx, &[io::IoSlice::new(buf)]) {
+            Some(put_off) => put_off,
+            None => Pin::new(&mut this.inner).poll_write(cx, buf),
+        };
         this.count_write(&polled);
         polled
     }
@@ -914,10 +961,10 @@ impl<IO: AsyncWrite + PeekPeer + Unpin, G> AsyncWrite for CountingIo<IO, G> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        if this.defer_write(cx) {
-            return Poll::Pending;
-        }
-        let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        let polled = match this.put_off(cx, bufs) {
+            Some(put_off) => put_off,
+            None => Pin::new(&mut this.inner).poll_write_vectored(cx, bufs),
+        };
         this.count_write(&polled);
         polled
     }
@@ -928,18 +975,30 @@ impl<IO: AsyncWrite + PeekPeer + Unpin, G> AsyncWrite for CountingIo<IO, G> {
 
     /// hyper flushes at the end of every turn of an HTTP/1 connection, even with nothing to
     /// write: while a request waits for its answer, that is where its client is seen gone
-    /// (see `gone.rs`), and the error ends the connection.
+    /// (see `gone.rs`), and the error ends the connection. It is also where bytes the
+    /// flusher could not send are sent, and where its failure is returned.
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         this.deferred = false;
         if let Poll::Ready(error) = this.shared.peer.poll_gone(&this.inner, cx) {
             return Poll::Ready(Err(error));
         }
+        if let Some(outbox) = &this.outbox {
+            match outbox.state() {
+                Ok(Held::Fine) => {}
+                Ok(Held::Left) => std::task::ready!(outbox.poll_write_held(cx, &mut this.inner))?,
+                Err((error, _)) => return Poll::Ready(Err(error)),
+            }
+        }
         Pin::new(&mut this.inner).poll_flush(cx)
     }
 
+    /// What the outbox holds goes first, parking or not.
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if let Some(outbox) = &this.outbox {
+            std::task::ready!(outbox.poll_write_held(cx, &mut this.inner))?;
+        }
         if this.shared.park.load(Ordering::Relaxed) == Park::Parking {
             // hyper's connection is being taken apart to park, not closed: the socket stays.
             return Poll::Ready(Ok(()));
@@ -1006,6 +1065,7 @@ mod tests {
         let (stream, peer) = listener.accept().await.unwrap();
         let shared = Arc::new(new_shared());
         let io = CountingIo {
+            outbox: None,
             inner: stream,
             shared: Counted(shared.clone()),
             prefix: None,

@@ -10,6 +10,7 @@
 //! A slow but steady upload therefore takes as long as it takes.
 
 use std::cell::RefCell;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -20,6 +21,7 @@ use hyper::body::{Body, Frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadBuf};
 
 use super::{AttemptError, Transport, FIRST_READ, MAX_HEAD, READ_SIZE};
+use crate::outbox::{Held, Outbox};
 use capataz_h1::framing::{self, Framing};
 use capataz_h1::head::{self, ResponseHead};
 use capataz_h1::request::{self, RequestBody};
@@ -108,37 +110,59 @@ where
         Outgoing::Resend(_) => RequestBody::None,
     };
     // The request goes out at the end of the runtime's turn, with the turn's other requests
-    // and answers (HAProxy's order, see `turn`).
-    crate::turn::back_of_queue().await;
-    // The first write decides whether anything was sent at all.
-    match stream.write(head_bytes).await {
-        Ok(0) | Err(_) => return Err(ExchangeError::NotSent(outgoing)),
-        Ok(n) if n < head_bytes.len() => {
-            write_within(&mut stream, &head_bytes[n..], timeouts.body_idle)
-                .await
-                .map_err(ExchangeError::Failed)?;
-        }
-        Ok(_) => {}
-    }
-    // TLS may hold records the socket did not take yet; for TCP this returns at once.
-    flush_within(&mut stream, timeouts.body_idle)
-        .await
-        .map_err(ExchangeError::Failed)?;
-    let (method, body) = match outgoing {
-        Outgoing::Request(request) => {
-            let (parts, body) = request.into_parts();
-            (parts.method, body)
-        }
-        Outgoing::Resend(method) => (method.clone(), B::default()),
+    // and answers (HAProxy's order, see `turn`): a bodiless request on a plain socket is held
+    // for the worker's flusher (`outbox`), any other waits for its task's next poll.
+    let outbox = match body_framing {
+        RequestBody::None => hold_head(&stream, head_bytes).await,
+        _ => None,
     };
+    if outbox.is_none() {
+        crate::turn::back_of_queue().await;
+        // The first write decides whether anything was sent at all.
+        match stream.write(head_bytes).await {
+            Ok(0) | Err(_) => return Err(ExchangeError::NotSent(outgoing)),
+            Ok(n) if n < head_bytes.len() => {
+                write_within(&mut stream, &head_bytes[n..], timeouts.body_idle)
+                    .await
+                    .map_err(ExchangeError::Failed)?;
+            }
+            Ok(_) => {}
+        }
+        // TLS may hold records the socket did not take yet; for TCP this returns at once.
+        flush_within(&mut stream, timeouts.body_idle)
+            .await
+            .map_err(ExchangeError::Failed)?;
+    }
     let mut buf = BytesMut::new();
     let mut body_whole = true;
-    let head = if body_framing == RequestBody::None {
+    let (method, head) = if body_framing == RequestBody::None {
         let deadline = tokio::time::Instant::from_std(head_sent_at) + timeouts.response_header;
-        tokio::time::timeout_at(deadline, read_head(&mut stream, &mut buf))
-            .await
-            .unwrap_or(Err(AttemptError::HeadTimeout))
+        let read = read_head_sent(outbox.as_ref(), &mut stream, &mut buf, timeouts.body_idle);
+        let head = match tokio::time::timeout_at(deadline, read).await {
+            Ok(Err(Unsent::NotSent)) => return Err(ExchangeError::NotSent(outgoing)),
+            Ok(Err(Unsent::Failed(error))) => Err(error),
+            Ok(Ok(head)) => Ok(head),
+            Err(_) => Err(AttemptError::HeadTimeout),
+        };
+        if outbox.as_ref().is_some_and(Outbox::holds) {
+            // Answered before its request went out (a backend that speaks first): the request
+            // is not sent now, and the connection carries no other.
+            body_whole = false;
+        }
+        drop(outbox);
+        let method = match outgoing {
+            Outgoing::Request(request) => request.into_parts().0.method,
+            Outgoing::Resend(method) => method.clone(),
+        };
+        (method, head)
     } else {
+        let (method, body) = match outgoing {
+            Outgoing::Request(request) => {
+                let (parts, body) = request.into_parts();
+                (parts.method, body)
+            }
+            Outgoing::Resend(method) => (method.clone(), B::default()),
+        };
         let (mut reader, mut writer) = stream.split();
         let send = send_body(&mut writer, body, body_framing, timeouts);
         let receive = read_head(&mut reader, &mut buf);
@@ -157,7 +181,7 @@ where
                 Err(error) => return Err(ExchangeError::Failed(error)),
             },
         };
-        match early {
+        let head = match early {
             Some(head) => {
                 // Answered before the whole body was sent: the rest is not coming.
                 body_whole = false;
@@ -166,7 +190,8 @@ where
             None => tokio::time::timeout(timeouts.response_header, &mut receive)
                 .await
                 .unwrap_or(Err(AttemptError::HeadTimeout)),
-        }
+        };
+        (method, head)
     };
     let head = head.map_err(ExchangeError::Failed)?;
     let mut framing = if head.status == StatusCode::SWITCHING_PROTOCOLS {
@@ -193,6 +218,68 @@ where
         stream,
         buf,
     })
+}
+
+/// A bodiless request's head held for the worker's flusher (`outbox`): `None` if the stream
+/// is not a plain socket, the thread has no flusher, or the head is too large to hold.
+async fn hold_head<S: Transport>(stream: &S, head_bytes: &[u8]) -> Option<Outbox> {
+    let outbox = stream.plain_fd().and_then(Outbox::for_socket)?;
+    let held = std::future::poll_fn(|cx| {
+        Poll::Ready(outbox.hold(cx, &[std::io::IoSlice::new(head_bytes)]))
+    })
+    .await;
+    held.map(|_| outbox)
+}
+
+/// Why [`read_head_sent`] has no head.
+enum Unsent {
+    /// The flusher's send failed before a byte of the request went.
+    NotSent,
+    Failed(AttemptError),
+}
+
+/// [`read_head`], watching what `outbox` holds meanwhile: a send that failed ends it, bytes the
+/// flusher left are written here (a write that waits `limit` means the backend stopped
+/// reading). Reading the head is cancel-safe (what was read is in `buf`), so it is set aside
+/// for that write.
+async fn read_head_sent<S: Transport>(
+    outbox: Option<&Outbox>,
+    stream: &mut S,
+    buf: &mut BytesMut,
+    limit: Duration,
+) -> Result<ResponseHead, Unsent> {
+    let Some(outbox) = outbox else {
+        return read_head(stream, buf).await.map_err(Unsent::Failed);
+    };
+    loop {
+        let read = {
+            let mut read = std::pin::pin!(read_head(&mut *stream, &mut *buf));
+            std::future::poll_fn(|cx| {
+                match outbox.state() {
+                    Ok(Held::Fine) => {}
+                    Ok(Held::Left) => return Poll::Ready(None),
+                    Err((_, false)) => return Poll::Ready(Some(Err(Unsent::NotSent))),
+                    Err((_, true)) => {
+                        let error = AttemptError::Send { sent_any: true };
+                        return Poll::Ready(Some(Err(Unsent::Failed(error))));
+                    }
+                }
+                read.as_mut()
+                    .poll(cx)
+                    .map(|head| Some(head.map_err(Unsent::Failed)))
+            })
+            .await
+        };
+        if let Some(read) = read {
+            return read;
+        }
+        let write = std::future::poll_fn(|cx| outbox.poll_write_held(cx, &mut *stream));
+        match tokio::time::timeout(limit, write).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Err(Unsent::Failed(AttemptError::Send { sent_any: true })),
+            Err(_) => return Err(Unsent::Failed(AttemptError::BackendNotReading)),
+        }
+    }
 }
 
 /// Writes `bytes` to the backend; a write that waits `limit` means it stopped reading.

@@ -10,6 +10,7 @@
 //! connection, and no allocation for a Unix one.
 
 use std::io;
+use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -56,6 +57,12 @@ pub trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     /// that sent bytes nobody asked for makes it unusable). Never waits; a connection found
     /// unusable is dropped, so what this reads is lost.
     fn still_open(&mut self) -> bool;
+
+    /// The plain socket's descriptor, for the worker's flusher to send a request head on
+    /// (`outbox`); `None` (the default) where the exchange must write itself (TLS).
+    fn plain_fd(&self) -> Option<RawFd> {
+        None
+    }
 }
 
 /// `Transport` for a tokio socket stream (`TcpStream`, `UnixStream`: the same inherent
@@ -93,6 +100,10 @@ macro_rules! socket_transport {
             fn still_open(&mut self) -> bool {
                 let mut byte = [0u8; 1];
                 matches!(self.try_read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+            }
+
+            fn plain_fd(&self) -> Option<RawFd> {
+                Some(self.as_raw_fd())
             }
         }
     };
@@ -200,6 +211,14 @@ impl Transport for BackendStream {
             BackendStream::Tcp(tcp) => tcp.still_open(),
             BackendStream::Tls(tls) => tls_still_open(tls),
             BackendStream::Unix(unix) => unix.still_open(),
+        }
+    }
+
+    fn plain_fd(&self) -> Option<RawFd> {
+        match self {
+            BackendStream::Tcp(tcp) => tcp.plain_fd(),
+            BackendStream::Tls(_) => None,
+            BackendStream::Unix(unix) => unix.plain_fd(),
         }
     }
 }

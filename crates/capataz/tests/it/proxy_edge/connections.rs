@@ -681,3 +681,58 @@ async fn a_head_over_hypers_limit_after_a_park_is_refused_and_counted() {
     })
     .await;
 }
+
+/// A keep-alive backend that answers `GET /size/N` with N bytes of [`pattern`].
+async fn sized_backend() -> RawBackend {
+    RawBackend::start(|mut stream, hits| async move {
+        let mut buf = Vec::new();
+        while let Some(head) = read_head(&mut stream, &mut buf).await {
+            hits.fetch_add(1, Ordering::SeqCst);
+            let len: usize = head
+                .split_whitespace()
+                .nth(1)
+                .and_then(|path| path.strip_prefix("/size/"))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            let mut response =
+                format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\n\r\n").into_bytes();
+            response.extend(pattern(len));
+            if stream.write_all(&response).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await
+}
+
+/// Forty requests in one write, answers small (held for the end of the runtime's turn, see
+/// `outbox`) and large (written at once), to a client that reads nothing until the backend has
+/// seen several: what the client's socket would not take waits and goes later, and every
+/// answer arrives whole, in order, byte for byte.
+#[tokio::test]
+async fn pipelined_answers_to_a_client_that_reads_late_arrive_whole_and_in_order() {
+    let backend = sized_backend().await;
+    let (balancer, _rx) = start(&config_text(&[backend.entry("s")], "", QUIET)).await;
+    let mut stream = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
+    let sizes: Vec<usize> = (0..40)
+        .map(|i| if i % 3 == 1 { 300_000 } else { 50 + i })
+        .collect();
+    let mut burst = Vec::new();
+    for size in &sizes {
+        burst.extend(format!("GET /size/{size} HTTP/1.1\r\nHost: app.test\r\n\r\n").as_bytes());
+    }
+    stream.write_all(&burst).await.unwrap();
+    wait_until("the backend has answered several", || backend.hits() >= 5).await;
+    let mut buf = Vec::new();
+    for (i, size) in sizes.iter().enumerate() {
+        let head = read_head(&mut stream, &mut buf).await.expect("an answer");
+        assert!(head.starts_with("HTTP/1.1 200"), "answer {i}: {head}");
+        let body = read_body(&mut stream, &mut buf, &head)
+            .await
+            .expect("its body");
+        assert_eq!(body.len(), *size, "answer {i}");
+        assert!(body == pattern(*size), "answer {i}: byte for byte");
+    }
+    assert!(buf.is_empty(), "nothing more");
+    assert_eq!(backend.hits(), 40);
+}
