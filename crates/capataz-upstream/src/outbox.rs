@@ -88,13 +88,7 @@ impl Outbox {
     /// this thread is reused, with its buffer.
     pub fn for_socket(fd: RawFd) -> Option<Outbox> {
         LOCAL.with_borrow_mut(|local| {
-            if !local
-                .turn
-                .as_ref()
-                .is_some_and(|turn| turn.alive.load(Ordering::Relaxed))
-            {
-                return None;
-            }
+            local.alive()?;
             let shared = local.spare.pop().unwrap_or_default();
             shared.lock().fd = Some(fd);
             Some(Outbox { shared })
@@ -251,28 +245,32 @@ impl State {
 /// The most capacity an outbox's buffer keeps between turns.
 const KEPT_CAPACITY: usize = 2048;
 
-/// What a thread's outboxes and its flusher share.
+/// What a thread's flusher and the handles that keep it share.
 #[derive(Debug, Default)]
 struct Turn {
-    /// Whether a flusher serves it (false once the flusher is dropped).
+    /// Whether a flusher serves the thread (false once the flusher is dropped).
     alive: AtomicBool,
     /// The [`FlusherHandle`]s alive: the flusher ends once there are none.
     handles: AtomicUsize,
-    queue: Mutex<Queue>,
+    /// The flusher's task, woken by a turn's first queued outbox and by the last handle.
+    waker: Mutex<Option<Waker>>,
 }
 
-/// The outboxes a flusher sends at its next poll, and the flusher's task.
-#[derive(Debug, Default)]
-struct Queue {
-    queued: Vec<Arc<Shared>>,
-    waker: Option<Waker>,
+impl Turn {
+    fn waker(&self) -> MutexGuard<'_, Option<Waker>> {
+        self.waker
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
-/// This thread's flusher's turn, and outboxes given back for reuse (an exchange's goes to the
-/// next exchange, with its buffer).
+/// A thread's flusher and the outboxes queued for it, and outboxes given back for reuse (an
+/// exchange's goes to the next exchange, with its buffer). The flusher runs on this thread
+/// (a current-thread runtime's task), so the queue needs no lock.
 #[derive(Debug)]
 struct Local {
     turn: Option<Arc<Turn>>,
+    queued: Vec<Arc<Shared>>,
     spare: Vec<Arc<Shared>>,
 }
 
@@ -283,52 +281,45 @@ thread_local! {
     static LOCAL: RefCell<Local> = const {
         RefCell::new(Local {
             turn: None,
+            queued: Vec::new(),
             spare: Vec::new(),
         })
     };
 }
 
-impl Turn {
-    fn lock(&self) -> MutexGuard<'_, Queue> {
-        self.queue
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+impl Local {
+    /// This thread's flusher, if one is running.
+    fn alive(&self) -> Option<&Arc<Turn>> {
+        self.turn
+            .as_ref()
+            .filter(|turn| turn.alive.load(Ordering::Relaxed))
     }
 }
 
 /// Whether this thread has a flusher (an outbox made here can hold bytes).
 pub fn here() -> bool {
-    LOCAL.with_borrow(|local| {
-        local
-            .turn
-            .as_ref()
-            .is_some_and(|turn| turn.alive.load(Ordering::Relaxed))
-    })
+    LOCAL.with_borrow(|local| local.alive().is_some())
 }
 
 /// Queues `shared` on this thread's flusher, waking it for the turn's first; false when this
 /// thread has none.
 fn queue(shared: &Arc<Shared>) -> bool {
-    LOCAL.with_borrow(|local| {
-        let Some(turn) = &local.turn else {
+    LOCAL.with_borrow_mut(|local| {
+        let Some(turn) = local.alive() else {
             return false;
         };
-        let mut queue = turn.lock();
-        if !turn.alive.load(Ordering::Relaxed) {
-            return false;
-        }
-        queue.queued.push(Arc::clone(shared));
-        if queue.queued.len() == 1 {
-            if let Some(waker) = &queue.waker {
+        if local.queued.is_empty() {
+            if let Some(waker) = &*turn.waker() {
                 waker.wake_by_ref();
             }
         }
+        local.queued.push(Arc::clone(shared));
         true
     })
 }
 
-/// A worker's flusher: a task that never ends, sending every outbox queued on its thread
-/// since its last poll ([`start_flusher`]).
+/// A worker's flusher: a task that sends every outbox queued on its thread since its last
+/// poll ([`start_flusher`]), until no [`FlusherHandle`] is left.
 #[derive(Debug)]
 pub struct Flusher {
     turn: Arc<Turn>,
@@ -348,18 +339,14 @@ pub fn start_flusher() -> Option<FlusherHandle> {
         return None;
     }
     LOCAL.with_borrow_mut(|local| {
-        if let Some(turn) = local
-            .turn
-            .as_ref()
-            .filter(|turn| turn.alive.load(Ordering::Relaxed))
-        {
+        if let Some(turn) = local.alive() {
             turn.handles.fetch_add(1, Ordering::Relaxed);
             return Some(FlusherHandle(Arc::clone(turn)));
         }
         let turn = Arc::new(Turn {
             alive: AtomicBool::new(true),
             handles: AtomicUsize::new(1),
-            queue: Mutex::default(),
+            waker: Mutex::default(),
         });
         local.turn = Some(Arc::clone(&turn));
         tokio::spawn(Flusher {
@@ -378,10 +365,28 @@ impl Drop for FlusherHandle {
     /// The last one wakes the flusher, which ends.
     fn drop(&mut self) {
         if self.0.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
-            if let Some(waker) = &self.0.lock().waker {
+            if let Some(waker) = &*self.0.waker() {
                 waker.wake_by_ref();
             }
         }
+    }
+}
+
+impl Flusher {
+    /// Whether this thread's queue is this flusher's (it is polled and dropped on the thread
+    /// that spawned it, unless its runtime is dropped elsewhere).
+    fn takes<T>(&self, take: impl FnOnce(&mut Local) -> T) -> Option<T> {
+        LOCAL
+            .try_with(|local| {
+                let mut local = local.try_borrow_mut().ok()?;
+                let ours = local
+                    .turn
+                    .as_ref()
+                    .is_some_and(|t| Arc::ptr_eq(t, &self.turn));
+                ours.then(|| take(&mut local))
+            })
+            .ok()
+            .flatten()
     }
 }
 
@@ -390,15 +395,12 @@ impl Future for Flusher {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
-        let mut batch = std::mem::take(&mut this.spare);
-        {
-            let mut queue = this.turn.lock();
-            match &mut queue.waker {
-                Some(waker) if waker.will_wake(cx.waker()) => {}
-                slot => *slot = Some(cx.waker().clone()),
-            }
-            std::mem::swap(&mut batch, &mut queue.queued);
+        match &mut *this.turn.waker() {
+            Some(waker) if waker.will_wake(cx.waker()) => {}
+            slot => *slot = Some(cx.waker().clone()),
         }
+        let mut batch = std::mem::take(&mut this.spare);
+        this.takes(|local| std::mem::swap(&mut batch, &mut local.queued));
         for shared in batch.drain(..) {
             send(&shared);
         }
@@ -415,12 +417,11 @@ impl Drop for Flusher {
     /// Nothing is queued on a dead flusher: what is queued goes back to its owners, woken to
     /// write it themselves.
     fn drop(&mut self) {
-        let queued = {
-            let mut queue = self.turn.lock();
-            self.turn.alive.store(false, Ordering::Relaxed);
-            queue.waker = None;
-            std::mem::take(&mut queue.queued)
-        };
+        self.turn.alive.store(false, Ordering::Relaxed);
+        *self.turn.waker() = None;
+        let queued = self
+            .takes(|local| std::mem::take(&mut local.queued))
+            .unwrap_or_default();
         for shared in queued {
             let mut state = shared.lock();
             state.queued = false;
@@ -653,6 +654,30 @@ mod tests {
             Err((_, sent_any)) => assert!(!sent_any),
             other => panic!("expected a failure, got {other:?}"),
         }
+        drop(outbox);
+    }
+
+    /// The flusher sends what is queued and ends once its last handle is dropped; outboxes then
+    /// hold nothing, and the task is gone (nothing left running on a test's runtime).
+    #[tokio::test]
+    async fn the_flusher_ends_with_its_last_handle() {
+        let metrics = tokio::runtime::Handle::current().metrics();
+        let tasks = metrics.num_alive_tasks();
+        let first = start_flusher().expect("a current-thread runtime");
+        let second = start_flusher().expect("the same flusher");
+        assert_eq!(metrics.num_alive_tasks(), tasks + 1, "one flusher for both");
+        let (mut peer, owner) = pair().await;
+        let outbox = Outbox::for_socket(owner.as_raw_fd()).expect("a flusher");
+        assert_eq!(hold(&outbox, b"last words").await, Some(10));
+        drop(first);
+        turns().await;
+        assert!(here(), "a handle is left");
+        drop(second);
+        turns().await;
+        assert!(!here());
+        assert_eq!(read_exactly(&mut peer, 10).await, b"last words");
+        assert_eq!(hold(&outbox, b"more").await, None);
+        assert_eq!(metrics.num_alive_tasks(), tasks);
         drop(outbox);
     }
 
