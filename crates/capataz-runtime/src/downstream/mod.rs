@@ -788,8 +788,9 @@ impl Body for Tracked {
 /// The client socket (TCP, or TLS over it), counting the bytes read and written.
 struct CountingIo<IO, G> {
     /// HTTP/1 on a plain socket, on a worker with a flusher: where writes wait for the end of
-    /// the turn (see `defer_write`), made at the first. Declared before `inner`, so dropped
-    /// (the flusher's hold on the descriptor taken away) before the socket closes.
+    /// the turn (see `put_off`), made at the first. Declared before `inner`, so dropped
+    /// (what it holds sent, the flusher's hold on the descriptor taken away) before the
+    /// socket closes.
     outbox: Option<Outbox>,
     inner: IO,
     shared: Counted,
@@ -823,12 +824,11 @@ impl Drop for Counted {
 
 impl<IO: PeekPeer, G> CountingIo<IO, G> {
     /// The socket registered anew with the runtime's IO driver ([`PeekPeer::reregister`]).
-    /// An empty outbox goes too (made again at the next write); one still holding bytes
-    /// stays: the descriptor does not change.
+    /// The outbox goes first (made again at the next write), sending what it may still hold
+    /// (the parking shutdown wrote it all): a socket that fails to register again is closed
+    /// within `reregister`, before `self` (and an outbox in it) would be dropped.
     fn reregistered(mut self) -> io::Result<Self> {
-        if self.outbox.as_ref().is_some_and(|outbox| !outbox.holds()) {
-            self.outbox = None;
-        }
+        self.outbox = None;
         self.inner = self.inner.reregister()?;
         Ok(self)
     }
@@ -908,7 +908,13 @@ impl<IO: PeekPeer, G> CountingIo<IO, G> {
         if !self.shared.h2.load(Ordering::Relaxed) {
             if self.outbox.is_none() {
                 // A TLS socket has no descriptor to give: no lookup of the thread's flusher.
-                self.outbox = self.inner.plain_fd().and_then(Outbox::for_socket);
+                // What it holds when the connection ends goes then: hyper or a tunnel may
+                // drop the socket with no flush after a write.
+                self.outbox = self
+                    .inner
+                    .plain_fd()
+                    .and_then(Outbox::for_socket)
+                    .map(Outbox::sending_when_dropped);
             }
             let Some(outbox) = &self.outbox else {
                 return turn::poll_back_of_queue(&mut self.deferred, cx)
