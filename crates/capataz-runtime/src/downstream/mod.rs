@@ -796,7 +796,7 @@ struct CountingIo<IO, G> {
     shared: Counted,
     /// Bytes read while detecting the protocol, read again first.
     prefix: Option<Bytes>,
-    /// Whether this flush's first write was put off (see `defer_write`); cleared by the flush.
+    /// Whether this flush's first write was put off (see `put_off`); cleared by the flush.
     deferred: bool,
     /// The caller's guard (it counts the connection open), dropped with the socket: after
     /// the connection's future, or after an upgraded connection's tunnel.
@@ -906,10 +906,27 @@ impl<IO: PeekPeer, G> CountingIo<IO, G> {
         IO: AsyncWrite + Unpin,
     {
         if !self.shared.h2.load(Ordering::Relaxed) {
+            if self.shared.ended.load(Ordering::Relaxed) {
+                // hyper's connection is over: an upgraded connection's tunnel writes, at once
+                // (after what is held). A tunnel waiting for its backend's bytes, with its
+                // client's unsent to a backend that does not read, calls nothing of this
+                // socket's: bytes the flusher left would wait for a poll that never comes. And
+                // a write put off by a poll leaves the bytes in the copy's buffer, lost if its
+                // next read of the backend fails.
+                return match self
+                    .outbox
+                    .as_ref()
+                    .map(|o| o.poll_write_held(cx, &mut self.inner))
+                {
+                    None | Some(Poll::Ready(Ok(()))) => None,
+                    Some(Poll::Ready(Err(error))) => Some(Poll::Ready(Err(error))),
+                    Some(Poll::Pending) => Some(Poll::Pending),
+                };
+            }
             if self.outbox.is_none() {
                 // A TLS socket has no descriptor to give: no lookup of the thread's flusher.
-                // What it holds when the connection ends goes then: hyper or a tunnel may
-                // drop the socket with no flush after a write.
+                // What it holds when the connection ends goes then: hyper may drop the
+                // socket with no flush after a write (a connection ended by an error).
                 self.outbox = self
                     .inner
                     .plain_fd()
