@@ -859,6 +859,14 @@ impl<IO: AsyncRead + AsyncWrite + Unpin, G> AsyncRead for CountingIo<IO, G> {
                 return Poll::Ready(Err(error));
             }
         }
+        if this.shared.ended.load(Ordering::Relaxed)
+            && this.outbox.as_ref().is_some_and(|outbox| !outbox.holds())
+        {
+            // A tunnel's read: hyper's connection is over and the tunnel writes at once (see
+            // `put_off`), so an empty outbox goes, with the waker of hyper's task it keeps
+            // (which keeps that task's allocation).
+            this.outbox = None;
+        }
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
         let read = buf.filled().len().saturating_sub(before);
@@ -918,7 +926,12 @@ impl<IO: PeekPeer, G> CountingIo<IO, G> {
                     .as_ref()
                     .map(|o| o.poll_write_held(cx, &mut self.inner))
                 {
-                    None | Some(Poll::Ready(Ok(()))) => None,
+                    None => None,
+                    Some(Poll::Ready(Ok(()))) => {
+                        // Empty, and never used again: not kept (nor hyper's task, its waker).
+                        self.outbox = None;
+                        None
+                    }
                     Some(Poll::Ready(Err(error))) => Some(Poll::Ready(Err(error))),
                     Some(Poll::Pending) => Some(Poll::Pending),
                 };
