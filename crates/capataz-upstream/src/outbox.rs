@@ -19,8 +19,8 @@
 //! dropped before it). An outbox dropped with bytes still held drops them, as a task dropped
 //! before its put-off write never made it; a client connection's (`sending_when_dropped`)
 //! gives them to the socket then, as far as it takes them at once: its writes were final, and
-//! its owner (hyper, or a tunnel ended by the backend's reset) may drop the socket with no
-//! flush or shutdown after them.
+//! its owner (hyper's connection ended by an error, or an upgraded connection's tunnel ended
+//! by a reset) may drop the socket with no flush or shutdown after them.
 //!
 //! Only on a thread whose runtime runs a [`Flusher`] (capataz's workers, `workers.rs`), only
 //! for plain sockets (TLS encrypts in the owner's task), and at most [`MAX_HELD`] bytes held:
