@@ -17,7 +17,10 @@
 //! owner takes the descriptor away under that lock when its [`Outbox`] is dropped, which the
 //! owner does before its socket closes (a field declared before the socket's, or a value
 //! dropped before it). An outbox dropped with bytes still held drops them, as a task dropped
-//! before its put-off write never made it.
+//! before its put-off write never made it; a client connection's (`sending_when_dropped`)
+//! gives them to the socket then, as far as it takes them at once: its writes were final, and
+//! its owner (hyper's connection ended by an error, or an upgraded connection's tunnel ended
+//! by a reset) may drop the socket with no flush or shutdown after them.
 //!
 //! Only on a thread whose runtime runs a [`Flusher`] (capataz's workers, `workers.rs`), only
 //! for plain sockets (TLS encrypts in the owner's task), and at most [`MAX_HELD`] bytes held:
@@ -46,6 +49,9 @@ pub const MAX_HELD: usize = 16 * 1024;
 #[derive(Debug)]
 pub struct Outbox {
     shared: Arc<Shared>,
+    /// Whether what is still held when it is dropped goes to the socket then ([`Outbox::
+    /// sending_when_dropped`]) rather than being dropped.
+    send_when_dropped: bool,
 }
 
 /// What an outbox and the flusher share.
@@ -65,7 +71,8 @@ struct State {
     held: Vec<u8>,
     /// Whether it is in its thread's queue (the flusher has not looked at it since).
     queued: bool,
-    /// Bytes the flusher sent since the outbox was made.
+    /// Bytes sent since the outbox was made (by the flusher, or by the owner's
+    /// [`Outbox::poll_write_held`]).
     sent: u64,
     /// The flusher's send failed: the owner's next write, flush or check returns it.
     failed: Option<io::Error>,
@@ -91,12 +98,26 @@ impl Outbox {
             local.alive()?;
             let shared = local.spare.pop().unwrap_or_default();
             shared.lock().fd = Some(fd);
-            Some(Outbox { shared })
+            Some(Outbox {
+                shared,
+                send_when_dropped: false,
+            })
         })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.shared.lock()
+    }
+
+    /// Sends what is still held when it is dropped, as far as the socket takes it at once,
+    /// instead of dropping it: for an owner whose held writes were final (a client's answer,
+    /// a tunnel's bytes), which may drop its socket without a flush or a shutdown once they
+    /// are written (a tunnel ended by the other end's reset, a connection ended by an error).
+    /// A write the kernel took was sent after a close; a held one is too. Not for a request
+    /// the owner may give up as unsent.
+    pub fn sending_when_dropped(mut self) -> Outbox {
+        self.send_when_dropped = true;
+        self
     }
 
     /// Holds a copy of `bufs` for the flusher and returns their length, or `None` (nothing
@@ -169,6 +190,7 @@ impl Outbox {
             match std::task::ready!(Pin::new(&mut *io).poll_write(cx, &state.held)) {
                 Ok(0) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
                 Ok(n) => {
+                    state.sent += n as u64;
                     state.held.drain(..n);
                 }
                 Err(error) => return Poll::Ready(Err(error)),
@@ -193,9 +215,22 @@ impl Outbox {
         self.shared.trouble.load(Ordering::Acquire)
     }
 
+    /// Takes back what is held, as [`Outbox::close`] does, and says whether none of this
+    /// outbox's bytes went (sent by the flusher or by [`Outbox::poll_write_held`]): the socket
+    /// ended before any, so the owner may say nothing was sent.
+    pub fn withdraw(&self) -> bool {
+        let mut state = self.lock();
+        let nothing_sent = state.sent == 0;
+        self.close_locked(&mut state);
+        nothing_sent
+    }
+
     /// Drops what is held and takes the descriptor away: the flusher sends nothing more.
     pub fn close(&self) {
-        let mut state = self.lock();
+        self.close_locked(&mut self.lock());
+    }
+
+    fn close_locked(&self, state: &mut State) {
         state.fd = None;
         state.sent_all();
         state.sent = 0;
@@ -208,7 +243,17 @@ impl Outbox {
 impl Drop for Outbox {
     /// Closed, and kept for reuse on this thread unless a flusher's queue still holds it.
     fn drop(&mut self) {
-        self.close();
+        if self.send_when_dropped {
+            let mut state = self.lock();
+            if let (Some(fd), false) = (state.fd, state.held.is_empty()) {
+                // SAFETY: the owner drops its outbox before its socket closes (see the module
+                // docs): `fd` is that open socket.
+                let _ = unsafe { write_fd(fd, &state.held) };
+            }
+            self.close_locked(&mut state);
+        } else {
+            self.close();
+        }
         if Arc::strong_count(&self.shared) == 1 {
             let shared = Arc::clone(&self.shared);
             let _ = LOCAL.try_with(|local| {
@@ -448,17 +493,8 @@ fn send(shared: &Shared) {
         return;
     }
     // SAFETY: `fd` is the owner's open socket: the owner takes it out of `state` (under this
-    // lock, held until the send is done) before the socket closes (see the module docs). The
-    // `ManuallyDrop` never closes it. A socket's `write` is `send` with `MSG_NOSIGNAL`; the
-    // socket is non-blocking (tokio's), so it never waits.
-    let socket = ManuallyDrop::new(unsafe { std::net::TcpStream::from_raw_fd(fd) });
-    let outcome = loop {
-        match (&*socket).write(&state.held) {
-            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
-            outcome => break outcome,
-        }
-    };
-    match outcome {
+    // lock, held until the send is done) before the socket closes (see the module docs).
+    match unsafe { write_fd(fd, &state.held) } {
         Ok(n) if n == state.held.len() => {
             state.sent += n as u64;
             state.sent_all();
@@ -480,6 +516,24 @@ fn send(shared: &Shared) {
     }
     if let Some(waker) = state.waker.take() {
         waker.wake();
+    }
+}
+
+/// One write of `bytes` on the socket `fd`, never waiting.
+///
+/// # Safety
+///
+/// `fd` is an open socket for the whole call, the one the bytes are for. The `ManuallyDrop`
+/// never closes it. A socket's `write` is `send` with `MSG_NOSIGNAL`; the socket is
+/// non-blocking (tokio's), so it never waits.
+unsafe fn write_fd(fd: RawFd, bytes: &[u8]) -> io::Result<usize> {
+    // SAFETY: see the function's contract.
+    let socket = ManuallyDrop::new(unsafe { std::net::TcpStream::from_raw_fd(fd) });
+    loop {
+        match (&*socket).write(bytes) {
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            outcome => return outcome,
+        }
     }
 }
 
@@ -581,6 +635,27 @@ mod tests {
             "the first connection ended without the dropped bytes"
         );
         drop(second);
+    }
+
+    /// A client's outbox (`sending_when_dropped`) dropped before the flusher's turn gives what
+    /// it holds to the socket then: the peer gets it, then the end.
+    #[tokio::test]
+    async fn an_outbox_sending_when_dropped_sends_what_it_holds() {
+        let _flusher = start_flusher();
+        let (mut peer, owner) = pair().await;
+        let outbox = Outbox::for_socket(owner.as_raw_fd())
+            .expect("a flusher")
+            .sending_when_dropped();
+        assert_eq!(hold(&outbox, b"final words").await, Some(11));
+        drop(outbox);
+        drop(owner);
+        turns().await;
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), peer.read_to_end(&mut got))
+            .await
+            .expect("the end arrives")
+            .unwrap();
+        assert_eq!(got, b"final words");
     }
 
     /// What the socket does not take is left to the owner, which is woken and sends it itself,

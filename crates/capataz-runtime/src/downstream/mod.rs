@@ -788,14 +788,15 @@ impl Body for Tracked {
 /// The client socket (TCP, or TLS over it), counting the bytes read and written.
 struct CountingIo<IO, G> {
     /// HTTP/1 on a plain socket, on a worker with a flusher: where writes wait for the end of
-    /// the turn (see `defer_write`), made at the first. Declared before `inner`, so dropped
-    /// (the flusher's hold on the descriptor taken away) before the socket closes.
+    /// the turn (see `put_off`), made at the first. Declared before `inner`, so dropped
+    /// (what it holds sent, the flusher's hold on the descriptor taken away) before the
+    /// socket closes.
     outbox: Option<Outbox>,
     inner: IO,
     shared: Counted,
     /// Bytes read while detecting the protocol, read again first.
     prefix: Option<Bytes>,
-    /// Whether this flush's first write was put off (see `defer_write`); cleared by the flush.
+    /// Whether this flush's first write was put off (see `put_off`); cleared by the flush.
     deferred: bool,
     /// The caller's guard (it counts the connection open), dropped with the socket: after
     /// the connection's future, or after an upgraded connection's tunnel.
@@ -823,12 +824,11 @@ impl Drop for Counted {
 
 impl<IO: PeekPeer, G> CountingIo<IO, G> {
     /// The socket registered anew with the runtime's IO driver ([`PeekPeer::reregister`]).
-    /// An empty outbox goes too (made again at the next write); one still holding bytes
-    /// stays: the descriptor does not change.
+    /// The outbox goes first (made again at the next write), sending what it may still hold
+    /// (the parking shutdown wrote it all): a socket that fails to register again is closed
+    /// within `reregister`, before `self` (and an outbox in it) would be dropped.
     fn reregistered(mut self) -> io::Result<Self> {
-        if self.outbox.as_ref().is_some_and(|outbox| !outbox.holds()) {
-            self.outbox = None;
-        }
+        self.outbox = None;
         self.inner = self.inner.reregister()?;
         Ok(self)
     }
@@ -858,6 +858,14 @@ impl<IO: AsyncRead + AsyncWrite + Unpin, G> AsyncRead for CountingIo<IO, G> {
             if let Poll::Ready(Err(error)) = outbox.poll_write_held(cx, &mut this.inner) {
                 return Poll::Ready(Err(error));
             }
+        }
+        if this.shared.ended.load(Ordering::Relaxed)
+            && this.outbox.as_ref().is_some_and(|outbox| !outbox.holds())
+        {
+            // A tunnel's read: hyper's connection is over and the tunnel writes at once (see
+            // `put_off`), so an empty outbox goes, with the waker of hyper's task it keeps
+            // (which keeps that task's allocation).
+            this.outbox = None;
         }
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
@@ -906,9 +914,37 @@ impl<IO: PeekPeer, G> CountingIo<IO, G> {
         IO: AsyncWrite + Unpin,
     {
         if !self.shared.h2.load(Ordering::Relaxed) {
+            if self.shared.ended.load(Ordering::Relaxed) {
+                // hyper's connection is over: an upgraded connection's tunnel writes, at once
+                // (after what is held). A tunnel waiting for its backend's bytes, with its
+                // client's unsent to a backend that does not read, calls nothing of this
+                // socket's: bytes the flusher left would wait for a poll that never comes. And
+                // a write put off by a poll leaves the bytes in the copy's buffer, lost if its
+                // next read of the backend fails.
+                return match self
+                    .outbox
+                    .as_ref()
+                    .map(|o| o.poll_write_held(cx, &mut self.inner))
+                {
+                    None => None,
+                    Some(Poll::Ready(Ok(()))) => {
+                        // Empty, and never used again: not kept (nor hyper's task, its waker).
+                        self.outbox = None;
+                        None
+                    }
+                    Some(Poll::Ready(Err(error))) => Some(Poll::Ready(Err(error))),
+                    Some(Poll::Pending) => Some(Poll::Pending),
+                };
+            }
             if self.outbox.is_none() {
                 // A TLS socket has no descriptor to give: no lookup of the thread's flusher.
-                self.outbox = self.inner.plain_fd().and_then(Outbox::for_socket);
+                // What it holds when the connection ends goes then: hyper may drop the
+                // socket with no flush after a write (a connection ended by an error).
+                self.outbox = self
+                    .inner
+                    .plain_fd()
+                    .and_then(Outbox::for_socket)
+                    .map(Outbox::sending_when_dropped);
             }
             let Some(outbox) = &self.outbox else {
                 return turn::poll_back_of_queue(&mut self.deferred, cx)

@@ -240,7 +240,8 @@ enum Unsent {
 
 /// [`read_head`], watching what `outbox` holds meanwhile: a send that failed ends it, bytes the
 /// flusher left are written here (a write that waits `limit` means the backend stopped
-/// reading). Reading the head is cancel-safe (what was read is in `buf`), so it is set aside
+/// reading). A connection that ended before any byte of the request went is `NotSent`, as a
+/// write made at once would have found. Reading the head is cancel-safe (what was read is in `buf`), so it is set aside
 /// for that write.
 async fn read_head_sent<S: Transport>(
     outbox: Option<&Outbox>,
@@ -264,9 +265,14 @@ async fn read_head_sent<S: Transport>(
                         return Poll::Ready(Some(Err(Unsent::Failed(error))));
                     }
                 }
-                read.as_mut()
-                    .poll(cx)
-                    .map(|head| Some(head.map_err(Unsent::Failed)))
+                read.as_mut().poll(cx).map(|head| {
+                    Some(head.map_err(|error| match error {
+                        // The connection ended (a pooled one the backend closed or reset
+                        // after its reuse check) before a byte of the request went.
+                        AttemptError::HeadClosed if outbox.withdraw() => Unsent::NotSent,
+                        error => Unsent::Failed(error),
+                    }))
+                })
             })
             .await
         };
@@ -276,6 +282,7 @@ async fn read_head_sent<S: Transport>(
         let write = std::future::poll_fn(|cx| outbox.poll_write_held(cx, &mut *stream));
         match tokio::time::timeout(limit, write).await {
             Ok(Ok(())) => {}
+            Ok(Err(_)) if outbox.withdraw() => return Err(Unsent::NotSent),
             Ok(Err(_)) => return Err(Unsent::Failed(AttemptError::Send { sent_any: true })),
             Err(_) => return Err(Unsent::Failed(AttemptError::BackendNotReading)),
         }

@@ -276,3 +276,50 @@ async fn a_head_longer_than_the_first_read_is_read_whole() {
     }
     drop(server.await.unwrap());
 }
+
+/// A plain backend connection whose peer went away before the request was sent (it closed or
+/// reset a pooled connection just after the reuse check), with the head held for the worker's
+/// flusher (`outbox`): the read sees the end first, but not a byte of the request went, so
+/// the request comes back `NotSent` (a pooled connection's is tried again on a fresh one), as
+/// a write made at once would have said.
+#[tokio::test]
+async fn a_held_head_on_a_connection_that_ended_before_it_went_is_not_sent() {
+    for reset in [true, false] {
+        let _flusher = crate::outbox::start_flusher();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let ours = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (peer, _) = listener.accept().await.unwrap();
+        if reset {
+            // Deprecated for blocking on drop with a timeout; a zero timeout resets at once.
+            #[allow(deprecated)]
+            peer.set_linger(Some(Duration::ZERO)).unwrap();
+        }
+        drop(peer);
+        // The end has arrived: the socket is readable.
+        tokio::time::timeout(Duration::from_secs(10), ours.readable())
+            .await
+            .unwrap()
+            .unwrap();
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri("/once")
+            .body(Whole(None))
+            .unwrap();
+        let mut head = Vec::new();
+        let sent = exchange(
+            ours,
+            Outgoing::Request(request),
+            &mut head,
+            false,
+            TIMEOUTS,
+            Instant::now(),
+        )
+        .await;
+        assert!(
+            matches!(sent, Err(super::ExchangeError::NotSent(_))),
+            "reset {reset}: nothing went, so it is not sent"
+        );
+    }
+}

@@ -736,3 +736,31 @@ async fn pipelined_answers_to_a_client_that_reads_late_arrive_whole_and_in_order
     assert!(buf.is_empty(), "nothing more");
     assert_eq!(backend.hits(), 40);
 }
+
+/// A request answered, then (in the same write) HTTP/2's preface where the next HTTP/1 head
+/// should be: hyper ends the connection with an error, with no shutdown after the answer it
+/// wrote (held for the end of the turn, `outbox`). The answer still arrives whole, then the
+/// end.
+#[tokio::test]
+async fn an_answer_followed_by_a_connection_error_still_arrives_whole() {
+    let backend = sized_backend().await;
+    let (balancer, _rx) = start(&config_text(&[backend.entry("s")], "", QUIET)).await;
+    let mut stream = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
+    stream
+        .write_all(
+            b"GET /size/100 HTTP/1.1\r\nHost: app.test\r\n\r\nPRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let head = tokio::time::timeout(DEADLINE, read_head(&mut stream, &mut buf))
+        .await
+        .expect("in time")
+        .expect("the first request's answer");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let body = read_body(&mut stream, &mut buf, &head)
+        .await
+        .expect("its body");
+    assert!(body == pattern(100), "byte for byte");
+    assert_eq!(backend.hits(), 1);
+}

@@ -157,3 +157,53 @@ async fn a_websocket_upgrade_on_a_parked_connection_passes_through() {
     assert_eq!(balancer.parked_connections(), 0);
     assert_eq!(echo.hits(), 2);
 }
+
+/// A backend's last bytes in a tunnel reach the client even though the backend resets the
+/// connection right after them: the tunnel's copy ends with the reset's error, and what it had
+/// written to the client must not be lost with it (a write the client's socket took is sent,
+/// as the kernel sends what it took before a close).
+#[tokio::test]
+async fn a_tunnels_last_bytes_before_a_backend_reset_reach_the_client() {
+    let backend = RawBackend::serving(|mut stream| async move {
+        let mut buf = Vec::new();
+        if read_head(&mut stream, &mut buf).await.is_none() {
+            return;
+        }
+        let switch = b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
+        if stream.write_all(switch).await.is_err() {
+            return;
+        }
+        // The client's farewell, then the backend's, then a reset (SO_LINGER 0).
+        let mut chunk = [0u8; 4];
+        if stream.read_exact(&mut chunk).await.is_err() {
+            return;
+        }
+        let _ = stream.write_all(b"last words").await;
+        let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+    })
+    .await;
+    let (balancer, _rx) = start(&config_text(&[backend.entry("ws")], "", QUIET)).await;
+    let mut client = TcpStream::connect(balancer.local_addrs()[0]).await.unwrap();
+    client
+        .write_all(
+            b"GET /chat HTTP/1.1\r\nHost: app.test\r\nConnection: Upgrade\r\n\
+              Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let head = tokio::time::timeout(DEADLINE, read_head(&mut client, &mut buf))
+        .await
+        .expect("a 101 in time")
+        .expect("a response head");
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    client.write_all(b"bye?").await.unwrap();
+    let mut rest = std::mem::take(&mut buf);
+    let _ = tokio::time::timeout(DEADLINE, client.read_to_end(&mut rest)).await;
+    assert_eq!(
+        String::from_utf8_lossy(&rest),
+        "last words",
+        "the backend's last bytes, then the end"
+    );
+    drop(balancer);
+}
