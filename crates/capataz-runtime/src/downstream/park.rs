@@ -2,7 +2,8 @@
 //!
 //! Once the connection has served a request and then stayed quiet (no request in progress, no
 //! head arriving, no byte either way) for a whole watcher period, the watcher asks it to park,
-//! and hyper's connection (its state and its 8 KB read and write buffers) is taken apart:
+//! and hyper's connection (its state, its read and write buffers, 1 KB each at first and grown
+//! by what a message needs, see vendor/hyper/CAPATAZ.md) is taken apart:
 //! `graceful_shutdown` on an idle connection closes it at once without a byte written, the
 //! socket's shutdown is swallowed (`Park::Parking`), and `into_parts` gives back the socket,
 //! the service and any bytes read ahead. The parked connection then waits for its next bytes

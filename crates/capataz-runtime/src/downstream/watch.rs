@@ -134,6 +134,11 @@ async fn run(inner: Arc<Inner>, handles: Weak<Handle>, mut shutdown: watch::Rece
         {
             let mut started = lockstat::lock(&inner.started, Site::Watcher);
             lines.append(&mut started);
+            // Emptied, it would keep the capacity a burst of connections gave it (128 bytes a
+            // connection that arrived within one period) for nothing while they stay.
+            if started.capacity() > STARTED_KEPT {
+                *started = Vec::new();
+            }
         }
         lines.retain_mut(|line| line.look(&limits, period, draining, now));
         #[cfg(test)]
@@ -146,6 +151,10 @@ async fn run(inner: Arc<Inner>, handles: Weak<Handle>, mut shutdown: watch::Rece
         }
     }
 }
+
+/// The most lines `started` keeps room for between looks: a few new connections a period reuse
+/// it, a burst's room is given back (`run`).
+const STARTED_KEPT: usize = 64;
 
 /// How often the watcher looks: a quarter of the shorter timeout, 20 ms to 1 s. A timeout
 /// therefore fires between its value and its value plus this period.

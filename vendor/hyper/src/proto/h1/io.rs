@@ -14,6 +14,15 @@ use crate::common::buf::BufList;
 /// The initial buffer size allocated before trying to read from IO.
 pub(crate) const INIT_BUFFER_SIZE: usize = 8192;
 
+// capataz: the first size of a connection's read buffer and of its write buffer, 1 KB where
+// upstream starts both at `INIT_BUFFER_SIZE` (8 KB), as nginx reads a request head into a 1 KB
+// `client_header_buffer_size`. Most heads and small answers fit; the read buffer grows by the
+// read strategy's doubling when a read fills it (and then never asks for less than it reached,
+// up to `INIT_BUFFER_SIZE`), the write buffer as a `Vec` when more is written into it. Either
+// grows once per connection and keeps its capacity, as upstream's do: nothing is allocated
+// again per message. A connection idle after small messages holds 2 KB of buffers, not 16.
+pub(crate) const FIRST_BUFFER_SIZE: usize = 1024;
+
 /// The minimum value that can be set to max buffer size.
 pub(crate) const MINIMUM_MAX_BUFFER_SIZE: usize = INIT_BUFFER_SIZE;
 
@@ -69,7 +78,8 @@ where
             partial_len: None,
             read_blocked: false,
             read_buf: BytesMut::with_capacity(0),
-            read_buf_strategy: ReadStrategy::default(),
+            // capataz: the first read asks for `FIRST_BUFFER_SIZE`, not 8 KB.
+            read_buf_strategy: ReadStrategy::starting_small(DEFAULT_MAX_BUFFER_SIZE),
             write_buf,
         }
     }
@@ -88,7 +98,8 @@ where
             max >= MINIMUM_MAX_BUFFER_SIZE,
             "The max_buf_size cannot be smaller than {MINIMUM_MAX_BUFFER_SIZE}.",
         );
-        self.read_buf_strategy = ReadStrategy::with_max(max);
+        // capataz: starting small as `Buffered::new`'s.
+        self.read_buf_strategy = ReadStrategy::starting_small(max);
         self.write_buf.max_buf_size = max;
     }
 
@@ -389,6 +400,16 @@ impl ReadStrategy {
         }
     }
 
+    // capataz: `with_max`, the first read asking for `FIRST_BUFFER_SIZE` (growing as
+    // `record` doubles it).
+    fn starting_small(max: usize) -> ReadStrategy {
+        ReadStrategy::Adaptive {
+            decrease_now: false,
+            next: cmp::min(FIRST_BUFFER_SIZE, max),
+            max,
+        }
+    }
+
     fn next(&self) -> usize {
         match *self {
             ReadStrategy::Adaptive { next, .. } => next,
@@ -418,7 +439,10 @@ impl ReadStrategy {
                     *decrease_now = false;
                 } else {
                     let decr_to = prev_power_of_two(*next);
-                    if bytes_read < decr_to {
+                    // capataz: at or under `INIT_BUFFER_SIZE` (a strategy `starting_small`),
+                    // never decreases: upstream's floor is `INIT_BUFFER_SIZE`, and a buffer
+                    // that grew keeps its capacity anyway. Above it, upstream's code.
+                    if bytes_read < decr_to && *next > INIT_BUFFER_SIZE {
                         if *decrease_now {
                             *next = cmp::max(decr_to, INIT_BUFFER_SIZE);
                             *decrease_now = false;
@@ -535,7 +559,8 @@ pub(super) struct WriteBuf<B> {
 impl<B: Buf> WriteBuf<B> {
     fn new(strategy: WriteStrategy) -> WriteBuf<B> {
         WriteBuf {
-            headers: Cursor::new(Vec::with_capacity(INIT_BUFFER_SIZE)),
+            // capataz: `FIRST_BUFFER_SIZE`, not `INIT_BUFFER_SIZE`.
+            headers: Cursor::new(Vec::with_capacity(FIRST_BUFFER_SIZE)),
             max_buf_size: DEFAULT_MAX_BUFFER_SIZE,
             queue: BufList::new(),
             strategy,
@@ -832,6 +857,71 @@ mod tests {
         fuzz(usize::MAX);
     }
 
+    // capataz: a connection's read strategy starts at `FIRST_BUFFER_SIZE`, grows as upstream's
+    // and does not go back under what it reached, up to `INIT_BUFFER_SIZE`.
+    #[test]
+    fn read_strategy_starting_small() {
+        let mut strategy = ReadStrategy::starting_small(DEFAULT_MAX_BUFFER_SIZE);
+        assert_eq!(strategy.next(), FIRST_BUFFER_SIZE);
+        strategy.record(40);
+        strategy.record(40);
+        assert_eq!(strategy.next(), FIRST_BUFFER_SIZE, "small reads keep it small");
+
+        strategy.record(FIRST_BUFFER_SIZE);
+        assert_eq!(strategy.next(), 2 * FIRST_BUFFER_SIZE, "a full read doubles it");
+        strategy.record(1);
+        strategy.record(1);
+        assert_eq!(strategy.next(), 2 * FIRST_BUFFER_SIZE, "no decrease under 8 KB");
+
+        while strategy.next() < 4 * INIT_BUFFER_SIZE {
+            strategy.record(usize::MAX);
+        }
+        for _ in 0..8 {
+            strategy.record(1);
+        }
+        assert_eq!(strategy.next(), INIT_BUFFER_SIZE, "from above, down to 8 KB as upstream");
+
+        assert_eq!(ReadStrategy::starting_small(MINIMUM_MAX_BUFFER_SIZE).next(), FIRST_BUFFER_SIZE);
+        let mock = Mock::new().build();
+        let buffered = Buffered::<_, Cursor<Vec<u8>>>::new(Compat::new(mock));
+        assert_eq!(buffered.read_buf_strategy.next(), FIRST_BUFFER_SIZE);
+        assert_eq!(buffered.write_buf.headers.bytes.capacity(), FIRST_BUFFER_SIZE);
+    }
+
+    // capataz: a head longer than the first buffer is read whole, the buffer growing.
+    #[cfg(not(miri))]
+    #[tokio::test]
+    async fn parse_head_longer_than_first_buffer() {
+        let _ = pretty_env_logger::try_init();
+        let mut head = b"GET / HTTP/1.1\r\nHost: example.com\r\n".to_vec();
+        while head.len() < 5 * FIRST_BUFFER_SIZE {
+            head.extend_from_slice(b"X-Filler: 0123456789abcdef0123456789abcdef\r\n");
+        }
+        head.extend_from_slice(b"\r\n");
+        let mock = Mock::new().read(&head).build();
+        let mut buffered = Buffered::<_, Cursor<Vec<u8>>>::new(Compat::new(mock));
+        let msg = futures_util::future::poll_fn(|cx| {
+            let parse_ctx = ParseContext {
+                cached_headers: &mut None,
+                req_method: &mut None,
+                h1_parser_config: Default::default(),
+                h1_max_headers: Some(1000),
+                h1_max_header_size: None,
+                preserve_header_case: false,
+                #[cfg(feature = "ffi")]
+                preserve_header_order: false,
+                h09_responses: false,
+                #[cfg(feature = "client")]
+                on_informational: &mut None,
+            };
+            buffered.parse::<crate::proto::h1::ServerTransaction>(cx, parse_ctx)
+        })
+        .await
+        .expect("parse");
+        assert!(msg.head.headers.len() > 100);
+        assert!(buffered.read_buf_strategy.next() > FIRST_BUFFER_SIZE);
+    }
+
     #[test]
     #[should_panic]
     #[cfg(debug_assertions)] // needs to trigger a debug_assert
@@ -902,7 +992,8 @@ mod tests {
 
         assert_eq!(write_buf.chunk(), b", ");
         assert_eq!(write_buf.headers.pos, 11);
-        assert_eq!(write_buf.headers.bytes.capacity(), INIT_BUFFER_SIZE);
+        // capataz: `FIRST_BUFFER_SIZE`, not `INIT_BUFFER_SIZE`.
+        assert_eq!(write_buf.headers.bytes.capacity(), FIRST_BUFFER_SIZE);
 
         // there's still room in the headers buffer, so just push on the end
         write_buf.buffer(b("it's hyper!"));
