@@ -8,8 +8,8 @@
 //! before the socket's: one check per read, no layer per request. HTTP/1.1 is served by the
 //! same `http1::Builder` with or without detection.
 //!
-//! Memory of an idle connection: hyper's connection (its state and its 8 KB read and write
-//! buffers) is only built, boxed, once the client's first bytes are there (read here, up to
+//! Memory of an idle connection: hyper's connection (its state and its read and write buffers,
+//! 1 KB each at first: vendor/hyper's patch 0003) is only built, boxed, once the client's first bytes are there (read here, up to
 //! 4 KB, on the stack of one poll, and handed to hyper first), so a connection that has sent
 //! nothing yet costs its socket, this future and a line in its watcher; the listener boxes its other
 //! stages (TLS handshake, PROXY header) for the same reason: a task is as big as its biggest
@@ -521,7 +521,7 @@ fn http1_builder(max_buf: usize) -> http1::Builder {
     //   default); a reset is seen by the peek of `gone.rs` meanwhile. It also spares a read
     //   per request: without it hyper reads ahead while the request is in flight, to see a
     //   FIN, and that read finds its buffer still shared with the request's headers and
-    //   allocates a new 8 KB one every time.
+    //   allocates a new one every time.
     // - writev(false): each write is one `send`, not a `writev`, whose iovec import and VFS
     //   layers cost the kernel more than copying a head and a small body into one buffer.
     //   See BENCHMARKS.md.
