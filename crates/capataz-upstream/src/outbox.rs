@@ -22,9 +22,13 @@
 //! its owner (hyper's connection ended by an error, or an upgraded connection's tunnel ended
 //! by a reset) may drop the socket with no flush or shutdown after them.
 //!
-//! Only on a thread whose runtime runs a [`Flusher`] (capataz's workers, `workers.rs`), only
-//! for plain sockets (TLS encrypts in the owner's task), and at most [`MAX_HELD`] bytes held:
-//! [`Outbox::hold`] says no otherwise, and the caller writes at once as before.
+//! Only on a thread whose current-thread runtime runs a [`Flusher`] ([`start_flusher`]:
+//! capataz's workers, `workers.rs`, and a balancer on a runtime of its own), only for plain
+//! sockets (TLS encrypts in the owner's task), and at most [`MAX_HELD`] bytes held: there is no
+//! outbox ([`Outbox::for_socket`]) or [`Outbox::hold`] says no otherwise, and the caller puts
+//! its write off with `turn` or writes at once, as before. The thread's queue is a
+//! thread-local with no lock: the flusher is a task of that thread's runtime, and so are the
+//! outboxes' owners.
 
 use std::cell::RefCell;
 use std::future::Future;
