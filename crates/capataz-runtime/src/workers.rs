@@ -278,8 +278,8 @@ impl Runtimes {
 /// plain TCP they wait in outboxes for the worker's flusher, `outbox`: N polls and one): at 61
 /// a turn of more than about 30 events was cut by an `epoll_wait` in its middle, and the
 /// events it brought were queued before the turn's put-off writes. 256 keeps turns of up to
-/// about 128 events whole; a poll here takes a few microseconds, so IO and timers still wait at most a
-/// millisecond or so behind a full queue.
+/// about 128 events whole; a poll here takes a few microseconds, so IO and timers still wait
+/// at most a millisecond or so behind a full queue.
 const EVENT_INTERVAL: u32 = 256;
 
 /// A current-thread runtime with I/O and timers.

@@ -3,7 +3,8 @@
 //! (`balance`), the bodies streamed both ways (`body`), the retry budget (`budget`), routes' rate limits (`rate_limit`), the
 //! access log (`access_log`), the metric handles they update (`instruments`), the request path's mutexes
 //! (`lockstat`, counted for the contention test), typed enums in atomics (`atomic_enum`), the one internal HTTP/1.1 client (`oneshot`), and
-//! writes put off to the end of the runtime's turn (`turn`), and sent there by the worker's flusher (`outbox`).
+//! writes put off to the end of the runtime's turn (`turn`) and sent there by the worker's
+//! flusher (`outbox`).
 //!
 //! It imports the configuration, TLS and the engine's types, never the health runtime: Cargo
 //! keeps it below `capataz`, which re-exports these modules under the same names.

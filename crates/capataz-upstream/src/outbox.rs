@@ -219,7 +219,7 @@ impl Outbox {
         self.shared.trouble.load(Ordering::Acquire)
     }
 
-    /// Takes back what is held, as [`Outbox::close`] does, and says whether none of this
+    /// Takes back what is held, as dropping it does, and says whether none of this
     /// outbox's bytes went (sent by the flusher or by [`Outbox::poll_write_held`]): the socket
     /// ended before any, so the owner may say nothing was sent.
     pub fn withdraw(&self) -> bool {
@@ -230,10 +230,6 @@ impl Outbox {
     }
 
     /// Drops what is held and takes the descriptor away: the flusher sends nothing more.
-    pub fn close(&self) {
-        self.close_locked(&mut self.lock());
-    }
-
     fn close_locked(&self, state: &mut State) {
         state.fd = None;
         state.sent_all();
@@ -247,17 +243,14 @@ impl Outbox {
 impl Drop for Outbox {
     /// Closed, and kept for reuse on this thread unless a flusher's queue still holds it.
     fn drop(&mut self) {
-        if self.send_when_dropped {
-            let mut state = self.lock();
-            if let (Some(fd), false) = (state.fd, state.held.is_empty()) {
-                // SAFETY: the owner drops its outbox before its socket closes (see the module
-                // docs): `fd` is that open socket.
-                let _ = unsafe { write_fd(fd, &state.held) };
-            }
-            self.close_locked(&mut state);
-        } else {
-            self.close();
+        let mut state = self.lock();
+        if let (true, Some(fd), false) = (self.send_when_dropped, state.fd, state.held.is_empty()) {
+            // SAFETY: the owner drops its outbox before its socket closes (see the module
+            // docs): `fd` is that open socket.
+            let _ = unsafe { write_fd(fd, &state.held) };
         }
+        self.close_locked(&mut state);
+        drop(state);
         if Arc::strong_count(&self.shared) == 1 {
             let shared = Arc::clone(&self.shared);
             let _ = LOCAL.try_with(|local| {
@@ -346,7 +339,8 @@ impl Local {
 }
 
 /// Whether this thread has a flusher (an outbox made here can hold bytes).
-pub fn here() -> bool {
+#[cfg(test)]
+fn here() -> bool {
     LOCAL.with_borrow(|local| local.alive().is_some())
 }
 

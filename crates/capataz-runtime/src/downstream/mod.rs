@@ -9,13 +9,14 @@
 //! same `http1::Builder` with or without detection.
 //!
 //! Memory of an idle connection: hyper's connection (its state and its read and write buffers,
-//! 1 KB each at first: vendor/hyper's patch 0003) is only built, boxed, once the client's first bytes are there (read here, up to
-//! 4 KB, on the stack of one poll, and handed to hyper first), so a connection that has sent
-//! nothing yet costs its socket, this future and a line in its watcher; the listener boxes its other
-//! stages (TLS handshake, PROXY header) for the same reason: a task is as big as its biggest
-//! stage for its whole life. An HTTP/1 connection quiet for a watcher period after a request
-//! gives hyper's connection back the same way (parked, see [`park`]) until its next
-//! bytes. See BENCHMARKS.md ("Memory per idle client connection").
+//! 1 KB each at first: vendor/hyper's patch 0003) is only built, boxed, once the client's
+//! first bytes are there (read here, up to 4 KB, on the stack of one poll, and handed to hyper
+//! first), so a connection that has sent nothing yet costs its socket, this future and a line
+//! in its watcher; the listener boxes its other stages (TLS handshake, PROXY header) for the
+//! same reason: a task is as big as its biggest stage for its whole life. An HTTP/1
+//! connection quiet for a watcher period after a request gives hyper's connection back the
+//! same way (parked, see [`park`]) until its next bytes. See BENCHMARKS.md ("Memory per idle
+//! client connection").
 //!
 //! - `idle_timeout`: no request in progress and no byte moved either way for that long.
 //! - `header_read_timeout`: bytes of a request head arrived (after the previous response, or
@@ -921,20 +922,12 @@ impl<IO: PeekPeer, G> CountingIo<IO, G> {
                 // socket's: bytes the flusher left would wait for a poll that never comes. And
                 // a write put off by a poll leaves the bytes in the copy's buffer, lost if its
                 // next read of the backend fails.
-                return match self
-                    .outbox
-                    .as_ref()
-                    .map(|o| o.poll_write_held(cx, &mut self.inner))
-                {
-                    None => None,
-                    Some(Poll::Ready(Ok(()))) => {
-                        // Empty, and never used again: not kept (nor hyper's task, its waker).
-                        self.outbox = None;
-                        None
-                    }
-                    Some(Poll::Ready(Err(error))) => Some(Poll::Ready(Err(error))),
-                    Some(Poll::Pending) => Some(Poll::Pending),
-                };
+                let waiting = held_first(self.outbox.as_ref()?, cx, &mut self.inner);
+                if waiting.is_none() {
+                    // Empty, and never used again: not kept (nor hyper's task, its waker).
+                    self.outbox = None;
+                }
+                return waiting;
             }
             if self.outbox.is_none() {
                 // A TLS socket has no descriptor to give: no lookup of the thread's flusher.
@@ -954,11 +947,7 @@ impl<IO: PeekPeer, G> CountingIo<IO, G> {
             if let Some(held) = outbox.hold(cx, bufs) {
                 return Some(Poll::Ready(Ok(held)));
             }
-            return match outbox.poll_write_held(cx, &mut self.inner) {
-                Poll::Ready(Ok(())) => None,
-                Poll::Ready(Err(error)) => Some(Poll::Ready(Err(error))),
-                Poll::Pending => Some(Poll::Pending),
-            };
+            return held_first(outbox, cx, &mut self.inner);
         }
         if self.shared.active.load(Ordering::Relaxed) == 0 {
             self.deferred = false;
@@ -973,6 +962,20 @@ impl<IO: PeekPeer, G> CountingIo<IO, G> {
         }
         // The rest of this flush's writes go at once; the flush ends the turn's batch.
         None
+    }
+}
+
+/// A write not held by `outbox`: what it holds goes first, on `io` (`None` once it is all out,
+/// and the write may go), else the write waits with it or fails with its error.
+fn held_first<IO: AsyncWrite + Unpin>(
+    outbox: &Outbox,
+    cx: &mut Context<'_>,
+    io: &mut IO,
+) -> Option<Poll<io::Result<usize>>> {
+    match outbox.poll_write_held(cx, io) {
+        Poll::Ready(Ok(())) => None,
+        Poll::Ready(Err(error)) => Some(Poll::Ready(Err(error))),
+        Poll::Pending => Some(Poll::Pending),
     }
 }
 

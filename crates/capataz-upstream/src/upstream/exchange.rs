@@ -241,8 +241,8 @@ enum Unsent {
 /// [`read_head`], watching what `outbox` holds meanwhile: a send that failed ends it, bytes the
 /// flusher left are written here (a write that waits `limit` means the backend stopped
 /// reading). A connection that ended before any byte of the request went is `NotSent`, as a
-/// write made at once would have found. Reading the head is cancel-safe (what was read is in `buf`), so it is set aside
-/// for that write.
+/// write made at once would have found. Reading the head is cancel-safe (what was read is in
+/// `buf`), so it is set aside for that write.
 async fn read_head_sent<S: Transport>(
     outbox: Option<&Outbox>,
     stream: &mut S,
