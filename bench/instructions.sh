@@ -21,6 +21,9 @@
 #             run both against the same binary)
 #             URL_PATH=/ HEADER= (the path wrk asks for, and one header it sends, e.g.
 #             URL_PATH=/api/ HEADER='X-Debug: 1' for bench/capataz-rules.toml, see bench/rules.sh)
+#             CALLGRIND_OPTS= (more callgrind options for every target, e.g. "--cache-sim=yes
+#             --branch-sim=yes" for simulated cache misses and mispredicted branches, shown by
+#             callgrind_annotate; the per-request figure printed stays the instructions')
 # Needs: valgrind (callgrind, callgrind_control, callgrind_annotate), wrk, nginx, curl, ss, and
 # haproxy to measure it.
 set -Eeuo pipefail
@@ -32,6 +35,7 @@ RUN_DIR=${RUN_DIR:-/tmp/bench-instructions}
 CONFIG=${CONFIG:-$BENCH_DIR/capataz.toml}
 SHARED=${SHARED:-$ROOT_DIR/../shared/bench}
 URL_PATH=${URL_PATH:-/} HEADER=${HEADER:-}
+read -r -a callgrind_opts <<<"${CALLGRIND_OPTS:-}"
 wrk_args=()
 if [[ -n $HEADER ]]; then wrk_args=(-H "$HEADER"); fi
 mkdir -p "$RUN_DIR/nginx-backend"/{logs,tmp}
@@ -67,7 +71,7 @@ for arg in "${bins[@]}"; do
         out=$RUN_DIR/haproxy-$(basename "$config" .cfg).cg
         rm -f "$out" "$out".*
         port=$(sed -n 's/^ *bind 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$config" | head -1)
-        start haproxy "" valgrind --tool=callgrind --callgrind-out-file="$out" \
+        start haproxy "" valgrind --tool=callgrind ${callgrind_opts[@]+"${callgrind_opts[@]}"} --callgrind-out-file="$out" \
             haproxy -db -f "$config"
     elif [[ $bin == nginx ]]; then
         # The peer, as peers.sh runs it: the shared harness's proxy-nginx.conf (:9300, one
@@ -77,13 +81,13 @@ for arg in "${bins[@]}"; do
         out=$RUN_DIR/nginx-proxy.cg
         rm -f "$out" "$out".*
         port=9300
-        start nginx-proxy "" valgrind --tool=callgrind --callgrind-out-file="$out" \
+        start nginx-proxy "" valgrind --tool=callgrind ${callgrind_opts[@]+"${callgrind_opts[@]}"} --callgrind-out-file="$out" \
             nginx -p "$RUN_DIR/nginx-proxy/" -c "$RUN_DIR/nginx-proxy/nginx.conf" \
             -e "$RUN_DIR/nginx-proxy/logs/error.log" -g 'master_process off;'
     else
         port=$(sed -n 's/^address = "127\.0\.0\.1:\([0-9]*\)".*/\1/p' "$config" | head -1)
         start capataz "" env CAPATAZ_WORKER_THREADS=1 valgrind --tool=callgrind \
-            --callgrind-out-file="$out" "$bin" run --config "$config"
+            ${callgrind_opts[@]+"${callgrind_opts[@]}"} --callgrind-out-file="$out" "$bin" run --config "$config"
     fi
     pid=$LAST_PID
     wait_port "$port" "$pid" 60
