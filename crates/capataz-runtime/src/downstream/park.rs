@@ -241,6 +241,7 @@ impl<'a> Parked<'a> {
         shared.listener.parked().fetch_add(1, Ordering::Relaxed);
         shared.listener.parked_now().inc();
         shared.listener.parks().fetch_add(1, Ordering::Relaxed);
+        super::watch::parked_here();
         Parked(shared)
     }
 }

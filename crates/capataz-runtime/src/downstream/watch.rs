@@ -141,6 +141,11 @@ async fn run(inner: Arc<Inner>, handles: Weak<Handle>, mut shutdown: watch::Rece
             }
         }
         lines.retain_mut(|line| line.look(&limits, period, draining, now));
+        if PARKED_HERE.replace(0) > 0 {
+            // What the connections parked since the last look freed, out of this thread's
+            // allocator cache (`workers::release_cache`).
+            crate::workers::release_cache();
+        }
         #[cfg(test)]
         inner.looks.fetch_add(1, Ordering::Relaxed);
         if orphaned && lines.is_empty() {
@@ -150,6 +155,17 @@ async fn run(inner: Arc<Inner>, handles: Weak<Handle>, mut shutdown: watch::Rece
             lines.shrink_to_fit();
         }
     }
+}
+
+thread_local! {
+    /// Connections parked on this thread since a watcher here last looked.
+    static PARKED_HERE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// A connection parked on this thread: its freed memory is in this thread's allocator cache
+/// until the next look of a watcher here gives it back (`run`).
+pub(super) fn parked_here() {
+    PARKED_HERE.set(PARKED_HERE.get().saturating_add(1));
 }
 
 /// The most lines `started` keeps room for between looks: a few new connections a period reuse
