@@ -193,7 +193,7 @@ const MAX_PRIVATE_H2: usize = 128;
 /// What the connection's task, its requests and its watcher share. 112 bytes, so that its
 /// `Arc` is 128 (a smaller size class of the allocator than 160, for every connection's
 /// whole life): hence `active` and `cancel_limit` in 32 bits.
-struct ConnState {
+pub(crate) struct ConnState {
     /// Bytes read: grows with every read that returned data.
     reads: AtomicU64,
     /// Bytes written: grows with every write that took data.
@@ -232,6 +232,12 @@ struct ConnState {
     ended: AtomicBool,
     /// HTTP/1: whether the request in progress is watched for its client going away.
     peer: PeerWatch,
+}
+
+impl std::fmt::Debug for ConnState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnState").finish_non_exhaustive()
+    }
 }
 
 impl ConnState {

@@ -389,6 +389,29 @@ mod tests {
         assert_eq!(chatty_for(&shared, 60, true), None);
     }
 
+    /// Connections that parked on a watcher's thread: its next look gives the thread's allocator
+    /// cache back, once; a look after no park does not.
+    #[tokio::test(start_paused = true)]
+    async fn a_look_after_parks_on_its_thread_releases_the_allocator_cache() {
+        static RELEASED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        crate::workers::set_cache_release(|| {
+            RELEASED.fetch_add(1, Ordering::Relaxed);
+        });
+        let (_tx, shutdown) = watch::channel(false);
+        let watch = Watch::start(limits(), shutdown);
+        let shared = Arc::new(new_shared());
+        watch.add(shared.clone(), Weak::new());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(RELEASED.load(Ordering::Relaxed), 0);
+        parked_here();
+        parked_here();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(RELEASED.load(Ordering::Relaxed), 1);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(RELEASED.load(Ordering::Relaxed), 1);
+        shared.ended.store(true, Ordering::Release);
+    }
+
     /// Connections of one watcher: an idle one is closed after `idle_timeout` (within a period),
     /// an ended one leaves the list, and the task ends once its handles and connections are
     /// gone.
