@@ -272,6 +272,30 @@ impl Runtimes {
     }
 }
 
+/// What gives the calling thread's allocator cache back ([`set_cache_release`]).
+static CACHE_RELEASE: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Sets what gives a thread's allocator cache back (the binary's: jemalloc's
+/// `thread.tcache.flush`), called by a worker whose connections parked
+/// ([`release_cache`]). Set once, before serving; later calls change nothing.
+pub fn set_cache_release(release: fn()) {
+    let _ = CACHE_RELEASE.set(release);
+}
+
+/// Gives the calling thread's allocator cache back, if the binary said how. Called by a
+/// watcher at its look after connections of its worker parked: the memory a parking
+/// connection frees (hyper's connection and buffers, its backend connection's registration)
+/// goes first to the thread's cache, which an allocator empties only as the thread allocates
+/// again, so after a burst the cache would keep it, and the pages it sits on, for as long as
+/// the worker stays idle. jemalloc's manual suggests flushing for a thread that stops
+/// allocating; BENCHMARKS.md, "Memory per idle client connection". Once a period at most per
+/// watcher, never per request: a busy connection does not park.
+pub(crate) fn release_cache() {
+    if let Some(release) = CACHE_RELEASE.get() {
+        release();
+    }
+}
+
 /// How many task polls a worker's runtime makes before it polls its IO driver again when
 /// tasks are still queued (tokio's default is 61). An HTTP/1 exchange over TLS puts its writes
 /// off to the back of the run queue (`turn`), so a turn of N events is about 2N polls (over

@@ -31,6 +31,24 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[export_name = "_rjem_malloc_conf"]
 pub static MALLOC_CONF: &[u8] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
 
+/// Gives the calling thread's jemalloc cache back (`thread.tcache.flush`, in jemalloc's manual
+/// for a thread that stops allocating): a worker's watcher calls it after connections of its
+/// worker parked, so what they freed does not stay cached, pages and all, while the worker is
+/// idle (`workers::set_cache_release`).
+#[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
+fn flush_thread_cache() {
+    // SAFETY: `thread.tcache.flush` takes and returns nothing; the name is a C string.
+    unsafe {
+        tikv_jemalloc_sys::mallctl(
+            c"thread.tcache.flush".as_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        );
+    }
+}
+
 /// A load balancer that keeps its pool honest with active and passive health checks.
 #[derive(Parser, Debug)]
 #[command(name = "capataz", version, about, subcommand_value_name = "COMMAND")]
@@ -521,6 +539,8 @@ fn stdout(text: &str) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
+    #[cfg(all(feature = "jemalloc", not(target_env = "msvc")))]
+    capataz::workers::set_cache_release(flush_thread_cache);
     // Before any thread starts: this reads and removes the handover variables of an upgrade.
     let inherited = Inherited::from_env();
     let invocation = Invocation {

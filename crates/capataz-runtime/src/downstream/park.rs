@@ -24,6 +24,11 @@
 //! requests put them beside their backend connections' registrations, which are freed as those
 //! go to sleep. BENCHMARKS.md, "Parked registrations packed".
 //!
+//! What parking frees goes first to the worker thread's allocator cache, which the allocator
+//! empties only as the thread allocates again: after a burst of requests the worker is idle,
+//! so a watcher's next look on that thread gives the cache back (`watch::parked_here`,
+//! `workers::release_cache`: jemalloc's `thread.tcache.flush` in the binary).
+//!
 //! hyper takes a connection apart only when it is idle: with a request in progress the task
 //! does not park (it checks `active` itself, the watcher's look may be stale), and a request
 //! whose answer was sent while its body is still unread is no longer in progress for the
@@ -241,6 +246,7 @@ impl<'a> Parked<'a> {
         shared.listener.parked().fetch_add(1, Ordering::Relaxed);
         shared.listener.parked_now().inc();
         shared.listener.parks().fetch_add(1, Ordering::Relaxed);
+        super::watch::parked_here();
         Parked(shared)
     }
 }

@@ -141,6 +141,11 @@ async fn run(inner: Arc<Inner>, handles: Weak<Handle>, mut shutdown: watch::Rece
             }
         }
         lines.retain_mut(|line| line.look(&limits, period, draining, now));
+        if PARKED_HERE.replace(0) > 0 {
+            // What the connections parked since the last look freed, out of this thread's
+            // allocator cache (`workers::release_cache`).
+            crate::workers::release_cache();
+        }
         #[cfg(test)]
         inner.looks.fetch_add(1, Ordering::Relaxed);
         if orphaned && lines.is_empty() {
@@ -150,6 +155,17 @@ async fn run(inner: Arc<Inner>, handles: Weak<Handle>, mut shutdown: watch::Rece
             lines.shrink_to_fit();
         }
     }
+}
+
+thread_local! {
+    /// Connections parked on this thread since a watcher here last looked.
+    static PARKED_HERE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// A connection parked on this thread: its freed memory is in this thread's allocator cache
+/// until the next look of a watcher here gives it back (`run`).
+pub(super) fn parked_here() {
+    PARKED_HERE.set(PARKED_HERE.get().saturating_add(1));
 }
 
 /// The most lines `started` keeps room for between looks: a few new connections a period reuse
@@ -174,6 +190,14 @@ struct Watched {
     quiet_since: Instant,
     /// Since when a request head has been arriving.
     head_since: Option<Instant>,
+    /// Once it is being closed (a drain, or an HTTP/2 GOAWAY).
+    closing: Option<Box<Closing>>,
+}
+
+/// What the watcher remembers of a connection it is closing: boxed, since a line's size is
+/// paid by every connection while few are ever closed this way (a line is 80 bytes, not 120).
+#[derive(Default)]
+struct Closing {
     /// While draining: when the connection last moved a byte (or the drain began), and the
     /// byte counts then.
     drain_quiet: Option<(Instant, (u64, u64))>,
@@ -189,8 +213,7 @@ impl Watched {
             seen: (0, 0, 0),
             quiet_since: now,
             head_since: None,
-            drain_quiet: None,
-            goaway_since: None,
+            closing: None,
         }
     }
 
@@ -200,13 +223,18 @@ impl Watched {
         if shared.ended.load(Ordering::Acquire) {
             return false;
         }
-        if draining && self.drain_quiet.is_none() {
-            self.drain_quiet = Some((now, bytes_moved(shared)));
+        let drain_begun = self
+            .closing
+            .as_ref()
+            .is_some_and(|c| c.drain_quiet.is_some());
+        if draining && !drain_begun {
+            let closing = self.closing.get_or_insert_with(Box::default);
+            closing.drain_quiet = Some((now, bytes_moved(shared)));
             shared.draining.store(true, Ordering::Relaxed);
             if shared.h2.load(Ordering::Relaxed) {
                 // GOAWAY: the client opens no new stream here; those in progress finish.
                 shared.close(Close::Graceful);
-                self.goaway_since = Some(now);
+                closing.goaway_since = Some(now);
             }
             // HTTP/1: the answer of every request from now on says `Connection: close`, and
             // the client opens its next connection elsewhere; a connection with no request in
@@ -215,16 +243,17 @@ impl Watched {
             // followed by a close the client did not expect, racing its next request.)
             return true;
         }
-        if let Some(sent) = self.goaway_since {
+        if let Some(sent) = self.closing.as_ref().and_then(|c| c.goaway_since) {
             // An HTTP/2 connection got its GOAWAY: gone by now, or dropped (once its streams
             // are done, when draining).
             let waited = now.saturating_duration_since(sent) >= GOAWAY_GRACE;
-            if waited && (self.drain_quiet.is_none() || shared.active.load(Ordering::Relaxed) == 0)
-            {
+            if waited && (!drain_begun || shared.active.load(Ordering::Relaxed) == 0) {
                 shared.close(Close::Abort);
                 return false;
             }
-        } else if let Some((since, moved)) = &mut self.drain_quiet {
+        } else if let Some((since, moved)) =
+            self.closing.as_mut().and_then(|c| c.drain_quiet.as_mut())
+        {
             let now_moved = bytes_moved(shared);
             if now_moved != *moved {
                 *since = now;
@@ -245,7 +274,7 @@ impl Watched {
         ) {
             if shared.h2.load(Ordering::Relaxed) {
                 shared.close(Close::Graceful);
-                self.goaway_since = Some(now);
+                self.closing.get_or_insert_with(Box::default).goaway_since = Some(now);
             } else {
                 shared.close(Close::Abort);
                 return false;
@@ -371,6 +400,35 @@ mod tests {
         shared.set_h2(&limits());
         shared.active.fetch_add(1, Ordering::Relaxed);
         assert_eq!(chatty_for(&shared, 60, true), None);
+    }
+
+    #[test]
+    fn a_line_is_80_bytes() {
+        // Paid by every connection, for its whole life (`Closing` boxed apart).
+        assert!(std::mem::size_of::<Watched>() <= 80);
+    }
+
+    /// Connections that parked on a watcher's thread: its next look gives the thread's allocator
+    /// cache back, once; a look after no park does not.
+    #[tokio::test(start_paused = true)]
+    async fn a_look_after_parks_on_its_thread_releases_the_allocator_cache() {
+        static RELEASED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        crate::workers::set_cache_release(|| {
+            RELEASED.fetch_add(1, Ordering::Relaxed);
+        });
+        let (_tx, shutdown) = watch::channel(false);
+        let watch = Watch::start(limits(), shutdown);
+        let shared = Arc::new(new_shared());
+        watch.add(shared.clone(), Weak::new());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(RELEASED.load(Ordering::Relaxed), 0);
+        parked_here();
+        parked_here();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(RELEASED.load(Ordering::Relaxed), 1);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(RELEASED.load(Ordering::Relaxed), 1);
+        shared.ended.store(true, Ordering::Release);
     }
 
     /// Connections of one watcher: an idle one is closed after `idle_timeout` (within a period),

@@ -5,22 +5,21 @@ use std::sync::Arc;
 
 use http::header::HeaderValue;
 
-use crate::body::BodyRead;
+use crate::downstream::ConnState;
 use crate::tls::TlsInfo;
 use crate::upstream::{BackendSlots, PrivateIdle};
 
 /// What the proxy knows of a client connection, computed once per connection, and the idle
-/// backend connections private to it (closed when it closes).
+/// backend connections private to it (closed when it closes). 144 bytes, so that its `Arc`
+/// is 160 (a smaller size class of the allocator than 192, for every connection's whole
+/// life): hence [`ClientInfo::unix`] a method, and `body_read` the connection's own type (a
+/// thin pointer).
 #[derive(Debug)]
 pub struct ClientInfo {
     /// The peer address.
     pub addr: SocketAddr,
     /// Its IP address as a header value (for `X-Forwarded-For`).
     pub(super) ip: HeaderValue,
-    /// Whether it is a Unix socket listener's client (`addr` is then
-    /// [`UNIX_CLIENT`](crate::config::UNIX_CLIENT)): no forwarded address is added for it,
-    /// and a PROXY header to a backend is `LOCAL`.
-    pub unix: bool,
     /// The idle backend connections only this client connection may use (see
     /// `upstream::PrivateIdle`).
     pub private: Arc<PrivateIdle>,
@@ -31,26 +30,36 @@ pub struct ClientInfo {
     pub destination: Option<SocketAddr>,
     /// The backend connections its requests may hold at once (limited for HTTP/2).
     pub backend_slots: BackendSlots,
-    /// Told when a request's body has been read to its end (set by the client connection).
-    pub(crate) body_read: Option<Arc<dyn BodyRead>>,
+    /// Told when a request's body has been read to its end (set by the client connection; a
+    /// [`BodyRead`](crate::body::BodyRead)).
+    pub(crate) body_read: Option<Arc<ConnState>>,
 }
 
 impl ClientInfo {
     /// The info for a client at `addr`.
     pub fn new(addr: SocketAddr) -> ClientInfo {
-        let ip = HeaderValue::try_from(addr.ip().to_string())
+        // Copied to its length: `to_string`'s buffer has room to spare (16 bytes for an IPv4
+        // address), and a value made from it would keep a 32-byte record of that on the heap
+        // beside it for the connection's whole life (`Bytes::from` a `Vec` not full).
+        let ip = HeaderValue::from_str(&addr.ip().to_string())
             // An IP address is always a valid header value.
             .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
         ClientInfo {
             addr,
             ip,
-            unix: addr == crate::config::UNIX_CLIENT,
             private: Arc::new(PrivateIdle::new()),
             tls: None,
             destination: None,
             backend_slots: BackendSlots::default(),
             body_read: None,
         }
+    }
+
+    /// Whether it is a Unix socket listener's client (`addr` is then
+    /// [`UNIX_CLIENT`](crate::config::UNIX_CLIENT)): no forwarded address is added for it,
+    /// and a PROXY header to a backend is `LOCAL`.
+    pub fn unix(&self) -> bool {
+        self.addr == crate::config::UNIX_CLIENT
     }
 
     /// The address the client connected to, for a PROXY protocol header to a backend: the

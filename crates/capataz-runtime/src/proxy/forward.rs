@@ -61,7 +61,7 @@ where
         // on a pooled connection; a fresh connection reads the clock again once connected.
         let started = Instant::now();
         // A Unix socket's client has no address to name: a LOCAL header.
-        let addrs = (!client.unix).then(|| (client.addr, client.destination()));
+        let addrs = (!client.unix()).then(|| (client.addr, client.destination()));
         loop {
             let conn = if fresh_only {
                 backend.upstream.connect(addrs).await

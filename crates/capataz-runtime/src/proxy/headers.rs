@@ -432,7 +432,7 @@ pub(super) fn hop_by_hop(name: &HeaderName) -> Option<HopByHop> {
 pub(super) fn add_forwarded_headers(headers: &mut HeaderMap, client: &ClientInfo) {
     match headers.entry(&X_FORWARDED_FOR) {
         // A Unix socket's client has no address to add (HAProxy adds none either).
-        _ if client.unix => {}
+        _ if client.unix() => {}
         header::Entry::Vacant(entry) => {
             entry.insert(client.ip.clone());
         }

@@ -599,7 +599,10 @@ impl Proxy {
         let plan = Planner::new(replayable, rebuildable, pool.config.retries.attempts);
         // An HTTP/1 client connection hears when the body has been read (bodiless: it knows).
         let hook = (!bodiless && parts.version != Version::HTTP_2)
-            .then(|| client.body_read.clone())
+            .then(|| {
+                let hook: Arc<dyn crate::body::BodyRead> = client.body_read.clone()?;
+                Some(hook)
+            })
             .flatten();
         let request = build_request(
             parts.method,

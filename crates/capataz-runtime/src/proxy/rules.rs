@@ -78,7 +78,7 @@ fn text(value: Option<&HeaderValue>) -> &str {
 fn write_var(var: Variable, facts: &Facts<'_>, out: &mut String) {
     let tls = facts.client.tls.as_deref();
     match var {
-        Variable::ClientIp if facts.client.unix => out.push_str("unix"),
+        Variable::ClientIp if facts.client.unix() => out.push_str("unix"),
         Variable::ClientIp => {
             let _ = write!(out, "{}", facts.client.addr.ip());
         }
@@ -107,7 +107,7 @@ pub(super) fn add_forwarded(
     let mut element = String::with_capacity(64);
     match client.addr.ip() {
         // RFC 7239's word for a client whose address is not known.
-        _ if client.unix => element.push_str("for=unknown"),
+        _ if client.unix() => element.push_str("for=unknown"),
         std::net::IpAddr::V4(ip) => {
             let _ = write!(element, "for={ip}");
         }

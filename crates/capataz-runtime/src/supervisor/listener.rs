@@ -527,7 +527,7 @@ async fn serve_proxied<F>(
     timeout: Duration,
     proxy: F,
 ) where
-    F: Fn() -> Arc<Proxy> + Send + Sync + 'static,
+    F: Fn() -> Arc<Proxy> + Clone + Unpin + Send + Sync + 'static,
 {
     let mut signal = connection.shutdown.clone();
     // Boxed, as every stage but the plain one: the task's future is as big as its biggest
@@ -583,7 +583,7 @@ impl Connection {
         stream: IO,
         peer: SocketAddr,
         destination: Option<SocketAddr>,
-        proxy: impl Fn() -> Arc<Proxy> + Send + Sync + 'static,
+        proxy: impl Fn() -> Arc<Proxy> + Clone + Unpin + Send + Sync + 'static,
     ) where
         IO: AsyncRead + AsyncWrite + downstream::PeekPeer + Unpin + Send + 'static,
     {
