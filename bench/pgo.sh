@@ -7,11 +7,11 @@
 #
 # The training load, on loopback (127.0.0.1:TRAIN_BASE...), against two nginx backends, each
 # part TRAIN_SECONDS long, every part with the same capataz process:
-#   HTTP/1.1 plaintext (wrk -c50, and -c1), the same through a route with header rules and a
-#   path rewrite and with an access log, h2c (h2load -c10 -m10, and -c1 -m1), HTTPS keep-alive
-#   (wrk -c50), a TLS handshake per request (wrk, `Connection: close`), HTTP/2 over TLS
-#   (h2load -c50 -m10), request bodies (h2load -d, HTTP/1.1 and HTTP/2), TCP mode, and HTTP/3
-#   (bench/h3load) unless H3=0.
+#   HTTP/1.1 plaintext (wrk -c50, and -c1), the same through a route with header rules, a
+#   path rewrite, an access log and latency outliers on, h2c (h2load -c10 -m10, and -c1 -m1),
+#   HTTPS keep-alive (wrk -c50), a TLS handshake per request (wrk, `Connection: close`),
+#   HTTP/2 over TLS (h2load -c50 -m10), request bodies (h2load -d, HTTP/1.1 and HTTP/2), TCP
+#   mode, and HTTP/3 (bench/h3load) unless H3=0.
 # What the training does not run is laid out as cold: it still works, but may run slower than in
 # the plain release build (`cargo build --release`). The profile comes from this tree only; it
 # is not kept in the repository, so it never goes stale.
@@ -189,6 +189,11 @@ CONFIG
     pool bench
     pool rules
     cat <<CONFIG
+[pools.rules.passive.latency_outliers]
+enabled = true
+percentile = "p99"
+window = "10s"
+
 [pools.tcp]
 protocol = "tcp"
 backends = [{ name = "b1", address = "127.0.0.1:$BACKEND1" }]
