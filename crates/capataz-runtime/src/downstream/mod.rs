@@ -366,29 +366,26 @@ where
             // Watched for its client going away while it waits (see `gone.rs`).
             service_shared.peer.start(req.body().is_end_stream());
         }
-        async move {
-            let req = req.map(crate::client_body::ClientBody::Hyper);
-            let mut response = proxy.handle(req, client).await;
+        let req = req.map(crate::client_body::ClientBody::Hyper);
+        // The answer is wrapped within the proxy's future, not in one of this service's own
+        // around it, which would keep the request beside it (`Proxy::handle_then`).
+        proxy.handle_then(req, client, move |mut response| {
             request.answered();
-            if let Ok(response) = &mut response {
-                close_when_draining(&request.shared, response);
-            }
-            response.map(|response| {
-                response.map(|body| {
-                    // An HTTP/2 stream's guard times how long the client leaves the answer
-                    // untaken (`stall.rs`).
-                    let stall = Stall::current();
-                    if let Some(stall) = &stall {
-                        stall.answer(body.client_idle());
-                    }
-                    Tracked {
-                        body,
-                        stall,
-                        _request: request,
-                    }
-                })
-            })
-        }
+            close_when_draining(&request.shared, &mut response);
+            Ok::<_, std::convert::Infallible>(response.map(|body| {
+                // An HTTP/2 stream's guard times how long the client leaves the answer
+                // untaken (`stall.rs`).
+                let stall = Stall::current();
+                if let Some(stall) = &stall {
+                    stall.answer(body.client_idle());
+                }
+                Tracked {
+                    body,
+                    stall,
+                    _request: request,
+                }
+            }))
+        })
     });
     let io = CountingIo {
         outbox: None,
