@@ -48,6 +48,12 @@ def snapshot(path, wrk):
     snaps, times = read_snap(path)
     span = times[1] - times[0]
     print(wrk_line(wrk))
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", open(wrk).read())
+    proxy_ns = sum(
+        b[1] - snaps["a"][tid][1] for tid, b in snaps["b"].items() if tid in snaps["a"] and group(b[0]) == "proxy"
+    )
+    if rps:
+        print(f"proxy CPU per request (its threads' run time / wrk's rate): {proxy_ns / 1e3 / span / float(rps.group(1)):.2f} us")
     print(f"{'tid':>8} {'comm':16} {'cpu%':>6} {'waited%':>8} {'slices/s':>9} {'wait/slice us':>13} {'vol/s':>8} {'invol/s':>8}")
     for tid, b in snaps["b"].items():
         a = snaps["a"].get(tid)

@@ -9,7 +9,8 @@
 #
 # Usage: SESSION_NICE=-20 CAPATAZ_BIN=... flock /tmp/capataz-bench.lock bench/threads.sh
 #        env: CONNS=50 DURATION=8 ROUNDS=3 THREADS=2 TARGETS="capataz haproxy"
-#             CONFIG=bench/capataz.toml CAPATAZ_ENV="" (more variables for capataz, e.g.
+#             CONFIG=bench/capataz.toml CAPATAZ2_BIN= (target capataz2: a second build, :9401)
+#             CAPATAZ_ENV="" (more variables for capataz, e.g.
 #             _RJEM_MALLOC_CONF=...) RUN_DIR=/tmp/bench-threads SHARED=../shared/bench PERF=
 #             PIN= SOAK= (see below)
 set -Eeuo pipefail
@@ -26,7 +27,7 @@ read -r -a XENV <<<"${CAPATAZ_ENV:-}"
 mkdir -p "$RUN_DIR"/nginx-backend/{logs,tmp}
 
 need_tools nginx haproxy curl wrk
-for p in 9101 9102 9200 9400; do
+for p in 9101 9102 9200 9400 9401; do
     if port_busy "$p"; then die "127.0.0.1:$p already in use (not started by us)"; fi
 done
 build_capataz
@@ -37,10 +38,13 @@ start backend "" nginx -p "$RUN_DIR/nginx-backend/" -c "$RUN_DIR/nginx-backend/n
 BE=$LAST_PID
 wait_port 9101 "$BE"; wait_port 9102 "$BE"
 
-declare -A PORT=([capataz]=9400 [haproxy]=9200) PID=()
+declare -A PORT=([capataz]=9400 [capataz2]=9401 [haproxy]=9200) PID=()
 for tgt in "${TARGETS[@]}"; do
     case $tgt in
         capataz) start "$tgt" "" env "${XENV[@]}" CAPATAZ_WORKER_THREADS="$THREADS" "$CAPATAZ_BIN" run --config "$CONFIG" ;;
+        capataz2) # a second build beside the first, on :9401 (CAPATAZ2_BIN), for an A/B in one run
+            sed 's/127\.0\.0\.1:9400/127.0.0.1:9401/' "$CONFIG" >"$RUN_DIR/capataz2.toml"
+            start "$tgt" "" env "${XENV[@]}" CAPATAZ_WORKER_THREADS="$THREADS" "${CAPATAZ2_BIN:?set CAPATAZ2_BIN}" run --config "$RUN_DIR/capataz2.toml" ;;
         haproxy)
             sed -E "s/^([[:space:]]*nbthread) 1\b/\1 $THREADS/" "$SHARED/haproxy.cfg" >"$RUN_DIR/haproxy.cfg"
             start "$tgt" "" haproxy -db -f "$RUN_DIR/haproxy.cfg" ;;
