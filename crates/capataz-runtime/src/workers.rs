@@ -241,6 +241,7 @@ impl Runtimes {
         }
         // The main thread last: the worker threads it started do not inherit its pin.
         if let Some(cpus) = &pins {
+            cpus::keep_unpinned();
             let _ = cpus::set(&cpus[..1]);
         }
         let workers = if handles.is_empty() {
@@ -334,8 +335,55 @@ fn current_thread(allowed: Option<Vec<usize>>) -> io::Result<Runtime> {
     builder.build()
 }
 
+/// Lets `command`'s process run on every CPU this process could at its start, not on the one
+/// CPU of the pinned thread that spawns it (a child inherits its parent thread's affinity):
+/// the new process of a binary upgrade, which counts its CPUs to choose its workers, and alert
+/// commands.
+pub(crate) fn unpinned(command: &mut tokio::process::Command) {
+    cpus::unpinned(command);
+}
+
 /// The calling thread's CPU affinity (Linux; elsewhere nothing is pinned).
 mod cpus {
+    /// The process's CPUs before any thread was pinned, for its children ([`unpinned`]).
+    #[cfg(target_os = "linux")]
+    static UNPINNED: std::sync::OnceLock<libc::cpu_set_t> = std::sync::OnceLock::new();
+
+    /// Keeps the calling thread's CPUs, before it is pinned, for the process's children.
+    #[cfg(target_os = "linux")]
+    pub(super) fn keep_unpinned() {
+        // SAFETY: as in `allowed`.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
+                let _ = UNPINNED.set(set);
+            }
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    pub(super) fn unpinned(command: &mut tokio::process::Command) {
+        let Some(&set) = UNPINNED.get() else {
+            return;
+        };
+        // SAFETY: the closure runs in the child between fork and exec, where only
+        // async-signal-safe calls are allowed: it allocates nothing (the set is a copy made
+        // here) and makes one `sched_setaffinity` call, whose failure leaves the child where it
+        // was.
+        unsafe {
+            command.pre_exec(move || {
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+                Ok(())
+            });
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub(super) fn keep_unpinned() {}
+
+    #[cfg(not(target_os = "linux"))]
+    pub(super) fn unpinned(_command: &mut tokio::process::Command) {}
+
     /// The CPUs the calling thread may run on, in order; `None` if unknown.
     #[cfg(target_os = "linux")]
     pub(super) fn allowed() -> Option<Vec<usize>> {
@@ -503,6 +551,19 @@ mod tests {
         }
         let expected: Vec<Vec<usize>> = all.iter().map(|&cpu| vec![cpu]).collect();
         assert_eq!(seen, expected);
+        // A child spawned by the pinned main thread runs on every CPU again.
+        if all.iter().all(|&cpu| cpu < 32) {
+            let mut command = tokio::process::Command::new("grep");
+            command.args(["^Cpus_allowed:", "/proc/self/status"]);
+            unpinned(&mut command);
+            let output = runtimes
+                .block_on(async move { command.output().await })
+                .expect("grep");
+            let mask: u32 = all.iter().map(|&cpu| 1u32 << cpu).sum();
+            let shown = String::from_utf8_lossy(&output.stdout);
+            let shown = shown.trim().rsplit(['\t', ',']).next().unwrap_or_default();
+            assert_eq!(u32::from_str_radix(shown, 16).ok(), Some(mask), "{shown}");
+        }
         runtimes.shutdown(Duration::from_secs(1));
         cpus::set(&all).expect("the test thread unpinned");
     }
