@@ -30,8 +30,9 @@
 //! whenever the workers' load together fitted one CPU (BENCHMARKS.md, "Two threads against
 //! HAProxy, nginx and Pingora"). Pinned, a worker can no longer flee a CPU that something
 //! else keeps busy; its connections could not flee it either way. The threads a worker's
-//! blocking pool starts (file writes, name lookups) are not pinned: they get back every CPU
-//! the process had.
+//! blocking pool starts (file writes, name lookups) and the processes capataz starts (an
+//! upgrade's new process, alert commands: `unpinned`) are not pinned: they get back every
+//! CPU the process had.
 //!
 //! With one worker there is the main thread's current-thread runtime alone, and
 //! [`Workers::single`]: every connection is spawned where it is accepted, as it was before, and
@@ -345,7 +346,7 @@ pub(crate) fn unpinned(command: &mut tokio::process::Command) {
 
 /// The calling thread's CPU affinity (Linux; elsewhere nothing is pinned).
 mod cpus {
-    /// The process's CPUs before any thread was pinned, for its children ([`unpinned`]).
+    /// The process's CPUs before any thread was pinned, for its children (`unpinned`).
     #[cfg(target_os = "linux")]
     static UNPINNED: std::sync::OnceLock<libc::cpu_set_t> = std::sync::OnceLock::new();
 
