@@ -560,6 +560,9 @@ pub fn command(
         .env(LISTENERS_VAR, listeners)
         .env(READY_VAR, ready_fd.to_string())
         .kill_on_drop(false);
+    // The new process counts the CPUs it may run on to choose its workers: all of ours, not
+    // the one this (pinned) thread has.
+    crate::workers::unpinned(&mut command);
     if !quic.is_empty() {
         command.env(QUIC_VAR, quic);
     }

@@ -21,6 +21,19 @@
 //! not their requests; round robin would not even those when they differ in how long they
 //! live. HTTP/3 connections stay on worker 0 with their endpoint.
 //!
+//! When there are as many workers as CPUs the process may run on (the default count), each
+//! worker thread is pinned to a CPU of its own, worker 0 (the main thread) to the first
+//! ([`Runtimes::start`]; `CAPATAZ_WORKER_PINNING=off` leaves them to the OS). Share-nothing
+//! workers are only as good as their CPUs are apart: a scheduler that puts two of them on one
+//! CPU, while another CPU idles, makes them take turns at its tick (4 ms at `HZ=250`), and
+//! every connection of the worker that waits waits with it; the benchmark host's kernel did so
+//! whenever the workers' load together fitted one CPU (BENCHMARKS.md, "Two threads against
+//! HAProxy, nginx and Pingora"). Pinned, a worker can no longer flee a CPU that something
+//! else keeps busy; its connections could not flee it either way. The threads a worker's
+//! blocking pool starts (file writes, name lookups) and the processes capataz starts (an
+//! upgrade's new process, alert commands: `unpinned`) are not pinned: they get back every
+//! CPU the process had.
+//!
 //! With one worker there is the main thread's current-thread runtime alone, and
 //! [`Workers::single`]: every connection is spawned where it is accepted, as it was before, and
 //! as it is in the in-process tests whatever their runtime.
@@ -188,19 +201,33 @@ struct WorkerThread {
 }
 
 impl Runtimes {
-    /// Starts `count` workers (1 if 0): the main thread's runtime, and `count - 1` threads.
-    pub fn start(count: usize) -> io::Result<Runtimes> {
-        let main = current_thread()?;
+    /// Starts `count` workers (1 if 0): the main thread's runtime, and `count - 1` threads;
+    /// with `pinning` ([`Runtimes::pinning_from`]) and as many workers as CPUs the process may
+    /// run on, each pinned to one of those CPUs (see the module docs), the main thread to the
+    /// first. A pin that fails leaves that worker where the OS puts it.
+    pub fn start(count: usize, pinning: bool) -> io::Result<Runtimes> {
+        let allowed = cpus::allowed();
+        let pins = allowed
+            .as_ref()
+            .filter(|cpus| pinning && count > 1 && cpus.len() == count)
+            .cloned();
+        // What the blocking pools' threads get back when the workers are pinned.
+        let unpinned = pins.is_some().then_some(allowed).flatten();
+        let main = current_thread(unpinned.clone())?;
         let mut handles = Vec::new();
         let mut threads = Vec::new();
         for index in 1..count {
-            let runtime = current_thread()?;
+            let runtime = current_thread(unpinned.clone())?;
             handles.push(runtime.handle().clone());
             let (stop, stopped) = oneshot::channel::<Duration>();
+            let pin = pins.as_ref().map(|cpus| cpus[index]);
             // Short: Linux keeps 15 bytes of a thread's name (what `top -H` and /proc show).
             let thread = std::thread::Builder::new()
                 .name(format!("worker-{index}"))
                 .spawn(move || {
+                    if let Some(cpu) = pin {
+                        let _ = cpus::set(&[cpu]);
+                    }
                     // Serves what the accept loops spawn on it until told to stop (or until
                     // the `Runtimes` is dropped unstopped, on an error at start).
                     // With its flusher, which sends the writes its connections put off to the
@@ -212,6 +239,11 @@ impl Runtimes {
                     runtime.shutdown_timeout(stopped.unwrap_or_default());
                 })?;
             threads.push(WorkerThread { stop, thread });
+        }
+        // The main thread last: the worker threads it started do not inherit its pin.
+        if let Some(cpus) = &pins {
+            cpus::keep_unpinned();
+            let _ = cpus::set(&cpus[..1]);
         }
         let workers = if handles.is_empty() {
             Workers::single()
@@ -236,6 +268,15 @@ impl Runtimes {
             .and_then(|v| v.parse::<usize>().ok())
             .filter(|&n| n > 0)
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, NonZeroUsize::get))
+    }
+
+    /// Whether `CAPATAZ_WORKER_PINNING` (`value`) lets [`Runtimes::start`] pin the workers:
+    /// unless it is `off` (or `0`, `false`, `no`).
+    pub fn pinning_from(value: Option<&str>) -> bool {
+        !matches!(
+            value.map(|v| v.trim().to_ascii_lowercase()).as_deref(),
+            Some("off" | "0" | "false" | "no")
+        )
     }
 
     /// The workers, for the balancer's accept loops.
@@ -306,12 +347,113 @@ pub(crate) fn release_cache() {
 /// at most a millisecond or so behind a full queue.
 const EVENT_INTERVAL: u32 = 256;
 
-/// A current-thread runtime with I/O and timers.
-fn current_thread() -> io::Result<Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .event_interval(EVENT_INTERVAL)
-        .build()
+/// A current-thread runtime with I/O and timers. The threads of its blocking pool, started by
+/// a pinned worker, get `allowed` back (when given): every CPU the process could run on.
+fn current_thread(allowed: Option<Vec<usize>>) -> io::Result<Runtime> {
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_all().event_interval(EVENT_INTERVAL);
+    if let Some(allowed) = allowed {
+        builder.on_thread_start(move || {
+            let _ = cpus::set(&allowed);
+        });
+    }
+    builder.build()
+}
+
+/// Lets `command`'s process run on every CPU this process could at its start, not on the one
+/// CPU of the pinned thread that spawns it (a child inherits its parent thread's affinity):
+/// the new process of a binary upgrade, which counts its CPUs to choose its workers, and alert
+/// commands.
+pub(crate) fn unpinned(command: &mut tokio::process::Command) {
+    cpus::unpinned(command);
+}
+
+/// The calling thread's CPU affinity (Linux; elsewhere nothing is pinned).
+mod cpus {
+    /// The process's CPUs before any thread was pinned, for its children (`unpinned`).
+    #[cfg(target_os = "linux")]
+    static UNPINNED: std::sync::OnceLock<libc::cpu_set_t> = std::sync::OnceLock::new();
+
+    /// Keeps the calling thread's CPUs, before it is pinned, for the process's children.
+    #[cfg(target_os = "linux")]
+    pub(super) fn keep_unpinned() {
+        // SAFETY: as in `allowed`.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
+                let _ = UNPINNED.set(set);
+            }
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    pub(super) fn unpinned(command: &mut tokio::process::Command) {
+        let Some(&set) = UNPINNED.get() else {
+            return;
+        };
+        // SAFETY: the closure runs in the child between fork and exec, where only
+        // async-signal-safe calls are allowed: it allocates nothing (the set is a copy made
+        // here) and makes one `sched_setaffinity` call, whose failure leaves the child where it
+        // was.
+        unsafe {
+            command.pre_exec(move || {
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+                Ok(())
+            });
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub(super) fn keep_unpinned() {}
+
+    #[cfg(not(target_os = "linux"))]
+    pub(super) fn unpinned(_command: &mut tokio::process::Command) {}
+
+    /// The CPUs the calling thread may run on, in order; `None` if unknown.
+    #[cfg(target_os = "linux")]
+    pub(super) fn allowed() -> Option<Vec<usize>> {
+        // SAFETY: a `cpu_set_t` is plain bits, valid all zero; the call writes at most its
+        // size, which it is given, and `CPU_ISSET` reads within it (`CPU_SETSIZE`).
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+                return None;
+            }
+            Some(
+                (0..libc::CPU_SETSIZE as usize)
+                    .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
+                    .collect(),
+            )
+        }
+    }
+
+    /// Lets the calling thread run on `cpus` only (each under `CPU_SETSIZE`, as
+    /// [`allowed`] gives them).
+    #[cfg(target_os = "linux")]
+    pub(super) fn set(cpus: &[usize]) -> std::io::Result<()> {
+        // SAFETY: as in `allowed`; `CPU_SET` writes within the set for a CPU under
+        // `CPU_SETSIZE`, and the others are skipped.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            for &cpu in cpus.iter().filter(|&&cpu| cpu < libc::CPU_SETSIZE as usize) {
+                libc::CPU_SET(cpu, &mut set);
+            }
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub(super) fn allowed() -> Option<Vec<usize>> {
+        None
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub(super) fn set(_cpus: &[usize]) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -319,7 +461,7 @@ mod tests {
     use super::*;
 
     fn workers(count: usize) -> (Runtimes, Workers) {
-        let runtimes = Runtimes::start(count).expect("runtimes");
+        let runtimes = Runtimes::start(count, false).expect("runtimes");
         let workers = runtimes.workers();
         (runtimes, workers)
     }
@@ -404,6 +546,71 @@ mod tests {
         assert_eq!(&echoed.0, b"ping");
         assert_eq!(echoed.1.as_deref(), Some("worker-1"));
         runtimes.shutdown(Duration::from_secs(1));
+    }
+
+    /// As many workers as CPUs: each on its own, the main thread (worker 0) on the first; a
+    /// blocking task's thread, started by a pinned worker, on all of them again.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn as_many_workers_as_cpus_are_pinned_one_to_each() {
+        let all = cpus::allowed().expect("the affinity");
+        if all.len() < 2 {
+            return;
+        }
+        let runtimes = Runtimes::start(all.len(), true).expect("runtimes");
+        let workers = runtimes.workers();
+        let mut seen = vec![cpus::allowed().expect("the main thread's")];
+        for _ in 0..all.len() {
+            let placed = workers.place();
+            let on = workers.enter(placed.index()).map(|_entered| {
+                tokio::spawn(async {
+                    let blocking = tokio::task::spawn_blocking(cpus::allowed);
+                    (cpus::allowed(), blocking.await.expect("blocking"))
+                })
+            });
+            if let Some(on) = on {
+                let (worker, blocking) = runtimes.block_on(on).expect("the task");
+                assert_eq!(blocking.as_ref(), Some(&all), "the blocking pool's thread");
+                seen.push(worker.expect("the worker's"));
+            }
+        }
+        let expected: Vec<Vec<usize>> = all.iter().map(|&cpu| vec![cpu]).collect();
+        assert_eq!(seen, expected);
+        // A child spawned by the pinned main thread runs on every CPU again.
+        if all.iter().all(|&cpu| cpu < 32) {
+            let mut command = tokio::process::Command::new("grep");
+            command.args(["^Cpus_allowed:", "/proc/self/status"]);
+            unpinned(&mut command);
+            let output = runtimes
+                .block_on(async move { command.output().await })
+                .expect("grep");
+            let mask: u32 = all.iter().map(|&cpu| 1u32 << cpu).sum();
+            let shown = String::from_utf8_lossy(&output.stdout);
+            let shown = shown.trim().rsplit(['\t', ',']).next().unwrap_or_default();
+            assert_eq!(u32::from_str_radix(shown, 16).ok(), Some(mask), "{shown}");
+        }
+        runtimes.shutdown(Duration::from_secs(1));
+        cpus::set(&all).expect("the test thread unpinned");
+    }
+
+    #[test]
+    fn fewer_workers_than_cpus_or_pinning_off_pins_nothing() {
+        let all = cpus::allowed();
+        for (count, pinning) in [(2, false), (all.as_ref().map_or(1, Vec::len) + 1, true)] {
+            let runtimes = Runtimes::start(count, pinning).expect("runtimes");
+            assert_eq!(cpus::allowed(), all, "the main thread");
+            runtimes.shutdown(Duration::from_secs(1));
+        }
+    }
+
+    #[test]
+    fn pinning_is_on_unless_turned_off() {
+        assert!(Runtimes::pinning_from(None));
+        assert!(Runtimes::pinning_from(Some("on")));
+        assert!(Runtimes::pinning_from(Some("auto")));
+        for off in ["off", "OFF", "0", "false", "no", " off "] {
+            assert!(!Runtimes::pinning_from(Some(off)), "{off}");
+        }
     }
 
     #[test]

@@ -505,17 +505,19 @@ fn init_logging(format: LogFormat, level: &str) {
 
 /// The runtimes of a command that serves (`run`, `demo`): `CAPATAZ_WORKER_THREADS` workers
 /// (default one per core), each a thread with a current-thread runtime of its own, the main
-/// thread's first; 1 is the main thread's runtime alone, the cheapest per request
+/// thread's first; 1 is the main thread's runtime alone, the cheapest per request. As many
+/// workers as CPUs are pinned one to each unless `CAPATAZ_WORKER_PINNING=off`
 /// (`capataz::workers`).
 fn runtimes() -> anyhow::Result<Runtimes> {
     let count = Runtimes::count_from(std::env::var("CAPATAZ_WORKER_THREADS").ok().as_deref());
-    Runtimes::start(count).context("cannot start the async runtime")
+    let pinning = Runtimes::pinning_from(std::env::var("CAPATAZ_WORKER_PINNING").ok().as_deref());
+    Runtimes::start(count, pinning).context("cannot start the async runtime")
 }
 
 /// The runtime of a command that asks a running balancer (`status`, `top`, `ctl`): the main
 /// thread's alone, which is plenty for one client.
 fn client_runtime() -> anyhow::Result<Runtimes> {
-    Runtimes::start(1).context("cannot start the async runtime")
+    Runtimes::start(1, false).context("cannot start the async runtime")
 }
 
 /// Prints a command-line usage error as clap does, and gives exit status 2, as clap does for

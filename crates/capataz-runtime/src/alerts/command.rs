@@ -39,14 +39,16 @@ pub(super) async fn run_command(
 /// it started itself are not.
 async fn execute(hook: &CommandConfig, alert: &Alert) -> Result<(), DeliveryError> {
     let (program, args) = hook.argv.split_first().ok_or(DeliveryError::NoProgram)?;
-    let mut child = tokio::process::Command::new(program)
+    let mut command = tokio::process::Command::new(program);
+    command
         .args(args)
         .envs(command_env(alert))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(DeliveryError::Spawn)?;
+        .kill_on_drop(true);
+    // On every CPU, not on the one of a pinned worker (`workers`).
+    crate::workers::unpinned(&mut command);
+    let mut child = command.spawn().map_err(DeliveryError::Spawn)?;
     match tokio::time::timeout(hook.timeout, child.wait()).await {
         Ok(Ok(status)) if status.success() => Ok(()),
         Ok(Ok(status)) => Err(DeliveryError::Exit(status)),
