@@ -168,6 +168,14 @@ and each client connection is served from its accept to its close by the worker 
 fewest open connections then. 1 runs the main thread's event loop alone, the cheapest per
 request. A value that is not a positive number is ignored.
 .TP
+\fBCAPATAZ_WORKER_PINNING\fR
+On Linux, when there are as many workers as CPUs the process may run on (the default count),
+each worker thread is pinned to one of those CPUs, the main thread to the first, so that the
+scheduler cannot put two workers on one CPU while another idles. \fBoff\fR (or \fB0\fR,
+\fBfalse\fR, \fBno\fR, in any case) leaves them to the OS; any other value, or none,
+pins. The threads that do blocking work (access log writes, name lookups) and the processes
+capataz starts (a binary upgrade's, alert commands) are not pinned.
+.TP
 \fBCAPATAZ_ADMIN_TOKEN\fR
 The bearer token of \fBcapataz status\fR, \fBtop\fR and \fBctl\fR, when \fB\-\-token\fR is
 not given.

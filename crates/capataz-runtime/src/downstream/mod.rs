@@ -93,7 +93,7 @@ use crate::body::{BodyRead, RespBody};
 use crate::config::Http2Config;
 use crate::instruments::ListenerMetrics;
 use crate::outbox::{Held, Outbox};
-use crate::proxy::{ClientInfo, Proxy};
+use crate::proxy::{BodyReadHook, ClientInfo, Proxy};
 use crate::turn;
 
 mod gone;
@@ -348,9 +348,6 @@ where
     // Cloned (a closure holding an `Arc`), not put in an `Arc` of its own: one allocation
     // less for every connection's whole life.
     let shared = Arc::new(ConnState::new(metrics));
-    let mut client = client;
-    // The proxy tells the connection when a request's body has been read to its end.
-    client.body_read = Some(shared.clone());
     let client = Arc::new(client);
     watch.add(shared.clone(), Arc::downgrade(&client.private));
     let info = client.clone();
@@ -362,11 +359,17 @@ where
         let proxy = service_proxy();
         let client = client.clone();
         let mut request = InProgress::new(service_shared.clone());
+        let mut req = req.map(crate::client_body::ClientBody::Hyper);
         if !service_shared.h2.load(Ordering::Relaxed) {
+            let bodiless = req.body().is_end_stream();
             // Watched for its client going away while it waits (see `gone.rs`).
-            service_shared.peer.start(req.body().is_end_stream());
+            service_shared.peer.start(bodiless);
+            if !bodiless {
+                // The proxy tells the connection when the body has been read to its end.
+                let hook: Arc<dyn crate::body::BodyRead> = service_shared.clone();
+                req.extensions_mut().insert(BodyReadHook(hook));
+            }
         }
-        let req = req.map(crate::client_body::ClientBody::Hyper);
         // The answer is wrapped within the proxy's future, not in one of this service's own
         // around it, which would keep the request beside it (`Proxy::handle_then`).
         proxy.handle_then(req, client, move |mut response| {

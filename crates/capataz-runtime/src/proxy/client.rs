@@ -5,15 +5,13 @@ use std::sync::Arc;
 
 use http::header::HeaderValue;
 
-use crate::downstream::ConnState;
 use crate::tls::TlsInfo;
 use crate::upstream::{BackendSlots, PrivateIdle};
 
 /// What the proxy knows of a client connection, computed once per connection, and the idle
 /// backend connections private to it (closed when it closes). 144 bytes, so that its `Arc`
 /// is 160 (a smaller size class of the allocator than 192, for every connection's whole
-/// life): hence [`ClientInfo::unix`] a method, and `body_read` the connection's own type (a
-/// thin pointer).
+/// life): hence [`ClientInfo::unix`] a method, and no [`BodyReadHook`] here.
 #[derive(Debug)]
 pub struct ClientInfo {
     /// The peer address.
@@ -30,10 +28,14 @@ pub struct ClientInfo {
     pub destination: Option<SocketAddr>,
     /// The backend connections its requests may hold at once (limited for HTTP/2).
     pub backend_slots: BackendSlots,
-    /// Told when a request's body has been read to its end (set by the client connection; a
-    /// [`BodyRead`](crate::body::BodyRead)).
-    pub(crate) body_read: Option<Arc<ConnState>>,
 }
+
+/// Told when an HTTP/1 request's body has been read to its end: the client connection puts it
+/// in the extensions of a request that has a body, and the proxy gives it to the body it sends
+/// on. In the request rather than in [`ClientInfo`], which would keep it (a fat pointer) for
+/// the connection's whole life.
+#[derive(Clone)]
+pub(crate) struct BodyReadHook(pub(crate) Arc<dyn crate::body::BodyRead>);
 
 impl ClientInfo {
     /// The info for a client at `addr`.
@@ -51,7 +53,6 @@ impl ClientInfo {
             tls: None,
             destination: None,
             backend_slots: BackendSlots::default(),
-            body_read: None,
         }
     }
 

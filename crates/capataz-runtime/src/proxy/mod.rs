@@ -67,6 +67,7 @@ use tally::{PoolNames, Stage, Tally};
 use tunnel::tunnel;
 
 use build::{Route, Target};
+pub(crate) use client::BodyReadHook;
 pub use client::ClientInfo;
 
 /// The request handler of one listener.
@@ -611,11 +612,9 @@ impl Proxy {
         let plan = Planner::new(replayable, rebuildable, pool.config.retries.attempts);
         // An HTTP/1 client connection hears when the body has been read (bodiless: it knows).
         let hook = (!bodiless && parts.version != Version::HTTP_2)
-            .then(|| {
-                let hook: Arc<dyn crate::body::BodyRead> = client.body_read.clone()?;
-                Some(hook)
-            })
-            .flatten();
+            .then(|| parts.extensions.remove::<BodyReadHook>())
+            .flatten()
+            .map(|hook| hook.0);
         let request = build_request(
             parts.method,
             uri,
