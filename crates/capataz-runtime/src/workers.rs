@@ -211,13 +211,15 @@ impl Runtimes {
             .as_ref()
             .filter(|cpus| pinning && count > 1 && cpus.len() == count)
             .cloned();
-        // What the blocking pools' threads get back when the workers are pinned.
-        let unpinned = pins.is_some().then_some(allowed).flatten();
-        let main = current_thread(unpinned.clone())?;
+        if pins.is_some() {
+            // What the blocking pools' threads and the process's children get back.
+            cpus::keep_unpinned();
+        }
+        let main = current_thread(pins.is_some())?;
         let mut handles = Vec::new();
         let mut threads = Vec::new();
         for index in 1..count {
-            let runtime = current_thread(unpinned.clone())?;
+            let runtime = current_thread(pins.is_some())?;
             handles.push(runtime.handle().clone());
             let (stop, stopped) = oneshot::channel::<Duration>();
             let pin = pins.as_ref().map(|cpus| cpus[index]);
@@ -242,7 +244,6 @@ impl Runtimes {
         }
         // The main thread last: the worker threads it started do not inherit its pin.
         if let Some(cpus) = &pins {
-            cpus::keep_unpinned();
             let _ = cpus::set(&cpus[..1]);
         }
         let workers = if handles.is_empty() {
@@ -347,15 +348,13 @@ pub(crate) fn release_cache() {
 /// at most a millisecond or so behind a full queue.
 const EVENT_INTERVAL: u32 = 256;
 
-/// A current-thread runtime with I/O and timers. The threads of its blocking pool, started by
-/// a pinned worker, get `allowed` back (when given): every CPU the process could run on.
-fn current_thread(allowed: Option<Vec<usize>>) -> io::Result<Runtime> {
+/// A current-thread runtime with I/O and timers. With `pinned` workers, the threads of its
+/// blocking pool (started by a pinned worker) get back every CPU the process could run on.
+fn current_thread(pinned: bool) -> io::Result<Runtime> {
     let mut builder = tokio::runtime::Builder::new_current_thread();
     builder.enable_all().event_interval(EVENT_INTERVAL);
-    if let Some(allowed) = allowed {
-        builder.on_thread_start(move || {
-            let _ = cpus::set(&allowed);
-        });
+    if pinned {
+        builder.on_thread_start(cpus::restore_unpinned);
     }
     builder.build()
 }
@@ -370,11 +369,12 @@ pub(crate) fn unpinned(command: &mut tokio::process::Command) {
 
 /// The calling thread's CPU affinity (Linux; elsewhere nothing is pinned).
 mod cpus {
-    /// The process's CPUs before any thread was pinned, for its children (`unpinned`).
+    /// The process's CPUs before any thread was pinned, for its children (`unpinned`) and the
+    /// blocking pools' threads (`restore_unpinned`).
     #[cfg(target_os = "linux")]
     static UNPINNED: std::sync::OnceLock<libc::cpu_set_t> = std::sync::OnceLock::new();
 
-    /// Keeps the calling thread's CPUs, before it is pinned, for the process's children.
+    /// Keeps the calling thread's CPUs, before any is pinned (see `UNPINNED`).
     #[cfg(target_os = "linux")]
     pub(super) fn keep_unpinned() {
         // SAFETY: as in `allowed`.
@@ -403,8 +403,22 @@ mod cpus {
         }
     }
 
+    /// Lets the calling thread run on every CPU kept by `keep_unpinned` (none kept: as it is).
+    #[cfg(target_os = "linux")]
+    pub(super) fn restore_unpinned() {
+        if let Some(set) = UNPINNED.get() {
+            // SAFETY: as in `allowed`; a failure leaves the thread where it was.
+            unsafe {
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set);
+            }
+        }
+    }
+
     #[cfg(not(target_os = "linux"))]
     pub(super) fn keep_unpinned() {}
+
+    #[cfg(not(target_os = "linux"))]
+    pub(super) fn restore_unpinned() {}
 
     #[cfg(not(target_os = "linux"))]
     pub(super) fn unpinned(_command: &mut tokio::process::Command) {}

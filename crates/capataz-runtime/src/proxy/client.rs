@@ -9,9 +9,9 @@ use crate::tls::TlsInfo;
 use crate::upstream::{BackendSlots, PrivateIdle};
 
 /// What the proxy knows of a client connection, computed once per connection, and the idle
-/// backend connections private to it (closed when it closes). 144 bytes, so that its `Arc`
-/// is 160 (a smaller size class of the allocator than 192, for every connection's whole
-/// life): hence [`ClientInfo::unix`] a method, and no [`BodyReadHook`] here.
+/// backend connections private to it (closed when it closes). 136 bytes, at most 144 so that
+/// its `Arc` is 160 (a smaller size class of the allocator than 192, for every connection's
+/// whole life): hence [`ClientInfo::unix`] a method, and no [`BodyReadHook`] here.
 #[derive(Debug)]
 pub struct ClientInfo {
     /// The peer address.
