@@ -24,12 +24,16 @@
 #        system microseconds per request of the proxy's process (/proc/PID/stat) over N
 #        (100,000) requests after 5,000 of warm-up, and h2load's req/s
 #             RUN_DIR=/tmp/bench-instructions-h2c
+#             CALLGRIND_OPTS= (more callgrind options, e.g. "--cache-sim=yes --branch-sim=yes":
+#             the simulated cache misses per request are then printed too, I1mr the level-1
+#             instruction cache's)
 # Needs: valgrind (callgrind), h2load (nghttp2-client), nginx, ss. Loopback only; every
 # process is stopped by its PID (bench/common.sh). About 10 s per build and shape.
 set -Eeuo pipefail
 LOG_TAG=instructions-h2c
 source "$(dirname "$0")/common.sh"
 
+read -r -a callgrind_opts <<<"${CALLGRIND_OPTS:-}"
 MEASURE=${MEASURE:-instructions} ROUNDS=${ROUNDS:-3} PROXY_CPU=${PROXY_CPU-0}
 if [[ $MEASURE == cpu ]]; then N=${N:-100000}; fi
 N=${N:-4000} SHAPES=${SHAPES:--c1 -m1|-c10 -m10} BASE=${BASE:-9750} OTHER_CPU=${OTHER_CPU-1}
@@ -159,11 +163,12 @@ for bin in "${bins[@]}"; do
         out=$RUN_DIR/$(basename "$bin")${shape// /}.cg
         rm -f "$out" "$out".*
         if [[ $bin == haproxy ]]; then
-            start haproxy "" valgrind --tool=callgrind --callgrind-out-file="$out" \
+            start haproxy "" valgrind --tool=callgrind \
+                ${callgrind_opts[@]+"${callgrind_opts[@]}"} --callgrind-out-file="$out" \
                 haproxy -db -f "$RUN_DIR/haproxy.cfg"
         else
             start capataz "" env CAPATAZ_WORKER_THREADS=1 valgrind --tool=callgrind \
-                --callgrind-out-file="$out" "$bin" run --config "$RUN_DIR/capataz.toml"
+                ${callgrind_opts[@]+"${callgrind_opts[@]}"} --callgrind-out-file="$out" "$bin" run --config "$RUN_DIR/capataz.toml"
         fi
         pid=$LAST_PID
         wait_port "$LISTENER" "$pid" 60
@@ -175,7 +180,15 @@ for bin in "${bins[@]}"; do
         ok=$(awk '/^requests:/ {print $8}' "$out.h2load")
         [[ $ok == "$N" ]] || die "$bin $shape: $ok of $N requests succeeded (see $out.h2load)"
         ir=$(callgrind_annotate "$out.1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
-        printf '%s\t%s\trequests %s\tinstructions %s\tper request %s\n' "$bin" "$shape" "$N" "$ir" \
+        printf '%s\t%s\trequests %s\tinstructions %s\tper request %s' "$bin" "$shape" "$N" "$ir" \
             "$(calc "int($ir / $N)")"
+        if [[ -n ${CALLGRIND_OPTS:-} ]]; then
+            # callgrind_annotate's event names and PROGRAM TOTALS line, each total per request.
+            callgrind_annotate "$out.1" 2>/dev/null | awk -v n="$N" '
+                /^Events shown:/ { for (i = 3; i <= NF; i++) ev[++ne] = $i }
+                /PROGRAM TOTALS/ { k = 0; for (i = 1; i <= NF; i++) if ($i ~ /^[0-9,]+$/) {
+                    v = $i; gsub(",", "", v); if (++k > 1 && k <= ne) printf "\t%s %.1f", ev[k], v / n } }'
+        fi
+        echo
     done
 done
