@@ -10,20 +10,25 @@
 //! it was sent (so the timer's own lateness, up to a millisecond with tokio's timer, is not
 //! counted). That is wrk2's correction; wrk2 itself is not packaged in Debian.
 //!
-//! One thread (a current-thread runtime). It prints what `bench/overload.sh` parses: requests
-//! due, answered, failed and answered with a status other than 2xx; the offered and achieved
-//! rate; latency percentiles in microseconds of the requests due after the warm-up.
+//! One thread, one loop over every connection (`load.rs`): the requests due are sent when the
+//! loop wakes, at most every millisecond, so each costs two system calls (its write and its
+//! read) and no task, timer or allocation of its own. It prints what `bench/overload.sh`
+//! parses: requests due, answered, failed and answered with a status other than 2xx; the
+//! offered and achieved rate; latency percentiles in microseconds of the requests due after
+//! the warm-up.
 
 mod args;
-mod exchange;
+mod connection;
+mod load;
+mod poll;
 
+use std::net::TcpStream;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use args::Args;
-use exchange::Connection;
 
-/// What one connection brings back.
+/// What the run brings back.
 #[derive(Default)]
 struct Tally {
     latencies_us: Vec<u32>,
@@ -40,21 +45,6 @@ struct Tally {
 /// At most this many slow requests are kept for printing.
 const SLOW_KEPT: usize = 10_000;
 
-impl Tally {
-    fn merge(&mut self, other: Tally) {
-        self.latencies_us.extend(other.latencies_us);
-        self.due += other.due;
-        self.failed += other.failed;
-        self.not_2xx += other.not_2xx;
-        if self.first_error.is_none() {
-            self.first_error = other.first_error;
-        }
-        self.last_answer = self.last_answer.max(other.last_answer);
-        let room = SLOW_KEPT.saturating_sub(self.slow.len());
-        self.slow.extend(other.slow.into_iter().take(room));
-    }
-}
-
 fn main() -> ExitCode {
     let args = match Args::parse(std::env::args().skip(1)) {
         Ok(args) => args,
@@ -63,100 +53,33 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let (tally, measured) = runtime.block_on(run(&args));
+    let (tally, measured) = run(&args);
     report(&args, tally, measured)
 }
 
 /// Runs the schedule; gives what came back and when the measured part began.
-async fn run(args: &Args) -> (Tally, Instant) {
+fn run(args: &Args) -> (Tally, Instant) {
+    let failed = |e: String| {
+        let tally = Tally {
+            failed: 1,
+            first_error: Some(e),
+            ..Tally::default()
+        };
+        (tally, Instant::now())
+    };
     // Every connection is opened before the schedule starts.
-    let mut connections = Vec::with_capacity(args.connections);
+    let mut streams = Vec::with_capacity(args.connections);
     for _ in 0..args.connections {
-        match Connection::open(args).await {
-            Ok(c) => connections.push(c),
-            Err(e) => {
-                let failed = Tally {
-                    failed: 1,
-                    first_error: Some(format!("connect to {}: {e}", args.addr)),
-                    ..Tally::default()
-                };
-                return (failed, Instant::now());
-            }
+        match TcpStream::connect(args.addr) {
+            Ok(stream) => streams.push(stream),
+            Err(e) => return failed(format!("connect to {}: {e}", args.addr)),
         }
     }
     let start = Instant::now() + Duration::from_millis(50);
-    let mut tasks = tokio::task::JoinSet::new();
-    for (i, connection) in connections.into_iter().enumerate() {
-        let args = args.clone();
-        tasks.spawn(load(args, connection, start, i));
+    match load::run(args, streams, start) {
+        Ok(tally) => (tally, start + args.warmup),
+        Err(e) => failed(format!("epoll: {e}")),
     }
-    let mut tally = Tally::default();
-    while let Some(done) = tasks.join_next().await {
-        tally.merge(done.expect("a connection task panicked"));
-    }
-    (tally, start + args.warmup)
-}
-
-/// Connection `index`'s schedule, from `start` to the end of the warm-up and the run.
-async fn load(args: Args, mut connection: Connection, start: Instant, index: usize) -> Tally {
-    let rate = args.rate as f64;
-    let interval = Duration::from_secs_f64(args.connections as f64 / rate);
-    let mut due = start + Duration::from_secs_f64(index as f64 / rate);
-    let measured = start + args.warmup;
-    let end = measured + args.duration;
-    // An answer still missing this long after the end is a failure, so the run ends.
-    let give_up = end + Duration::from_secs(5);
-    let mut tally = Tally::default();
-    while due < end {
-        let began = if Instant::now() < due {
-            tokio::time::sleep_until(due.into()).await;
-            Instant::now()
-        } else {
-            due
-        };
-        let counted = due >= measured;
-        let answer = tokio::time::timeout_at(give_up.into(), connection.exchange()).await;
-        let answer = answer.unwrap_or_else(|_| Err("no answer before the run's end".into()));
-        if counted {
-            tally.due += 1;
-        }
-        match answer {
-            Ok(status) => {
-                if counted {
-                    let us = began.elapsed().as_micros().min(u32::MAX as u128) as u32;
-                    tally.latencies_us.push(us);
-                    if args.slow.is_some_and(|slow| began.elapsed() > slow)
-                        && tally.slow.len() < SLOW_KEPT
-                    {
-                        tally.slow.push((index, due, us));
-                    }
-                    tally.last_answer = Some(Instant::now());
-                    if !(200..300).contains(&status) {
-                        tally.not_2xx += 1;
-                    }
-                }
-            }
-            Err(e) => {
-                if counted {
-                    tally.failed += 1;
-                    tally.first_error.get_or_insert(e);
-                }
-                if Instant::now() >= give_up {
-                    break;
-                }
-                // A new connection for the next request; a failed connect fails that one.
-                if let Ok(fresh) = Connection::open(&args).await {
-                    connection = fresh;
-                }
-            }
-        }
-        due += interval;
-    }
-    tally
 }
 
 /// CLOCK_MONOTONIC now, in seconds.

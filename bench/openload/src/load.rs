@@ -1,0 +1,293 @@
+//! The schedule, run by one loop over every connection: no task, no timer per request.
+//!
+//! Request `n` (from 0) is due at `start + n / rate` on connection `n % c`: connection `i`
+//! every `c / rate` seconds, offset by `i / rate`. A cursor walks the requests in that order
+//! as they come due and sends each whose connection is free, its latency counted from when it
+//! is sent; a connection that frees up (an answer, a failure, a new connection open) after its
+//! next request came due sends it at once, its latency counted from when it was due. The loop
+//! sleeps in `epoll_wait` until the cursor's next request is due (to the millisecond, as with
+//! tokio's timer: requests due within the same millisecond go out together) or a socket is
+//! ready.
+
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use crate::args::Args;
+use crate::connection::Connection;
+use crate::poll::Epoll;
+use crate::{Tally, SLOW_KEPT};
+
+/// Where a connection is.
+enum State {
+    /// Open, no request outstanding.
+    Idle,
+    /// Its request sent (but the first `sent` bytes: the rest when the socket is writable),
+    /// its answer awaited; latency counts from `began`.
+    Busy { began: Instant, sent: usize },
+    /// A new connection being opened, after a failure.
+    Connecting,
+    /// No connection (the server closed it, or opening one failed): its next request fails
+    /// with this error when due, and a new connection is opened.
+    Down(String),
+}
+
+struct Slot {
+    /// Open or being opened: `Idle`, `Busy` and `Connecting`.
+    link: Option<Connection>,
+    state: State,
+    /// The request it is on (`Busy`), or its next one: `n` with `n % c` its index.
+    next: u64,
+}
+
+struct Load<'a> {
+    args: &'a Args,
+    epoll: Epoll,
+    slots: Vec<Slot>,
+    tally: Tally,
+    start: Instant,
+    /// The nanoseconds from `start` at which request `n` is due: `n * 1e9 / rate`.
+    rate: u128,
+    /// Requests `0..total` are due before the end of the run; those from `measured` on count.
+    total: u64,
+    measured: u64,
+    /// Connections with requests still to send or answers still to come.
+    unfinished: usize,
+}
+
+/// Runs the schedule on `streams` (connection `i` is `streams[i]`) from `start`; gives what
+/// came back. An answer still missing 5 s after the end is a failure, and the run ends.
+pub(crate) fn run(args: &Args, streams: Vec<TcpStream>, start: Instant) -> std::io::Result<Tally> {
+    let epoll = Epoll::new()?;
+    let mut slots = Vec::with_capacity(streams.len());
+    for (i, stream) in streams.into_iter().enumerate() {
+        let link = Connection::from_stream(stream)?;
+        epoll.add(link.fd(), i as u64)?;
+        slots.push(Slot {
+            link: Some(link),
+            state: State::Idle,
+            next: i as u64,
+        });
+    }
+    let rate = u128::from(args.rate);
+    // The first request due at or after `after` from the start: ceil(after * rate / 1e9).
+    let first_after = |after: Duration| (after.as_nanos() * rate).div_ceil(1_000_000_000) as u64;
+    let total = first_after(args.warmup + args.duration);
+    let measured = first_after(args.warmup);
+    let give_up = start + args.warmup + args.duration + Duration::from_secs(5);
+    let expected = (total - measured).min(1 << 24) as usize;
+    let mut load = Load {
+        args,
+        epoll,
+        unfinished: slots.iter().filter(|s| s.next < total).count(),
+        slots,
+        tally: Tally {
+            latencies_us: Vec::with_capacity(expected),
+            ..Tally::default()
+        },
+        start,
+        rate,
+        total,
+        measured,
+    };
+    let mut events = Vec::with_capacity(load.slots.len().clamp(1, 1024));
+    let mut cursor = 0;
+    while load.unfinished > 0 {
+        let now = Instant::now();
+        if now >= give_up {
+            load.give_up();
+            break;
+        }
+        while cursor < total && load.due(cursor) <= now {
+            load.release(cursor);
+            cursor += 1;
+        }
+        let wake = if cursor < total {
+            load.due(cursor).min(give_up)
+        } else {
+            give_up
+        };
+        load.epoll.wait(&mut events, wake.saturating_duration_since(now))?;
+        for event in &events {
+            let (token, flags) = (event.u64, event.events);
+            load.on_event(token as usize, flags);
+        }
+    }
+    Ok(load.tally)
+}
+
+impl Load<'_> {
+    /// When request `n` is due.
+    fn due(&self, n: u64) -> Instant {
+        self.start + Duration::from_nanos((u128::from(n) * 1_000_000_000 / self.rate) as u64)
+    }
+
+    /// Request `n` is due now: sent if its connection is free (its latency counts from now),
+    /// failed if it has none; otherwise it goes when the connection frees up.
+    fn release(&mut self, n: u64) {
+        let i = (n % self.slots.len() as u64) as usize;
+        if self.slots[i].next != n {
+            return;
+        }
+        match self.slots[i].state {
+            State::Idle => self.send(i, Instant::now()),
+            State::Down(_) => self.catch_up(i),
+            State::Busy { .. } | State::Connecting => {}
+        }
+    }
+
+    /// Connection `i` is free: its next request goes at once if already due, its latency
+    /// counted from when it was due; with no connection, each request already due fails.
+    fn catch_up(&mut self, i: usize) {
+        while self.slots[i].next < self.total {
+            let due = self.due(self.slots[i].next);
+            if due > Instant::now() {
+                return; // the cursor sends it when due
+            }
+            match &self.slots[i].state {
+                State::Idle => return self.send(i, due),
+                State::Down(e) => {
+                    let e = e.clone();
+                    self.finish(i, Err(e));
+                }
+                State::Busy { .. } | State::Connecting => return,
+            }
+        }
+    }
+
+    fn send(&mut self, i: usize, began: Instant) {
+        self.slots[i].state = State::Busy { began, sent: 0 };
+        self.proceed(i);
+    }
+
+    /// Moves connection `i`'s exchange on: the rest of its request, then its answer.
+    fn proceed(&mut self, i: usize) {
+        let slot = &mut self.slots[i];
+        let (State::Busy { sent, .. }, Some(link)) = (&mut slot.state, slot.link.as_mut()) else {
+            return;
+        };
+        let request = &self.args.request;
+        let outcome = loop {
+            if *sent == request.len() {
+                break link.answer();
+            }
+            match link.write(&request[*sent..]) {
+                Ok(0) => return, // the rest when the socket is writable again
+                Ok(n) => *sent += n,
+                Err(e) => break Err(e),
+            }
+        };
+        match outcome {
+            Ok(None) => {}
+            Ok(Some(status)) => self.finish(i, Ok(status)),
+            Err(e) => self.finish(i, Err(e)),
+        }
+    }
+
+    fn on_event(&mut self, i: usize, flags: u32) {
+        let Some(slot) = self.slots.get_mut(i) else {
+            return;
+        };
+        let Some(link) = slot.link.as_mut() else {
+            return;
+        };
+        link.ready();
+        match slot.state {
+            State::Busy { .. } => self.proceed(i),
+            State::Connecting => {
+                let done = (libc::EPOLLOUT | libc::EPOLLERR | libc::EPOLLHUP) as u32;
+                if flags & done == 0 {
+                    return;
+                }
+                slot.state = match link.opened() {
+                    Ok(()) => State::Idle,
+                    Err(e) => {
+                        slot.link = None;
+                        State::Down(format!("connect: {e}"))
+                    }
+                };
+                self.catch_up(i);
+            }
+            State::Idle | State::Down(_) => {}
+        }
+    }
+
+    /// Connection `i`'s request is done: answered with `status`, or failed. Counts it if it
+    /// is measured and moves the connection to its next request.
+    fn finish(&mut self, i: usize, outcome: Result<u16, String>) {
+        self.record(i, outcome.as_ref().copied().map_err(String::as_str));
+        let slot = &mut self.slots[i];
+        slot.state = match outcome {
+            Ok(_) if slot.link.as_ref().is_some_and(|l| l.closing) => {
+                slot.link = None;
+                State::Down("the server closed the connection".into())
+            }
+            Ok(_) => State::Idle,
+            // A new connection for the next request; a failed connect fails that one.
+            Err(_) => {
+                slot.link = None;
+                match Connection::connect(self.args.addr) {
+                    Ok((link, open)) => match self.epoll.add(link.fd(), i as u64) {
+                        Ok(()) => {
+                            slot.link = Some(link);
+                            if open {
+                                State::Idle
+                            } else {
+                                State::Connecting
+                            }
+                        }
+                        Err(e) => State::Down(format!("connect: {e}")),
+                    },
+                    Err(e) => State::Down(format!("connect: {e}")),
+                }
+            }
+        };
+        self.catch_up(i);
+    }
+
+    /// Counts connection `i`'s request, if measured, and moves the connection past it.
+    fn record(&mut self, i: usize, outcome: Result<u16, &str>) {
+        let n = self.slots[i].next;
+        self.slots[i].next += self.slots.len() as u64;
+        if self.slots[i].next >= self.total && n < self.total {
+            self.unfinished -= 1;
+        }
+        if n < self.measured {
+            return;
+        }
+        let due = self.due(n);
+        let tally = &mut self.tally;
+        tally.due += 1;
+        match (outcome, &self.slots[i].state) {
+            (Ok(status), State::Busy { began, .. }) => {
+                let now = Instant::now();
+                let latency = now.duration_since(*began);
+                let us = latency.as_micros().min(u32::MAX as u128) as u32;
+                tally.latencies_us.push(us);
+                if self.args.slow.is_some_and(|slow| latency > slow)
+                    && tally.slow.len() < SLOW_KEPT
+                {
+                    tally.slow.push((i, due, us));
+                }
+                tally.last_answer = Some(now);
+                if !(200..300).contains(&status) {
+                    tally.not_2xx += 1;
+                }
+            }
+            (Ok(_), _) => {} // an answer comes only to a request sent
+            (Err(e), _) => {
+                tally.failed += 1;
+                tally.first_error.get_or_insert_with(|| e.to_string());
+            }
+        }
+    }
+
+    /// The run's end plus 5 s: every answer still missing fails.
+    fn give_up(&mut self) {
+        for i in 0..self.slots.len() {
+            if matches!(self.slots[i].state, State::Busy { .. }) && self.slots[i].next < self.total
+            {
+                self.record(i, Err("no answer before the run's end"));
+            }
+        }
+    }
+}
