@@ -29,7 +29,8 @@ impl Epoll {
             u64: token,
         };
         // SAFETY: `event` is valid for the call; the kernel copies it.
-        let done = unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut event) };
+        let done =
+            unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut event) };
         if done < 0 {
             return Err(io::Error::last_os_error());
         }
