@@ -271,6 +271,7 @@ impl Load<'_> {
         if self.slots[i].next >= self.total && n < self.total {
             self.unfinished -= 1;
         }
+        self.tally.all += 1;
         if n < self.measured {
             return;
         }

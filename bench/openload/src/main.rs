@@ -15,7 +15,7 @@
 //! read) and no task, timer or allocation of its own. It prints what `bench/overload.sh`
 //! parses: requests due, answered, failed and answered with a status other than 2xx; the
 //! offered and achieved rate; latency percentiles in microseconds of the requests due after
-//! the warm-up.
+//! the warm-up; its own CPU time, and per request (warm-up included).
 
 mod args;
 mod connection;
@@ -32,6 +32,8 @@ use args::Args;
 #[derive(Default)]
 struct Tally {
     latencies_us: Vec<u32>,
+    /// Requests done (answered or failed), warm-up included.
+    all: u64,
     due: u64,
     failed: u64,
     not_2xx: u64,
@@ -82,6 +84,16 @@ fn run(args: &Args) -> (Tally, Instant) {
     }
 }
 
+/// The user and system CPU time this process used so far, in microseconds.
+fn cpu_us() -> (u64, u64) {
+    // SAFETY: an all-zero rusage is a valid value; getrusage only writes into it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is valid and writable for the call's duration.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    (us(usage.ru_utime), us(usage.ru_stime))
+}
+
 /// CLOCK_MONOTONIC now, in seconds.
 fn monotonic() -> f64 {
     let mut ts = libc::timespec {
@@ -105,6 +117,7 @@ fn percentile(sorted: &[u32], per_mille: usize) -> u32 {
 /// Prints the figures; `measured`: when the measured part began. The achieved rate is the
 /// answers over the time from then to the last answer (late answers stretch it).
 fn report(args: &Args, mut tally: Tally, measured: Instant) -> ExitCode {
+    let (user_us, system_us) = cpu_us();
     tally.latencies_us.sort_unstable();
     let answered = tally.latencies_us.len() as u64;
     let seconds = tally
@@ -128,6 +141,11 @@ fn report(args: &Args, mut tally: Tally, measured: Instant) -> ExitCode {
         percentile(l, 990),
         percentile(l, 999),
         l.last().copied().unwrap_or(0)
+    );
+    // Its own cost: whether the load generator's core, not the server, set the pace.
+    println!(
+        "cpu_us: user {user_us} system {system_us} per_request {:.2}",
+        (user_us + system_us) as f64 / tally.all.max(1) as f64
     );
     if !tally.slow.is_empty() {
         // CLOCK_MONOTONIC, which std's Instant reads on Linux, as seconds: the clock perf can
