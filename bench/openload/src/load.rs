@@ -5,9 +5,9 @@
 //! as they come due and sends each whose connection is free, its latency counted from when it
 //! is sent; a connection that frees up (an answer, a failure, a new connection open) after its
 //! next request came due sends it at once, its latency counted from when it was due. The loop
-//! sleeps in `epoll_wait` until the cursor's next request is due (to the millisecond, as with
-//! tokio's timer: requests due within the same millisecond go out together) or a socket is
-//! ready.
+//! sleeps in `epoll_wait` until a socket is ready or the millisecond boundary (counted from the
+//! start) at or after the cursor's next due time: the requests due within a millisecond go out
+//! together at its end, as tokio's timer wheel sent them in openload's first version.
 
 use std::net::TcpStream;
 use std::time::{Duration, Instant};

@@ -7,12 +7,14 @@
 //! offset by `i / rate`), whatever the answers do. A request whose connection is still busy
 //! when it is due is sent as soon as the connection is free, and its latency counts from when
 //! it was due (the wait is the proxy's doing); one whose connection was free counts from when
-//! it was sent (so the timer's own lateness, up to a millisecond with tokio's timer, is not
-//! counted). That is wrk2's correction; wrk2 itself is not packaged in Debian.
+//! it was sent (so the loop's own lateness, up to a millisecond, is not counted). That is
+//! wrk2's correction; wrk2 itself is not packaged in Debian.
 //!
-//! One thread, one loop over every connection (`load.rs`): the requests due are sent when the
-//! loop wakes, at most every millisecond, so each costs two system calls (its write and its
-//! read) and no task, timer or allocation of its own. It prints what `bench/overload.sh`
+//! One thread, one `epoll` loop over every connection (`load.rs`), no async runtime: the
+//! requests due go out together on a millisecond grid, each costing two system calls (its
+//! write and its read) and no task, timer or allocation of its own. Nearly all of its CPU per
+//! request is then the kernel's loopback TCP work in those calls, as for wrk (bench/README.md,
+//! "overload.sh and openload"). It prints what `bench/overload.sh`
 //! parses: requests due, answered, failed and answered with a status other than 2xx; the
 //! offered and achieved rate; latency percentiles in microseconds of the requests due after
 //! the warm-up; its own CPU time, and per request (warm-up included).
