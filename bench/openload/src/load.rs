@@ -149,14 +149,19 @@ impl Load<'_> {
             return;
         }
         match self.slots[i].state {
-            State::Idle => self.send(i, Instant::now()),
+            State::Idle => {
+                if self.send(i, Instant::now()) {
+                    self.catch_up(i);
+                }
+            }
             State::Down(_) => self.catch_up(i),
             State::Busy { .. } | State::Connecting => {}
         }
     }
 
-    /// Connection `i` is free: its next request goes at once if already due, its latency
-    /// counted from when it was due; with no connection, each request already due fails.
+    /// Connection `i` is free: each of its requests already due goes at once (in turn, as
+    /// long as answers are at hand), its latency counted from when it was due; with no
+    /// connection, each fails.
     fn catch_up(&mut self, i: usize) {
         while self.slots[i].next < self.total {
             let due = self.due(self.slots[i].next);
@@ -164,7 +169,11 @@ impl Load<'_> {
                 return; // the cursor sends it when due
             }
             match &self.slots[i].state {
-                State::Idle => return self.send(i, due),
+                State::Idle => {
+                    if !self.send(i, due) {
+                        return;
+                    }
+                }
                 State::Down(e) => {
                     let e = e.clone();
                     self.finish(i, Err(e));
@@ -174,16 +183,20 @@ impl Load<'_> {
         }
     }
 
-    fn send(&mut self, i: usize, began: Instant) {
+    /// Sends connection `i`'s next request; whether its exchange is already over (see
+    /// [`Load::proceed`]).
+    fn send(&mut self, i: usize, began: Instant) -> bool {
         self.slots[i].state = State::Busy { began, sent: 0 };
-        self.proceed(i);
+        self.proceed(i)
     }
 
-    /// Moves connection `i`'s exchange on: the rest of its request, then its answer.
-    fn proceed(&mut self, i: usize) {
+    /// Moves connection `i`'s exchange on: the rest of its request, then its answer. Gives
+    /// whether the exchange is over (answered or failed): the caller then sees to the next
+    /// request, as a loop rather than a recursion as deep as a backlog.
+    fn proceed(&mut self, i: usize) -> bool {
         let slot = &mut self.slots[i];
         let (State::Busy { sent, .. }, Some(link)) = (&mut slot.state, slot.link.as_mut()) else {
-            return;
+            return false;
         };
         let request = &self.args.request;
         let outcome = loop {
@@ -191,16 +204,17 @@ impl Load<'_> {
                 break link.answer();
             }
             match link.write(&request[*sent..]) {
-                Ok(0) => return, // the rest when the socket is writable again
+                Ok(0) => return false, // the rest when the socket is writable again
                 Ok(n) => *sent += n,
                 Err(e) => break Err(e),
             }
         };
         match outcome {
-            Ok(None) => {}
+            Ok(None) => return false,
             Ok(Some(status)) => self.finish(i, Ok(status)),
             Err(e) => self.finish(i, Err(e)),
         }
+        true
     }
 
     fn on_event(&mut self, i: usize, flags: u32) {
@@ -212,7 +226,11 @@ impl Load<'_> {
         };
         link.ready(flags);
         match slot.state {
-            State::Busy { .. } => self.proceed(i),
+            State::Busy { .. } => {
+                if self.proceed(i) {
+                    self.catch_up(i);
+                }
+            }
             State::Connecting => {
                 let done = (libc::EPOLLOUT | libc::EPOLLERR | libc::EPOLLHUP) as u32;
                 if flags & done == 0 {
@@ -232,7 +250,8 @@ impl Load<'_> {
     }
 
     /// Connection `i`'s request is done: answered with `status`, or failed. Counts it if it
-    /// is measured and moves the connection to its next request.
+    /// is measured and moves the connection to its next request (a failure opens a new
+    /// connection for it); the caller sends that request if it is due.
     fn finish(&mut self, i: usize, outcome: Result<u16, String>) {
         self.record(i, outcome.as_ref().copied().map_err(String::as_str));
         let slot = &mut self.slots[i];
@@ -261,7 +280,6 @@ impl Load<'_> {
                 }
             }
         };
-        self.catch_up(i);
     }
 
     /// Counts connection `i`'s request, if measured, and moves the connection past it.
