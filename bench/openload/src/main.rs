@@ -7,26 +7,35 @@
 //! offset by `i / rate`), whatever the answers do. A request whose connection is still busy
 //! when it is due is sent as soon as the connection is free, and its latency counts from when
 //! it was due (the wait is the proxy's doing); one whose connection was free counts from when
-//! it was sent (so the timer's own lateness, up to a millisecond with tokio's timer, is not
-//! counted). That is wrk2's correction; wrk2 itself is not packaged in Debian.
+//! it was sent (so the loop's own lateness, up to a millisecond, is not counted). That is
+//! wrk2's correction; wrk2 itself is not packaged in Debian.
 //!
-//! One thread (a current-thread runtime). It prints what `bench/overload.sh` parses: requests
-//! due, answered, failed and answered with a status other than 2xx; the offered and achieved
-//! rate; latency percentiles in microseconds of the requests due after the warm-up.
+//! One thread, one `epoll` loop over every connection (`load.rs`), no async runtime: the
+//! requests due go out together on a millisecond grid, each costing two system calls (its
+//! write and its read) and no task, timer or allocation of its own. Nearly all of its CPU per
+//! request is then the kernel's loopback TCP work in those calls, as for wrk (bench/README.md,
+//! "overload.sh and openload"). It prints what `bench/overload.sh`
+//! parses: requests due, answered, failed and answered with a status other than 2xx; the
+//! offered and achieved rate; latency percentiles in microseconds of the requests due after
+//! the warm-up; its own CPU time, and per request (warm-up included).
 
 mod args;
-mod exchange;
+mod connection;
+mod load;
+mod poll;
 
+use std::net::TcpStream;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use args::Args;
-use exchange::Connection;
 
-/// What one connection brings back.
+/// What the run brings back.
 #[derive(Default)]
 struct Tally {
     latencies_us: Vec<u32>,
+    /// Requests done (answered or failed), warm-up included.
+    all: u64,
     due: u64,
     failed: u64,
     not_2xx: u64,
@@ -40,21 +49,6 @@ struct Tally {
 /// At most this many slow requests are kept for printing.
 const SLOW_KEPT: usize = 10_000;
 
-impl Tally {
-    fn merge(&mut self, other: Tally) {
-        self.latencies_us.extend(other.latencies_us);
-        self.due += other.due;
-        self.failed += other.failed;
-        self.not_2xx += other.not_2xx;
-        if self.first_error.is_none() {
-            self.first_error = other.first_error;
-        }
-        self.last_answer = self.last_answer.max(other.last_answer);
-        let room = SLOW_KEPT.saturating_sub(self.slow.len());
-        self.slow.extend(other.slow.into_iter().take(room));
-    }
-}
-
 fn main() -> ExitCode {
     let args = match Args::parse(std::env::args().skip(1)) {
         Ok(args) => args,
@@ -63,100 +57,43 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let (tally, measured) = runtime.block_on(run(&args));
+    let (tally, measured) = run(&args);
     report(&args, tally, measured)
 }
 
 /// Runs the schedule; gives what came back and when the measured part began.
-async fn run(args: &Args) -> (Tally, Instant) {
+fn run(args: &Args) -> (Tally, Instant) {
+    let failed = |e: String| {
+        let tally = Tally {
+            failed: 1,
+            first_error: Some(e),
+            ..Tally::default()
+        };
+        (tally, Instant::now())
+    };
     // Every connection is opened before the schedule starts.
-    let mut connections = Vec::with_capacity(args.connections);
+    let mut streams = Vec::with_capacity(args.connections);
     for _ in 0..args.connections {
-        match Connection::open(args).await {
-            Ok(c) => connections.push(c),
-            Err(e) => {
-                let failed = Tally {
-                    failed: 1,
-                    first_error: Some(format!("connect to {}: {e}", args.addr)),
-                    ..Tally::default()
-                };
-                return (failed, Instant::now());
-            }
+        match TcpStream::connect(args.addr) {
+            Ok(stream) => streams.push(stream),
+            Err(e) => return failed(format!("connect to {}: {e}", args.addr)),
         }
     }
     let start = Instant::now() + Duration::from_millis(50);
-    let mut tasks = tokio::task::JoinSet::new();
-    for (i, connection) in connections.into_iter().enumerate() {
-        let args = args.clone();
-        tasks.spawn(load(args, connection, start, i));
+    match load::run(args, streams, start) {
+        Ok(tally) => (tally, start + args.warmup),
+        Err(e) => failed(format!("epoll: {e}")),
     }
-    let mut tally = Tally::default();
-    while let Some(done) = tasks.join_next().await {
-        tally.merge(done.expect("a connection task panicked"));
-    }
-    (tally, start + args.warmup)
 }
 
-/// Connection `index`'s schedule, from `start` to the end of the warm-up and the run.
-async fn load(args: Args, mut connection: Connection, start: Instant, index: usize) -> Tally {
-    let rate = args.rate as f64;
-    let interval = Duration::from_secs_f64(args.connections as f64 / rate);
-    let mut due = start + Duration::from_secs_f64(index as f64 / rate);
-    let measured = start + args.warmup;
-    let end = measured + args.duration;
-    // An answer still missing this long after the end is a failure, so the run ends.
-    let give_up = end + Duration::from_secs(5);
-    let mut tally = Tally::default();
-    while due < end {
-        let began = if Instant::now() < due {
-            tokio::time::sleep_until(due.into()).await;
-            Instant::now()
-        } else {
-            due
-        };
-        let counted = due >= measured;
-        let answer = tokio::time::timeout_at(give_up.into(), connection.exchange()).await;
-        let answer = answer.unwrap_or_else(|_| Err("no answer before the run's end".into()));
-        if counted {
-            tally.due += 1;
-        }
-        match answer {
-            Ok(status) => {
-                if counted {
-                    let us = began.elapsed().as_micros().min(u32::MAX as u128) as u32;
-                    tally.latencies_us.push(us);
-                    if args.slow.is_some_and(|slow| began.elapsed() > slow)
-                        && tally.slow.len() < SLOW_KEPT
-                    {
-                        tally.slow.push((index, due, us));
-                    }
-                    tally.last_answer = Some(Instant::now());
-                    if !(200..300).contains(&status) {
-                        tally.not_2xx += 1;
-                    }
-                }
-            }
-            Err(e) => {
-                if counted {
-                    tally.failed += 1;
-                    tally.first_error.get_or_insert(e);
-                }
-                if Instant::now() >= give_up {
-                    break;
-                }
-                // A new connection for the next request; a failed connect fails that one.
-                if let Ok(fresh) = Connection::open(&args).await {
-                    connection = fresh;
-                }
-            }
-        }
-        due += interval;
-    }
-    tally
+/// The user and system CPU time this process used so far, in microseconds.
+fn cpu_us() -> (u64, u64) {
+    // SAFETY: an all-zero rusage is a valid value; getrusage only writes into it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is valid and writable for the call's duration.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    (us(usage.ru_utime), us(usage.ru_stime))
 }
 
 /// CLOCK_MONOTONIC now, in seconds.
@@ -182,6 +119,7 @@ fn percentile(sorted: &[u32], per_mille: usize) -> u32 {
 /// Prints the figures; `measured`: when the measured part began. The achieved rate is the
 /// answers over the time from then to the last answer (late answers stretch it).
 fn report(args: &Args, mut tally: Tally, measured: Instant) -> ExitCode {
+    let (user_us, system_us) = cpu_us();
     tally.latencies_us.sort_unstable();
     let answered = tally.latencies_us.len() as u64;
     let seconds = tally
@@ -205,6 +143,11 @@ fn report(args: &Args, mut tally: Tally, measured: Instant) -> ExitCode {
         percentile(l, 990),
         percentile(l, 999),
         l.last().copied().unwrap_or(0)
+    );
+    // Its own cost: whether the load generator's core, not the server, set the pace.
+    println!(
+        "cpu_us: user {user_us} system {system_us} per_request {:.2}",
+        (user_us + system_us) as f64 / tally.all.max(1) as f64
     );
     if !tally.slow.is_empty() {
         // CLOCK_MONOTONIC, which std's Instant reads on Linux, as seconds: the clock perf can
