@@ -18,12 +18,14 @@
 #
 # Usage: bench/pgo.sh [OUT]   (default OUT: target/pgo/capataz)
 #        env: PROFDATA=llvm-profdata (an llvm-profdata that reads the raw profiles of rustc's
-#             LLVM; default: the newest /usr/lib/llvm-*/bin/llvm-profdata, or rustup's llvm-tools)
+#             LLVM; default: rustup's llvm-tools when installed (`rustup component add
+#             llvm-tools`, rustc's own LLVM), else the newest /usr/lib/llvm-*/bin/llvm-profdata)
 #             TRAIN_SECONDS=4 TRAIN_BASE=9660 H3=1 PGO_DIR=target/pgo
 #             CARGO_PROFILE_RELEASE_LTO=thin (quicker builds; not the shipped settings)
 # Needs: cargo, nginx, wrk, h2load (nghttp2-client), openssl, curl, ss, and llvm-profdata
-#        (Debian: apt-get install llvm-19; rustc 1.95's LLVM 22 writes raw profiles that
-#        llvm-profdata 19 reads). Two release builds: about twice `cargo build --release`.
+#        (rustup's llvm-tools, or Debian: apt-get install llvm-19; rustc 1.95's LLVM 22 writes
+#        raw profiles that llvm-profdata 19 reads). Two release builds: about twice `cargo
+#        build --release`. The Containerfile's image is this build (its build stage runs it).
 set -Eeuo pipefail
 LOG_TAG=pgo
 source "$(dirname "$0")/common.sh"
@@ -63,11 +65,11 @@ mkdir -p "$RUN_DIR/nginx-backend"/{logs,tmp,www} "$PGO_DIR/raw" "$PGO_DIR/raw-ot
 log "instrumented build (target dir $PGO_DIR/generate)"
 (cd "$ROOT_DIR" && CARGO_TARGET_DIR=$PGO_DIR/generate \
     RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-generate=$PGO_DIR/raw" \
-    cargo build --release --quiet -p capataz --bin capataz)
+    cargo build --release --locked --quiet -p capataz --bin capataz)
 TRAINEE=$PGO_DIR/generate/release/capataz
 if [[ $H3 == 1 ]]; then
     # The load generator, built apart (uninstrumented): its profile is not capataz's.
-    (cd "$ROOT_DIR" && CARGO_TARGET_DIR=$PGO_DIR/h3load cargo build --release --quiet \
+    (cd "$ROOT_DIR" && CARGO_TARGET_DIR=$PGO_DIR/h3load cargo build --release --locked --quiet \
         -p capataz-h3load --bin h3load)
 fi
 
@@ -266,7 +268,13 @@ raw=("$PGO_DIR"/raw/*.profraw)
 log "optimised build (target dir $PGO_DIR/use)"
 (cd "$ROOT_DIR" && CARGO_TARGET_DIR=$PGO_DIR/use \
     RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-use=$PGO_DIR/capataz.profdata -Cllvm-args=-pgo-warn-missing-function=false" \
-    cargo build --release --quiet -p capataz --bin capataz)
+    cargo build --release --locked --quiet -p capataz --bin capataz)
 mkdir -p "$(dirname "$OUT")"
 cp "$PGO_DIR/use/release/capataz" "$OUT"
-log "built $OUT ($(cd "$ROOT_DIR" && git rev-parse --short HEAD 2>/dev/null)$(cd "$ROOT_DIR" && git diff --quiet HEAD -- crates vendor 2>/dev/null || echo ', working tree differs from HEAD'))"
+# Which tree it was built from, when it is a git checkout (the container's build stage is not).
+if rev=$(cd "$ROOT_DIR" && git rev-parse --short HEAD 2>/dev/null); then
+    (cd "$ROOT_DIR" && git diff --quiet HEAD -- crates vendor) || rev+=", working tree differs from HEAD"
+    log "built $OUT ($rev)"
+else
+    log "built $OUT"
+fi
