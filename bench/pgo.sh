@@ -11,7 +11,8 @@
 #   path rewrite, an access log and latency outliers on, h2c (h2load -c10 -m10, and -c1 -m1),
 #   HTTPS keep-alive (wrk -c50), a TLS handshake per request (wrk, `Connection: close`),
 #   HTTP/2 over TLS (h2load -c50 -m10), request bodies (h2load -d, HTTP/1.1 and HTTP/2), TCP
-#   mode, and HTTP/3 (bench/h3load) unless H3=0.
+#   mode, a pool of HTTP/2 backends (`protocol = "h2c"`, nginx's h2c, from HTTP/1.1 and h2c
+#   clients), and HTTP/3 (bench/h3load) unless H3=0.
 # What the training does not run is laid out as cold: it still works, but may run slower than in
 # the plain release build (`cargo build --release`). The profile comes from this tree only; it
 # is not kept in the repository, so it never goes stale.
@@ -35,8 +36,10 @@ PGO_DIR=${PGO_DIR:-$ROOT_DIR/target/pgo}
 OUT=${1:-$PGO_DIR/capataz}
 RUN_DIR=$PGO_DIR/run
 BACKEND1=$((TRAIN_BASE + 1)) BACKEND2=$((TRAIN_BASE + 2))
+BACKEND3=$((TRAIN_BASE + 3)) BACKEND4=$((TRAIN_BASE + 4)) # nginx's h2c, for the HTTP/2 pool
 PLAIN=$((TRAIN_BASE + 10)) H2C=$((TRAIN_BASE + 11)) RULES=$((TRAIN_BASE + 12))
-TLS=$((TRAIN_BASE + 13)) TCP=$((TRAIN_BASE + 14)) ADMIN=$((TRAIN_BASE + 19))
+TLS=$((TRAIN_BASE + 13)) TCP=$((TRAIN_BASE + 14)) H2UP=$((TRAIN_BASE + 15))
+ADMIN=$((TRAIN_BASE + 19))
 
 find_profdata() {
     if [[ -n ${PROFDATA:-} ]]; then echo "$PROFDATA"; return; fi
@@ -56,7 +59,8 @@ for tool in h2load openssl cargo rustc; do
     command -v "$tool" >/dev/null || die "missing command: $tool"
 done
 PROFDATA=$(find_profdata)
-for p in "$BACKEND1" "$BACKEND2" "$PLAIN" "$H2C" "$RULES" "$TLS" "$TCP" "$ADMIN"; do
+for p in "$BACKEND1" "$BACKEND2" "$BACKEND3" "$BACKEND4" "$PLAIN" "$H2C" "$RULES" "$TLS" "$TCP" \
+    "$H2UP" "$ADMIN"; do
     if port_busy "$p"; then die "127.0.0.1:$p already in use (set TRAIN_BASE=...)"; fi
 done
 rm -rf "$RUN_DIR" "$PGO_DIR/raw" "$PGO_DIR/raw-other"
@@ -98,6 +102,13 @@ http {
         listen 127.0.0.1:$BACKEND1;
         listen 127.0.0.1:$BACKEND2;
         location = /healthz { return 200 "ok\n"; }
+        location = /big { root $RUN_DIR/nginx-backend/www; }
+        location / { return 200 "ok\n"; }
+    }
+    server {
+        listen 127.0.0.1:$BACKEND3 http2;
+        listen 127.0.0.1:$BACKEND4 http2;
+        http2_max_requests 1000000;
         location = /big { root $RUN_DIR/nginx-backend/www; }
         location / { return 200 "ok\n"; }
     }
@@ -187,6 +198,15 @@ address = "127.0.0.1:$TCP"
 mode = "tcp"
 pool = "tcp"
 
+[[listeners]]
+name = "h2up"
+address = "127.0.0.1:$H2UP"
+h2c = true
+
+[[listeners.routes]]
+name = "all"
+pool = "h2up"
+
 CONFIG
     pool bench
     pool rules
@@ -203,6 +223,22 @@ backends = [{ name = "b1", address = "127.0.0.1:$BACKEND1" }]
 [pools.tcp.active]
 kind = "tcp"
 interval = "1s"
+
+[pools.h2up]
+algorithm = "round_robin"
+protocol = "h2c"
+backends = [
+    { name = "b3", address = "127.0.0.1:$BACKEND3" },
+    { name = "b4", address = "127.0.0.1:$BACKEND4" },
+]
+
+[pools.h2up.active]
+kind = "http"
+path = "/healthz"
+interval = "1s"
+timeout = "1s"
+rise = 2
+fall = 3
 CONFIG
 } >"$RUN_DIR/capataz.toml"
 
@@ -214,10 +250,12 @@ wait_port "$BACKEND1" "$LAST_PID"
 start capataz "" env CAPATAZ_WORKER_THREADS=1 LLVM_PROFILE_FILE="$PGO_DIR/raw/capataz-%p-%m.profraw" \
     "$TRAINEE" run --config "$RUN_DIR/capataz.toml"
 CAPATAZ_PID=$LAST_PID
-for p in "$PLAIN" "$H2C" "$RULES" "$TLS" "$TCP"; do wait_port "$p" "$CAPATAZ_PID" 60; done
-for _ in $(seq 100); do # both backends UP (rise 2 at 1 s)
-    if [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PLAIN/") == 200 ]]; then break; fi
-    sleep 0.1
+for p in "$PLAIN" "$H2C" "$RULES" "$TLS" "$TCP" "$H2UP"; do wait_port "$p" "$CAPATAZ_PID" 60; done
+for port in "$PLAIN" "$H2UP"; do # the backends UP (rise 2 at 1 s)
+    for _ in $(seq 100); do
+        if [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/") == 200 ]]; then break; fi
+        sleep 0.1
+    done
 done
 sleep 2.5
 
@@ -253,6 +291,10 @@ train "HTTP/2 over TLS, request bodies" h2load -c10 -m10 -n 10000 -d "$RUN_DIR/n
 h2ok
 train "TCP mode" wrk -t1 -c50 -d"$d" "http://127.0.0.1:$TCP/"
 wrkok
+train "HTTP/2 backends, HTTP/1.1 clients" wrk -t1 -c50 -d2s "http://127.0.0.1:$H2UP/"
+wrkok
+train "HTTP/2 backends, h2c clients" h2load -c10 -m10 -n 10000 "http://127.0.0.1:$H2UP/"
+h2ok
 if [[ $H3 == 1 ]]; then
     train "HTTP/3" env LLVM_PROFILE_FILE="$PGO_DIR/raw-other/h3load-%p.profraw" \
         "$PGO_DIR/h3load/release/h3load" --cert "$RUN_DIR/cert.pem" -c 20 -m 5 -d "$TRAIN_SECONDS" \
