@@ -117,13 +117,15 @@ NGINX
 
 # Every kind of listener in one process, each on its own port; the pool and its checks as in
 # bench/capataz.toml (active HTTP checks, passive accounting on).
-pool() { # pool NAME
+pool() { # pool NAME [PROTOCOL PORT PORT]: round robin over two backends (default the HTTP/1.1 pair)
+    local protocol="" a=${3:-$BACKEND1} b=${4:-$BACKEND2}
+    if [[ -n ${2:-} ]]; then protocol=$'\nprotocol = "'"$2"'"'; fi
     cat <<POOL
 [pools.$1]
-algorithm = "round_robin"
+algorithm = "round_robin"$protocol
 backends = [
-    { name = "b1", address = "127.0.0.1:$BACKEND1" },
-    { name = "b2", address = "127.0.0.1:$BACKEND2" },
+    { name = "b1", address = "127.0.0.1:$a" },
+    { name = "b2", address = "127.0.0.1:$b" },
 ]
 
 [pools.$1.active]
@@ -224,22 +226,8 @@ backends = [{ name = "b1", address = "127.0.0.1:$BACKEND1" }]
 kind = "tcp"
 interval = "1s"
 
-[pools.h2up]
-algorithm = "round_robin"
-protocol = "h2c"
-backends = [
-    { name = "b3", address = "127.0.0.1:$BACKEND3" },
-    { name = "b4", address = "127.0.0.1:$BACKEND4" },
-]
-
-[pools.h2up.active]
-kind = "http"
-path = "/healthz"
-interval = "1s"
-timeout = "1s"
-rise = 2
-fall = 3
 CONFIG
+    pool h2up h2c "$BACKEND3" "$BACKEND4"
 } >"$RUN_DIR/capataz.toml"
 
 start backend "" nginx -p "$RUN_DIR/nginx-backend/" -c "$RUN_DIR/nginx-backend/nginx.conf" \
