@@ -9,13 +9,18 @@
 #   3. HTTP/2 over TLS (`-P h2`, 50 connections x 10 streams), HAProxy first, then
 #   4. capataz first;
 #   5. two worker threads each, nothing pinned by the harness (`-l none -n 2 -c "50 100"`),
-#      HAProxy nbthread 2, nginx 2 workers, Pingora 2 threads, capataz 2 workers.
+#      HAProxy nbthread 2, nginx 2 workers, Pingora 2 threads, capataz 2 workers;
+#   6. plaintext in the harness's default layout (`-l shared`: wrk alone on CPU 1, the proxy
+#      and the backends share CPU 0, so the server side's CPU sets the pace), peers first, and
+#   7. the same, capataz first. In the split layout of parts 1-2 wrk and the backends share a
+#      core that is 96-98 % busy behind capataz and nginx alike, and that core sets both
+#      proxies' requests per second (BENCHMARKS.md, "Plaintext where the proxy sets the pace").
 # Each part prints the harness's table and bench/paired.sh's ratios (capataz against each
 # peer, median of per-round ratios, rounds won). Pingora joins parts 1 and 5 when PINGORA_BIN
 # names its binary (`PINGORA_BIN=$(../shared/bench/pingora-lb/build.sh)`). Without an argument
 # capataz is built from this tree (release). Each part takes /tmp/capataz-bench.lock; with
 # SESSION_NICE=-20 the whole run is a session of its own at that autogroup nice (common.sh).
-# PARTS="1 3" runs some parts only. About 12 minutes with Pingora.
+# PARTS="1 3" runs some parts only. About 16 minutes with Pingora.
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 . bench/common.sh
@@ -27,7 +32,7 @@ else
     bin=$PWD/target/release/capataz
 fi
 harness=${HARNESS:-../shared/bench/peers.sh}
-parts=${PARTS:-1 2 3 4 5}
+parts=${PARTS:-1 2 3 4 5 6 7}
 pingora=
 [[ -n ${PINGORA_BIN:-} ]] && pingora=pingora
 export CAPATAZ_BIN=$bin HARNESS=$harness
@@ -66,3 +71,7 @@ two_threads() {
     [[ -n $res ]] && bench/paired.sh "$res"
 }
 part 5 "two threads" -- two_threads
+part 6 "plaintext, shared layout, peers first" -- \
+    bench/peers.sh -l shared -d 5s -r 5 -c 50 -T "haproxy nginx $pingora extra"
+part 7 "plaintext, shared layout, capataz first" -- \
+    bench/peers.sh -l shared -d 5s -r 5 -c 50 -T "extra nginx haproxy $pingora"

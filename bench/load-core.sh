@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# bench/load-core.sh [CAPATAZ_BIN] - what each proxy leaves the load's core to do, in the shared
+# harness's split layout: the proxy alone on CPU 0, wrk and the backends on CPU 1.
+#
+# Starts the harness's backend nginx (../shared/bench/backend-nginx.conf, 127.0.0.1:9101-9102,
+# CPU 1), HAProxy (haproxy.cfg, :9200), nginx as a proxy (proxy-nginx.conf, :9300) and capataz
+# (bench/capataz.toml, :9400, one worker), the three proxies on CPU 0; then, ROUNDS times (3),
+# for each proxy in turn, `wrk -t1 -c50 -d5s` on CPU 1 under `perf stat -a -A`, and prints per
+# request and per CPU: system calls (all, and epoll_wait, epoll_ctl, read, write, recvfrom,
+# writev, sendto), context switches, packets sent on the loopback (net:net_dev_xmit) and
+# softirqs. On the loopback a packet's receive path runs on the CPU that sent it, so CPU 1's
+# figures are the work of wrk and the backends, and how a proxy batches and frames its writes
+# is what it can change there. The heads each proxy sends are printed first.
+# Needs perf with tracepoints (linux-perf), wrk, nginx, haproxy. About 2 minutes.
+# Everything binds 127.0.0.1 and is stopped by PID (common.sh).
+set -Eeuo pipefail
+cd "$(dirname "$0")/.."
+LOG_TAG=load-core
+. bench/common.sh
+in_own_session "$@"
+for cmd in perf wrk nginx haproxy taskset curl; do
+    command -v "$cmd" >/dev/null || die "needs $cmd"
+done
+if [[ -n ${1:-} ]]; then
+    bin=$(realpath "$1")
+else
+    cargo build --release --quiet --bin capataz
+    bin=$PWD/target/release/capataz
+fi
+shared=${SHARED:-../shared/bench}
+rounds=${ROUNDS:-3}
+run=${RUN_DIR:-/tmp/capataz-load-core}
+rm -rf "$run"
+mkdir -p "$run"/{be,px}/{logs,tmp}
+cp "$shared/backend-nginx.conf" "$run/be/nginx.conf"
+cp "$shared/proxy-nginx.conf" "$run/px/nginx.conf"
+cp "$shared/haproxy.cfg" "$run/haproxy.cfg"
+
+start() { # start NAME CPU cmd...
+    local name=$1 cpu=$2
+    shift 2
+    taskset -c "$cpu" "$@" >"$run/$name.log" 2>&1 &
+    PIDS+=("$!")
+    PNAME[$!]=$name
+}
+wait_url() {
+    local deadline=$((SECONDS + 15))
+    until curl -sf -o /dev/null --max-time 1 "$1"; do
+        ((SECONDS < deadline)) || die "no answer from $1"
+        sleep 0.2
+    done
+}
+start backend 1 nginx -p "$run/be/" -c "$run/be/nginx.conf" -e "$run/be/logs/error.log"
+wait_url http://127.0.0.1:9101/
+start haproxy 0 haproxy -db -f "$run/haproxy.cfg"
+start nginx 0 nginx -p "$run/px/" -c "$run/px/nginx.conf" -e "$run/px/logs/error.log"
+start capataz 0 env CAPATAZ_WORKER_THREADS=1 "$bin" run --config bench/capataz.toml
+targets=(haproxy:9200 nginx:9300 capataz:9400)
+for t in "${targets[@]}"; do wait_url "http://127.0.0.1:${t#*:}/"; done
+sleep 3 # every proxy's checks see both backends up
+for t in "${targets[@]}"; do
+    echo "== ${t%%:*}'s answer to the client:"
+    curl -s -D - -o /dev/null "http://127.0.0.1:${t#*:}/" | tr -d '\r' | sed 's/^/   /'
+done
+
+events=context-switches,raw_syscalls:sys_enter,syscalls:sys_enter_epoll_wait
+events+=,syscalls:sys_enter_epoll_ctl,syscalls:sys_enter_read,syscalls:sys_enter_write
+events+=,syscalls:sys_enter_recvfrom,syscalls:sys_enter_writev,syscalls:sys_enter_sendto
+events+=,net:net_dev_xmit,irq:softirq_entry
+for ((r = 1; r <= rounds; r++)); do
+    for t in "${targets[@]}"; do
+        name=${t%%:*}
+        perf stat -a -A -x, -e "$events" -o "$run/$name.$r.perf" -- \
+            taskset -c 1 wrk -t1 -c50 -d5s "http://127.0.0.1:${t#*:}/" >"$run/$name.$r.wrk" 2>&1
+        awk -v name="$name" -v r="$r" '
+            /^Requests\/sec/ { rate = $2 }
+            / requests in / { n = $1 }
+            END { printf "%s round %d: %s req/s, %d requests\n", name, r, rate, n }' "$run/$name.$r.wrk"
+        n=$(awk '/ requests in /{print $1}' "$run/$name.$r.wrk")
+        awk -F, -v n="$n" '/^CPU/ { v[$4] = v[$4] sprintf("  %s %7.3f", $1, $2 / n) }
+            END { for (e in v) printf "   %-34s%s\n", e, v[e] }' "$run/$name.$r.perf" | sort
+    done
+done
+echo "# per request; CPU0 = the proxy, CPU1 = wrk and the backends; raw: $run"
