@@ -12,13 +12,14 @@
 # figures are the work of wrk and the backends, and how a proxy batches and frames its writes
 # is what it can change there. The heads each proxy sends are printed first.
 # Needs perf with tracepoints (linux-perf), wrk, nginx, haproxy. About 2 minutes.
-# Everything binds 127.0.0.1 and is stopped by PID (common.sh).
+# Everything binds 127.0.0.1 and is stopped by PID (common.sh). The harness's ports must be free:
+# run it under `flock /tmp/capataz-bench.lock`.
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 LOG_TAG=load-core
 . bench/common.sh
 in_own_session "$@"
-for cmd in perf wrk nginx haproxy taskset curl; do
+for cmd in perf wrk nginx haproxy taskset curl ss; do
     command -v "$cmd" >/dev/null || die "needs $cmd"
 done
 if [[ -n ${1:-} ]]; then
@@ -50,6 +51,9 @@ wait_url() {
         sleep 0.2
     done
 }
+for port in 9101 9102 9200 9201 9300 9400; do
+    [[ -z $(ss -Hltn "sport = :$port") ]] || die "127.0.0.1:$port is taken (another benchmark? take /tmp/capataz-bench.lock)"
+done
 start backend 1 nginx -p "$run/be/" -c "$run/be/nginx.conf" -e "$run/be/logs/error.log"
 wait_url http://127.0.0.1:9101/
 start haproxy 0 haproxy -db -f "$run/haproxy.cfg"
