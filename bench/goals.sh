@@ -20,7 +20,7 @@
 # names its binary (`PINGORA_BIN=$(../shared/bench/pingora-lb/build.sh)`). Without an argument
 # capataz is built from this tree (release). Each part takes /tmp/capataz-bench.lock; with
 # SESSION_NICE=-20 the whole run is a session of its own at that autogroup nice (common.sh).
-# PARTS="1 3" runs some parts only. About 16 minutes with Pingora.
+# PARTS="1 3" runs some parts only. About 13 minutes with Pingora.
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 . bench/common.sh
