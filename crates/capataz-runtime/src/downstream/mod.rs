@@ -36,7 +36,8 @@
 //! For HTTP/2 the same counters give: `idle_timeout`, no stream in progress and none started
 //! for that long, whatever other frames come and go (PINGs, capataz's keep-alive PINGs
 //! included, keep no connection open, as with Envoy's `idle_timeout`); the connection is then
-//! closed with a GOAWAY (and dropped if it is still open a second later).
+//! closed with a GOAWAY (and dropped if it is still open a second later, once the streams
+//! its client opened before it saw the GOAWAY, which are served, are done).
 //! `header_read_timeout` applies only until the protocol is known (a client that sends part of
 //! a preface or of a request line and stalls); a stream's headers are bounded by the
 //! listener's `max_header_bytes` and h2's CONTINUATION limit, and the wait for them by

@@ -244,10 +244,12 @@ impl Watched {
             return true;
         }
         if let Some(sent) = self.closing.as_ref().and_then(|c| c.goaway_since) {
-            // An HTTP/2 connection got its GOAWAY: gone by now, or dropped (once its streams
-            // are done, when draining).
+            // An HTTP/2 connection got its GOAWAY: gone by now, or dropped once its streams
+            // are done, an idle one's too. Its first GOAWAY (last stream 2^31-1) lets in the
+            // streams its client opened before it saw it, which are served as any other
+            // (RFC 9113 section 6.8), not cut off with the connection.
             let waited = now.saturating_duration_since(sent) >= GOAWAY_GRACE;
-            if waited && (!drain_begun || shared.active.load(Ordering::Relaxed) == 0) {
+            if waited && shared.active.load(Ordering::Relaxed) == 0 {
                 shared.close(Close::Abort);
                 return false;
             }
