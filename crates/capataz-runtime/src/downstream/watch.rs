@@ -253,36 +253,41 @@ impl Watched {
                 shared.close(Close::Abort);
                 return false;
             }
-        } else if let Some((since, moved)) =
-            self.closing.as_mut().and_then(|c| c.drain_quiet.as_mut())
-        {
-            let now_moved = bytes_moved(shared);
-            if now_moved != *moved {
-                *since = now;
-                *moved = now_moved;
-            } else if shared.active.load(Ordering::Relaxed) == 0
-                && now.saturating_duration_since(*since) >= DRAIN_IDLE_GRACE
-            {
-                shared.close(Close::Abort);
-                return false;
+        } else {
+            let drain = self.closing.as_mut().and_then(|c| c.drain_quiet.as_mut());
+            let drained = drain.is_some();
+            if let Some((since, moved)) = drain {
+                let now_moved = bytes_moved(shared);
+                if now_moved != *moved {
+                    *since = now;
+                    *moved = now_moved;
+                } else if shared.active.load(Ordering::Relaxed) == 0
+                    && now.saturating_duration_since(*since) >= DRAIN_IDLE_GRACE
+                {
+                    shared.close(Close::Abort);
+                    return false;
+                }
             }
-        } else if timed_out(
-            shared,
-            limits,
-            now,
-            &mut self.seen,
-            &mut self.quiet_since,
-            &mut self.head_since,
-        ) {
-            if shared.h2.load(Ordering::Relaxed) {
-                shared.close(Close::Graceful);
-                self.closing.get_or_insert_with(Box::default).goaway_since = Some(now);
-            } else {
-                shared.close(Close::Abort);
-                return false;
+            // While draining too: a head trickling a byte at a time moves a byte within every
+            // grace, and would hold the drain until the shutdown's deadline.
+            if timed_out(
+                shared,
+                limits,
+                now,
+                &mut self.seen,
+                &mut self.quiet_since,
+                &mut self.head_since,
+            ) {
+                if shared.h2.load(Ordering::Relaxed) {
+                    shared.close(Close::Graceful);
+                    self.closing.get_or_insert_with(Box::default).goaway_since = Some(now);
+                } else {
+                    shared.close(Close::Abort);
+                    return false;
+                }
+            } else if !drained && parkable(shared, now, self.quiet_since, period) {
+                shared.ask_park();
             }
-        } else if parkable(shared, now, self.quiet_since, period) {
-            shared.ask_park();
         }
         shared.count_bytes();
         if let Some(private) = self.private.upgrade() {
