@@ -253,6 +253,11 @@ impl Watched {
                 shared.close(Close::Abort);
                 return false;
             }
+        } else if drain_begun && shared.h2.load(Ordering::Relaxed) {
+            // Turned HTTP/2 after the drain began (its first bytes came after): its GOAWAY
+            // now, or its client would go on opening streams until the shutdown's deadline.
+            shared.close(Close::Graceful);
+            self.closing.get_or_insert_with(Box::default).goaway_since = Some(now);
         } else {
             let drain = self.closing.as_mut().and_then(|c| c.drain_quiet.as_mut());
             let drained = drain.is_some();
@@ -492,6 +497,42 @@ mod tests {
         // Quiet for `DRAIN_IDLE_GRACE`: the HTTP/1 connections are closed.
         tokio::time::sleep(DRAIN_IDLE_GRACE + Duration::from_millis(600)).await;
         assert_eq!(h1.close.load(Ordering::Relaxed), Close::Abort);
+        assert_eq!(late.close.load(Ordering::Relaxed), Close::Abort);
+    }
+
+    /// Regression: a connection whose protocol was not known yet when the drain began
+    /// (accepted just before it, its h2c preface or its first bytes after a TLS handshake
+    /// that chose h2 coming after) turned HTTP/2 with no GOAWAY: a client that kept its
+    /// streams going held the drain until the shutdown's deadline, and was then cut off
+    /// mid-request.
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_turns_http2_while_draining_gets_its_goaway() {
+        let (tx, shutdown) = watch::channel(false);
+        let watch = Watch::start(limits(), shutdown);
+        let late = Arc::new(new_shared());
+        watch.add(late.clone(), Weak::new());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        tx.send_replace(true);
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+        assert!(late.draining.load(Ordering::Relaxed));
+        assert_eq!(late.close.load(Ordering::Relaxed), Close::Open);
+        // Its preface, then a stream every 100 ms, each answered.
+        late.set_h2(&limits());
+        let streams = |count: u64| {
+            let late = late.clone();
+            async move {
+                for _ in 0..count {
+                    late.reads.fetch_add(100, Ordering::Relaxed);
+                    late.served.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
+        streams(5).await;
+        assert_eq!(late.close.load(Ordering::Relaxed), Close::Graceful);
+        // Dropped once its grace has passed with no stream in progress.
+        streams(20).await;
         assert_eq!(late.close.load(Ordering::Relaxed), Close::Abort);
     }
 
