@@ -94,7 +94,7 @@ use crate::body::{BodyRead, RespBody};
 use crate::config::Http2Config;
 use crate::instruments::ListenerMetrics;
 use crate::outbox::{Held, Outbox};
-use crate::proxy::{BodyReadHook, ClientInfo, Proxy};
+use crate::proxy::{BodyReadHook, ClientInfo, Proxy, TunnelHold};
 use crate::turn;
 
 mod gone;
@@ -203,8 +203,9 @@ pub(crate) struct ConnState {
     counted: (AtomicU64, AtomicU64),
     /// The listener's metrics, as the connection was accepted.
     listener: Arc<ListenerMetrics>,
-    /// Requests in progress (head received, response body not yet sent): each holds memory,
-    /// far from 2^32 of them at once.
+    /// Requests in progress (head received, response body not yet sent), and HTTP/2 streams
+    /// become tunnels still open ([`OpenTunnel`]): each holds memory, far from 2^32 of them
+    /// at once.
     active: AtomicU32,
     /// Requests done.
     served: AtomicU64,
@@ -370,6 +371,11 @@ where
                 let hook: Arc<dyn crate::body::BodyRead> = service_shared.clone();
                 req.extensions_mut().insert(BodyReadHook(hook));
             }
+        } else if req.method() == http::Method::CONNECT {
+            // An extended CONNECT (a WebSocket, RFC 8441) whose stream may become a tunnel:
+            // counted in progress for as long as the tunnel holds this.
+            let open = Arc::new(OpenTunnel::new(service_shared.clone()));
+            req.extensions_mut().insert(TunnelHold::new(open));
         }
         // The answer is wrapped within the proxy's future, not in one of this service's own
         // around it, which would keep the request beside it (`Proxy::handle_then`).
@@ -759,6 +765,24 @@ impl Drop for InProgress {
                 shared.close(Close::Abort);
             }
         }
+    }
+}
+
+/// An HTTP/2 extended CONNECT, and the tunnel its stream may become (`TunnelHold`), counted
+/// in `active` until dropped: a connection whose only stream is a busy WebSocket is not idle,
+/// and a drain waits for it as for a request. The tunnel closes on its own idleness.
+struct OpenTunnel(Arc<ConnState>);
+
+impl OpenTunnel {
+    fn new(shared: Arc<ConnState>) -> OpenTunnel {
+        shared.active.fetch_add(1, Ordering::Relaxed);
+        OpenTunnel(shared)
+    }
+}
+
+impl Drop for OpenTunnel {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
