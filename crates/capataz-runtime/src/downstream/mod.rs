@@ -1117,6 +1117,39 @@ mod tests {
         }
     }
 
+    /// The counters made 32 bits (`active`, `cancel_limit`) at their limits: the largest
+    /// `max_concurrent_streams` the config takes (10,000) still drops the connection at the
+    /// cancel after it, a connection that has answered (nearly) 2^64 requests adds no overflow,
+    /// and requests and tunnels give back every count of `active` they took.
+    #[test]
+    fn the_32_bit_counters_hold_at_their_limits() {
+        let shared = Arc::new(new_shared());
+        let mut limits = limits();
+        limits.http2.max_concurrent_streams = 10_000;
+        shared.set_h2(&limits);
+        for cancelled in 1..=10_001u32 {
+            drop(InProgress::new(shared.clone()));
+            let closed = shared.close.load(Ordering::Relaxed) == Close::Abort;
+            assert_eq!(closed, cancelled > 10_000, "after {cancelled} cancelled");
+        }
+        let shared = Arc::new(new_shared());
+        shared.cancel_limit.store(u32::MAX, Ordering::Relaxed);
+        shared.h2.store(true, Ordering::Relaxed);
+        shared.answered.store(u64::MAX - 1, Ordering::Relaxed);
+        drop(InProgress::new(shared.clone()));
+        assert_eq!(shared.close.load(Ordering::Relaxed), Close::Open);
+        let held: Vec<_> = (0..1000)
+            .map(|n| {
+                let request = InProgress::new(shared.clone());
+                let tunnel = (n % 2 == 0).then(|| OpenTunnel::new(shared.clone()));
+                (request, tunnel)
+            })
+            .collect();
+        assert_eq!(shared.active.load(Ordering::Relaxed), 1500);
+        drop(held);
+        assert_eq!(shared.active.load(Ordering::Relaxed), 0);
+    }
+
     #[test]
     fn cancelled_requests_never_close_an_http1_connection() {
         let shared = Arc::new(new_shared());
