@@ -36,7 +36,8 @@
 //! For HTTP/2 the same counters give: `idle_timeout`, no stream in progress and none started
 //! for that long, whatever other frames come and go (PINGs, capataz's keep-alive PINGs
 //! included, keep no connection open, as with Envoy's `idle_timeout`); the connection is then
-//! closed with a GOAWAY (and dropped if it is still open a second later).
+//! closed with a GOAWAY (and dropped if it is still open a second later, once the streams
+//! its client opened before it saw the GOAWAY, which are served, are done).
 //! `header_read_timeout` applies only until the protocol is known (a client that sends part of
 //! a preface or of a request line and stalls); a stream's headers are bounded by the
 //! listener's `max_header_bytes` and h2's CONTINUATION limit, and the wait for them by
@@ -70,7 +71,7 @@
 //! an upgrade) an HTTP/1 connection answers every request from then on with `Connection:
 //! close`, so its client opens the next connection elsewhere instead of sending its next
 //! request on a connection about to close; with no request in progress and no byte moved for
-//! `DRAIN_IDLE_GRACE`, it is dropped. An HTTP/2 connection gets a GOAWAY, and is dropped once
+//! `DRAIN_IDLE_GRACE`, it is dropped (its timeouts apply as ever). An HTTP/2 connection gets a GOAWAY, and is dropped once
 //! its streams are done and `GOAWAY_GRACE` has passed.
 
 use std::future::{poll_fn, Future};
@@ -93,7 +94,7 @@ use crate::body::{BodyRead, RespBody};
 use crate::config::Http2Config;
 use crate::instruments::ListenerMetrics;
 use crate::outbox::{Held, Outbox};
-use crate::proxy::{BodyReadHook, ClientInfo, Proxy};
+use crate::proxy::{BodyReadHook, ClientInfo, Proxy, TunnelHold};
 use crate::turn;
 
 mod gone;
@@ -202,8 +203,9 @@ pub(crate) struct ConnState {
     counted: (AtomicU64, AtomicU64),
     /// The listener's metrics, as the connection was accepted.
     listener: Arc<ListenerMetrics>,
-    /// Requests in progress (head received, response body not yet sent): each holds memory,
-    /// far from 2^32 of them at once.
+    /// Requests in progress (head received, response body not yet sent), and HTTP/2 streams
+    /// become tunnels still open ([`OpenTunnel`]): each holds memory, far from 2^32 of them
+    /// at once.
     active: AtomicU32,
     /// Requests done.
     served: AtomicU64,
@@ -369,6 +371,11 @@ where
                 let hook: Arc<dyn crate::body::BodyRead> = service_shared.clone();
                 req.extensions_mut().insert(BodyReadHook(hook));
             }
+        } else if req.method() == http::Method::CONNECT {
+            // An extended CONNECT (a WebSocket, RFC 8441) whose stream may become a tunnel:
+            // counted in progress for as long as the tunnel holds this.
+            let open = Arc::new(OpenTunnel::new(service_shared.clone()));
+            req.extensions_mut().insert(TunnelHold::new(open));
         }
         // The answer is wrapped within the proxy's future, not in one of this service's own
         // around it, which would keep the request beside it (`Proxy::handle_then`).
@@ -761,6 +768,24 @@ impl Drop for InProgress {
     }
 }
 
+/// An HTTP/2 extended CONNECT, and the tunnel its stream may become (`TunnelHold`), counted
+/// in `active` until dropped: a connection whose only stream is a busy WebSocket is not idle,
+/// and a drain waits for it as for a request. The tunnel closes on its own idleness.
+struct OpenTunnel(Arc<ConnState>);
+
+impl OpenTunnel {
+    fn new(shared: Arc<ConnState>) -> OpenTunnel {
+        shared.active.fetch_add(1, Ordering::Relaxed);
+        OpenTunnel(shared)
+    }
+}
+
+impl Drop for OpenTunnel {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// A response body that keeps its request in progress until hyper is done with it, and over
 /// HTTP/2 tells its stream's guard when hyper holds what it gave (`stall.rs`).
 struct Tracked {
@@ -1090,6 +1115,39 @@ mod tests {
             let closed = shared.close.load(Ordering::Relaxed) == Close::Abort;
             assert_eq!(closed, cancelled > 5, "after {cancelled} cancelled");
         }
+    }
+
+    /// The counters made 32 bits (`active`, `cancel_limit`) at their limits: the largest
+    /// `max_concurrent_streams` the config takes (10,000) still drops the connection at the
+    /// cancel after it, a connection that has answered (nearly) 2^64 requests adds no overflow,
+    /// and requests and tunnels give back every count of `active` they took.
+    #[test]
+    fn the_32_bit_counters_hold_at_their_limits() {
+        let shared = Arc::new(new_shared());
+        let mut limits = limits();
+        limits.http2.max_concurrent_streams = 10_000;
+        shared.set_h2(&limits);
+        for cancelled in 1..=10_001u32 {
+            drop(InProgress::new(shared.clone()));
+            let closed = shared.close.load(Ordering::Relaxed) == Close::Abort;
+            assert_eq!(closed, cancelled > 10_000, "after {cancelled} cancelled");
+        }
+        let shared = Arc::new(new_shared());
+        shared.cancel_limit.store(u32::MAX, Ordering::Relaxed);
+        shared.h2.store(true, Ordering::Relaxed);
+        shared.answered.store(u64::MAX - 1, Ordering::Relaxed);
+        drop(InProgress::new(shared.clone()));
+        assert_eq!(shared.close.load(Ordering::Relaxed), Close::Open);
+        let held: Vec<_> = (0..1000)
+            .map(|n| {
+                let request = InProgress::new(shared.clone());
+                let tunnel = (n % 2 == 0).then(|| OpenTunnel::new(shared.clone()));
+                (request, tunnel)
+            })
+            .collect();
+        assert_eq!(shared.active.load(Ordering::Relaxed), 1500);
+        drop(held);
+        assert_eq!(shared.active.load(Ordering::Relaxed), 0);
     }
 
     #[test]

@@ -203,6 +203,16 @@ struct Closing {
     drain_quiet: Option<(Instant, (u64, u64))>,
     /// When an HTTP/2 connection got its GOAWAY.
     goaway_since: Option<Instant>,
+    /// Once `GOAWAY_GRACE` has passed: the streams started by then (see [`started`]), and
+    /// whether the last look saw more.
+    after_grace: Option<(u64, bool)>,
+}
+
+/// The streams an HTTP/2 connection has started so far: those done and those in progress
+/// (a tunnel's hold counts as one more while it lives, and one less when it ends).
+fn started(shared: &ConnState) -> u64 {
+    let served = shared.served.load(Ordering::Relaxed);
+    served + u64::from(shared.active.load(Ordering::Relaxed))
 }
 
 impl Watched {
@@ -235,6 +245,7 @@ impl Watched {
                 // GOAWAY: the client opens no new stream here; those in progress finish.
                 shared.close(Close::Graceful);
                 closing.goaway_since = Some(now);
+                closing.after_grace = None;
             }
             // HTTP/1: the answer of every request from now on says `Connection: close`, and
             // the client opens its next connection elsewhere; a connection with no request in
@@ -244,43 +255,76 @@ impl Watched {
             return true;
         }
         if let Some(sent) = self.closing.as_ref().and_then(|c| c.goaway_since) {
-            // An HTTP/2 connection got its GOAWAY: gone by now, or dropped (once its streams
-            // are done, when draining).
+            // An HTTP/2 connection got its GOAWAY: gone by now, or dropped once its streams
+            // are done, an idle one's too. Its first GOAWAY (last stream 2^31-1) lets in the
+            // streams its client opened before it saw it, which are served as any other
+            // (RFC 9113 section 6.8), not cut off with the connection.
             let waited = now.saturating_duration_since(sent) >= GOAWAY_GRACE;
-            if waited && (!drain_begun || shared.active.load(Ordering::Relaxed) == 0) {
+            if waited && shared.active.load(Ordering::Relaxed) == 0 {
                 shared.close(Close::Abort);
                 return false;
             }
-        } else if let Some((since, moved)) =
-            self.closing.as_mut().and_then(|c| c.drain_quiet.as_mut())
-        {
-            let now_moved = bytes_moved(shared);
-            if now_moved != *moved {
-                *since = now;
-                *moved = now_moved;
-            } else if shared.active.load(Ordering::Relaxed) == 0
-                && now.saturating_duration_since(*since) >= DRAIN_IDLE_GRACE
-            {
-                shared.close(Close::Abort);
-                return false;
+            // h2 lets new streams in until the client answers the first GOAWAY's PING, which
+            // a client may never do: one that still starts streams after the grace (a round
+            // trip is far less) ignores the GOAWAY, and would hold the connection open, its
+            // requests forwarded all along. Seen at two looks in a row (a stream that ends
+            // between the two loads of `started` may show as one more at one look).
+            if let Some(closing) = self.closing.as_mut().filter(|_| waited) {
+                let now_started = started(shared);
+                match &mut closing.after_grace {
+                    None => closing.after_grace = Some((now_started, false)),
+                    Some((then, more)) => {
+                        if now_started > *then && *more {
+                            tracing::debug!("streams started after a GOAWAY: connection dropped");
+                            shared.close(Close::Abort);
+                            return false;
+                        }
+                        *more = now_started > *then;
+                    }
+                }
             }
-        } else if timed_out(
-            shared,
-            limits,
-            now,
-            &mut self.seen,
-            &mut self.quiet_since,
-            &mut self.head_since,
-        ) {
-            if shared.h2.load(Ordering::Relaxed) {
-                shared.close(Close::Graceful);
-                self.closing.get_or_insert_with(Box::default).goaway_since = Some(now);
-            } else {
-                shared.close(Close::Abort);
-                return false;
+        } else if drain_begun && shared.h2.load(Ordering::Relaxed) {
+            // Turned HTTP/2 after the drain began (its first bytes came after): its GOAWAY
+            // now, or its client would go on opening streams until the shutdown's deadline.
+            shared.close(Close::Graceful);
+            let closing = self.closing.get_or_insert_with(Box::default);
+            closing.goaway_since = Some(now);
+            closing.after_grace = None;
+        } else {
+            let drain = self.closing.as_mut().and_then(|c| c.drain_quiet.as_mut());
+            let drained = drain.is_some();
+            if let Some((since, moved)) = drain {
+                let now_moved = bytes_moved(shared);
+                if now_moved != *moved {
+                    *since = now;
+                    *moved = now_moved;
+                } else if shared.active.load(Ordering::Relaxed) == 0
+                    && now.saturating_duration_since(*since) >= DRAIN_IDLE_GRACE
+                {
+                    shared.close(Close::Abort);
+                    return false;
+                }
             }
-        } else if parkable(shared, now, self.quiet_since, period) {
-            shared.ask_park();
+            // While draining too: a head trickling a byte at a time moves a byte within every
+            // grace, and would hold the drain until the shutdown's deadline.
+            if timed_out(
+                shared,
+                limits,
+                now,
+                &mut self.seen,
+                &mut self.quiet_since,
+                &mut self.head_since,
+            ) {
+                if shared.h2.load(Ordering::Relaxed) {
+                    shared.close(Close::Graceful);
+                    self.closing.get_or_insert_with(Box::default).goaway_since = Some(now);
+                } else {
+                    shared.close(Close::Abort);
+                    return false;
+                }
+            } else if !drained && parkable(shared, now, self.quiet_since, period) {
+                shared.ask_park();
+            }
         }
         shared.count_bytes();
         if let Some(private) = self.private.upgrade() {
@@ -486,6 +530,67 @@ mod tests {
         tokio::time::sleep(DRAIN_IDLE_GRACE + Duration::from_millis(600)).await;
         assert_eq!(h1.close.load(Ordering::Relaxed), Close::Abort);
         assert_eq!(late.close.load(Ordering::Relaxed), Close::Abort);
+    }
+
+    /// Regression: a connection whose protocol was not known yet when the drain began
+    /// (accepted just before it, its h2c preface or its first bytes after a TLS handshake
+    /// that chose h2 coming after) turned HTTP/2 with no GOAWAY: a client that kept its
+    /// streams going held the drain until the shutdown's deadline, and was then cut off
+    /// mid-request.
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_turns_http2_while_draining_gets_its_goaway() {
+        let (tx, shutdown) = watch::channel(false);
+        let watch = Watch::start(limits(), shutdown);
+        let late = Arc::new(new_shared());
+        watch.add(late.clone(), Weak::new());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        tx.send_replace(true);
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+        assert!(late.draining.load(Ordering::Relaxed));
+        assert_eq!(late.close.load(Ordering::Relaxed), Close::Open);
+        // Its preface, then a stream every 100 ms, each answered.
+        late.set_h2(&limits());
+        let streams = |count: u64| {
+            let late = late.clone();
+            async move {
+                for _ in 0..count {
+                    late.reads.fetch_add(100, Ordering::Relaxed);
+                    late.served.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
+        streams(5).await;
+        assert_eq!(late.close.load(Ordering::Relaxed), Close::Graceful);
+        // Dropped once its grace has passed with no stream in progress.
+        streams(20).await;
+        assert_eq!(late.close.load(Ordering::Relaxed), Close::Abort);
+    }
+
+    /// An HTTP/2 connection closed for idleness: a stream that crossed its GOAWAY keeps it
+    /// open while in progress; a client that ignores the GOAWAY (never answers its PING, h2
+    /// then lets its new streams in) and goes on starting streams is dropped a couple of
+    /// looks after the grace.
+    #[tokio::test(start_paused = true)]
+    async fn streams_started_after_a_goaways_grace_drop_the_connection() {
+        let (_tx, shutdown) = watch::channel(false);
+        let watch = Watch::start(limits(), shutdown);
+        let conn = Arc::new(new_shared());
+        conn.set_h2(&limits());
+        watch.add(conn.clone(), Weak::new());
+        tokio::time::sleep(Duration::from_millis(10_600)).await;
+        assert_eq!(conn.close.load(Ordering::Relaxed), Close::Graceful);
+        // A slow stream that crossed the GOAWAY: in progress well past the grace.
+        conn.active.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(conn.close.load(Ordering::Relaxed), Close::Graceful);
+        // New streams, one every 100 ms.
+        for _ in 0..30 {
+            conn.served.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(conn.close.load(Ordering::Relaxed), Close::Abort);
     }
 
     /// Regression: a connection added after the watcher's last look, just before the listener

@@ -37,6 +37,23 @@ pub struct ClientInfo {
 #[derive(Clone)]
 pub(crate) struct BodyReadHook(pub(crate) Arc<dyn crate::body::BodyRead>);
 
+/// Held by the tunnel an HTTP/2 stream becomes (a WebSocket by extended CONNECT, RFC 8441)
+/// for as long as it lives: the client connection puts it in the extensions of an extended
+/// CONNECT, and the proxy gives it to the tunnel it opens. The connection counts the tunnel as
+/// a stream in progress: not idle while it lives (the tunnel times its own idleness), and
+/// drained as a stream is.
+#[derive(Clone)]
+pub(crate) struct TunnelHold {
+    /// Never read: its drop is what counts.
+    _held: Arc<dyn Send + Sync>,
+}
+
+impl TunnelHold {
+    pub(crate) fn new(held: Arc<dyn Send + Sync>) -> TunnelHold {
+        TunnelHold { _held: held }
+    }
+}
+
 impl ClientInfo {
     /// The info for a client at `addr`.
     pub fn new(addr: SocketAddr) -> ClientInfo {

@@ -67,8 +67,8 @@ use tally::{PoolNames, Stage, Tally};
 use tunnel::tunnel;
 
 use build::{Route, Target};
-pub(crate) use client::BodyReadHook;
 pub use client::ClientInfo;
+pub(crate) use client::{BodyReadHook, TunnelHold};
 
 /// The request handler of one listener.
 #[derive(Debug)]
@@ -512,6 +512,7 @@ impl Proxy {
                         tally.affinity = affinity.answered(pool, index, &mut response);
                         let tunnel = Tunnel {
                             client: prepared.client_upgrade.take(),
+                            hold: prepared.hold.take(),
                             stream,
                             early,
                             websocket: prepared.websocket,
@@ -581,6 +582,10 @@ impl Proxy {
         let h2 = pool.config.protocol.is_h2();
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
+        // What the tunnel of an HTTP/2 client's WebSocket holds for its client connection.
+        let hold = websocket
+            .then(|| parts.extensions.remove::<TunnelHold>())
+            .flatten();
         strip_found(&mut parts.headers, hops, upgrade);
         if websocket {
             websocket::to_http1_handshake(&mut parts.method, &mut parts.headers);
@@ -626,6 +631,7 @@ impl Proxy {
             resend,
             plan,
             client_upgrade,
+            hold,
             websocket,
             upgrade,
             bodiless,
@@ -660,7 +666,7 @@ impl Proxy {
                     .filter(|_| pool.config.close_tunnels_on_down)
                     .map(|tunnels| tunnels.subscribe());
                 tunnel(
-                    client,
+                    (client, tunneled.hold),
                     tunneled.stream,
                     tunneled.early,
                     self.tunnel_idle,
@@ -733,6 +739,8 @@ struct Prepared {
     plan: Planner,
     /// The client's side of an upgrade it asked for.
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    /// What its tunnel holds for the client connection (an HTTP/2 client's WebSocket).
+    hold: Option<TunnelHold>,
     /// A WebSocket by extended CONNECT over HTTP/2, relayed as an HTTP/1.1 upgrade.
     websocket: bool,
     upgrade: bool,
@@ -842,6 +850,8 @@ fn http1_lease(
 /// backend's connection and what the backend sent after its 101 before the tunnel existed.
 struct Tunnel {
     client: Option<hyper::upgrade::OnUpgrade>,
+    /// Held for the tunnel's life ([`TunnelHold`]).
+    hold: Option<TunnelHold>,
     stream: BackendStream,
     early: Bytes,
     websocket: bool,

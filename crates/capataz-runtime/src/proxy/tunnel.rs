@@ -15,15 +15,18 @@ use crate::upstream::Transport;
 /// tunnel closes when either side does, or once no byte has moved either way for `idle` (the
 /// listener's `idle_timeout`): an idle upgraded connection holds two sockets and a task. With
 /// `closing` (the pool's `close_tunnels_on_down`), it also closes when the health runtime
-/// signals that the backend went DOWN.
+/// signals that the backend went DOWN. `hold` (an HTTP/2 client's WebSocket) is kept until
+/// the tunnel ends.
 pub(super) fn tunnel<S: Transport>(
-    client: hyper::upgrade::OnUpgrade,
+    (client, hold): (hyper::upgrade::OnUpgrade, Option<super::TunnelHold>),
     mut backend: S,
     early: Bytes,
     idle: std::time::Duration,
     closing: Option<tokio::sync::watch::Receiver<u64>>,
 ) {
     tokio::spawn(async move {
+        // Let go of with the tunnel (its client connection counts it until then).
+        let _hold = hold;
         let Ok(client) = client.await else {
             return;
         };

@@ -373,3 +373,63 @@ async fn a_stream_of_refused_streams_gets_a_goaway() {
     );
     assert_eq!(backend.hits(), 1);
 }
+
+/// Regression: a client that never answers the PING of a drain's first GOAWAY (last stream
+/// 2^31-1, after which h2 waits for that answer before its final GOAWAY) and goes on opening
+/// streams, one always in progress, had them all served for the whole drain (until the
+/// shutdown's deadline, the old process of an upgrade forwarding them to the backends all
+/// along). Now dropped a few watcher periods (1 s here) after the GOAWAY's grace second.
+#[tokio::test]
+async fn a_client_that_ignores_the_drains_goaway_cannot_keep_opening_streams() {
+    // Each answer takes 300 ms: the client always has streams in progress.
+    let sims = crate::support::balancer::backends(&["slow"]).await;
+    sims[0].set_traffic(capataz::sim::Mode::Delay(Duration::from_millis(300), 200));
+    let (balancer, addr, _events) = balancer(&crate::support::balancer::pairs(&sims), "", "").await;
+    let (mut read, mut write, _) = handshake(addr).await;
+    let shutdown = tokio::spawn(balancer.shutdown(Duration::from_secs(120)));
+    let goaway = tokio::time::timeout(DEADLINE, async {
+        loop {
+            let frame = read_frame(&mut read).await.expect("a frame");
+            if frame.kind == crate::support::h2frames::GOAWAY {
+                return frame;
+            }
+        }
+    })
+    .await
+    .expect("the drain's GOAWAY");
+    assert_eq!(goaway.payload[..4], [0x7f, 0xff, 0xff, 0xff], "{goaway:?}");
+    // A stream every 100 ms, the PING never answered, for at most 10 s.
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counted = answered.clone();
+    let reader = tokio::spawn(async move {
+        while let Some(frame) = read_frame(&mut read).await {
+            if frame.kind == crate::support::h2frames::HEADERS {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    });
+    let mut pace = tokio::time::interval(Duration::from_millis(100));
+    let began = std::time::Instant::now();
+    for i in 0..100u32 {
+        pace.tick().await;
+        let frame = headers(
+            2 * i + 1,
+            &request_block("GET", "app.test", "/"),
+            true,
+            true,
+        );
+        if write.write_all(&frame).await.is_err() || reader.is_finished() {
+            break;
+        }
+    }
+    let open_for = began.elapsed();
+    let closed = tokio::time::timeout(Duration::from_secs(1), reader)
+        .await
+        .is_ok();
+    let answered = answered.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        closed && open_for < Duration::from_secs(8),
+        "{answered} streams answered after the GOAWAY; closed: {closed}, after {open_for:?}"
+    );
+    let _ = tokio::time::timeout(DEADLINE, shutdown).await;
+}

@@ -118,6 +118,57 @@ async fn an_idle_h2_client_that_stops_reading_is_dropped_after_its_goaway() {
     assert!(ending.closed, "{ending:?}");
 }
 
+/// Regression: an HTTP/2 connection closed for idleness was dropped a second after its GOAWAY
+/// whatever it still served. Its first GOAWAY (last stream 2^31-1, then a PING) lets in the
+/// streams a client opened before it saw it (RFC 9113 section 6.8: "without losing
+/// requests"), as h2 does; one whose answer took longer than that second was cut off with the
+/// connection, its backend's work thrown away and counted as the client's cancel. Envoy and
+/// HAProxy close an idle connection's successor streams only once they are done.
+#[tokio::test]
+async fn a_stream_that_crossed_an_idle_goaway_is_answered_before_the_close() {
+    let sims = backends(&["slow"]).await;
+    // Longer than the second the watcher gives a GOAWAY.
+    sims[0].set_traffic(Mode::Delay(Duration::from_millis(2500), 200));
+    let (balancer, addr, _events) = balancer(&pairs(&sims), "idle_timeout = \"200ms\"", "").await;
+    let (mut read, mut write, _) = handshake(addr).await;
+    // The idle GOAWAY, and the PING whose answer lets the final one go.
+    let (mut goaway, mut ping) = (None, None);
+    while goaway.is_none() || ping.is_none() {
+        let frame = tokio::time::timeout(DEADLINE, h2frames::read_frame(&mut read))
+            .await
+            .expect("the idle GOAWAY in time")
+            .expect("a frame");
+        match frame.kind {
+            h2frames::GOAWAY => goaway = Some(frame.payload),
+            h2frames::PING if frame.flags & h2frames::ACK == 0 => ping = Some(frame.payload),
+            _ => {}
+        }
+    }
+    let goaway = goaway.unwrap_or_default();
+    assert_eq!(
+        goaway[..4],
+        [0x7f, 0xff, 0xff, 0xff],
+        "the first GOAWAY takes any stream"
+    );
+    // A request sent as the GOAWAY arrives: on the wire, the same as one in flight when the
+    // GOAWAY left. Then the PING's answer, after it, as a client that sent the request first.
+    let mut sent = headers(1, &request_block("GET", "app.test", "/"), true, true);
+    sent.extend(h2frames::frame(
+        h2frames::PING,
+        h2frames::ACK,
+        0,
+        &ping.unwrap_or_default(),
+    ));
+    write.write_all(&sent).await.unwrap();
+    let ending = read_to_end(&mut read, DEADLINE).await;
+    assert_eq!(ending.answered, [1], "{ending:?}");
+    assert!(ending.closed, "closed once its stream is done: {ending:?}");
+    assert_eq!(
+        charged(&balancer, 0),
+        [capataz_health::Outcome::Status(200)]
+    );
+}
+
 #[tokio::test]
 async fn a_stream_waiting_on_its_answer_is_not_idle() {
     let sims = backends(&["slow"]).await;

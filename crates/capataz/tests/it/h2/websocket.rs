@@ -155,3 +155,115 @@ async fn a_backend_that_does_not_switch_gets_the_client_a_502_and_other_protocol
     assert_eq!(answer.status, StatusCode::NOT_IMPLEMENTED);
     assert_eq!(backend.hits(), 1);
 }
+
+/// Regression: an HTTP/2 connection whose only stream was a WebSocket (RFC 8441) counted as
+/// idle: the watcher times an HTTP/2 connection by the streams it starts and has in progress,
+/// and a tunnel is neither once its `200` is out. A WebSocket busy both ways was cut
+/// `idle_timeout` (and a grace second) after its handshake; its idleness is the tunnel's
+/// own to time (`idle_timeout` too, with no byte either way), as over HTTP/1.1.
+#[tokio::test]
+async fn a_busy_websocket_over_h2_outlives_the_connections_idle_timeout() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let backend = websocket_backend(seen).await;
+    let (_balancer, addr, _events) =
+        balancer(&[backend.entry("ws")], "idle_timeout = \"300ms\"", "").await;
+    let mut conn = connect(addr).await;
+    conn.sender.ready().await.unwrap();
+    let response = tokio::time::timeout(
+        DEADLINE,
+        conn.sender.send_request(extended_connect("websocket")),
+    )
+    .await
+    .expect("an answer in time")
+    .expect("an answer");
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut tunnel = TokioIo::new(
+        tokio::time::timeout(DEADLINE, hyper::upgrade::on(response))
+            .await
+            .expect("the tunnel in time")
+            .expect("the stream becomes the tunnel"),
+    );
+    // A message every 100 ms for 2.5 s: the connection is never quiet for its idle_timeout,
+    // and this outlasts it and the GOAWAY's grace second.
+    let began = std::time::Instant::now();
+    let mut pace = tokio::time::interval(std::time::Duration::from_millis(100));
+    for n in 0..25u8 {
+        pace.tick().await;
+        let message = [0x81, 0x01, n];
+        tunnel
+            .write_all(&message)
+            .await
+            .unwrap_or_else(|error| panic!("message {n}, {:?} in: {error}", began.elapsed()));
+        let mut echoed = [0u8; 3];
+        tokio::time::timeout(DEADLINE, tunnel.read_exact(&mut echoed))
+            .await
+            .expect("the echo in time")
+            .unwrap_or_else(|error| panic!("echo {n}, {:?} in: {error}", began.elapsed()));
+        assert_eq!(echoed, message);
+    }
+    // Quiet, the tunnel is closed at its own idle_timeout, then the connection at its own.
+    let mut rest = Vec::new();
+    let ended = tokio::time::timeout(DEADLINE, tunnel.read_to_end(&mut rest)).await;
+    assert!(ended.is_ok(), "the quiet tunnel stays open");
+    tokio::time::timeout(DEADLINE, &mut conn.conn)
+        .await
+        .expect("the idle connection ends after its tunnel")
+        .unwrap()
+        .unwrap();
+}
+
+/// A drain with a WebSocket over HTTP/2 open: the connection gets its GOAWAY, the tunnel goes
+/// on past the GOAWAY's grace second as a stream in progress does (as an HTTP/1.1 upgrade's
+/// tunnel does), and the shutdown waits for it until its deadline.
+#[tokio::test]
+async fn a_drain_lets_a_websocket_over_h2_go_on_until_the_shutdowns_deadline() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let backend = websocket_backend(seen).await;
+    let (balancer, addr, _events) = balancer(&[backend.entry("ws")], "", "").await;
+    let mut conn = connect(addr).await;
+    conn.sender.ready().await.unwrap();
+    let response = tokio::time::timeout(
+        DEADLINE,
+        conn.sender.send_request(extended_connect("websocket")),
+    )
+    .await
+    .expect("an answer in time")
+    .expect("an answer");
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut tunnel = TokioIo::new(
+        tokio::time::timeout(DEADLINE, hyper::upgrade::on(response))
+            .await
+            .expect("the tunnel in time")
+            .expect("the stream becomes the tunnel"),
+    );
+    let began = std::time::Instant::now();
+    let grace = std::time::Duration::from_secs(3);
+    let shutdown = tokio::spawn(balancer.shutdown(grace));
+    // Messages every 100 ms for 2 s, past the GOAWAY's grace second.
+    let mut pace = tokio::time::interval(std::time::Duration::from_millis(100));
+    for n in 0..20u8 {
+        pace.tick().await;
+        let message = [0x81, 0x01, n];
+        tunnel
+            .write_all(&message)
+            .await
+            .unwrap_or_else(|error| panic!("message {n}, {:?} in: {error}", began.elapsed()));
+        let mut echoed = [0u8; 3];
+        tokio::time::timeout(DEADLINE, tunnel.read_exact(&mut echoed))
+            .await
+            .expect("the echo in time")
+            .unwrap_or_else(|error| panic!("echo {n}, {:?} in: {error}", began.elapsed()));
+        assert_eq!(echoed, message);
+    }
+    tokio::time::timeout(DEADLINE, shutdown)
+        .await
+        .expect("the shutdown ends at its deadline")
+        .expect("the shutdown task");
+    // It waited for the tunnel, as for a request in progress. (What is still open at the
+    // deadline is left to the process's exit: in a test's runtime it would go on.)
+    assert!(
+        began.elapsed() >= grace,
+        "ended after {:?}",
+        began.elapsed()
+    );
+}

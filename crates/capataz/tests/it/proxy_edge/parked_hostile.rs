@@ -166,3 +166,55 @@ async fn a_proxy_protocol_connection_parks_and_keeps_its_named_client() {
     assert_eq!(reply.status, 200);
     assert_eq!(b[0].traffic_hits(), 4);
 }
+
+/// A drain with parked connections: one whose client sends its next request gets it answered
+/// with `Connection: close` (its hyper connection built again while draining) and is closed
+/// after it; one whose client sends nothing is closed after the drain's grace second, without
+/// a stray byte; and the shutdown ends with them.
+#[tokio::test]
+async fn parked_connections_while_draining_answer_with_connection_close_or_close_quietly() {
+    let backend = counting_backend().await;
+    let (balancer, _rx) = start(&config_text(&[backend.entry("c")], PARKING, QUIET)).await;
+    let addr = balancer.local_addrs()[0];
+    let mut clients = Vec::new();
+    for n in 0..2 {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let mut buf = Vec::new();
+        let body = pattern(100 + n);
+        stream.write_all(&post("/first", &body)).await.unwrap();
+        let answer = read_reply(&mut stream, &mut buf).await.expect("an answer");
+        assert_eq!(answer.status, 200, "{}", answer.head);
+        clients.push(stream);
+    }
+    wait_until("both parked", || balancer.parked_connections() == 2).await;
+    let shutdown = tokio::spawn(balancer.shutdown(Duration::from_secs(30)));
+    // Draining has begun once the listener refuses new connections.
+    let end = std::time::Instant::now() + DEADLINE;
+    while TcpStream::connect(addr).await.is_ok() {
+        assert!(std::time::Instant::now() < end, "still accepting");
+        tokio::task::yield_now().await;
+    }
+    let mut quiet = clients.pop().unwrap();
+    let mut asking = clients.pop().unwrap();
+    let body = pattern(300);
+    asking.write_all(&post("/next", &body)).await.unwrap();
+    let mut buf = Vec::new();
+    let answer = read_reply(&mut asking, &mut buf)
+        .await
+        .expect("the parked connection's next request answered while draining");
+    assert_eq!(answer.status, 200, "{}", answer.head);
+    assert!(
+        crate::support::raw::has_token(&answer.head, "connection", "close"),
+        "{}",
+        answer.head
+    );
+    assert!(crate::support::raw::closes(&mut asking).await, "still open");
+    let mut stray = Vec::new();
+    let read = tokio::time::timeout(DEADLINE, quiet.read_to_end(&mut stray)).await;
+    assert!(read.is_ok(), "the quiet parked connection stays open");
+    assert!(stray.is_empty(), "a stray answer: {stray:?}");
+    tokio::time::timeout(DEADLINE, shutdown)
+        .await
+        .expect("the shutdown ends with its connections")
+        .expect("the shutdown task");
+}
