@@ -71,8 +71,8 @@
 //! an upgrade) an HTTP/1 connection answers every request from then on with `Connection:
 //! close`, so its client opens the next connection elsewhere instead of sending its next
 //! request on a connection about to close; with no request in progress and no byte moved for
-//! `DRAIN_IDLE_GRACE`, it is dropped (its timeouts apply as ever). An HTTP/2 connection gets a GOAWAY, and is dropped once
-//! its streams are done and `GOAWAY_GRACE` has passed.
+//! `DRAIN_IDLE_GRACE`, it is dropped (its timeouts apply as ever). An HTTP/2 connection gets
+//! a GOAWAY, and is dropped once its streams are done and `GOAWAY_GRACE` has passed.
 
 use std::future::{poll_fn, Future};
 use std::io;

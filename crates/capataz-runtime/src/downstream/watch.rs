@@ -203,9 +203,17 @@ struct Closing {
     drain_quiet: Option<(Instant, (u64, u64))>,
     /// When an HTTP/2 connection got its GOAWAY.
     goaway_since: Option<Instant>,
-    /// Once `GOAWAY_GRACE` has passed: the streams started by then (see [`started`]), and
-    /// whether the last look saw more.
+    /// Once `GOAWAY_GRACE` has passed: the streams started at the last look (see
+    /// [`started`]), and whether that look saw more than the one before.
     after_grace: Option<(u64, bool)>,
+}
+
+impl Closing {
+    /// The connection's GOAWAY, now (HTTP/2).
+    fn goaway(&mut self, shared: &ConnState, now: Instant) {
+        shared.close(Close::Graceful);
+        self.goaway_since = Some(now);
+    }
 }
 
 /// The streams an HTTP/2 connection has started so far: those done and those in progress
@@ -243,9 +251,7 @@ impl Watched {
             shared.draining.store(true, Ordering::Relaxed);
             if shared.h2.load(Ordering::Relaxed) {
                 // GOAWAY: the client opens no new stream here; those in progress finish.
-                shared.close(Close::Graceful);
-                closing.goaway_since = Some(now);
-                closing.after_grace = None;
+                closing.goaway(shared, now);
             }
             // HTTP/1: the answer of every request from now on says `Connection: close`, and
             // the client opens its next connection elsewhere; a connection with no request in
@@ -267,29 +273,26 @@ impl Watched {
             // h2 lets new streams in until the client answers the first GOAWAY's PING, which
             // a client may never do: one that still starts streams after the grace (a round
             // trip is far less) ignores the GOAWAY, and would hold the connection open, its
-            // requests forwarded all along. Seen at two looks in a row (a stream that ends
-            // between the two loads of `started` may show as one more at one look).
+            // requests forwarded all along. Streams started at two looks in a row, each
+            // counted against the look before: a stream that ends between `started`'s two
+            // loads is missed at that look and shows as one more at the next, once.
             if let Some(closing) = self.closing.as_mut().filter(|_| waited) {
                 let now_started = started(shared);
-                match &mut closing.after_grace {
-                    None => closing.after_grace = Some((now_started, false)),
-                    Some((then, more)) => {
-                        if now_started > *then && *more {
-                            tracing::debug!("streams started after a GOAWAY: connection dropped");
-                            shared.close(Close::Abort);
-                            return false;
-                        }
-                        *more = now_started > *then;
-                    }
+                let (then, more_then) = closing.after_grace.unwrap_or((now_started, false));
+                let more = now_started > then;
+                if more && more_then {
+                    tracing::debug!("streams started after a GOAWAY: connection dropped");
+                    shared.close(Close::Abort);
+                    return false;
                 }
+                closing.after_grace = Some((now_started, more));
             }
         } else if drain_begun && shared.h2.load(Ordering::Relaxed) {
             // Turned HTTP/2 after the drain began (its first bytes came after): its GOAWAY
             // now, or its client would go on opening streams until the shutdown's deadline.
-            shared.close(Close::Graceful);
-            let closing = self.closing.get_or_insert_with(Box::default);
-            closing.goaway_since = Some(now);
-            closing.after_grace = None;
+            self.closing
+                .get_or_insert_with(Box::default)
+                .goaway(shared, now);
         } else {
             let drain = self.closing.as_mut().and_then(|c| c.drain_quiet.as_mut());
             let drained = drain.is_some();
@@ -316,8 +319,9 @@ impl Watched {
                 &mut self.head_since,
             ) {
                 if shared.h2.load(Ordering::Relaxed) {
-                    shared.close(Close::Graceful);
-                    self.closing.get_or_insert_with(Box::default).goaway_since = Some(now);
+                    self.closing
+                        .get_or_insert_with(Box::default)
+                        .goaway(shared, now);
                 } else {
                     shared.close(Close::Abort);
                     return false;
@@ -590,6 +594,30 @@ mod tests {
             conn.served.fetch_add(1, Ordering::Relaxed);
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        assert_eq!(conn.close.load(Ordering::Relaxed), Close::Abort);
+    }
+
+    /// One more stream seen at one look after a GOAWAY's grace (a stream that ended between
+    /// `started`'s two loads, counted at the next look) is not a client ignoring the GOAWAY:
+    /// the connection stays until its streams are done. Counted against the first look after
+    /// the grace instead of the one before, it was dropped at the second look after.
+    #[tokio::test(start_paused = true)]
+    async fn one_stream_more_at_one_look_after_a_goaways_grace_keeps_the_connection() {
+        let (_tx, shutdown) = watch::channel(false);
+        let watch = Watch::start(limits(), shutdown);
+        let conn = Arc::new(new_shared());
+        conn.set_h2(&limits());
+        watch.add(conn.clone(), Weak::new());
+        tokio::time::sleep(Duration::from_millis(10_600)).await;
+        assert_eq!(conn.close.load(Ordering::Relaxed), Close::Graceful);
+        conn.active.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        conn.served.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(conn.close.load(Ordering::Relaxed), Close::Graceful);
+        // Its stream done: dropped.
+        conn.active.fetch_sub(1, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(conn.close.load(Ordering::Relaxed), Close::Abort);
     }
 
