@@ -666,7 +666,8 @@ impl Proxy {
                     .filter(|_| pool.config.close_tunnels_on_down)
                     .map(|tunnels| tunnels.subscribe());
                 tunnel(
-                    (client, tunneled.hold),
+                    client,
+                    tunneled.hold,
                     tunneled.stream,
                     tunneled.early,
                     self.tunnel_idle,

@@ -18,7 +18,8 @@ use crate::upstream::Transport;
 /// signals that the backend went DOWN. `hold` (an HTTP/2 client's WebSocket) is kept until
 /// the tunnel ends.
 pub(super) fn tunnel<S: Transport>(
-    (client, hold): (hyper::upgrade::OnUpgrade, Option<super::TunnelHold>),
+    client: hyper::upgrade::OnUpgrade,
+    hold: Option<super::TunnelHold>,
     mut backend: S,
     early: Bytes,
     idle: std::time::Duration,

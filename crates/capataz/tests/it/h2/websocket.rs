@@ -5,11 +5,12 @@ use std::sync::{Arc, Mutex};
 
 use http::{Method, StatusCode};
 use hyper::ext::Protocol;
+use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{balancer, echo_backend};
-use crate::support::h2client::{connect, empty};
+use crate::support::h2client::{connect, empty, H2Conn};
 use crate::support::raw::{has_token, header, read_head, RawBackend};
 use crate::support::DEADLINE;
 
@@ -62,12 +63,9 @@ fn extended_connect(protocol: &'static str) -> http::Request<crate::support::h2c
     req
 }
 
-#[tokio::test]
-async fn a_websocket_over_h2_reaches_an_http1_backend_and_echoes_both_ways() {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let backend = websocket_backend(seen.clone()).await;
-    let (_balancer, addr, _events) = balancer(&[backend.entry("ws")], "", "").await;
-    let mut conn = connect(addr).await;
+/// The answer to a WebSocket's extended CONNECT on `conn`, checked to be the `200` that opens
+/// the tunnel.
+async fn handshake(conn: &mut H2Conn) -> http::Response<hyper::body::Incoming> {
     conn.sender.ready().await.unwrap();
     let response = tokio::time::timeout(
         DEADLINE,
@@ -77,6 +75,46 @@ async fn a_websocket_over_h2_reaches_an_http1_backend_and_echoes_both_ways() {
     .expect("an answer in time")
     .expect("an answer");
     assert_eq!(response.status(), StatusCode::OK);
+    response
+}
+
+/// The tunnel the stream of `response` (a `200` to an extended CONNECT) becomes.
+async fn tunnel_of(response: http::Response<hyper::body::Incoming>) -> TokioIo<Upgraded> {
+    TokioIo::new(
+        tokio::time::timeout(DEADLINE, hyper::upgrade::on(response))
+            .await
+            .expect("the tunnel in time")
+            .expect("the stream becomes the tunnel"),
+    )
+}
+
+/// `count` three-byte messages through `tunnel`, one every 100 ms, each echoed before the next.
+async fn echo_paced(tunnel: &mut TokioIo<Upgraded>, count: u8) {
+    let began = std::time::Instant::now();
+    let mut pace = tokio::time::interval(std::time::Duration::from_millis(100));
+    for n in 0..count {
+        pace.tick().await;
+        let message = [0x81, 0x01, n];
+        tunnel
+            .write_all(&message)
+            .await
+            .unwrap_or_else(|error| panic!("message {n}, {:?} in: {error}", began.elapsed()));
+        let mut echoed = [0u8; 3];
+        tokio::time::timeout(DEADLINE, tunnel.read_exact(&mut echoed))
+            .await
+            .expect("the echo in time")
+            .unwrap_or_else(|error| panic!("echo {n}, {:?} in: {error}", began.elapsed()));
+        assert_eq!(echoed, message);
+    }
+}
+
+#[tokio::test]
+async fn a_websocket_over_h2_reaches_an_http1_backend_and_echoes_both_ways() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let backend = websocket_backend(seen.clone()).await;
+    let (_balancer, addr, _events) = balancer(&[backend.entry("ws")], "", "").await;
+    let mut conn = connect(addr).await;
+    let response = handshake(&mut conn).await;
     let headers = response.headers();
     assert_eq!(headers.get("sec-websocket-protocol").unwrap(), "chat");
     for gone in ["connection", "upgrade", "sec-websocket-accept"] {
@@ -103,12 +141,7 @@ async fn a_websocket_over_h2_reaches_an_http1_backend_and_echoes_both_ways() {
         "{head}"
     );
 
-    let mut tunnel = TokioIo::new(
-        tokio::time::timeout(DEADLINE, hyper::upgrade::on(response))
-            .await
-            .expect("the tunnel in time")
-            .expect("the stream becomes the tunnel"),
-    );
+    let mut tunnel = tunnel_of(response).await;
     for message in [&b"\x81\x05hello"[..], &[7u8; 70_000][..]] {
         tunnel.write_all(message).await.unwrap();
         let mut echoed = vec![0u8; message.len()];
@@ -168,39 +201,11 @@ async fn a_busy_websocket_over_h2_outlives_the_connections_idle_timeout() {
     let (_balancer, addr, _events) =
         balancer(&[backend.entry("ws")], "idle_timeout = \"300ms\"", "").await;
     let mut conn = connect(addr).await;
-    conn.sender.ready().await.unwrap();
-    let response = tokio::time::timeout(
-        DEADLINE,
-        conn.sender.send_request(extended_connect("websocket")),
-    )
-    .await
-    .expect("an answer in time")
-    .expect("an answer");
-    assert_eq!(response.status(), StatusCode::OK);
-    let mut tunnel = TokioIo::new(
-        tokio::time::timeout(DEADLINE, hyper::upgrade::on(response))
-            .await
-            .expect("the tunnel in time")
-            .expect("the stream becomes the tunnel"),
-    );
+    let response = handshake(&mut conn).await;
+    let mut tunnel = tunnel_of(response).await;
     // A message every 100 ms for 2.5 s: the connection is never quiet for its idle_timeout,
     // and this outlasts it and the GOAWAY's grace second.
-    let began = std::time::Instant::now();
-    let mut pace = tokio::time::interval(std::time::Duration::from_millis(100));
-    for n in 0..25u8 {
-        pace.tick().await;
-        let message = [0x81, 0x01, n];
-        tunnel
-            .write_all(&message)
-            .await
-            .unwrap_or_else(|error| panic!("message {n}, {:?} in: {error}", began.elapsed()));
-        let mut echoed = [0u8; 3];
-        tokio::time::timeout(DEADLINE, tunnel.read_exact(&mut echoed))
-            .await
-            .expect("the echo in time")
-            .unwrap_or_else(|error| panic!("echo {n}, {:?} in: {error}", began.elapsed()));
-        assert_eq!(echoed, message);
-    }
+    echo_paced(&mut tunnel, 25).await;
     // Quiet, the tunnel is closed at its own idle_timeout, then the connection at its own.
     let mut rest = Vec::new();
     let ended = tokio::time::timeout(DEADLINE, tunnel.read_to_end(&mut rest)).await;
@@ -221,40 +226,13 @@ async fn a_drain_lets_a_websocket_over_h2_go_on_until_the_shutdowns_deadline() {
     let backend = websocket_backend(seen).await;
     let (balancer, addr, _events) = balancer(&[backend.entry("ws")], "", "").await;
     let mut conn = connect(addr).await;
-    conn.sender.ready().await.unwrap();
-    let response = tokio::time::timeout(
-        DEADLINE,
-        conn.sender.send_request(extended_connect("websocket")),
-    )
-    .await
-    .expect("an answer in time")
-    .expect("an answer");
-    assert_eq!(response.status(), StatusCode::OK);
-    let mut tunnel = TokioIo::new(
-        tokio::time::timeout(DEADLINE, hyper::upgrade::on(response))
-            .await
-            .expect("the tunnel in time")
-            .expect("the stream becomes the tunnel"),
-    );
+    let response = handshake(&mut conn).await;
+    let mut tunnel = tunnel_of(response).await;
     let began = std::time::Instant::now();
     let grace = std::time::Duration::from_secs(3);
     let shutdown = tokio::spawn(balancer.shutdown(grace));
     // Messages every 100 ms for 2 s, past the GOAWAY's grace second.
-    let mut pace = tokio::time::interval(std::time::Duration::from_millis(100));
-    for n in 0..20u8 {
-        pace.tick().await;
-        let message = [0x81, 0x01, n];
-        tunnel
-            .write_all(&message)
-            .await
-            .unwrap_or_else(|error| panic!("message {n}, {:?} in: {error}", began.elapsed()));
-        let mut echoed = [0u8; 3];
-        tokio::time::timeout(DEADLINE, tunnel.read_exact(&mut echoed))
-            .await
-            .expect("the echo in time")
-            .unwrap_or_else(|error| panic!("echo {n}, {:?} in: {error}", began.elapsed()));
-        assert_eq!(echoed, message);
-    }
+    echo_paced(&mut tunnel, 20).await;
     tokio::time::timeout(DEADLINE, shutdown)
         .await
         .expect("the shutdown ends at its deadline")
