@@ -19,52 +19,36 @@ cd "$(dirname "$0")/.."
 LOG_TAG=load-core
 . bench/common.sh
 in_own_session "$@"
-for cmd in perf wrk nginx haproxy taskset curl ss; do
-    command -v "$cmd" >/dev/null || die "needs $cmd"
-done
-if [[ -n ${1:-} ]]; then
-    bin=$(realpath "$1")
-else
-    cargo build --release --quiet --bin capataz
-    bin=$PWD/target/release/capataz
-fi
+need_tools wrk nginx haproxy taskset curl ss
+command -v perf >/dev/null || die "needs perf (apt-get install linux-perf)"
+RUN_DIR=${RUN_DIR:-/tmp/capataz-load-core}
+rm -rf "$RUN_DIR"
+mkdir -p "$RUN_DIR"/{be,px}/{logs,tmp}
+if [[ -n ${1:-} ]]; then CAPATAZ_BIN=$(realpath "$1"); fi
+build_capataz
 shared=${SHARED:-../shared/bench}
 rounds=${ROUNDS:-3}
-run=${RUN_DIR:-/tmp/capataz-load-core}
-rm -rf "$run"
-mkdir -p "$run"/{be,px}/{logs,tmp}
-cp "$shared/backend-nginx.conf" "$run/be/nginx.conf"
-cp "$shared/proxy-nginx.conf" "$run/px/nginx.conf"
-cp "$shared/haproxy.cfg" "$run/haproxy.cfg"
+cp "$shared/backend-nginx.conf" "$RUN_DIR/be/nginx.conf"
+cp "$shared/proxy-nginx.conf" "$RUN_DIR/px/nginx.conf"
+cp "$shared/haproxy.cfg" "$RUN_DIR/haproxy.cfg"
 
-start() { # start NAME CPU cmd...
-    local name=$1 cpu=$2
-    shift 2
-    taskset -c "$cpu" "$@" >"$run/$name.log" 2>&1 &
-    PIDS+=("$!")
-    PNAME[$!]=$name
-}
-wait_url() {
-    local deadline=$((SECONDS + 15))
-    until curl -sf -o /dev/null --max-time 1 "$1"; do
-        ((SECONDS < deadline)) || die "no answer from $1"
-        sleep 0.2
-    done
-}
 for port in 9101 9102 9200 9201 9300 9400; do
-    [[ -z $(ss -Hltn "sport = :$port") ]] || die "127.0.0.1:$port is taken (another benchmark? take /tmp/capataz-bench.lock)"
+    ! port_busy "$port" || die "127.0.0.1:$port is taken (another benchmark? take /tmp/capataz-bench.lock)"
 done
-start backend 1 nginx -p "$run/be/" -c "$run/be/nginx.conf" -e "$run/be/logs/error.log"
-wait_url http://127.0.0.1:9101/
-start haproxy 0 haproxy -db -f "$run/haproxy.cfg"
-start nginx 0 nginx -p "$run/px/" -c "$run/px/nginx.conf" -e "$run/px/logs/error.log"
-start capataz 0 env CAPATAZ_WORKER_THREADS=1 "$bin" run --config bench/capataz.toml
+start backend 1 nginx -p "$RUN_DIR/be/" -c "$RUN_DIR/be/nginx.conf" -e "$RUN_DIR/be/logs/error.log"
+wait_port 9101 "$LAST_PID"
+start haproxy 0 haproxy -db -f "$RUN_DIR/haproxy.cfg"
+wait_port 9200 "$LAST_PID"
+start nginx 0 nginx -p "$RUN_DIR/px/" -c "$RUN_DIR/px/nginx.conf" -e "$RUN_DIR/px/logs/error.log"
+wait_port 9300 "$LAST_PID"
+start capataz 0 env CAPATAZ_WORKER_THREADS=1 "$CAPATAZ_BIN" run --config bench/capataz.toml
+wait_port 9400 "$LAST_PID"
 targets=(haproxy:9200 nginx:9300 capataz:9400)
-for t in "${targets[@]}"; do wait_url "http://127.0.0.1:${t#*:}/"; done
 sleep 3 # every proxy's checks see both backends up
 for t in "${targets[@]}"; do
     echo "== ${t%%:*}'s answer to the client:"
-    curl -s -D - -o /dev/null "http://127.0.0.1:${t#*:}/" | tr -d '\r' | sed 's/^/   /'
+    curl -sf -D - -o /dev/null --max-time 2 "http://127.0.0.1:${t#*:}/" | tr -d '\r' | sed 's/^/   /' ||
+        die "${t%%:*}: no answer on :${t#*:}"
 done
 
 events=context-switches,raw_syscalls:sys_enter,syscalls:sys_enter_epoll_wait
@@ -74,15 +58,15 @@ events+=,net:net_dev_xmit,irq:softirq_entry
 for ((r = 1; r <= rounds; r++)); do
     for t in "${targets[@]}"; do
         name=${t%%:*}
-        perf stat -a -A -x, -e "$events" -o "$run/$name.$r.perf" -- \
-            taskset -c 1 wrk -t1 -c50 -d5s "http://127.0.0.1:${t#*:}/" >"$run/$name.$r.wrk" 2>&1
+        perf stat -a -A -x, -e "$events" -o "$RUN_DIR/$name.$r.perf" -- \
+            taskset -c 1 wrk -t1 -c50 -d5s "http://127.0.0.1:${t#*:}/" >"$RUN_DIR/$name.$r.wrk" 2>&1
         awk -v name="$name" -v r="$r" '
             /^Requests\/sec/ { rate = $2 }
             / requests in / { n = $1 }
-            END { printf "%s round %d: %s req/s, %d requests\n", name, r, rate, n }' "$run/$name.$r.wrk"
-        n=$(awk '/ requests in /{print $1}' "$run/$name.$r.wrk")
+            END { printf "%s round %d: %s req/s, %d requests\n", name, r, rate, n }' "$RUN_DIR/$name.$r.wrk"
+        n=$(awk '/ requests in /{print $1}' "$RUN_DIR/$name.$r.wrk")
         awk -F, -v n="$n" '/^CPU/ { v[$4] = v[$4] sprintf("  %s %7.3f", $1, $2 / n) }
-            END { for (e in v) printf "   %-34s%s\n", e, v[e] }' "$run/$name.$r.perf" | sort
+            END { for (e in v) printf "   %-34s%s\n", e, v[e] }' "$RUN_DIR/$name.$r.perf" | sort
     done
 done
-echo "# per request; CPU0 = the proxy, CPU1 = wrk and the backends; raw: $run"
+echo "# per request; CPU0 = the proxy, CPU1 = wrk and the backends; raw: $RUN_DIR"
